@@ -1,0 +1,1 @@
+"""Deployment code: infra/aws (CDK, Python) and infra/gcp (Terraform)."""

@@ -1,0 +1,1 @@
+"""CDK constructs and the stack for the AWS control plane."""

@@ -1,0 +1,1 @@
+"""Cloud adapters. Each module talks to exactly one cloud's SDK; nothing outside this package does."""

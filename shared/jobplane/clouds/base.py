@@ -1,0 +1,169 @@
+"""The small protocols the control plane needs from a cloud, and the errors they raise.
+
+Everything above this layer (registry, decisions, agent) is written against these, so the same code runs
+on S3, GCS and the in-memory store used by pure unit tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+
+class StoreError(Exception):
+    """Base class for object-store errors the control plane handles."""
+
+
+class NotFound(StoreError):
+    """The key does not exist."""
+
+
+class PreconditionFailed(StoreError):
+    """A conditional write lost: the object exists (create-only) or changed since it was read (CAS)."""
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """One listing entry: everything a listing returns without a GET per key."""
+
+    key: str
+    last_modified: datetime
+    size: int
+
+
+@dataclass(frozen=True)
+class Blob:
+    """An object's bytes and the version token to compare-and-swap against (S3 ETag, GCS generation)."""
+
+    data: bytes
+    version: str
+    last_modified: datetime
+
+
+class ObjectStore(Protocol):
+    """Object storage with the conditional writes the registry's single-writer rule rests on."""
+
+    def get(self, key: str) -> Blob:
+        """Return the object, or raise NotFound."""
+        ...
+
+    def put(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> str:
+        """Write unconditionally; return the new version token."""
+        ...
+
+    def put_if_absent(self, key: str, data: bytes, content_type: str = "application/json") -> str:
+        """Create only: raise PreconditionFailed if the key exists."""
+        ...
+
+    def put_if_match(self, key: str, data: bytes, version: str, content_type: str = "application/json") -> str:
+        """Compare-and-swap: raise PreconditionFailed unless the current version is `version`."""
+        ...
+
+    def list(self, prefix: str, page_size: int = 1000) -> Iterator[ObjectInfo]:
+        """Yield every key under prefix in key order, fetching one page at a time."""
+        ...
+
+    def delete(self, key: str) -> None:
+        """Delete the key; deleting a missing key is not an error."""
+        ...
+
+
+# ---- compute -------------------------------------------------------------------------------------------
+# Ownership tags (EC2 tag keys; GCE labels replace ':' with '-'). Nothing without MANAGED=true is touched.
+TAG_MANAGED = "jobplane:managed"
+TAG_JOB_ID = "jobplane:job-id"
+TAG_ATTEMPT = "jobplane:attempt"
+TAG_RANK = "jobplane:rank"
+TAG_OWNER = "jobplane:owner"
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A VM as the reconcilers see it, normalized across clouds.
+
+    state is one of: pending, running, stopping, stopped, terminated (GCE's PROVISIONING/STAGING map to
+    pending, TERMINATED/SUSPENDED to stopped, a deleted VM to terminated).
+    """
+
+    id: str
+    state: str
+    launched_at: datetime
+    managed: bool
+    job_id: str | None = None
+    attempt: int | None = None
+    rank: int | None = None
+    spot: bool = False
+    protected: bool = False  # termination protection / deletion protection: never terminated by us
+    zone: str | None = None
+    instance_type: str | None = None
+    private_ip: str | None = None
+    tags: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """One attempt of one job in one zone with one instance type: num_nodes VMs, all or nothing."""
+
+    job_id: str
+    attempt: int
+    num_nodes: int
+    instance_type: str
+    zone: str | None
+    image: str
+    spot: bool
+    user_data: str
+    max_runtime: int  # seconds; GCE enforces it natively, EC2 through the bootstrap's shutdown backstop
+    disk_gb: int
+    owner: str
+    labels: tuple[tuple[str, str], ...] = ()
+    name: str | None = None
+
+
+class CapacityError(Exception):
+    """The cloud had no room for this (zone, type): try the next one, then wait."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+class LaunchRejected(Exception):
+    """The cloud refused the request for a reason retrying elsewhere will not fix (bad image, quota...)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+class Compute(Protocol):
+    """The VM operations the control plane needs; one adapter per cloud."""
+
+    def launch(self, request: LaunchRequest) -> list[Instance]:
+        """Start num_nodes VMs (all or nothing), ordered by rank; raise CapacityError or LaunchRejected."""
+        ...
+
+    def list_managed(self) -> list[Instance]:
+        """Every non-terminated VM carrying the managed tag/label (paginated, filtered server-side)."""
+        ...
+
+    def terminate(self, instance_ids: list[str]) -> None:
+        """Terminate these VMs. Callers pass only managed, unprotected instances; adapters re-check."""
+        ...
+
+
+class Metadata(Protocol):
+    """What the agent asks the VM's metadata service (EC2 IMDSv2, GCE metadata server)."""
+
+    def instance_id(self) -> str: ...
+
+    def rank(self) -> int: ...
+
+    def tag(self, key: str) -> str | None:
+        """An ownership tag of this VM (EC2 instance tags in IMDS, GCE labels/attributes)."""
+        ...
+
+    def preemption_notice(self) -> dict[str, str] | None:
+        """The Spot interruption notice ({"action", "time"}) once the cloud sends one, else None."""
+        ...

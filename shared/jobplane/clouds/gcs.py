@@ -1,0 +1,125 @@
+"""ObjectStore over Google Cloud Storage; the version token is the object's generation.
+
+google.cloud.storage is slow to import (a large share of the ~1 s the GCP libraries cost), so it is
+imported in GcsStore.__init__ only: code that never builds a GcsStore never pays for it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, cast
+
+from jobplane.clouds.base import Blob, NotFound, ObjectInfo, PreconditionFailed, StoreError
+
+if TYPE_CHECKING:
+    from google.cloud import storage
+
+# A read is two requests (metadata, then the bytes pinned to that generation), and a write landing in
+# between means reading again. On GCS (about one write per second per object) that is rare; with 16
+# threads hammering one object in-process, over half of all reads race a write and streaks of 20 occur,
+# so retry until a deadline rather than a count, pausing briefly (jittered) to spread the readers out.
+_READ_DEADLINE_S = 30.0
+_READ_PAUSE_S = 0.02
+
+
+def _utc(ts: datetime | None) -> datetime:
+    if ts is None:  # only if a server omitted `updated`; never on real GCS
+        return datetime.fromtimestamp(0, UTC)
+    return ts.astimezone(UTC) if ts.tzinfo else ts.replace(tzinfo=UTC)
+
+
+class GcsStore:
+    """One bucket. With STORAGE_EMULATOR_HOST set, the default client talks to that emulator anonymously."""
+
+    def __init__(self, bucket: str, client: storage.Client | None = None) -> None:
+        from google.api_core import exceptions
+        from google.cloud import storage
+        from google.cloud.storage.retry import DEFAULT_RETRY
+
+        if client is None:
+            client = storage.Client(project=os.environ.get("GOOGLE_CLOUD_PROJECT", "jobplane-local"))
+        self._client: Any = client
+        self._bucket: Any = client.bucket(bucket)
+        self._api_errors: Any = exceptions
+        # DEFAULT_RETRY retries 429/5xx/connection errors, never a 412, so it cannot turn a lost
+        # precondition into a success. Retrying a conditional write whose response was lost may answer
+        # 412 for our own write; that surfaces as PreconditionFailed and callers re-read, as on any 412.
+        # Retrying an unconditional put is safe too: it is concurrent with any write it overtakes.
+        self._retry: Any = DEFAULT_RETRY
+
+    @contextmanager
+    def _mapped(self, key: str) -> Iterator[None]:
+        """Translate google.api_core errors into the store's own."""
+        try:
+            yield
+        except self._api_errors.PreconditionFailed as err:
+            raise PreconditionFailed(f"{key}: generation precondition failed") from err
+        except self._api_errors.NotFound as err:
+            raise NotFound(key) from err
+
+    def get(self, key: str) -> Blob:
+        deadline = time.monotonic() + _READ_DEADLINE_S
+        while True:
+            with self._mapped(key):
+                meta = self._bucket.get_blob(key)  # None when missing
+            if meta is None:
+                raise NotFound(key)
+            generation = int(meta.generation)
+            try:
+                # Pin the download to the generation whose metadata we hold, so bytes, version and
+                # last_modified all describe the same write.
+                data = self._bucket.blob(key).download_as_bytes(if_generation_match=generation)
+            except self._api_errors.PreconditionFailed:
+                if time.monotonic() > deadline:
+                    raise StoreError(
+                        f"{key} was rewritten during every read for {_READ_DEADLINE_S}s"
+                    ) from None
+                time.sleep(random.uniform(0, _READ_PAUSE_S))
+                continue
+            except self._api_errors.NotFound as err:
+                raise NotFound(key) from err
+            return Blob(data=cast(bytes, data), version=str(generation), last_modified=_utc(meta.updated))
+
+    def _upload(self, key: str, data: bytes, content_type: str, if_generation_match: int | None) -> str:
+        blob = self._bucket.blob(key)
+        with self._mapped(key):
+            blob.upload_from_string(
+                data, content_type=content_type, if_generation_match=if_generation_match, retry=self._retry
+            )
+        return str(blob.generation)
+
+    def put(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> str:
+        return self._upload(key, data, content_type, None)
+
+    def put_if_absent(self, key: str, data: bytes, content_type: str = "application/json") -> str:
+        return self._upload(key, data, content_type, 0)  # generation 0 = "no live object"
+
+    def put_if_match(
+        self, key: str, data: bytes, version: str, content_type: str = "application/json"
+    ) -> str:
+        try:
+            generation = int(version)
+        except ValueError:
+            raise PreconditionFailed(f"{key}: {version!r} is not a GCS generation") from None
+        return self._upload(key, data, content_type, generation)
+
+    def list(self, prefix: str, page_size: int = 1000) -> Iterator[ObjectInfo]:
+        # list_blobs pages lazily: the next page is fetched only when the caller iterates that far.
+        pages = self._client.list_blobs(
+            self._bucket, prefix=prefix, page_size=page_size, fields="items(name,updated,size),nextPageToken"
+        )
+        with self._mapped(prefix):
+            for blob in pages:
+                yield ObjectInfo(key=blob.name, last_modified=_utc(blob.updated), size=int(blob.size or 0))
+
+    def delete(self, key: str) -> None:
+        try:
+            with self._mapped(key):
+                self._bucket.blob(key).delete(retry=self._retry)
+        except NotFound:
+            pass  # already gone, possibly by our own retried delete

@@ -1,0 +1,127 @@
+"""Registry key layout (DESIGN.md §3). Every key the control plane or an agent touches is built here.
+
+Two deliberate additions to the DESIGN table, both so a sweep needs listings only (no per-job GET):
+- `active/<id>/<STATE>.<attempt>`: the marker's key carries the state and attempt, so one listing of
+  `active/` gives the sweep its whole working set. The `active/<id>` prefix exists iff the job is live.
+- `heartbeats/<id>/<attempt>/<rank>` (liveness = LastModified) and `.../<rank>.output` (rewritten only
+  when the user process printed something new): one listing of `heartbeats/` covers every job.
+"""
+
+from __future__ import annotations
+
+JOB_ID_PATTERN = r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$"
+
+QUEUE = "queue/"
+REJECTED = "rejected/"
+JOBS = "jobs/"
+ACTIVE = "active/"
+PREEMPTED = "preempted-jobs/"
+HEARTBEATS = "heartbeats/"
+SYSTEM = "system/"
+POLICY = "config/policy.yaml"
+
+
+def queue_entry(job_id: str, ext: str = "yaml") -> str:
+    return f"{QUEUE}{job_id}.{ext}"
+
+
+def rejected_spec(job_id: str, ext: str = "yaml") -> str:
+    return f"{REJECTED}{job_id}.{ext}"
+
+
+def rejected_error(job_id: str) -> str:
+    return f"{REJECTED}{job_id}.error.json"
+
+
+def job_prefix(job_id: str) -> str:
+    return f"{JOBS}{job_id}/"
+
+
+def job_record(job_id: str) -> str:
+    return f"{JOBS}{job_id}/job.json"
+
+
+def events_prefix(job_id: str) -> str:
+    return f"{JOBS}{job_id}/events/"
+
+
+def event(job_id: str, stamp: str, kind: str) -> str:
+    return f"{JOBS}{job_id}/events/{stamp}-{kind}.json"
+
+
+def code_prefix(job_id: str) -> str:
+    return f"{JOBS}{job_id}/code/"
+
+
+def code_bundle(job_id: str) -> str:
+    return f"{JOBS}{job_id}/code/code.tar.gz"
+
+
+def attempt_prefix(job_id: str, attempt: int) -> str:
+    return f"{JOBS}{job_id}/attempts/{attempt}/"
+
+
+def cluster(job_id: str, attempt: int) -> str:
+    return f"{JOBS}{job_id}/attempts/{attempt}/cluster.json"
+
+
+def exits_prefix(job_id: str, attempt: int) -> str:
+    return f"{JOBS}{job_id}/attempts/{attempt}/nodes/"
+
+
+def exit_report(job_id: str, attempt: int, rank: int) -> str:
+    return f"{JOBS}{job_id}/attempts/{attempt}/nodes/{rank}/exit.json"
+
+
+def logs_prefix(job_id: str, attempt: int | None = None, rank: int | None = None) -> str:
+    key = f"{JOBS}{job_id}/logs/"
+    if attempt is not None:
+        key += f"{attempt}/"
+        if rank is not None:
+            key += f"{rank}/"
+    return key
+
+
+def log_chunk(job_id: str, attempt: int, rank: int, seq: int) -> str:
+    # zero-padded so key order is write order
+    return f"{JOBS}{job_id}/logs/{attempt}/{rank}/{seq:08d}.log"
+
+
+def checkpoints_prefix(job_id: str) -> str:
+    return f"{JOBS}{job_id}/checkpoints/"
+
+
+def artifacts_prefix(job_id: str) -> str:
+    return f"{JOBS}{job_id}/artifacts/"
+
+
+def stop_request(job_id: str) -> str:
+    return f"{JOBS}{job_id}/control/stop"
+
+
+def active_prefix(job_id: str) -> str:
+    return f"{ACTIVE}{job_id}/"
+
+
+def active_marker(job_id: str, state: str, attempt: int) -> str:
+    return f"{ACTIVE}{job_id}/{state}.{attempt}"
+
+
+def preempted_marker(job_id: str) -> str:
+    return f"{PREEMPTED}{job_id}"
+
+
+def heartbeats_prefix(job_id: str, attempt: int | None = None) -> str:
+    return f"{HEARTBEATS}{job_id}/" + (f"{attempt}/" if attempt is not None else "")
+
+
+def heartbeat(job_id: str, attempt: int, rank: int) -> str:
+    return f"{HEARTBEATS}{job_id}/{attempt}/{rank}"
+
+
+def output_mark(job_id: str, attempt: int, rank: int) -> str:
+    return f"{HEARTBEATS}{job_id}/{attempt}/{rank}.output"
+
+
+def agent_wheel_prefix() -> str:
+    return f"{SYSTEM}wheels/"

@@ -1,0 +1,1 @@
+"""The local cloud: fakes and runners for `make demo` and tests."""

@@ -1,0 +1,512 @@
+"""In-process fake of the GCS JSON API that enforces generation preconditions the way GCS does.
+
+gcp-storage-emulator ignores ifGenerationMatch and fake-gcs-server skips it on delete, yet the registry's
+single-writer rule rests on exactly those checks, so this fake answers 412 wherever GCS would. It speaks
+what google-cloud-storage sends: bucket get/create, object metadata, media download, multipart, media and
+resumable uploads, paged listing and delete. Point the client at it with STORAGE_EMULATOR_HOST=<endpoint>.
+Out of scope: object versioning, ACLs, range reads, metadata patches, compose/copy/rewrite.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote_to_bytes
+
+import google_crc32c
+from werkzeug.http import http_date, parse_options_header
+from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
+from werkzeug.wrappers import Request, Response
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from _typeshed.wsgi import StartResponse, WSGIEnvironment
+
+_OBJECT = r"/b/(?P<bucket>[^/]+)/o/(?P<name>.+)"
+_ROUTES: list[tuple[str, re.Pattern[str], str]] = [
+    (method, re.compile(pattern), handler)
+    for method, pattern, handler in [
+        ("POST", r"/storage/v1/b", "_create_bucket"),
+        ("GET", r"/storage/v1/b/(?P<bucket>[^/]+)", "_get_bucket"),
+        ("GET", r"/storage/v1/b/(?P<bucket>[^/]+)/o", "_list"),
+        ("GET", r"/storage/v1" + _OBJECT, "_get_object"),
+        ("GET", r"/download/storage/v1" + _OBJECT, "_download"),
+        ("DELETE", r"/storage/v1" + _OBJECT, "_delete"),
+        ("POST", r"/upload/storage/v1/b/(?P<bucket>[^/]+)/o", "_upload"),
+        ("PUT", r"/upload/storage/v1/b/(?P<bucket>[^/]+)/o", "_resumable_chunk"),
+    ]
+]
+_CONTENT_RANGE = re.compile(r"bytes (?:(?P<start>\d+)-(?P<end>\d+)|\*)/(?P<total>\d+|\*)")
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        pass  # a line per request drowns test output; werkzeug still logs errors
+
+
+class _HttpError(Exception):
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+
+
+@dataclass
+class _Object:
+    name: str
+    data: bytes
+    content_type: str
+    generation: int
+    created: datetime
+    metadata: dict[str, str] | None
+    metageneration: int = 1
+    md5: str = field(init=False)
+    crc32c: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.md5, self.crc32c = _md5(self.data), _crc32c(self.data)
+
+
+@dataclass
+class _Session:
+    """A resumable upload in progress; preconditions are evaluated when it completes."""
+
+    bucket: str
+    content_type: str
+    metadata: dict[str, Any]
+    args: dict[str, str]  # the initiating request's query: name and preconditions
+    data: bytearray = field(default_factory=bytearray)
+
+
+@dataclass(frozen=True)
+class _Call:
+    """What a handler needs from the request: its headers, lower-cased query, body and base URL."""
+
+    request: Request
+    args: dict[str, str]
+    body: bytes
+
+    @property
+    def host(self) -> str:
+        return self.request.host_url.rstrip("/")
+
+    def header(self, name: str) -> str:
+        return self.request.headers.get(name, "")
+
+
+def _md5(data: bytes) -> str:
+    return base64.b64encode(hashlib.md5(data).digest()).decode()
+
+
+def _crc32c(data: bytes) -> str:
+    return base64.b64encode(google_crc32c.value(data).to_bytes(4, "big")).decode()
+
+
+def _rfc3339(ts: datetime) -> str:
+    return ts.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"
+
+
+def _now() -> datetime:
+    # GCS reports milliseconds; truncating here keeps upload responses and listings identical.
+    now = datetime.now(UTC)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+def _json(body: dict[str, Any], status: int = 200) -> Response:
+    return Response(json.dumps(body), status, mimetype="application/json")
+
+
+def _error(err: _HttpError) -> Response:
+    if err.code == 304:
+        return Response(status=304)  # no body, as HTTP requires
+    errors = [{"message": err.message, "domain": "global", "reason": err.reason}]
+    return _json({"error": {"code": err.code, "message": err.message, "errors": errors}}, err.code)
+
+
+def _int_arg(args: dict[str, str], name: str) -> int | None:
+    value = args.get(name.lower())
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise _HttpError(400, "invalid", f"Invalid value for {name}: {value}") from None
+
+
+class FakeGcsServer:
+    """A thread-safe GCS fake served by werkzeug on 127.0.0.1 from a background thread.
+
+    Usage: `with FakeGcsServer() as server: server.create_bucket("b")`, then set
+    STORAGE_EMULATOR_HOST=server.endpoint before building a storage.Client.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._host, self._port = host, port
+        self._lock = threading.Lock()  # guards every field below; each request runs under it
+        self._buckets: dict[str, dict[str, _Object]] = {}
+        self._bucket_created: dict[str, datetime] = {}
+        self._sessions: dict[str, _Session] = {}
+        self._last_generation = 0
+        self._server: BaseWSGIServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._server is not None:
+            return
+        self._server = make_server(
+            self._host, self._port, self._wsgi, threaded=True, request_handler=_QuietHandler
+        )
+        self._thread = threading.Thread(
+            target=self._serve, args=(self._server,), name="fake-gcs", daemon=True
+        )
+        self._thread.start()
+
+    @staticmethod
+    def _serve(server: BaseWSGIServer) -> None:
+        server.serve_forever(poll_interval=0.05)  # the default 0.5 s poll makes every stop() take 0.5 s
+
+    def stop(self) -> None:
+        server, thread, self._server, self._thread = self._server, self._thread, None, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if thread is not None:
+            thread.join(timeout=10)
+
+    def __enter__(self) -> FakeGcsServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    @property
+    def endpoint(self) -> str:
+        """Base URL for STORAGE_EMULATOR_HOST, e.g. http://127.0.0.1:PORT."""
+        if self._server is None:
+            raise RuntimeError("FakeGcsServer is not running; call start() first")
+        return f"http://{self._host}:{self._server.server_port}"
+
+    def create_bucket(self, name: str) -> None:
+        """Create a bucket directly (no HTTP); a no-op if it exists, so fixtures can call it freely."""
+        with self._lock:
+            self._buckets.setdefault(name, {})
+            self._bucket_created.setdefault(name, _now())
+
+    def reset(self) -> None:
+        """Forget every bucket, object and upload session (the server keeps running)."""
+        with self._lock:
+            self._buckets.clear()
+            self._bucket_created.clear()
+            self._sessions.clear()
+
+    # -- WSGI plumbing ---------------------------------------------------------------------------
+
+    def _wsgi(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        request = Request(environ)
+        # Route on the raw URI: PATH_INFO is already unquoted, which would split names containing %2F.
+        raw = str(environ.get("REQUEST_URI") or request.full_path).split("?", 1)[0]
+        # Lower-case query keys: the client spells one of them ifMetaGenerationNotMatch. The body is read
+        # before taking the lock so a slow upload does not stall other requests.
+        call = _Call(request, {k.lower(): v for k, v in request.args.items()}, request.get_data())
+        try:
+            for method, pattern, handler in _ROUTES:
+                match = pattern.fullmatch(raw)
+                if match and method == request.method:
+                    params = {k: unquote_to_bytes(v).decode() for k, v in match.groupdict().items()}
+                    with self._lock:
+                        response: Response = getattr(self, handler)(call, **params)
+                    break
+            else:
+                raise _HttpError(404, "notFound", f"No route for {request.method} {raw}")
+        except _HttpError as err:
+            response = _error(err)
+        except ValueError as err:  # undecodable JSON, page token or name: the client's fault, as on GCS
+            response = _error(_HttpError(400, "invalid", str(err)))
+        return response(environ, start_response)
+
+    # -- helpers (called with the lock held) -----------------------------------------------------
+
+    def _bucket(self, name: str) -> dict[str, _Object]:
+        try:
+            return self._buckets[name]
+        except KeyError:
+            raise _HttpError(404, "notFound", f"The specified bucket does not exist: {name}") from None
+
+    def _next_generation(self) -> int:
+        # Like GCS: microsecond timestamps, forced strictly increasing across all objects.
+        self._last_generation = max(self._last_generation + 1, time.time_ns() // 1000)
+        return self._last_generation
+
+    def _live(self, call: _Call, bucket: str, name: str) -> _Object:
+        """The object a read or delete targets: 404 if missing or if ?generation= is not the live one."""
+        obj = self._bucket(bucket).get(name)
+        generation = _int_arg(call.args, "generation")
+        if obj is None or (generation is not None and generation != obj.generation):
+            raise _HttpError(404, "notFound", f"No such object: {bucket}/{name}")
+        return obj
+
+    @staticmethod
+    def _check(obj: _Object | None, args: dict[str, str], read: bool = False) -> None:
+        """Evaluate if(Meta)generation(Not)Match; a missing object has generation 0 (so 0 = create-only)."""
+        generation = obj.generation if obj else 0
+        failed = _HttpError(412, "conditionNotMet", "At least one of the pre-conditions did not hold.")
+        # GCS answers a failed *NotMatch on a read with 304 Not Modified, and with 412 on a write.
+        not_modified = _HttpError(304, "notModified", "Not Modified") if read else failed
+        if (want := _int_arg(args, "ifGenerationMatch")) is not None and generation != want:
+            raise failed
+        if (want := _int_arg(args, "ifGenerationNotMatch")) is not None and generation == want:
+            raise not_modified
+        if (want := _int_arg(args, "ifMetagenerationMatch")) is not None and (
+            obj is None or obj.metageneration != want
+        ):
+            raise failed
+        if (want := _int_arg(args, "ifMetagenerationNotMatch")) is not None and (
+            obj is not None and obj.metageneration == want
+        ):
+            raise not_modified
+
+    @staticmethod
+    def _resource(call: _Call, bucket: str, obj: _Object) -> dict[str, Any]:
+        path = f"/b/{bucket}/o/{quote(obj.name, safe='')}"
+        created = _rfc3339(obj.created)
+        resource: dict[str, Any] = {
+            "kind": "storage#object",
+            "id": f"{bucket}/{obj.name}/{obj.generation}",
+            "selfLink": f"{call.host}/storage/v1{path}",
+            "mediaLink": f"{call.host}/download/storage/v1{path}?generation={obj.generation}&alt=media",
+            "name": obj.name,
+            "bucket": bucket,
+            "generation": str(obj.generation),
+            "metageneration": str(obj.metageneration),
+            "contentType": obj.content_type,
+            "storageClass": "STANDARD",
+            "size": str(len(obj.data)),
+            "md5Hash": obj.md5,
+            "crc32c": obj.crc32c,
+            "etag": base64.b64encode(f"{obj.generation}/{obj.metageneration}".encode()).decode(),
+            "timeCreated": created,
+            "updated": created,  # no metadata patches, so an object never changes after its write
+            "timeStorageClassUpdated": created,
+        }
+        if obj.metadata:
+            resource["metadata"] = obj.metadata
+        return resource
+
+    def _write(
+        self,
+        call: _Call,
+        bucket: str,
+        meta: dict[str, Any],
+        data: bytes,
+        content_type: str,
+        args: dict[str, str],
+    ) -> Response:
+        """Store an upload's bytes if its preconditions (`args`, from the initiating request) hold."""
+        objects = self._bucket(bucket)
+        name = meta.get("name") or args.get("name")
+        if not name:
+            raise _HttpError(400, "required", "Required parameter: name")
+        obj = _Object(
+            name=name,
+            data=data,
+            content_type=meta.get("contentType") or content_type or "application/octet-stream",
+            generation=0,
+            created=_now(),
+            metadata=meta.get("metadata"),
+        )
+        # The client sends the checksum it computed; GCS rejects the upload if the bytes disagree.
+        for key, actual in (("crc32c", obj.crc32c), ("md5Hash", obj.md5)):
+            if meta.get(key) and meta[key] != actual:
+                raise _HttpError(400, "invalid", f"Provided {key} {meta[key]} does not match {actual}")
+        self._check(objects.get(name), args)
+        obj.generation = self._next_generation()
+        objects[name] = obj
+        return _json(self._resource(call, bucket, obj))
+
+    # -- handlers (called with the lock held) ----------------------------------------------------
+
+    def _create_bucket(self, call: _Call) -> Response:
+        name = json.loads(call.body or b"{}").get("name")
+        if not name:
+            raise _HttpError(400, "required", "Required parameter: name")
+        if name in self._buckets:
+            raise _HttpError(409, "conflict", "Your previous request to create the named bucket succeeded.")
+        self._buckets[name], self._bucket_created[name] = {}, _now()
+        return self._get_bucket(call, bucket=name)
+
+    def _get_bucket(self, call: _Call, bucket: str) -> Response:
+        self._bucket(bucket)
+        created = _rfc3339(self._bucket_created[bucket])
+        return _json(
+            {
+                "kind": "storage#bucket",
+                "id": bucket,
+                "name": bucket,
+                "selfLink": f"{call.host}/storage/v1/b/{bucket}",
+                "metageneration": "1",
+                "location": "US",
+                "storageClass": "STANDARD",
+                "timeCreated": created,
+                "updated": created,
+                "etag": "CAE=",
+            }
+        )
+
+    def _list(self, call: _Call, bucket: str) -> Response:
+        objects, args = self._bucket(bucket), call.args
+        prefix, delimiter = args.get("prefix", ""), args.get("delimiter", "")
+        start, end = args.get("startoffset", ""), args.get("endoffset")
+        limit = min(_int_arg(args, "maxResults") or 1000, 1000)
+        # The page token is the last entry served, ("i", name) or ("p", collapsed prefix), so a page never
+        # repeats an item and a collapsed prefix is not served again on the next page.
+        after: list[str] | None = (
+            json.loads(base64.urlsafe_b64decode(args["pagetoken"])) if args.get("pagetoken") else None
+        )
+        items: list[dict[str, Any]] = []
+        prefixes: list[str] = []
+        last: list[str] | None = None
+        for name in sorted(objects):
+            if not name.startswith(prefix) or name < start or (end is not None and name >= end):
+                continue
+            if after and (name <= after[1] or (after[0] == "p" and name.startswith(after[1]))):
+                continue
+            cut = name.find(delimiter, len(prefix)) if delimiter else -1
+            entry = ["p", name[: cut + len(delimiter)]] if cut >= 0 else ["i", name]
+            if entry == last:
+                continue  # another name under the prefix just collapsed
+            if len(items) + len(prefixes) == limit:
+                return _json(
+                    _page(items, prefixes, base64.urlsafe_b64encode(json.dumps(last).encode()).decode())
+                )
+            last = entry
+            if entry[0] == "p":
+                prefixes.append(entry[1])
+            else:
+                items.append(self._resource(call, bucket, objects[name]))
+        return _json(_page(items, prefixes, None))
+
+    def _get_object(self, call: _Call, bucket: str, name: str) -> Response:
+        if call.args.get("alt") == "media":
+            return self._download(call, bucket, name)
+        obj = self._live(call, bucket, name)
+        self._check(obj, call.args, read=True)
+        return _json(self._resource(call, bucket, obj))
+
+    def _download(self, call: _Call, bucket: str, name: str) -> Response:
+        obj = self._live(call, bucket, name)
+        self._check(obj, call.args, read=True)
+        response = Response(obj.data, 200, content_type=obj.content_type)
+        response.headers.update(
+            {
+                "X-Goog-Generation": str(obj.generation),
+                "X-Goog-Metageneration": str(obj.metageneration),
+                "X-Goog-Hash": f"crc32c={obj.crc32c},md5={obj.md5}",  # the client verifies the bytes
+                "X-Goog-Stored-Content-Length": str(len(obj.data)),
+                "X-Goog-Stored-Content-Encoding": "identity",
+                "X-Goog-Storage-Class": "STANDARD",
+                "Last-Modified": http_date(obj.created),
+                "ETag": f'"{obj.md5}"',
+            }
+        )
+        return response
+
+    def _delete(self, call: _Call, bucket: str, name: str) -> Response:
+        obj = self._live(call, bucket, name)
+        self._check(obj, call.args)
+        del self._buckets[bucket][name]
+        return Response(status=204)
+
+    def _upload(self, call: _Call, bucket: str) -> Response:
+        kind = call.args.get("uploadtype", "media")
+        if kind == "media":
+            return self._write(call, bucket, {}, call.body, call.header("Content-Type"), call.args)
+        if kind == "multipart":
+            meta, data, content_type = _parse_multipart(call.body, call.header("Content-Type"))
+            return self._write(call, bucket, meta, data, content_type, call.args)
+        if kind == "resumable":  # the client uses these only above 8 MiB or for streams of unknown size
+            self._bucket(bucket)
+            upload_id = uuid.uuid4().hex
+            meta = json.loads(call.body) if call.body.strip() else {}
+            self._sessions[upload_id] = _Session(
+                bucket, call.header("X-Upload-Content-Type"), meta, call.args
+            )
+            response = Response(status=200)
+            response.headers["Location"] = (
+                f"{call.host}/upload/storage/v1/b/{bucket}/o?uploadType=resumable&upload_id={upload_id}"
+            )
+            return response
+        raise _HttpError(400, "invalid", f"Unsupported uploadType: {kind}")
+
+    def _resumable_chunk(self, call: _Call, bucket: str) -> Response:
+        upload_id = call.args.get("upload_id", "")
+        session = self._sessions.get(upload_id)
+        if session is None or session.bucket != bucket:
+            raise _HttpError(404, "notFound", "No such upload session")
+        header = call.header("Content-Range") or f"bytes 0-{len(call.body) - 1}/{len(call.body)}"
+        match = _CONTENT_RANGE.fullmatch(header.strip())
+        if match is None:
+            raise _HttpError(400, "invalid", f"Bad Content-Range: {header}")
+        if match["start"] is not None:
+            start = int(match["start"])
+            if start > len(session.data):
+                raise _HttpError(400, "invalid", "Chunk starts past the bytes received so far")
+            session.data += call.body[len(session.data) - start :]  # skip bytes a retried chunk repeats
+        if match["total"] == "*" or int(match["total"]) > len(session.data):
+            response = Response(status=308)  # "resume incomplete", with the bytes persisted so far
+            if session.data:
+                response.headers["Range"] = f"bytes=0-{len(session.data) - 1}"
+            return response
+        del self._sessions[upload_id]
+        data, args = bytes(session.data), session.args
+        return self._write(call, bucket, session.metadata, data, session.content_type, args)
+
+
+def _page(items: list[dict[str, Any]], prefixes: list[str], token: str | None) -> dict[str, Any]:
+    # GCS omits empty fields rather than sending empty lists.
+    page: dict[str, Any] = {"kind": "storage#objects"}
+    if items:
+        page["items"] = items
+    if prefixes:
+        page["prefixes"] = prefixes
+    if token:
+        page["nextPageToken"] = token
+    return page
+
+
+def _parse_multipart(body: bytes, content_type: str) -> tuple[dict[str, Any], bytes, str]:
+    """Split a multipart/related upload into (JSON metadata, media bytes, media content type)."""
+    boundary = parse_options_header(content_type)[1].get("boundary")
+    if not boundary:
+        raise _HttpError(400, "invalid", "multipart upload without a boundary")
+    sep = b"--" + boundary.encode()
+    first = body.find(sep)
+    second, close = body.find(sep, first + 1), body.rfind(sep + b"--")
+    if first < 0 or not first < second < close:
+        raise _HttpError(400, "invalid", "malformed multipart body")
+
+    def part(chunk: bytes) -> tuple[dict[str, str], bytes]:
+        # Each part is CRLF, headers, blank line, payload, CRLF; the media may hold any bytes at all.
+        head, _, payload = chunk.removeprefix(b"\r\n").partition(b"\r\n\r\n")
+        headers = {}
+        for line in head.decode().split("\r\n"):
+            key, _, value = line.partition(":")
+            headers[key.strip().lower()] = value.strip()
+        return headers, payload.removesuffix(b"\r\n")
+
+    _, meta = part(body[first + len(sep) : second])
+    media_headers, data = part(body[second + len(sep) : close])
+    return json.loads(meta or b"{}"), data, media_headers.get("content-type", "")

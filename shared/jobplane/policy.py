@@ -1,0 +1,110 @@
+"""Platform policy (`config/policy.yaml` in the bucket): caps, quotas, defaults and where VMs go."""
+
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from jobplane.errors import FieldError, SpecError, from_validation_error
+from jobplane.spec import Duration, JobSpec, format_duration, load_document
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AwsPlacement(_Model):
+    """Where and as whom EC2 instances run; created by the CDK stack."""
+
+    instance_profile: str | None = Field(None, description="instance profile name or ARN for the VMs")
+    subnets: list[str] = Field(default_factory=list, description="subnet ids, tried in order")
+    security_groups: list[str] = Field(default_factory=list)
+    placement_group: str | None = Field(None, description="cluster placement group for multi-node jobs")
+    default_image: str | None = Field(None, description="AMI used when a spec has no image")
+    key_name: str | None = None
+
+
+class GcpPlacement(_Model):
+    project: str | None = None
+    service_account: str | None = Field(None, description="service account e-mail for the VMs")
+    network: str | None = None
+    subnetwork: str | None = None
+    default_image: str | None = Field(None, description="image used when a spec has no image")
+
+
+class SafetyPolicy(_Model):
+    """Limits on what the reconcilers may terminate in one run."""
+
+    dry_run: bool = Field(False, description="decide and log, apply nothing")
+    max_terminations_per_run: int = Field(20, ge=0)
+    max_terminations_percent: int = Field(50, ge=0, le=100, description="of managed instances, per run")
+    orphan_grace: Duration = Field(600, description="never terminate an orphan younger than this")
+    stop_grace: Duration = Field(600, description="stop request this long before the uptime cap")
+
+
+class Policy(_Model):
+    allowed_instance_types: list[str] = Field(default_factory=lambda: ["*"], description="glob patterns")
+    max_nodes_per_job: int = Field(16, ge=1)
+    default_max_runtime: Duration = 24 * 3600
+    max_runtime_ceiling: Duration = 7 * 86400
+    default_max_wait: Duration = 2 * 86400
+    default_stall_timeout: Duration = 30 * 60
+    default_boot_timeout: Duration = 15 * 60
+    max_active_instances_per_owner: int = Field(64, ge=0)
+    aws: AwsPlacement = Field(default_factory=AwsPlacement)
+    gcp: GcpPlacement = Field(default_factory=GcpPlacement)
+    safety: SafetyPolicy = Field(default_factory=SafetyPolicy)
+
+    # Effective per-job values: the spec wins, within the policy's ceiling.
+    def max_runtime(self, spec: JobSpec) -> int:
+        return min(spec.max_runtime or self.default_max_runtime, self.max_runtime_ceiling)
+
+    def max_wait(self, spec: JobSpec) -> int:
+        return spec.max_wait or self.default_max_wait
+
+    def stall_timeout(self, spec: JobSpec) -> int:
+        return spec.stall_timeout or self.default_stall_timeout
+
+    def boot_timeout(self, spec: JobSpec) -> int:
+        return spec.boot_timeout or self.default_boot_timeout
+
+
+DEFAULT_POLICY = Policy()
+_ALLOWED = {
+    "": list(Policy.model_fields),
+    "aws": list(AwsPlacement.model_fields),
+    "gcp": list(GcpPlacement.model_fields),
+    "safety": list(SafetyPolicy.model_fields),
+}
+
+
+def parse_policy(text: str | bytes | None) -> Policy:
+    """Parse config/policy.yaml; None (file absent) or an empty file gives the defaults."""
+    if text is None or not str(text if isinstance(text, str) else text.decode()).strip():
+        return DEFAULT_POLICY
+    raw = load_document(text, "policy")
+    try:
+        return Policy.model_validate(raw)
+    except ValidationError as exc:
+        raise SpecError(from_validation_error(exc, _ALLOWED)) from None
+
+
+def check_against_policy(spec: JobSpec, policy: Policy) -> list[FieldError]:
+    """Problems with a valid spec under this platform's policy (each names the spec's field)."""
+    errors: list[FieldError] = []
+    for i, itype in enumerate(spec.instance_types):
+        if not any(fnmatchcase(itype, pattern) for pattern in policy.allowed_instance_types):
+            path = "instance_type" if isinstance(spec.instance_type, str) else f"instance_type.{i}"
+            errors.append(FieldError(path, f"{itype!r} is not allowed by the platform policy "
+                                           f"(allowed: {', '.join(policy.allowed_instance_types)})"))
+    if spec.num_nodes > policy.max_nodes_per_job:
+        errors.append(FieldError("num_nodes", f"{spec.num_nodes} exceeds the policy's maximum of "
+                                              f"{policy.max_nodes_per_job} nodes per job"))
+    if spec.max_runtime and spec.max_runtime > policy.max_runtime_ceiling:
+        errors.append(FieldError("max_runtime", f"{format_duration(spec.max_runtime)} exceeds the policy "
+                                                f"ceiling of {format_duration(policy.max_runtime_ceiling)}"))
+    if spec.num_nodes > policy.max_active_instances_per_owner:
+        errors.append(FieldError("num_nodes", f"{spec.num_nodes} nodes can never fit the owner quota of "
+                                              f"{policy.max_active_instances_per_owner} active instances"))
+    return errors

@@ -1,0 +1,272 @@
+"""The job spec: what a user drops into queue/ (YAML or JSON), validated with errors that name the field."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema
+
+from jobplane.errors import FieldError, SpecError, from_validation_error
+from jobplane.keys import JOB_ID_PATTERN
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION_RE = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
+DURATION_HELP = "use whole seconds or a number with unit s, m, h or d (e.g. 90s, 30m, 8h, 2d)"
+
+
+def parse_duration(value: object) -> int:
+    """'90s' | '30m' | '8h' | '2d' | 3600 -> seconds."""
+    if isinstance(value, bool):
+        raise ValueError(f"invalid duration {value!r}: {DURATION_HELP}")
+    if isinstance(value, int):
+        seconds = value
+    elif isinstance(value, str) and value.strip().isdigit():
+        seconds = int(value)
+    elif isinstance(value, str) and (m := _DURATION_RE.match(value)):
+        seconds = int(m.group(1)) * _UNITS[m.group(2)]
+    else:
+        raise ValueError(f"invalid duration {value!r}: {DURATION_HELP}")
+    if seconds <= 0:
+        raise ValueError(f"duration must be positive, got {value!r}")
+    return seconds
+
+
+def format_duration(seconds: int) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+Duration = Annotated[
+    int,
+    BeforeValidator(parse_duration),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 1},
+                {"type": "string", "pattern": r"^\s*\d+\s*[smhd]?\s*$"},
+            ],
+            "description": "seconds, or a number with unit s, m, h or d",
+        }
+    ),
+]
+
+
+def _pattern_str(pattern: str, what: str) -> Any:
+    compiled = re.compile(pattern)
+
+    def check(value: object) -> object:
+        if isinstance(value, str) and not compiled.match(value):
+            raise ValueError(f"{value!r} is not a valid {what}")
+        return value
+
+    return BeforeValidator(check)
+
+
+def job_id_problem(job_id: str) -> str | None:
+    """Why job_id is not a valid id, or None. Ids must be valid GCE names and labels and S3 key parts."""
+    if re.match(JOB_ID_PATTERN, job_id):
+        return None
+    return (
+        f"{job_id!r} is not a valid job id: 1-63 lowercase letters, digits or hyphens, "
+        "starting with a letter and not ending with a hyphen"
+    )
+
+
+JobId = Annotated[
+    str,
+    _pattern_str(JOB_ID_PATTERN, "job id (1-63 lowercase letters, digits, hyphens; starts with a letter)"),
+    Field(json_schema_extra={"pattern": JOB_ID_PATTERN}),
+]
+LABEL_KEY = r"^[a-z][a-z0-9_-]{0,62}$"
+LABEL_VALUE = r"^[a-z0-9_-]{0,63}$"
+LabelKey = Annotated[
+    str, _pattern_str(LABEL_KEY, "label key (lowercase letter, then up to 62 of a-z 0-9 _ -)"),
+    Field(json_schema_extra={"pattern": LABEL_KEY}),
+]
+LabelValue = Annotated[
+    str, _pattern_str(LABEL_VALUE, "label value (up to 63 of a-z 0-9 _ -)"),
+    Field(json_schema_extra={"pattern": LABEL_VALUE}),
+]
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+EnvName = Annotated[
+    str, _pattern_str(ENV_NAME, "environment variable name (letters, digits, _; not starting with a digit)"),
+    Field(json_schema_extra={"pattern": ENV_NAME}),
+]
+INSTANCE_TYPE = r"^[a-z0-9][a-z0-9.-]{0,63}$"
+InstanceType = Annotated[
+    str, _pattern_str(INSTANCE_TYPE, "instance type (e.g. g5.xlarge, a2-highgpu-1g)"),
+    Field(json_schema_extra={"pattern": INSTANCE_TYPE}),
+]
+ZONE = r"^[a-z0-9-]{2,63}$"
+Zone = Annotated[str, _pattern_str(ZONE, "zone (e.g. us-east-1a, us-central1-a)")]
+CHANNEL = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+Channel = Annotated[
+    str, _pattern_str(CHANNEL, "input name (lowercase letters, digits, _ or -; becomes SM_CHANNEL_<NAME>)"),
+    Field(json_schema_extra={"pattern": CHANNEL}),
+]
+
+
+def _env_value(value: object) -> object:
+    # YAML turns `LR: 0.1` into a float; users mean the string
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return value
+
+
+EnvValue = Annotated[str, BeforeValidator(_env_value)]
+
+
+def _abs_path(value: object) -> object:
+    if isinstance(value, str) and (not value.startswith("/") or ".." in value.split("/")):
+        raise ValueError(f"{value!r} must be an absolute path without '..'")
+    return value
+
+
+AbsPath = Annotated[str, BeforeValidator(_abs_path)]
+
+Cloud = Literal["aws", "gcp"]
+URI_SCHEMES: dict[str, str] = {"aws": "s3://", "gcp": "gs://"}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+
+
+class InputChannel(_Model):
+    """A data channel, mounted at <input root>/data/<name> like SageMaker's channels."""
+
+    uri: str = Field(description="s3:// (aws) or gs:// (gcp) prefix or object")
+    distribution: Literal["replicated", "sharded"] = Field(
+        "replicated", description="replicated: every node gets all of it; sharded: keys split across nodes"
+    )
+
+
+class JobSpec(_Model):
+    """One training job. Unknown fields are errors."""
+
+    id: JobId | None = Field(None, description="job id; defaults to the queue file's name")
+    name: str | None = Field(None, min_length=1, max_length=128, description="human-readable name")
+    cloud: Cloud = "aws"
+    region: Annotated[str, _pattern_str(r"^[a-z0-9-]{2,32}$", "region (e.g. us-east-1)")] | None = None
+    zones: list[Zone] = Field(default_factory=list, description="zones to try, in order")
+    instance_type: InstanceType | list[InstanceType] = Field(
+        ..., description="instance type, or a list tried in order when capacity runs out"
+    )
+    image: str | None = Field(None, min_length=1, max_length=512, description="AMI id or GCE image")
+    num_nodes: int = Field(1, ge=1, le=1024, description="nodes launched together, all or nothing")
+    spot: bool = False
+    max_restarts: int = Field(3, ge=0, le=100, description="reruns after preemption or a failed boot")
+    max_runtime: Duration | None = Field(None, description="uptime cap per attempt; policy default if unset")
+    max_wait: Duration | None = Field(None, description="total time to finish including Spot waits and reruns")
+    stall_timeout: Duration | None = Field(None, description="no heartbeat or no new output for this long")
+    boot_timeout: Duration | None = Field(None, description="first heartbeat must arrive within this")
+    stop_grace: Duration = Field(60, description="SIGTERM to SIGKILL grace on stop or preemption")
+    code: str | None = Field(None, description="s3:// or gs:// URI of a code tarball or prefix")
+    setup: str | None = Field(None, description="shell run once before `run`")
+    run: str = Field(..., min_length=1, description="shell command that trains")
+    env: dict[EnvName, EnvValue] = Field(default_factory=dict)
+    inputs: dict[Channel, InputChannel] = Field(default_factory=dict)
+    checkpoint_dir: AbsPath = "/opt/ml/checkpoints"
+    artifacts_dir: AbsPath = "/opt/ml/model"
+    disk_gb: int = Field(100, ge=8, le=16384)
+    master_port: int = Field(29500, ge=1024, le=65535)
+    owner: Annotated[str, _pattern_str(LABEL_KEY, "owner (lowercase letter, then a-z 0-9 _ -, at most 63)")] = (
+        "default"
+    )
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=32)
+
+    @property
+    def instance_types(self) -> list[str]:
+        return [self.instance_type] if isinstance(self.instance_type, str) else list(self.instance_type)
+
+
+_ALLOWED = {
+    "": list(JobSpec.model_fields),
+    "inputs.*": list(InputChannel.model_fields),
+}
+
+
+def _cross_checks(raw: dict[str, Any]) -> list[FieldError]:
+    """Rules spanning fields, run on the raw document so they report even when other fields fail."""
+    errors: list[FieldError] = []
+    cloud = raw.get("cloud", "aws")
+    scheme = URI_SCHEMES.get(cloud) if isinstance(cloud, str) else None
+    if scheme is None:
+        return errors  # the cloud field itself reports
+    uris: list[tuple[str, object]] = [("code", raw.get("code"))]
+    inputs = raw.get("inputs")
+    if isinstance(inputs, dict):
+        uris += [(f"inputs.{name}.uri", ch.get("uri")) for name, ch in inputs.items() if isinstance(ch, dict)]
+    for path, uri in uris:
+        if not isinstance(uri, str) or not uri:
+            continue
+        if "://" not in uri and path == "code":
+            errors.append(FieldError(path, f"{uri!r} is a local path: submit it with `jobplane submit --code DIR`, "
+                                           f"or give a {scheme} URI"))
+        elif not uri.startswith(scheme) or len(uri) <= len(scheme):
+            errors.append(FieldError(path, f"{uri!r} must be a {scheme} URI for cloud {cloud!r}"))
+    instance_type = raw.get("instance_type")
+    if isinstance(instance_type, list) and not instance_type:
+        errors.append(FieldError("instance_type", "the list is empty: give at least one instance type"))
+    if isinstance(raw.get("env"), dict):
+        errors += [
+            FieldError(f"env.{k}", "names starting with JOBPLANE_ are reserved")
+            for k in raw["env"]
+            if isinstance(k, str) and k.upper().startswith("JOBPLANE_")
+        ]
+    return errors
+
+
+def load_document(text: str | bytes, source: str = "spec") -> dict[str, Any]:
+    """Parse YAML or JSON (JSON is YAML) into a mapping, or raise SpecError."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError([FieldError("(spec)", f"not valid YAML or JSON: {exc}".replace("\n", " "))]) from None
+    if not isinstance(data, dict):
+        raise SpecError([FieldError("(spec)", f"{source} must be a mapping of fields, got {type(data).__name__}")])
+    return data
+
+
+def parse_spec(text: str | bytes, job_id: str | None = None, source: str = "spec") -> JobSpec:
+    """Validate a spec document. job_id is the queue file's stem, when there is one."""
+    raw = load_document(text, source)
+    errors = _cross_checks(raw)
+    if job_id is not None:
+        problem = job_id_problem(job_id)
+        if problem:
+            errors.append(FieldError("id", f"{problem} (from the file name)"))
+        elif raw.get("id") not in (None, job_id):
+            errors.append(FieldError("id", f"{raw['id']!r} differs from the file name's id {job_id!r}"))
+    try:
+        spec = JobSpec.model_validate(raw)
+    except ValidationError as exc:
+        errors = from_validation_error(exc, _ALLOWED) + errors
+        raise SpecError(errors) from None
+    if errors:
+        raise SpecError(errors)
+    if job_id is not None and spec.id is None:
+        spec = spec.model_copy(update={"id": job_id})
+    return spec
+
+
+def spec_to_json(spec: JobSpec) -> dict[str, Any]:
+    return spec.model_dump(mode="json", exclude_none=True)
+
+
+def json_schema() -> dict[str, Any]:
+    schema = JobSpec.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://jobplane.dev/schema/jobspec.schema.json"
+    return schema
+
+
+def json_schema_text() -> str:
+    return json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"

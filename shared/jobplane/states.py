@@ -1,0 +1,54 @@
+"""Job states and the transition table (DESIGN.md §4). Anything not in the table is refused."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class State(StrEnum):
+    QUEUED = "QUEUED"
+    LAUNCHING = "LAUNCHING"
+    RUNNING = "RUNNING"
+    PREEMPTED = "PREEMPTED"
+    WAITING_CAPACITY = "WAITING_CAPACITY"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMED_OUT = "TIMED_OUT"
+    STALLED = "STALLED"
+    INVALID = "INVALID"
+
+
+TERMINAL = frozenset(
+    {State.SUCCEEDED, State.FAILED, State.CANCELLED, State.TIMED_OUT, State.STALLED, State.INVALID}
+)
+LIVE = frozenset(State) - TERMINAL
+
+_S = State
+TRANSITIONS: frozenset[tuple[State, State]] = frozenset(
+    {
+        (_S.QUEUED, _S.LAUNCHING),
+        (_S.QUEUED, _S.WAITING_CAPACITY),  # over the owner's quota, or no capacity anywhere
+        (_S.QUEUED, _S.INVALID),
+        (_S.LAUNCHING, _S.RUNNING),  # first heartbeat seen
+        (_S.LAUNCHING, _S.LAUNCHING),  # boot timeout: terminate and retry as attempt + 1
+        (_S.LAUNCHING, _S.WAITING_CAPACITY),  # every zone / type refused
+        (_S.LAUNCHING, _S.PREEMPTED),  # Spot reclaimed before the first heartbeat
+        (_S.LAUNCHING, _S.SUCCEEDED),  # finished before a sweep saw it running
+        (_S.LAUNCHING, _S.FAILED),
+        (_S.RUNNING, _S.SUCCEEDED),
+        (_S.RUNNING, _S.FAILED),
+        (_S.RUNNING, _S.PREEMPTED),
+        (_S.PREEMPTED, _S.LAUNCHING),  # rerun: attempt + 1
+        (_S.PREEMPTED, _S.WAITING_CAPACITY),
+        (_S.PREEMPTED, _S.FAILED),  # no restarts left, or max_wait exceeded
+        (_S.WAITING_CAPACITY, _S.LAUNCHING),
+        (_S.WAITING_CAPACITY, _S.WAITING_CAPACITY),  # another failed try, next backoff
+        (_S.WAITING_CAPACITY, _S.FAILED),  # max_wait exceeded
+    }
+    | {(live, end) for live in LIVE for end in (_S.CANCELLED, _S.TIMED_OUT, _S.STALLED)}
+)
+
+
+def allowed(src: State, dst: State) -> bool:
+    return (src, dst) in TRANSITIONS

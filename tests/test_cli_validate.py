@@ -1,0 +1,81 @@
+"""`jobplane validate` and `jobplane schema`, through the installed console script."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+JOBPLANE = [sys.executable, "-m", "jobplane.cli"]
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*JOBPLANE, *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_examples_are_valid() -> None:
+    assert len(EXAMPLES) >= 3
+    result = run("validate", *map(str, EXAMPLES))
+    assert result.returncode == 0, result.stderr
+
+
+BASE = "run: python3 train.py\ninstance_type: g5.xlarge\n"
+
+
+@pytest.mark.parametrize(
+    ("doc", "field"),
+    [
+        (BASE + "num_nodse: 2\n", "num_nodse"),
+        (BASE + "max_runtime: 5 parsecs\n", "max_runtime"),
+        (BASE + "num_nodes: 0\n", "num_nodes"),
+        (BASE + "id: Bad_ID\n", "id"),
+        (BASE + "cloud: azure\n", "cloud"),
+        (BASE + "cloud: gcp\ncode: s3://b/code.tar.gz\n", "code"),
+        ("instance_type: g5.xlarge\n", "run"),
+    ],
+)
+def test_each_bad_spec_exits_1_naming_the_field(tmp_path: Path, doc: str, field: str) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(doc)
+    result = run("validate", str(bad), str(EXAMPLES[0]))
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert lines, result.stderr
+    assert all(line.startswith(f"{bad}: ") for line in lines)
+    assert any(line.startswith(f"{bad}: {field}: ") for line in lines), lines
+
+
+def test_policy_checks(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("allowed_instance_types: ['t3.*']\nmax_nodes_per_job: 1\n")
+    result = run("validate", "--policy", str(policy), *map(str, EXAMPLES))
+    assert result.returncode == 1
+    assert f"{ROOT / 'examples' / 'two-node.yaml'}: num_nodes: 2 exceeds the policy's maximum" in result.stderr
+    assert "instance_type: 'g5.12xlarge' is not allowed by the platform policy (allowed: t3.*)" in result.stderr
+    assert "single-node.yaml: instance_type" not in result.stderr
+
+
+def test_bad_policy_file_names_the_field(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("max_nodes_per_job: lots\n")
+    result = run("validate", "--policy", str(policy), str(EXAMPLES[0]))
+    assert result.returncode == 1 and f"{policy}: max_nodes_per_job: " in result.stderr
+
+
+def test_missing_file_is_one_line(tmp_path: Path) -> None:
+    result = run("validate", str(tmp_path / "nope.yaml"))
+    assert result.returncode == 1 and "(file): cannot read" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_schema_matches_committed_file() -> None:
+    result = run("schema")
+    assert result.returncode == 0
+    committed = (ROOT / "schema" / "jobspec.schema.json").read_text()
+    assert result.stdout == committed, "run `jobplane schema > schema/jobspec.schema.json`"
+    schema = json.loads(committed)
+    assert "run" in schema["required"] and schema["additionalProperties"] is False

@@ -1,0 +1,37 @@
+"""Platform policy: defaults when absent, field-named errors, effective per-job values."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobplane.errors import SpecError
+from jobplane.policy import DEFAULT_POLICY, check_against_policy, parse_policy
+from jobplane.spec import parse_spec
+
+
+def test_absent_or_empty_policy_gives_defaults() -> None:
+    assert parse_policy(None) == DEFAULT_POLICY
+    assert parse_policy("  \n") == DEFAULT_POLICY
+    assert DEFAULT_POLICY.allowed_instance_types == ["*"]
+
+
+def test_unknown_policy_field_is_named() -> None:
+    with pytest.raises(SpecError) as info:
+        parse_policy("aws: {subnet: x}\n")
+    assert str(info.value.errors[0]).startswith("aws.subnet: unknown field (allowed: instance_profile")
+
+
+def test_effective_values_respect_ceiling() -> None:
+    policy = parse_policy("default_max_runtime: 2h\nmax_runtime_ceiling: 4h\ndefault_stall_timeout: 10m\n")
+    spec = parse_spec("run: x\ninstance_type: t3.micro\n")
+    assert policy.max_runtime(spec) == 7200 and policy.stall_timeout(spec) == 600
+    long = parse_spec("run: x\ninstance_type: t3.micro\nmax_runtime: 1d\n")
+    assert policy.max_runtime(long) == 4 * 3600
+    assert [str(e) for e in check_against_policy(long, policy)] == ["max_runtime: 1d exceeds the policy ceiling of 4h"]
+
+
+def test_instance_type_globs_apply_to_each_listed_type() -> None:
+    policy = parse_policy("allowed_instance_types: ['g5.*', 'p4d.24xlarge']\n")
+    spec = parse_spec("run: x\ninstance_type: [g5.xlarge, p4d.24xlarge, p5.48xlarge]\n")
+    errors = check_against_policy(spec, policy)
+    assert [e.path for e in errors] == ["instance_type.2"]

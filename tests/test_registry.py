@@ -1,0 +1,153 @@
+"""Registry: create-only records, the state table, CAS transitions, events and markers."""
+
+from __future__ import annotations
+
+import threading
+from itertools import product
+
+import pytest
+
+from jobplane import keys
+from jobplane.clouds.memory import MemoryStore
+from jobplane.registry import JobExists, JobNotFound, Registry, TransitionRefused
+from jobplane.spec import parse_spec
+from jobplane.states import LIVE, TERMINAL, TRANSITIONS, State
+
+SPEC = parse_spec("run: python3 train.py\ninstance_type: g5.xlarge\nowner: ml\n")
+
+# The table as DESIGN.md §4 states it, plus the edges the reconcilers need (documented in states.py).
+DESIGN_EDGES = {
+    (State.QUEUED, State.LAUNCHING), (State.LAUNCHING, State.RUNNING), (State.RUNNING, State.SUCCEEDED),
+    (State.RUNNING, State.FAILED), (State.RUNNING, State.PREEMPTED), (State.PREEMPTED, State.LAUNCHING),
+    (State.QUEUED, State.WAITING_CAPACITY), (State.PREEMPTED, State.WAITING_CAPACITY),
+    (State.WAITING_CAPACITY, State.LAUNCHING), (State.QUEUED, State.INVALID),
+}
+
+
+def registry() -> Registry:
+    return Registry(MemoryStore(), root="team-a")
+
+
+def put_in_state(reg: Registry, job_id: str, state: State) -> None:
+    """Write a record directly in `state` (test setup only; production code always transitions)."""
+    reg.create_job(job_id, SPEC)
+    record, version = reg.get(job_id)
+    forced = record.model_copy(update={"state": state, "attempt": 1})
+    reg.store.put_if_match(reg.key(keys.job_record(job_id)), forced.model_dump_json().encode(), version)
+    reg.repair_markers(job_id)
+
+
+def test_design_edges_and_live_to_end_edges_are_in_the_table() -> None:
+    assert DESIGN_EDGES <= TRANSITIONS
+    for live in LIVE:
+        for end in (State.CANCELLED, State.TIMED_OUT, State.STALLED):
+            assert (live, end) in TRANSITIONS
+    assert not any(src in TERMINAL for src, _ in TRANSITIONS), "terminal states are final"
+
+
+@pytest.mark.parametrize(("src", "dst"), list(product(State, State)))
+def test_state_table(src: State, dst: State) -> None:
+    reg = registry()
+    put_in_state(reg, "job", src)
+    if (src, dst) in TRANSITIONS:
+        record = reg.transition("job", dst, reason="test")
+        assert record.state == dst and reg.job("job").state == dst
+        markers = reg.active().get("job", [])
+        assert [m.state for m in markers] == ([dst] if dst in LIVE else [])
+        assert reg.events("job")[-1]["to"] == dst
+    else:
+        with pytest.raises(TransitionRefused):
+            reg.transition("job", dst)
+        assert reg.job("job").state == src
+
+
+def test_create_is_create_only() -> None:
+    reg = registry()
+    first = reg.create_job("job-1", SPEC)
+    with pytest.raises(JobExists, match="already exists"):
+        reg.create_job("job-1", parse_spec("run: other\ninstance_type: t3.micro\n"))
+    assert reg.job("job-1") == first
+    assert first.spec.id == "job-1" and first.owner == "ml"
+    assert reg.store.get("team-a/jobs/job-1/job.json")  # the root prefix is applied
+
+
+def test_missing_job() -> None:
+    with pytest.raises(JobNotFound):
+        registry().get("nope")
+
+
+def test_lifecycle_events_and_markers() -> None:
+    reg = registry()
+    reg.create_job("j", SPEC)
+    assert [(m.state, m.attempt) for m in reg.active()["j"]] == [(State.QUEUED, 0)]
+    reg.transition("j", State.LAUNCHING, attempt=1, instances=["i-1"])
+    reg.transition("j", State.RUNNING)
+    reg.transition("j", State.PREEMPTED, reason="spot")
+    reg.mark_preempted("j", {"reason": "spot"})
+    assert set(reg.preempted()) == {"j"}
+    reg.transition("j", State.LAUNCHING, expect=[State.PREEMPTED], attempt=2, restarts=1)
+    reg.clear_preempted("j")
+    assert [(m.state, m.attempt) for m in reg.active()["j"]] == [(State.LAUNCHING, 2)]
+    reg.transition("j", State.RUNNING)
+    reg.transition("j", State.SUCCEEDED, exit_code=0)
+    assert reg.active() == {} and reg.preempted() == {}
+    kinds = [e["kind"] for e in reg.events("j")]
+    assert kinds == ["created", "launching", "running", "preempted", "launching", "running", "succeeded"]
+    assert reg.job("j").restarts == 1 and reg.job("j").exit_code == 0
+
+
+def test_expectations_refuse_a_lost_race() -> None:
+    reg = registry()
+    put_in_state(reg, "j", State.PREEMPTED)
+    reg.transition("j", State.LAUNCHING, expect=[State.PREEMPTED], expect_attempt=1, attempt=2)
+    with pytest.raises(TransitionRefused, match="expected PREEMPTED"):
+        reg.transition("j", State.LAUNCHING, expect=[State.PREEMPTED], attempt=2)
+    with pytest.raises(TransitionRefused, match="attempt is 2, expected 1"):
+        reg.transition("j", State.LAUNCHING, expect_attempt=1, attempt=3)
+
+
+def test_concurrent_claims_have_one_winner() -> None:
+    reg = registry()
+    put_in_state(reg, "j", State.PREEMPTED)
+    wins: list[int] = []
+    barrier = threading.Barrier(8)
+
+    def claim(n: int) -> None:
+        barrier.wait()
+        try:
+            reg.transition("j", State.LAUNCHING, expect=[State.PREEMPTED], attempt=2)
+            wins.append(n)
+        except TransitionRefused:
+            pass
+
+    threads = [threading.Thread(target=claim, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wins) == 1
+    assert [e["kind"] for e in reg.events("j")].count("launching") == 1
+
+
+def test_repair_markers_after_a_crash_between_writes() -> None:
+    reg = registry()
+    reg.create_job("j", SPEC)
+    reg.store.put(reg.key(keys.active_marker("j", "RUNNING", 7)), b"")  # stale leftover
+    assert len(reg.active()["j"]) == 2
+    reg.repair_markers("j")
+    assert [(m.state, m.attempt) for m in reg.active()["j"]] == [(State.QUEUED, 0)]
+
+
+def test_heartbeats_by_listing_only() -> None:
+    reg = registry()
+    reg.put_json(keys.heartbeat("a", 1, 0), {"t": 1})
+    reg.put_json(keys.output_mark("a", 1, 0), {})
+    reg.put_json(keys.heartbeat("b", 2, 1), {})
+    reg.put_json("heartbeats/garbage", {})
+    store = reg.store
+    assert isinstance(store, MemoryStore)
+    gets = store.calls.get("get", 0)
+    beats = reg.heartbeats()
+    assert store.calls.get("get", 0) == gets, "listing heartbeats must not GET"
+    assert {(b.job_id, b.attempt, b.rank, b.output) for b in beats} == {
+        ("a", 1, 0, False), ("a", 1, 0, True), ("b", 2, 1, False)}

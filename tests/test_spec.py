@@ -1,0 +1,101 @@
+"""Job spec parsing: every error names the field and what is allowed."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobplane.errors import SpecError
+from jobplane.spec import format_duration, job_id_problem, parse_duration, parse_spec
+
+BASE = "run: python3 train.py\ninstance_type: g5.xlarge\n"
+
+
+def errors_of(doc: str, job_id: str | None = None) -> list[str]:
+    with pytest.raises(SpecError) as info:
+        parse_spec(doc, job_id=job_id)
+    return [str(e) for e in info.value.errors]
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [("90s", 90), ("30m", 1800), ("8h", 28800), ("2d", 172800), (3600, 3600), ("45", 45), (" 5 m ", 300)],
+)
+def test_durations(value: object, seconds: int) -> None:
+    assert parse_duration(value) == seconds
+
+
+@pytest.mark.parametrize("value", ["5 parsecs", "1.5h", "-3s", 0, True, "", "h"])
+def test_bad_durations(value: object) -> None:
+    with pytest.raises(ValueError, match="duration"):
+        parse_duration(value)
+
+
+def test_format_duration_round_trips() -> None:
+    for seconds in (90, 1800, 28800, 172800, 61):
+        assert parse_duration(format_duration(seconds)) == seconds
+
+
+def test_minimal_spec_gets_defaults() -> None:
+    spec = parse_spec(BASE)
+    assert spec.cloud == "aws" and spec.num_nodes == 1 and spec.instance_types == ["g5.xlarge"]
+    assert spec.checkpoint_dir == "/opt/ml/checkpoints"
+
+
+def test_json_is_accepted_and_id_comes_from_file_name() -> None:
+    spec = parse_spec('{"run": "x", "instance_type": ["a1.large", "a1.xlarge"]}', job_id="my-job")
+    assert spec.id == "my-job" and spec.instance_types == ["a1.large", "a1.xlarge"]
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        (BASE + "num_nodse: 2\n", "num_nodse: unknown field (allowed: id, name,"),
+        (BASE + "max_runtime: 5 parsecs\n", "max_runtime: invalid duration '5 parsecs'"),
+        (BASE + "num_nodes: 0\n", "num_nodes: Input should be greater than or equal to 1"),
+        (BASE + "id: Bad_ID\n", "id: 'Bad_ID' is not a valid job id"),
+        (BASE + "cloud: azure\n", "cloud: Input should be 'aws' or 'gcp'"),
+        (BASE + "cloud: gcp\ncode: s3://bucket/code.tar.gz\n", "code: 's3://bucket/code.tar.gz' must be a gs:// URI"),
+        ("instance_type: g5.xlarge\n", "run: required field is missing"),
+        (BASE + "inputs: {train: {uri: gs://x/y}}\n", "inputs.train.uri: 'gs://x/y' must be a s3:// URI"),
+        (BASE + "inputs: {train: {uri: s3://x/y, distribution: sideways}}\n",
+         "inputs.train.distribution: Input should be 'replicated' or 'sharded'"),
+        (BASE + "inputs: {train: {uri: s3://x/y, mode: pipe}}\n", "inputs.train.mode: unknown field (allowed: uri,"),
+        (BASE + "env: {1BAD: x}\n", "env.1BAD: '1BAD' is not a valid environment variable name"),
+        (BASE + "env: {JOBPLANE_JOB_ID: x}\n", "env.JOBPLANE_JOB_ID: names starting with JOBPLANE_ are reserved"),
+        (BASE + "labels: {Team: ml}\n", "labels.Team: 'Team' is not a valid label key"),
+        (BASE + "owner: alice@example.com\n", "owner: 'alice@example.com' is not a valid owner"),
+        (BASE + "checkpoint_dir: ckpt\n", "checkpoint_dir: 'ckpt' must be an absolute path"),
+        (BASE + "code: ./src\n", "code: './src' is a local path: submit it with `jobplane submit --code DIR`"),
+        ("run: x\ninstance_type: []\n", "instance_type: the list is empty"),
+        ("run: x\ninstance_type: [g5.xlarge, G5]\n", "instance_type.1: 'G5' is not a valid instance type"),
+        ("- just\n- a list\n", "(spec): spec must be a mapping of fields, got list"),
+        ("run: [unclosed\n", "(spec): not valid YAML or JSON"),
+    ],
+)
+def test_errors_name_the_field(doc: str, expected: str) -> None:
+    assert any(e.startswith(expected) for e in errors_of(doc)), errors_of(doc)
+
+
+def test_every_error_is_reported_at_once() -> None:
+    errors = errors_of("cloud: gcp\nnum_nodes: 0\ncode: s3://b/c\nbogus: 1\ninstance_type: n1-standard-4\n")
+    assert {e.split(":")[0] for e in errors} == {"num_nodes", "code", "bogus", "run"}
+
+
+def test_file_name_id_must_be_valid_and_agree() -> None:
+    assert errors_of(BASE, job_id="Bad_ID")[0].startswith("id: 'Bad_ID' is not a valid job id")
+    assert "differs from the file name" in errors_of(BASE + "id: other\n", job_id="mine")[0]
+
+
+@pytest.mark.parametrize("job_id", ["a", "job-1", "a" * 63, "x9"])
+def test_good_ids(job_id: str) -> None:
+    assert job_id_problem(job_id) is None
+
+
+@pytest.mark.parametrize("job_id", ["", "1abc", "Bad_ID", "a" * 64, "ends-", "has.dot", "has/slash"])
+def test_bad_ids(job_id: str) -> None:
+    assert job_id_problem(job_id)
+
+
+def test_env_scalars_become_strings() -> None:
+    spec = parse_spec(BASE + "env: {LR: 0.1, STEPS: 10, DEBUG: true}\n")
+    assert spec.env == {"LR": "0.1", "STEPS": "10", "DEBUG": "true"}
