@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from jobplane import keys
 from jobplane.clouds.base import NotFound, ObjectStore, PreconditionFailed
+from jobplane.policy import DEFAULT_POLICY, Policy, parse_policy
 from jobplane.spec import JobSpec
 from jobplane.states import LIVE, TERMINAL, State, allowed
 
@@ -146,6 +147,13 @@ class Registry:
 
     def delete(self, key: str) -> None:
         self.store.delete(self.key(key))
+
+    def policy(self) -> Policy:
+        """config/policy.yaml, or the defaults when it is absent."""
+        try:
+            return parse_policy(self.get_bytes(keys.POLICY))
+        except NotFound:
+            return DEFAULT_POLICY
 
     # ---- records -----------------------------------------------------------------------------------
     def create_job(self, job_id: str, spec: JobSpec, now: datetime | None = None) -> JobRecord:
