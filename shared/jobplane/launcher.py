@@ -1,0 +1,291 @@
+"""Launcher: queue/ drops become job records, and attempts become VMs (DESIGN.md §2-§4).
+
+Idempotency rests on the registry, not on the cloud: job.json is created create-only, and every attempt
+is claimed by a CAS transition to LAUNCHING before any VM is asked for, so redelivered events, the cron
+backstop and overlapping reruns never launch one attempt twice.
+
+Order for a drop: create the record, launch, then delete the queue entry. If a run dies in between, the
+entry is still there and the backstop finishes the job (the record exists, the claim decides who launches).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+from datetime import datetime, timedelta
+from typing import Any
+
+from jobplane import bootstrap, keys
+from jobplane.clouds.base import TAG_OWNER, CapacityError, Compute, LaunchRejected, LaunchRequest, NotFound
+from jobplane.errors import FieldError, SpecError
+from jobplane.policy import Policy, check_against_policy
+from jobplane.registry import JobExists, JobRecord, Registry, TransitionRefused
+from jobplane.settings import Settings
+from jobplane.spec import JobSpec, format_duration, parse_spec
+from jobplane.states import State
+from jobplane.telemetry import Metrics
+
+log = logging.getLogger("jobplane.launcher")
+
+QUEUE_EXTENSIONS = ("yaml", "yml", "json")
+BACKOFF_BASE_S = 60  # first capacity wait; doubles per consecutive failed try
+BACKOFF_CAP_S = 30 * 60
+OUTCOMES = {State.LAUNCHING: "launched", State.WAITING_CAPACITY: "waiting", State.FAILED: "failed"}
+
+
+def candidates(spec: JobSpec) -> list[tuple[str, str | None]]:
+    """(instance_type, zone) in the spec's order: every zone of the first type, then the next type."""
+    zones: list[str | None] = list(spec.zones) or [None]
+    return [(itype, zone) for itype in spec.instance_types for zone in zones]
+
+
+# ---- drops -----------------------------------------------------------------------------------------------
+def handle_drop(reg: Registry, compute: Compute, key: str, *, now: datetime, metrics: Metrics) -> str:
+    """Turn one queue/ object (key relative to the registry root) into a job; return what happened.
+
+    Outcomes: launched | waiting | failed (the launch), rejected (unreadable spec), invalid (breaks the
+    policy; recorded as an INVALID job), duplicate (the id belongs to another job), exists (this drop
+    was handled already), gone (the entry was consumed already), ignored (not a queue entry).
+    """
+    name = key.removeprefix(keys.QUEUE)
+    if not key.startswith(keys.QUEUE) or not name or "/" in name:
+        return "ignored"
+    stem, _, ext = name.rpartition(".")
+    job_id = stem or name
+    try:
+        data = reg.get_bytes(key)
+    except NotFound:
+        return "gone"
+    if ext.lower() not in QUEUE_EXTENSIONS:
+        return _reject(reg, key, job_id, data, [FieldError("(file)", "queue entries must be named "
+                                                           "<job-id>.yaml, .yml or .json")], now, metrics)
+    try:
+        spec = parse_spec(data, job_id=job_id, source=name)
+    except SpecError as exc:
+        return _reject(reg, key, job_id, data, exc.errors, now, metrics)
+    problems = check_against_policy(spec, reg.policy())
+    try:
+        reg.create_job(job_id, spec, now)
+    except JobExists:
+        existing = reg.job(job_id)
+        if existing.spec != spec:
+            return _reject(reg, key, job_id, data, [FieldError("id", f"job {job_id!r} already exists "
+                           f"(state {existing.state}); job ids are never reused: pick another id")],
+                           now, metrics, outcome="duplicate")
+        # the same spec again: a redelivered event (or an identical re-drop); the record decides the rest
+    if problems:
+        return _invalid(reg, key, job_id, data, problems, now, metrics)
+    try:
+        record = launch_attempt(reg, compute, job_id, now=now, expect={State.QUEUED}, expect_attempt=0,
+                                metrics=metrics, reason="launching attempt 1")
+        outcome = OUTCOMES.get(record.state, record.state.lower())
+    except TransitionRefused:
+        outcome = "exists"  # another delivery of this drop claimed it first
+    reg.delete(key)
+    return outcome
+
+
+def _write_rejection(reg: Registry, key: str, job_id: str, data: bytes, errors: list[FieldError],
+                     now: datetime) -> None:
+    reg.store.put(reg.key(keys.rejected_spec(job_id)), data, "application/yaml")
+    reg.put_json(keys.rejected_error(job_id), {"errors": [e.as_dict() for e in errors], "time": now.isoformat(),
+                                               "source_key": key})
+    log.warning("rejected %s: %s", key, "; ".join(map(str, errors)), extra={"job_id": job_id})
+
+
+def _reject(reg: Registry, key: str, job_id: str, data: bytes, errors: list[FieldError], now: datetime,
+            metrics: Metrics, outcome: str = "rejected") -> str:
+    """Keep the drop and its reasons under rejected/, then consume it. Nothing is launched."""
+    _write_rejection(reg, key, job_id, data, errors, now)
+    reg.delete(key)
+    metrics.add_metric("JobsRejected", "Count", 1)
+    return outcome
+
+
+def _invalid(reg: Registry, key: str, job_id: str, data: bytes, errors: list[FieldError], now: datetime,
+             metrics: Metrics) -> str:
+    """A well-formed spec the policy refuses: rejected/ as above, and the job recorded as INVALID."""
+    _write_rejection(reg, key, job_id, data, errors, now)
+    try:
+        reg.transition(job_id, State.INVALID, now=now, expect={State.QUEUED}, expect_attempt=0,
+                       reason="; ".join(map(str, errors)), event={"errors": [e.as_dict() for e in errors]})
+        metrics.add_metric("JobsRejected", "Count", 1)
+    except TransitionRefused:
+        pass  # another delivery recorded it
+    reg.delete(key)
+    return "invalid"
+
+
+# ---- the cron backstop -----------------------------------------------------------------------------------
+def backstop(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, min_age: int = 60) -> list[str]:
+    """Catch what events missed: queue entries older than min_age s, and capacity waits that are over."""
+    outcomes: list[str] = []
+    for key, modified, _ in list(reg.listing(keys.QUEUE)):
+        if now - modified >= timedelta(seconds=min_age):
+            outcomes.append(f"{key}: {_guarded(key, handle_drop, reg, compute, key, now=now, metrics=metrics)}")
+    for job_id, markers in reg.active().items():
+        if [m.state for m in markers] != [State.WAITING_CAPACITY]:
+            continue  # not waiting (or markers need a repair, which the sweeper does)
+        record = reg.job(job_id)  # a GET only for waiting jobs
+        if record.state != State.WAITING_CAPACITY or (record.wait_until and record.wait_until > now):
+            continue
+        outcomes.append(f"{job_id}: " + _guarded(
+            job_id, _retry_waiting, reg, compute, job_id, attempt=record.attempt, now=now, metrics=metrics))
+    return outcomes
+
+
+def _retry_waiting(reg: Registry, compute: Compute, job_id: str, *, attempt: int, now: datetime,
+                   metrics: Metrics) -> str:
+    try:
+        record = launch_attempt(reg, compute, job_id, now=now, expect={State.WAITING_CAPACITY},
+                                expect_attempt=attempt, metrics=metrics, reason="capacity wait over: retrying")
+    except TransitionRefused:
+        return "claimed elsewhere"
+    return OUTCOMES.get(record.state, record.state.lower())
+
+
+def _guarded(job_id: str, fn: Any, *args: Any, **kwargs: Any) -> str:
+    """One bad job must not stop the backstop from serving the others."""
+    try:
+        return str(fn(*args, **kwargs))
+    except Exception:
+        log.exception("backstop failed on %s", job_id, extra={"job_id": job_id})
+        return "error"
+
+
+# ---- one attempt -----------------------------------------------------------------------------------------
+def launch_attempt(
+    reg: Registry,
+    compute: Compute,
+    job_id: str,
+    *,
+    now: datetime,
+    expect: Collection[State],
+    expect_attempt: int,
+    metrics: Metrics,
+    reason: str | None = None,
+) -> JobRecord:
+    """Claim the job (CAS to LAUNCHING), then launch it, wait for capacity, or fail it. See the brief's
+    contract: the attempt is bumped from QUEUED / PREEMPTED / LAUNCHING, kept from WAITING_CAPACITY."""
+    current = reg.job(job_id)
+    if current.state not in expect or current.attempt != expect_attempt:
+        raise TransitionRefused(job_id, current.state, State.LAUNCHING,
+                                f"state {current.state} attempt {current.attempt}, expected "
+                                f"{'/'.join(sorted(expect))} attempt {expect_attempt}")
+    bump = current.state != State.WAITING_CAPACITY or current.attempt == 0
+    attempt = current.attempt + 1 if bump else current.attempt
+    restarts = current.restarts + (1 if bump and current.attempt >= 1 else 0)
+    record = reg.transition(job_id, State.LAUNCHING, now=now, reason=reason or f"launching attempt {attempt}",
+                            expect={current.state}, expect_attempt=current.attempt, attempt=attempt,
+                            restarts=restarts, instances=[], instance_type=None, zone=None, launched_at=None)
+    policy = reg.policy()
+    spec = record.spec
+    over = quota_problem(compute, record, policy)
+    if over:
+        return _wait(reg, record, policy, now, metrics, reason=over, error=over)
+    image = spec.image or (policy.aws.default_image if spec.cloud == "aws" else policy.gcp.default_image)
+    if not image:
+        return _fail(reg, record, now, metrics, f"image: the spec has none and the policy sets no "
+                                                f"{spec.cloud}.default_image")
+    bucket, region = _bootstrap_target(reg, compute)
+    user_data = bootstrap.render_for(spec, job_id=job_id, attempt=attempt, policy=policy, bucket=bucket,
+                                     root=reg.root, region=region)
+    errors: list[str] = []
+    for itype, zone in candidates(spec):
+        request = LaunchRequest(
+            job_id=job_id, attempt=attempt, num_nodes=spec.num_nodes, instance_type=itype, zone=zone,
+            image=image, spot=spec.spot, user_data=user_data, max_runtime=policy.max_runtime(spec),
+            disk_gb=spec.disk_gb, owner=record.owner, labels=tuple(sorted(spec.labels.items())),
+        )
+        try:
+            instances = compute.launch(request)
+        except CapacityError as exc:
+            errors.append(f"{itype} in {zone or 'any zone'}: {exc}")
+            metrics.add_metric("LaunchCapacityErrors", "Count", 1)
+            log.info("no capacity for %s in %s: %s", itype, zone or "any zone", exc, extra={"job_id": job_id})
+            continue
+        except LaunchRejected as exc:
+            return _fail(reg, record, now, metrics, f"the cloud refused {itype} in {zone or 'any zone'}: {exc}")
+        return _launched(reg, record, request, [(i.id, i.private_ip, i.zone) for i in instances], now, metrics,
+                         errors)
+    return _wait(reg, record, policy, now, metrics, reason="no capacity in any zone or instance type",
+                 error="; ".join(errors))
+
+
+def quota_problem(compute: Compute, record: JobRecord, policy: Policy) -> str | None:
+    """Why this attempt would break the owner's instance quota, or None. Counts live managed VMs by tag."""
+    limit = policy.max_active_instances_per_owner
+    owner_keys = (TAG_OWNER, TAG_OWNER.replace(":", "-"))  # EC2 tag, GCE label
+    active = sum(
+        1 for inst in compute.list_managed()
+        if inst.job_id != record.id and any(dict(inst.tags).get(k) == record.owner for k in owner_keys)
+    )
+    need = record.spec.num_nodes
+    if active + need <= limit:
+        return None
+    return (f"owner {record.owner!r} has {active} active instances; {need} more would exceed the quota of "
+            f"{limit} (max_active_instances_per_owner)")
+
+
+def _bootstrap_target(reg: Registry, compute: Compute) -> tuple[str, str | None]:
+    """Bucket and region for the VM's script: stores and adapters that know them say so, else the env."""
+    bucket = getattr(reg.store, "bucket", None)
+    region = getattr(compute, "region", None)
+    if not isinstance(bucket, str) or not bucket or not isinstance(region, str):
+        settings = Settings.from_env()
+        bucket = bucket if isinstance(bucket, str) and bucket else settings.bucket
+        region = region if isinstance(region, str) else settings.region
+    return bucket, region
+
+
+def _launched(reg: Registry, record: JobRecord, request: LaunchRequest,
+              instances: list[tuple[str, str | None, str | None]], now: datetime, metrics: Metrics,
+              errors: list[str]) -> JobRecord:
+    ids = [i for i, _, _ in instances]
+    hosts = [ip or "" for _, ip, _ in instances]
+    zone = instances[0][2] or request.zone
+    reg.put_json(keys.cluster(record.id, request.attempt), {
+        "job_id": record.id, "attempt": request.attempt, "hosts": hosts, "instances": ids,
+        "master_addr": hosts[0], "master_port": record.spec.master_port, "num_nodes": request.num_nodes,
+        "instance_type": request.instance_type, "zone": zone,
+    })
+    metrics.add_metric("JobsLaunched", "Count", 1)
+    log.info("job %s attempt %d: %d x %s in %s", record.id, request.attempt, len(ids), request.instance_type,
+             zone, extra={"job_id": record.id})
+    try:
+        return reg.transition(
+            record.id, State.LAUNCHING, now=now, expect={State.LAUNCHING}, expect_attempt=request.attempt,
+            reason=f"launched {len(ids)} x {request.instance_type} in {zone or 'any zone'}",
+            event={"instances": ids, "instance_type": request.instance_type, "zone": zone},
+            instances=ids, instance_type=request.instance_type, zone=zone, launched_at=now,
+            first_launched_at=record.first_launched_at or now, waits=0, wait_until=None,
+            last_error="; ".join(errors) or None,
+        )
+    except TransitionRefused:
+        # cancelled (or moved on) while launching: the VMs carry this attempt's tags, so the sweeper
+        # reaps them as orphans
+        log.warning("job %s moved on during launch; leaving %s to the sweeper", record.id, ids,
+                    extra={"job_id": record.id})
+        return reg.job(record.id)
+
+
+def _wait(reg: Registry, record: JobRecord, policy: Policy, now: datetime, metrics: Metrics, *, reason: str,
+          error: str) -> JobRecord:
+    """Back off exponentially, or fail once max_wait (counted from submission) is spent."""
+    max_wait = policy.max_wait(record.spec)
+    deadline = record.created_at + timedelta(seconds=max_wait)
+    if now >= deadline:
+        return _fail(reg, record, now, metrics, f"{reason} within max_wait {format_duration(max_wait)}: {error}")
+    waits = record.waits + 1
+    delay = timedelta(seconds=min(BACKOFF_BASE_S * 2 ** (waits - 1), BACKOFF_CAP_S))
+    log.info("job %s waits until %s: %s", record.id, min(now + delay, deadline), reason, extra={"job_id": record.id})
+    return reg.transition(record.id, State.WAITING_CAPACITY, now=now, reason=reason, expect={State.LAUNCHING},
+                          expect_attempt=record.attempt, waits=waits, wait_until=min(now + delay, deadline),
+                          last_error=error)
+
+
+def _fail(reg: Registry, record: JobRecord, now: datetime, metrics: Metrics, reason: str) -> JobRecord:
+    metrics.add_metric("JobsFailed", "Count", 1)
+    log.warning("job %s failed: %s", record.id, reason, extra={"job_id": record.id})
+    return reg.transition(record.id, State.FAILED, now=now, reason=reason, expect={State.LAUNCHING},
+                          expect_attempt=record.attempt, last_error=reason)
