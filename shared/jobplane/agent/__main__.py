@@ -1,0 +1,3 @@
+from jobplane.agent.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,106 @@
+"""`python3 -m jobplane.agent`: wires the cloud's store and metadata service into the agent.
+
+Every flag falls back to an environment variable, so the local cloud can tune an agent it starts
+through the unchanged bootstrap script:
+  --cloud            JOBPLANE_CLOUD (aws)            --bucket  JOBPLANE_BUCKET (required)
+  --root             JOBPLANE_ROOT ("")              --region  JOBPLANE_REGION / AWS_REGION
+  --job, --attempt   (else the instance's jobplane:job-id / jobplane:attempt tags)
+  --ml-root          JOBPLANE_ML_ROOT (/opt/ml)
+  --poweroff-cmd     JOBPLANE_POWEROFF_CMD ("shutdown -h now": on a VM that terminates it)
+  --metadata-url     (else AWS_EC2_METADATA_SERVICE_ENDPOINT on EC2)
+  --log-interval, --heartbeat-interval, --checkpoint-interval, --poll-interval, --stop-grace,
+  --cluster-timeout  JOBPLANE_AGENT_<FLAG NAME IN CAPITALS> (10, 30, 60, 5, spec, 900 seconds)
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from jobplane.agent.core import Agent, AgentConfig
+from jobplane.clouds.base import Metadata, ObjectStore
+from jobplane.registry import Registry
+
+DEFAULT_POWEROFF = "shutdown -h now"
+
+
+def _env_float(name: str) -> float | None:
+    value = os.environ.get(f"JOBPLANE_AGENT_{name.upper()}")
+    return float(value) if value else None
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python3 -m jobplane.agent",
+                                description="Run this VM's node of a jobplane job, report, and power off.")
+    env = os.environ.get
+    p.add_argument("--cloud", choices=("aws", "gcp"), default=env("JOBPLANE_CLOUD", "aws"))
+    p.add_argument("--bucket", default=env("JOBPLANE_BUCKET"), help="registry bucket")
+    p.add_argument("--root", default=env("JOBPLANE_ROOT", ""), help="registry root prefix in the bucket")
+    p.add_argument("--region", default=env("JOBPLANE_REGION") or env("AWS_REGION"))
+    p.add_argument("--job", help="job id (default: the instance's jobplane:job-id tag)")
+    p.add_argument("--attempt", type=int, help="attempt (default: the instance's jobplane:attempt tag)")
+    p.add_argument("--ml-root", type=Path, default=Path(env("JOBPLANE_ML_ROOT", "/opt/ml")),
+                   help="SageMaker-style root; spec paths under /opt/ml move under it")
+    p.add_argument("--poweroff-cmd", default=env("JOBPLANE_POWEROFF_CMD", DEFAULT_POWEROFF),
+                   help="command run at the end (default: %(default)s)")
+    p.add_argument("--metadata-url", help="metadata service base URL (tests, the local cloud)")
+    defaults = AgentConfig()
+    for name in ("log_interval", "heartbeat_interval", "checkpoint_interval", "poll_interval", "stop_grace",
+                 "cluster_timeout"):
+        fallback = _env_float(name)
+        p.add_argument("--" + name.replace("_", "-"), type=float,
+                       default=fallback if fallback is not None else getattr(defaults, name))
+    args = p.parse_args(argv)
+    if not args.bucket:
+        p.error("no registry bucket: pass --bucket or set JOBPLANE_BUCKET")
+    return args
+
+
+def cloud_adapters(args: argparse.Namespace) -> tuple[Callable[[str], ObjectStore], Metadata]:
+    """(bucket -> store, metadata) for the cloud; SDKs are imported only for the cloud in use."""
+    if args.cloud == "gcp":
+        try:
+            from jobplane.clouds.gce_metadata import GceMetadata
+        except ImportError as exc:
+            raise SystemExit(f"jobplane.agent: GCE metadata client unavailable ({exc})") from None
+        from jobplane.clouds.gcs import GcsStore
+
+        return GcsStore, GceMetadata(args.metadata_url)
+    from jobplane.clouds.aws_imds import Ec2Metadata
+    from jobplane.clouds.s3 import S3Store, s3_client
+
+    client = s3_client(args.region)
+    return (lambda bucket: S3Store(bucket, client)), Ec2Metadata(args.metadata_url)
+
+
+def command_power_off(command: str) -> Callable[[], None]:
+    argv = shlex.split(command)
+
+    def power_off() -> None:
+        subprocess.run(argv, check=False, timeout=60)
+
+    return power_off
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s jobplane-agent %(levelname)s %(message)s")
+    args = parse_args(argv)
+    try:
+        config = AgentConfig(ml_root=args.ml_root.resolve(), job_id=args.job, attempt=args.attempt,
+                             log_interval=args.log_interval, heartbeat_interval=args.heartbeat_interval,
+                             checkpoint_interval=args.checkpoint_interval, poll_interval=args.poll_interval,
+                             stop_grace=args.stop_grace, cluster_timeout=args.cluster_timeout)
+    except ValueError as exc:
+        raise SystemExit(f"jobplane.agent: {exc}") from None
+    stores, metadata = cloud_adapters(args)
+    registry = Registry(stores(args.bucket), args.root)
+    agent = Agent(registry, metadata, config, power_off=command_power_off(args.poweroff_cmd), stores=stores,
+                  console=sys.stdout.buffer)
+    return agent.run()

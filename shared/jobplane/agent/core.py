@@ -1,0 +1,393 @@
+"""The agent: runs one node of one attempt of one job, and reports what happened.
+
+Cloud-neutral: it sees the registry (any ObjectStore), the VM's Metadata and a power_off callable.
+Two threads: the main thread prepares, supervises the user process and reports; a background
+thread writes heartbeats, ships log chunks and polls for a Spot notice or a stop request. Every
+registry write is retried and no failure skips the exit report or the power-off.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, BinaryIO, TypeVar
+
+from jobplane import keys
+from jobplane.agent import gpu
+from jobplane.agent.layout import Cluster, Layout, resource_config, shard, split_uri, user_env
+from jobplane.agent.output import OutputLog
+from jobplane.agent.process import UserProcess
+from jobplane.agent.transfer import TARBALL_SUFFIXES, DirSync, download, keys_under, unpack
+from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, Metadata, NotFound, ObjectStore, PreconditionFailed
+from jobplane.registry import Registry
+from jobplane.spec import JobSpec
+
+log = logging.getLogger("jobplane.agent")
+T = TypeVar("T")
+
+AGENT_ERROR = 125  # exit code when the agent itself could not run the job (like `docker run`)
+_TICK = 0.2  # how often the main thread looks at the user process
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Intervals are upper bounds from the contract (logs 10 s, heartbeat 30 s, checkpoints 60 s,
+    notice poll 5 s); tests and the local cloud make them shorter."""
+
+    ml_root: Path = Path("/opt/ml")
+    job_id: str | None = None  # else the instance's jobplane:job-id tag
+    attempt: int | None = None  # else the jobplane:attempt tag
+    log_interval: float = 10.0
+    heartbeat_interval: float = 30.0
+    checkpoint_interval: float = 60.0
+    poll_interval: float = 5.0
+    stop_grace: float | None = None  # else the spec's stop_grace
+    cluster_timeout: float = 900.0  # cluster.json must appear within this
+    identity_timeout: float = 120.0  # metadata must answer within this
+    retry_attempts: int = 6
+    retry_pause: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name, cap in (("log_interval", 10), ("heartbeat_interval", 30), ("checkpoint_interval", 60),
+                          ("poll_interval", 5)):
+            value = getattr(self, name)
+            if not 0 < value <= cap:
+                raise ValueError(f"{name} must be > 0 and at most {cap} s, got {value}")
+
+
+@dataclass
+class Outcome:
+    code: int | None
+    reason: str  # "exit" | "preempted" | "stopped"
+    notice: dict[str, str] | None = None
+    error: str | None = None
+
+
+@dataclass
+class _Run:
+    """What the agent learned about its job, filled in as it goes."""
+
+    job_id: str
+    attempt: int
+    rank: int
+    instance_id: str
+    spec: JobSpec | None = None
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    phase: str = "starting"
+
+
+class Agent:
+    def __init__(self, registry: Registry, metadata: Metadata, config: AgentConfig, *,
+                 power_off: Callable[[], None], stores: Callable[[str], ObjectStore] | None = None,
+                 console: BinaryIO | None = None) -> None:
+        self.reg, self.md, self.cfg = registry, metadata, config
+        self.power_off = power_off
+        self.stores = stores
+        self.layout = Layout(config.ml_root)
+        self.out = OutputLog(console)
+        self._interrupt: Outcome | None = None
+        self._interrupted = threading.Event()
+        self._stop_background = threading.Event()
+        self._log_seq = 0
+        self._marked_output = 0
+        self._checkpoints: DirSync | None = None
+
+    # ---- entry point -------------------------------------------------------------------------------------
+    def run(self) -> int:
+        """Run the node to the end and power off. Returns 0 once the exit report is written."""
+        run = self._identify()
+        if run is None:
+            self._power_off()
+            return 2
+        background = threading.Thread(target=self._background, args=(run,), name="agent-background", daemon=True)
+        background.start()
+        try:
+            outcome = self._work(run)
+        except Exception as exc:  # the report must still be written
+            log.exception("agent failed")
+            outcome = Outcome(AGENT_ERROR, "exit", error=f"{type(exc).__name__}: {exc}")
+            self.out.note(f"agent error: {outcome.error}")
+        self._stop_background.set()
+        background.join(timeout=60)
+        reported = self._finish(run, outcome)
+        self._power_off()
+        return 0 if reported else 1
+
+    # ---- identity ---------------------------------------------------------------------------------------
+    def _identify(self) -> _Run | None:
+        deadline = time.monotonic() + self.cfg.identity_timeout
+        while True:
+            try:
+                job_id = self.cfg.job_id or self.md.tag(TAG_JOB_ID)
+                attempt = self.cfg.attempt if self.cfg.attempt is not None else _int(self.md.tag(TAG_ATTEMPT))
+                if job_id and attempt is not None:
+                    return _Run(job_id, attempt, self.md.rank(), self.md.instance_id())
+                problem = f"instance has no {TAG_JOB_ID} / {TAG_ATTEMPT} tags (pass --job / --attempt)"
+            except Exception as exc:
+                problem = f"metadata: {exc}"
+            if time.monotonic() > deadline:
+                log.error("cannot tell which job this node runs: %s", problem)
+                return None
+            log.warning("%s; retrying", problem)
+            time.sleep(min(5.0, self.cfg.poll_interval))
+
+    # ---- the job ----------------------------------------------------------------------------------------
+    def _work(self, run: _Run) -> Outcome:
+        record = self._retry("read job.json", lambda: self.reg.job(run.job_id))
+        run.spec = record.spec
+        if record.terminal or record.attempt > run.attempt:
+            self.out.note(f"job is {record.state} at attempt {record.attempt}: this node ({run.attempt}) stands down")
+            return Outcome(None, "stopped")
+        self.out.note(f"job {run.job_id} attempt {run.attempt} rank {run.rank} on {run.instance_id}")
+        run.phase = "waiting"
+        cluster = self._wait_cluster(run)
+        if cluster is None:
+            return self._interrupt or Outcome(None, "stopped")
+        run.phase = "preparing"
+        env = self._prepare(run, record.spec, cluster)
+        for phase, command in (("setup", record.spec.setup), ("running", record.spec.run)):
+            if not command or self._interrupt:
+                continue
+            run.phase = phase
+            self.out.note(f"{phase}: {command.splitlines()[0][:200]}")
+            outcome = self._supervise(UserProcess(command, self.layout.code_dir, env, self.out), record.spec)
+            if outcome.reason != "exit" or outcome.code != 0:
+                return outcome
+        return self._interrupt or Outcome(0, "exit")
+
+    def _wait_cluster(self, run: _Run) -> Cluster | None:
+        deadline = time.monotonic() + self.cfg.cluster_timeout
+        key = keys.cluster(run.job_id, run.attempt)
+        while not self._interrupted.is_set():
+            try:
+                return Cluster.parse(self.reg.get_json(key), run.rank)
+            except NotFound:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{key} did not appear within {self.cfg.cluster_timeout:.0f} s")
+            self._interrupted.wait(min(1.0, self.cfg.poll_interval))
+        return None
+
+    def _prepare(self, run: _Run, spec: JobSpec, cluster: Cluster) -> dict[str, str]:
+        lay = self.layout
+        for d in (lay.code_dir, lay.config_dir, lay.output_data_dir, lay.local(spec.artifacts_dir),
+                  lay.local(spec.checkpoint_dir)):
+            d.mkdir(parents=True, exist_ok=True)
+        self._fetch_code(run.job_id, spec)
+        for name, channel in spec.inputs.items():
+            bucket, prefix = split_uri(channel.uri)
+            store = self._store(bucket)
+            found = keys_under(store, prefix)
+            mine = shard(found, run.rank, cluster.num_nodes) if channel.distribution == "sharded" else found
+            size = download(store, mine, prefix, lay.channel_dir(name))
+            self.out.note(f"input {name}: {len(mine)} of {len(found)} objects, {size} bytes")
+        ckpt_dir = lay.local(spec.checkpoint_dir)
+        prefix = self.reg.key(keys.checkpoints_prefix(run.job_id))
+        restored = keys_under(self.reg.store, prefix)
+        download(self.reg.store, restored, prefix, ckpt_dir)
+        if restored:
+            self.out.note(f"restored {len(restored)} checkpoint files into {ckpt_dir}")
+        self._checkpoints = DirSync(self.reg.store, ckpt_dir, prefix)
+        self._checkpoints.mark_synced()
+        lay.resource_config.write_text(json.dumps(resource_config(cluster, run.rank), indent=1))
+        return user_env(spec=spec, job_id=run.job_id, attempt=run.attempt, rank=run.rank, cluster=cluster,
+                        layout=lay, num_gpus=gpu.gpu_count(), num_cpus=os.cpu_count() or 1, base=dict(os.environ))
+
+    def _fetch_code(self, job_id: str, spec: JobSpec) -> None:
+        if spec.code:
+            bucket, key = split_uri(spec.code)
+            store = self._store(bucket)
+            if key.endswith(TARBALL_SUFFIXES):
+                unpack(store.get(key).data, self.layout.code_dir)
+            else:
+                download(store, keys_under(store, key), key, self.layout.code_dir)
+            self.out.note(f"code from {spec.code}")
+            return
+        try:
+            bundle = self.reg.get_bytes(keys.code_bundle(job_id))
+        except NotFound:
+            self.out.note("no code bundle: running in an empty code directory")
+            return
+        unpack(bundle, self.layout.code_dir)
+        self.out.note(f"code bundle unpacked into {self.layout.code_dir} ({len(bundle)} bytes)")
+
+    def _store(self, bucket: str) -> ObjectStore:
+        if self.stores is None:
+            raise RuntimeError(f"no object store for bucket {bucket!r}: the agent was built without `stores`")
+        return self.stores(bucket)
+
+    def _supervise(self, proc: UserProcess, spec: JobSpec) -> Outcome:
+        next_ckpt = time.monotonic() + self.cfg.checkpoint_interval
+        while True:
+            code = proc.poll()
+            if code is not None:
+                return Outcome(code, "exit")
+            if self._interrupt is not None:
+                grace = self._grace(spec, self._interrupt.notice)
+                self.out.note(f"{self._interrupt.reason}: SIGTERM to the process group, {grace:.0f} s grace")
+                self._interrupt.code = proc.terminate(grace)
+                return self._interrupt
+            if time.monotonic() >= next_ckpt:
+                self._sync_checkpoints()
+                next_ckpt = time.monotonic() + self.cfg.checkpoint_interval
+            self._interrupted.wait(_TICK)
+
+    def _grace(self, spec: JobSpec, notice: dict[str, str] | None) -> float:
+        grace = float(self.cfg.stop_grace if self.cfg.stop_grace is not None else spec.stop_grace)
+        if notice and notice.get("time"):
+            # leave ~30 s of the two-minute warning for the final checkpoint and log sync
+            try:
+                left = (datetime.fromisoformat(notice["time"].replace("Z", "+00:00")) - datetime.now(UTC))
+                grace = min(grace, max(5.0, left.total_seconds() - 30))
+            except ValueError:
+                pass
+        return grace
+
+    # ---- background: heartbeats, logs, notice / stop polling ------------------------------------------
+    def _background(self, run: _Run) -> None:
+        due = dict.fromkeys(("poll", "logs", "beat"), 0.0)
+        every = {"poll": self.cfg.poll_interval, "logs": self.cfg.log_interval, "beat": self.cfg.heartbeat_interval}
+        actions: dict[str, Callable[[_Run], None]] = {"poll": self._poll, "logs": self._ship_logs,
+                                                      "beat": self._heartbeat}
+        while not self._stop_background.is_set():
+            for name, action in actions.items():
+                if time.monotonic() >= due[name]:
+                    try:
+                        action(run)
+                    except Exception:  # one failed write must not end the heartbeats
+                        log.warning("background %s failed", name, exc_info=True)
+                    due[name] = time.monotonic() + every[name]
+            self._stop_background.wait(max(0.05, min(due.values()) - time.monotonic()))
+
+    def _poll(self, run: _Run) -> None:
+        if self._interrupt is not None:
+            return
+        notice = self.md.preemption_notice()
+        if notice is not None:
+            self._interrupt = Outcome(None, "preempted", notice=notice)
+        elif self._stop_requested(run.job_id):
+            self._interrupt = Outcome(None, "stopped")
+        if self._interrupt is not None:
+            self.out.note(f"{self._interrupt.reason}: {notice or 'stop requested'}")
+            self._interrupted.set()
+
+    def _stop_requested(self, job_id: str) -> bool:
+        try:
+            self.reg.get_bytes(keys.stop_request(job_id))
+            return True
+        except NotFound:
+            return False
+
+    def _ship_logs(self, run: _Run) -> None:
+        data = self.out.take()
+        if not data:
+            return
+        try:
+            while True:  # chunks are create-only: a restarted agent never overwrites one
+                key = self.reg.key(keys.log_chunk(run.job_id, run.attempt, run.rank, self._log_seq))
+                try:
+                    self.reg.store.put_if_absent(key, data, "text/plain")
+                    self._log_seq += 1
+                    return
+                except PreconditionFailed:
+                    self._log_seq += 1
+        except Exception:
+            self.out.give_back(data)
+            raise
+
+    def _heartbeat(self, run: _Run) -> None:
+        last = self.out.last_output_at
+        body: dict[str, Any] = {
+            "time": datetime.now(UTC).isoformat(), "instance_id": run.instance_id, "rank": run.rank,
+            "attempt": run.attempt, "phase": run.phase, "last_output_at": last.isoformat() if last else None,
+            "gpu_util": gpu.gpu_utilization(), "step": self.out.step,
+        }
+        self.reg.put_json(keys.heartbeat(run.job_id, run.attempt, run.rank), body)
+        seq = self.out.output_seq
+        if seq != self._marked_output and last is not None:
+            self.reg.put_json(keys.output_mark(run.job_id, run.attempt, run.rank),
+                              {"time": last.isoformat(), "step": self.out.step})
+            self._marked_output = seq
+
+    # ---- the end ----------------------------------------------------------------------------------------
+    def _sync_checkpoints(self) -> None:
+        if self._checkpoints is None:
+            return
+        try:
+            n = self._checkpoints.sync()
+            if n:
+                log.info("uploaded %d checkpoint files", n)
+        except Exception:
+            log.warning("checkpoint sync failed; will retry", exc_info=True)
+
+    def _finish(self, run: _Run, outcome: Outcome) -> bool:
+        ended = datetime.now(UTC)
+        if self._checkpoints is not None:
+            self._try("final checkpoint sync", self._checkpoints.sync)
+        if run.spec is not None and outcome.reason != "preempted":
+            self._try("artifacts upload", lambda: self._upload_artifacts(run))
+        self.out.note(f"finished: reason={outcome.reason} code={outcome.code}")
+        self._try("final log sync", lambda: self._ship_logs(run))
+        if outcome.reason == "preempted":
+            body = {"attempt": run.attempt, "rank": run.rank, "notice": outcome.notice,
+                    "instance_id": run.instance_id}
+            self._try("preempted marker", lambda: self.reg.mark_preempted(run.job_id, body))
+        report: dict[str, Any] = {"code": outcome.code, "started_at": run.started_at.isoformat(),
+                                  "ended_at": ended.isoformat(), "reason": outcome.reason,
+                                  "instance_id": run.instance_id}
+        if outcome.error:
+            report["error"] = outcome.error
+        if outcome.notice:
+            report["notice"] = outcome.notice
+        key = keys.exit_report(run.job_id, run.attempt, run.rank)
+        return self._try("exit report", lambda: self.reg.put_json(key, report))
+
+    def _upload_artifacts(self, run: _Run) -> int:
+        assert run.spec is not None
+        base = keys.artifacts_prefix(run.job_id) + ("" if run.rank == 0 else f"rank-{run.rank}/")
+        n = DirSync(self.reg.store, self.layout.local(run.spec.artifacts_dir), self.reg.key(base + "model/")).sync()
+        return n + DirSync(self.reg.store, self.layout.output_data_dir, self.reg.key(base + "output/")).sync()
+
+    def _power_off(self) -> None:
+        log.info("powering off")
+        try:
+            self.power_off()
+        except Exception:
+            log.exception("power-off failed; the uptime backstop will stop this VM")
+
+    def _retry(self, what: str, fn: Callable[[], T]) -> T:
+        """fn() with exponential backoff; re-raises the last error after retry_attempts tries."""
+        for attempt in range(1, self.cfg.retry_attempts + 1):
+            try:
+                return fn()
+            except Exception as exc:
+                if attempt == self.cfg.retry_attempts:
+                    raise
+                log.warning("%s failed (try %d): %s", what, attempt, exc)
+                time.sleep(min(30.0, self.cfg.retry_pause * 2 ** (attempt - 1)))
+        raise AssertionError("unreachable")
+
+    def _try(self, what: str, fn: Callable[[], object]) -> bool:
+        """Like _retry, but a final failure is logged, not raised: the steps after it still run."""
+        try:
+            self._retry(what, fn)
+            return True
+        except Exception:
+            log.exception("%s: gave up after %d tries", what, self.cfg.retry_attempts)
+            return False
+
+
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None

@@ -1,0 +1,170 @@
+"""Where things live on the VM and what the user process is told: pure functions, no I/O.
+
+The SageMaker layout under the ML root (/opt/ml on a VM; a scratch dir in tests and the local cloud):
+  code/                      the unpacked code bundle; `setup` and `run` start here
+  input/data/<channel>/      inputs, SM_CHANNEL_<CHANNEL>
+  input/config/resourceconfig.json
+  model/                     SM_MODEL_DIR (spec.artifacts_dir, default /opt/ml/model)
+  checkpoints/               JOBPLANE_CHECKPOINT_DIR (spec.checkpoint_dir, default /opt/ml/checkpoints)
+  output/data/               SM_OUTPUT_DATA_DIR
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from jobplane.spec import JobSpec
+
+SAGEMAKER_ROOT = PurePosixPath("/opt/ml")
+GROUP = "homogeneousCluster"
+
+
+class ClusterError(ValueError):
+    """cluster.json does not describe a cluster this node belongs to."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    ml_root: Path
+
+    def local(self, spec_path: str) -> Path:
+        """A spec's absolute path on this machine. With a non-default ML root (tests, the local cloud)
+        every path moves under it, so nothing outside the scratch root is ever written:
+        /opt/ml/x -> <root>/x, any other /a/b -> <root>/fs/a/b."""
+        if self.ml_root == Path(SAGEMAKER_ROOT):
+            return Path(spec_path)
+        pure = PurePosixPath(spec_path)
+        if pure.is_relative_to(SAGEMAKER_ROOT):
+            return self.ml_root / pure.relative_to(SAGEMAKER_ROOT)
+        return self.ml_root / "fs" / pure.relative_to("/")
+
+    @property
+    def code_dir(self) -> Path:
+        return self.ml_root / "code"
+
+    @property
+    def input_dir(self) -> Path:
+        return self.ml_root / "input"
+
+    @property
+    def config_dir(self) -> Path:
+        return self.input_dir / "config"
+
+    @property
+    def resource_config(self) -> Path:
+        return self.config_dir / "resourceconfig.json"
+
+    @property
+    def output_dir(self) -> Path:
+        return self.ml_root / "output"
+
+    @property
+    def output_data_dir(self) -> Path:
+        return self.output_dir / "data"
+
+    def channel_dir(self, name: str) -> Path:
+        return self.input_dir / "data" / name
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """attempts/<n>/cluster.json, as the launcher wrote it."""
+
+    hosts: tuple[str, ...]
+    master_addr: str
+    master_port: int
+    num_nodes: int
+    instance_type: str | None = None
+    instances: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, body: Any, rank: int) -> Cluster:
+        if not isinstance(body, dict):
+            raise ClusterError("cluster.json: not a JSON object")
+        try:
+            hosts = tuple(str(h) for h in body["hosts"])
+            num_nodes = int(body.get("num_nodes", len(hosts)))
+            cluster = cls(hosts=hosts, master_addr=str(body.get("master_addr") or hosts[0]),
+                          master_port=int(body.get("master_port", 29500)), num_nodes=num_nodes,
+                          instance_type=body.get("instance_type"),
+                          instances=tuple(str(i) for i in body.get("instances", [])))
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise ClusterError(f"cluster.json: missing or malformed field ({exc!r})") from None
+        if len(hosts) != num_nodes:
+            raise ClusterError(f"cluster.json: hosts has {len(hosts)} entries but num_nodes is {num_nodes}")
+        if not 0 <= rank < num_nodes:
+            raise ClusterError(f"cluster.json: this node's rank {rank} is outside 0..{num_nodes - 1}")
+        return cluster
+
+
+def channel_env_name(name: str) -> str:
+    return "SM_CHANNEL_" + name.upper().replace("-", "_")
+
+
+def resource_config(cluster: Cluster, rank: int) -> dict[str, Any]:
+    """SageMaker's resourceconfig.json. Hosts are the nodes' private addresses (resolvable, unlike algo-N)."""
+    hosts = list(cluster.hosts)
+    return {
+        "current_host": hosts[rank],
+        "current_instance_type": cluster.instance_type or "",
+        "current_group_name": GROUP,
+        "hosts": hosts,
+        "instance_groups": [{"instance_group_name": GROUP, "instance_type": cluster.instance_type or "",
+                             "hosts": hosts}],
+        "network_interface_name": "eth0",
+    }
+
+
+def user_env(*, spec: JobSpec, job_id: str, attempt: int, rank: int, cluster: Cluster, layout: Layout,
+             num_gpus: int, num_cpus: int, base: dict[str, str]) -> dict[str, str]:
+    """The user process's environment: base (the agent's), the spec's env, then ours (ours win)."""
+    env = {**base, "PYTHONUNBUFFERED": "1", **spec.env}
+    hosts = list(cluster.hosts)
+    env.update({
+        "JOBPLANE_JOB_ID": job_id,
+        "JOBPLANE_ATTEMPT": str(attempt),
+        "JOBPLANE_CHECKPOINT_DIR": str(layout.local(spec.checkpoint_dir)),
+        "JOBPLANE_ARTIFACTS_DIR": str(layout.local(spec.artifacts_dir)),
+        "NODE_RANK": str(rank),
+        "NNODES": str(cluster.num_nodes),
+        "MASTER_ADDR": cluster.master_addr,
+        "MASTER_PORT": str(cluster.master_port),
+        "SM_MODEL_DIR": str(layout.local(spec.artifacts_dir)),
+        "SM_INPUT_DIR": str(layout.input_dir),
+        "SM_INPUT_CONFIG_DIR": str(layout.config_dir),
+        "SM_OUTPUT_DIR": str(layout.output_dir),
+        "SM_OUTPUT_DATA_DIR": str(layout.output_data_dir),
+        "SM_CHANNELS": json.dumps(sorted(spec.inputs)),
+        "SM_HOSTS": json.dumps(hosts),
+        "SM_CURRENT_HOST": hosts[rank],
+        "SM_CURRENT_INSTANCE_TYPE": cluster.instance_type or "",
+        "SM_NUM_GPUS": str(num_gpus),
+        "SM_NUM_CPUS": str(num_cpus),
+        "SM_RESOURCE_CONFIG": json.dumps(resource_config(cluster, rank)),
+    })
+    env.update({channel_env_name(name): str(layout.channel_dir(name)) for name in spec.inputs})
+    return env
+
+
+def split_uri(uri: str) -> tuple[str, str]:
+    """s3://bucket/some/prefix or gs://... -> (bucket, "some/prefix")."""
+    scheme, sep, rest = uri.partition("://")
+    bucket, _, prefix = rest.partition("/")
+    if not sep or not scheme or not bucket:
+        raise ValueError(f"{uri!r} is not a bucket URI (s3://bucket/prefix or gs://bucket/prefix)")
+    return bucket, prefix
+
+
+def shard(keys: list[str], rank: int, num_nodes: int) -> list[str]:
+    """ShardedByS3Key: the keys in sorted order, dealt round-robin; rank r gets keys r, r+n, r+2n..."""
+    return sorted(keys)[rank::num_nodes]
+
+
+def relative_key(key: str, prefix: str) -> str:
+    """The local path of a downloaded key under its channel dir: the part after the prefix, or its name
+    when the prefix names the object itself."""
+    rel = key[len(prefix):].lstrip("/")
+    return rel or PurePosixPath(key).name
