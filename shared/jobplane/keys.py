@@ -5,6 +5,9 @@ Two deliberate additions to the DESIGN table, both so a sweep needs listings onl
   `active/` gives the sweep its whole working set. The `active/<id>` prefix exists iff the job is live.
 - `heartbeats/<id>/<attempt>/<rank>` (liveness = LastModified) and `.../<rank>.output` (rewritten only
   when the user process printed something new): one listing of `heartbeats/` covers every job.
+- `limits/<id>/<attempt>/nodes-<n>.stall-<s>.cap-<s>`: a RUNNING job's node count, stall timeout and
+  uptime cap in the key name, written by the sweeper when the job starts, so the sweep and the uptime cap
+  apply per-job timeouts from a listing (see jobplane.decide).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ ACTIVE = "active/"
 PREEMPTED = "preempted-jobs/"
 HEARTBEATS = "heartbeats/"
 SYSTEM = "system/"
+LIMITS = "limits/"
 POLICY = "config/policy.yaml"
 
 
@@ -125,3 +129,7 @@ def output_mark(job_id: str, attempt: int, rank: int) -> str:
 
 def agent_wheel_prefix() -> str:
     return f"{SYSTEM}wheels/"
+
+
+def limits_mark(job_id: str, attempt: int, nodes: int, stall: int, cap: int) -> str:
+    return f"{LIMITS}{job_id}/{attempt}/nodes-{nodes}.stall-{stall}.cap-{cap}"

@@ -1,0 +1,30 @@
+"""Pure decisions of the reconcilers: plain data in (Snapshot), plain data out (Action). No I/O.
+
+The same code runs on AWS and GCP; jobplane.reconcile builds snapshots and applies actions.
+
+How a sweep applies per-job timeouts without a GET per healthy job
+-------------------------------------------------------------------
+A job's stall_timeout, node count and uptime cap live in job.json, which we must not read for every
+healthy job on every run. When the sweeper moves a job to RUNNING (it holds the record then) it also
+writes `limits/<id>/<attempt>/nodes-<n>.stall-<s>.cap-<s>`: an empty object whose *name* carries those
+values. One listing of limits/ (one page per 1,000 running jobs) then gives every running job's
+timeouts, and `sweep.candidates` can tell from listings alone (active/, heartbeats/, limits/ and the
+managed-instance list) whether a RUNNING job is healthy: every rank beat within its stall_timeout, some
+rank printed within it, and exactly num_nodes instances are pending/running. Only the jobs that fail
+that test, are LAUNCHING, have no limits key yet (a crash between the transition and the key write heals
+on the next run), have disagreeing markers, or were named by an event get job.json and an exit-report
+listing (one LIST of attempts/<n>/nodes/ plus one GET per rank) fetched. Finished jobs show up there
+because their agents stop beating and power off; the exit report's object-created event makes them a
+candidate at once. The uptime cap reads its cap from the same key. Stale keys of past attempts and ended
+jobs are deleted by the sweep (Rule.CLEANUP), so every listing stays the size of the live working set.
+
+Safety is part of the decision: terminations only name managed, unprotected instances
+(`safety.terminable`), and `safety.limit_blast_radius` turns actions that would exceed the per-run
+budget into refused actions, which the applier reports and never runs. Dry-run is the applier's.
+"""
+
+from jobplane.decide import rerun, sweep, uptime
+from jobplane.decide.model import Action, ExitReport, Limits, PreemptedMark, Rule, Snapshot, parse_limits
+
+__all__ = ["Action", "ExitReport", "Limits", "PreemptedMark", "Rule", "Snapshot", "parse_limits", "rerun", "sweep",
+           "uptime"]

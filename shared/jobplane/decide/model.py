@@ -1,0 +1,151 @@
+"""Plain data the reconcilers decide on (Snapshot) and return (Action). No I/O here."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from jobplane import keys
+from jobplane.clouds.base import Instance
+from jobplane.registry import ActiveMarker, Beat, JobRecord
+from jobplane.states import State
+
+ALIVE = frozenset({"pending", "running"})  # an instance in any other state is gone or going
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A RUNNING attempt's per-job values, carried by a key name under limits/ (no GET needed)."""
+
+    job_id: str
+    attempt: int
+    nodes: int
+    stall: int  # seconds
+    cap: int  # seconds: min(job max_runtime, policy ceiling) when the job started
+
+    @property
+    def key(self) -> str:
+        return keys.limits_mark(self.job_id, self.attempt, self.nodes, self.stall, self.cap)
+
+
+_LIMITS_RE = re.compile(r"^([^/]+)/(\d+)/nodes-(\d+)\.stall-(\d+)\.cap-(\d+)$")
+
+
+def parse_limits(key: str) -> Limits | None:
+    m = _LIMITS_RE.match(key.removeprefix(keys.LIMITS))
+    if not m:
+        return None
+    attempt, nodes, stall, cap = (int(g) for g in m.groups()[1:])
+    return Limits(m.group(1), attempt, nodes, stall, cap)
+
+
+@dataclass(frozen=True)
+class ExitReport:
+    """attempts/<n>/nodes/<rank>/exit.json as the agent wrote it."""
+
+    rank: int
+    code: int
+    reason: str = "exit"  # exit | preempted | stopped
+
+
+@dataclass(frozen=True)
+class PreemptedMark:
+    """preempted-jobs/<id>: the agent's (or the sweeper's) note that an attempt lost its Spot capacity."""
+
+    job_id: str
+    at: datetime
+    attempt: int | None = None
+    instance_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What one reconciler run sees.
+
+    Everything except `records`, `exits` and `preempted` bodies comes from listings (active/, heartbeats/,
+    limits/, preempted-jobs/) and one paginated managed-instance listing; records and exit reports are
+    fetched only for the jobs `sweep.candidates` names.
+    """
+
+    active: Mapping[str, tuple[ActiveMarker, ...]] = field(default_factory=dict)
+    beats: tuple[Beat, ...] = ()
+    limits: tuple[Limits, ...] = ()
+    instances: tuple[Instance, ...] = ()
+    preempted: Mapping[str, PreemptedMark] = field(default_factory=dict)
+    records: Mapping[str, JobRecord] = field(default_factory=dict)
+    exits: Mapping[str, tuple[ExitReport, ...]] = field(default_factory=dict)  # record's current attempt
+    forced: frozenset[str] = frozenset()  # jobs an event asked about: always looked at closely
+
+
+class Rule(StrEnum):
+    STARTED = "started"  # LAUNCHING -> RUNNING: every rank has beaten
+    LIMITS = "limits"  # write the limits/ key of a RUNNING attempt
+    FINISHED = "finished"
+    STOPPED = "stopped"  # every rank exited on a stop request: the uptime cap's
+    ORPHAN = "orphan"
+    STALLED = "stalled"
+    BOOT_RETRY = "boot-retry"
+    BOOT_FAILED = "boot-failed"
+    LOST_SPOT = "lost-spot"
+    LOST = "lost"
+    REPAIR = "repair"  # active/ markers disagree with job.json
+    REMARK = "remark"  # PREEMPTED without its preempted-jobs/ marker
+    CLEANUP = "cleanup"  # heartbeats / limits of jobs that are no longer live
+    PREEMPTED = "preempted"  # rerun: the agent reported a preemption of a RUNNING job
+    RERUN = "rerun"
+    RERUN_EXHAUSTED = "rerun-exhausted"
+    CLEAR = "clear"  # a preempted-jobs/ marker nobody needs any more
+    STOP = "stop"  # uptime cap - grace: ask the agent to checkpoint and stop
+    TIMED_OUT = "timed-out"
+    CAP_NO_JOB = "cap-no-job"
+
+
+@dataclass(frozen=True)
+class Action:
+    """One decision about one job (or one jobless instance). The applier runs the parts in this order:
+
+    transition (CAS with expect/expect_attempt; if refused, the rest is skipped: another run acted),
+    repair markers, terminate, mark preempted, write limits, stop request, relaunch, clear the preempted
+    marker, delete keys.
+    """
+
+    rule: Rule
+    job_id: str | None
+    reason: str
+    to: State | None = None
+    expect: frozenset[State] = frozenset()
+    expect_attempt: int | None = None
+    updates: Mapping[str, Any] = field(default_factory=dict)  # extra job.json fields with the transition
+    repair: bool = False
+    terminate: tuple[str, ...] = ()
+    mark_preempted: Mapping[str, Any] | None = None
+    write_limits: Limits | None = None
+    stop: bool = False
+    relaunch: bool = False  # launcher.launch_attempt(expect={to} or expect, expect_attempt)
+    clear_preempted: bool = False
+    delete_keys: tuple[str, ...] = ()
+    refused: str | None = None  # why the safety limits refused it; a refused action is only reported
+
+    def refuse(self, why: str) -> Action:
+        return replace(self, refused=why)
+
+    @property
+    def relaunch_expect(self) -> frozenset[State]:
+        return frozenset({self.to}) if self.to else self.expect
+
+
+def claim(record: JobRecord, rule: Rule, reason: str, **parts: Any) -> Action:
+    """An action on a job as this run saw it: applied only if its state and attempt are still what we saw."""
+    return Action(rule, record.id, reason, expect=frozenset({record.state}), expect_attempt=record.attempt, **parts)
+
+
+def alive(instance: Instance) -> bool:
+    return instance.state in ALIVE
+
+
+def age(now: datetime, then: datetime) -> float:
+    return (now - then).total_seconds()

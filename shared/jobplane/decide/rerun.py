@@ -1,0 +1,45 @@
+"""Rerun's decisions: what to do with each preempted-jobs/<id> marker.
+
+Restarts left and max_wait not exceeded -> relaunch (the launcher claims the job by CAS, so overlapping
+runs launch one attempt); otherwise FAILED with the reason. The marker is cleared only after the new
+attempt is recorded, or once it is stale (the job moved past that attempt, or ended).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from jobplane.decide.model import Action, PreemptedMark, Rule, Snapshot, age, claim
+from jobplane.policy import Policy
+from jobplane.registry import JobRecord
+from jobplane.spec import format_duration
+from jobplane.states import State
+
+
+def decide(snap: Snapshot, now: datetime, policy: Policy) -> list[Action]:
+    return [_one(mark, snap.records.get(job_id), now, policy) for job_id, mark in sorted(snap.preempted.items())]
+
+
+def _one(mark: PreemptedMark, record: JobRecord | None, now: datetime, policy: Policy) -> Action:
+    job_id = mark.job_id
+    if record is None:
+        return Action(Rule.CLEAR, job_id, "no such job", clear_preempted=True)
+    if record.terminal:
+        return Action(Rule.CLEAR, job_id, f"job already {record.state}", clear_preempted=True)
+    if mark.attempt is not None and mark.attempt < record.attempt:
+        return Action(Rule.CLEAR, job_id, f"attempt {mark.attempt} already rerun as {record.attempt}",
+                      clear_preempted=True)
+    if record.state not in (State.RUNNING, State.LAUNCHING, State.PREEMPTED):
+        return Action(Rule.CLEAR, job_id, f"attempt {record.attempt} is {record.state}", clear_preempted=True)
+    # A RUNNING job the agent reported goes through PREEMPTED (recorded, with its event) before the rerun.
+    via = State.PREEMPTED if record.state != State.PREEMPTED else None
+    spec = record.spec
+    if record.restarts >= spec.max_restarts:
+        return claim(record, Rule.RERUN_EXHAUSTED, f"preempted; no restarts left (max_restarts {spec.max_restarts})",
+                      to=State.FAILED, clear_preempted=True)
+    max_wait = policy.max_wait(spec)
+    if age(now, record.created_at) > max_wait:
+        return claim(record, Rule.RERUN_EXHAUSTED, f"preempted; max_wait {format_duration(max_wait)} exceeded",
+                      to=State.FAILED, clear_preempted=True)
+    return claim(record, Rule.RERUN, f"preempted; rerun as attempt {record.attempt + 1}", to=via, relaunch=True,
+                  clear_preempted=True)

@@ -1,0 +1,258 @@
+"""The sweeper's decisions: finished, started, stalled, boot timeout, lost ranks, orphans, housekeeping.
+
+Two pure steps. `candidates` reads listings only and names the jobs that need a closer look; the
+caller fetches job.json and the exit reports of just those; `decide` turns the whole snapshot into
+actions, filtered by the blast-radius limit.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import datetime
+
+from jobplane import keys
+from jobplane.clouds.base import Instance
+from jobplane.decide.model import Action, ExitReport, Limits, Rule, Snapshot, age, alive, claim
+from jobplane.decide.safety import limit_blast_radius, terminable
+from jobplane.policy import Policy
+from jobplane.registry import Beat, JobRecord
+from jobplane.spec import format_duration
+from jobplane.states import State
+
+# A just-launched instance may be missing from DescribeInstances for a moment (eventual consistency):
+# an attempt's instances are "lost" only once the launch is older than this.
+LOST_GRACE = 120
+# A PREEMPTED job whose preempted-jobs/ marker is still missing this long after the transition lost it
+# to a crash between the two writes: the sweep writes it again.
+REMARK_AFTER = 60
+# Least risky first: the blast-radius limit lets the head of the list through.
+_ORDER = [Rule.FINISHED, Rule.STOPPED, Rule.STARTED, Rule.LIMITS, Rule.REPAIR, Rule.REMARK, Rule.LOST,
+          Rule.LOST_SPOT, Rule.STALLED, Rule.BOOT_FAILED, Rule.BOOT_RETRY, Rule.ORPHAN, Rule.CLEANUP]
+
+
+def _fmt(seconds: float) -> str:
+    return format_duration(max(1, int(seconds)))
+
+
+class Index:
+    """The snapshot's listings grouped by (job, attempt)."""
+
+    def __init__(self, snap: Snapshot) -> None:
+        self.snap = snap
+        self.beats: defaultdict[tuple[str, int], list[Beat]] = defaultdict(list)
+        for b in snap.beats:
+            self.beats[b.job_id, b.attempt].append(b)
+        self.instances: defaultdict[tuple[str | None, int | None], list[Instance]] = defaultdict(list)
+        for i in snap.instances:
+            self.instances[i.job_id, i.attempt].append(i)
+        self.limits = {(lim.job_id, lim.attempt): lim for lim in snap.limits}
+
+    def current_attempt(self, job_id: str | None) -> int | None:
+        """The attempt whose instances may live: the record's if fetched, else the newest marker's."""
+        if job_id is None:
+            return None
+        record = self.snap.records.get(job_id)
+        if record is not None:
+            return None if record.terminal else record.attempt
+        markers = self.snap.active.get(job_id)
+        return max(m.attempt for m in markers) if markers else None
+
+
+def candidates(snap: Snapshot, now: datetime, policy: Policy) -> set[str]:
+    """Jobs whose job.json (and exit reports) the decision needs; a healthy RUNNING job is never one."""
+    index = Index(snap)
+    out = {job_id for job_id in snap.forced if job_id in snap.active}
+    for job_id, markers in snap.active.items():
+        if len(markers) != 1 or markers[0].state == State.LAUNCHING:
+            out.add(job_id)
+            continue
+        marker = markers[0]
+        if marker.state != State.RUNNING:
+            continue  # QUEUED / WAITING_CAPACITY: the launcher's; PREEMPTED: rerun's
+        limits = index.limits.get((job_id, marker.attempt))
+        if limits is None or _suspect(limits, marker.since, index.beats[job_id, marker.attempt],
+                                      index.instances[job_id, marker.attempt], now):
+            out.add(job_id)
+    return out
+
+
+def _suspect(limits: Limits, since: datetime, beats: list[Beat], instances: list[Instance], now: datetime) -> bool:
+    liveness = [b for b in beats if not b.output]
+    if {b.rank for b in liveness} != set(range(limits.nodes)):
+        return True
+    if any(age(now, b.at) > limits.stall for b in liveness):
+        return True
+    if age(now, max((b.at for b in beats if b.output), default=since)) > limits.stall:
+        return True
+    return len(instances) != limits.nodes or not all(alive(i) for i in instances)
+
+
+def decide(snap: Snapshot, now: datetime, policy: Policy, *, force: bool = False) -> list[Action]:
+    index = Index(snap)
+    actions: list[Action] = []
+    for job_id in sorted(snap.records):
+        actions += _job(snap.records[job_id], index, now, policy)
+    actions += _orphans(index, now, policy)
+    actions += _remarks(snap, now)
+    actions += _cleanup(index, now, policy)
+    actions.sort(key=lambda a: _ORDER.index(a.rule))
+    return limit_blast_radius(actions, snap.instances, policy, force=force)
+
+
+def _job(record: JobRecord, index: Index, now: datetime, policy: Policy) -> list[Action]:
+    snap, job_id = index.snap, record.id
+    markers = snap.active.get(job_id, ())
+    want = [] if record.terminal else [(record.state, record.attempt)]
+    out: list[Action] = []
+    if [(m.state, m.attempt) for m in markers] != want:
+        out.append(Action(Rule.REPAIR, job_id, "active/ markers disagree with job.json", repair=True))
+    if record.state not in (State.LAUNCHING, State.RUNNING):
+        return out
+    n = record.attempt
+    mark = snap.preempted.get(job_id)
+    if mark is not None and mark.attempt in (None, n):
+        return out  # the agent reported a preemption: rerun's job
+    instances = index.instances[job_id, n]
+    exits = {e.rank: e for e in snap.exits.get(job_id, ())}
+    action = (_finished(record, exits, instances, policy)
+              or _started(record, index.beats[job_id, n], policy)
+              or _lost(record, exits, instances, now)
+              or _boot_timeout(record, index.beats[job_id, n], instances, now, policy)
+              or _stalled(record, exits, index.beats[job_id, n], instances, now, policy))
+    if action is None and record.state == State.RUNNING and (job_id, n) not in index.limits:
+        action = Action(Rule.LIMITS, job_id, "record per-job limits for listing-only sweeps",
+                        write_limits=_limits(record, policy))
+    return [*out, action] if action else out
+
+
+def _limits(record: JobRecord, policy: Policy) -> Limits:
+    spec = record.spec
+    return Limits(record.id, record.attempt, spec.num_nodes, policy.stall_timeout(spec), policy.max_runtime(spec))
+
+
+def _finished(record: JobRecord, exits: dict[int, ExitReport], instances: list[Instance],
+              policy: Policy) -> Action | None:
+    ranks = range(record.spec.num_nodes)
+    if not all(r in exits for r in ranks):
+        return None
+    reports = [exits[r] for r in ranks]
+    if any(e.reason == "preempted" for e in reports):
+        return None  # the preempted-jobs/ marker follows the exit report: rerun's job
+    leftovers = terminable(i for i in instances if alive(i))
+    if any(e.reason == "stopped" for e in reports):
+        cap = format_duration(policy.max_runtime(record.spec))
+        return claim(record, Rule.STOPPED, f"stopped at the uptime cap ({cap})", to=State.TIMED_OUT,
+                      terminate=leftovers)
+    failed = next((e for e in reports if e.code != 0), None)
+    if failed is None:
+        return claim(record, Rule.FINISHED, "every rank exited 0", to=State.SUCCEEDED, terminate=leftovers,
+                      updates={"exit_code": 0})
+    return claim(record, Rule.FINISHED, f"rank {failed.rank} exited with code {failed.code}", to=State.FAILED,
+                  terminate=leftovers, updates={"exit_code": failed.code})
+
+
+def _started(record: JobRecord, beats: list[Beat], policy: Policy) -> Action | None:
+    if record.state != State.LAUNCHING:
+        return None
+    if not set(range(record.spec.num_nodes)) <= {b.rank for b in beats if not b.output}:
+        return None
+    return claim(record, Rule.STARTED, "every rank has sent a heartbeat", to=State.RUNNING,
+                  write_limits=_limits(record, policy))
+
+
+def _lost(record: JobRecord, exits: dict[int, ExitReport], instances: list[Instance],
+          now: datetime) -> Action | None:
+    launched = record.launched_at or record.state_since
+    if not record.instances or age(now, launched) < LOST_GRACE:
+        return None
+    live = {i.id for i in instances if alive(i)}
+    lost = [(r, iid) for r, iid in enumerate(record.instances) if iid not in live and r not in exits]
+    if not lost:
+        return None
+    what = ", ".join(f"rank {r} ({iid})" for r, iid in lost)
+    survivors = terminable(i for i in instances if alive(i))
+    if record.spec.spot:
+        rank, iid = lost[0]
+        return claim(record, Rule.LOST_SPOT, f"Spot capacity lost: {what} gone", to=State.PREEMPTED,
+                      terminate=survivors, mark_preempted={"attempt": record.attempt, "rank": rank, "notice": None,
+                                                           "instance_id": iid, "by": "sweeper"})
+    return claim(record, Rule.LOST, f"lost: {what} vanished", to=State.FAILED, terminate=survivors)
+
+
+def _boot_timeout(record: JobRecord, beats: list[Beat], instances: list[Instance],
+                  now: datetime, policy: Policy) -> Action | None:
+    timeout = policy.boot_timeout(record.spec)
+    if record.state != State.LAUNCHING or age(now, record.launched_at or record.state_since) <= timeout:
+        return None
+    beaten = {b.rank for b in beats if not b.output}
+    missing = [r for r in range(record.spec.num_nodes) if r not in beaten]
+    why = f"no heartbeat from rank {', '.join(map(str, missing))} within boot_timeout {format_duration(timeout)}"
+    doomed = terminable(instances)
+    if record.restarts < record.spec.max_restarts:
+        return claim(record, Rule.BOOT_RETRY, f"{why}; retrying as attempt {record.attempt + 1}",
+                      terminate=doomed, relaunch=True)
+    return claim(record, Rule.BOOT_FAILED, f"{why}; no restarts left (max_restarts {record.spec.max_restarts})",
+                  to=State.FAILED, terminate=doomed)
+
+
+def _stalled(record: JobRecord, exits: dict[int, ExitReport], beats: list[Beat], instances: list[Instance],
+             now: datetime, policy: Policy) -> Action | None:
+    if record.state != State.RUNNING:
+        return None
+    stall = policy.stall_timeout(record.spec)
+    why = None
+    for rank in range(record.spec.num_nodes):
+        last = max((b.at for b in beats if b.rank == rank and not b.output), default=record.state_since)
+        if rank not in exits and age(now, last) > stall:
+            why = f"no heartbeat from rank {rank} for {_fmt(age(now, last))}"
+            break
+    last_output = max((b.at for b in beats if b.output), default=record.state_since)
+    if why is None and age(now, last_output) > stall:
+        why = f"no new output for {_fmt(age(now, last_output))}"
+    if why is None:
+        return None
+    return claim(record, Rule.STALLED, f"{why} (stall_timeout {format_duration(stall)})", to=State.STALLED,
+                  terminate=terminable(instances))
+
+
+def _orphans(index: Index, now: datetime, policy: Policy) -> Iterable[Action]:
+    grace = policy.safety.orphan_grace
+    for inst in index.snap.instances:
+        if not terminable([inst]) or age(now, inst.launched_at) < grace:
+            continue  # unmanaged, protected, gone, or possibly a launch in flight
+        current = index.current_attempt(inst.job_id)
+        if current is not None and inst.attempt == current:
+            continue
+        if inst.job_id is None:
+            why = "managed instance without a job id"
+        elif current is None:
+            why = f"job {inst.job_id} is not live"
+        else:
+            why = f"attempt {inst.attempt} is not job {inst.job_id}'s current attempt {current}"
+        yield Action(Rule.ORPHAN, inst.job_id, f"orphan {inst.id}: {why}", terminate=(inst.id,))
+
+
+def _remarks(snap: Snapshot, now: datetime) -> Iterable[Action]:
+    for job_id, markers in snap.active.items():
+        if len(markers) == 1 and markers[0].state == State.PREEMPTED and job_id not in snap.preempted \
+                and age(now, markers[0].since) > REMARK_AFTER:
+            yield Action(Rule.REMARK, job_id, "PREEMPTED without a preempted-jobs/ marker: writing it again",
+                         mark_preempted={"attempt": markers[0].attempt, "notice": None, "by": "sweeper"})
+
+
+def _cleanup(index: Index, now: datetime, policy: Policy) -> Iterable[Action]:
+    """Heartbeats and limits of attempts that are no longer current, so the listings stay the size of the
+    live working set. Heartbeats wait out the orphan grace (a late agent write is harmless either way)."""
+    stale: defaultdict[str, list[str]] = defaultdict(list)
+    for (job_id, attempt), beats in index.beats.items():
+        if attempt != index.current_attempt(job_id) and all(age(now, b.at) > policy.safety.orphan_grace
+                                                            for b in beats):
+            stale[job_id] += [(keys.output_mark if b.output else keys.heartbeat)(job_id, attempt, b.rank)
+                              for b in beats]
+    for lim in index.snap.limits:
+        if lim.attempt != index.current_attempt(lim.job_id):
+            stale[lim.job_id].append(lim.key)
+    for job_id, dead in sorted(stale.items()):
+        yield Action(Rule.CLEANUP, job_id, f"{len(dead)} heartbeat/limits keys of past attempts",
+                     delete_keys=tuple(dead))

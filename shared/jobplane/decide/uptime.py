@@ -1,0 +1,60 @@
+"""The uptime cap's decisions: cap = min(job max_runtime, policy ceiling), per attempt since its launch.
+
+At cap - grace (grace = policy stop_grace, at most cap/10) the job gets a stop request, so the agent
+checkpoints and exits; at the cap its instances are terminated and the job is TIMED_OUT. A managed
+instance with no live job (or of a past attempt) gets the policy ceiling.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+
+from jobplane.clouds.base import Instance
+from jobplane.decide.model import Action, Rule, Snapshot, age, alive
+from jobplane.decide.safety import limit_blast_radius, terminable
+from jobplane.decide.sweep import Index
+from jobplane.policy import Policy
+from jobplane.spec import format_duration
+from jobplane.states import LIVE, State
+
+
+def cap_for(index: Index, job_id: str, attempt: int, policy: Policy) -> int:
+    """The limits/ key's cap (no GET), else the fetched record's, else the ceiling (never cut a job short)."""
+    ceiling = policy.max_runtime_ceiling
+    limits = index.limits.get((job_id, attempt))
+    if limits is not None:
+        return min(limits.cap, ceiling)
+    record = index.snap.records.get(job_id)
+    return policy.max_runtime(record.spec) if record is not None else ceiling
+
+
+def grace_for(cap: int, policy: Policy) -> int:
+    return min(policy.safety.stop_grace, cap // 10)
+
+
+def decide(snap: Snapshot, now: datetime, policy: Policy, *, force: bool = False) -> list[Action]:
+    index = Index(snap)
+    groups: defaultdict[tuple[str | None, int | None], list[Instance]] = defaultdict(list)
+    for inst in snap.instances:
+        if alive(inst) and terminable([inst]):
+            groups[inst.job_id, inst.attempt].append(inst)
+    actions: list[Action] = []
+    for (job_id, attempt), instances in sorted(groups.items(), key=lambda g: (g[0][0] or "", g[0][1] or 0)):
+        uptime = max(age(now, i.launched_at) for i in instances)
+        if job_id is None or attempt is None or attempt != index.current_attempt(job_id):
+            ceiling = policy.max_runtime_ceiling
+            actions += [Action(Rule.CAP_NO_JOB, job_id, f"{i.id} has no live job and ran past the policy ceiling "
+                                                        f"{format_duration(ceiling)}", terminate=(i.id,))
+                        for i in instances if age(now, i.launched_at) >= ceiling]
+            continue
+        cap = cap_for(index, job_id, attempt, policy)
+        if uptime >= cap:
+            actions.append(Action(Rule.TIMED_OUT, job_id, f"uptime cap {format_duration(cap)} reached",
+                                  to=State.TIMED_OUT, expect=LIVE, expect_attempt=attempt,
+                                  terminate=terminable(instances)))
+        elif uptime >= cap - grace_for(cap, policy):
+            actions.append(Action(Rule.STOP, job_id, f"uptime cap {format_duration(cap)} in "
+                                                     f"{format_duration(max(1, int(cap - uptime)))}: stop requested",
+                                  stop=True))
+    return limit_blast_radius(actions, snap.instances, policy, force=force)
