@@ -1,0 +1,103 @@
+"""The EC2 and S3 calls the local cloud makes against moto, beyond the Compute protocol.
+
+It provisions the registry bucket, watches every managed instance in any state (the runner must see
+terminations), reads user-data, and plays the user or EC2 itself in scenarios (an untagged instance).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+
+from jobplane.clouds.base import TAG_JOB_ID, TAG_MANAGED
+
+
+@dataclass(frozen=True)
+class RawInstance:
+    id: str
+    state: str  # pending | running | shutting-down | terminated | stopping | stopped
+    launch_index: int
+    tags: dict[str, str]
+    instance_type: str
+    zone: str
+    spot: bool
+    private_ip: str | None
+
+    @property
+    def managed(self) -> bool:
+        return self.tags.get(TAG_MANAGED) == "true"
+
+
+class LocalAws:
+    def __init__(self, region: str) -> None:
+        self.region = region
+        self.ec2: Any = boto3.client("ec2", region_name=region)
+        self.s3: Any = boto3.client("s3", region_name=region)
+
+    def create_bucket(self, name: str) -> None:
+        with contextlib.suppress(self.s3.exceptions.BucketAlreadyOwnedByYou):
+            self.s3.create_bucket(Bucket=name)
+
+    def register_image(self, name: str = "jobplane-local") -> str:
+        """An AMI of our own for RunInstances (moto accepts any id; a registered one is what EC2 needs)."""
+        found = self.ec2.describe_images(Owners=["self"], Filters=[{"Name": "name", "Values": [name]}])["Images"]
+        if found:
+            return str(found[0]["ImageId"])
+        return str(self.ec2.register_image(
+            Name=name, Architecture="x86_64", RootDeviceName="/dev/xvda", VirtualizationType="hvm",
+            BlockDeviceMappings=[{"DeviceName": "/dev/xvda", "Ebs": {"VolumeSize": 8}}])["ImageId"])
+
+    def instances(self, managed_only: bool = True) -> list[RawInstance]:
+        filters = [{"Name": f"tag:{TAG_MANAGED}", "Values": ["true"]}] if managed_only else []
+        out: list[RawInstance] = []
+        for page in self.ec2.get_paginator("describe_instances").paginate(Filters=filters):
+            for res in page["Reservations"]:
+                for raw in res["Instances"]:
+                    out.append(RawInstance(
+                        id=raw["InstanceId"], state=raw["State"]["Name"],
+                        launch_index=int(raw.get("AmiLaunchIndex", 0)),
+                        tags={t["Key"]: t["Value"] for t in raw.get("Tags", [])},
+                        instance_type=raw.get("InstanceType", "t3.micro"),
+                        zone=raw.get("Placement", {}).get("AvailabilityZone", f"{self.region}a"),
+                        spot=raw.get("InstanceLifecycle") == "spot", private_ip=raw.get("PrivateIpAddress")))
+        return out
+
+    def user_data(self, instance_id: str) -> str:
+        attr = self.ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
+        value = attr.get("UserData", {}).get("Value")
+        return base64.b64decode(value).decode() if value else ""
+
+    def shutdown_behavior(self, instance_id: str) -> str:
+        attr = self.ec2.describe_instance_attribute(InstanceId=instance_id,
+                                                    Attribute="instanceInitiatedShutdownBehavior")
+        return str(attr.get("InstanceInitiatedShutdownBehavior", {}).get("Value") or "stop")
+
+    def terminate(self, instance_ids: list[str]) -> None:
+        if instance_ids:
+            self.ec2.terminate_instances(InstanceIds=instance_ids)
+
+    def stop(self, instance_ids: list[str]) -> None:
+        if instance_ids:
+            self.ec2.stop_instances(InstanceIds=instance_ids)
+
+    def run(self, *, managed: bool, job_id: str | None = None, attempt: int | None = None,
+            user_data: str = "", instance_type: str = "t3.micro") -> str:
+        """One instance the way a user (not the launcher) would start it; tags say who owns it."""
+        tags = {TAG_MANAGED: "true"} if managed else {"Name": "not-jobplane"}
+        if job_id:
+            tags[TAG_JOB_ID] = job_id
+        if attempt is not None:
+            tags["jobplane:attempt"] = str(attempt)
+        params: dict[str, Any] = {
+            "ImageId": self.register_image(), "InstanceType": instance_type, "MinCount": 1, "MaxCount": 1,
+            "InstanceInitiatedShutdownBehavior": "terminate",
+            "TagSpecifications": [{"ResourceType": "instance",
+                                   "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
+        }
+        if user_data:
+            params["UserData"] = user_data
+        return str(self.ec2.run_instances(**params)["Instances"][0]["InstanceId"])

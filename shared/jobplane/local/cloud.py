@@ -1,0 +1,208 @@
+"""`jobplane local up`: moto server + instance runner + trigger loop + control endpoint, in the foreground.
+
+Everything lives under a state directory (default .jobplane/): the state file a second shell and
+`jobplane local ...` read, env.sh with the exports, the power-command shims and one scratch root per
+instance. On exit every instance process, server and port is gone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from jobplane import keys
+from jobplane.local.control import STATE_FILE, ControlServer
+
+log = logging.getLogger("jobplane.local")
+
+REGION = "us-east-1"
+BUCKET = "jobplane-local"
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing"}
+# Short timeouts, so the demo and scenario tests see every rule fire in seconds rather than minutes.
+LOCAL_POLICY = """\
+# Policy of the local cloud (`jobplane local up`): demo-sized timeouts.
+allowed_instance_types: ["*"]
+max_nodes_per_job: 4
+default_max_runtime: 10m
+max_runtime_ceiling: 30m
+default_max_wait: 10m
+default_stall_timeout: 60s
+default_boot_timeout: 60s
+max_active_instances_per_owner: 8
+aws:
+  default_image: {image}
+safety:
+  orphan_grace: 20s
+  stop_grace: 30s
+  max_terminations_per_run: 10
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class MotoServer:
+    """moto in its own process: the runner, the functions and the instances share no GIL with it."""
+
+    def __init__(self, port: int = 0) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, log_path: Path, timeout: float = 30) -> MotoServer:
+        with log_path.open("ab") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                                         stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        while True:
+            try:
+                opener.open(f"{self.url}/moto-api/", timeout=1).close()
+                return self
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"moto server did not start on port {self.port} (see {log_path})") from None
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class LocalCloud:
+    def __init__(self, state_dir: Path, port: int = 0, tick: float = 1.0, bucket: str = BUCKET,
+                 schedule: float | None = None) -> None:
+        self.state_dir = state_dir.resolve()
+        self.tick = tick
+        self.schedule = schedule if schedule is not None else max(tick, 2.0)
+        self.bucket = bucket
+        self.cloud_id = secrets.token_hex(6)
+        self.moto = MotoServer(port)
+        self.stopping = threading.Event()
+        self.runner: Any = None
+        self.control: ControlServer | None = None
+
+    @property
+    def exports(self) -> dict[str, str]:
+        return {"AWS_ENDPOINT_URL": self.moto.url, "JOBPLANE_BUCKET": self.bucket, "AWS_REGION": REGION,
+                "AWS_DEFAULT_REGION": REGION, **CREDENTIALS}
+
+    def start(self) -> LocalCloud:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        if (self.state_dir / STATE_FILE).exists():
+            raise RuntimeError(f"a local cloud may already be running ({self.state_dir / STATE_FILE} exists); "
+                               "stop it, or remove the file if it is stale")
+        self.moto.start(self.state_dir / "moto.log")
+        try:
+            self._provision()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _provision(self) -> None:
+        # This process plays Lambda: the functions read the registry and the cloud from the environment.
+        os.environ.update({**self.exports, "JOBPLANE_ROOT": "", "POWERTOOLS_SERVICE_NAME": "jobplane-local",
+                           "POWERTOOLS_METRICS_NAMESPACE": "jobplane"})
+        os.environ.pop("AWS_EC2_METADATA_DISABLED", None)
+        from jobplane.clouds.aws_local import LocalAws
+        from jobplane.clouds.s3 import S3Store
+        from jobplane.local.runner import InstanceRunner, clean
+        from jobplane.local.triggers import Functions, TriggerLoop
+        from jobplane.registry import Registry
+
+        aws = LocalAws(REGION)
+        aws.create_bucket(self.bucket)
+        reg = Registry(S3Store(self.bucket))
+        reg.store.put(keys.POLICY, LOCAL_POLICY.format(image=aws.register_image()).encode(), "application/yaml")
+        clean(self.state_dir)
+        self.functions = Functions()
+        self.triggers = TriggerLoop(reg, self.bucket, REGION, self.functions, self.schedule)
+        instance_env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBPLANE_", "POWERTOOLS_"))}
+        self.runner = InstanceRunner(aws, self.state_dir, instance_env, self.cloud_id, self.triggers.ec2_event)
+        self.aws = aws
+        self.control = ControlServer({
+            "preempt": lambda b: self.runner.preempt(b["job_id"], b.get("rank"), float(b.get("grace", 10))),
+            "kill": lambda b: self.runner.kill(b["job_id"], b.get("rank")),
+            "instances": lambda b: {"instance_id": aws.run(managed=bool(b.get("managed", True)),
+                                                            job_id=b.get("job_id"), attempt=b.get("attempt"),
+                                                            user_data=b.get("user_data", ""))},
+            "status": lambda b: {"instances": self.runner.status(), "invocations": self.functions.invocations,
+                                 "errors": self.functions.errors, "missing": sorted(self.functions.missing)},
+        }).start()
+        self._write_state()
+
+    def _write_state(self) -> None:
+        import json
+
+        state = {"pid": os.getpid(), "cloud_id": self.cloud_id, "control_url": self.control.url if self.control
+                 else None, "moto_pid": self.moto.proc.pid if self.moto.proc else None, **self.exports}
+        (self.state_dir / "env.sh").write_text("".join(f"export {k}={v}\n" for k, v in self.exports.items()))
+        tmp = self.state_dir / (STATE_FILE + ".tmp")
+        tmp.write_text(json.dumps(state, indent=1))
+        tmp.replace(self.state_dir / STATE_FILE)
+
+    def step(self) -> None:
+        """One tick: instances follow moto, then events and schedules fire."""
+        self.runner.sync()
+        self.triggers.tick()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            started = time.monotonic()
+            try:
+                self.step()
+            except Exception:
+                log.exception("local cloud tick failed; retrying next tick")
+            self.stopping.wait(max(0.0, self.tick - (time.monotonic() - started)))
+
+    def stop(self) -> None:
+        self.stopping.set()
+        if self.control is not None:
+            self.control.stop()
+        if self.runner is not None:
+            self.runner.stop_all()
+        self.moto.stop()
+        (self.state_dir / STATE_FILE).unlink(missing_ok=True)
+
+
+def up(state_dir: Path, port: int, tick: float) -> None:
+    """Run until SIGINT/SIGTERM, then leave nothing behind."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout)
+    cloud = LocalCloud(state_dir, port=port, tick=tick)
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        cloud.stopping.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    cloud.start()
+    print("local cloud up; in another shell:", flush=True)
+    for key, value in cloud.exports.items():
+        print(f"export {key}={value}", flush=True)
+    print(f"(or: source {cloud.state_dir / 'env.sh'})  Ctrl-C stops everything.", flush=True)
+    try:
+        cloud.run()
+    finally:
+        cloud.stop()
+        print("local cloud stopped", flush=True)
