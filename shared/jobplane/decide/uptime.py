@@ -29,6 +29,13 @@ def cap_for(index: Index, job_id: str, attempt: int, policy: Policy) -> int:
     return policy.max_runtime(record.spec) if record is not None else ceiling
 
 
+def needs_record(snap: Snapshot) -> set[str]:
+    """Live jobs with running instances but no limits/ key yet (LAUNCHING, or a crash before the key)."""
+    index = Index(snap)
+    return {i.job_id for i in snap.instances if i.job_id is not None and i.job_id in snap.active and alive(i)
+            and (i.job_id, i.attempt) not in index.limits}
+
+
 def grace_for(cap: int, policy: Policy) -> int:
     return min(policy.safety.stop_grace, cap // 10)
 

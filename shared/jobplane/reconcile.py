@@ -1,0 +1,243 @@
+"""The reconcilers' I/O: build snapshots from the registry and the cloud, apply decided actions.
+
+Every run reads, decides (jobplane.decide, pure) and applies. Applying is idempotent and safe under
+overlap: each job action is a CAS transition with the state and attempt the run saw (a run that lost the
+race is refused and skips the rest of that action), relaunches are claimed by the launcher's CAS, and
+terminating, marker writes and deletes are harmless to repeat. Dry-run and blast-radius refusals are
+logged and counted, never applied.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from jobplane import keys, launcher
+from jobplane.clouds.base import Compute, NotFound
+from jobplane.decide import rerun as rerun_decide
+from jobplane.decide import sweep as sweep_decide
+from jobplane.decide import uptime as uptime_decide
+from jobplane.decide.model import Action, ExitReport, PreemptedMark, Rule, Snapshot, parse_limits
+from jobplane.policy import Policy
+from jobplane.registry import JobNotFound, JobRecord, Registry, TransitionRefused
+from jobplane.states import State
+from jobplane.telemetry import Metrics
+
+log = logging.getLogger("jobplane.reconcile")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    action: Action
+    result: str  # applied | dry-run | refused | skipped: <why> | error: <what>
+
+
+# ---- snapshots ---------------------------------------------------------------------------------------------
+def listings(reg: Registry, compute: Compute | None) -> Snapshot:
+    """Everything a run can know without a per-job GET: four registry listings and the managed VMs."""
+    return Snapshot(
+        active={job_id: tuple(markers) for job_id, markers in reg.active().items()},
+        beats=tuple(reg.heartbeats()),
+        limits=tuple(lim for key, _, _ in reg.listing(keys.LIMITS) if (lim := parse_limits(key))),
+        preempted={job_id: PreemptedMark(job_id, at) for job_id, at in reg.preempted().items()},
+        instances=tuple(compute.list_managed()) if compute is not None else (),
+    )
+
+
+def with_records(reg: Registry, snap: Snapshot, job_ids: Iterable[str], *, exits: bool = True) -> Snapshot:
+    """Fetch job.json (and the current attempt's exit reports) for just these jobs."""
+    records: dict[str, JobRecord] = {}
+    reports: dict[str, tuple[ExitReport, ...]] = {}
+    for job_id in sorted(set(job_ids)):
+        try:
+            record = records[job_id] = reg.job(job_id)
+        except JobNotFound:
+            log.warning("job %s has registry keys but no job.json", job_id, extra={"job_id": job_id})
+            continue
+        if exits and record.state in (State.LAUNCHING, State.RUNNING) and record.attempt:
+            reports[job_id] = read_exits(reg, job_id, record.attempt)
+    return replace(snap, records={**snap.records, **records}, exits={**snap.exits, **reports})
+
+
+def read_exits(reg: Registry, job_id: str, attempt: int) -> tuple[ExitReport, ...]:
+    """One LIST of attempts/<n>/nodes/ plus one GET per rank that has exited."""
+    prefix = keys.exits_prefix(job_id, attempt)
+    out = []
+    for key, _, _ in reg.listing(prefix):
+        rank, _, name = key.removeprefix(prefix).partition("/")
+        if name != "exit.json" or not rank.isdigit():
+            continue
+        try:
+            body = reg.get_json(key)
+        except (NotFound, ValueError) as exc:
+            log.warning("unreadable exit report %s: %s", key, exc, extra={"job_id": job_id})
+            continue
+        code = body.get("code") if isinstance(body, dict) else None
+        if not isinstance(code, int):
+            log.warning("exit report %s: field 'code' is %r, not an integer; counted as -1", key, code,
+                        extra={"job_id": job_id})
+            code = -1
+        reason = body.get("reason") if isinstance(body, dict) else None
+        out.append(ExitReport(int(rank), code, reason if isinstance(reason, str) else "exit"))
+    return tuple(out)
+
+
+def with_preempted_bodies(reg: Registry, snap: Snapshot, only: Collection[str] = ()) -> Snapshot:
+    """Read the preempted-jobs/ markers (few: jobs between preemption and rerun) for their attempt."""
+    marks: dict[str, PreemptedMark] = {}
+    for job_id, mark in snap.preempted.items():
+        if only and job_id not in only:
+            continue
+        try:
+            body = reg.get_json(keys.preempted_marker(job_id))
+        except NotFound:
+            continue  # cleared since the listing
+        except ValueError:
+            body = {}
+        body = body if isinstance(body, dict) else {}
+        attempt = body.get("attempt")
+        marks[job_id] = replace(mark, attempt=attempt if isinstance(attempt, int) else None,
+                                instance_id=body.get("instance_id"))
+    return replace(snap, preempted=marks)
+
+
+# ---- applying ----------------------------------------------------------------------------------------------
+_METRICS = {
+    Rule.ORPHAN: "OrphansTerminated", Rule.CAP_NO_JOB: "OrphansTerminated", Rule.STALLED: "Stalls",
+    Rule.TIMED_OUT: "Timeouts", Rule.STOPPED: "Timeouts", Rule.RERUN: "Reruns", Rule.BOOT_RETRY: "Reruns",
+}
+
+
+def apply(reg: Registry, compute: Compute | None, actions: Iterable[Action], *, now: datetime, metrics: Metrics,
+          dry_run: bool) -> list[Outcome]:
+    outcomes = []
+    for action in actions:
+        extra = {"job_id": action.job_id, "rule": str(action.rule)}
+        if action.refused:
+            log.warning("refused %s: %s (%s)", action.rule, action.reason, action.refused, extra=extra)
+            metrics.add_metric("BlastRadiusRefusals", "Count", 1)
+            outcomes.append(Outcome(action, "refused"))
+            continue
+        if dry_run:
+            log.info("dry-run: would %s: %s", action.rule, action.reason, extra=extra)
+            outcomes.append(Outcome(action, "dry-run"))
+            continue
+        try:
+            _apply_one(reg, compute, action, now=now, metrics=metrics)
+        except TransitionRefused as exc:
+            log.info("skipped %s: %s", action.rule, exc, extra=extra)  # another run acted first
+            outcomes.append(Outcome(action, f"skipped: {exc}"))
+            continue
+        except Exception as exc:
+            log.exception("%s failed: %s", action.rule, action.reason, extra=extra)
+            outcomes.append(Outcome(action, f"error: {exc}"))
+            continue
+        log.info("%s: %s", action.rule, action.reason, extra=extra)
+        _count(action, metrics)
+        outcomes.append(Outcome(action, "applied"))
+    return outcomes
+
+
+def _apply_one(reg: Registry, compute: Compute | None, action: Action, *, now: datetime, metrics: Metrics) -> None:
+    job_id = action.job_id
+    if action.to is not None and job_id:
+        reg.transition(job_id, action.to, now=now, reason=action.reason, expect=action.expect,
+                       expect_attempt=action.expect_attempt, **action.updates)
+    if action.repair and job_id:
+        reg.repair_markers(job_id)
+    if action.terminate:
+        if compute is None:
+            raise RuntimeError("no compute adapter to terminate with")
+        compute.terminate(list(action.terminate))
+    if action.mark_preempted is not None and job_id:
+        reg.mark_preempted(job_id, dict(action.mark_preempted))
+    if action.write_limits is not None:
+        reg.store.put(reg.key(action.write_limits.key), b"", "text/plain")
+    if action.stop and job_id:
+        reg.put_json(keys.stop_request(job_id), {"time": now.isoformat(), "by": "uptime-cap", "reason": action.reason})
+    if action.relaunch and job_id and action.expect_attempt is not None:
+        if compute is None:
+            raise RuntimeError("no compute adapter to relaunch with")
+        launcher.launch_attempt(reg, compute, job_id, now=now, expect=action.relaunch_expect,
+                                expect_attempt=action.expect_attempt, metrics=metrics, reason=action.reason)
+    if action.clear_preempted and job_id:
+        reg.clear_preempted(job_id)
+    for key in action.delete_keys:
+        reg.delete(key)
+
+
+def _count(action: Action, metrics: Metrics) -> None:
+    name = _METRICS.get(action.rule)
+    if name == "OrphansTerminated":
+        metrics.add_metric(name, "Count", len(action.terminate))
+    elif name:
+        metrics.add_metric(name, "Count", 1)
+    if action.to == State.SUCCEEDED:
+        metrics.add_metric("JobsSucceeded", "Count", 1)
+    elif action.to == State.FAILED:
+        metrics.add_metric("JobsFailed", "Count", 1)
+
+
+# ---- the three reconcilers ---------------------------------------------------------------------------------
+def sweep(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, policy: Policy | None = None,
+          dry_run: bool = False, force: bool = False, jobs: Collection[str] = (),
+          instance_ids: Collection[str] = ()) -> list[Outcome]:
+    """One sweep. `jobs` / `instance_ids` (from an exit-report or instance state-change event) are looked at
+    closely even if their listings look healthy."""
+    started = time.monotonic()
+    policy = policy or reg.policy()
+    snap = listings(reg, compute)
+    named = {i.job_id for i in snap.instances if i.id in instance_ids and i.job_id}
+    snap = replace(snap, forced=frozenset({*jobs, *named}))
+    snap = with_records(reg, snap, sweep_decide.candidates(snap, now, policy))
+    if snap.preempted:
+        snap = with_preempted_bodies(reg, snap, only=snap.records)
+    outcomes = apply(reg, compute, sweep_decide.decide(snap, now, policy, force=force), now=now, metrics=metrics,
+                     dry_run=dry_run or policy.safety.dry_run)
+    metrics.add_metric("SweepDuration", "Milliseconds", (time.monotonic() - started) * 1000)
+    return outcomes
+
+
+def rerun(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, policy: Policy | None = None,
+          dry_run: bool = False, jobs: Collection[str] = ()) -> list[Outcome]:
+    """Relaunch (or fail) every preempted job, or just `jobs` when an event named them."""
+    policy = policy or reg.policy()
+    marks = {job_id: PreemptedMark(job_id, at) for job_id, at in reg.preempted().items()
+             if not jobs or job_id in jobs}
+    snap = with_preempted_bodies(reg, Snapshot(preempted=marks))
+    snap = with_records(reg, snap, snap.preempted, exits=False)
+    return apply(reg, compute, rerun_decide.decide(snap, now, policy), now=now, metrics=metrics,
+                 dry_run=dry_run or policy.safety.dry_run)
+
+
+def uptime_cap(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, policy: Policy | None = None,
+               dry_run: bool = False, force: bool = False) -> list[Outcome]:
+    policy = policy or reg.policy()
+    snap = listings(reg, compute)
+    snap = with_records(reg, snap, uptime_decide.needs_record(snap), exits=False)
+    return apply(reg, compute, uptime_decide.decide(snap, now, policy, force=force), now=now, metrics=metrics,
+                 dry_run=dry_run or policy.safety.dry_run)
+
+
+def record_spot_warning(reg: Registry, compute: Compute, instance_id: str, *, now: datetime,
+                        detail: dict[str, Any] | None = None) -> str:
+    """An EC2 Spot interruption warning: note it on the job at once (the agent does the graceful part)."""
+    inst = next((i for i in compute.list_managed() if i.id == instance_id), None)
+    if inst is None or inst.job_id is None:
+        log.info("spot warning for %s: not a managed instance of a job", instance_id)
+        return "ignored"
+    job_id = inst.job_id
+    record = reg.job(job_id)
+    if any(n.get("instance_id") == instance_id for n in record.notices):
+        return "duplicate"
+    notice = {"instance_id": instance_id, "attempt": inst.attempt, "rank": inst.rank,
+              "action": (detail or {}).get("instance-action"), "received_at": now.isoformat()}
+    reg.update(job_id, now=now, notices=[*record.notices, notice])
+    reg.record_event(job_id, "spot-warning", notice, now=now)
+    log.warning("Spot interruption warning for %s (rank %s of attempt %s)", instance_id, inst.rank, inst.attempt,
+                extra={"job_id": job_id})
+    return "recorded"
