@@ -91,6 +91,8 @@ def command_power_off(command: str) -> Callable[[], None]:
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s jobplane-agent %(levelname)s %(message)s")
+    for noisy in ("botocore", "boto3", "urllib3", "google"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     args = parse_args(argv)
     try:
         config = AgentConfig(ml_root=args.ml_root.resolve(), job_id=args.job, attempt=args.attempt,

@@ -1,0 +1,167 @@
+"""Fixtures for running the real agent as a subprocess against moto (S3) and the fake IMDS."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from jobplane import keys
+from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, TAG_MANAGED, NotFound
+from jobplane.clouds.s3 import S3Store
+from jobplane.local.imds import FakeImds, ImdsInstance
+from jobplane.registry import Registry
+from jobplane.spec import JobSpec
+from jobplane.states import State
+
+BUCKET = "jobplane-agent-test"
+ROOT = "reg"  # a non-empty registry root, so every key the agent writes must honour it
+FAST = ["--log-interval", "0.3", "--heartbeat-interval", "0.5", "--checkpoint-interval", "0.5",
+        "--poll-interval", "0.3", "--cluster-timeout", "20"]
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 15.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def tarball(files: dict[str, str]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+@dataclass
+class Node:
+    proc: subprocess.Popen[bytes]
+    imds: FakeImds
+    ml_root: Path
+    console: Path
+
+    def wait(self, timeout: float = 20) -> int:
+        return self.proc.wait(timeout=timeout)
+
+
+@dataclass
+class World:
+    """A bucket in moto, a registry in it, and the agents and fake IMDSes a test starts."""
+
+    reg: Registry
+    tmp: Path
+    nodes: list[Node] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.poweroff_log = self.tmp / "poweroff.log"
+        shim = self.tmp / "poweroff-shim"
+        shim.write_text(f'#!/bin/sh\necho "$@" >> "{self.poweroff_log}"\n')
+        shim.chmod(0o755)
+        self.poweroff_cmd = f"{shim} -h now"
+        # and if anything ever fell back to the real command, a PATH shim records that instead
+        bin_dir = self.tmp / "bin"
+        bin_dir.mkdir()
+        self.real_shutdown_log = self.tmp / "REAL-shutdown.log"
+        for name in ("shutdown", "poweroff", "halt"):
+            (bin_dir / name).write_text(f'#!/bin/sh\necho {name} "$@" >> "{self.real_shutdown_log}"\n')
+            (bin_dir / name).chmod(0o755)
+        self.path = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+
+    def seed(self, job_id: str, spec: dict[str, Any], *, code: dict[str, str] | None = None,
+             hosts: tuple[str, ...] = ("10.0.0.1",)) -> None:
+        """job.json (QUEUED -> LAUNCHING at attempt 1), cluster.json and the code bundle, as the launcher
+        and `jobplane submit` would leave them."""
+        self.reg.create_job(job_id, JobSpec.model_validate({"instance_type": "t3.micro", **spec}))
+        instances = [f"i-{job_id[:8]}{rank:08x}" for rank in range(len(hosts))]
+        self.reg.transition(job_id, State.LAUNCHING, expect=[State.QUEUED], attempt=1, instances=instances)
+        self.reg.put_json(keys.cluster(job_id, 1), {
+            "job_id": job_id, "attempt": 1, "hosts": list(hosts), "instances": instances,
+            "master_addr": hosts[0], "master_port": 29500, "num_nodes": len(hosts),
+            "instance_type": "t3.micro", "zone": "us-east-1a"})
+        if code is not None:
+            self.reg.store.put(self.reg.key(keys.code_bundle(job_id)), tarball(code))
+
+    def start(self, job_id: str, rank: int = 0, extra: list[str] | None = None) -> Node:
+        imds = FakeImds(ImdsInstance(f"i-{job_id[:8]}{rank:08x}", launch_index=rank, tags={
+            TAG_JOB_ID: job_id, TAG_ATTEMPT: "1", TAG_MANAGED: "true"}))
+        imds.start()
+        ml_root = self.tmp / f"node{rank}"
+        console = self.tmp / f"console{rank}.log"
+        env = {**os.environ, "PATH": self.path, "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url}
+        with console.open("wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "jobplane.agent", "--cloud", "aws", "--bucket", BUCKET, "--root", ROOT,
+                 "--region", "us-east-1", "--ml-root", str(ml_root), "--poweroff-cmd", self.poweroff_cmd,
+                 *FAST, *(extra or [])],
+                env=env, stdout=out, stderr=subprocess.STDOUT)
+        node = Node(proc, imds, ml_root, console)
+        self.nodes.append(node)
+        return node
+
+    # ---- reading what the agent left in the bucket ---------------------------------------------------------
+    def json(self, key: str) -> Any:
+        return self.reg.get_json(key)
+
+    def exists(self, key: str) -> bool:
+        try:
+            self.reg.get_bytes(key)
+            return True
+        except NotFound:
+            return False
+
+    def logs(self, job_id: str, rank: int = 0) -> str:
+        chunks = [k for k, _, _ in self.reg.listing(keys.logs_prefix(job_id, 1, rank))]
+        return "".join(self.reg.get_bytes(k).decode() for k in chunks)
+
+    def files(self, prefix: str) -> dict[str, bytes]:
+        return {k.removeprefix(prefix): self.reg.get_bytes(k) for k, _, _ in self.reg.listing(prefix)}
+
+    def close(self) -> None:
+        for node in self.nodes:
+            if node.proc.poll() is None:
+                node.proc.kill()
+                node.proc.wait(timeout=10)
+            node.imds.stop()
+
+
+@pytest.fixture
+def world(moto_endpoint: str, tmp_path: Path) -> Iterator[World]:
+    boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=BUCKET)
+    w = World(Registry(S3Store(BUCKET), ROOT), tmp_path)
+    try:
+        yield w
+    finally:
+        w.close()
+    assert not w.real_shutdown_log.exists(), "the agent ran the system's shutdown command"
+
+
+def console_of(node: Node) -> str:
+    return node.console.read_text(errors="replace")
+
+
+def json_line(text: str, marker: str) -> Any:
+    """The JSON printed after `marker` on one line of output."""
+    for line in text.splitlines():
+        if marker in line:
+            return json.loads(line.split(marker, 1)[1])
+    raise AssertionError(f"{marker!r} not in output:\n{text}")

@@ -1,0 +1,161 @@
+"""The real agent as a subprocess against moto S3 and a fake IMDS: every way a node's run can end."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import boto3
+import pytest
+
+from jobplane import keys
+from tests.agent.conftest import World, console_of, json_line, wait_for
+
+pytestmark = pytest.mark.timeout(60)
+
+TRAIN = """\
+import json, os, pathlib
+ckpt = pathlib.Path(os.environ["JOBPLANE_CHECKPOINT_DIR"])
+start = int((ckpt / "latest.txt").read_text()) if (ckpt / "latest.txt").exists() else 0
+print("resuming from step", start)
+data = pathlib.Path(os.environ["SM_CHANNEL_TRAIN"], "part-0.csv").read_text()
+for step in range(start + 1, start + 4):
+    print(f"step {step} loss {1.0 / step:.3f} rows {len(data.splitlines())}")
+    (ckpt / f"ckpt-{step}.txt").write_text(str(step))
+    (ckpt / "latest.txt").write_text(str(step))
+pathlib.Path(os.environ["SM_MODEL_DIR"], "model.json").write_text(json.dumps({"w": 0.5}))
+print("ENV " + json.dumps({k: os.environ[k] for k in ("JOBPLANE_JOB_ID", "JOBPLANE_ATTEMPT", "LR")}))
+"""
+
+
+def test_success_uploads_logs_checkpoints_artifacts_and_exit_report(world: World) -> None:
+    boto3.client("s3").put_object(Bucket="jobplane-agent-test", Key="data/train/part-0.csv", Body=b"a,1\nb,2\n")
+    world.seed("ok-job", {"setup": "echo setting up && touch setup-ran", "run": "python3 train.py",
+                          "env": {"LR": 0.1},
+                          "inputs": {"train": {"uri": "s3://jobplane-agent-test/data/train"}}},
+               code={"train.py": TRAIN})
+    # a checkpoint from an earlier attempt: the agent restores it, so the run resumes
+    world.reg.store.put(world.reg.key(keys.checkpoints_prefix("ok-job") + "latest.txt"), b"10")
+    node = world.start("ok-job")
+    assert node.wait() == 0, console_of(node)
+
+    report = world.json(keys.exit_report("ok-job", 1, 0))
+    assert report["code"] == 0 and report["reason"] == "exit"
+    assert report["started_at"] <= report["ended_at"]
+    logs = world.logs("ok-job")
+    assert "setting up" in logs and "resuming from step 10" in logs
+    assert "step 13 loss 0.077 rows 2" in logs
+    assert json_line(logs, "ENV ") == {"JOBPLANE_JOB_ID": "ok-job", "JOBPLANE_ATTEMPT": "1", "LR": "0.1"}
+    assert "step 13 loss" in console_of(node)  # streamed to the agent's console too
+    assert (node.ml_root / "code" / "setup-ran").exists()  # setup ran in the unpacked code dir
+    ckpts = world.files(keys.checkpoints_prefix("ok-job"))
+    assert ckpts["latest.txt"] == b"13" and {"ckpt-11.txt", "ckpt-12.txt", "ckpt-13.txt"} <= set(ckpts)
+    assert json.loads(world.files(keys.artifacts_prefix("ok-job"))["model/model.json"]) == {"w": 0.5}
+    beat = world.json(keys.heartbeat("ok-job", 1, 0))
+    assert beat["rank"] == 0 and "gpu_util" in beat and beat["last_output_at"]
+    assert world.exists(keys.output_mark("ok-job", 1, 0))
+    assert not world.exists(keys.preempted_marker("ok-job"))
+    assert world.poweroff_log.read_text().strip() == "-h now"
+    assert not (node.ml_root.parent / "opt").exists()
+
+
+@pytest.mark.parametrize(("setup", "run", "code"), [(None, "echo failing; exit 3", 3),
+                                                    ("echo broken setup; exit 4", "echo never ran", 4)])
+def test_failing_user_code_is_reported_with_its_exit_code(world: World, setup: str | None, run: str,
+                                                          code: int) -> None:
+    world.seed("bad-job", {"setup": setup, "run": run})
+    node = world.start("bad-job")
+    assert node.wait() == 0, console_of(node)
+    report = world.json(keys.exit_report("bad-job", 1, 0))
+    assert (report["code"], report["reason"]) == (code, "exit")
+    logs = world.logs("bad-job")
+    assert ("failing" if setup is None else "broken setup") in logs
+    assert "never ran" not in logs
+    assert world.poweroff_log.exists()
+
+
+LOOP = """
+trap 'echo got SIGTERM; echo final > "$JOBPLANE_CHECKPOINT_DIR/final.txt"; exit 0' TERM
+echo $$ > "$JOBPLANE_CHECKPOINT_DIR/../pid"
+i=0
+while true; do i=$((i+1)); echo "step $i"; echo $i > "$JOBPLANE_CHECKPOINT_DIR/step.txt"; sleep 0.1; done
+"""
+
+
+def test_spot_notice_checkpoints_marks_preempted_and_powers_off(world: World) -> None:
+    world.seed("spot-job", {"run": LOOP, "spot": True, "stop_grace": 30})
+    node = world.start("spot-job")
+    wait_for("periodic checkpoint upload", lambda: world.exists(keys.checkpoints_prefix("spot-job") + "step.txt"))
+    served = node.imds.set_notice("terminate")
+    assert node.wait() == 0, console_of(node)
+
+    ckpts = world.files(keys.checkpoints_prefix("spot-job"))
+    assert ckpts["final.txt"] == b"final\n"  # written in the SIGTERM handler, uploaded before the exit
+    marker = world.json(keys.preempted_marker("spot-job"))
+    assert marker == {"attempt": 1, "rank": 0, "notice": served, "instance_id": node.imds.instance.instance_id}
+    report = world.json(keys.exit_report("spot-job", 1, 0))
+    assert (report["reason"], report["code"], report["notice"]) == ("preempted", 0, served)
+    logs = world.logs("spot-job")
+    assert "got SIGTERM" in logs and "preempted" in logs
+    assert world.poweroff_log.exists()
+
+
+def test_stop_request_kills_a_process_that_ignores_sigterm(world: World) -> None:
+    world.seed("stop-job", {"run": "trap '' TERM\n" + LOOP.split("\n", 2)[2]})
+    node = world.start("stop-job", extra=["--stop-grace", "1"])
+    pid_file = node.ml_root / "pid"
+    wait_for("the user process", lambda: world.exists(keys.output_mark("stop-job", 1, 0)) and pid_file.exists())
+    world.reg.put_json(keys.stop_request("stop-job"), {"by": "test"})
+    asked = time.monotonic()
+    assert node.wait() == 0, console_of(node)
+    assert time.monotonic() - asked < 10  # poll 0.3 s + grace 1 s + final sync, not the spec's 60 s
+    report = world.json(keys.exit_report("stop-job", 1, 0))
+    assert (report["reason"], report["code"]) == ("stopped", 137)  # SIGKILL after the grace
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
+    assert not world.exists(keys.preempted_marker("stop-job"))
+    assert world.poweroff_log.exists()
+
+
+REPORT = """
+import json, os, pathlib
+seen = {k: os.environ[k] for k in ("NODE_RANK", "NNODES", "MASTER_ADDR", "MASTER_PORT", "SM_CURRENT_HOST",
+                                   "SM_HOSTS", "SM_NUM_GPUS")}
+seen["resourceconfig"] = json.loads(pathlib.Path(os.environ["SM_INPUT_CONFIG_DIR"], "resourceconfig.json").read_text())
+seen["shards"] = sorted(os.listdir(os.environ["SM_CHANNEL_SHARDS"]))
+seen["vocab"] = sorted(os.listdir(os.environ["SM_CHANNEL_VOCAB"]))
+pathlib.Path(os.environ["SM_MODEL_DIR"], "seen.json").write_text(json.dumps(seen))
+"""
+
+
+def test_two_nodes_each_see_their_rank_cluster_and_shard(world: World) -> None:
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="jobplane-agent-data")
+    for i in range(4):
+        s3.put_object(Bucket="jobplane-agent-data", Key=f"shards/part-{i}", Body=b"x")
+    s3.put_object(Bucket="jobplane-agent-data", Key="vocab.txt", Body=b"a b c")
+    s3.put_object(Bucket="jobplane-agent-data", Key="vocab.txt.bak", Body=b"not me")
+    hosts = ("10.0.0.11", "10.0.0.12")
+    world.seed("two-node", {"num_nodes": 2, "run": "python3 report.py", "inputs": {
+        "shards": {"uri": "s3://jobplane-agent-data/shards/", "distribution": "sharded"},
+        "vocab": {"uri": "s3://jobplane-agent-data/vocab.txt"}}}, code={"report.py": REPORT}, hosts=hosts)
+    nodes = [world.start("two-node", rank) for rank in (0, 1)]
+    for node in nodes:
+        assert node.wait() == 0, console_of(node)
+
+    artifacts = world.files(keys.artifacts_prefix("two-node"))
+    for rank, key in ((0, "model/seen.json"), (1, "rank-1/model/seen.json")):
+        seen = json.loads(artifacts[key])
+        assert (seen["NODE_RANK"], seen["NNODES"], seen["MASTER_ADDR"], seen["MASTER_PORT"]) == (
+            str(rank), "2", "10.0.0.11", "29500")
+        assert seen["SM_CURRENT_HOST"] == hosts[rank] and json.loads(seen["SM_HOSTS"]) == list(hosts)
+        assert seen["SM_NUM_GPUS"] == "0"
+        rc = seen["resourceconfig"]
+        assert rc["current_host"] == hosts[rank] and rc["hosts"] == list(hosts)
+        assert rc["instance_groups"][0]["hosts"] == list(hosts)
+        assert seen["shards"] == [f"part-{i}" for i in (rank, rank + 2)]  # round-robin over sorted keys
+        assert seen["vocab"] == ["vocab.txt"]  # the object itself, not vocab.txt.bak
+        report = world.json(keys.exit_report("two-node", 1, rank))
+        assert (report["code"], report["reason"]) == (0, "exit")
+    assert world.poweroff_log.read_text().count("-h now") == 2
