@@ -28,20 +28,22 @@ def limit_blast_radius(actions: list[Action], instances: Iterable[Instance], pol
 
     Actions keep their order (the decide functions list the least risky first: finished jobs, then lost,
     stalled, timed out, orphans last), so a mass termination caused by, say, an empty registry listing
-    stops after the budget while ordinary clean-up proceeds.
+    stops after the budget while ordinary clean-up proceeds. The first terminating action of a run is
+    bounded by N only, so one multi-node job can always be torn down, even in a small fleet.
     """
     if force:
         return actions
     managed = sum(1 for i in instances if i.managed and alive(i))
     left = budget(policy, managed)
     out: list[Action] = []
+    first = True
     for action in actions:
         n = len(action.terminate)
-        if n and n > left:
+        if n and n > left and not (first and n <= policy.safety.max_terminations_per_run):
             out.append(action.refuse(f"blast radius: {n} more terminations would exceed this run's limit of "
                                      f"{budget(policy, managed)} (max {policy.safety.max_terminations_per_run}, "
                                      f"{policy.safety.max_terminations_percent}% of {managed} managed)"))
         else:
-            left -= n
+            left, first = max(0, left - n), first and not n
             out.append(action)
     return out

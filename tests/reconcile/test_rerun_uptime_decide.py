@@ -1,0 +1,152 @@
+"""Rerun and uptime-cap decisions, table-driven, pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from jobplane.decide import rerun, uptime
+from jobplane.decide.model import Action, PreemptedMark, Rule, Snapshot
+from jobplane.policy import Policy
+from jobplane.registry import JobRecord
+from jobplane.states import LIVE, State
+from tests.reconcile.helpers import NOW, POLICY, ago, healthy, inst, limits, marker, policy, record, snapshot
+
+
+# ---- rerun ---------------------------------------------------------------------------------------------------
+@dataclass
+class RerunCase:
+    name: str
+    rec: JobRecord | None
+    mark_attempt: int | None
+    rule: Rule
+    to: State | None = None
+    relaunch: bool = False
+    reason: str = ""
+
+
+RERUNS = [
+    RerunCase("PREEMPTED with restarts left -> relaunch, then clear", record(state=State.PREEMPTED, spot=True), 1,
+              Rule.RERUN, None, True, "rerun as attempt 2"),
+    RerunCase("RUNNING reported by the agent -> PREEMPTED, relaunch", record(spot=True), 1, Rule.RERUN,
+              State.PREEMPTED, True),
+    RerunCase("marker without an attempt counts as the current one", record(spot=True), None, Rule.RERUN,
+              State.PREEMPTED, True),
+    RerunCase("LAUNCHING reclaimed before it beat -> PREEMPTED, relaunch", record(state=State.LAUNCHING, spot=True), 1,
+              Rule.RERUN, State.PREEMPTED, True),
+    RerunCase("no restarts left -> FAILED", record(state=State.PREEMPTED, spot=True, attempt=4, restarts=3), 4,
+              Rule.RERUN_EXHAUSTED, State.FAILED, False, "no restarts left (max_restarts 3)"),
+    RerunCase("max_restarts 0 -> FAILED at the first preemption", record(spot=True, max_restarts=0), 1,
+              Rule.RERUN_EXHAUSTED, State.FAILED),
+    RerunCase("max_wait spent -> FAILED", record(state=State.PREEMPTED, spot=True, created=7201, max_wait=7200), 1,
+              Rule.RERUN_EXHAUSTED, State.FAILED, False, "max_wait 2h exceeded"),
+    RerunCase("attempt already rerun (marker left by a crash) -> clear", record(state=State.LAUNCHING, attempt=2), 1,
+              Rule.CLEAR, reason="attempt 1 already rerun as 2"),
+    RerunCase("job ended -> clear", record(state=State.CANCELLED), 1, Rule.CLEAR, reason="already CANCELLED"),
+    RerunCase("no such job -> clear", None, 1, Rule.CLEAR, reason="no such job"),
+    RerunCase("rerun waits for capacity (attempt recorded) -> clear",
+              record(state=State.WAITING_CAPACITY, attempt=2), 2, Rule.CLEAR),
+]
+
+
+@pytest.mark.parametrize("case", RERUNS, ids=[c.name for c in RERUNS])
+def test_rerun(case: RerunCase) -> None:
+    snap = snapshot(records=[case.rec] if case.rec else [], preempted=[PreemptedMark("j", ago(5), case.mark_attempt)])
+    (action,) = rerun.decide(snap, NOW, POLICY)
+    assert (action.rule, action.to, action.relaunch, action.clear_preempted) == (case.rule, case.to, case.relaunch,
+                                                                                 True)
+    assert case.reason in action.reason
+    if case.rec is not None and (action.to is not None or action.relaunch):
+        assert action.expect == {case.rec.state} and action.expect_attempt == case.rec.attempt
+
+
+def test_rerun_relaunches_from_preempted_whatever_state_it_saw() -> None:
+    (action,) = rerun.decide(snapshot(records=[record(spot=True)], preempted=[PreemptedMark("j", ago(5), 1)]), NOW,
+                             POLICY)
+    assert action.relaunch_expect == {State.PREEMPTED}
+    (action,) = rerun.decide(snapshot(records=[record(state=State.PREEMPTED)], preempted=[PreemptedMark("j", NOW)]),
+                             NOW, POLICY)
+    assert action.relaunch_expect == {State.PREEMPTED}
+
+
+# ---- uptime cap ----------------------------------------------------------------------------------------------
+H = 3600
+
+
+@dataclass
+class CapCase:
+    name: str
+    snap: Snapshot
+    rules: list[Rule]
+    reason: str = ""
+    pol: Policy = field(default_factory=lambda: POLICY)
+
+
+def _running(age: float, cap: int = 8 * H, **kw: object) -> Snapshot:
+    parts = healthy()
+    parts["limits"] = (limits(cap=cap),)
+    parts["instances"] = (inst(age=age),)
+    return Snapshot(**{**parts, **kw})  # type: ignore[arg-type]
+
+
+CAPS = [
+    CapCase("well under the cap", _running(7 * H), []),
+    CapCase("within the grace (10 min) of the cap -> stop request", _running(8 * H - 599), [Rule.STOP],
+            "uptime cap 8h in 599s: stop requested"),
+    CapCase("at the cap -> terminate + TIMED_OUT with the cap", _running(8 * H), [Rule.TIMED_OUT],
+            "uptime cap 8h reached"),
+    CapCase("grace is at most cap/10: 1h cap stops at 54 min", _running(54 * 60, cap=H), [Rule.STOP]),
+    CapCase("... and not before", _running(54 * 60 - 1, cap=H), []),
+    CapCase("a lowered policy ceiling wins over the job's recorded cap", _running(3 * H),
+            [Rule.TIMED_OUT], "uptime cap 2h reached", Policy(max_runtime_ceiling=2 * H)),
+    CapCase("no limits key: the fetched record's max_runtime",
+            snapshot(healthy(), limits=(), instances=(inst(age=2 * H),),
+                     records=[record(state=State.LAUNCHING, max_runtime=2 * H)]), [Rule.TIMED_OUT]),
+    CapCase("no limits key and no record: the ceiling (never cut short)",
+            Snapshot(**{**healthy(), "limits": (), "instances": (inst(age=6 * 86400),)}), []),
+    CapCase("managed instance with no job: the policy ceiling", Snapshot(instances=(inst("ghost", age=7 * 86400),)),
+            [Rule.CAP_NO_JOB], "ran past the policy ceiling 7d"),
+    CapCase("... below the ceiling: the sweeper's orphan rule handles it",
+            Snapshot(instances=(inst("ghost", age=6 * 86400),)), []),
+    CapCase("instance of a past attempt: the ceiling",
+            Snapshot(active={"j": (marker(attempt=2),)}, instances=(inst(attempt=1, age=7 * 86400),)),
+            [Rule.CAP_NO_JOB]),
+    CapCase("unmanaged or protected instances are never capped",
+            Snapshot(instances=(inst("x", managed=False, age=10**7), inst("y", protected=True, age=10**7))), []),
+]
+
+
+@pytest.mark.parametrize("case", CAPS, ids=[c.name for c in CAPS])
+def test_uptime_cap(case: CapCase) -> None:
+    actions = uptime.decide(case.snap, NOW, case.pol)
+    assert [a.rule for a in actions] == case.rules
+    if actions:
+        assert case.reason in actions[0].reason
+
+
+def test_timed_out_terminates_every_rank_and_claims_the_attempt() -> None:
+    parts = healthy(nodes=2)
+    parts["instances"] = (inst(rank=0, age=8 * H), inst(rank=1, age=8 * H - 5))
+    parts["limits"] = (limits(nodes=2, cap=8 * H),)
+    (action,) = uptime.decide(Snapshot(**parts), NOW, POLICY)
+    assert action == Action(Rule.TIMED_OUT, "j", "uptime cap 8h reached", to=State.TIMED_OUT, expect=LIVE,
+                            expect_attempt=1, terminate=("i-j-1-0", "i-j-1-1"))
+
+
+def test_stop_request_is_a_stop_and_nothing_else() -> None:
+    (action,) = uptime.decide(_running(8 * H - 60), NOW, POLICY)
+    assert action.stop and not action.terminate and action.to is None
+
+
+def test_uptime_respects_the_blast_radius() -> None:
+    snap = Snapshot(instances=tuple(inst(f"g{i}", age=7 * 86400) for i in range(3)))
+    actions = uptime.decide(snap, NOW, policy(max_terminations_per_run=1))
+    assert [a.refused is None for a in actions] == [True, False, False]
+
+
+def test_needs_record_only_for_live_jobs_without_limits() -> None:
+    parts = healthy()
+    snap = Snapshot(active={**parts["active"], "k": (marker("k", State.LAUNCHING),)}, limits=parts["limits"],
+                    instances=(inst(), inst("k"), inst("ghost")))
+    assert uptime.needs_record(snap) == {"k"}

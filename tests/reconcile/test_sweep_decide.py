@@ -1,0 +1,271 @@
+"""The sweeper's pure decisions, one table row per rule (no I/O anywhere in this file)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from jobplane import keys
+from jobplane.decide import sweep
+from jobplane.decide.model import Action, ExitReport, PreemptedMark, Rule, Snapshot
+from jobplane.policy import Policy
+from jobplane.registry import Beat
+from jobplane.states import State
+from tests.reconcile.helpers import (
+    NOW,
+    POLICY,
+    ago,
+    beats,
+    healthy,
+    inst,
+    limits,
+    marker,
+    policy,
+    record,
+    snapshot,
+)
+
+
+# ---- candidates: which jobs need job.json, from listings alone -------------------------------------------
+def _with(parts: dict[str, Any], **over: Any) -> Snapshot:
+    return Snapshot(**{**parts, **over})
+
+
+CANDIDATES: list[tuple[str, Snapshot, bool]] = [
+    ("healthy running job", _with(healthy()), False),
+    ("healthy 2-node job", _with(healthy(nodes=2)), False),
+    ("no limits key yet", _with(healthy(), limits=()), True),
+    ("limits of another attempt only", _with(healthy(), limits=(limits(attempt=0),)), True),
+    ("heartbeat older than the job's own stall timeout (shorter than the policy's)",
+     _with(healthy(), beats=tuple(beats(hb=90)), limits=(limits(stall=60),)), True),
+    ("heartbeat fresh within a long stall timeout", _with(healthy(), beats=tuple(beats(hb=90))), False),
+    ("no new output for the stall timeout", _with(healthy(), beats=tuple(beats(out=1801))), True),
+    ("never printed since RUNNING began long ago",
+     _with(healthy(), beats=tuple(beats(out=None)), active={"j": (marker(since=1801),)}), True),
+    ("never printed, RUNNING for a minute", _with(healthy(), beats=tuple(beats(out=None))), False),
+    ("rank 1 never beat", _with(healthy(nodes=2), beats=tuple(beats(ranks=1))), True),
+    ("instance vanished", _with(healthy(), instances=()), True),
+    ("one of two instances vanished", _with(healthy(nodes=2), instances=(inst(rank=0),)), True),
+    ("instance stopping", _with(healthy(), instances=(inst(state="stopping"),)), True),
+    ("LAUNCHING", _with(healthy(), active={"j": (marker(state=State.LAUNCHING),)}), True),
+    ("two markers", _with(healthy(), active={"j": (marker(), marker(state=State.LAUNCHING, attempt=2))}), True),
+    ("QUEUED is the launcher's", _with(healthy(), active={"j": (marker(state=State.QUEUED, attempt=0),)}), False),
+    ("PREEMPTED is rerun's", _with(healthy(), active={"j": (marker(state=State.PREEMPTED),)}), False),
+    ("named by an event", _with(healthy(), forced=frozenset({"j"})), True),
+]
+
+
+@pytest.mark.parametrize(("snap", "expected"), [(s, e) for _, s, e in CANDIDATES], ids=[n for n, _, _ in CANDIDATES])
+def test_candidates(snap: Snapshot, expected: bool) -> None:
+    assert (sweep.candidates(snap, NOW, POLICY) == {"j"}) is expected
+
+
+def test_event_for_a_job_that_is_not_live_fetches_nothing() -> None:
+    assert sweep.candidates(Snapshot(forced=frozenset({"gone"})), NOW, POLICY) == set()
+
+
+# ---- decide: one row per rule ------------------------------------------------------------------------------
+@dataclass
+class Case:
+    name: str
+    snap: Snapshot
+    rules: list[Rule]  # expected actions' rules, in order
+    to: State | None = None  # first action's transition
+    terminate: tuple[str, ...] = ()  # first action's terminations
+    reason: str = ""  # substring of the first action's reason
+    pol: Policy = field(default_factory=lambda: POLICY)
+
+
+def _job(rec_kw: dict[str, Any] | None = None, parts: dict[str, Any] | None = None, **snap_kw: Any) -> Snapshot:
+    rec_kw = rec_kw or {}
+    rec = record(**rec_kw)
+    base = healthy(nodes=rec.spec.num_nodes, attempt=rec.attempt)
+    base["active"] = {"j": (marker(state=rec.state, attempt=rec.attempt),)}
+    return snapshot({**base, **(parts or {})}, records=[rec], **snap_kw)
+
+
+TWO_SPOT = {"nodes": 2, "spot": True}
+CASES = [
+    Case("healthy job fetched by an event: nothing to do", _job(), []),
+    Case("finished: every rank exited 0 -> SUCCEEDED, leftover instance terminated",
+         _job(exits={"j": [ExitReport(0, 0)]}), [Rule.FINISHED], State.SUCCEEDED, ("i-j-1-0",), "exited 0"),
+    Case("finished: first non-zero code by rank -> FAILED",
+         _job({"nodes": 2}, {"instances": ()}, exits={"j": [ExitReport(0, 0), ExitReport(1, 3)]}),
+         [Rule.FINISHED], State.FAILED, (), "rank 1 exited with code 3"),
+    Case("one of two ranks exited 0, the other still healthy: wait",
+         _job({"nodes": 2}, exits={"j": [ExitReport(1, 0)]}), []),
+    Case("every rank stopped on request -> TIMED_OUT with the cap",
+         _job({"max_runtime": 7200}, exits={"j": [ExitReport(0, 143, "stopped")]}), [Rule.STOPPED], State.TIMED_OUT,
+         ("i-j-1-0",), "uptime cap (2h)"),
+    Case("exit with reason preempted is rerun's", _job({"spot": True}, exits={"j": [ExitReport(0, 143, "preempted")]}),
+         []),
+    Case("LAUNCHING and every rank beat -> RUNNING and limits written",
+         _job({"state": State.LAUNCHING, "nodes": 2, "stall_timeout": 300}), [Rule.STARTED], State.RUNNING),
+    Case("LAUNCHING, one rank beat, within boot timeout: wait",
+         _job({"state": State.LAUNCHING, "nodes": 2, "launched": 300}, {"beats": tuple(beats(ranks=1))}), []),
+    Case("boot timeout with restarts left -> terminate and relaunch",
+         _job({"state": State.LAUNCHING, "launched": 901}, {"beats": ()}), [Rule.BOOT_RETRY], None, ("i-j-1-0",),
+         "no heartbeat from rank 0 within boot_timeout 15m; retrying as attempt 2"),
+    Case("boot timeout, restarts used up -> FAILED",
+         _job({"state": State.LAUNCHING, "launched": 901, "restarts": 3}, {"beats": ()}), [Rule.BOOT_FAILED],
+         State.FAILED, ("i-j-1-0",), "no restarts left (max_restarts 3)"),
+    Case("boot timeout counts from the launch, per job",
+         _job({"state": State.LAUNCHING, "launched": 200, "boot_timeout": 120}, {"beats": ()}), [Rule.BOOT_RETRY],
+         None, ("i-j-1-0",), "within boot_timeout 2m"),
+    Case("LAUNCHING before any instance is recorded is never lost or timed out early",
+         _job({"state": State.LAUNCHING, "launched": None, "since": 30, "instances": []},
+              {"beats": (), "instances": ()}), []),
+    Case("stalled: no heartbeat for stall_timeout -> STALLED, instances terminated",
+         _job(parts={"beats": tuple(beats(hb=1801))}), [Rule.STALLED], State.STALLED, ("i-j-1-0",),
+         "no heartbeat from rank 0 for 1801s (stall_timeout 30m)"),
+    Case("stalled: heartbeats but no new output for the job's stall_timeout",
+         _job({"stall_timeout": 600}, {"beats": tuple(beats(out=700))}), [Rule.STALLED], State.STALLED, ("i-j-1-0",),
+         "no new output for 700s (stall_timeout 10m)"),
+    Case("a rank that exited stops beating without being stalled",
+         _job({"nodes": 2}, {"beats": (Beat("j", 1, 0, False, ago(5)), Beat("j", 1, 1, False, ago(4000)),
+                                       Beat("j", 1, 0, True, ago(5)))}, exits={"j": [ExitReport(1, 0)]}), []),
+    Case("lost Spot rank of a 2-node job -> PREEMPTED + marker, survivor torn down",
+         _job(TWO_SPOT, {"instances": (inst(rank=0),)}), [Rule.LOST_SPOT], State.PREEMPTED, ("i-j-1-0",),
+         "rank 1 (i-j-1-1) gone"),
+    Case("lost on-demand instance -> FAILED (lost)", _job(parts={"instances": ()}), [Rule.LOST], State.FAILED, (),
+         "lost: rank 0 (i-j-1-0) vanished"),
+    Case("an instance in shutting-down/terminated counts as lost",
+         _job(parts={"instances": (inst(state="terminated"),)}), [Rule.LOST], State.FAILED, ()),
+    Case("LAUNCHING Spot attempt reclaimed before its first heartbeat -> PREEMPTED",
+         _job({"state": State.LAUNCHING, "spot": True, "launched": 300}, {"beats": (), "instances": ()}),
+         [Rule.LOST_SPOT], State.PREEMPTED),
+    Case("just launched and not listed yet: not lost", _job({"launched": 30}, {"instances": ()}), []),
+    Case("the agent already reported the preemption: rerun's job",
+         _job({"spot": True}, {"instances": ()}, preempted=[PreemptedMark("j", ago(5), attempt=1)]), []),
+    Case("RUNNING without its limits key -> write it", _job(parts={"limits": ()}), [Rule.LIMITS]),
+    Case("markers disagree with job.json -> repair",
+         _job(parts={"active": {"j": (marker(), marker(state=State.LAUNCHING, attempt=2))}}), [Rule.REPAIR]),
+    Case("terminal job with a stale marker -> repair; its instance is an orphan after the grace",
+         _job({"state": State.SUCCEEDED}, {"instances": (inst(age=601),)}), [Rule.REPAIR, Rule.ORPHAN, Rule.CLEANUP],
+         None, (), "markers disagree"),
+]
+
+
+def _check(case: Case) -> list[Action]:
+    actions = sweep.decide(case.snap, NOW, case.pol)
+    assert [a.rule for a in actions] == case.rules, actions
+    if actions:
+        first = actions[0]
+        assert first.to == case.to
+        assert first.terminate == case.terminate
+        assert case.reason in first.reason
+        assert first.refused is None
+    return actions
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_decide_job_rules(case: Case) -> None:
+    _check(case)
+
+
+def test_transitions_carry_what_the_run_saw() -> None:
+    (action,) = sweep.decide(_job({"nodes": 2}, {"instances": ()}, exits={"j": [ExitReport(0, 0), ExitReport(1, 3)]}),
+                             NOW, POLICY)
+    assert action.expect == {State.RUNNING} and action.expect_attempt == 1 and action.updates == {"exit_code": 3}
+
+
+def test_started_writes_the_jobs_own_limits() -> None:
+    (action,) = sweep.decide(_job({"state": State.LAUNCHING, "nodes": 2, "stall_timeout": 300, "max_runtime": 3600}),
+                             NOW, POLICY)
+    assert action.write_limits == limits(nodes=2, stall=300, cap=3600)
+
+
+def test_lost_spot_marker_names_the_attempt_and_instance() -> None:
+    (action,) = sweep.decide(_job(TWO_SPOT, {"instances": (inst(rank=0),)}), NOW, POLICY)
+    assert action.mark_preempted is not None
+    assert action.mark_preempted["attempt"] == 1 and action.mark_preempted["instance_id"] == "i-j-1-1"
+
+
+# ---- orphans, markers, housekeeping: from listings, no record needed ------------------------------------
+ORPHANS = [
+    Case("managed instance of an unknown/terminal job, past the grace -> terminate",
+         Snapshot(instances=(inst("ghost", age=601),)), [Rule.ORPHAN], None, ("i-ghost-1-0",), "job ghost is not live"),
+    Case("... within the grace (a launch in flight) -> untouched", Snapshot(instances=(inst("ghost", age=599),)), []),
+    Case("instance of a past attempt -> terminate",
+         Snapshot(active={"j": (marker(attempt=2),)}, instances=(inst(attempt=1, age=601),)), [Rule.ORPHAN], None,
+         ("i-j-1-0",), "attempt 1 is not job j's current attempt 2"),
+    Case("managed instance without a job id -> terminate",
+         Snapshot(instances=(inst(None, None, iid="i-x", age=601),)), [Rule.ORPHAN], None, ("i-x",)),
+    Case("unmanaged instance -> never touched", Snapshot(instances=(inst("ghost", managed=False, age=10**6),)), []),
+    Case("termination-protected instance -> never touched",
+         Snapshot(instances=(inst("ghost", protected=True, age=10**6),)), []),
+    Case("instance of the current attempt of a live job -> not an orphan",
+         Snapshot(active={"j": (marker(state=State.LAUNCHING),)}, instances=(inst(age=10**5),)), []),
+    Case("PREEMPTED without its preempted-jobs/ marker -> write it again",
+         Snapshot(active={"j": (marker(state=State.PREEMPTED, since=61),)}), [Rule.REMARK]),
+    Case("... the transition just happened -> wait for the writer",
+         Snapshot(active={"j": (marker(state=State.PREEMPTED, since=5),)}), []),
+    Case("PREEMPTED with its marker -> nothing",
+         snapshot({"active": {"j": (marker(state=State.PREEMPTED, since=61),)}},
+                  preempted=[PreemptedMark("j", ago(60))]), []),
+]
+
+
+@pytest.mark.parametrize("case", ORPHANS, ids=[c.name for c in ORPHANS])
+def test_decide_listing_rules(case: Case) -> None:
+    _check(case)
+
+
+def test_cleanup_deletes_keys_of_ended_jobs_and_past_attempts() -> None:
+    snap = Snapshot(
+        active={"j": (marker(attempt=2),)},
+        beats=(*beats("done", hb=700, out=800), *beats("j", 1, hb=700, out=900), *beats("j", 2),
+               *beats("recent", hb=30)),
+        limits=(limits("j", 1), limits("j", 2), limits("done")),
+        instances=(inst("j", 2),),
+    )
+    actions = sweep.decide(snap, NOW, POLICY)
+    assert {a.job_id: set(a.delete_keys) for a in actions if a.rule == Rule.CLEANUP} == {
+        "done": {keys.heartbeat("done", 1, 0), keys.output_mark("done", 1, 0), limits("done").key},
+        "j": {keys.heartbeat("j", 1, 0), keys.output_mark("j", 1, 0), limits("j", 1).key},
+    }
+
+
+# ---- safety ------------------------------------------------------------------------------------------------
+def _orphans(n: int) -> Snapshot:
+    return Snapshot(instances=tuple(inst(f"ghost{i}", age=601) for i in range(n)))
+
+
+def test_blast_radius_caps_terminations_per_run() -> None:
+    actions = sweep.decide(_orphans(30), NOW, policy(max_terminations_percent=100))
+    assert sum(1 for a in actions if a.refused is None) == 20
+    assert sum(1 for a in sweep.decide(_orphans(30), NOW, POLICY) if a.refused is None) == 15  # 50% of 30
+    refused = [a for a in actions if a.refused]
+    assert len(refused) == 10 and "limit of 20" in (refused[0].refused or "")
+
+
+def test_blast_radius_percent_of_managed_fleet() -> None:
+    snap = _orphans(4)
+    snap = Snapshot(instances=(*snap.instances, *(inst(f"live{i}") for i in range(6))),
+                    active={f"live{i}": (marker(f"live{i}", state=State.LAUNCHING),) for i in range(6)})
+    actions = sweep.decide(snap, NOW, policy(max_terminations_percent=20))
+    assert [a.refused is None for a in actions] == [True, True, False, False]  # 20% of 10 managed
+
+
+def test_blast_radius_lets_a_fleet_of_one_lose_its_orphan_and_force_overrides() -> None:
+    assert [a.refused for a in sweep.decide(_orphans(1), NOW, POLICY)] == [None]
+    assert all(a.refused is None for a in sweep.decide(_orphans(30), NOW, POLICY, force=True))
+    assert all(a.refused for a in sweep.decide(_orphans(3), NOW, policy(max_terminations_per_run=0)))
+
+
+def test_blast_radius_serves_finished_jobs_before_orphans() -> None:
+    snap = _job(exits={"j": [ExitReport(0, 0)]})
+    snap = Snapshot(**{**snap.__dict__, "instances": (*snap.instances, *_orphans(3).instances)})
+    actions = sweep.decide(snap, NOW, policy(max_terminations_per_run=2))
+    assert [(a.rule, a.refused is None) for a in actions] == [
+        (Rule.FINISHED, True), (Rule.ORPHAN, True), (Rule.ORPHAN, False), (Rule.ORPHAN, False)]
+
+
+def test_blast_radius_always_lets_one_multi_node_job_go() -> None:
+    snap = _job({"nodes": 4}, exits={"j": [ExitReport(r, 0) for r in range(4)]})
+    (action,) = sweep.decide(snap, NOW, POLICY)  # 4 > 50% of 4 managed, but the first action is bounded by N only
+    assert action.refused is None and len(action.terminate) == 4
+    (action,) = sweep.decide(snap, NOW, policy(max_terminations_per_run=3))
+    assert action.refused
