@@ -261,8 +261,8 @@ class Agent:
                 if time.monotonic() >= due[name]:
                     try:
                         action(run)
-                    except Exception:  # one failed write must not end the heartbeats
-                        log.warning("background %s failed", name, exc_info=True)
+                    except Exception as exc:  # one failed write must not end the heartbeats
+                        log.warning("background %s failed: %s", name, exc)
                     due[name] = time.monotonic() + every[name]
             self._stop_background.wait(max(0.05, min(due.values()) - time.monotonic()))
 
@@ -324,8 +324,8 @@ class Agent:
             n = self._checkpoints.sync()
             if n:
                 log.info("uploaded %d checkpoint files", n)
-        except Exception:
-            log.warning("checkpoint sync failed; will retry", exc_info=True)
+        except Exception as exc:
+            log.warning("checkpoint sync failed; will retry: %s", exc)
 
     def _finish(self, run: _Run, outcome: Outcome) -> bool:
         ended = datetime.now(UTC)

@@ -1,0 +1,127 @@
+"""The agent core in-process: failures of the registry, the cluster or the job never skip the exit report
+or the power-off. The store is the real in-memory store, wrapped to fail writes the way a network does."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jobplane import keys
+from jobplane.agent import Agent, AgentConfig
+from jobplane.clouds.aws_imds import Ec2Metadata
+from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID
+from jobplane.clouds.memory import MemoryStore
+from jobplane.local.imds import FakeImds, ImdsInstance
+from jobplane.registry import Registry
+from jobplane.spec import JobSpec
+from jobplane.states import State
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class FlakyStore(MemoryStore):
+    """Writes to keys containing a fragment fail (OSError) the given number of times, then succeed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures: dict[str, int] = {}
+        self._flaky_lock = threading.Lock()
+
+    def _maybe_fail(self, key: str) -> None:
+        with self._flaky_lock:
+            for fragment, left in self.failures.items():
+                if fragment in key and left != 0:
+                    self.failures[fragment] = left - 1
+                    raise OSError(f"injected: connection reset writing {key}")
+
+    def put(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> str:
+        self._maybe_fail(key)
+        return super().put(key, data, content_type)
+
+    def put_if_absent(self, key: str, data: bytes, content_type: str = "application/json") -> str:
+        self._maybe_fail(key)
+        return super().put_if_absent(key, data, content_type)
+
+
+@pytest.fixture
+def imds() -> Iterator[FakeImds]:
+    with FakeImds(ImdsInstance("i-core", tags={TAG_JOB_ID: "core-job", TAG_ATTEMPT: "1"})) as fake:
+        yield fake
+
+
+def make_agent(store: FlakyStore, imds: FakeImds, tmp_path: Path, powered: list[str],
+               **overrides: float) -> Agent:
+    config = AgentConfig(ml_root=tmp_path / "ml", log_interval=0.2, heartbeat_interval=0.2,
+                         checkpoint_interval=0.3, poll_interval=0.2, retry_attempts=6, retry_pause=0.01,
+                         **overrides)  # type: ignore[arg-type]
+    return Agent(Registry(store), Ec2Metadata(imds.url), config, power_off=lambda: powered.append("off"))
+
+
+def seed(reg: Registry, run: str, *, attempt: int = 1, cluster: bool = True) -> None:
+    reg.create_job("core-job", JobSpec(instance_type="t3.micro", run=run))
+    reg.transition("core-job", State.LAUNCHING, attempt=attempt)
+    if cluster:
+        reg.put_json(keys.cluster("core-job", attempt), {"hosts": ["10.1.1.1"], "master_addr": "10.1.1.1",
+                                                         "master_port": 29500, "num_nodes": 1})
+
+
+def test_write_failures_are_retried_until_the_report_lands(imds: FakeImds, tmp_path: Path) -> None:
+    store, powered = FlakyStore(), []
+    reg = Registry(store)
+    seed(reg, "for i in 1 2 3; do echo line $i; sleep 0.3; done; exit 7")
+    store.failures = {"/exit.json": 3, "/logs/": 4, "heartbeats/": 2}
+    assert make_agent(store, imds, tmp_path, powered).run() == 0
+    assert reg.get_json(keys.exit_report("core-job", 1, 0))["code"] == 7
+    logs = b"".join(reg.get_bytes(k) for k, _, _ in reg.listing(keys.logs_prefix("core-job", 1, 0))).decode()
+    assert all(f"line {i}" in logs for i in (1, 2, 3))  # no chunk lost to a failed upload
+    assert logs.index("line 1") < logs.index("line 2") < logs.index("line 3")
+    assert store.failures == {"/exit.json": 0, "/logs/": 0, "heartbeats/": 0}
+    assert reg.get_json(keys.heartbeat("core-job", 1, 0))["instance_id"] == "i-core"
+    assert powered == ["off"]
+
+
+def test_a_registry_that_never_recovers_still_powers_off(imds: FakeImds, tmp_path: Path) -> None:
+    store, powered = FlakyStore(), []
+    seed(Registry(store), "echo hi")
+    store.failures = {"jobs/": -1, "heartbeats/": -1}  # every write fails forever
+    assert make_agent(store, imds, tmp_path, powered).run() == 1  # no report could be written
+    assert powered == ["off"]
+
+
+def test_missing_cluster_is_an_agent_error_naming_the_key(imds: FakeImds, tmp_path: Path) -> None:
+    store, powered = FlakyStore(), []
+    reg = Registry(store)
+    seed(reg, "echo never", cluster=False)
+    assert make_agent(store, imds, tmp_path, powered, cluster_timeout=0.5).run() == 0
+    report = reg.get_json(keys.exit_report("core-job", 1, 0))
+    assert report["code"] == 125 and report["reason"] == "exit"
+    assert "attempts/1/cluster.json did not appear" in report["error"]
+    assert powered == ["off"]
+
+
+def test_a_node_of_an_older_attempt_stands_down(imds: FakeImds, tmp_path: Path) -> None:
+    store, powered = FlakyStore(), []
+    reg = Registry(store)
+    seed(reg, "touch ran", attempt=2)  # the job moved on to attempt 2; this VM still says attempt 1
+    assert make_agent(store, imds, tmp_path, powered).run() == 0
+    report = reg.get_json(keys.exit_report("core-job", 1, 0))
+    assert (report["reason"], report["code"]) == ("stopped", None)
+    assert not (tmp_path / "ml" / "code" / "ran").exists()
+    assert powered == ["off"]
+
+
+def test_without_job_tags_the_agent_powers_off_without_running(tmp_path: Path) -> None:
+    store, powered = FlakyStore(), []
+    with FakeImds(ImdsInstance("i-untagged")) as bare:
+        agent = make_agent(store, bare, tmp_path, powered, identity_timeout=0.3)
+        assert agent.run() == 2
+    assert powered == ["off"]
+    assert list(store.list("")) == []
+
+
+def test_intervals_above_the_contract_are_refused() -> None:
+    with pytest.raises(ValueError, match="heartbeat_interval must be > 0 and at most 30"):
+        AgentConfig(heartbeat_interval=45)

@@ -1,0 +1,62 @@
+"""Pure pieces of the agent: paths, cluster parsing, environment, sharding."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jobplane.agent.layout import Cluster, ClusterError, Layout, relative_key, shard, split_uri, user_env
+from jobplane.agent.transfer import safe_path
+from jobplane.spec import JobSpec
+
+
+def test_paths_move_under_a_scratch_root_but_not_on_a_vm(tmp_path: Path) -> None:
+    scratch = Layout(tmp_path)
+    assert scratch.local("/opt/ml/checkpoints") == tmp_path / "checkpoints"
+    assert scratch.local("/data/ckpt") == tmp_path / "fs" / "data" / "ckpt"
+    assert Layout(Path("/opt/ml")).local("/data/ckpt") == Path("/data/ckpt")
+    assert scratch.resource_config == tmp_path / "input" / "config" / "resourceconfig.json"
+
+
+def test_cluster_json_must_include_this_node() -> None:
+    body = {"hosts": ["10.0.0.1", "10.0.0.2"], "master_addr": "10.0.0.1", "master_port": 29500, "num_nodes": 2}
+    assert Cluster.parse(body, 1).hosts == ("10.0.0.1", "10.0.0.2")
+    with pytest.raises(ClusterError, match="rank 2 is outside 0..1"):
+        Cluster.parse(body, 2)
+    with pytest.raises(ClusterError, match="hosts has 2 entries but num_nodes is 3"):
+        Cluster.parse({**body, "num_nodes": 3}, 0)
+    with pytest.raises(ClusterError, match="missing or malformed"):
+        Cluster.parse({"master_port": 1}, 0)
+
+
+def test_user_env_ours_win_and_channels_are_named_like_sagemaker(tmp_path: Path) -> None:
+    spec = JobSpec(instance_type="t3.micro", run="x", env={"NODE_RANK": "99", "LR": "0.1"},
+                   inputs={"train-set": {"uri": "s3://b/p"}})
+    cluster = Cluster(("10.0.0.1", "10.0.0.2"), "10.0.0.1", 29500, 2, "g5.xlarge")
+    env = user_env(spec=spec, job_id="j", attempt=3, rank=1, cluster=cluster, layout=Layout(tmp_path),
+                   num_gpus=4, num_cpus=8, base={"PATH": "/bin", "LR": "base"})
+    assert env["NODE_RANK"] == "1" and env["LR"] == "0.1" and env["PATH"] == "/bin"
+    assert env["SM_CHANNEL_TRAIN_SET"] == str(tmp_path / "input" / "data" / "train-set")
+    assert json.loads(env["SM_CHANNELS"]) == ["train-set"]
+    assert env["SM_CURRENT_HOST"] == "10.0.0.2" and env["SM_NUM_GPUS"] == "4"
+    assert json.loads(env["SM_RESOURCE_CONFIG"])["current_instance_type"] == "g5.xlarge"
+
+
+def test_sharding_deals_every_key_to_exactly_one_rank() -> None:
+    keys = [f"k{i:02d}" for i in range(11)]
+    shards = [shard(list(reversed(keys)), r, 3) for r in range(3)]
+    assert sorted(k for s in shards for k in s) == keys
+    assert shards[1] == ["k01", "k04", "k07", "k10"]
+
+
+def test_uris_and_keys() -> None:
+    assert split_uri("s3://bucket/a/b") == ("bucket", "a/b")
+    assert split_uri("gs://bucket") == ("bucket", "")
+    with pytest.raises(ValueError, match="not a bucket URI"):
+        split_uri("/local/path")
+    assert relative_key("data/train/x/y.csv", "data/train") == "x/y.csv"
+    assert relative_key("data/vocab.txt", "data/vocab.txt") == "vocab.txt"
+    with pytest.raises(ValueError, match="outside"):
+        safe_path(Path("/tmp/d"), "../etc/passwd")
