@@ -28,3 +28,4 @@ pytest: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/jobplane validate examples/*.yaml
+	$(BIN)/python -m jobplane.local.demo

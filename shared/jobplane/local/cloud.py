@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import urllib.request
+import warnings
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -24,7 +25,7 @@ from typing import Any
 from jobplane import keys
 from jobplane.local.control import STATE_FILE, ControlServer
 
-log = logging.getLogger("jobplane.local")
+log = logging.getLogger("local-cloud")  # not under "jobplane": the functions' Powertools Logger owns that
 
 REGION = "us-east-1"
 BUCKET = "jobplane-local"
@@ -189,6 +190,8 @@ class LocalCloud:
 def up(state_dir: Path, port: int, tick: float) -> None:
     """Run until SIGINT/SIGTERM, then leave nothing behind."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout)
+    logging.getLogger("botocore").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message="No application metrics to publish")
     cloud = LocalCloud(state_dir, port=port, tick=tick)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

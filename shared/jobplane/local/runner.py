@@ -31,7 +31,7 @@ from jobplane.clouds.aws_local import LocalAws, RawInstance
 from jobplane.clouds.base import TAG_JOB_ID, TAG_RANK
 from jobplane.local.imds import FakeImds, ImdsInstance
 
-log = logging.getLogger("jobplane.local")
+log = logging.getLogger("local-cloud")  # not under "jobplane": the functions' Powertools Logger owns that
 
 POWER_COMMANDS = ("shutdown", "poweroff", "halt")
 SHIM = """#!/bin/sh
@@ -43,6 +43,9 @@ printf '%s %s %s\\n' "$(date +%s)" "{name}" "$*" >> "$log"
 # A user-data that names a power command by absolute path would bypass the shims: refuse to run it.
 UNSAFE = re.compile(r"(/s?bin/(shutdown|poweroff|halt|reboot)\b|systemctl\s+(poweroff|halt|reboot)|\binit\s+[06]\b)")
 GONE = ("shutting-down", "terminated", "stopping", "stopped")
+# The agent's loops, tightened so a demo sees logs, heartbeats and checkpoints within seconds.
+AGENT_ENV = {"JOBPLANE_AGENT_LOG_INTERVAL": "2", "JOBPLANE_AGENT_HEARTBEAT_INTERVAL": "5",
+             "JOBPLANE_AGENT_CHECKPOINT_INTERVAL": "5", "JOBPLANE_AGENT_POLL_INTERVAL": "1"}
 KILL_GRACE = 2.0  # SIGTERM, then SIGKILL: what an OS shutdown does to stragglers, only faster
 
 
@@ -188,7 +191,7 @@ class InstanceRunner:
             return
         script = root / "user-data"
         script.write_text(user_data)
-        env = {**self.instance_env, "HOME": str(root / "home"), "TMPDIR": str(root / "tmp"),
+        env = {**self.instance_env, **AGENT_ENV, "HOME": str(root / "home"), "TMPDIR": str(root / "tmp"),
                "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url, "JOBPLANE_ML_ROOT": str(root / "opt" / "ml"),
                "JOBPLANE_LOCAL_POWER_LOG": str(root / "power.log"), "JOBPLANE_LOCAL_INSTANCE": raw.id,
                "JOBPLANE_LOCAL_CLOUD": self.cloud_id,

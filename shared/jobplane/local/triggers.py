@@ -24,7 +24,7 @@ from typing import Any
 from jobplane import keys
 from jobplane.registry import Registry
 
-log = logging.getLogger("jobplane.local")
+log = logging.getLogger("local-cloud")  # not under "jobplane": the functions' Powertools Logger owns that
 
 SCHEDULED = ("launcher", "sweeper", "rerun", "uptime_cap")  # the cron rules of the AWS stack
 EC2_ROUTES = {  # detail-type -> function, as the stack's EventBridge rules route them

@@ -1,0 +1,197 @@
+"""`make demo`: the whole lifecycle on one machine, checked. Exit 0 only if every check passes.
+
+Starts `jobplane local up` as its own process, submits examples/demo.yaml with examples/train as code,
+follows the logs, prints `jobplane ls --all`, then checks: the job SUCCEEDED, logs and checkpoints are
+in the bucket, no instance is left running, and after the local cloud stops no process or port remains.
+
+    python -m jobplane.local.demo [--state-dir DIR] [--timeout SECONDS]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jobplane import keys
+from jobplane.local.control import STATE_FILE
+from jobplane.local.runner import marked_pids
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+class CloudProcess:
+    """`jobplane local up` in a child process: what a user runs in their first shell (tests use it too)."""
+
+    def __init__(self, state_dir: Path, tick: float = 1.0) -> None:
+        self.state_dir = state_dir
+        self.tick = tick
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.state: dict[str, Any] = {}
+
+    def start(self, timeout: float = 60) -> CloudProcess:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"}
+        with (self.state_dir / "local-cloud.log").open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "jobplane.cli", "local", "up", "--port", "0", "--tick", str(self.tick),
+                 "--state-dir", str(self.state_dir)], stdout=out, stderr=subprocess.STDOUT, env=env,
+                stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while not (self.state_dir / STATE_FILE).exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the local cloud did not start; see {self.state_dir / 'local-cloud.log'}")
+            time.sleep(0.2)
+        self.state = json.loads((self.state_dir / STATE_FILE).read_text())
+        return self
+
+    @property
+    def env(self) -> dict[str, str]:
+        exported = {k: str(v) for k, v in self.state.items() if k.isupper()}
+        return {**os.environ, **exported, "JOBPLANE_LOCAL_STATE": str(self.state_dir)}
+
+    def cli(self, *args: str, timeout: float = 60, echo: bool = False) -> subprocess.CompletedProcess[str]:
+        """Run `jobplane ARGS` as a user in the second shell would."""
+        cmd = [sys.executable, "-m", "jobplane.cli", *args]
+        if echo:
+            print(f"$ jobplane {' '.join(args)}", flush=True)
+            return subprocess.run(cmd, env=self.env, text=True, timeout=timeout, stdout=None, stderr=None, cwd=REPO)
+        return subprocess.run(cmd, env=self.env, text=True, timeout=timeout, capture_output=True, cwd=REPO)
+
+    def registry(self) -> Any:
+        os.environ.update({k: v for k, v in self.env.items() if k.startswith("AWS_")})
+        from jobplane.clouds.s3 import S3Store
+        from jobplane.registry import Registry
+
+        return Registry(S3Store(self.state["JOBPLANE_BUCKET"]))
+
+    def instances(self, managed_only: bool = True) -> list[Any]:
+        os.environ.update({k: v for k, v in self.env.items() if k.startswith("AWS_")})
+        from jobplane.clouds.aws_local import LocalAws
+
+        return LocalAws(self.state["AWS_REGION"]).instances(managed_only)
+
+    def stop(self, timeout: float = 30) -> int | None:
+        """SIGTERM, as Ctrl-C would; SIGKILL only if it hangs."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def leftovers(self) -> list[str]:
+        """Anything the local cloud started that is still alive: instance processes, moto, its port."""
+        found = [f"instance process {pid}" for pid in marked_pids(f"JOBPLANE_LOCAL_CLOUD={self.state.get('cloud_id')}")]
+        for name in ("pid", "moto_pid"):
+            pid = self.state.get(name)
+            if pid and Path(f"/proc/{pid}").exists() and "zombie" not in _proc_state(pid):
+                found.append(f"{name} {pid}")
+        url = str(self.state.get("AWS_ENDPOINT_URL", ""))
+        if url:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", int(url.rsplit(":", 1)[1]))) == 0:
+                    found.append(f"port {url}")
+        return found
+
+
+def _proc_state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split("\n")[0].lower()
+    except (OSError, IndexError):
+        return "zombie"
+
+
+@dataclass
+class Demo:
+    cloud: CloudProcess
+    timeout: float
+    results: list[tuple[str, bool, str]] = field(default_factory=list)
+
+    def check(self, name: str, ok: bool, detail: str = "") -> bool:
+        self.results.append((name, ok, detail))
+        print(f"{'PASS' if ok else 'FAIL'}  {name}" + (f"  ({detail})" if detail else ""), flush=True)
+        return ok
+
+    def submit(self, spec: str, code: str) -> str:
+        done = self.cloud.cli("submit", spec, "--code", code)
+        if done.returncode != 0:
+            raise RuntimeError(f"submit failed: {done.stderr.strip()}")
+        job_id = done.stdout.strip().splitlines()[-1]
+        print(f"$ jobplane submit {spec} --code {code}\n{job_id}", flush=True)
+        return job_id
+
+    def happy_path(self) -> None:
+        job_id = self.submit("examples/demo.yaml", "examples/train")
+        try:
+            self.cloud.cli("logs", job_id, "-f", timeout=self.timeout, echo=True)
+        except subprocess.TimeoutExpired:
+            self.check("job finished in time", False, f"still running after {self.timeout:.0f}s")
+        self.cloud.cli("ls", "--all", echo=True)
+        reg = self.cloud.registry()
+        record = reg.job(job_id)
+        self.check("job SUCCEEDED", record.state == "SUCCEEDED", f"{record.state} {record.reason or ''}".strip())
+        logs = [k for k, _, _ in reg.listing(keys.logs_prefix(job_id))]
+        self.check("logs in the bucket", bool(logs), f"{len(logs)} chunks under {keys.logs_prefix(job_id)}")
+        ckpts = [k for k, _, _ in reg.listing(keys.checkpoints_prefix(job_id))]
+        self.check("checkpoints in the bucket", bool(ckpts),
+                   f"{len(ckpts)} files under {keys.checkpoints_prefix(job_id)}")
+        self.check("no instance left running", wait_for_no_instances(self.cloud, 30))
+
+    def finish(self) -> int:
+        code = self.cloud.stop()
+        self.check("local cloud stopped cleanly", code == 0, f"exit code {code}")
+        left = self.cloud.leftovers()
+        self.check("no process or port left behind", not left, ", ".join(left))
+        failed = [name for name, ok, _ in self.results if not ok]
+        print(("demo FAILED: " + "; ".join(failed)) if failed else "demo passed", flush=True)
+        return 1 if failed else 0
+
+
+def wait_for_no_instances(cloud: CloudProcess, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while any(i.state in ("pending", "running") for i in cloud.instances()):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(1)
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jobplane.local.demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--state-dir", type=Path, help="default: a fresh temporary directory")
+    parser.add_argument("--timeout", type=float, default=150, help="seconds the job may take")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    state_dir = args.state_dir or Path(tempfile.mkdtemp(prefix="jobplane-demo-"))
+    print(f"starting the local cloud (state in {state_dir}) ...", flush=True)
+    cloud = CloudProcess(state_dir)
+    demo = Demo(cloud, args.timeout)
+    try:
+        cloud.start()
+        print(f"local cloud up at {cloud.state['AWS_ENDPOINT_URL']}", flush=True)
+        demo.happy_path()
+    except Exception as exc:  # the demo reports, never hides, a failure
+        demo.check("demo ran", False, f"{type(exc).__name__}: {exc}")
+    finally:
+        code = demo.finish()
+    print(f"demo took {time.monotonic() - started:.0f}s", flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
