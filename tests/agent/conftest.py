@@ -101,19 +101,24 @@ class World:
         if code is not None:
             self.reg.store.put(self.reg.key(keys.code_bundle(job_id)), tarball(code))
 
-    def start(self, job_id: str, rank: int = 0, extra: list[str] | None = None) -> Node:
+    def start(self, job_id: str, rank: int = 0, extra: list[str] | None = None,
+              env_only: dict[str, str] | None = None) -> Node:
+        """One agent with flags; or, given env_only, configured by environment alone, as the bootstrap
+        script and the local cloud start it (`python3 -m jobplane.agent`, no flags)."""
         imds = FakeImds(ImdsInstance(f"i-{job_id[:8]}{rank:08x}", launch_index=rank, tags={
             TAG_JOB_ID: job_id, TAG_ATTEMPT: "1", TAG_MANAGED: "true"}))
         imds.start()
         ml_root = self.tmp / f"node{rank}"
         console = self.tmp / f"console{rank}.log"
         env = {**os.environ, "PATH": self.path, "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url}
+        args = ["--cloud", "aws", "--bucket", BUCKET, "--root", ROOT, "--region", "us-east-1",
+                "--ml-root", str(ml_root), "--poweroff-cmd", self.poweroff_cmd, *FAST, *(extra or [])]
+        if env_only is not None:
+            env.update({"JOBPLANE_ML_ROOT": str(ml_root), "JOBPLANE_POWEROFF_CMD": self.poweroff_cmd, **env_only})
+            args = []
         with console.open("wb") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "jobplane.agent", "--cloud", "aws", "--bucket", BUCKET, "--root", ROOT,
-                 "--region", "us-east-1", "--ml-root", str(ml_root), "--poweroff-cmd", self.poweroff_cmd,
-                 *FAST, *(extra or [])],
-                env=env, stdout=out, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen([sys.executable, "-m", "jobplane.agent", *args],
+                                    env=env, stdout=out, stderr=subprocess.STDOUT)
         node = Node(proc, imds, ml_root, console)
         self.nodes.append(node)
         return node

@@ -10,7 +10,7 @@ import boto3
 import pytest
 
 from jobplane import keys
-from tests.agent.conftest import World, console_of, json_line, wait_for
+from tests.agent.conftest import ROOT, World, console_of, json_line, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -159,3 +159,15 @@ def test_two_nodes_each_see_their_rank_cluster_and_shard(world: World) -> None:
         report = world.json(keys.exit_report("two-node", 1, rank))
         assert (report["code"], report["reason"]) == (0, "exit")
     assert world.poweroff_log.read_text().count("-h now") == 2
+
+
+def test_agent_configured_by_environment_like_the_bootstrap_starts_it(world: World) -> None:
+    world.seed("env-job", {"run": 'echo "hello from $JOBPLANE_JOB_ID attempt $JOBPLANE_ATTEMPT"'})
+    node = world.start("env-job", env_only={
+        "JOBPLANE_CLOUD": "aws", "JOBPLANE_BUCKET": "jobplane-agent-test", "JOBPLANE_ROOT": ROOT,
+        "JOBPLANE_REGION": "", "JOBPLANE_JOB_ID": "env-job", "JOBPLANE_ATTEMPT": "1",
+        "JOBPLANE_AGENT_LOG_INTERVAL": "0.3", "JOBPLANE_AGENT_POLL_INTERVAL": "0.3"})
+    assert node.wait() == 0, console_of(node)
+    assert "hello from env-job attempt 1" in world.logs("env-job")
+    assert world.json(keys.exit_report("env-job", 1, 0))["code"] == 0
+    assert world.poweroff_log.exists()

@@ -4,7 +4,7 @@ Every flag falls back to an environment variable, so the local cloud can tune an
 through the unchanged bootstrap script:
   --cloud            JOBPLANE_CLOUD (aws)            --bucket  JOBPLANE_BUCKET (required)
   --root             JOBPLANE_ROOT ("")              --region  JOBPLANE_REGION / AWS_REGION
-  --job, --attempt   (else the instance's jobplane:job-id / jobplane:attempt tags)
+  --job, --attempt   JOBPLANE_JOB_ID, JOBPLANE_ATTEMPT (else the instance's jobplane:job-id / :attempt tags)
   --ml-root          JOBPLANE_ML_ROOT (/opt/ml)
   --poweroff-cmd     JOBPLANE_POWEROFF_CMD ("shutdown -h now": on a VM that terminates it)
   --metadata-url     (else AWS_EC2_METADATA_SERVICE_ENDPOINT on EC2)
@@ -43,8 +43,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--bucket", default=env("JOBPLANE_BUCKET"), help="registry bucket")
     p.add_argument("--root", default=env("JOBPLANE_ROOT", ""), help="registry root prefix in the bucket")
     p.add_argument("--region", default=env("JOBPLANE_REGION") or env("AWS_REGION"))
-    p.add_argument("--job", help="job id (default: the instance's jobplane:job-id tag)")
-    p.add_argument("--attempt", type=int, help="attempt (default: the instance's jobplane:attempt tag)")
+    p.add_argument("--job", default=env("JOBPLANE_JOB_ID") or None,
+                   help="job id (default: $JOBPLANE_JOB_ID, else the instance's jobplane:job-id tag)")
+    p.add_argument("--attempt", type=int, default=env("JOBPLANE_ATTEMPT") or None,
+                   help="attempt (default: $JOBPLANE_ATTEMPT, else the instance's jobplane:attempt tag)")
     p.add_argument("--ml-root", type=Path, default=Path(env("JOBPLANE_ML_ROOT", "/opt/ml")),
                    help="SageMaker-style root; spec paths under /opt/ml move under it")
     p.add_argument("--poweroff-cmd", default=env("JOBPLANE_POWEROFF_CMD", DEFAULT_POWEROFF),
