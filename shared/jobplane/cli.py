@@ -259,8 +259,8 @@ def load_rows(reg: Registry, include_done: bool) -> list[dict[str, Any]]:
             continue  # finished between the listing and the read
     if include_done:
         for key, modified, _ in reg.listing(keys.REJECTED):
-            if key.endswith(".error.json"):
-                job_id = key.removeprefix(keys.REJECTED).removesuffix(".error.json")
+            job_id = key.removeprefix(keys.REJECTED).removesuffix(".error.json")
+            if key.endswith(".error.json") and job_id not in ids:  # a recorded INVALID job shows once
                 rows.append(rejected_row(job_id, reg.get_json(key), modified, now))
     return sorted(rows, key=lambda r: r["age"], reverse=True)
 

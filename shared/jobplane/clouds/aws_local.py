@@ -33,10 +33,11 @@ class RawInstance:
 
 
 class LocalAws:
-    def __init__(self, region: str) -> None:
+    def __init__(self, region: str, endpoint: str | None = None) -> None:
+        """endpoint: the moto server (else AWS_ENDPOINT_URL); explicit, so tests need not touch os.environ."""
         self.region = region
-        self.ec2: Any = boto3.client("ec2", region_name=region)
-        self.s3: Any = boto3.client("s3", region_name=region)
+        self.ec2: Any = boto3.client("ec2", region_name=region, endpoint_url=endpoint)
+        self.s3: Any = boto3.client("s3", region_name=region, endpoint_url=endpoint)
 
     def create_bucket(self, name: str) -> None:
         with contextlib.suppress(self.s3.exceptions.BucketAlreadyOwnedByYou):

@@ -68,18 +68,19 @@ class CloudProcess:
             return subprocess.run(cmd, env=self.env, text=True, timeout=timeout, stdout=None, stderr=None, cwd=REPO)
         return subprocess.run(cmd, env=self.env, text=True, timeout=timeout, capture_output=True, cwd=REPO)
 
+    def aws(self) -> Any:
+        from jobplane.clouds.aws_local import LocalAws
+
+        return LocalAws(self.state["AWS_REGION"], self.state["AWS_ENDPOINT_URL"])
+
     def registry(self) -> Any:
-        os.environ.update({k: v for k, v in self.env.items() if k.startswith("AWS_")})
         from jobplane.clouds.s3 import S3Store
         from jobplane.registry import Registry
 
-        return Registry(S3Store(self.state["JOBPLANE_BUCKET"]))
+        return Registry(S3Store(self.state["JOBPLANE_BUCKET"], self.aws().s3))
 
     def instances(self, managed_only: bool = True) -> list[Any]:
-        os.environ.update({k: v for k, v in self.env.items() if k.startswith("AWS_")})
-        from jobplane.clouds.aws_local import LocalAws
-
-        return LocalAws(self.state["AWS_REGION"]).instances(managed_only)
+        return list(self.aws().instances(managed_only))
 
     def stop(self, timeout: float = 30) -> int | None:
         """SIGTERM, as Ctrl-C would; SIGKILL only if it hangs."""

@@ -1,0 +1,44 @@
+"""One local cloud (`jobplane local up` in a child process) per test module; stopped, and checked to have
+left nothing behind, in the fixture's finalizer."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from jobplane.local.demo import CloudProcess
+
+
+@pytest.fixture(scope="module")
+def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CloudProcess]:
+    proc = CloudProcess(tmp_path_factory.mktemp("local-cloud"))
+    try:
+        proc.start()
+        yield proc
+    finally:
+        code = proc.stop()
+        left = proc.leftovers()
+        assert not left, f"the local cloud left {left} behind"
+        assert code == 0, f"local up exited {code}; see {proc.state_dir / 'local-cloud.log'}"
+
+
+def wait_for(what: str, check: Callable[[], object], timeout: float, every: float = 0.5) -> object:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(every)
+
+
+def write_spec(directory: Path, name: str, run: str, **extra: str) -> Path:
+    lines = [f"name: {name}", "instance_type: t3.micro", "spot: true", f"run: {run}",
+             *(f"{k}: {v}" for k, v in extra.items())]
+    path = directory / f"{name}.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path

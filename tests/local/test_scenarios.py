@@ -1,0 +1,72 @@
+"""Scenarios on the local cloud: real moto, real bootstrap and agent processes, the real handlers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jobplane import keys
+from jobplane.local.demo import Demo, wait_for_no_instances
+from jobplane.local.runner import marked_pids
+from jobplane.states import State
+from tests.local.conftest import wait_for, write_spec
+
+pytestmark = pytest.mark.scenario
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(240)
+def test_demo_happy_path(cloud):
+    demo = Demo(cloud, timeout=150)
+    demo.happy_path()
+    failed = [(name, detail) for name, ok, detail in demo.results if not ok]
+    assert not failed
+
+
+@pytest.mark.timeout(120)
+def test_invalid_spec_dropped_into_queue_is_rejected_and_listed_invalid(cloud):
+    reg = cloud.registry()
+    # `aws s3 cp bad.yaml s3://BUCKET/queue/bad-drop.yaml`: no CLI validation in the way
+    reg.store.put(keys.queue_entry("bad-drop"), b"name: bad\ninstance_type: t3.micro\nnum_nodes: 0\n")
+    wait_for("rejected/bad-drop.error.json",
+             lambda: any(k == keys.rejected_error("bad-drop") for k, _, _ in reg.listing(keys.REJECTED)), 60)
+    assert [k for k, _, _ in reg.listing(keys.QUEUE) if "bad-drop" in k] == []
+    assert keys.rejected_spec("bad-drop") in [k for k, _, _ in reg.listing(keys.REJECTED)]
+
+    listed = cloud.cli("ls", "--all", "--json")
+    assert listed.returncode == 0, listed.stderr
+    row = next(r for r in json.loads(listed.stdout) if r["id"] == "bad-drop")
+    assert row["state"] == "INVALID"
+    assert "num_nodes" in row["reason"] and "run" in row["reason"]
+    table = cloud.cli("ls", "--all")
+    assert "bad-drop" in table.stdout and "INVALID" in table.stdout
+
+
+@pytest.mark.timeout(180)
+def test_cancel_running_job_ends_cancelled_with_its_process_gone(cloud, tmp_path):
+    spec = write_spec(tmp_path, "long-run", "python3 train.py --steps 100000 --sleep 0.05")
+    submitted = cloud.cli("submit", str(spec), "--code", str(REPO / "examples" / "train"))
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip().splitlines()[-1]
+    reg = cloud.registry()
+    wait_for("the job to run", lambda: reg.job(job_id).state == State.RUNNING, 90)
+    instance_id = reg.job(job_id).instances[0]
+    marker = f"JOBPLANE_LOCAL_INSTANCE={instance_id}"
+    wait_for("the training process", lambda: len(marked_pids(marker)) >= 2, 30)
+
+    cancelled = cloud.cli("cancel", job_id)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert "CANCELLED" in cancelled.stdout
+    assert reg.job(job_id).state == State.CANCELLED
+
+    wait_for("every process of the instance to end", lambda: not marked_pids(marker), 90)
+    assert wait_for_no_instances(cloud, 30)
+    exit_report = reg.get_json(keys.exit_report(job_id, 1, 0))
+    assert exit_report["reason"] == "stopped"
+    assert reg.job(job_id).state == State.CANCELLED  # nothing moved it on afterwards
+
+    again = cloud.cli("cancel", job_id)
+    assert again.returncode == 1 and "already CANCELLED" in again.stderr
+    assert "Traceback" not in again.stderr
