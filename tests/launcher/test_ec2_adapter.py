@@ -1,0 +1,174 @@
+"""Ec2Compute against moto: every RunInstances parameter, error mapping, listing and guarded terminate."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from jobplane.clouds.aws import Ec2Compute, client_token
+from jobplane.clouds.base import CapacityError, LaunchRejected, LaunchRequest
+from jobplane.policy import AwsPlacement
+from tests.launcher.conftest import REGION, Cloud
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def request(cloud: Cloud, **over: object) -> LaunchRequest:
+    fields: dict[str, object] = dict(
+        job_id="train-1", attempt=2, num_nodes=2, instance_type="g5.xlarge", zone="us-east-1b",
+        image=cloud.image, spot=True, user_data="#!/bin/bash\necho hi\n", max_runtime=3600, disk_gb=150,
+        owner="alice", labels=(("team", "vision"),),
+    )
+    fields.update(over)
+    return LaunchRequest(**fields)  # type: ignore[arg-type]
+
+
+def profile(cloud: Cloud, name: str) -> str:
+    import boto3
+
+    iam = boto3.client("iam", region_name=REGION)
+    return str(iam.create_instance_profile(InstanceProfileName=name)["InstanceProfile"]["Arn"])
+
+
+def placement(cloud: Cloud, zone: str = "us-east-1b") -> AwsPlacement:
+    ec2 = cloud.ec2
+    subnet = next(s["SubnetId"] for s in ec2.describe_subnets()["Subnets"] if s["AvailabilityZone"] == zone)
+    sg = ec2.create_security_group(GroupName="jobplane-vms", Description="vms")["GroupId"]
+    profile_arn = profile(cloud, "jobplane-vm")
+    return AwsPlacement(instance_profile=profile_arn, subnets=[subnet], security_groups=[sg],
+                        placement_group="jobplane-cluster", key_name="ops")
+
+
+def test_run_instances_parameters(cloud: Cloud) -> None:
+    cloud.ec2.create_key_pair(KeyName="ops")
+    policy = placement(cloud)
+    compute = Ec2Compute(policy, REGION, cloud.ec2)
+    req = request(cloud)
+
+    launched = compute.launch(req)
+
+    # one call, all or nothing
+    assert len(cloud.calls.run_instances) == 1
+    sent = cloud.calls.run_instances[0]
+    assert sent["MinCount"] == sent["MaxCount"] == 2
+    assert sent["InstanceMarketOptions.MarketType"] == "spot"
+    assert sent["InstanceMarketOptions.SpotOptions.SpotInstanceType"] == "one-time"
+    assert sent["InstanceMarketOptions.SpotOptions.InstanceInterruptionBehavior"] == "terminate"
+    assert sent["MetadataOptions.HttpTokens"] == "required"
+    assert sent["MetadataOptions.InstanceMetadataTags"] == "enabled"
+    assert sent["InstanceInitiatedShutdownBehavior"] == "terminate"
+    assert sent["Placement.GroupName"] == "jobplane-cluster"  # moto drops it, so check the request
+    assert sent["SubnetId"] == policy.subnets[0] and "Placement.AvailabilityZone" not in sent
+    assert sent["ClientToken"] == client_token(req, policy.subnets[0]) and len(sent["ClientToken"]) <= 64
+    assert sent["IamInstanceProfile.Arn"] == policy.instance_profile
+    assert sent["KeyName"] == "ops"
+    assert sent["BlockDeviceMapping.1.Ebs.VolumeSize"] == 150
+    assert sent["BlockDeviceMapping.1.DeviceName"] == "/dev/sda1"  # the AMI's root device
+
+    # what EC2 (moto) made of it
+    assert [i.rank for i in launched] == [0, 1]
+    raw = {i["InstanceId"]: i for i in cloud.instances()}
+    assert set(raw) == {i.id for i in launched}
+    for inst in launched:
+        r = raw[inst.id]
+        assert r["InstanceType"] == "g5.xlarge" and r["ImageId"] == cloud.image
+        assert r["InstanceLifecycle"] == "spot" and inst.spot
+        assert r["SubnetId"] == policy.subnets[0] and inst.zone == "us-east-1b"
+        assert [g["GroupId"] for g in r["SecurityGroups"]] == policy.security_groups
+        assert r["MetadataOptions"]["HttpTokens"] == "required"
+        assert r["MetadataOptions"]["InstanceMetadataTags"] == "enabled"
+        assert inst.private_ip == r["PrivateIpAddress"]
+        tags = {t["Key"]: t["Value"] for t in r["Tags"]}
+        assert tags == {"jobplane:managed": "true", "jobplane:job-id": "train-1", "jobplane:attempt": "2",
+                        "jobplane:owner": "alice", "Name": "jobplane-train-1-2", "team": "vision"}
+        assert all(" " not in k and "/" not in k for k in tags)  # IMDS tag access forbids these in keys
+        user_data = cloud.ec2.describe_instance_attribute(InstanceId=inst.id, Attribute="userData")
+        assert base64.b64decode(user_data["UserData"]["Value"]).decode() == req.user_data
+        volumes = cloud.ec2.describe_volumes(Filters=[{"Name": "attachment.instance-id", "Values": [inst.id]}])
+        vol_tags = {t["Key"]: t["Value"] for v in volumes["Volumes"] for t in v.get("Tags", [])}
+        assert vol_tags["jobplane:managed"] == "true" and vol_tags["jobplane:job-id"] == "train-1"
+
+
+def test_single_node_on_demand_default_vpc(cloud: Cloud) -> None:
+    profile(cloud, "vm-profile")
+    compute = Ec2Compute(AwsPlacement(placement_group="jobplane-cluster", instance_profile="vm-profile"),
+                         REGION, cloud.ec2)
+    compute.launch(request(cloud, num_nodes=1, spot=False, zone="us-east-1c"))
+    sent = cloud.calls.run_instances[0]
+    assert "Placement.GroupName" not in sent  # a cluster placement group only for multi-node jobs
+    assert "InstanceMarketOptions.MarketType" not in sent
+    assert sent["Placement.AvailabilityZone"] == "us-east-1c" and "SubnetId" not in sent
+    assert sent["IamInstanceProfile.Name"] == "vm-profile"
+    (inst,) = cloud.instances()
+    assert inst["Placement"]["AvailabilityZone"] == "us-east-1c" and "InstanceLifecycle" not in inst
+
+
+def test_client_token_is_deterministic_bounded_and_per_candidate(cloud: Cloud) -> None:
+    long = request(cloud, job_id="j" + "x" * 62, attempt=123)
+    assert client_token(long, "subnet-1") == client_token(long, "subnet-1")
+    assert len(client_token(long, "subnet-1")) <= 64 and client_token(long, "subnet-1").isascii()
+    assert client_token(long, "subnet-1") != client_token(long, "subnet-2")
+    assert client_token(long, None) != client_token(request(cloud, job_id=long.job_id, attempt=124), None)
+
+
+@pytest.mark.parametrize("code", ["InsufficientInstanceCapacity", "SpotMaxPriceTooLow", "Unsupported",
+                                  "MaxSpotInstanceCountExceeded", "InsufficientFreeAddressesInSubnet"])
+def test_capacity_codes_raise_capacity_error(cloud: Cloud, code: str) -> None:
+    cloud.calls.no_capacity.add(("g5.xlarge", None))
+    cloud.calls.error_code = code
+    with pytest.raises(CapacityError) as err:
+        cloud.compute.launch(request(cloud))
+    assert err.value.code == code
+    assert cloud.instances() == []
+
+
+def test_bad_image_is_rejected_not_retried(cloud: Cloud) -> None:
+    with pytest.raises(LaunchRejected) as err:
+        cloud.compute.launch(request(cloud, image="ami-00000000deadbeef"))
+    assert err.value.code.startswith("InvalidAMIID")
+    assert cloud.calls.run_instances == []
+
+
+def test_other_client_errors_are_rejections(cloud: Cloud) -> None:
+    cloud.calls.no_capacity.add(("g5.xlarge", None))
+    cloud.calls.error_code = "InvalidParameterValue"
+    with pytest.raises(LaunchRejected):
+        cloud.compute.launch(request(cloud))
+
+
+def test_zone_without_policy_subnet_is_rejected(cloud: Cloud) -> None:
+    compute = Ec2Compute(placement(cloud, "us-east-1a"), REGION, cloud.ec2)
+    with pytest.raises(LaunchRejected) as err:
+        compute.launch(request(cloud, zone="us-east-1b"))
+    assert err.value.code == "NoSubnetInZone" and "us-east-1b" in str(err.value)
+
+
+def test_list_managed_maps_fields_and_skips_unmanaged_and_terminated(cloud: Cloud) -> None:
+    launched = cloud.compute.launch(request(cloud))
+    gone = cloud.compute.launch(request(cloud, job_id="old", num_nodes=1, spot=False))
+    cloud.ec2.run_instances(ImageId=cloud.image, MinCount=1, MaxCount=1)  # not ours
+    cloud.ec2.terminate_instances(InstanceIds=[gone[0].id])
+
+    listed = sorted(cloud.compute.list_managed(), key=lambda i: i.rank or 0)
+
+    assert [i.id for i in listed] == [i.id for i in launched]
+    first = listed[0]
+    assert first.managed and first.job_id == "train-1" and first.attempt == 2 and first.rank == 0
+    assert first.spot and first.zone == "us-east-1b" and first.instance_type == "g5.xlarge"
+    assert first.state in ("pending", "running") and first.launched_at.tzinfo is not None
+    assert ("jobplane:owner", "alice") in first.tags
+
+
+def test_terminate_only_managed_unprotected(cloud: Cloud) -> None:
+    ours = cloud.compute.launch(request(cloud, num_nodes=2))
+    protected = ours[1].id
+    cloud.ec2.modify_instance_attribute(InstanceId=protected, DisableApiTermination={"Value": True})
+    foreign = cloud.ec2.run_instances(ImageId=cloud.image, MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
+
+    cloud.compute.terminate([ours[0].id, protected, foreign, "i-0000000000000000"])
+
+    states = {i["InstanceId"]: i["State"]["Name"] for i in cloud.instances()}
+    assert states[ours[0].id] in ("shutting-down", "terminated")
+    assert states[protected] in ("pending", "running")
+    assert states[foreign] in ("pending", "running")
