@@ -1,0 +1,328 @@
+"""Compute over Compute Engine (google-cloud-compute, imported in the constructor: it costs ~1 s).
+
+One launch is one API call: insert for a single VM in a given zone, bulkInsert with count = minCount =
+num_nodes (all or nothing) otherwise; with no zone, a regional bulkInsert whose location policy
+ANY_SINGLE_ZONE lets GCE pick a zone with room. Every VM carries the ownership labels (also as metadata
+attributes, since the metadata server does not expose labels), Spot via provisioningModel SPOT, and the
+uptime cap natively as scheduling.maxRunDuration with instanceTerminationAction DELETE. requestId is a
+UUID derived from job, attempt and location, so a retried launch returns the first call's operation.
+
+An instance id is "zone/name": names are unique per zone only, and delete needs the zone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from jobplane.clouds.base import (
+    TAG_ATTEMPT,
+    TAG_JOB_ID,
+    TAG_MANAGED,
+    TAG_OWNER,
+    TAG_RANK,
+    CapacityError,
+    Instance,
+    LaunchRejected,
+    LaunchRequest,
+)
+from jobplane.clouds.gce_metadata import gce_key
+from jobplane.policy import GcpPlacement
+
+log = logging.getLogger("jobplane.gcp")
+
+# Errors that say "no room here now": the launcher tries the next zone / type, then waits with backoff.
+# QUOTA_EXCEEDED is counted in: a regional CPU/GPU quota frees up as other jobs' VMs end, and another
+# instance type may draw on a different quota, so waiting (bounded by max_wait) beats failing the job.
+CAPACITY_CODES = frozenset({
+    "ZONE_RESOURCE_POOL_EXHAUSTED",
+    "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
+    "QUOTA_EXCEEDED",
+})
+_RETRYABLE_HTTP = {429, 503}  # rate limited / backend unavailable before an operation even exists
+LABEL_MANAGED, LABEL_JOB_ID, LABEL_ATTEMPT = gce_key(TAG_MANAGED), gce_key(TAG_JOB_ID), gce_key(TAG_ATTEMPT)
+LABEL_RANK, LABEL_OWNER = gce_key(TAG_RANK), gce_key(TAG_OWNER)
+MANAGED_FILTER = f'labels.{LABEL_MANAGED} = "true"'
+PREEMPTED_OPERATION = "compute.instances.preempted"
+SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
+_REQUEST_NAMESPACE = uuid.UUID("6f1d1b5e-7a4c-4f0e-9d55-0b6a3c9e2f10")  # fixed: request ids must be stable
+_STATES = {
+    "PROVISIONING": "pending", "STAGING": "pending", "REPAIRING": "pending", "RUNNING": "running",
+    "STOPPING": "stopping", "SUSPENDING": "stopping", "PENDING_STOP": "stopping",
+    "TERMINATED": "stopped", "SUSPENDED": "stopped",
+}
+
+# GCE runs this on any stop or delete (preemption, maxRunDuration, a sweep's delete): it asks the agent
+# to finish (final checkpoint and log sync) and waits for it within GCE's shutdown window.
+SHUTDOWN_SCRIPT = """#!/bin/bash
+# jobplane: let the agent checkpoint and sync before the VM goes away.
+pid=$(pgrep -o -f 'python3 -m jobplane.agent') || exit 0
+kill -TERM "$pid"
+for _ in $(seq 25); do kill -0 "$pid" 2>/dev/null || exit 0; sleep 1; done
+"""
+
+
+@dataclass(frozen=True)
+class Preemption:
+    instance_id: str
+    at: datetime
+
+
+def name_prefix(job_id: str, attempt: int) -> str:
+    """VM names are <prefix>-0001.. in rank order; the prefix leaves room for the number (63 max)."""
+    suffix = f"-a{attempt}"
+    room = 63 - len("-0001") - len(suffix)
+    if len(job_id) <= room:
+        return job_id + suffix
+    digest = hashlib.sha1(job_id.encode()).hexdigest()[:6]
+    return job_id[: room - 7] + "-" + digest + suffix
+
+
+def request_id(job_id: str, attempt: int, location: str) -> str:
+    return str(uuid.uuid5(_REQUEST_NAMESPACE, f"{job_id}/{attempt}/{location}"))
+
+
+def _time(text: str) -> datetime:
+    ts = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return ts.astimezone(UTC) if ts.tzinfo else ts.replace(tzinfo=UTC)
+
+
+def _last(url: str) -> str:
+    return url.rsplit("/", 1)[-1]
+
+
+def _rank(name: str, labels: dict[str, str]) -> int | None:
+    if labels.get(LABEL_RANK, "").isdigit():
+        return int(labels[LABEL_RANK])
+    suffix = name.rsplit("-", 1)[-1]
+    return int(suffix) - 1 if len(suffix) == 4 and suffix.isdigit() else None
+
+
+def to_instance(vm: Any) -> Instance:
+    """A compute_v1.Instance as the reconcilers see it."""
+    labels = dict(vm.labels)
+    zone = _last(vm.zone)
+    attempt = labels.get(LABEL_ATTEMPT, "")
+    nics = list(vm.network_interfaces)
+    return Instance(
+        id=f"{zone}/{vm.name}",
+        state=_STATES.get(vm.status, "pending"),
+        launched_at=_time(vm.creation_timestamp),
+        managed=labels.get(LABEL_MANAGED) == "true",
+        job_id=labels.get(LABEL_JOB_ID),
+        attempt=int(attempt) if attempt.isdigit() else None,
+        rank=_rank(vm.name, labels) if LABEL_JOB_ID in labels else None,
+        spot=vm.scheduling.provisioning_model == "SPOT",
+        protected=bool(vm.deletion_protection),
+        zone=zone,
+        instance_type=_last(vm.machine_type),
+        private_ip=(nics[0].network_i_p or None) if nics else None,
+        tags=tuple(sorted(labels.items())),
+    )
+
+
+class GceCompute:
+    """The Compute protocol on Compute Engine for one project and region.
+
+    endpoint (or JOBPLANE_COMPUTE_ENDPOINT, via from_env) points the REST transport at a local fake with
+    anonymous credentials, as STORAGE_EMULATOR_HOST does for GCS.
+    """
+
+    def __init__(
+        self,
+        project: str,
+        region: str,
+        *,
+        placement: GcpPlacement | None = None,
+        endpoint: str | None = None,
+        operation_timeout: float = 300.0,
+    ) -> None:
+        from google.api_core import exceptions
+        from google.cloud import compute_v1
+
+        kwargs: dict[str, Any] = {"transport": "rest"}
+        if endpoint:
+            from google.auth.credentials import AnonymousCredentials
+
+            kwargs.update(client_options={"api_endpoint": endpoint}, credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
+        self.project, self.region = project, region
+        self.placement = placement or GcpPlacement()
+        self.operation_timeout = operation_timeout
+        self._v1: Any = compute_v1
+        self._errors: Any = exceptions
+        self._instances: Any = compute_v1.InstancesClient(**kwargs)
+        self._region_instances: Any = compute_v1.RegionInstancesClient(**kwargs)
+        self._zone_ops: Any = compute_v1.ZoneOperationsClient(**kwargs)
+        self._region_ops: Any = compute_v1.RegionOperationsClient(**kwargs)
+        self._global_ops: Any = compute_v1.GlobalOperationsClient(**kwargs)
+
+    @classmethod
+    def from_env(cls, placement: GcpPlacement | None = None) -> GceCompute:
+        """GOOGLE_CLOUD_PROJECT (or the policy's gcp.project), JOBPLANE_REGION, JOBPLANE_COMPUTE_ENDPOINT."""
+        placement = placement or GcpPlacement()
+        project = placement.project or os.environ.get("GOOGLE_CLOUD_PROJECT")
+        region = os.environ.get("JOBPLANE_REGION")
+        if not project or not region:
+            raise RuntimeError("set GOOGLE_CLOUD_PROJECT (or policy gcp.project) and JOBPLANE_REGION")
+        return cls(project, region, placement=placement, endpoint=os.environ.get("JOBPLANE_COMPUTE_ENDPOINT"))
+
+    # ---- launch ------------------------------------------------------------------------------------
+    def launch(self, request: LaunchRequest) -> list[Instance]:
+        prefix = name_prefix(request.job_id, request.attempt)
+        location = request.zone or self.region
+        rid = request_id(request.job_id, request.attempt, location)
+        try:
+            if request.zone and request.num_nodes == 1:
+                op = self._instances.insert_unary(self._v1.InsertInstanceRequest(
+                    project=self.project, zone=request.zone, request_id=rid,
+                    instance_resource=self._instance(request, f"{prefix}-0001")))
+            elif request.zone:
+                op = self._instances.bulk_insert_unary(self._v1.BulkInsertInstanceRequest(
+                    project=self.project, zone=request.zone, request_id=rid,
+                    bulk_insert_instance_resource_resource=self._bulk(request, prefix)))
+            else:
+                op = self._region_instances.bulk_insert_unary(self._v1.BulkInsertRegionInstanceRequest(
+                    project=self.project, region=self.region, request_id=rid,
+                    bulk_insert_instance_resource_resource=self._bulk(request, prefix)))
+        except self._errors.Conflict:
+            log.info("launch of %s attempt %d already done", request.job_id, request.attempt,
+                     extra={"job_id": request.job_id})  # an earlier call created the VMs: adopt them
+        except self._errors.GoogleAPICallError as err:
+            raise self._call_error(err) from err
+        else:
+            self._wait(op)
+        instances = self.attempt_instances(request.job_id, request.attempt)
+        if len(instances) != request.num_nodes:
+            raise LaunchRejected("INCOMPLETE_LAUNCH", f"expected {request.num_nodes} VMs for {prefix}, "
+                                                      f"found {len(instances)}")
+        return instances
+
+    def _common(self, request: LaunchRequest, disk_type: str, rank: int | None) -> dict[str, Any]:
+        """Fields an Instance and bulkInsert's InstanceProperties share."""
+        v1, placement = self._v1, self.placement
+        image = request.image or placement.default_image
+        if not image:
+            raise LaunchRejected("NO_IMAGE", "the spec has no image and the policy sets no gcp.default_image")
+        ownership = {LABEL_MANAGED: "true", LABEL_JOB_ID: request.job_id, LABEL_ATTEMPT: str(request.attempt),
+                     LABEL_OWNER: request.owner}
+        if rank is not None:
+            ownership[LABEL_RANK] = str(rank)
+        labels = {**dict(request.labels), **ownership}  # the spec's labels never override ownership
+        items = [v1.Items(key=k, value=v) for k, v in sorted(ownership.items())]
+        items += [v1.Items(key="startup-script", value=request.user_data),
+                  v1.Items(key="shutdown-script", value=SHUTDOWN_SCRIPT)]
+        nic = v1.NetworkInterface(network=placement.network or "global/networks/default")
+        if placement.subnetwork:
+            nic.subnetwork = placement.subnetwork
+        return {
+            "labels": labels,
+            "metadata": v1.Metadata(items=items),
+            "disks": [v1.AttachedDisk(boot=True, auto_delete=True, initialize_params=v1.AttachedDiskInitializeParams(
+                source_image=image, disk_size_gb=request.disk_gb, disk_type=disk_type, labels=labels))],
+            "network_interfaces": [nic],  # no external IP: the subnet's NAT / Private Google Access serve it
+            "service_accounts": [v1.ServiceAccount(email=placement.service_account or "default", scopes=SCOPES)],
+            "scheduling": v1.Scheduling(
+                provisioning_model="SPOT" if request.spot else "STANDARD",
+                instance_termination_action="DELETE",
+                max_run_duration=v1.Duration(seconds=request.max_runtime),
+                # A host event must end the attempt visibly (the sweeper reruns it), not reboot it silently;
+                # GPUs and Spot cannot live-migrate anyway.
+                on_host_maintenance="TERMINATE",
+                automatic_restart=False,
+            ),
+        }
+
+    def _instance(self, request: LaunchRequest, name: str) -> Any:
+        zone = request.zone
+        return self._v1.Instance(
+            name=name, machine_type=f"zones/{zone}/machineTypes/{request.instance_type}",
+            **self._common(request, f"zones/{zone}/diskTypes/pd-balanced", rank=0))
+
+    def _bulk(self, request: LaunchRequest, prefix: str) -> Any:
+        v1 = self._v1
+        resource = v1.BulkInsertInstanceResource(
+            count=request.num_nodes, min_count=request.num_nodes, name_pattern=f"{prefix}-####",
+            instance_properties=v1.InstanceProperties(
+                machine_type=request.instance_type, **self._common(request, "pd-balanced", rank=None)))
+        if not request.zone:
+            resource.location_policy = v1.LocationPolicy(target_shape="ANY_SINGLE_ZONE")
+        return resource
+
+    def _wait(self, op: Any) -> None:
+        """Poll the operation with our own operations client (the unary calls return it unfinished)."""
+        deadline = time.monotonic() + self.operation_timeout
+        while op.status != self._v1.Operation.Status.DONE:
+            if time.monotonic() > deadline:
+                raise LaunchRejected("OPERATION_TIMEOUT", f"{op.name} not done after {self.operation_timeout}s")
+            if op.zone:
+                op = self._zone_ops.wait(project=self.project, zone=_last(op.zone), operation=op.name)
+            else:
+                op = self._region_ops.wait(project=self.project, region=_last(op.region), operation=op.name)
+        errors = list(op.error.errors) if op.error else []
+        if errors:
+            raise self._classify(errors[0].code, "; ".join(e.message for e in errors))
+
+    @staticmethod
+    def _classify(code: str, message: str) -> CapacityError | LaunchRejected:
+        if code in CAPACITY_CODES:
+            return CapacityError(code, message)
+        return LaunchRejected(code or "UNKNOWN", message)
+
+    def _call_error(self, err: Any) -> CapacityError | LaunchRejected:
+        """An error answered before any operation existed (bad request, quota, rate limit)."""
+        details = [e for e in (getattr(err, "errors", None) or []) if isinstance(e, dict)]
+        reason = str(getattr(err, "reason", "") or (details[0].get("reason", "") if details else ""))
+        if err.code in _RETRYABLE_HTTP or reason in ("quotaExceeded", "rateLimitExceeded"):
+            return CapacityError(reason or f"HTTP_{err.code}", str(err.message))
+        return LaunchRejected(reason or f"HTTP_{err.code}", str(err.message))
+
+    # ---- listing -----------------------------------------------------------------------------------
+    def _list(self, expression: str) -> list[Instance]:
+        pages = self._instances.aggregated_list(self._v1.AggregatedListInstancesRequest(
+            project=self.project, filter=expression, max_results=500))
+        return [to_instance(vm) for _, scoped in pages for vm in scoped.instances]
+
+    def list_managed(self) -> list[Instance]:
+        """One paginated aggregated list over all zones, filtered server-side by the managed label."""
+        return [i for i in self._list(MANAGED_FILTER) if i.managed]
+
+    def attempt_instances(self, job_id: str, attempt: int) -> list[Instance]:
+        found = self._list(f'{MANAGED_FILTER} AND labels.{LABEL_JOB_ID} = "{job_id}" '
+                           f'AND labels.{LABEL_ATTEMPT} = "{attempt}"')
+        return sorted(found, key=lambda i: (i.rank if i.rank is not None else 1 << 30, i.id))
+
+    # ---- terminate ---------------------------------------------------------------------------------
+    def terminate(self, instance_ids: list[str]) -> None:
+        """Delete managed, unprotected VMs; anything else is skipped and logged. Missing VMs are fine."""
+        for instance_id in instance_ids:
+            zone, _, name = instance_id.partition("/")
+            try:
+                vm = self._instances.get(project=self.project, zone=zone, instance=name)
+                if dict(vm.labels).get(LABEL_MANAGED) != "true" or vm.deletion_protection:
+                    log.warning("refusing to delete %s: unmanaged or deletion-protected", instance_id)
+                    continue
+                self._instances.delete_unary(self._v1.DeleteInstanceRequest(
+                    project=self.project, zone=zone, instance=name,
+                    request_id=str(uuid.uuid5(_REQUEST_NAMESPACE, f"delete/{instance_id}/{vm.id}"))))
+            except self._errors.NotFound:
+                continue  # already gone
+
+    # ---- preemptions seen after the fact -----------------------------------------------------------
+    def preempted(self, since: datetime | None = None) -> list[Preemption]:
+        """compute.instances.preempted operations (all zones, one paginated call), oldest first."""
+        pages = self._global_ops.aggregated_list(self._v1.AggregatedListGlobalOperationsRequest(
+            project=self.project, filter=f'operationType = "{PREEMPTED_OPERATION}"', max_results=500))
+        out = []
+        for _, scoped in pages:
+            for op in scoped.operations:
+                at = _time(op.insert_time)
+                if op.operation_type == PREEMPTED_OPERATION and (since is None or at >= since):
+                    parts = op.target_link.split("/")
+                    out.append(Preemption(f"{parts[-3]}/{parts[-1]}", at))
+        return sorted(out, key=lambda p: p.at)

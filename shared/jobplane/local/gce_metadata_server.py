@@ -1,0 +1,159 @@
+"""A fake GCE metadata server for one VM (stdlib HTTP on loopback), for tests and the local cloud.
+
+It answers the way the real one does where the agent depends on it: every request needs the header
+`Metadata-Flavor: Google` (403 otherwise) and every answer carries it; missing keys are 404; a trailing
+slash lists a directory; `instance/preempted` honours `wait_for_change=true` (with `last_etag` and
+`timeout_sec`) so a watcher blocks until the preemption notice instead of polling.
+Point the client at it with GCE_METADATA_HOST=<host:port>.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+_PREFIX = "/computeMetadata/v1/"
+_MAX_WAIT_S = 60.0
+
+
+def _etag(value: str) -> str:
+    return hashlib.sha1(value.encode()).hexdigest()[:16]
+
+
+class FakeGceMetadataServer:
+    def __init__(
+        self,
+        *,
+        instance_id: str = "1000000001",
+        name: str = "vm-0001",
+        zone: str = "us-central1-a",
+        project: str = "jobplane-local",
+        attributes: dict[str, str] | None = None,
+        ip: str = "10.0.0.2",
+        machine_type: str = "e2-small",
+        preempted: bool = False,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.attributes = dict(attributes or {})
+        self._values = {
+            "instance/id": instance_id,
+            "instance/name": name,
+            "instance/hostname": f"{name}.{zone}.c.{project}.internal",
+            "instance/zone": f"projects/123456789/zones/{zone}",
+            "instance/machine-type": f"projects/123456789/machineTypes/{machine_type}",
+            "instance/network-interfaces/0/ip": ip,
+            "project/project-id": project,
+        }
+        self._preempted = preempted
+        self._changed = threading.Condition()
+        self.requests = 0
+        self._host, self._port = host, port
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._server is not None:
+            return
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                fake._serve(self)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer((self._host, self._port), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._changed:
+            self._changed.notify_all()  # release blocked watchers so shutdown does not wait for them
+        server, thread, self._server, self._thread = self._server, self._thread, None, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if thread is not None:
+            thread.join(timeout=10)
+
+    def __enter__(self) -> FakeGceMetadataServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    @property
+    def host(self) -> str:
+        """host:port, the form GCE_METADATA_HOST takes."""
+        if self._server is None:
+            raise RuntimeError("FakeGceMetadataServer is not running; call start() first")
+        return f"{self._host}:{self._server.server_address[1]}"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}{_PREFIX}"
+
+    def set_preempted(self) -> None:
+        """The ~30 s Spot notice: instance/preempted turns TRUE and blocked watchers wake up."""
+        with self._changed:
+            self._preempted = True
+            self._changed.notify_all()
+
+    # -- HTTP ------------------------------------------------------------------------------------
+
+    def _value(self, path: str) -> str | None:
+        if path == "instance/preempted":
+            return "TRUE" if self._preempted else "FALSE"
+        if path == "instance/attributes/":
+            return "".join(f"{k}\n" for k in sorted(self.attributes))
+        if path.startswith("instance/attributes/"):
+            return self.attributes.get(path.removeprefix("instance/attributes/"))
+        return self._values.get(path)
+
+    def _serve(self, handler: BaseHTTPRequestHandler) -> None:
+        self.requests += 1
+        url = urlsplit(handler.path)
+        args = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        status, value = 404, "not found"
+        if handler.headers.get("Metadata-Flavor") != "Google" or handler.headers.get("X-Forwarded-For"):
+            status, value = 403, "Missing required header Metadata-Flavor: Google"
+        elif url.path.startswith(_PREFIX):
+            path = url.path.removeprefix(_PREFIX)
+            if args.get("wait_for_change") == "true" and path == "instance/preempted":
+                self._wait(args)
+            found = self._value(path)
+            if found is not None:
+                status, value = 200, found
+        data = value.encode()
+        handler.send_response(status)
+        handler.send_header("Metadata-Flavor", "Google")
+        handler.send_header("Content-Type", "application/text")
+        handler.send_header("ETag", _etag(value))
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+
+    def _wait(self, args: dict[str, str]) -> None:
+        """Block until the value differs from last_etag (or from now, without one) or the timeout."""
+        timeout = min(float(args.get("timeout_sec", _MAX_WAIT_S)), _MAX_WAIT_S)
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            seen = args.get("last_etag") or _etag(self._value("instance/preempted") or "")
+            while _etag(self._value("instance/preempted") or "") == seen and self._server is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._changed.wait(left)
