@@ -1,8 +1,9 @@
 """The agent: runs one node of one attempt of one job, and reports what happened.
 
 Cloud-neutral: it sees the registry (any ObjectStore), the VM's Metadata and a power_off callable.
-Two threads: the main thread prepares, supervises the user process and reports; a background
-thread writes heartbeats, ships log chunks and polls for a Spot notice or a stop request. Every
+Three threads: the main thread prepares, supervises the user process and reports; a background
+thread writes heartbeats, ships log chunks and polls for a Spot notice or a stop request; a third
+uploads changed checkpoint files. Every
 registry write is retried and no failure skips the exit report or the power-off.
 """
 
@@ -25,7 +26,14 @@ from jobplane.agent.layout import Cluster, Layout, resource_config, shard, split
 from jobplane.agent.output import OutputLog
 from jobplane.agent.process import UserProcess
 from jobplane.agent.transfer import TARBALL_SUFFIXES, DirSync, download, keys_under, unpack
-from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, Metadata, NotFound, ObjectStore, PreconditionFailed
+from jobplane.clouds.base import (
+    TAG_ATTEMPT,
+    TAG_JOB_ID,
+    Metadata,
+    NotFound,
+    ObjectStore,
+    PreconditionFailed,
+)
 from jobplane.registry import Registry
 from jobplane.spec import JobSpec
 
@@ -106,8 +114,10 @@ class Agent:
         if run is None:
             self._power_off()
             return 2
-        background = threading.Thread(target=self._background, args=(run,), name="agent-background", daemon=True)
-        background.start()
+        threads = [threading.Thread(target=self._background, args=(run,), name="agent-background", daemon=True),
+                   threading.Thread(target=self._checkpointer, name="agent-checkpoints", daemon=True)]
+        for thread in threads:
+            thread.start()
         try:
             outcome = self._work(run)
         except Exception as exc:  # the report must still be written
@@ -115,7 +125,8 @@ class Agent:
             outcome = Outcome(AGENT_ERROR, "exit", error=f"{type(exc).__name__}: {exc}")
             self.out.note(f"agent error: {outcome.error}")
         self._stop_background.set()
-        background.join(timeout=60)
+        for thread in threads:
+            thread.join(timeout=60)
         reported = self._finish(run, outcome)
         self._power_off()
         return 0 if reported else 1
@@ -166,10 +177,15 @@ class Agent:
         deadline = time.monotonic() + self.cfg.cluster_timeout
         key = keys.cluster(run.job_id, run.attempt)
         while not self._interrupted.is_set():
+            body: Any = None
             try:
-                return Cluster.parse(self.reg.get_json(key), run.rank)
+                body = self.reg.get_json(key)
             except NotFound:
                 pass
+            except Exception as exc:  # a network blip (any SDK's error) is not a missing cluster
+                log.warning("reading %s: %s", key, exc)
+            if body is not None:
+                return Cluster.parse(body, run.rank)  # a malformed cluster.json is an error, not a wait
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{key} did not appear within {self.cfg.cluster_timeout:.0f} s")
             self._interrupted.wait(min(1.0, self.cfg.poll_interval))
@@ -194,8 +210,9 @@ class Agent:
         download(self.reg.store, restored, prefix, ckpt_dir)
         if restored:
             self.out.note(f"restored {len(restored)} checkpoint files into {ckpt_dir}")
-        self._checkpoints = DirSync(self.reg.store, ckpt_dir, prefix)
-        self._checkpoints.mark_synced()
+        checkpoints = DirSync(self.reg.store, ckpt_dir, prefix)
+        checkpoints.mark_synced()
+        self._checkpoints = checkpoints  # from now on the checkpointer thread uploads changes
         lay.resource_config.write_text(json.dumps(resource_config(cluster, run.rank), indent=1))
         return user_env(spec=spec, job_id=run.job_id, attempt=run.attempt, rank=run.rank, cluster=cluster,
                         layout=lay, num_gpus=gpu.gpu_count(), num_cpus=os.cpu_count() or 1, base=dict(os.environ))
@@ -224,7 +241,6 @@ class Agent:
         return self.stores(bucket)
 
     def _supervise(self, proc: UserProcess, spec: JobSpec) -> Outcome:
-        next_ckpt = time.monotonic() + self.cfg.checkpoint_interval
         while True:
             code = proc.poll()
             if code is not None:
@@ -234,9 +250,6 @@ class Agent:
                 self.out.note(f"{self._interrupt.reason}: SIGTERM to the process group, {grace:.0f} s grace")
                 self._interrupt.code = proc.terminate(grace)
                 return self._interrupt
-            if time.monotonic() >= next_ckpt:
-                self._sync_checkpoints()
-                next_ckpt = time.monotonic() + self.cfg.checkpoint_interval
             self._interrupted.wait(_TICK)
 
     def _grace(self, spec: JobSpec, notice: dict[str, str] | None) -> float:
@@ -316,16 +329,19 @@ class Agent:
                               {"time": last.isoformat(), "step": self.out.step})
             self._marked_output = seq
 
+    def _checkpointer(self) -> None:
+        """Periodic checkpoint upload, in its own thread so a large upload never delays a notice."""
+        while not self._stop_background.wait(self.cfg.checkpoint_interval):
+            if self._checkpoints is None:
+                continue  # not prepared yet
+            try:
+                n = self._checkpoints.sync()
+                if n:
+                    log.info("uploaded %d checkpoint files", n)
+            except Exception as exc:
+                log.warning("checkpoint sync failed; will retry: %s", exc)
+
     # ---- the end ----------------------------------------------------------------------------------------
-    def _sync_checkpoints(self) -> None:
-        if self._checkpoints is None:
-            return
-        try:
-            n = self._checkpoints.sync()
-            if n:
-                log.info("uploaded %d checkpoint files", n)
-        except Exception as exc:
-            log.warning("checkpoint sync failed; will retry: %s", exc)
 
     def _finish(self, run: _Run, outcome: Outcome) -> bool:
         ended = datetime.now(UTC)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import os
 import tarfile
+import threading
 from pathlib import Path, PurePosixPath
 
 from jobplane.agent.layout import relative_key
@@ -60,6 +61,7 @@ class DirSync:
     def __init__(self, store: ObjectStore, local: Path, prefix: str) -> None:
         self.store, self.local, self.prefix = store, local, prefix
         self._seen: dict[str, tuple[int, int]] = {}
+        self._lock = threading.Lock()  # the periodic and the final sync may overlap
 
     def _scan(self) -> dict[str, tuple[int, int]]:
         found: dict[str, tuple[int, int]] = {}
@@ -81,6 +83,10 @@ class DirSync:
 
     def sync(self) -> int:
         """Upload changed files; returns how many. A failed upload stays pending for the next sync."""
+        with self._lock:
+            return self._sync()
+
+    def _sync(self) -> int:
         uploaded = 0
         for rel, state in sorted(self._scan().items()):
             if self._seen.get(rel) == state:
