@@ -36,6 +36,12 @@ class Outcome:
     result: str  # applied | dry-run | refused | skipped: <why> | error: <what>
 
 
+def summary(outcomes: Iterable[Outcome]) -> dict[str, Any]:
+    """What a handler returns: one line per action."""
+    return {"actions": [{"rule": str(o.action.rule), "job_id": o.action.job_id, "result": o.result,
+                         "reason": o.action.reason} for o in outcomes]}
+
+
 # ---- snapshots ---------------------------------------------------------------------------------------------
 def listings(reg: Registry, compute: Compute | None) -> Snapshot:
     """Everything a run can know without a per-job GET: four registry listings and the managed VMs."""
@@ -180,6 +186,18 @@ def _count(action: Action, metrics: Metrics) -> None:
         metrics.add_metric("JobsSucceeded", "Count", 1)
     elif action.to == State.FAILED:
         metrics.add_metric("JobsFailed", "Count", 1)
+
+
+def job_named_by(key: str | None) -> str | None:
+    """The job an object-created event is about: an exit report or a preempted-jobs/ marker."""
+    if key is None:
+        return None
+    if key.startswith(keys.PREEMPTED):
+        return key.removeprefix(keys.PREEMPTED) or None
+    parts = key.split("/")
+    if key.startswith(keys.JOBS) and len(parts) == 7 and parts[2] == "attempts" and parts[-1] == "exit.json":
+        return parts[1]
+    return None
 
 
 # ---- the three reconcilers ---------------------------------------------------------------------------------

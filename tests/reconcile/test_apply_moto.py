@@ -1,0 +1,226 @@
+"""The reconcilers end to end on moto (in-process S3 + EC2): real launches, real listings, real terminations.
+
+Instances' LaunchTime and listings' LastModified are wall-clock; a test moves time forward by passing a
+later `now`, as a later cron run would see it.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from jobplane import keys, launcher, reconcile
+from jobplane.clouds.base import TAG_JOB_ID, TAG_MANAGED
+from jobplane.decide.model import Rule
+from jobplane.registry import JobRecord, utcnow
+from jobplane.spec import parse_spec
+from jobplane.states import State
+from tests.launcher.conftest import Cloud, cloud  # noqa: F401  (the shared moto fixture)
+
+pytestmark = pytest.mark.timeout(120)
+SPEC = "run: python3 train.py\ninstance_type: t3.micro\n"
+
+
+def later(minutes: float) -> datetime:
+    return utcnow() + timedelta(minutes=minutes)
+
+
+def launch(c: Cloud, job_id: str, spec: str = SPEC) -> JobRecord:
+    c.registry.create_job(job_id, parse_spec(spec, job_id))
+    return launcher.launch_attempt(c.registry, c.compute, job_id, now=utcnow(), expect={State.QUEUED},
+                                   expect_attempt=0, metrics=c.metrics)
+
+
+def beat(c: Cloud, record: JobRecord) -> None:
+    for rank in range(record.spec.num_nodes):
+        c.registry.put_json(keys.heartbeat(record.id, record.attempt, rank), {"time": utcnow().isoformat()})
+    c.registry.put_json(keys.output_mark(record.id, record.attempt, 0), {"time": utcnow().isoformat()})
+
+
+def run_raw(c: Cloud, count: int = 1, tags: dict[str, str] | None = None) -> list[str]:
+    extra: dict[str, Any] = {}
+    if tags:
+        extra["TagSpecifications"] = [{"ResourceType": "instance",
+                                       "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]
+    resp = c.ec2.run_instances(ImageId=c.image, MinCount=count, MaxCount=count, **extra)
+    return [i["InstanceId"] for i in resp["Instances"]]
+
+
+def states(c: Cloud) -> dict[str, str]:
+    return {i["InstanceId"]: i["State"]["Name"] for i in c.instances()}
+
+
+def alive(c: Cloud, ids: list[str]) -> bool:
+    got = states(c)
+    return all(got[i] in ("pending", "running") for i in ids)
+
+
+ORPHAN = {TAG_MANAGED: "true", TAG_JOB_ID: "ghost"}
+
+
+def test_lifecycle_started_then_healthy_then_finished(cloud: Cloud) -> None:  # noqa: F811
+    record = launch(cloud, "train")
+    beat(cloud, record)
+    (started,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics)
+    assert started.action.rule == Rule.STARTED and started.result == "applied"
+    assert cloud.registry.job("train").state == State.RUNNING
+    assert [k for k, _, _ in cloud.registry.listing(keys.LIMITS)] == ["limits/train/1/nodes-1.stall-1800.cap-86400"]
+
+    assert reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics) == []
+
+    cloud.registry.put_json(keys.exit_report("train", 1, 0), {"code": 0, "reason": "exit"})
+    event_job = reconcile.job_named_by(keys.exit_report("train", 1, 0))
+    (done,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=[event_job])
+    assert done.action.rule == Rule.FINISHED and done.result == "applied"
+    final = cloud.registry.job("train")
+    assert final.state == State.SUCCEEDED and final.exit_code == 0
+    assert not alive(cloud, record.instances) and cloud.metrics.totals["JobsSucceeded"] == 1
+    assert cloud.registry.active() == {}
+
+
+def test_dry_run_applies_nothing(cloud: Cloud) -> None:  # noqa: F811
+    cloud.set_policy(f"aws:\n  default_image: {cloud.image}\nsafety:\n  max_terminations_percent: 100\n")
+    orphan = run_raw(cloud, tags=ORPHAN)
+    record = launch(cloud, "stuck")  # LAUNCHING, never beats: boot timeout
+    before = cloud.registry.job("stuck")
+
+    outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=later(60), metrics=cloud.metrics, dry_run=True)
+    cloud.set_policy(f"aws:\n  default_image: {cloud.image}\nsafety:\n  dry_run: true\n  max_terminations_percent: 100\n")
+    outcomes += reconcile.uptime_cap(cloud.registry, cloud.compute, now=later(60 * 24 * 8), metrics=cloud.metrics)
+
+    assert {o.action.rule for o in outcomes} == {Rule.ORPHAN, Rule.BOOT_RETRY, Rule.TIMED_OUT, Rule.CAP_NO_JOB}
+    assert {o.result for o in outcomes} == {"dry-run"}
+    assert alive(cloud, orphan + record.instances)
+    assert cloud.registry.job("stuck") == before and len(cloud.calls.run_instances) == 2  # the orphan's + attempt 1
+    assert cloud.metrics.totals.get("OrphansTerminated", 0) == 0
+
+
+def test_blast_radius_stops_a_mass_termination(cloud: Cloud) -> None:  # noqa: F811
+    cloud.set_policy(f"aws:\n  default_image: {cloud.image}\nsafety:\n  max_terminations_per_run: 2\n"
+                     "  max_terminations_percent: 100\n")
+    orphans = run_raw(cloud, 5, ORPHAN)
+
+    outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=cloud.metrics)
+
+    assert sorted(o.result for o in outcomes) == ["applied"] * 2 + ["refused"] * 3
+    assert sum(states(cloud)[i] in ("pending", "running") for i in orphans) == 3
+    assert cloud.metrics.totals["BlastRadiusRefusals"] == 3 and cloud.metrics.totals["OrphansTerminated"] == 2
+    forced = reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=cloud.metrics, force=True)
+    assert [o.result for o in forced] == ["applied"] * 3 and not any(
+        states(cloud)[i] in ("pending", "running") for i in orphans)
+
+
+def test_untagged_and_unmanaged_instances_are_untouched(cloud: Cloud) -> None:  # noqa: F811
+    foreign = run_raw(cloud) + run_raw(cloud, tags={TAG_MANAGED: "false", TAG_JOB_ID: "ghost"})
+    far = later(60 * 24 * 30)
+    outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=far, metrics=cloud.metrics, force=True)
+    outcomes += reconcile.uptime_cap(cloud.registry, cloud.compute, now=far, metrics=cloud.metrics, force=True)
+    assert outcomes == [] and alive(cloud, foreign)
+
+
+def test_orphan_terminated_only_after_the_grace(cloud: Cloud) -> None:  # noqa: F811
+    (orphan,) = run_raw(cloud, tags=ORPHAN)
+    assert reconcile.sweep(cloud.registry, cloud.compute, now=later(5), metrics=cloud.metrics) == []
+    assert alive(cloud, [orphan])
+    (out,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=cloud.metrics)
+    assert out.action.rule == Rule.ORPHAN and out.result == "applied" and not alive(cloud, [orphan])
+    assert cloud.metrics.totals["OrphansTerminated"] == 1
+
+
+def test_past_attempt_instances_are_orphans_and_protected_ones_stay(cloud: Cloud) -> None:  # noqa: F811
+    cloud.set_policy(f"aws:\n  default_image: {cloud.image}\nsafety:\n  max_terminations_percent: 100\n")
+    old = run_raw(cloud, tags={TAG_MANAGED: "true", TAG_JOB_ID: "train", "jobplane:attempt": "1"})
+    kept = run_raw(cloud, tags={TAG_MANAGED: "true", TAG_JOB_ID: "train", "jobplane:attempt": "1"})
+    cloud.ec2.modify_instance_attribute(InstanceId=kept[0], DisableApiTermination={"Value": True})
+    record = launch(cloud, "train")  # attempt 1 by the registry: the raw ones carry attempt 1 too...
+    cloud.registry.transition("train", State.LAUNCHING, expect={State.LAUNCHING}, attempt=2)  # ...now past
+    reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=cloud.metrics)
+    got = states(cloud)
+    assert got[old[0]] not in ("pending", "running") and got[kept[0]] in ("pending", "running")
+    assert got[record.instances[0]] not in ("pending", "running")  # attempt 1's own VM, also past
+
+
+def test_overlapping_reruns_launch_one_attempt(cloud: Cloud) -> None:  # noqa: F811
+    record = launch(cloud, "spotty", SPEC + "spot: true\n")
+    cloud.registry.transition("spotty", State.RUNNING, expect={State.LAUNCHING})
+    cloud.registry.mark_preempted("spotty", {"attempt": 1, "rank": 0, "instance_id": record.instances[0]})
+    cloud.ec2.terminate_instances(InstanceIds=record.instances)
+    results: list[list[reconcile.Outcome]] = []
+    barrier = threading.Barrier(5)
+
+    def run() -> None:
+        barrier.wait()
+        results.append(reconcile.rerun(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics))
+
+    threads = [threading.Thread(target=run) for _ in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+
+    after = cloud.registry.job("spotty")
+    assert len(results) == 5
+    assert after.state == State.LAUNCHING and after.attempt == 2 and after.restarts == 1
+    assert len(cloud.calls.run_instances) == 2, "attempt 1 and exactly one rerun"
+    assert sum(o.result == "applied" and o.action.rule == Rule.RERUN for r in results for o in r) == 1
+    assert cloud.registry.preempted() == {} and cloud.metrics.totals["Reruns"] == 1
+
+
+def test_lost_spot_rank_is_torn_down_and_rerun(cloud: Cloud) -> None:  # noqa: F811
+    record = launch(cloud, "pair", SPEC + "spot: true\nnum_nodes: 2\n")
+    beat(cloud, record)
+    reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics)  # -> RUNNING
+    cloud.ec2.terminate_instances(InstanceIds=[record.instances[1]])
+
+    (lost,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(3), metrics=cloud.metrics)
+    assert lost.action.rule == Rule.LOST_SPOT and lost.result == "applied"
+    assert cloud.registry.job("pair").state == State.PREEMPTED and not alive(cloud, record.instances[:1])
+    assert list(cloud.registry.preempted()) == ["pair"]
+
+    (rerun,) = reconcile.rerun(cloud.registry, cloud.compute, now=later(3), metrics=cloud.metrics, jobs=["pair"])
+    assert rerun.result == "applied" and cloud.registry.job("pair").attempt == 2 and cloud.registry.preempted() == {}
+
+
+def test_boot_timeout_retries_as_a_restart(cloud: Cloud) -> None:  # noqa: F811
+    record = launch(cloud, "slow")
+    (retry,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(16), metrics=cloud.metrics)
+    assert retry.action.rule == Rule.BOOT_RETRY and retry.result == "applied"
+    after = cloud.registry.job("slow")
+    assert after.attempt == 2 and after.restarts == 1 and after.state == State.LAUNCHING
+    assert not alive(cloud, record.instances) and alive(cloud, after.instances)
+
+
+def test_stalled_job_is_marked_and_terminated(cloud: Cloud) -> None:  # noqa: F811
+    record = launch(cloud, "quiet", SPEC + "stall_timeout: 5m\n")
+    beat(cloud, record)
+    reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics)  # -> RUNNING + limits
+    (stalled,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(6), metrics=cloud.metrics)
+    assert stalled.action.rule == Rule.STALLED and cloud.registry.job("quiet").state == State.STALLED
+    assert not alive(cloud, record.instances) and cloud.metrics.totals["Stalls"] == 1
+
+
+def test_uptime_cap_stops_then_times_out(cloud: Cloud) -> None:  # noqa: F811
+    record = launch(cloud, "long", SPEC + "max_runtime: 1h\n")
+    beat(cloud, record)
+    reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics)
+    (stop,) = reconcile.uptime_cap(cloud.registry, cloud.compute, now=later(55), metrics=cloud.metrics)
+    assert stop.action.rule == Rule.STOP and cloud.registry.get_json(keys.stop_request("long"))["by"] == "uptime-cap"
+    (cap,) = reconcile.uptime_cap(cloud.registry, cloud.compute, now=later(61), metrics=cloud.metrics)
+    final = cloud.registry.job("long")
+    assert cap.result == "applied" and final.state == State.TIMED_OUT and final.reason == "uptime cap 1h reached"
+    assert not alive(cloud, record.instances) and cloud.metrics.totals["Timeouts"] == 1
+
+
+def test_spot_warning_recorded_once(cloud: Cloud) -> None:  # noqa: F811
+    record = launch(cloud, "warned", SPEC + "spot: true\n")
+    iid = record.instances[0]
+    detail = {"instance-id": iid, "instance-action": "terminate"}
+    assert reconcile.record_spot_warning(cloud.registry, cloud.compute, iid, now=utcnow(), detail=detail) == "recorded"
+    assert reconcile.record_spot_warning(cloud.registry, cloud.compute, iid, now=utcnow(), detail=detail) == "duplicate"
+    assert reconcile.record_spot_warning(cloud.registry, cloud.compute, "i-nope", now=utcnow()) == "ignored"
+    (notice,) = cloud.registry.job("warned").notices
+    assert notice["instance_id"] == iid and notice["action"] == "terminate" and notice["attempt"] == 1
+    assert any(e["kind"] == "spot-warning" for e in cloud.registry.events("warned"))
