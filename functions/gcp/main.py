@@ -1,0 +1,124 @@
+"""Cloud Functions (gen2) entry points: the same launcher and reconcilers as on AWS, over GCS and GCE.
+
+launcher          CloudEvent google.cloud.storage.object.v1.finalized (the registry bucket): queue/ only
+launcher_backstop HTTP, Cloud Scheduler: queue/ entries events missed, capacity waits that are over
+sweeper, rerun, uptime_cap   HTTP, Cloud Scheduler with an OIDC token (the functions allow no
+                  unauthenticated calls); an optional JSON body {"dry_run": true, "force": true}.
+Deployed from a source zip whose root holds this file as main.py plus the jobplane package.
+Metrics go to the log as one structured line each (LogMetrics); log-based metrics pick them up.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import flask
+import functions_framework
+from cloudevents.http import CloudEvent
+
+from jobplane import keys, reconcile
+from jobplane import launcher as launching
+from jobplane.clouds.gcp import GceCompute
+from jobplane.clouds.gcs import GcsStore
+from jobplane.policy import Policy
+from jobplane.registry import Registry, utcnow
+from jobplane.settings import Settings
+from jobplane.telemetry import LogMetrics
+
+metrics = LogMetrics()
+_stores: dict[str, GcsStore] = {}
+
+
+class _CloudLoggingFormatter(logging.Formatter):
+    """One JSON object per line: Cloud Logging reads severity and message, and keeps job_id searchable."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {"severity": record.levelname, "message": record.getMessage(), "logger": record.name}
+        entry.update({k: getattr(record, k) for k in ("job_id", "metric", "value", "unit") if hasattr(record, k)})
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+_handler = logging.StreamHandler(sys.stdout)
+_handler.setFormatter(_CloudLoggingFormatter())
+logging.getLogger("jobplane").addHandler(_handler)
+logging.getLogger("jobplane").setLevel(os.environ.get("JOBPLANE_LOG_LEVEL", "INFO"))
+
+
+@dataclass(frozen=True)
+class Env:
+    settings: Settings
+    registry: Registry
+    compute: GceCompute
+    policy: Policy
+
+
+def environment() -> Env:
+    """Fresh per invocation (the policy may have changed); the GCS client is reused across invocations."""
+    settings = Settings.from_env()
+    if settings.bucket not in _stores:
+        _stores[settings.bucket] = GcsStore(settings.bucket)
+    registry = Registry(_stores[settings.bucket], settings.root)
+    policy = registry.policy()
+    return Env(settings, registry, GceCompute.from_env(policy.gcp), policy)
+
+
+def queue_key(data: dict[str, Any], settings: Settings) -> str | None:
+    """The registry-relative key of a finalized object if it is a queue/ drop in our bucket, else None."""
+    name, root = data.get("name"), settings.root.strip("/")
+    if data.get("bucket") != settings.bucket or not isinstance(name, str):
+        return None
+    key = name.removeprefix(root + "/") if root and name.startswith(root + "/") else (None if root else name)
+    return key if key and key.startswith(keys.QUEUE) else None
+
+
+def _options(request: flask.Request) -> dict[str, bool]:
+    body = request.get_json(silent=True) or {}
+    return {"dry_run": bool(body.get("dry_run")), "force": bool(body.get("force"))}
+
+
+@functions_framework.cloud_event
+def launcher(event: CloudEvent) -> None:
+    key = queue_key(event.data or {}, Settings.from_env())
+    if key is None:
+        return  # every object write in the bucket fires this trigger; only queue/ drops matter
+    env = environment()
+    outcome = launching.handle_drop(env.registry, env.compute, key, now=utcnow(), metrics=metrics)
+    job_id = key.removeprefix(keys.QUEUE).rpartition(".")[0]
+    logging.getLogger("jobplane").info("%s: %s", key, outcome, extra={"job_id": job_id})
+
+
+@functions_framework.http
+def launcher_backstop(request: flask.Request) -> flask.Response:
+    env = environment()
+    return flask.jsonify(outcomes=launching.backstop(env.registry, env.compute, now=utcnow(), metrics=metrics))
+
+
+@functions_framework.http
+def sweeper(request: flask.Request) -> flask.Response:
+    env, opts = environment(), _options(request)
+    outcomes = reconcile.sweep(env.registry, env.compute, now=utcnow(), metrics=metrics, policy=env.policy,
+                               dry_run=opts["dry_run"], force=opts["force"])
+    return flask.jsonify(reconcile.summary(outcomes))
+
+
+@functions_framework.http
+def rerun(request: flask.Request) -> flask.Response:
+    env, opts = environment(), _options(request)
+    outcomes = reconcile.rerun(env.registry, env.compute, now=utcnow(), metrics=metrics, policy=env.policy,
+                               dry_run=opts["dry_run"])
+    return flask.jsonify(reconcile.summary(outcomes))
+
+
+@functions_framework.http
+def uptime_cap(request: flask.Request) -> flask.Response:
+    env, opts = environment(), _options(request)
+    outcomes = reconcile.uptime_cap(env.registry, env.compute, now=utcnow(), metrics=metrics, policy=env.policy,
+                                    dry_run=opts["dry_run"], force=opts["force"])
+    return flask.jsonify(reconcile.summary(outcomes))
