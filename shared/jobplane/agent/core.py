@@ -42,6 +42,7 @@ T = TypeVar("T")
 
 AGENT_ERROR = 125  # exit code when the agent itself could not run the job (like `docker run`)
 _TICK = 0.2  # how often the main thread looks at the user process
+MAX_CHUNK = 4 << 20  # bytes per log object: a chatty job writes more objects, never huge ones
 
 
 @dataclass(frozen=True)
@@ -300,20 +301,24 @@ class Agent:
 
     def _ship_logs(self, run: _Run) -> None:
         data = self.out.take()
-        if not data:
-            return
-        try:
-            while True:  # chunks are create-only: a restarted agent never overwrites one
-                key = self.reg.key(keys.log_chunk(run.job_id, run.attempt, run.rank, self._log_seq))
-                try:
-                    self.reg.store.put_if_absent(key, data, "text/plain")
-                    self._log_seq += 1
-                    return
-                except PreconditionFailed:
-                    self._log_seq += 1
-        except Exception:
-            self.out.give_back(data)
-            raise
+        while data:
+            piece, rest = data[:MAX_CHUNK], data[MAX_CHUNK:]
+            try:
+                self._put_chunk(run, piece)
+            except Exception:
+                self.out.give_back(data)  # nothing is lost: the next flush retries from here
+                raise
+            data = rest
+
+    def _put_chunk(self, run: _Run, data: bytes) -> None:
+        while True:  # chunks are create-only: a restarted agent skips past, never overwrites, old ones
+            key = self.reg.key(keys.log_chunk(run.job_id, run.attempt, run.rank, self._log_seq))
+            try:
+                self.reg.store.put_if_absent(key, data, "text/plain")
+                self._log_seq += 1
+                return
+            except PreconditionFailed:
+                self._log_seq += 1
 
     def _heartbeat(self, run: _Run) -> None:
         last = self.out.last_output_at
