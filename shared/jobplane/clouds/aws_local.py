@@ -33,11 +33,15 @@ class RawInstance:
 
 
 class LocalAws:
-    def __init__(self, region: str, endpoint: str | None = None) -> None:
-        """endpoint: the moto server (else AWS_ENDPOINT_URL); explicit, so tests need not touch os.environ."""
+    def __init__(self, region: str, endpoint: str | None = None, credentials: dict[str, str] | None = None) -> None:
+        """endpoint / credentials: the moto server's (else the environment's), explicit so a caller need not
+        touch os.environ. credentials use the AWS_* variable names."""
         self.region = region
-        self.ec2: Any = boto3.client("ec2", region_name=region, endpoint_url=endpoint)
-        self.s3: Any = boto3.client("s3", region_name=region, endpoint_url=endpoint)
+        creds = {"aws_access_key_id": (credentials or {}).get("AWS_ACCESS_KEY_ID"),
+                 "aws_secret_access_key": (credentials or {}).get("AWS_SECRET_ACCESS_KEY"),
+                 "aws_session_token": (credentials or {}).get("AWS_SESSION_TOKEN")}
+        self.ec2: Any = boto3.client("ec2", region_name=region, endpoint_url=endpoint, **creds)
+        self.s3: Any = boto3.client("s3", region_name=region, endpoint_url=endpoint, **creds)
 
     def create_bucket(self, name: str) -> None:
         with contextlib.suppress(self.s3.exceptions.BucketAlreadyOwnedByYou):

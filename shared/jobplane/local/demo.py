@@ -71,7 +71,7 @@ class CloudProcess:
     def aws(self) -> Any:
         from jobplane.clouds.aws_local import LocalAws
 
-        return LocalAws(self.state["AWS_REGION"], self.state["AWS_ENDPOINT_URL"])
+        return LocalAws(self.state["AWS_REGION"], self.state["AWS_ENDPOINT_URL"], self.state)
 
     def registry(self) -> Any:
         from jobplane.clouds.s3 import S3Store
