@@ -1,0 +1,69 @@
+"""Fixtures for the GCP tests: the real google-cloud-compute client against the Compute fake (REST on
+loopback), and GcsStore against the precondition-enforcing GCS fake. Nothing reaches Google."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from jobplane.clouds.gcp import GceCompute
+from jobplane.clouds.gcs import GcsStore
+from jobplane.local.fake_compute import FakeComputeServer
+from jobplane.local.fake_gcs import FakeGcsServer
+from jobplane.policy import GcpPlacement
+from jobplane.registry import Registry
+
+PROJECT, REGION, BUCKET = "jobplane-local", "us-central1", "jobplane-gcp-test"
+IMAGE = "projects/debian-cloud/global/images/family/debian-12"
+PLACEMENT = GcpPlacement(service_account="vm@jobplane-local.iam.gserviceaccount.com", default_image=IMAGE,
+                         subnetwork="regions/us-central1/subnetworks/jobplane")
+
+
+@pytest.fixture
+def compute_fake() -> Iterator[FakeComputeServer]:
+    fake = FakeComputeServer(PROJECT, op_polls=1)
+    fake.start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+@pytest.fixture
+def gce(compute_fake: FakeComputeServer) -> GceCompute:
+    return GceCompute(PROJECT, REGION, placement=PLACEMENT, endpoint=compute_fake.endpoint, operation_timeout=30)
+
+
+@pytest.fixture
+def gcs_fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeGcsServer]:
+    fake = FakeGcsServer()
+    fake.start()
+    fake.create_bucket(BUCKET)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake.endpoint)  # anonymous credentials, no real GCS
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+@dataclass
+class GcpCloud:
+    compute_fake: FakeComputeServer
+    compute: GceCompute
+    gcs_fake: FakeGcsServer
+    registry: Registry
+
+
+@pytest.fixture
+def cloud(compute_fake: FakeComputeServer, gce: GceCompute, gcs_fake: FakeGcsServer,
+          monkeypatch: pytest.MonkeyPatch) -> GcpCloud:
+    """Registry on GCS (root "reg"), Compute on the fake; the environment the functions read."""
+    for name, value in {"JOBPLANE_BUCKET": BUCKET, "JOBPLANE_ROOT": "reg", "JOBPLANE_REGION": REGION,
+                        "JOBPLANE_CLOUD": "gcp", "JOBPLANE_COMPUTE_ENDPOINT": compute_fake.endpoint}.items():
+        monkeypatch.setenv(name, value)
+    registry = Registry(GcsStore(BUCKET), "reg")
+    registry.put_json("config/policy.yaml", {"gcp": PLACEMENT.model_dump(exclude_none=True)})
+    return GcpCloud(compute_fake, gce, gcs_fake, registry)
