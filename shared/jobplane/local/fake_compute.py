@@ -223,9 +223,11 @@ class FakeComputeServer:
         return ended
 
     def metadata_server(self, instance_id: str) -> FakeGceMetadataServer:
-        """A running fake metadata server answering as this VM would (stopped with this server)."""
+        """A running fake metadata server answering as this VM would (one per VM, stopped with this server)."""
         zone, name = instance_id.split("/", 1)
         with self._lock:
+            if instance_id in self._metadata:
+                return self._metadata[instance_id]
             vm = self._vm(zone, name)
             res = vm.resource
             attributes = {i["key"]: i.get("value", "") for i in res.get("metadata", {}).get("items", [])}
