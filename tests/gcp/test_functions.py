@@ -1,0 +1,95 @@
+"""functions/gcp/main.py through functions-framework's own test client, over the GCS and Compute fakes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from functions_framework import create_app
+
+from jobplane import keys
+from jobplane.states import State
+from tests.gcp.conftest import BUCKET, GcpCloud
+
+pytestmark = pytest.mark.timeout(120)
+MAIN = str(Path(__file__).parents[2] / "functions" / "gcp" / "main.py")
+SPEC = "run: python3 train.py\ninstance_type: n2-standard-4\ncloud: gcp\nzones: [us-central1-a]\nspot: true\n"
+
+
+def finalized(name: str, bucket: str = BUCKET) -> dict[str, Any]:
+    """A binary-mode CloudEvent as Eventarc delivers google.cloud.storage.object.v1.finalized."""
+    return {
+        "headers": {"ce-id": "1234", "ce-specversion": "1.0",
+                    "ce-source": f"//storage.googleapis.com/projects/_/buckets/{bucket}",
+                    "ce-type": "google.cloud.storage.object.v1.finalized", "ce-subject": f"objects/{name}",
+                    "Content-Type": "application/json"},
+        "data": json.dumps({"bucket": bucket, "name": name, "generation": "1"}),
+    }
+
+
+def drop(cloud: GcpCloud, job_id: str, spec: str = SPEC) -> str:
+    key = keys.queue_entry(job_id)
+    cloud.registry.store.put(cloud.registry.key(key), spec.encode(), "application/yaml")
+    return "reg/" + key
+
+
+def test_a_queue_drop_launches_the_job_once_even_when_delivered_twice(cloud: GcpCloud) -> None:
+    client = create_app("launcher", MAIN, "cloudevent").test_client()
+    name = drop(cloud, "fn-job")
+    for _ in range(2):  # Eventarc delivers at least once
+        assert client.post("/", **finalized(name)).status_code == 200
+    record = cloud.registry.job("fn-job")
+    assert record.state == State.LAUNCHING and record.attempt == 1
+    assert [v["name"] for v in cloud.compute_fake.instances()] == ["fn-job-a1-0001"]
+    cluster = cloud.registry.get_json(keys.cluster("fn-job", 1))
+    assert cluster["instances"] == ["us-central1-a/fn-job-a1-0001"] and cluster["zone"] == "us-central1-a"
+    startup = {i["key"]: i["value"] for i in cloud.compute_fake.instances()[0]["metadata"]["items"]}
+    assert "JOBPLANE_CLOUD=gcp" in startup["startup-script"] and "gs://" in startup["startup-script"]
+
+
+@pytest.mark.parametrize("name", ["reg/heartbeats/j/1/0", "reg/jobs/j/job.json", "queue/outside-root.yaml"])
+def test_other_objects_are_ignored_without_touching_compute(cloud: GcpCloud, name: str) -> None:
+    client = create_app("launcher", MAIN, "cloudevent").test_client()
+    assert client.post("/", **finalized(name)).status_code == 200
+    assert client.post("/", **finalized("reg/queue/x.yaml", bucket="another-bucket")).status_code == 200
+    assert sum(cloud.compute_fake.calls.values()) == 0
+
+
+def test_an_invalid_drop_is_rejected_with_its_reason(cloud: GcpCloud) -> None:
+    client = create_app("launcher", MAIN, "cloudevent").test_client()
+    name = drop(cloud, "bad-job", "run: x\ninstance_type: n2-standard-4\nnum_nodes: 0\n")
+    assert client.post("/", **finalized(name)).status_code == 200
+    error = cloud.registry.get_json(keys.rejected_error("bad-job"))
+    assert "num_nodes" in json.dumps(error)
+    assert cloud.compute_fake.instances() == []
+
+
+def test_scheduled_functions_answer_with_their_actions(cloud: GcpCloud) -> None:
+    orphan = cloud.compute_fake.add_instance("us-central1-a", "orphan-a1-0001", {
+        "jobplane-managed": "true", "jobplane-job-id": "nobody", "jobplane-attempt": "1"},
+        created=cloud.compute_fake.clock().replace(year=2020))
+    sweeper = create_app("sweeper", MAIN, "http").test_client()
+    dry = sweeper.post("/", json={"dry_run": True})
+    assert dry.status_code == 200
+    assert [a["result"] for a in dry.get_json()["actions"]] == ["dry-run"]
+    assert len(cloud.compute_fake.instances()) == 1  # dry-run applies nothing
+    applied = sweeper.post("/")
+    assert [a["result"] for a in applied.get_json()["actions"]] == ["applied"], applied.get_json()
+    assert orphan not in [f"{v['zone'].rsplit('/', 1)[-1]}/{v['name']}" for v in cloud.compute_fake.instances()]
+    for target in ("rerun", "uptime_cap", "launcher_backstop"):
+        response = create_app(target, MAIN, "http").test_client().post("/")
+        assert response.status_code == 200, (target, response.data)
+
+
+def test_the_gcp_module_never_imports_boto3() -> None:
+    code = ("import sys, functions.gcp.main; print(sorted(m for m in sys.modules "
+            "if m.split('.')[0] in ('boto3', 'botocore', 'aws_lambda_powertools')))")
+    out = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True,
+                         cwd=Path(MAIN).parents[2], timeout=120, check=True)
+    assert out.stdout.strip() == "[]"
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in out.stderr.splitlines() if "|" in line}
+    assert "boto3" not in imported and "botocore" not in imported and "functions_framework" in imported
