@@ -53,7 +53,7 @@ class ControlServer:
 def _handler(routes: dict[str, Route]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
-            route = routes.get(self.path)
+            route = routes.get(self.path.strip("/"))
             if route is None:
                 return self._reply(404, {"error": f"no such control action {self.path}"})
             try:
