@@ -88,7 +88,8 @@ def test_dry_run_applies_nothing(cloud: Cloud) -> None:  # noqa: F811
     before = cloud.registry.job("stuck")
 
     outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=later(60), metrics=cloud.metrics, dry_run=True)
-    cloud.set_policy(f"aws:\n  default_image: {cloud.image}\nsafety:\n  dry_run: true\n  max_terminations_percent: 100\n")
+    cloud.set_policy(f"aws:\n  default_image: {cloud.image}\nsafety:\n  dry_run: true\n"
+                     "  max_terminations_percent: 100\n")
     outcomes += reconcile.uptime_cap(cloud.registry, cloud.compute, now=later(60 * 24 * 8), metrics=cloud.metrics)
 
     assert {o.action.rule for o in outcomes} == {Rule.ORPHAN, Rule.BOOT_RETRY, Rule.TIMED_OUT, Rule.CAP_NO_JOB}

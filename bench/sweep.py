@@ -1,0 +1,163 @@
+"""Sweep cost at scale: API calls and time of one sweep over N healthy RUNNING jobs, against a naive loop.
+
+Seeds N healthy jobs in moto (in-process S3 + EC2): job.json, the RUNNING active/ marker, a heartbeat and
+an output mark, the limits/ key, and one tagged, running instance each. Then runs one real
+`reconcile.sweep` and a naive baseline (list the live jobs, GET every job.json, describe the instances:
+the status loop most DIY controllers run), counting every S3 and EC2 call by operation with botocore
+event hooks.
+
+    .venv/bin/python bench/sweep.py               # N = 100, 1000, 5000
+    .venv/bin/python bench/sweep.py --n 100 1000
+
+Writes bench/results/sweep.json (and prints it, plus a markdown table for the README).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+for _var, _val in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1",
+                   "AWS_EC2_METADATA_DISABLED": "true"}.items():
+    os.environ.setdefault(_var, _val)
+os.environ.pop("AWS_ENDPOINT_URL", None)  # in-process moto only: never a real endpoint
+
+import boto3  # noqa: E402
+from moto import mock_aws  # noqa: E402
+
+from jobplane import keys, reconcile  # noqa: E402
+from jobplane.clouds.aws import Ec2Compute  # noqa: E402
+from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, TAG_MANAGED  # noqa: E402
+from jobplane.clouds.s3 import S3Store  # noqa: E402
+from jobplane.decide.model import Limits  # noqa: E402
+from jobplane.policy import DEFAULT_POLICY  # noqa: E402
+from jobplane.registry import JobRecord, Registry, _dump  # noqa: E402
+from jobplane.spec import JobSpec  # noqa: E402
+from jobplane.states import State  # noqa: E402
+from jobplane.telemetry import CountingMetrics  # noqa: E402
+
+BUCKET = "jobplane-bench"
+REGION = "us-east-1"
+BATCH = 500  # instances per RunInstances (one reservation)
+
+
+class CallCounter:
+    """Counts API calls by service.operation via botocore's before-call events."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+        self.job_record_gets = 0
+
+    def __call__(self, model: Any, params: dict[str, Any] | None = None, **_: Any) -> None:
+        self.calls[f"{model.service_model.service_name}.{model.name}"] += 1
+        if model.name == "GetObject" and str((params or {}).get("url_path", "")).endswith("/job.json"):
+            self.job_record_gets += 1
+
+    def attach(self, *clients: Any) -> None:
+        for client in clients:
+            client.meta.events.register(f"before-call.{client.meta.service_model.service_name}", self)
+
+
+def seed(reg: Registry, ec2: Any, image: str, n: int) -> None:
+    now = datetime.now(UTC)
+    spec = JobSpec(run="python3 train.py", instance_type="t3.micro")
+    ids: list[str] = []
+    for start in range(0, n, BATCH):
+        count = min(BATCH, n - start)
+        resp = ec2.run_instances(ImageId=image, MinCount=count, MaxCount=count, InstanceType="t3.micro",
+                                 TagSpecifications=[{"ResourceType": "instance", "Tags": [
+                                     {"Key": TAG_MANAGED, "Value": "true"}, {"Key": TAG_ATTEMPT, "Value": "1"}]}])
+        ids += [i["InstanceId"] for i in resp["Instances"]]
+    for i, iid in enumerate(ids):
+        job_id = f"job-{i:05d}"
+        ec2.create_tags(Resources=[iid], Tags=[{"Key": TAG_JOB_ID, "Value": job_id}])
+        record = JobRecord(id=job_id, spec=spec.model_copy(update={"id": job_id}), state=State.RUNNING, attempt=1,
+                           created_at=now, updated_at=now, state_since=now, launched_at=now, instances=[iid])
+        reg.store.put(reg.key(keys.job_record(job_id)), _dump(record), "application/json")
+        reg.store.put(reg.key(keys.active_marker(job_id, State.RUNNING, 1)), b"", "text/plain")
+        reg.put_json(keys.heartbeat(job_id, 1, 0), {"time": now.isoformat()})
+        reg.put_json(keys.output_mark(job_id, 1, 0), {"time": now.isoformat()})
+        limits = Limits(job_id, 1, 1, DEFAULT_POLICY.stall_timeout(spec), DEFAULT_POLICY.max_runtime(spec))
+        reg.store.put(reg.key(limits.key), b"", "text/plain")
+
+
+def naive(reg: Registry, compute: Ec2Compute) -> int:
+    """The baseline: every live job's record, every sweep."""
+    records = [reg.job(job_id) for job_id in reg.active()]
+    compute.list_managed()
+    return len(records)
+
+
+def measure(n: int) -> dict[str, Any]:
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=REGION)
+        ec2 = boto3.client("ec2", region_name=REGION)
+        s3.create_bucket(Bucket=BUCKET)
+        image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+        reg = Registry(S3Store(BUCKET, s3))
+        compute = Ec2Compute(DEFAULT_POLICY.aws, REGION, ec2)
+        started = time.monotonic()
+        seed(reg, ec2, image, n)
+        seeded = time.monotonic() - started
+
+        out: dict[str, Any] = {"n": n, "seed_seconds": round(seeded, 1)}
+        for name, run in (
+            ("sweep", lambda: reconcile.sweep(reg, compute, now=datetime.now(UTC), metrics=CountingMetrics())),
+            ("naive", lambda: naive(reg, compute)),
+        ):
+            counter = CallCounter()
+            counter.attach(s3, ec2)
+            t0 = time.monotonic()
+            result = run()
+            elapsed = time.monotonic() - t0
+            for client in (s3, ec2):
+                client.meta.events.unregister(f"before-call.{client.meta.service_model.service_name}", counter)
+            calls = dict(sorted(counter.calls.items()))
+            out[name] = {"seconds": round(elapsed, 2), "calls": calls, "total_calls": sum(calls.values()),
+                         "get_object": calls.get("s3.GetObject", 0), "job_record_gets": counter.job_record_gets}
+            if name == "sweep":
+                out[name]["actions"] = len(result) if isinstance(result, list) else None
+        out["job_record_gets_per_healthy_job"] = out["sweep"]["job_record_gets"] / n
+        out["call_ratio_naive_over_sweep"] = round(out["naive"]["total_calls"] / out["sweep"]["total_calls"], 1)
+        return out
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    rows = ["| healthy jobs | sweep calls (LIST / DescribeInstances / GET) | job.json GETs per job | sweep time "
+            "| naive calls (GET) | naive time | calls naive / sweep |", "|---:|---|---:|---:|---|---:|---:|"]
+    for r in results:
+        s, nv = r["sweep"], r["naive"]
+        rows.append(
+            f"| {r['n']:,} | {s['total_calls']} ({s['calls'].get('s3.ListObjectsV2', 0)} / "
+            f"{s['calls'].get('ec2.DescribeInstances', 0)} / {s['get_object']}) | "
+            f"{r['job_record_gets_per_healthy_job']:g} | {s['seconds']} s | "
+            f"{nv['total_calls']:,} ({nv['get_object']:,}) | {nv['seconds']} s | {r['call_ratio_naive_over_sweep']}x |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, nargs="+", default=[100, 1000, 5000])
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "sweep.json")
+    args = parser.parse_args(argv)
+    results = []
+    for n in args.n:
+        results.append(measure(n))
+        print(json.dumps(results[-1]), file=sys.stderr, flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"bench": "sweep", "measured_at": datetime.now(UTC).isoformat(), "results": results}
+    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(json.dumps(doc, indent=1))
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

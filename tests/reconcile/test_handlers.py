@@ -1,0 +1,91 @@
+"""The AWS handlers, invoked with the events EventBridge delivers, against moto (in-process)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from functions.aws import rerun, sweeper, uptime_cap
+from jobplane import keys
+from jobplane.states import State
+from tests.launcher.conftest import BUCKET, Cloud, cloud  # noqa: F401  (the shared moto fixture)
+from tests.reconcile.test_apply_moto import SPEC, beat, launch
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@dataclass
+class Context:
+    function_name: str = "jobplane-test"
+    memory_limit_in_mb: int = 256
+    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:jobplane-test"
+    aws_request_id: str = "req-1"
+
+
+SCHEDULED = {"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}}
+
+
+def created(key: str) -> dict[str, Any]:
+    return {"detail-type": "Object Created", "source": "aws.s3",
+            "detail": {"bucket": {"name": BUCKET}, "object": {"key": key}}}
+
+
+def rules(result: dict[str, Any]) -> list[tuple[str, str | None, str]]:
+    return [(a["rule"], a["job_id"], a["result"]) for a in result["actions"]]
+
+
+def test_sweeper_cron_then_exit_report_event(cloud: Cloud) -> None:  # noqa: F811
+    record = launch(cloud, "train")
+    beat(cloud, record)
+    assert rules(sweeper.handler(SCHEDULED, Context())) == [("started", "train", "applied")]
+    exit_key = keys.exit_report("train", 1, 0)
+    cloud.registry.put_json(exit_key, {"code": 2, "reason": "exit"})
+    assert rules(sweeper.handler(created(exit_key), Context())) == [("finished", "train", "applied")]
+    final = cloud.registry.job("train")
+    assert final.state == State.FAILED and final.reason == "rank 0 exited with code 2" and final.exit_code == 2
+
+
+def test_sweeper_state_change_event_and_dry_run(cloud: Cloud) -> None:  # noqa: F811
+    record = launch(cloud, "train")
+    beat(cloud, record)
+    event = {"detail-type": "EC2 Instance State-change Notification", "source": "aws.ec2",
+             "detail": {"instance-id": record.instances[0], "state": "running"}, "dry_run": True}
+    assert rules(sweeper.handler(event, Context())) == [("started", "train", "dry-run")]
+    assert cloud.registry.job("train").state == State.LAUNCHING
+
+
+def test_rerun_records_a_spot_warning_then_reruns_on_the_marker(cloud: Cloud) -> None:  # noqa: F811
+    record = launch(cloud, "spotty", SPEC + "spot: true\n")
+    iid = record.instances[0]
+    warning = {"detail-type": "EC2 Spot Instance Interruption Warning", "source": "aws.ec2",
+               "detail": {"instance-id": iid, "instance-action": "terminate"}}
+    assert rerun.handler(warning, Context()) == {"instance_id": iid, "result": "recorded"}
+    cloud.registry.mark_preempted("spotty", {"attempt": 1, "rank": 0, "instance_id": iid})
+    assert rules(rerun.handler(created(keys.preempted_marker("spotty")), Context())) == [
+        ("rerun", "spotty", "applied")]
+    after = cloud.registry.job("spotty")
+    assert after.attempt == 2 and after.notices[0]["instance_id"] == iid and cloud.registry.preempted() == {}
+
+
+def test_uptime_cap_cron_times_out_a_job_past_its_cap(cloud: Cloud) -> None:  # noqa: F811
+    record = launch(cloud, "brief", SPEC + "max_runtime: 1s\n")
+    time.sleep(1.1)
+    assert rules(uptime_cap.handler(SCHEDULED, Context())) == [("timed-out", "brief", "applied")]
+    final = cloud.registry.job("brief")
+    assert final.state == State.TIMED_OUT and final.reason == "uptime cap 1s reached"
+    assert {i["InstanceId"]: i["State"]["Name"] for i in cloud.instances()}[record.instances[0]] != "running"
+
+
+@pytest.mark.timeout(60)
+def test_handlers_never_import_google() -> None:
+    # a *-nspkg.pth pre-registers empty `google` namespace stubs at startup: count modules with code only
+    code = "import functions.aws.sweeper, functions.aws.rerun, functions.aws.uptime_cap, sys; " \
+           "print(sorted(m for m, mod in sys.modules.items() if m.startswith('google') and " \
+           "getattr(mod, '__file__', None)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "[]"
