@@ -92,11 +92,13 @@ def read_exits(reg: Registry, job_id: str, attempt: int) -> tuple[ExitReport, ..
     return tuple(out)
 
 
-def with_preempted_bodies(reg: Registry, snap: Snapshot, only: Collection[str] = ()) -> Snapshot:
-    """Read the preempted-jobs/ markers (few: jobs between preemption and rerun) for their attempt."""
+def with_preempted_bodies(reg: Registry, snap: Snapshot, only: Collection[str] | None = None) -> Snapshot:
+    """Read the preempted-jobs/ markers (few: jobs between preemption and rerun) for their attempt; with
+    `only`, just those jobs' (the others keep what the listing said)."""
     marks: dict[str, PreemptedMark] = {}
     for job_id, mark in snap.preempted.items():
-        if only and job_id not in only:
+        if only is not None and job_id not in only:
+            marks[job_id] = mark
             continue
         try:
             body = reg.get_json(keys.preempted_marker(job_id))
@@ -212,8 +214,7 @@ def sweep(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, p
     named = {i.job_id for i in snap.instances if i.id in instance_ids and i.job_id}
     snap = replace(snap, forced=frozenset({*jobs, *named}))
     snap = with_records(reg, snap, sweep_decide.candidates(snap, now, policy))
-    if snap.preempted:
-        snap = with_preempted_bodies(reg, snap, only=snap.records)
+    snap = with_preempted_bodies(reg, snap, only=set(snap.records))
     outcomes = apply(reg, compute, sweep_decide.decide(snap, now, policy, force=force), now=now, metrics=metrics,
                      dry_run=dry_run or policy.safety.dry_run)
     metrics.add_metric("SweepDuration", "Milliseconds", (time.monotonic() - started) * 1000)

@@ -180,6 +180,8 @@ def test_lost_spot_rank_is_torn_down_and_rerun(cloud: Cloud) -> None:  # noqa: F
     assert lost.action.rule == Rule.LOST_SPOT and lost.result == "applied"
     assert cloud.registry.job("pair").state == State.PREEMPTED and not alive(cloud, record.instances[:1])
     assert list(cloud.registry.preempted()) == ["pair"]
+    assert reconcile.sweep(cloud.registry, cloud.compute, now=later(4), metrics=cloud.metrics) == [], \
+        "a PREEMPTED job with its marker is rerun's: the sweep leaves it (and its marker) alone"
 
     (rerun,) = reconcile.rerun(cloud.registry, cloud.compute, now=later(3), metrics=cloud.metrics, jobs=["pair"])
     assert rerun.result == "applied" and cloud.registry.job("pair").attempt == 2 and cloud.registry.preempted() == {}
