@@ -70,3 +70,11 @@ def test_cancel_running_job_ends_cancelled_with_its_process_gone(cloud, tmp_path
     again = cloud.cli("cancel", job_id)
     assert again.returncode == 1 and "already CANCELLED" in again.stderr
     assert "Traceback" not in again.stderr
+
+
+@pytest.mark.timeout(60)
+def test_unknown_job_is_one_clear_line(cloud):
+    for command in (["describe", "no-such-job"], ["logs", "no-such-job"], ["cancel", "no-such-job"]):
+        result = cloud.cli(*command)
+        assert result.returncode == 1, command
+        assert result.stderr.strip() == "Error: no job 'no-such-job'", command

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -191,6 +192,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         code = demo.finish()
     print(f"demo took {time.monotonic() - started:.0f}s", flush=True)
+    if code == 0 and args.state_dir is None:
+        shutil.rmtree(state_dir, ignore_errors=True)  # kept on failure: console logs of every instance
+    elif code:
+        print(f"state, function logs and instance consoles kept in {state_dir}", flush=True)
     return code
 
 
