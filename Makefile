@@ -29,3 +29,19 @@ pytest: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/jobplane validate examples/*.yaml
 	$(BIN)/python -m jobplane.local.demo
+
+# GCP: the Cloud Functions source zip (main.py + the jobplane package + requirements.txt at its root) and
+# the agent wheel the VMs install from system/wheels/; infra/gcp/README.md deploys them with terraform.
+GCP_BUILD := build/gcp-functions
+.PHONY: gcp-package gcp-functions-zip
+gcp-package: gcp-functions-zip
+	rm -rf build/wheels && mkdir -p build/wheels
+	$(BIN)/python -m pip wheel --quiet --no-deps --wheel-dir build/wheels .
+	@echo "built build/gcp-functions.zip and $$(ls build/wheels/*.whl)"
+
+gcp-functions-zip: $(STAMP)
+	rm -rf $(GCP_BUILD) build/gcp-functions.zip && mkdir -p $(GCP_BUILD)/jobplane
+	cp functions/gcp/main.py infra/gcp/requirements.txt $(GCP_BUILD)/
+	cp -R shared/jobplane/. $(GCP_BUILD)/jobplane/
+	find $(GCP_BUILD) -name __pycache__ -prune -exec rm -rf {} +
+	cd $(GCP_BUILD) && ../../$(BIN)/python -m zipfile -c ../gcp-functions.zip main.py requirements.txt jobplane

@@ -1,0 +1,304 @@
+# jobplane on GCP: one registry bucket, five Cloud Functions (gen2), four Cloud Scheduler jobs, and
+# three service accounts with the least roles each needs. Job VMs run in their own subnet without
+# external IPs; the functions create and delete them.
+
+locals {
+  bucket = var.bucket_name != "" ? var.bucket_name : "${var.project}-jobplane"
+  root   = trim(var.registry_root, "/")
+  prefix = local.root != "" ? "${local.root}/" : ""
+  env = {
+    JOBPLANE_CLOUD       = "gcp"
+    JOBPLANE_BUCKET      = local.bucket
+    JOBPLANE_ROOT        = local.root
+    JOBPLANE_REGION      = var.region
+    GOOGLE_CLOUD_PROJECT = var.project
+  }
+  # entry point => [memory, timeout seconds]; the launcher waits on insert operations.
+  http_functions = {
+    launcher_backstop = ["512M", 540]
+    sweeper           = ["512M", 300]
+    rerun             = ["512M", 540]
+    uptime_cap        = ["512M", 300]
+  }
+  apis = ["compute", "cloudfunctions", "run", "eventarc", "cloudscheduler", "cloudbuild", "artifactregistry",
+  "pubsub", "storage", "iam"]
+}
+
+resource "google_project_service" "apis" {
+  for_each           = toset(local.apis)
+  service            = "${each.value}.googleapis.com"
+  disable_on_destroy = false
+}
+
+# ---- storage ------------------------------------------------------------------------------------------
+resource "google_storage_bucket" "registry" {
+  name                        = local.bucket
+  location                    = var.region
+  uniform_bucket_level_access = true
+  public_access_prevention    = "enforced"
+  force_destroy               = false
+
+  versioning {
+    enabled = true
+  }
+
+  lifecycle_rule {
+    condition {
+      days_since_noncurrent_time = var.noncurrent_version_days
+    }
+    action {
+      type = "Delete"
+    }
+  }
+}
+
+resource "google_storage_bucket" "sources" {
+  name                        = "${local.bucket}-sources"
+  location                    = var.region
+  uniform_bucket_level_access = true
+  public_access_prevention    = "enforced"
+  force_destroy               = true
+}
+
+resource "google_storage_bucket_object" "function_source" {
+  # the content hash in the name makes a new zip redeploy the functions
+  name   = "functions-${filemd5(var.source_zip)}.zip"
+  bucket = google_storage_bucket.sources.name
+  source = var.source_zip
+}
+
+resource "google_storage_bucket_object" "agent_wheel" {
+  count  = var.agent_wheel != "" ? 1 : 0
+  name   = "${local.prefix}system/wheels/${basename(var.agent_wheel)}"
+  bucket = google_storage_bucket.registry.name
+  source = var.agent_wheel
+}
+
+resource "google_storage_bucket_object" "policy" {
+  name         = "${local.prefix}config/policy.yaml"
+  bucket       = google_storage_bucket.registry.name
+  content_type = "application/yaml"
+  content = yamlencode(merge(var.policy, {
+    gcp = {
+      project         = var.project
+      service_account = google_service_account.vms.email
+      network         = google_compute_network.jobs.id
+      subnetwork      = google_compute_subnetwork.jobs.id
+      default_image   = var.default_image
+    }
+  }))
+}
+
+# ---- identities ---------------------------------------------------------------------------------------
+resource "google_service_account" "functions" {
+  account_id   = "jobplane-functions"
+  display_name = "jobplane control functions"
+}
+
+resource "google_service_account" "vms" {
+  account_id   = "jobplane-vms"
+  display_name = "jobplane job VMs (agent)"
+}
+
+resource "google_service_account" "scheduler" {
+  account_id   = "jobplane-scheduler"
+  display_name = "jobplane Cloud Scheduler invoker (OIDC)"
+}
+
+# Functions: registry objects, VM create/delete, and attaching only the VM service account.
+resource "google_storage_bucket_iam_member" "functions_registry" {
+  bucket = google_storage_bucket.registry.name
+  role   = "roles/storage.objectUser"
+  member = google_service_account.functions.member
+}
+
+resource "google_project_iam_member" "functions_compute" {
+  project = var.project
+  role    = "roles/compute.instanceAdmin.v1"
+  member  = google_service_account.functions.member
+}
+
+resource "google_service_account_iam_member" "functions_act_as_vms" {
+  service_account_id = google_service_account.vms.name
+  role               = "roles/iam.serviceAccountUser"
+  member             = google_service_account.functions.member
+}
+
+resource "google_project_iam_member" "functions_event_receiver" {
+  project = var.project
+  role    = "roles/eventarc.eventReceiver"
+  member  = google_service_account.functions.member
+}
+
+# VMs: the agent reads code and writes heartbeats, logs, checkpoints and exit reports.
+resource "google_storage_bucket_iam_member" "vms_registry" {
+  bucket = google_storage_bucket.registry.name
+  role   = "roles/storage.objectUser"
+  member = google_service_account.vms.member
+}
+
+resource "google_project_iam_member" "vms_log_writer" {
+  project = var.project
+  role    = "roles/logging.logWriter"
+  member  = google_service_account.vms.member
+}
+
+# GCS publishes bucket events to Eventarc through Pub/Sub.
+data "google_storage_project_service_account" "gcs" {}
+
+resource "google_project_iam_member" "gcs_pubsub_publisher" {
+  project = var.project
+  role    = "roles/pubsub.publisher"
+  member  = data.google_storage_project_service_account.gcs.member
+}
+
+# ---- network for the job VMs --------------------------------------------------------------------------
+resource "google_compute_network" "jobs" {
+  name                    = "jobplane"
+  auto_create_subnetworks = false
+  depends_on              = [google_project_service.apis]
+}
+
+resource "google_compute_subnetwork" "jobs" {
+  name                     = "jobplane-${var.region}"
+  region                   = var.region
+  network                  = google_compute_network.jobs.id
+  ip_cidr_range            = var.subnet_cidr
+  private_ip_google_access = true
+}
+
+resource "google_compute_router" "jobs" {
+  name    = "jobplane-${var.region}"
+  region  = var.region
+  network = google_compute_network.jobs.id
+}
+
+resource "google_compute_router_nat" "jobs" {
+  name                               = "jobplane-${var.region}"
+  router                             = google_compute_router.jobs.name
+  region                             = var.region
+  nat_ip_allocate_option             = "AUTO_ONLY"
+  source_subnetwork_ip_ranges_to_nat = "ALL_SUBNETWORKS_ALL_IP_RANGES"
+}
+
+# Multi-node jobs talk to each other (NCCL, the master port); nothing else gets in.
+resource "google_compute_firewall" "jobs_internal" {
+  name                    = "jobplane-internal"
+  network                 = google_compute_network.jobs.id
+  direction               = "INGRESS"
+  source_service_accounts = [google_service_account.vms.email]
+  target_service_accounts = [google_service_account.vms.email]
+  allow {
+    protocol = "all"
+  }
+}
+
+# ---- functions ----------------------------------------------------------------------------------------
+resource "google_cloudfunctions2_function" "launcher" {
+  name     = "jobplane-launcher"
+  location = var.region
+
+  build_config {
+    runtime     = "python312"
+    entry_point = "launcher"
+    source {
+      storage_source {
+        bucket = google_storage_bucket.sources.name
+        object = google_storage_bucket_object.function_source.name
+      }
+    }
+  }
+
+  service_config {
+    available_memory      = "512M"
+    timeout_seconds       = 540
+    max_instance_count    = 10
+    service_account_email = google_service_account.functions.email
+    environment_variables = local.env
+  }
+
+  event_trigger {
+    trigger_region        = var.region
+    event_type            = "google.cloud.storage.object.v1.finalized"
+    retry_policy          = "RETRY_POLICY_DO_NOT_RETRY" # the backstop picks up whatever an event missed
+    service_account_email = google_service_account.functions.email
+    event_filters {
+      attribute = "bucket"
+      value     = google_storage_bucket.registry.name
+    }
+  }
+
+  depends_on = [google_project_service.apis, google_project_iam_member.gcs_pubsub_publisher,
+  google_project_iam_member.functions_event_receiver]
+}
+
+resource "google_cloudfunctions2_function" "http" {
+  for_each = local.http_functions
+  name     = "jobplane-${replace(each.key, "_", "-")}"
+  location = var.region
+
+  build_config {
+    runtime     = "python312"
+    entry_point = each.key
+    source {
+      storage_source {
+        bucket = google_storage_bucket.sources.name
+        object = google_storage_bucket_object.function_source.name
+      }
+    }
+  }
+
+  service_config {
+    available_memory      = each.value[0]
+    timeout_seconds       = each.value[1]
+    max_instance_count    = 1 # one reconciler run at a time; CAS keeps overlapping runs safe anyway
+    ingress_settings      = "ALLOW_ALL"
+    service_account_email = google_service_account.functions.email
+    environment_variables = local.env
+  }
+
+  depends_on = [google_project_service.apis]
+}
+
+# The launcher's Eventarc trigger and the scheduler call the functions' Cloud Run services; nobody else may.
+resource "google_cloud_run_service_iam_member" "launcher_trigger_invoker" {
+  location = var.region
+  service  = google_cloudfunctions2_function.launcher.service_config[0].service
+  role     = "roles/run.invoker"
+  member   = google_service_account.functions.member
+}
+
+resource "google_cloud_run_service_iam_member" "scheduler_invoker" {
+  for_each = local.http_functions
+  location = var.region
+  service  = google_cloudfunctions2_function.http[each.key].service_config[0].service
+  role     = "roles/run.invoker"
+  member   = google_service_account.scheduler.member
+}
+
+# ---- schedules ----------------------------------------------------------------------------------------
+resource "google_cloud_scheduler_job" "http" {
+  for_each         = local.http_functions
+  name             = "jobplane-${replace(each.key, "_", "-")}"
+  region           = var.region
+  schedule         = var.schedules[each.key]
+  time_zone        = "Etc/UTC"
+  attempt_deadline = "${each.value[1]}s"
+
+  http_target {
+    http_method = "POST"
+    uri         = google_cloudfunctions2_function.http[each.key].service_config[0].uri
+    headers     = { "Content-Type" = "application/json" }
+    body        = base64encode("{}")
+    oidc_token {
+      service_account_email = google_service_account.scheduler.email
+      audience              = google_cloudfunctions2_function.http[each.key].service_config[0].uri
+    }
+  }
+
+  retry_config {
+    retry_count = 0 # the next tick is the retry
+  }
+
+  depends_on = [google_project_service.apis]
+}

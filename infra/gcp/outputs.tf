@@ -1,0 +1,30 @@
+output "bucket" {
+  description = "Registry bucket."
+  value       = google_storage_bucket.registry.name
+}
+
+output "queue_uri" {
+  description = "Drop job specs here: gcloud storage cp job.yaml <queue_uri>"
+  value       = "gs://${google_storage_bucket.registry.name}/${local.prefix}queue/"
+}
+
+output "function_uris" {
+  description = "HTTP functions (OIDC-authenticated; invoked by Cloud Scheduler)."
+  value       = { for k, f in google_cloudfunctions2_function.http : k => f.service_config[0].uri }
+}
+
+output "functions_service_account" {
+  value = google_service_account.functions.email
+}
+
+output "vm_service_account" {
+  value = google_service_account.vms.email
+}
+
+output "scheduler_service_account" {
+  value = google_service_account.scheduler.email
+}
+
+output "subnetwork" {
+  value = google_compute_subnetwork.jobs.id
+}

@@ -1,0 +1,69 @@
+variable "project" {
+  description = "GCP project id to deploy into."
+  type        = string
+}
+
+variable "region" {
+  description = "Region for the functions, the scheduler jobs, the VM subnet and regional launches."
+  type        = string
+  default     = "us-central1"
+}
+
+variable "bucket_name" {
+  description = "Registry bucket (the only state). Defaults to <project>-jobplane."
+  type        = string
+  default     = ""
+}
+
+variable "registry_root" {
+  description = "Optional prefix inside the bucket for the registry (queue/ lives under it)."
+  type        = string
+  default     = ""
+}
+
+variable "source_zip" {
+  description = "Function source built by `make gcp-package`."
+  type        = string
+  default     = "../../build/gcp-functions.zip"
+}
+
+variable "agent_wheel" {
+  description = "jobplane wheel for the VMs (built by `make gcp-package`); empty to manage system/wheels/ yourself."
+  type        = string
+  default     = ""
+}
+
+variable "default_image" {
+  description = "Boot image for jobs whose spec names none (needs python3 and gcloud, e.g. a Deep Learning VM)."
+  type        = string
+  default     = "projects/deeplearning-platform-release/global/images/family/common-cpu"
+}
+
+variable "subnet_cidr" {
+  description = "Range of the subnet the job VMs run in (no external IPs: Cloud NAT and Private Google Access)."
+  type        = string
+  default     = "10.64.0.0/20"
+}
+
+variable "policy" {
+  description = "Extra config/policy.yaml fields (caps, quotas, safety); the gcp placement is filled in."
+  type        = any
+  default     = {}
+}
+
+variable "schedules" {
+  description = "Cron schedules (Cloud Scheduler, UTC) of the HTTP functions."
+  type        = map(string)
+  default = {
+    launcher_backstop = "* * * * *"
+    sweeper           = "*/5 * * * *"
+    rerun             = "*/2 * * * *"
+    uptime_cap        = "*/5 * * * *"
+  }
+}
+
+variable "noncurrent_version_days" {
+  description = "Days a registry object's overwritten versions are kept (versioning is on for recovery)."
+  type        = number
+  default     = 7
+}
