@@ -1,0 +1,79 @@
+"""functions/aws/launcher.handler with EventBridge-shaped events on moto: routing, root prefix, JSON logs."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from jobplane import keys
+from jobplane.states import State
+from tests.launcher.conftest import BUCKET, Cloud
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@dataclass
+class LambdaContext:
+    function_name: str = "jobplane-launcher"
+    memory_limit_in_mb: int = 256
+    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:jobplane-launcher"
+    aws_request_id: str = "req-1"
+
+
+def object_created(key: str, bucket: str = BUCKET) -> dict[str, Any]:
+    return {"version": "0", "source": "aws.s3", "detail-type": "Object Created",
+            "detail": {"bucket": {"name": bucket}, "object": {"key": key, "size": 10}}}
+
+
+SCHEDULED = {"version": "0", "source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}
+SPEC = "instance_type: t3.micro\nrun: python train.py\n"
+
+
+def test_object_created_launches_and_logs_json_with_job_id(cloud: Cloud, capsys: pytest.CaptureFixture[str]) -> None:
+    from functions.aws.launcher import handler
+
+    cloud.drop("from-event", SPEC)
+    result = handler(object_created("queue/from-event.yaml"), LambdaContext())
+
+    assert result == {"key": "queue/from-event.yaml", "outcome": "launched"}
+    assert cloud.registry.job("from-event").state == State.LAUNCHING
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    core = [line for line in lines if line.get("message", "").startswith("job from-event attempt 1")]
+    assert core and core[0]["job_id"] == "from-event" and core[0]["service"] == "jobplane"
+    emf = [line for line in lines if "_aws" in line]
+    assert emf and emf[0]["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "jobplane" and emf[0]["JobsLaunched"] == [1.0]
+
+
+def test_foreign_events_are_ignored(cloud: Cloud) -> None:
+    from functions.aws.launcher import handler
+
+    cloud.drop("elsewhere", SPEC)
+    assert handler(object_created("queue/elsewhere.yaml", "other-bucket"), LambdaContext())["outcome"] == "ignored"
+    assert handler(object_created("jobs/x/job.json"), LambdaContext())["outcome"] == "ignored"
+    assert cloud.instances() == []  # the handler's own EC2 client: count instances, not hooked calls
+
+
+def test_root_prefix_is_honoured(cloud: Cloud, monkeypatch: pytest.MonkeyPatch) -> None:
+    from functions.aws.launcher import handler
+
+    monkeypatch.setenv("JOBPLANE_ROOT", "team-a")
+    cloud.s3.put_object(Bucket=BUCKET, Key="team-a/config/policy.yaml",
+                        Body=f"aws:\n  default_image: {cloud.image}\n".encode())
+    cloud.s3.put_object(Bucket=BUCKET, Key="team-a/queue/rooted.yaml", Body=SPEC.encode())
+    assert handler(object_created("queue/rooted.yaml"), LambdaContext())["outcome"] == "ignored"  # outside root
+    assert handler(object_created("team-a/queue/rooted.yaml"), LambdaContext())["outcome"] == "launched"
+    assert cloud.s3.get_object(Bucket=BUCKET, Key="team-a/" + keys.job_record("rooted"))
+    (instance,) = cloud.instances()
+    attr = cloud.ec2.describe_instance_attribute(InstanceId=instance["InstanceId"], Attribute="userData")
+    assert "export JOBPLANE_ROOT=team-a" in base64.b64decode(attr["UserData"]["Value"]).decode()
+
+
+def test_scheduled_event_runs_the_backstop(cloud: Cloud) -> None:
+    from functions.aws.launcher import handler
+
+    cloud.drop("fresh", SPEC)
+    assert handler(SCHEDULED, LambdaContext()) == {"outcomes": []}  # younger than a minute: events handle it
