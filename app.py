@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""CDK entry point: `cdk synth` / `cdk deploy` the jobplane control plane on AWS."""
+"""CDK entry point: `cdk synth` / `cdk deploy` the jobplane control plane on AWS (settings: cdk.json)."""
 
 import os
 import sys
@@ -7,6 +7,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "shared"))
 
 import aws_cdk as cdk
+from cdk_nag import AwsSolutionsChecks
 
 from infra.aws.stack import JobplaneStack
 
@@ -16,4 +17,6 @@ JobplaneStack(
     "Jobplane",
     env=cdk.Environment(account=os.environ.get("CDK_DEFAULT_ACCOUNT"), region=os.environ.get("CDK_DEFAULT_REGION")),
 )
+# cdk-nag runs on every synth: an unacknowledged finding stops it.
+cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
 app.synth()

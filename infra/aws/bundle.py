@@ -1,0 +1,164 @@
+"""Build the Lambda code asset and the VM wheelhouse at synth time, without Docker.
+
+Lambda asset (one directory shared by the four functions, so CDK uploads it once):
+    functions/aws/*.py + shared/jobplane (minus GCP, CLI and local-cloud modules)
+    + the dependencies the python3.14 runtime lacks, as arm64 wheels from PyPI.
+The runtime ships boto3/botocore and their dependencies; everything else is bundled, Powertools included
+(no public layer: the bundle is then the whole truth, and the bundled-import test can prove it complete).
+pydantic v2 has a compiled core, so dependencies are fetched with `pip download --platform
+manylinux2014_aarch64 --only-binary=:all:` pinned to the versions installed here (what the tests ran).
+
+VM wheelhouse (uploaded to system/wheels/ at deploy time): the jobplane wheel plus every dependency of
+`jobplane[aws]` for x86_64 and aarch64 and each configured VM Python, so VMs in private subnets install
+the agent with `pip install --no-index --find-links`.
+
+Both are cached under build/ (gitignored) by a hash of their inputs: only the first synth on a fresh
+machine needs PyPI.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+from collections.abc import Iterable, Sequence
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = ROOT / "build" / "cdk-assets"
+
+LAMBDA_PYTHON = "3.14"
+LAMBDA_PLATFORM = "manylinux2014_aarch64"
+VM_PLATFORMS = ("manylinux2014_x86_64", "manylinux2014_aarch64")
+
+# Shipped by the Lambda Python runtime (boto3 and its dependency closure): never bundled.
+RUNTIME_PROVIDED = frozenset({"boto3", "botocore", "s3transfer", "jmespath", "python_dateutil", "six", "urllib3"})
+# What the handlers import beyond the standard library and the runtime.
+LAMBDA_REQUIREMENTS = ("pydantic", "pydantic_core", "PyYAML", "aws-lambda-powertools")
+# Modules a Lambda never needs: GCP adapters (an AWS handler never imports google), the CLI, the local cloud.
+EXCLUDED_MODULES = ("jobplane/cli.py", "jobplane/local", "jobplane/clouds/gcs.py", "jobplane/clouds/gce*")
+
+
+def _pinned(requirement: str) -> str:
+    """Pin a requirement to the version installed in this environment (the one the tests exercised)."""
+    name, _, extra = requirement.partition("[")
+    try:
+        version = metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return requirement
+    return f"{name}{'[' + extra if extra else ''}=={version}"
+
+
+def _digest(parts: Iterable[str | bytes]) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode() if isinstance(part, str) else part)
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def _source_files(base: Path, excluded: Sequence[str] = ()) -> list[Path]:
+    out = []
+    for path in sorted(base.rglob("*")):
+        rel = path.relative_to(base.parent).as_posix()
+        if not path.is_file() or "__pycache__" in path.parts or path.suffix == ".pyc":
+            continue
+        if any(Path(rel).match(pattern) or rel.startswith(pattern + "/") for pattern in excluded):
+            continue
+        out.append(path)
+    return out
+
+
+def _pip_download(dest: Path, requirements: Sequence[str], platform: str, python: str) -> None:
+    # One platform per call: given several, pip stops at the first wheel matching any of them.
+    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--dest", str(dest),
+           "--only-binary=:all:", "--implementation", "cp", "--python-version", python, "--platform", platform]
+    subprocess.run([*cmd, *requirements], check=True, stdout=subprocess.DEVNULL)
+
+
+def _dist_name(wheel: Path) -> str:
+    return wheel.name.split("-")[0].lower().replace("-", "_").replace(".", "_")
+
+
+def _atomic_build(target: Path, build: object) -> Path:
+    """Build into a temp dir and rename, so an interrupted synth never leaves a half-built cache entry."""
+    if target.exists():
+        return target
+    tmp = target.with_name(target.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    build(tmp)  # type: ignore[operator]
+    tmp.rename(target)
+    return target
+
+
+def lambda_dependencies() -> Path:
+    """Unpacked arm64/python3.14 site directory with every bundled third-party package."""
+    requirements = [_pinned(r) for r in LAMBDA_REQUIREMENTS]
+    key = _digest([LAMBDA_PLATFORM, LAMBDA_PYTHON, *requirements, *sorted(RUNTIME_PROVIDED)])
+
+    def build(tmp: Path) -> None:
+        wheels = tmp / "wheels"
+        _pip_download(wheels, requirements, LAMBDA_PLATFORM, LAMBDA_PYTHON)
+        site = tmp / "site"
+        for wheel in sorted(wheels.glob("*.whl")):
+            if _dist_name(wheel) not in RUNTIME_PROVIDED:
+                with zipfile.ZipFile(wheel) as zf:
+                    zf.extractall(site)
+
+    return _atomic_build(CACHE / f"lambda-deps-{key}", build) / "site"
+
+
+def lambda_asset() -> Path:
+    """The directory every jobplane Lambda is deployed from (handler = functions.aws.<name>.handler)."""
+    deps = lambda_dependencies()
+    sources = [*_source_files(ROOT / "functions"), *_source_files(ROOT / "shared" / "jobplane", EXCLUDED_MODULES)]
+    sources = [p for p in sources if "gcp" not in p.relative_to(ROOT).parts]
+    key = _digest([str(deps), *(f"{p.relative_to(ROOT)}\n{p.read_text()}" for p in sources)])
+
+    def build(tmp: Path) -> None:
+        shutil.copytree(deps, tmp, dirs_exist_ok=True)
+        for path in sources:
+            rel = path.relative_to(ROOT)
+            dest = tmp / (rel.relative_to("shared") if rel.parts[0] == "shared" else rel)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, dest)
+
+    return _atomic_build(CACHE / f"lambda-{key}", build)
+
+
+def _vm_requirements() -> list[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return [*project["dependencies"], *project["optional-dependencies"]["aws"]]
+
+
+def vm_dependency_wheels(pythons: Sequence[str]) -> Path:
+    """Wheels of jobplane[aws]'s dependencies for every VM platform and Python (changes rarely)."""
+    requirements = _vm_requirements()
+    key = _digest([*pythons, *VM_PLATFORMS, *requirements])
+
+    def build(tmp: Path) -> None:
+        for python in pythons:
+            for platform in VM_PLATFORMS:
+                _pip_download(tmp, requirements, platform, python)
+
+    return _atomic_build(CACHE / f"vm-deps-{key}", build)
+
+
+def vm_wheelhouse(pythons: Sequence[str]) -> Path:
+    """The jobplane wheel and its dependency wheels for x86_64 and arm64 VMs, for each VM Python."""
+    deps = vm_dependency_wheels(pythons)
+    sources = [ROOT / "pyproject.toml", *_source_files(ROOT / "shared" / "jobplane")]
+    key = _digest([str(deps), *(p.read_bytes() for p in sources)])
+
+    def build(tmp: Path) -> None:
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
+                        "--no-deps", "--wheel-dir", str(tmp), str(ROOT)], check=True, stdout=subprocess.DEVNULL)
+        for wheel in deps.glob("*.whl"):
+            shutil.copy2(wheel, tmp / wheel.name)
+
+    return _atomic_build(CACHE / f"vm-wheels-{key}", build)

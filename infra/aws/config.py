@@ -1,0 +1,81 @@
+"""Deployment settings of the control plane, read from cdk.json context (or `cdk -c key=value`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from constructs import Construct
+
+PREFIX = "jobplane:"
+
+# Where each function's cron lives in the context, and its default.
+SCHEDULES = {
+    "launcher": ("launcherBackstopSchedule", "rate(5 minutes)"),
+    "sweeper": ("sweepSchedule", "rate(5 minutes)"),
+    "rerun": ("rerunSchedule", "rate(5 minutes)"),
+    "uptime_cap": ("uptimeCapSchedule", "rate(5 minutes)"),
+}
+
+
+@dataclass(frozen=True)
+class ControlPlaneConfig:
+    """Everything a platform team chooses at deploy time; the defaults deploy a working control plane."""
+
+    bucket_name: str | None = None  # None: CloudFormation names it
+    root: str = ""  # registry root prefix inside the bucket
+    schedules: dict[str, str] = field(default_factory=lambda: {k: d for k, (_, d) in SCHEDULES.items()})
+    # Default caps written to config/policy.yaml (the stack adds the aws placement it created).
+    policy: dict[str, Any] = field(default_factory=dict)
+    vpc_id: str | None = None  # None: a new VPC with isolated subnets and an S3 gateway endpoint (no NAT)
+    subnet_ids: tuple[str, ...] = ()
+    alarm_email: str | None = None
+    data_buckets: tuple[str, ...] = ()  # buckets VMs may read job inputs from (read-only)
+    vm_pythons: tuple[str, ...] = ("3.11", "3.12")  # Python versions of the VM images, for the wheelhouse
+    reserved_concurrency: bool = True  # 1 for the reconcilers; off for accounts at the 10-execution minimum
+    log_retention_days: int = 30  # Lambda log groups
+    log_chunk_days: int = 90  # registry log chunks tagged jobplane:object=log expire after this
+
+    @property
+    def key_prefix(self) -> str:
+        """The registry root as an S3 key prefix ("" or "team-a/"), as Registry applies it."""
+        root = self.root.strip("/")
+        return f"{root}/" if root else ""
+
+    @classmethod
+    def from_context(cls, scope: Construct) -> ControlPlaneConfig:
+        def get(name: str, default: Any = None) -> Any:
+            value = scope.node.try_get_context(PREFIX + name)
+            return default if value in (None, "") else value
+
+        defaults = cls()
+        return cls(
+            bucket_name=get("bucketName"),
+            root=get("root", ""),
+            schedules={fn: str(get(key, default)) for fn, (key, default) in SCHEDULES.items()},
+            policy=_as_json(get("policy", {})),
+            vpc_id=get("vpcId"),
+            subnet_ids=tuple(_as_list(get("subnetIds", []))),
+            alarm_email=get("alarmEmail"),
+            data_buckets=tuple(_as_list(get("dataBuckets", []))),
+            vm_pythons=tuple(_as_list(get("vmPythonVersions", list(defaults.vm_pythons)))),
+            reserved_concurrency=_as_bool(get("reservedConcurrency", True)),
+            log_retention_days=int(get("logRetentionDays", defaults.log_retention_days)),
+            log_chunk_days=int(get("logChunkDays", defaults.log_chunk_days)),
+        )
+
+
+# `cdk -c key=value` passes strings; cdk.json passes JSON values. Accept both.
+def _as_json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _as_list(value: Any) -> list[str]:
+    if isinstance(value, str):
+        value = json.loads(value) if value.lstrip().startswith("[") else value.split(",")
+    return [str(v).strip() for v in value if str(v).strip()]
+
+
+def _as_bool(value: Any) -> bool:
+    return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "yes")

@@ -1,0 +1,333 @@
+"""JobplaneControlPlane: the whole AWS control plane as one reusable construct.
+
+registry bucket (+ access-log bucket) · four Lambdas (launcher, sweeper, rerun, uptime-cap) · EventBridge
+rules and one schedule per cron · VM role + instance profile · cluster placement group · security group ·
+agent wheelhouse and config/policy.yaml uploaded at deploy time · DLQ · dashboard + alarms to SNS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_s3_deployment as s3deploy
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct, IConstruct
+
+from infra.aws import bundle, permissions
+from infra.aws.config import ControlPlaneConfig
+from infra.aws.observability import Observability
+from jobplane.policy import Policy
+
+LOG_CHUNK_TAG = ("jobplane:object", "log")
+# Events only say "look at this job now" and every cron run reconciles everything, so a stale event is
+# worth little: retry briefly, then park it in the DLQ (the depth alarm shows something is wrong).
+EVENT_RETRIES = 2
+EVENT_MAX_AGE = cdk.Duration.hours(1)
+UPLOADER_MEMORY_MB = 512  # one BucketDeployment singleton Lambda serves both uploads
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    name: str  # module in functions/aws
+    timeout_s: int
+    launches: bool  # RunInstances + PassRole
+    terminates: bool
+    # 1 where overlapping runs would only repeat the same reconcile (claims are CAS-safe anyway)
+    reserved: int | None
+
+
+FUNCTIONS = (
+    FunctionSpec("launcher", 120, launches=True, terminates=False, reserved=None),
+    FunctionSpec("sweeper", 300, launches=False, terminates=True, reserved=1),
+    FunctionSpec("rerun", 300, launches=True, terminates=True, reserved=1),
+    FunctionSpec("uptime_cap", 120, launches=False, terminates=True, reserved=1),
+)
+
+
+def acknowledge(scope: IConstruct, rule: str, reason: str) -> None:
+    """Record a cdk-nag finding as accepted, with the reason next to the resource it concerns."""
+    cdk.Validations.of(scope).acknowledge(cdk.Acknowledgment(id=rule, reason=reason))
+
+
+def _title(name: str) -> str:
+    return "".join(part.title() for part in name.split("_"))
+
+
+class JobplaneControlPlane(Construct):
+    def __init__(self, scope: Construct, construct_id: str, config: ControlPlaneConfig) -> None:
+        super().__init__(scope, construct_id)
+        self.config = config
+        prefix = config.key_prefix
+        self.access_logs = self._access_log_bucket()
+        self.bucket = self._registry_bucket()
+        network = self._network()
+        self.vm_role, self.instance_profile = self._vm_identity()
+        self.dead_letters = self._dead_letter_queue()
+
+        asset = lambda_.Code.from_asset(str(bundle.lambda_asset()))
+        self.functions = {spec.name: self._function(spec, asset, network) for spec in FUNCTIONS}
+        self._rules()
+        self._uploads(network)
+        self.observability = Observability(self, "Observability", self.functions, self.dead_letters,
+                                           config.alarm_email)
+        submit_env = f"JOBPLANE_ROOT={prefix.rstrip('/')} " if prefix else ""
+        cdk.CfnOutput(self, "BucketName", value=self.bucket.bucket_name, description="the jobplane registry")
+        cdk.CfnOutput(self, "SubmitCommand", description="submit a job",
+                      value=f"{submit_env}jobplane submit job.yaml --code ./src --bucket {self.bucket.bucket_name}")
+
+    # ---- storage ------------------------------------------------------------------------------------
+    def _access_log_bucket(self) -> s3.Bucket:
+        logs_bucket = s3.Bucket(
+            self, "AccessLogs",
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            lifecycle_rules=[s3.LifecycleRule(id="ExpireAccessLogs", expiration=cdk.Duration.days(365))],
+            removal_policy=cdk.RemovalPolicy.RETAIN,
+        )
+        acknowledge(logs_bucket, "AwsSolutions-S1",
+                    "This bucket is the access-log target of the registry bucket and the VPC flow logs; "
+                    "logging it into itself would loop.")
+        return logs_bucket
+
+    def _registry_bucket(self) -> s3.Bucket:
+        prefix = self.config.key_prefix
+        return s3.Bucket(
+            self, "Registry",
+            bucket_name=self.config.bucket_name,
+            versioned=True,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            server_access_logs_bucket=self.access_logs,
+            server_access_logs_prefix="registry/",
+            event_bridge_enabled=True,
+            removal_policy=cdk.RemovalPolicy.RETAIN,
+            lifecycle_rules=[
+                # Log chunks live under jobs/<id>/logs/ (no common prefix), so they are found by tag.
+                s3.LifecycleRule(id="ExpireOldLogChunks", tag_filters=dict([LOG_CHUNK_TAG]),
+                                 expiration=cdk.Duration.days(self.config.log_chunk_days),
+                                 noncurrent_version_expiration=cdk.Duration.days(1)),
+                # Heartbeats are rewritten every 30 s: keep no history of them.
+                s3.LifecycleRule(id="DropHeartbeatHistory", prefix=f"{prefix}heartbeats/",
+                                 noncurrent_version_expiration=cdk.Duration.days(1)),
+                s3.LifecycleRule(id="DropOldVersions", noncurrent_version_expiration=cdk.Duration.days(30),
+                                 abort_incomplete_multipart_upload_after=cdk.Duration.days(7)),
+                s3.LifecycleRule(id="DropExpiredDeleteMarkers", expired_object_delete_marker=True),
+            ],
+        )
+
+    # ---- network ------------------------------------------------------------------------------------
+    def _network(self) -> Network:
+        cfg = self.config
+        if cfg.vpc_id:
+            if not cfg.subnet_ids:
+                raise ValueError("jobplane:subnetIds: required when jobplane:vpcId is set (the VMs' subnets)")
+            vpc = ec2.Vpc.from_vpc_attributes(self, "Vpc", vpc_id=cfg.vpc_id, availability_zones=cdk.Fn.get_azs())
+            subnets = list(cfg.subnet_ids)
+        else:
+            if cfg.subnet_ids:
+                raise ValueError("jobplane:vpcId: required when jobplane:subnetIds is set")
+            vpc = self._new_vpc()
+            subnets = [s.subnet_id for s in vpc.isolated_subnets]
+        group = ec2.SecurityGroup(self, "JobSecurityGroup", vpc=vpc, allow_all_outbound=True,
+                                  description="jobplane VMs: inbound only from VMs in this group")
+        group.add_ingress_rule(group, ec2.Port.all_traffic(), "between the VMs of jobplane jobs (NCCL, torchrun)")
+        placement = ec2.PlacementGroup(self, "ClusterPlacement", strategy=ec2.PlacementGroupStrategy.CLUSTER)
+        return Network(subnets, group, placement)
+
+    def _new_vpc(self) -> ec2.Vpc:
+        """Isolated subnets with an S3 gateway endpoint: VMs reach the registry and nothing else; no NAT
+        gateway, so the VPC costs nothing idle. Use your own VPC (jobplane:vpcId) for internet access."""
+        vpc = ec2.Vpc(
+            self, "Vpc",
+            max_azs=2,
+            nat_gateways=0,
+            subnet_configuration=[ec2.SubnetConfiguration(name="jobs", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED,
+                                                          cidr_mask=20)],
+            gateway_endpoints={"S3": ec2.GatewayVpcEndpointOptions(service=ec2.GatewayVpcEndpointAwsService.S3)},
+        )
+        vpc.add_flow_log("FlowLog", destination=ec2.FlowLogDestination.to_s3(self.access_logs, "vpc-flow-logs/"))
+        return vpc
+
+    # ---- identities ---------------------------------------------------------------------------------
+    def _vm_identity(self) -> tuple[iam.Role, iam.InstanceProfile]:
+        role = iam.Role(self, "VmRole", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+                        description="jobplane agent on a VM: read its job's inputs, write its own facts")
+        policy = iam.Policy(self, "VmPolicy", roles=[role],
+                            statements=permissions.vm_statements(self.bucket, self.config.key_prefix,
+                                                                 self.config.data_buckets))
+        for pattern in dict.fromkeys(permissions.VM_READ + permissions.VM_WRITE):
+            acknowledge(policy, f"AwsSolutions-IAM5[Resource::<{self.bucket_id()}.Arn>/{self.config.key_prefix}"
+                                f"{pattern}]",
+                        f"Job ids and file names are chosen at run time; {pattern} confines the VM to that one "
+                        "area of the registry.")
+        profile = iam.InstanceProfile(self, "VmInstanceProfile", role=role)
+        return role, profile
+
+    def _dead_letter_queue(self) -> sqs.Queue:
+        queue = sqs.Queue(self, "DeadLetters", encryption=sqs.QueueEncryption.SQS_MANAGED, enforce_ssl=True,
+                          retention_period=cdk.Duration.days(14))
+        acknowledge(queue, "AwsSolutions-SQS3",
+                    "This queue is the dead-letter queue of the functions and rule targets; it has none itself.")
+        return queue
+
+    def _function(self, spec: FunctionSpec, code: lambda_.Code, network: Network) -> lambda_.Function:
+        title = _title(spec.name)
+        log_group = logs.LogGroup(self, f"{title}Logs", retention=_retention(self.config.log_retention_days),
+                                  removal_policy=cdk.RemovalPolicy.DESTROY)
+        role = iam.Role(self, f"{title}Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+                        description=f"jobplane {spec.name} function")
+        statements = [permissions.describe_statement()]
+        if spec.launches:
+            statements += permissions.launch_statements(self.vm_role, network.subnets, network.group.security_group_id,
+                                                        network.placement.placement_group_name)
+        if spec.terminates:
+            statements += permissions.terminate_statements()
+        policy = iam.Policy(self, f"{title}Ec2Policy", roles=[role], statements=statements)
+        fn = lambda_.Function(
+            self, title,
+            runtime=lambda_.Runtime.PYTHON_3_14,
+            architecture=lambda_.Architecture.ARM_64,
+            code=code,
+            handler=f"functions.aws.{spec.name}.handler",
+            memory_size=512,
+            timeout=cdk.Duration.seconds(spec.timeout_s),
+            role=role,
+            environment={
+                "JOBPLANE_BUCKET": self.bucket.bucket_name,
+                "JOBPLANE_ROOT": self.config.key_prefix.rstrip("/"),
+                "POWERTOOLS_SERVICE_NAME": "jobplane",
+                "POWERTOOLS_METRICS_NAMESPACE": "jobplane",
+            },
+            tracing=lambda_.Tracing.ACTIVE,
+            logging_format=lambda_.LoggingFormat.JSON,
+            application_log_level_v2=lambda_.ApplicationLogLevel.INFO,
+            system_log_level_v2=lambda_.SystemLogLevel.WARN,
+            log_group=log_group,
+            reserved_concurrent_executions=spec.reserved if self.config.reserved_concurrency else None,
+            dead_letter_queue=self.dead_letters,
+            retry_attempts=EVENT_RETRIES,
+            max_event_age=EVENT_MAX_AGE,
+            description=f"jobplane {spec.name.replace('_', '-')}",
+        )
+        self.bucket.grant_read_write(role)
+        self.bucket.grant_delete(role)
+        log_group.grant_write(role)
+        self._acknowledge_function_findings(role, policy, spec)
+        return fn
+
+    def bucket_id(self) -> str:
+        """The registry's logical id as cdk-nag prints it in findings (<Id.Arn>)."""
+        stack = cdk.Stack.of(self)
+        return str(stack.resolve(stack.get_logical_id(self.bucket.node.default_child)))  # type: ignore[arg-type]
+
+    def _acknowledge_function_findings(self, role: iam.Role, policy: iam.Policy, spec: FunctionSpec) -> None:
+        acknowledge(policy, "AwsSolutions-IAM5[Resource::*]",
+                    "ec2:DescribeInstances/DescribeImages/DescribeSubnets support no resource-level permissions.")
+        used = {"instance/*"} | ({"volume/*", "network-interface/*", "spot-instances-request/*", "key-pair/*",
+                                   "image/*"} if spec.launches else set())
+        for resource, reason in permissions.EC2_WILDCARDS.items():
+            if resource in used:
+                account = "" if resource == "image/*" else "<AWS::AccountId>"
+                arn = f"arn:<AWS::Partition>:ec2:<AWS::Region>:{account}:{resource}"
+                acknowledge(policy, f"AwsSolutions-IAM5[Resource::{arn}]", reason)
+        default = role.node.find_child("DefaultPolicy")
+        acknowledge(default, "AwsSolutions-IAM5[Resource::*]",
+                    "X-Ray PutTraceSegments/PutTelemetryRecords support no resource-level permissions.")
+        single_writer = ("The control plane is the registry's single writer: it reads, writes, lists and deletes "
+                         "any registry key (grant_read_write/grant_delete on this one bucket only).")
+        acknowledge(default, f"AwsSolutions-IAM5[Resource::<{self.bucket_id()}.Arn>/*]", single_writer)
+        for action in ("s3:GetBucket*", "s3:GetObject*", "s3:List*", "s3:Abort*", "s3:DeleteObject*"):
+            acknowledge(default, f"AwsSolutions-IAM5[Action::{action}]", single_writer)
+
+    # ---- triggers -----------------------------------------------------------------------------------
+    def _target(self, name: str) -> targets.LambdaFunction:
+        return targets.LambdaFunction(self.functions[name], dead_letter_queue=self.dead_letters,
+                                      retry_attempts=EVENT_RETRIES, max_event_age=EVENT_MAX_AGE)
+
+    def _object_created(self, rule_id: str, key: list[str], target: str, description: str) -> events.Rule:
+        return events.Rule(
+            self, rule_id, description=description,
+            event_pattern=events.EventPattern(
+                source=["aws.s3"], detail_type=["Object Created"],
+                detail={"bucket": {"name": [self.bucket.bucket_name]}, "object": {"key": key}},
+            ),
+            targets=[self._target(target)],
+        )
+
+    def _rules(self) -> None:
+        prefix = self.config.key_prefix
+        self._object_created("QueueDropRule", events.Match.prefix(f"{prefix}queue/"), "launcher",
+                             "a spec dropped in queue/ -> launcher")
+        self._object_created("ExitReportRule",
+                             events.Match.wildcard(f"{prefix}jobs/*/attempts/*/nodes/*/exit.json"), "sweeper",
+                             "an agent's exit report -> sweeper")
+        self._object_created("PreemptedMarkerRule", events.Match.prefix(f"{prefix}preempted-jobs/"), "rerun",
+                             "a preempted-jobs/ marker -> rerun")
+        events.Rule(self, "SpotInterruptionRule", description="EC2 Spot interruption warning -> rerun",
+                    event_pattern=events.EventPattern(source=["aws.ec2"],
+                                                      detail_type=["EC2 Spot Instance Interruption Warning"]),
+                    targets=[self._target("rerun")])
+        events.Rule(self, "InstanceStateRule", description="an instance stopping or gone -> sweeper",
+                    event_pattern=events.EventPattern(
+                        source=["aws.ec2"], detail_type=["EC2 Instance State-change Notification"],
+                        detail={"state": ["shutting-down", "terminated", "stopping", "stopped"]}),
+                    targets=[self._target("sweeper")])
+        for name, expression in self.config.schedules.items():
+            events.Rule(self, f"{_title(name)}Schedule", description=f"cron -> {name}",
+                        schedule=events.Schedule.expression(expression), targets=[self._target(name)])
+
+    # ---- deploy-time uploads ------------------------------------------------------------------------
+    def policy_document(self, network: Network) -> dict[str, Any]:
+        """config/policy.yaml: the default caps from the context plus where this stack's VMs go."""
+        caps = dict(self.config.policy)
+        placement = {
+            **caps.get("aws", {}),
+            "instance_profile": self.instance_profile.instance_profile_name,
+            "subnets": list(network.subnets),
+            "security_groups": [network.group.security_group_id],
+            "placement_group": network.placement.placement_group_name,
+        }
+        document = {**caps, "aws": placement}
+        Policy.model_validate(document)  # a bad cap in cdk.json fails the synth, naming the field
+        return document
+
+    def _uploads(self, network: Network) -> None:
+        prefix = self.config.key_prefix
+        wheels = bundle.vm_wheelhouse(self.config.vm_pythons)
+        s3deploy.BucketDeployment(self, "AgentWheels", sources=[s3deploy.Source.asset(str(wheels))],
+                                  destination_bucket=self.bucket, destination_key_prefix=f"{prefix}system/wheels/",
+                                  prune=True, memory_limit=UPLOADER_MEMORY_MB)
+        # The stack owns config/policy.yaml: change caps in cdk.json and redeploy.
+        s3deploy.BucketDeployment(self, "PolicyFile",
+                                  sources=[s3deploy.Source.yaml_data("policy.yaml", self.policy_document(network))],
+                                  destination_bucket=self.bucket, destination_key_prefix=f"{prefix}config/",
+                                  prune=False, memory_limit=UPLOADER_MEMORY_MB)
+
+
+@dataclass(frozen=True)
+class Network:
+    subnets: list[str]
+    group: ec2.SecurityGroup
+    placement: ec2.PlacementGroup
+
+
+RETENTION = {1: logs.RetentionDays.ONE_DAY, 7: logs.RetentionDays.ONE_WEEK, 14: logs.RetentionDays.TWO_WEEKS,
+             30: logs.RetentionDays.ONE_MONTH, 90: logs.RetentionDays.THREE_MONTHS,
+             180: logs.RetentionDays.SIX_MONTHS, 365: logs.RetentionDays.ONE_YEAR}
+
+
+def _retention(days: int) -> logs.RetentionDays:
+    if days not in RETENTION:
+        raise ValueError(f"jobplane:logRetentionDays: {days} is not one of {sorted(RETENTION)}")
+    return RETENTION[days]

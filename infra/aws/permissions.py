@@ -1,0 +1,128 @@
+"""IAM statements of the control plane. Ownership is enforced here as well as in code: nothing can be
+launched without the managed tag in the request, and nothing without it can be terminated."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+
+from jobplane.clouds.base import TAG_MANAGED
+
+MANAGED = {f"aws:ResourceTag/{TAG_MANAGED}": "true"}
+# Registry areas a VM reads and writes (relative to the registry root).
+VM_READ = ("jobs/*/job.json", "jobs/*/code/*", "jobs/*/checkpoints/*", "jobs/*/attempts/*/cluster.json",
+           "jobs/*/control/stop", "system/wheels/*")
+VM_WRITE = ("heartbeats/*", "jobs/*/logs/*", "jobs/*/checkpoints/*", "jobs/*/artifacts/*",
+            "jobs/*/attempts/*/nodes/*/exit.json", "preempted-jobs/*")
+# Why each EC2 resource wildcard in the launch/terminate statements cannot be narrower.
+EC2_WILDCARDS = {
+    "instance/*": "Instance ids exist only after launch; RunInstances needs jobplane:managed=true in the request "
+                  "and TerminateInstances needs it on the instance (conditions on the same statements).",
+    "volume/*": "Root volumes are created by RunInstances; the request must tag them jobplane:managed=true.",
+    "network-interface/*": "RunInstances creates each VM's primary ENI; subnet and security group are pinned to "
+                           "the stack's own.",
+    "spot-instances-request/*": "RunInstances creates the Spot request itself; its id is unknown beforehand.",
+    "key-pair/*": "The policy may name any key pair (aws.key_name) for SSH debugging.",
+    "image/*": "AMIs come from the job spec or the policy (Amazon, Marketplace or own images).",
+}
+
+
+def _ec2_arn(resource: str, account: bool = True) -> str:
+    # AMIs belong to other accounts (Amazon, Marketplace): their ARNs have an empty account field.
+    owner = cdk.Aws.ACCOUNT_ID if account else ""
+    return f"arn:{cdk.Aws.PARTITION}:ec2:{cdk.Aws.REGION}:{owner}:{resource}"
+
+
+def launch_statements(vm_role: iam.IRole, subnets: Sequence[str], security_group: str,
+                      placement_group: str) -> list[iam.PolicyStatement]:
+    """RunInstances only with jobplane:managed=true in the request; tags only at launch; PassRole: VM role."""
+    return [
+        iam.PolicyStatement(
+            sid="RunManagedInstancesOnly",
+            actions=["ec2:RunInstances"],
+            resources=[_ec2_arn("instance/*"), _ec2_arn("volume/*")],
+            conditions={"StringEquals": {f"aws:RequestTag/{TAG_MANAGED}": "true"}},
+        ),
+        iam.PolicyStatement(
+            sid="RunInstancesWithTheStacksNetworkAndAnyImage",
+            actions=["ec2:RunInstances"],
+            resources=[
+                *(_ec2_arn(f"subnet/{s}") for s in subnets),
+                _ec2_arn(f"security-group/{security_group}"),
+                _ec2_arn(f"placement-group/{placement_group}"),
+                _ec2_arn("network-interface/*"),
+                _ec2_arn("spot-instances-request/*"),
+                _ec2_arn("key-pair/*"),
+                _ec2_arn("image/*", account=False),
+            ],
+        ),
+        iam.PolicyStatement(
+            sid="TagOnlyWhileLaunching",
+            actions=["ec2:CreateTags"],
+            resources=[_ec2_arn("instance/*"), _ec2_arn("volume/*")],
+            conditions={"StringEquals": {"ec2:CreateAction": "RunInstances",
+                                         f"aws:RequestTag/{TAG_MANAGED}": "true"}},
+        ),
+        iam.PolicyStatement(
+            sid="PassOnlyTheVmRole",
+            actions=["iam:PassRole"],
+            resources=[vm_role.role_arn],
+            conditions={"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
+        ),
+    ]
+
+
+def terminate_statements() -> list[iam.PolicyStatement]:
+    """Terminate (and read termination protection of) instances carrying jobplane:managed=true only."""
+    return [
+        iam.PolicyStatement(
+            sid="TerminateManagedInstancesOnly",
+            actions=["ec2:TerminateInstances", "ec2:DescribeInstanceAttribute"],
+            resources=[_ec2_arn("instance/*")],
+            conditions={"StringEquals": MANAGED},
+        ),
+    ]
+
+
+def describe_statement() -> iam.PolicyStatement:
+    # EC2 Describe* calls support no resource-level permissions: "*" is the only possible resource.
+    return iam.PolicyStatement(
+        sid="DescribeInstancesImagesSubnets",
+        actions=["ec2:DescribeInstances", "ec2:DescribeImages", "ec2:DescribeSubnets"],
+        resources=["*"],
+    )
+
+
+def vm_statements(bucket: s3.IBucket, prefix: str, data_buckets: Sequence[str]) -> list[iam.PolicyStatement]:
+    """What the agent on a VM may do: read its job's inputs, write its own facts. No EC2, no IAM.
+
+    ListBucket is on the whole registry bucket: without it S3 answers 403 instead of 404 for keys the agent
+    polls before they exist (cluster.json, control/stop), and a prefix-conditioned grant does not count for
+    that. It exposes key names, not contents.
+    """
+    def objects(*patterns: str) -> list[str]:
+        return [bucket.arn_for_objects(prefix + p) for p in patterns]
+
+    statements = [
+        iam.PolicyStatement(
+            sid="ReadJobRecordCodeCheckpointsClusterStopAndAgentWheels",
+            actions=["s3:GetObject"],
+            resources=objects(*VM_READ),
+        ),
+        iam.PolicyStatement(
+            sid="WriteHeartbeatsLogsCheckpointsArtifactsExitReportsPreemptedMarker",
+            actions=["s3:PutObject"],
+            resources=objects(*VM_WRITE),
+        ),
+        iam.PolicyStatement(sid="ListRegistryKeys", actions=["s3:ListBucket"], resources=[bucket.bucket_arn]),
+    ]
+    if data_buckets:
+        arns = [f"arn:{cdk.Aws.PARTITION}:s3:::{name}" for name in data_buckets]
+        statements.append(iam.PolicyStatement(
+            sid="ReadInputDataBuckets", actions=["s3:GetObject", "s3:ListBucket"],
+            resources=[*arns, *(f"{a}/*" for a in arns)],
+        ))
+    return statements
