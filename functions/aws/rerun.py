@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from functions.aws import common
+from functions.aws import common, metering
 from jobplane import reconcile
 from jobplane.registry import utcnow
 
@@ -21,6 +21,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     job = reconcile.job_named_by(common.registry_key(event, env.settings)) if "object" in detail else None
     if job:
         common.logger.append_keys(job_id=job)
-    outcomes = reconcile.rerun(env.registry, env.compute, now=utcnow(), metrics=common.metrics, policy=env.policy,
-                               dry_run=bool(event.get("dry_run")), jobs=[job] if job else [])
+    with metering.api_calls(env):
+        outcomes = reconcile.rerun(env.registry, env.compute, now=utcnow(), metrics=common.metrics,
+                                   policy=env.policy, dry_run=bool(event.get("dry_run")), jobs=[job] if job else [])
     return reconcile.summary(outcomes)

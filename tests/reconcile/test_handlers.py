@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -39,10 +40,19 @@ def rules(result: dict[str, Any]) -> list[tuple[str, str | None, str]]:
     return [(a["rule"], a["job_id"], a["result"]) for a in result["actions"]]
 
 
-def test_sweeper_cron_then_exit_report_event(cloud: Cloud) -> None:  # noqa: F811
+def emitted(out: str) -> dict[str, Any]:
+    """Metric values from the EMF lines Powertools printed."""
+    docs = [json.loads(line) for line in out.splitlines() if line.startswith("{") and '"_aws"' in line]
+    return {m["Name"]: doc[m["Name"]] for doc in docs for d in doc["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]}
+
+
+def test_sweeper_cron_then_exit_report_event(cloud: Cloud, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
     record = launch(cloud, "train")
     beat(cloud, record)
+    capsys.readouterr()
     assert rules(sweeper.handler(SCHEDULED, Context())) == [("started", "train", "applied")]
+    metrics = emitted(capsys.readouterr().out)
+    assert metrics["ApiCalls"][0] >= 5 and "SweepDuration" in metrics  # 4 listings, DescribeInstances, GETs, puts
     exit_key = keys.exit_report("train", 1, 0)
     cloud.registry.put_json(exit_key, {"code": 2, "reason": "exit"})
     assert rules(sweeper.handler(created(exit_key), Context())) == [("finished", "train", "applied")]
