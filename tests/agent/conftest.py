@@ -8,8 +8,7 @@ import os
 import subprocess
 import sys
 import tarfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,17 +28,6 @@ BUCKET = "jobplane-agent-test"
 ROOT = "reg"  # a non-empty registry root, so every key the agent writes must honour it
 FAST = ["--log-interval", "0.3", "--heartbeat-interval", "0.5", "--checkpoint-interval", "0.5",
         "--poll-interval", "0.3", "--cluster-timeout", "20"]
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def tarball(files: dict[str, str]) -> bytes:

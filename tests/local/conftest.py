@@ -3,8 +3,7 @@ left nothing behind, in the fixture's finalizer."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,17 +22,6 @@ def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CloudProcess]:
         left = proc.leftovers()
         assert not left, f"the local cloud left {left} behind"
         assert code == 0, f"local up exited {code}; see {proc.state_dir / 'local-cloud.log'}"
-
-
-def wait_for(what: str, check: Callable[[], object], timeout: float, every: float = 0.5) -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(every)
 
 
 def write_spec(directory: Path, name: str, run: str, **extra: str) -> Path:

@@ -1,0 +1,19 @@
+"""Small helpers shared by test packages."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 15.0, every: float = 0.1) -> Any:
+    """Poll check() until it returns something truthy; fail naming what never happened."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(every)
