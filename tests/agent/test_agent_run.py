@@ -10,7 +10,8 @@ import boto3
 import pytest
 
 from jobplane import keys
-from tests.agent.conftest import ROOT, World, console_of, json_line, wait_for
+from tests.agent.conftest import ROOT, World, console_of, json_line
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 

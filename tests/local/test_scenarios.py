@@ -11,7 +11,8 @@ from jobplane import keys
 from jobplane.local.demo import Demo, wait_for_no_instances
 from jobplane.local.runner import marked_pids
 from jobplane.states import State
-from tests.local.conftest import wait_for, write_spec
+from tests.helpers import wait_for
+from tests.local.conftest import write_spec
 
 pytestmark = pytest.mark.scenario
 REPO = Path(__file__).resolve().parents[2]
