@@ -45,10 +45,18 @@ class _CloudLoggingFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
-_handler = logging.StreamHandler(sys.stdout)
-_handler.setFormatter(_CloudLoggingFormatter())
-logging.getLogger("jobplane").addHandler(_handler)
-logging.getLogger("jobplane").setLevel(os.environ.get("JOBPLANE_LOG_LEVEL", "INFO"))
+def _configure_logging() -> None:
+    """Once per process, even if the framework loads this file again."""
+    logger = logging.getLogger("jobplane")
+    if not any(h.name == "jobplane-gcp" for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stdout)
+        handler.name = "jobplane-gcp"
+        handler.setFormatter(_CloudLoggingFormatter())
+        logger.addHandler(handler)
+    logger.setLevel(os.environ.get("JOBPLANE_LOG_LEVEL", "INFO"))
+
+
+_configure_logging()
 
 
 @dataclass(frozen=True)

@@ -82,8 +82,32 @@ def test_same_request_twice_creates_nothing_more(gce: GceCompute, compute_fake: 
     second = gce.launch(request(nodes=2))
     assert [i.id for i in first] == [i.id for i in second]
     assert compute_fake.calls["bulkInsert"] == 2 and len(compute_fake.instances()) == 2
-    assert request_id("train-1", 1, "us-central1-a") == request_id("train-1", 1, "us-central1-a")
-    assert request_id("train-1", 1, "us-central1-a") != request_id("train-1", 2, "us-central1-a")
+    assert len({request_id("train-1", 1, "us-central1-a", t) for t in (120.0, 179.9)}) == 1
+    assert len({request_id("train-1", a, z, 120.0) for a in (1, 2) for z in ("us-central1-a", "x")}) == 4
+
+
+def test_a_capacity_retry_of_the_same_attempt_a_minute_later_is_a_new_request(
+        compute_fake: FakeComputeServer) -> None:
+    now = [1_000_000.0]
+    gce = GceCompute(PROJECT, REGION, placement=PLACEMENT, endpoint=compute_fake.endpoint, clock=lambda: now[0])
+    compute_fake.fail_zone("us-central1-a", times=1)
+    with pytest.raises(CapacityError):
+        gce.launch(request())
+    with pytest.raises(CapacityError):  # same minute: GCE answers with the first, failed, operation
+        gce.launch(request())
+    now[0] += 60  # the launcher's first capacity backoff
+    assert [i.id for i in gce.launch(request())] == ["us-central1-a/train-1-a1-0001"]
+    assert compute_fake.calls["insert"] == 3
+
+
+def test_a_duplicate_across_the_minute_adopts_the_vms_already_there(
+        compute_fake: FakeComputeServer) -> None:
+    now = [1_000_079.0]
+    gce = GceCompute(PROJECT, REGION, placement=PLACEMENT, endpoint=compute_fake.endpoint, clock=lambda: now[0])
+    first = gce.launch(request(nodes=2))
+    now[0] += 2  # a new request id, the same VM names: 409, adopted
+    assert [i.id for i in gce.launch(request(nodes=2))] == [i.id for i in first]
+    assert len(compute_fake.instances()) == 2
 
 
 @pytest.mark.parametrize("code", ["ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",

@@ -5,7 +5,8 @@ num_nodes (all or nothing) otherwise; with no zone, a regional bulkInsert whose 
 ANY_SINGLE_ZONE lets GCE pick a zone with room. Every VM carries the ownership labels (also as metadata
 attributes, since the metadata server does not expose labels), Spot via provisioningModel SPOT, and the
 uptime cap natively as scheduling.maxRunDuration with instanceTerminationAction DELETE. requestId is a
-UUID derived from job, attempt and location, so a retried launch returns the first call's operation.
+UUID derived from job, attempt, location and the minute, so a duplicated launch returns the first call's
+operation (see request_id).
 
 An instance id is "zone/name": names are unique per zone only, and delete needs the zone.
 """
@@ -13,10 +14,12 @@ An instance id is "zone/name": names are unique per zone only, and delete needs 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import logging
 import os
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -51,6 +54,7 @@ LABEL_RANK, LABEL_OWNER = gce_key(TAG_RANK), gce_key(TAG_OWNER)
 MANAGED_FILTER = f'labels.{LABEL_MANAGED} = "true"'
 PREEMPTED_OPERATION = "compute.instances.preempted"
 SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
+REQUEST_WINDOW_S = 60
 _REQUEST_NAMESPACE = uuid.UUID("6f1d1b5e-7a4c-4f0e-9d55-0b6a3c9e2f10")  # fixed: request ids must be stable
 _STATES = {
     "PROVISIONING": "pending", "STAGING": "pending", "REPAIRING": "pending", "RUNNING": "running",
@@ -84,8 +88,13 @@ def name_prefix(job_id: str, attempt: int) -> str:
     return job_id[: room - 7] + "-" + digest + suffix
 
 
-def request_id(job_id: str, attempt: int, location: str) -> str:
-    return str(uuid.uuid5(_REQUEST_NAMESPACE, f"{job_id}/{attempt}/{location}"))
+def request_id(job_id: str, attempt: int, location: str, at: float) -> str:
+    """Same job, attempt, location and minute -> same id, so duplicate deliveries of one launch share one
+    operation. GCE answers a known id with its first operation even when that one failed, and a capacity
+    wait retries the same attempt at least BACKOFF_BASE_S (60 s) later: the minute gives that retry a fresh
+    id. A duplicate straddling a minute boundary still cannot double-launch: VM names are fixed per
+    attempt, so its create is a 409 and the VMs already there are adopted."""
+    return str(uuid.uuid5(_REQUEST_NAMESPACE, f"{job_id}/{attempt}/{location}/{int(at // REQUEST_WINDOW_S)}"))
 
 
 def _time(text: str) -> datetime:
@@ -142,9 +151,13 @@ class GceCompute:
         placement: GcpPlacement | None = None,
         endpoint: str | None = None,
         operation_timeout: float = 300.0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         from google.api_core import exceptions
-        from google.cloud import compute_v1
+
+        # By name, not `from google.cloud import compute_v1`: that typed package would make mypy resolve
+        # the google.cloud namespace and then miss the untyped google.cloud.storage that gcs.py imports.
+        compute_v1: Any = importlib.import_module("google.cloud.compute_v1")
 
         kwargs: dict[str, Any] = {"transport": "rest"}
         if endpoint:
@@ -154,6 +167,7 @@ class GceCompute:
         self.project, self.region = project, region
         self.placement = placement or GcpPlacement()
         self.operation_timeout = operation_timeout
+        self.clock = clock
         self._v1: Any = compute_v1
         self._errors: Any = exceptions
         self._instances: Any = compute_v1.InstancesClient(**kwargs)
@@ -176,7 +190,7 @@ class GceCompute:
     def launch(self, request: LaunchRequest) -> list[Instance]:
         prefix = name_prefix(request.job_id, request.attempt)
         location = request.zone or self.region
-        rid = request_id(request.job_id, request.attempt, location)
+        rid = request_id(request.job_id, request.attempt, location, self.clock())
         try:
             if request.zone and request.num_nodes == 1:
                 op = self._instances.insert_unary(self._v1.InsertInstanceRequest(

@@ -8,7 +8,8 @@ get wrong: resource names and labels, requestId UUIDs and their idempotency, cou
 namePattern, maxRunDuration needing a termination action, existing names (409).
 
 Test controls: fail_zone (capacity or quota errors per zone), preempt (notice, then the VM deleted and a
-compute.instances.preempted operation recorded), expire (native maxRunDuration), add_instance (seed VMs
+compute.instances.preempted operation recorded), power_off (the guest shut down: TERMINATED), expire
+(native maxRunDuration), add_instance (seed VMs
 the control plane did not create) and metadata_server (a fake GCE metadata server for one VM).
 Out of scope: disks, networks, images and machine types as resources (their names are only echoed).
 """
@@ -208,6 +209,12 @@ class FakeComputeServer:
                 self._end(vm, "compute.instances.preempted")
         if metadata is not None:
             metadata.set_preempted()
+
+    def power_off(self, instance_id: str) -> None:
+        """The guest shut itself down (the agent's power-off): GCE keeps the VM, TERMINATED, with its disk."""
+        zone, name = instance_id.split("/", 1)
+        with self._lock:
+            self._vm(zone, name).resource["status"] = "TERMINATED"
 
     def expire(self) -> list[str]:
         """Apply scheduling.maxRunDuration as GCE does on its own: VMs past it are deleted (or stopped)."""

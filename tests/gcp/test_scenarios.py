@@ -1,0 +1,327 @@
+"""The reconcilers' scenarios on the GCP adapters: registry on GCS (the precondition-enforcing fake),
+VMs on the Compute fake through the real google-cloud-compute client, unchanged launcher and reconcile code.
+
+How the VM side is driven, per test:
+- test_spot_preemption_then_resume_with_the_real_agent runs the real agent (`python3 -m jobplane.agent
+  --cloud gcp`) as a subprocess per VM, against fake GCS and the VM's fake metadata server, with
+  power-off shimmed: the notice comes from instance/preempted, the job resumes from its checkpoint.
+- every other test writes the agent's facts (heartbeats, output marks, exit reports, preempted-jobs/
+  markers) into the registry itself, and moves time by passing a later `now`, as a later cron run sees it.
+Drops go through the launcher function (CloudEvent, functions-framework test client); scheduled runs go
+through the HTTP functions where wall-clock time suffices, else through the reconcile calls they make.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from functions_framework import create_app
+
+from jobplane import keys, launcher, reconcile
+from jobplane.decide.model import Rule
+from jobplane.registry import JobRecord, utcnow
+from jobplane.states import State
+from jobplane.telemetry import CountingMetrics
+from tests.gcp.conftest import BUCKET, PROJECT, REGION, GcpCloud
+from tests.gcp.test_functions import MAIN, finalized
+
+pytestmark = [pytest.mark.scenario, pytest.mark.timeout(180)]
+REPO = Path(__file__).parents[2]
+SPEC = "run: python3 train.py\ninstance_type: n2-standard-4\ncloud: gcp\nzones: [us-central1-a, us-central1-b]\n"
+
+
+def later(minutes: float) -> datetime:
+    return utcnow() + timedelta(minutes=minutes)
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+    return value
+
+
+def submit(cloud: GcpCloud, job_id: str, spec: str = SPEC) -> JobRecord:
+    """Drop the spec into queue/ and deliver the bucket's finalized event to the launcher function."""
+    key = keys.queue_entry(job_id)
+    cloud.registry.store.put(cloud.registry.key(key), spec.encode(), "application/yaml")
+    response = create_app("launcher", MAIN, "cloudevent").test_client().post("/", **finalized("reg/" + key))
+    assert response.status_code == 200
+    return cloud.registry.job(job_id)
+
+
+def call(target: str) -> dict[str, Any]:
+    response = create_app(target, MAIN, "http").test_client().post("/")
+    assert response.status_code == 200, response.data
+    body: dict[str, Any] = response.get_json()
+    return body
+
+
+def beat(cloud: GcpCloud, record: JobRecord) -> None:
+    """What a healthy agent writes: a heartbeat per rank and an output mark."""
+    for rank in range(record.spec.num_nodes):
+        cloud.registry.put_json(keys.heartbeat(record.id, record.attempt, rank), {"time": utcnow().isoformat()})
+        cloud.registry.put_json(keys.output_mark(record.id, record.attempt, rank), {"time": utcnow().isoformat()})
+
+
+def exit_report(cloud: GcpCloud, record: JobRecord, code: int, rank: int = 0) -> None:
+    """What the agent does at the end: the exit report, then power-off (GCE keeps the VM, TERMINATED)."""
+    now = utcnow().isoformat()
+    cloud.registry.put_json(keys.exit_report(record.id, record.attempt, rank),
+                            {"code": code, "started_at": now, "ended_at": now, "reason": "exit"})
+    cloud.compute_fake.power_off(record.instances[rank])
+
+
+def vm_names(cloud: GcpCloud) -> list[str]:
+    return sorted(v["name"] for v in cloud.compute_fake.instances())
+
+
+def test_success_then_the_sweeper_finishes_and_deletes(cloud: GcpCloud) -> None:
+    record = submit(cloud, "ok-job")
+    assert record.state == State.LAUNCHING and vm_names(cloud) == ["ok-job-a1-0001"]
+    beat(cloud, record)
+    assert [a["rule"] for a in call("sweeper")["actions"]] == [Rule.STARTED]
+    assert cloud.registry.job("ok-job").state == State.RUNNING
+    exit_report(cloud, record, 0)
+    assert [(a["rule"], a["result"]) for a in call("sweeper")["actions"]] == [(Rule.FINISHED, "applied")]
+    final = cloud.registry.job("ok-job")
+    assert final.state == State.SUCCEEDED and final.exit_code == 0 and cloud.registry.active() == {}
+    reap_powered_off(cloud)
+
+
+def reap_powered_off(cloud: GcpCloud) -> None:
+    """A powered-off GCE VM stays TERMINATED (its disk still billed), unlike EC2's terminate-on-shutdown:
+    the next sweep past the orphan grace deletes it, as the VM of a job that is no longer live."""
+    assert {v["status"] for v in cloud.compute_fake.instances()} <= {"TERMINATED"}
+    outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=CountingMetrics(), force=True)
+    assert {o.action.rule for o in outcomes} <= {Rule.ORPHAN, Rule.CLEANUP}
+    assert vm_names(cloud) == []
+
+
+def test_failure_records_the_exit_code(cloud: GcpCloud) -> None:
+    record = submit(cloud, "bad-code", SPEC + "num_nodes: 2\n")
+    beat(cloud, record)
+    call("sweeper")
+    exit_report(cloud, record, 0, rank=0)
+    exit_report(cloud, record, 3, rank=1)
+    call("sweeper")
+    final = cloud.registry.job("bad-code")
+    assert final.state == State.FAILED and final.exit_code == 3
+    reap_powered_off(cloud)
+
+
+def test_duplicate_events_launch_once(cloud: GcpCloud) -> None:
+    key = keys.queue_entry("dup-job")
+    cloud.registry.store.put(cloud.registry.key(key), SPEC.encode(), "application/yaml")
+    barrier = threading.Barrier(10)
+    codes: list[int] = []
+
+    def deliver() -> None:
+        client = create_app("launcher", MAIN, "cloudevent").test_client()
+        barrier.wait()
+        codes.append(client.post("/", **finalized("reg/" + key)).status_code)
+
+    threads = [threading.Thread(target=deliver) for _ in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert codes == [200] * 10
+    record = cloud.registry.job("dup-job")
+    assert record.attempt == 1 and vm_names(cloud) == ["dup-job-a1-0001"]
+    assert cloud.compute_fake.calls["insert"] == 1
+    assert [e["kind"] for e in cloud.registry.events("dup-job")].count("created") == 1
+
+
+def test_capacity_errors_try_the_next_zone_then_wait_then_the_backstop_launches(cloud: GcpCloud) -> None:
+    cloud.compute_fake.fail_zone("us-central1-a")
+    record = submit(cloud, "zone-hop")
+    assert record.zone == "us-central1-b" and vm_names(cloud) == ["zone-hop-a1-0001"]
+
+    cloud.compute_fake.fail_zone("us-central1-a", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS")
+    cloud.compute_fake.fail_zone("us-central1-b", "QUOTA_EXCEEDED")
+    waiting = submit(cloud, "no-room")
+    assert waiting.state == State.WAITING_CAPACITY and waiting.wait_until is not None
+    assert "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS" in (waiting.last_error or "")
+    cloud.compute_fake.restore_zone("us-central1-a")
+    cloud.compute_fake.restore_zone("us-central1-b")
+    cloud.compute.clock = lambda: time.time() + 120  # the retry comes after the backoff, in a later minute
+    launcher.backstop(cloud.registry, cloud.compute, now=waiting.wait_until + timedelta(seconds=1),
+                      metrics=CountingMetrics())
+    again = cloud.registry.job("no-room")
+    assert again.state == State.LAUNCHING and again.attempt == 1 and "no-room-a1-0001" in vm_names(cloud)
+
+
+def test_spot_vm_gone_is_preempted_and_rerun_as_the_next_attempt(cloud: GcpCloud) -> None:
+    record = submit(cloud, "spot-gone", SPEC + "spot: true\n")
+    beat(cloud, record)
+    call("sweeper")
+    cloud.compute_fake.preempt(record.instances[0])  # no agent marker: the VM just vanished
+    assert [p.instance_id for p in cloud.compute.preempted()] == record.instances
+    metrics = CountingMetrics()
+    (lost,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(3), metrics=metrics)
+    assert lost.action.rule == Rule.LOST_SPOT and cloud.registry.job("spot-gone").state == State.PREEMPTED
+    assert [a["result"] for a in call("rerun")["actions"]] == ["applied"]
+    after = cloud.registry.job("spot-gone")
+    assert (after.state, after.attempt, after.restarts) == (State.LAUNCHING, 2, 1)
+    assert vm_names(cloud) == ["spot-gone-a2-0001"] and cloud.registry.preempted() == {}
+
+
+def test_no_restarts_left_fails_the_preempted_job(cloud: GcpCloud) -> None:
+    record = submit(cloud, "no-retry", SPEC + "spot: true\nmax_restarts: 0\n")
+    beat(cloud, record)
+    call("sweeper")
+    cloud.compute_fake.preempt(record.instances[0])
+    cloud.registry.mark_preempted("no-retry", {"attempt": 1, "rank": 0, "instance_id": record.instances[0],
+                                               "notice": {"action": "terminate"}})
+    call("rerun")
+    final = cloud.registry.job("no-retry")
+    assert final.state == State.FAILED and "restart" in (final.reason or "")
+    assert vm_names(cloud) == []
+
+
+def test_uptime_cap_asks_to_stop_then_times_out(cloud: GcpCloud) -> None:
+    record = submit(cloud, "runaway", SPEC + "max_runtime: 1h\n")
+    [vm] = cloud.compute_fake.instances()
+    assert vm["scheduling"]["maxRunDuration"] == {"seconds": "3600"}  # and GCE enforces it natively
+    beat(cloud, record)
+    call("sweeper")
+    metrics = CountingMetrics()
+    (stop,) = reconcile.uptime_cap(cloud.registry, cloud.compute, now=later(55), metrics=metrics)
+    assert stop.action.rule == Rule.STOP and cloud.registry.get_json(keys.stop_request("runaway"))
+    (cap,) = reconcile.uptime_cap(cloud.registry, cloud.compute, now=later(61), metrics=metrics)
+    final = cloud.registry.job("runaway")
+    assert cap.result == "applied" and final.state == State.TIMED_OUT and "1h" in (final.reason or "")
+    assert vm_names(cloud) == [] and metrics.totals["Timeouts"] == 1
+
+
+def test_orphan_is_deleted_after_the_grace_and_foreign_vms_are_untouched(cloud: GcpCloud) -> None:
+    cloud.compute_fake.add_instance("us-central1-a", "ghost-a1-0001", {
+        "jobplane-managed": "true", "jobplane-job-id": "ghost", "jobplane-attempt": "1"})
+    cloud.compute_fake.add_instance("us-central1-a", "web-server", {"team": "web"})
+    cloud.compute_fake.add_instance("us-central1-a", "not-managed", {
+        "jobplane-managed": "false", "jobplane-job-id": "ghost"})
+    metrics = CountingMetrics()
+    assert reconcile.sweep(cloud.registry, cloud.compute, now=later(5), metrics=metrics) == []
+    (orphan,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=metrics)
+    assert orphan.action.rule == Rule.ORPHAN and orphan.result == "applied"
+    assert vm_names(cloud) == ["not-managed", "web-server"] and metrics.totals["OrphansTerminated"] == 1
+    far = later(60 * 24 * 30)
+    assert reconcile.sweep(cloud.registry, cloud.compute, now=far, metrics=metrics, force=True) == []
+    assert reconcile.uptime_cap(cloud.registry, cloud.compute, now=far, metrics=metrics, force=True) == []
+
+
+def test_silent_job_is_stalled_and_deleted(cloud: GcpCloud) -> None:
+    record = submit(cloud, "quiet", SPEC + "stall_timeout: 5m\n")
+    beat(cloud, record)
+    call("sweeper")
+    metrics = CountingMetrics()
+    (stalled,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(6), metrics=metrics)
+    assert stalled.action.rule == Rule.STALLED and cloud.registry.job("quiet").state == State.STALLED
+    assert vm_names(cloud) == [] and metrics.totals["Stalls"] == 1
+
+
+# ---- the real agent on the GCP adapters ----------------------------------------------------------------
+FAST = ["--log-interval", "0.3", "--heartbeat-interval", "0.5", "--checkpoint-interval", "0.3",
+        "--poll-interval", "0.2", "--cluster-timeout", "30"]
+
+
+def code_bundle() -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        tar.add(REPO / "examples" / "train" / "train.py", arcname="train.py")
+    return buf.getvalue()
+
+
+@pytest.fixture
+def agents(cloud: GcpCloud, tmp_path: Path) -> Iterator[Callable[[str], subprocess.Popen[bytes]]]:
+    """Start the agent for one VM: its own fake metadata server, fake GCS, power-off shimmed."""
+    procs: list[subprocess.Popen[bytes]] = []
+    poweroff = tmp_path / "poweroff.log"
+    shim = tmp_path / "poweroff-shim"
+    shim.write_text(f'#!/bin/sh\necho "$0 $@" >> "{poweroff}"\n')
+    shim.chmod(0o755)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("shutdown", "poweroff", "halt"):  # if anything fell back to the real command
+        (bin_dir / name).write_text(f'#!/bin/sh\necho REAL {name} "$@" >> "{poweroff}"\n')
+        (bin_dir / name).chmod(0o755)
+
+    def start(instance_id: str) -> subprocess.Popen[bytes]:
+        metadata = cloud.compute_fake.metadata_server(instance_id)
+        node = tmp_path / instance_id.replace("/", "_")
+        env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+               "STORAGE_EMULATOR_HOST": cloud.gcs_fake.endpoint, "GOOGLE_CLOUD_PROJECT": PROJECT}
+        env.pop("JOBPLANE_JOB_ID", None)
+        env.pop("JOBPLANE_ATTEMPT", None)  # job and attempt come from the VM's metadata attributes
+        with (tmp_path / f"{node.name}.console").open("wb") as console:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "jobplane.agent", "--cloud", "gcp", "--bucket", BUCKET, "--root", "reg",
+                 "--region", REGION, "--metadata-url", metadata.base_url, "--ml-root", str(node),
+                 "--poweroff-cmd", str(shim), *FAST], env=env, stdout=console, stderr=subprocess.STDOUT)
+        procs.append(proc)
+        return proc
+
+    try:
+        yield start
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+        assert "REAL" not in (poweroff.read_text() if poweroff.exists() else "")
+
+
+def log_text(cloud: GcpCloud, job_id: str, attempt: int) -> str:
+    chunks = [k for k, _, _ in cloud.registry.listing(keys.logs_prefix(job_id, attempt, 0))]
+    return "".join(cloud.registry.get_bytes(k).decode() for k in chunks)
+
+
+def test_spot_preemption_then_resume_with_the_real_agent(
+        cloud: GcpCloud, agents: Callable[[str], subprocess.Popen[bytes]], tmp_path: Path) -> None:
+    job = "resume-me"
+    cloud.registry.store.put(cloud.registry.key(keys.code_bundle(job)), code_bundle())
+    spec = (f"run: {sys.executable} train.py --steps 300 --checkpoint-every 20 --sleep 0.03\n"
+            "instance_type: n2-standard-4\ncloud: gcp\nzones: [us-central1-a]\nspot: true\nstop_grace: 5s\n")
+    first = submit(cloud, job, spec)
+    agent1 = agents(first.instances[0])
+    wait_for("a synced checkpoint", lambda: list(cloud.registry.listing(keys.checkpoints_prefix(job))))
+    call("sweeper")  # heartbeats seen: RUNNING
+    assert cloud.registry.job(job).state == State.RUNNING
+
+    cloud.compute_fake.preempt(first.instances[0], notice_only=True)  # instance/preempted -> TRUE
+    assert agent1.wait(timeout=60) is not None
+    assert "poweroff-shim" in (tmp_path / "poweroff.log").read_text()
+    marker = cloud.registry.get_json(keys.preempted_marker(job))
+    assert marker["attempt"] == 1 and marker["instance_id"] == first.instances[0]
+    assert cloud.registry.get_json(keys.exit_report(job, 1, 0))["reason"] == "preempted"
+    cloud.compute_fake.preempt(first.instances[0])  # ~30 s later GCE deletes the VM
+
+    assert [a["result"] for a in call("rerun")["actions"]] == ["applied"]
+    second = cloud.registry.job(job)
+    assert second.attempt == 2 and second.instances == ["us-central1-a/resume-me-a2-0001"]
+    assert agents(second.instances[0]).wait(timeout=90) == 0
+    cloud.compute_fake.power_off(second.instances[0])  # what the shimmed power-off does on a real VM
+    call("sweeper")
+    final = cloud.registry.job(job)
+    assert final.state == State.SUCCEEDED and final.restarts == 1
+    resumed = log_text(cloud, job, 2)
+    assert "resuming from step" in resumed and "starting from step 0" not in resumed, resumed[:500]
+    assert "starting from step 0" in log_text(cloud, job, 1)
+    reap_powered_off(cloud)
+    result = json.loads(cloud.registry.get_bytes(keys.artifacts_prefix(job) + "model/result.json"))
+    assert result["steps"] == 300
