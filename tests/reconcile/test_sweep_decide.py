@@ -137,6 +137,8 @@ CASES = [
          _job({"state": State.LAUNCHING, "spot": True, "launched": 300}, {"beats": (), "instances": ()}),
          [Rule.LOST_SPOT], State.PREEMPTED),
     Case("just launched and not listed yet: not lost", _job({"launched": 30}, {"instances": ()}), []),
+    Case("a seconds-long orphan grace (local cloud) shortens the lost grace", _job({"launched": 30}, {"instances": ()}),
+         [Rule.LOST], State.FAILED, pol=policy(orphan_grace=10)),
     Case("the agent already reported the preemption: rerun's job",
          _job({"spot": True}, {"instances": ()}, preempted=[PreemptedMark("j", ago(5), attempt=1)]), []),
     Case("RUNNING without its limits key -> write it", _job(parts={"limits": ()}), [Rule.LIMITS]),

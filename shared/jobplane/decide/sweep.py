@@ -21,10 +21,11 @@ from jobplane.spec import format_duration
 from jobplane.states import State
 
 # A just-launched instance may be missing from DescribeInstances for a moment (eventual consistency):
-# an attempt's instances are "lost" only once the launch is older than this.
+# an attempt's instances are "lost" only once the launch is older than this (or the orphan grace, if
+# shorter: a local cloud with a seconds-long grace detects lost ranks in seconds).
 LOST_GRACE = 120
-# A PREEMPTED job whose preempted-jobs/ marker is still missing this long after the transition lost it
-# to a crash between the two writes: the sweep writes it again.
+# A PREEMPTED job whose preempted-jobs/ marker is still missing this long (or the orphan grace) after the
+# transition lost it to a crash between the two writes: the sweep writes it again.
 REMARK_AFTER = 60
 # Least risky first: the blast-radius limit lets the head of the list through.
 _ORDER = [Rule.FINISHED, Rule.STOPPED, Rule.STARTED, Rule.LIMITS, Rule.REPAIR, Rule.REMARK, Rule.LOST,
@@ -94,7 +95,7 @@ def decide(snap: Snapshot, now: datetime, policy: Policy, *, force: bool = False
     for job_id in sorted(snap.records):
         actions += _job(snap.records[job_id], index, now, policy)
     actions += _orphans(index, now, policy)
-    actions += _remarks(snap, now)
+    actions += _remarks(snap, now, policy)
     actions += _cleanup(index, now, policy)
     actions.sort(key=lambda a: _ORDER.index(a.rule))
     return limit_blast_radius(actions, snap.instances, policy, force=force)
@@ -117,7 +118,7 @@ def _job(record: JobRecord, index: Index, now: datetime, policy: Policy) -> list
     exits = {e.rank: e for e in snap.exits.get(job_id, ())}
     action = (_finished(record, exits, instances, policy)
               or _started(record, index.beats[job_id, n], policy)
-              or _lost(record, exits, instances, now)
+              or _lost(record, exits, instances, now, policy)
               or _boot_timeout(record, index.beats[job_id, n], instances, now, policy)
               or _stalled(record, exits, index.beats[job_id, n], instances, now, policy))
     if action is None and record.state == State.RUNNING and (job_id, n) not in index.limits:
@@ -161,10 +162,10 @@ def _started(record: JobRecord, beats: list[Beat], policy: Policy) -> Action | N
                   write_limits=_limits(record, policy))
 
 
-def _lost(record: JobRecord, exits: dict[int, ExitReport], instances: list[Instance],
-          now: datetime) -> Action | None:
+def _lost(record: JobRecord, exits: dict[int, ExitReport], instances: list[Instance], now: datetime,
+          policy: Policy) -> Action | None:
     launched = record.launched_at or record.state_since
-    if not record.instances or age(now, launched) < LOST_GRACE:
+    if not record.instances or age(now, launched) < min(LOST_GRACE, policy.safety.orphan_grace):
         return None
     live = {i.id for i in instances if alive(i)}
     lost = [(r, iid) for r, iid in enumerate(record.instances) if iid not in live and r not in exits]
@@ -233,10 +234,10 @@ def _orphans(index: Index, now: datetime, policy: Policy) -> Iterable[Action]:
         yield Action(Rule.ORPHAN, inst.job_id, f"orphan {inst.id}: {why}", terminate=(inst.id,))
 
 
-def _remarks(snap: Snapshot, now: datetime) -> Iterable[Action]:
+def _remarks(snap: Snapshot, now: datetime, policy: Policy) -> Iterable[Action]:
     for job_id, markers in snap.active.items():
         if len(markers) == 1 and markers[0].state == State.PREEMPTED and job_id not in snap.preempted \
-                and age(now, markers[0].since) > REMARK_AFTER:
+                and age(now, markers[0].since) > min(REMARK_AFTER, policy.safety.orphan_grace):
             yield Action(Rule.REMARK, job_id, "PREEMPTED without a preempted-jobs/ marker: writing it again",
                          mark_preempted={"attempt": markers[0].attempt, "notice": None, "by": "sweeper"})
 
