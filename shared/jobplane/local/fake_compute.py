@@ -25,12 +25,12 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from jobplane.local.gce_metadata_server import FakeGceMetadataServer
+from jobplane.local.loopback import LoopbackServer
 
 _NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 _LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
@@ -88,7 +88,7 @@ class _Op:
     on_done: list[Callable[[], None]] = field(default_factory=list)
 
 
-class FakeComputeServer:
+class FakeComputeServer(LoopbackServer):
     """Thread-safe Compute Engine fake on 127.0.0.1; use as a context manager or start()/stop().
 
     op_polls: how many GETs of an operation answer RUNNING before DONE (a wait completes it at once),
@@ -110,7 +110,7 @@ class FakeComputeServer:
         self.op_polls = op_polls
         self.clock = clock or (lambda: datetime.now(UTC))
         self.calls: Counter[str] = Counter()  # "insert", "bulkInsert", "aggregatedList", ... for assertions
-        self._host, self._port = host, port
+        super().__init__(host, port)
         self._lock = threading.Lock()
         self._vms: dict[tuple[str, str], _Vm] = {}
         self._ops: dict[str, _Op] = {}
@@ -118,56 +118,19 @@ class FakeComputeServer:
         self._failures: dict[str, _Failure] = {}
         self._metadata: dict[str, FakeGceMetadataServer] = {}
         self._ids = itertools.count(1_000_000_001)
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
-
-    def start(self) -> None:
-        if self._server is not None:
-            return
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                fake._serve(self)
-
-            do_POST = do_DELETE = do_GET
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer((self._host, self._port), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
-        self._thread.start()
 
     def stop(self) -> None:
         for metadata in list(self._metadata.values()):
             metadata.stop()
         self._metadata.clear()
-        server, thread, self._server, self._thread = self._server, self._thread, None, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        if thread is not None:
-            thread.join(timeout=10)
-
-    def __enter__(self) -> FakeComputeServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+        super().stop()
 
     @property
     def endpoint(self) -> str:
         """For client_options api_endpoint, e.g. http://127.0.0.1:PORT."""
-        if self._server is None:
-            raise RuntimeError("FakeComputeServer is not running; call start() first")
-        return f"http://{self._host}:{self._server.server_address[1]}"
+        return f"http://{self.address}"
 
     # -- test controls ---------------------------------------------------------------------------
 
@@ -225,7 +188,7 @@ class FakeComputeServer:
                 seconds = int(vm.resource.get("scheduling", {}).get("maxRunDuration", {}).get("seconds", 0))
                 if seconds and vm.resource["status"] != "TERMINATED" and now >= vm.created + timedelta(
                         seconds=seconds):
-                    self._end(vm, "compute.instances.maxRunDurationExceeded")  # hypothetical op kind, for tests
+                    self._end(vm, None)
                     ended.append(f"{vm.zone}/{vm.name}")
         return ended
 
@@ -249,7 +212,7 @@ class FakeComputeServer:
 
     # -- HTTP plumbing ---------------------------------------------------------------------------
 
-    def _serve(self, handler: BaseHTTPRequestHandler) -> None:
+    def handle(self, handler: BaseHTTPRequestHandler) -> None:
         url = urlsplit(handler.path)
         args = {k: v[-1] for k, v in parse_qs(url.query).items()}
         length = int(handler.headers.get("Content-Length") or 0)
@@ -415,10 +378,11 @@ class FakeComputeServer:
         vms = [self._create(zone, body) for body in bodies]
         return self._operation(kind, where, target, vms=vms)
 
-    def _end(self, vm: _Vm, kind: str) -> None:
-        """The VM ends as its scheduling says: DELETE removes it, STOP leaves it TERMINATED."""
-        op = self._operation(kind, vm.zone, f"zones/{vm.zone}/instances/{vm.name}")
-        self._finish(op)
+    def _end(self, vm: _Vm, kind: str | None) -> None:
+        """The VM ends as its scheduling says: DELETE removes it, STOP leaves it TERMINATED. kind: the
+        system operation to record (preemption); none for maxRunDuration, whose record this fake omits."""
+        if kind is not None:
+            self._finish(self._operation(kind, vm.zone, f"zones/{vm.zone}/instances/{vm.name}"))
         if vm.resource.get("scheduling", {}).get("instanceTerminationAction", "DELETE") == "STOP":
             vm.resource["status"] = "TERMINATED"
         else:

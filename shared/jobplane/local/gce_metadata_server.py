@@ -12,10 +12,10 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
-from typing import Any
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
+
+from jobplane.local.loopback import LoopbackServer
 
 _PREFIX = "/computeMetadata/v1/"
 _MAX_WAIT_S = 60.0
@@ -25,7 +25,7 @@ def _etag(value: str) -> str:
     return hashlib.sha1(value.encode()).hexdigest()[:16]
 
 
-class FakeGceMetadataServer:
+class FakeGceMetadataServer(LoopbackServer):
     def __init__(
         self,
         *,
@@ -53,54 +53,22 @@ class FakeGceMetadataServer:
         self._preempted = preempted
         self._changed = threading.Condition()
         self.requests = 0
-        self._host, self._port = host, port
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._stopping = False
+        super().__init__(host, port)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        if self._server is not None:
-            return
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                fake._serve(self)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer((self._host, self._port), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
-        self._thread.start()
-
     def stop(self) -> None:
         with self._changed:
+            self._stopping = True
             self._changed.notify_all()  # release blocked watchers so shutdown does not wait for them
-        server, thread, self._server, self._thread = self._server, self._thread, None, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        if thread is not None:
-            thread.join(timeout=10)
-
-    def __enter__(self) -> FakeGceMetadataServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+        super().stop()
+        self._stopping = False
 
     @property
     def host(self) -> str:
         """host:port, the form GCE_METADATA_HOST takes."""
-        if self._server is None:
-            raise RuntimeError("FakeGceMetadataServer is not running; call start() first")
-        return f"{self._host}:{self._server.server_address[1]}"
+        return self.address
 
     @property
     def base_url(self) -> str:
@@ -123,7 +91,7 @@ class FakeGceMetadataServer:
             return self.attributes.get(path.removeprefix("instance/attributes/"))
         return self._values.get(path)
 
-    def _serve(self, handler: BaseHTTPRequestHandler) -> None:
+    def handle(self, handler: BaseHTTPRequestHandler) -> None:
         self.requests += 1
         url = urlsplit(handler.path)
         args = {k: v[-1] for k, v in parse_qs(url.query).items()}
@@ -152,7 +120,7 @@ class FakeGceMetadataServer:
         deadline = time.monotonic() + timeout
         with self._changed:
             seen = args.get("last_etag") or _etag(self._value("instance/preempted") or "")
-            while _etag(self._value("instance/preempted") or "") == seen and self._server is not None:
+            while _etag(self._value("instance/preempted") or "") == seen and not self._stopping:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return

@@ -1,0 +1,70 @@
+"""The HTTP plumbing the stdlib-based fakes share: a threaded server on loopback in a daemon thread."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Self
+
+
+class LoopbackServer:
+    """Subclasses answer requests in handle(); use as a context manager or start()/stop()."""
+
+    name = "fake"
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._host, self._port = host, port
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def handle(self, request: BaseHTTPRequestHandler) -> None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        if self._server is not None:
+            return
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                owner.handle(self)
+
+            do_POST = do_PUT = do_DELETE = do_GET
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # a line per request drowns test output
+
+        self._server = ThreadingHTTPServer((self._host, self._port), Handler)
+        self._server.daemon_threads = True
+        # a short poll: the default 0.5 s makes every stop() take half a second
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name=self.name, daemon=True)
+        self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    def stop(self) -> None:
+        server, thread, self._server, self._thread = self._server, self._thread, None, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if thread is not None:
+            thread.join(timeout=10)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    @property
+    def address(self) -> str:
+        """host:port of the running server."""
+        if self._server is None:
+            raise RuntimeError(f"{type(self).__name__} is not running; call start() first")
+        return f"{self._host}:{self._server.server_address[1]}"
