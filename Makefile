@@ -45,3 +45,20 @@ gcp-functions-zip: $(STAMP)
 	cp -R shared/jobplane/. $(GCP_BUILD)/jobplane/
 	find $(GCP_BUILD) -name __pycache__ -prune -exec rm -rf {} +
 	cd $(GCP_BUILD) && ../../$(BIN)/python -m zipfile -c ../gcp-functions.zip main.py requirements.txt jobplane
+
+# AWS: `make synth` builds the Lambda bundle and VM wheelhouse (cached in build/cdk-assets; only the first
+# run needs PyPI) and writes cdk.out/ with cdk-nag enforced; no npm, no credentials. `make deploy` and
+# `make destroy` use the npm aws-cdk CLI through npx; pass extra flags with CDK_ARGS="-c jobplane:alarmEmail=...".
+CDK ?= npx --yes aws-cdk@2
+CDK_APP := $(BIN)/python app.py
+.PHONY: synth deploy destroy
+synth: $(STAMP)
+	CDK_OUTDIR=cdk.out $(CDK_APP)
+	@echo "synthesized cdk.out/Jobplane.template.json"
+
+deploy: $(STAMP)
+	$(CDK) bootstrap --app "$(CDK_APP)" $(CDK_ARGS)
+	$(CDK) deploy --app "$(CDK_APP)" --require-approval broadening $(CDK_ARGS)
+
+destroy: $(STAMP)
+	$(CDK) destroy --app "$(CDK_APP)" --force $(CDK_ARGS)

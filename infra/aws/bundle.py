@@ -75,7 +75,7 @@ def _source_files(base: Path, excluded: Sequence[str] = ()) -> list[Path]:
 
 def _pip_download(dest: Path, requirements: Sequence[str], platform: str, python: str) -> None:
     # One platform per call: given several, pip stops at the first wheel matching any of them.
-    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--dest", str(dest),
+    cmd = [sys.executable, "-m", "pip", "download", "-qq", "--disable-pip-version-check", "--dest", str(dest),
            "--only-binary=:all:", "--implementation", "cp", "--python-version", python, "--platform", platform]
     subprocess.run([*cmd, *requirements], check=True, stdout=subprocess.DEVNULL)
 
@@ -156,7 +156,7 @@ def vm_wheelhouse(pythons: Sequence[str]) -> Path:
     key = _digest([str(deps), *(p.read_bytes() for p in sources)])
 
     def build(tmp: Path) -> None:
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-qq", "--disable-pip-version-check",
                         "--no-deps", "--wheel-dir", str(tmp), str(ROOT)], check=True, stdout=subprocess.DEVNULL)
         for wheel in deps.glob("*.whl"):
             shutil.copy2(wheel, tmp / wheel.name)

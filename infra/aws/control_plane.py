@@ -20,10 +20,11 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_deployment as s3deploy
 from aws_cdk import aws_sqs as sqs
-from constructs import Construct, IConstruct
+from constructs import Construct
 
 from infra.aws import bundle, permissions
 from infra.aws.config import ControlPlaneConfig
+from infra.aws.nag import acknowledge
 from infra.aws.observability import Observability
 from jobplane.policy import Policy
 
@@ -53,11 +54,6 @@ FUNCTIONS = (
 )
 
 
-def acknowledge(scope: IConstruct, rule: str, reason: str) -> None:
-    """Record a cdk-nag finding as accepted, with the reason next to the resource it concerns."""
-    cdk.Validations.of(scope).acknowledge(cdk.Acknowledgment(id=rule, reason=reason))
-
-
 def _title(name: str) -> str:
     return "".join(part.title() for part in name.split("_"))
 
@@ -65,6 +61,8 @@ def _title(name: str) -> str:
 class JobplaneControlPlane(Construct):
     def __init__(self, scope: Construct, construct_id: str, config: ControlPlaneConfig) -> None:
         super().__init__(scope, construct_id)
+        # Access-log delivery through a bucket policy rather than the deprecated LogDeliveryWrite ACL.
+        self.node.set_context("@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy", True)
         self.config = config
         prefix = config.key_prefix
         self.access_logs = self._access_log_bucket()
@@ -91,6 +89,7 @@ class JobplaneControlPlane(Construct):
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             enforce_ssl=True,
             encryption=s3.BucketEncryption.S3_MANAGED,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             lifecycle_rules=[s3.LifecycleRule(id="ExpireAccessLogs", expiration=cdk.Duration.days(365))],
             removal_policy=cdk.RemovalPolicy.RETAIN,
         )
@@ -171,6 +170,9 @@ class JobplaneControlPlane(Construct):
                                 f"{pattern}]",
                         f"Job ids and file names are chosen at run time; {pattern} confines the VM to that one "
                         "area of the registry.")
+        for name in self.config.data_buckets:
+            acknowledge(policy, f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::{name}/*]",
+                        f"{name} is an input-data bucket named in jobplane:dataBuckets; VMs only read it.")
         profile = iam.InstanceProfile(self, "VmInstanceProfile", role=role)
         return role, profile
 

@@ -11,6 +11,8 @@ from aws_cdk import aws_sns_subscriptions as subs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from infra.aws.nag import acknowledge
+
 NAMESPACE = "jobplane"
 PERIOD = cdk.Duration.minutes(5)
 
@@ -35,10 +37,9 @@ class Observability(Construct):
                  dead_letters: sqs.Queue, alarm_email: str | None) -> None:
         super().__init__(scope, construct_id)
         self.topic = sns.Topic(self, "AlarmTopic", display_name="jobplane alarms", enforce_ssl=True)
-        cdk.Validations.of(self.topic).acknowledge(cdk.Acknowledgment(
-            id="AwsSolutions-SNS2",
-            reason="CloudWatch alarms cannot publish to a topic encrypted with the AWS-managed SNS key, and a "
-                   "customer-managed key costs $1/month idle; alarm messages carry no job data."))
+        acknowledge(self.topic, "AwsSolutions-SNS2",
+                    "CloudWatch alarms cannot publish to a topic encrypted with the AWS-managed SNS key, and a "
+                    "customer-managed key costs $1/month idle; alarm messages carry no job data.")
         if alarm_email:
             self.topic.add_subscription(subs.EmailSubscription(alarm_email))
 

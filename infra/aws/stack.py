@@ -8,7 +8,8 @@ import aws_cdk as cdk
 from constructs import Construct
 
 from infra.aws.config import ControlPlaneConfig
-from infra.aws.control_plane import JobplaneControlPlane, acknowledge
+from infra.aws.control_plane import JobplaneControlPlane
+from infra.aws.nag import acknowledge
 
 
 class JobplaneStack(cdk.Stack):

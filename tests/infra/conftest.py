@@ -1,0 +1,71 @@
+"""One synthesis of the stack per session (with cdk-nag on, as app.py runs it), shared by every infra test."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ALARM_EMAIL = "platform@example.com"
+DATA_BUCKET = "my-datasets"
+
+
+@dataclass(frozen=True)
+class Synth:
+    outdir: Path
+    template: dict[str, Any]
+
+    def resources(self, kind: str) -> dict[str, dict[str, Any]]:
+        return {k: v for k, v in self.template["Resources"].items() if v["Type"] == kind}
+
+    def functions(self) -> dict[str, dict[str, Any]]:
+        """Our four functions by module name (launcher, sweeper, rerun, uptime_cap)."""
+        out = {}
+        for fn in self.resources("AWS::Lambda::Function").values():
+            handler = fn["Properties"].get("Handler", "")
+            if handler.startswith("functions.aws."):
+                out[handler.split(".")[2]] = fn
+        return out
+
+    def asset_dir(self, object_key: str) -> Path:
+        """The staged directory CDK zips into the S3 object `object_key` at publish time."""
+        manifest = json.loads((self.outdir / "Jobplane.assets.json").read_text())
+        for asset in manifest["files"].values():
+            if any(d["objectKey"] == object_key for d in asset["destinations"].values()):
+                assert asset["source"]["packaging"] == "zip"
+                return self.outdir / asset["source"]["path"]
+        raise KeyError(object_key)
+
+    def logical_id(self, kind: str, contains: str) -> str:
+        (found,) = [k for k in self.resources(kind) if contains in k]
+        return found
+
+
+def cdk_context(**overrides: Any) -> dict[str, Any]:
+    context: dict[str, Any] = json.loads((ROOT / "cdk.json").read_text())["context"]
+    context.update(overrides)
+    return context
+
+
+def synthesize(outdir: Path, context: dict[str, Any], nag: bool) -> Synth:
+    import aws_cdk as cdk
+    from cdk_nag import AwsSolutionsChecks
+
+    from infra.aws.stack import JobplaneStack
+
+    app = cdk.App(outdir=str(outdir), context=context)
+    JobplaneStack(app, "Jobplane")
+    if nag:
+        cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    app.synth()  # raises on any unacknowledged cdk-nag finding
+    return Synth(outdir, json.loads((outdir / "Jobplane.template.json").read_text()))
+
+
+@pytest.fixture(scope="session")
+def synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
+    context = cdk_context(**{"jobplane:alarmEmail": ALARM_EMAIL, "jobplane:dataBuckets": [DATA_BUCKET]})
+    return synthesize(tmp_path_factory.mktemp("cdk.out"), context, nag=True)

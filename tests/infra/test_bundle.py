@@ -1,0 +1,126 @@
+"""The Lambda bundle is complete: every handler imports from the synthesized asset directory alone.
+
+The check runs in a clean interpreter (-I -S: no site-packages, no PYTHONPATH, no project on sys.path)
+whose path is the asset directory plus a stand-in for what the Lambda runtime provides (boto3 and its
+dependencies). The bundle's pydantic_core extension is built for the target (arm64, CPython 3.14), so the
+one compiled module this host cannot load is mapped to the host's build of the same pydantic_core
+version; a separate assertion checks that the bundled one is the target build.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from infra.aws.bundle import LAMBDA_PYTHON, RUNTIME_PROVIDED
+from tests.infra.conftest import ROOT, Synth
+
+pytestmark = pytest.mark.infra
+
+HANDLERS = ("launcher", "sweeper", "rerun", "uptime_cap")
+RUNTIME_MODULES = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "six", "urllib3")
+
+PROBE = r"""
+import importlib, importlib.abc, importlib.util, json, sys
+asset, runtime, host_core, handlers = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(",")
+sys.path[:0] = [asset, runtime]
+
+class HostCore(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "pydantic_core._pydantic_core":
+            return importlib.util.spec_from_file_location(name, host_core)
+        return None
+
+sys.meta_path.insert(0, HostCore())
+result = {"handlers": {}, "modules": {}}
+for name in handlers:
+    try:
+        module = importlib.import_module(f"functions.aws.{name}")
+        result["handlers"][name] = "ok" if callable(getattr(module, "handler", None)) else "no handler()"
+    except Exception as exc:
+        result["handlers"][name] = f"{type(exc).__name__}: {exc}"
+result["modules"] = {n: getattr(m, "__file__", None) for n, m in list(sys.modules.items())}
+print(json.dumps(result))
+"""
+
+
+def lambda_asset_dir(synth: Synth) -> Path:
+    (key,) = {fn["Properties"]["Code"]["S3Key"] for fn in synth.functions().values()}
+    return synth.asset_dir(key)
+
+
+def handler_names() -> list[str]:
+    """The four contract handlers plus any other handler module in functions/aws."""
+    extra = sorted(p.stem for p in (ROOT / "functions" / "aws").glob("*.py")
+                   if "def handler(" in p.read_text() and p.stem not in HANDLERS)
+    return [*HANDLERS, *extra]
+
+
+@pytest.fixture(scope="module")
+def runtime_standin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Only what the Lambda Python runtime ships beyond the standard library, linked from this venv."""
+    out = tmp_path_factory.mktemp("lambda-runtime")
+    for name in RUNTIME_MODULES:
+        spec = importlib.util.find_spec(name)
+        assert spec and spec.origin, name
+        origin = Path(spec.origin)
+        src = origin.parent if origin.name == "__init__.py" else origin
+        (out / src.name).symlink_to(src)
+    return out
+
+
+@pytest.fixture(scope="module")
+def probe(synth: Synth, runtime_standin: Path) -> dict[str, dict[str, str | None]]:
+    host_core = importlib.util.find_spec("pydantic_core._pydantic_core")
+    assert host_core and host_core.origin
+    env = {"PATH": os.environ.get("PATH", ""), "JOBPLANE_BUCKET": "registry", "AWS_REGION": "us-east-1",
+           "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
+           "POWERTOOLS_SERVICE_NAME": "jobplane", "POWERTOOLS_METRICS_NAMESPACE": "jobplane"}
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", PROBE, str(lambda_asset_dir(synth)), str(runtime_standin),
+         host_core.origin, ",".join(handler_names())],
+        capture_output=True, text=True, env=env, cwd="/", timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result: dict[str, dict[str, str | None]] = json.loads(proc.stdout)
+    return result
+
+
+@pytest.mark.parametrize("name", handler_names())
+def test_handler_imports_from_the_bundle_alone(probe: dict[str, dict[str, str | None]], name: str) -> None:
+    assert (ROOT / "functions" / "aws" / f"{name}.py").exists(), f"functions/aws/{name}.py is missing"
+    assert probe["handlers"][name] == "ok"
+
+
+def test_every_imported_module_comes_from_the_bundle_runtime_or_stdlib(
+        synth: Synth, runtime_standin: Path, probe: dict[str, dict[str, str | None]]) -> None:
+    asset = str(lambda_asset_dir(synth))
+    stdlib = os.path.dirname(os.__file__)
+    for name, origin in probe["modules"].items():
+        if origin is None or origin.startswith(stdlib) or name == "pydantic_core._pydantic_core":
+            continue
+        top = name.split(".")[0]
+        if top in RUNTIME_MODULES:
+            assert origin.startswith(str(runtime_standin)), (name, origin)
+        else:
+            assert origin.startswith(asset), f"{name} imported from outside the bundle: {origin}"
+    loaded = {n.split(".")[0] for n in probe["modules"]}
+    assert {"jobplane", "functions", "pydantic", "yaml", "aws_lambda_powertools"} <= loaded
+    assert not any(n == "google" or n.startswith("google.") for n in loaded), "an AWS handler imported google"
+
+
+def test_bundle_holds_the_target_builds_and_no_runtime_or_gcp_code(synth: Synth) -> None:
+    asset = lambda_asset_dir(synth)
+    tag = "cpython-" + LAMBDA_PYTHON.replace(".", "")
+    assert list((asset / "pydantic_core").glob(f"_pydantic_core.{tag}-aarch64-linux-gnu.so"))
+    assert not (asset / "jobplane" / "clouds" / "gcs.py").exists()
+    assert not (asset / "functions" / "gcp").exists()
+    assert not (asset / "jobplane" / "local").exists()
+    for dist in RUNTIME_PROVIDED:
+        assert not list(asset.glob(f"{dist}-*.dist-info")), f"{dist} is in the runtime; bundling it shadows it"

@@ -1,0 +1,68 @@
+"""cdk-nag (AwsSolutions, policy-validation plugin API) and cfn-lint on the synthesized template."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.infra.conftest import Synth
+
+pytestmark = pytest.mark.infra
+
+# Rule families we accept with a reason; a new family needs review (and a new entry here).
+ACKNOWLEDGED_FAMILIES = {"IAM4", "IAM5", "L1", "S1", "SQS3", "SNS2"}
+
+
+def acknowledgements(outdir: Path) -> dict[str, dict[str, str]]:
+    """construct path -> {rule id: reason}, as recorded in the cloud assembly's metadata."""
+    meta = json.loads((outdir / "Jobplane.metadata.json").read_text())
+    found: dict[str, dict[str, str]] = {}
+    for path, entries in meta.items():
+        for entry in entries:
+            if entry["type"] == "aws:cdk:acknowledged-rules":
+                found.setdefault(path, {}).update(entry["data"])
+    return found
+
+
+def test_cdk_nag_reports_no_unacknowledged_finding(synth: Synth) -> None:
+    # The session synth ran with AwsSolutionsChecks; it raises on any finding. The report says so too.
+    report = json.loads((synth.outdir / "validation-report.json").read_text())
+    for plugin in report["pluginReports"]:
+        assert plugin["conclusion"] == "success", plugin["pluginName"]
+        assert plugin["violations"] == []
+
+
+def test_every_acknowledgement_is_a_known_family_with_a_specific_reason(synth: Synth) -> None:
+    acks = {(path, rule): reason for path, rules in acknowledgements(synth.outdir).items()
+            for rule, reason in rules.items() if "AwsSolutions" in rule}
+    assert len(acks) > 10
+    for (path, rule), reason in acks.items():
+        family = re.match(r"AwsSolutions::AwsSolutions-([A-Z]+\d+)", rule)
+        assert family and family.group(1) in ACKNOWLEDGED_FAMILIES, (path, rule)
+        assert len(reason) >= 40, (path, rule, reason)
+    # acknowledged where the finding is, never stack-wide
+    assert all(path.count("/") >= 2 for path, _ in acks), sorted({p for p, _ in acks})
+
+
+def test_cdk_nag_fails_the_synth_on_an_unacknowledged_finding(tmp_path: Path) -> None:
+    import aws_cdk as cdk
+    from aws_cdk import aws_sqs as sqs
+    from cdk_nag import AwsSolutionsChecks
+
+    app = cdk.App(outdir=str(tmp_path))
+    sqs.Queue(cdk.Stack(app, "Bad"), "NoSsl")
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    with pytest.raises(RuntimeError, match="AwsSolutions-SQS4"):
+        app.synth()
+
+
+def test_cfn_lint_is_clean(synth: Synth) -> None:
+    cfn_lint = Path(sys.executable).with_name("cfn-lint")
+    proc = subprocess.run([str(cfn_lint), "--ignore-checks", "W3005", "--",
+                           str(synth.outdir / "Jobplane.template.json")], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,0 +1,342 @@
+"""Assertions on the synthesized template: every resource, rule and IAM condition issue 6 asks for."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+from jobplane.policy import parse_policy
+from tests.infra.conftest import ALARM_EMAIL, DATA_BUCKET, Synth, cdk_context
+from tests.infra.iam_eval import Request, allows, resolve, role_statements
+
+pytestmark = pytest.mark.infra
+
+ARN = "arn:aws:ec2:us-east-1:123456789012"
+MANAGED = {"aws:ResourceTag/jobplane:managed": "true"}
+REQUEST_MANAGED = {"aws:RequestTag/jobplane:managed": "true"}
+HANDLERS = ("launcher", "sweeper", "rerun", "uptime_cap")
+
+
+def bucket_id(synth: Synth) -> str:
+    return synth.logical_id("AWS::S3::Bucket", "Registry")
+
+
+def fn_role(synth: Synth, name: str) -> str:
+    return str(synth.functions()[name]["Properties"]["Role"]["Fn::GetAtt"][0])
+
+
+def statements(synth: Synth, name: str) -> list[dict[str, Any]]:
+    return role_statements(synth.template, fn_role(synth, name))
+
+
+# ---- registry bucket --------------------------------------------------------------------------------
+def test_registry_bucket_is_versioned_private_encrypted_logged_and_emits_events(synth: Synth) -> None:
+    bid = bucket_id(synth)
+    props = synth.template["Resources"][bid]["Properties"]
+    assert props["VersioningConfiguration"] == {"Status": "Enabled"}
+    assert props["PublicAccessBlockConfiguration"] == {
+        "BlockPublicAcls": True, "BlockPublicPolicy": True, "IgnorePublicAcls": True, "RestrictPublicBuckets": True}
+    assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"] == {
+        "SSEAlgorithm": "AES256"}
+    assert props["LoggingConfiguration"]["DestinationBucketName"] == {
+        "Ref": synth.logical_id("AWS::S3::Bucket", "AccessLogs")}
+    (notifications,) = synth.resources("Custom::S3BucketNotifications").values()
+    assert notifications["Properties"]["BucketName"] == {"Ref": bid}
+    assert "EventBridgeConfiguration" in notifications["Properties"]["NotificationConfiguration"]
+    # retained on stack deletion: the registry is the only copy of every job's history
+    assert synth.template["Resources"][bid]["DeletionPolicy"] == "Retain"
+
+
+def test_bucket_policies_deny_plain_http(synth: Synth) -> None:
+    for policy in synth.resources("AWS::S3::BucketPolicy").values():
+        denies = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Deny"]
+        assert any(s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for s in denies)
+    assert len(synth.resources("AWS::S3::BucketPolicy")) == 2  # registry and access logs
+
+
+def test_lifecycle_expires_old_log_chunks_and_heartbeat_history(synth: Synth) -> None:
+    rules = {r["Id"]: r for r in
+             synth.template["Resources"][bucket_id(synth)]["Properties"]["LifecycleConfiguration"]["Rules"]}
+    assert rules["ExpireOldLogChunks"]["TagFilters"] == [{"Key": "jobplane:object", "Value": "log"}]
+    assert rules["ExpireOldLogChunks"]["ExpirationInDays"] == 90
+    assert rules["DropHeartbeatHistory"]["Prefix"] == "heartbeats/"
+    assert rules["DropHeartbeatHistory"]["NoncurrentVersionExpiration"] == {"NoncurrentDays": 1}
+    assert rules["DropOldVersions"]["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 7}
+
+
+# ---- functions --------------------------------------------------------------------------------------
+def test_four_functions_arm64_newest_python_json_logs_xray_dlq(synth: Synth) -> None:
+    fns = synth.functions()
+    assert sorted(fns) == sorted(HANDLERS)
+    dlq = synth.logical_id("AWS::SQS::Queue", "DeadLetters")
+    for name, fn in fns.items():
+        p = fn["Properties"]
+        assert p["Runtime"] == "python3.14", name
+        assert p["Architectures"] == ["arm64"], name
+        assert p["TracingConfig"] == {"Mode": "Active"}, name
+        assert p["LoggingConfig"]["LogFormat"] == "JSON", name
+        assert p["DeadLetterConfig"] == {"TargetArn": {"Fn::GetAtt": [dlq, "Arn"]}}, name
+        assert p["Handler"] == f"functions.aws.{name}.handler"
+        env = p["Environment"]["Variables"]
+        assert env["JOBPLANE_BUCKET"] == {"Ref": bucket_id(synth)}
+        assert env["POWERTOOLS_METRICS_NAMESPACE"] == "jobplane"
+        assert p["LoggingConfig"]["LogGroup"]["Ref"] in synth.resources("AWS::Logs::LogGroup")
+
+
+def test_reserved_concurrency_one_for_reconcilers_only(synth: Synth) -> None:
+    fns = synth.functions()
+    for name in ("sweeper", "rerun", "uptime_cap"):
+        assert fns[name]["Properties"]["ReservedConcurrentExecutions"] == 1, name
+    assert "ReservedConcurrentExecutions" not in fns["launcher"]["Properties"]  # drops run in parallel
+
+
+def test_async_invocations_retry_briefly_then_dead_letter(synth: Synth) -> None:
+    configs = synth.resources("AWS::Lambda::EventInvokeConfig").values()
+    assert len(configs) == 4
+    for cfg in configs:
+        assert cfg["Properties"]["MaximumRetryAttempts"] == 2
+        assert cfg["Properties"]["MaximumEventAgeInSeconds"] == 3600
+    (queue,) = synth.resources("AWS::SQS::Queue").values()
+    assert queue["Properties"]["SqsManagedSseEnabled"] is True
+
+
+# ---- rules and schedules ----------------------------------------------------------------------------
+def rules_for(synth: Synth, name: str) -> list[dict[str, Any]]:
+    fn_id = synth.logical_id("AWS::Lambda::Function", {"uptime_cap": "UptimeCap"}.get(name, name.title()))
+    return [r["Properties"] for r in synth.resources("AWS::Events::Rule").values()
+            if any(t["Arn"] == {"Fn::GetAtt": [fn_id, "Arn"]} for t in r["Properties"]["Targets"])]
+
+
+def patterns(synth: Synth, name: str) -> list[dict[str, Any]]:
+    return [r["EventPattern"] for r in rules_for(synth, name) if "EventPattern" in r]
+
+
+def test_queue_drops_trigger_the_launcher(synth: Synth) -> None:
+    (pattern,) = patterns(synth, "launcher")
+    assert pattern["source"] == ["aws.s3"] and pattern["detail-type"] == ["Object Created"]
+    assert pattern["detail"] == {"bucket": {"name": [{"Ref": bucket_id(synth)}]},
+                                 "object": {"key": [{"prefix": "queue/"}]}}
+
+
+def test_exit_reports_and_instance_state_changes_trigger_the_sweeper(synth: Synth) -> None:
+    by_source = {p["source"][0]: p for p in patterns(synth, "sweeper")}
+    assert by_source["aws.s3"]["detail"]["object"]["key"] == [{"wildcard": "jobs/*/attempts/*/nodes/*/exit.json"}]
+    assert by_source["aws.ec2"]["detail-type"] == ["EC2 Instance State-change Notification"]
+    assert set(by_source["aws.ec2"]["detail"]["state"]) == {"shutting-down", "terminated", "stopping", "stopped"}
+
+
+def test_spot_warnings_and_preempted_markers_trigger_rerun(synth: Synth) -> None:
+    by_source = {p["source"][0]: p for p in patterns(synth, "rerun")}
+    assert by_source["aws.ec2"]["detail-type"] == ["EC2 Spot Instance Interruption Warning"]
+    assert by_source["aws.s3"]["detail"]["object"]["key"] == [{"prefix": "preempted-jobs/"}]
+
+
+def test_one_schedule_per_cron_from_context_and_every_target_dead_letters(synth: Synth) -> None:
+    context = cdk_context()
+    keys = {"launcher": "launcherBackstopSchedule", "sweeper": "sweepSchedule", "rerun": "rerunSchedule",
+            "uptime_cap": "uptimeCapSchedule"}
+    dlq = synth.logical_id("AWS::SQS::Queue", "DeadLetters")
+    for name in HANDLERS:
+        schedules = [r["ScheduleExpression"] for r in rules_for(synth, name) if "ScheduleExpression" in r]
+        assert schedules == [context[f"jobplane:{keys[name]}"]], name
+        for rule in rules_for(synth, name):
+            (target,) = rule["Targets"]
+            assert target["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": [dlq, "Arn"]}}
+    assert len(synth.resources("AWS::Events::Rule")) == 9
+
+
+# ---- launch and terminate permissions (evaluated on the synthesized policies) -----------------------
+@pytest.mark.parametrize("name", ["sweeper", "uptime_cap", "rerun"])
+def test_terminate_only_instances_tagged_managed(synth: Synth, name: str) -> None:
+    sts = statements(synth, name)
+    instance = f"{ARN}:instance/i-0123456789abcdef0"
+    assert allows(sts, Request("ec2:TerminateInstances", instance, MANAGED))
+    assert not allows(sts, Request("ec2:TerminateInstances", instance, {}))
+    assert not allows(sts, Request("ec2:TerminateInstances", instance, {"aws:ResourceTag/jobplane:managed": "false"}))
+    assert not allows(sts, Request("ec2:TerminateInstances", instance, {"aws:ResourceTag/jobplane:managed": "TRUE"}))
+
+
+def test_every_terminate_grant_in_the_template_carries_the_managed_condition(synth: Synth) -> None:
+    for policy in synth.resources("AWS::IAM::Policy").values():
+        for st in policy["Properties"]["PolicyDocument"]["Statement"]:
+            actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+            if any(a in ("*", "ec2:*") or a.startswith("ec2:Terminate") for a in actions):
+                assert st["Condition"] == {"StringEquals": MANAGED}, st
+                assert resolve(st["Resource"]) == f"{ARN}:instance/*"
+
+
+def test_launcher_cannot_terminate(synth: Synth) -> None:
+    assert not allows(statements(synth, "launcher"),
+                      Request("ec2:TerminateInstances", f"{ARN}:instance/i-1", MANAGED))
+
+
+@pytest.mark.parametrize("name", ["launcher", "rerun"])
+def test_run_instances_requires_the_managed_tag_in_the_request(synth: Synth, name: str) -> None:
+    sts = statements(synth, name)
+    for resource in ("instance/*", "volume/*"):
+        arn = f"{ARN}:{resource.replace('*', 'x-1')}"
+        assert allows(sts, Request("ec2:RunInstances", arn, REQUEST_MANAGED))
+        assert not allows(sts, Request("ec2:RunInstances", arn, {}))
+        assert not allows(sts, Request("ec2:RunInstances", arn, {"aws:RequestTag/jobplane:managed": "false"}))
+    # tags only as part of RunInstances, never on an existing resource
+    tag_ctx = {**REQUEST_MANAGED, "ec2:CreateAction": "RunInstances"}
+    assert allows(sts, Request("ec2:CreateTags", f"{ARN}:instance/i-1", tag_ctx))
+    assert not allows(sts, Request("ec2:CreateTags", f"{ARN}:instance/i-1", REQUEST_MANAGED))
+
+
+@pytest.mark.parametrize("name", ["launcher", "rerun"])
+def test_launches_only_into_the_stacks_network(synth: Synth, name: str) -> None:
+    sts = statements(synth, name)
+    sg = synth.logical_id("AWS::EC2::SecurityGroup", "JobSecurityGroup")
+    assert allows(sts, Request("ec2:RunInstances", f"{ARN}:security-group/<{sg}.GroupId>"))
+    assert not allows(sts, Request("ec2:RunInstances", f"{ARN}:security-group/sg-someone-elses"))
+    subnets = [k for k in synth.resources("AWS::EC2::Subnet")]
+    for subnet in subnets:
+        assert allows(sts, Request("ec2:RunInstances", f"{ARN}:subnet/<{subnet}>"))
+    assert not allows(sts, Request("ec2:RunInstances", f"{ARN}:subnet/subnet-elsewhere"))
+
+
+@pytest.mark.parametrize("name", ["launcher", "rerun"])
+def test_pass_role_only_for_the_vm_role_to_ec2(synth: Synth, name: str) -> None:
+    vm_role = synth.logical_id("AWS::IAM::Role", "VmRole")
+    sts = statements(synth, name)
+    to_ec2 = {"iam:PassedToService": "ec2.amazonaws.com"}
+    assert allows(sts, Request("iam:PassRole", f"<{vm_role}.Arn>", to_ec2))
+    assert not allows(sts, Request("iam:PassRole", f"<{vm_role}.Arn>", {"iam:PassedToService": "lambda.amazonaws.com"}))
+    for other in synth.resources("AWS::IAM::Role"):
+        if other != vm_role:
+            assert not allows(sts, Request("iam:PassRole", f"<{other}.Arn>", to_ec2))
+
+
+@pytest.mark.parametrize("name", ["sweeper", "uptime_cap"])
+def test_reconcilers_that_only_terminate_cannot_launch(synth: Synth, name: str) -> None:
+    assert not allows(statements(synth, name), Request("ec2:RunInstances", f"{ARN}:instance/x", REQUEST_MANAGED))
+
+
+# ---- the VM's identity ------------------------------------------------------------------------------
+def vm_statements(synth: Synth) -> list[dict[str, Any]]:
+    return role_statements(synth.template, synth.logical_id("AWS::IAM::Role", "VmRole"))
+
+
+def test_vm_role_is_for_ec2_with_an_instance_profile(synth: Synth) -> None:
+    vm_role = synth.logical_id("AWS::IAM::Role", "VmRole")
+    trust = synth.template["Resources"][vm_role]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert [s["Principal"] for s in trust] == [{"Service": "ec2.amazonaws.com"}]
+    (profile,) = synth.resources("AWS::IAM::InstanceProfile").values()
+    assert profile["Properties"]["Roles"] == [{"Ref": vm_role}]
+
+
+def test_vm_role_has_no_ec2_no_iam_and_only_registry_reads_and_writes(synth: Synth) -> None:
+    sts = vm_statements(synth)
+    actions = {a for s in sts for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])}
+    assert actions <= {"s3:GetObject", "s3:PutObject", "s3:ListBucket"}
+    obj = f"<{bucket_id(synth)}.Arn>/"
+    for key in ("jobs/j1/job.json", "jobs/j1/code/code.tar.gz", "jobs/j1/checkpoints/step-100.pt",
+                "jobs/j1/attempts/2/cluster.json", "jobs/j1/control/stop", "system/wheels/jobplane-0.1.0.whl"):
+        assert allows(sts, Request("s3:GetObject", obj + key)), key
+    for key in ("heartbeats/j1/2/0", "heartbeats/j1/2/0.output", "jobs/j1/logs/2/0/00000001.log",
+                "jobs/j1/checkpoints/step-100.pt", "jobs/j1/artifacts/model/w.bin",
+                "jobs/j1/attempts/2/nodes/0/exit.json", "preempted-jobs/j1"):
+        assert allows(sts, Request("s3:PutObject", obj + key)), key
+    # never the control plane's own keys
+    for key in ("jobs/j1/job.json", "active/j1/RUNNING.2", "queue/j2.yaml", "config/policy.yaml",
+                "jobs/j1/attempts/2/cluster.json", "jobs/j1/control/stop", "system/wheels/x.whl"):
+        assert not allows(sts, Request("s3:PutObject", obj + key)), key
+    for key in ("config/policy.yaml", "rejected/j2.yaml", "queue/j2.yaml"):
+        assert not allows(sts, Request("s3:GetObject", obj + key)), key
+    assert not allows(sts, Request("s3:DeleteObject", obj + "jobs/j1/checkpoints/a"))
+
+
+def test_vm_reads_declared_input_buckets_read_only(synth: Synth) -> None:
+    sts = vm_statements(synth)
+    assert allows(sts, Request("s3:GetObject", f"arn:aws:s3:::{DATA_BUCKET}/regression/train/part-0"))
+    assert not allows(sts, Request("s3:PutObject", f"arn:aws:s3:::{DATA_BUCKET}/x"))
+    assert not allows(sts, Request("s3:GetObject", "arn:aws:s3:::someone-elses-bucket/x"))
+
+
+# ---- network ----------------------------------------------------------------------------------------
+def test_cluster_placement_group_and_security_group_only_between_job_vms(synth: Synth) -> None:
+    (pg,) = synth.resources("AWS::EC2::PlacementGroup").values()
+    assert pg["Properties"]["Strategy"] == "cluster"
+    sg = synth.logical_id("AWS::EC2::SecurityGroup", "JobSecurityGroup")
+    assert "SecurityGroupIngress" not in synth.template["Resources"][sg]["Properties"]
+    (ingress,) = synth.resources("AWS::EC2::SecurityGroupIngress").values()
+    assert ingress["Properties"]["SourceSecurityGroupId"] == {"Fn::GetAtt": [sg, "GroupId"]}
+    assert ingress["Properties"]["GroupId"] == {"Fn::GetAtt": [sg, "GroupId"]}
+
+
+def test_default_vpc_is_isolated_with_an_s3_endpoint_and_flow_logs(synth: Synth) -> None:
+    assert not synth.resources("AWS::EC2::NatGateway") and not synth.resources("AWS::EC2::InternetGateway")
+    (endpoint,) = synth.resources("AWS::EC2::VPCEndpoint").values()
+    assert endpoint["Properties"]["VpcEndpointType"] == "Gateway"
+    assert "s3" in json.dumps(endpoint["Properties"]["ServiceName"])
+    assert len(synth.resources("AWS::EC2::FlowLog")) == 1
+
+
+# ---- deploy-time uploads ----------------------------------------------------------------------------
+def deployments(synth: Synth) -> dict[str, dict[str, Any]]:
+    return {d["Properties"]["DestinationBucketKeyPrefix"]: d["Properties"]
+            for d in synth.resources("Custom::CDKBucketDeployment").values()}
+
+
+def test_policy_yaml_points_launches_at_the_stacks_resources(synth: Synth) -> None:
+    props = deployments(synth)["config/"]
+    assert props["Prune"] is False and props["DestinationBucketName"] == {"Ref": bucket_id(synth)}
+    (key,) = props["SourceObjectKeys"]
+    text = (synth.asset_dir(key) / "policy.yaml").read_text()
+    markers = {m: resolve(v).strip('"') for m, v in props["SourceMarkers"][0].items()}
+    for marker, value in markers.items():
+        text = text.replace(marker, value)
+    policy = parse_policy(text)  # the launcher will parse exactly this
+    assert policy.aws.instance_profile == f"<{synth.logical_id('AWS::IAM::InstanceProfile', 'Vm')}>"
+    assert policy.aws.subnets == [f"<{s}>" for s in synth.resources("AWS::EC2::Subnet")]
+    assert policy.aws.security_groups == [f"<{synth.logical_id('AWS::EC2::SecurityGroup', 'Job')}.GroupId>"]
+    assert policy.aws.placement_group == f"<{synth.logical_id('AWS::EC2::PlacementGroup', 'Cluster')}.GroupName>"
+    caps = cdk_context()["jobplane:policy"]
+    assert policy.max_nodes_per_job == caps["max_nodes_per_job"]
+    assert policy.safety.max_terminations_per_run == caps["safety"]["max_terminations_per_run"]
+    assert yaml.safe_load(io.StringIO(text))["allowed_instance_types"] == caps["allowed_instance_types"]
+
+
+def test_agent_wheelhouse_goes_to_system_wheels(synth: Synth) -> None:
+    props = deployments(synth)["system/wheels/"]
+    (key,) = props["SourceObjectKeys"]
+    names = [p.name for p in synth.asset_dir(key).iterdir()]
+    assert any(n.startswith("jobplane-") and n.endswith(".whl") for n in names)
+    for arch in ("x86_64", "aarch64"):
+        assert any(n.startswith("pydantic_core-") and arch in n for n in names), arch
+
+
+# ---- observability and outputs ----------------------------------------------------------------------
+def test_alarms_for_errors_dlq_and_blast_radius_go_to_the_topic(synth: Synth) -> None:
+    topic = synth.logical_id("AWS::SNS::Topic", "AlarmTopic")
+    alarms = list(synth.resources("AWS::CloudWatch::Alarm").values())
+    for alarm in alarms:
+        assert alarm["Properties"]["AlarmActions"] == [{"Ref": topic}]
+    errors = [a for a in alarms if a["Properties"].get("MetricName") == "Errors"]
+    assert {a["Properties"]["Dimensions"][0]["Value"]["Ref"] for a in errors} == {
+        synth.logical_id("AWS::Lambda::Function", n) for n in ("Launcher", "Sweeper", "Rerun", "UptimeCap")}
+    names = {a["Properties"].get("MetricName") for a in alarms}
+    assert {"ApproximateNumberOfMessagesVisible", "BlastRadiusRefusals"} <= names
+    (sub,) = [t for t in synth.template["Resources"][topic]["Properties"].get("Subscription", [])] or [
+        s["Properties"] for s in synth.resources("AWS::SNS::Subscription").values()]
+    assert sub["Endpoint"] == ALARM_EMAIL and sub["Protocol"] == "email"
+
+
+def test_dashboard_shows_every_control_plane_metric(synth: Synth) -> None:
+    (dashboard,) = synth.resources("AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    for metric in ("JobsLaunched", "JobsSucceeded", "JobsFailed", "Reruns", "OrphansTerminated", "Stalls",
+                   "Timeouts", "BlastRadiusRefusals", "SweepDuration", "LaunchCapacityErrors", "Errors"):
+        assert metric in body, metric
+
+
+def test_outputs_bucket_name_and_submit_command(synth: Synth) -> None:
+    outputs = {k: v["Value"] for k, v in synth.template["Outputs"].items()}
+    values = [json.dumps(v) for v in outputs.values()]
+    assert {"Ref": bucket_id(synth)} in outputs.values()
+    assert any("jobplane submit job.yaml" in v for v in values)
