@@ -211,11 +211,13 @@ class GceCompute:
             raise self._call_error(err) from err
         else:
             self._wait(op)
-        instances = self.attempt_instances(request.job_id, request.attempt)
-        if len(instances) != request.num_nodes:
-            raise LaunchRejected("INCOMPLETE_LAUNCH", f"expected {request.num_nodes} VMs for {prefix}, "
-                                                      f"found {len(instances)}")
-        return instances
+        for pause in (0.0, 1.0, 2.0, 4.0):  # a listing may briefly trail a finished insert
+            time.sleep(pause)
+            instances = self.attempt_instances(request.job_id, request.attempt)
+            if len(instances) == request.num_nodes:
+                return instances
+        raise LaunchRejected("INCOMPLETE_LAUNCH", f"expected {request.num_nodes} VMs for {prefix}, "
+                                                  f"found {len(instances)}")
 
     def _common(self, request: LaunchRequest, disk_type: str, rank: int | None) -> dict[str, Any]:
         """Fields an Instance and bulkInsert's InstanceProperties share."""
