@@ -22,9 +22,10 @@ import hashlib
 import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from importlib import metadata
 from pathlib import Path
 
@@ -84,15 +85,21 @@ def _dist_name(wheel: Path) -> str:
     return wheel.name.split("-")[0].lower().replace("-", "_").replace(".", "_")
 
 
-def _atomic_build(target: Path, build: object) -> Path:
-    """Build into a temp dir and rename, so an interrupted synth never leaves a half-built cache entry."""
+def _atomic_build(target: Path, build: Callable[[Path], None]) -> Path:
+    """Build into a private temp dir and rename it into place, so an interrupted or concurrent synth
+    never sees a half-built cache entry (the loser of a race discards its copy)."""
     if target.exists():
         return target
-    tmp = target.with_name(target.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    build(tmp)  # type: ignore[operator]
-    tmp.rename(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    try:
+        build(tmp)
+        tmp.rename(target)
+    except OSError:
+        if not target.exists():
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 

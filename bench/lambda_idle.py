@@ -1,0 +1,134 @@
+"""Idle cost inputs: how long each Lambda handler runs on its cron, and what it calls, against moto.
+
+Invokes the four real handlers (functions/aws/*.handler) in-process with the "Scheduled Event" their
+schedules deliver, against in-process moto (S3 + EC2), for an empty registry ("idle") and a small one (3
+healthy RUNNING jobs with instances, heartbeats and limits). Per handler: median and p90 wall time of 20
+warm invocations, API calls by operation, bytes printed (log + EMF lines = CloudWatch Logs ingestion),
+metric names emitted; plus the cold import time of each handler module in a fresh interpreter.
+
+moto answers in microseconds where S3 and EC2 take tens of milliseconds: the README's cost arithmetic
+adds a per-call latency to the measured durations and says so.
+
+    .venv/bin/python bench/lambda_idle.py        # writes bench/results/lambda_idle.json
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = Path(__file__).resolve().parent
+sys.path[:0] = [str(BENCH), str(ROOT), str(ROOT / "shared")]
+
+import sweep as sweep_bench  # noqa: E402  (bench/sweep.py: seeding and the API-call counter)
+
+os.environ.update({"JOBPLANE_BUCKET": sweep_bench.BUCKET, "AWS_REGION": sweep_bench.REGION,
+                   "POWERTOOLS_SERVICE_NAME": "jobplane", "POWERTOOLS_METRICS_NAMESPACE": "jobplane"})
+
+import boto3  # noqa: E402
+from moto import mock_aws  # noqa: E402
+
+from functions.aws import common, launcher, rerun, sweeper, uptime_cap  # noqa: E402
+from jobplane import keys  # noqa: E402
+from jobplane.registry import Registry  # noqa: E402
+
+HANDLERS = {"launcher": launcher.handler, "sweeper": sweeper.handler, "rerun": rerun.handler,
+            "uptime_cap": uptime_cap.handler}
+SCHEDULED = {"version": "0", "detail-type": "Scheduled Event", "source": "aws.events", "detail": {}}
+RUNS = 20
+
+
+class Context:
+    function_name = "jobplane-bench"
+    memory_limit_in_mb = 512
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:jobplane-bench"
+    aws_request_id = "bench"
+
+
+def invoke(handler: Any) -> tuple[float, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        started = time.perf_counter()
+        handler(SCHEDULED, Context())
+        elapsed = time.perf_counter() - started
+    return elapsed, out.getvalue()
+
+
+def metric_names(printed: str) -> list[str]:
+    names = set()
+    for line in printed.splitlines():
+        if line.startswith("{") and '"_aws"' in line:
+            doc = json.loads(line)
+            names |= {m["Name"] for d in doc["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]}
+    return sorted(names)
+
+
+def scenario(jobs: int) -> dict[str, Any]:
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=sweep_bench.REGION)
+        ec2 = boto3.client("ec2", region_name=sweep_bench.REGION)
+        s3.create_bucket(Bucket=sweep_bench.BUCKET)
+        caps = json.loads((ROOT / "cdk.json").read_text())["context"]["jobplane:policy"]
+        s3.put_object(Bucket=sweep_bench.BUCKET, Key=keys.POLICY, Body=json.dumps(caps).encode())
+        if jobs:
+            image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+            sweep_bench.seed(Registry(common.S3Store(sweep_bench.BUCKET, s3)), ec2, image, jobs)
+        common._clients.clear()
+        results: dict[str, Any] = {}
+        for name, handler in HANDLERS.items():
+            invoke(handler)  # warm: clients created, caches filled (a warm Lambda container)
+            counter = sweep_bench.CallCounter()
+            clients = [c for pair in common._clients.values() for c in pair]
+            counter.attach(*clients)
+            timings, printed = [], 0
+            names: set[str] = set()
+            for _ in range(RUNS):
+                elapsed, out = invoke(handler)
+                timings.append(elapsed)
+                printed += len(out.encode())
+                names |= set(metric_names(out))
+            counter.detach(*clients)
+            timings.sort()
+            results[name] = {
+                "median_ms": round(statistics.median(timings) * 1000, 1),
+                "p90_ms": round(timings[int(0.9 * RUNS) - 1] * 1000, 1),
+                "api_calls_per_invocation": {op: n / RUNS for op, n in sorted(counter.calls.items())},
+                "log_bytes_per_invocation": round(printed / RUNS),
+                "metrics_emitted": sorted(names),
+            }
+        return results
+
+
+def cold_import_seconds(name: str) -> float:
+    code = (f"import sys, time; sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'shared')!r}]; t = time.perf_counter(); "
+            f"import functions.aws.{name}; print(time.perf_counter() - t)")
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": ""}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    return round(float(proc.stdout.strip()), 3)
+
+
+def main() -> int:
+    result = {
+        "python": sys.version.split()[0],
+        "runs_per_handler": RUNS,
+        "scenarios": {"idle": scenario(0), "small_registry_3_jobs": scenario(3)},
+        "cold_import_s": {name: cold_import_seconds(name) for name in HANDLERS},
+    }
+    out = BENCH / "results" / "lambda_idle.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
