@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -340,3 +344,18 @@ def test_outputs_bucket_name_and_submit_command(synth: Synth) -> None:
     values = [json.dumps(v) for v in outputs.values()]
     assert {"Ref": bucket_id(synth)} in outputs.values()
     assert any("jobplane submit job.yaml" in v for v in values)
+
+
+@pytest.mark.parametrize(("platform", "python"), [("manylinux2014_x86_64", "3.11"), ("manylinux2014_aarch64", "3.12")])
+def test_vms_install_the_agent_from_the_wheelhouse_without_pypi(synth: Synth, tmp_path: Path, platform: str,
+                                                                python: str) -> None:
+    """What the bootstrap runs (pip install --no-index --find-links) resolves from the uploaded wheels alone."""
+    (key,) = deployments(synth)["system/wheels/"]["SourceObjectKeys"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-qq", "--disable-pip-version-check", "--no-index", "--find-links",
+         str(synth.asset_dir(key)), "--dest", str(tmp_path), "--only-binary=:all:", "--implementation", "cp",
+         "--platform", platform, "--python-version", python, "jobplane[aws]"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "PIP_CONFIG_FILE": os.devnull},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert any(p.name.startswith("jobplane-") for p in tmp_path.iterdir())

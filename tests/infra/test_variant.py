@@ -1,0 +1,62 @@
+"""The context knobs: an existing VPC and subnets, a registry root prefix, custom schedules, no reserved
+concurrency. One more synth (cdk-nag on: the acknowledgements must follow the prefix too)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.infra.conftest import Synth, cdk_context, synthesize
+from tests.infra.iam_eval import Request, allows, role_statements
+
+pytestmark = pytest.mark.infra
+
+SUBNETS = ["subnet-0aaa1111", "subnet-0bbb2222"]
+ARN = "arn:aws:ec2:us-east-1:123456789012"
+
+
+@pytest.fixture(scope="module")
+def variant(tmp_path_factory: pytest.TempPathFactory) -> Synth:
+    context = cdk_context(**{
+        "jobplane:vpcId": "vpc-0123abcd", "jobplane:subnetIds": ",".join(SUBNETS), "jobplane:root": "team-a",
+        "jobplane:reservedConcurrency": "false", "jobplane:sweepSchedule": "rate(2 minutes)",
+        "jobplane:bucketName": "acme-jobplane",
+    })
+    return synthesize(tmp_path_factory.mktemp("cdk.out-variant"), context, nag=True)
+
+
+def test_existing_vpc_is_used_and_no_network_is_created(variant: Synth) -> None:
+    assert not variant.resources("AWS::EC2::VPC") and not variant.resources("AWS::EC2::Subnet")
+    (sg,) = variant.resources("AWS::EC2::SecurityGroup").values()
+    assert sg["Properties"]["VpcId"] == "vpc-0123abcd"
+    launcher_role = variant.functions()["launcher"]["Properties"]["Role"]["Fn::GetAtt"][0]
+    sts = role_statements(variant.template, launcher_role)
+    for subnet in SUBNETS:
+        assert allows(sts, Request("ec2:RunInstances", f"{ARN}:subnet/{subnet}"))
+    assert not allows(sts, Request("ec2:RunInstances", f"{ARN}:subnet/subnet-other"))
+
+
+def test_root_prefix_reaches_rules_env_vm_role_and_uploads(variant: Synth) -> None:
+    (registry,) = [k for k in variant.resources("AWS::S3::Bucket") if "Registry" in k]
+    assert variant.template["Resources"][registry]["Properties"]["BucketName"] == "acme-jobplane"
+    keys = [r["Properties"]["EventPattern"]["detail"]["object"]["key"][0]
+            for r in variant.resources("AWS::Events::Rule").values()
+            if r["Properties"].get("EventPattern", {}).get("source") == ["aws.s3"]]
+    assert sorted(str(k) for k in keys) == sorted(str(k) for k in [
+        {"prefix": "team-a/queue/"}, {"prefix": "team-a/preempted-jobs/"},
+        {"wildcard": "team-a/jobs/*/attempts/*/nodes/*/exit.json"}])
+    for fn in variant.functions().values():
+        assert fn["Properties"]["Environment"]["Variables"]["JOBPLANE_ROOT"] == "team-a"
+        assert "ReservedConcurrentExecutions" not in fn["Properties"]
+    vm_role = variant.logical_id("AWS::IAM::Role", "VmRole")
+    sts = role_statements(variant.template, vm_role)
+    assert allows(sts, Request("s3:PutObject", f"<{registry}.Arn>/team-a/heartbeats/j1/1/0"))
+    assert not allows(sts, Request("s3:PutObject", f"<{registry}.Arn>/heartbeats/j1/1/0"))
+    prefixes = {d["Properties"]["DestinationBucketKeyPrefix"]
+                for d in variant.resources("Custom::CDKBucketDeployment").values()}
+    assert prefixes == {"team-a/system/wheels/", "team-a/config/"}
+
+
+def test_schedules_come_from_context(variant: Synth) -> None:
+    expressions = sorted(r["Properties"]["ScheduleExpression"] for r in variant.resources("AWS::Events::Rule").values()
+                         if "ScheduleExpression" in r["Properties"])
+    assert expressions == ["rate(2 minutes)"] + ["rate(5 minutes)"] * 3
