@@ -14,14 +14,14 @@ from jobplane.registry import utcnow
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     env = common.environment()
     detail = event.get("detail") or {}
-    if event.get("detail-type") == "EC2 Spot Instance Interruption Warning":
-        result = reconcile.record_spot_warning(env.registry, env.compute, str(detail.get("instance-id")),
-                                               now=utcnow(), detail=detail)
-        return {"instance_id": detail.get("instance-id"), "result": result}
     job = reconcile.job_named_by(common.registry_key(event, env.settings)) if "object" in detail else None
     if job:
         common.logger.append_keys(job_id=job)
     with metering.api_calls(env):
+        if event.get("detail-type") == "EC2 Spot Instance Interruption Warning":
+            iid = str(detail.get("instance-id"))
+            result = reconcile.record_spot_warning(env.registry, env.compute, iid, now=utcnow(), detail=detail)
+            return {"instance_id": iid, "result": result}
         outcomes = reconcile.rerun(env.registry, env.compute, now=utcnow(), metrics=common.metrics,
                                    policy=env.policy, dry_run=bool(event.get("dry_run")), jobs=[job] if job else [])
     return reconcile.summary(outcomes)
