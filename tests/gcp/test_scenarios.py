@@ -181,6 +181,32 @@ def test_spot_vm_gone_is_preempted_and_rerun_as_the_next_attempt(cloud: GcpCloud
     assert vm_names(cloud) == ["spot-gone-a2-0001"] and cloud.registry.preempted() == {}
 
 
+def test_overlapping_rerun_invocations_launch_one_attempt(cloud: GcpCloud) -> None:
+    record = submit(cloud, "spotty", SPEC + "spot: true\n")
+    beat(cloud, record)
+    call("sweeper")
+    cloud.compute_fake.preempt(record.instances[0])
+    cloud.registry.mark_preempted("spotty", {"attempt": 1, "rank": 0, "instance_id": record.instances[0],
+                                             "notice": {"action": "terminate"}})
+    barrier = threading.Barrier(5)
+    results: list[list[str]] = []
+
+    def rerun() -> None:
+        client = create_app("rerun", MAIN, "http").test_client()
+        barrier.wait()
+        results.append([a["result"] for a in client.post("/").get_json()["actions"]])
+
+    threads = [threading.Thread(target=rerun) for _ in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert len(results) == 5 and sum(r.count("applied") for r in results) == 1, results
+    after = cloud.registry.job("spotty")
+    assert (after.state, after.attempt) == (State.LAUNCHING, 2) and vm_names(cloud) == ["spotty-a2-0001"]
+    assert cloud.compute_fake.calls["insert"] == 2  # attempt 1 and exactly one rerun
+
+
 def test_no_restarts_left_fails_the_preempted_job(cloud: GcpCloud) -> None:
     record = submit(cloud, "no-retry", SPEC + "spot: true\nmax_restarts: 0\n")
     beat(cloud, record)
