@@ -69,7 +69,10 @@ def test_lifecycle_started_then_healthy_then_finished(cloud: Cloud) -> None:  # 
     assert cloud.registry.job("train").state == State.RUNNING
     assert [k for k, _, _ in cloud.registry.listing(keys.LIMITS)] == ["limits/train/1/nodes-1.stall-1800.cap-86400"]
 
+    gets: list[str] = []
+    cloud.s3.meta.events.register("before-call.s3.GetObject", lambda params, **_: gets.append(params["url_path"]))
     assert reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics) == []
+    assert not [g for g in gets if g.endswith("/job.json")], "a healthy job costs the sweep no GET"
 
     cloud.registry.put_json(keys.exit_report("train", 1, 0), {"code": 0, "reason": "exit"})
     event_job = reconcile.job_named_by(keys.exit_report("train", 1, 0))
