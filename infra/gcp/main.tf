@@ -1,5 +1,5 @@
 # jobplane on GCP: one registry bucket, five Cloud Functions (gen2), four Cloud Scheduler jobs, and
-# three service accounts with the least roles each needs. Job VMs run in their own subnet without
+# four service accounts with the least roles each needs. Job VMs run in their own subnet without
 # external IPs; the functions create and delete them.
 
 locals {
@@ -100,6 +100,11 @@ resource "google_service_account" "vms" {
   display_name = "jobplane job VMs (agent)"
 }
 
+resource "google_service_account" "builder" {
+  account_id   = "jobplane-builder"
+  display_name = "jobplane function builds (Cloud Build)"
+}
+
 resource "google_service_account" "scheduler" {
   account_id   = "jobplane-scheduler"
   display_name = "jobplane Cloud Scheduler invoker (OIDC)"
@@ -141,6 +146,20 @@ resource "google_project_iam_member" "vms_log_writer" {
   project = var.project
   role    = "roles/logging.logWriter"
   member  = google_service_account.vms.member
+}
+
+# Builder: Cloud Build reads the source zip, writes the function image and its build log; nothing else.
+resource "google_storage_bucket_iam_member" "builder_sources" {
+  bucket = google_storage_bucket.sources.name
+  role   = "roles/storage.objectViewer"
+  member = google_service_account.builder.member
+}
+
+resource "google_project_iam_member" "builder" {
+  for_each = toset(["roles/artifactregistry.writer", "roles/logging.logWriter"])
+  project  = var.project
+  role     = each.value
+  member   = google_service_account.builder.member
 }
 
 # GCS publishes bucket events to Eventarc through Pub/Sub.
@@ -199,8 +218,9 @@ resource "google_cloudfunctions2_function" "launcher" {
   location = var.region
 
   build_config {
-    runtime     = "python312"
-    entry_point = "launcher"
+    runtime         = "python312"
+    entry_point     = "launcher"
+    service_account = google_service_account.builder.id
     source {
       storage_source {
         bucket = google_storage_bucket.sources.name
@@ -229,7 +249,7 @@ resource "google_cloudfunctions2_function" "launcher" {
   }
 
   depends_on = [google_project_service.apis, google_project_iam_member.gcs_pubsub_publisher,
-  google_project_iam_member.functions_event_receiver]
+  google_project_iam_member.functions_event_receiver, google_project_iam_member.builder]
 }
 
 resource "google_cloudfunctions2_function" "http" {
@@ -238,8 +258,9 @@ resource "google_cloudfunctions2_function" "http" {
   location = var.region
 
   build_config {
-    runtime     = "python312"
-    entry_point = each.key
+    runtime         = "python312"
+    entry_point     = each.key
+    service_account = google_service_account.builder.id
     source {
       storage_source {
         bucket = google_storage_bucket.sources.name
@@ -257,7 +278,7 @@ resource "google_cloudfunctions2_function" "http" {
     environment_variables = local.env
   }
 
-  depends_on = [google_project_service.apis]
+  depends_on = [google_project_service.apis, google_project_iam_member.builder]
 }
 
 # The launcher's Eventarc trigger and the scheduler call the functions' Cloud Run services; nobody else may.

@@ -106,6 +106,11 @@ def test_roles_are_the_least_each_identity_needs(tf: dict[str, dict[str, Any]]) 
                                   "roles/run.invoker"}
     assert roles("vms") == {"roles/storage.objectUser", "roles/logging.logWriter"}
     assert roles("scheduler") == {"roles/run.invoker"}
+    assert roles("builder") == {"roles/storage.objectViewer", "${each.value}"}
+    assert tf["resource"]["google_project_iam_member.builder"]["for_each"] == \
+        '${toset(["roles/artifactregistry.writer", "roles/logging.logWriter"])}'
+    for fn in ("google_cloudfunctions2_function.launcher", "google_cloudfunctions2_function.http"):
+        assert block(tf["resource"][fn], "build_config")["service_account"] == "${google_service_account.builder.id}"
     act_as = tf["resource"]["google_service_account_iam_member.functions_act_as_vms"]
     assert act_as["service_account_id"] == "${google_service_account.vms.name}"  # not project-wide
 
