@@ -11,6 +11,8 @@ from infra.aws.config import ControlPlaneConfig
 from infra.aws.control_plane import JobplaneControlPlane
 from infra.aws.nag import acknowledge
 
+BOOTSTRAP_QUALIFIER = "@aws-cdk/core:bootstrapQualifier"
+
 
 class JobplaneStack(cdk.Stack):
     def __init__(self, scope: Construct, construct_id: str, config: ControlPlaneConfig | None = None,
@@ -19,6 +21,14 @@ class JobplaneStack(cdk.Stack):
         super().__init__(scope, construct_id, **kwargs)
         self.control_plane = JobplaneControlPlane(self, "ControlPlane", config or ControlPlaneConfig.from_context(self))
         self._acknowledge_cdk_internals()
+
+    def _assets_bucket(self) -> str:
+        """The CDK bootstrap assets bucket as cdk-nag prints it: literal account/region when the CLI knows
+        them (cdk deploy), pseudo-parameters when synthesized environment-agnostic (make synth, tests)."""
+        qualifier = self.node.try_get_context(BOOTSTRAP_QUALIFIER) or cdk.DefaultStackSynthesizer.DEFAULT_QUALIFIER
+        account = "<AWS::AccountId>" if cdk.Token.is_unresolved(self.account) else self.account
+        region = "<AWS::Region>" if cdk.Token.is_unresolved(self.region) else self.region
+        return f"cdk-{qualifier}-assets-{account}-{region}"
 
     def _acknowledge_cdk_internals(self) -> None:
         """Findings on the singleton Lambdas CDK adds for us: the BucketDeployment uploader (agent wheels and
@@ -41,6 +51,6 @@ class JobplaneStack(cdk.Stack):
                        "system/wheels/ and config/ of the registry, syncing (and pruning) whole prefixes.")
             for finding in ("Action::s3:GetObject*", "Action::s3:GetBucket*", "Action::s3:List*",
                             "Action::s3:DeleteObject*", "Action::s3:Abort*",
-                            "Resource::arn:<AWS::Partition>:s3:::cdk-hnb659fds-assets-<AWS::AccountId>-<AWS::Region>/*",
+                            f"Resource::arn:<AWS::Partition>:s3:::{self._assets_bucket()}/*",
                             f"Resource::<{self.control_plane.bucket_id()}.Arn>/*"):
                 acknowledge(child, f"AwsSolutions-IAM5[{finding}]", uploads)
