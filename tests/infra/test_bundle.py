@@ -21,7 +21,7 @@ import pytest
 from infra.aws.bundle import LAMBDA_PYTHON, RUNTIME_PROVIDED
 from tests.infra.conftest import ROOT, Synth
 
-pytestmark = pytest.mark.infra
+pytestmark = [pytest.mark.infra, pytest.mark.timeout(600)]  # a cold cache downloads wheels
 
 HANDLERS = ("launcher", "sweeper", "rerun", "uptime_cap")
 RUNTIME_MODULES = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "six", "urllib3")

@@ -12,7 +12,7 @@ import pytest
 
 from tests.infra.conftest import Synth
 
-pytestmark = pytest.mark.infra
+pytestmark = [pytest.mark.infra, pytest.mark.timeout(600)]  # a cold cache downloads wheels
 
 # Rule families we accept with a reason; a new family needs review (and a new entry here).
 ACKNOWLEDGED_FAMILIES = {"IAM4", "IAM5", "L1", "S1", "SQS3", "SNS2"}

@@ -17,7 +17,7 @@ from jobplane.policy import parse_policy
 from tests.infra.conftest import ALARM_EMAIL, DATA_BUCKET, Synth, cdk_context
 from tests.infra.iam_eval import Request, allows, resolve, role_statements
 
-pytestmark = pytest.mark.infra
+pytestmark = [pytest.mark.infra, pytest.mark.timeout(600)]  # a cold cache downloads wheels
 
 ARN = "arn:aws:ec2:us-east-1:123456789012"
 MANAGED = {"aws:ResourceTag/jobplane:managed": "true"}

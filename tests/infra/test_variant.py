@@ -8,7 +8,7 @@ import pytest
 from tests.infra.conftest import Synth, cdk_context, synthesize
 from tests.infra.iam_eval import Request, allows, role_statements
 
-pytestmark = pytest.mark.infra
+pytestmark = [pytest.mark.infra, pytest.mark.timeout(600)]  # a cold cache downloads wheels
 
 SUBNETS = ["subnet-0aaa1111", "subnet-0bbb2222"]
 ARN = "arn:aws:ec2:us-east-1:123456789012"
