@@ -2,7 +2,10 @@
 
 Starts `jobplane local up` as its own process, submits examples/demo.yaml with examples/train as code,
 follows the logs, prints `jobplane ls --all`, then checks: the job SUCCEEDED, logs and checkpoints are
-in the bucket, no instance is left running, and after the local cloud stops no process or port remains.
+in the bucket, no instance is left running. Then two jobs side by side: examples/demo-spot.yaml is
+preempted mid-run and must resume from its synced checkpoint on attempt 2 and succeed;
+examples/demo-runaway.yaml must be asked to stop by its uptime cap and end TIMED_OUT. Last, after the
+local cloud stops, no process or port may remain.
 
     python -m jobplane.local.demo [--state-dir DIR] [--timeout SECONDS]
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -19,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,12 +142,25 @@ class Demo:
         print(f"$ jobplane submit {spec} --code {code}\n{job_id}", flush=True)
         return job_id
 
-    def happy_path(self) -> None:
-        job_id = self.submit("examples/demo.yaml", "examples/train")
+    def follow(self, job_id: str) -> None:
+        """`jobplane logs ID -f`: prints the output of every attempt until the job ends."""
         try:
             self.cloud.cli("logs", job_id, "-f", timeout=self.timeout, echo=True)
         except subprocess.TimeoutExpired:
-            self.check("job finished in time", False, f"still running after {self.timeout:.0f}s")
+            self.check(f"{job_id} finished in time", False, f"still running after {self.timeout:.0f}s")
+
+    def run(self) -> None:
+        """Every step of the demo, in order."""
+        self.happy_path()
+        runaway = self.submit("examples/demo-runaway.yaml", "examples/train")  # its uptime clock runs meanwhile
+        self.preemption()
+        self.uptime_cap(runaway)
+        self.cloud.cli("ls", "--all", echo=True)
+        self.check("no instance left running", wait_for_no_instances(self.cloud, 30))
+
+    def happy_path(self) -> None:
+        job_id = self.submit("examples/demo.yaml", "examples/train")
+        self.follow(job_id)
         self.cloud.cli("ls", "--all", echo=True)
         reg = self.cloud.registry()
         record = reg.job(job_id)
@@ -154,6 +172,40 @@ class Demo:
                    f"{len(ckpts)} files under {keys.checkpoints_prefix(job_id)}")
         self.check("no instance left running", wait_for_no_instances(self.cloud, 30))
 
+    def preemption(self) -> None:
+        """A Spot VM reclaimed mid-run: the agent syncs the checkpoint, rerun starts attempt 2, which resumes."""
+        job_id = self.submit("examples/demo-spot.yaml", "examples/train")
+        reg = self.cloud.registry()
+        if not poll(lambda: checkpoint_steps(reg, job_id), self.timeout):
+            self.check("Spot job checkpointed", False, f"no checkpoint after {self.timeout:.0f}s")
+            return
+        self.cloud.cli("local", "preempt", job_id, "--grace", "10", echo=True)
+        report = poll(lambda: exit_report(reg, job_id, 1), 60) or {}
+        synced = max(checkpoint_steps(reg, job_id), default=0)  # attempt 2 has not started yet
+        self.check("checkpoint synced on the Spot notice", report.get("reason") == "preempted" and synced > 0,
+                   f"attempt 1 exited '{report.get('reason')}' with ckpt-{synced} in the bucket")
+        self.follow(job_id)
+        record = reg.job(job_id)
+        self.check("Spot job SUCCEEDED on attempt 2", record.state == "SUCCEEDED" and record.attempt == 2,
+                   f"{record.state} on attempt {record.attempt}, {record.restarts} restart(s)")
+        second = self.cloud.cli("logs", job_id, "--attempt", "2").stdout
+        resumed = next((line for line in second.splitlines() if line.startswith("resuming from step")), "")
+        self.check("attempt 2 resumed from the synced checkpoint", resumed.startswith(f"resuming from step {synced} "),
+                   resumed or "no 'resuming from step' line in attempt 2's log")
+
+    def uptime_cap(self, job_id: str) -> None:
+        """A job that would run for days: a stop request at its cap minus the grace, then TIMED_OUT."""
+        self.follow(job_id)
+        reg = self.cloud.registry()
+        record = reg.job(job_id)
+        self.check("runaway job TIMED_OUT at its uptime cap", record.state == "TIMED_OUT",
+                   f"{record.state}: {record.reason}")
+        stop = poll(lambda: exists(reg, keys.stop_request(job_id)) and reg.get_json(keys.stop_request(job_id)), 5)
+        report = exit_report(reg, job_id, record.attempt) or {}
+        self.check("the uptime cap asked it to stop first", bool(stop) and stop.get("by") == "uptime-cap",
+                   f"stop request: {stop.get('reason') if stop else None}; the agent exited "
+                   f"'{report.get('reason')}'")
+
     def finish(self) -> int:
         code = self.cloud.stop()
         self.check("local cloud stopped cleanly", code == 0, f"exit code {code}")
@@ -162,6 +214,29 @@ class Demo:
         failed = [name for name, ok, _ in self.results if not ok]
         print(("demo FAILED: " + "; ".join(failed)) if failed else "demo passed", flush=True)
         return 1 if failed else 0
+
+
+def poll(check: Callable[[], Any], timeout: float, every: float = 0.5) -> Any:
+    """check()'s first truthy value within timeout, else None."""
+    deadline = time.monotonic() + timeout
+    while not (value := check()) and time.monotonic() < deadline:
+        time.sleep(every)
+    return value or None
+
+
+def exists(reg: Any, key: str) -> bool:
+    return any(k == key for k, _, _ in reg.listing(key))
+
+
+def checkpoint_steps(reg: Any, job_id: str) -> list[int]:
+    """Steps of the ckpt-<step>.npz files synced into the bucket."""
+    names = (k.rsplit("/", 1)[-1] for k, _, _ in reg.listing(keys.checkpoints_prefix(job_id)))
+    return [int(m.group(1)) for name in names if (m := re.fullmatch(r"ckpt-(\d+)\.npz", name))]
+
+
+def exit_report(reg: Any, job_id: str, attempt: int, rank: int = 0) -> dict[str, Any] | None:
+    key = keys.exit_report(job_id, attempt, rank)
+    return dict(reg.get_json(key)) if exists(reg, key) else None
 
 
 def wait_for_no_instances(cloud: CloudProcess, timeout: float) -> bool:
@@ -176,7 +251,7 @@ def wait_for_no_instances(cloud: CloudProcess, timeout: float) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobplane.local.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--state-dir", type=Path, help="default: a fresh temporary directory")
-    parser.add_argument("--timeout", type=float, default=150, help="seconds the job may take")
+    parser.add_argument("--timeout", type=float, default=150, help="seconds each job may take")
     args = parser.parse_args(argv)
     started = time.monotonic()
     state_dir = args.state_dir or Path(tempfile.mkdtemp(prefix="jobplane-demo-"))
@@ -186,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cloud.start()
         print(f"local cloud up at {cloud.state['AWS_ENDPOINT_URL']}", flush=True)
-        demo.happy_path()
+        demo.run()
     except Exception as exc:  # the demo reports, never hides, a failure
         demo.check("demo ran", False, f"{type(exc).__name__}: {exc}")
     finally:
