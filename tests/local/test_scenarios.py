@@ -18,10 +18,11 @@ pytestmark = pytest.mark.scenario
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.timeout(240)
-def test_demo_happy_path(cloud):
+@pytest.mark.timeout(300)
+def test_demo_every_step(cloud):
+    """What `make demo` runs: the happy path, a preemption resumed on attempt 2, an uptime cap."""
     demo = Demo(cloud, timeout=150)
-    demo.happy_path()
+    demo.run()
     failed = [(name, detail) for name, ok, detail in demo.results if not ok]
     assert not failed
 
@@ -52,7 +53,7 @@ def test_cancel_running_job_ends_cancelled_with_its_process_gone(cloud, tmp_path
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.strip().splitlines()[-1]
     reg = cloud.registry()
-    wait_for("the job to run", lambda: reg.job(job_id).state == State.RUNNING, 90)
+    wait_for("the job to run", lambda: reg.exists(job_id) and reg.job(job_id).state == State.RUNNING, 90)
     instance_id = reg.job(job_id).instances[0]
     marker = f"JOBPLANE_LOCAL_INSTANCE={instance_id}"
     wait_for("the training process", lambda: len(marked_pids(marker)) >= 2, 30)
