@@ -110,6 +110,13 @@ def wait_gone(cloud: CloudProcess, instance_ids: list[str], timeout: float = 45)
     wait_for(f"{instance_ids} to be terminated", lambda: gone(cloud, instance_ids), timeout, 0.5)
 
 
+def powered_off(cloud: CloudProcess, instance_id: str) -> bool:
+    """The instance's agent called `shutdown -h now`: the runner's shim recorded it (the real one never runs)."""
+    power_log = cloud.state_dir / "instances" / instance_id / "power.log"
+    return power_log.exists() and any(line.split()[1:] == ["shutdown", "-h", "now"]
+                                      for line in power_log.read_text().splitlines())
+
+
 def logs(cloud: CloudProcess, job_id: str, attempt: int) -> str:
     return cli_ok(cloud, "logs", job_id, "--attempt", str(attempt))
 
@@ -148,6 +155,7 @@ def test_preempted_spot_job_syncs_its_checkpoint_and_resumes_from_it_on_attempt_
     assert report["reason"] == "preempted" and report["notice"]["action"] == "terminate"
     wait_gone(cloud, first.instances)  # the agent powered off after its report, or EC2 reclaimed it at the notice
     assert max(synced.values()) <= terminated_at(cloud, first.instances[0]), "checkpoints synced before the end"
+    assert powered_off(cloud, first.instances[0])
     resumed_from = max(synced)
     assert 0 < resumed_from < 300
 
@@ -254,6 +262,7 @@ def test_runaway_job_gets_a_stop_request_and_ends_timed_out(cloud, started):
     assert stop["by"] == "uptime-cap" and "stop requested" in stop["reason"]
     assert exit_report(reg, job_id, 1)["reason"] == "stopped", "the agent stopped the job before the cap"
     wait_gone(cloud, done.instances)
+    assert powered_off(cloud, done.instances[0])
 
 
 @pytest.mark.timeout(150)
