@@ -12,10 +12,8 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -25,7 +23,7 @@ from jobplane.clouds.aws_local import LocalAws, RawInstance
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID
 from jobplane.clouds.s3 import S3Store
 from jobplane.decide.model import Rule
-from jobplane.local.demo import CloudProcess
+from jobplane.local.demo import CloudProcess, exit_report
 from jobplane.registry import JobNotFound, JobRecord, Registry, utcnow
 from jobplane.states import State
 from jobplane.telemetry import CountingMetrics
@@ -39,7 +37,7 @@ CKPT = re.compile(r"(?:^|/)ckpt-(\d+)\.npz$")
 
 
 @pytest.fixture(scope="module", autouse=True)
-def started(cloud: CloudProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+def started(cloud: CloudProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Job ids (and two hand-made instance ids) of everything started up front."""
     specs = tmp_path_factory.mktemp("specs")
     jobs = {
@@ -53,7 +51,7 @@ def started(cloud: CloudProcess, tmp_path_factory: pytest.TempPathFactory) -> It
     ids = {name: submit(cloud, spec) for name, spec in jobs.items()}
     ids["orphan"] = cli_ok(cloud, "local", "instance").strip()
     ids["untagged"] = cli_ok(cloud, "local", "instance", "--unmanaged").strip()
-    yield ids
+    return ids
 
 
 # ---- helpers -----------------------------------------------------------------------------------------------
@@ -119,11 +117,6 @@ def powered_off(cloud: CloudProcess, instance_id: str) -> bool:
 
 def logs(cloud: CloudProcess, job_id: str, attempt: int) -> str:
     return cli_ok(cloud, "logs", job_id, "--attempt", str(attempt))
-
-
-def exit_report(reg: Registry, job_id: str, attempt: int, rank: int = 0) -> dict[str, Any] | None:
-    key = keys.exit_report(job_id, attempt, rank)
-    return reg.get_json(key) if any(k == key for k, _, _ in reg.listing(keys.exits_prefix(job_id, attempt))) else None
 
 
 def running_with_output(cloud: CloudProcess, reg: Registry, job_id: str, timeout: float = 120) -> JobRecord:
