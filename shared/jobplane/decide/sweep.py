@@ -140,7 +140,9 @@ def _finished(record: JobRecord, exits: dict[int, ExitReport], instances: list[I
     reports = [exits[r] for r in ranks]
     if any(e.reason == "preempted" for e in reports):
         return None  # the preempted-jobs/ marker follows the exit report: rerun's job
-    leftovers = terminable(i for i in instances if alive(i))
+    # every VM of the job goes, powered-off ones too: a stopped GCE VM (or EC2 with stop-on-shutdown)
+    # still bills its disk
+    leftovers = terminable(instances)
     if any(e.reason == "stopped" for e in reports):
         cap = format_duration(policy.max_runtime(record.spec))
         return claim(record, Rule.STOPPED, f"stopped at the uptime cap ({cap})", to=State.TIMED_OUT,
