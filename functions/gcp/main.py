@@ -1,6 +1,8 @@
 """Cloud Functions (gen2) entry points: the same launcher and reconcilers as on AWS, over GCS and GCE.
 
-launcher          CloudEvent google.cloud.storage.object.v1.finalized (the registry bucket): queue/ only
+launcher          CloudEvent google.cloud.storage.object.v1.finalized (the registry bucket): queue/ drops
+                  launch; exit reports get a targeted sweep and preempted-jobs/ markers a rerun, as the
+                  AWS EventBridge rules do (GCS triggers are bucket-wide, so one function routes them)
 launcher_backstop HTTP, Cloud Scheduler: queue/ entries events missed, capacity waits that are over
 sweeper, rerun, uptime_cap   HTTP, Cloud Scheduler with an OIDC token (the functions allow no
                   unauthenticated calls); an optional JSON body {"dry_run": true, "force": true}.
@@ -77,13 +79,13 @@ def environment() -> Env:
     return Env(settings, registry, GceCompute.from_env(policy.gcp), policy)
 
 
-def queue_key(data: dict[str, Any], settings: Settings) -> str | None:
-    """The registry-relative key of a finalized object if it is a queue/ drop in our bucket, else None."""
+def registry_key(data: dict[str, Any], settings: Settings) -> str | None:
+    """The registry-relative key of a finalized object in our bucket (under the root), else None."""
     name, root = data.get("name"), settings.root.strip("/")
     if data.get("bucket") != settings.bucket or not isinstance(name, str):
         return None
     key = name.removeprefix(root + "/") if root and name.startswith(root + "/") else (None if root else name)
-    return key if key and key.startswith(keys.QUEUE) else None
+    return key or None
 
 
 def _options(request: flask.Request) -> dict[str, bool]:
@@ -93,13 +95,19 @@ def _options(request: flask.Request) -> dict[str, bool]:
 
 @functions_framework.cloud_event
 def launcher(event: CloudEvent) -> None:
-    key = queue_key(event.data or {}, Settings.from_env())
-    if key is None:
-        return  # every object write in the bucket fires this trigger; only queue/ drops matter
-    env = environment()
-    outcome = launching.handle_drop(env.registry, env.compute, key, now=utcnow(), metrics=metrics)
-    job_id = key.removeprefix(keys.QUEUE).rpartition(".")[0]
-    logging.getLogger("jobplane").info("%s: %s", key, outcome, extra={"job_id": job_id})
+    key = registry_key(event.data or {}, Settings.from_env())
+    job_id = reconcile.job_named_by(key)
+    if key is None or not (key.startswith(keys.QUEUE) or job_id):
+        return  # heartbeats, logs, checkpoints: every object write in the bucket fires this trigger
+    env, log = environment(), logging.getLogger("jobplane")
+    if key.startswith(keys.QUEUE):
+        outcome = launching.handle_drop(env.registry, env.compute, key, now=utcnow(), metrics=metrics)
+        log.info("%s: %s", key, outcome, extra={"job_id": key.removeprefix(keys.QUEUE).rpartition(".")[0]})
+        return
+    reconciler = reconcile.rerun if key.startswith(keys.PREEMPTED) else reconcile.sweep
+    outcomes = reconciler(env.registry, env.compute, now=utcnow(), metrics=metrics, policy=env.policy,
+                          jobs=[job_id] if job_id else [])
+    log.info("%s: %s", key, reconcile.summary(outcomes), extra={"job_id": job_id})
 
 
 @functions_framework.http

@@ -59,6 +59,18 @@ def test_other_objects_are_ignored_without_touching_compute(cloud: GcpCloud, nam
     assert sum(cloud.compute_fake.calls.values()) == 0
 
 
+def test_an_exit_report_gets_a_targeted_sweep_at_once(cloud: GcpCloud) -> None:
+    client = create_app("launcher", MAIN, "cloudevent").test_client()
+    assert client.post("/", **finalized(drop(cloud, "done-job"))).status_code == 200
+    report = keys.exit_report("done-job", 1, 0)
+    cloud.registry.put_json(report, {"code": 0, "started_at": "2026-11-22T00:00:00Z",
+                                     "ended_at": "2026-11-22T00:01:00Z", "reason": "exit"})
+    assert client.post("/", **finalized("reg/" + report)).status_code == 200
+    final = cloud.registry.job("done-job")
+    assert final.state == State.SUCCEEDED and final.exit_code == 0
+    assert cloud.compute_fake.instances() == []  # the finishing sweep deleted the job's VM
+
+
 def test_an_invalid_drop_is_rejected_with_its_reason(cloud: GcpCloud) -> None:
     client = create_app("launcher", MAIN, "cloudevent").test_client()
     name = drop(cloud, "bad-job", "run: x\ninstance_type: n2-standard-4\nnum_nodes: 0\n")
