@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -59,9 +59,10 @@ class CountingStore:
         self.calls["put"] += 1
         return self.inner.put(key, data, content_type)
 
-    def put_if_absent(self, key: str, data: bytes, content_type: str = "application/json") -> str:
+    def put_if_absent(self, key: str, data: bytes, content_type: str = "application/json",
+                      tags: Mapping[str, str] | None = None) -> str:
         self.calls["put"] += 1
-        return self.inner.put_if_absent(key, data, content_type)
+        return self.inner.put_if_absent(key, data, content_type, tags)
 
     def put_if_match(self, key: str, data: bytes, version: str, content_type: str = "application/json") -> str:
         self.calls["put"] += 1

@@ -123,3 +123,17 @@ def test_cas_race_loses_no_update(store: ObjectStore) -> None:
         t.join()
     assert failures == []
     assert int(store.get("counter").data) == threads * per_thread
+
+
+def test_s3_create_only_put_carries_object_tags(moto_endpoint: str) -> None:
+    """Log chunks are tagged so the bucket's lifecycle rule can expire them (S3 filters on tags, not globs)."""
+    import boto3
+
+    from jobplane.clouds.base import LOG_OBJECT_TAG
+    from jobplane.clouds.s3 import S3Store
+
+    boto3.client("s3").create_bucket(Bucket="tagged")
+    S3Store("tagged").put_if_absent("jobs/j/logs/1/0/00000000.log", b"line\n", "text/plain",
+                                    tags=dict([LOG_OBJECT_TAG]))
+    tagging = boto3.client("s3").get_object_tagging(Bucket="tagged", Key="jobs/j/logs/1/0/00000000.log")
+    assert tagging["TagSet"] == [{"Key": "jobplane:object", "Value": "log"}]

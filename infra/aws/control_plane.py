@@ -26,9 +26,10 @@ from infra.aws import bundle, permissions
 from infra.aws.config import ControlPlaneConfig
 from infra.aws.nag import acknowledge
 from infra.aws.observability import Observability
+from jobplane.clouds.base import LOG_OBJECT_TAG
 from jobplane.policy import Policy
 
-LOG_CHUNK_TAG = ("jobplane:object", "log")
+LOG_CHUNK_TAG = LOG_OBJECT_TAG  # the agent tags every log chunk with it
 # Events only say "look at this job now" and every cron run reconciles everything, so a stale event is
 # worth little: retry briefly, then park it in the DLQ (the depth alarm shows something is wrong).
 EVENT_RETRIES = 2

@@ -117,6 +117,11 @@ def vm_statements(bucket: s3.IBucket, prefix: str, data_buckets: Sequence[str]) 
             actions=["s3:PutObject"],
             resources=objects(*VM_WRITE),
         ),
+        iam.PolicyStatement(  # a PutObject carrying tags needs this too; only log chunks are tagged
+            sid="TagLogChunksForTheirLifecycleRule",
+            actions=["s3:PutObjectTagging"],
+            resources=objects("jobs/*/logs/*"),
+        ),
         iam.PolicyStatement(sid="ListRegistryKeys", actions=["s3:ListBucket"], resources=[bucket.bucket_arn]),
     ]
     if data_buckets:

@@ -4,7 +4,7 @@ or the power-off. The store is the real in-memory store, wrapped to fail writes 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -41,9 +41,10 @@ class FlakyStore(MemoryStore):
         self._maybe_fail(key)
         return super().put(key, data, content_type)
 
-    def put_if_absent(self, key: str, data: bytes, content_type: str = "application/json") -> str:
+    def put_if_absent(self, key: str, data: bytes, content_type: str = "application/json",
+                      tags: Mapping[str, str] | None = None) -> str:
         self._maybe_fail(key)
-        return super().put_if_absent(key, data, content_type)
+        return super().put_if_absent(key, data, content_type, tags)
 
 
 @pytest.fixture

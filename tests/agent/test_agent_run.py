@@ -49,6 +49,9 @@ def test_success_uploads_logs_checkpoints_artifacts_and_exit_report(world: World
     assert "step 13 loss 0.077 rows 2" in logs
     assert json_line(logs, "ENV ") == {"JOBPLANE_JOB_ID": "ok-job", "JOBPLANE_ATTEMPT": "1", "LR": "0.1"}
     assert "step 13 loss" in console_of(node)  # streamed to the agent's console too
+    first_chunk = next(world.reg.listing(keys.logs_prefix("ok-job", 1, 0)))[0]
+    tagging = boto3.client("s3").get_object_tagging(Bucket="jobplane-agent-test", Key=world.reg.key(first_chunk))
+    assert tagging["TagSet"] == [{"Key": "jobplane:object", "Value": "log"}]  # for the lifecycle rule
     assert (node.ml_root / "code" / "setup-ran").exists()  # setup ran in the unpacked code dir
     ckpts = world.files(keys.checkpoints_prefix("ok-job"))
     assert ckpts["latest.txt"] == b"13" and {"ckpt-11.txt", "ckpt-12.txt", "ckpt-13.txt"} <= set(ckpts)

@@ -237,7 +237,7 @@ def test_vm_role_is_for_ec2_with_an_instance_profile(synth: Synth) -> None:
 def test_vm_role_has_no_ec2_no_iam_and_only_registry_reads_and_writes(synth: Synth) -> None:
     sts = vm_statements(synth)
     actions = {a for s in sts for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])}
-    assert actions <= {"s3:GetObject", "s3:PutObject", "s3:ListBucket"}
+    assert actions <= {"s3:GetObject", "s3:PutObject", "s3:PutObjectTagging", "s3:ListBucket"}
     obj = f"<{bucket_id(synth)}.Arn>/"
     for key in ("jobs/j1/job.json", "jobs/j1/code/code.tar.gz", "jobs/j1/checkpoints/step-100.pt",
                 "jobs/j1/attempts/2/cluster.json", "jobs/j1/control/stop", "system/wheels/jobplane-0.1.0.whl"):
@@ -253,6 +253,9 @@ def test_vm_role_has_no_ec2_no_iam_and_only_registry_reads_and_writes(synth: Syn
     for key in ("config/policy.yaml", "rejected/j2.yaml", "queue/j2.yaml"):
         assert not allows(sts, Request("s3:GetObject", obj + key)), key
     assert not allows(sts, Request("s3:DeleteObject", obj + "jobs/j1/checkpoints/a"))
+    # the tag the log-chunk lifecycle rule filters on: log chunks only
+    assert allows(sts, Request("s3:PutObjectTagging", obj + "jobs/j1/logs/2/0/00000001.log"))
+    assert not allows(sts, Request("s3:PutObjectTagging", obj + "jobs/j1/checkpoints/step-100.pt"))
 
 
 def test_vm_reads_declared_input_buckets_read_only(synth: Synth) -> None:

@@ -27,6 +27,7 @@ from jobplane.agent.output import OutputLog
 from jobplane.agent.process import UserProcess
 from jobplane.agent.transfer import TARBALL_SUFFIXES, DirSync, download, keys_under, unpack
 from jobplane.clouds.base import (
+    LOG_OBJECT_TAG,
     TAG_ATTEMPT,
     TAG_JOB_ID,
     Metadata,
@@ -314,7 +315,7 @@ class Agent:
         while True:  # chunks are create-only: a restarted agent skips past, never overwrites, old ones
             key = self.reg.key(keys.log_chunk(run.job_id, run.attempt, run.rank, self._log_seq))
             try:
-                self.reg.store.put_if_absent(key, data, "text/plain")
+                self.reg.store.put_if_absent(key, data, "text/plain", tags=dict([LOG_OBJECT_TAG]))
                 self._log_seq += 1
                 return
             except PreconditionFailed:
@@ -355,6 +356,8 @@ class Agent:
         if run.spec is not None and outcome.reason != "preempted":
             self._try("artifacts upload", lambda: self._upload_artifacts(run))
         self.out.note(f"finished: reason={outcome.reason} code={outcome.code}")
+        # a run shorter than the heartbeat interval still leaves its last output time and step behind
+        self._try("final heartbeat", lambda: self._heartbeat(run))
         self._try("final log sync", lambda: self._ship_logs(run))
         if outcome.reason == "preempted":
             body = {"attempt": run.attempt, "rank": run.rank, "notice": outcome.notice,

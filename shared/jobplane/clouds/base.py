@@ -6,7 +6,7 @@ on S3, GCS and the in-memory store used by pure unit tests.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -53,8 +53,11 @@ class ObjectStore(Protocol):
         """Write unconditionally; return the new version token."""
         ...
 
-    def put_if_absent(self, key: str, data: bytes, content_type: str = "application/json") -> str:
-        """Create only: raise PreconditionFailed if the key exists."""
+    def put_if_absent(self, key: str, data: bytes, content_type: str = "application/json",
+                      tags: Mapping[str, str] | None = None) -> str:
+        """Create only: raise PreconditionFailed if the key exists.
+
+        tags label the object for lifecycle rules (S3 object tags; GCS custom metadata)."""
         ...
 
     def put_if_match(self, key: str, data: bytes, version: str, content_type: str = "application/json") -> str:
@@ -77,6 +80,8 @@ TAG_JOB_ID = "jobplane:job-id"
 TAG_ATTEMPT = "jobplane:attempt"
 TAG_RANK = "jobplane:rank"
 TAG_OWNER = "jobplane:owner"
+# Object tag on log chunks: S3 lifecycle rules can filter on tags but not on a key pattern like jobs/*/logs/.
+LOG_OBJECT_TAG = ("jobplane:object", "log")
 
 
 @dataclass(frozen=True)

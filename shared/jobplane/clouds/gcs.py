@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
@@ -85,8 +85,11 @@ class GcsStore:
                 raise NotFound(key) from err
             return Blob(data=cast(bytes, data), version=str(generation), last_modified=_utc(meta.updated))
 
-    def _upload(self, key: str, data: bytes, content_type: str, if_generation_match: int | None) -> str:
+    def _upload(self, key: str, data: bytes, content_type: str, if_generation_match: int | None,
+                tags: Mapping[str, str] | None = None) -> str:
         blob = self._bucket.blob(key)
+        if tags:
+            blob.metadata = dict(tags)
         with self._mapped(key):
             blob.upload_from_string(
                 data, content_type=content_type, if_generation_match=if_generation_match, retry=self._retry
@@ -96,8 +99,9 @@ class GcsStore:
     def put(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> str:
         return self._upload(key, data, content_type, None)
 
-    def put_if_absent(self, key: str, data: bytes, content_type: str = "application/json") -> str:
-        return self._upload(key, data, content_type, 0)  # generation 0 = "no live object"
+    def put_if_absent(self, key: str, data: bytes, content_type: str = "application/json",
+                      tags: Mapping[str, str] | None = None) -> str:
+        return self._upload(key, data, content_type, 0, tags)  # generation 0 = "no live object"
 
     def put_if_match(
         self, key: str, data: bytes, version: str, content_type: str = "application/json"

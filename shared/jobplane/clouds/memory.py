@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 
 from jobplane.clouds.base import Blob, NotFound, ObjectInfo, PreconditionFailed
@@ -14,6 +14,7 @@ class MemoryStore:
 
     def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
         self._objects: dict[str, Blob] = {}
+        self.tags: dict[str, dict[str, str]] = {}  # object tags, for tests of what writers label
         self._lock = threading.Lock()
         self._counter = 0
         self._clock = clock or (lambda: datetime.now(UTC))
@@ -41,11 +42,14 @@ class MemoryStore:
             self._count("put")
             return self._write(key, data)
 
-    def put_if_absent(self, key: str, data: bytes, content_type: str = "application/json") -> str:
+    def put_if_absent(self, key: str, data: bytes, content_type: str = "application/json",
+                      tags: Mapping[str, str] | None = None) -> str:
         with self._lock:
             self._count("put")
             if key in self._objects:
                 raise PreconditionFailed(f"{key} exists")
+            if tags:
+                self.tags[key] = dict(tags)
             return self._write(key, data)
 
     def put_if_match(self, key: str, data: bytes, version: str, content_type: str = "application/json") -> str:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC
 from typing import Any
+from urllib.parse import urlencode
 
 import boto3
 from botocore.config import Config
@@ -58,8 +59,10 @@ class S3Store:
     def put(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> str:
         return self._put(key, data, content_type)
 
-    def put_if_absent(self, key: str, data: bytes, content_type: str = "application/json") -> str:
-        return self._put(key, data, content_type, IfNoneMatch="*")
+    def put_if_absent(self, key: str, data: bytes, content_type: str = "application/json",
+                      tags: Mapping[str, str] | None = None) -> str:
+        extra = {"Tagging": urlencode(dict(tags))} if tags else {}
+        return self._put(key, data, content_type, IfNoneMatch="*", **extra)
 
     def put_if_match(self, key: str, data: bytes, version: str, content_type: str = "application/json") -> str:
         return self._put(key, data, content_type, IfMatch=version)
