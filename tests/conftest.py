@@ -8,6 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from jobplane.local.moto_server import make_conditional_puts_atomic
+
 # Before anything imports boto3: fake credentials and a fixed region, so a mistake fails locally.
 for _var, _val in {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -20,6 +22,10 @@ for _var, _val in {
     os.environ[_var] = _val
 for _var in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST"):
     os.environ.pop(_var, None)
+
+
+# In-process moto (mock_aws) too: S3 conditional writes must be atomic, as on S3 (see jobplane.local.moto_server).
+make_conditional_puts_atomic()
 
 
 def free_port() -> int:
@@ -43,7 +49,7 @@ def moto_server() -> Iterator[str]:
 
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, "-m", "jobplane.local.moto_server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"

@@ -137,3 +137,25 @@ def test_s3_create_only_put_carries_object_tags(moto_endpoint: str) -> None:
                                     tags=dict([LOG_OBJECT_TAG]))
     tagging = boto3.client("s3").get_object_tagging(Bucket="tagged", Key="jobs/j/logs/1/0/00000000.log")
     assert tagging["TagSet"] == [{"Key": "jobplane:object", "Value": "log"}]
+
+
+def test_one_version_has_exactly_one_compare_and_swap_winner(store: ObjectStore) -> None:
+    """32 writers holding the same version: S3 (and our moto, made atomic), GCS and memory accept one."""
+    version = store.put("contended", b"0")
+    barrier = threading.Barrier(32)
+    wins: list[int] = []
+
+    def writer(n: int) -> None:
+        barrier.wait()
+        try:
+            store.put_if_match("contended", str(n).encode(), version)
+            wins.append(n)
+        except PreconditionFailed:
+            pass
+
+    pool = [threading.Thread(target=writer, args=(n,)) for n in range(32)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    assert len(wins) == 1 and store.get("contended").data == str(wins[0]).encode()

@@ -66,8 +66,8 @@ class MotoServer:
 
     def start(self, log_path: Path, timeout: float = 30) -> MotoServer:
         with log_path.open("ab") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-                                         stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            command = [sys.executable, "-m", "jobplane.local.moto_server", "-H", "127.0.0.1", "-p", str(self.port)]
+            self.proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         while True:
