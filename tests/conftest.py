@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from jobplane.local.moto_server import make_conditional_puts_atomic
+from jobplane.local.moto_server import make_s3_atomic
 
 # Before anything imports boto3: fake credentials and a fixed region, so a mistake fails locally.
 for _var, _val in {
@@ -25,7 +25,7 @@ for _var in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "GOOGLE_APPLICATION_CREDENTIALS"
 
 
 # In-process moto (mock_aws) too: S3 conditional writes must be atomic, as on S3 (see jobplane.local.moto_server).
-make_conditional_puts_atomic()
+make_s3_atomic()
 
 
 def free_port() -> int:
