@@ -8,24 +8,16 @@ import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from jobplane import keys
 from jobplane.states import State
+from tests.helpers import LambdaContext
 from tests.launcher.conftest import BUCKET, Cloud
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@dataclass
-class LambdaContext:
-    function_name: str = "jobplane-launcher"
-    memory_limit_in_mb: int = 256
-    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:jobplane-launcher"
-    aws_request_id: str = "req-1"
 
 
 def object_created(key: str, bucket: str = BUCKET) -> dict[str, Any]:

@@ -6,7 +6,6 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -14,18 +13,11 @@ import pytest
 from functions.aws import rerun, sweeper, uptime_cap
 from jobplane import keys
 from jobplane.states import State
+from tests.helpers import LambdaContext as Context
 from tests.launcher.conftest import BUCKET, Cloud, cloud  # noqa: F401  (the shared moto fixture)
 from tests.reconcile.test_apply_moto import SPEC, beat, launch
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@dataclass
-class Context:
-    function_name: str = "jobplane-test"
-    memory_limit_in_mb: int = 256
-    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:jobplane-test"
-    aws_request_id: str = "req-1"
 
 
 SCHEDULED = {"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}}
