@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from functions.aws import common, metering
+from functions.aws import common, events, metering
 from jobplane import reconcile
 from jobplane.registry import utcnow
 
@@ -14,9 +14,7 @@ from jobplane.registry import utcnow
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     env = common.environment()
     detail = event.get("detail") or {}
-    job = reconcile.job_named_by(common.registry_key(event, env.settings)) if "object" in detail else None
-    if job:
-        common.logger.append_keys(job_id=job)
+    job = events.named_job(event, env.settings)
     with metering.api_calls(env):
         if event.get("detail-type") == "EC2 Spot Instance Interruption Warning":
             iid = str(detail.get("instance-id"))

@@ -14,7 +14,6 @@ class MemoryStore:
 
     def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
         self._objects: dict[str, Blob] = {}
-        self.tags: dict[str, dict[str, str]] = {}  # object tags, for tests of what writers label
         self._lock = threading.Lock()
         self._counter = 0
         self._clock = clock or (lambda: datetime.now(UTC))
@@ -48,9 +47,7 @@ class MemoryStore:
             self._count("put")
             if key in self._objects:
                 raise PreconditionFailed(f"{key} exists")
-            if tags:
-                self.tags[key] = dict(tags)
-            return self._write(key, data)
+            return self._write(key, data)  # tags only feed cloud lifecycle rules: none here
 
     def put_if_match(self, key: str, data: bytes, version: str, content_type: str = "application/json") -> str:
         with self._lock:
