@@ -15,11 +15,13 @@ from jobplane.settings import Settings
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     if event.get("detail-type") == "Scheduled Event":
         env = common.environment()
-        return {"outcomes": launcher.backstop(env.registry, env.compute, now=utcnow(), metrics=common.metrics)}
+        return {"outcomes": launcher.backstop(env.registry, env.compute, now=utcnow(), metrics=common.metrics,
+                                              policy=env.policy)}
     key = common.registry_key(event, Settings.from_env())
     if key is None or not key.startswith(keys.QUEUE):
         return {"key": key, "outcome": "ignored"}
     common.logger.append_keys(job_id=key.removeprefix(keys.QUEUE).rpartition(".")[0])
     env = common.environment()
-    outcome = launcher.handle_drop(env.registry, env.compute, key, now=utcnow(), metrics=common.metrics)
+    outcome = launcher.handle_drop(env.registry, env.compute, key, now=utcnow(), metrics=common.metrics,
+                                   policy=env.policy)
     return {"key": key, "outcome": outcome}

@@ -101,7 +101,8 @@ def launcher(event: CloudEvent) -> None:
         return  # heartbeats, logs, checkpoints: every object write in the bucket fires this trigger
     env, log = environment(), logging.getLogger("jobplane")
     if key.startswith(keys.QUEUE):
-        outcome = launching.handle_drop(env.registry, env.compute, key, now=utcnow(), metrics=metrics)
+        outcome = launching.handle_drop(env.registry, env.compute, key, now=utcnow(), metrics=metrics,
+                                          policy=env.policy)
         log.info("%s: %s", key, outcome, extra={"job_id": key.removeprefix(keys.QUEUE).rpartition(".")[0]})
         return
     reconciler = reconcile.rerun if key.startswith(keys.PREEMPTED) else reconcile.sweep
@@ -113,7 +114,8 @@ def launcher(event: CloudEvent) -> None:
 @functions_framework.http
 def launcher_backstop(request: flask.Request) -> flask.Response:
     env = environment()
-    return flask.jsonify(outcomes=launching.backstop(env.registry, env.compute, now=utcnow(), metrics=metrics))
+    return flask.jsonify(outcomes=launching.backstop(env.registry, env.compute, now=utcnow(), metrics=metrics,
+                                                       policy=env.policy))
 
 
 @functions_framework.http

@@ -40,7 +40,8 @@ def candidates(spec: JobSpec) -> list[tuple[str, str | None]]:
 
 
 # ---- drops -----------------------------------------------------------------------------------------------
-def handle_drop(reg: Registry, compute: Compute, key: str, *, now: datetime, metrics: Metrics) -> str:
+def handle_drop(reg: Registry, compute: Compute, key: str, *, now: datetime, metrics: Metrics,
+                policy: Policy | None = None) -> str:
     """Turn one queue/ object (key relative to the registry root) into a job; return what happened.
 
     Outcomes: launched | waiting | failed (the launch), rejected (unreadable spec), invalid (breaks the
@@ -63,7 +64,8 @@ def handle_drop(reg: Registry, compute: Compute, key: str, *, now: datetime, met
         spec = parse_spec(data, job_id=job_id, source=name)
     except SpecError as exc:
         return _reject(reg, key, job_id, data, exc.errors, now, metrics)
-    problems = check_against_policy(spec, reg.policy())
+    policy = policy or reg.policy()  # handlers pass the one they read; read once here otherwise
+    problems = check_against_policy(spec, policy)
     try:
         reg.create_job(job_id, spec, now)
     except JobExists:
@@ -77,7 +79,7 @@ def handle_drop(reg: Registry, compute: Compute, key: str, *, now: datetime, met
         return _invalid(reg, key, job_id, data, problems, now, metrics)
     try:
         record = launch_attempt(reg, compute, job_id, now=now, expect={State.QUEUED}, expect_attempt=0,
-                                metrics=metrics, reason="launching attempt 1")
+                                metrics=metrics, reason="launching attempt 1", policy=policy)
         outcome = OUTCOMES.get(record.state, record.state.lower())
     except TransitionRefused:
         outcome = "exists"  # another delivery of this drop claimed it first
@@ -117,12 +119,15 @@ def _invalid(reg: Registry, key: str, job_id: str, data: bytes, errors: list[Fie
 
 
 # ---- the cron backstop -----------------------------------------------------------------------------------
-def backstop(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, min_age: int = 60) -> list[str]:
+def backstop(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, min_age: int = 60,
+             policy: Policy | None = None) -> list[str]:
     """Catch what events missed: queue entries older than min_age s, and capacity waits that are over."""
+    policy = policy or reg.policy()
     outcomes: list[str] = []
     for key, modified, _ in list(reg.listing(keys.QUEUE)):
         if now - modified >= timedelta(seconds=min_age):
-            outcomes.append(f"{key}: {_guarded(key, handle_drop, reg, compute, key, now=now, metrics=metrics)}")
+            outcome = _guarded(key, handle_drop, reg, compute, key, now=now, metrics=metrics, policy=policy)
+            outcomes.append(f"{key}: {outcome}")
     for job_id, markers in reg.active().items():
         if [m.state for m in markers] != [State.WAITING_CAPACITY]:
             continue  # not waiting (or markers need a repair, which the sweeper does)
@@ -130,15 +135,17 @@ def backstop(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics
         if record.state != State.WAITING_CAPACITY or (record.wait_until and record.wait_until > now):
             continue
         outcomes.append(f"{job_id}: " + _guarded(
-            job_id, _retry_waiting, reg, compute, job_id, attempt=record.attempt, now=now, metrics=metrics))
+            job_id, _retry_waiting, reg, compute, job_id, attempt=record.attempt, now=now, metrics=metrics,
+            policy=policy))
     return outcomes
 
 
 def _retry_waiting(reg: Registry, compute: Compute, job_id: str, *, attempt: int, now: datetime,
-                   metrics: Metrics) -> str:
+                   metrics: Metrics, policy: Policy) -> str:
     try:
         record = launch_attempt(reg, compute, job_id, now=now, expect={State.WAITING_CAPACITY},
-                                expect_attempt=attempt, metrics=metrics, reason="capacity wait over: retrying")
+                                expect_attempt=attempt, metrics=metrics, reason="capacity wait over: retrying",
+                                policy=policy)
     except TransitionRefused:
         return "claimed elsewhere"
     return OUTCOMES.get(record.state, record.state.lower())
@@ -164,6 +171,7 @@ def launch_attempt(
     expect_attempt: int,
     metrics: Metrics,
     reason: str | None = None,
+    policy: Policy | None = None,
 ) -> JobRecord:
     """Claim the job (CAS to LAUNCHING), then launch it, wait for capacity, or fail it. See the brief's
     contract: the attempt is bumped from QUEUED / PREEMPTED / LAUNCHING, kept from WAITING_CAPACITY."""
@@ -178,7 +186,7 @@ def launch_attempt(
     record = reg.transition(job_id, State.LAUNCHING, now=now, reason=reason or f"launching attempt {attempt}",
                             expect={current.state}, expect_attempt=current.attempt, attempt=attempt,
                             restarts=restarts, instances=[], instance_type=None, zone=None, launched_at=None)
-    policy = reg.policy()
+    policy = policy or reg.policy()
     spec = record.spec
     over = quota_problem(compute, record, policy)
     if over:

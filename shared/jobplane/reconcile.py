@@ -121,7 +121,7 @@ _METRICS = {
 
 
 def apply(reg: Registry, compute: Compute | None, actions: Iterable[Action], *, now: datetime, metrics: Metrics,
-          dry_run: bool) -> list[Outcome]:
+          dry_run: bool, policy: Policy | None = None) -> list[Outcome]:
     outcomes = []
     for action in actions:
         extra = {"job_id": action.job_id, "rule": str(action.rule)}
@@ -135,7 +135,7 @@ def apply(reg: Registry, compute: Compute | None, actions: Iterable[Action], *, 
             outcomes.append(Outcome(action, "dry-run"))
             continue
         try:
-            _apply_one(reg, compute, action, now=now, metrics=metrics)
+            _apply_one(reg, compute, action, now=now, metrics=metrics, policy=policy)
         except TransitionRefused as exc:
             log.info("skipped %s: %s", action.rule, exc, extra=extra)  # another run acted first
             outcomes.append(Outcome(action, f"skipped: {exc}"))
@@ -150,7 +150,8 @@ def apply(reg: Registry, compute: Compute | None, actions: Iterable[Action], *, 
     return outcomes
 
 
-def _apply_one(reg: Registry, compute: Compute | None, action: Action, *, now: datetime, metrics: Metrics) -> None:
+def _apply_one(reg: Registry, compute: Compute | None, action: Action, *, now: datetime, metrics: Metrics,
+               policy: Policy | None) -> None:
     job_id = action.job_id
     if action.to is not None and job_id:
         reg.transition(job_id, action.to, now=now, reason=action.reason, expect=action.expect,
@@ -171,7 +172,8 @@ def _apply_one(reg: Registry, compute: Compute | None, action: Action, *, now: d
         if compute is None:
             raise RuntimeError("no compute adapter to relaunch with")
         launcher.launch_attempt(reg, compute, job_id, now=now, expect=action.relaunch_expect,
-                                expect_attempt=action.expect_attempt, metrics=metrics, reason=action.reason)
+                                expect_attempt=action.expect_attempt, metrics=metrics, reason=action.reason,
+                                policy=policy)
     if action.clear_preempted and job_id:
         reg.clear_preempted(job_id)
     for key in action.delete_keys:
@@ -216,7 +218,7 @@ def sweep(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, p
     snap = with_records(reg, snap, sweep_decide.candidates(snap, now, policy))
     snap = with_preempted_bodies(reg, snap, only=set(snap.records))
     outcomes = apply(reg, compute, sweep_decide.decide(snap, now, policy, force=force), now=now, metrics=metrics,
-                     dry_run=dry_run or policy.safety.dry_run)
+                     dry_run=dry_run or policy.safety.dry_run, policy=policy)
     metrics.add_metric("SweepDuration", "Milliseconds", (time.monotonic() - started) * 1000)
     return outcomes
 
@@ -230,7 +232,7 @@ def rerun(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, p
     snap = with_preempted_bodies(reg, Snapshot(preempted=marks))
     snap = with_records(reg, snap, snap.preempted, exits=False)
     return apply(reg, compute, rerun_decide.decide(snap, now, policy), now=now, metrics=metrics,
-                 dry_run=dry_run or policy.safety.dry_run)
+                 dry_run=dry_run or policy.safety.dry_run, policy=policy)
 
 
 def uptime_cap(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, policy: Policy | None = None,
@@ -239,7 +241,7 @@ def uptime_cap(reg: Registry, compute: Compute, *, now: datetime, metrics: Metri
     snap = listings(reg, compute)
     snap = with_records(reg, snap, uptime_decide.needs_record(snap), exits=False)
     return apply(reg, compute, uptime_decide.decide(snap, now, policy, force=force), now=now, metrics=metrics,
-                 dry_run=dry_run or policy.safety.dry_run)
+                 dry_run=dry_run or policy.safety.dry_run, policy=policy)
 
 
 def record_spot_warning(reg: Registry, compute: Compute, instance_id: str, *, now: datetime,
