@@ -20,6 +20,8 @@ class AwsPlacement(_Model):
     instance_profile: str | None = Field(None, description="instance profile name or ARN for the VMs")
     subnets: list[str] = Field(default_factory=list, description="subnet ids, tried in order")
     security_groups: list[str] = Field(default_factory=list)
+    public_ip: bool | None = Field(None, description="ask for a public IPv4 address per VM (egress through an "
+                                                      "internet gateway); None: the subnet's own setting")
     placement_group: str | None = Field(None, description="cluster placement group for multi-node jobs")
     default_image: str | None = Field(None, description="AMI used when a spec has no image")
     key_name: str | None = None

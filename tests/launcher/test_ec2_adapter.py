@@ -104,6 +104,46 @@ def test_single_node_on_demand_default_vpc(cloud: Cloud) -> None:
     assert inst["Placement"]["AvailabilityZone"] == "us-east-1c" and "InstanceLifecycle" not in inst
 
 
+@pytest.mark.parametrize("public_ip", [True, False])
+def test_public_ip_request_goes_on_the_primary_interface_and_overrides_the_subnet(cloud: Cloud,
+                                                                                  public_ip: bool) -> None:
+    vpc = cloud.ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
+    subnet = cloud.ec2.create_subnet(VpcId=vpc, CidrBlock="10.9.0.0/20",
+                                     AvailabilityZone="us-east-1b")["Subnet"]["SubnetId"]
+    # the subnet's own setting says the opposite: the request must win
+    cloud.ec2.modify_subnet_attribute(SubnetId=subnet, MapPublicIpOnLaunch={"Value": not public_ip})
+    sg = cloud.ec2.create_security_group(GroupName="jobplane-vms", Description="vms", VpcId=vpc)["GroupId"]
+    compute = Ec2Compute(AwsPlacement(subnets=[subnet], security_groups=[sg], public_ip=public_ip),
+                         REGION, cloud.ec2)
+
+    launched = compute.launch(request(cloud))
+
+    sent = cloud.calls.run_instances[0]
+    assert sent["NetworkInterface.1.DeviceIndex"] == 0
+    assert sent["NetworkInterface.1.AssociatePublicIpAddress"] == str(public_ip).lower()
+    assert sent["NetworkInterface.1.SubnetId"] == subnet
+    assert sent["NetworkInterface.1.SecurityGroupId.1"] == sg
+    assert "SubnetId" not in sent and "SecurityGroupId.1" not in sent  # EC2 refuses them at both levels
+    raw = {i["InstanceId"]: i for i in cloud.instances()}
+    assert len(launched) == 2
+    for inst in launched:
+        r = raw[inst.id]
+        assert r["SubnetId"] == subnet and inst.zone == "us-east-1b"
+        (nic,) = r["NetworkInterfaces"]  # moto lists an interface's groups there only
+        assert [g["GroupId"] for g in nic["Groups"]] == [sg]
+        assert ("PublicIpAddress" in r) is public_ip, r.get("PublicIpAddress")
+        assert inst.private_ip == r["PrivateIpAddress"] and inst.private_ip.startswith("10.9.")
+
+
+def test_without_public_ip_the_subnet_decides_and_no_interface_is_described(cloud: Cloud) -> None:
+    compute = Ec2Compute(placement(cloud), REGION, cloud.ec2)
+    assert compute.placement.public_ip is None
+    compute.launch(request(cloud, num_nodes=1))
+    sent = cloud.calls.run_instances[0]
+    assert not any(k.startswith("NetworkInterface") for k in sent)
+    assert sent["SubnetId"] == compute.placement.subnets[0]
+
+
 def test_client_token_is_deterministic_bounded_and_per_candidate(cloud: Cloud) -> None:
     long = request(cloud, job_id="j" + "x" * 62, attempt=123)
     assert client_token(long, "subnet-1") == client_token(long, "subnet-1")

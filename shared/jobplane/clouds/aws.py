@@ -121,6 +121,20 @@ def to_instance(raw: dict[str, Any]) -> Instance:
     )
 
 
+def _network_params(p: AwsPlacement, subnet: str | None) -> dict[str, Any]:
+    """Subnet and security groups; a public address is a property of the primary interface, so asking for
+    (or refusing) one moves both into a NetworkInterfaces entry (EC2 rejects them at both levels)."""
+    groups = list(p.security_groups)
+    if p.public_ip is None:
+        return {**({"SubnetId": subnet} if subnet else {}), **({"SecurityGroupIds": groups} if groups else {})}
+    nic: dict[str, Any] = {"DeviceIndex": 0, "AssociatePublicIpAddress": p.public_ip, "DeleteOnTermination": True}
+    if subnet:
+        nic["SubnetId"] = subnet
+    if groups:
+        nic["Groups"] = groups
+    return {"NetworkInterfaces": [nic]}
+
+
 def _chunks(items: list[str], size: int = _CHUNK) -> Iterator[list[str]]:
     for i in range(0, len(items), size):
         yield items[i:i + size]
@@ -179,10 +193,7 @@ class Ec2Compute:
             placement["GroupName"] = p.placement_group
         if placement:
             params["Placement"] = placement
-        if subnet:
-            params["SubnetId"] = subnet
-        if p.security_groups:
-            params["SecurityGroupIds"] = list(p.security_groups)
+        params.update(_network_params(p, subnet))
         if p.instance_profile:
             params["IamInstanceProfile"] = _profile(p.instance_profile)
         if p.key_name:
