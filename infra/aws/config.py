@@ -28,7 +28,9 @@ class ControlPlaneConfig:
     schedules: dict[str, str] = field(default_factory=lambda: {k: d for k, (_, d) in SCHEDULES.items()})
     # Default caps written to config/policy.yaml (the stack adds the aws placement it created).
     policy: dict[str, Any] = field(default_factory=dict)
-    vpc_id: str | None = None  # None: a new VPC with isolated subnets and an S3 gateway endpoint (no NAT)
+    # The new VPC's egress (ignored with vpc_id): public | private-nat | isolated; see control_plane.NETWORKS.
+    network: str = "public"
+    vpc_id: str | None = None  # None: a new VPC (as `network` says) with an S3 gateway endpoint
     subnet_ids: tuple[str, ...] = ()
     alarm_email: str | None = None
     data_buckets: tuple[str, ...] = ()  # buckets VMs may read job inputs from (read-only)
@@ -55,6 +57,7 @@ class ControlPlaneConfig:
             root=get("root", ""),
             schedules={fn: str(get(key, default)) for fn, (key, default) in SCHEDULES.items()},
             policy=_as_json(get("policy", {})),
+            network=str(get("network", defaults.network)),
             vpc_id=get("vpcId"),
             subnet_ids=tuple(_as_list(get("subnetIds", []))),
             alarm_email=get("alarmEmail"),

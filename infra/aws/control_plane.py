@@ -2,7 +2,8 @@
 
 registry bucket (+ access-log bucket) · four Lambdas (launcher, sweeper, rerun, uptime-cap) · EventBridge
 rules and one schedule per cron · VM role + instance profile · cluster placement group · security group ·
-agent wheelhouse and config/policy.yaml uploaded at deploy time · DLQ · dashboard + alarms to SNS.
+agent wheelhouse and config/policy.yaml uploaded at deploy time · DLQ · dashboard + alarms to SNS · unless
+you bring a VPC, one whose egress jobplane:network chooses (public subnets by default: no NAT, no idle cost).
 """
 
 from __future__ import annotations
@@ -132,28 +133,40 @@ class JobplaneControlPlane(Construct):
         if cfg.vpc_id:
             if not cfg.subnet_ids:
                 raise ValueError("jobplane:subnetIds: required when jobplane:vpcId is set (the VMs' subnets)")
-            vpc = ec2.Vpc.from_vpc_attributes(self, "Vpc", vpc_id=cfg.vpc_id, availability_zones=cdk.Fn.get_azs())
+            vpc: ec2.IVpc = ec2.Vpc.from_vpc_attributes(self, "Vpc", vpc_id=cfg.vpc_id,
+                                                        availability_zones=cdk.Fn.get_azs())
             subnets = list(cfg.subnet_ids)
+            public_ip = None  # your subnets and routes decide (or aws.public_ip in jobplane:policy)
         else:
             if cfg.subnet_ids:
                 raise ValueError("jobplane:vpcId: required when jobplane:subnetIds is set")
-            vpc = self._new_vpc()
-            subnets = [s.subnet_id for s in vpc.isolated_subnets]
+            if cfg.network not in NETWORKS:
+                raise ValueError(f"jobplane:network: {cfg.network!r} is not one of {', '.join(NETWORKS)}")
+            egress = NETWORKS[cfg.network]
+            vpc = self._new_vpc(egress)
+            subnets = vpc.select_subnets(subnet_group_name=JOB_SUBNETS).subnet_ids
+            public_ip = egress.public_ip
         group = ec2.SecurityGroup(self, "JobSecurityGroup", vpc=vpc, allow_all_outbound=True,
                                   description="jobplane VMs: inbound only from VMs in this group")
         group.add_ingress_rule(group, ec2.Port.all_traffic(), "between the VMs of jobplane jobs (NCCL, torchrun)")
         placement = ec2.PlacementGroup(self, "ClusterPlacement", strategy=ec2.PlacementGroupStrategy.CLUSTER)
-        return Network(subnets, group, placement)
+        return Network(subnets, group, placement, public_ip)
 
-    def _new_vpc(self) -> ec2.Vpc:
-        """Isolated subnets with an S3 gateway endpoint: VMs reach the registry and nothing else; no NAT
-        gateway, so the VPC costs nothing idle. Use your own VPC (jobplane:vpcId) for internet access."""
+    def _new_vpc(self, egress: Egress) -> ec2.Vpc:
+        """Two zones of job subnets, egress as jobplane:network chose, and an S3 gateway endpoint (free) in
+        every case, so registry and data traffic never crosses the internet or a NAT gateway."""
+        public = egress.subnet_type == ec2.SubnetType.PUBLIC
+        # Public subnets assign no address themselves: VMs get one because the launcher asks (aws.public_ip).
+        layout = [ec2.SubnetConfiguration(name=JOB_SUBNETS, subnet_type=egress.subnet_type, cidr_mask=20,
+                                          map_public_ip_on_launch=False if public else None)]
+        if egress.nat_gateways:  # the NAT gateway lives in a small public subnet of its own
+            layout.append(ec2.SubnetConfiguration(name="nat", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=26,
+                                                  map_public_ip_on_launch=False))
         vpc = ec2.Vpc(
             self, "Vpc",
             max_azs=2,
-            nat_gateways=0,
-            subnet_configuration=[ec2.SubnetConfiguration(name="jobs", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED,
-                                                          cidr_mask=20)],
+            nat_gateways=egress.nat_gateways,
+            subnet_configuration=layout,
             gateway_endpoints={"S3": ec2.GatewayVpcEndpointOptions(service=ec2.GatewayVpcEndpointAwsService.S3)},
         )
         vpc.add_flow_log("FlowLog", destination=ec2.FlowLogDestination.to_s3(self.access_logs, "vpc-flow-logs/"))
@@ -299,6 +312,7 @@ class JobplaneControlPlane(Construct):
             "instance_profile": self.instance_profile.instance_profile_name,
             "subnets": list(network.subnets),
             "security_groups": [network.group.security_group_id],
+            **({} if network.public_ip is None else {"public_ip": network.public_ip}),
             "placement_group": network.placement.placement_group_name,
         }
         document = {**caps, "aws": placement}
@@ -323,6 +337,28 @@ class Network:
     subnets: list[str]
     group: ec2.SecurityGroup
     placement: ec2.PlacementGroup
+    public_ip: bool | None  # aws.public_ip in the policy
+
+
+@dataclass(frozen=True)
+class Egress:
+    """How VMs in a new VPC reach beyond S3 (jobplane:network)."""
+
+    subnet_type: ec2.SubnetType  # of the VMs' subnets
+    nat_gateways: int
+    public_ip: bool  # the launcher asks EC2 for a public IPv4 address per VM
+
+
+JOB_SUBNETS = "jobs"  # the subnet group the VMs launch into
+NETWORKS = {
+    # Internet gateway, a public address per VM (the subnets assign none themselves), inbound only from
+    # other jobplane VMs. No idle cost; each running VM's address is billed per hour.
+    "public": Egress(ec2.SubnetType.PUBLIC, nat_gateways=0, public_ip=True),
+    # No public addresses on VMs; one NAT gateway for the VPC, billed per hour even with no job running.
+    "private-nat": Egress(ec2.SubnetType.PRIVATE_WITH_EGRESS, nat_gateways=1, public_ip=False),
+    # No internet at all: S3 (same region) through the gateway endpoint only.
+    "isolated": Egress(ec2.SubnetType.PRIVATE_ISOLATED, nat_gateways=0, public_ip=False),
+}
 
 
 RETENTION = {1: logs.RetentionDays.ONE_DAY, 7: logs.RetentionDays.ONE_WEEK, 14: logs.RetentionDays.TWO_WEEKS,

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from jobplane.policy import Policy, parse_policy
+from tests.infra.iam_eval import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 ALARM_EMAIL = "platform@example.com"
@@ -44,6 +49,27 @@ class Synth:
         (found,) = [k for k in self.resources(kind) if contains in k]
         return found
 
+    def nag_reports(self) -> list[dict[str, Any]]:
+        """The policy-validation plugins' reports (cdk-nag) written by the synth."""
+        return list(json.loads((self.outdir / "validation-report.json").read_text())["pluginReports"])
+
+    def deployments(self) -> dict[str, dict[str, Any]]:
+        """BucketDeployment properties by destination key prefix (config/, system/wheels/)."""
+        return {d["Properties"]["DestinationBucketKeyPrefix"]: d["Properties"]
+                for d in self.resources("Custom::CDKBucketDeployment").values()}
+
+    def policy_text(self, prefix: str = "config/") -> str:
+        """config/policy.yaml as uploaded, deploy-time tokens resolved to '<LogicalId>' / '<Id.Attr>'."""
+        props = self.deployments()[prefix]
+        (key,) = props["SourceObjectKeys"]
+        text = (self.asset_dir(key) / "policy.yaml").read_text()
+        for marker, value in props["SourceMarkers"][0].items():
+            text = text.replace(marker, resolve(value).strip('"'))
+        return text
+
+    def policy(self, prefix: str = "config/") -> Policy:
+        return parse_policy(self.policy_text(prefix))  # the launcher will parse exactly this
+
 
 def cdk_context(**overrides: Any) -> dict[str, Any]:
     context: dict[str, Any] = json.loads((ROOT / "cdk.json").read_text())["context"]
@@ -69,3 +95,24 @@ def synthesize(outdir: Path, context: dict[str, Any], nag: bool) -> Synth:
 def synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
     context = cdk_context(**{"jobplane:alarmEmail": ALARM_EMAIL, "jobplane:dataBuckets": [DATA_BUCKET]})
     return synthesize(tmp_path_factory.mktemp("cdk.out"), context, nag=True)
+
+
+# The other two jobplane:network choices (the session synth has the default, public).
+def _network_synth(factory: pytest.TempPathFactory, network: str) -> Synth:
+    return synthesize(factory.mktemp(f"cdk.out-{network}"), cdk_context(**{"jobplane:network": network}), nag=True)
+
+
+@pytest.fixture(scope="session")
+def private_nat(tmp_path_factory: pytest.TempPathFactory) -> Synth:
+    return _network_synth(tmp_path_factory, "private-nat")
+
+
+@pytest.fixture(scope="session")
+def isolated(tmp_path_factory: pytest.TempPathFactory) -> Synth:
+    return _network_synth(tmp_path_factory, "isolated")
+
+
+def cfn_lint(*templates: Path) -> subprocess.CompletedProcess[str]:
+    """cfn-lint as CI runs it; W3005 (redundant DependsOn, in CDK's own output) is the one check ignored."""
+    return subprocess.run([str(Path(sys.executable).with_name("cfn-lint")), "--ignore-checks", "W3005", "--",
+                           *map(str, templates)], capture_output=True, text=True, timeout=240)

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.infra.conftest import Synth
+from tests.infra.conftest import Synth, cfn_lint
 
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(600)]  # a cold cache downloads wheels
 
@@ -29,10 +27,11 @@ def acknowledgements(outdir: Path) -> dict[str, dict[str, str]]:
     return found
 
 
-def test_cdk_nag_reports_no_unacknowledged_finding(synth: Synth) -> None:
-    # The session synth ran with AwsSolutionsChecks; it raises on any finding. The report says so too.
-    report = json.loads((synth.outdir / "validation-report.json").read_text())
-    for plugin in report["pluginReports"]:
+@pytest.mark.parametrize("network", ["synth", "private_nat", "isolated"])
+def test_cdk_nag_reports_no_unacknowledged_finding(network: str, request: pytest.FixtureRequest) -> None:
+    # The session synths ran with AwsSolutionsChecks; it raises on any finding. The report says so too.
+    synth: Synth = request.getfixturevalue(network)
+    for plugin in synth.nag_reports():
         assert plugin["conclusion"] == "success", plugin["pluginName"]
         assert plugin["violations"] == []
 
@@ -61,8 +60,6 @@ def test_cdk_nag_fails_the_synth_on_an_unacknowledged_finding(tmp_path: Path) ->
         app.synth()
 
 
-def test_cfn_lint_is_clean(synth: Synth) -> None:
-    cfn_lint = Path(sys.executable).with_name("cfn-lint")
-    proc = subprocess.run([str(cfn_lint), "--ignore-checks", "W3005", "--",
-                           str(synth.outdir / "Jobplane.template.json")], capture_output=True, text=True, timeout=240)
+def test_cfn_lint_is_clean(synth: Synth, private_nat: Synth, isolated: Synth) -> None:
+    proc = cfn_lint(*(s.outdir / "Jobplane.template.json" for s in (synth, private_nat, isolated)))
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 import yaml
 
-from jobplane.policy import parse_policy
 from tests.infra.conftest import ALARM_EMAIL, DATA_BUCKET, Synth, cdk_context
 from tests.infra.iam_eval import Request, allows, resolve, role_statements
 
@@ -276,29 +275,12 @@ def test_cluster_placement_group_and_security_group_only_between_job_vms(synth: 
     assert ingress["Properties"]["GroupId"] == {"Fn::GetAtt": [sg, "GroupId"]}
 
 
-def test_default_vpc_is_isolated_with_an_s3_endpoint_and_flow_logs(synth: Synth) -> None:
-    assert not synth.resources("AWS::EC2::NatGateway") and not synth.resources("AWS::EC2::InternetGateway")
-    (endpoint,) = synth.resources("AWS::EC2::VPCEndpoint").values()
-    assert endpoint["Properties"]["VpcEndpointType"] == "Gateway"
-    assert "s3" in json.dumps(endpoint["Properties"]["ServiceName"])
-    assert len(synth.resources("AWS::EC2::FlowLog")) == 1
-
-
 # ---- deploy-time uploads ----------------------------------------------------------------------------
-def deployments(synth: Synth) -> dict[str, dict[str, Any]]:
-    return {d["Properties"]["DestinationBucketKeyPrefix"]: d["Properties"]
-            for d in synth.resources("Custom::CDKBucketDeployment").values()}
-
-
 def test_policy_yaml_points_launches_at_the_stacks_resources(synth: Synth) -> None:
-    props = deployments(synth)["config/"]
+    props = synth.deployments()["config/"]
     assert props["Prune"] is False and props["DestinationBucketName"] == {"Ref": bucket_id(synth)}
-    (key,) = props["SourceObjectKeys"]
-    text = (synth.asset_dir(key) / "policy.yaml").read_text()
-    markers = {m: resolve(v).strip('"') for m, v in props["SourceMarkers"][0].items()}
-    for marker, value in markers.items():
-        text = text.replace(marker, value)
-    policy = parse_policy(text)  # the launcher will parse exactly this
+    text = synth.policy_text()
+    policy = synth.policy()
     assert policy.aws.instance_profile == f"<{synth.logical_id('AWS::IAM::InstanceProfile', 'Vm')}>"
     assert policy.aws.subnets == [f"<{s}>" for s in synth.resources("AWS::EC2::Subnet")]
     assert policy.aws.security_groups == [f"<{synth.logical_id('AWS::EC2::SecurityGroup', 'Job')}.GroupId>"]
@@ -310,7 +292,7 @@ def test_policy_yaml_points_launches_at_the_stacks_resources(synth: Synth) -> No
 
 
 def test_agent_wheelhouse_goes_to_system_wheels(synth: Synth) -> None:
-    props = deployments(synth)["system/wheels/"]
+    props = synth.deployments()["system/wheels/"]
     (key,) = props["SourceObjectKeys"]
     names = [p.name for p in synth.asset_dir(key).iterdir()]
     assert any(n.startswith("jobplane-") and n.endswith(".whl") for n in names)
@@ -353,7 +335,7 @@ def test_outputs_bucket_name_and_submit_command(synth: Synth) -> None:
 def test_vms_install_the_agent_from_the_wheelhouse_without_pypi(synth: Synth, tmp_path: Path, platform: str,
                                                                 python: str) -> None:
     """What the bootstrap runs (pip install --no-index --find-links) resolves from the uploaded wheels alone."""
-    (key,) = deployments(synth)["system/wheels/"]["SourceObjectKeys"]
+    (key,) = synth.deployments()["system/wheels/"]["SourceObjectKeys"]
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "download", "-qq", "--disable-pip-version-check", "--no-index", "--find-links",
          str(synth.asset_dir(key)), "--dest", str(tmp_path), "--only-binary=:all:", "--implementation", "cp",

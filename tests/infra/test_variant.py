@@ -33,6 +33,9 @@ def test_existing_vpc_is_used_and_no_network_is_created(variant: Synth) -> None:
     for subnet in SUBNETS:
         assert allows(sts, Request("ec2:RunInstances", f"{ARN}:subnet/{subnet}"))
     assert not allows(sts, Request("ec2:RunInstances", f"{ARN}:subnet/subnet-other"))
+    placement = variant.policy("team-a/config/").aws
+    assert placement.subnets == SUBNETS
+    assert placement.public_ip is None  # your subnets decide whether VMs get public addresses
 
 
 def test_root_prefix_reaches_rules_env_vm_role_and_uploads(variant: Synth) -> None:
