@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from functions_framework import create_app
 
 from jobplane import keys
+from jobplane.clouds.gcp import AGENT_MATCH, SHUTDOWN_SCRIPT
 from jobplane.states import State
 from tests.gcp.conftest import BUCKET, GcpCloud
 
@@ -49,6 +51,9 @@ def test_a_queue_drop_launches_the_job_once_even_when_delivered_twice(cloud: Gcp
     assert cluster["instances"] == ["us-central1-a/fn-job-a1-0001"] and cluster["zone"] == "us-central1-a"
     startup = {i["key"]: i["value"] for i in cloud.compute_fake.instances()[0]["metadata"]["items"]}
     assert "JOBPLANE_CLOUD=gcp" in startup["startup-script"] and "gs://" in startup["startup-script"]
+    # the shutdown script finds the agent the startup script starts
+    [agent] = [line for line in startup["startup-script"].splitlines() if line.startswith("exec ")]
+    assert re.search(AGENT_MATCH, agent) and startup["shutdown-script"] == SHUTDOWN_SCRIPT
 
 
 @pytest.mark.parametrize("name", ["reg/heartbeats/j/1/0", "reg/jobs/j/job.json", "queue/outside-root.yaml"])

@@ -3,13 +3,23 @@ request is serialized and parsed as it would be against GCE."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from jobplane.clouds.base import CapacityError, LaunchRejected, LaunchRequest
-from jobplane.clouds.gcp import SHUTDOWN_SCRIPT, GceCompute, name_prefix, request_id
+from jobplane.clouds.gcp import (
+    SHUTDOWN_SCRIPT,
+    GceCompute,
+    name_prefix,
+    request_id,
+    shutdown_script,
+)
 from jobplane.local.fake_compute import FakeComputeServer
 from tests.gcp.conftest import IMAGE, PLACEMENT, PROJECT, REGION
 
@@ -184,3 +194,30 @@ def test_names_fit_gce_limits_for_the_longest_job_ids() -> None:
     prefix = name_prefix(long_id, 12)
     assert len(prefix + "-0001") <= 63 and prefix.endswith("-a12")
     assert name_prefix(long_id, 12) != name_prefix("a" + "b" * 61 + "d", 12)  # the digest keeps them apart
+
+
+STUBBORN = """
+import signal, time
+signal.signal(signal.SIGTERM, lambda *_: print("got TERM", flush=True))
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def test_the_shutdown_script_terms_the_agent_and_waits_a_bounded_time(tmp_path: Path) -> None:
+    """An agent that never exits holds the shutdown only for wait_s (the scenario tests cover one that does)."""
+    marker = f"jobplane-stubborn-{uuid.uuid4().hex}"  # matches this test's process and nothing else
+    stubborn = subprocess.Popen([sys.executable, "-c", STUBBORN, marker], stdout=subprocess.PIPE, text=True)
+    try:
+        assert stubborn.stdout is not None and stubborn.stdout.readline() == "ready\n"
+        script = tmp_path / "shutdown-script"
+        script.write_text(shutdown_script(agent_match=marker, wait_s=1))
+        done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and "still running after 1 s" in done.stderr, done.stderr
+        assert stubborn.stdout.readline() == "got TERM\n" and stubborn.poll() is None  # TERM, nothing harsher
+        script.write_text(shutdown_script(agent_match=f"no-such-agent-{uuid.uuid4().hex}", wait_s=1))
+        nothing = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60)
+        assert (nothing.returncode, nothing.stderr) == (0, "")  # no agent: nothing to wait for
+    finally:
+        stubborn.kill()
+        stubborn.wait(timeout=10)

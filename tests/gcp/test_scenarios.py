@@ -30,6 +30,7 @@ import pytest
 from functions_framework import create_app
 
 from jobplane import keys, launcher, reconcile
+from jobplane.clouds.gcp import shutdown_script
 from jobplane.decide.model import Rule
 from jobplane.registry import JobRecord, utcnow
 from jobplane.states import State
@@ -271,8 +272,9 @@ def code_bundle() -> bytes:
 
 
 @pytest.fixture
-def agents(cloud: GcpCloud, tmp_path: Path) -> Iterator[Callable[[str], subprocess.Popen[bytes]]]:
-    """Start the agent for one VM: its own fake metadata server, fake GCS, power-off shimmed."""
+def agents(cloud: GcpCloud, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """Start the agent for one VM (extra flags override FAST): its own fake metadata server, fake GCS,
+    power-off shimmed."""
     procs: list[subprocess.Popen[bytes]] = []
     poweroff = tmp_path / "poweroff.log"
     shim = tmp_path / "poweroff-shim"
@@ -284,7 +286,7 @@ def agents(cloud: GcpCloud, tmp_path: Path) -> Iterator[Callable[[str], subproce
         (bin_dir / name).write_text(f'#!/bin/sh\necho REAL {name} "$@" >> "{poweroff}"\n')
         (bin_dir / name).chmod(0o755)
 
-    def start(instance_id: str) -> subprocess.Popen[bytes]:
+    def start(instance_id: str, *extra: str) -> subprocess.Popen[bytes]:
         metadata = cloud.compute_fake.metadata_server(instance_id)
         node = tmp_path / instance_id.replace("/", "_")
         env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
@@ -295,7 +297,7 @@ def agents(cloud: GcpCloud, tmp_path: Path) -> Iterator[Callable[[str], subproce
             proc = subprocess.Popen(
                 [sys.executable, "-m", "jobplane.agent", "--cloud", "gcp", "--bucket", BUCKET, "--root", "reg",
                  "--region", REGION, "--metadata-url", metadata.base_url, "--ml-root", str(node),
-                 "--poweroff-cmd", str(shim), *FAST], env=env, stdout=console, stderr=subprocess.STDOUT)
+                 "--poweroff-cmd", str(shim), *FAST, *extra], env=env, stdout=console, stderr=subprocess.STDOUT)
         procs.append(proc)
         return proc
 
@@ -315,7 +317,7 @@ def log_text(cloud: GcpCloud, job_id: str, attempt: int) -> str:
 
 
 def test_spot_preemption_then_resume_with_the_real_agent(
-        cloud: GcpCloud, agents: Callable[[str], subprocess.Popen[bytes]], tmp_path: Path) -> None:
+        cloud: GcpCloud, agents: Callable[..., subprocess.Popen[bytes]], tmp_path: Path) -> None:
     job = "resume-me"
     cloud.registry.store.put(cloud.registry.key(keys.code_bundle(job)), code_bundle())
     spec = (f"run: {sys.executable} train.py --steps 300 --checkpoint-every 20 --sleep 0.03\n"
@@ -348,3 +350,60 @@ def test_spot_preemption_then_resume_with_the_real_agent(
     assert_vms_deleted(cloud)
     result = json.loads(cloud.registry.get_bytes(keys.artifacts_prefix(job) + "model/result.json"))
     assert result["steps"] == 300
+
+
+def test_sigterm_before_the_notice_poll_keeps_the_newest_checkpoint_and_the_report(
+        cloud: GcpCloud, agents: Callable[..., subprocess.Popen[bytes]], tmp_path: Path) -> None:
+    """GCE preempts a Spot VM: instance/preempted turns TRUE and its shutdown script SIGTERMs the agent
+    right away, before the agent's next metadata poll (5 s apart here, the most the contract allows).
+    Periodic checkpoint uploads are held off (60 s), so every checkpoint in the bucket is the final sync's."""
+    job = "shut-down"
+    cloud.registry.store.put(cloud.registry.key(keys.code_bundle(job)), code_bundle())
+    spec = (f"run: {sys.executable} train.py --steps 300 --checkpoint-every 10 --sleep 0.05\n"
+            "instance_type: n2-standard-4\ncloud: gcp\nzones: [us-central1-a]\nspot: true\n")
+    vm = submit(cloud, job, spec).instances[0]
+    metadata = cloud.compute_fake.metadata_server(vm)
+    node = tmp_path / vm.replace("/", "_")
+    agent = agents(vm, "--poll-interval", "5", "--checkpoint-interval", "60")
+    wait_for("a checkpoint on the VM's disk", lambda: list((node / "checkpoints").glob("ckpt-*.npz")))
+    call("sweeper")
+    assert cloud.registry.job(job).state == State.RUNNING
+    assert not list(cloud.registry.listing(keys.checkpoints_prefix(job)))  # nothing uploaded yet
+
+    polls = metadata.requests  # after boot the agent asks its metadata server only for instance/preempted
+    wait_for("the agent's next notice poll", lambda: metadata.requests > polls)
+    cloud.compute_fake.preempt(vm, notice_only=True)  # the next poll is ~5 s away: the signal comes first
+    script = tmp_path / "shutdown-script"
+    script.write_text(shutdown_script(agent_match=f"-m jobplane[.]agent .*{node}"))  # this test's agent only
+    shutdown = subprocess.Popen(["bash", str(script)], stderr=subprocess.PIPE, text=True)
+    try:
+        def agent_exited() -> bool:
+            if agent.poll() is None:  # (poll() reaps it: until then its pid exists for the script)
+                assert shutdown.poll() is None, "the shutdown script returned while the agent still ran"
+                return False
+            return True
+        wait_for("the agent to finish after SIGTERM", agent_exited)
+        _, stderr = shutdown.communicate(timeout=30)
+    finally:
+        shutdown.kill()
+    assert shutdown.returncode == 0 and not stderr, stderr  # it waited for the agent, and not in vain
+
+    report = cloud.registry.get_json(keys.exit_report(job, 1, 0))
+    assert (report["reason"], report["code"], report["notice"]["action"]) == ("preempted", 143, "terminate")
+    assert metadata.requests == polls + 2  # that poll, then one look after the signal
+    log1 = log_text(cloud, job, 1)
+    assert "SIGTERM received" in log1 and "SIGTERM: preempted" in log1, log1[-2000:]
+    assert cloud.registry.get_json(keys.preempted_marker(job))["attempt"] == 1
+    on_disk = {p.name for p in (node / "checkpoints").glob("ckpt-*.npz")}
+    newest = max(on_disk, key=lambda name: int(name.split("-")[1].split(".")[0]))
+    synced = {k.rsplit("/", 1)[-1] for k, _, _ in cloud.registry.listing(keys.checkpoints_prefix(job))}
+    assert newest in synced and on_disk <= synced
+    assert "poweroff-shim" in (tmp_path / "poweroff.log").read_text()
+
+    cloud.compute_fake.preempt(vm)  # GCE deletes the VM
+    assert [a["result"] for a in call("rerun")["actions"]] == ["applied"]
+    second = cloud.registry.job(job)
+    assert second.attempt == 2
+    assert agents(second.instances[0]).wait(timeout=90) == 0
+    step = newest.split("-")[1].split(".")[0]
+    assert f"resuming from step {step} ({newest})" in log_text(cloud, job, 2)

@@ -17,6 +17,7 @@ import hashlib
 import importlib
 import logging
 import os
+import shlex
 import time
 import uuid
 from collections.abc import Callable
@@ -62,14 +63,25 @@ _STATES = {
     "TERMINATED": "stopped", "SUSPENDED": "stopped",
 }
 
-# GCE runs this on any stop or delete (preemption, maxRunDuration, a sweep's delete): it asks the agent
-# to finish (final checkpoint and log sync) and waits for it within GCE's shutdown window.
-SHUTDOWN_SCRIPT = """#!/bin/bash
-# jobplane: let the agent checkpoint and sync before the VM goes away.
-pid=$(pgrep -o -f 'python3 -m jobplane.agent') || exit 0
-kill -TERM "$pid"
-for _ in $(seq 25); do kill -0 "$pid" 2>/dev/null || exit 0; sleep 1; done
+AGENT_MATCH = "python[0-9.]* -m jobplane[.]agent"  # pgrep -f: python3, python3.11 or a venv's python
+SHUTDOWN_WAIT_S = 100
+
+
+def shutdown_script(agent_match: str = AGENT_MATCH, wait_s: int = SHUTDOWN_WAIT_S) -> str:
+    """What GCE runs on any stop or delete (preemption, maxRunDuration, a sweep's delete): SIGTERM asks the
+    agent to stop the job with its grace, sync the newest checkpoint and write the exit report; the script
+    waits for the agent to exit, at most wait_s. GCE hard-stops a Spot VM 30 s after the soft off (the
+    agent plans for that) and a Standard VM after 120 s, where the longer wait lets a big upload finish."""
+    return f"""#!/bin/bash
+# jobplane: let the agent stop the job, sync and report before the VM goes away.
+pid=$(pgrep -o -f -- {shlex.quote(agent_match)}) || exit 0
+kill -TERM "$pid" 2>/dev/null || exit 0
+for _ in $(seq {2 * wait_s}); do kill -0 "$pid" 2>/dev/null || exit 0; sleep 0.5; done
+echo "jobplane: the agent (pid $pid) was still running after {wait_s} s" >&2
 """
+
+
+SHUTDOWN_SCRIPT = shutdown_script()
 
 
 @dataclass(frozen=True)
