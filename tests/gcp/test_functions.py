@@ -46,9 +46,9 @@ def test_a_queue_drop_launches_the_job_once_even_when_delivered_twice(cloud: Gcp
         assert client.post("/", **finalized(name)).status_code == 200
     record = cloud.registry.job("fn-job")
     assert record.state == State.LAUNCHING and record.attempt == 1
-    assert [v["name"] for v in cloud.compute_fake.instances()] == ["fn-job-a1-0001"]
+    assert [v["name"] for v in cloud.compute_fake.instances()] == ["jobplane-fn-job-a1-0001"]
     cluster = cloud.registry.get_json(keys.cluster("fn-job", 1))
-    assert cluster["instances"] == ["us-central1-a/fn-job-a1-0001"] and cluster["zone"] == "us-central1-a"
+    assert cluster["instances"] == ["us-central1-a/jobplane-fn-job-a1-0001"] and cluster["zone"] == "us-central1-a"
     startup = {i["key"]: i["value"] for i in cloud.compute_fake.instances()[0]["metadata"]["items"]}
     assert "JOBPLANE_CLOUD=gcp" in startup["startup-script"] and "gs://" in startup["startup-script"]
     # the shutdown script finds the agent the startup script starts
@@ -86,7 +86,7 @@ def test_an_invalid_drop_is_rejected_with_its_reason(cloud: GcpCloud) -> None:
 
 
 def test_scheduled_functions_answer_with_their_actions(cloud: GcpCloud) -> None:
-    orphan = cloud.compute_fake.add_instance("us-central1-a", "orphan-a1-0001", {
+    orphan = cloud.compute_fake.add_instance("us-central1-a", "jobplane-orphan-a1-0001", {
         "jobplane-managed": "true", "jobplane-job-id": "nobody", "jobplane-attempt": "1"},
         created=cloud.compute_fake.clock().replace(year=2020))
     sweeper = create_app("sweeper", MAIN, "http").test_client()

@@ -93,7 +93,7 @@ def vm_names(cloud: GcpCloud) -> list[str]:
 
 def test_success_then_the_sweeper_finishes_and_deletes(cloud: GcpCloud) -> None:
     record = submit(cloud, "ok-job")
-    assert record.state == State.LAUNCHING and vm_names(cloud) == ["ok-job-a1-0001"]
+    assert record.state == State.LAUNCHING and vm_names(cloud) == ["jobplane-ok-job-a1-0001"]
     beat(cloud, record)
     assert [a["rule"] for a in call("sweeper")["actions"]] == [Rule.STARTED]
     assert cloud.registry.job("ok-job").state == State.RUNNING
@@ -140,7 +140,7 @@ def test_duplicate_events_launch_once(cloud: GcpCloud) -> None:
         t.join(120)
     assert codes == [200] * 10
     record = cloud.registry.job("dup-job")
-    assert record.attempt == 1 and vm_names(cloud) == ["dup-job-a1-0001"]
+    assert record.attempt == 1 and vm_names(cloud) == ["jobplane-dup-job-a1-0001"]
     assert cloud.compute_fake.calls["insert"] == 1
     assert [e["kind"] for e in cloud.registry.events("dup-job")].count("created") == 1
 
@@ -148,7 +148,7 @@ def test_duplicate_events_launch_once(cloud: GcpCloud) -> None:
 def test_capacity_errors_try_the_next_zone_then_wait_then_the_backstop_launches(cloud: GcpCloud) -> None:
     cloud.compute_fake.fail_zone("us-central1-a")
     record = submit(cloud, "zone-hop")
-    assert record.zone == "us-central1-b" and vm_names(cloud) == ["zone-hop-a1-0001"]
+    assert record.zone == "us-central1-b" and vm_names(cloud) == ["jobplane-zone-hop-a1-0001"]
 
     cloud.compute_fake.fail_zone("us-central1-a", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS")
     cloud.compute_fake.fail_zone("us-central1-b", "QUOTA_EXCEEDED")
@@ -161,7 +161,7 @@ def test_capacity_errors_try_the_next_zone_then_wait_then_the_backstop_launches(
     launcher.backstop(cloud.registry, cloud.compute, now=waiting.wait_until + timedelta(seconds=1),
                       metrics=CountingMetrics())
     again = cloud.registry.job("no-room")
-    assert again.state == State.LAUNCHING and again.attempt == 1 and "no-room-a1-0001" in vm_names(cloud)
+    assert again.state == State.LAUNCHING and again.attempt == 1 and "jobplane-no-room-a1-0001" in vm_names(cloud)
 
 
 def test_spot_vm_gone_is_preempted_and_rerun_as_the_next_attempt(cloud: GcpCloud) -> None:
@@ -176,7 +176,7 @@ def test_spot_vm_gone_is_preempted_and_rerun_as_the_next_attempt(cloud: GcpCloud
     assert [a["result"] for a in call("rerun")["actions"]] == ["applied"]
     after = cloud.registry.job("spot-gone")
     assert (after.state, after.attempt, after.restarts) == (State.LAUNCHING, 2, 1)
-    assert vm_names(cloud) == ["spot-gone-a2-0001"] and cloud.registry.preempted() == {}
+    assert vm_names(cloud) == ["jobplane-spot-gone-a2-0001"] and cloud.registry.preempted() == {}
 
 
 def test_overlapping_rerun_invocations_launch_one_attempt(cloud: GcpCloud) -> None:
@@ -201,7 +201,7 @@ def test_overlapping_rerun_invocations_launch_one_attempt(cloud: GcpCloud) -> No
         t.join(120)
     assert len(results) == 5 and sum(r.count("applied") for r in results) == 1, results
     after = cloud.registry.job("spotty")
-    assert (after.state, after.attempt) == (State.LAUNCHING, 2) and vm_names(cloud) == ["spotty-a2-0001"]
+    assert (after.state, after.attempt) == (State.LAUNCHING, 2) and vm_names(cloud) == ["jobplane-spotty-a2-0001"]
     assert cloud.compute_fake.calls["insert"] == 2  # attempt 1 and exactly one rerun
 
 
@@ -234,7 +234,7 @@ def test_uptime_cap_asks_to_stop_then_times_out(cloud: GcpCloud) -> None:
 
 
 def test_orphan_is_deleted_after_the_grace_and_foreign_vms_are_untouched(cloud: GcpCloud) -> None:
-    cloud.compute_fake.add_instance("us-central1-a", "ghost-a1-0001", {
+    cloud.compute_fake.add_instance("us-central1-a", "jobplane-ghost-a1-0001", {
         "jobplane-managed": "true", "jobplane-job-id": "ghost", "jobplane-attempt": "1"})
     cloud.compute_fake.add_instance("us-central1-a", "web-server", {"team": "web"})
     cloud.compute_fake.add_instance("us-central1-a", "not-managed", {
@@ -338,7 +338,7 @@ def test_spot_preemption_then_resume_with_the_real_agent(
 
     assert [a["result"] for a in call("rerun")["actions"]] == ["applied"]
     second = cloud.registry.job(job)
-    assert second.attempt == 2 and second.instances == ["us-central1-a/resume-me-a2-0001"]
+    assert second.attempt == 2 and second.instances == ["us-central1-a/jobplane-resume-me-a2-0001"]
     assert agents(second.instances[0]).wait(timeout=90) == 0
     cloud.compute_fake.power_off(second.instances[0])  # what the shimmed power-off does on a real VM
     call("sweeper")

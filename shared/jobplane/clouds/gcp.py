@@ -54,6 +54,7 @@ LABEL_MANAGED, LABEL_JOB_ID, LABEL_ATTEMPT = gce_key(TAG_MANAGED), gce_key(TAG_J
 LABEL_RANK, LABEL_OWNER = gce_key(TAG_RANK), gce_key(TAG_OWNER)
 MANAGED_FILTER = f'labels.{LABEL_MANAGED} = "true"'
 PREEMPTED_OPERATION = "compute.instances.preempted"
+VM_NAME_PREFIX = "jobplane-"  # infra/gcp grants delete / setMetadata only on VMs named so
 SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 REQUEST_WINDOW_S = 60
 _REQUEST_NAMESPACE = uuid.UUID("6f1d1b5e-7a4c-4f0e-9d55-0b6a3c9e2f10")  # fixed: request ids must be stable
@@ -91,13 +92,14 @@ class Preemption:
 
 
 def name_prefix(job_id: str, attempt: int) -> str:
-    """VM names are <prefix>-0001.. in rank order; the prefix leaves room for the number (63 max)."""
+    """VM names are jobplane-<job>-a<attempt>-0001.. in rank order, room left for the number (63 max).
+    The fixed VM_NAME_PREFIX is what the functions' IAM condition allows them to delete or change."""
     suffix = f"-a{attempt}"
-    room = 63 - len("-0001") - len(suffix)
+    room = 63 - len(VM_NAME_PREFIX) - len("-0001") - len(suffix)
     if len(job_id) <= room:
-        return job_id + suffix
+        return VM_NAME_PREFIX + job_id + suffix
     digest = hashlib.sha1(job_id.encode()).hexdigest()[:6]
-    return job_id[: room - 7] + "-" + digest + suffix
+    return VM_NAME_PREFIX + job_id[: room - 7] + "-" + digest + suffix
 
 
 def request_id(job_id: str, attempt: int, location: str, at: float) -> str:
