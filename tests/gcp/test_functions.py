@@ -85,6 +85,21 @@ def test_an_invalid_drop_is_rejected_with_its_reason(cloud: GcpCloud) -> None:
     assert cloud.compute_fake.instances() == []
 
 
+
+@pytest.mark.parametrize(("spec", "field"), [
+    ("run: x\ninstance_type: t3.micro\n", "cloud"),  # cloud defaults to aws
+    (SPEC.replace("zones: [us-central1-a]", "region: europe-west4"), "region"),
+    (SPEC.replace("us-central1-a", "europe-west4-a"), "zones.0"),
+])
+def test_a_spec_for_another_cloud_or_region_is_recorded_invalid(cloud: GcpCloud, spec: str, field: str) -> None:
+    client = create_app("launcher", MAIN, "cloudevent").test_client()
+    assert client.post("/", **finalized(drop(cloud, "elsewhere", spec))).status_code == 200
+    record = cloud.registry.job("elsewhere")
+    assert record.state == State.INVALID and (record.reason or "").startswith(f"{field}: ")
+    error = cloud.registry.get_json(keys.rejected_error("elsewhere"))
+    assert [e["field"] for e in error["errors"]] == [field]
+    assert sum(cloud.compute_fake.calls.values()) == 0  # not even a listing
+
 def test_scheduled_functions_answer_with_their_actions(cloud: GcpCloud) -> None:
     orphan = cloud.compute_fake.add_instance("us-central1-a", "jobplane-orphan-a1-0001", {
         "jobplane-managed": "true", "jobplane-job-id": "nobody", "jobplane-attempt": "1"},

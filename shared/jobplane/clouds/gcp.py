@@ -157,6 +157,8 @@ class GceCompute:
     anonymous credentials, as STORAGE_EMULATOR_HOST does for GCS.
     """
 
+    cloud = "gcp"
+
     def __init__(
         self,
         project: str,
