@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from jobplane.errors import SpecError
-from jobplane.policy import DEFAULT_POLICY, check_against_policy, parse_policy
+from jobplane.policy import DEFAULT_POLICY, check_against_deployment, check_against_policy, parse_policy
 from jobplane.spec import parse_spec
 
 
@@ -35,3 +35,30 @@ def test_instance_type_globs_apply_to_each_listed_type() -> None:
     spec = parse_spec("run: x\ninstance_type: [g5.xlarge, p4d.24xlarge, p5.48xlarge]\n")
     errors = check_against_policy(spec, policy)
     assert [e.path for e in errors] == ["instance_type.2"]
+
+
+@pytest.mark.parametrize(("spec", "cloud", "region", "fields"), [
+    ("", "aws", "us-east-1", []),
+    ("cloud: aws\nregion: us-east-1\nzones: [us-east-1a, us-east-1-bos-1a]\n", "aws", "us-east-1", []),
+    ("cloud: gcp\nregion: us-central1\nzones: [us-central1-a]\n", "gcp", "us-central1", []),
+    ("cloud: gcp\nregion: us-central1\n", "aws", "us-east-1", ["cloud"]),  # nothing more about another cloud
+    ("", "gcp", "us-central1", ["cloud"]),  # cloud defaults to aws
+    ("region: eu-west-1\n", "aws", "us-east-1", ["region"]),
+    ("zones: [us-east-1a, us-west-2a]\n", "aws", "us-east-1", ["zones.1"]),
+    ("cloud: gcp\nzones: [europe-west10-a, europe-west1-b]\n", "gcp", "europe-west1", ["zones.0"]),
+    ("region: eu-west-1\nzones: [eu-west-1a]\n", "aws", None, []),  # the deployment's region is unknown
+])
+def test_a_spec_for_another_cloud_or_region_names_the_field(spec: str, cloud: str, region: str | None,
+                                                            fields: list[str]) -> None:
+    errors = check_against_deployment(parse_spec("run: x\ninstance_type: t3.micro\n" + spec), cloud, region)
+    assert [e.path for e in errors] == fields
+
+
+def test_the_reason_says_what_the_deployment_is_and_what_to_do() -> None:
+    [default] = check_against_deployment(parse_spec("run: x\ninstance_type: n2-standard-4\n"), "gcp", "us-central1")
+    assert str(default) == ("cloud: 'aws' (the default when cloud is not set) is not this deployment's cloud 'gcp': "
+                            "submit the job to a deployment on aws, or set cloud: gcp")
+    [region] = check_against_deployment(parse_spec("run: x\ninstance_type: t3.micro\nregion: eu-west-1\n"),
+                                        "aws", "us-east-1")
+    assert str(region) == ("region: 'eu-west-1' is not this deployment's region 'us-east-1': submit the job to a "
+                           "deployment there, or drop the field")

@@ -1,6 +1,6 @@
 # jobplane on GCP: one registry bucket, five Cloud Functions (gen2), four Cloud Scheduler jobs, and
-# four service accounts with the least roles each needs. Job VMs run in their own subnet without
-# external IPs; the functions create and delete them.
+# four service accounts with the least roles each needs (custom ones for Compute Engine). Job VMs run in
+# their own subnet without external IPs; the functions create and delete them.
 
 locals {
   bucket = var.bucket_name != "" ? var.bucket_name : "${var.project}-jobplane"
@@ -22,6 +22,9 @@ locals {
   }
   apis = ["compute", "cloudfunctions", "run", "eventarc", "cloudscheduler", "cloudbuild", "artifactregistry",
   "pubsub", "storage", "iam"]
+
+  # Every VM the functions launch is named jobplane-<job>-a<attempt>-<rank> (clouds/gcp.py VM_NAME_PREFIX).
+  vm_name_prefix = "jobplane-"
 }
 
 resource "google_project_service" "apis" {
@@ -117,10 +120,58 @@ resource "google_storage_bucket_iam_member" "functions_registry" {
   member = google_service_account.functions.member
 }
 
+# Compute Engine: exactly the permissions of the API calls the functions make (tests/gcp/test_terraform.py
+# maps every call of the adapter to them), split in two. What cannot be scoped to a VM name: a launch
+# creates boot disks and uses the subnet and image; lists and operations are project-wide.
+resource "google_project_iam_custom_role" "functions_compute" {
+  role_id     = "jobplaneFunctionsCompute"
+  title       = "jobplane functions: launch and list VMs"
+  description = "Create VMs with their boot disks, read VMs and operations. Nothing that changes or deletes a VM."
+  permissions = [
+    "compute.instances.create",
+    "compute.instances.get",
+    "compute.instances.list",
+    "compute.disks.create",
+    "compute.disks.setLabels",
+    "compute.images.useReadOnly",
+    "compute.subnetworks.use",
+    "compute.zoneOperations.get",
+    "compute.regionOperations.get",
+    "compute.globalOperations.list",
+  ]
+}
+
+# What changes or deletes a VM: granted under a condition, on jobplane VMs only (below).
+resource "google_project_iam_custom_role" "functions_own_vms" {
+  role_id     = "jobplaneFunctionsOwnVms"
+  title       = "jobplane functions: change and delete jobplane VMs"
+  description = "Delete VMs and set their labels, metadata and service account; granted on jobplane VMs only."
+  permissions = [
+    "compute.instances.delete",
+    "compute.instances.setLabels",
+    "compute.instances.setMetadata",
+    "compute.instances.setServiceAccount",
+  ]
+}
+
 resource "google_project_iam_member" "functions_compute" {
   project = var.project
-  role    = "roles/compute.instanceAdmin.v1"
+  role    = google_project_iam_custom_role.functions_compute.name
   member  = google_service_account.functions.member
+}
+
+# On AWS, IAM itself refuses to touch an instance without the jobplane tags; here the condition keeps the
+# functions off any VM not named jobplane-... (IAM conditions cannot read labels). A launch's own checks of
+# setMetadata and friends pass: they are on the new jobplane-... VM, or on no instance at all.
+resource "google_project_iam_member" "functions_own_vms" {
+  project = var.project
+  role    = google_project_iam_custom_role.functions_own_vms.name
+  member  = google_service_account.functions.member
+  condition {
+    title       = "jobplane VMs only"
+    description = "Instances whose names start with ${local.vm_name_prefix}"
+    expression  = "resource.type != 'compute.googleapis.com/Instance' || resource.name.extract('/instances/{name}').startsWith('${local.vm_name_prefix}')"
+  }
 }
 
 resource "google_service_account_iam_member" "functions_act_as_vms" {
@@ -140,6 +191,14 @@ resource "google_storage_bucket_iam_member" "vms_registry" {
   bucket = google_storage_bucket.registry.name
   role   = "roles/storage.objectUser"
   member = google_service_account.vms.member
+}
+
+# Data the jobs read (inputs: channels, code: tarballs) from buckets outside the registry: read-only.
+resource "google_storage_bucket_iam_member" "vms_data" {
+  for_each = toset(var.data_buckets)
+  bucket   = each.value
+  role     = "roles/storage.objectViewer"
+  member   = google_service_account.vms.member
 }
 
 resource "google_project_iam_member" "vms_log_writer" {

@@ -67,3 +67,13 @@ variable "noncurrent_version_days" {
   type        = number
   default     = 7
 }
+
+variable "data_buckets" {
+  description = "Buckets (names, not gs:// URIs) the job VMs may read: inputs: channels and code: tarballs outside the registry."
+  type        = list(string)
+  default     = []
+  validation {
+    condition     = alltrue([for b in var.data_buckets : can(regex("^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$", b))])
+    error_message = "data_buckets holds bucket names such as my-datasets, not gs:// URIs or paths."
+  }
+}

@@ -18,7 +18,7 @@ from typing import Any
 from jobplane import bootstrap, keys
 from jobplane.clouds.base import TAG_OWNER, CapacityError, Compute, LaunchRejected, LaunchRequest, NotFound
 from jobplane.errors import FieldError, SpecError
-from jobplane.policy import Policy, check_against_policy
+from jobplane.policy import Policy, check_against_deployment, check_against_policy
 from jobplane.registry import JobExists, JobRecord, Registry, TransitionRefused
 from jobplane.settings import Settings
 from jobplane.spec import JobSpec, format_duration, parse_spec
@@ -65,7 +65,7 @@ def handle_drop(reg: Registry, compute: Compute, key: str, *, now: datetime, met
     except SpecError as exc:
         return _reject(reg, key, job_id, data, exc.errors, now, metrics)
     policy = policy or reg.policy()  # handlers pass the one they read; read once here otherwise
-    problems = check_against_policy(spec, policy)
+    problems = check_against_policy(spec, policy) + check_against_deployment(spec, compute.cloud, compute.region)
     try:
         reg.create_job(job_id, spec, now)
     except JobExists:

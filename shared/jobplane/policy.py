@@ -110,3 +110,23 @@ def check_against_policy(spec: JobSpec, policy: Policy) -> list[FieldError]:
         errors.append(FieldError("num_nodes", f"{spec.num_nodes} nodes can never fit the owner quota of "
                                               f"{policy.max_active_instances_per_owner} active instances"))
     return errors
+
+
+def check_against_deployment(spec: JobSpec, cloud: str, region: str | None) -> list[FieldError]:
+    """Problems with running this spec on this deployment, which launches on one cloud in one region (its
+    network, service accounts and policy are regional): a spec for elsewhere is refused, never moved."""
+    if spec.cloud != cloud:
+        default = "" if "cloud" in spec.model_fields_set else " (the default when cloud is not set)"
+        return [FieldError("cloud", f"{spec.cloud!r}{default} is not this deployment's cloud {cloud!r}: "
+                                    f"submit the job to a deployment on {spec.cloud}, or set cloud: {cloud}")]
+    if region is None:
+        return []
+    errors: list[FieldError] = []
+    if spec.region is not None and spec.region != region:
+        errors.append(FieldError("region", f"{spec.region!r} is not this deployment's region {region!r}: "
+                                           f"submit the job to a deployment there, or drop the field"))
+    for i, zone in enumerate(spec.zones):
+        # us-east-1a and us-central1-b are in their region; europe-west10-a is not in europe-west1
+        if not zone.startswith(region) or zone[len(region):len(region) + 1].isdigit():
+            errors.append(FieldError(f"zones.{i}", f"{zone!r} is not a zone of this deployment's region {region!r}"))
+    return errors

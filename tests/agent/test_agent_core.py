@@ -11,6 +11,7 @@ import pytest
 
 from jobplane import keys
 from jobplane.agent import Agent, AgentConfig
+from jobplane.agent.core import grace_within
 from jobplane.clouds.aws_imds import Ec2Metadata
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID
 from jobplane.clouds.memory import MemoryStore
@@ -126,3 +127,17 @@ def test_without_job_tags_the_agent_powers_off_without_running(tmp_path: Path) -
 def test_intervals_above_the_contract_are_refused() -> None:
     with pytest.raises(ValueError, match="heartbeat_interval must be > 0 and at most 30"):
         AgentConfig(heartbeat_interval=45)
+
+
+@pytest.mark.parametrize(("requested", "left", "grace"), [
+    (60, None, 60),      # a stop request: no deadline, the spec's grace
+    (60, 120, 60),       # EC2's two-minute notice has room for it
+    (300, 120, 90),      # ... but keeps 30 s for the final sync
+    (60, 30, 15),        # GCE's 30 s notice: half for the process, half for the sync
+    (60, 25, 12.5),      # SIGTERM from the shutdown: the agent's 25 s budget
+    (3, 25, 3),          # a short grace stays short
+    (60, 6, 5),          # never under 5 s
+    (60, -2, 5),         # even when the deadline has passed
+])
+def test_the_grace_fits_the_time_left(requested: float, left: float | None, grace: float) -> None:
+    assert grace_within(requested, left) == grace

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import time
 
 import boto3
@@ -121,6 +123,26 @@ def test_stop_request_kills_a_process_that_ignores_sigterm(world: World) -> None
     assert not world.exists(keys.preempted_marker("stop-job"))
     assert world.poweroff_log.exists()
 
+
+
+def test_sigterm_to_the_agent_stops_the_job_gracefully_and_reports(world: World) -> None:
+    """EC2's OS shutdown (a terminate, or a Spot interruption at its deadline) sends the agent SIGTERM."""
+    world.seed("term-job", {"run": LOOP, "stop_grace": 60})
+    node = world.start("term-job", extra=["--checkpoint-interval", "60"])  # no periodic upload in this test
+    wait_for("the user process", lambda: (node.ml_root / "pid").exists())
+    node.proc.send_signal(signal.SIGTERM)
+    assert node.wait() == 0, console_of(node)
+
+    report = world.json(keys.exit_report("term-job", 1, 0))
+    assert (report["reason"], report["code"]) == ("stopped", 0)  # no Spot notice in IMDS; LOOP exits 0 on TERM
+    assert "notice" not in report and not world.exists(keys.preempted_marker("term-job"))
+    ckpts = world.files(keys.checkpoints_prefix("term-job"))
+    assert ckpts["final.txt"] == b"final\n" and "step.txt" in ckpts  # the final sync's uploads
+    logs = world.logs("term-job")
+    grace = re.search(r"stopped \(SIGTERM received\): SIGTERM to the process group, (\d+) s grace", logs)
+    assert grace and 5 <= int(grace[1]) <= 13, logs  # the spec's 60 s, capped to fit the shutdown budget
+    assert "got SIGTERM" in logs and "SIGTERM: stopped" in logs
+    assert world.poweroff_log.exists()
 
 REPORT = """
 import json, os, pathlib

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from functions_framework import create_app
 
 from jobplane import keys
+from jobplane.clouds.gcp import AGENT_MATCH, SHUTDOWN_SCRIPT
 from jobplane.states import State
 from tests.gcp.conftest import BUCKET, GcpCloud
 
@@ -44,11 +46,14 @@ def test_a_queue_drop_launches_the_job_once_even_when_delivered_twice(cloud: Gcp
         assert client.post("/", **finalized(name)).status_code == 200
     record = cloud.registry.job("fn-job")
     assert record.state == State.LAUNCHING and record.attempt == 1
-    assert [v["name"] for v in cloud.compute_fake.instances()] == ["fn-job-a1-0001"]
+    assert [v["name"] for v in cloud.compute_fake.instances()] == ["jobplane-fn-job-a1-0001"]
     cluster = cloud.registry.get_json(keys.cluster("fn-job", 1))
-    assert cluster["instances"] == ["us-central1-a/fn-job-a1-0001"] and cluster["zone"] == "us-central1-a"
+    assert cluster["instances"] == ["us-central1-a/jobplane-fn-job-a1-0001"] and cluster["zone"] == "us-central1-a"
     startup = {i["key"]: i["value"] for i in cloud.compute_fake.instances()[0]["metadata"]["items"]}
     assert "JOBPLANE_CLOUD=gcp" in startup["startup-script"] and "gs://" in startup["startup-script"]
+    # the shutdown script finds the agent the startup script starts
+    [agent] = [line for line in startup["startup-script"].splitlines() if line.startswith("exec ")]
+    assert re.search(AGENT_MATCH, agent) and startup["shutdown-script"] == SHUTDOWN_SCRIPT
 
 
 @pytest.mark.parametrize("name", ["reg/heartbeats/j/1/0", "reg/jobs/j/job.json", "queue/outside-root.yaml"])
@@ -80,8 +85,23 @@ def test_an_invalid_drop_is_rejected_with_its_reason(cloud: GcpCloud) -> None:
     assert cloud.compute_fake.instances() == []
 
 
+
+@pytest.mark.parametrize(("spec", "field"), [
+    ("run: x\ninstance_type: t3.micro\n", "cloud"),  # cloud defaults to aws
+    (SPEC.replace("zones: [us-central1-a]", "region: europe-west4"), "region"),
+    (SPEC.replace("us-central1-a", "europe-west4-a"), "zones.0"),
+])
+def test_a_spec_for_another_cloud_or_region_is_recorded_invalid(cloud: GcpCloud, spec: str, field: str) -> None:
+    client = create_app("launcher", MAIN, "cloudevent").test_client()
+    assert client.post("/", **finalized(drop(cloud, "elsewhere", spec))).status_code == 200
+    record = cloud.registry.job("elsewhere")
+    assert record.state == State.INVALID and (record.reason or "").startswith(f"{field}: ")
+    error = cloud.registry.get_json(keys.rejected_error("elsewhere"))
+    assert [e["field"] for e in error["errors"]] == [field]
+    assert sum(cloud.compute_fake.calls.values()) == 0  # not even a listing
+
 def test_scheduled_functions_answer_with_their_actions(cloud: GcpCloud) -> None:
-    orphan = cloud.compute_fake.add_instance("us-central1-a", "orphan-a1-0001", {
+    orphan = cloud.compute_fake.add_instance("us-central1-a", "jobplane-orphan-a1-0001", {
         "jobplane-managed": "true", "jobplane-job-id": "nobody", "jobplane-attempt": "1"},
         created=cloud.compute_fake.clock().replace(year=2020))
     sweeper = create_app("sweeper", MAIN, "http").test_client()

@@ -3,13 +3,24 @@ request is serialized and parsed as it would be against GCE."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from jobplane.clouds.base import CapacityError, LaunchRejected, LaunchRequest
-from jobplane.clouds.gcp import SHUTDOWN_SCRIPT, GceCompute, name_prefix, request_id
+from jobplane.clouds.gcp import (
+    SHUTDOWN_SCRIPT,
+    VM_NAME_PREFIX,
+    GceCompute,
+    name_prefix,
+    request_id,
+    shutdown_script,
+)
 from jobplane.local.fake_compute import FakeComputeServer
 from tests.gcp.conftest import IMAGE, PLACEMENT, PROJECT, REGION
 
@@ -34,7 +45,7 @@ def test_single_spot_vm_carries_ownership_scheduling_scripts_and_service_account
     [inst] = gce.launch(request())
     [vm] = vms(compute_fake, "train-1")
     assert compute_fake.calls["insert"] == 1 and compute_fake.calls["bulkInsert"] == 0
-    assert vm["name"] == "train-1-a1-0001" and inst.id == "us-central1-a/train-1-a1-0001"
+    assert vm["name"] == "jobplane-train-1-a1-0001" and inst.id == "us-central1-a/jobplane-train-1-a1-0001"
     # the spec's labels never override ownership
     assert vm["labels"] == {"jobplane-managed": "true", "jobplane-job-id": "train-1", "jobplane-attempt": "1",
                             "jobplane-owner": "alice", "jobplane-rank": "0", "team": "vision"}
@@ -62,7 +73,7 @@ def test_multi_node_is_one_zonal_bulk_insert_all_or_nothing_in_rank_order(
         gce: GceCompute, compute_fake: FakeComputeServer) -> None:
     instances = gce.launch(request(nodes=3, zone="us-central1-b", spot=False))
     assert compute_fake.calls["bulkInsert"] == 1 and compute_fake.calls["insert"] == 0
-    assert [i.id for i in instances] == [f"us-central1-b/train-1-a1-000{n}" for n in (1, 2, 3)]
+    assert [i.id for i in instances] == [f"us-central1-b/jobplane-train-1-a1-000{n}" for n in (1, 2, 3)]
     assert [i.rank for i in instances] == [0, 1, 2]
     assert len({i.private_ip for i in instances}) == 3
     assert all(v["scheduling"]["provisioningModel"] == "STANDARD" for v in vms(compute_fake, "train-1"))
@@ -96,7 +107,7 @@ def test_a_capacity_retry_of_the_same_attempt_a_minute_later_is_a_new_request(
     with pytest.raises(CapacityError):  # same minute: GCE answers with the first, failed, operation
         gce.launch(request())
     now[0] += 60  # the launcher's first capacity backoff
-    assert [i.id for i in gce.launch(request())] == ["us-central1-a/train-1-a1-0001"]
+    assert [i.id for i in gce.launch(request())] == ["us-central1-a/jobplane-train-1-a1-0001"]
     assert compute_fake.calls["insert"] == 3
 
 
@@ -145,7 +156,7 @@ def test_list_managed_is_filtered_server_side_and_normalized(
     compute_fake.add_instance("us-central1-c", "stopped-one", {"jobplane-managed": "true"}, status="TERMINATED",
                               created=datetime(2026, 1, 1, tzinfo=UTC))
     listed = {i.id: i for i in gce.list_managed()}
-    assert set(listed) == {"us-central1-a/train-1-a1-0001", "us-central1-a/train-1-a1-0002",
+    assert set(listed) == {"us-central1-a/jobplane-train-1-a1-0001", "us-central1-a/jobplane-train-1-a1-0002",
                            "us-central1-c/stopped-one"}
     stopped = listed["us-central1-c/stopped-one"]
     assert (stopped.state, stopped.job_id, stopped.launched_at) == ("stopped", None, datetime(2026, 1, 1, tzinfo=UTC))
@@ -182,5 +193,32 @@ def test_max_run_duration_is_enforced_by_the_cloud(compute_fake: FakeComputeServ
 def test_names_fit_gce_limits_for_the_longest_job_ids() -> None:
     long_id = "a" + "b" * 61 + "c"
     prefix = name_prefix(long_id, 12)
-    assert len(prefix + "-0001") <= 63 and prefix.endswith("-a12")
+    assert len(prefix + "-0001") <= 63 and prefix.endswith("-a12") and prefix.startswith(VM_NAME_PREFIX)
     assert name_prefix(long_id, 12) != name_prefix("a" + "b" * 61 + "d", 12)  # the digest keeps them apart
+
+
+STUBBORN = """
+import signal, time
+signal.signal(signal.SIGTERM, lambda *_: print("got TERM", flush=True))
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def test_the_shutdown_script_terms_the_agent_and_waits_a_bounded_time(tmp_path: Path) -> None:
+    """An agent that never exits holds the shutdown only for wait_s (the scenario tests cover one that does)."""
+    marker = f"jobplane-stubborn-{uuid.uuid4().hex}"  # matches this test's process and nothing else
+    stubborn = subprocess.Popen([sys.executable, "-c", STUBBORN, marker], stdout=subprocess.PIPE, text=True)
+    try:
+        assert stubborn.stdout is not None and stubborn.stdout.readline() == "ready\n"
+        script = tmp_path / "shutdown-script"
+        script.write_text(shutdown_script(agent_match=marker, wait_s=1))
+        done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and "still running after 1 s" in done.stderr, done.stderr
+        assert stubborn.stdout.readline() == "got TERM\n" and stubborn.poll() is None  # TERM, nothing harsher
+        script.write_text(shutdown_script(agent_match=f"no-such-agent-{uuid.uuid4().hex}", wait_s=1))
+        nothing = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60)
+        assert (nothing.returncode, nothing.stderr) == (0, "")  # no agent: nothing to wait for
+    finally:
+        stubborn.kill()
+        stubborn.wait(timeout=10)

@@ -30,6 +30,7 @@ import pytest
 from functions_framework import create_app
 
 from jobplane import keys, launcher, reconcile
+from jobplane.clouds.gcp import shutdown_script
 from jobplane.decide.model import Rule
 from jobplane.registry import JobRecord, utcnow
 from jobplane.states import State
@@ -92,7 +93,7 @@ def vm_names(cloud: GcpCloud) -> list[str]:
 
 def test_success_then_the_sweeper_finishes_and_deletes(cloud: GcpCloud) -> None:
     record = submit(cloud, "ok-job")
-    assert record.state == State.LAUNCHING and vm_names(cloud) == ["ok-job-a1-0001"]
+    assert record.state == State.LAUNCHING and vm_names(cloud) == ["jobplane-ok-job-a1-0001"]
     beat(cloud, record)
     assert [a["rule"] for a in call("sweeper")["actions"]] == [Rule.STARTED]
     assert cloud.registry.job("ok-job").state == State.RUNNING
@@ -139,7 +140,7 @@ def test_duplicate_events_launch_once(cloud: GcpCloud) -> None:
         t.join(120)
     assert codes == [200] * 10
     record = cloud.registry.job("dup-job")
-    assert record.attempt == 1 and vm_names(cloud) == ["dup-job-a1-0001"]
+    assert record.attempt == 1 and vm_names(cloud) == ["jobplane-dup-job-a1-0001"]
     assert cloud.compute_fake.calls["insert"] == 1
     assert [e["kind"] for e in cloud.registry.events("dup-job")].count("created") == 1
 
@@ -147,7 +148,7 @@ def test_duplicate_events_launch_once(cloud: GcpCloud) -> None:
 def test_capacity_errors_try_the_next_zone_then_wait_then_the_backstop_launches(cloud: GcpCloud) -> None:
     cloud.compute_fake.fail_zone("us-central1-a")
     record = submit(cloud, "zone-hop")
-    assert record.zone == "us-central1-b" and vm_names(cloud) == ["zone-hop-a1-0001"]
+    assert record.zone == "us-central1-b" and vm_names(cloud) == ["jobplane-zone-hop-a1-0001"]
 
     cloud.compute_fake.fail_zone("us-central1-a", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS")
     cloud.compute_fake.fail_zone("us-central1-b", "QUOTA_EXCEEDED")
@@ -160,7 +161,7 @@ def test_capacity_errors_try_the_next_zone_then_wait_then_the_backstop_launches(
     launcher.backstop(cloud.registry, cloud.compute, now=waiting.wait_until + timedelta(seconds=1),
                       metrics=CountingMetrics())
     again = cloud.registry.job("no-room")
-    assert again.state == State.LAUNCHING and again.attempt == 1 and "no-room-a1-0001" in vm_names(cloud)
+    assert again.state == State.LAUNCHING and again.attempt == 1 and "jobplane-no-room-a1-0001" in vm_names(cloud)
 
 
 def test_spot_vm_gone_is_preempted_and_rerun_as_the_next_attempt(cloud: GcpCloud) -> None:
@@ -175,7 +176,7 @@ def test_spot_vm_gone_is_preempted_and_rerun_as_the_next_attempt(cloud: GcpCloud
     assert [a["result"] for a in call("rerun")["actions"]] == ["applied"]
     after = cloud.registry.job("spot-gone")
     assert (after.state, after.attempt, after.restarts) == (State.LAUNCHING, 2, 1)
-    assert vm_names(cloud) == ["spot-gone-a2-0001"] and cloud.registry.preempted() == {}
+    assert vm_names(cloud) == ["jobplane-spot-gone-a2-0001"] and cloud.registry.preempted() == {}
 
 
 def test_overlapping_rerun_invocations_launch_one_attempt(cloud: GcpCloud) -> None:
@@ -200,7 +201,7 @@ def test_overlapping_rerun_invocations_launch_one_attempt(cloud: GcpCloud) -> No
         t.join(120)
     assert len(results) == 5 and sum(r.count("applied") for r in results) == 1, results
     after = cloud.registry.job("spotty")
-    assert (after.state, after.attempt) == (State.LAUNCHING, 2) and vm_names(cloud) == ["spotty-a2-0001"]
+    assert (after.state, after.attempt) == (State.LAUNCHING, 2) and vm_names(cloud) == ["jobplane-spotty-a2-0001"]
     assert cloud.compute_fake.calls["insert"] == 2  # attempt 1 and exactly one rerun
 
 
@@ -233,7 +234,7 @@ def test_uptime_cap_asks_to_stop_then_times_out(cloud: GcpCloud) -> None:
 
 
 def test_orphan_is_deleted_after_the_grace_and_foreign_vms_are_untouched(cloud: GcpCloud) -> None:
-    cloud.compute_fake.add_instance("us-central1-a", "ghost-a1-0001", {
+    cloud.compute_fake.add_instance("us-central1-a", "jobplane-ghost-a1-0001", {
         "jobplane-managed": "true", "jobplane-job-id": "ghost", "jobplane-attempt": "1"})
     cloud.compute_fake.add_instance("us-central1-a", "web-server", {"team": "web"})
     cloud.compute_fake.add_instance("us-central1-a", "not-managed", {
@@ -271,8 +272,9 @@ def code_bundle() -> bytes:
 
 
 @pytest.fixture
-def agents(cloud: GcpCloud, tmp_path: Path) -> Iterator[Callable[[str], subprocess.Popen[bytes]]]:
-    """Start the agent for one VM: its own fake metadata server, fake GCS, power-off shimmed."""
+def agents(cloud: GcpCloud, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """Start the agent for one VM (extra flags override FAST): its own fake metadata server, fake GCS,
+    power-off shimmed."""
     procs: list[subprocess.Popen[bytes]] = []
     poweroff = tmp_path / "poweroff.log"
     shim = tmp_path / "poweroff-shim"
@@ -284,7 +286,7 @@ def agents(cloud: GcpCloud, tmp_path: Path) -> Iterator[Callable[[str], subproce
         (bin_dir / name).write_text(f'#!/bin/sh\necho REAL {name} "$@" >> "{poweroff}"\n')
         (bin_dir / name).chmod(0o755)
 
-    def start(instance_id: str) -> subprocess.Popen[bytes]:
+    def start(instance_id: str, *extra: str) -> subprocess.Popen[bytes]:
         metadata = cloud.compute_fake.metadata_server(instance_id)
         node = tmp_path / instance_id.replace("/", "_")
         env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
@@ -295,7 +297,7 @@ def agents(cloud: GcpCloud, tmp_path: Path) -> Iterator[Callable[[str], subproce
             proc = subprocess.Popen(
                 [sys.executable, "-m", "jobplane.agent", "--cloud", "gcp", "--bucket", BUCKET, "--root", "reg",
                  "--region", REGION, "--metadata-url", metadata.base_url, "--ml-root", str(node),
-                 "--poweroff-cmd", str(shim), *FAST], env=env, stdout=console, stderr=subprocess.STDOUT)
+                 "--poweroff-cmd", str(shim), *FAST, *extra], env=env, stdout=console, stderr=subprocess.STDOUT)
         procs.append(proc)
         return proc
 
@@ -315,7 +317,7 @@ def log_text(cloud: GcpCloud, job_id: str, attempt: int) -> str:
 
 
 def test_spot_preemption_then_resume_with_the_real_agent(
-        cloud: GcpCloud, agents: Callable[[str], subprocess.Popen[bytes]], tmp_path: Path) -> None:
+        cloud: GcpCloud, agents: Callable[..., subprocess.Popen[bytes]], tmp_path: Path) -> None:
     job = "resume-me"
     cloud.registry.store.put(cloud.registry.key(keys.code_bundle(job)), code_bundle())
     spec = (f"run: {sys.executable} train.py --steps 300 --checkpoint-every 20 --sleep 0.03\n"
@@ -336,7 +338,7 @@ def test_spot_preemption_then_resume_with_the_real_agent(
 
     assert [a["result"] for a in call("rerun")["actions"]] == ["applied"]
     second = cloud.registry.job(job)
-    assert second.attempt == 2 and second.instances == ["us-central1-a/resume-me-a2-0001"]
+    assert second.attempt == 2 and second.instances == ["us-central1-a/jobplane-resume-me-a2-0001"]
     assert agents(second.instances[0]).wait(timeout=90) == 0
     cloud.compute_fake.power_off(second.instances[0])  # what the shimmed power-off does on a real VM
     call("sweeper")
@@ -348,3 +350,60 @@ def test_spot_preemption_then_resume_with_the_real_agent(
     assert_vms_deleted(cloud)
     result = json.loads(cloud.registry.get_bytes(keys.artifacts_prefix(job) + "model/result.json"))
     assert result["steps"] == 300
+
+
+def test_sigterm_before_the_notice_poll_keeps_the_newest_checkpoint_and_the_report(
+        cloud: GcpCloud, agents: Callable[..., subprocess.Popen[bytes]], tmp_path: Path) -> None:
+    """GCE preempts a Spot VM: instance/preempted turns TRUE and its shutdown script SIGTERMs the agent
+    right away, before the agent's next metadata poll (5 s apart here, the most the contract allows).
+    Periodic checkpoint uploads are held off (60 s), so every checkpoint in the bucket is the final sync's."""
+    job = "shut-down"
+    cloud.registry.store.put(cloud.registry.key(keys.code_bundle(job)), code_bundle())
+    spec = (f"run: {sys.executable} train.py --steps 300 --checkpoint-every 10 --sleep 0.05\n"
+            "instance_type: n2-standard-4\ncloud: gcp\nzones: [us-central1-a]\nspot: true\n")
+    vm = submit(cloud, job, spec).instances[0]
+    metadata = cloud.compute_fake.metadata_server(vm)
+    node = tmp_path / vm.replace("/", "_")
+    agent = agents(vm, "--poll-interval", "5", "--checkpoint-interval", "60")
+    wait_for("a checkpoint on the VM's disk", lambda: list((node / "checkpoints").glob("ckpt-*.npz")))
+    call("sweeper")
+    assert cloud.registry.job(job).state == State.RUNNING
+    assert not list(cloud.registry.listing(keys.checkpoints_prefix(job)))  # nothing uploaded yet
+
+    polls = metadata.requests  # after boot the agent asks its metadata server only for instance/preempted
+    wait_for("the agent's next notice poll", lambda: metadata.requests > polls)
+    cloud.compute_fake.preempt(vm, notice_only=True)  # the next poll is ~5 s away: the signal comes first
+    script = tmp_path / "shutdown-script"
+    script.write_text(shutdown_script(agent_match=f"-m jobplane[.]agent .*{node}"))  # this test's agent only
+    shutdown = subprocess.Popen(["bash", str(script)], stderr=subprocess.PIPE, text=True)
+    try:
+        def agent_exited() -> bool:
+            if agent.poll() is None:  # (poll() reaps it: until then its pid exists for the script)
+                assert shutdown.poll() is None, "the shutdown script returned while the agent still ran"
+                return False
+            return True
+        wait_for("the agent to finish after SIGTERM", agent_exited)
+        _, stderr = shutdown.communicate(timeout=30)
+    finally:
+        shutdown.kill()
+    assert shutdown.returncode == 0 and not stderr, stderr  # it waited for the agent, and not in vain
+
+    report = cloud.registry.get_json(keys.exit_report(job, 1, 0))
+    assert (report["reason"], report["code"], report["notice"]["action"]) == ("preempted", 143, "terminate")
+    assert metadata.requests == polls + 2  # that poll, then one look after the signal
+    log1 = log_text(cloud, job, 1)
+    assert "SIGTERM received" in log1 and "SIGTERM: preempted" in log1, log1[-2000:]
+    assert cloud.registry.get_json(keys.preempted_marker(job))["attempt"] == 1
+    on_disk = {p.name for p in (node / "checkpoints").glob("ckpt-*.npz")}
+    newest = max(on_disk, key=lambda name: int(name.split("-")[1].split(".")[0]))
+    synced = {k.rsplit("/", 1)[-1] for k, _, _ in cloud.registry.listing(keys.checkpoints_prefix(job))}
+    assert newest in synced and on_disk <= synced
+    assert "poweroff-shim" in (tmp_path / "poweroff.log").read_text()
+
+    cloud.compute_fake.preempt(vm)  # GCE deletes the VM
+    assert [a["result"] for a in call("rerun")["actions"]] == ["applied"]
+    second = cloud.registry.job(job)
+    assert second.attempt == 2
+    assert agents(second.instances[0]).wait(timeout=90) == 0
+    step = newest.split("-")[1].split(".")[0]
+    assert f"resuming from step {step} ({newest})" in log_text(cloud, job, 2)

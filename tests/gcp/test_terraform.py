@@ -1,18 +1,26 @@
 """infra/gcp: the Terraform parses (python-hcl2), holds every resource its README promises with the
-settings promised, grants nothing public, and the function package imports from its own zip."""
+settings promised, grants nothing public and no Compute Engine permission the adapter does not use, and
+the function package imports from its own zip."""
 
 from __future__ import annotations
 
+import inspect
+import os
 import re
 import shutil
 import subprocess
 import sys
 import zipfile
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import hcl2
 import pytest
+
+from jobplane.clouds.base import LaunchRequest
+from jobplane.clouds.gcp import VM_NAME_PREFIX, GceCompute
+from jobplane.local.fake_compute import FakeComputeServer
 
 pytestmark = pytest.mark.timeout(120)
 REPO = Path(__file__).parents[2]
@@ -41,7 +49,7 @@ def _parse() -> dict[str, dict[str, Any]]:
                 for rtype, named in entry.items():
                     for name, body in named.items():
                         out.setdefault(kind, {})[f"{rtype}.{name}"] = body
-        for kind in ("variable", "output"):
+        for kind in ("variable", "output", "locals"):
             for entry in doc.get(kind, []):
                 out.setdefault(kind, {}).update(entry)
     return out
@@ -101,10 +109,12 @@ def test_roles_are_the_least_each_identity_needs(tf: dict[str, dict[str, Any]]) 
 
     def roles(who: str) -> set[str]:
         return {role for member, role in grants if member == f"${{google_service_account.{who}.member}}"}
-    assert roles("functions") == {"roles/storage.objectUser", "roles/compute.instanceAdmin.v1",
-                                  "roles/iam.serviceAccountUser", "roles/eventarc.eventReceiver",
-                                  "roles/run.invoker"}
-    assert roles("vms") == {"roles/storage.objectUser", "roles/logging.logWriter"}
+    assert roles("functions") == {"roles/storage.objectUser", "roles/iam.serviceAccountUser",
+                                  "${google_project_iam_custom_role.functions_compute.name}",
+                                  "${google_project_iam_custom_role.functions_own_vms.name}",
+                                  "roles/eventarc.eventReceiver", "roles/run.invoker"}
+    assert not [role for _, role in grants if role.startswith("roles/compute.")]  # no predefined Compute role
+    assert roles("vms") == {"roles/storage.objectUser", "roles/logging.logWriter", "roles/storage.objectViewer"}
     assert roles("scheduler") == {"roles/run.invoker"}
     assert roles("builder") == {"roles/storage.objectViewer", "${each.value}"}
     assert tf["resource"]["google_project_iam_member.builder"]["for_each"] == \
@@ -137,3 +147,115 @@ def test_the_function_zip_imports_from_itself_without_aws(tmp_path: Path) -> Non
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=tmp_path, check=True, timeout=120)
     requirements = (tmp_path / "requirements.txt").read_text()
     assert "google-cloud-compute" in requirements and "boto3" not in requirements
+
+
+# ---- Compute Engine: the custom roles hold exactly what the adapter's API calls need --------------------
+# Each call GceCompute makes, as the Compute fake counts it -> the permissions GCE checks for it.
+CALL_PERMISSIONS = {
+    "insert": {"compute.instances.create"},
+    "bulkInsert": {"compute.instances.create"},
+    "regionBulkInsert": {"compute.instances.create"},
+    "waitOperation": {"compute.zoneOperations.get", "compute.regionOperations.get"},  # zonal and regional
+    "aggregatedList": {"compute.instances.list"},
+    "get": {"compute.instances.get"},
+    "delete": {"compute.instances.delete"},
+    "aggregatedOperations": {"compute.globalOperations.list"},
+}
+# What a create request sets, field by field -> what GCE checks on top of compute.instances.create.
+VM_FIELDS = {
+    "name": set(), "machineType": set(), "scheduling": set(),
+    "labels": {"compute.instances.setLabels"},
+    "metadata": {"compute.instances.setMetadata"},
+    "serviceAccounts": {"compute.instances.setServiceAccount"},
+    "disks": {"compute.disks.create"},  # a new boot disk (initializeParams), no existing disk attached
+    "networkInterfaces": set(),
+}
+DISK_FIELDS = {"boot": set(), "autoDelete": set(), "initializeParams": set()}
+NEW_DISK_FIELDS = {"diskSizeGb": set(), "diskType": set(), "labels": {"compute.disks.setLabels"},
+                   "sourceImage": {"compute.images.useReadOnly"}}
+NIC_FIELDS = {"network": set(), "subnetwork": {"compute.subnetworks.use"}}  # no accessConfigs: no external IP
+SERVER_FIELDS = frozenset({"kind", "id", "status", "zone", "creationTimestamp", "selfLink"})  # added by the fake
+NIC_SERVER_FIELDS = frozenset({"name", "networkIP"})
+# The permissions that change or delete an existing VM: only under the name condition.
+CHANGES_A_VM = {"compute.instances.delete", "compute.instances.setLabels", "compute.instances.setMetadata",
+                "compute.instances.setServiceAccount"}
+
+
+def _fields(found: dict[str, Any], table: dict[str, set[str]], ignore: frozenset[str] = frozenset()) -> set[str]:
+    unknown = set(found) - set(table) - ignore
+    assert not unknown, f"map these request fields to the permissions they need: {unknown}"
+    return set().union(*(table[name] for name in found if name in table))
+
+
+def _role(tf: dict[str, dict[str, Any]], name: str) -> set[str]:
+    return set(tf["resource"][f"google_project_iam_custom_role.{name}"]["permissions"])
+
+
+def test_the_custom_roles_hold_exactly_the_permissions_of_every_call_the_adapter_makes(
+        tf: dict[str, dict[str, Any]], gce: GceCompute, compute_fake: FakeComputeServer) -> None:
+    public = {name for name, _ in inspect.getmembers(GceCompute, inspect.isfunction) if not name.startswith("_")}
+    assert public == {"launch", "list_managed", "attempt_instances", "terminate", "preempted"}, \
+        "a new adapter method: exercise it below"
+
+    def request(zone: str | None, nodes: int) -> LaunchRequest:
+        return LaunchRequest(job_id=f"perm-{nodes}-{zone or 'region'}", attempt=1, num_nodes=nodes,
+                             instance_type="n2-standard-4", zone=zone, image="", spot=True, user_data="#!/bin/bash\n",
+                             max_runtime=3600, disk_gb=50, owner="alice", labels=(("team", "vision"),))
+    launched = [i.id for r in (request("us-central1-a", 1), request("us-central1-b", 2), request(None, 2))
+                for i in gce.launch(r)]
+    created = compute_fake.instances()  # what the three kinds of launch asked for
+    gce.list_managed()
+    compute_fake.preempt(launched[0])
+    gce.preempted(since=datetime(2020, 1, 1, tzinfo=UTC))
+    gce.terminate(launched[1:])
+
+    assert set(compute_fake.calls) == set(CALL_PERMISSIONS), "map every call (and make every mapped one)"
+    needed = set().union(*CALL_PERMISSIONS.values())
+    for vm in created:
+        needed |= _fields(vm, VM_FIELDS, SERVER_FIELDS)
+        for disk in vm["disks"]:
+            needed |= _fields(disk, DISK_FIELDS) | _fields(disk["initializeParams"], NEW_DISK_FIELDS)
+        for nic in vm["networkInterfaces"]:
+            needed |= _fields(nic, NIC_FIELDS, NIC_SERVER_FIELDS)
+
+    launch_and_read, own_vms = _role(tf, "functions_compute"), _role(tf, "functions_own_vms")
+    assert launch_and_read | own_vms == needed  # nothing missing, nothing extra
+    assert own_vms == CHANGES_A_VM and not launch_and_read & CHANGES_A_VM
+
+
+def test_changing_or_deleting_a_vm_is_granted_on_jobplane_vms_only(tf: dict[str, dict[str, Any]]) -> None:
+    assert tf["locals"]["vm_name_prefix"] == VM_NAME_PREFIX == "jobplane-"  # what GceCompute names every VM
+    plain = tf["resource"]["google_project_iam_member.functions_compute"]
+    assert plain["role"] == "${google_project_iam_custom_role.functions_compute.name}" and "condition" not in plain
+    guarded = tf["resource"]["google_project_iam_member.functions_own_vms"]
+    assert guarded["role"] == "${google_project_iam_custom_role.functions_own_vms.name}"
+    assert guarded["member"] == "${google_service_account.functions.member}"
+    assert block(guarded, "condition")["expression"] == (
+        "resource.type != 'compute.googleapis.com/Instance' || "
+        "resource.name.extract('/instances/{name}').startsWith('${local.vm_name_prefix}')")
+
+
+def test_vms_may_read_the_data_buckets_listed_and_only_read(tf: dict[str, dict[str, Any]]) -> None:
+    variable = tf["variable"]["data_buckets"]
+    assert variable["type"] == "${list(string)}" and variable["default"] == []
+    data = tf["resource"]["google_storage_bucket_iam_member.vms_data"]
+    assert data["for_each"] == "${toset(var.data_buckets)}" and data["bucket"] == "${each.value}"
+    assert (data["role"], data["member"]) == ("roles/storage.objectViewer", "${google_service_account.vms.member}")
+    [pattern] = re.findall(r'regex\("([^"]+)"', block(variable, "validation")["condition"])
+    assert [bool(re.fullmatch(pattern, name)) for name in
+            ("my-datasets", "corp.data.bucket", "gs://my-datasets", "my-datasets/train")] == [True, True, False, False]
+
+
+def test_terraform_validates_with_the_google_provider(tmp_path: Path) -> None:
+    """Offline: `terraform init -plugin-dir` needs the hashicorp/google provider on disk (it cannot be
+    downloaded here); JOBPLANE_TF_PLUGIN_DIR names a directory laid out as terraform's plugin cache."""
+    plugins = Path(os.environ.get("JOBPLANE_TF_PLUGIN_DIR", "/opt/tf-plugins"))
+    if shutil.which("terraform") is None:
+        pytest.skip("terraform not installed")
+    if not list(plugins.glob("registry.terraform.io/hashicorp/google/*/*")):
+        pytest.skip(f"no hashicorp/google provider under {plugins}: terraform validate cannot run offline")
+    work = tmp_path / "gcp"
+    shutil.copytree(INFRA, work, ignore=shutil.ignore_patterns(".terraform*", "*.tfstate*"))
+    for step in (["init", "-backend=false", "-input=false", f"-plugin-dir={plugins}"], ["validate"]):
+        done = subprocess.run(["terraform", *step, "-no-color"], cwd=work, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr

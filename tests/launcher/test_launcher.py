@@ -154,6 +154,24 @@ def test_policy_violation_records_an_invalid_job(cloud: Cloud) -> None:
     assert cloud.calls.run_instances == [] and queue_keys(cloud) == []
 
 
+
+@pytest.mark.parametrize(("text", "field"), [
+    ("cloud: gcp\ninstance_type: n2-standard-4\nzones: [us-central1-a]\nrun: python3 train.py\n", "cloud"),
+    ("region: eu-west-1\ninstance_type: t3.micro\nrun: python3 train.py\n", "region"),
+    ("zones: [us-east-1a, eu-west-1a]\ninstance_type: t3.micro\nrun: python3 train.py\n", "zones.1"),
+])
+def test_a_spec_for_another_cloud_or_region_is_invalid_and_never_launched(cloud: Cloud, text: str,
+                                                                          field: str) -> None:
+    assert cloud.compute.region == "us-east-1"
+    assert drop_and_handle(cloud, "elsewhere", text) == "invalid"
+
+    record = cloud.registry.job("elsewhere")
+    assert record.state == State.INVALID and (record.reason or "").startswith(f"{field}: ")
+    doc = cloud.registry.get_json(keys.rejected_error("elsewhere"))
+    assert [e["field"] for e in doc["errors"]] == [field]
+    assert cloud.registry.get_bytes(keys.rejected_spec("elsewhere")) == text.encode()  # kept as dropped
+    assert cloud.calls.run_instances == [] and cloud.instances() == [] and queue_keys(cloud) == []
+
 def test_queue_entry_names(cloud: Cloud) -> None:
     as_json = json.dumps({"instance_type": "t3.micro", "run": "x"})
     assert drop_and_handle(cloud, "as-json", as_json, "json") == "launched"

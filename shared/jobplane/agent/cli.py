@@ -10,6 +10,9 @@ through the unchanged bootstrap script:
   --metadata-url     (else AWS_EC2_METADATA_SERVICE_ENDPOINT on EC2)
   --log-interval, --heartbeat-interval, --checkpoint-interval, --poll-interval, --stop-grace,
   --cluster-timeout  JOBPLANE_AGENT_<FLAG NAME IN CAPITALS> (10, 30, 60, 5, spec, 900 seconds)
+
+SIGTERM and SIGINT stop the job like a stop request: the user process gets its grace (capped so the
+final sync fits the VM's shutdown), then the final sync, the exit report and the power-off.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import argparse
 import logging
 import os
 import shlex
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -107,4 +111,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     registry = Registry(stores(args.bucket), args.root)
     agent = Agent(registry, metadata, config, power_off=command_power_off(args.poweroff_cmd), stores=stores,
                   console=sys.stdout.buffer)
+    for sig in (signal.SIGTERM, signal.SIGINT):  # the VM shutting down (or ^C): stop the job, sync, report
+        signal.signal(sig, agent.on_signal)
     return agent.run()

@@ -5,6 +5,9 @@ Three threads: the main thread prepares, supervises the user process and reports
 thread writes heartbeats, ships log chunks and polls for a Spot notice or a stop request; a third
 uploads changed checkpoint files. Every
 registry write is retried and no failure skips the exit report or the power-off.
+
+SIGTERM or SIGINT (`on_signal`, installed by the entry point) is a stop request too: the VM is shutting
+down (GCE's shutdown script, EC2's OS shutdown), often before the next poll has seen the notice.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -44,6 +48,20 @@ T = TypeVar("T")
 AGENT_ERROR = 125  # exit code when the agent itself could not run the job (like `docker run`)
 _TICK = 0.2  # how often the main thread looks at the user process
 MAX_CHUNK = 4 << 20  # bytes per log object: a chatty job writes more objects, never huge ones
+# After SIGTERM the VM is assumed gone this soon: GCE hard-stops a Spot VM 30 s after its soft off (a
+# Standard one after 120 s) and the guest spends a few of those reaching the shutdown script.
+SIGNAL_BUDGET_S = 25.0
+FINAL_SYNC_S = 30.0  # at most this much of the time left is kept for the final sync and the report
+MIN_GRACE_S = 5.0
+
+
+def grace_within(requested: float, left: float | None) -> float:
+    """The user process's SIGTERM-to-SIGKILL grace when the VM goes away in `left` seconds (None: no
+    known end): the spec's grace, but never more than half of what is left nor all but FINAL_SYNC_S of
+    it, so the final checkpoint sync and the exit report still fit; and never under MIN_GRACE_S."""
+    if left is None:
+        return requested
+    return min(requested, max(MIN_GRACE_S, left - min(FINAL_SYNC_S, left / 2)))
 
 
 @dataclass(frozen=True)
@@ -78,6 +96,8 @@ class Outcome:
     reason: str  # "exit" | "preempted" | "stopped"
     notice: dict[str, str] | None = None
     error: str | None = None
+    signal: str | None = None  # "SIGTERM" when a signal asked the agent to stop
+    deadline: float | None = None  # time.monotonic() by which the VM is gone, when a signal says so
 
 
 @dataclass
@@ -110,6 +130,15 @@ class Agent:
         self._checkpoints: DirSync | None = None
 
     # ---- entry point -------------------------------------------------------------------------------------
+    def on_signal(self, signum: int, frame: object = None) -> None:
+        """SIGTERM / SIGINT handler (signal.signal(sig, agent.on_signal), from the main thread).
+
+        It only records the request; the main thread acts on it within a tick. No I/O and no locks here:
+        the handler runs between any two bytecodes of the main thread, even inside a lock it holds."""
+        if self._interrupt is None:
+            self._interrupt = Outcome(None, "stopped", signal=signal.Signals(signum).name,
+                                      deadline=time.monotonic() + SIGNAL_BUDGET_S)
+
     def run(self) -> int:
         """Run the node to the end and power off. Returns 0 once the exit report is written."""
         run = self._identify()
@@ -129,7 +158,7 @@ class Agent:
         self._stop_background.set()
         for thread in threads:
             thread.join(timeout=60)
-        reported = self._finish(run, outcome)
+        reported = self._finish(run, self._after_signal(outcome))
         self._power_off()
         return 0 if reported else 1
 
@@ -145,7 +174,7 @@ class Agent:
                 problem = f"instance has no {TAG_JOB_ID} / {TAG_ATTEMPT} tags (pass --job / --attempt)"
             except Exception as exc:
                 problem = f"metadata: {exc}"
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or self._interrupt is not None:
                 log.error("cannot tell which job this node runs: %s", problem)
                 return None
             log.warning("%s; retrying", problem)
@@ -178,7 +207,7 @@ class Agent:
     def _wait_cluster(self, run: _Run) -> Cluster | None:
         deadline = time.monotonic() + self.cfg.cluster_timeout
         key = keys.cluster(run.job_id, run.attempt)
-        while not self._interrupted.is_set():
+        while self._interrupt is None:  # set by a poll (which also sets _interrupted) or a signal
             body: Any = None
             try:
                 body = self.reg.get_json(key)
@@ -245,25 +274,23 @@ class Agent:
     def _supervise(self, proc: UserProcess, spec: JobSpec) -> Outcome:
         while True:
             code = proc.poll()
+            interrupt = self._interrupt  # read once: a signal or the poll may set it at any moment
             if code is not None:
+                if interrupt is not None and code != 0:  # a shutdown signals the whole service, user code too
+                    interrupt.code = code
+                    return interrupt
                 return Outcome(code, "exit")
-            if self._interrupt is not None:
-                grace = self._grace(spec, self._interrupt.notice)
-                self.out.note(f"{self._interrupt.reason}: SIGTERM to the process group, {grace:.0f} s grace")
-                self._interrupt.code = proc.terminate(grace)
-                return self._interrupt
+            if interrupt is not None:
+                grace = self._grace(spec, interrupt)
+                cause = f" ({interrupt.signal} received)" if interrupt.signal else ""
+                self.out.note(f"{interrupt.reason}{cause}: SIGTERM to the process group, {grace:.0f} s grace")
+                interrupt.code = proc.terminate(grace)
+                return interrupt
             self._interrupted.wait(_TICK)
 
-    def _grace(self, spec: JobSpec, notice: dict[str, str] | None) -> float:
-        grace = float(self.cfg.stop_grace if self.cfg.stop_grace is not None else spec.stop_grace)
-        if notice and notice.get("time"):
-            # leave ~30 s of the two-minute warning for the final checkpoint and log sync
-            try:
-                left = (datetime.fromisoformat(notice["time"].replace("Z", "+00:00")) - datetime.now(UTC))
-                grace = min(grace, max(5.0, left.total_seconds() - 30))
-            except ValueError:
-                pass
-        return grace
+    def _grace(self, spec: JobSpec, interrupt: Outcome) -> float:
+        requested = float(self.cfg.stop_grace if self.cfg.stop_grace is not None else spec.stop_grace)
+        return grace_within(requested, _seconds_left(interrupt))
 
     # ---- background: heartbeats, logs, notice / stop polling ------------------------------------------
     def _background(self, run: _Run) -> None:
@@ -348,6 +375,19 @@ class Agent:
                 log.warning("checkpoint sync failed; will retry: %s", exc)
 
     # ---- the end ----------------------------------------------------------------------------------------
+    def _after_signal(self, outcome: Outcome) -> Outcome:
+        """A signal stopped the node: preempted if the metadata says so (asked once, the VM is going away),
+        else stopped. On a Spot VM the shutdown's SIGTERM usually beats the next notice poll."""
+        if outcome.signal is None or outcome.reason != "stopped":
+            return outcome
+        try:
+            outcome.notice = self.md.preemption_notice()
+        except Exception as exc:
+            log.warning("preemption check after %s failed: %s", outcome.signal, exc)
+        if outcome.notice is not None:
+            outcome.reason = "preempted"
+        self.out.note(f"{outcome.signal}: {outcome.reason}" + (f" {outcome.notice}" if outcome.notice else ""))
+        return outcome
 
     def _finish(self, run: _Run, outcome: Outcome) -> bool:
         ended = datetime.now(UTC)
@@ -408,6 +448,17 @@ class Agent:
             return False
 
 
+def _seconds_left(interrupt: Outcome) -> float | None:
+    """Seconds until the VM goes away: the signal's budget, else the notice's time; None when unknown."""
+    if interrupt.deadline is not None:
+        return interrupt.deadline - time.monotonic()
+    when = (interrupt.notice or {}).get("time")
+    if not when:
+        return None
+    try:
+        return (datetime.fromisoformat(when.replace("Z", "+00:00")) - datetime.now(UTC)).total_seconds()
+    except ValueError:
+        return None
 
 
 def _int(value: str | None) -> int | None:

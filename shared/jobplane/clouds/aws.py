@@ -143,6 +143,8 @@ def _chunks(items: list[str], size: int = _CHUNK) -> Iterator[list[str]]:
 class Ec2Compute:
     """The Compute protocol on EC2, placing VMs where the policy's `aws` section says."""
 
+    cloud = "aws"
+
     def __init__(self, placement: AwsPlacement | None = None, region: str | None = None, client: Any = None) -> None:
         self.placement = placement or AwsPlacement()
         self.client = client or ec2_client(region)

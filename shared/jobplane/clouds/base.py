@@ -145,6 +145,9 @@ class LaunchRejected(Exception):
 class Compute(Protocol):
     """The VM operations the control plane needs; one adapter per cloud."""
 
+    cloud: str  # "aws" | "gcp", as a spec's `cloud` says it
+    region: str  # the one region this deployment launches in
+
     def launch(self, request: LaunchRequest) -> list[Instance]:
         """Start num_nodes VMs (all or nothing), ordered by rank; raise CapacityError or LaunchRejected."""
         ...

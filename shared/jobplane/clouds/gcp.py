@@ -17,6 +17,7 @@ import hashlib
 import importlib
 import logging
 import os
+import shlex
 import time
 import uuid
 from collections.abc import Callable
@@ -53,6 +54,7 @@ LABEL_MANAGED, LABEL_JOB_ID, LABEL_ATTEMPT = gce_key(TAG_MANAGED), gce_key(TAG_J
 LABEL_RANK, LABEL_OWNER = gce_key(TAG_RANK), gce_key(TAG_OWNER)
 MANAGED_FILTER = f'labels.{LABEL_MANAGED} = "true"'
 PREEMPTED_OPERATION = "compute.instances.preempted"
+VM_NAME_PREFIX = "jobplane-"  # infra/gcp grants delete / setMetadata only on VMs named so
 SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 REQUEST_WINDOW_S = 60
 _REQUEST_NAMESPACE = uuid.UUID("6f1d1b5e-7a4c-4f0e-9d55-0b6a3c9e2f10")  # fixed: request ids must be stable
@@ -62,14 +64,25 @@ _STATES = {
     "TERMINATED": "stopped", "SUSPENDED": "stopped",
 }
 
-# GCE runs this on any stop or delete (preemption, maxRunDuration, a sweep's delete): it asks the agent
-# to finish (final checkpoint and log sync) and waits for it within GCE's shutdown window.
-SHUTDOWN_SCRIPT = """#!/bin/bash
-# jobplane: let the agent checkpoint and sync before the VM goes away.
-pid=$(pgrep -o -f 'python3 -m jobplane.agent') || exit 0
-kill -TERM "$pid"
-for _ in $(seq 25); do kill -0 "$pid" 2>/dev/null || exit 0; sleep 1; done
+AGENT_MATCH = "python[0-9.]* -m jobplane[.]agent"  # pgrep -f: python3, python3.11 or a venv's python
+SHUTDOWN_WAIT_S = 100
+
+
+def shutdown_script(agent_match: str = AGENT_MATCH, wait_s: int = SHUTDOWN_WAIT_S) -> str:
+    """What GCE runs on any stop or delete (preemption, maxRunDuration, a sweep's delete): SIGTERM asks the
+    agent to stop the job with its grace, sync the newest checkpoint and write the exit report; the script
+    waits for the agent to exit, at most wait_s. GCE hard-stops a Spot VM 30 s after the soft off (the
+    agent plans for that) and a Standard VM after 120 s, where the longer wait lets a big upload finish."""
+    return f"""#!/bin/bash
+# jobplane: let the agent stop the job, sync and report before the VM goes away.
+pid=$(pgrep -o -f -- {shlex.quote(agent_match)}) || exit 0
+kill -TERM "$pid" 2>/dev/null || exit 0
+for _ in $(seq {2 * wait_s}); do kill -0 "$pid" 2>/dev/null || exit 0; sleep 0.5; done
+echo "jobplane: the agent (pid $pid) was still running after {wait_s} s" >&2
 """
+
+
+SHUTDOWN_SCRIPT = shutdown_script()
 
 
 @dataclass(frozen=True)
@@ -79,13 +92,14 @@ class Preemption:
 
 
 def name_prefix(job_id: str, attempt: int) -> str:
-    """VM names are <prefix>-0001.. in rank order; the prefix leaves room for the number (63 max)."""
+    """VM names are jobplane-<job>-a<attempt>-0001.. in rank order, room left for the number (63 max).
+    The fixed VM_NAME_PREFIX is what the functions' IAM condition allows them to delete or change."""
     suffix = f"-a{attempt}"
-    room = 63 - len("-0001") - len(suffix)
+    room = 63 - len(VM_NAME_PREFIX) - len("-0001") - len(suffix)
     if len(job_id) <= room:
-        return job_id + suffix
+        return VM_NAME_PREFIX + job_id + suffix
     digest = hashlib.sha1(job_id.encode()).hexdigest()[:6]
-    return job_id[: room - 7] + "-" + digest + suffix
+    return VM_NAME_PREFIX + job_id[: room - 7] + "-" + digest + suffix
 
 
 def request_id(job_id: str, attempt: int, location: str, at: float) -> str:
@@ -142,6 +156,8 @@ class GceCompute:
     endpoint (or JOBPLANE_COMPUTE_ENDPOINT, via from_env) points the REST transport at a local fake with
     anonymous credentials, as STORAGE_EMULATOR_HOST does for GCS.
     """
+
+    cloud = "gcp"
 
     def __init__(
         self,
