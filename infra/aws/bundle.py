@@ -18,16 +18,16 @@ machine needs PyPI.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import subprocess
 import sys
-import tempfile
 import tomllib
 import zipfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
+
+from jobplane.bundling import atomic_build, digest
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / "build" / "cdk-assets"
@@ -40,8 +40,10 @@ VM_PLATFORMS = ("manylinux2014_x86_64", "manylinux2014_aarch64")
 RUNTIME_PROVIDED = frozenset({"boto3", "botocore", "s3transfer", "jmespath", "python_dateutil", "six", "urllib3"})
 # What the handlers import beyond the standard library and the runtime.
 LAMBDA_REQUIREMENTS = ("pydantic", "pydantic_core", "PyYAML", "aws-lambda-powertools")
-# Modules a Lambda never needs: GCP adapters (an AWS handler never imports google), the CLI, the local cloud.
-EXCLUDED_MODULES = ("jobplane/cli.py", "jobplane/local", "jobplane/clouds/gcs.py", "jobplane/clouds/gce*")
+# Modules a Lambda never needs: GCP adapters (an AWS handler never imports google), the CLI, the local cloud,
+# the agent bundle builder.
+EXCLUDED_MODULES = ("jobplane/cli.py", "jobplane/local", "jobplane/bundling.py", "jobplane/clouds/gcs.py",
+                    "jobplane/clouds/gce*")
 
 
 def _pinned(requirement: str) -> str:
@@ -52,14 +54,6 @@ def _pinned(requirement: str) -> str:
     except metadata.PackageNotFoundError:
         return requirement
     return f"{name}{'[' + extra if extra else ''}=={version}"
-
-
-def _digest(parts: Iterable[str | bytes]) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(part.encode() if isinstance(part, str) else part)
-        h.update(b"\0")
-    return h.hexdigest()[:16]
 
 
 def _source_files(base: Path, excluded: Sequence[str] = ()) -> list[Path]:
@@ -85,28 +79,10 @@ def _dist_name(wheel: Path) -> str:
     return wheel.name.split("-")[0].lower().replace("-", "_").replace(".", "_")
 
 
-def _atomic_build(target: Path, build: Callable[[Path], None]) -> Path:
-    """Build into a private temp dir and rename it into place, so an interrupted or concurrent synth
-    never sees a half-built cache entry (the loser of a race discards its copy)."""
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
-    try:
-        build(tmp)
-        tmp.rename(target)
-    except OSError:
-        if not target.exists():
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
-
-
 def lambda_dependencies() -> Path:
     """Unpacked arm64/python3.14 site directory with every bundled third-party package."""
     requirements = [_pinned(r) for r in LAMBDA_REQUIREMENTS]
-    key = _digest([LAMBDA_PLATFORM, LAMBDA_PYTHON, *requirements, *sorted(RUNTIME_PROVIDED)])
+    key = digest([LAMBDA_PLATFORM, LAMBDA_PYTHON, *requirements, *sorted(RUNTIME_PROVIDED)])
 
     def build(tmp: Path) -> None:
         wheels = tmp / "wheels"
@@ -117,7 +93,7 @@ def lambda_dependencies() -> Path:
                 with zipfile.ZipFile(wheel) as zf:
                     zf.extractall(site)
 
-    return _atomic_build(CACHE / f"lambda-deps-{key}", build) / "site"
+    return atomic_build(CACHE / f"lambda-deps-{key}", build) / "site"
 
 
 def lambda_asset() -> Path:
@@ -125,7 +101,7 @@ def lambda_asset() -> Path:
     deps = lambda_dependencies()
     sources = [*_source_files(ROOT / "functions"), *_source_files(ROOT / "shared" / "jobplane", EXCLUDED_MODULES)]
     sources = [p for p in sources if "gcp" not in p.relative_to(ROOT).parts]
-    key = _digest([str(deps), *(f"{p.relative_to(ROOT)}\n{p.read_text()}" for p in sources)])
+    key = digest([str(deps), *(f"{p.relative_to(ROOT)}\n{p.read_text()}" for p in sources)])
 
     def build(tmp: Path) -> None:
         shutil.copytree(deps, tmp, dirs_exist_ok=True)
@@ -135,7 +111,7 @@ def lambda_asset() -> Path:
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, dest)
 
-    return _atomic_build(CACHE / f"lambda-{key}", build)
+    return atomic_build(CACHE / f"lambda-{key}", build)
 
 
 def _vm_requirements() -> list[str]:
@@ -146,21 +122,21 @@ def _vm_requirements() -> list[str]:
 def vm_dependency_wheels(pythons: Sequence[str]) -> Path:
     """Wheels of jobplane[aws]'s dependencies for every VM platform and Python (changes rarely)."""
     requirements = _vm_requirements()
-    key = _digest([*pythons, *VM_PLATFORMS, *requirements])
+    key = digest([*pythons, *VM_PLATFORMS, *requirements])
 
     def build(tmp: Path) -> None:
         for python in pythons:
             for platform in VM_PLATFORMS:
                 _pip_download(tmp, requirements, platform, python)
 
-    return _atomic_build(CACHE / f"vm-deps-{key}", build)
+    return atomic_build(CACHE / f"vm-deps-{key}", build)
 
 
 def vm_wheelhouse(pythons: Sequence[str]) -> Path:
     """The jobplane wheel and its dependency wheels for x86_64 and arm64 VMs, for each VM Python."""
     deps = vm_dependency_wheels(pythons)
     sources = [ROOT / "pyproject.toml", *_source_files(ROOT / "shared" / "jobplane")]
-    key = _digest([str(deps), *(p.read_bytes() for p in sources)])
+    key = digest([str(deps), *(p.read_bytes() for p in sources)])
 
     def build(tmp: Path) -> None:
         subprocess.run([sys.executable, "-m", "pip", "wheel", "-qq", "--disable-pip-version-check",
@@ -168,4 +144,4 @@ def vm_wheelhouse(pythons: Sequence[str]) -> Path:
         for wheel in deps.glob("*.whl"):
             shutil.copy2(wheel, tmp / wheel.name)
 
-    return _atomic_build(CACHE / f"vm-wheels-{key}", build)
+    return atomic_build(CACHE / f"vm-wheels-{key}", build)

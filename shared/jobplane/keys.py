@@ -69,6 +69,11 @@ def cluster(job_id: str, attempt: int) -> str:
     return f"{JOBS}{job_id}/attempts/{attempt}/cluster.json"
 
 
+def boot_failure(job_id: str, attempt: int) -> str:
+    """Written by a VM's bootstrap (through a URL the launcher made) when the agent could not start."""
+    return f"{JOBS}{job_id}/attempts/{attempt}/boot-failure.json"
+
+
 def exits_prefix(job_id: str, attempt: int) -> str:
     return f"{JOBS}{job_id}/attempts/{attempt}/nodes/"
 
@@ -127,8 +132,11 @@ def output_mark(job_id: str, attempt: int, rank: int) -> str:
     return f"{HEARTBEATS}{job_id}/{attempt}/{rank}.output"
 
 
-def agent_wheel_prefix() -> str:
-    return f"{SYSTEM}wheels/"
+AGENT = f"{SYSTEM}agent/"  # the agent bundles and their manifest (jobplane.agent_bundle)
+
+
+def agent_file(name: str) -> str:
+    return f"{AGENT}{name}"
 
 
 def limits_mark(job_id: str, attempt: int, nodes: int, stall: int, cap: int) -> str:

@@ -222,9 +222,6 @@ class GceCompute:
     def _common(self, request: LaunchRequest, disk_type: str, rank: int | None) -> dict[str, Any]:
         """Fields an Instance and bulkInsert's InstanceProperties share."""
         v1, placement = self._v1, self.placement
-        image = request.image or placement.default_image
-        if not image:
-            raise LaunchRejected("NO_IMAGE", "the spec has no image and the policy sets no gcp.default_image")
         ownership = {LABEL_MANAGED: "true", LABEL_JOB_ID: request.job_id, LABEL_ATTEMPT: str(request.attempt),
                      LABEL_OWNER: request.owner}
         if rank is not None:
@@ -240,7 +237,7 @@ class GceCompute:
             "labels": labels,
             "metadata": v1.Metadata(items=items),
             "disks": [v1.AttachedDisk(boot=True, auto_delete=True, initialize_params=v1.AttachedDiskInitializeParams(
-                source_image=image, disk_size_gb=request.disk_gb, disk_type=disk_type, labels=labels))],
+                source_image=request.image, disk_size_gb=request.disk_gb, disk_type=disk_type, labels=labels))],
             "network_interfaces": [nic],  # no external IP: the subnet's NAT / Private Google Access serve it
             "service_accounts": [v1.ServiceAccount(email=placement.service_account or "default", scopes=SCOPES)],
             "scheduling": v1.Scheduling(
