@@ -77,3 +77,26 @@ def publish_agent_manifest(reg: Any, cloud: str) -> None:
     variants = [agent_bundle.Variant(cloud, python, arch, "0" * 64, 1)
                 for python in images.python_versions() for arch in images.ARCHITECTURES]
     reg.store.put(reg.key(keys.agent_file(agent_bundle.MANIFEST)), agent_bundle.manifest(variants))
+
+
+def make_wheel(directory: Path, name: str, version: str, source: str) -> Path:
+    """A minimal pure-Python wheel (one module named `name`), enough for pip and uv to install."""
+    import base64
+    import hashlib
+    import zipfile
+
+    info = f"{name}-{version}.dist-info"
+    files = {f"{name}.py": source,
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: jobplane-tests\nRoot-Is-Purelib: true\n"
+                              "Tag: py3-none-any\n"}
+
+    def digest(text: str) -> str:
+        return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+
+    record = "".join(f"{path},{digest(text)},{len(text.encode())}\n" for path, text in files.items())
+    path = directory / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as whl:
+        for member, text in {**files, f"{info}/RECORD": record + f"{info}/RECORD,,\n"}.items():
+            whl.writestr(member, text)
+    return path

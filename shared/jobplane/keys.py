@@ -96,6 +96,11 @@ def log_chunk(job_id: str, attempt: int, rank: int, seq: int) -> str:
     return f"{JOBS}{job_id}/logs/{attempt}/{rank}/{seq:08d}.log"
 
 
+def console_log(job_id: str, attempt: int, rank: int) -> str:
+    """A VM's console output, saved by the sweeper when its agent never started; sorts after the chunks."""
+    return f"{JOBS}{job_id}/logs/{attempt}/{rank}/console.log"
+
+
 def checkpoints_prefix(job_id: str) -> str:
     return f"{JOBS}{job_id}/checkpoints/"
 

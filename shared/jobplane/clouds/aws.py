@@ -288,6 +288,18 @@ class Ec2Compute:
                 self.client.terminate_instances(InstanceIds=doomed)
                 log.info("terminated %s", doomed)
 
+    # ---- diagnostics -------------------------------------------------------------------------------
+    def console_output(self, instance_id: str) -> str:
+        """The newest console output (Latest works on Nitro instances only; older types give what EC2 last
+        captured). botocore decodes the base64."""
+        try:
+            resp = self.client.get_console_output(InstanceId=instance_id, Latest=True)
+        except ClientError as exc:
+            if _code(exc) not in ("UnsupportedOperation", "InvalidParameterValue", "InvalidParameter"):
+                raise
+            resp = self.client.get_console_output(InstanceId=instance_id)
+        return str(resp.get("Output") or "")
+
     def protected(self, instance_id: str) -> bool:
         attr = self.client.describe_instance_attribute(InstanceId=instance_id, Attribute="disableApiTermination")
         if attr.get("DisableApiTermination", {}).get("Value"):

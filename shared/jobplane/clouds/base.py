@@ -170,6 +170,10 @@ class Compute(Protocol):
         """Terminate these VMs. Callers pass only managed, unprotected instances; adapters re-check."""
         ...
 
+    def console_output(self, instance_id: str) -> str:
+        """What the VM printed to its console (EC2 GetConsoleOutput, GCE serial port 1), newest last."""
+        ...
+
 
 class Metadata(Protocol):
     """What the agent asks the VM's metadata service (EC2 IMDSv2, GCE metadata server)."""

@@ -326,6 +326,13 @@ class GceCompute:
             except self._errors.NotFound:
                 continue  # already gone
 
+    def console_output(self, instance_id: str) -> str:
+        """Serial port 1: where the guest's console and the startup script's output go."""
+        zone, _, name = instance_id.partition("/")
+        output = self._instances.get_serial_port_output(self._v1.GetSerialPortOutputInstanceRequest(
+            project=self.project, zone=zone, instance=name, port=1))
+        return str(output.contents)
+
     # ---- preemptions seen after the fact -----------------------------------------------------------
     def preempted(self, since: datetime | None = None) -> list[Preemption]:
         """compute.instances.preempted operations (all zones, one paginated call), oldest first."""
