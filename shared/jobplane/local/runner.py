@@ -207,7 +207,7 @@ class InstanceRunner:
                       "PATH": rootfs.PATH, "HOME": "/root", "JOBPLANE_LOCAL_POWER_LOG": f"{rootfs.SHARE}/power.log"}
             shims = {name: SHIM.format(name=name) for name in rootfs.POWER_COMMANDS}
             command = rootfs.sandbox(image, root, inside, shims)
-            env = {**ours, "PATH": os.defpath}
+            env = {**ours, "PATH": rootfs.PATH}  # this machine's: unshare, mount, chroot
         else:
             (root / "home").mkdir(exist_ok=True)
             (root / "tmp").mkdir(exist_ok=True)
