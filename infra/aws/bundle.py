@@ -1,4 +1,4 @@
-"""Build the Lambda code asset and the VM wheelhouse at synth time, without Docker.
+"""Build the Lambda code asset and the agent bundles at synth time, without Docker.
 
 Lambda asset (one directory shared by the four functions, so CDK uploads it once):
     functions/aws/*.py + shared/jobplane (minus GCP, CLI and local-cloud modules)
@@ -8,9 +8,8 @@ The runtime ships boto3/botocore and their dependencies; everything else is bund
 pydantic v2 has a compiled core, so dependencies are fetched with `pip download --platform
 manylinux2014_aarch64 --only-binary=:all:` pinned to the versions installed here (what the tests ran).
 
-VM wheelhouse (uploaded to system/wheels/ at deploy time): the jobplane wheel plus every dependency of
-`jobplane[aws]` for x86_64 and aarch64 and each configured VM Python, so VMs in private subnets install
-the agent with `pip install --no-index --find-links`.
+Agent bundles (uploaded to system/agent/ at deploy time): one per VM Python and architecture, which the
+bootstrap fetches with python3 alone (jobplane.agent_bundle, jobplane.bundling).
 
 Both are cached under build/ (gitignored) by a hash of their inputs: only the first synth on a fresh
 machine needs PyPI.
@@ -21,12 +20,12 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import tomllib
 import zipfile
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
+from jobplane import bundling
 from jobplane.bundling import atomic_build, digest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +33,6 @@ CACHE = ROOT / "build" / "cdk-assets"
 
 LAMBDA_PYTHON = "3.14"
 LAMBDA_PLATFORM = "manylinux2014_aarch64"
-VM_PLATFORMS = ("manylinux2014_x86_64", "manylinux2014_aarch64")
 
 # Shipped by the Lambda Python runtime (boto3 and its dependency closure): never bundled.
 RUNTIME_PROVIDED = frozenset({"boto3", "botocore", "s3transfer", "jmespath", "python_dateutil", "six", "urllib3"})
@@ -114,34 +112,9 @@ def lambda_asset() -> Path:
     return atomic_build(CACHE / f"lambda-{key}", build)
 
 
-def _vm_requirements() -> list[str]:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return [*project["dependencies"], *project["optional-dependencies"]["aws"]]
-
-
-def vm_dependency_wheels(pythons: Sequence[str]) -> Path:
-    """Wheels of jobplane[aws]'s dependencies for every VM platform and Python (changes rarely)."""
-    requirements = _vm_requirements()
-    key = digest([*pythons, *VM_PLATFORMS, *requirements])
-
-    def build(tmp: Path) -> None:
-        for python in pythons:
-            for platform in VM_PLATFORMS:
-                _pip_download(tmp, requirements, platform, python)
-
-    return atomic_build(CACHE / f"vm-deps-{key}", build)
-
-
-def vm_wheelhouse(pythons: Sequence[str]) -> Path:
-    """The jobplane wheel and its dependency wheels for x86_64 and arm64 VMs, for each VM Python."""
-    deps = vm_dependency_wheels(pythons)
-    sources = [ROOT / "pyproject.toml", *_source_files(ROOT / "shared" / "jobplane")]
-    key = digest([str(deps), *(p.read_bytes() for p in sources)])
-
-    def build(tmp: Path) -> None:
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "-qq", "--disable-pip-version-check",
-                        "--no-deps", "--wheel-dir", str(tmp), str(ROOT)], check=True, stdout=subprocess.DEVNULL)
-        for wheel in deps.glob("*.whl"):
-            shutil.copy2(wheel, tmp / wheel.name)
-
-    return atomic_build(CACHE / f"vm-wheels-{key}", build)
+def agent_bundles(pythons: Sequence[str]) -> Path:
+    """system/agent/: the agent bundle for every VM Python (these plus the image aliases') and architecture,
+    and their manifest (jobplane.bundling; built from PyPI wheels once per set of inputs)."""
+    key = digest(["aws", *pythons, *bundling.pins(),
+                  *(f"{p.relative_to(bundling.PACKAGE)}\n".encode() + p.read_bytes() for p in bundling.source_files())])
+    return atomic_build(CACHE / f"agent-{key}", lambda tmp: bundling.build_all(tmp, "aws", pythons))

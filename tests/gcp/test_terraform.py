@@ -14,6 +14,8 @@ from typing import Any
 import hcl2
 import pytest
 
+from jobplane import images
+
 pytestmark = pytest.mark.timeout(120)
 REPO = Path(__file__).parents[2]
 INFRA = REPO / "infra" / "gcp"
@@ -137,3 +139,16 @@ def test_the_function_zip_imports_from_itself_without_aws(tmp_path: Path) -> Non
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=tmp_path, check=True, timeout=120)
     requirements = (tmp_path / "requirements.txt").read_text()
     assert "google-cloud-compute" in requirements and "boto3" not in requirements
+
+
+def test_agent_bundles_are_uploaded_and_new_policies_boot_the_image_aliases(tf: dict[str, dict[str, Any]]) -> None:
+    agent = tf["resource"]["google_storage_bucket_object.agent"]
+    assert agent["for_each"] == '${fileset(var.agent_dir, "*")}'
+    assert agent["name"] == "${local.prefix}system/agent/${each.value}"
+    assert tf["variable"]["agent_dir"]["default"] == "../../build/agent"  # where `make gcp-package` puts them
+    policy = tf["resource"]["google_storage_bucket_object.policy"]["content"]
+    assert "var.default_image" in policy and "var.default_gpu_image" in policy
+    assert (tf["variable"]["default_image"]["default"], tf["variable"]["default_gpu_image"]["default"]) == (
+        images.DEFAULT_CPU, images.DEFAULT_GPU)
+    makefile = (REPO / "Makefile").read_text()
+    assert "-m jobplane.bundling --cloud gcp --out build/agent" in makefile

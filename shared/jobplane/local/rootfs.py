@@ -58,14 +58,10 @@ def build(root: Path | None = None) -> Path:
         raise RuntimeError("debootstrap is not installed (apt-get install debootstrap)")
 
     def bootstrap(tmp: Path) -> None:
-        target = tmp / "root"
-        subprocess.run(["debootstrap", "--variant=minbase", "--include=python3", SUITE, str(target), MIRROR],
+        tmp.chmod(0o755)  # it becomes the image's /
+        subprocess.run(["debootstrap", "--variant=minbase", "--include=python3", SUITE, str(tmp), MIRROR],
                        check=True, stdout=subprocess.DEVNULL)
-        shutil.rmtree(target / "var" / "cache" / "apt" / "archives", ignore_errors=True)
-        for item in target.iterdir():
-            item.rename(tmp / item.name)
-        target.rmdir()
-        tmp.chmod(0o755)
+        shutil.rmtree(tmp / "var" / "cache" / "apt" / "archives", ignore_errors=True)
 
     return atomic_build(root, bootstrap)
 
