@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: test lint typecheck pytest demo local-images
+.PHONY: test lint typecheck pytest demo local-images local-index
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,13 +27,16 @@ pytest: $(STAMP) local-images
 	$(BIN)/pytest
 
 # The local cloud's stock Debian 12 image (debootstrap, python3 only) and the wheels its package index serves
-# (numpy, pip, setuptools, wheel), cached in ~/.cache/jobplane outside the repo: a few minutes the first time,
-# from Debian's mirror and PyPI. Never fails the build: the scenario tests that need them skip, saying why.
-local-images: $(STAMP)
+# its jobs' requirements.txt from (numpy, pip, setuptools, wheel), cached in ~/.cache/jobplane outside the repo:
+# a few minutes the first time, from Debian's mirror and PyPI. Never fails the build: the scenario tests that
+# need them skip, saying why.
+local-images: local-index
 	$(BIN)/python -m jobplane.local.rootfs build
+
+local-index: $(STAMP)
 	$(BIN)/python -m jobplane.local.package_index fill
 
-demo: $(STAMP)
+demo: $(STAMP) local-index
 	$(BIN)/jobplane validate examples/*.yaml
 	$(BIN)/python -m jobplane.local.demo
 

@@ -25,8 +25,7 @@ def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[PackageIn
     agents' environment as the local cloud sets it for its instances."""
     cached = [w for name in SEEDS for w in wheel_dir().glob(f"{name}-*.whl")]
     if not all(any(w.name.startswith(f"{name}-") for w in cached) for name in SEEDS[:3]):
-        pytest.skip(f"no pip/setuptools/wheel in {wheel_dir()}: run `python -m jobplane.local.package_index fill` "
-                    "(make does)")
+        pytest.skip(f"no pip/setuptools/wheel in {wheel_dir()}: run `make local-index`")
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     for wheel in cached:
