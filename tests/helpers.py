@@ -34,10 +34,23 @@ class LambdaContext:
     aws_request_id: str = "req-1"
 
 
-def vm_python(bin_dir: Path) -> Path:
-    """A `python3` for a stand-in VM: this machine's base interpreter (not the venv, where jobplane is
-    importable), except that `python3 -m jobplane.agent` only reports where it would import the agent from."""
-    base = Path(sys._base_executable).resolve()  # type: ignore[attr-defined]
+def find_python(version: str) -> Path | None:
+    """An interpreter of this version on this machine (on PATH, or one pyenv installed), else None."""
+    on_path = shutil.which(f"python{version}")
+    pyenv = sorted(Path.home().glob(f".pyenv/versions/{version}.*/bin/python{version}"))
+    for found in [*([Path(on_path)] if on_path else []), *pyenv]:
+        probe = subprocess.run([str(found), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                               capture_output=True, text=True, timeout=60)
+        if probe.returncode == 0 and probe.stdout.strip() == version:
+            return found
+    return None
+
+
+def vm_python(bin_dir: Path, base: Path | None = None) -> Path:
+    """A `python3` for a stand-in VM: `base`, by default this machine's base interpreter (not the venv, where
+    jobplane is importable), except that `python3 -m jobplane.agent` only reports where it would import the
+    agent from."""
+    base = base or Path(sys._base_executable).resolve()  # type: ignore[attr-defined]
     wrapper = bin_dir / "python3"
     wrapper.write_text(f"""#!/bin/bash
 if [ "$1 $2" = "-m jobplane.agent" ]; then
@@ -56,13 +69,14 @@ def power_shims(bin_dir: Path, log: Path) -> None:
         (bin_dir / name).chmod(0o755)
 
 
-def run_bootstrap(script: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """Run a rendered startup script as a VM would, with python3 and power shims first on PATH and the agent
-    unpacked under tmp_path instead of /opt/jobplane."""
+def run_bootstrap(script: str, tmp_path: Path, python: Path | None = None,
+                  **env: str) -> subprocess.CompletedProcess[str]:
+    """Run a rendered startup script as a VM would, with python3 (`python`, else this machine's) and power
+    shims first on PATH and the agent unpacked under tmp_path instead of /opt/jobplane."""
     bin_dir = tmp_path / "vm-bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
     power_shims(bin_dir, tmp_path / "power.log")
-    vm_python(bin_dir)
+    vm_python(bin_dir, python)
     path = f"{bin_dir}:/usr/bin:/bin"
     full = {"PATH": path, "HOME": str(tmp_path), "JOBPLANE_AGENT_HOME": str(tmp_path / "opt-jobplane"), **env}
     assert shutil.which("shutdown", path=path) == str(bin_dir / "shutdown")  # never the machine's

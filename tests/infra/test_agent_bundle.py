@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 
 from jobplane import agent_bundle, bundling, images
+from tests.helpers import find_python
 from tests.infra.conftest import Synth
 from tests.infra.test_template import deployments
 
@@ -73,18 +73,20 @@ def test_each_bundle_holds_its_targets_builds_and_only_what_the_agent_needs(
         assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == ELF_MACHINE[v.arch], v.name
 
 
-def test_this_machines_bundle_works_alone_in_a_clean_interpreter(
-        bundles: tuple[Path, list[agent_bundle.Variant]], tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", images.python_versions())
+def test_the_bundles_this_machine_can_run_work_alone_in_a_clean_interpreter(
+        bundles: tuple[Path, list[agent_bundle.Variant]], tmp_path: Path, version: str) -> None:
+    """Each Python the images ship, where this machine has that interpreter: the agent runs on all of them."""
     asset, variants = bundles
-    mine = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    here = [v for v in variants if v.python == mine and v.arch == bundling.host_architecture()]
-    if not here:
-        pytest.skip(f"no bundle for this machine's Python {mine} on {bundling.host_architecture()}")
-    with tarfile.open(asset / here[0].name) as tar:
+    python = find_python(version)
+    if python is None:
+        pytest.skip(f"no python{version} on this machine")
+    (mine,) = [v for v in variants if v.python == version and v.arch == bundling.host_architecture()]
+    with tarfile.open(asset / mine.name) as tar:
         tar.extractall(tmp_path, filter="data")
     site = tmp_path / "site"
     env = {"PATH": "/usr/bin:/bin", "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y"}
-    probe = subprocess.run([sys.executable, "-I", "-S", "-c", PROBE, str(site)], capture_output=True, text=True,
+    probe = subprocess.run([str(python), "-I", "-S", "-c", PROBE, str(site)], capture_output=True, text=True,
                            env=env, cwd=tmp_path, timeout=120)
     assert probe.returncode == 0, probe.stderr
     url, uv = probe.stdout.splitlines()[0].split()

@@ -25,7 +25,7 @@ from jobplane.launcher import agent_source
 from jobplane.policy import DEFAULT_POLICY
 from jobplane.registry import Registry
 from jobplane.spec import JobSpec
-from tests.helpers import run_bootstrap
+from tests.helpers import find_python, run_bootstrap
 
 SOURCE = AgentSource({"3.11": Fetch("aws-py3.11-x86_64.tar.gz", "https://b.s3.amazonaws.com/x?a=1&b=2", "0" * 64)},
                      "https://b.s3.amazonaws.com/r?a=1&b=2")
@@ -165,6 +165,20 @@ def test_a_failed_install_says_why_on_the_console_and_in_the_registry(
     assert "agent import:" not in done.stdout  # the agent never ran
     report = registry.get_json(keys.boot_failure("job-7", 2))
     assert why in report["message"] and report["python"].startswith("3.11")
+
+
+@pytest.mark.parametrize("version", ["3.6", "3.9", "3.10"])
+def test_an_image_with_an_older_python3_fails_at_boot_saying_so(registry: Registry, tmp_path: Path,
+                                                                version: str) -> None:
+    """The install step itself runs on any python3 (no newer syntax), so even Python 3.6 gets the message."""
+    python = find_python(version)
+    if python is None:
+        pytest.skip(f"no python{version} on this machine")
+    done = run_bootstrap(script_for(registry), tmp_path, python=python)
+    assert done.returncode == 1, done.stdout + done.stderr
+    why = f"python3 on this image is {version}; this deployment's agent runs on Python 3.11"
+    assert f"jobplane-bootstrap: FAILED: {why}: use an image with one of them (e.g. image: ubuntu-24.04)" in done.stdout
+    assert registry.get_json(keys.boot_failure("job-7", 2))["python"].startswith(version)
 
 
 def test_user_data_fits_ec2s_16_kb_with_long_credentials_and_every_python(moto_endpoint: str) -> None:

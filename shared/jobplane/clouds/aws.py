@@ -18,6 +18,7 @@ import logging
 from collections.abc import Iterable, Iterator
 from datetime import UTC
 from typing import Any
+from urllib.parse import urlsplit
 
 import boto3
 from botocore.config import Config
@@ -221,7 +222,7 @@ class Ec2Compute:
             return image
         if image not in self._amis:
             if self._ssm is None:
-                self._ssm = boto3.client("ssm", region_name=self.region, config=RETRIES)
+                self._ssm = self._ssm_client()
             name = image.removeprefix(SSM_PREFIX)
             try:
                 value = str(self._ssm.get_parameter(Name=name)["Parameter"]["Value"])
@@ -233,6 +234,14 @@ class Ec2Compute:
             log.info("image %s is %s", image, value)
             self._amis[image] = value
         return self._amis[image]
+
+    def _ssm_client(self) -> Any:
+        """SSM where EC2 is: an EC2 client pointed at a local endpoint (moto, the local cloud) gets its SSM
+        from the same endpoint, never from AWS; on AWS, the region's own."""
+        endpoint = str(self.client.meta.endpoint_url)
+        host = urlsplit(endpoint).hostname or ""
+        local = not (host.endswith(".amazonaws.com") or host.endswith(".amazonaws.com.cn"))
+        return boto3.client("ssm", region_name=self.region, endpoint_url=endpoint if local else None, config=RETRIES)
 
     def _root_device(self, image: str) -> str:
         """The AMI's root device name (/dev/xvda, /dev/sda1...), so disk_gb resizes the root volume."""
