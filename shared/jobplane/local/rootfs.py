@@ -53,6 +53,7 @@ def build(root: Path | None = None) -> Path:
     """debootstrap the image (a few minutes, from Debian's mirror); a no-op once it exists."""
     root = root or image_dir()
     if shutil.which("debootstrap") is None and shutil.which("apt-get") is not None:
+        subprocess.run(["apt-get", "update", "-qq"], check=True, stdout=subprocess.DEVNULL)
         subprocess.run(["apt-get", "install", "-y", "-qq", "debootstrap"], check=True, stdout=subprocess.DEVNULL)
     if shutil.which("debootstrap") is None:
         raise RuntimeError("debootstrap is not installed (apt-get install debootstrap)")
