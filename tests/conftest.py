@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from jobplane.local.moto_server import make_s3_atomic
+from jobplane.local.moto_server import patch_moto
 
 # Before anything imports boto3: fake credentials and a fixed region, so a mistake fails locally.
 for _var, _val in {
@@ -24,8 +24,8 @@ for _var in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "GOOGLE_APPLICATION_CREDENTIALS"
     os.environ.pop(_var, None)
 
 
-# In-process moto (mock_aws) too: S3 conditional writes must be atomic, as on S3 (see jobplane.local.moto_server).
-make_s3_atomic()
+# In-process moto (mock_aws) too: atomic S3 conditional writes, public SSM parameters (see jobplane.local.moto_server).
+patch_moto()
 
 
 def free_port() -> int:

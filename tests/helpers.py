@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 
@@ -28,3 +32,85 @@ class LambdaContext:
     memory_limit_in_mb: int = 256
     invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:jobplane-test"
     aws_request_id: str = "req-1"
+
+
+def find_python(version: str) -> Path | None:
+    """An interpreter of this version on this machine (on PATH, or one pyenv installed), else None."""
+    on_path = shutil.which(f"python{version}")
+    pyenv = sorted(Path.home().glob(f".pyenv/versions/{version}.*/bin/python{version}"))
+    for found in [*([Path(on_path)] if on_path else []), *pyenv]:
+        probe = subprocess.run([str(found), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                               capture_output=True, text=True, timeout=60)
+        if probe.returncode == 0 and probe.stdout.strip() == version:
+            return found
+    return None
+
+
+def vm_python(bin_dir: Path, base: Path | None = None) -> Path:
+    """A `python3` for a stand-in VM: `base`, by default this machine's base interpreter (not the venv, where
+    jobplane is importable), except that `python3 -m jobplane.agent` only reports where it would import the
+    agent from."""
+    base = base or Path(sys._base_executable).resolve()  # type: ignore[attr-defined]
+    wrapper = bin_dir / "python3"
+    wrapper.write_text(f"""#!/bin/bash
+if [ "$1 $2" = "-m jobplane.agent" ]; then
+  exec {base} -c 'import jobplane, os; print("agent import:", jobplane.__file__, os.environ["JOBPLANE_JOB_ID"])'
+fi
+exec {base} "$@"
+""")
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def power_shims(bin_dir: Path, log: Path) -> None:
+    """shutdown/poweroff/halt that only record their arguments: a bootstrap run here must never power off."""
+    for name in ("shutdown", "poweroff", "halt"):
+        (bin_dir / name).write_text(f'#!/bin/sh\necho "{name} $*" >> {log}\n')
+        (bin_dir / name).chmod(0o755)
+
+
+def run_bootstrap(script: str, tmp_path: Path, python: Path | None = None,
+                  **env: str) -> subprocess.CompletedProcess[str]:
+    """Run a rendered startup script as a VM would, with python3 (`python`, else this machine's) and power
+    shims first on PATH and the agent unpacked under tmp_path instead of /opt/jobplane."""
+    bin_dir = tmp_path / "vm-bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    power_shims(bin_dir, tmp_path / "power.log")
+    vm_python(bin_dir, python)
+    path = f"{bin_dir}:/usr/bin:/bin"
+    full = {"PATH": path, "HOME": str(tmp_path), "JOBPLANE_AGENT_HOME": str(tmp_path / "opt-jobplane"), **env}
+    assert shutil.which("shutdown", path=path) == str(bin_dir / "shutdown")  # never the machine's
+    return subprocess.run(["bash", "-c", script], env=full, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+
+
+def publish_agent_manifest(reg: Any, cloud: str) -> None:
+    """The manifest a deployment uploads with its agent bundles (x86_64 and aarch64, every alias's Python),
+    for tests whose VMs never boot: the launcher reads only the manifest."""
+    from jobplane import agent_bundle, images, keys
+
+    variants = [agent_bundle.Variant(cloud, python, arch, "0" * 64, 1)
+                for python in images.python_versions() for arch in images.ARCHITECTURES]
+    reg.store.put(reg.key(keys.agent_file(agent_bundle.MANIFEST)), agent_bundle.manifest(variants))
+
+
+def make_wheel(directory: Path, name: str, version: str, source: str) -> Path:
+    """A minimal pure-Python wheel (one module named `name`), enough for pip and uv to install."""
+    import base64
+    import hashlib
+    import zipfile
+
+    info = f"{name}-{version}.dist-info"
+    files = {f"{name}.py": source,
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: jobplane-tests\nRoot-Is-Purelib: true\n"
+                              "Tag: py3-none-any\n"}
+
+    def digest(text: str) -> str:
+        return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+
+    record = "".join(f"{path},{digest(text)},{len(text.encode())}\n" for path, text in files.items())
+    path = directory / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as whl:
+        for member, text in {**files, f"{info}/RECORD": record + f"{info}/RECORD,,\n"}.items():
+            whl.writestr(member, text)
+    return path

@@ -18,7 +18,8 @@ def test_absent_or_empty_policy_gives_defaults() -> None:
 def test_unknown_policy_field_is_named() -> None:
     with pytest.raises(SpecError) as info:
         parse_policy("aws: {subnet: x}\n")
-    assert str(info.value.errors[0]).startswith("aws.subnet: unknown field (allowed: instance_profile")
+    assert str(info.value.errors[0]).startswith(
+        "aws.subnet: unknown field (allowed: default_image, default_gpu_image, instance_profile")
 
 
 def test_effective_values_respect_ceiling() -> None:

@@ -1,4 +1,4 @@
-"""Build the Lambda code asset and the VM wheelhouse at synth time, without Docker.
+"""Build the Lambda code asset and the agent bundles at synth time, without Docker.
 
 Lambda asset (one directory shared by the four functions, so CDK uploads it once):
     functions/aws/*.py + shared/jobplane (minus GCP, CLI and local-cloud modules)
@@ -8,9 +8,8 @@ The runtime ships boto3/botocore and their dependencies; everything else is bund
 pydantic v2 has a compiled core, so dependencies are fetched with `pip download --platform
 manylinux2014_aarch64 --only-binary=:all:` pinned to the versions installed here (what the tests ran).
 
-VM wheelhouse (uploaded to system/wheels/ at deploy time): the jobplane wheel plus every dependency of
-`jobplane[aws]` for x86_64 and aarch64 and each configured VM Python, so VMs in private subnets install
-the agent with `pip install --no-index --find-links`.
+Agent bundles (uploaded to system/agent/ at deploy time): one per VM Python and architecture, which the
+bootstrap fetches with python3 alone (jobplane.agent_bundle, jobplane.bundling).
 
 Both are cached under build/ (gitignored) by a hash of their inputs: only the first synth on a fresh
 machine needs PyPI.
@@ -18,30 +17,31 @@ machine needs PyPI.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import subprocess
 import sys
-import tempfile
-import tomllib
 import zipfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
+
+from jobplane import bundling
+from jobplane.bundling import atomic_build, digest
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / "build" / "cdk-assets"
 
 LAMBDA_PYTHON = "3.14"
 LAMBDA_PLATFORM = "manylinux2014_aarch64"
-VM_PLATFORMS = ("manylinux2014_x86_64", "manylinux2014_aarch64")
 
 # Shipped by the Lambda Python runtime (boto3 and its dependency closure): never bundled.
 RUNTIME_PROVIDED = frozenset({"boto3", "botocore", "s3transfer", "jmespath", "python_dateutil", "six", "urllib3"})
 # What the handlers import beyond the standard library and the runtime.
 LAMBDA_REQUIREMENTS = ("pydantic", "pydantic_core", "PyYAML", "aws-lambda-powertools")
-# Modules a Lambda never needs: GCP adapters (an AWS handler never imports google), the CLI, the local cloud.
-EXCLUDED_MODULES = ("jobplane/cli.py", "jobplane/local", "jobplane/clouds/gcs.py", "jobplane/clouds/gce*")
+# Modules a Lambda never needs: GCP adapters (an AWS handler never imports google), the CLI, the local cloud,
+# the agent bundle builder.
+EXCLUDED_MODULES = ("jobplane/cli.py", "jobplane/local", "jobplane/bundling.py", "jobplane/clouds/gcs.py",
+                    "jobplane/clouds/gce*")
 
 
 def _pinned(requirement: str) -> str:
@@ -52,14 +52,6 @@ def _pinned(requirement: str) -> str:
     except metadata.PackageNotFoundError:
         return requirement
     return f"{name}{'[' + extra if extra else ''}=={version}"
-
-
-def _digest(parts: Iterable[str | bytes]) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(part.encode() if isinstance(part, str) else part)
-        h.update(b"\0")
-    return h.hexdigest()[:16]
 
 
 def _source_files(base: Path, excluded: Sequence[str] = ()) -> list[Path]:
@@ -85,28 +77,10 @@ def _dist_name(wheel: Path) -> str:
     return wheel.name.split("-")[0].lower().replace("-", "_").replace(".", "_")
 
 
-def _atomic_build(target: Path, build: Callable[[Path], None]) -> Path:
-    """Build into a private temp dir and rename it into place, so an interrupted or concurrent synth
-    never sees a half-built cache entry (the loser of a race discards its copy)."""
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
-    try:
-        build(tmp)
-        tmp.rename(target)
-    except OSError:
-        if not target.exists():
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
-
-
 def lambda_dependencies() -> Path:
     """Unpacked arm64/python3.14 site directory with every bundled third-party package."""
     requirements = [_pinned(r) for r in LAMBDA_REQUIREMENTS]
-    key = _digest([LAMBDA_PLATFORM, LAMBDA_PYTHON, *requirements, *sorted(RUNTIME_PROVIDED)])
+    key = digest([LAMBDA_PLATFORM, LAMBDA_PYTHON, *requirements, *sorted(RUNTIME_PROVIDED)])
 
     def build(tmp: Path) -> None:
         wheels = tmp / "wheels"
@@ -117,7 +91,7 @@ def lambda_dependencies() -> Path:
                 with zipfile.ZipFile(wheel) as zf:
                     zf.extractall(site)
 
-    return _atomic_build(CACHE / f"lambda-deps-{key}", build) / "site"
+    return atomic_build(CACHE / f"lambda-deps-{key}", build) / "site"
 
 
 def lambda_asset() -> Path:
@@ -125,7 +99,7 @@ def lambda_asset() -> Path:
     deps = lambda_dependencies()
     sources = [*_source_files(ROOT / "functions"), *_source_files(ROOT / "shared" / "jobplane", EXCLUDED_MODULES)]
     sources = [p for p in sources if "gcp" not in p.relative_to(ROOT).parts]
-    key = _digest([str(deps), *(f"{p.relative_to(ROOT)}\n{p.read_text()}" for p in sources)])
+    key = digest([str(deps), *(f"{p.relative_to(ROOT)}\n{p.read_text()}" for p in sources)])
 
     def build(tmp: Path) -> None:
         shutil.copytree(deps, tmp, dirs_exist_ok=True)
@@ -135,37 +109,12 @@ def lambda_asset() -> Path:
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, dest)
 
-    return _atomic_build(CACHE / f"lambda-{key}", build)
+    return atomic_build(CACHE / f"lambda-{key}", build)
 
 
-def _vm_requirements() -> list[str]:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return [*project["dependencies"], *project["optional-dependencies"]["aws"]]
-
-
-def vm_dependency_wheels(pythons: Sequence[str]) -> Path:
-    """Wheels of jobplane[aws]'s dependencies for every VM platform and Python (changes rarely)."""
-    requirements = _vm_requirements()
-    key = _digest([*pythons, *VM_PLATFORMS, *requirements])
-
-    def build(tmp: Path) -> None:
-        for python in pythons:
-            for platform in VM_PLATFORMS:
-                _pip_download(tmp, requirements, platform, python)
-
-    return _atomic_build(CACHE / f"vm-deps-{key}", build)
-
-
-def vm_wheelhouse(pythons: Sequence[str]) -> Path:
-    """The jobplane wheel and its dependency wheels for x86_64 and arm64 VMs, for each VM Python."""
-    deps = vm_dependency_wheels(pythons)
-    sources = [ROOT / "pyproject.toml", *_source_files(ROOT / "shared" / "jobplane")]
-    key = _digest([str(deps), *(p.read_bytes() for p in sources)])
-
-    def build(tmp: Path) -> None:
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "-qq", "--disable-pip-version-check",
-                        "--no-deps", "--wheel-dir", str(tmp), str(ROOT)], check=True, stdout=subprocess.DEVNULL)
-        for wheel in deps.glob("*.whl"):
-            shutil.copy2(wheel, tmp / wheel.name)
-
-    return _atomic_build(CACHE / f"vm-wheels-{key}", build)
+def agent_bundles(pythons: Sequence[str]) -> Path:
+    """system/agent/: the agent bundle for every VM Python (these plus the image aliases') and architecture,
+    and their manifest (jobplane.bundling; built from PyPI wheels once per set of inputs)."""
+    key = digest(["aws", *pythons, *bundling.pins(),
+                  *(f"{p.relative_to(bundling.PACKAGE)}\n".encode() + p.read_bytes() for p in bundling.source_files())])
+    return atomic_build(CACHE / f"agent-{key}", lambda tmp: bundling.build_all(tmp, "aws", pythons))

@@ -34,7 +34,8 @@ class ControlPlaneConfig:
     subnet_ids: tuple[str, ...] = ()
     alarm_email: str | None = None
     data_buckets: tuple[str, ...] = ()  # buckets VMs may read job inputs from (read-only)
-    vm_pythons: tuple[str, ...] = ("3.11", "3.12")  # Python versions of the VM images, for the wheelhouse
+    # VM Pythons the agent bundles are built for, besides the image aliases' own (3.11, 3.12): add yours
+    vm_pythons: tuple[str, ...] = ("3.11", "3.12")
     reserved_concurrency: bool = True  # 1 for the reconcilers; off for accounts at the 10-execution minimum
     log_retention_days: int = 30  # Lambda log groups
     log_chunk_days: int = 90  # registry log chunks tagged jobplane:object=log expire after this

@@ -2,7 +2,7 @@
 
 registry bucket (+ access-log bucket) · four Lambdas (launcher, sweeper, rerun, uptime-cap) · EventBridge
 rules and one schedule per cron · VM role + instance profile · cluster placement group · security group ·
-agent wheelhouse and config/policy.yaml uploaded at deploy time · DLQ · dashboard + alarms to SNS · unless
+agent bundles and config/policy.yaml uploaded at deploy time · DLQ · dashboard + alarms to SNS · unless
 you bring a VPC, one whose egress jobplane:network chooses (public subnets by default: no NAT, no idle cost).
 """
 
@@ -27,6 +27,7 @@ from infra.aws import bundle, permissions
 from infra.aws.config import ControlPlaneConfig
 from infra.aws.nag import acknowledge
 from infra.aws.observability import Observability
+from jobplane import keys
 from jobplane.clouds.base import LOG_OBJECT_TAG
 from jobplane.policy import Policy
 
@@ -207,6 +208,7 @@ class JobplaneControlPlane(Construct):
         if spec.launches:
             statements += permissions.launch_statements(self.vm_role, network.subnets, network.group.security_group_id,
                                                         network.placement.placement_group_name)
+            statements.append(permissions.image_parameters_statement())
         if spec.terminates:
             statements += permissions.terminate_statements()
         policy = iam.Policy(self, f"{title}Ec2Policy", roles=[role], statements=statements)
@@ -250,6 +252,9 @@ class JobplaneControlPlane(Construct):
     def _acknowledge_function_findings(self, role: iam.Role, policy: iam.Policy, spec: FunctionSpec) -> None:
         acknowledge(policy, "AwsSolutions-IAM5[Resource::*]",
                     "ec2:DescribeInstances/DescribeImages/DescribeSubnets support no resource-level permissions.")
+        if spec.launches:
+            for arn, reason in permissions.IMAGE_PARAMETERS.items():
+                acknowledge(policy, f"AwsSolutions-IAM5[Resource::{arn}]", reason)
         used = {"instance/*"} | ({"volume/*", "network-interface/*", "spot-instances-request/*", "key-pair/*",
                                    "image/*"} if spec.launches else set())
         for resource, reason in permissions.EC2_WILDCARDS.items():
@@ -286,8 +291,9 @@ class JobplaneControlPlane(Construct):
         self._object_created("QueueDropRule", events.Match.prefix(f"{prefix}queue/"), "launcher",
                              "a spec dropped in queue/ -> launcher")
         self._object_created("ExitReportRule",
-                             events.Match.wildcard(f"{prefix}jobs/*/attempts/*/nodes/*/exit.json"), "sweeper",
-                             "an agent's exit report -> sweeper")
+                             [*events.Match.wildcard(f"{prefix}jobs/*/attempts/*/nodes/*/exit.json"),
+                              *events.Match.wildcard(f"{prefix}jobs/*/attempts/*/boot-failure.json")], "sweeper",
+                             "an agent's exit report or a VM's failed boot -> sweeper")
         self._object_created("PreemptedMarkerRule", events.Match.prefix(f"{prefix}preempted-jobs/"), "rerun",
                              "a preempted-jobs/ marker -> rerun")
         events.Rule(self, "SpotInterruptionRule", description="EC2 Spot interruption warning -> rerun",
@@ -321,9 +327,9 @@ class JobplaneControlPlane(Construct):
 
     def _uploads(self, network: Network) -> None:
         prefix = self.config.key_prefix
-        wheels = bundle.vm_wheelhouse(self.config.vm_pythons)
-        s3deploy.BucketDeployment(self, "AgentWheels", sources=[s3deploy.Source.asset(str(wheels))],
-                                  destination_bucket=self.bucket, destination_key_prefix=f"{prefix}system/wheels/",
+        agent = bundle.agent_bundles(self.config.vm_pythons)
+        s3deploy.BucketDeployment(self, "AgentBundles", sources=[s3deploy.Source.asset(str(agent))],
+                                  destination_bucket=self.bucket, destination_key_prefix=f"{prefix}{keys.AGENT}",
                                   prune=True, memory_limit=UPLOADER_MEMORY_MB)
         # The stack owns config/policy.yaml: change caps in cdk.json and redeploy.
         s3deploy.BucketDeployment(self, "PolicyFile",

@@ -14,7 +14,7 @@ from jobplane.clouds.base import TAG_MANAGED
 MANAGED = {f"aws:ResourceTag/{TAG_MANAGED}": "true"}
 # Registry areas a VM reads and writes (relative to the registry root).
 VM_READ = ("jobs/*/job.json", "jobs/*/code/*", "jobs/*/checkpoints/*", "jobs/*/attempts/*/cluster.json",
-           "jobs/*/control/stop", "system/wheels/*")
+           "jobs/*/control/stop")
 VM_WRITE = ("heartbeats/*", "jobs/*/logs/*", "jobs/*/checkpoints/*", "jobs/*/artifacts/*",
             "jobs/*/attempts/*/nodes/*/exit.json", "preempted-jobs/*")
 # Why each EC2 resource wildcard in the launch/terminate statements cannot be narrower.
@@ -75,12 +75,33 @@ def launch_statements(vm_role: iam.IRole, subnets: Sequence[str], security_group
     ]
 
 
+# Image aliases resolve through SSM parameters (jobplane.images): the vendors' public ones, and a team's own
+# given as resolve:ssm:<name>. Both are read-only; public parameters have an empty account field.
+IMAGE_PARAMETERS = {
+    "arn:<AWS::Partition>:ssm:<AWS::Region>::parameter/aws/service/*":
+        "The public image parameters Canonical, Debian and the AWS Deep Learning AMIs maintain (read-only).",
+    "arn:<AWS::Partition>:ssm:<AWS::Region>:<AWS::AccountId>:parameter/*":
+        "A spec or the policy may name any of the account's own parameters as resolve:ssm:<name> (read-only).",
+}
+
+
+def image_parameters_statement() -> iam.PolicyStatement:
+    """Read the SSM parameters image aliases and resolve:ssm: images name (the launcher, before RunInstances)."""
+    base = f"arn:{cdk.Aws.PARTITION}:ssm:{cdk.Aws.REGION}"
+    return iam.PolicyStatement(
+        sid="ReadImageParameters",
+        actions=["ssm:GetParameter", "ssm:GetParameters"],
+        resources=[f"{base}::parameter/aws/service/*", f"{base}:{cdk.Aws.ACCOUNT_ID}:parameter/*"],
+    )
+
+
 def terminate_statements() -> list[iam.PolicyStatement]:
-    """Terminate (and read termination protection of) instances carrying jobplane:managed=true only."""
+    """Terminate (and read termination protection and the console output of) instances carrying
+    jobplane:managed=true only; the console output of a VM whose agent never started goes to the job's logs."""
     return [
         iam.PolicyStatement(
             sid="TerminateManagedInstancesOnly",
-            actions=["ec2:TerminateInstances", "ec2:DescribeInstanceAttribute"],
+            actions=["ec2:TerminateInstances", "ec2:DescribeInstanceAttribute", "ec2:GetConsoleOutput"],
             resources=[_ec2_arn("instance/*")],
             conditions={"StringEquals": MANAGED},
         ),
@@ -108,7 +129,7 @@ def vm_statements(bucket: s3.IBucket, prefix: str, data_buckets: Sequence[str]) 
 
     statements = [
         iam.PolicyStatement(
-            sid="ReadJobRecordCodeCheckpointsClusterStopAndAgentWheels",
+            sid="ReadJobRecordCodeCheckpointsClusterAndStop",
             actions=["s3:GetObject"],
             resources=objects(*VM_READ),
         ),

@@ -31,7 +31,7 @@ class JobplaneStack(cdk.Stack):
         return f"cdk-{qualifier}-assets-{account}-{region}"
 
     def _acknowledge_cdk_internals(self) -> None:
-        """Findings on the singleton Lambdas CDK adds for us: the BucketDeployment uploader (agent wheels and
+        """Findings on the singleton Lambdas CDK adds for us: the BucketDeployment uploader (agent bundles and
         policy.yaml, runs only during deployments) and the bucket-notifications handler (turns EventBridge
         notifications on). Their code and roles are CDK's, not ours."""
         basic_role = ("AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
@@ -48,7 +48,7 @@ class JobplaneStack(cdk.Stack):
             acknowledge(child, "AwsSolutions-L1", "CDK's BucketDeployment uploader pins its own runtime (it "
                                                   "bundles the AWS CLI); it runs only during deployments.")
             uploads = ("CDK's BucketDeployment uploader copies the asset zip from the CDK assets bucket into "
-                       "system/wheels/ and config/ of the registry, syncing (and pruning) whole prefixes.")
+                       "system/agent/ and config/ of the registry, syncing (and pruning) whole prefixes.")
             for finding in ("Action::s3:GetObject*", "Action::s3:GetBucket*", "Action::s3:List*",
                             "Action::s3:DeleteObject*", "Action::s3:Abort*",
                             f"Resource::arn:<AWS::Partition>:s3:::{self._assets_bucket()}/*",

@@ -70,11 +70,13 @@ resource "google_storage_bucket_object" "function_source" {
   source = var.source_zip
 }
 
-resource "google_storage_bucket_object" "agent_wheel" {
-  count  = var.agent_wheel != "" ? 1 : 0
-  name   = "${local.prefix}system/wheels/${basename(var.agent_wheel)}"
-  bucket = google_storage_bucket.registry.name
-  source = var.agent_wheel
+# The agent bundles (one per VM Python and architecture) and their manifest: the VMs fetch them with
+# python3 alone and their own service account's token (roles/storage.objectUser below).
+resource "google_storage_bucket_object" "agent" {
+  for_each = fileset(var.agent_dir, "*")
+  name     = "${local.prefix}system/agent/${each.value}"
+  bucket   = google_storage_bucket.registry.name
+  source   = "${var.agent_dir}/${each.value}"
 }
 
 resource "google_storage_bucket_object" "policy" {
@@ -83,11 +85,12 @@ resource "google_storage_bucket_object" "policy" {
   content_type = "application/yaml"
   content = yamlencode(merge(var.policy, {
     gcp = {
-      project         = var.project
-      service_account = google_service_account.vms.email
-      network         = google_compute_network.jobs.id
-      subnetwork      = google_compute_subnetwork.jobs.id
-      default_image   = var.default_image
+      project           = var.project
+      service_account   = google_service_account.vms.email
+      network           = google_compute_network.jobs.id
+      subnetwork        = google_compute_subnetwork.jobs.id
+      default_image     = var.default_image
+      default_gpu_image = var.default_gpu_image
     }
   }))
 }
@@ -144,10 +147,11 @@ resource "google_project_iam_custom_role" "functions_compute" {
 # What changes or deletes a VM: granted under a condition, on jobplane VMs only (below).
 resource "google_project_iam_custom_role" "functions_own_vms" {
   role_id     = "jobplaneFunctionsOwnVms"
-  title       = "jobplane functions: change and delete jobplane VMs"
-  description = "Delete VMs and set their labels, metadata and service account; granted on jobplane VMs only."
+  title       = "jobplane functions: change, delete and read the console of jobplane VMs"
+  description = "Delete VMs, set their labels, metadata and service account, read their serial console; granted on jobplane VMs only."
   permissions = [
     "compute.instances.delete",
+    "compute.instances.getSerialPortOutput",
     "compute.instances.setLabels",
     "compute.instances.setMetadata",
     "compute.instances.setServiceAccount",

@@ -27,16 +27,22 @@ variable "source_zip" {
   default     = "../../build/gcp-functions.zip"
 }
 
-variable "agent_wheel" {
-  description = "jobplane wheel for the VMs (built by `make gcp-package`); empty to manage system/wheels/ yourself."
+variable "agent_dir" {
+  description = "The agent bundles and manifest.json for the VMs, built by `make gcp-package`."
   type        = string
-  default     = ""
+  default     = "../../build/agent"
 }
 
 variable "default_image" {
-  description = "Boot image for jobs whose spec names none (needs python3 and gcloud, e.g. a Deep Learning VM)."
+  description = "Image for jobs whose spec names none, on CPU machine types: an alias (ubuntu-24.04, debian-12) or a GCE image path."
   type        = string
-  default     = "projects/deeplearning-platform-release/global/images/family/common-cpu"
+  default     = "ubuntu-24.04"
+}
+
+variable "default_gpu_image" {
+  description = "Image for jobs whose spec names none, on GPU machine types (a2, a3, a4, g2, g4): an alias or a GCE image path."
+  type        = string
+  default     = "ubuntu-24.04-gpu"
 }
 
 variable "subnet_cidr" {

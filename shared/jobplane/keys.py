@@ -69,6 +69,11 @@ def cluster(job_id: str, attempt: int) -> str:
     return f"{JOBS}{job_id}/attempts/{attempt}/cluster.json"
 
 
+def boot_failure(job_id: str, attempt: int) -> str:
+    """Written by a VM's bootstrap (through a URL the launcher made) when the agent could not start."""
+    return f"{JOBS}{job_id}/attempts/{attempt}/boot-failure.json"
+
+
 def exits_prefix(job_id: str, attempt: int) -> str:
     return f"{JOBS}{job_id}/attempts/{attempt}/nodes/"
 
@@ -89,6 +94,11 @@ def logs_prefix(job_id: str, attempt: int | None = None, rank: int | None = None
 def log_chunk(job_id: str, attempt: int, rank: int, seq: int) -> str:
     # zero-padded so key order is write order
     return f"{JOBS}{job_id}/logs/{attempt}/{rank}/{seq:08d}.log"
+
+
+def console_log(job_id: str, attempt: int, rank: int) -> str:
+    """A VM's console output, saved by the sweeper when its agent never started; sorts after the chunks."""
+    return f"{JOBS}{job_id}/logs/{attempt}/{rank}/console.log"
 
 
 def checkpoints_prefix(job_id: str) -> str:
@@ -127,8 +137,11 @@ def output_mark(job_id: str, attempt: int, rank: int) -> str:
     return f"{HEARTBEATS}{job_id}/{attempt}/{rank}.output"
 
 
-def agent_wheel_prefix() -> str:
-    return f"{SYSTEM}wheels/"
+AGENT = f"{SYSTEM}agent/"  # the agent bundles and their manifest (jobplane.agent_bundle)
+
+
+def agent_file(name: str) -> str:
+    return f"{AGENT}{name}"
 
 
 def limits_mark(job_id: str, attempt: int, nodes: int, stall: int, cap: int) -> str:

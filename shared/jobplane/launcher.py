@@ -15,8 +15,8 @@ from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
 
-from jobplane import bootstrap, keys
-from jobplane.clouds.base import TAG_OWNER, CapacityError, Compute, LaunchRejected, LaunchRequest, NotFound
+from jobplane import agent_bundle, bootstrap, images, keys
+from jobplane.clouds.base import TAG_OWNER, CapacityError, Compute, LaunchRejected, LaunchRequest, NotFound, VmUrls
 from jobplane.errors import FieldError, SpecError
 from jobplane.policy import Policy, check_against_deployment, check_against_policy
 from jobplane.registry import JobExists, JobRecord, Registry, TransitionRefused
@@ -30,6 +30,7 @@ log = logging.getLogger("jobplane.launcher")
 QUEUE_EXTENSIONS = ("yaml", "yml", "json")
 BACKOFF_BASE_S = 60  # first capacity wait; doubles per consecutive failed try
 BACKOFF_CAP_S = 30 * 60
+URL_MARGIN_S = 10 * 60  # a VM's agent and report URLs outlive its boot timeout by this much
 OUTCOMES = {State.LAUNCHING: "launched", State.WAITING_CAPACITY: "waiting", State.FAILED: "failed"}
 
 
@@ -191,19 +192,31 @@ def launch_attempt(
     over = quota_problem(compute, record, policy)
     if over:
         return _wait(reg, record, policy, now, metrics, reason=over, error=over)
-    image = spec.image or (policy.aws.default_image if spec.cloud == "aws" else policy.gcp.default_image)
-    if not image:
-        return _fail(reg, record, now, metrics, f"image: the spec has none and the policy sets no "
-                                                f"{spec.cloud}.default_image")
+    try:
+        variants = agent_bundle.parse_manifest(reg.get_bytes(keys.agent_file(agent_bundle.MANIFEST)))
+    except (NotFound, ValueError) as exc:
+        problem = "is missing" if isinstance(exc, NotFound) else f"is unreadable ({exc})"
+        return _fail(reg, record, now, metrics, f"no agent bundle in this deployment: {keys.AGENT}"
+                                                f"{agent_bundle.MANIFEST} {problem}; deploy it (cdk deploy, or make "
+                                                f"gcp-package and terraform apply)")
     bucket, region = _bootstrap_target(reg, compute)
-    user_data = bootstrap.render_for(spec, job_id=job_id, attempt=attempt, policy=policy, bucket=bucket,
-                                     root=reg.root, region=region)
+    scripts: dict[str, str] = {}  # per CPU architecture: each fetches its own agent bundle
     errors: list[str] = []
     for itype, zone in candidates(spec):
+        arch = images.architecture(spec.cloud, itype)
+        if arch not in scripts:
+            source = agent_source(reg, variants, spec.cloud, arch, job_id, attempt,
+                                  expires=policy.boot_timeout(spec) + URL_MARGIN_S)
+            if source is None:
+                return _fail(reg, record, now, metrics, f"instance_type: {itype} is an {arch} type and this "
+                                                        f"deployment has no {spec.cloud} agent bundle for {arch}")
+            scripts[arch] = bootstrap.render_for(spec, job_id=job_id, attempt=attempt, policy=policy,
+                                                 bucket=bucket, root=reg.root, region=region, agent=source)
         request = LaunchRequest(
             job_id=job_id, attempt=attempt, num_nodes=spec.num_nodes, instance_type=itype, zone=zone,
-            image=image, spot=spec.spot, user_data=user_data, max_runtime=policy.max_runtime(spec),
-            disk_gb=spec.disk_gb, owner=record.owner, labels=tuple(sorted(spec.labels.items())),
+            image=images.resolve(spec.cloud, policy.image(spec, itype), itype), spot=spec.spot,
+            user_data=scripts[arch], max_runtime=policy.max_runtime(spec), disk_gb=spec.disk_gb,
+            owner=record.owner, labels=tuple(sorted(spec.labels.items())),
         )
         try:
             instances = compute.launch(request)
@@ -235,6 +248,23 @@ def quota_problem(compute: Compute, record: JobRecord, policy: Policy) -> str | 
             f"{limit} (max_active_instances_per_owner)")
 
 
+def agent_source(reg: Registry, variants: list[agent_bundle.Variant], cloud: str, arch: str, job_id: str,
+                 attempt: int, *, expires: int) -> bootstrap.AgentSource | None:
+    """Where VMs of this architecture fetch the agent (one URL per Python version) and report a failed boot;
+    None when the deployment has no bundle for them."""
+    store = reg.store
+    if not isinstance(store, VmUrls):
+        raise RuntimeError(f"{type(store).__name__} cannot give VMs URLs to the agent bundle")
+    chosen = agent_bundle.for_vm(variants, cloud, arch)
+    if not chosen:
+        return None
+    bundles = {python: bootstrap.Fetch(v.name, store.vm_request(reg.key(keys.agent_file(v.name)), write=False,
+                                                                expires=expires)[1], v.sha256)
+               for python, v in chosen.items()}
+    method, url = store.vm_request(reg.key(keys.boot_failure(job_id, attempt)), write=True, expires=expires)
+    return bootstrap.AgentSource(bundles, url, method, store.vm_auth)
+
+
 def _bootstrap_target(reg: Registry, compute: Compute) -> tuple[str, str | None]:
     """Bucket and region for the VM's script: stores and adapters that know them say so, else the env."""
     bucket = getattr(reg.store, "bucket", None)
@@ -264,7 +294,7 @@ def _launched(reg: Registry, record: JobRecord, request: LaunchRequest,
         return reg.transition(
             record.id, State.LAUNCHING, now=now, expect={State.LAUNCHING}, expect_attempt=request.attempt,
             reason=f"launched {len(ids)} x {request.instance_type} in {zone or 'any zone'}",
-            event={"instances": ids, "instance_type": request.instance_type, "zone": zone},
+            event={"instances": ids, "instance_type": request.instance_type, "zone": zone, "image": request.image},
             instances=ids, instance_type=request.instance_type, zone=zone, launched_at=now,
             first_launched_at=record.first_launched_at or now, waits=0, wait_until=None,
             last_error="; ".join(errors) or None,

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
+from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from jobplane import images
 from jobplane.errors import FieldError, SpecError, from_validation_error
 from jobplane.spec import Duration, JobSpec, format_duration, load_document
 
@@ -14,8 +16,32 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class AwsPlacement(_Model):
-    """Where and as whom EC2 instances run; created by the CDK stack."""
+class _Images(_Model):
+    """The default images of one cloud: an alias or a raw image, for CPU and for GPU instance types."""
+
+    cloud: ClassVar[str] = "aws"
+    default_image: str = Field(images.DEFAULT_CPU, description="image for specs without one (CPU instance types)")
+    default_gpu_image: str | None = Field(None, description="image for specs without one on GPU instance types; "
+                                                            f"unset: default_image if set, else {images.DEFAULT_GPU}")
+
+    @field_validator("default_image", "default_gpu_image")
+    @classmethod
+    def _known(cls, value: str | None) -> str | None:
+        if value is not None and (problem := images.image_problem(cls.cloud, value)):
+            raise ValueError(problem)
+        return value
+
+    def default_for(self, instance_type: str) -> str:
+        """The default image for this instance type (an older policy's lone default_image serves both)."""
+        if not images.has_gpu(self.cloud, instance_type):
+            return self.default_image
+        if self.default_gpu_image:
+            return self.default_gpu_image
+        return self.default_image if "default_image" in self.model_fields_set else images.DEFAULT_GPU
+
+
+class AwsPlacement(_Images):
+    """Where and as whom EC2 instances run (created by the CDK stack), and from which images."""
 
     instance_profile: str | None = Field(None, description="instance profile name or ARN for the VMs")
     subnets: list[str] = Field(default_factory=list, description="subnet ids, tried in order")
@@ -23,16 +49,15 @@ class AwsPlacement(_Model):
     public_ip: bool | None = Field(None, description="ask for a public IPv4 address per VM (egress through an "
                                                       "internet gateway); None: the subnet's own setting")
     placement_group: str | None = Field(None, description="cluster placement group for multi-node jobs")
-    default_image: str | None = Field(None, description="AMI used when a spec has no image")
     key_name: str | None = None
 
 
-class GcpPlacement(_Model):
+class GcpPlacement(_Images):
+    cloud: ClassVar[str] = "gcp"
     project: str | None = None
     service_account: str | None = Field(None, description="service account e-mail for the VMs")
     network: str | None = None
     subnetwork: str | None = None
-    default_image: str | None = Field(None, description="image used when a spec has no image")
 
 
 class SafetyPolicy(_Model):
@@ -70,6 +95,10 @@ class Policy(_Model):
 
     def boot_timeout(self, spec: JobSpec) -> int:
         return spec.boot_timeout or self.default_boot_timeout
+
+    def image(self, spec: JobSpec, instance_type: str) -> str:
+        """The image for one instance type of the spec: its own, else the cloud's CPU or GPU default."""
+        return spec.image or (self.aws if spec.cloud == "aws" else self.gcp).default_for(instance_type)
 
 
 DEFAULT_POLICY = Policy()

@@ -9,6 +9,7 @@ logged and counted, never applied.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Collection, Iterable
@@ -17,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from jobplane import keys, launcher
-from jobplane.clouds.base import Compute, NotFound
+from jobplane.clouds.base import LOG_OBJECT_TAG, Compute, NotFound, PreconditionFailed
 from jobplane.decide import rerun as rerun_decide
 from jobplane.decide import sweep as sweep_decide
 from jobplane.decide import uptime as uptime_decide
@@ -55,9 +56,10 @@ def listings(reg: Registry, compute: Compute | None) -> Snapshot:
 
 
 def with_records(reg: Registry, snap: Snapshot, job_ids: Iterable[str], *, exits: bool = True) -> Snapshot:
-    """Fetch job.json (and the current attempt's exit reports) for just these jobs."""
+    """Fetch job.json (and the current attempt's exit reports and boot failure) for just these jobs."""
     records: dict[str, JobRecord] = {}
     reports: dict[str, tuple[ExitReport, ...]] = {}
+    failures: dict[str, str] = {}
     for job_id in sorted(set(job_ids)):
         try:
             record = records[job_id] = reg.job(job_id)
@@ -65,17 +67,25 @@ def with_records(reg: Registry, snap: Snapshot, job_ids: Iterable[str], *, exits
             log.warning("job %s has registry keys but no job.json", job_id, extra={"job_id": job_id})
             continue
         if exits and record.state in (State.LAUNCHING, State.RUNNING) and record.attempt:
-            reports[job_id] = read_exits(reg, job_id, record.attempt)
-    return replace(snap, records={**snap.records, **records}, exits={**snap.exits, **reports})
+            reports[job_id], failure = read_attempt(reg, job_id, record.attempt)
+            if failure is not None:
+                failures[job_id] = failure
+    return replace(snap, records={**snap.records, **records}, exits={**snap.exits, **reports},
+                   boot_failures={**snap.boot_failures, **failures})
 
 
-def read_exits(reg: Registry, job_id: str, attempt: int) -> tuple[ExitReport, ...]:
-    """One LIST of attempts/<n>/nodes/ plus one GET per rank that has exited."""
+def read_attempt(reg: Registry, job_id: str, attempt: int) -> tuple[tuple[ExitReport, ...], str | None]:
+    """The attempt's exit reports and what a VM's bootstrap reported, if it did: one LIST of
+    attempts/<n>/, then one GET per rank that has exited (and one for a boot failure)."""
     prefix = keys.exits_prefix(job_id, attempt)
     out = []
-    for key, _, _ in reg.listing(prefix):
+    failure: str | None = None
+    for key, _, _ in reg.listing(keys.attempt_prefix(job_id, attempt)):
+        if key == keys.boot_failure(job_id, attempt):
+            failure = _boot_failure(reg, key, job_id)
+            continue
         rank, _, name = key.removeprefix(prefix).partition("/")
-        if name != "exit.json" or not rank.isdigit():
+        if not key.startswith(prefix) or name != "exit.json" or not rank.isdigit():
             continue
         try:
             body = reg.get_json(key)
@@ -88,8 +98,21 @@ def read_exits(reg: Registry, job_id: str, attempt: int) -> tuple[ExitReport, ..
                         extra={"job_id": job_id})
             code = -1
         reason = body.get("reason") if isinstance(body, dict) else None
-        out.append(ExitReport(int(rank), code, reason if isinstance(reason, str) else "exit"))
-    return tuple(out)
+        error = body.get("error") if isinstance(body, dict) else None
+        out.append(ExitReport(int(rank), code, reason if isinstance(reason, str) else "exit",
+                              error if isinstance(error, str) else None))
+    return tuple(out), failure
+
+
+def _boot_failure(reg: Registry, key: str, job_id: str) -> str | None:
+    try:
+        body = reg.get_json(key)
+    except NotFound:
+        return None
+    except ValueError:
+        body = {}
+    message = body.get("message") if isinstance(body, dict) else None
+    return str(message)[:500] if message else "the VM's bootstrap reported a failure it could not describe"
 
 
 def with_preempted_bodies(reg: Registry, snap: Snapshot, only: Collection[str] | None = None) -> Snapshot:
@@ -158,6 +181,11 @@ def _apply_one(reg: Registry, compute: Compute | None, action: Action, *, now: d
                        expect_attempt=action.expect_attempt, **action.updates)
     if action.repair and job_id:
         reg.repair_markers(job_id)
+    if action.save_console and job_id and action.expect_attempt is not None:
+        if compute is None:
+            raise RuntimeError("no compute adapter to read console output with")
+        for rank, instance_id in action.save_console:
+            save_console(reg, compute, job_id, action.expect_attempt, rank, instance_id)
     if action.terminate:
         if compute is None:
             raise RuntimeError("no compute adapter to terminate with")
@@ -180,6 +208,20 @@ def _apply_one(reg: Registry, compute: Compute | None, action: Action, *, now: d
         reg.delete(key)
 
 
+def save_console(reg: Registry, compute: Compute, job_id: str, attempt: int, rank: int, instance_id: str) -> None:
+    """Keep a VM's console output with the job's logs (create-only: the first save wins), so `jobplane logs`
+    shows why its agent never started. A VM whose console cannot be read gets a note saying so."""
+    try:
+        text = compute.console_output(instance_id)
+    except Exception as exc:  # the sweep goes on; the reason still names where to look
+        log.warning("console output of %s: %s", instance_id, exc, extra={"job_id": job_id})
+        text = f"(not available: {exc})\n"
+    header = f"---- console output of {instance_id} (rank {rank}, attempt {attempt}), saved by the sweeper ----\n"
+    with contextlib.suppress(PreconditionFailed):  # an overlapping run saved it
+        reg.store.put_if_absent(reg.key(keys.console_log(job_id, attempt, rank)), (header + text).encode(),
+                                "text/plain", tags=dict([LOG_OBJECT_TAG]))
+
+
 def _count(action: Action, metrics: Metrics) -> None:
     name = _METRICS.get(action.rule)
     if name == "OrphansTerminated":
@@ -193,13 +235,15 @@ def _count(action: Action, metrics: Metrics) -> None:
 
 
 def job_named_by(key: str | None) -> str | None:
-    """The job an object-created event is about: an exit report or a preempted-jobs/ marker."""
+    """The job an object-created event is about: an exit report, a boot failure or a preempted-jobs/ marker."""
     if key is None:
         return None
     if key.startswith(keys.PREEMPTED):
         return key.removeprefix(keys.PREEMPTED) or None
     parts = key.split("/")
-    if key.startswith(keys.JOBS) and len(parts) == 7 and parts[2] == "attempts" and parts[-1] == "exit.json":
+    if not key.startswith(keys.JOBS) or len(parts) < 5 or parts[2] != "attempts" or not parts[3].isdigit():
+        return None
+    if (len(parts) == 7 and parts[-1] == "exit.json") or key == keys.boot_failure(parts[1], int(parts[3])):
         return parts[1]
     return None
 

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema
 
+from jobplane import images
 from jobplane.errors import FieldError, SpecError, from_validation_error
 from jobplane.keys import JOB_ID_PATTERN
 
@@ -159,7 +160,10 @@ class JobSpec(_Model):
     instance_type: InstanceType | list[InstanceType] = Field(
         ..., description="instance type, or a list tried in order when capacity runs out"
     )
-    image: str | None = Field(None, min_length=1, max_length=512, description="AMI id or GCE image")
+    image: str | None = Field(
+        None, min_length=1, max_length=512,
+        description=f"image alias ({', '.join(images.ALIASES)}), AMI id or resolve:ssm:<parameter> (aws), GCE image "
+                    "path (gcp); default: the policy's CPU or GPU image for the instance type")
     num_nodes: int = Field(1, ge=1, le=1024, description="nodes launched together, all or nothing")
     spot: bool = False
     max_restarts: int = Field(3, ge=0, le=100, description="reruns after preemption or a failed boot")
@@ -212,6 +216,9 @@ def _cross_checks(raw: dict[str, Any]) -> list[FieldError]:
                                            f"or give a {scheme} URI"))
         elif not uri.startswith(scheme) or len(uri) <= len(scheme):
             errors.append(FieldError(path, f"{uri!r} must be a {scheme} URI for cloud {cloud!r}"))
+    image = raw.get("image")
+    if isinstance(image, str) and image.strip() and (problem := images.image_problem(cloud, image.strip())):
+        errors.append(FieldError("image", problem))
     instance_type = raw.get("instance_type")
     if isinstance(instance_type, list) and not instance_type:
         errors.append(FieldError("instance_type", "the list is empty: give at least one instance type"))

@@ -50,12 +50,41 @@ def test_prefix_without_slash_matches_the_object_or_its_folder_only() -> None:
     assert keys_under(store, "data/train/") == ["data/train/a", "data/train/b"]
 
 
-def test_a_bundle_cannot_escape_the_code_dir(tmp_path: Path) -> None:
+def _tarball(*members: tarfile.TarInfo) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        info = tarfile.TarInfo("../escaped.txt")
-        info.size = 1
-        tar.addfile(info, io.BytesIO(b"x"))
-    with pytest.raises(tarfile.TarError):
-        unpack(buf.getvalue(), tmp_path / "code")
-    assert not (tmp_path / "escaped.txt").exists()
+        for info in members:
+            tar.addfile(info, io.BytesIO(b"x" * info.size) if info.isfile() else None)
+    return buf.getvalue()
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.size = kind, link, 1 if kind == tarfile.REGTYPE else 0
+    return info
+
+
+@pytest.mark.parametrize("filters", [True, False], ids=["tarfile filters", "Python before 3.11.4 (Debian 12)"])
+@pytest.mark.parametrize("member", [_member("../escaped.txt"), _member(f"{os.sep}tmp/escaped-{os.getpid()}.txt"),
+                                    _member("link", tarfile.SYMTYPE, "../../escaped.txt"),
+                                    _member("dev", tarfile.CHRTYPE)], ids=["dotdot", "absolute", "symlink", "device"])
+def test_a_bundle_cannot_escape_the_code_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, filters: bool,
+                                             member: tarfile.TarInfo) -> None:
+    """Refused, or (an absolute name, with tarfile's filter) kept inside the code dir: never outside it."""
+    if not filters:
+        monkeypatch.delattr(tarfile, "data_filter")
+    code = tmp_path / "code"
+    try:
+        unpack(_tarball(_member("ok.txt"), member), code)
+    except tarfile.TarError:
+        pass
+    else:
+        assert member.name.startswith(os.sep) and filters
+        assert (code / member.name.lstrip(os.sep)).exists()
+    assert not (tmp_path / "escaped.txt").exists() and not Path(member.name).exists()
+
+
+def test_without_tarfile_filters_a_normal_bundle_unpacks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(tarfile, "data_filter")
+    unpack(_tarball(_member("src/train.py"), _member("latest", tarfile.SYMTYPE, "src/train.py")), tmp_path)
+    assert (tmp_path / "src" / "train.py").read_bytes() == b"x" and (tmp_path / "latest").is_symlink()

@@ -14,6 +14,7 @@ from jobplane.local.fake_compute import FakeComputeServer
 from jobplane.local.fake_gcs import FakeGcsServer
 from jobplane.policy import GcpPlacement
 from jobplane.registry import Registry
+from tests.helpers import publish_agent_manifest
 
 PROJECT, REGION, BUCKET = "jobplane-local", "us-central1", "jobplane-gcp-test"
 IMAGE = "projects/debian-cloud/global/images/family/debian-12"
@@ -66,4 +67,5 @@ def cloud(compute_fake: FakeComputeServer, gce: GceCompute, gcs_fake: FakeGcsSer
         monkeypatch.setenv(name, value)
     registry = Registry(GcsStore(BUCKET), "reg")
     registry.put_json("config/policy.yaml", {"gcp": PLACEMENT.model_dump(exclude_none=True)})
+    publish_agent_manifest(registry, "gcp")
     return GcpCloud(compute_fake, gce, gcs_fake, registry)

@@ -50,7 +50,9 @@ def test_a_queue_drop_launches_the_job_once_even_when_delivered_twice(cloud: Gcp
     cluster = cloud.registry.get_json(keys.cluster("fn-job", 1))
     assert cluster["instances"] == ["us-central1-a/jobplane-fn-job-a1-0001"] and cluster["zone"] == "us-central1-a"
     startup = {i["key"]: i["value"] for i in cloud.compute_fake.instances()[0]["metadata"]["items"]}
-    assert "JOBPLANE_CLOUD=gcp" in startup["startup-script"] and "gs://" in startup["startup-script"]
+    script = startup["startup-script"]
+    assert "JOBPLANE_CLOUD=gcp" in script and '"auth":"gce"' in script  # the VM's token, not signed URLs
+    assert f"/storage/v1/b/{BUCKET}/o/reg%2Fsystem%2Fagent%2Fgcp-py3.12-x86_64.tar.gz?alt=media" in script
     # the shutdown script finds the agent the startup script starts
     [agent] = [line for line in startup["startup-script"].splitlines() if line.startswith("exec ")]
     assert re.search(AGENT_MATCH, agent) and startup["shutdown-script"] == SHUTDOWN_SCRIPT

@@ -37,6 +37,7 @@ from jobplane.states import State
 from jobplane.telemetry import CountingMetrics
 from tests.gcp.conftest import BUCKET, PROJECT, REGION, GcpCloud
 from tests.gcp.test_functions import MAIN, finalized
+from tests.helpers import run_bootstrap
 
 pytestmark = [pytest.mark.scenario, pytest.mark.timeout(180)]
 REPO = Path(__file__).parents[2]
@@ -407,3 +408,28 @@ def test_sigterm_before_the_notice_poll_keeps_the_newest_checkpoint_and_the_repo
     assert agents(second.instances[0]).wait(timeout=90) == 0
     step = newest.split("-")[1].split(".")[0]
     assert f"resuming from step {step} ({newest})" in log_text(cloud, job, 2)
+
+
+def test_a_vm_whose_bootstrap_fails_fails_the_job_at_once_with_its_serial_console_saved(
+        cloud: GcpCloud, tmp_path: Path) -> None:
+    """The VM runs the real startup script (its agent bundle is not in this registry), which reports the
+    failure through GCS; the finalize event sends it to the sweeper, which keeps the serial console output."""
+    record = submit(cloud, "no-agent")
+    (instance_id,) = record.instances
+    vm = next(v for v in cloud.compute_fake.instances() if v["name"] == instance_id.split("/")[1])
+    script = next(i["value"] for i in vm["metadata"]["items"] if i["key"] == "startup-script")
+    metadata = cloud.compute_fake.metadata_server(instance_id)
+    booted = run_bootstrap(script, tmp_path, GCE_METADATA_HOST=metadata.host)
+    assert booted.returncode == 1
+    cloud.compute_fake.set_console(instance_id, booted.stdout)  # what GCE keeps of the guest's serial port
+    key = keys.boot_failure("no-agent", 1)
+    assert reconcile.job_named_by(key) == "no-agent"
+    response = create_app("launcher", MAIN, "cloudevent").test_client().post("/", **finalized("reg/" + key))
+    assert response.status_code == 200
+    failed = cloud.registry.job("no-agent")
+    assert failed.state == State.FAILED
+    assert failed.reason.startswith("the agent could not start: cannot download the agent bundle gcp-py3.")
+    assert "HTTP Error 404" in failed.reason and "`jobplane logs no-agent --attempt 1`" in failed.reason
+    console = cloud.registry.get_bytes(keys.console_log("no-agent", 1, 0)).decode()
+    assert f"console output of {instance_id}" in console and "jobplane-bootstrap: FAILED:" in console
+    assert_vms_deleted(cloud)

@@ -18,6 +18,7 @@ from typing import Any
 import hcl2
 import pytest
 
+from jobplane import images
 from jobplane.clouds.base import LaunchRequest
 from jobplane.clouds.gcp import VM_NAME_PREFIX, GceCompute
 from jobplane.local.fake_compute import FakeComputeServer
@@ -160,6 +161,7 @@ CALL_PERMISSIONS = {
     "get": {"compute.instances.get"},
     "delete": {"compute.instances.delete"},
     "aggregatedOperations": {"compute.globalOperations.list"},
+    "getSerialPortOutput": {"compute.instances.getSerialPortOutput"},
 }
 # What a create request sets, field by field -> what GCE checks on top of compute.instances.create.
 VM_FIELDS = {
@@ -176,9 +178,10 @@ NEW_DISK_FIELDS = {"diskSizeGb": set(), "diskType": set(), "labels": {"compute.d
 NIC_FIELDS = {"network": set(), "subnetwork": {"compute.subnetworks.use"}}  # no accessConfigs: no external IP
 SERVER_FIELDS = frozenset({"kind", "id", "status", "zone", "creationTimestamp", "selfLink"})  # added by the fake
 NIC_SERVER_FIELDS = frozenset({"name", "networkIP"})
-# The permissions that change or delete an existing VM: only under the name condition.
+# The permissions that change, delete or read the console of an existing VM: only under the name condition
+# (a console may show secrets of VMs that are not jobplane's).
 CHANGES_A_VM = {"compute.instances.delete", "compute.instances.setLabels", "compute.instances.setMetadata",
-                "compute.instances.setServiceAccount"}
+                "compute.instances.setServiceAccount", "compute.instances.getSerialPortOutput"}
 
 
 def _fields(found: dict[str, Any], table: dict[str, set[str]], ignore: frozenset[str] = frozenset()) -> set[str]:
@@ -194,7 +197,8 @@ def _role(tf: dict[str, dict[str, Any]], name: str) -> set[str]:
 def test_the_custom_roles_hold_exactly_the_permissions_of_every_call_the_adapter_makes(
         tf: dict[str, dict[str, Any]], gce: GceCompute, compute_fake: FakeComputeServer) -> None:
     public = {name for name, _ in inspect.getmembers(GceCompute, inspect.isfunction) if not name.startswith("_")}
-    assert public == {"launch", "list_managed", "attempt_instances", "terminate", "preempted"}, \
+    assert public == {"launch", "list_managed", "attempt_instances", "terminate", "preempted",
+                      "console_output"}, \
         "a new adapter method: exercise it below"
 
     def request(zone: str | None, nodes: int) -> LaunchRequest:
@@ -207,6 +211,7 @@ def test_the_custom_roles_hold_exactly_the_permissions_of_every_call_the_adapter
     gce.list_managed()
     compute_fake.preempt(launched[0])
     gce.preempted(since=datetime(2020, 1, 1, tzinfo=UTC))
+    gce.console_output(launched[1])
     gce.terminate(launched[1:])
 
     assert set(compute_fake.calls) == set(CALL_PERMISSIONS), "map every call (and make every mapped one)"
@@ -259,3 +264,16 @@ def test_terraform_validates_with_the_google_provider(tmp_path: Path) -> None:
     for step in (["init", "-backend=false", "-input=false", f"-plugin-dir={plugins}"], ["validate"]):
         done = subprocess.run(["terraform", *step, "-no-color"], cwd=work, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_agent_bundles_are_uploaded_and_new_policies_boot_the_image_aliases(tf: dict[str, dict[str, Any]]) -> None:
+    agent = tf["resource"]["google_storage_bucket_object.agent"]
+    assert agent["for_each"] == '${fileset(var.agent_dir, "*")}'
+    assert agent["name"] == "${local.prefix}system/agent/${each.value}"
+    assert tf["variable"]["agent_dir"]["default"] == "../../build/agent"  # where `make gcp-package` puts them
+    policy = tf["resource"]["google_storage_bucket_object.policy"]["content"]
+    assert "var.default_image" in policy and "var.default_gpu_image" in policy
+    assert (tf["variable"]["default_image"]["default"], tf["variable"]["default_gpu_image"]["default"]) == (
+        images.DEFAULT_CPU, images.DEFAULT_GPU)
+    makefile = (REPO / "Makefile").read_text()
+    assert "-m jobplane.bundling --cloud gcp --out build/agent" in makefile

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from jobplane import agent_bundle, images
 from tests.infra.conftest import ALARM_EMAIL, DATA_BUCKET, Synth, cdk_context
 from tests.infra.iam_eval import Request, allows, resolve, role_statements
 
@@ -125,9 +122,10 @@ def test_queue_drops_trigger_the_launcher(synth: Synth) -> None:
                                  "object": {"key": [{"prefix": "queue/"}]}}
 
 
-def test_exit_reports_and_instance_state_changes_trigger_the_sweeper(synth: Synth) -> None:
+def test_exit_reports_boot_failures_and_instance_state_changes_trigger_the_sweeper(synth: Synth) -> None:
     by_source = {p["source"][0]: p for p in patterns(synth, "sweeper")}
-    assert by_source["aws.s3"]["detail"]["object"]["key"] == [{"wildcard": "jobs/*/attempts/*/nodes/*/exit.json"}]
+    assert by_source["aws.s3"]["detail"]["object"]["key"] == [{"wildcard": "jobs/*/attempts/*/nodes/*/exit.json"},
+                                                              {"wildcard": "jobs/*/attempts/*/boot-failure.json"}]
     assert by_source["aws.ec2"]["detail-type"] == ["EC2 Instance State-change Notification"]
     assert set(by_source["aws.ec2"]["detail"]["state"]) == {"shutting-down", "terminated", "stopping", "stopped"}
 
@@ -215,6 +213,24 @@ def test_pass_role_only_for_the_vm_role_to_ec2(synth: Synth, name: str) -> None:
             assert not allows(sts, Request("iam:PassRole", f"<{other}.Arn>", to_ec2))
 
 
+@pytest.mark.parametrize("name", ["launcher", "rerun"])
+def test_launchers_read_image_parameters_public_and_own_only(synth: Synth, name: str) -> None:
+    sts = statements(synth, name)
+    public = "arn:aws:ssm:us-east-1::parameter" + images.ALIASES["debian-12"].aws[images.X86_64]
+    assert allows(sts, Request("ssm:GetParameter", public))
+    assert allows(sts, Request("ssm:GetParameter", "arn:aws:ssm:us-east-1:123456789012:parameter/team/gpu-ami"))
+    assert not allows(sts, Request("ssm:GetParameter", "arn:aws:ssm:us-east-1:999999999999:parameter/other"))
+    assert not allows(sts, Request("ssm:PutParameter", "arn:aws:ssm:us-east-1:123456789012:parameter/team/gpu-ami"))
+
+
+@pytest.mark.parametrize("name", ["sweeper", "uptime_cap", "rerun"])
+def test_console_output_only_of_managed_instances(synth: Synth, name: str) -> None:
+    sts = statements(synth, name)
+    instance = f"{ARN}:instance/i-0123456789abcdef0"
+    assert allows(sts, Request("ec2:GetConsoleOutput", instance, MANAGED))
+    assert not allows(sts, Request("ec2:GetConsoleOutput", instance, {}))
+
+
 @pytest.mark.parametrize("name", ["sweeper", "uptime_cap"])
 def test_reconcilers_that_only_terminate_cannot_launch(synth: Synth, name: str) -> None:
     assert not allows(statements(synth, name), Request("ec2:RunInstances", f"{ARN}:instance/x", REQUEST_MANAGED))
@@ -239,7 +255,7 @@ def test_vm_role_has_no_ec2_no_iam_and_only_registry_reads_and_writes(synth: Syn
     assert actions <= {"s3:GetObject", "s3:PutObject", "s3:PutObjectTagging", "s3:ListBucket"}
     obj = f"<{bucket_id(synth)}.Arn>/"
     for key in ("jobs/j1/job.json", "jobs/j1/code/code.tar.gz", "jobs/j1/checkpoints/step-100.pt",
-                "jobs/j1/attempts/2/cluster.json", "jobs/j1/control/stop", "system/wheels/jobplane-0.1.0.whl"):
+                "jobs/j1/attempts/2/cluster.json", "jobs/j1/control/stop"):
         assert allows(sts, Request("s3:GetObject", obj + key)), key
     for key in ("heartbeats/j1/2/0", "heartbeats/j1/2/0.output", "jobs/j1/logs/2/0/00000001.log",
                 "jobs/j1/checkpoints/step-100.pt", "jobs/j1/artifacts/model/w.bin",
@@ -247,9 +263,11 @@ def test_vm_role_has_no_ec2_no_iam_and_only_registry_reads_and_writes(synth: Syn
         assert allows(sts, Request("s3:PutObject", obj + key)), key
     # never the control plane's own keys
     for key in ("jobs/j1/job.json", "active/j1/RUNNING.2", "queue/j2.yaml", "config/policy.yaml",
-                "jobs/j1/attempts/2/cluster.json", "jobs/j1/control/stop", "system/wheels/x.whl"):
+                "jobs/j1/attempts/2/cluster.json", "jobs/j1/control/stop", "system/agent/manifest.json",
+                "jobs/j1/attempts/2/boot-failure.json"):
         assert not allows(sts, Request("s3:PutObject", obj + key)), key
-    for key in ("config/policy.yaml", "rejected/j2.yaml", "queue/j2.yaml"):
+    # the agent bundle reaches the VM through URLs the launcher presigned, not through the VM's role
+    for key in ("config/policy.yaml", "rejected/j2.yaml", "queue/j2.yaml", "system/agent/aws-py3.12-x86_64.tar.gz"):
         assert not allows(sts, Request("s3:GetObject", obj + key)), key
     assert not allows(sts, Request("s3:DeleteObject", obj + "jobs/j1/checkpoints/a"))
     # the tag the log-chunk lifecycle rule filters on: log chunks only
@@ -291,13 +309,14 @@ def test_policy_yaml_points_launches_at_the_stacks_resources(synth: Synth) -> No
     assert yaml.safe_load(io.StringIO(text))["allowed_instance_types"] == caps["allowed_instance_types"]
 
 
-def test_agent_wheelhouse_goes_to_system_wheels(synth: Synth) -> None:
-    props = synth.deployments()["system/wheels/"]
+def test_agent_bundles_go_to_system_agent_and_new_policies_boot_the_image_aliases(synth: Synth) -> None:
+    props = synth.deployments()["system/agent/"]
+    assert props["Prune"] is True
     (key,) = props["SourceObjectKeys"]
-    names = [p.name for p in synth.asset_dir(key).iterdir()]
-    assert any(n.startswith("jobplane-") and n.endswith(".whl") for n in names)
-    for arch in ("x86_64", "aarch64"):
-        assert any(n.startswith("pydantic_core-") and arch in n for n in names), arch
+    manifest = agent_bundle.parse_manifest((synth.asset_dir(key) / agent_bundle.MANIFEST).read_bytes())
+    assert {(v.python, v.arch) for v in manifest} == {(p, a) for p in ("3.11", "3.12") for a in images.ARCHITECTURES}
+    caps = cdk_context()["jobplane:policy"]["aws"]
+    assert (caps["default_image"], caps["default_gpu_image"]) == (images.DEFAULT_CPU, images.DEFAULT_GPU)
 
 
 # ---- observability and outputs ----------------------------------------------------------------------
@@ -329,18 +348,3 @@ def test_outputs_bucket_name_and_submit_command(synth: Synth) -> None:
     values = [json.dumps(v) for v in outputs.values()]
     assert {"Ref": bucket_id(synth)} in outputs.values()
     assert any("jobplane submit job.yaml" in v for v in values)
-
-
-@pytest.mark.parametrize(("platform", "python"), [("manylinux2014_x86_64", "3.11"), ("manylinux2014_aarch64", "3.12")])
-def test_vms_install_the_agent_from_the_wheelhouse_without_pypi(synth: Synth, tmp_path: Path, platform: str,
-                                                                python: str) -> None:
-    """What the bootstrap runs (pip install --no-index --find-links) resolves from the uploaded wheels alone."""
-    (key,) = synth.deployments()["system/wheels/"]["SourceObjectKeys"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-qq", "--disable-pip-version-check", "--no-index", "--find-links",
-         str(synth.asset_dir(key)), "--dest", str(tmp_path), "--only-binary=:all:", "--implementation", "cp",
-         "--platform", platform, "--python-version", python, "jobplane[aws]"],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "PIP_CONFIG_FILE": os.devnull},
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert any(p.name.startswith("jobplane-") for p in tmp_path.iterdir())

@@ -56,7 +56,7 @@ def test_root_prefix_reaches_rules_env_vm_role_and_uploads(variant: Synth) -> No
     assert not allows(sts, Request("s3:PutObject", f"<{registry}.Arn>/heartbeats/j1/1/0"))
     prefixes = {d["Properties"]["DestinationBucketKeyPrefix"]
                 for d in variant.resources("Custom::CDKBucketDeployment").values()}
-    assert prefixes == {"team-a/system/wheels/", "team-a/config/"}
+    assert prefixes == {"team-a/system/agent/", "team-a/config/"}
 
 
 def test_schedules_come_from_context(variant: Synth) -> None:

@@ -17,6 +17,7 @@ from jobplane.clouds.s3 import S3Store
 from jobplane.policy import AwsPlacement
 from jobplane.registry import Registry
 from jobplane.telemetry import CountingMetrics
+from tests.helpers import publish_agent_manifest
 
 BUCKET = "jobplane-test"
 REGION = "us-east-1"
@@ -80,4 +81,5 @@ def cloud(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cloud]:
         registry = Registry(S3Store(BUCKET, s3))
         cloud = Cloud(s3, ec2, registry, Ec2Compute(AwsPlacement(), REGION, ec2), calls, CountingMetrics(), image)
         cloud.set_policy(f"aws:\n  default_image: {image}\n")
+        publish_agent_manifest(registry, "aws")
         yield cloud

@@ -1,23 +1,34 @@
-"""The VM startup script: no spec text reaches it, every value is quoted, and run with PATH shims
-(never the real shutdown) it schedules the backstop, installs the agent when needed, and starts it."""
+"""The VM startup script: no spec text reaches it, every value is quoted, it fits EC2's 16 KB, and run on
+this machine with python3 only (never the real shutdown) it schedules the backstop, fetches the real agent
+bundle over HTTP from moto's S3 (presigned) or the GCS fake (VM token), checks it, unpacks it and starts
+the agent from it; every way the install can fail ends in one console line and a report in the registry."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import stat
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
+from botocore.config import Config
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from jobplane.bootstrap import render, render_for
+from jobplane import agent_bundle, bundling, keys
+from jobplane.bootstrap import MAX_USER_DATA, AgentSource, Fetch, render, render_for
+from jobplane.clouds.base import NotFound
+from jobplane.clouds.s3 import S3Store, s3_client
+from jobplane.launcher import agent_source
 from jobplane.policy import DEFAULT_POLICY
+from jobplane.registry import Registry
 from jobplane.spec import JobSpec
+from tests.helpers import find_python, run_bootstrap
+
+SOURCE = AgentSource({"3.11": Fetch("aws-py3.11-x86_64.tar.gz", "https://b.s3.amazonaws.com/x?a=1&b=2", "0" * 64)},
+                     "https://b.s3.amazonaws.com/r?a=1&b=2")
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -40,7 +51,7 @@ def bash_syntax_ok(script: str) -> bool:
 def test_hostile_spec_text_never_reaches_the_script(name: str, setup: str, run: str, env: dict[str, str],
                                                     image: str, code: str, uri: str, ckpt: str, label: str) -> None:
     raw: dict[str, Any] = {
-        "id": "hostile-job", "name": name[:128], "instance_type": "g5.xlarge", "setup": setup, "run": run,
+        "id": "the-job", "name": name[:128], "instance_type": "g5.xlarge", "setup": setup, "run": run,
         "env": env, "image": image[:512], "code": "s3://" + code, "inputs": {"train": {"uri": "s3://" + uri}},
         "checkpoint_dir": "/" + ckpt.replace("..", "_"), "artifacts_dir": "/" + ckpt.replace("..", "_") + "x",
         "labels": {"team": label}, "owner": "hostile_owner",
@@ -50,8 +61,8 @@ def test_hostile_spec_text_never_reaches_the_script(name: str, setup: str, run: 
     except ValidationError:
         assume(False)
         raise
-    script = render_for(spec, job_id="hostile-job", attempt=3, policy=DEFAULT_POLICY, bucket="jobplane-bucket",
-                        root="team/a", region="us-east-1")
+    script = render_for(spec, job_id="the-job", attempt=3, policy=DEFAULT_POLICY, bucket="jobplane-bucket",
+                        root="team/a", region="us-east-1", agent=SOURCE)
     assert bash_syntax_ok(script)
     free_text = [spec.name, spec.setup, spec.run, spec.image, spec.code, spec.inputs["train"].uri,
                  spec.checkpoint_dir, spec.artifacts_dir, *spec.env.values(), *spec.labels.values(), spec.owner]
@@ -75,71 +86,111 @@ def trap_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(bucket=HOSTILE, root=HOSTILE, region=HOSTILE, job_id=HOSTILE)
-def test_location_values_are_quoted(trap_bin: Path, bucket: str, root: str, region: str, job_id: str) -> None:
-    """Even values that never come from users (bucket, root...) cannot break out of their quotes."""
+@given(bucket=HOSTILE, root=HOSTILE, region=HOSTILE, job_id=HOSTILE, url=HOSTILE)
+def test_location_values_are_quoted(trap_bin: Path, bucket: str, root: str, region: str, job_id: str,
+                                    url: str) -> None:
+    """Even values that never come from users (bucket, root, URLs...) cannot break out of their quotes."""
+    agent = AgentSource({"3.12": Fetch("n", url, "0" * 64)}, url, auth="gce")
     script = render(cloud="aws", bucket=bucket, root=root, region=region, job_id=job_id, attempt=1,
-                    uptime_minutes=60)
+                    uptime_minutes=60, agent=agent)
     assert bash_syntax_ok(script)
     # run only the assignments (everything before the backstop) and read the values back from bash
     assignments = script.split("# Uptime backstop")[0]
-    names = ["JOBPLANE_BUCKET", "JOBPLANE_ROOT", "JOBPLANE_REGION", "JOBPLANE_JOB_ID"]
+    names = ["JOBPLANE_BUCKET", "JOBPLANE_ROOT", "JOBPLANE_REGION", "JOBPLANE_JOB_ID", "JOBPLANE_BOOT"]
     probe = assignments + "printf '%s\\0' " + " ".join(f'"${n}"' for n in names) + "\n"
     out = subprocess.run(["bash", "-c", probe], env={"PATH": f"{trap_bin}:/usr/bin:/bin"}, capture_output=True,
                          timeout=10)
     assert out.returncode == 0, out.stderr
     assert not (trap_bin / "sprung").exists()
-    assert out.stdout.decode().split("\0")[:4] == [bucket, root.strip("/"), region, job_id]
+    assert out.stdout.decode().split("\0")[:5] == [bucket, root.strip("/"), region, job_id, agent.as_json()]
 
 
-# ---- running the script against shims ---------------------------------------------------------------------
-SHIM = """#!/bin/bash
-printf '%s\\n' "$(basename "$0") $*" >> "$SHIM_LOG"
-{extra}
-"""
-PYTHON_SHIM = """
-if [ "$1" = "-c" ]; then exit "$SHIM_IMPORTABLE"; fi
-if [ "$1 $2" = "-m jobplane.agent" ]; then env | grep '^JOBPLANE_' | sort >> "$SHIM_LOG"; fi
-exit 0
-"""
-AWS_SHIM = 'for a in "$@"; do last="$a"; done; touch "$last/jobplane-0.1.0-py3-none-any.whl"'
 
 
-def shims(tmp_path: Path) -> dict[str, str]:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name, extra in {"shutdown": "", "python3": PYTHON_SHIM, "aws": AWS_SHIM, "gcloud": AWS_SHIM}.items():
-        path = bin_dir / name
-        path.write_text(SHIM.format(extra=extra))
-        path.chmod(path.stat().st_mode | stat.S_IEXEC)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SHIM_LOG": str(tmp_path / "calls.log"), "HOME": str(tmp_path)}
-    # safety: the script must find our shutdown, never the machine's
-    assert shutil.which("shutdown", path=env["PATH"]) == str(bin_dir / "shutdown")
-    return env
+# ---- running the script on this machine -----------------------------------------------------------------
+@pytest.fixture
+def registry(moto_endpoint: str) -> Registry:
+    """A registry on moto's S3 server (HTTP: the script fetches presigned URLs) with this machine's real
+    agent bundle in system/agent/."""
+    store = S3Store("boot-bucket", s3_client("us-east-1"))
+    store.client.create_bucket(Bucket="boot-bucket")
+    reg = Registry(store, "team")
+    path, variant = bundling.local_variant("aws")
+    reg.store.put(reg.key(keys.agent_file(variant.name)), path.read_bytes())
+    reg.store.put(reg.key(keys.agent_file(agent_bundle.MANIFEST)), agent_bundle.manifest([variant]))
+    return reg
 
 
-@pytest.mark.parametrize("cloud,importable", [("aws", True), ("aws", False), ("gcp", False)])
-def test_script_runs_backstop_install_and_agent(tmp_path: Path, cloud: str, importable: bool) -> None:
-    env = shims(tmp_path)
-    env["SHIM_IMPORTABLE"] = "0" if importable else "1"
-    script = render(cloud=cloud, bucket="my-bucket", root="/team/", region="eu-west-1", job_id="job-7",
-                    attempt=2, uptime_minutes=90)
+def script_for(reg: Registry, variants: list[agent_bundle.Variant] | None = None) -> str:
+    found = variants or agent_bundle.parse_manifest(reg.get_bytes(keys.agent_file(agent_bundle.MANIFEST)))
+    source = agent_source(reg, found, "aws", bundling.host_architecture(), "job-7", 2, expires=600)
+    assert source is not None
+    return render(cloud="aws", bucket="boot-bucket", root="team", region="us-east-1", job_id="job-7", attempt=2,
+                  uptime_minutes=90, agent=source)
 
-    done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30,
-                          cwd=tmp_path)
 
-    assert done.returncode == 0, done.stderr
-    calls = Path(env["SHIM_LOG"]).read_text().splitlines()
-    assert calls[0] == "shutdown -h +90 jobplane: uptime cap of 90 minutes"
-    installs = [c for c in calls if c.startswith(("aws", "gcloud", "python3 -m pip"))]
-    if importable:
-        assert installs == []
-    else:
-        scheme = {"aws": "s3", "gcp": "gs"}[cloud]
-        assert f"{scheme}://my-bucket/team/system/wheels/" in installs[0]
-        assert installs[1].startswith("python3 -m pip install --quiet --no-index --find-links ")
-        assert installs[1].endswith(f"jobplane[{cloud}]")
-    assert calls[-7:] == ["python3 -m jobplane.agent", "JOBPLANE_ATTEMPT=2", "JOBPLANE_BUCKET=my-bucket",
-                          f"JOBPLANE_CLOUD={cloud}", "JOBPLANE_JOB_ID=job-7", "JOBPLANE_REGION=eu-west-1",
-                          "JOBPLANE_ROOT=team"]
-    assert os.environ.get("SHIM_LOG") is None  # nothing leaked into the test process
+def test_the_script_fetches_checks_unpacks_and_starts_the_agent(registry: Registry, tmp_path: Path) -> None:
+    done = run_bootstrap(script_for(registry), tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    home = tmp_path / "opt-jobplane"
+    assert (tmp_path / "power.log").read_text().splitlines() == ["shutdown -h +90 jobplane: uptime cap of 90 minutes"]
+    assert f"agent aws-py3.11-x86_64.tar.gz unpacked into {home}" in done.stdout
+    assert f"agent import: {home}/site/jobplane/__init__.py job-7" in done.stdout
+    assert (home / "site" / "bin" / "uv").stat().st_mode & 0o111
+    with pytest.raises(NotFound):
+        registry.get_bytes(keys.boot_failure("job-7", 2))
+
+
+def _no_bundle_for_this_python(reg: Registry, v: agent_bundle.Variant) -> tuple[list[agent_bundle.Variant], str]:
+    return [replace(v, python="3.99")], "python3 on this image is 3.11; this deployment's agent runs on Python 3.99"
+
+
+def _unreadable(reg: Registry, v: agent_bundle.Variant) -> tuple[list[agent_bundle.Variant], str]:
+    reg.delete(keys.agent_file(v.name))
+    return [v], f"cannot download the agent bundle {v.name}: HTTP Error 404"
+
+
+def _tampered(reg: Registry, v: agent_bundle.Variant) -> tuple[list[agent_bundle.Variant], str]:
+    return [replace(v, sha256="f" * 64)], f"agent bundle {v.name}: sha256 mismatch ({v.size} bytes downloaded)"
+
+
+@pytest.mark.parametrize("breakage", [_no_bundle_for_this_python, _unreadable, _tampered])
+def test_a_failed_install_says_why_on_the_console_and_in_the_registry(
+        registry: Registry, tmp_path: Path, breakage: Any) -> None:
+    (variant,) = agent_bundle.parse_manifest(registry.get_bytes(keys.agent_file(agent_bundle.MANIFEST)))
+    variants, why = breakage(registry, variant)
+    done = run_bootstrap(script_for(registry, variants), tmp_path)
+    assert done.returncode == 1
+    assert f"jobplane-bootstrap: FAILED: {why}" in done.stdout
+    assert "agent import:" not in done.stdout  # the agent never ran
+    report = registry.get_json(keys.boot_failure("job-7", 2))
+    assert why in report["message"] and report["python"].startswith("3.11")
+
+
+@pytest.mark.parametrize("version", ["3.6", "3.9", "3.10"])
+def test_an_image_with_an_older_python3_fails_at_boot_saying_so(registry: Registry, tmp_path: Path,
+                                                                version: str) -> None:
+    """The install step itself runs on any python3 (no newer syntax), so even Python 3.6 gets the message."""
+    python = find_python(version)
+    if python is None:
+        pytest.skip(f"no python{version} on this machine")
+    done = run_bootstrap(script_for(registry), tmp_path, python=python)
+    assert done.returncode == 1, done.stdout + done.stderr
+    why = f"python3 on this image is {version}; this deployment's agent runs on Python 3.11"
+    assert f"jobplane-bootstrap: FAILED: {why}: use an image with one of them (e.g. image: ubuntu-24.04)" in done.stdout
+    assert registry.get_json(keys.boot_failure("job-7", 2))["python"].startswith(version)
+
+
+def test_user_data_fits_ec2s_16_kb_with_long_credentials_and_every_python(moto_endpoint: str) -> None:
+    """Presigned URLs carry the Lambda role's session token (~1 KB): three Pythons' bundles plus the report."""
+    client = boto3.client("s3", region_name="ap-southeast-2", aws_access_key_id="ASIA" + "X" * 16,
+                          aws_secret_access_key="s" * 40, aws_session_token="t" * 1200,
+                          config=Config(signature_version="s3v4"))
+    reg = Registry(S3Store("b" * 63, client), "a-long/registry-root")
+    variants = [agent_bundle.Variant("aws", py, "aarch64", "0" * 64, 1) for py in ("3.11", "3.12", "3.13")]
+    source = agent_source(reg, variants, "aws", "aarch64", "j" * 63, 100, expires=3600)
+    assert source is not None
+    script = render(cloud="aws", bucket="b" * 63, root="a-long/registry-root", region="ap-southeast-2",
+                    job_id="j" * 63, attempt=100, uptime_minutes=10080, agent=source)
+    assert bash_syntax_ok(script)
+    assert len(script.encode()) < MAX_USER_DATA, len(script.encode())

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import base64
 
+import boto3
 import pytest
 
+from jobplane import images
 from jobplane.clouds.aws import Ec2Compute, client_token
 from jobplane.clouds.base import CapacityError, LaunchRejected, LaunchRequest
 from jobplane.policy import AwsPlacement
@@ -212,3 +214,32 @@ def test_terminate_only_managed_unprotected(cloud: Cloud) -> None:
     assert states[ours[0].id] in ("shutting-down", "terminated")
     assert states[protected] in ("pending", "running")
     assert states[foreign] in ("pending", "running")
+
+
+def test_an_image_alias_launches_the_ami_its_ssm_parameter_names(cloud: Cloud) -> None:
+    """ubuntu-24.04 on a Graviton type: the arm64 parameter is read and RunInstances gets its AMI (with that
+    AMI's root device); a parameter that does not exist refuses the launch naming it."""
+    image = cloud.ec2.register_image(
+        Name="ubuntu-arm", Architecture="arm64", RootDeviceName="/dev/sda1", VirtualizationType="hvm",
+        BlockDeviceMappings=[{"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": 8}}])["ImageId"]
+    parameter = images.ALIASES["ubuntu-24.04"].aws[images.AARCH64]
+    boto3.client("ssm", region_name=REGION).put_parameter(Name=parameter, Value=image, Type="String",
+                                                          DataType="aws:ec2:image")
+    compute = Ec2Compute(AwsPlacement(), REGION, cloud.ec2)
+    resolved = images.resolve("aws", "ubuntu-24.04", "c7g.large")
+    assert resolved == "resolve:ssm:" + parameter
+    compute.launch(request(cloud, image=resolved, instance_type="c7g.large", num_nodes=1, zone=None))
+    sent = cloud.calls.run_instances[-1]
+    assert sent["ImageId"] == image and sent["BlockDeviceMapping.1.DeviceName"] == "/dev/sda1"
+    with pytest.raises(LaunchRejected, match="image parameter '/aws/service/debian/release/12/latest/arm64'"):
+        compute.launch(request(cloud, image=images.resolve("aws", "debian-12", "c7g.large"), zone=None))
+
+
+def test_ssm_is_asked_where_ec2_is_never_at_aws(moto_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An EC2 client pointed at a local endpoint (the local cloud's, a test's) gets its SSM there too, even
+    with no AWS_ENDPOINT_URL in the environment: a test must never reach AWS."""
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=moto_server)
+    boto3.client("ssm", region_name=REGION, endpoint_url=moto_server).put_parameter(
+        Name="/team/golden-ami", Value="ami-0123456789abcdef0", Type="String", Overwrite=True)
+    assert Ec2Compute(AwsPlacement(), REGION, ec2).ami("resolve:ssm:/team/golden-ami") == "ami-0123456789abcdef0"

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from jobplane import keys
+from jobplane.registry import Registry
 from jobplane.states import State
-from tests.helpers import LambdaContext
+from tests.helpers import LambdaContext, publish_agent_manifest
 from tests.launcher.conftest import BUCKET, Cloud
 
 pytestmark = pytest.mark.timeout(120)
@@ -76,6 +77,7 @@ def test_root_prefix_is_honoured(cloud: Cloud, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("JOBPLANE_ROOT", "team-a")
     cloud.s3.put_object(Bucket=BUCKET, Key="team-a/config/policy.yaml",
                         Body=f"aws:\n  default_image: {cloud.image}\n".encode())
+    publish_agent_manifest(Registry(cloud.registry.store, "team-a"), "aws")
     cloud.s3.put_object(Bucket=BUCKET, Key="team-a/queue/rooted.yaml", Body=SPEC.encode())
     assert handler(object_created("queue/rooted.yaml"), LambdaContext())["outcome"] == "ignored"  # outside root
     assert handler(object_created("team-a/queue/rooted.yaml"), LambdaContext())["outcome"] == "launched"

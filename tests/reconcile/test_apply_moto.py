@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from jobplane import keys, launcher, reconcile
 from jobplane.clouds.base import TAG_JOB_ID, TAG_MANAGED
 from jobplane.decide.model import Rule
+from jobplane.local.moto_server import CONSOLES_ENV
 from jobplane.registry import JobRecord, utcnow
 from jobplane.spec import parse_spec
 from jobplane.states import State
@@ -230,3 +232,20 @@ def test_spot_warning_recorded_once(cloud: Cloud) -> None:  # noqa: F811
     (notice,) = cloud.registry.job("warned").notices
     assert notice["instance_id"] == iid and notice["action"] == "terminate" and notice["attempt"] == 1
     assert any(e["kind"] == "spot-warning" for e in cloud.registry.events("warned"))
+
+
+def test_a_vm_whose_agent_never_started_leaves_its_console_output_in_the_logs(
+        cloud: Cloud, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """GetConsoleOutput (moto serving what the instance printed) is read before the VM is terminated."""
+    monkeypatch.setenv(CONSOLES_ENV, str(tmp_path))
+    record = launch(cloud, "silent", SPEC + "max_restarts: 0\n")
+    (instance_id,) = record.instances
+    (tmp_path / instance_id).mkdir()
+    (tmp_path / instance_id / "console.log").write_text("jobplane-bootstrap: FAILED: no python3 on this image\n")
+    (failed,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(16), metrics=cloud.metrics)
+    assert failed.action.rule == Rule.BOOT_FAILED and failed.result == "applied"
+    assert "`jobplane logs silent --attempt 1`" in cloud.registry.job("silent").reason
+    saved = cloud.registry.get_bytes(keys.console_log("silent", 1, 0)).decode()
+    header = f"---- console output of {instance_id} (rank 0, attempt 1), saved by the sweeper ----"
+    assert saved.splitlines() == [header, "jobplane-bootstrap: FAILED: no python3 on this image"]
+    assert not alive(cloud, [instance_id])

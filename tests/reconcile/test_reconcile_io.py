@@ -1,4 +1,4 @@
-"""Reading agents' facts: event keys and exit reports, including bad ones (in-memory store, no cloud)."""
+"""Reading agents' facts: event keys, exit reports and boot failures, including bad ones (in-memory store)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,15 @@ import pytest
 from jobplane import keys
 from jobplane.clouds.memory import MemoryStore
 from jobplane.decide.model import ExitReport
-from jobplane.reconcile import job_named_by, read_exits
+from jobplane.reconcile import job_named_by, read_attempt
 from jobplane.registry import Registry
 
 
 @pytest.mark.parametrize(("key", "job"), [
     (keys.exit_report("train", 2, 1), "train"),
     (keys.preempted_marker("spotty"), "spotty"),
+    (keys.boot_failure("train", 3), "train"),
+    ("jobs/train/attempts/x/boot-failure.json", None),
     (keys.heartbeat("train", 1, 0), None),
     (keys.job_record("train"), None),
     ("jobs/train/attempts/1/nodes/0/other.json", None),
@@ -34,18 +36,30 @@ class Lines(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-def test_read_exits_parses_reports_and_names_the_bad_field() -> None:
+def test_read_attempt_parses_reports_and_names_the_bad_field() -> None:
     reg = Registry(MemoryStore(), root="team")
     reg.put_json(keys.exit_report("j", 1, 0), {"code": 0, "reason": "exit"})
+    reg.put_json(keys.exit_report("j", 1, 3), {"code": 1, "error": "requirements.txt: could not install it"})
     reg.put_json(keys.exit_report("j", 1, 1), {"code": "boom"})
     reg.store.put(reg.key(keys.exit_report("j", 1, 2)), b"{not json")
     reg.put_json(keys.exit_report("j", 2, 0), {"code": 9})  # another attempt: not listed
     logger, seen = logging.getLogger("jobplane.reconcile"), Lines()
     logger.addHandler(seen)
     try:
-        reports = read_exits(reg, "j", 1)
+        reports, failure = read_attempt(reg, "j", 1)
     finally:
         logger.removeHandler(seen)
-    assert reports == (ExitReport(0, 0, "exit"), ExitReport(1, -1, "exit"))
+    assert reports == (ExitReport(0, 0, "exit"), ExitReport(1, -1, "exit"),
+                       ExitReport(3, 1, "exit", "requirements.txt: could not install it"))
+    assert failure is None
     text = "\n".join(seen.lines)
     assert "field 'code' is 'boom'" in text and "unreadable exit report" in text
+
+
+def test_read_attempt_finds_a_boot_failure() -> None:
+    reg = Registry(MemoryStore())
+    reg.put_json(keys.cluster("j", 1), {"hosts": []})
+    reg.put_json(keys.boot_failure("j", 1), {"message": "python3 on this image is 3.9", "python": "3.9.2"})
+    assert read_attempt(reg, "j", 1) == ((), "python3 on this image is 3.9")
+    reg.store.put(reg.key(keys.boot_failure("j", 2)), b"garbage")
+    assert read_attempt(reg, "j", 2)[1] == "the VM's bootstrap reported a failure it could not describe"

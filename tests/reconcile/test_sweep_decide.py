@@ -97,6 +97,9 @@ CASES = [
     Case("finished: first non-zero code by rank -> FAILED",
          _job({"nodes": 2}, {"instances": ()}, exits={"j": [ExitReport(0, 0), ExitReport(1, 3)]}),
          [Rule.FINISHED], State.FAILED, (), "rank 1 exited with code 3"),
+    Case("finished: the agent's error (a failed requirements.txt) is in the reason",
+         _job(exits={"j": [ExitReport(0, 1, "exit", "requirements.txt: could not install it")]}), [Rule.FINISHED],
+         State.FAILED, ("i-j-1-0",), "rank 0 exited with code 1: requirements.txt: could not install it"),
     Case("one of two ranks exited 0, the other still healthy: wait",
          _job({"nodes": 2}, exits={"j": [ExitReport(1, 0)]}), []),
     Case("every rank stopped on request -> TIMED_OUT with the cap",
@@ -110,13 +113,20 @@ CASES = [
          _job({"state": State.LAUNCHING, "nodes": 2, "launched": 300}, {"beats": tuple(beats(ranks=1))}), []),
     Case("boot timeout with restarts left -> terminate and relaunch",
          _job({"state": State.LAUNCHING, "launched": 901}, {"beats": ()}), [Rule.BOOT_RETRY], None, ("i-j-1-0",),
-         "no heartbeat from rank 0 within boot_timeout 15m; retrying as attempt 2"),
+         "the agent never started: no heartbeat from rank 0 within boot_timeout 15m (the VM's console output is in "
+         "`jobplane logs j --attempt 1`); retrying as attempt 2"),
     Case("boot timeout, restarts used up -> FAILED",
          _job({"state": State.LAUNCHING, "launched": 901, "restarts": 3}, {"beats": ()}), [Rule.BOOT_FAILED],
          State.FAILED, ("i-j-1-0",), "no restarts left (max_restarts 3)"),
     Case("boot timeout counts from the launch, per job",
          _job({"state": State.LAUNCHING, "launched": 200, "boot_timeout": 120}, {"beats": ()}), [Rule.BOOT_RETRY],
          None, ("i-j-1-0",), "within boot_timeout 2m"),
+    Case("a VM's bootstrap reported why the agent cannot start -> FAILED at once, no retry",
+         _job({"state": State.LAUNCHING, "launched": 60}, {"beats": ()}, boot_failures={"j": "python3 is 3.9"}),
+         [Rule.BOOT_FAILED], State.FAILED, ("i-j-1-0",),
+         "the agent could not start: python3 is 3.9 (the VM's console output is in `jobplane logs j --attempt 1`)"),
+    Case("a boot failure reported for a job that is RUNNING (every rank beat) changes nothing",
+         _job(boot_failures={"j": "late"}), []),
     Case("LAUNCHING before any instance is recorded is never lost or timed out early",
          _job({"state": State.LAUNCHING, "launched": None, "since": 30, "instances": []},
               {"beats": (), "instances": ()}), []),
@@ -174,6 +184,16 @@ def test_transitions_carry_what_the_run_saw() -> None:
     (action,) = sweep.decide(_job({"nodes": 2}, {"instances": ()}, exits={"j": [ExitReport(0, 0), ExitReport(1, 3)]}),
                              NOW, POLICY)
     assert action.expect == {State.RUNNING} and action.expect_attempt == 1 and action.updates == {"exit_code": 3}
+
+
+def test_vms_whose_agent_never_started_have_their_console_saved() -> None:
+    """Only the ranks without a heartbeat: their console output says why."""
+    launching = {"state": State.LAUNCHING, "launched": 901, "nodes": 3}
+    (timeout,) = sweep.decide(_job(launching, {"beats": tuple(beats(ranks=1))}), NOW, POLICY)
+    assert timeout.rule == Rule.BOOT_RETRY and timeout.save_console == ((1, "i-j-1-1"), (2, "i-j-1-2"))
+    failed = _job({**launching, "launched": 60}, {"beats": ()}, boot_failures={"j": "no python3"})
+    (report,) = sweep.decide(failed, NOW, POLICY)
+    assert report.save_console == ((0, "i-j-1-0"), (1, "i-j-1-1"), (2, "i-j-1-2"))
 
 
 def test_started_writes_the_jobs_own_limits() -> None:

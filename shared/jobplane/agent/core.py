@@ -15,7 +15,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
+import shutil
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -46,6 +49,8 @@ log = logging.getLogger("jobplane.agent")
 T = TypeVar("T")
 
 AGENT_ERROR = 125  # exit code when the agent itself could not run the job (like `docker run`)
+REQUIREMENTS = "requirements.txt"
+AGENT_SITE = str(Path(__file__).resolve().parents[2])  # where this agent's packages are (the bundle's site/)
 _TICK = 0.2  # how often the main thread looks at the user process
 MAX_CHUNK = 4 << 20  # bytes per log object: a chatty job writes more objects, never huge ones
 # After SIGTERM the VM is assumed gone this soon: GCE hard-stops a Spot VM 30 s after its soft off (a
@@ -194,6 +199,9 @@ class Agent:
             return self._interrupt or Outcome(None, "stopped")
         run.phase = "preparing"
         env = self._prepare(run, record.spec, cluster)
+        failed = self._requirements(run, record.spec, env)
+        if failed is not None:
+            return failed
         for phase, command in (("setup", record.spec.setup), ("running", record.spec.run)):
             if not command or self._interrupt:
                 continue
@@ -246,7 +254,35 @@ class Agent:
         self._checkpoints = checkpoints  # from now on the checkpointer thread uploads changes
         lay.resource_config.write_text(json.dumps(resource_config(cluster, run.rank), indent=1))
         return user_env(spec=spec, job_id=run.job_id, attempt=run.attempt, rank=run.rank, cluster=cluster,
-                        layout=lay, num_gpus=gpu.gpu_count(), num_cpus=os.cpu_count() or 1, base=dict(os.environ))
+                        layout=lay, num_gpus=gpu.gpu_count(), num_cpus=os.cpu_count() or 1, base=_user_base_env())
+
+    def _requirements(self, run: _Run, spec: JobSpec, env: dict[str, str]) -> Outcome | None:
+        """As on SageMaker: a requirements.txt in the code is installed before `setup`, with uv, into a job
+        environment (seeded with pip, and seeing the image's own packages) that `python3` and `pip` in setup
+        and run then mean. Its output goes to the job's log; a failure ends the job naming the file."""
+        requirements = self.layout.code_dir / REQUIREMENTS
+        if not requirements.is_file():
+            return None
+        venv = self.layout.job_env
+        run.phase = "requirements"
+        self.out.note(f"{REQUIREMENTS}: installing into {venv}")
+        uv = _uv()
+        uv_env = {**env, "UV_CACHE_DIR": env.get("UV_CACHE_DIR") or str(self.layout.ml_root / ".cache" / "uv")}
+        steps = (("create the job environment", [uv, "venv", "--seed", "--system-site-packages", "--python",
+                                                 sys.executable, str(venv)]),
+                 ("install it", [uv, "pip", "install", "--python", str(venv / "bin" / "python"), "-r",
+                                 str(requirements)]))
+        for what, argv in steps:
+            outcome = self._supervise(UserProcess(shlex.join(argv), self.layout.code_dir, uv_env, self.out), spec)
+            if outcome.reason != "exit":
+                return outcome  # preempted or stopped meanwhile
+            if outcome.code != 0:
+                outcome.error = f"{REQUIREMENTS}: could not {what}: uv exited with code {outcome.code} (see the log)"
+                self.out.note(outcome.error)
+                return outcome
+        env.update(VIRTUAL_ENV=str(venv), PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', os.defpath)}")
+        self.out.note(f"{REQUIREMENTS}: installed; python3 and pip now mean {venv / 'bin'}")
+        return None
 
     def _fetch_code(self, job_id: str, spec: JobSpec) -> None:
         if spec.code:
@@ -459,6 +495,26 @@ def _seconds_left(interrupt: Outcome) -> float | None:
         return (datetime.fromisoformat(when.replace("Z", "+00:00")) - datetime.now(UTC)).total_seconds()
     except ValueError:
         return None
+
+
+def _uv() -> str:
+    """The uv binary: the one in the agent bundle (or this environment), else whatever is on PATH."""
+    try:
+        from uv import find_uv_bin
+
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        return shutil.which("uv") or "uv"
+
+
+def _user_base_env() -> dict[str, str]:
+    """The agent's environment for the user's processes, less the bundle's PYTHONPATH entry: the agent's
+    packages (pydantic, boto3...) must not shadow the job's own."""
+    env = dict(os.environ)
+    kept = [p for p in env.pop("PYTHONPATH", "").split(os.pathsep) if p and os.path.realpath(p) != AGENT_SITE]
+    if kept:
+        env["PYTHONPATH"] = os.pathsep.join(kept)
+    return env
 
 
 def _int(value: str | None) -> int | None:

@@ -7,6 +7,7 @@ The SageMaker layout under the ML root (/opt/ml on a VM; a scratch dir in tests 
   model/                     SM_MODEL_DIR (spec.artifacts_dir, default /opt/ml/model)
   checkpoints/               JOBPLANE_CHECKPOINT_DIR (spec.checkpoint_dir, default /opt/ml/checkpoints)
   output/data/               SM_OUTPUT_DATA_DIR
+  env/                       the job environment a code/requirements.txt is installed into
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ class Layout:
     @property
     def code_dir(self) -> Path:
         return self.ml_root / "code"
+
+    @property
+    def job_env(self) -> Path:
+        return self.ml_root / "env"
 
     @property
     def input_dir(self) -> Path:

@@ -48,10 +48,20 @@ def download(store: ObjectStore, keys: list[str], prefix: str, dest: Path) -> in
 
 
 def unpack(data: bytes, dest: Path) -> None:
-    """Unpack a (gzipped) tarball; the "data" filter refuses links out, absolute paths and devices."""
+    """Unpack a (gzipped) tarball; the "data" filter refuses links out, absolute paths and devices. Pythons
+    before 3.11.4 (Debian 12 has 3.11.2) have no filters: there the same refusals are checked first."""
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
-        tar.extractall(dest, filter="data")
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(dest, filter="data")
+            return
+        root = dest.resolve()
+        for member in tar.getmembers():
+            target = (root / member.name).resolve()
+            link = (target.parent / member.linkname).resolve() if member.issym() or member.islnk() else target
+            if member.isdev() or not target.is_relative_to(root) or not link.is_relative_to(root):
+                raise tarfile.TarError(f"{member.name!r} would land outside {dest} or is a device: refused")
+        tar.extractall(dest)  # checked above
 
 
 class DirSync:

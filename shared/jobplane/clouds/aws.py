@@ -1,10 +1,14 @@
 """Compute over EC2 (boto3): one all-or-nothing RunInstances per try, ownership by tags, guarded terminate.
 
 Zones are picked through subnets when the policy lists them (a subnet lives in one zone), else through
-Placement.AvailabilityZone in the default VPC. Termination protection is not part of DescribeInstances,
-so list_managed reports protected=False; terminate() re-checks the managed tag and DisableApiTermination
-of each id just before terminating (terminations are few per run, so the extra calls are cheap there,
-where a check per instance in every sweep would not be).
+Placement.AvailabilityZone in the default VPC. An image given as resolve:ssm:<parameter> (what the image
+aliases become) is read from SSM Parameter Store first: RunInstances would accept it as is, but the AMI's
+root device name is needed to size the root volume, and the AMI actually used goes into the log.
+
+Termination protection is not part of DescribeInstances, so list_managed reports protected=False;
+terminate() re-checks the managed tag and DisableApiTermination of each id just before terminating
+(terminations are few per run, so the extra calls are cheap there, where a check per instance in every
+sweep would not be).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import logging
 from collections.abc import Iterable, Iterator
 from datetime import UTC
 from typing import Any
+from urllib.parse import urlsplit
 
 import boto3
 from botocore.config import Config
@@ -29,6 +34,7 @@ from jobplane.clouds.base import (
     LaunchRejected,
     LaunchRequest,
 )
+from jobplane.images import SSM_PREFIX
 from jobplane.policy import AwsPlacement
 
 log = logging.getLogger("jobplane.aws")
@@ -145,10 +151,13 @@ class Ec2Compute:
 
     cloud = "aws"
 
-    def __init__(self, placement: AwsPlacement | None = None, region: str | None = None, client: Any = None) -> None:
+    def __init__(self, placement: AwsPlacement | None = None, region: str | None = None, client: Any = None,
+                 ssm: Any = None) -> None:
         self.placement = placement or AwsPlacement()
         self.client = client or ec2_client(region)
         self.region: str = region or str(self.client.meta.region_name)
+        self._ssm = ssm
+        self._amis: dict[str, str] = {}
         self._root_devices: dict[str, str] = {}
         self._subnet_zones: dict[str, str] = {}
 
@@ -165,10 +174,11 @@ class Ec2Compute:
         raise error
 
     def run_instances_params(self, request: LaunchRequest, subnet: str | None) -> dict[str, Any]:
-        """Every RunInstances parameter for one try (pure apart from the cached root-device lookup)."""
+        """Every RunInstances parameter for one try (pure apart from the cached image lookups)."""
         p = self.placement
+        image = self.ami(request.image)
         params: dict[str, Any] = {
-            "ImageId": request.image,
+            "ImageId": image,
             "InstanceType": request.instance_type,
             "MinCount": request.num_nodes,
             "MaxCount": request.num_nodes,
@@ -177,7 +187,7 @@ class Ec2Compute:
             "InstanceInitiatedShutdownBehavior": "terminate",
             "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled",
                                 "InstanceMetadataTags": "enabled"},
-            "BlockDeviceMappings": [{"DeviceName": self._root_device(request.image),
+            "BlockDeviceMappings": [{"DeviceName": self._root_device(image),
                                      "Ebs": {"VolumeSize": request.disk_gb, "VolumeType": "gp3",
                                              "DeleteOnTermination": True}}],
             "TagSpecifications": [{"ResourceType": kind, "Tags": launch_tags(request)}
@@ -218,6 +228,33 @@ class Ec2Compute:
         log.info("launched %d x %s for %s attempt %d: %s", len(instances), request.instance_type,
                  request.job_id, request.attempt, [i.id for i in instances], extra={"job_id": request.job_id})
         return sorted(instances, key=lambda i: i.rank or 0)
+
+    def ami(self, image: str) -> str:
+        """The AMI id an image names: itself, or the value of its resolve:ssm: parameter (cached)."""
+        if not image.startswith(SSM_PREFIX):
+            return image
+        if image not in self._amis:
+            if self._ssm is None:
+                self._ssm = self._ssm_client()
+            name = image.removeprefix(SSM_PREFIX)
+            try:
+                value = str(self._ssm.get_parameter(Name=name)["Parameter"]["Value"])
+            except ClientError as exc:
+                if _code(exc) in TRANSIENT_CODES:
+                    raise
+                raise LaunchRejected(_code(exc) or "InvalidParameter",
+                                     f"image parameter {name!r} in {self.region}: {_message(exc)}") from None
+            log.info("image %s is %s", image, value)
+            self._amis[image] = value
+        return self._amis[image]
+
+    def _ssm_client(self) -> Any:
+        """SSM where EC2 is: an EC2 client pointed at a local endpoint (moto, the local cloud) gets its SSM
+        from the same endpoint, never from AWS; on AWS, the region's own."""
+        endpoint = str(self.client.meta.endpoint_url)
+        host = urlsplit(endpoint).hostname or ""
+        local = not (host.endswith(".amazonaws.com") or host.endswith(".amazonaws.com.cn"))
+        return boto3.client("ssm", region_name=self.region, endpoint_url=endpoint if local else None, config=RETRIES)
 
     def _root_device(self, image: str) -> str:
         """The AMI's root device name (/dev/xvda, /dev/sda1...), so disk_gb resizes the root volume."""
@@ -272,6 +309,18 @@ class Ec2Compute:
             if doomed:
                 self.client.terminate_instances(InstanceIds=doomed)
                 log.info("terminated %s", doomed)
+
+    # ---- diagnostics -------------------------------------------------------------------------------
+    def console_output(self, instance_id: str) -> str:
+        """The newest console output (Latest works on Nitro instances only; older types give what EC2 last
+        captured). botocore decodes the base64."""
+        try:
+            resp = self.client.get_console_output(InstanceId=instance_id, Latest=True)
+        except ClientError as exc:
+            if _code(exc) not in ("UnsupportedOperation", "InvalidParameterValue", "InvalidParameter"):
+                raise
+            resp = self.client.get_console_output(InstanceId=instance_id)
+        return str(resp.get("Output") or "")
 
     def protected(self, instance_id: str) -> bool:
         attr = self.client.describe_instance_attribute(InstanceId=instance_id, Attribute="disableApiTermination")

@@ -1,6 +1,7 @@
-"""The EC2 and S3 calls the local cloud makes against moto, beyond the Compute protocol.
+"""The EC2, SSM and S3 calls the local cloud makes against moto, beyond the Compute protocol.
 
-It provisions the registry bucket, watches every managed instance in any state (the runner must see
+It provisions the registry bucket, registers the local images and publishes the public SSM parameters the
+image aliases resolve through, watches every managed instance in any state (the runner must see
 terminations), reads user-data, and plays the user or EC2 itself in scenarios (an untagged instance).
 """
 
@@ -26,6 +27,7 @@ class RawInstance:
     zone: str
     spot: bool
     private_ip: str | None
+    image_id: str = ""
 
     @property
     def managed(self) -> bool:
@@ -42,19 +44,25 @@ class LocalAws:
                  "aws_session_token": (credentials or {}).get("AWS_SESSION_TOKEN")}
         self.ec2: Any = boto3.client("ec2", region_name=region, endpoint_url=endpoint, **creds)
         self.s3: Any = boto3.client("s3", region_name=region, endpoint_url=endpoint, **creds)
+        self.ssm: Any = boto3.client("ssm", region_name=region, endpoint_url=endpoint, **creds)
 
     def create_bucket(self, name: str) -> None:
         with contextlib.suppress(self.s3.exceptions.BucketAlreadyOwnedByYou):
             self.s3.create_bucket(Bucket=name)
 
-    def register_image(self, name: str = "jobplane-local") -> str:
+    def register_image(self, name: str = "jobplane-local", architecture: str = "x86_64") -> str:
         """An AMI of our own for RunInstances (moto accepts any id; a registered one is what EC2 needs)."""
         found = self.ec2.describe_images(Owners=["self"], Filters=[{"Name": "name", "Values": [name]}])["Images"]
         if found:
             return str(found[0]["ImageId"])
         return str(self.ec2.register_image(
-            Name=name, Architecture="x86_64", RootDeviceName="/dev/xvda", VirtualizationType="hvm",
+            Name=name, Architecture=architecture, RootDeviceName="/dev/xvda", VirtualizationType="hvm",
             BlockDeviceMappings=[{"DeviceName": "/dev/xvda", "Ebs": {"VolumeSize": 8}}])["ImageId"])
+
+    def publish_image_parameter(self, name: str, image_id: str) -> None:
+        """What a vendor does for its public images: the parameter names the current AMI (moto lets the
+        local cloud write /aws/service/ names, see jobplane.local.moto_server)."""
+        self.ssm.put_parameter(Name=name, Value=image_id, Type="String", DataType="aws:ec2:image", Overwrite=True)
 
     def instances(self, managed_only: bool = True) -> list[RawInstance]:
         filters = [{"Name": f"tag:{TAG_MANAGED}", "Values": ["true"]}] if managed_only else []
@@ -68,7 +76,8 @@ class LocalAws:
                         tags={t["Key"]: t["Value"] for t in raw.get("Tags", [])},
                         instance_type=raw.get("InstanceType", "t3.micro"),
                         zone=raw.get("Placement", {}).get("AvailabilityZone", f"{self.region}a"),
-                        spot=raw.get("InstanceLifecycle") == "spot", private_ip=raw.get("PrivateIpAddress")))
+                        spot=raw.get("InstanceLifecycle") == "spot", private_ip=raw.get("PrivateIpAddress"),
+                        image_id=raw.get("ImageId", "")))
         return out
 
     def user_data(self, instance_id: str) -> str:

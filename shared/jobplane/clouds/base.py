@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 class StoreError(Exception):
@@ -70,6 +70,19 @@ class ObjectStore(Protocol):
 
     def delete(self, key: str) -> None:
         """Delete the key; deleting a missing key is not an error."""
+        ...
+
+
+@runtime_checkable
+class VmUrls(Protocol):
+    """A store whose objects a VM can read and write with plain HTTP (the bootstrap has no SDK).
+
+    vm_auth None: the URLs are presigned; "gce": the VM adds its service account's token to each request."""
+
+    vm_auth: str | None
+
+    def vm_request(self, key: str, *, write: bool, expires: int) -> tuple[str, str]:
+        """(HTTP method, URL) to read (GET) or write this key, usable for `expires` seconds."""
         ...
 
 
@@ -158,6 +171,10 @@ class Compute(Protocol):
 
     def terminate(self, instance_ids: list[str]) -> None:
         """Terminate these VMs. Callers pass only managed, unprotected instances; adapters re-check."""
+        ...
+
+    def console_output(self, instance_id: str) -> str:
+        """What the VM printed to its console (EC2 GetConsoleOutput, GCE serial port 1), newest last."""
         ...
 
 

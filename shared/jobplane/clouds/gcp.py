@@ -238,9 +238,6 @@ class GceCompute:
     def _common(self, request: LaunchRequest, disk_type: str, rank: int | None) -> dict[str, Any]:
         """Fields an Instance and bulkInsert's InstanceProperties share."""
         v1, placement = self._v1, self.placement
-        image = request.image or placement.default_image
-        if not image:
-            raise LaunchRejected("NO_IMAGE", "the spec has no image and the policy sets no gcp.default_image")
         ownership = {LABEL_MANAGED: "true", LABEL_JOB_ID: request.job_id, LABEL_ATTEMPT: str(request.attempt),
                      LABEL_OWNER: request.owner}
         if rank is not None:
@@ -256,7 +253,7 @@ class GceCompute:
             "labels": labels,
             "metadata": v1.Metadata(items=items),
             "disks": [v1.AttachedDisk(boot=True, auto_delete=True, initialize_params=v1.AttachedDiskInitializeParams(
-                source_image=image, disk_size_gb=request.disk_gb, disk_type=disk_type, labels=labels))],
+                source_image=request.image, disk_size_gb=request.disk_gb, disk_type=disk_type, labels=labels))],
             "network_interfaces": [nic],  # no external IP: the subnet's NAT / Private Google Access serve it
             "service_accounts": [v1.ServiceAccount(email=placement.service_account or "default", scopes=SCOPES)],
             "scheduling": v1.Scheduling(
@@ -344,6 +341,13 @@ class GceCompute:
                     request_id=str(uuid.uuid5(_REQUEST_NAMESPACE, f"delete/{instance_id}/{vm.id}"))))
             except self._errors.NotFound:
                 continue  # already gone
+
+    def console_output(self, instance_id: str) -> str:
+        """Serial port 1: where the guest's console and the startup script's output go."""
+        zone, _, name = instance_id.partition("/")
+        output = self._instances.get_serial_port_output(self._v1.GetSerialPortOutputInstanceRequest(
+            project=self.project, zone=zone, instance=name, port=1))
+        return str(output.contents)
 
     # ---- preemptions seen after the fact -----------------------------------------------------------
     def preempted(self, since: datetime | None = None) -> list[Preemption]:

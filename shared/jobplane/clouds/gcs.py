@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import quote
 
 from jobplane.clouds.base import Blob, NotFound, ObjectInfo, PreconditionFailed, StoreError
 
@@ -127,3 +128,15 @@ class GcsStore:
                 self._bucket.blob(key).delete(retry=self._retry)
         except NotFound:
             pass  # already gone, possibly by our own retried delete
+
+    vm_auth = "gce"  # a VM calls with its service account's token from the metadata server
+
+    def vm_request(self, key: str, *, write: bool, expires: int) -> tuple[str, str]:
+        """(method, JSON API URL) with which a VM reads or writes this key using only the standard library and
+        its own token; `expires` does not apply (nothing is signed)."""
+        base = str(self._client.api_endpoint).rstrip("/")
+        base = base if "://" in base else f"http://{base}"  # STORAGE_EMULATOR_HOST may omit the scheme
+        bucket, name = quote(self._bucket.name, safe=""), quote(key, safe="")
+        if write:
+            return "POST", f"{base}/upload/storage/v1/b/{bucket}/o?uploadType=media&name={name}"
+        return "GET", f"{base}/storage/v1/b/{bucket}/o/{name}?alt=media"

@@ -18,7 +18,11 @@ from jobplane.clouds.base import Blob, NotFound, ObjectInfo, PreconditionFailed
 _LOST_RACE = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
 _MISSING = {"NoSuchKey", "404", "NotFound"}
 
-RETRIES = Config(retries={"mode": "adaptive", "max_attempts": 8})
+# s3v4 and virtual-hosted addressing: presigned URLs (vm_request) name the bucket's own region
+# (bucket.s3.<region>.amazonaws.com), as SigV4 needs; with the global endpoint a VM outside us-east-1 would
+# be redirected. Requests are SigV4 anyway, and an IP endpoint (moto) still gets path-style URLs.
+RETRIES = Config(retries={"mode": "adaptive", "max_attempts": 8}, signature_version="s3v4",
+                 s3={"addressing_style": "virtual"})
 
 
 def s3_client(region: str | None = None) -> Any:
@@ -78,3 +82,11 @@ class S3Store:
 
     def delete(self, key: str) -> None:
         self.client.delete_object(Bucket=self.bucket, Key=key)
+
+    vm_auth = None  # the URLs carry their own signature
+
+    def vm_request(self, key: str, *, write: bool, expires: int) -> tuple[str, str]:
+        """(method, presigned URL) with which a VM without credentials or SDK reads or writes this key."""
+        url = self.client.generate_presigned_url("put_object" if write else "get_object",
+                                                 Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=expires)
+        return ("PUT" if write else "GET"), str(url)

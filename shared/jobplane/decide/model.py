@@ -50,6 +50,7 @@ class ExitReport:
     rank: int
     code: int
     reason: str = "exit"  # exit | preempted | stopped
+    error: str | None = None  # what the agent says went wrong (requirements.txt, its own failure)
 
 
 @dataclass(frozen=True)
@@ -66,9 +67,9 @@ class PreemptedMark:
 class Snapshot:
     """What one reconciler run sees.
 
-    Everything except `records`, `exits` and `preempted` bodies comes from listings (active/, heartbeats/,
-    limits/, preempted-jobs/) and one paginated managed-instance listing; records and exit reports are
-    fetched only for the jobs `sweep.candidates` names.
+    Everything except `records`, `exits`, `boot_failures` and `preempted` bodies comes from listings
+    (active/, heartbeats/, limits/, preempted-jobs/) and one paginated managed-instance listing; records,
+    exit reports and boot failures are fetched only for the jobs `sweep.candidates` names.
     """
 
     active: Mapping[str, tuple[ActiveMarker, ...]] = field(default_factory=dict)
@@ -78,6 +79,7 @@ class Snapshot:
     preempted: Mapping[str, PreemptedMark] = field(default_factory=dict)
     records: Mapping[str, JobRecord] = field(default_factory=dict)
     exits: Mapping[str, tuple[ExitReport, ...]] = field(default_factory=dict)  # record's current attempt
+    boot_failures: Mapping[str, str] = field(default_factory=dict)  # job -> what a VM's bootstrap reported
     forced: frozenset[str] = frozenset()  # jobs an event asked about: always looked at closely
 
 
@@ -109,8 +111,8 @@ class Action:
     """One decision about one job (or one jobless instance). The applier runs the parts in this order:
 
     transition (CAS with expect/expect_attempt; if refused, the rest is skipped: another run acted),
-    repair markers, terminate, mark preempted, write limits, stop request, relaunch, clear the preempted
-    marker, delete keys.
+    repair markers, save the console output of VMs whose agent never started (before they go), terminate,
+    mark preempted, write limits, stop request, relaunch, clear the preempted marker, delete keys.
     """
 
     rule: Rule
@@ -121,6 +123,7 @@ class Action:
     expect_attempt: int | None = None
     updates: Mapping[str, Any] = field(default_factory=dict)  # extra job.json fields with the transition
     repair: bool = False
+    save_console: tuple[tuple[int, str], ...] = ()  # (rank, instance id) of expect_attempt
     terminate: tuple[str, ...] = ()
     mark_preempted: Mapping[str, Any] | None = None
     write_limits: Limits | None = None

@@ -30,6 +30,7 @@ REMARK_AFTER = 60
 # Least risky first: the blast-radius limit lets the head of the list through.
 _ORDER = [Rule.FINISHED, Rule.STOPPED, Rule.STARTED, Rule.LIMITS, Rule.REPAIR, Rule.REMARK, Rule.LOST,
           Rule.LOST_SPOT, Rule.STALLED, Rule.BOOT_FAILED, Rule.BOOT_RETRY, Rule.ORPHAN, Rule.CLEANUP]
+CONSOLE_HINT = "the VM's console output is in `jobplane logs {job_id} --attempt {attempt}`"
 
 
 def _fmt(seconds: float) -> str:
@@ -117,6 +118,7 @@ def _job(record: JobRecord, index: Index, now: datetime, policy: Policy) -> list
     instances = index.instances[job_id, n]
     exits = {e.rank: e for e in snap.exits.get(job_id, ())}
     action = (_finished(record, exits, instances, policy)
+              or _bootstrap_failed(record, snap.boot_failures.get(job_id), index.beats[job_id, n], instances)
               or _started(record, index.beats[job_id, n], policy)
               or _lost(record, exits, instances, now, policy)
               or _boot_timeout(record, index.beats[job_id, n], instances, now, policy)
@@ -151,8 +153,30 @@ def _finished(record: JobRecord, exits: dict[int, ExitReport], instances: list[I
     if failed is None:
         return claim(record, Rule.FINISHED, "every rank exited 0", to=State.SUCCEEDED, terminate=leftovers,
                       updates={"exit_code": 0})
-    return claim(record, Rule.FINISHED, f"rank {failed.rank} exited with code {failed.code}", to=State.FAILED,
-                  terminate=leftovers, updates={"exit_code": failed.code})
+    why = f"rank {failed.rank} exited with code {failed.code}" + (f": {failed.error}" if failed.error else "")
+    return claim(record, Rule.FINISHED, why, to=State.FAILED, terminate=leftovers,
+                  updates={"exit_code": failed.code})
+
+
+def _unstarted(record: JobRecord, beats: list[Beat]) -> list[int]:
+    """Ranks whose agent has not sent a heartbeat."""
+    beaten = {b.rank for b in beats if not b.output}
+    return [r for r in range(record.spec.num_nodes) if r not in beaten]
+
+
+def _consoles(record: JobRecord, ranks: list[int]) -> tuple[tuple[int, str], ...]:
+    return tuple((r, record.instances[r]) for r in ranks if r < len(record.instances))
+
+
+def _bootstrap_failed(record: JobRecord, report: str | None, beats: list[Beat],
+                      instances: list[Instance]) -> Action | None:
+    """A VM's bootstrap said why the agent cannot start (no bundle for its Python, download or checksum
+    failure): retrying the same image would fail the same way, so the job fails now, with that reason."""
+    if report is None or record.state != State.LAUNCHING:
+        return None
+    hint = CONSOLE_HINT.format(job_id=record.id, attempt=record.attempt)
+    return claim(record, Rule.BOOT_FAILED, f"the agent could not start: {report} ({hint})", to=State.FAILED,
+                  terminate=terminable(instances), save_console=_consoles(record, _unstarted(record, beats)))
 
 
 def _started(record: JobRecord, beats: list[Beat], policy: Policy) -> Action | None:
@@ -188,15 +212,15 @@ def _boot_timeout(record: JobRecord, beats: list[Beat], instances: list[Instance
     timeout = policy.boot_timeout(record.spec)
     if record.state != State.LAUNCHING or age(now, record.launched_at or record.state_since) <= timeout:
         return None
-    beaten = {b.rank for b in beats if not b.output}
-    missing = [r for r in range(record.spec.num_nodes) if r not in beaten]
-    why = f"no heartbeat from rank {', '.join(map(str, missing))} within boot_timeout {format_duration(timeout)}"
-    doomed = terminable(instances)
+    missing = _unstarted(record, beats)
+    why = (f"the agent never started: no heartbeat from rank {', '.join(map(str, missing))} within boot_timeout "
+           f"{format_duration(timeout)} ({CONSOLE_HINT.format(job_id=record.id, attempt=record.attempt)})")
+    doomed, consoles = terminable(instances), _consoles(record, missing)
     if record.restarts < record.spec.max_restarts:
         return claim(record, Rule.BOOT_RETRY, f"{why}; retrying as attempt {record.attempt + 1}",
-                      terminate=doomed, relaunch=True)
+                      terminate=doomed, relaunch=True, save_console=consoles)
     return claim(record, Rule.BOOT_FAILED, f"{why}; no restarts left (max_restarts {record.spec.max_restarts})",
-                  to=State.FAILED, terminate=doomed)
+                  to=State.FAILED, terminate=doomed, save_console=consoles)
 
 
 def _stalled(record: JobRecord, exits: dict[int, ExitReport], beats: list[Beat], instances: list[Instance],

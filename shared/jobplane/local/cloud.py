@@ -3,6 +3,12 @@
 Everything lives under a state directory (default .jobplane/): the state file a second shell and
 `jobplane local ...` read, env.sh with the exports, the power-command shims and one scratch root per
 instance. On exit every instance process, server and port is gone.
+
+Like a fresh deployment, the registry gets the agent bundle (this machine's variant) and a policy without
+images of its own, so jobs boot through the image aliases: the public SSM parameters of Canonical's Ubuntu
+name an image that runs on this machine (the local cloud has no Ubuntu), and Debian's name the stock
+Debian 12 image when it is built (jobplane.local.rootfs). Instances install requirements.txt from a
+package index on loopback (jobplane.local.package_index), never from PyPI.
 """
 
 from __future__ import annotations
@@ -22,8 +28,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from jobplane import keys
+from jobplane import agent_bundle, bundling, images, keys
+from jobplane.local import rootfs
 from jobplane.local.control import STATE_FILE, ControlServer
+from jobplane.local.moto_server import CONSOLES_ENV
 
 log = logging.getLogger("local-cloud")  # not under "jobplane": the functions' Powertools Logger owns that
 
@@ -41,8 +49,6 @@ default_max_wait: 10m
 default_stall_timeout: 60s
 default_boot_timeout: 60s
 max_active_instances_per_owner: 8
-aws:
-  default_image: {image}
 safety:
   orphan_grace: 20s
   stop_grace: 30s
@@ -64,10 +70,13 @@ class MotoServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, log_path: Path, timeout: float = 30) -> MotoServer:
+    def start(self, log_path: Path, timeout: float = 30, consoles: Path | None = None) -> MotoServer:
+        """consoles: where the instance runner keeps each instance's console log (GetConsoleOutput reads it)."""
+        env = {**os.environ, **({CONSOLES_ENV: str(consoles)} if consoles else {})}
         with log_path.open("ab") as out:
             command = [sys.executable, "-m", "jobplane.local.moto_server", "-H", "127.0.0.1", "-p", str(self.port)]
-            self.proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=env)
         deadline = time.monotonic() + timeout
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         while True:
@@ -102,6 +111,7 @@ class LocalCloud:
         self.stopping = threading.Event()
         self.runner: Any = None
         self.control: ControlServer | None = None
+        self.index: Any = None
 
     @property
     def exports(self) -> dict[str, str]:
@@ -113,7 +123,7 @@ class LocalCloud:
         if (self.state_dir / STATE_FILE).exists():
             raise RuntimeError(f"a local cloud may already be running ({self.state_dir / STATE_FILE} exists); "
                                "stop it, or remove the file if it is stale")
-        self.moto.start(self.state_dir / "moto.log")
+        self.moto.start(self.state_dir / "moto.log", consoles=self.state_dir / "instances")
         try:
             self._provision()
         except BaseException:
@@ -128,6 +138,7 @@ class LocalCloud:
         os.environ.pop("AWS_EC2_METADATA_DISABLED", None)
         from jobplane.clouds.aws_local import LocalAws
         from jobplane.clouds.s3 import S3Store
+        from jobplane.local.package_index import PackageIndex
         from jobplane.local.runner import InstanceRunner, clean
         from jobplane.local.triggers import Functions, TriggerLoop
         from jobplane.registry import Registry
@@ -135,12 +146,18 @@ class LocalCloud:
         aws = LocalAws(REGION)
         aws.create_bucket(self.bucket)
         reg = Registry(S3Store(self.bucket))
-        reg.store.put(keys.POLICY, LOCAL_POLICY.format(image=aws.register_image()).encode(), "application/yaml")
+        publish_agent(reg)
+        reg.store.put(keys.POLICY, LOCAL_POLICY.encode(), "application/yaml")
+        local_images = publish_images(aws)
         clean(self.state_dir)
+        self.index = PackageIndex()
+        self.index.start()
         self.functions = Functions()
         self.triggers = TriggerLoop(reg, self.bucket, REGION, self.functions, self.schedule)
         instance_env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBPLANE_", "POWERTOOLS_"))}
-        self.runner = InstanceRunner(aws, self.state_dir, instance_env, self.cloud_id, self.triggers.ec2_event)
+        instance_env.update(UV_INDEX_URL=self.index.url, PIP_INDEX_URL=self.index.url, UV_PYTHON_DOWNLOADS="never")
+        self.runner = InstanceRunner(aws, self.state_dir, instance_env, self.cloud_id, self.triggers.ec2_event,
+                                     local_images)
         self.aws = aws
         self.control = ControlServer({
             "preempt": lambda b: self.runner.preempt(b["job_id"], b.get("rank"), float(b.get("grace", 10))),
@@ -183,8 +200,33 @@ class LocalCloud:
             self.control.stop()
         if self.runner is not None:
             self.runner.stop_all()
+        if self.index is not None:
+            self.index.stop()
         self.moto.stop()
         (self.state_dir / STATE_FILE).unlink(missing_ok=True)
+
+
+def publish_agent(reg: Any) -> None:
+    """This machine's agent bundle and its manifest, where a deployment puts them."""
+    path, variant = bundling.local_variant("aws")
+    reg.store.put(reg.key(keys.agent_file(variant.name)), path.read_bytes())
+    reg.store.put(reg.key(keys.agent_file(agent_bundle.MANIFEST)), agent_bundle.manifest([variant]))
+
+
+def publish_images(aws: Any) -> dict[str, Path]:
+    """Register the local images and publish the vendors' parameters for them; returns AMI -> root fs."""
+    arch = bundling.host_architecture()
+    ec2_arch = "arm64" if arch == images.AARCH64 else "x86_64"
+    host = aws.register_image("jobplane-local", ec2_arch)
+    for alias in ("ubuntu-24.04", "ubuntu-24.04-gpu"):  # this machine stands in for Ubuntu
+        aws.publish_image_parameter(images.ALIASES[alias].aws[arch], host)
+    problem = rootfs.image_problem()
+    if problem:
+        log.warning("image debian-12 is not available in this local cloud: %s", problem)
+        return {}
+    debian = aws.register_image("debian-12-local", ec2_arch)
+    aws.publish_image_parameter(images.ALIASES["debian-12"].aws[arch], debian)
+    return {debian: rootfs.image_dir()}
 
 
 def up(state_dir: Path, port: int, tick: float) -> None:

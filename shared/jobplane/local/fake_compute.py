@@ -43,6 +43,7 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
         ("POST", r"/zones/(?P<zone>[^/]+)/instances/bulkInsert", "_bulk_insert"),
         ("POST", r"/regions/(?P<region>[^/]+)/instances/bulkInsert", "_region_bulk_insert"),
         ("GET", r"/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)", "_get_instance"),
+        ("GET", r"/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)/serialPort", "_serial_port"),
         ("DELETE", r"/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)", "_delete_instance"),
         ("GET", r"/aggregated/instances", "_aggregated_instances"),
         ("GET", r"/(?P<scope>zones|regions)/(?P<where>[^/]+)/operations/(?P<op>[^/]+)", "_get_operation"),
@@ -79,6 +80,7 @@ class _Vm:
     resource: dict[str, Any]
     created: datetime
     preempted: bool = False
+    console: str = ""  # what the guest printed (serial port 1); this fake runs no guest, set_console sets it
 
 
 @dataclass
@@ -191,6 +193,13 @@ class FakeComputeServer(LoopbackServer):
                     self._end(vm, None)
                     ended.append(f"{vm.zone}/{vm.name}")
         return ended
+
+    def set_console(self, instance_id: str, text: str) -> None:
+        """What the VM's guest printed to serial port 1 (a test runs the real startup script and hands its
+        output here, since this fake runs no guest)."""
+        zone, _, name = instance_id.partition("/")
+        with self._lock:
+            self._vm(zone, name).console = text
 
     def metadata_server(self, instance_id: str) -> FakeGceMetadataServer:
         """A running fake metadata server answering as this VM would (one per VM, stopped with this server)."""
@@ -442,6 +451,14 @@ class FakeComputeServer(LoopbackServer):
     def _get_instance(self, args: dict[str, str], body: dict[str, Any], zone: str, name: str) -> dict[str, Any]:
         self.calls["get"] += 1
         return self._vm(zone, name).resource
+
+    def _serial_port(self, args: dict[str, str], body: dict[str, Any], zone: str, name: str) -> dict[str, Any]:
+        self.calls["getSerialPortOutput"] += 1
+        if args.get("port", "1") != "1":
+            raise _HttpError(400, "invalid", "only serial port 1 has output here")
+        text = self._vm(zone, name).console
+        return {"kind": "compute#serialPortOutput", "contents": text, "start": "0", "next": str(len(text)),
+                "selfLink": self._url(f"zones/{zone}/instances/{name}/serialPort")}
 
     def _delete_instance(self, args: dict[str, str], body: dict[str, Any], zone: str, name: str) -> dict[str, Any]:
         self.calls["delete"] += 1

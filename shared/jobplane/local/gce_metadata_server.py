@@ -49,6 +49,9 @@ class FakeGceMetadataServer(LoopbackServer):
             "instance/machine-type": f"projects/123456789/machineTypes/{machine_type}",
             "instance/network-interfaces/0/ip": ip,
             "project/project-id": project,
+            # the VM's service account token, which a VM uses with the GCS JSON API (the bootstrap does)
+            "instance/service-accounts/default/token": '{"access_token": "local-vm-token", "expires_in": 3599, '
+                                                       '"token_type": "Bearer"}',
         }
         self._preempted = preempted
         self._changed = threading.Condition()

@@ -1,42 +1,112 @@
-"""moto's server with S3 requests applied one at a time, so conditional writes are atomic as on S3.
+"""moto's server with the three changes the local cloud and the tests need, applied in its process.
 
-moto checks If-Match / If-None-Match and then writes, in two steps, so two threads of its server can both
-pass the check and both "win" a compare-and-swap; and a GET racing a PUT of the same key can read a
-buffer the PUT has just closed. The registry's single-writer rule rests on S3 refusing the second writer,
-so the local cloud and the tests serialize moto's S3 object and bucket requests (seen before this: two
-overlapping reruns both launching attempt 2 on a loaded machine).
-`python -m jobplane.local.moto_server -H HOST -p PORT` runs moto's own server with this applied.
+- S3 requests one at a time, so conditional writes are atomic as on S3. moto checks If-Match /
+  If-None-Match and then writes, in two steps, so two threads of its server can both pass the check and
+  both "win" a compare-and-swap; and a GET racing a PUT of the same key can read a buffer the PUT has
+  just closed. The registry's single-writer rule rests on S3 refusing the second writer (seen before
+  this: two overlapping reruns both launching attempt 2 on a loaded machine).
+- SSM parameters under /aws/service/ may be written: AWS reserves them for what it and vendors publish
+  (Canonical's, Debian's and the Deep Learning AMIs' image parameters), and the local cloud plays those
+  publishers, so the image aliases resolve through the same parameters as on AWS.
+- GetConsoleOutput returns what a local instance really printed (<$JOBPLANE_LOCAL_CONSOLES>/<id>/console.log)
+  instead of moto's fixed sample, when that variable names the instance runner's directory.
+`python -m jobplane.local.moto_server -H HOST -p PORT` runs moto's own server with these applied.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
+import os
 import threading
+from pathlib import Path
 from typing import Any
 
 _lock = threading.RLock()
+PUBLIC_PARAMETERS = "/aws/service/"
+CONSOLES_ENV = "JOBPLANE_LOCAL_CONSOLES"
+CONSOLE_BYTES = 64 * 1024  # EC2 keeps the last 64 KB
+
+
+def _patch(cls: Any, name: str, make: Any) -> None:
+    """Replace cls.name with make(original), once."""
+    original = getattr(cls, name)
+    if getattr(original, "jobplane_patched", False):
+        return
+    patched: Any = functools.wraps(original)(make(original))
+    patched.jobplane_patched = True
+    setattr(cls, name, patched)
 
 
 def make_s3_atomic() -> None:
     """Patch moto's S3 request handlers (in this process) to run one at a time; idempotent."""
     from moto.s3.responses import S3Response
 
-    for name in ("key_response", "bucket_response"):
-        original = getattr(S3Response, name)
-        if getattr(original, "jobplane_atomic", False):
-            continue
-
-        def serialized(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+    def serialized(original: Any) -> Any:
+        def handler(self: Any, *args: Any, **kwargs: Any) -> Any:
             with _lock:
-                return _original(self, *args, **kwargs)
+                return original(self, *args, **kwargs)
+        return handler
 
-        functools.update_wrapper(serialized, original)
-        serialized.jobplane_atomic = True  # type: ignore[attr-defined]
-        setattr(S3Response, name, serialized)
+    for name in ("key_response", "bucket_response"):
+        _patch(S3Response, name, serialized)
+
+
+def allow_public_parameters() -> None:
+    """Let put_parameter write /aws/service/... names (moto refuses them like AWS does); idempotent."""
+    from moto.ssm.models import SimpleSystemManagerBackend
+
+    def put_parameter(original: Any) -> Any:
+        signature = inspect.signature(original)
+
+        def put(self: Any, *args: Any, **kwargs: Any) -> Any:
+            call = signature.bind(self, *args, **kwargs)
+            name = call.arguments["name"]
+            if not name.startswith(PUBLIC_PARAMETERS):
+                return original(*call.args, **call.kwargs)
+            staged = "/jobplane-local" + name  # past moto's reserved-name check, then moved into place
+            call.arguments.update(name=staged, overwrite=True, tags=[])
+            parameter = original(*call.args, **call.kwargs)
+            versions = self._parameters.pop(staged)
+            for version in versions:
+                version.name = name
+            self._parameters[name] = versions
+            return parameter
+        return put
+
+    _patch(SimpleSystemManagerBackend, "put_parameter", put_parameter)
+
+
+def serve_real_consoles() -> None:
+    """GetConsoleOutput answers with the instance's own console log where the local cloud keeps one."""
+    from moto.core.responses import ActionResult
+    from moto.core.types import Base64EncodedString
+    from moto.core.utils import utcnow
+    from moto.ec2.responses.general import General
+
+    def get_console_output(original: Any) -> Any:
+        def console(self: Any) -> Any:
+            directory = os.environ.get(CONSOLES_ENV)
+            if not directory:
+                return original(self)
+            instance = self.ec2_backend.get_instance(self._get_param("InstanceId"))  # unknown id: moto's error
+            path = Path(directory, instance.id, "console.log")
+            text = path.read_bytes()[-CONSOLE_BYTES:].decode(errors="replace") if path.is_file() else ""
+            return ActionResult({"InstanceId": instance.id, "Timestamp": utcnow(),
+                                 "Output": Base64EncodedString.from_raw_string(text)})
+        return console
+
+    _patch(General, "get_console_output", get_console_output)
+
+
+def patch_moto() -> None:
+    make_s3_atomic()
+    allow_public_parameters()
+    serve_real_consoles()
 
 
 def main() -> None:
-    make_s3_atomic()
+    patch_moto()
     from moto.server import main as moto_main
 
     moto_main()

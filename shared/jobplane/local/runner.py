@@ -1,9 +1,12 @@
 """Instance runner: every managed EC2 instance in moto becomes a local process running its real user-data.
 
-Each instance gets a scratch root (its /opt/ml lives there), its own fake IMDS, the local cloud's Python
-first on PATH, and shims for shutdown/poweroff/halt placed before everything else: the shims only append
-to the instance's power log, and the runner turns that into what EC2 would do (terminate or stop the
-instance, now or at the scheduled time). The real commands never run.
+Each instance gets a scratch root, its own fake IMDS, and shims for shutdown/poweroff/halt placed before
+everything else: the shims only append to the instance's power log, and the runner turns that into what
+EC2 would do (terminate or stop the instance, now or at the scheduled time). The real commands never run.
+What the instance runs on depends on its AMI: an image the local cloud registered with a root filesystem
+(the stock Debian 12 image, jobplane.local.rootfs) runs its user-data inside that tree, in its own
+namespaces; any other AMI runs on this machine, with the local cloud's Python first on PATH and its
+/opt/ml and /opt/jobplane under the scratch root.
 
 Processes are found by an environment marker every descendant inherits, so killing an instance kills
 everything it started, even processes that moved to their own session.
@@ -21,7 +24,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,6 +32,7 @@ from typing import IO, Any
 
 from jobplane.clouds.aws_local import LocalAws, RawInstance
 from jobplane.clouds.base import TAG_JOB_ID, TAG_RANK
+from jobplane.local import rootfs
 from jobplane.local.imds import FakeImds, ImdsInstance
 
 log = logging.getLogger("local-cloud")  # not under "jobplane": the functions' Powertools Logger owns that
@@ -47,6 +51,9 @@ GONE = ("shutting-down", "terminated", "stopping", "stopped")
 AGENT_ENV = {"JOBPLANE_AGENT_LOG_INTERVAL": "2", "JOBPLANE_AGENT_HEARTBEAT_INTERVAL": "5",
              "JOBPLANE_AGENT_CHECKPOINT_INTERVAL": "5", "JOBPLANE_AGENT_POLL_INTERVAL": "1"}
 KILL_GRACE = 2.0  # SIGTERM, then SIGKILL: what an OS shutdown does to stragglers, only faster
+# What an instance inside an image sees of this machine's environment: where AWS is (moto) and the
+# package index (loopback), as a VM would learn them from its network.
+VM_ENV_PREFIXES = ("AWS_", "UV_", "PIP_")
 
 
 def write_shims(directory: Path) -> Path:
@@ -124,6 +131,7 @@ class Node:
     root: Path
     imds: FakeImds
     marker: str
+    power_log: Path
     proc: subprocess.Popen[bytes] | None = None
     console: IO[bytes] | None = None
     power_seen: int = 0  # bytes of the power log already acted on
@@ -145,8 +153,9 @@ class InstanceRunner:
     """Call sync() every tick; preempt(), kill() and create() come from the control endpoint."""
 
     def __init__(self, aws: LocalAws, state_dir: Path, instance_env: dict[str, str], cloud_id: str,
-                 on_event: Callable[[dict[str, Any]], None]) -> None:
+                 on_event: Callable[[dict[str, Any]], None], images: Mapping[str, Path] | None = None) -> None:
         self.aws = aws
+        self.images = dict(images or {})  # AMI id -> root filesystem; any other AMI runs on this machine
         self.state_dir = state_dir
         self.shims = write_shims(state_dir / "shims")
         self.instance_env = instance_env
@@ -172,12 +181,13 @@ class InstanceRunner:
 
     def _boot(self, raw: RawInstance) -> None:
         root = self.state_dir / "instances" / raw.id
-        (root / "home").mkdir(parents=True, exist_ok=True)
-        (root / "tmp").mkdir(exist_ok=True)
+        image = self.images.get(raw.image_id)
+        share = root / "share" if image else root  # what the instance and the runner both see
+        share.mkdir(parents=True, exist_ok=True)
         imds = FakeImds(ImdsInstance(raw.id, launch_index=raw.launch_index, tags=dict(raw.tags),
                                      availability_zone=raw.zone, instance_type=raw.instance_type,
                                      spot=raw.spot)).start()
-        node = Node(raw, root, imds, marker=f"JOBPLANE_LOCAL_INSTANCE={raw.id}")
+        node = Node(raw, root, imds, marker=f"JOBPLANE_LOCAL_INSTANCE={raw.id}", power_log=share / "power.log")
         self.nodes[raw.id] = node
         user_data = self.aws.user_data(raw.id)
         self.on_event(state_change(raw.id, "running"))
@@ -189,22 +199,32 @@ class InstanceRunner:
             node.notes.append("refused: absolute power command in user-data")
             self._halt(node, "refused user-data")
             return
-        script = root / "user-data"
-        script.write_text(user_data)
-        env = {**self.instance_env, **AGENT_ENV, "HOME": str(root / "home"), "TMPDIR": str(root / "tmp"),
-               "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url, "JOBPLANE_ML_ROOT": str(root / "opt" / "ml"),
-               "JOBPLANE_LOCAL_POWER_LOG": str(root / "power.log"), "JOBPLANE_LOCAL_INSTANCE": raw.id,
-               "JOBPLANE_LOCAL_CLOUD": self.cloud_id,
-               "PATH": os.pathsep.join([str(self.shims), str(Path(sys.executable).parent),
-                                        self.instance_env.get("PATH", os.defpath)])}
+        (share / "user-data").write_text(user_data)
+        ours = {**AGENT_ENV, "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url, "JOBPLANE_LOCAL_INSTANCE": raw.id,
+                "JOBPLANE_LOCAL_CLOUD": self.cloud_id}
+        if image:
+            inside = {**{k: v for k, v in self.instance_env.items() if k.startswith(VM_ENV_PREFIXES)}, **ours,
+                      "PATH": rootfs.PATH, "HOME": "/root", "JOBPLANE_LOCAL_POWER_LOG": f"{rootfs.SHARE}/power.log"}
+            shims = {name: SHIM.format(name=name) for name in rootfs.POWER_COMMANDS}
+            command = rootfs.sandbox(image, root, inside, shims)
+            env = {**ours, "PATH": rootfs.PATH}  # this machine's: unshare, mount, chroot
+        else:
+            (root / "home").mkdir(exist_ok=True)
+            (root / "tmp").mkdir(exist_ok=True)
+            command = ["bash", str(share / "user-data")]
+            env = {**self.instance_env, **ours, "HOME": str(root / "home"), "TMPDIR": str(root / "tmp"),
+                   "JOBPLANE_ML_ROOT": str(root / "opt" / "ml"), "JOBPLANE_AGENT_HOME": str(root / "opt" / "jobplane"),
+                   "JOBPLANE_LOCAL_POWER_LOG": str(node.power_log),
+                   "PATH": os.pathsep.join([str(self.shims), str(Path(sys.executable).parent),
+                                            self.instance_env.get("PATH", os.defpath)])}
         node.console = (root / "console.log").open("ab")
-        node.proc = subprocess.Popen(["bash", str(script)], cwd=root, env=env, stdin=subprocess.DEVNULL,
-                                     stdout=node.console, stderr=subprocess.STDOUT, start_new_session=True)
-        log.info("instance %s: job %s rank %d booted (pid %d, console %s)", raw.id, node.job_id, node.rank,
-                 node.proc.pid, root / "console.log")
+        node.proc = subprocess.Popen(command, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=node.console,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        log.info("instance %s: job %s rank %d booted on %s (pid %d, console %s)", raw.id, node.job_id, node.rank,
+                 image or "this machine", node.proc.pid, root / "console.log")
 
     def _watch(self, node: Node) -> None:
-        power_log = node.root / "power.log"
+        power_log = node.power_log
         if power_log.exists():
             data = power_log.read_bytes()
             for line in data[node.power_seen:].decode(errors="replace").splitlines():

@@ -129,7 +129,8 @@ class TriggerLoop:
         self._deliver_new(keys.PREEMPTED, "rerun")
         for job_id, markers in self.reg.active().items():
             for attempt in {m.attempt for m in markers if m.attempt}:
-                self._deliver_new(keys.exits_prefix(job_id, attempt), "sweeper", suffix="/exit.json")
+                self._deliver_new(keys.attempt_prefix(job_id, attempt), "sweeper",
+                                  suffix=("/exit.json", "/boot-failure.json"))
         while self.ec2_events:
             event = self.ec2_events.popleft()
             self.functions.invoke(EC2_ROUTES[event["detail-type"]], event)
@@ -138,7 +139,7 @@ class TriggerLoop:
             for name in SCHEDULED:
                 self.functions.invoke(name, scheduled(name, self.region))
 
-    def _deliver_new(self, prefix: str, function: str, suffix: str = "") -> None:
+    def _deliver_new(self, prefix: str, function: str, suffix: str | tuple[str, ...] = "") -> None:
         for key, modified, size in self.reg.listing(prefix):
             if not key.endswith(suffix) or (key, modified) in self.seen:
                 continue

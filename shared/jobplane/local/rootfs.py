@@ -1,0 +1,118 @@
+"""The local cloud's stock Debian 12 image, and the sandbox its instances run in.
+
+The image is a root filesystem built from Debian's packages (debootstrap --variant=minbase plus python3,
+nothing else: no pip, no venv module, no jobplane, no cloud CLI, the PEP 668 EXTERNALLY-MANAGED marker
+kept), built once into the cache outside the repo and renamed into place whole. An instance of it runs
+its user-data with that tree as / in its own mount and PID namespaces (unshare), over a per-instance
+copy-on-write overlay, so nothing ever writes into the image. It keeps the host's network namespace, so
+loopback reaches the moto server, its IMDS and the package index, and nothing else is configured. /proc is
+its own, /dev holds null, zero, full, random, urandom and tty only, and the power shims are the only
+shutdown, poweroff, halt and reboot on its PATH.
+
+    python -m jobplane.local.rootfs build    # the install step (make): never fails, says why if it cannot
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from jobplane.bundling import atomic_build, cache_dir
+
+SUITE = "bookworm"
+MIRROR = "http://deb.debian.org/debian"
+PYTHON = "3.11"  # bookworm's python3
+SHARE = "/run/jobplane-local"  # inside an instance: its user-data and power log, shared with the runner
+POWER_COMMANDS = ("shutdown", "poweroff", "halt", "reboot")
+BIN_DIRS = ("usr/local/sbin", "usr/local/bin", "usr/sbin", "usr/bin", "sbin", "bin")
+PATH = ":".join("/" + d for d in BIN_DIRS)
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+
+
+def image_dir() -> Path:
+    return cache_dir() / "rootfs" / "debian-12"
+
+
+def image_problem(root: Path | None = None) -> str | None:
+    """Why the image cannot be used here, or None."""
+    root = root or image_dir()
+    if not (root / "usr" / "bin" / "python3").exists():
+        return f"no Debian 12 root filesystem at {root}: build it with `python -m jobplane.local.rootfs build` (make)"
+    if shutil.which("unshare") is None:
+        return "unshare (util-linux) is not installed"
+    probe = subprocess.run(["unshare", "--mount", "--pid", "--fork", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"cannot create mount and PID namespaces here (needs root): {probe.stderr.strip()}"
+    return None
+
+
+def build(root: Path | None = None) -> Path:
+    """debootstrap the image (a few minutes, from Debian's mirror); a no-op once it exists."""
+    root = root or image_dir()
+    if shutil.which("debootstrap") is None and shutil.which("apt-get") is not None:
+        subprocess.run(["apt-get", "update", "-qq"], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "debootstrap"], check=True, stdout=subprocess.DEVNULL)
+    if shutil.which("debootstrap") is None:
+        raise RuntimeError("debootstrap is not installed (apt-get install debootstrap)")
+
+    def bootstrap(tmp: Path) -> None:
+        tmp.chmod(0o755)  # it becomes the image's /
+        subprocess.run(["debootstrap", "--variant=minbase", "--include=python3", SUITE, str(tmp), MIRROR],
+                       check=True, stdout=subprocess.DEVNULL)
+        shutil.rmtree(tmp / "var" / "cache" / "apt" / "archives", ignore_errors=True)
+
+    return atomic_build(root, bootstrap)
+
+
+def sandbox(rootfs: Path, instance: Path, env: dict[str, str], shims: dict[str, str]) -> list[str]:
+    """The command that runs <instance>/share/user-data inside the image: the instance's own overlay
+    (<instance>/upper, /work, /root), /proc, minimal /dev, shims in /usr/sbin, then chroot with only `env`."""
+    for sub in ("upper/usr/sbin", "work", "root", "share"):
+        (instance / sub).mkdir(parents=True, exist_ok=True)
+    for name in POWER_COMMANDS:  # in the overlay's upper layer: they shadow whatever the image has there
+        shim = instance / "upper" / "usr" / "sbin" / name
+        shim.write_text(shims[name])
+        shim.chmod(0o755)
+    merged = instance / "root"
+    hide = [(f"{merged}/{d}/{name}", name) for d in BIN_DIRS if d != "usr/sbin" for name in POWER_COMMANDS
+            if (rootfs / d / name).exists() and not (rootfs / d).is_symlink()]
+    q = shlex.quote
+    setup = "\n".join([
+        "set -e",
+        f"mount -t overlay overlay -o lowerdir={q(str(rootfs))},upperdir={q(str(instance / 'upper'))},"
+        f"workdir={q(str(instance / 'work'))} {q(str(merged))}",
+        f"mount -t proc proc {q(str(merged / 'proc'))}",
+        f"mount -t tmpfs -o mode=755,size=1m tmpfs {q(str(merged / 'dev'))}",
+        *(f"touch {q(str(merged / 'dev' / d))} && mount --bind /dev/{d} {q(str(merged / 'dev' / d))}"
+          for d in DEVICES),
+        f"mkdir -p {q(str(merged / 'dev' / 'shm'))} && mount -t tmpfs tmpfs {q(str(merged / 'dev' / 'shm'))}",
+        f"ln -s /proc/self/fd {q(str(merged / 'dev' / 'fd'))}",
+        *(f"ln -s /proc/self/fd/{n} {q(str(merged / 'dev' / s))}" for n, s in enumerate(("stdin", "stdout", "stderr"))),
+        *(f"mount --bind {q(str(instance / 'upper' / 'usr' / 'sbin' / name))} {q(path)}" for path, name in hide),
+        f"mkdir -p {q(str(merged) + SHARE)} && mount --bind {q(str(instance / 'share'))} {q(str(merged) + SHARE)}",
+        f"exec chroot {q(str(merged))} /usr/bin/env -i "
+        + " ".join(q(f"{k}={v}") for k, v in sorted(env.items())) + f" /bin/bash {SHARE}/user-data",
+    ])
+    return ["unshare", "--mount", "--pid", "--fork", "--propagation", "private", "sh", "-c", setup]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argv if argv is not None else sys.argv[1:]
+    if args != ["build"]:
+        print("usage: python -m jobplane.local.rootfs build", file=sys.stderr)
+        return 2
+    try:
+        root = build()
+    except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
+        print(f"the local cloud's Debian 12 image is not available (its scenario tests will skip): {exc}")
+        return 0
+    problem = image_problem(root)
+    print(f"Debian 12 image at {root}" + (f", but unusable here: {problem}" if problem else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
