@@ -9,7 +9,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from jobplane.cli import cli, make_bundle
+from jobplane.cli import cli
+from jobplane.jobs import make_bundle
 from jobplane.jobview import display, human_duration, readable_job_id, rejected_reason, rejected_row
 from jobplane.keys import JOB_ID_PATTERN
 from jobplane.local.runner import parse_power
