@@ -1,8 +1,11 @@
 """`jobplane local up`: moto server + instance runner + trigger loop + control endpoint, in the foreground.
 
 Everything lives under a state directory (default .jobplane/): the state file a second shell and
-`jobplane local ...` read, env.sh with the exports, the power-command shims and one scratch root per
-instance. On exit every instance process, server and port is gone.
+`jobplane local ...` read, env.sh with the exports, the power-command shims, one scratch root per
+instance, and functions.log (what the functions log and their metrics, and the runner's details). The
+terminal gets one short line per thing that happens (see jobplane.local.console). Instances live in a VPC
+inside 127.0.0.0/8: every address a job sees is on this machine. On exit every instance process, server
+and port is gone.
 """
 
 from __future__ import annotations
@@ -20,13 +23,15 @@ import urllib.request
 import warnings
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import IO, Any
 
 from jobplane import keys
+from jobplane.local.console import Console, ConsoleHandler
 from jobplane.local.control import STATE_FILE, ControlServer
 
 log = logging.getLogger("local-cloud")  # not under "jobplane": the functions' Powertools Logger owns that
 
+FUNCTIONS_LOG = "functions.log"
 REGION = "us-east-1"
 BUCKET = "jobplane-local"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing"}
@@ -43,6 +48,7 @@ default_boot_timeout: 60s
 max_active_instances_per_owner: 8
 aws:
   default_image: {image}
+  subnets: [{subnets}]
 safety:
   orphan_grace: 20s
   stop_grace: 30s
@@ -102,6 +108,9 @@ class LocalCloud:
         self.stopping = threading.Event()
         self.runner: Any = None
         self.control: ControlServer | None = None
+        self.console = Console(self._record, write=lambda text: print(text, flush=True))
+        self.reg: Any = None
+        self.log_stream: IO[str] | None = None
 
     @property
     def exports(self) -> dict[str, str]:
@@ -134,13 +143,15 @@ class LocalCloud:
 
         aws = LocalAws(REGION)
         aws.create_bucket(self.bucket)
-        reg = Registry(S3Store(self.bucket))
-        reg.store.put(keys.POLICY, LOCAL_POLICY.format(image=aws.register_image()).encode(), "application/yaml")
+        reg = self.reg = Registry(S3Store(self.bucket))
+        policy = LOCAL_POLICY.format(image=aws.register_image(), subnets=", ".join(aws.loopback_subnets()))
+        reg.store.put(keys.POLICY, policy.encode(), "application/yaml")
         clean(self.state_dir)
-        self.functions = Functions()
+        self.log_stream = (self.state_dir / FUNCTIONS_LOG).open("a", buffering=1)
+        self.functions = Functions(self.log_stream, on_result=self.console.invoked)
         self.triggers = TriggerLoop(reg, self.bucket, REGION, self.functions, self.schedule)
         instance_env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBPLANE_", "POWERTOOLS_"))}
-        self.runner = InstanceRunner(aws, self.state_dir, instance_env, self.cloud_id, self.triggers.ec2_event)
+        self.runner = InstanceRunner(aws, self.state_dir, instance_env, self.cloud_id, self._ec2_event)
         self.aws = aws
         self.control = ControlServer({
             "preempt": lambda b: self.runner.preempt(b["job_id"], b.get("rank"), float(b.get("grace", 10))),
@@ -152,6 +163,19 @@ class LocalCloud:
                                  "errors": self.functions.errors, "missing": sorted(self.functions.missing)},
         }).start()
         self._write_state()
+
+    def _ec2_event(self, detail: dict[str, Any]) -> None:
+        """From the runner: shown on the console, then delivered as EventBridge would."""
+        self.console.ec2(detail["detail-type"], detail["detail"])
+        self.triggers.ec2_event(detail)
+
+    def _record(self, job_id: str) -> Any:
+        from jobplane.registry import JobNotFound
+
+        try:
+            return self.reg.job(job_id) if self.reg is not None else None
+        except JobNotFound:
+            return None
 
     def _write_state(self) -> None:
         import json
@@ -185,14 +209,19 @@ class LocalCloud:
             self.runner.stop_all()
         self.moto.stop()
         (self.state_dir / STATE_FILE).unlink(missing_ok=True)
+        if self.log_stream is not None:
+            self.log_stream.close()
 
 
 def up(state_dir: Path, port: int, tick: float) -> None:
     """Run until SIGINT/SIGTERM, then leave nothing behind."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
+                        filename=state_dir / FUNCTIONS_LOG)
     logging.getLogger("botocore").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message="No application metrics to publish")
     cloud = LocalCloud(state_dir, port=port, tick=tick)
+    logging.getLogger("local-cloud").addHandler(ConsoleHandler(cloud.console))
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         cloud.stopping.set()
@@ -204,6 +233,7 @@ def up(state_dir: Path, port: int, tick: float) -> None:
     for key, value in cloud.exports.items():
         print(f"export {key}={value}", flush=True)
     print(f"(or: source {cloud.state_dir / 'env.sh'})  Ctrl-C stops everything.", flush=True)
+    print(f"function logs and metrics: {cloud.state_dir / FUNCTIONS_LOG}", flush=True)
     try:
         cloud.run()
     finally:
