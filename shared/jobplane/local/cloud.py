@@ -108,7 +108,8 @@ class LocalCloud:
         self.stopping = threading.Event()
         self.runner: Any = None
         self.control: ControlServer | None = None
-        self.console = Console(self._record, write=lambda text: print(text, flush=True))
+        terminal = sys.stdout  # not whatever sys.stdout is when a thread prints: invocations redirect it
+        self.console = Console(self._record, write=lambda text: print(text, file=terminal, flush=True))
         self.reg: Any = None
         self.log_stream: IO[str] | None = None
 

@@ -17,6 +17,7 @@ Lines for: launched, booted, running, preempted, rerun, stalled, capped, finishe
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -93,6 +94,7 @@ class Console:
                  clock: Callable[[], float] = time.time) -> None:
         self.lookup, self.write, self.clock = lookup, write, clock
         self.serves: dict[str, str] = {}  # instance id -> "job rank n"
+        self.lock = threading.Lock()  # the trigger loop and the control endpoint's threads both report
 
     def invoked(self, function: str, event: dict[str, Any], result: Any) -> None:
         """What a function returned (a failed invocation is logged, and the handler below shows it)."""
@@ -140,7 +142,8 @@ class Console:
         return f"{instance_id} ({serves})" if serves else instance_id
 
     def emit(self, text: str) -> None:
-        self.write(f"{time.strftime('%H:%M:%S', time.localtime(self.clock()))}  {text}")
+        with self.lock:
+            self.write(f"{time.strftime('%H:%M:%S', time.localtime(self.clock()))}  {text}")
 
 
 class ConsoleHandler(logging.Handler):
