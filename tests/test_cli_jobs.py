@@ -6,6 +6,10 @@ the job on conditions it reads (never on time), so every interleaving with the C
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from datetime import datetime
@@ -166,7 +170,7 @@ def test_wait_for_running_then_for_terminal_with_a_timeout(reg: Registry) -> Non
     up = run("wait", "waited", "--for", "running", "--interval", "0.05")
     driver.finish()
     assert up.exit_code == 0, up.output
-    assert "running attempt 1 on i-0abc" in up.stderr
+    assert up.stderr.rstrip().endswith("job waited RUNNING")
 
     late = run("wait", "waited", "--for", "terminal", "--timeout", "1s", "--interval", "0.05")
     assert late.exit_code == 124, late.output
@@ -199,3 +203,28 @@ def test_cancel_a_queued_job(reg: Registry) -> None:
     assert json.loads(run("ls", "--all", "--json").stdout)[0]["state"] == "CANCELLED"
     again = run("cancel", "unwanted")
     assert again.exit_code == 1 and again.stderr.strip() == "Error: job unwanted is already CANCELLED"
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_stops_following_never_the_job(moto_endpoint: str) -> None:
+    """A real SIGINT to a real `jobplane logs -f` (against the moto server): exit 130, the job untouched."""
+    env = {**os.environ, "AWS_ENDPOINT_URL": moto_endpoint, "JOBPLANE_BUCKET": BUCKET, "AWS_REGION": "us-east-1"}
+    s3 = boto3.client("s3", region_name="us-east-1", endpoint_url=moto_endpoint)
+    s3.create_bucket(Bucket=BUCKET)
+    s3.put_object(Bucket=BUCKET, Key=keys.queue_entry("kept"), Body=SPEC.encode())
+    proc = subprocess.Popen([sys.executable, "-m", "jobplane.cli", "logs", "kept", "-f", "--interval", "0.2"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        first = proc.stderr.readline()  # blocks until the follower has looked once
+        assert first.startswith("status: queued "), first
+        proc.send_signal(signal.SIGINT)
+        _, rest = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, rest
+    assert "stopped following kept; the job goes on (`jobplane cancel kept` stops it)" in rest
+    assert "Traceback" not in rest
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"]] == ["queue/kept.yaml"]

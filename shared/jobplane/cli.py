@@ -204,35 +204,38 @@ class StatusLine:
             self.err.write("\r\x1b[K")
             self.err.flush()
 
+    def end(self) -> None:
+        """The status line is done: what follows starts on a clean line."""
+        self.clear()
+        self.text = ""
+
 
 def follow_job(backend: jobs.Backend, job_id: str, goal: jobs.Goal, *, interval: float, timeout: float | None = None,
                logs: bool = False, attempt: int | None = None, rank: int | None = None) -> int:
     """Follow a job to goal with a status line (and its output with logs); return the exit code to use.
 
     Ctrl-C stops following, never the job."""
-    first = jobs.find(backend.reg, job_id)  # a job that does not exist is an error at once
     line = StatusLine()
-    many_nodes = first.num_nodes > 1 and rank is None
-
-    def on_chunk(chunk: jobs.Chunk) -> None:
-        line.above(jobs.tagged(chunk) if many_nodes or (attempt is None and chunk.attempt > 1) else chunk.text)
-
-    how = jobs.Follow(on_status=line.show, on_chunk=on_chunk,
-                      logs=jobs.LogReader(backend.reg, job_id, attempt, rank) if logs else None,
-                      compute=backend.compute, interval=interval, timeout=timeout)
     try:
+        first = jobs.find(backend.reg, job_id)  # a job that does not exist is an error at once
+        many_nodes = first.num_nodes > 1 and rank is None
+
+        def on_chunk(chunk: jobs.Chunk) -> None:
+            line.above(jobs.tagged(chunk) if many_nodes or (attempt is None and chunk.attempt > 1) else chunk.text)
+
+        how = jobs.Follow(on_status=line.show, on_chunk=on_chunk,
+                          logs=jobs.LogReader(backend.reg, job_id, attempt, rank) if logs else None,
+                          compute=backend.compute, interval=interval, timeout=timeout)
         view = jobs.follow(backend.reg, job_id, goal, how)
     except KeyboardInterrupt:
-        line.clear()
-        click.echo(f"\nstopped following {job_id}; the job goes on (`jobplane cancel {job_id}` stops it)", err=True)
+        line.end()
+        click.echo(f"stopped following {job_id}; the job goes on (`jobplane cancel {job_id}` stops it)", err=True)
         return jobs.EXIT_INTERRUPTED
     except jobs.WaitTimedOut as exc:
-        line.clear()
-        click.echo(f"\nError: {exc}", err=True)
+        line.end()
+        click.echo(f"Error: {exc}", err=True)
         return jobs.EXIT_WAIT_TIMED_OUT
-    line.clear()
-    if line.tty:
-        click.echo("", err=True)
+    line.end()
     click.echo(f"job {job_id} {view.state}" + (f": {view.reason}" if view.reason else ""), err=True)
     return jobs.exit_code(view.state)
 
