@@ -191,7 +191,7 @@ def test_follow_waits_through_queue_and_launch_then_streams_to_the_end(reg: Regi
     view, statuses, chunks = run_follow(reg, clock, "story", jobs.Goal.TERMINAL, story(reg, clock, "story", ending))
     assert view.state == ending and jobs.exit_code(view.state) == (0 if ending == State.SUCCEEDED else 1)
     assert statuses[0] == "queued 0s: waiting for the launcher" and statuses[1] == "launching attempt 1"
-    assert statuses[-1] == f"{ending}: the end"
+    assert statuses[-1] == "running attempt 1 on i-1, i-2"  # the ending is the caller's to report
     assert [(c.attempt, c.rank, c.text) for c in chunks] == [(1, 0, "rank 0 starts\n"), (1, 1, "rank 1 says hi\n"),
                                                              (1, 0, "step 1\n")]
     assert jobs.tagged(chunks[1]) == "[1/1] rank 1 says hi\n"
@@ -200,7 +200,8 @@ def test_follow_waits_through_queue_and_launch_then_streams_to_the_end(reg: Regi
 def test_follow_to_running_stops_there(reg: Registry, clock: Clock) -> None:
     drop(reg, "up")
     view, statuses, _ = run_follow(reg, clock, "up", jobs.Goal.RUNNING, story(reg, clock, "up", State.SUCCEEDED))
-    assert view.state == State.RUNNING and statuses[-1] == "running attempt 1 on i-1, i-2"
+    assert view.state == State.RUNNING and statuses[-1] == "launching attempt 1 on i-1, i-2: waiting for the " \
+                                                          "first heartbeat (1s)"
 
 
 def test_follow_gives_up_at_the_timeout_saying_what_it_saw(reg: Registry, clock: Clock) -> None:

@@ -309,7 +309,8 @@ class Follow:
 
 
 def follow(reg: Registry, job_id: str, goal: Goal, how: Follow) -> JobView:
-    """Poll the job until it reaches goal, reporting its status (and new log chunks) on the way.
+    """Poll the job until it reaches goal, reporting its status (and new log chunks) on the way; the view
+    that reached the goal is returned, not reported.
 
     JobNotFound if it does not exist (neither recorded, queued nor rejected); WaitTimedOut past how.timeout.
     With logs, a finished job is drained: its last chunks land just before its agents' exit reports.
@@ -317,10 +318,10 @@ def follow(reg: Registry, job_id: str, goal: Goal, how: Follow) -> JobView:
     started = how.clock()
     view = find(reg, job_id)
     while True:
-        how.on_status(status(view, how.now()))
         _emit(how)
         if reached(goal, view.state):
             break
+        how.on_status(status(view, how.now()))
         waited = how.clock() - started
         if how.timeout is not None and waited >= how.timeout:
             raise WaitTimedOut(view, goal, waited)
