@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
@@ -13,10 +12,9 @@ from jobplane.local.demo import Demo, wait_for_no_instances
 from jobplane.local.runner import marked_pids
 from jobplane.states import State
 from tests.helpers import wait_for
-from tests.local.conftest import write_spec
+from tests.local.conftest import submit, write_spec
 
 pytestmark = pytest.mark.scenario
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(600)
@@ -57,10 +55,7 @@ def test_invalid_spec_dropped_into_queue_is_rejected_and_listed_invalid(cloud):
 
 @pytest.mark.timeout(180)
 def test_cancel_running_job_ends_cancelled_with_its_process_gone(cloud, tmp_path):
-    spec = write_spec(tmp_path, "long-run", "python3 train.py --steps 100000 --sleep 0.05")
-    submitted = cloud.cli("submit", str(spec), "--code", str(REPO / "examples" / "train"))
-    assert submitted.returncode == 0, submitted.stderr
-    job_id = submitted.stdout.strip().splitlines()[-1]
+    job_id = submit(cloud, write_spec(tmp_path, "long-run", "python3 train.py --steps 100000 --sleep 0.05"))
     reg = cloud.registry()
     wait_for("the job to run", lambda: reg.exists(job_id) and reg.job(job_id).state == State.RUNNING, 90)
     instance_id = reg.job(job_id).instances[0]
@@ -86,10 +81,7 @@ def test_cancel_running_job_ends_cancelled_with_its_process_gone(cloud, tmp_path
 @pytest.mark.timeout(180)
 def test_cancel_right_after_submit_ends_cancelled_with_nothing_left_running(cloud, tmp_path):
     """Whether the launcher has taken the job yet or not: CANCELLED, and no instance survives."""
-    spec = write_spec(tmp_path, "short-lived", "python3 train.py --steps 100000 --sleep 0.05")
-    submitted = cloud.cli("submit", str(spec), "--code", str(REPO / "examples" / "train"))
-    assert submitted.returncode == 0, submitted.stderr
-    job_id = submitted.stdout.strip().splitlines()[-1]
+    job_id = submit(cloud, write_spec(tmp_path, "short-lived", "python3 train.py --steps 100000 --sleep 0.05"))
     cancelled = cloud.cli("cancel", job_id)
     assert cancelled.returncode == 0, cancelled.stderr
     assert cancelled.stdout.startswith(f"{job_id} CANCELLED")
