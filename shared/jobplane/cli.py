@@ -240,11 +240,6 @@ def follow_job(backend: jobs.Backend, job_id: str, goal: jobs.Goal, *, interval:
     return jobs.exit_code(view.state)
 
 
-FOLLOW_EXITS = """\b
-Exit codes: 0 SUCCEEDED, 1 FAILED, 3 CANCELLED, 4 TIMED_OUT, 5 STALLED, 6 INVALID, 130 Ctrl-C
-(which stops following, never the job)."""
-
-
 @cli.command()
 @click.argument("spec_file", metavar="SPEC", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--code", "code_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
@@ -260,7 +255,8 @@ def submit(spec_file: Path, code_dir: Path | None, job_id: str | None, follow: b
 
     \b
     Prints the job id. From then on the job is listed, described and followed as QUEUED until the
-    launcher takes it (within seconds). With -f, follow it to the end.
+    launcher takes it (within seconds). With -f, follow it to the end as `logs -f` does, and exit 0
+    SUCCEEDED, 1 FAILED, 3 CANCELLED, 4 TIMED_OUT, 5 STALLED, 6 INVALID, 130 Ctrl-C (never stops the job).
     Example:
       jobplane submit examples/demo.yaml --code examples/train -f
     """
@@ -274,9 +270,6 @@ def submit(spec_file: Path, code_dir: Path | None, job_id: str | None, follow: b
     click.echo(job_id)
     if follow:
         sys.exit(follow_job(backend, job_id, jobs.Goal.TERMINAL, interval=interval, logs=True))
-
-
-submit.help = (submit.help or "") + "\n\n" + FOLLOW_EXITS.replace("\b\n", "\b\nWith -f: ")
 
 
 @cli.command(name="ls")
@@ -369,7 +362,9 @@ def logs(job_id: str, follow: bool, rank: int | None, attempt: int | None, inter
 
     \b
     Lines are prefixed [attempt/rank] when the job has several nodes or attempts. With -f, a status line
-    on stderr says where the job is (queued 3s, launching attempt 1, running on i-...) until it ends.
+    on stderr says where the job is (queued 3s, launching attempt 1, running on i-...) until it ends;
+    then it exits 0 SUCCEEDED, 1 FAILED, 3 CANCELLED, 4 TIMED_OUT, 5 STALLED, 6 INVALID, or 130 on
+    Ctrl-C (which stops following, never the job).
     Example:
       jobplane logs demo-1122-113005-ab12 -f
     """
@@ -385,9 +380,6 @@ def logs(job_id: str, follow: bool, rank: int | None, attempt: int | None, inter
         click.echo(text, nl=not text.endswith("\n") and bool(text))
     if not chunks and not view.terminal:
         click.echo(f"job {job_id}: {jobview.status(view, utcnow()).text}; no output yet (-f waits for it)", err=True)
-
-
-logs.help = (logs.help or "") + "\n\n" + FOLLOW_EXITS.replace("\b\n", "\b\nWith -f: ")
 
 
 class DurationType(click.ParamType):  # type: ignore[type-arg]
