@@ -248,6 +248,8 @@ def test_submit_plan_checks_the_spec_before_anything_is_uploaded(tmp_path) -> No
     plan = jobs.plan_submission(spec, SPEC + "code: src\n", now=T0)
     assert plan.code_dir == (tmp_path / "src").resolve() and plan.job_id.startswith("demo-1122-113000-")
     assert plan.doc["id"] == plan.job_id
+    gcp = jobs.plan_submission(spec, SPEC + "cloud: gcp\ncode: src\n", now=T0)  # a gs:// bucket's job
+    assert gcp.code_dir == plan.code_dir
     with pytest.raises(jobs.JobError, match="num_nodes"):
         jobs.plan_submission(spec, SPEC.replace("num_nodes: 2", "num_nodes: 0"))
     with pytest.raises(jobs.JobError, match="is not a directory"):

@@ -30,7 +30,7 @@ from jobplane.clouds.base import Compute, NotFound, PreconditionFailed
 from jobplane.errors import SpecError
 from jobplane.jobview import JobView, Status, readable_job_id, rejected_reason, status, view_row
 from jobplane.registry import JobExists, JobNotFound, JobRecord, Registry, utcnow
-from jobplane.spec import job_id_problem, load_document, parse_spec
+from jobplane.spec import URI_SCHEMES, job_id_problem, load_document, parse_spec
 from jobplane.states import LIVE, TERMINAL, State
 
 ComputeFactory = Callable[[], Compute]
@@ -166,8 +166,8 @@ def plan_submission(spec_file: Path, text: str, *, code_dir: Path | None = None,
         code_dir = (spec_file.parent / doc["code"]).resolve()
         if not code_dir.is_dir():
             raise JobError(f"{spec_file}: code: {doc['code']!r} is not a directory")
-    if code_dir is not None:
-        doc["code"] = "s3://placeholder/code.tar.gz"  # validated now, set to the real URI on submit
+    if code_dir is not None:  # validated with a stand-in now, set to the bundle's real URI on submit
+        doc["code"] = URI_SCHEMES.get(str(doc.get("cloud", "aws")), "s3://") + "placeholder/code.tar.gz"
     job_id = job_id or doc.get("id") or readable_job_id(str(doc.get("name") or spec_file.stem), now or utcnow(),
                                                         secrets.token_hex(2))
     if doc.get("id") not in (None, job_id):
