@@ -228,3 +228,18 @@ def test_ctrl_c_stops_following_never_the_job(moto_endpoint: str) -> None:
     assert "stopped following kept; the job goes on (`jobplane cancel kept` stops it)" in rest
     assert "Traceback" not in rest
     assert [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"]] == ["queue/kept.yaml"]
+
+
+def test_logs_of_a_rerun_job_tag_every_attempts_lines(reg: Registry) -> None:
+    reg.create_job("rerun", parse_spec(SPEC, job_id="rerun"))
+    for state, attempt in ((State.LAUNCHING, 1), (State.RUNNING, 1), (State.PREEMPTED, 1), (State.LAUNCHING, 2),
+                           (State.RUNNING, 2)):
+        reg.transition("rerun", state, attempt=attempt, instances=[f"i-{attempt}"])
+    reg.store.put(keys.log_chunk("rerun", 1, 0, 0), b"step 1\n")
+    reg.store.put(keys.log_chunk("rerun", 2, 0, 0), b"resuming from step 1\n")
+    reg.put_json(keys.exit_report("rerun", 2, 0), {"code": 0})
+    reg.transition("rerun", State.SUCCEEDED, reason="every rank exited 0")
+    for command in (["logs", "rerun"], ["logs", "rerun", "-f"]):
+        result = run(*command)
+        assert result.exit_code == 0 and result.stdout == "[1/0] step 1\n[2/0] resuming from step 1\n", command
+    assert run("logs", "rerun", "--attempt", "2").stdout == "resuming from step 1\n"

@@ -219,9 +219,11 @@ def follow_job(backend: jobs.Backend, job_id: str, goal: jobs.Goal, *, interval:
     try:
         first = jobs.find(backend.reg, job_id)  # a job that does not exist is an error at once
         many_nodes = first.num_nodes > 1 and rank is None
+        reran = attempt is None and first.attempt > 1
 
         def on_chunk(chunk: jobs.Chunk) -> None:
-            line.above(jobs.tagged(chunk) if many_nodes or (attempt is None and chunk.attempt > 1) else chunk.text)
+            tag = many_nodes or (attempt is None and (reran or chunk.attempt > 1))
+            line.above(jobs.tagged(chunk) if tag else chunk.text)
 
         how = jobs.Follow(on_status=line.show, on_chunk=on_chunk,
                           logs=jobs.LogReader(backend.reg, job_id, attempt, rank) if logs else None,
