@@ -5,6 +5,7 @@ the job on conditions it reads (never on time), so every interleaving with the C
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -21,7 +22,7 @@ from click.testing import CliRunner, Result
 from moto import mock_aws
 
 from jobplane import jobs, keys
-from jobplane.cli import cli
+from jobplane.cli import StatusLine, cli
 from jobplane.clouds.s3 import S3Store
 from jobplane.jobview import JobView, Status
 from jobplane.registry import Registry
@@ -243,3 +244,23 @@ def test_logs_of_a_rerun_job_tag_every_attempts_lines(reg: Registry) -> None:
         result = run(*command)
         assert result.exit_code == 0 and result.stdout == "[1/0] step 1\n[2/0] resuming from step 1\n", command
     assert run("logs", "rerun", "--attempt", "2").stdout == "resuming from step 1\n"
+
+
+def test_on_a_terminal_the_status_line_is_rewritten_in_place_below_the_output(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    err = Terminal()
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setenv("COLUMNS", "31")
+    line = StatusLine()
+    line.show(Status("queued", "queued 1s: waiting for the launcher"))
+    line.show(Status("queued", "queued 2s: waiting for the launcher"))
+    line.above("step 1\n")
+    line.end()
+    clear = "\r\x1b[K"
+    shown = "queued 2s: waiting for the lau"  # cut to the terminal's width, so clearing clears it all
+    assert err.getvalue() == f"{clear}queued 1s: waiting for the lau{clear}{shown}{clear}{shown}{clear}"
+    assert capsys.readouterr().out == "step 1\n"

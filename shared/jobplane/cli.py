@@ -183,9 +183,9 @@ class StatusLine:
         self.phase: str | None = None
 
     def show(self, status: Status) -> None:
-        if self.tty:
-            self.text = status.text
-            self.err.write("\r\x1b[K" + status.text)
+        if self.tty:  # one screen line, or clearing it would leave the wrapped rest behind
+            self.text = status.text[:max(20, shutil.get_terminal_size().columns - 1)]
+            self.err.write("\r\x1b[K" + self.text)
             self.err.flush()
         elif status.phase != self.phase:
             click.echo(f"status: {status.text}", err=True)
