@@ -424,8 +424,9 @@ def cancel(job_id: str, force: bool, **conn: str | None) -> None:
     """Cancel a job: mark it CANCELLED and ask its agents to stop (they checkpoint, sync and power off).
 
     \b
-    A job still in queue/ is cancelled before it launches, and never launches.
-    Instances that do not stop are terminated by the sweeper; --force terminates them at once.
+    A job that has not started (queued, launching, waiting for capacity) never runs: any instance
+    launched for it is terminated at once. A running job's instances that do not stop are terminated by
+    the sweeper; --force terminates them at once.
     Example:
       jobplane cancel demo-1122-113005-ab12
     """

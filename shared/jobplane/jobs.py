@@ -29,7 +29,7 @@ from jobplane import keys
 from jobplane.clouds.base import Compute, NotFound, PreconditionFailed
 from jobplane.errors import SpecError
 from jobplane.jobview import JobView, Status, readable_job_id, rejected_reason, status, view_row
-from jobplane.registry import JobExists, JobNotFound, JobRecord, Registry, utcnow
+from jobplane.registry import JobExists, JobNotFound, JobRecord, Registry, TransitionRefused, utcnow
 from jobplane.spec import URI_SCHEMES, job_id_problem, load_document, parse_spec
 from jobplane.states import LIVE, TERMINAL, State
 
@@ -361,26 +361,34 @@ def drained(reg: Registry, record: JobRecord | None, compute: Compute | None) ->
 @dataclass(frozen=True)
 class Cancelled:
     record: JobRecord
-    before_launch: bool  # no instance was ever asked for
+    started: bool  # it was RUNNING (or past it): its agents stop gracefully
     terminated: tuple[str, ...] = ()
+
+    @property
+    def before_launch(self) -> bool:
+        return self.record.attempt == 0
+
+
+# Cancelled in these states, a job has run nothing worth a graceful stop: its VMs (if the launch was in
+# flight) are terminated at once. From RUNNING on, agents checkpoint, sync and power off.
+NOT_STARTED = frozenset({State.QUEUED, State.LAUNCHING, State.WAITING_CAPACITY})
 
 
 def cancel(reg: Registry, job_id: str, *, force: bool = False, compute: ComputeFactory | None = None) -> Cancelled:
-    """Mark the job CANCELLED and ask its agents to stop; a job cancelled while queued never runs.
+    """Mark the job CANCELLED; a job cancelled before it ran never runs, a running one stops gracefully.
 
-    Race-safe by the registry, not by timing: a queued job's record is created create-only from its drop
-    (the spec the launcher would parse), then moved to CANCELLED by CAS. The launcher claims by a CAS
-    QUEUED -> LAUNCHING on the same record, so one of the two is first:
+    Race-safe by the registry, not by timing. A queued job's record is created create-only from its drop
+    (the spec the launcher would parse); then the job moves to CANCELLED by CAS. The launcher claims by a
+    CAS QUEUED -> LAUNCHING on the same record, so one of the two is first:
     - the cancel: the claim is refused, nothing is launched;
     - the launcher: it re-reads the record before each RunInstances, and terminates the VMs it just got if
-      recording them is refused; if it recorded them first, the cancel's own CAS returns them and the
-      cancel terminates them (needs compute). Either way no VM of a job cancelled while queued survives.
-    Running jobs stop gracefully (their agents checkpoint and sync); force terminates their VMs now.
+      recording them is refused; if it recorded them first, the cancel's CAS (made while the job was still
+      LAUNCHING) returns them, and the cancel terminates them (needs compute).
+    Either way no VM of a job cancelled before it ran survives. force terminates a running job's VMs too.
     """
     view = find(reg, job_id)
     if view.terminal:
         raise JobError(f"job {job_id} is already {view.state}")
-    queued = view.state == State.QUEUED
     if view.record is None:
         if view.spec is None:
             raise JobError(f"job {job_id} is still in queue/ and its spec is invalid, so the launcher will "
@@ -388,14 +396,19 @@ def cancel(reg: Registry, job_id: str, *, force: bool = False, compute: ComputeF
         with contextlib.suppress(JobExists):  # the launcher recorded it meanwhile: cancel that record
             reg.create_job(job_id, view.spec)
     reg.put_json(keys.stop_request(job_id), {"time": utcnow().isoformat(), "by": "cli", "reason": "cancel"})
-    record = reg.transition(job_id, State.CANCELLED, expect=LIVE,
-                            reason="cancelled by the user" + (" before launch" if queued else ""))
+    try:  # the state at the CAS decides, not the one find() saw
+        record = reg.transition(job_id, State.CANCELLED, expect=NOT_STARTED, reason="cancelled by the user "
+                                "before it started")
+        started = False
+    except TransitionRefused:  # RUNNING or PREEMPTED (or it ended meanwhile: refused again, said so)
+        record = reg.transition(job_id, State.CANCELLED, expect=LIVE, reason="cancelled by the user")
+        started = True
     if view.drop:
         reg.delete(view.drop)  # the launcher may be reading it: its claim is refused, and it deletes it too
-    doomed = set(record.instances) if queued else set()  # launched by a launcher that was a step ahead
+    doomed = set() if started else set(record.instances)  # launched by a launcher a step ahead
     if (doomed or (force and record.instances)) and compute is not None:
         adapter = compute()
         if force:
             doomed |= {i.id for i in adapter.list_managed() if i.job_id == job_id and not i.protected}
         adapter.terminate(sorted(doomed))
-    return Cancelled(record, before_launch=queued, terminated=tuple(sorted(doomed)))
+    return Cancelled(record, started, terminated=tuple(sorted(doomed)))

@@ -67,7 +67,7 @@ def test_cancel_before_the_launcher_runs_means_never_launched(cloud: Cloud) -> N
     key = cloud.drop("early", SPEC)
     done = cancel(cloud, "early")
     assert done.before_launch and done.record.state == State.CANCELLED
-    assert done.record.reason == "cancelled by the user before launch"
+    assert done.record.reason == "cancelled by the user before it started" and not done.started
     assert [k for k, _, _ in cloud.registry.listing(keys.QUEUE)] == []
 
     assert handle(cloud, key) == "gone"  # the event for the drop arrives after the cancel
@@ -111,7 +111,24 @@ def test_cancel_overtaken_by_a_whole_launch_terminates_what_was_launched(cloud: 
     launched = instances_of(cloud, "overtaken")
     assert len(launched) == 2 and sorted(done.terminated) == sorted(launched)
     assert all(state in GONE for state in launched.values()), launched
-    assert done.record.state == State.CANCELLED and done.before_launch
+    assert done.record.state == State.CANCELLED and not done.started
+
+
+def test_cancel_of_a_launched_job_before_it_runs_terminates_its_instances_at_once(cloud: Cloud) -> None:
+    assert handle(cloud, cloud.drop("booting", SPEC)) == "launched"
+    launched = cloud.registry.job("booting").instances
+    done = cancel(cloud, "booting")
+    assert not done.started and sorted(done.terminated) == sorted(launched)
+    assert all(state in GONE for state in instances_of(cloud, "booting").values())
+
+
+def test_cancel_of_a_running_job_stops_it_gracefully(cloud: Cloud) -> None:
+    assert handle(cloud, cloud.drop("busy", SPEC)) == "launched"
+    cloud.registry.transition("busy", State.RUNNING, reason="every rank has sent a heartbeat")
+    done = cancel(cloud, "busy")
+    assert done.started and done.terminated == () and done.record.reason == "cancelled by the user"
+    assert set(instances_of(cloud, "busy").values()) == {"running"}  # its agents see the stop request
+    assert cloud.registry.get_json(keys.stop_request("busy"))["by"] == "cli"
 
 
 def test_cancel_and_launcher_started_together_never_leave_an_instance(cloud: Cloud) -> None:
@@ -135,10 +152,10 @@ def test_cancel_and_launcher_started_together_never_leave_an_instance(cloud: Clo
         assert record.state == State.CANCELLED, f"trial {trial}: {record.state} ({record.reason})"
         assert [k for k, _, _ in cloud.registry.listing(keys.queue_entry(job_id))] == [], f"trial {trial}"
         launched = instances_of(cloud, job_id)
-        if "launching" not in kinds(cloud, job_id):  # the cancel won the claim
+        assert all(state in GONE for state in launched.values()), f"trial {trial}: {launched} left running"
+        if "launching" not in kinds(cloud, job_id):  # the cancel won the claim: nothing was asked of EC2
             assert runs_for(cloud, job_id) == [] and launched == {}, f"trial {trial}: launched {launched}"
             seen["cancel claimed first"] += 1
         else:  # the launcher claimed first: what it launched was terminated by it or by the cancel
-            assert all(state in GONE for state in launched.values()), f"trial {trial}: {launched}"
             seen["launcher claimed first, launched" if launched else "launcher claimed first, saw the cancel"] += 1
     print(f"race outcomes over 40 trials: {dict(seen)}")
