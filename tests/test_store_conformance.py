@@ -141,7 +141,8 @@ def test_s3_create_only_put_carries_object_tags(moto_endpoint: str) -> None:
 
 def test_one_version_has_exactly_one_compare_and_swap_winner(store: ObjectStore) -> None:
     """32 writers holding the same version: S3 (and our moto, made atomic), GCS and memory accept one."""
-    # not b"0": writer 0 would write the same bytes, and an S3 ETag (an MD5) would match again afterwards
+    # Not b"0": writer 0's body would then equal it, and an S3 ETag is the body's MD5, so after writer 0 won
+    # the version the others hold would still match and a second writer would win too (as on real S3).
     version = store.put("contended", b"start")
     barrier = threading.Barrier(32)
     wins: list[int] = []

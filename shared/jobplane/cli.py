@@ -2,33 +2,30 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
-import secrets
 import shutil
 import sys
-import tarfile
-import tempfile
-import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TextIO, TypeVar, cast
 
 import click
 import yaml
 from rich.console import Console
 from rich.table import Table
 
-from jobplane import keys
+from jobplane import jobs, jobview
+from jobplane.clouds.base import Compute
 from jobplane.errors import FieldError, SpecError
-from jobplane.jobview import COLUMNS, display, job_row, readable_job_id, rejected_row
+from jobplane.jobview import COLUMNS, Status, display, view_row
 from jobplane.policy import DEFAULT_POLICY, Policy, check_against_policy, parse_policy
 from jobplane.registry import JobExists, JobNotFound, Registry, TransitionRefused, utcnow
 from jobplane.settings import Settings
-from jobplane.spec import json_schema_text, load_document, parse_spec
-from jobplane.states import LIVE, State
+from jobplane.spec import json_schema_text, parse_duration, parse_spec, spec_to_json
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -40,8 +37,8 @@ def cli() -> None:
     \b
     Quick start (no cloud account needed):
       jobplane local up                                   # shell 1: the local cloud
-      jobplane submit examples/demo.yaml --code examples/train
-      jobplane ls && jobplane logs ID -f
+      jobplane submit examples/demo.yaml --code examples/train -f
+      jobplane ls && jobplane wait ID --for terminal --timeout 10m
     """
 
 
@@ -116,19 +113,9 @@ def registry_options(func: F) -> F:
     return func
 
 
-@dataclass
-class Ctx:
-    reg: Registry
-    bucket: str
-    root: str
-
-    def compute(self) -> Any:
-        from jobplane.clouds.aws import Ec2Compute
-
-        return Ec2Compute()
-
-
-def connect(bucket: str | None, endpoint: str | None, region: str | None) -> Ctx:
+def connect(bucket: str | None, endpoint: str | None, region: str | None) -> jobs.Backend:
+    """The one place that builds a registry's store and compute adapter: today S3 and EC2. Another cloud's
+    bucket (gs://...) gets its store, uploader and adapter here, behind the same Backend."""
     if endpoint:
         os.environ["AWS_ENDPOINT_URL"] = endpoint
     if region:
@@ -139,8 +126,31 @@ def connect(bucket: str | None, endpoint: str | None, region: str | None) -> Ctx
     except RuntimeError as exc:
         raise UserError(str(exc)) from None
     from jobplane.clouds.s3 import S3Store
+    from jobplane.clouds.s3_transfer import upload_file
 
-    return Ctx(Registry(S3Store(settings.bucket), settings.root), settings.bucket, settings.root)
+    store = S3Store(settings.bucket)
+    reg = Registry(store, settings.root)
+
+    def compute() -> Compute:
+        from jobplane.clouds.aws import Ec2Compute
+
+        return Ec2Compute()
+
+    def upload(key: str, path: Path) -> None:
+        with upload_progress(path) as advance:
+            upload_file(store, reg.key(key), path, advance)
+
+    return jobs.Backend(reg, f"s3://{settings.bucket}", compute, upload)
+
+
+@contextlib.contextmanager
+def upload_progress(path: Path) -> Iterator[Callable[[int], None]]:
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    with Progress(TextColumn("uploading code"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  console=Console(stderr=True), transient=False) as progress:
+        task = progress.add_task("code", total=path.stat().st_size)
+        yield lambda sent: progress.advance(task, sent)
 
 
 def cloud_errors(func: F) -> F:
@@ -151,7 +161,7 @@ def cloud_errors(func: F) -> F:
             return func(*args, **kwargs)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
-        except (JobNotFound, JobExists, TransitionRefused) as exc:
+        except (JobNotFound, JobExists, TransitionRefused, jobs.JobError) as exc:
             raise UserError(str(exc)) from None
         except Exception as exc:  # botocore errors without importing botocore here
             name = type(exc).__name__
@@ -162,35 +172,74 @@ def cloud_errors(func: F) -> F:
     return cast(F, wrapper)
 
 
-def make_bundle(directory: Path, out: Path) -> int:
-    """tar.gz of directory's contents (caches and VCS left out); returns the file count."""
-    skip = {"__pycache__", ".git", ".venv", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
-    count = 0
+class StatusLine:
+    """A job's one-line status on stderr: rewritten in place on a terminal; elsewhere (a log, a pipe) one line
+    each time the phase changes, so the record stays readable."""
 
-    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-        nonlocal count
-        parts = Path(info.name).parts
-        if any(p in skip for p in parts) or info.name.endswith(".pyc"):
-            return None
-        count += info.isfile()
-        return info
+    def __init__(self) -> None:
+        self.err: TextIO = sys.stderr
+        self.tty = self.err.isatty()
+        self.text = ""
+        self.phase: str | None = None
 
-    with tarfile.open(out, "w:gz") as tar:
-        for child in sorted(directory.iterdir()):
-            tar.add(child, arcname=child.name, filter=keep)
-    return count
+    def show(self, status: Status) -> None:
+        if self.tty:  # one screen line, or clearing it would leave the wrapped rest behind
+            self.text = status.text[:max(20, shutil.get_terminal_size().columns - 1)]
+            self.err.write("\r\x1b[K" + self.text)
+            self.err.flush()
+        elif status.phase != self.phase:
+            click.echo(f"status: {status.text}", err=True)
+        self.phase = status.phase
+
+    def above(self, text: str) -> None:
+        """Print job output to stdout with the status line kept below it."""
+        self.clear()
+        click.echo(text, nl=not text.endswith("\n") and bool(text))
+        if self.tty and self.text:
+            self.err.write(self.text)
+            self.err.flush()
+
+    def clear(self) -> None:
+        if self.tty and self.text:
+            self.err.write("\r\x1b[K")
+            self.err.flush()
+
+    def end(self) -> None:
+        """The status line is done: what follows starts on a clean line."""
+        self.clear()
+        self.text = ""
 
 
-def upload_bundle(ctx: Ctx, key: str, path: Path) -> None:
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+def follow_job(backend: jobs.Backend, job_id: str, goal: jobs.Goal, *, interval: float, timeout: float | None = None,
+               logs: bool = False, attempt: int | None = None, rank: int | None = None) -> int:
+    """Follow a job to goal with a status line (and its output with logs); return the exit code to use.
 
-    from jobplane.clouds.s3_transfer import upload_file
+    Ctrl-C stops following, never the job."""
+    line = StatusLine()
+    try:
+        first = jobs.find(backend.reg, job_id)  # a job that does not exist is an error at once
+        many_nodes = first.num_nodes > 1 and rank is None
+        reran = attempt is None and first.attempt > 1
 
-    with Progress(TextColumn("uploading code"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                  console=Console(stderr=True), transient=False) as progress:
-        task = progress.add_task("code", total=path.stat().st_size)
-        upload_file(ctx.reg.store, ctx.reg.key(key), path,  # type: ignore[arg-type]
-                    lambda sent: progress.advance(task, sent))
+        def on_chunk(chunk: jobs.Chunk) -> None:
+            tag = many_nodes or (attempt is None and (reran or chunk.attempt > 1))
+            line.above(jobs.tagged(chunk) if tag else chunk.text)
+
+        how = jobs.Follow(on_status=line.show, on_chunk=on_chunk,
+                          logs=jobs.LogReader(backend.reg, job_id, attempt, rank) if logs else None,
+                          compute=backend.compute, interval=interval, timeout=timeout)
+        view = jobs.follow(backend.reg, job_id, goal, how)
+    except KeyboardInterrupt:
+        line.end()
+        click.echo(f"stopped following {job_id}; the job goes on (`jobplane cancel {job_id}` stops it)", err=True)
+        return jobs.EXIT_INTERRUPTED
+    except jobs.WaitTimedOut as exc:
+        line.end()
+        click.echo(f"Error: {exc}", err=True)
+        return jobs.EXIT_WAIT_TIMED_OUT
+    line.end()
+    click.echo(f"job {job_id} {view.state}" + (f": {view.reason}" if view.reason else ""), err=True)
+    return jobs.exit_code(view.state)
 
 
 @cli.command()
@@ -198,71 +247,31 @@ def upload_bundle(ctx: Ctx, key: str, path: Path) -> None:
 @click.option("--code", "code_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Directory to tar, upload and unpack as the job's working directory.")
 @click.option("--id", "job_id", help="Job id (default: from the spec's name and the time).")
+@click.option("-f", "--follow", is_flag=True, help="Then follow it as `logs -f` does and exit with its outcome.")
+@click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between polls with -f.")
 @registry_options
 @cloud_errors
-def submit(spec_file: Path, code_dir: Path | None, job_id: str | None, **conn: str | None) -> None:
+def submit(spec_file: Path, code_dir: Path | None, job_id: str | None, follow: bool, interval: float,
+           **conn: str | None) -> None:
     """Submit a job: upload its code (with a progress bar), then drop the spec into queue/.
 
     \b
-    Prints the job id. The launcher picks the spec up from queue/ within seconds.
+    Prints the job id. From then on the job is listed, described and followed as QUEUED until the
+    launcher takes it (within seconds). With -f, follow it to the end as `logs -f` does, and exit 0
+    SUCCEEDED, 1 FAILED, 3 CANCELLED, 4 TIMED_OUT, 5 STALLED, 6 INVALID, 130 Ctrl-C (never stops the job).
     Example:
-      jobplane submit examples/demo.yaml --code examples/train
+      jobplane submit examples/demo.yaml --code examples/train -f
     """
-    text = spec_file.read_text()
-    doc = load_document(text, spec_file.name)
-    if code_dir is None and isinstance(doc.get("code"), str) and "://" not in doc["code"]:
-        code_dir = (spec_file.parent / doc["code"]).resolve()  # `code: ./src` in the spec means the same
-        if not code_dir.is_dir():
-            raise UserError(f"{spec_file}: code: {doc['code']!r} is not a directory")
-    if code_dir is not None:
-        doc["code"] = "s3://placeholder/code.tar.gz"  # validated now, set to the real URI below
-    job_id = job_id or doc.get("id") or readable_job_id(str(doc.get("name") or spec_file.stem), utcnow(),
-                                                        secrets.token_hex(2))
-    if doc.get("id") not in (None, job_id):
-        raise UserError(f"--id {job_id!r} differs from the spec's id {doc['id']!r}")
-    try:
-        parse_spec(yaml.safe_dump(doc), job_id=job_id, source=spec_file.name)
-    except SpecError as exc:
-        raise UserError(f"{spec_file}: " + "; ".join(str(e) for e in exc.errors)) from None
-    ctx = connect(**conn)
-    if ctx.reg.exists(job_id):
-        raise JobExists(job_id)
-    if code_dir is not None:
-        with tempfile.TemporaryDirectory() as tmp:
-            bundle = Path(tmp) / "code.tar.gz"
-            files = make_bundle(code_dir, bundle)
-            upload_bundle(ctx, keys.code_bundle(job_id), bundle)
-        doc["code"] = f"s3://{ctx.bucket}/{ctx.reg.key(keys.code_bundle(job_id))}"
-        click.echo(f"code: {files} files from {code_dir} -> {doc['code']}", err=True)
-    doc["id"] = job_id
-    from jobplane.clouds.base import PreconditionFailed
+    sub = jobs.plan_submission(spec_file, spec_file.read_text(), code_dir=code_dir, job_id=job_id)
+    backend = connect(**conn)
 
-    try:
-        ctx.reg.store.put_if_absent(ctx.reg.key(keys.queue_entry(job_id)), yaml.safe_dump(doc, sort_keys=False)
-                                    .encode(), "application/yaml")
-    except PreconditionFailed:
-        raise UserError(f"job {job_id!r} is already queued") from None
+    def bundled(files: int, uri: str) -> None:
+        click.echo(f"code: {files} files from {sub.code_dir} -> {uri}", err=True)
+
+    job_id = jobs.submit(backend, sub, on_bundle=bundled)
     click.echo(job_id)
-
-
-def load_rows(reg: Registry, include_done: bool) -> list[dict[str, Any]]:
-    now = utcnow()
-    if include_done:
-        ids = sorted({k.split("/")[1] for k, _, _ in reg.listing(keys.JOBS) if k.endswith("/job.json")})
-    else:
-        ids = sorted(reg.active())
-    rows = []
-    for job_id in ids:
-        try:
-            rows.append(job_row(reg.job(job_id), now))
-        except JobNotFound:
-            continue  # finished between the listing and the read
-    if include_done:
-        for key, modified, _ in reg.listing(keys.REJECTED):
-            job_id = key.removeprefix(keys.REJECTED).removesuffix(".error.json")
-            if key.endswith(".error.json") and job_id not in ids:  # a recorded INVALID job shows once
-                rows.append(rejected_row(job_id, reg.get_json(key), modified, now))
-    return sorted(rows, key=lambda r: r["age"], reverse=True)
+    if follow:
+        sys.exit(follow_job(backend, job_id, jobs.Goal.TERMINAL, interval=interval, logs=True))
 
 
 @cli.command(name="ls")
@@ -271,13 +280,15 @@ def load_rows(reg: Registry, include_done: bool) -> list[dict[str, Any]]:
 @registry_options
 @cloud_errors
 def ls_cmd(include_done: bool, as_json: bool, **conn: str | None) -> None:
-    """List live jobs (or all with --all): state, attempt, nodes, type, spot, age, runtime, restarts, reason.
+    """List live jobs, queued ones included (or all with --all): state, attempt, nodes, type, spot, age,
+    runtime, restarts, reason.
 
     \b
+    A job still in queue/ shows as QUEUED, its age the time it has waited.
     Example:
       jobplane ls --all
     """
-    rows = load_rows(connect(**conn).reg, include_done)
+    rows = jobs.list_rows(connect(**conn).reg, include_done)
     if as_json:
         click.echo(json.dumps(rows, indent=1))
         return
@@ -295,24 +306,36 @@ def ls_cmd(include_done: bool, as_json: bool, **conn: str | None) -> None:
 @registry_options
 @cloud_errors
 def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
-    """Show a job: its record, event history and instances.
+    """Show a job: its record, event history and instances; a queued job's spec and time waited.
 
     \b
     Example:
       jobplane describe demo-1122-113005-ab12
     """
-    ctx = connect(**conn)
-    record = ctx.reg.job(job_id)
-    events = ctx.reg.events(job_id)
-    instances = [asdict(i) for i in ctx.compute().list_managed() if i.job_id == job_id] if record.instances else []
+    backend = connect(**conn)
+    view = jobs.find(backend.reg, job_id)
+    record = view.record
+    events = backend.reg.events(job_id) if record else []
+    instances = [asdict(i) for i in backend.compute().list_managed()
+                 if i.job_id == job_id] if record and record.instances else []
+    now = utcnow()
     if as_json:
-        body = {"job": record.model_dump(mode="json"), "events": events, "instances": instances}
-        click.echo(json.dumps(body, indent=1, default=str))
+        job = record.model_dump(mode="json") if record else {
+            "id": view.id, "state": view.state, "since": view.since.isoformat(),
+            "waited": (now - view.since).total_seconds(), "reason": view.reason, "drop": view.drop,
+            "spec": spec_to_json(view.spec) if view.spec else None}
+        click.echo(json.dumps({"job": job, "events": events, "instances": instances}, indent=1, default=str))
         return
     console = Console()
-    row = job_row(record, utcnow())
-    for col, cell in zip(COLUMNS, display(row), strict=True):
-        console.print(f"[bold]{col:>14}[/bold]  {cell}")
+    for col, cell in zip(COLUMNS, display(view_row(view, now)), strict=True):
+        console.print(f"[bold]{col:>14}[/bold]  {cell}", highlight=False)
+    if record is None:
+        where = f"in {view.drop}, not yet taken by the launcher" if view.drop else "rejected, never recorded"
+        console.print(f"[bold]{'status':>14}[/bold]  {jobview.status(view, now).text} ({where})", highlight=False)
+        if view.spec:
+            console.print(f"[bold]{'spec':>14}[/bold]", highlight=False)
+            console.print(yaml.safe_dump(spec_to_json(view.spec), sort_keys=False).rstrip(), highlight=False)
+        return
     console.print(f"[bold]{'instances':>14}[/bold]  {', '.join(record.instances) or '-'}")
     table = Table("TIME", "EVENT", "DETAIL", box=None, header_style="bold", title="events", title_justify="left")
     for ev in events:
@@ -326,28 +349,10 @@ def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
         console.print(itable)
 
 
-def print_new_chunks(reg: Registry, job_id: str, attempt: int | None, rank: int | None, seen: set[str],
-                     tag_ranks: bool) -> tuple[int, set[int]]:
-    """Print log chunks not seen yet in key order; return (count, attempts seen)."""
-    new = 0
-    attempts: set[int] = set()
-    for key, _, _ in reg.listing(keys.logs_prefix(job_id, attempt, rank if attempt is not None else None)):
-        parts = key.removeprefix(keys.logs_prefix(job_id)).split("/")
-        if len(parts) != 3 or key in seen or (rank is not None and parts[1] != str(rank)):
-            continue
-        seen.add(key)
-        new += 1
-        attempts.add(int(parts[0]))
-        text = reg.get_bytes(key).decode(errors="replace")
-        if tag_ranks:
-            text = "".join(f"[{parts[0]}/{parts[1]}] {line}" for line in text.splitlines(keepends=True))
-        click.echo(text, nl=not text.endswith("\n") and bool(text))
-    return new, attempts
-
-
 @cli.command()
 @click.argument("job_id", metavar="ID")
-@click.option("-f", "--follow", is_flag=True, help="Keep printing new output until the job finishes.")
+@click.option("-f", "--follow", is_flag=True,
+              help="Wait for the job to start, print its output as it comes, exit with its outcome.")
 @click.option("--rank", type=int, help="Only this node's output (default: every rank).")
 @click.option("--attempt", type=int, help="Only this attempt (default: every attempt).")
 @click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between polls with -f.")
@@ -358,24 +363,55 @@ def logs(job_id: str, follow: bool, rank: int | None, attempt: int | None, inter
     """Print a job's output (uploaded by its agent in chunks), optionally following it.
 
     \b
-    Lines are prefixed [attempt/rank] when the job has several nodes or attempts.
+    Lines are prefixed [attempt/rank] when the job has several nodes or attempts. With -f, a status line
+    on stderr says where the job is (queued 3s, launching attempt 1, running on i-...) until it ends;
+    then it exits 0 SUCCEEDED, 1 FAILED, 3 CANCELLED, 4 TIMED_OUT, 5 STALLED, 6 INVALID, or 130 on
+    Ctrl-C (which stops following, never the job).
     Example:
       jobplane logs demo-1122-113005-ab12 -f
     """
-    reg = connect(**conn).reg
-    record = reg.job(job_id)
-    seen: set[str] = set()
-    tag = (record.spec.num_nodes > 1 and rank is None) or (record.attempt > 1 and attempt is None)
-    print_new_chunks(reg, job_id, attempt, rank, seen, tag)
-    while follow and not record.terminal:
-        time.sleep(interval)
-        record = reg.job(job_id)
-        tag = tag or (record.attempt > 1 and attempt is None)
-        print_new_chunks(reg, job_id, attempt, rank, seen, tag)
+    backend = connect(**conn)
     if follow:
-        time.sleep(interval)  # the agent's last chunk lands before its exit report: one more look
-        print_new_chunks(reg, job_id, attempt, rank, seen, tag)
-        click.echo(f"job {job_id} {record.state}" + (f": {record.reason}" if record.reason else ""), err=True)
+        sys.exit(follow_job(backend, job_id, jobs.Goal.TERMINAL, interval=interval, logs=True, attempt=attempt,
+                            rank=rank))
+    view = jobs.find(backend.reg, job_id)
+    chunks = jobs.LogReader(backend.reg, job_id, attempt, rank).new()
+    for chunk in chunks:
+        tag = (view.num_nodes > 1 and rank is None) or (attempt is None and view.attempt > 1)
+        text = jobs.tagged(chunk) if tag else chunk.text
+        click.echo(text, nl=not text.endswith("\n") and bool(text))
+    if not chunks and not view.terminal:
+        click.echo(f"job {job_id}: {jobview.status(view, utcnow()).text}; no output yet (-f waits for it)", err=True)
+
+
+class DurationType(click.ParamType):  # type: ignore[type-arg]
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        try:
+            return parse_duration(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+@cli.command()
+@click.argument("job_id", metavar="ID")
+@click.option("--for", "goal", type=click.Choice([g.value for g in jobs.Goal]), default=jobs.Goal.TERMINAL.value,
+              show_default=True, help="running: until it runs (or already ended); terminal: until it ends.")
+@click.option("--timeout", type=DurationType(), help="Give up after this long (90s, 10m, 2h): exit 124.")
+@click.option("--interval", type=float, default=2.0, show_default=True, help="Seconds between polls.")
+@registry_options
+@cloud_errors
+def wait(job_id: str, goal: str, timeout: int | None, interval: float, **conn: str | None) -> None:
+    """Wait until a job runs or ends, showing its status on stderr; for scripts and CI pipelines.
+
+    \b
+    Exit codes: 0 SUCCEEDED (or running, with --for running), 1 FAILED, 3 CANCELLED, 4 TIMED_OUT,
+    5 STALLED, 6 INVALID, 124 --timeout passed first, 130 Ctrl-C (stops waiting, never the job).
+    Example:
+      jobplane wait demo-1122-113005-ab12 --for running --timeout 10m && jobplane logs demo-1122-113005-ab12 -f
+    """
+    sys.exit(follow_job(connect(**conn), job_id, jobs.Goal(goal), interval=interval, timeout=timeout))
 
 
 @cli.command()
@@ -388,23 +424,17 @@ def cancel(job_id: str, force: bool, **conn: str | None) -> None:
     """Cancel a job: mark it CANCELLED and ask its agents to stop (they checkpoint, sync and power off).
 
     \b
-    Instances that do not stop are terminated by the sweeper; --force terminates them at once.
+    A job that has not started (queued, launching, waiting for capacity) never runs: any instance
+    launched for it is terminated at once. A running job's instances that do not stop are terminated by
+    the sweeper; --force terminates them at once.
     Example:
       jobplane cancel demo-1122-113005-ab12
     """
-    ctx = connect(**conn)
-    record = ctx.reg.job(job_id)
-    if record.terminal:
-        raise UserError(f"job {job_id} is already {record.state}")
-    ctx.reg.put_json(keys.stop_request(job_id), {"time": utcnow().isoformat(), "by": "cli", "reason": "cancel"})
-    record = ctx.reg.transition(job_id, State.CANCELLED, reason="cancelled by the user", expect=LIVE)
-    if force and record.instances:
-        compute = ctx.compute()
-        mine = [i.id for i in compute.list_managed() if i.job_id == job_id and not i.protected]
-        if mine:
-            compute.terminate(mine)
-            click.echo(f"terminated {', '.join(mine)}", err=True)
-    click.echo(f"{job_id} CANCELLED")
+    backend = connect(**conn)
+    done = jobs.cancel(backend.reg, job_id, force=force, compute=backend.compute)
+    if done.terminated:
+        click.echo(f"terminated {', '.join(done.terminated)}", err=True)
+    click.echo(f"{job_id} CANCELLED" + (" before launch" if done.before_launch else ""))
 
 
 # ---- the local cloud -------------------------------------------------------------------------------------

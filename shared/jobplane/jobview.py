@@ -1,13 +1,16 @@
-"""What `jobplane ls` and `describe` show: plain rows built from job records and rejected drops (no I/O)."""
+"""What `jobplane ls`, `describe` and `logs -f` show: plain rows and status lines built from job records,
+drops still in queue/ and rejected drops (no I/O)."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from jobplane.registry import JobRecord
-from jobplane.states import State
+from jobplane.spec import JobSpec
+from jobplane.states import TERMINAL, State
 
 COLUMNS = ("id", "state", "attempt", "nodes", "instance_type", "spot", "age", "runtime", "restarts", "reason")
 
@@ -33,6 +36,36 @@ def runtime_seconds(record: JobRecord, now: datetime) -> float | None:
     return (end - record.first_launched_at).total_seconds()
 
 
+@dataclass(frozen=True)
+class JobView:
+    """A job as a user sees it: its record; or, before the launcher has recorded it, its drop in queue/
+    (state QUEUED) or its rejection (state INVALID)."""
+
+    id: str
+    state: State
+    since: datetime  # created (a record), dropped into queue/ (a drop) or rejected
+    spec: JobSpec | None = None  # None for a drop the launcher will reject, and for a rejection
+    record: JobRecord | None = None
+    reason: str | None = None
+    drop: str | None = None  # the queue/ key, while the job is only a drop
+
+    @classmethod
+    def of(cls, record: JobRecord) -> JobView:
+        return cls(record.id, record.state, record.created_at, record.spec, record, record.reason)
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    @property
+    def attempt(self) -> int:
+        return self.record.attempt if self.record else 0
+
+    @property
+    def num_nodes(self) -> int:
+        return self.spec.num_nodes if self.spec else 1
+
+
 def job_row(record: JobRecord, now: datetime) -> dict[str, Any]:
     spec = record.spec
     return {
@@ -49,6 +82,16 @@ def job_row(record: JobRecord, now: datetime) -> dict[str, Any]:
     }
 
 
+def view_row(view: JobView, now: datetime) -> dict[str, Any]:
+    """A row for any job: recorded, still in queue/ (age = time waited there) or rejected."""
+    if view.record is not None:
+        return job_row(view.record, now)
+    spec = view.spec
+    return {"id": view.id, "state": str(view.state), "attempt": 0, "nodes": spec.num_nodes if spec else None,
+            "instance_type": ",".join(spec.instance_types) if spec else "", "spot": spec.spot if spec else None,
+            "age": (now - view.since).total_seconds(), "runtime": None, "restarts": 0, "reason": view.reason or ""}
+
+
 def rejected_reason(error_doc: Any) -> str:
     """One line from rejected/<id>.error.json, whatever detail it carries."""
     if not isinstance(error_doc, dict):
@@ -63,9 +106,43 @@ def rejected_reason(error_doc: Any) -> str:
 
 
 def rejected_row(job_id: str, error_doc: Any, rejected_at: datetime, now: datetime) -> dict[str, Any]:
-    return {"id": job_id, "state": str(State.INVALID), "attempt": 0, "nodes": None, "instance_type": "",
-            "spot": None, "age": (now - rejected_at).total_seconds(), "runtime": None, "restarts": 0,
-            "reason": rejected_reason(error_doc)}
+    return view_row(JobView(job_id, State.INVALID, rejected_at, reason=rejected_reason(error_doc)), now)
+
+
+@dataclass(frozen=True)
+class Status:
+    """One line about where a job is. `phase` changes only when something a user cares about does (not
+    each second a wait grows), so a log that is not a terminal gets one line per change."""
+
+    phase: str
+    text: str
+
+
+def status(view: JobView, now: datetime) -> Status:
+    """queued 3s -> launching attempt 1 -> running attempt 1 on i-... -> SUCCEEDED."""
+    record, state = view.record, view.state
+    waited = human_duration((now - view.since).total_seconds())
+    if record is None or state == State.QUEUED:
+        if state == State.INVALID:
+            return Status("INVALID", f"INVALID: {view.reason or 'rejected'}")
+        return Status("queued", f"queued {waited}: waiting for the launcher")
+    attempt = record.attempt
+    on = ", ".join(record.instances)
+    since = human_duration((now - record.state_since).total_seconds())
+    if state == State.LAUNCHING:
+        if not on:
+            return Status(f"launching {attempt}", f"launching attempt {attempt}")
+        return Status(f"booting {attempt}", f"launching attempt {attempt} on {on}: waiting for the first "
+                                            f"heartbeat ({since})")
+    if state == State.RUNNING:
+        return Status(f"running {attempt}", f"running attempt {attempt} on {on}")
+    if state == State.WAITING_CAPACITY:
+        retry = f", next try in {human_duration((record.wait_until - now).total_seconds())}" \
+            if record.wait_until else ""
+        return Status(f"waiting {attempt}.{record.waits}", f"waiting for capacity{retry}: {record.reason}")
+    if state == State.PREEMPTED:
+        return Status(f"preempted {attempt}", f"attempt {attempt} preempted ({since} ago): {record.reason}")
+    return Status(str(state), f"{state}" + (f": {record.reason}" if record.reason else ""))
 
 
 def display(row: dict[str, Any]) -> list[str]:

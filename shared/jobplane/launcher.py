@@ -6,6 +6,8 @@ backstop and overlapping reruns never launch one attempt twice.
 
 Order for a drop: create the record, launch, then delete the queue entry. If a run dies in between, the
 entry is still there and the backstop finishes the job (the record exists, the claim decides who launches).
+A cancel that lands after the claim is seen by a re-read before each RunInstances, or by the refused
+transition that records the VMs, which then terminates them at once.
 """
 
 from __future__ import annotations
@@ -218,6 +220,10 @@ def launch_attempt(
             user_data=scripts[arch], max_runtime=policy.max_runtime(spec), disk_gb=spec.disk_gb,
             owner=record.owner, labels=tuple(sorted(spec.labels.items())),
         )
+        current = reg.job(job_id)  # cancelled since the claim? then no VM is asked for
+        if current.state != State.LAUNCHING or current.attempt != attempt:
+            log.info("job %s moved on to %s before launch", job_id, current.state, extra={"job_id": job_id})
+            return current
         try:
             instances = compute.launch(request)
         except CapacityError as exc:
@@ -227,8 +233,8 @@ def launch_attempt(
             continue
         except LaunchRejected as exc:
             return _fail(reg, record, now, metrics, f"the cloud refused {itype} in {zone or 'any zone'}: {exc}")
-        return _launched(reg, record, request, [(i.id, i.private_ip, i.zone) for i in instances], now, metrics,
-                         errors)
+        return _launched(reg, compute, record, request, [(i.id, i.private_ip, i.zone) for i in instances], now,
+                         metrics, errors)
     return _wait(reg, record, policy, now, metrics, reason="no capacity in any zone or instance type",
                  error="; ".join(errors))
 
@@ -276,7 +282,7 @@ def _bootstrap_target(reg: Registry, compute: Compute) -> tuple[str, str | None]
     return bucket, region
 
 
-def _launched(reg: Registry, record: JobRecord, request: LaunchRequest,
+def _launched(reg: Registry, compute: Compute, record: JobRecord, request: LaunchRequest,
               instances: list[tuple[str, str | None, str | None]], now: datetime, metrics: Metrics,
               errors: list[str]) -> JobRecord:
     ids = [i for i, _, _ in instances]
@@ -300,10 +306,9 @@ def _launched(reg: Registry, record: JobRecord, request: LaunchRequest,
             last_error="; ".join(errors) or None,
         )
     except TransitionRefused:
-        # cancelled (or moved on) while launching: the VMs carry this attempt's tags, so the sweeper
-        # reaps them as orphans
-        log.warning("job %s moved on during launch; leaving %s to the sweeper", record.id, ids,
-                    extra={"job_id": record.id})
+        # cancelled (or moved on) while RunInstances ran: nobody wants these VMs, so they go at once
+        log.warning("job %s moved on during launch; terminating %s", record.id, ids, extra={"job_id": record.id})
+        compute.terminate(ids)
         return reg.job(record.id)
 
 

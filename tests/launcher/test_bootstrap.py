@@ -51,7 +51,7 @@ def bash_syntax_ok(script: str) -> bool:
 def test_hostile_spec_text_never_reaches_the_script(name: str, setup: str, run: str, env: dict[str, str],
                                                     image: str, code: str, uri: str, ckpt: str, label: str) -> None:
     raw: dict[str, Any] = {
-        "id": "the-job", "name": name[:128], "instance_type": "g5.xlarge", "setup": setup, "run": run,
+        "id": "victim-job", "name": name[:128], "instance_type": "g5.xlarge", "setup": setup, "run": run,
         "env": env, "image": image[:512], "code": "s3://" + code, "inputs": {"train": {"uri": "s3://" + uri}},
         "checkpoint_dir": "/" + ckpt.replace("..", "_"), "artifacts_dir": "/" + ckpt.replace("..", "_") + "x",
         "labels": {"team": label}, "owner": "hostile_owner",
@@ -61,7 +61,7 @@ def test_hostile_spec_text_never_reaches_the_script(name: str, setup: str, run: 
     except ValidationError:
         assume(False)
         raise
-    script = render_for(spec, job_id="the-job", attempt=3, policy=DEFAULT_POLICY, bucket="jobplane-bucket",
+    script = render_for(spec, job_id="victim-job", attempt=3, policy=DEFAULT_POLICY, bucket="jobplane-bucket",
                         root="team/a", region="us-east-1", agent=SOURCE)
     assert bash_syntax_ok(script)
     free_text = [spec.name, spec.setup, spec.run, spec.image, spec.code, spec.inputs["train"].uri,

@@ -11,6 +11,8 @@ import pytest
 from jobplane.local.demo import CloudProcess
 from jobplane.local.package_index import wheel_dir
 
+TRAIN = Path(__file__).resolve().parents[2] / "examples" / "train"
+
 
 @pytest.fixture(scope="module")
 def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CloudProcess]:
@@ -33,3 +35,15 @@ def write_spec(directory: Path, name: str, run: str, **extra: str) -> Path:
     path = directory / f"{name}.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def cli_ok(cloud: CloudProcess, *args: str) -> str:
+    """`jobplane ARGS`'s stdout; fails the test with its stderr if it exits non-zero."""
+    done = cloud.cli(*args)
+    assert done.returncode == 0, f"jobplane {' '.join(args)}: {done.stderr}"
+    return done.stdout
+
+
+def submit(cloud: CloudProcess, spec: Path, code: Path = TRAIN) -> str:
+    """Submit a spec with its code; returns the job id."""
+    return cli_ok(cloud, "submit", str(spec), "--code", str(code)).strip().splitlines()[-1]

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from jobplane.cli import cli, make_bundle
+from jobplane.cli import cli
+from jobplane.jobs import make_bundle
 from jobplane.jobview import display, human_duration, readable_job_id, rejected_reason, rejected_row
 from jobplane.keys import JOB_ID_PATTERN
 from jobplane.local.runner import parse_power
@@ -71,8 +72,9 @@ def test_errors_are_one_line_without_traceback(monkeypatch):
 
 def test_every_command_has_help_with_an_example():
     runner = CliRunner()
-    commands = [[], ["submit"], ["ls"], ["describe"], ["logs"], ["cancel"], ["validate"], ["schema"], ["local"],
-                ["local", "up"], ["local", "preempt"], ["local", "kill"], ["local", "instance"], ["local", "status"]]
+    commands = [[], ["submit"], ["ls"], ["describe"], ["logs"], ["wait"], ["cancel"], ["validate"], ["schema"],
+                ["local"], ["local", "up"], ["local", "preempt"], ["local", "kill"], ["local", "instance"],
+                ["local", "status"]]
     for command in commands:
         result = runner.invoke(cli, [*command, "--help"])
         assert result.exit_code == 0, command

@@ -13,7 +13,6 @@ import json
 import re
 import threading
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 
@@ -28,10 +27,9 @@ from jobplane.registry import JobNotFound, JobRecord, Registry, utcnow
 from jobplane.states import State
 from jobplane.telemetry import CountingMetrics
 from tests.helpers import wait_for
-from tests.local.conftest import write_spec
+from tests.local.conftest import cli_ok, submit, write_spec
 
 pytestmark = pytest.mark.scenario
-TRAIN = Path(__file__).resolve().parents[2] / "examples" / "train"
 TICKING = "while true; do echo tick; sleep 1; done"  # prints, never ends
 CKPT = re.compile(r"(?:^|/)ckpt-(\d+)\.npz$")
 
@@ -55,16 +53,6 @@ def started(cloud: CloudProcess, tmp_path_factory: pytest.TempPathFactory) -> di
 
 
 # ---- helpers -----------------------------------------------------------------------------------------------
-def cli_ok(cloud: CloudProcess, *args: str) -> str:
-    done = cloud.cli(*args)
-    assert done.returncode == 0, f"jobplane {' '.join(args)}: {done.stderr}"
-    return done.stdout
-
-
-def submit(cloud: CloudProcess, spec: Path, code: Path = TRAIN) -> str:
-    return cli_ok(cloud, "submit", str(spec), "--code", str(code)).strip().splitlines()[-1]
-
-
 def wait_state(reg: Registry, job_id: str, states: set[State], timeout: float) -> JobRecord:
     def reached() -> bool:
         try:

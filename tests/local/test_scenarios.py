@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import re
 
 import pytest
 
@@ -12,19 +12,26 @@ from jobplane.local.demo import Demo, wait_for_no_instances
 from jobplane.local.runner import marked_pids
 from jobplane.states import State
 from tests.helpers import wait_for
-from tests.local.conftest import write_spec
+from tests.local.conftest import submit, write_spec
 
 pytestmark = pytest.mark.scenario
-REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 def test_demo_every_step(cloud):
-    """What `make demo` runs: the happy path, a preemption resumed on attempt 2, an uptime cap."""
+    """What `make demo` runs: the happy path, a preemption resumed on attempt 2, an uptime cap; and what the
+    local cloud's console said meanwhile."""
     demo = Demo(cloud, timeout=150)
     demo.run()
     failed = [(name, detail) for name, ok, detail in demo.results if not ok]
     assert not failed
+
+    console = (cloud.state_dir / "local-cloud.log").read_text()  # what `local up` printed
+    verbs = {line.split()[1] for line in console.splitlines() if re.match(r"\d\d:\d\d:\d\d  ", line)}
+    assert {"launched", "booted", "running", "preempted", "rerun", "capped", "finished", "terminated"} <= verbs, console
+    assert '"_aws"' not in console and '"level"' not in console, "function logs or metrics reached the console"
+    functions_log = (cloud.state_dir / "functions.log").read_text()
+    assert '"_aws"' in functions_log and '"function_name":"jobplane-launcher"' in functions_log
 
 
 @pytest.mark.timeout(120)
@@ -48,10 +55,7 @@ def test_invalid_spec_dropped_into_queue_is_rejected_and_listed_invalid(cloud):
 
 @pytest.mark.timeout(180)
 def test_cancel_running_job_ends_cancelled_with_its_process_gone(cloud, tmp_path):
-    spec = write_spec(tmp_path, "long-run", "python3 train.py --steps 100000 --sleep 0.05")
-    submitted = cloud.cli("submit", str(spec), "--code", str(REPO / "examples" / "train"))
-    assert submitted.returncode == 0, submitted.stderr
-    job_id = submitted.stdout.strip().splitlines()[-1]
+    job_id = submit(cloud, write_spec(tmp_path, "long-run", "python3 train.py --steps 100000 --sleep 0.05"))
     reg = cloud.registry()
     wait_for("the job to run", lambda: reg.exists(job_id) and reg.job(job_id).state == State.RUNNING, 90)
     instance_id = reg.job(job_id).instances[0]
@@ -64,7 +68,7 @@ def test_cancel_running_job_ends_cancelled_with_its_process_gone(cloud, tmp_path
     assert reg.job(job_id).state == State.CANCELLED
 
     wait_for("every process of the instance to end", lambda: not marked_pids(marker), 90)
-    assert wait_for_no_instances(cloud, 30)
+    assert not wait_for_no_instances(cloud, 120)
     exit_report = reg.get_json(keys.exit_report(job_id, 1, 0))
     assert exit_report["reason"] == "stopped"
     assert reg.job(job_id).state == State.CANCELLED  # nothing moved it on afterwards
@@ -74,9 +78,24 @@ def test_cancel_running_job_ends_cancelled_with_its_process_gone(cloud, tmp_path
     assert "Traceback" not in again.stderr
 
 
+@pytest.mark.timeout(180)
+def test_cancel_right_after_submit_ends_cancelled_with_nothing_left_running(cloud, tmp_path):
+    """Whether the launcher has taken the job yet or not: CANCELLED, and no instance survives."""
+    job_id = submit(cloud, write_spec(tmp_path, "short-lived", "python3 train.py --steps 100000 --sleep 0.05"))
+    cancelled = cloud.cli("cancel", job_id)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert cancelled.stdout.startswith(f"{job_id} CANCELLED")
+    waited = cloud.cli("wait", job_id, "--timeout", "60s")
+    assert waited.returncode == 3 and f"job {job_id} CANCELLED" in waited.stderr, waited.stderr
+    left = wait_for_no_instances(cloud, 120)
+    assert not left, f"still running 120 s after the cancel: {left}"
+    assert cloud.registry().job(job_id).state == State.CANCELLED
+
+
 @pytest.mark.timeout(60)
 def test_unknown_job_is_one_clear_line(cloud):
-    for command in (["describe", "no-such-job"], ["logs", "no-such-job"], ["cancel", "no-such-job"]):
+    for command in (["describe", "no-such-job"], ["logs", "no-such-job"], ["logs", "no-such-job", "-f"],
+                    ["cancel", "no-such-job"], ["wait", "no-such-job"]):
         result = cloud.cli(*command)
         assert result.returncode == 1, command
         assert result.stderr.strip() == "Error: no job 'no-such-job'", command

@@ -1,20 +1,36 @@
 """The EC2, SSM and S3 calls the local cloud makes against moto, beyond the Compute protocol.
 
-It provisions the registry bucket, registers the local images and publishes the public SSM parameters the
-image aliases resolve through, watches every managed instance in any state (the runner must see
-terminations), reads user-data, and plays the user or EC2 itself in scenarios (an untagged instance).
+It provisions the registry bucket and a VPC on loopback (so every address an instance gets is on this
+machine), registers the local images and publishes the public SSM parameters the image aliases resolve
+through, watches every managed instance in any state (the runner must see terminations), reads user-data,
+and plays the user or EC2 itself in scenarios (an untagged instance).
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
 import boto3
 
 from jobplane.clouds.base import TAG_JOB_ID, TAG_MANAGED
+
+# The local cloud's VPC: inside 127.0.0.0/8, which Linux routes entirely to lo, so a private IP handed to an
+# instance (MASTER_ADDR, SM_HOSTS, IMDS local-ipv4) is an address of this machine. EC2 takes /16 to /28
+# VPCs; one /24 subnet per zone.
+LOOPBACK_VPC = "127.100.0.0/16"
+LOOPBACK_NET = ipaddress.ip_network("127.0.0.0/8")
+VPC_NAME = "jobplane-local-loopback"
+
+
+def on_loopback(address: str | None) -> bool:
+    try:
+        return address is not None and ipaddress.ip_address(address) in LOOPBACK_NET
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -28,6 +44,7 @@ class RawInstance:
     spot: bool
     private_ip: str | None
     image_id: str = ""
+    public_ip: str | None = None
 
     @property
     def managed(self) -> bool:
@@ -64,6 +81,21 @@ class LocalAws:
         local cloud write /aws/service/ names, see jobplane.local.moto_server)."""
         self.ssm.put_parameter(Name=name, Value=image_id, Type="String", DataType="aws:ec2:image", Overwrite=True)
 
+    def loopback_subnets(self) -> list[str]:
+        """Subnet ids of the loopback VPC, one per zone in zone order; the VPC is made on the first call."""
+        vpcs = self.ec2.describe_vpcs(Filters=[{"Name": "tag:Name", "Values": [VPC_NAME]}])["Vpcs"]
+        if vpcs:
+            vpc = vpcs[0]["VpcId"]
+            found = self.ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["Subnets"]
+            return [str(sn["SubnetId"]) for sn in sorted(found, key=lambda sn: sn["AvailabilityZone"])]
+        vpc = self.ec2.create_vpc(CidrBlock=LOOPBACK_VPC, TagSpecifications=[
+            {"ResourceType": "vpc", "Tags": [{"Key": "Name", "Value": VPC_NAME}]}])["Vpc"]["VpcId"]
+        zones = sorted(z["ZoneName"] for z in self.ec2.describe_availability_zones()["AvailabilityZones"])
+        blocks = ipaddress.ip_network(LOOPBACK_VPC).subnets(new_prefix=24)
+        next(blocks)  # leave 127.100.0.x out: one subnet per zone from 127.100.1.0/24 on
+        return [str(self.ec2.create_subnet(VpcId=vpc, CidrBlock=str(next(blocks)), AvailabilityZone=zone)
+                    ["Subnet"]["SubnetId"]) for zone in zones]
+
     def instances(self, managed_only: bool = True) -> list[RawInstance]:
         filters = [{"Name": f"tag:{TAG_MANAGED}", "Values": ["true"]}] if managed_only else []
         out: list[RawInstance] = []
@@ -77,7 +109,8 @@ class LocalAws:
                         instance_type=raw.get("InstanceType", "t3.micro"),
                         zone=raw.get("Placement", {}).get("AvailabilityZone", f"{self.region}a"),
                         spot=raw.get("InstanceLifecycle") == "spot", private_ip=raw.get("PrivateIpAddress"),
-                        image_id=raw.get("ImageId", "")))
+                        image_id=raw.get("ImageId", ""),
+                        public_ip=raw.get("PublicIpAddress")))
         return out
 
     def user_data(self, instance_id: str) -> str:
@@ -108,7 +141,7 @@ class LocalAws:
             tags["jobplane:attempt"] = str(attempt)
         params: dict[str, Any] = {
             "ImageId": self.register_image(), "InstanceType": instance_type, "MinCount": 1, "MaxCount": 1,
-            "InstanceInitiatedShutdownBehavior": "terminate",
+            "InstanceInitiatedShutdownBehavior": "terminate", "SubnetId": self.loopback_subnets()[0],
             "TagSpecifications": [{"ResourceType": "instance",
                                    "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
         }

@@ -1,8 +1,11 @@
 """`jobplane local up`: moto server + instance runner + trigger loop + control endpoint, in the foreground.
 
 Everything lives under a state directory (default .jobplane/): the state file a second shell and
-`jobplane local ...` read, env.sh with the exports, the power-command shims and one scratch root per
-instance. On exit every instance process, server and port is gone.
+`jobplane local ...` read, env.sh with the exports, the power-command shims, one scratch root per
+instance, and functions.log (what the functions log and their metrics, and the runner's details). The
+terminal gets one short line per thing that happens (see jobplane.local.console). Instances live in a VPC
+inside 127.0.0.0/8: every address a job sees is on this machine. On exit every instance process, server
+and port is gone.
 
 Like a fresh deployment, the registry gets the agent bundle (this machine's variant) and a policy without
 images of its own, so jobs boot through the image aliases: the public SSM parameters of Canonical's Ubuntu
@@ -26,15 +29,17 @@ import urllib.request
 import warnings
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import IO, Any
 
 from jobplane import agent_bundle, bundling, images, keys
 from jobplane.local import rootfs
+from jobplane.local.console import Console, ConsoleHandler
 from jobplane.local.control import STATE_FILE, ControlServer
 from jobplane.local.moto_server import CONSOLES_ENV
 
 log = logging.getLogger("local-cloud")  # not under "jobplane": the functions' Powertools Logger owns that
 
+FUNCTIONS_LOG = "functions.log"
 REGION = "us-east-1"
 BUCKET = "jobplane-local"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing"}
@@ -49,6 +54,8 @@ default_max_wait: 10m
 default_stall_timeout: 60s
 default_boot_timeout: 60s
 max_active_instances_per_owner: 8
+aws:
+  subnets: [{subnets}]
 safety:
   orphan_grace: 20s
   stop_grace: 30s
@@ -112,6 +119,10 @@ class LocalCloud:
         self.runner: Any = None
         self.control: ControlServer | None = None
         self.index: Any = None
+        terminal = sys.stdout  # not whatever sys.stdout is when a thread prints: invocations redirect it
+        self.console = Console(self._record, write=lambda text: print(text, file=terminal, flush=True))
+        self.reg: Any = None
+        self.log_stream: IO[str] | None = None
 
     @property
     def exports(self) -> dict[str, str]:
@@ -145,18 +156,20 @@ class LocalCloud:
 
         aws = LocalAws(REGION)
         aws.create_bucket(self.bucket)
-        reg = Registry(S3Store(self.bucket))
+        reg = self.reg = Registry(S3Store(self.bucket))
         publish_agent(reg)
-        reg.store.put(keys.POLICY, LOCAL_POLICY.encode(), "application/yaml")
+        policy = LOCAL_POLICY.format(subnets=", ".join(aws.loopback_subnets()))
+        reg.store.put(keys.POLICY, policy.encode(), "application/yaml")
         local_images = publish_images(aws)
         clean(self.state_dir)
         self.index = PackageIndex()
         self.index.start()
-        self.functions = Functions()
+        self.log_stream = (self.state_dir / FUNCTIONS_LOG).open("a", buffering=1)
+        self.functions = Functions(self.log_stream, on_result=self.console.invoked)
         self.triggers = TriggerLoop(reg, self.bucket, REGION, self.functions, self.schedule)
         instance_env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBPLANE_", "POWERTOOLS_"))}
         instance_env.update(UV_INDEX_URL=self.index.url, PIP_INDEX_URL=self.index.url, UV_PYTHON_DOWNLOADS="never")
-        self.runner = InstanceRunner(aws, self.state_dir, instance_env, self.cloud_id, self.triggers.ec2_event,
+        self.runner = InstanceRunner(aws, self.state_dir, instance_env, self.cloud_id, self._ec2_event,
                                      local_images)
         self.aws = aws
         self.control = ControlServer({
@@ -169,6 +182,19 @@ class LocalCloud:
                                  "errors": self.functions.errors, "missing": sorted(self.functions.missing)},
         }).start()
         self._write_state()
+
+    def _ec2_event(self, detail: dict[str, Any]) -> None:
+        """From the runner: shown on the console, then delivered as EventBridge would."""
+        self.console.ec2(detail["detail-type"], detail["detail"])
+        self.triggers.ec2_event(detail)
+
+    def _record(self, job_id: str) -> Any:
+        from jobplane.registry import JobNotFound
+
+        try:
+            return self.reg.job(job_id) if self.reg is not None else None
+        except JobNotFound:
+            return None
 
     def _write_state(self) -> None:
         import json
@@ -204,6 +230,8 @@ class LocalCloud:
             self.index.stop()
         self.moto.stop()
         (self.state_dir / STATE_FILE).unlink(missing_ok=True)
+        if self.log_stream is not None:
+            self.log_stream.close()
 
 
 def publish_agent(reg: Any) -> None:
@@ -231,10 +259,13 @@ def publish_images(aws: Any) -> dict[str, Path]:
 
 def up(state_dir: Path, port: int, tick: float) -> None:
     """Run until SIGINT/SIGTERM, then leave nothing behind."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
+                        filename=state_dir / FUNCTIONS_LOG)
     logging.getLogger("botocore").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message="No application metrics to publish")
     cloud = LocalCloud(state_dir, port=port, tick=tick)
+    logging.getLogger("local-cloud").addHandler(ConsoleHandler(cloud.console))
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         cloud.stopping.set()
@@ -246,6 +277,7 @@ def up(state_dir: Path, port: int, tick: float) -> None:
     for key, value in cloud.exports.items():
         print(f"export {key}={value}", flush=True)
     print(f"(or: source {cloud.state_dir / 'env.sh'})  Ctrl-C stops everything.", flush=True)
+    print(f"function logs and metrics: {cloud.state_dir / FUNCTIONS_LOG}", flush=True)
     try:
         cloud.run()
     finally:

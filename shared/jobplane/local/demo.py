@@ -1,11 +1,14 @@
 """`make demo`: the whole lifecycle on one machine, checked. Exit 0 only if every check passes.
 
-Starts `jobplane local up` as its own process, submits examples/demo.yaml with examples/train as code,
-follows the logs, prints `jobplane ls --all`, then checks: the job SUCCEEDED, logs and checkpoints are
-in the bucket, no instance is left running. Then two jobs side by side: examples/demo-spot.yaml is
+Starts `jobplane local up` as its own process, submits examples/demo.yaml with examples/train as code and
+follows it (`submit -f`), prints `jobplane ls --all`, then checks: the job SUCCEEDED, logs and checkpoints
+are in the bucket, no instance is left running. Then two jobs side by side: examples/demo-spot.yaml is
 preempted mid-run and must resume from its synced checkpoint on attempt 2 and succeed;
 examples/demo-runaway.yaml must be asked to stop by its uptime cap and end TIMED_OUT. Last, after the
 local cloud stops, no process or port may remain.
+
+Every step waits on a condition with a deadline meant for a loaded 2-core machine, and a failed check
+says what it waited for and what it saw.
 
     python -m jobplane.local.demo [--state-dir DIR] [--timeout SECONDS]
 """
@@ -22,6 +25,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from jobplane import keys
+from jobplane.clouds.base import TAG_JOB_ID
 from jobplane.local.control import STATE_FILE
 from jobplane.local.runner import marked_pids
 
@@ -67,12 +72,26 @@ class CloudProcess:
         return {**os.environ, **exported, "JOBPLANE_LOCAL_STATE": str(self.state_dir)}
 
     def cli(self, *args: str, timeout: float = 60, echo: bool = False) -> subprocess.CompletedProcess[str]:
-        """Run `jobplane ARGS` as a user in the second shell would."""
+        """Run `jobplane ARGS` as a user in the second shell would. With echo, the command and its output are
+        shown as they come (stderr, where status lines go, straight through) and stdout is kept too."""
         cmd = [sys.executable, "-m", "jobplane.cli", *args]
-        if echo:
-            print(f"$ jobplane {' '.join(args)}", flush=True)
-            return subprocess.run(cmd, env=self.env, text=True, timeout=timeout, stdout=None, stderr=None, cwd=REPO)
-        return subprocess.run(cmd, env=self.env, text=True, timeout=timeout, capture_output=True, cwd=REPO)
+        if not echo:
+            return subprocess.run(cmd, env=self.env, text=True, timeout=timeout, capture_output=True, cwd=REPO)
+        print(f"$ jobplane {' '.join(args)}", flush=True)
+        out: list[str] = []
+        with subprocess.Popen(cmd, env=self.env, text=True, stdout=subprocess.PIPE, cwd=REPO) as proc:
+            timer = threading.Timer(timeout, proc.kill)
+            timer.start()
+            try:
+                for line in proc.stdout or ():
+                    print(line, end="", flush=True)
+                    out.append(line)
+                code = proc.wait()
+            finally:
+                timer.cancel()
+        if code == -signal.SIGKILL:
+            raise subprocess.TimeoutExpired(cmd, timeout, "".join(out))
+        return subprocess.CompletedProcess(cmd, code, "".join(out), None)
 
     def aws(self) -> Any:
         from jobplane.clouds.aws_local import LocalAws
@@ -142,12 +161,15 @@ class Demo:
         print(f"$ jobplane submit {spec} --code {code}\n{job_id}", flush=True)
         return job_id
 
-    def follow(self, job_id: str) -> None:
-        """`jobplane logs ID -f`: prints the output of every attempt until the job ends."""
+    def follow(self, *command: str) -> tuple[int | None, str]:
+        """`jobplane logs ID -f` or `submit ... -f`: the output of every attempt until the job ends; returns the
+        exit code (None if the job did not end within the demo's timeout) and what it printed."""
         try:
-            self.cloud.cli("logs", job_id, "-f", timeout=self.timeout, echo=True)
-        except subprocess.TimeoutExpired:
-            self.check(f"{job_id} finished in time", False, f"still running after {self.timeout:.0f}s")
+            done = self.cloud.cli(*command, timeout=self.timeout, echo=True)
+        except subprocess.TimeoutExpired as exc:
+            self.check(f"{' '.join(command[:2])} ended in time", False, f"still following after {self.timeout:.0f}s")
+            return None, str(exc.output or "")
+        return done.returncode, done.stdout
 
     def run(self) -> None:
         """Every step of the demo, in order."""
@@ -156,38 +178,44 @@ class Demo:
         self.preemption()
         self.uptime_cap(runaway)
         self.cloud.cli("ls", "--all", echo=True)
-        self.check("no instance left running", wait_for_no_instances(self.cloud, 30))
+        self.no_instance_left()
 
     def happy_path(self) -> None:
-        job_id = self.submit("examples/demo.yaml", "examples/train")
-        self.follow(job_id)
+        code, out = self.follow("submit", "examples/demo.yaml", "--code", "examples/train", "-f")
+        job_id = out.splitlines()[0] if out else ""
+        if not job_id:
+            self.check("submit -f printed the job id", False, f"exit code {code}, no output")
+            return
         self.cloud.cli("ls", "--all", echo=True)
         reg = self.cloud.registry()
         record = reg.job(job_id)
         self.check("job SUCCEEDED", record.state == "SUCCEEDED", f"{record.state} {record.reason or ''}".strip())
+        self.check("submit -f exited 0 with it", code == 0, f"exit code {code}")
         logs = [k for k, _, _ in reg.listing(keys.logs_prefix(job_id))]
         self.check("logs in the bucket", bool(logs), f"{len(logs)} chunks under {keys.logs_prefix(job_id)}")
         ckpts = [k for k, _, _ in reg.listing(keys.checkpoints_prefix(job_id))]
         self.check("checkpoints in the bucket", bool(ckpts),
                    f"{len(ckpts)} files under {keys.checkpoints_prefix(job_id)}")
-        self.check("no instance left running", wait_for_no_instances(self.cloud, 30))
+        self.no_instance_left()
 
     def preemption(self) -> None:
         """A Spot VM reclaimed mid-run: the agent syncs the checkpoint, rerun starts attempt 2, which resumes."""
         job_id = self.submit("examples/demo-spot.yaml", "examples/train")
+        self.cloud.cli("wait", job_id, "--for", "running", "--timeout", f"{self.timeout:.0f}s", echo=True)
         reg = self.cloud.registry()
         if not poll(lambda: checkpoint_steps(reg, job_id), self.timeout):
-            self.check("Spot job checkpointed", False, f"no checkpoint after {self.timeout:.0f}s")
+            self.check("Spot job checkpointed", False, f"no checkpoint in the bucket after {self.timeout:.0f}s; "
+                       f"the job is {reg.job(job_id).state}")
             return
         self.cloud.cli("local", "preempt", job_id, "--grace", "10", echo=True)
-        report = poll(lambda: exit_report(reg, job_id, 1), 60) or {}
+        report = poll(lambda: exit_report(reg, job_id, 1), 120) or {}
         synced = max(checkpoint_steps(reg, job_id), default=0)  # attempt 2 has not started yet
         self.check("checkpoint synced on the Spot notice", report.get("reason") == "preempted" and synced > 0,
                    f"attempt 1 exited '{report.get('reason')}' with ckpt-{synced} in the bucket")
-        self.follow(job_id)
+        code, _ = self.follow("logs", job_id, "-f")
         record = reg.job(job_id)
-        self.check("Spot job SUCCEEDED on attempt 2", record.state == "SUCCEEDED" and record.attempt == 2,
-                   f"{record.state} on attempt {record.attempt}, {record.restarts} restart(s)")
+        self.check("Spot job SUCCEEDED on attempt 2", record.state == "SUCCEEDED" and record.attempt == 2 and code == 0,
+                   f"{record.state} on attempt {record.attempt}, {record.restarts} restart(s); logs -f exited {code}")
         second = self.cloud.cli("logs", job_id, "--attempt", "2").stdout
         resumed = next((line for line in second.splitlines() if line.startswith("resuming from step")), "")
         self.check("attempt 2 resumed from the synced checkpoint", resumed.startswith(f"resuming from step {synced} "),
@@ -195,16 +223,19 @@ class Demo:
 
     def uptime_cap(self, job_id: str) -> None:
         """A job that would run for days: a stop request at its cap minus the grace, then TIMED_OUT."""
-        self.follow(job_id)
+        code, _ = self.follow("logs", job_id, "-f")
         reg = self.cloud.registry()
         record = reg.job(job_id)
-        self.check("runaway job TIMED_OUT at its uptime cap", record.state == "TIMED_OUT",
-                   f"{record.state}: {record.reason}")
-        stop = poll(lambda: exists(reg, keys.stop_request(job_id)) and reg.get_json(keys.stop_request(job_id)), 5)
+        self.check("runaway job TIMED_OUT at its uptime cap", record.state == "TIMED_OUT" and code == 4,
+                   f"{record.state}: {record.reason}; logs -f exited {code}")
+        stop: dict[str, Any] = reg.get_json(keys.stop_request(job_id)) if exists(reg, keys.stop_request(job_id)) else {}
         report = exit_report(reg, job_id, record.attempt) or {}
-        self.check("the uptime cap asked it to stop first", bool(stop) and stop.get("by") == "uptime-cap",
-                   f"stop request: {stop.get('reason') if stop else None}; the agent exited "
-                   f"'{report.get('reason')}'")
+        self.check("the uptime cap asked it to stop first", stop.get("by") == "uptime-cap",
+                   f"stop request: {stop.get('reason')}; the agent exited '{report.get('reason')}'")
+
+    def no_instance_left(self) -> None:
+        left = wait_for_no_instances(self.cloud, 120)
+        self.check("no instance left running", not left, f"after 120s still running: {', '.join(left)}" if left else "")
 
     def finish(self) -> int:
         code = self.cloud.stop()
@@ -239,13 +270,15 @@ def exit_report(reg: Any, job_id: str, attempt: int, rank: int = 0) -> dict[str,
     return dict(reg.get_json(key)) if exists(reg, key) else None
 
 
-def wait_for_no_instances(cloud: CloudProcess, timeout: float) -> bool:
+def wait_for_no_instances(cloud: CloudProcess, timeout: float) -> list[str]:
+    """Wait until no managed instance is pending or running; return those still up at the deadline."""
     deadline = time.monotonic() + timeout
-    while any(i.state in ("pending", "running") for i in cloud.instances()):
-        if time.monotonic() > deadline:
-            return False
+    while True:
+        up = [f"{i.id} ({i.tags.get(TAG_JOB_ID, 'no job')})" for i in cloud.instances()
+              if i.state in ("pending", "running")]
+        if not up or time.monotonic() > deadline:
+            return up
         time.sleep(1)
-    return True
 
 
 def main(argv: list[str] | None = None) -> int:

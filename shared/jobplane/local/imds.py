@@ -6,9 +6,9 @@ A thread per server is cheap, and per-port identity is what a VM sees: it cannot
 metadata. It enforces what the real service does and the agent relies on:
 - GETs need a token from PUT /latest/api/token (X-aws-ec2-metadata-token-ttl-seconds 1..21600):
   missing, unknown or expired tokens get 401; a PUT carrying X-Forwarded-For is refused (403).
-- meta-data/instance-id, ami-launch-index, local-ipv4, instance-type, instance-life-cycle,
-  placement/availability-zone, placement/region, tags/instance[/<key>] (404 for a missing tag) and
-  spot/instance-action (404 until set_notice(), then {"action", "time"}).
+- meta-data/instance-id, ami-launch-index, local-ipv4, public-ipv4 (404 without one), instance-type,
+  instance-life-cycle, placement/availability-zone, placement/region, tags/instance[/<key>] (404 for a
+  missing tag) and spot/instance-action (404 until set_notice(), then {"action", "time"}).
 
     with FakeImds(ImdsInstance("i-0abc", launch_index=1, tags={"jobplane:job-id": "j1"})) as imds:
         env["AWS_EC2_METADATA_SERVICE_ENDPOINT"] = imds.url
@@ -42,6 +42,7 @@ class ImdsInstance:
     local_ipv4: str = "127.0.0.1"
     instance_type: str = "t3.micro"
     spot: bool = False
+    public_ipv4: str | None = None  # 404, as on EC2, when the instance has none
 
 
 class FakeImds:
@@ -133,6 +134,8 @@ class FakeImds:
                 return inst.tags.get(unquote(path.removeprefix("meta-data/tags/instance/")))
             if path == "meta-data/spot/instance-action":
                 return json.dumps(self._notice) if self._notice else None
+            if path == "meta-data/public-ipv4":
+                return inst.public_ipv4
             values = {
                 "meta-data/instance-id": inst.instance_id,
                 "meta-data/ami-launch-index": str(inst.launch_index),

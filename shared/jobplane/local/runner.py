@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from jobplane.clouds.aws_local import LocalAws, RawInstance
+from jobplane.clouds.aws_local import LocalAws, RawInstance, on_loopback
 from jobplane.clouds.base import TAG_JOB_ID, TAG_RANK
 from jobplane.local import rootfs
 from jobplane.local.imds import FakeImds, ImdsInstance
@@ -50,6 +50,8 @@ GONE = ("shutting-down", "terminated", "stopping", "stopped")
 # The agent's loops, tightened so a demo sees logs, heartbeats and checkpoints within seconds.
 AGENT_ENV = {"JOBPLANE_AGENT_LOG_INTERVAL": "2", "JOBPLANE_AGENT_HEARTBEAT_INTERVAL": "5",
              "JOBPLANE_AGENT_CHECKPOINT_INTERVAL": "5", "JOBPLANE_AGENT_POLL_INTERVAL": "1"}
+# Every local instance's network interface is lo: collective libraries must not pick another one.
+NETWORK_ENV = {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
 KILL_GRACE = 2.0  # SIGTERM, then SIGKILL: what an OS shutdown does to stragglers, only faster
 # What an instance inside an image sees of this machine's environment: where AWS is (moto) and the
 # package index (loopback), as a VM would learn them from its network.
@@ -186,9 +188,17 @@ class InstanceRunner:
         share.mkdir(parents=True, exist_ok=True)
         imds = FakeImds(ImdsInstance(raw.id, launch_index=raw.launch_index, tags=dict(raw.tags),
                                      availability_zone=raw.zone, instance_type=raw.instance_type,
-                                     spot=raw.spot)).start()
+                                     spot=raw.spot, local_ipv4=raw.private_ip or "",
+                                     public_ipv4=raw.public_ip)).start()
         node = Node(raw, root, imds, marker=f"JOBPLANE_LOCAL_INSTANCE={raw.id}", power_log=share / "power.log")
         self.nodes[raw.id] = node
+        outside = [ip for ip in (raw.private_ip, raw.public_ip) if ip and not on_loopback(ip)]
+        if outside or not raw.private_ip:  # a job there would send traffic off this machine
+            log.error("instance %s: address %s is not on loopback (127.0.0.0/8); refusing to boot it", raw.id,
+                      ", ".join(outside) or "(none)")
+            node.notes.append(f"refused: address {', '.join(outside) or '(none)'} not on loopback")
+            self._halt(node, "refused: not on loopback")
+            return
         user_data = self.aws.user_data(raw.id)
         self.on_event(state_change(raw.id, "running"))
         if not user_data.strip():
@@ -201,7 +211,7 @@ class InstanceRunner:
             return
         (share / "user-data").write_text(user_data)
         ours = {**AGENT_ENV, "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url, "JOBPLANE_LOCAL_INSTANCE": raw.id,
-                "JOBPLANE_LOCAL_CLOUD": self.cloud_id}
+                "JOBPLANE_LOCAL_CLOUD": self.cloud_id, **NETWORK_ENV}
         if image:
             inside = {**{k: v for k, v in self.instance_env.items() if k.startswith(VM_ENV_PREFIXES)}, **ours,
                       "PATH": rootfs.PATH, "HOME": "/root", "JOBPLANE_LOCAL_POWER_LOG": f"{rootfs.SHARE}/power.log"}

@@ -9,6 +9,7 @@ invocation, and the next scheduled run catches up, as in the cloud.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import sys
@@ -16,10 +17,11 @@ import time
 import traceback
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from jobplane import keys
 from jobplane.registry import Registry
@@ -71,13 +73,22 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parents[3]
 
 
-class Functions:
-    """Invokes functions.aws.<name>.handler in this process, as Lambda would."""
+Result = Callable[[str, dict[str, Any], Any], None]  # (function, event, what it returned)
 
-    def __init__(self) -> None:
+
+class Functions:
+    """Invokes functions.aws.<name>.handler in this process, as Lambda would.
+
+    What a function writes (Powertools' JSON log lines, EMF metric lines) goes to log_stream, as a
+    Lambda's goes to CloudWatch Logs; on_result hears what each invocation returned.
+    """
+
+    def __init__(self, log_stream: IO[str] | None = None, on_result: Result | None = None) -> None:
         root = str(repo_root())
         if root not in sys.path:
             sys.path.insert(0, root)
+        self.log_stream = log_stream
+        self.on_result = on_result
         self.handlers: dict[str, Any] = {}
         self.missing: set[str] = set()
         self.invocations: dict[str, int] = {}
@@ -94,7 +105,16 @@ class Functions:
                 raise
             self.missing.add(name)
             log.warning("function %s is not there yet: its events are not delivered", name)
+        self._route_logs()
         return self.handlers.get(name)
+
+    def _route_logs(self) -> None:
+        """Point the functions' logger (Powertools' handler on "jobplane", made on import) at log_stream."""
+        if self.log_stream is None:
+            return
+        for handler in logging.getLogger("jobplane").handlers:
+            if type(handler) is logging.StreamHandler and handler.stream is not self.log_stream:
+                handler.setStream(self.log_stream)
 
     def invoke(self, name: str, event: dict[str, Any]) -> Any:
         handler = self.handler(name)
@@ -103,12 +123,18 @@ class Functions:
         self.invocations[name] = self.invocations.get(name, 0) + 1
         context = LambdaContext(f"jobplane-{name}", str(uuid.uuid4()),
                                 invoked_function_arn=f"arn:aws:lambda:us-east-1:123456789012:function:jobplane-{name}")
+        output = contextlib.redirect_stdout(self.log_stream) if self.log_stream else contextlib.nullcontext()
         try:
-            return handler(event, context)
-        except Exception:
+            with output:  # EMF metric lines are printed
+                result = handler(event, context)
+        except Exception as exc:
             self.errors[name] = self.errors.get(name, 0) + 1
-            log.error("function %s failed on %s:\n%s", name, event.get("detail-type"), traceback.format_exc())
+            log.error("function %s failed on %s: %s: %s\n%s", name, event.get("detail-type"), type(exc).__name__,
+                      exc, traceback.format_exc())
             return None
+        if self.on_result is not None:
+            self.on_result(name, event, result)
+        return result
 
 
 class TriggerLoop:

@@ -1,0 +1,414 @@
+"""Job operations over a registry: submit a drop, find a job (recorded, still in queue/, or rejected), list
+rows, read log chunks, follow a job to a goal, cancel (a queued job too).
+
+A queued job is a job. The launcher creates a job's record before it deletes the drop (and writes a
+rejection before it deletes a bad one), so at every instant one of drop, record or rejection exists, and
+find() reads them in an order that cannot miss the hand-over.
+
+Cloud-neutral: everything takes a Registry, plus a factory for the Compute adapter where instances matter.
+Which store and adapter to build is the caller's choice (the CLI's `connect`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from jobplane import keys
+from jobplane.clouds.base import Compute, NotFound, PreconditionFailed
+from jobplane.errors import SpecError
+from jobplane.jobview import JobView, Status, readable_job_id, rejected_reason, status, view_row
+from jobplane.registry import JobExists, JobNotFound, JobRecord, Registry, TransitionRefused, utcnow
+from jobplane.spec import URI_SCHEMES, job_id_problem, load_document, parse_spec
+from jobplane.states import LIVE, TERMINAL, State
+
+ComputeFactory = Callable[[], Compute]
+Upload = Callable[[str, Path], None]  # (registry-relative key, local file)
+
+
+class JobError(Exception):
+    """A job operation the user asked for cannot be done; the message says why in one line."""
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One registry and the cloud behind it. `url` is the bucket's URI (s3://b, gs://b): code bundles and
+    specs name objects by it. Build one per cloud in one place (the CLI's connect)."""
+
+    reg: Registry
+    url: str
+    compute: ComputeFactory
+    upload: Upload
+
+
+# ---- finding a job -----------------------------------------------------------------------------------------
+def find(reg: Registry, job_id: str) -> JobView:
+    """The job as recorded, else as still queued, else as rejected; JobNotFound if none of them exists.
+
+    Record, then drop, then the record again: the launcher records a job before it deletes the drop, so a
+    drop gone between the first two reads means the record is there for the third.
+    """
+    if job_id_problem(job_id):
+        raise JobNotFound(job_id)
+    for look in (_recorded, _queued, _recorded, _rejected):
+        view = look(reg, job_id)
+        if view is not None:
+            return view
+    raise JobNotFound(job_id)
+
+
+def _recorded(reg: Registry, job_id: str) -> JobView | None:
+    try:
+        return JobView.of(reg.job(job_id))
+    except JobNotFound:
+        return None
+
+
+def _queued(reg: Registry, job_id: str) -> JobView | None:
+    for key, modified, _ in reg.listing(keys.QUEUE + job_id + "."):
+        if key.rpartition(".")[0] != keys.QUEUE + job_id:
+            continue
+        try:
+            data = reg.get_bytes(key)
+        except NotFound:
+            return None  # taken by the launcher since the listing
+        return queued_view(job_id, key, data, modified)
+    return None
+
+
+def queued_view(job_id: str, key: str, data: bytes, dropped_at: datetime) -> JobView:
+    """A drop as the launcher will read it (same parse), or with the reason it will reject it."""
+    try:
+        spec = parse_spec(data, job_id=job_id, source=key.removeprefix(keys.QUEUE))
+    except SpecError as exc:
+        return JobView(job_id, State.QUEUED, dropped_at, drop=key,
+                       reason="the launcher will reject it: " + "; ".join(map(str, exc.errors)))
+    return JobView(job_id, State.QUEUED, dropped_at, spec, drop=key)
+
+
+def _rejected(reg: Registry, job_id: str) -> JobView | None:
+    try:
+        blob = reg.store.get(reg.key(keys.rejected_error(job_id)))
+    except NotFound:
+        return None
+    try:
+        reason = rejected_reason(yaml.safe_load(blob.data))
+    except yaml.YAMLError:
+        reason = "rejected"
+    return JobView(job_id, State.INVALID, blob.last_modified, reason=reason)
+
+
+def list_rows(reg: Registry, include_done: bool, now: datetime | None = None) -> list[dict[str, Any]]:
+    """`jobplane ls`: live jobs (or every job), drops still in queue/ and, with include_done, rejected ones."""
+    now = now or utcnow()
+    if include_done:
+        ids = {k.split("/")[1] for k, _, _ in reg.listing(keys.JOBS) if k.endswith("/job.json")}
+    else:
+        ids = set(reg.active())
+    rows = []
+    for job_id in sorted(ids):
+        try:
+            rows.append(view_row(JobView.of(reg.job(job_id)), now))
+        except JobNotFound:
+            continue  # finished between the listing and the read
+    queued = set()
+    for key, modified, _ in reg.listing(keys.QUEUE):
+        job_id = key.removeprefix(keys.QUEUE).rpartition(".")[0]
+        if not job_id or "/" in job_id or job_id in ids or job_id in queued:
+            continue
+        try:
+            view = queued_view(job_id, key, reg.get_bytes(key), modified)
+        except NotFound:
+            continue  # the launcher took it since the listing; the next ls shows its record
+        queued.add(job_id)
+        rows.append(view_row(view, now))
+    if include_done:
+        for key, modified, _ in reg.listing(keys.REJECTED):
+            job_id = key.removeprefix(keys.REJECTED).removesuffix(".error.json")
+            if key.endswith(".error.json") and job_id not in ids | queued:  # a recorded INVALID job shows once
+                view = JobView(job_id, State.INVALID, modified, reason=rejected_reason(reg.get_json(key)))
+                rows.append(view_row(view, now))
+    return sorted(rows, key=lambda r: r["age"], reverse=True)
+
+
+# ---- submitting --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Submission:
+    """A checked spec ready to drop: its id, the document to write, and the code directory to bundle."""
+
+    job_id: str
+    doc: dict[str, Any]
+    code_dir: Path | None
+
+
+def plan_submission(spec_file: Path, text: str, *, code_dir: Path | None = None, job_id: str | None = None,
+                    now: datetime | None = None) -> Submission:
+    """Check a spec the way the launcher will, before anything is uploaded; JobError says what is wrong.
+
+    `code: ./src` in the spec means the same as --code ./src (relative to the spec's directory).
+    """
+    try:
+        doc = load_document(text, spec_file.name)
+    except SpecError as exc:
+        raise JobError(f"{spec_file}: " + "; ".join(map(str, exc.errors))) from None
+    if code_dir is None and isinstance(doc.get("code"), str) and "://" not in doc["code"]:
+        code_dir = (spec_file.parent / doc["code"]).resolve()
+        if not code_dir.is_dir():
+            raise JobError(f"{spec_file}: code: {doc['code']!r} is not a directory")
+    if code_dir is not None:  # validated with a stand-in now, set to the bundle's real URI on submit
+        doc["code"] = URI_SCHEMES.get(str(doc.get("cloud", "aws")), "s3://") + "placeholder/code.tar.gz"
+    job_id = job_id or doc.get("id") or readable_job_id(str(doc.get("name") or spec_file.stem), now or utcnow(),
+                                                        secrets.token_hex(2))
+    if doc.get("id") not in (None, job_id):
+        raise JobError(f"--id {job_id!r} differs from the spec's id {doc['id']!r}")
+    try:
+        parse_spec(yaml.safe_dump(doc), job_id=job_id, source=spec_file.name)
+    except SpecError as exc:
+        raise JobError(f"{spec_file}: " + "; ".join(str(e) for e in exc.errors)) from None
+    return Submission(job_id, {**doc, "id": job_id}, code_dir)
+
+
+def submit(backend: Backend, sub: Submission, on_bundle: Callable[[int, str], None] | None = None) -> str:
+    """Upload the code bundle, then drop the spec into queue/ (create-only). From then on the job exists.
+
+    on_bundle(files, uri) is told what was uploaded. Returns the job id.
+    """
+    reg, job_id, doc = backend.reg, sub.job_id, dict(sub.doc)
+    if reg.exists(job_id):
+        raise JobExists(job_id)
+    if _queued(reg, job_id) is not None:
+        raise JobError(f"job {job_id!r} is already queued")
+    if sub.code_dir is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            bundle = Path(tmp) / "code.tar.gz"
+            files = make_bundle(sub.code_dir, bundle)
+            backend.upload(keys.code_bundle(job_id), bundle)
+        doc["code"] = f"{backend.url}/{reg.key(keys.code_bundle(job_id))}"
+        if on_bundle:
+            on_bundle(files, doc["code"])
+    try:
+        reg.store.put_if_absent(reg.key(keys.queue_entry(job_id)), yaml.safe_dump(doc, sort_keys=False).encode(),
+                                "application/yaml")
+    except PreconditionFailed:
+        raise JobError(f"job {job_id!r} is already queued") from None
+    return job_id
+
+
+def make_bundle(directory: Path, out: Path) -> int:
+    """tar.gz of directory's contents (caches and VCS left out); returns the file count."""
+    skip = {"__pycache__", ".git", ".venv", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
+    count = 0
+
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        nonlocal count
+        parts = Path(info.name).parts
+        if any(p in skip for p in parts) or info.name.endswith(".pyc"):
+            return None
+        count += info.isfile()
+        return info
+
+    with tarfile.open(out, "w:gz") as tar:
+        for child in sorted(directory.iterdir()):
+            tar.add(child, arcname=child.name, filter=keep)
+    return count
+
+
+# ---- logs --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Chunk:
+    attempt: int
+    rank: int
+    text: str
+
+
+class LogReader:
+    """A job's log chunks not read yet, in (attempt, rank, sequence) order; optionally one attempt / rank."""
+
+    def __init__(self, reg: Registry, job_id: str, attempt: int | None = None, rank: int | None = None) -> None:
+        self.reg, self.job_id, self.attempt, self.rank = reg, job_id, attempt, rank
+        self.seen: set[str] = set()
+
+    def new(self) -> list[Chunk]:
+        base = keys.logs_prefix(self.job_id)
+        found: list[tuple[tuple[int, int, str], str]] = []
+        prefix = keys.logs_prefix(self.job_id, self.attempt, self.rank if self.attempt is not None else None)
+        for key, _, _ in self.reg.listing(prefix):
+            parts = key.removeprefix(base).split("/")
+            if len(parts) != 3 or key in self.seen or not (parts[0].isdigit() and parts[1].isdigit()):
+                continue
+            if self.rank is not None and int(parts[1]) != self.rank:
+                continue
+            found.append(((int(parts[0]), int(parts[1]), parts[2]), key))
+        chunks = []
+        for (attempt, rank, _), key in sorted(found):
+            chunks.append(Chunk(attempt, rank, self.reg.get_bytes(key).decode(errors="replace")))
+            self.seen.add(key)
+        return chunks
+
+
+def tagged(chunk: Chunk) -> str:
+    """The chunk's lines prefixed [attempt/rank], for jobs with several nodes or attempts."""
+    return "".join(f"[{chunk.attempt}/{chunk.rank}] {line}" for line in chunk.text.splitlines(keepends=True))
+
+
+# ---- following ---------------------------------------------------------------------------------------------
+class Goal(StrEnum):
+    RUNNING = "running"  # RUNNING, or already past it (terminal)
+    TERMINAL = "terminal"
+
+
+# What `logs -f`, `submit -f` and `wait` exit with: 0 only for SUCCEEDED (or a job that reached RUNNING, for
+# `wait --for running`), one code per other ending so a script can tell them apart.
+EXIT_CODES = {State.SUCCEEDED: 0, State.FAILED: 1, State.CANCELLED: 3, State.TIMED_OUT: 4, State.STALLED: 5,
+              State.INVALID: 6}
+EXIT_WAIT_TIMED_OUT = 124  # as GNU timeout(1)
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT
+DRAIN_TIMEOUT = 60.0  # after the job ends, how long to wait for its agents' last chunks
+
+
+def reached(goal: Goal, state: State) -> bool:
+    return state in TERMINAL or (goal == Goal.RUNNING and state == State.RUNNING)
+
+
+def exit_code(state: State) -> int:
+    """0 for SUCCEEDED (and for a live job: the goal was RUNNING), else the ending's own code."""
+    return EXIT_CODES.get(state, 0)
+
+
+class WaitTimedOut(JobError):
+    def __init__(self, view: JobView, goal: Goal, waited: float) -> None:
+        super().__init__(f"timed out after {waited:.0f}s waiting for {view.id} to be {goal}: it is {view.state}"
+                         + (f" ({view.reason})" if view.reason else ""))
+        self.view = view
+
+
+@dataclass
+class Follow:
+    """What to do while following: where status lines and chunks go, how often to look, for how long."""
+
+    on_status: Callable[[Status], None]
+    on_chunk: Callable[[Chunk], None] | None = None
+    logs: LogReader | None = None
+    compute: ComputeFactory | None = None  # to tell when a finished job's instances are gone
+    interval: float = 1.0
+    timeout: float | None = None
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    now: Callable[[], datetime] = utcnow
+
+
+def follow(reg: Registry, job_id: str, goal: Goal, how: Follow) -> JobView:
+    """Poll the job until it reaches goal, reporting its status (and new log chunks) on the way; the view
+    that reached the goal is returned, not reported.
+
+    JobNotFound if it does not exist (neither recorded, queued nor rejected); WaitTimedOut past how.timeout.
+    With logs, a finished job is drained: its last chunks land just before its agents' exit reports.
+    """
+    started = how.clock()
+    view = find(reg, job_id)
+    while True:
+        _emit(how)
+        if reached(goal, view.state):
+            break
+        how.on_status(status(view, how.now()))
+        waited = how.clock() - started
+        if how.timeout is not None and waited >= how.timeout:
+            raise WaitTimedOut(view, goal, waited)
+        how.sleep(how.interval if how.timeout is None else min(how.interval, how.timeout - waited))
+        view = find(reg, job_id)
+    if how.logs is not None and view.terminal:
+        deadline = how.clock() + DRAIN_TIMEOUT
+        compute = how.compute() if how.compute else None
+        while not drained(reg, view.record, compute) and how.clock() < deadline:
+            _emit(how)
+            how.sleep(how.interval)
+        _emit(how)
+    return view
+
+
+def _emit(how: Follow) -> None:
+    if how.logs is not None and how.on_chunk is not None:
+        for chunk in how.logs.new():
+            how.on_chunk(chunk)
+
+
+def drained(reg: Registry, record: JobRecord | None, compute: Compute | None) -> bool:
+    """No more output will come: every node of the last attempt has reported its exit (an agent's final log
+    chunk lands before its report), or none of its instances is alive any more."""
+    if record is None or not record.instances:
+        return True
+    reports = [k for k, _, _ in reg.listing(keys.exits_prefix(record.id, record.attempt)) if k.endswith("/exit.json")]
+    if len(reports) >= len(record.instances):
+        return True
+    if compute is None:
+        return False
+    alive = {i.id for i in compute.list_managed() if i.state in ("pending", "running")}
+    return not alive.intersection(record.instances)
+
+
+# ---- cancelling --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Cancelled:
+    record: JobRecord
+    started: bool  # it was RUNNING (or past it): its agents stop gracefully
+    terminated: tuple[str, ...] = ()
+
+    @property
+    def before_launch(self) -> bool:
+        return self.record.attempt == 0
+
+
+# Cancelled in these states, a job has run nothing worth a graceful stop: its VMs (if the launch was in
+# flight) are terminated at once. From RUNNING on, agents checkpoint, sync and power off.
+NOT_STARTED = frozenset({State.QUEUED, State.LAUNCHING, State.WAITING_CAPACITY})
+
+
+def cancel(reg: Registry, job_id: str, *, force: bool = False, compute: ComputeFactory | None = None) -> Cancelled:
+    """Mark the job CANCELLED; a job cancelled before it ran never runs, a running one stops gracefully.
+
+    Race-safe by the registry, not by timing. A queued job's record is created create-only from its drop
+    (the spec the launcher would parse); then the job moves to CANCELLED by CAS. The launcher claims by a
+    CAS QUEUED -> LAUNCHING on the same record, so one of the two is first:
+    - the cancel: the claim is refused, nothing is launched;
+    - the launcher: it re-reads the record before each RunInstances, and terminates the VMs it just got if
+      recording them is refused; if it recorded them first, the cancel's CAS (made while the job was still
+      LAUNCHING) returns them, and the cancel terminates them (needs compute).
+    Either way no VM of a job cancelled before it ran survives. force terminates a running job's VMs too.
+    """
+    view = find(reg, job_id)
+    if view.terminal:
+        raise JobError(f"job {job_id} is already {view.state}")
+    if view.record is None:
+        if view.spec is None:
+            raise JobError(f"job {job_id} is still in queue/ and its spec is invalid, so the launcher will "
+                           f"reject it: {view.reason}")
+        with contextlib.suppress(JobExists):  # the launcher recorded it meanwhile: cancel that record
+            reg.create_job(job_id, view.spec)
+    reg.put_json(keys.stop_request(job_id), {"time": utcnow().isoformat(), "by": "cli", "reason": "cancel"})
+    try:  # the state at the CAS decides, not the one find() saw
+        record = reg.transition(job_id, State.CANCELLED, expect=NOT_STARTED, reason="cancelled by the user "
+                                "before it started")
+        started = False
+    except TransitionRefused:  # RUNNING or PREEMPTED (or it ended meanwhile: refused again, said so)
+        record = reg.transition(job_id, State.CANCELLED, expect=LIVE, reason="cancelled by the user")
+        started = True
+    if view.drop:
+        reg.delete(view.drop)  # the launcher may be reading it: its claim is refused, and it deletes it too
+    doomed = set() if started else set(record.instances)  # launched by a launcher a step ahead
+    if (doomed or (force and record.instances)) and compute is not None:
+        adapter = compute()
+        if force:
+            doomed |= {i.id for i in adapter.list_managed() if i.job_id == job_id and not i.protected}
+        adapter.terminate(sorted(doomed))
+    return Cancelled(record, started, terminated=tuple(sorted(doomed)))

@@ -1,0 +1,160 @@
+"""What `jobplane local up` prints for people: one short line per thing that happened to a job or a VM.
+
+The functions' own output (Powertools JSON logs, EMF metric lines) and the runner's details go to the state
+directory's functions.log. The terminal gets lines made here, in one place, from what each function
+invocation returned, from the EC2 events the instance runner emits, and from the local cloud's own
+warnings:
+
+    11:30:07  launched    demo-1122-113005-ab12 attempt 1: 1 x t3.micro in us-east-1a (i-0abc)
+    11:30:12  running     demo-1122-113005-ab12: every rank has sent a heartbeat
+    11:30:40  finished    demo-1122-113005-ab12: every rank exited 0
+    11:30:41  terminated  i-0abc (demo-1122-113005-ab12 rank 0)
+
+Lines for: launched, booted, running, preempted, rerun, stalled, capped, finished, failed, reaped
+(orphans), terminated / stopped, rejected, waiting (for capacity), refused (safety limits), and warnings.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from jobplane import keys
+from jobplane.decide.model import Rule
+from jobplane.registry import JobRecord
+
+# Reconciler rules worth a line, by the word a person would use; the others (limits, repairs, cleanups)
+# are bookkeeping.
+VERBS: dict[str, str] = {
+    Rule.STARTED: "running", Rule.FINISHED: "finished", Rule.STOPPED: "capped", Rule.STOP: "capped",
+    Rule.TIMED_OUT: "capped", Rule.CAP_NO_JOB: "capped", Rule.ORPHAN: "reaped", Rule.STALLED: "stalled",
+    Rule.BOOT_RETRY: "rerun", Rule.BOOT_FAILED: "failed", Rule.LOST_SPOT: "preempted", Rule.LOST: "lost",
+    Rule.PREEMPTED: "preempted", Rule.RERUN: "rerun", Rule.RERUN_EXHAUSTED: "failed",
+}
+LAUNCHER_VERBS = {"launched": "launched", "waiting": "waiting", "failed": "failed", "rejected": "rejected",
+                  "invalid": "rejected", "duplicate": "rejected"}
+
+
+def line(verb: str, text: str) -> str:
+    return f"{verb:<11} {text}"
+
+
+def launched_line(job_id: str, record: JobRecord | None) -> str:
+    if record is None or not record.instances:
+        return line("launched", job_id)
+    return line("launched", f"{job_id} attempt {record.attempt}: {len(record.instances)} x {record.instance_type} "
+                            f"in {record.zone or 'any zone'} ({', '.join(record.instances)})")
+
+
+def actions(result: Any) -> list[dict[str, Any]]:
+    """The actions of a reconciler's summary ({"actions": [...]})."""
+    found = result.get("actions") if isinstance(result, dict) else None
+    return [a for a in found if isinstance(a, dict)] if isinstance(found, list) else []
+
+
+def action_line(action: dict[str, Any]) -> str | None:
+    """A line for an applied action worth one, a refused one (safety limits) or a failed one; else None."""
+    subject = f"{action['job_id']}: " if action.get("job_id") else ""
+    result = str(action.get("result", ""))
+    rule = str(action.get("rule", ""))
+    verb = VERBS.get(rule)
+    if verb and result == "applied":
+        return line(verb, f"{subject}{action.get('reason')}")
+    if result == "refused":
+        return line("refused", f"{subject}{rule}: {action.get('reason')} (safety limit)")
+    if result.startswith("error"):
+        return line("error", f"{subject}{rule}: {result}")
+    return None
+
+
+def launcher_outcomes(result: Any) -> list[tuple[str, str]]:
+    """(job id, outcome) pairs from the launcher's answer to a drop or to its cron backstop."""
+    if not isinstance(result, dict):
+        return []
+    if "outcome" in result:
+        said = [f"{result.get('key') or ''}: {result['outcome']}"]
+    else:
+        said = [str(o) for o in result.get("outcomes", [])]
+    pairs = []
+    for text in said:
+        subject, _, outcome = text.rpartition(": ")
+        if subject.startswith(keys.QUEUE):  # a drop: its file name is the job id
+            subject = subject.removeprefix(keys.QUEUE).rpartition(".")[0]
+        pairs.append((subject, outcome))
+    return pairs
+
+
+class Console:
+    """Turns invocations and EC2 events into lines; remembers which job and rank each instance serves."""
+
+    def __init__(self, lookup: Callable[[str], JobRecord | None], write: Callable[[str], None] = print,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.lookup, self.write, self.clock = lookup, write, clock
+        self.serves: dict[str, str] = {}  # instance id -> "job rank n"
+        self.lock = threading.Lock()  # the trigger loop and the control endpoint's threads both report
+
+    def invoked(self, function: str, event: dict[str, Any], result: Any) -> None:
+        """What a function returned (a failed invocation is logged, and the handler below shows it)."""
+        if function == "launcher":
+            for job_id, outcome in launcher_outcomes(result):
+                verb = LAUNCHER_VERBS.get(outcome)
+                if outcome == "launched":
+                    self.emit(self._launched(job_id))
+                elif verb:
+                    self.emit(line(verb, f"{job_id}: {self._reason(job_id) or outcome}"))
+            return
+        for action in actions(result):
+            text = action_line(action)
+            if text is None:
+                continue
+            if action.get("rule") in (Rule.RERUN, Rule.BOOT_RETRY) and action.get("job_id"):
+                self._remember(self.lookup(str(action["job_id"])))  # the new attempt's instances
+            self.emit(text)
+
+    def ec2(self, detail_type: str, detail: dict[str, Any]) -> None:
+        """An EC2 event the runner emitted: VMs coming up and going away, Spot reclaiming one."""
+        instance = self._instance(str(detail.get("instance-id")))
+        state = detail.get("state")
+        if detail_type.endswith("State-change Notification") and state in ("running", "terminated", "stopped"):
+            self.emit(line("booted" if state == "running" else str(state), instance))
+        elif detail_type.endswith("Spot Instance Interruption Warning"):
+            self.emit(line("preempted", f"{instance}: Spot interruption warning ({detail.get('instance-action')})"))
+
+    def _launched(self, job_id: str) -> str:
+        record = self.lookup(job_id)
+        self._remember(record)
+        return launched_line(job_id, record)
+
+    def _remember(self, record: JobRecord | None) -> None:
+        if record is not None:
+            for rank, iid in enumerate(record.instances):
+                self.serves[iid] = f"{record.id} rank {rank}"
+
+    def _reason(self, job_id: str) -> str | None:
+        record = self.lookup(job_id)
+        return record.reason if record else None
+
+    def _instance(self, instance_id: str) -> str:
+        serves = self.serves.get(instance_id)
+        return f"{instance_id} ({serves})" if serves else instance_id
+
+    def emit(self, text: str) -> None:
+        with self.lock:
+            self.write(f"{time.strftime('%H:%M:%S', time.localtime(self.clock()))}  {text}")
+
+
+class ConsoleHandler(logging.Handler):
+    """The local cloud's own warnings and errors (a refused instance, a failed invocation) as one line each;
+    the full record, traceback included, is in functions.log."""
+
+    def __init__(self, console: Console) -> None:
+        super().__init__(logging.WARNING)
+        self.console = console
+
+    def emit(self, record: logging.LogRecord) -> None:
+        first, _, more = record.getMessage().partition("\n")
+        verb = "error" if record.levelno >= logging.ERROR else "warning"
+        self.console.emit(line(verb, first + (" (details in functions.log)" if more or record.exc_info else "")))

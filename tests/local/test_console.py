@@ -1,0 +1,148 @@
+"""The local cloud's console: one short line per event for people, the functions' logs and metrics to a file."""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from jobplane.clouds.memory import MemoryStore
+from jobplane.local.console import Console, ConsoleHandler, action_line, launcher_outcomes
+from jobplane.local.runner import spot_warning, state_change
+from jobplane.local.triggers import Functions, scheduled
+from jobplane.registry import JobNotFound, JobRecord, Registry
+from jobplane.spec import parse_spec
+from jobplane.states import State
+
+T = datetime(2026, 11, 22, 11, 30, 5, tzinfo=UTC).timestamp()
+
+
+def action(rule: str, job_id: str | None, result: str = "applied", reason: str = "why") -> dict[str, Any]:
+    return {"rule": rule, "job_id": job_id, "result": result, "reason": reason}
+
+
+def test_actions_become_lines_people_read() -> None:
+    assert action_line(action("stalled", "j1", reason="no new output for 2m")) == \
+        "stalled     j1: no new output for 2m"
+    assert action_line(action("rerun", "j1", reason="preempted; rerun as attempt 2")) == \
+        "rerun       j1: preempted; rerun as attempt 2"
+    assert action_line(action("timed-out", "j1", reason="uptime cap 1m reached")).startswith("capped ")
+    assert action_line(action("orphan", None, reason="orphan i-1: job x is not live")) == \
+        "reaped      orphan i-1: job x is not live"
+    assert action_line(action("orphan", "j1", result="refused", reason="orphan i-1")) == \
+        "refused     j1: orphan: orphan i-1 (safety limit)"
+    assert action_line(action("finished", "j1", result="error: boom")) == "error       j1: finished: error: boom"
+    for quiet in ("limits", "repair", "cleanup", "clear", "remark"):
+        assert action_line(action(quiet, "j1")) is None, quiet
+    assert action_line(action("stalled", "j1", result="skipped: another run acted")) is None
+    assert action_line(action("stalled", "j1", result="dry-run")) is None
+
+
+def test_launcher_answers_name_their_jobs() -> None:
+    assert launcher_outcomes({"key": "queue/demo-1.yaml", "outcome": "launched"}) == [("demo-1", "launched")]
+    assert launcher_outcomes({"outcomes": ["queue/a.yml: rejected", "b: waiting"]}) == [("a", "rejected"),
+                                                                                     ("b", "waiting")]
+    assert launcher_outcomes(None) == [] and launcher_outcomes({"outcomes": []}) == []
+
+
+@pytest.fixture
+def reg() -> Registry:
+    return Registry(MemoryStore())
+
+
+def record(reg: Registry, job_id: str) -> JobRecord | None:
+    try:
+        return reg.job(job_id)
+    except JobNotFound:
+        return None
+
+
+def test_console_tells_a_jobs_story_with_its_instances(reg: Registry) -> None:
+    reg.create_job("demo-1", parse_spec("instance_type: t3.micro\nnum_nodes: 2\nrun: x\n", job_id="demo-1"))
+    reg.transition("demo-1", State.LAUNCHING, attempt=1, instances=["i-a", "i-b"], instance_type="t3.micro",
+                   zone="us-east-1a")
+    lines: list[str] = []
+    console = Console(lambda j: record(reg, j), lines.append, clock=lambda: T)
+    console.invoked("launcher", {}, {"key": "queue/demo-1.yaml", "outcome": "launched"})
+    console.ec2(**_event(state_change("i-b", "running")))
+    console.ec2(**_event(spot_warning("i-a")))
+    console.invoked("sweeper", {}, {"actions": [action("lost-spot", "demo-1", reason="Spot capacity lost"),
+                                                action("limits", "demo-1")]})
+    console.ec2(**_event(state_change("i-a", "terminated")))
+    console.ec2(**_event(state_change("i-z", "pending")))  # not worth a line
+    console.invoked("launcher", {}, {"key": "queue/other.yaml", "outcome": "exists"})  # nor this
+    stamp = datetime.fromtimestamp(T).strftime("%H:%M:%S")
+    assert lines == [f"{stamp}  {text}" for text in (
+        "launched    demo-1 attempt 1: 2 x t3.micro in us-east-1a (i-a, i-b)",
+        "booted      i-b (demo-1 rank 1)",
+        "preempted   i-a (demo-1 rank 0): Spot interruption warning (terminate)",
+        "preempted   demo-1: Spot capacity lost",
+        "terminated  i-a (demo-1 rank 0)",
+    )]
+
+
+def test_a_rejected_drop_says_why(reg: Registry) -> None:
+    reg.create_job("bad", parse_spec("instance_type: t3.micro\nrun: x\n", job_id="bad"))
+    reg.transition("bad", State.INVALID, reason="instance_type: 't3.micro' is not allowed")
+    lines: list[str] = []
+    Console(lambda j: record(reg, j), lines.append).invoked("launcher", {}, {"key": "queue/bad.yaml",
+                                                                              "outcome": "invalid"})
+    assert lines[0].endswith("rejected    bad: instance_type: 't3.micro' is not allowed")
+
+
+def test_warnings_and_failures_are_one_line_with_details_in_the_file(reg: Registry) -> None:
+    lines: list[str] = []
+    logger = logging.getLogger("local-cloud.test-console")
+    handler = ConsoleHandler(Console(lambda j: None, lines.append))
+    logger.addHandler(handler)
+    try:
+        logger.info("details only in the file")
+        logger.error("function launcher failed on Scheduled Event: KeyError: 'x'\nTraceback (most recent call last)")
+        logger.warning("function metering is not there yet")
+    finally:
+        logger.removeHandler(handler)
+    assert [line.split("  ", 1)[1] for line in lines] == [
+        "error       function launcher failed on Scheduled Event: KeyError: 'x' (details in functions.log)",
+        "warning     function metering is not there yet",
+    ]
+
+
+def _event(detail: dict[str, Any]) -> dict[str, Any]:
+    return {"detail_type": detail["detail-type"], "detail": detail["detail"]}
+
+
+@pytest.fixture
+def jobplane_log_streams() -> Iterator[None]:
+    """Functions points the "jobplane" logger's handlers at its stream: put them back for the next tests."""
+    import functions.aws.common  # noqa: F401  (makes Powertools' handler now, so it is restored too)
+
+    handlers = [h for h in logging.getLogger("jobplane").handlers if type(h) is logging.StreamHandler]
+    streams = [h.stream for h in handlers]
+    yield
+    for handler, stream in zip(handlers, streams, strict=True):
+        handler.setStream(stream)
+
+
+@pytest.mark.usefixtures("jobplane_log_streams")
+def test_functions_write_their_logs_and_metrics_to_the_log_stream_not_the_terminal(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("JOBPLANE_BUCKET", "console-test")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "jobplane")
+    stream = io.StringIO()
+    results: list[tuple[str, Any]] = []
+    with mock_aws():
+        boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="console-test")
+        functions = Functions(stream, on_result=lambda name, event, result: results.append((name, result)))
+        functions.invoke("sweeper", scheduled("sweeper", "us-east-1"))
+    out = capsys.readouterr()
+    assert '"_aws"' not in out.out + out.err, "an EMF metric line reached the terminal"
+    written = stream.getvalue()
+    assert '"_aws"' in written and '"SweepDuration"' in written, written[:500]
+    assert results == [("sweeper", {"actions": []})]
