@@ -15,15 +15,15 @@ from typing import Any, TextIO, TypeVar, cast
 
 import click
 import yaml
+from click.core import ParameterSource
 from rich.console import Console
 from rich.table import Table
 
 from jobplane import jobs, jobview
-from jobplane.clouds.base import Compute
 from jobplane.errors import FieldError, SpecError
 from jobplane.jobview import COLUMNS, Status, display, view_row
 from jobplane.policy import DEFAULT_POLICY, Policy, check_against_policy, parse_policy
-from jobplane.registry import JobExists, JobNotFound, Registry, TransitionRefused, utcnow
+from jobplane.registry import JobExists, JobNotFound, TransitionRefused, utcnow
 from jobplane.settings import Settings
 from jobplane.spec import json_schema_text, parse_duration, parse_spec, spec_to_json
 
@@ -105,42 +105,34 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def registry_options(func: F) -> F:
-    """--bucket / --endpoint / --region, each defaulting to the environment a `local up` prints."""
-    func = click.option("--region", envvar="AWS_REGION", help="Cloud region (env AWS_REGION).")(func)
+    """--bucket / --cloud / --region / --endpoint, each defaulting to the environment a `local up` writes."""
     func = click.option("--endpoint", envvar="AWS_ENDPOINT_URL",
-                        help="S3/EC2 endpoint URL, e.g. the local cloud's (env AWS_ENDPOINT_URL).")(func)
-    func = click.option("--bucket", envvar="JOBPLANE_BUCKET", help="Registry bucket (env JOBPLANE_BUCKET).")(func)
+                        help="AWS only: S3/EC2 endpoint URL, e.g. the local cloud's (env AWS_ENDPOINT_URL). On GCP "
+                             "set STORAGE_EMULATOR_HOST and JOBPLANE_COMPUTE_ENDPOINT.")(func)
+    func = click.option("--region", help="The deployment's region (env JOBPLANE_REGION; on AWS also AWS_REGION).")(func)
+    func = click.option("--cloud", type=click.Choice(["aws", "gcp"]),
+                        help="Cloud of a bare bucket name (env JOBPLANE_CLOUD; default aws); s3:// and gs:// URLs "
+                             "say it themselves.")(func)
+    func = click.option("--bucket", envvar="JOBPLANE_BUCKET",
+                        help="Registry: s3://BUCKET[/ROOT], gs://BUCKET[/ROOT] or a bucket name (env "
+                             "JOBPLANE_BUCKET).")(func)
     return func
 
 
-def connect(bucket: str | None, endpoint: str | None, region: str | None) -> jobs.Backend:
-    """The one place that builds a registry's store and compute adapter: today S3 and EC2. Another cloud's
-    bucket (gs://...) gets its store, uploader and adapter here, behind the same Backend."""
-    if endpoint:
-        os.environ["AWS_ENDPOINT_URL"] = endpoint
-    if region:
-        os.environ["AWS_REGION"] = os.environ.get("AWS_DEFAULT_REGION") or region
-        os.environ.setdefault("AWS_DEFAULT_REGION", region)
+def connect(bucket: str | None, cloud: str | None, region: str | None, endpoint: str | None) -> jobs.Backend:
+    """The registry the options name, on its cloud: S3 and EC2, or GCS and Compute Engine (jobplane.backend)."""
+    from jobplane import backend
+
     try:
-        settings = Settings.from_env(bucket)
+        settings = Settings.from_env(bucket, cloud, region)
     except RuntimeError as exc:
         raise UserError(str(exc)) from None
-    from jobplane.clouds.s3 import S3Store
-    from jobplane.clouds.s3_transfer import upload_file
-
-    store = S3Store(settings.bucket)
-    reg = Registry(store, settings.root)
-
-    def compute() -> Compute:
-        from jobplane.clouds.aws import Ec2Compute
-
-        return Ec2Compute()
-
-    def upload(key: str, path: Path) -> None:
-        with upload_progress(path) as advance:
-            upload_file(store, reg.key(key), path, advance)
-
-    return jobs.Backend(reg, f"s3://{settings.bucket}", compute, upload)
+    if settings.cloud == "aws" and endpoint:
+        os.environ["AWS_ENDPOINT_URL"] = endpoint
+    elif endpoint and click.get_current_context().get_parameter_source("endpoint") == ParameterSource.COMMANDLINE:
+        raise UserError("--endpoint is for AWS; on GCP set STORAGE_EMULATOR_HOST (GCS) and JOBPLANE_COMPUTE_ENDPOINT "
+                        "(the Compute Engine API)")
+    return backend.connect(settings, upload_progress)
 
 
 @contextlib.contextmanager
@@ -153,6 +145,10 @@ def upload_progress(path: Path) -> Iterator[Callable[[int], None]]:
         yield lambda sent: progress.advance(task, sent)
 
 
+# Google's libraries: an API refusal (google.api_core), no credentials (google.auth), GCS unreachable (requests)
+SDK_ERRORS = ("google.api_core.", "google.auth.", "google.cloud.", "requests.exceptions")
+
+
 def cloud_errors(func: F) -> F:
     """Turn the errors a user can cause or meet (no bucket, no credentials, unknown job) into one line."""
     @functools.wraps(func)
@@ -163,10 +159,11 @@ def cloud_errors(func: F) -> F:
             raise
         except (JobNotFound, JobExists, TransitionRefused, jobs.JobError) as exc:
             raise UserError(str(exc)) from None
-        except Exception as exc:  # botocore errors without importing botocore here
+        except Exception as exc:  # the cloud SDKs' errors without importing an SDK here
             name = type(exc).__name__
             if name in ("NoCredentialsError", "EndpointConnectionError", "ClientError", "NoSuchBucket",
-                        "ParamValidationError", "ConnectionClosedError", "NoRegionError"):
+                        "ParamValidationError", "ConnectionClosedError", "NoRegionError", "BackendError") \
+                    or type(exc).__module__.startswith(SDK_ERRORS):
                 raise UserError(f"{name}: {exc}") from None
             raise
     return cast(F, wrapper)

@@ -65,7 +65,8 @@ def test_errors_are_one_line_without_traceback(monkeypatch):
     monkeypatch.delenv("JOBPLANE_BUCKET", raising=False)
     result = CliRunner().invoke(cli, ["ls"])
     assert result.exit_code == 1
-    assert result.output.strip() == "Error: no registry bucket: set JOBPLANE_BUCKET or pass --bucket"
+    assert result.output.strip() == ("Error: no registry bucket: set JOBPLANE_BUCKET or pass --bucket "
+                                     "(s3://BUCKET or gs://BUCKET)")
     result = CliRunner().invoke(cli, ["local", "preempt", "j", "--state-dir", "/nonexistent-jobplane"])
     assert result.exit_code == 1 and "no local cloud running" in result.output and "Traceback" not in result.output
 
