@@ -37,11 +37,13 @@ _stores: dict[str, GcsStore] = {}
 
 
 class _CloudLoggingFormatter(logging.Formatter):
-    """One JSON object per line: Cloud Logging reads severity and message, and keeps job_id searchable."""
+    """One JSON object per line: Cloud Logging reads severity and message, and keeps job_id and a bucket
+    event's result (what the launcher or reconciler did) as searchable fields."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry = {"severity": record.levelname, "message": record.getMessage(), "logger": record.name}
-        entry.update({k: getattr(record, k) for k in ("job_id", "metric", "value", "unit") if hasattr(record, k)})
+        entry.update({k: getattr(record, k) for k in ("job_id", "result", "metric", "value", "unit")
+                      if hasattr(record, k)})
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)
@@ -103,12 +105,13 @@ def launcher(event: CloudEvent) -> None:
     if key.startswith(keys.QUEUE):
         outcome = launching.handle_drop(env.registry, env.compute, key, now=utcnow(), metrics=metrics,
                                           policy=env.policy)
-        log.info("%s: %s", key, outcome, extra={"job_id": key.removeprefix(keys.QUEUE).rpartition(".")[0]})
+        log.info("%s: %s", key, outcome, extra={"job_id": key.removeprefix(keys.QUEUE).rpartition(".")[0],
+                                                "result": {"key": key, "outcome": outcome}})
         return
     reconciler = reconcile.rerun if key.startswith(keys.PREEMPTED) else reconcile.sweep
-    outcomes = reconciler(env.registry, env.compute, now=utcnow(), metrics=metrics, policy=env.policy,
-                          jobs=[job_id] if job_id else [])
-    log.info("%s: %s", key, reconcile.summary(outcomes), extra={"job_id": job_id})
+    summary = reconcile.summary(reconciler(env.registry, env.compute, now=utcnow(), metrics=metrics,
+                                           policy=env.policy, jobs=[job_id] if job_id else []))
+    log.info("%s: %s", key, summary, extra={"job_id": job_id, "result": summary})
 
 
 @functions_framework.http

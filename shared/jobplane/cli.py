@@ -442,11 +442,12 @@ state_dir_option = click.option("--state-dir", type=click.Path(file_okay=False, 
 
 @cli.group()
 def local() -> None:
-    """Run the whole control plane on this machine: moto for AWS, local processes as VMs.
+    """Run the whole control plane on this machine: moto for AWS (or fakes of GCS and Compute Engine for
+    GCP), local processes as VMs.
 
     \b
     Example:
-      jobplane local up            # shell 1, until Ctrl-C
+      jobplane local up            # shell 1, until Ctrl-C (--cloud gcp: the GCP one)
       source .jobplane/env.sh      # shell 2
       jobplane submit examples/demo.yaml --code examples/train
     """
@@ -462,22 +463,26 @@ def control(state: Path | None, action: str, body: dict[str, Any]) -> Any:
 
 
 @local.command()
-@click.option("--port", type=int, default=5055, show_default=True, help="moto server port (0: any free port).")
+@click.option("--cloud", type=click.Choice(["aws", "gcp"]), default="aws", show_default=True,
+              help="aws: moto, EC2 instances, Lambda handlers; gcp: the GCS and Compute Engine fakes, GCE VMs, Cloud "
+                   "Functions through functions-framework.")
+@click.option("--port", type=int, default=5055, show_default=True,
+              help="Port of the cloud's API: moto's, or the GCS fake's (Compute Engine's: the next one); 0: any free.")
 @click.option("--tick", type=float, default=1.0, show_default=True,
               help="Seconds between runner/trigger passes; scheduled functions run every max(tick, 2) s.")
 @state_dir_option
-def up(port: int, tick: float, state_dir: Path | None) -> None:
+def up(cloud: str, port: int, tick: float, state_dir: Path | None) -> None:
     """Start the local cloud in the foreground; print the exports a second shell needs. Ctrl-C stops it all.
 
     \b
     Example:
-      jobplane local up --port 5055 --tick 1
+      jobplane local up --cloud gcp --port 5055 --tick 1
     """
     from jobplane.local.cloud import up as run_up
     from jobplane.local.control import state_dir as default_state_dir
 
     try:
-        run_up(default_state_dir(state_dir), port, tick)
+        run_up(default_state_dir(state_dir), port, tick, cloud)
     except RuntimeError as exc:
         raise UserError(str(exc)) from None
 
@@ -486,10 +491,11 @@ def up(port: int, tick: float, state_dir: Path | None) -> None:
 @click.argument("job_id", metavar="JOB")
 @click.option("--rank", type=int, help="Only this rank's instance (default: every instance of the job).")
 @click.option("--grace", type=float, default=10, show_default=True,
-              help="Seconds between the Spot notice and the termination (EC2 gives 120).")
+              help="Seconds between the Spot notice and the end of the VM (EC2 gives 120, GCE about 30).")
 @state_dir_option
 def preempt(job_id: str, rank: int | None, grace: float, state_dir: Path | None) -> None:
-    """Reclaim a job's Spot instances the way EC2 does: a notice in IMDS and EventBridge, then termination.
+    """Reclaim a job's Spot VMs the way the cloud does: EC2's notice in IMDS and EventBridge, then termination;
+    GCE's instance/preempted and its shutdown-script, then deletion.
 
     \b
     Example:
@@ -535,6 +541,23 @@ def instance(unmanaged: bool, job_id: str | None, user_data: Path | None, state_
     """
     body = {"managed": not unmanaged, "job_id": job_id, "user_data": user_data.read_text() if user_data else ""}
     click.echo(control(state_dir, "instances", body)["instance_id"])
+
+
+@local.command()
+@click.argument("function")
+@click.option("--resume", is_flag=True, help="Deliver its events and schedules again.")
+@state_dir_option
+def pause(function: str, resume: bool, state_dir: Path | None) -> None:
+    """Stop a function from running, as if it failed every time: see what the rest and the cloud do without it.
+
+    \b
+    Nothing is delivered to it (its events are not kept for later); the scheduled runs catch up on resume.
+    Example:
+      jobplane local pause uptime_cap      # GCE's own maxRunDuration is then the only uptime cap
+      jobplane local pause uptime_cap --resume
+    """
+    paused = control(state_dir, "pause", {"function": function, "paused": not resume})["paused"]
+    click.echo(f"paused: {', '.join(paused) or 'none'}")
 
 
 @local.command()

@@ -75,7 +75,7 @@ def test_every_command_has_help_with_an_example():
     runner = CliRunner()
     commands = [[], ["submit"], ["ls"], ["describe"], ["logs"], ["wait"], ["cancel"], ["validate"], ["schema"],
                 ["local"], ["local", "up"], ["local", "preempt"], ["local", "kill"], ["local", "instance"],
-                ["local", "status"]]
+                ["local", "status"], ["local", "pause"]]
     for command in commands:
         result = runner.invoke(cli, [*command, "--help"])
         assert result.exit_code == 0, command

@@ -14,8 +14,8 @@ from moto import mock_aws
 
 from jobplane.clouds.memory import MemoryStore
 from jobplane.local.console import Console, ConsoleHandler, action_line, launcher_outcomes
-from jobplane.local.runner import spot_warning, state_change
-from jobplane.local.triggers import Functions, scheduled
+from jobplane.local.ec2_runner import spot_warning, state_change
+from jobplane.local.triggers import LambdaFunctions, scheduled
 from jobplane.registry import JobNotFound, JobRecord, Registry
 from jobplane.spec import parse_spec
 from jobplane.states import State
@@ -139,7 +139,8 @@ def test_functions_write_their_logs_and_metrics_to_the_log_stream_not_the_termin
     results: list[tuple[str, Any]] = []
     with mock_aws():
         boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="console-test")
-        functions = Functions(stream, on_result=lambda name, event, result: results.append((name, result)))
+        functions = LambdaFunctions("console-test", "us-east-1", stream,
+                                    on_result=lambda name, event, result: results.append((name, result)))
         functions.invoke("sweeper", scheduled("sweeper", "us-east-1"))
     out = capsys.readouterr()
     assert '"_aws"' not in out.out + out.err, "an EMF metric line reached the terminal"
