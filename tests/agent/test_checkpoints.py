@@ -117,6 +117,16 @@ def test_a_sync_cut_short_leaves_the_previous_manifest_in_force(tmp_path: Path) 
         sync.sync()
     assert restore(store, tmp_path / "next") == {"model.pt": b"good"}
 
+    # the next attempt deletes what the cut-short sync left unnamed, once its own first manifest stands
+    store.put_if_absent = MemoryStore.put_if_absent.__get__(store)  # type: ignore[method-assign]
+    second = CheckpointSync(store, tmp_path / "next", PREFIX, attempt=2, settle=0.05)
+    second.restore()
+    publish_by_rename(tmp_path / "next" / "model.pt", b"attempt 2")
+    second.sync()
+    [manifest] = manifests(store)
+    named = {PREFIX + entry["key"] for entry in manifest["files"].values()}  # type: ignore[attr-defined]
+    assert {i.key for i in store.list(PREFIX + "files/")} == named
+
 
 def test_final_sync_after_a_kill_leaves_out_files_written_in_place_at_the_end(tmp_path: Path) -> None:
     store, ckpt = MemoryStore(), tmp_path / "ckpt"

@@ -131,6 +131,7 @@ class CheckpointSync:
         self._mine: dict[str, tuple[Stat, Entry]] = {}  # in the manifest, and the local state it was taken from
         self._theirs: dict[str, Stat] = {}  # restored from another rank's manifest, unchanged since
         self._named: dict[str, Entry] = {}  # what this rank's newest manifest names
+        self._unnamed: set[str] = set()  # this rank's objects the newest manifest may not name: deleted after it
         self._lock = threading.Lock()  # the periodic and the final sync may overlap
 
     def _key(self, rel_key: str) -> str:
@@ -156,6 +157,9 @@ class CheckpointSync:
                 self.seq, self._named = seq, files
             chosen.update({rel: (rank, entry) for rel, entry in files.items()})
         started = time.monotonic()
+        # what an earlier life of this rank left unnamed (a sync cut short): deleted after the next manifest
+        for area in (f"files/{self.rank}/", f"manifests/{self.rank}/"):
+            self._unnamed |= {info.key for info in self.store.list(self._key(area))}
 
         def one(rel: str, entry: Entry) -> int:
             path = safe_path(self.local, rel)
@@ -203,8 +207,12 @@ class CheckpointSync:
         seq = self.seq + 1
         if stop is not None and stop.is_set() and not final:
             changed = {}  # the final sync takes over; do not start uploads it would wait for
-        entries, moved = upload(self.store, self.local, changed,
-                                lambda rel: self._key(f"files/{self.rank}/{seq:08d}/{rel}"),
+
+        def key_of(rel: str) -> str:
+            return self._key(f"files/{self.rank}/{seq:08d}/{rel}")
+
+        self._unnamed |= {key_of(rel) for rel in changed}  # an upload discarded or cut short leaves an object
+        entries, moved = upload(self.store, self.local, changed, key_of,
                                 None if deadline is None else deadline - _MANIFEST_TIME)
         for rel, entry in entries.items():
             self._mine[rel] = (changed[rel], Entry(entry.key.removeprefix(self.prefix), entry.size, entry.version))
@@ -219,12 +227,18 @@ class CheckpointSync:
                 self._clean()
         return moved
 
+    def _manifest_key(self, seq: int) -> str:
+        return self._key(f"manifests/{self.rank}/{seq:08d}.json")
+
     def _write_manifest(self, seq: int, files: dict[str, Entry]) -> None:
+        self._unnamed |= {self._key(entry.key) for entry in self._named.values()}
+        if self.seq:
+            self._unnamed.add(self._manifest_key(self.seq))
         while True:
             body = {"seq": seq, "rank": self.rank, "attempt": self.attempt,
                     "written_at": datetime.now(UTC).isoformat(),
                     "files": {rel: asdict(entry) for rel, entry in sorted(files.items())}}
-            key = self._key(f"manifests/{self.rank}/{seq:08d}.json")
+            key = self._manifest_key(seq)
             try:
                 retried(f"manifest {seq}", partial(self.store.put_if_absent, key, json.dumps(body, indent=1).encode()))
                 break
@@ -233,16 +247,15 @@ class CheckpointSync:
         self.seq, self._named = seq, files
 
     def _clean(self) -> None:
-        """Delete this rank's objects the newest manifest does not name (old versions, deleted files)."""
-        keep = {self._key(entry.key) for entry in self._named.values()}
-        keep.add(self._key(f"manifests/{self.rank}/{self.seq:08d}.json"))
-        try:
-            for area in (f"files/{self.rank}/", f"manifests/{self.rank}/"):
-                for info in list(self.store.list(self._key(area))):
-                    if info.key not in keep:
-                        self.store.delete(info.key)
-        except Exception as exc:  # the next sync cleans again; the manifest already stands
-            log.warning("cleaning old checkpoint objects: %s", exc)
+        """Delete this rank's objects the newest manifest does not name (old versions, deleted files, older
+        manifests), known without listing the bucket; a failed delete is tried again after the next manifest."""
+        self._unnamed -= {self._key(entry.key) for entry in self._named.values()} | {self._manifest_key(self.seq)}
+        _, errors = parallel(((key, partial(self.store.delete, key)) for key in sorted(self._unnamed)),
+                             workers(self.store))
+        self._unnamed = set(errors)
+        if errors:
+            log.warning("deleting %d old checkpoint objects failed (tried again later): %s", len(errors),
+                        next(iter(errors.values())))
 
 
 def publish(store: ObjectStore, local: Path, prefix: str, *, cut_ns: int | None = None,
