@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -99,11 +100,11 @@ def free_port() -> int:
 
 
 class Server:
-    """A server child process; peak_rss_mb() after stop() is its own high-water mark."""
+    """A server in a child process, up once its port accepts connections."""
 
     def __init__(self, argv: list[str], ready: str) -> None:
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        self.url, self.rusage = ready, None
+        self.url = ready
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -115,16 +116,18 @@ class Server:
                 time.sleep(0.1)
 
     def stop(self) -> float:
+        """Stop the server; returns its peak RSS in MB."""
+        peak = vm_hwm_mb(self.proc.pid)
         self.proc.terminate()
-        _, _, usage = os.wait4(self.proc.pid, 0)
-        return round(usage.ru_maxrss / 1024, 1)
+        self.proc.wait(timeout=30)
+        return peak
 
 
 # ---- the transfers, each in a child process ------------------------------------------------------------------
 def child(role: str, cloud: str, src: Path, dest: Path) -> dict[str, Any]:
     """Run one transfer in this (child) process; returns what it moved and how long it took."""
-    tool, direction, data = role.split(":")
-    prefix = f"{tool}/{data}/"
+    tool, direction, data, rep = role.split(":")
+    prefix = f"{tool}/{data}/{rep}/"
     started = time.monotonic()
     if tool.startswith("jobplane"):
         from jobplane.agent.checkpoints import CheckpointSync
@@ -172,7 +175,7 @@ def child(role: str, cloud: str, src: Path, dest: Path) -> dict[str, Any]:
                 files, size = files + 1, size + int(blob.size)
     else:
         raise ValueError(f"unknown tool {tool}")
-    return {"files": files, "bytes": size, "seconds": time.monotonic() - started}
+    return {"files": files, "bytes": size, "seconds": time.monotonic() - started, "peak_rss_mb": vm_hwm_mb("self")}
 
 
 def _store(cloud: str, crt: bool = False) -> Any:
@@ -185,14 +188,30 @@ def _store(cloud: str, crt: bool = False) -> Any:
     return S3Store(BUCKET, transfer_client="crt" if crt else "classic")
 
 
-def peak_of(argv: list[str], env: dict[str, str]) -> tuple[dict[str, Any], float, float]:
-    """Run argv as a child and measure its own peak RSS (VmHWM read just before it exits, via wait4)."""
-    started = time.monotonic()
+def vm_hwm_mb(pid: int | str) -> float:
+    """A process's peak resident set (VmHWM) so far, in MB; 0 once it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0.0
+    kib = next((int(line.split()[1]) for line in text.splitlines() if line.startswith("VmHWM:")), 0)
+    return round(kib / 1024, 1)
+
+
+def peak_of(argv: list[str], env: dict[str, str]) -> tuple[dict[str, Any], float, float, float]:
+    """Run argv as a child: (its JSON, wall seconds, its own peak RSS in MB, its CPU seconds).
+
+    Peak RSS is VmHWM, polled while the child runs (and reported by our own children as they exit): wait4's
+    ru_maxrss would not do, since Linux carries the parent's high-water mark into a forked child."""
+    started, cpu_before = time.monotonic(), children_cpu()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env, text=True)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        peak = 0.0
+        while proc.poll() is None:
+            peak = max(peak, vm_hwm_mb(proc.pid))
+            time.sleep(0.05)
         seconds = time.monotonic() - started
+        cpu = children_cpu() - cpu_before  # only this child was reaped meanwhile
         out.seek(0)
         err.seek(0)
         text = out.read()
@@ -200,7 +219,12 @@ def peak_of(argv: list[str], env: dict[str, str]) -> tuple[dict[str, Any], float
             raise RuntimeError(f"{' '.join(argv[:6])} failed ({proc.returncode}): {err.read()[-2000:]}")
     last = text.strip().splitlines()[-1] if text.strip() else ""
     body = json.loads(last) if last.startswith("{") else {}
-    return body, seconds, round(usage.ru_maxrss / 1024, 1)
+    return body, seconds, max(peak, body.get("peak_rss_mb", 0.0)), cpu
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return float(usage.ru_utime + usage.ru_stime)
 
 
 # ---- data, tools, rows ---------------------------------------------------------------------------------------
@@ -244,13 +268,59 @@ def crt_path() -> Path | None:
     return CRT_DIR
 
 
-def row(cloud: str, tool: str, direction: str, data: str, moved: dict[str, Any], seconds: float,
-        rss: float) -> dict[str, Any]:
-    seconds = moved.get("seconds", seconds)
-    return {"cloud": cloud, "tool": tool, "direction": direction, "data": data, "files": moved["files"],
-            "bytes": moved["bytes"], "seconds": round(seconds, 2),
-            "mb_per_s": round(moved["bytes"] / seconds / 1e6, 1), "files_per_s": round(moved["files"] / seconds, 1),
-            "peak_rss_mb": rss}
+def row(cloud: str, tool: str, direction: str, data: str, samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median of a measurement's samples; wall time of the whole process for every tool, start-up
+    included (the AWS CLI's too); peak RSS is the largest of the samples."""
+    mid = sorted(samples, key=lambda x: x["seconds"])[len(samples) // 2]
+    seconds = mid["seconds"]
+    return {"cloud": cloud, "tool": tool, "direction": direction, "data": data, "files": mid["files"],
+            "bytes": mid["bytes"], "seconds": round(seconds, 2), "mb_per_s": round(mid["bytes"] / seconds / 1e6, 1),
+            "files_per_s": round(mid["files"] / seconds, 1), "cpu_seconds": round(mid["cpu"], 2),
+            "peak_rss_mb": max(x["rss"] for x in samples), "samples_seconds": [round(x["seconds"], 2) for x in samples]}
+
+
+def wipe(cloud: str, env: dict[str, str], prefix: str) -> None:
+    """Delete what a measurement left in the server, so memory does not pile up across samples."""
+    if cloud == "s3":
+        import boto3
+
+        s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"])
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
+            batch = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+            if batch:
+                s3.delete_objects(Bucket=BUCKET, Delete={"Objects": batch, "Quiet": True})
+    else:
+        from google.cloud import storage
+
+        os.environ["STORAGE_EMULATOR_HOST"] = env["STORAGE_EMULATOR_HOST"]
+        client = storage.Client(project="bench")
+        for blob in client.list_blobs(BUCKET, prefix=prefix):
+            blob.delete()
+
+
+def sample(cloud: str, tool: str, direction: str, data: str, rep: int, src: Path, dest: Path,
+           env: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
+    size = args.files * args.file_kib * 1024 if data == "many" else args.big_mib * MiB
+    if tool == "aws-cli":
+        remote = f"s3://{BUCKET}/aws-cli/{data}/{rep}/"
+        if data == "many":
+            ends = (str(src), remote) if direction == "up" else (remote, str(dest))
+        else:
+            ends = ((str(src / "model.pt"), remote) if direction == "up"
+                    else (remote + "model.pt", str(dest / "model.pt")))
+        cmd = [str(aws_cli()), "s3", "cp", "--quiet", "--endpoint-url", env["AWS_ENDPOINT_URL"],
+               *(["--recursive"] if data == "many" else []), *ends]
+        _, seconds, rss, cpu = peak_of(cmd, env)
+        moved = {"files": args.files if data == "many" else 1, "bytes": size}
+    else:
+        child_env = dict(env)
+        if tool == "jobplane-crt" and args.crt_path:
+            child_env["PYTHONPATH"] += os.pathsep + args.crt_path
+        moved, seconds, rss, cpu = peak_of(
+            [sys.executable, str(HERE), "--child", f"{tool}:{direction}:{data}:{rep}", "--cloud", cloud,
+             "--src", str(src), "--dest", str(dest)], child_env)
+    assert moved["files"] == (args.files if data == "many" else 1), moved
+    return {"files": moved["files"], "bytes": moved["bytes"], "seconds": seconds, "rss": rss, "cpu": cpu}
 
 
 def measure_cloud(cloud: str, args: argparse.Namespace, big: Path, many: Path, work: Path,
@@ -269,31 +339,21 @@ def measure_cloud(cloud: str, args: argparse.Namespace, big: Path, many: Path, w
         env["STORAGE_EMULATOR_HOST"] = server.url
     rows: list[dict[str, Any]] = []
     try:
-        for data, src, size in (("many", many, args.files * args.file_kib * 1024), ("big", big, args.big_mib * MiB)):
-            for tool in tools:
-                for direction in ("up", "down"):
-                    dest = work / f"{cloud}-{tool}-{data}-{direction}"
-                    if tool == "aws-cli":
-                        remote = f"s3://{BUCKET}/aws-cli/{data}/"
-                        cmd = [str(aws_cli()), "s3", "cp", "--quiet", "--endpoint-url", env["AWS_ENDPOINT_URL"],
-                               *(["--recursive"] if data == "many" else []),
-                               *((str(src) if data == "many" else str(src / "model.pt"), remote) if direction == "up"
-                                 else (remote if data == "many" else remote + "model.pt",
-                                       str(dest) if data == "many" else str(dest / "model.pt")))]
-                        _, seconds, rss = peak_of(cmd, env)
-                        moved = {"files": args.files if data == "many" else 1, "bytes": size}
-                    else:
-                        child_env = dict(env)
-                        if tool == "jobplane-crt" and args.crt_path:
-                            child_env["PYTHONPATH"] += os.pathsep + args.crt_path
-                        moved, seconds, rss = peak_of(
-                            [sys.executable, str(HERE), "--child", f"{tool}:{direction}:{data}", "--cloud", cloud,
-                             "--src", str(src), "--dest", str(dest)], child_env)
-                    rows.append(row(cloud, tool, direction, data, moved, seconds, rss))
-                    print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-                    if direction == "down":
-                        check(src, dest, data)
-                        shutil.rmtree(dest, ignore_errors=True)
+        for data, src in (("many", many), ("big", big)):
+            samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
+            for rep in range(args.repeat if data == "many" else 1):  # tools take turns, so load drifts hit all
+                for tool in tools:
+                    for direction in ("up", "down"):
+                        dest = work / f"{cloud}-{tool}-{data}-{direction}"
+                        one = sample(cloud, tool, direction, data, rep, src, dest, env, args)
+                        samples.setdefault((tool, direction), []).append(one)
+                        print(json.dumps({"cloud": cloud, "tool": tool, "direction": direction, "data": data,
+                                          **one}), file=sys.stderr, flush=True)
+                        if direction == "down":
+                            check(src, dest, data)
+                            shutil.rmtree(dest, ignore_errors=True)
+                            wipe(cloud, env, f"{tool}/{data}/{rep}/")
+            rows += [row(cloud, tool, direction, data, got) for (tool, direction), got in samples.items()]
     finally:
         server_rss = server.stop()
     return rows, server_rss
@@ -338,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--big-mib", type=int, default=6 * 1024)
     parser.add_argument("--files", type=int, default=10_000)
     parser.add_argument("--file-kib", type=int, default=64)
+    parser.add_argument("--repeat", type=int, default=3, help="samples of the small-files runs (median kept)")
     parser.add_argument("--clouds", nargs="+", default=["s3", "gcs"], choices=["s3", "gcs"])
     parser.add_argument("--no-crt", action="store_true", help="skip the CRT transfer client")
     parser.add_argument("--out", type=Path, default=HERE.parent / "results" / "transfer.json")
@@ -374,7 +435,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     doc = {"bench": "transfer", "measured_at": datetime.now(UTC).isoformat(),
            "machine": {"cpus": os.cpu_count(), "load_before": load_before, "load_after": os.getloadavg()},
-           "data": {"big_mib": args.big_mib, "files": args.files, "file_kib": args.file_kib},
+           "data": {"big_mib": args.big_mib, "files": args.files, "file_kib": args.file_kib,
+                    "small_files_samples": args.repeat},
            "server_peak_rss_mb": servers, "rows": rows,
            "jobplane_over_aws_cli": ratios(rows, "aws-cli"),
            "jobplane_over_boto3_default": ratios(rows, "boto3-default"),

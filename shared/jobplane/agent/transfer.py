@@ -16,7 +16,7 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path, PurePosixPath
@@ -99,19 +99,16 @@ def parallel(jobs: Iterable[tuple[str, Callable[[], T]]], threads: int, deadline
             return fn()
         return run
 
-    pending: dict[Future[T | None], str] = {pool.submit(guarded(fn)): name for name, fn in jobs}
+    names: dict[Future[T | None], str] = {pool.submit(guarded(fn)): name for name, fn in jobs}
+    timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
     try:
-        while pending:
-            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            done, _ = wait(pending, timeout=timeout, return_when=FIRST_COMPLETED)
-            if not done:
-                break  # deadline passed with transfers still running: leave them
-            for future in done:
-                name = pending.pop(future)
-                if future.exception() is not None:
-                    errors[name] = future.exception()  # type: ignore[assignment]
-                elif (value := future.result()) is not None:
-                    results[name] = value
+        for future in as_completed(names, timeout=timeout):  # one waiter for all: linear in the number of jobs
+            if (exc := future.exception()) is not None:
+                errors[names[future]] = exc
+            elif (value := future.result()) is not None:
+                results[names[future]] = value
+    except TimeoutError:
+        pass  # the deadline passed with transfers still running: leave them to their threads
     finally:
         pool.shutdown(wait=deadline is None, cancel_futures=True)
     return results, errors
