@@ -48,10 +48,11 @@ class _Known(BaseSubscriber):  # type: ignore[misc]
         self._size, self._etag, self._progress = size, etag, progress
 
     def on_queued(self, future: Any, **_: Any) -> None:
-        if self._size is not None:
-            future.meta.provide_transfer_size(self._size)
-        if self._etag is not None:  # every ranged GET then carries If-Match: a changed object fails with 412
-            future.meta.provide_object_etag(self._etag)
+        meta = future.meta  # the CRT client's meta has neither method: it asks S3 itself
+        if self._size is not None and hasattr(meta, "provide_transfer_size"):
+            meta.provide_transfer_size(self._size)
+        if self._etag is not None and hasattr(meta, "provide_object_etag"):
+            meta.provide_object_etag(self._etag)  # every ranged GET carries If-Match: a change fails with 412
 
     def on_progress(self, bytes_transferred: int, **_: Any) -> None:
         if self._progress:
@@ -128,10 +129,11 @@ class S3Store:
         with self._manager_lock:
             if self._manager is None:
                 part, threads = self.limits.part_size, self.limits.concurrency
-                # downloaded chunks wait in the io queue for the disk: cap it at what the parts in flight hold
                 config = TransferConfig(multipart_threshold=part + 1, multipart_chunksize=part,
-                                        max_concurrency=threads, max_io_queue=max(4, part * threads // _IO_CHUNK),
-                                        io_chunksize=_IO_CHUNK, preferred_transfer_client=self._transfer_client)
+                                        max_concurrency=threads, preferred_transfer_client=self._transfer_client)
+                if self._transfer_client == "classic":  # (the CRT client refuses these and bounds its own)
+                    # downloaded chunks wait in the io queue for the disk: cap it at what the parts in flight hold
+                    config.max_io_queue, config.io_chunksize = max(4, part * threads // _IO_CHUNK), _IO_CHUNK
                 self._manager = create_transfer_manager(self.client, config)
             return self._manager
 
