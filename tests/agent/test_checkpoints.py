@@ -279,3 +279,27 @@ def test_restored_files_are_not_uploaded_again(tmp_path: Path) -> None:
     assert sync.sync().files == 0 and store.calls.get("upload_file", 0) == puts
     os.utime(second / "latest.pt", ns=(1, 1))  # touched by the job: uploaded
     assert sync.sync().files == 1
+
+
+def test_the_final_sync_returns_by_its_deadline_with_the_newest_file_named(tmp_path: Path) -> None:
+    """The Spot notice's window: uploads that cannot finish are abandoned, the newest went first."""
+    release = threading.Event()
+
+    class Stuck(MemoryStore):
+        def upload_file(self, key: str, path: Path, *args: object, **kw: object) -> str:  # type: ignore[override]
+            if not key.endswith("ckpt-9.pt"):
+                release.wait(60)  # a slow network: these do not finish before the deadline
+            return super().upload_file(key, path)
+
+    store, ckpt = Stuck(), tmp_path / "ckpt"
+    ckpt.mkdir()
+    for step in range(10):
+        (ckpt / f"ckpt-{step}.pt").write_bytes(b"w" * step)
+        os.utime(ckpt / f"ckpt-{step}.pt", ns=(step * 10**9, step * 10**9))  # ckpt-9 is the newest
+    sync = CheckpointSync(store, ckpt, PREFIX)
+    try:
+        moved = sync.sync(final=True, deadline=time.monotonic() + 8)
+    finally:
+        release.set()
+    assert moved.files == 1 and moved.skipped > 0  # the rest never started, or were left running
+    assert [sorted(m["files"]) for m in manifests(store)] == [["ckpt-9.pt"]]  # type: ignore[call-overload]

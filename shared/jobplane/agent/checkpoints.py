@@ -271,7 +271,8 @@ def publish(store: ObjectStore, local: Path, prefix: str, *, cut_ns: int | None 
     retried("artifacts manifest", lambda: store.put(prefix.rstrip("/") + ".manifest.json",
                                                     json.dumps(manifest, indent=1).encode(), "application/json"))
     keep = {prefix + rel for rel in entries}
-    for info in list(store.list(prefix)):
-        if info.key not in keep:
-            store.delete(info.key)
+    stale = [info.key for info in store.list(prefix) if info.key not in keep]
+    _, errors = parallel(((key, partial(store.delete, key)) for key in stale), workers(store))
+    if errors:  # the manifest already says what is current
+        log.warning("deleting %d stale objects under %s failed: %s", len(errors), prefix, next(iter(errors.values())))
     return moved
