@@ -346,8 +346,10 @@ def measure_cloud(cloud: str, args: argparse.Namespace, big: Path, many: Path, w
     try:
         for data, src in (("many", many), ("big", big)):
             samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
-            for rep in range(args.repeat if data == "many" else 1):  # tools take turns, so load drifts hit all
-                for tool in tools:
+            for rep in range(args.repeat if data == "many" else 1):
+                # tools take turns, each first in its turn: the machine's load drifts, and a server that has
+                # just deleted a tool's objects is slower for the next one
+                for tool in tools[rep % len(tools):] + tools[:rep % len(tools)]:
                     for direction in ("up", "down"):
                         dest = work / f"{cloud}-{tool}-{data}-{direction}"
                         if tool in args.failed or (tool == "jobplane-crt" and data == "many"):
