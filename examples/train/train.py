@@ -1,7 +1,8 @@
 """Linear regression on synthetic data with numpy: the jobplane demo's training job.
 
-Prints step and loss, checkpoints every N steps into $JOBPLANE_CHECKPOINT_DIR (atomically), and resumes
-from the newest checkpoint there, so a Spot preemption costs at most N steps.
+Prints step and loss, checkpoints every N steps into $JOBPLANE_CHECKPOINT_DIR (atomically: write a .tmp
+file, then rename it), and resumes from the newest checkpoint there. On SIGTERM (a Spot notice, a stop
+request, the VM shutting down) it saves the current step and exits, so a preemption loses nothing.
 
     python3 train.py --steps 300 --checkpoint-every 25 --sleep 0.05
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -59,6 +61,9 @@ def main() -> None:
     else:
         print("starting from step 0", flush=True)
 
+    stopping: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))
+
     loss = float("nan")
     for step in range(start + 1, args.steps + 1):
         err = x @ w - y
@@ -68,6 +73,10 @@ def main() -> None:
             print(f"step {step} loss {loss:.6f}", flush=True)
         if step % args.checkpoint_every == 0 or step == args.steps:
             save(ckpt_dir, step, w)
+        if stopping:
+            save(ckpt_dir, step, w)
+            print(f"SIGTERM: saved step {step}; exiting", flush=True)
+            return
         time.sleep(args.sleep)
 
     out = Path(os.environ.get("JOBPLANE_ARTIFACTS_DIR", "model"))

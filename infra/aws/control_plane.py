@@ -180,7 +180,7 @@ class JobplaneControlPlane(Construct):
         policy = iam.Policy(self, "VmPolicy", roles=[role],
                             statements=permissions.vm_statements(self.bucket, self.config.key_prefix,
                                                                  self.config.data_buckets))
-        for pattern in dict.fromkeys(permissions.VM_READ + permissions.VM_WRITE):
+        for pattern in dict.fromkeys(permissions.VM_READ + permissions.VM_WRITE + permissions.VM_PRUNE):
             acknowledge(policy, f"AwsSolutions-IAM5[Resource::<{self.bucket_id()}.Arn>/{self.config.key_prefix}"
                                 f"{pattern}]",
                         f"Job ids and file names are chosen at run time; {pattern} confines the VM to that one "

@@ -17,6 +17,9 @@ VM_READ = ("jobs/*/job.json", "jobs/*/code/*", "jobs/*/checkpoints/*", "jobs/*/a
            "jobs/*/control/stop")
 VM_WRITE = ("heartbeats/*", "jobs/*/logs/*", "jobs/*/checkpoints/*", "jobs/*/artifacts/*",
             "jobs/*/attempts/*/nodes/*/exit.json", "preempted-jobs/*")
+# Synced directories: after each manifest the agent deletes the objects it no longer names (an old
+# checkpoint the training code removed) and aborts a multipart upload it gave up on.
+VM_PRUNE = ("jobs/*/checkpoints/*", "jobs/*/artifacts/*")
 # Why each EC2 resource wildcard in the launch/terminate statements cannot be narrower.
 EC2_WILDCARDS = {
     "instance/*": "Instance ids exist only after launch; RunInstances needs jobplane:managed=true in the request "
@@ -137,6 +140,11 @@ def vm_statements(bucket: s3.IBucket, prefix: str, data_buckets: Sequence[str]) 
             sid="WriteHeartbeatsLogsCheckpointsArtifactsExitReportsPreemptedMarker",
             actions=["s3:PutObject"],
             resources=objects(*VM_WRITE),
+        ),
+        iam.PolicyStatement(
+            sid="PruneSyncedCheckpointsAndArtifacts",
+            actions=["s3:DeleteObject", "s3:AbortMultipartUpload"],
+            resources=objects(*VM_PRUNE),
         ),
         iam.PolicyStatement(  # a PutObject carrying tags needs this too; only log chunks are tagged
             sid="TagLogChunksForTheirLifecycleRule",

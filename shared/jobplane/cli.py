@@ -126,7 +126,6 @@ def connect(bucket: str | None, endpoint: str | None, region: str | None) -> job
     except RuntimeError as exc:
         raise UserError(str(exc)) from None
     from jobplane.clouds.s3 import S3Store
-    from jobplane.clouds.s3_transfer import upload_file
 
     store = S3Store(settings.bucket)
     reg = Registry(store, settings.root)
@@ -138,7 +137,7 @@ def connect(bucket: str | None, endpoint: str | None, region: str | None) -> job
 
     def upload(key: str, path: Path) -> None:
         with upload_progress(path) as advance:
-            upload_file(store, reg.key(key), path, advance)
+            store.upload_file(reg.key(key), path, "application/gzip", advance)
 
     return jobs.Backend(reg, f"s3://{settings.bucket}", compute, upload)
 

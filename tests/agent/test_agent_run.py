@@ -39,7 +39,7 @@ def test_success_uploads_logs_checkpoints_artifacts_and_exit_report(world: World
                           "inputs": {"train": {"uri": "s3://jobplane-agent-test/data/train"}}},
                code={"train.py": TRAIN})
     # a checkpoint from an earlier attempt: the agent restores it, so the run resumes
-    world.reg.store.put(world.reg.key(keys.checkpoints_prefix("ok-job") + "latest.txt"), b"10")
+    world.save_checkpoint("ok-job", {"latest.txt": b"10"})
     node = world.start("ok-job")
     assert node.wait() == 0, console_of(node)
 
@@ -55,9 +55,12 @@ def test_success_uploads_logs_checkpoints_artifacts_and_exit_report(world: World
     tagging = boto3.client("s3").get_object_tagging(Bucket="jobplane-agent-test", Key=world.reg.key(first_chunk))
     assert tagging["TagSet"] == [{"Key": "jobplane:object", "Value": "log"}]  # for the lifecycle rule
     assert (node.ml_root / "code" / "setup-ran").exists()  # setup ran in the unpacked code dir
-    ckpts = world.files(keys.checkpoints_prefix("ok-job"))
-    assert ckpts["latest.txt"] == b"13" and {"ckpt-11.txt", "ckpt-12.txt", "ckpt-13.txt"} <= set(ckpts)
-    assert json.loads(world.files(keys.artifacts_prefix("ok-job"))["model/model.json"]) == {"w": 0.5}
+    ckpts = world.checkpoint("ok-job")
+    assert ckpts == {"latest.txt": b"13", "ckpt-11.txt": b"11", "ckpt-12.txt": b"12", "ckpt-13.txt": b"13"}
+    artifacts = world.files(keys.artifacts_prefix("ok-job"))
+    assert json.loads(artifacts["model/model.json"]) == {"w": 0.5}
+    manifest = json.loads(artifacts["model.manifest.json"])  # written after the files it names
+    assert manifest["files"]["model.json"]["size"] == len(artifacts["model/model.json"])
     beat = world.json(keys.heartbeat("ok-job", 1, 0))
     assert beat["rank"] == 0 and "gpu_util" in beat and beat["last_output_at"]
     assert world.exists(keys.output_mark("ok-job", 1, 0))
@@ -84,6 +87,7 @@ def test_failing_user_code_is_reported_with_its_exit_code(world: World, setup: s
 LOOP = """
 trap 'echo got SIGTERM; echo final > "$JOBPLANE_CHECKPOINT_DIR/final.txt"; exit 0' TERM
 echo $$ > "$JOBPLANE_CHECKPOINT_DIR/../pid"
+echo started > "$JOBPLANE_CHECKPOINT_DIR/started.txt"
 i=0
 while true; do i=$((i+1)); echo "step $i"; echo $i > "$JOBPLANE_CHECKPOINT_DIR/step.txt"; sleep 0.1; done
 """
@@ -92,12 +96,13 @@ while true; do i=$((i+1)); echo "step $i"; echo $i > "$JOBPLANE_CHECKPOINT_DIR/s
 def test_spot_notice_checkpoints_marks_preempted_and_powers_off(world: World) -> None:
     world.seed("spot-job", {"run": LOOP, "spot": True, "stop_grace": 30})
     node = world.start("spot-job")
-    wait_for("periodic checkpoint upload", lambda: world.exists(keys.checkpoints_prefix("spot-job") + "step.txt"))
+    wait_for("periodic checkpoint upload", lambda: "started.txt" in world.checkpoint("spot-job"))
     served = node.imds.set_notice("terminate")
     assert node.wait() == 0, console_of(node)
 
-    ckpts = world.files(keys.checkpoints_prefix("spot-job"))
+    ckpts = world.checkpoint("spot-job")
     assert ckpts["final.txt"] == b"final\n"  # written in the SIGTERM handler, uploaded before the exit
+    assert ckpts["started.txt"] == b"started\n" and int(ckpts["step.txt"]) > 0
     marker = world.json(keys.preempted_marker("spot-job"))
     assert marker == {"attempt": 1, "rank": 0, "notice": served, "instance_id": node.imds.instance.instance_id}
     report = world.json(keys.exit_report("spot-job", 1, 0))
@@ -136,7 +141,7 @@ def test_sigterm_to_the_agent_stops_the_job_gracefully_and_reports(world: World)
     report = world.json(keys.exit_report("term-job", 1, 0))
     assert (report["reason"], report["code"]) == ("stopped", 0)  # no Spot notice in IMDS; LOOP exits 0 on TERM
     assert "notice" not in report and not world.exists(keys.preempted_marker("term-job"))
-    ckpts = world.files(keys.checkpoints_prefix("term-job"))
+    ckpts = world.checkpoint("term-job")
     assert ckpts["final.txt"] == b"final\n" and "step.txt" in ckpts  # the final sync's uploads
     logs = world.logs("term-job")
     grace = re.search(r"stopped \(SIGTERM received\): SIGTERM to the process group, (\d+) s grace", logs)

@@ -252,7 +252,8 @@ def test_vm_role_is_for_ec2_with_an_instance_profile(synth: Synth) -> None:
 def test_vm_role_has_no_ec2_no_iam_and_only_registry_reads_and_writes(synth: Synth) -> None:
     sts = vm_statements(synth)
     actions = {a for s in sts for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])}
-    assert actions <= {"s3:GetObject", "s3:PutObject", "s3:PutObjectTagging", "s3:ListBucket"}
+    assert actions <= {"s3:GetObject", "s3:PutObject", "s3:PutObjectTagging", "s3:ListBucket", "s3:DeleteObject",
+                       "s3:AbortMultipartUpload"}
     obj = f"<{bucket_id(synth)}.Arn>/"
     for key in ("jobs/j1/job.json", "jobs/j1/code/code.tar.gz", "jobs/j1/checkpoints/step-100.pt",
                 "jobs/j1/attempts/2/cluster.json", "jobs/j1/control/stop"):
@@ -269,7 +270,13 @@ def test_vm_role_has_no_ec2_no_iam_and_only_registry_reads_and_writes(synth: Syn
     # the agent bundle reaches the VM through URLs the launcher presigned, not through the VM's role
     for key in ("config/policy.yaml", "rejected/j2.yaml", "queue/j2.yaml", "system/agent/aws-py3.12-x86_64.tar.gz"):
         assert not allows(sts, Request("s3:GetObject", obj + key)), key
-    assert not allows(sts, Request("s3:DeleteObject", obj + "jobs/j1/checkpoints/a"))
+    # deletes only where the agent prunes what its newest manifest no longer names
+    for key in ("jobs/j1/checkpoints/files/0/3/ckpt-100.pt", "jobs/j1/artifacts/model/w.bin"):
+        assert allows(sts, Request("s3:DeleteObject", obj + key)), key
+        assert allows(sts, Request("s3:AbortMultipartUpload", obj + key)), key
+    for key in ("jobs/j1/job.json", "jobs/j1/logs/2/0/00000001.log", "heartbeats/j1/2/0", "queue/j2.yaml",
+                "jobs/j1/attempts/2/nodes/0/exit.json", "preempted-jobs/j1"):
+        assert not allows(sts, Request("s3:DeleteObject", obj + key)), key
     # the tag the log-chunk lifecycle rule filters on: log chunks only
     assert allows(sts, Request("s3:PutObjectTagging", obj + "jobs/j1/logs/2/0/00000001.log"))
     assert not allows(sts, Request("s3:PutObjectTagging", obj + "jobs/j1/checkpoints/step-100.pt"))

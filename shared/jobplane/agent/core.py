@@ -3,7 +3,7 @@
 Cloud-neutral: it sees the registry (any ObjectStore), the VM's Metadata and a power_off callable.
 Three threads: the main thread prepares, supervises the user process and reports; a background
 thread writes heartbeats, ships log chunks and polls for a Spot notice or a stop request; a third
-uploads changed checkpoint files. Every
+uploads complete checkpoint files and their manifest (jobplane.agent.checkpoints). Every
 registry write is retried and no failure skips the exit report or the power-off.
 
 SIGTERM or SIGINT (`on_signal`, installed by the entry point) is a stop request too: the VM is shutting
@@ -24,15 +24,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
 from jobplane import keys
 from jobplane.agent import gpu
+from jobplane.agent.checkpoints import SETTLE, CheckpointSync, publish
 from jobplane.agent.layout import Cluster, Layout, resource_config, shard, split_uri, user_env
 from jobplane.agent.output import OutputLog
 from jobplane.agent.process import UserProcess
-from jobplane.agent.transfer import TARBALL_SUFFIXES, DirSync, download, keys_under, unpack
+from jobplane.agent.transfer import TARBALL_SUFFIXES, fetch, fetch_tarball, keys_under
 from jobplane.clouds.base import (
     LOG_OBJECT_TAG,
     TAG_ATTEMPT,
@@ -67,6 +69,7 @@ def grace_within(requested: float, left: float | None) -> float:
     if left is None:
         return requested
     return min(requested, max(MIN_GRACE_S, left - min(FINAL_SYNC_S, left / 2)))
+FINAL_RESERVE = 10.0  # seconds of a Spot notice kept after the final checkpoint sync (logs, exit report)
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ class AgentConfig:
     identity_timeout: float = 120.0  # metadata must answer within this
     retry_attempts: int = 6
     retry_pause: float = 1.0
+    checkpoint_settle: float = SETTLE  # a file unchanged this long (two scans) counts as complete
 
     def __post_init__(self) -> None:
         for name, cap in (("log_interval", 10), ("heartbeat_interval", 30), ("checkpoint_interval", 60),
@@ -132,7 +136,8 @@ class Agent:
         self._stop_background = threading.Event()
         self._log_seq = 0
         self._marked_output = 0
-        self._checkpoints: DirSync | None = None
+        self._checkpoints: CheckpointSync | None = None
+        self._ended_ns: int | None = None  # when the user process ended (wall clock, to compare with mtimes)
 
     # ---- entry point -------------------------------------------------------------------------------------
     def on_signal(self, signum: int, frame: object = None) -> None:
@@ -239,18 +244,19 @@ class Agent:
         for name, channel in spec.inputs.items():
             bucket, prefix = split_uri(channel.uri)
             store = self._store(bucket)
-            found = keys_under(store, prefix)
-            mine = shard(found, run.rank, cluster.num_nodes) if channel.distribution == "sharded" else found
-            size = download(store, mine, prefix, lay.channel_dir(name))
-            self.out.note(f"input {name}: {len(mine)} of {len(found)} objects, {size} bytes")
+            found = {info.key: info for info in keys_under(store, prefix)}
+            mine = shard(list(found), run.rank, cluster.num_nodes) if channel.distribution == "sharded" else list(found)
+            # a retry skips what already arrived (the state file remembers each file's size and version)
+            moved = self._retry(f"input {name}", partial(fetch, store, [found[k] for k in mine], prefix,
+                                                         lay.channel_dir(name), lay.input_dir / ".jobplane" / name))
+            self.out.note(f"input {name}: {len(mine)} of {len(found)} objects: {moved.summary()}")
         ckpt_dir = lay.local(spec.checkpoint_dir)
-        prefix = self.reg.key(keys.checkpoints_prefix(run.job_id))
-        restored = keys_under(self.reg.store, prefix)
-        download(self.reg.store, restored, prefix, ckpt_dir)
-        if restored:
-            self.out.note(f"restored {len(restored)} checkpoint files into {ckpt_dir}")
-        checkpoints = DirSync(self.reg.store, ckpt_dir, prefix)
-        checkpoints.mark_synced()
+        checkpoints = CheckpointSync(self.reg.store, ckpt_dir, self.reg.key(keys.checkpoints_prefix(run.job_id)),
+                                     rank=run.rank, attempt=run.attempt, settle=self.cfg.checkpoint_settle)
+        restored = self._retry("restore checkpoints", checkpoints.restore)
+        if restored.files:
+            self.out.note(f"restored {restored.files} checkpoint files into {ckpt_dir} (manifest {checkpoints.seq}:"
+                          f" {restored.summary()})")
         self._checkpoints = checkpoints  # from now on the checkpointer thread uploads changes
         lay.resource_config.write_text(json.dumps(resource_config(cluster, run.rank), indent=1))
         return user_env(spec=spec, job_id=run.job_id, attempt=run.attempt, rank=run.rank, cluster=cluster,
@@ -289,18 +295,17 @@ class Agent:
             bucket, key = split_uri(spec.code)
             store = self._store(bucket)
             if key.endswith(TARBALL_SUFFIXES):
-                unpack(store.get(key).data, self.layout.code_dir)
+                fetch_tarball(store, key, self.layout.code_dir)
             else:
-                download(store, keys_under(store, key), key, self.layout.code_dir)
+                fetch(store, keys_under(store, key), key, self.layout.code_dir)
             self.out.note(f"code from {spec.code}")
             return
         try:
-            bundle = self.reg.get_bytes(keys.code_bundle(job_id))
+            size = fetch_tarball(self.reg.store, self.reg.key(keys.code_bundle(job_id)), self.layout.code_dir)
         except NotFound:
             self.out.note("no code bundle: running in an empty code directory")
             return
-        unpack(bundle, self.layout.code_dir)
-        self.out.note(f"code bundle unpacked into {self.layout.code_dir} ({len(bundle)} bytes)")
+        self.out.note(f"code bundle unpacked into {self.layout.code_dir} ({size} bytes)")
 
     def _store(self, bucket: str) -> ObjectStore:
         if self.stores is None:
@@ -312,6 +317,7 @@ class Agent:
             code = proc.poll()
             interrupt = self._interrupt  # read once: a signal or the poll may set it at any moment
             if code is not None:
+                self._ended_ns = time.time_ns()
                 if interrupt is not None and code != 0:  # a shutdown signals the whole service, user code too
                     interrupt.code = code
                     return interrupt
@@ -321,6 +327,7 @@ class Agent:
                 cause = f" ({interrupt.signal} received)" if interrupt.signal else ""
                 self.out.note(f"{interrupt.reason}{cause}: SIGTERM to the process group, {grace:.0f} s grace")
                 interrupt.code = proc.terminate(grace)
+                self._ended_ns = time.time_ns()
                 return interrupt
             self._interrupted.wait(_TICK)
 
@@ -404,9 +411,9 @@ class Agent:
             if self._checkpoints is None:
                 continue  # not prepared yet
             try:
-                n = self._checkpoints.sync()
-                if n:
-                    log.info("uploaded %d checkpoint files", n)
+                moved = self._checkpoints.sync(stop=self._stop_background)  # the final sync takes over on stop
+                if moved.files:
+                    log.info("checkpoints: uploaded %s", moved.summary())
             except Exception as exc:
                 log.warning("checkpoint sync failed; will retry: %s", exc)
 
@@ -427,10 +434,11 @@ class Agent:
 
     def _finish(self, run: _Run, outcome: Outcome) -> bool:
         ended = datetime.now(UTC)
+        cut_ns = self._torn_after(outcome)
         if self._checkpoints is not None:
-            self._try("final checkpoint sync", self._checkpoints.sync)
+            self._try("final checkpoint sync", lambda: self._final_sync(outcome, cut_ns))
         if run.spec is not None and outcome.reason != "preempted":
-            self._try("artifacts upload", lambda: self._upload_artifacts(run))
+            self._try("artifacts upload", lambda: self._upload_artifacts(run, cut_ns))
         self.out.note(f"finished: reason={outcome.reason} code={outcome.code}")
         # a run shorter than the heartbeat interval still leaves its last output time and step behind
         self._try("final heartbeat", lambda: self._heartbeat(run))
@@ -449,11 +457,35 @@ class Agent:
         key = keys.exit_report(run.job_id, run.attempt, run.rank)
         return self._try("exit report", lambda: self.reg.put_json(key, report))
 
-    def _upload_artifacts(self, run: _Run) -> int:
+    def _torn_after(self, outcome: Outcome) -> int | None:
+        """Files the user process wrote in place after this (ns) may be half-written: it died by a signal."""
+        if self._ended_ns is None or outcome.code is None or outcome.code <= 128:
+            return None
+        return self._ended_ns - int(self.cfg.checkpoint_settle * 1e9)
+
+    def _final_sync(self, outcome: Outcome, cut_ns: int | None) -> None:
+        """Newest files first, and done FINAL_RESERVE seconds before a Spot notice's termination time."""
+        assert self._checkpoints is not None
+        deadline = None
+        if outcome.notice and outcome.notice.get("time"):
+            try:
+                at = datetime.fromisoformat(outcome.notice["time"].replace("Z", "+00:00"))
+                deadline = time.monotonic() + (at - datetime.now(UTC)).total_seconds() - FINAL_RESERVE
+            except ValueError:
+                pass
+        moved = self._checkpoints.sync(final=True, cut_ns=cut_ns, deadline=deadline)
+        if moved.files or moved.skipped or moved.failed:
+            late = f"; {moved.skipped} not started before the notice deadline" if moved.skipped else ""
+            self.out.note(f"final checkpoint sync: {moved.summary()}{late}")
+
+    def _upload_artifacts(self, run: _Run, cut_ns: int | None) -> int:
         assert run.spec is not None
         base = keys.artifacts_prefix(run.job_id) + ("" if run.rank == 0 else f"rank-{run.rank}/")
-        n = DirSync(self.reg.store, self.layout.local(run.spec.artifacts_dir), self.reg.key(base + "model/")).sync()
-        return n + DirSync(self.reg.store, self.layout.output_data_dir, self.reg.key(base + "output/")).sync()
+        n = 0
+        for local, area in ((self.layout.local(run.spec.artifacts_dir), "model/"),
+                            (self.layout.output_data_dir, "output/")):
+            n += publish(self.reg.store, local, self.reg.key(base + area), cut_ns=cut_ns).files
+        return n
 
     def _power_off(self) -> None:
         log.info("powering off")
