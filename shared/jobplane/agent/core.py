@@ -147,8 +147,8 @@ class Agent:
 
     # ---- entry point -------------------------------------------------------------------------------------
     def _stop_early(self, why: str) -> None:
-        """A stop_on rule matched (called by the thread reading the output, on that line): the main thread
-        stops the user process within a tick, as for a stop request, and the exit report says why."""
+        """A stop_on rule matched (called by the thread reading the output, on that line): the main thread,
+        woken at once, stops the user process as for a stop request, and the exit report says why."""
         if self._interrupt is None:
             self._interrupt = Outcome(None, EARLY_STOP, error=why)
             self._interrupted.set()
