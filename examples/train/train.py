@@ -3,6 +3,8 @@
 Prints step and loss, checkpoints every N steps into $JOBPLANE_CHECKPOINT_DIR (atomically: write a .tmp
 file, then rename it), and resumes from the newest checkpoint there. On SIGTERM (a Spot notice, a stop
 request, the VM shutting down) it saves the current step and exits, so a preemption loses nothing.
+--diverge-at S blows the weights up at step S (the loss is NaN from there on, as after an overflow) to try
+a spec's stop_on.
 
     python3 train.py --steps 300 --checkpoint-every 25 --sleep 0.05
 """
@@ -48,6 +50,7 @@ def main() -> None:
     parser.add_argument("--checkpoint-every", type=int, default=25)
     parser.add_argument("--lr", type=float, default=float(os.environ.get("LEARNING_RATE", "0.05")))
     parser.add_argument("--sleep", type=float, default=0.05, help="seconds per step, so a demo can preempt")
+    parser.add_argument("--diverge-at", type=int, default=0, help="make the loss NaN from this step on")
     args = parser.parse_args()
 
     ckpt_dir = Path(os.environ.get("JOBPLANE_CHECKPOINT_DIR", "checkpoints"))
@@ -66,6 +69,8 @@ def main() -> None:
 
     loss = float("nan")
     for step in range(start + 1, args.steps + 1):
+        if step == args.diverge_at:
+            w = np.full_like(w, np.nan)
         err = x @ w - y
         loss = float(np.mean(err**2))
         w = w - args.lr * (2 / SAMPLES) * (x.T @ err)

@@ -15,11 +15,12 @@ MANAGED = {f"aws:ResourceTag/{TAG_MANAGED}": "true"}
 # Registry areas a VM reads and writes (relative to the registry root).
 VM_READ = ("jobs/*/job.json", "jobs/*/code/*", "jobs/*/checkpoints/*", "jobs/*/attempts/*/cluster.json",
            "jobs/*/control/stop")
-VM_WRITE = ("heartbeats/*", "jobs/*/logs/*", "jobs/*/checkpoints/*", "jobs/*/artifacts/*",
+VM_WRITE = ("heartbeats/*", "jobs/*/logs/*", "jobs/*/metrics/*", "jobs/*/checkpoints/*", "jobs/*/artifacts/*",
             "jobs/*/attempts/*/nodes/*/exit.json", "preempted-jobs/*")
 # Synced directories: after each manifest the agent deletes the objects it no longer names (an old
 # checkpoint the training code removed) and aborts a multipart upload it gave up on.
 VM_PRUNE = ("jobs/*/checkpoints/*", "jobs/*/artifacts/*")
+TAGGED = ("jobs/*/logs/*", "jobs/*/metrics/*")  # the chunks the log lifecycle rule expires, by their tag
 # Why each EC2 resource wildcard in the launch/terminate statements cannot be narrower.
 EC2_WILDCARDS = {
     "instance/*": "Instance ids exist only after launch; RunInstances needs jobplane:managed=true in the request "
@@ -137,7 +138,7 @@ def vm_statements(bucket: s3.IBucket, prefix: str, data_buckets: Sequence[str]) 
             resources=objects(*VM_READ),
         ),
         iam.PolicyStatement(
-            sid="WriteHeartbeatsLogsCheckpointsArtifactsExitReportsPreemptedMarker",
+            sid="WriteHeartbeatsLogsMetricsCheckpointsArtifactsExitReportsPreemptedMarker",
             actions=["s3:PutObject"],
             resources=objects(*VM_WRITE),
         ),
@@ -146,10 +147,10 @@ def vm_statements(bucket: s3.IBucket, prefix: str, data_buckets: Sequence[str]) 
             actions=["s3:DeleteObject", "s3:AbortMultipartUpload"],
             resources=objects(*VM_PRUNE),
         ),
-        iam.PolicyStatement(  # a PutObject carrying tags needs this too; only log chunks are tagged
+        iam.PolicyStatement(  # a PutObject carrying tags needs this too; only log and metrics chunks are tagged
             sid="TagLogChunksForTheirLifecycleRule",
             actions=["s3:PutObjectTagging"],
-            resources=objects("jobs/*/logs/*"),
+            resources=objects(*TAGGED),
         ),
         iam.PolicyStatement(sid="ListRegistryKeys", actions=["s3:ListBucket"], resources=[bucket.bucket_arn]),
     ]

@@ -18,7 +18,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from jobplane import jobs, jobview
+from jobplane import jobs, jobview, metricview
 from jobplane.clouds.base import Compute
 from jobplane.errors import FieldError, SpecError
 from jobplane.jobview import COLUMNS, Status, display, view_row
@@ -39,6 +39,7 @@ def cli() -> None:
       jobplane local up                                   # shell 1: the local cloud
       jobplane submit examples/demo.yaml --code examples/train -f
       jobplane ls && jobplane wait ID --for terminal --timeout 10m
+      jobplane metrics ID --plot loss.png
     """
 
 
@@ -241,17 +242,36 @@ def follow_job(backend: jobs.Backend, job_id: str, goal: jobs.Goal, *, interval:
     return jobs.exit_code(view.state)
 
 
+class HyperparameterType(click.ParamType):  # type: ignore[type-arg]
+    """NAME=VALUE, the value read as YAML like the spec's (10 an integer, 0.02 a number, adam a string)."""
+
+    name = "name=value"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[str, Any]:
+        if isinstance(value, tuple):
+            return value
+        name, sep, text = str(value).partition("=")
+        if not sep or not name.strip() or not text.strip():
+            self.fail(f"{value!r} is not NAME=VALUE (e.g. --hp lr=0.02)", param, ctx)
+        try:
+            return name.strip(), yaml.safe_load(text)
+        except yaml.YAMLError:
+            return name.strip(), text
+
+
 @cli.command()
 @click.argument("spec_file", metavar="SPEC", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--code", "code_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Directory to tar, upload and unpack as the job's working directory.")
 @click.option("--id", "job_id", help="Job id (default: from the spec's name and the time).")
+@click.option("--hp", "hps", multiple=True, type=HyperparameterType(),
+              help="Set a hyperparameter, over the spec's (repeatable): --hp lr=0.02 --hp epochs=20.")
 @click.option("-f", "--follow", is_flag=True, help="Then follow it as `logs -f` does and exit with its outcome.")
 @click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between polls with -f.")
 @registry_options
 @cloud_errors
-def submit(spec_file: Path, code_dir: Path | None, job_id: str | None, follow: bool, interval: float,
-           **conn: str | None) -> None:
+def submit(spec_file: Path, code_dir: Path | None, job_id: str | None, hps: tuple[tuple[str, Any], ...],
+           follow: bool, interval: float, **conn: str | None) -> None:
     """Submit a job: upload its code (with a progress bar), then drop the spec into queue/.
 
     \b
@@ -260,8 +280,10 @@ def submit(spec_file: Path, code_dir: Path | None, job_id: str | None, follow: b
     SUCCEEDED, 1 FAILED, 3 CANCELLED, 4 TIMED_OUT, 5 STALLED, 6 INVALID, 130 Ctrl-C (never stops the job).
     Example:
       jobplane submit examples/demo.yaml --code examples/train -f
+      jobplane submit examples/sagemaker.yaml --code examples/sagemaker --hp epochs=20 --hp lr=0.02
     """
-    sub = jobs.plan_submission(spec_file, spec_file.read_text(), code_dir=code_dir, job_id=job_id)
+    sub = jobs.plan_submission(spec_file, spec_file.read_text(), code_dir=code_dir, job_id=job_id,
+                               hyperparameters=dict(hps))
     backend = connect(**conn)
 
     def bundled(files: int, uri: str) -> None:
@@ -315,6 +337,7 @@ def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
     view = jobs.find(backend.reg, job_id)
     record = view.record
     events = backend.reg.events(job_id) if record else []
+    trained = metricview.series(jobs.read_metrics(backend.reg, job_id)) if record else []
     instances = [asdict(i) for i in backend.compute().list_managed()
                  if i.job_id == job_id] if record and record.instances else []
     now = utcnow()
@@ -323,7 +346,8 @@ def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
             "id": view.id, "state": view.state, "since": view.since.isoformat(),
             "waited": (now - view.since).total_seconds(), "reason": view.reason, "drop": view.drop,
             "spec": spec_to_json(view.spec) if view.spec else None}
-        click.echo(json.dumps({"job": job, "events": events, "instances": instances}, indent=1, default=str))
+        click.echo(json.dumps({"job": job, "events": events, "instances": instances,
+                                "metrics": [metricview.summary(s) for s in trained]}, indent=1, default=str))
         return
     console = Console()
     for col, cell in zip(COLUMNS, display(view_row(view, now)), strict=True):
@@ -336,6 +360,9 @@ def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
             console.print(yaml.safe_dump(spec_to_json(view.spec), sort_keys=False).rstrip(), highlight=False)
         return
     console.print(f"[bold]{'instances':>14}[/bold]  {', '.join(record.instances) or '-'}")
+    for i, s in enumerate(trained):  # the last values; `jobplane metrics` has the rest
+        console.print(f"[bold]{'metrics' if i == 0 else '':>14}[/bold]  {s.name} {metricview.last_line(s)}",
+                      highlight=False)
     table = Table("TIME", "EVENT", "DETAIL", box=None, header_style="bold", title="events", title_justify="left")
     for ev in events:
         detail = {k: v for k, v in ev.items() if k not in ("time", "kind", "spec")}
@@ -381,6 +408,53 @@ def logs(job_id: str, follow: bool, rank: int | None, attempt: int | None, inter
         click.echo(text, nl=not text.endswith("\n") and bool(text))
     if not chunks and not view.terminal:
         click.echo(f"job {job_id}: {jobview.status(view, utcnow()).text}; no output yet (-f waits for it)", err=True)
+
+
+@cli.command(name="metrics")
+@click.argument("job_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON, every point included.")
+@click.option("--plot", "plot_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write a PNG line chart, one panel per metric (needs matplotlib: "
+                   "pip install 'jobplane[plot]').")
+@click.option("--rank", type=int, help="This node's metrics (default: each from the lowest rank that printed it).")
+@click.option("--attempt", type=int, help="Only this attempt (default: every attempt).")
+@registry_options
+@cloud_errors
+def metrics_cmd(job_id: str, as_json: bool, plot_file: Path | None, rank: int | None, attempt: int | None,
+                **conn: str | None) -> None:
+    """Show the training metrics a job's agents read from its output: last value, min, max, points, and
+    the trend across attempts (| between attempts, ! a NaN or Inf).
+
+    \b
+    The metrics are the spec's `metrics` (SageMaker's MetricDefinitions), else loss, accuracy,
+    learning_rate and step as the output prints them (`step 10 loss 0.5`, `loss=0.5`, `'loss': 0.5`).
+    Example:
+      jobplane metrics demo-1122-113005-ab12 --plot loss.png
+    """
+    backend = connect(**conn)
+    view = jobs.find(backend.reg, job_id)
+    trained = metricview.series(jobs.read_metrics(backend.reg, job_id, attempt, rank), rank)
+    if as_json:
+        click.echo(json.dumps({"job_id": job_id, "state": view.state,
+                               "metrics": [metricview.summary(s, points=True) for s in trained]}, indent=1))
+    elif trained:
+        table = Table(*metricview.COLUMNS, box=None, header_style="bold")
+        for s in trained:
+            table.add_row(*metricview.cells(s))
+        Console(width=max(120, shutil.get_terminal_size().columns)).print(table, highlight=False)
+    else:
+        click.echo(f"job {job_id} ({view.state}): no metrics yet" + (
+            "" if view.terminal else "; they come with its log chunks"), err=True)
+    if plot_file is not None:
+        if not trained:
+            raise UserError(f"no metrics to plot for {job_id}")
+        from jobplane.plot import PlotUnavailable, plot
+
+        try:
+            drawn = plot(trained, plot_file, f"{job_id} ({view.state})")
+        except PlotUnavailable as exc:
+            raise UserError(str(exc)) from None
+        click.echo(f"wrote {plot_file}: " + ", ".join(f"{name} {n} points" for name, n in drawn.items()), err=True)
 
 
 class DurationType(click.ParamType):  # type: ignore[type-arg]

@@ -16,7 +16,7 @@ import secrets
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -29,6 +29,7 @@ from jobplane import keys
 from jobplane.clouds.base import Compute, NotFound, PreconditionFailed
 from jobplane.errors import SpecError
 from jobplane.jobview import JobView, Status, readable_job_id, rejected_reason, status, view_row
+from jobplane.metrics import Sample, decode
 from jobplane.registry import JobExists, JobNotFound, JobRecord, Registry, TransitionRefused, utcnow
 from jobplane.spec import URI_SCHEMES, job_id_problem, load_document, parse_spec
 from jobplane.states import LIVE, TERMINAL, State
@@ -153,15 +154,19 @@ class Submission:
 
 
 def plan_submission(spec_file: Path, text: str, *, code_dir: Path | None = None, job_id: str | None = None,
-                    now: datetime | None = None) -> Submission:
+                    now: datetime | None = None, hyperparameters: Mapping[str, Any] | None = None) -> Submission:
     """Check a spec the way the launcher will, before anything is uploaded; JobError says what is wrong.
 
     `code: ./src` in the spec means the same as --code ./src (relative to the spec's directory).
+    hyperparameters (`submit --hp name=value`) override or add to the spec's, in the spec that is dropped.
     """
     try:
         doc = load_document(text, spec_file.name)
     except SpecError as exc:
         raise JobError(f"{spec_file}: " + "; ".join(map(str, exc.errors))) from None
+    given = doc.get("hyperparameters")
+    if hyperparameters and (given is None or isinstance(given, dict)):  # else validation names the field
+        doc["hyperparameters"] = {**(given or {}), **hyperparameters}
     if code_dir is None and isinstance(doc.get("code"), str) and "://" not in doc["code"]:
         code_dir = (spec_file.parent / doc["code"]).resolve()
         if not code_dir.is_dir():
@@ -240,21 +245,33 @@ class LogReader:
         self.seen: set[str] = set()
 
     def new(self) -> list[Chunk]:
-        base = keys.logs_prefix(self.job_id)
-        found: list[tuple[tuple[int, int, str], str]] = []
-        prefix = keys.logs_prefix(self.job_id, self.attempt, self.rank if self.attempt is not None else None)
-        for key, _, _ in self.reg.listing(prefix):
-            parts = key.removeprefix(base).split("/")
-            if len(parts) != 3 or key in self.seen or not (parts[0].isdigit() and parts[1].isdigit()):
-                continue
-            if self.rank is not None and int(parts[1]) != self.rank:
-                continue
-            found.append(((int(parts[0]), int(parts[1]), parts[2]), key))
         chunks = []
-        for (attempt, rank, _), key in sorted(found):
-            chunks.append(Chunk(attempt, rank, self.reg.get_bytes(key).decode(errors="replace")))
-            self.seen.add(key)
+        for attempt, rank, key in node_chunks(self.reg, keys.logs_prefix, self.job_id, self.attempt, self.rank):
+            if key not in self.seen:
+                chunks.append(Chunk(attempt, rank, self.reg.get_bytes(key).decode(errors="replace")))
+                self.seen.add(key)
         return chunks
+
+
+def node_chunks(reg: Registry, prefix: Callable[..., str], job_id: str, attempt: int | None = None,
+                rank: int | None = None) -> list[tuple[int, int, str]]:
+    """(attempt, rank, key) of the chunks under prefix(job_id, attempt, rank) (logs or metrics), in (attempt,
+    rank, sequence) order; optionally one attempt and/or rank."""
+    base = prefix(job_id)
+    found: list[tuple[tuple[int, int, str], str]] = []
+    for key, _, _ in reg.listing(prefix(job_id, attempt, rank if attempt is not None else None)):
+        parts = key.removeprefix(base).split("/")
+        if len(parts) != 3 or not (parts[0].isdigit() and parts[1].isdigit()):
+            continue
+        if rank is None or int(parts[1]) == rank:
+            found.append(((int(parts[0]), int(parts[1]), parts[2]), key))
+    return [(a, r, key) for (a, r, _), key in sorted(found)]
+
+
+def read_metrics(reg: Registry, job_id: str, attempt: int | None = None, rank: int | None = None) -> list[Sample]:
+    """The metric samples the job's agents read from its output, in (attempt, rank, printed) order."""
+    return [sample for a, r, key in node_chunks(reg, keys.metrics_prefix, job_id, attempt, rank)
+            for sample in decode(reg.get_bytes(key), a, r)]
 
 
 def tagged(chunk: Chunk) -> str:

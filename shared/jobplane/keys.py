@@ -82,8 +82,8 @@ def exit_report(job_id: str, attempt: int, rank: int) -> str:
     return f"{JOBS}{job_id}/attempts/{attempt}/nodes/{rank}/exit.json"
 
 
-def logs_prefix(job_id: str, attempt: int | None = None, rank: int | None = None) -> str:
-    key = f"{JOBS}{job_id}/logs/"
+def _per_node(area: str, job_id: str, attempt: int | None, rank: int | None) -> str:
+    key = f"{JOBS}{job_id}/{area}/"
     if attempt is not None:
         key += f"{attempt}/"
         if rank is not None:
@@ -91,14 +91,27 @@ def logs_prefix(job_id: str, attempt: int | None = None, rank: int | None = None
     return key
 
 
+def logs_prefix(job_id: str, attempt: int | None = None, rank: int | None = None) -> str:
+    return _per_node("logs", job_id, attempt, rank)
+
+
 def log_chunk(job_id: str, attempt: int, rank: int, seq: int) -> str:
     # zero-padded so key order is write order
-    return f"{JOBS}{job_id}/logs/{attempt}/{rank}/{seq:08d}.log"
+    return f"{logs_prefix(job_id, attempt, rank)}{seq:08d}.log"
+
+
+def metrics_prefix(job_id: str, attempt: int | None = None, rank: int | None = None) -> str:
+    return _per_node("metrics", job_id, attempt, rank)
+
+
+def metrics_chunk(job_id: str, attempt: int, rank: int, seq: int) -> str:
+    """Metric points (JSON Lines) the agent read from the output, shipped with the log chunks."""
+    return f"{metrics_prefix(job_id, attempt, rank)}{seq:08d}.jsonl"
 
 
 def console_log(job_id: str, attempt: int, rank: int) -> str:
     """A VM's console output, saved by the sweeper when its agent never started; sorts after the chunks."""
-    return f"{JOBS}{job_id}/logs/{attempt}/{rank}/console.log"
+    return f"{logs_prefix(job_id, attempt, rank)}console.log"
 
 
 def checkpoints_prefix(job_id: str) -> str:

@@ -126,7 +126,7 @@ def check_against_policy(spec: JobSpec, policy: Policy) -> list[FieldError]:
     errors: list[FieldError] = []
     for i, itype in enumerate(spec.instance_types):
         if not any(fnmatchcase(itype, pattern) for pattern in policy.allowed_instance_types):
-            path = "instance_type" if isinstance(spec.instance_type, str) else f"instance_type.{i}"
+            path = "instance_type" if isinstance(spec.instance_type, str) else f"instance_type[{i}]"
             errors.append(FieldError(path, f"{itype!r} is not allowed by the platform policy "
                                            f"(allowed: {', '.join(policy.allowed_instance_types)})"))
     if spec.num_nodes > policy.max_nodes_per_job:
@@ -157,5 +157,5 @@ def check_against_deployment(spec: JobSpec, cloud: str, region: str | None) -> l
     for i, zone in enumerate(spec.zones):
         # us-east-1a and us-central1-b are in their region; europe-west10-a is not in europe-west1
         if not zone.startswith(region) or zone[len(region):len(region) + 1].isdigit():
-            errors.append(FieldError(f"zones.{i}", f"{zone!r} is not a zone of this deployment's region {region!r}"))
+            errors.append(FieldError(f"zones[{i}]", f"{zone!r} is not a zone of this deployment's region {region!r}"))
     return errors

@@ -195,7 +195,8 @@ def _apply_one(reg: Registry, compute: Compute | None, action: Action, *, now: d
     if action.write_limits is not None:
         reg.store.put(reg.key(action.write_limits.key), b"", "text/plain")
     if action.stop and job_id:
-        reg.put_json(keys.stop_request(job_id), {"time": now.isoformat(), "by": "uptime-cap", "reason": action.reason})
+        by = "sweeper" if action.rule == Rule.STOP_PEERS else "uptime-cap"
+        reg.put_json(keys.stop_request(job_id), {"time": now.isoformat(), "by": by, "reason": action.reason})
     if action.relaunch and job_id and action.expect_attempt is not None:
         if compute is None:
             raise RuntimeError("no compute adapter to relaunch with")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -11,7 +12,7 @@ import time
 import boto3
 import pytest
 
-from jobplane import keys
+from jobplane import keys, metrics
 from tests.agent.conftest import ROOT, World, console_of, json_line
 from tests.helpers import wait_for
 
@@ -201,4 +202,49 @@ def test_agent_configured_by_environment_like_the_bootstrap_starts_it(world: Wor
     assert node.wait() == 0, console_of(node)
     assert "hello from env-job attempt 1" in world.logs("env-job")
     assert world.json(keys.exit_report("env-job", 1, 0))["code"] == 0
+    assert world.poweroff_log.exists()
+
+
+DIVERGE = """
+import json, os, pathlib, signal, sys, time
+hps = json.loads(pathlib.Path(os.environ["SM_INPUT_CONFIG_DIR"], "hyperparameters.json").read_text())
+print("hyperparameters " + json.dumps({"file": hps, "SM_HP_LR": os.environ["SM_HP_LR"]}), flush=True)
+ckpt, step = pathlib.Path(os.environ["JOBPLANE_CHECKPOINT_DIR"]), 0
+
+def stop(*_):
+    (ckpt / "final.txt").write_text(str(step))
+    print("got SIGTERM at step", step, flush=True)
+    sys.exit(0)
+
+signal.signal(signal.SIGTERM, stop)
+while True:
+    step += 1
+    diverged = step >= int(os.environ["SM_HP_NAN_AT"])
+    print(f"step {step} loss {'nan' if diverged else round(1 / step, 4)}", flush=True)
+    time.sleep(3600 if diverged else 0.02)  # only the agent can end it now
+"""
+
+
+def test_a_stop_on_match_stops_the_job_at_once_syncs_its_checkpoint_and_says_why(world: World) -> None:
+    world.seed("nan-job", {"run": "python3 diverge.py", "stop_on": {"nan": True},
+                           "hyperparameters": {"nan_at": 20, "lr": 0.01}}, code={"diverge.py": DIVERGE})
+    node = world.start("nan-job")
+    assert node.wait() == 0, console_of(node)
+
+    report = world.json(keys.exit_report("nan-job", 1, 0))
+    why = 'loss became nan at step 20: "step 20 loss nan"'
+    assert (report["reason"], report["code"], report["error"]) == ("early-stop", 0, why)
+    assert world.files(keys.checkpoints_prefix("nan-job"))["final.txt"] == b"20"  # the final sync ran
+    logs = world.logs("nan-job")
+    assert f"stop_on: {why}" in logs and "early-stop: SIGTERM to the process group" in logs
+    assert "got SIGTERM at step 20" in logs
+    assert json_line(logs, "hyperparameters ") == {"file": {"nan_at": "20", "lr": "0.01"}, "SM_HP_LR": "0.01"}
+
+    chunks = [k for k, _, _ in world.reg.listing(keys.metrics_prefix("nan-job", 1, 0))]
+    samples = [s for k in chunks for s in metrics.decode(world.reg.get_bytes(k), 1, 0)]
+    losses = [(s.step, s.value) for s in samples if s.name == "loss"]
+    assert [step for step, _ in losses] == list(range(1, 21)) and math.isnan(losses[-1][1])
+    assert losses[:2] == [(1, 1.0), (2, 0.5)]
+    tagging = boto3.client("s3").get_object_tagging(Bucket="jobplane-agent-test", Key=world.reg.key(chunks[0]))
+    assert tagging["TagSet"] == [{"Key": "jobplane:object", "Value": "log"}]  # expires with the logs
     assert world.poweroff_log.exists()

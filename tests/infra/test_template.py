@@ -259,8 +259,8 @@ def test_vm_role_has_no_ec2_no_iam_and_only_registry_reads_and_writes(synth: Syn
                 "jobs/j1/attempts/2/cluster.json", "jobs/j1/control/stop"):
         assert allows(sts, Request("s3:GetObject", obj + key)), key
     for key in ("heartbeats/j1/2/0", "heartbeats/j1/2/0.output", "jobs/j1/logs/2/0/00000001.log",
-                "jobs/j1/checkpoints/step-100.pt", "jobs/j1/artifacts/model/w.bin",
-                "jobs/j1/attempts/2/nodes/0/exit.json", "preempted-jobs/j1"):
+                "jobs/j1/metrics/2/0/00000001.jsonl", "jobs/j1/checkpoints/step-100.pt",
+                "jobs/j1/artifacts/model/w.bin", "jobs/j1/attempts/2/nodes/0/exit.json", "preempted-jobs/j1"):
         assert allows(sts, Request("s3:PutObject", obj + key)), key
     # never the control plane's own keys
     for key in ("jobs/j1/job.json", "active/j1/RUNNING.2", "queue/j2.yaml", "config/policy.yaml",
@@ -277,8 +277,9 @@ def test_vm_role_has_no_ec2_no_iam_and_only_registry_reads_and_writes(synth: Syn
     for key in ("jobs/j1/job.json", "jobs/j1/logs/2/0/00000001.log", "heartbeats/j1/2/0", "queue/j2.yaml",
                 "jobs/j1/attempts/2/nodes/0/exit.json", "preempted-jobs/j1"):
         assert not allows(sts, Request("s3:DeleteObject", obj + key)), key
-    # the tag the log-chunk lifecycle rule filters on: log chunks only
+    # the tag the log-chunk lifecycle rule filters on: log and metrics chunks only
     assert allows(sts, Request("s3:PutObjectTagging", obj + "jobs/j1/logs/2/0/00000001.log"))
+    assert allows(sts, Request("s3:PutObjectTagging", obj + "jobs/j1/metrics/2/0/00000001.jsonl"))
     assert not allows(sts, Request("s3:PutObjectTagging", obj + "jobs/j1/checkpoints/step-100.pt"))
 
 

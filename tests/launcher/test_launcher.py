@@ -147,9 +147,9 @@ def test_policy_violation_records_an_invalid_job(cloud: Cloud) -> None:
     assert drop_and_handle(cloud, "too-big") == "invalid"
 
     record = cloud.registry.job("too-big")
-    assert record.state == State.INVALID and "instance_type.0" in (record.reason or "")
+    assert record.state == State.INVALID and "instance_type[0]" in (record.reason or "")
     doc = cloud.registry.get_json(keys.rejected_error("too-big"))
-    assert [e["field"] for e in doc["errors"]] == ["instance_type.0", "instance_type.1"]
+    assert [e["field"] for e in doc["errors"]] == ["instance_type[0]", "instance_type[1]"]
     assert list(cloud.registry.listing(keys.active_prefix("too-big"))) == []
     assert cloud.calls.run_instances == [] and queue_keys(cloud) == []
 
@@ -158,7 +158,7 @@ def test_policy_violation_records_an_invalid_job(cloud: Cloud) -> None:
 @pytest.mark.parametrize(("text", "field"), [
     ("cloud: gcp\ninstance_type: n2-standard-4\nzones: [us-central1-a]\nrun: python3 train.py\n", "cloud"),
     ("region: eu-west-1\ninstance_type: t3.micro\nrun: python3 train.py\n", "region"),
-    ("zones: [us-east-1a, eu-west-1a]\ninstance_type: t3.micro\nrun: python3 train.py\n", "zones.1"),
+    ("zones: [us-east-1a, eu-west-1a]\ninstance_type: t3.micro\nrun: python3 train.py\n", "zones[1]"),
 ])
 def test_a_spec_for_another_cloud_or_region_is_invalid_and_never_launched(cloud: Cloud, text: str,
                                                                           field: str) -> None:

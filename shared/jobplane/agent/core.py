@@ -7,7 +7,9 @@ uploads complete checkpoint files and their manifest (jobplane.agent.checkpoints
 registry write is retried and no failure skips the exit report or the power-off.
 
 SIGTERM or SIGINT (`on_signal`, installed by the entry point) is a stop request too: the VM is shutting
-down (GCE's shutdown script, EC2's OS shutdown), often before the next poll has seen the notice.
+down (GCE's shutdown script, EC2's OS shutdown), often before the next poll has seen the notice. So is a
+line of output that matches the spec's `stop_on` rules (`_stop_early`, from the thread reading the output):
+the user process is stopped the same graceful way at once, and the exit report says why ("early-stop").
 """
 
 from __future__ import annotations
@@ -28,10 +30,18 @@ from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
-from jobplane import keys
+from jobplane import keys, metrics
 from jobplane.agent import gpu
 from jobplane.agent.checkpoints import SETTLE, CheckpointSync, publish
-from jobplane.agent.layout import Cluster, Layout, resource_config, shard, split_uri, user_env
+from jobplane.agent.layout import (
+    Cluster,
+    Layout,
+    hyperparameters_file,
+    resource_config,
+    shard,
+    split_uri,
+    user_env,
+)
 from jobplane.agent.output import OutputLog
 from jobplane.agent.process import UserProcess
 from jobplane.agent.transfer import TARBALL_SUFFIXES, fetch, fetch_tarball, keys_under
@@ -44,6 +54,7 @@ from jobplane.clouds.base import (
     ObjectStore,
     PreconditionFailed,
 )
+from jobplane.metrics import EARLY_STOP
 from jobplane.registry import Registry
 from jobplane.spec import JobSpec
 
@@ -54,7 +65,7 @@ AGENT_ERROR = 125  # exit code when the agent itself could not run the job (like
 REQUIREMENTS = "requirements.txt"
 AGENT_SITE = str(Path(__file__).resolve().parents[2])  # where this agent's packages are (the bundle's site/)
 _TICK = 0.2  # how often the main thread looks at the user process
-MAX_CHUNK = 4 << 20  # bytes per log object: a chatty job writes more objects, never huge ones
+MAX_CHUNK = 4 << 20  # bytes per log or metrics object: a chatty job writes more objects, never huge ones
 # After SIGTERM the VM is assumed gone this soon: GCE hard-stops a Spot VM 30 s after its soft off (a
 # Standard one after 120 s) and the guest spends a few of those reaching the shutdown script.
 SIGNAL_BUDGET_S = 25.0
@@ -102,7 +113,7 @@ class AgentConfig:
 @dataclass
 class Outcome:
     code: int | None
-    reason: str  # "exit" | "preempted" | "stopped"
+    reason: str  # "exit" | "preempted" | "stopped" | "early-stop"
     notice: dict[str, str] | None = None
     error: str | None = None
     signal: str | None = None  # "SIGTERM" when a signal asked the agent to stop
@@ -134,12 +145,20 @@ class Agent:
         self._interrupt: Outcome | None = None
         self._interrupted = threading.Event()
         self._stop_background = threading.Event()
-        self._log_seq = 0
+        self._seq = {"logs": 0, "metrics": 0}  # next chunk number of each stream
         self._marked_output = 0
         self._checkpoints: CheckpointSync | None = None
         self._ended_ns: int | None = None  # when the user process ended (wall clock, to compare with mtimes)
 
     # ---- entry point -------------------------------------------------------------------------------------
+    def _stop_early(self, why: str) -> None:
+        """A stop_on rule matched (called by the thread reading the output, on that line): the main thread,
+        woken at once, stops the user process as for a stop request, and the exit report says why."""
+        if self._interrupt is None:
+            self._interrupt = Outcome(None, EARLY_STOP, error=why)
+            self._interrupted.set()
+            self.out.note(f"stop_on: {why}")
+
     def on_signal(self, signum: int, frame: object = None) -> None:
         """SIGTERM / SIGINT handler (signal.signal(sig, agent.on_signal), from the main thread).
 
@@ -194,6 +213,7 @@ class Agent:
     def _work(self, run: _Run) -> Outcome:
         record = self._retry("read job.json", lambda: self.reg.job(run.job_id))
         run.spec = record.spec
+        self.out.watch(metrics.Extractor(record.spec.metrics, record.spec.stop_on), self._stop_early)
         if record.terminal or record.attempt > run.attempt:
             self.out.note(f"job is {record.state} at attempt {record.attempt}: this node ({run.attempt}) stands down")
             return Outcome(None, "stopped")
@@ -259,6 +279,7 @@ class Agent:
                           f" {restored.summary()})")
         self._checkpoints = checkpoints  # from now on the checkpointer thread uploads changes
         lay.resource_config.write_text(json.dumps(resource_config(cluster, run.rank), indent=1))
+        lay.hyperparameters.write_text(json.dumps(hyperparameters_file(spec), indent=1))
         return user_env(spec=spec, job_id=run.job_id, attempt=run.attempt, rank=run.rank, cluster=cluster,
                         layout=lay, num_gpus=gpu.gpu_count(), num_cpus=os.cpu_count() or 1, base=_user_base_env())
 
@@ -318,7 +339,8 @@ class Agent:
             interrupt = self._interrupt  # read once: a signal or the poll may set it at any moment
             if code is not None:
                 self._ended_ns = time.time_ns()
-                if interrupt is not None and code != 0:  # a shutdown signals the whole service, user code too
+                # a shutdown signals the whole service, user code too; a stop_on match stands whatever the code
+                if interrupt is not None and (code != 0 or interrupt.reason == EARLY_STOP):
                     interrupt.code = code
                     return interrupt
                 return Outcome(code, "exit")
@@ -371,25 +393,42 @@ class Agent:
             return False
 
     def _ship_logs(self, run: _Run) -> None:
+        """The output since the last flush as log chunks, then its metric points as metrics chunks."""
         data = self.out.take()
         while data:
             piece, rest = data[:MAX_CHUNK], data[MAX_CHUNK:]
             try:
-                self._put_chunk(run, piece)
+                self._put_chunk(run, "logs", piece)
             except Exception:
                 self.out.give_back(data)  # nothing is lost: the next flush retries from here
                 raise
             data = rest
-
-    def _put_chunk(self, run: _Run, data: bytes) -> None:
-        while True:  # chunks are create-only: a restarted agent skips past, never overwrites, old ones
-            key = self.reg.key(keys.log_chunk(run.job_id, run.attempt, run.rank, self._log_seq))
+        points = self.out.take_points()
+        while points:
+            n = size = 0
+            while n < len(points) and (n == 0 or size + len(points[n]) <= MAX_CHUNK):  # whole lines only
+                size += len(points[n])
+                n += 1
             try:
-                self.reg.store.put_if_absent(key, data, "text/plain", tags=dict([LOG_OBJECT_TAG]))
-                self._log_seq += 1
+                self._put_chunk(run, "metrics", b"".join(points[:n]))
+            except Exception:
+                self.out.give_back_points(points)
+                raise
+            points = points[n:]
+
+    def _put_chunk(self, run: _Run, stream: str, data: bytes) -> None:
+        """Chunks are create-only: a restarted agent skips past, never overwrites, old ones. Both streams carry
+        the log tag, so the bucket's log lifecycle rule expires them together."""
+        chunk, content_type = ((keys.log_chunk, "text/plain") if stream == "logs"
+                               else (keys.metrics_chunk, "application/x-ndjson"))
+        while True:
+            key = self.reg.key(chunk(run.job_id, run.attempt, run.rank, self._seq[stream]))
+            try:
+                self.reg.store.put_if_absent(key, data, content_type, tags=dict([LOG_OBJECT_TAG]))
+                self._seq[stream] += 1
                 return
             except PreconditionFailed:
-                self._log_seq += 1
+                self._seq[stream] += 1
 
     def _heartbeat(self, run: _Run) -> None:
         last = self.out.last_output_at

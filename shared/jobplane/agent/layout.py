@@ -4,6 +4,7 @@ The SageMaker layout under the ML root (/opt/ml on a VM; a scratch dir in tests 
   code/                      the unpacked code bundle; `setup` and `run` start here
   input/data/<channel>/      inputs, SM_CHANNEL_<CHANNEL>
   input/config/resourceconfig.json
+  input/config/hyperparameters.json   the spec's hyperparameters, each value a string (also SM_HPS, SM_HP_<NAME>)
   model/                     SM_MODEL_DIR (spec.artifacts_dir, default /opt/ml/model)
   checkpoints/               JOBPLANE_CHECKPOINT_DIR (spec.checkpoint_dir, default /opt/ml/checkpoints)
   output/data/               SM_OUTPUT_DATA_DIR
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from jobplane.spec import JobSpec
+from jobplane.spec import JobSpec, hp_string
 
 SAGEMAKER_ROOT = PurePosixPath("/opt/ml")
 GROUP = "homogeneousCluster"
@@ -61,6 +62,10 @@ class Layout:
     @property
     def resource_config(self) -> Path:
         return self.config_dir / "resourceconfig.json"
+
+    @property
+    def hyperparameters(self) -> Path:
+        return self.config_dir / "hyperparameters.json"
 
     @property
     def output_dir(self) -> Path:
@@ -123,6 +128,19 @@ def resource_config(cluster: Cluster, rank: int) -> dict[str, Any]:
     }
 
 
+def hyperparameters_file(spec: JobSpec) -> dict[str, str]:
+    """hyperparameters.json as SageMaker writes it: every value a string ({"epochs": "10", "lr": "0.01"})."""
+    return {name: hp_string(value) for name, value in spec.hyperparameters.items()}
+
+
+def hyperparameter_env(spec: JobSpec) -> dict[str, str]:
+    """As SageMaker's training toolkit sets them: SM_HPS, the hyperparameters as one JSON object with their
+    types; SM_HP_<NAME>, the name upper-cased (hyphens and dots kept), the value a string."""
+    hps = spec.hyperparameters
+    return {"SM_HPS": json.dumps(hps, sort_keys=True, separators=(",", ":")),
+            **{f"SM_HP_{name.upper()}": hp_string(value) for name, value in hps.items()}}
+
+
 def user_env(*, spec: JobSpec, job_id: str, attempt: int, rank: int, cluster: Cluster, layout: Layout,
              num_gpus: int, num_cpus: int, base: dict[str, str]) -> dict[str, str]:
     """The user process's environment: base (the agent's), the spec's env, then ours (ours win)."""
@@ -151,6 +169,7 @@ def user_env(*, spec: JobSpec, job_id: str, attempt: int, rank: int, cluster: Cl
         "SM_RESOURCE_CONFIG": json.dumps(resource_config(cluster, rank)),
     })
     env.update({channel_env_name(name): str(layout.channel_dir(name)) for name in spec.inputs})
+    env.update(hyperparameter_env(spec))
     return env
 
 

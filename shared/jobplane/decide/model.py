@@ -49,8 +49,8 @@ class ExitReport:
 
     rank: int
     code: int
-    reason: str = "exit"  # exit | preempted | stopped
-    error: str | None = None  # what the agent says went wrong (requirements.txt, its own failure)
+    reason: str = "exit"  # exit | preempted | stopped | early-stop (a stop_on rule matched)
+    error: str | None = None  # what the agent says went wrong (requirements.txt, its own failure, the stop_on match)
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,8 @@ class Rule(StrEnum):
     LIMITS = "limits"  # write the limits/ key of a RUNNING attempt
     FINISHED = "finished"
     STOPPED = "stopped"  # every rank exited on a stop request: the uptime cap's
+    EARLY_STOP = "early-stop"  # every rank exited and one on a stop_on match: FAILED with it, never rerun
+    STOP_PEERS = "stop-peers"  # a rank stopped on a stop_on match: ask the others to stop too
     ORPHAN = "orphan"
     STALLED = "stalled"
     BOOT_RETRY = "boot-retry"

@@ -15,6 +15,7 @@ from jobplane import keys
 from jobplane.clouds.base import Instance
 from jobplane.decide.model import Action, ExitReport, Limits, Rule, Snapshot, age, alive, claim
 from jobplane.decide.safety import limit_blast_radius, terminable
+from jobplane.metrics import EARLY_STOP
 from jobplane.policy import Policy
 from jobplane.registry import Beat, JobRecord
 from jobplane.spec import format_duration
@@ -28,8 +29,9 @@ LOST_GRACE = 120
 # transition lost it to a crash between the two writes: the sweep writes it again.
 REMARK_AFTER = 60
 # Least risky first: the blast-radius limit lets the head of the list through.
-_ORDER = [Rule.FINISHED, Rule.STOPPED, Rule.STARTED, Rule.LIMITS, Rule.REPAIR, Rule.REMARK, Rule.LOST,
-          Rule.LOST_SPOT, Rule.STALLED, Rule.BOOT_FAILED, Rule.BOOT_RETRY, Rule.ORPHAN, Rule.CLEANUP]
+_ORDER = [Rule.FINISHED, Rule.STOPPED, Rule.EARLY_STOP, Rule.STOP_PEERS, Rule.STARTED, Rule.LIMITS, Rule.REPAIR,
+          Rule.REMARK, Rule.LOST, Rule.LOST_SPOT, Rule.STALLED, Rule.BOOT_FAILED, Rule.BOOT_RETRY, Rule.ORPHAN,
+          Rule.CLEANUP]
 CONSOLE_HINT = "the VM's console output is in `jobplane logs {job_id} --attempt {attempt}`"
 
 
@@ -122,7 +124,8 @@ def _job(record: JobRecord, index: Index, now: datetime, policy: Policy) -> list
               or _started(record, index.beats[job_id, n], policy)
               or _lost(record, exits, instances, now, policy)
               or _boot_timeout(record, index.beats[job_id, n], instances, now, policy)
-              or _stalled(record, exits, index.beats[job_id, n], instances, now, policy))
+              or _stalled(record, exits, index.beats[job_id, n], instances, now, policy)
+              or _stop_peers(record, exits))
     if action is None and record.state == State.RUNNING and (job_id, n) not in index.limits:
         action = Action(Rule.LIMITS, job_id, "record per-job limits for listing-only sweeps",
                         write_limits=_limits(record, policy))
@@ -145,6 +148,11 @@ def _finished(record: JobRecord, exits: dict[int, ExitReport], instances: list[I
     # every VM of the job goes, powered-off ones too: a stopped GCE VM (or EC2 with stop-on-shutdown)
     # still bills its disk
     leftovers = terminable(instances)
+    early = _early_stop(reports)
+    if early is not None:
+        on = f" (rank {early.rank})" if len(reports) > 1 else ""
+        return claim(record, Rule.EARLY_STOP, f"stopped: {early.error or 'a stop_on rule matched'}{on}",
+                      to=State.FAILED, terminate=leftovers, updates={"exit_code": early.code})
     if any(e.reason == "stopped" for e in reports):
         cap = format_duration(policy.max_runtime(record.spec))
         return claim(record, Rule.STOPPED, f"stopped at the uptime cap ({cap})", to=State.TIMED_OUT,
@@ -156,6 +164,22 @@ def _finished(record: JobRecord, exits: dict[int, ExitReport], instances: list[I
     why = f"rank {failed.rank} exited with code {failed.code}" + (f": {failed.error}" if failed.error else "")
     return claim(record, Rule.FINISHED, why, to=State.FAILED, terminate=leftovers,
                   updates={"exit_code": failed.code})
+
+
+def _early_stop(reports: Iterable[ExitReport]) -> ExitReport | None:
+    return next((e for e in reports if e.reason == EARLY_STOP), None)
+
+
+def _stop_peers(record: JobRecord, exits: dict[int, ExitReport]) -> Action | None:
+    """A rank stopped on a stop_on match while others run (a rank that prints no loss would wait in its next
+    collective until a timeout): they get a stop request, so they checkpoint and exit too. Asked again each
+    sweep until every rank has reported; a repeated request is harmless."""
+    early = _early_stop(exits.values())
+    running = [r for r in range(record.spec.num_nodes) if r not in exits]
+    if early is None or not running or record.state != State.RUNNING:
+        return None
+    return claim(record, Rule.STOP_PEERS, f"rank {early.rank} stopped ({early.error}): asking rank "
+                                          f"{', '.join(map(str, running))} to stop", stop=True)
 
 
 def _unstarted(record: JobRecord, beats: list[Beat]) -> list[int]:

@@ -32,7 +32,8 @@ VERBS: dict[str, str] = {
     Rule.STARTED: "running", Rule.FINISHED: "finished", Rule.STOPPED: "capped", Rule.STOP: "capped",
     Rule.TIMED_OUT: "capped", Rule.CAP_NO_JOB: "capped", Rule.ORPHAN: "reaped", Rule.STALLED: "stalled",
     Rule.BOOT_RETRY: "rerun", Rule.BOOT_FAILED: "failed", Rule.LOST_SPOT: "preempted", Rule.LOST: "lost",
-    Rule.PREEMPTED: "preempted", Rule.RERUN: "rerun", Rule.RERUN_EXHAUSTED: "failed",
+    Rule.PREEMPTED: "preempted", Rule.RERUN: "rerun", Rule.RERUN_EXHAUSTED: "failed", Rule.EARLY_STOP: "failed",
+    Rule.STOP_PEERS: "stopping",
 }
 LAUNCHER_VERBS = {"launched": "launched", "waiting": "waiting", "failed": "failed", "rejected": "rejected",
                   "invalid": "rejected", "duplicate": "rejected"}

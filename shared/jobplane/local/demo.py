@@ -1,8 +1,9 @@
 """`make demo`: the whole lifecycle on one machine, checked. Exit 0 only if every check passes.
 
 Starts `jobplane local up` as its own process, submits examples/demo.yaml with examples/train as code and
-follows it (`submit -f`), prints `jobplane ls --all`, then checks: the job SUCCEEDED, logs and checkpoints
-are in the bucket, no instance is left running. Then two jobs side by side: examples/demo-spot.yaml is
+follows it (`submit -f`), prints `jobplane ls --all` and `jobplane metrics` (the loss its agent read from the
+output), then checks: the job SUCCEEDED, its loss fell, logs and checkpoints are in the bucket, no instance
+is left running. Then two jobs side by side: examples/demo-spot.yaml is
 preempted mid-run and must resume from its synced checkpoint on attempt 2 and succeed;
 examples/demo-runaway.yaml must be asked to stop by its uptime cap and end TIMED_OUT. Last, after the
 local cloud stops, no process or port may remain.
@@ -196,7 +197,16 @@ class Demo:
         ckpts = [k for k, _, _ in reg.listing(keys.checkpoints_prefix(job_id))]
         self.check("checkpoints in the bucket", bool(ckpts),
                    f"{len(ckpts)} files under {keys.checkpoints_prefix(job_id)}")
+        self.metrics(job_id)
         self.no_instance_left()
+
+    def metrics(self, job_id: str) -> None:
+        """`jobplane metrics`: what the agent read from the output as it streamed it."""
+        self.cloud.cli("metrics", job_id, echo=True)
+        found = json.loads(self.cloud.cli("metrics", job_id, "--json").stdout or "{}").get("metrics", [])
+        loss = [p[2] for m in found if m["name"] == "loss" for p in m["points"]]
+        self.check("metrics: the loss fell", len(loss) > 1 and loss[-1] < loss[0],
+                   f"{loss[0]:.6g} -> {loss[-1]:.6g} over {len(loss)} points" if loss else "no loss points")
 
     def preemption(self) -> None:
         """A Spot VM reclaimed mid-run: the agent syncs the checkpoint, rerun starts attempt 2, which resumes."""
