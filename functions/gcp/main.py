@@ -23,7 +23,7 @@ import flask
 import functions_framework
 from cloudevents.http import CloudEvent
 
-from jobplane import keys, reconcile
+from jobplane import drops, keys, reconcile
 from jobplane import launcher as launching
 from jobplane.clouds.gcp import GceCompute
 from jobplane.clouds.gcs import GcsStore
@@ -103,7 +103,8 @@ def launcher(event: CloudEvent) -> None:
     if key.startswith(keys.QUEUE):
         outcome = launching.handle_drop(env.registry, env.compute, key, now=utcnow(), metrics=metrics,
                                           policy=env.policy)
-        log.info("%s: %s", key, outcome, extra={"job_id": key.removeprefix(keys.QUEUE).rpartition(".")[0]})
+        drop = drops.parse(key)
+        log.info("%s: %s", key, outcome, extra={"job_id": drop.job_id if drop else None})
         return
     reconciler = reconcile.rerun if key.startswith(keys.PREEMPTED) else reconcile.sweep
     outcomes = reconciler(env.registry, env.compute, now=utcnow(), metrics=metrics, policy=env.policy,

@@ -22,6 +22,7 @@ PREEMPTED = "preempted-jobs/"
 HEARTBEATS = "heartbeats/"
 SYSTEM = "system/"
 LIMITS = "limits/"
+CODE = "code/"
 POLICY = "config/policy.yaml"
 
 
@@ -59,6 +60,11 @@ def code_prefix(job_id: str) -> str:
 
 def code_bundle(job_id: str) -> str:
     return f"{JOBS}{job_id}/code/code.tar.gz"
+
+
+def code_upload(owner: str, job_id: str) -> str:
+    """Where `jobplane submit` puts a job's code bundle: under its owner's code/<owner>/, like its drop."""
+    return f"{CODE}{owner}/{job_id}.tar.gz"
 
 
 def attempt_prefix(job_id: str, attempt: int) -> str:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from jobplane import keys
+from jobplane import drops
 from jobplane.decide.model import Rule
 from jobplane.registry import JobRecord
 
@@ -81,8 +81,9 @@ def launcher_outcomes(result: Any) -> list[tuple[str, str]]:
     pairs = []
     for text in said:
         subject, _, outcome = text.rpartition(": ")
-        if subject.startswith(keys.QUEUE):  # a drop: its file name is the job id
-            subject = subject.removeprefix(keys.QUEUE).rpartition(".")[0]
+        drop = drops.parse(subject)
+        if drop is not None:  # a drop: its file name is the job id
+            subject = drop.job_id
         pairs.append((subject, outcome))
     return pairs
 
