@@ -241,7 +241,7 @@ def launch_attempt(
         except LaunchRejected as exc:
             return _fail(reg, record, now, metrics, f"the cloud refused {itype} in {zone or 'any zone'}: {exc}")
         return _launched(reg, compute, record, request, [(i.id, i.private_ip, i.zone) for i in instances], now,
-                         metrics, errors, attempt_usage(compute, request, instances, policy, now))
+                         metrics, errors, attempt_usage(compute, request, instances, policy, now), policy)
     return _wait(reg, record, policy, now, metrics, reason="no capacity in any zone or instance type",
                  error="; ".join(errors))
 
@@ -310,14 +310,16 @@ def _bootstrap_target(reg: Registry, compute: Compute) -> tuple[str, str | None]
 
 def _launched(reg: Registry, compute: Compute, record: JobRecord, request: LaunchRequest,
               instances: list[tuple[str, str | None, str | None]], now: datetime, metrics: Metrics,
-              errors: list[str], usage: AttemptUsage) -> JobRecord:
+              errors: list[str], usage: AttemptUsage, policy: Policy) -> JobRecord:
     ids = [i for i, _, _ in instances]
     hosts = [ip or "" for _, ip, _ in instances]
     zone = instances[0][2] or request.zone
+    idle = policy.idle_gpu  # the agents average GPU use over its window and mark idle ranks (jobplane.agent.idle)
     reg.put_json(keys.cluster(record.id, request.attempt), {
         "job_id": record.id, "attempt": request.attempt, "hosts": hosts, "instances": ids,
         "master_addr": hosts[0], "master_port": record.spec.master_port, "num_nodes": request.num_nodes,
         "instance_type": request.instance_type, "zone": zone,
+        **({"idle_gpu": {"window": idle.window, "threshold": idle.threshold}} if idle.action != "off" else {}),
     })
     metrics.add_metric("JobsLaunched", "Count", 1)
     log.info("job %s attempt %d: %d x %s in %s", record.id, request.attempt, len(ids), request.instance_type,

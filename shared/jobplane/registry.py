@@ -104,6 +104,16 @@ class Beat:
     at: datetime
 
 
+@dataclass(frozen=True)
+class IdleMark:
+    """A rank's `.idle` mark in the heartbeats listing: its GPUs were idle over the policy window as of `at`."""
+
+    job_id: str
+    attempt: int
+    rank: int
+    at: datetime
+
+
 def backoff(tries: int) -> None:
     """Full-jitter exponential backoff: contending writers spread apart so a hot record converges."""
     time.sleep(random.uniform(0, min(1.0, 0.01 * 2**tries)))
@@ -318,7 +328,12 @@ class Registry:
     # ---- heartbeats --------------------------------------------------------------------------------
     def heartbeats(self) -> list[Beat]:
         """Every job's heartbeats and output marks from one listing of heartbeats/."""
+        return self.heartbeat_listing()[0]
+
+    def heartbeat_listing(self) -> tuple[list[Beat], list[IdleMark]]:
+        """Heartbeats, output marks and idle marks of every job, from one listing of heartbeats/."""
         beats: list[Beat] = []
+        idle: list[IdleMark] = []
         for key, modified, _ in self.listing(keys.HEARTBEATS):
             parts = key.removeprefix(keys.HEARTBEATS).split("/")
             if len(parts) != 3 or not parts[1].isdigit():
@@ -326,7 +341,9 @@ class Registry:
             rank, _, suffix = parts[2].partition(".")
             if rank.isdigit() and suffix in ("", "output"):
                 beats.append(Beat(parts[0], int(parts[1]), int(rank), suffix == "output", modified))
-        return beats
+            elif rank.isdigit() and suffix == "idle":
+                idle.append(IdleMark(parts[0], int(parts[1]), int(rank), modified))
+        return beats, idle
 
 
 def parse_marker(key: str) -> tuple[str, State, int] | None:

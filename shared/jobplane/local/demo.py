@@ -196,7 +196,20 @@ class Demo:
         ckpts = [k for k, _, _ in reg.listing(keys.checkpoints_prefix(job_id))]
         self.check("checkpoints in the bucket", bool(ckpts),
                    f"{len(ckpts)} files under {keys.checkpoints_prefix(job_id)}")
+        self.costed(record)
         self.no_instance_left()
+
+    def costed(self, record: Any) -> None:
+        """The finished job's estimated cost, and the notification its end published (the console shows it)."""
+        from jobplane import cost
+
+        used = record.usage[-1] if record.usage else None
+        self.check("cost estimated", used is not None and used.price is not None,
+                   cost.describe_attempt(used, record.updated_at) if used else "no attempt recorded")
+        line = f"notified    {record.id} {record.state}"
+        log = self.cloud.state_dir / "local-cloud.log"
+        seen = poll(lambda: line in log.read_text(errors="replace"), 60)
+        self.check("notification published", bool(seen), line if seen else f"no '{line}' in {log} after 60s")
 
     def preemption(self) -> None:
         """A Spot VM reclaimed mid-run: the agent syncs the checkpoint, rerun starts attempt 2, which resumes."""
