@@ -28,3 +28,8 @@ output "scheduler_service_account" {
 output "subnetwork" {
   value = google_compute_subnetwork.jobs.id
 }
+
+output "notification_topic" {
+  description = "Job notifications (a job ended, idle GPUs): subscribe to it."
+  value       = google_pubsub_topic.notifications.id
+}
