@@ -232,7 +232,7 @@ class JobplaneControlPlane(Construct):
         if spec.launches:
             statements += permissions.launch_statements(self.vm_role, network.subnets, network.group.security_group_id,
                                                         network.placement.placement_group_name)
-            statements.append(permissions.image_parameters_statement())
+            statements += [permissions.image_parameters_statement(), permissions.spot_price_statement()]
         if spec.terminates:
             statements += permissions.terminate_statements()
         policy = iam.Policy(self, f"{title}Ec2Policy", roles=[role], statements=statements)

@@ -95,6 +95,13 @@ def image_parameters_statement() -> iam.PolicyStatement:
     )
 
 
+def spot_price_statement() -> iam.PolicyStatement:
+    """The Spot price in effect when a launcher starts Spot VMs, for the job's cost (jobplane.cost). Like every
+    EC2 Describe* call it supports no resource-level permissions."""
+    return iam.PolicyStatement(sid="ReadSpotPricesAtLaunch", actions=["ec2:DescribeSpotPriceHistory"],
+                               resources=["*"])
+
+
 def terminate_statements() -> list[iam.PolicyStatement]:
     """Terminate (and read termination protection and the console output of) instances carrying
     jobplane:managed=true only; the console output of a VM whose agent never started goes to the job's logs."""

@@ -4,7 +4,7 @@ output "bucket" {
 }
 
 output "queue_uri" {
-  description = "Drop job specs here: gcloud storage cp job.yaml <queue_uri>"
+  description = "Drop job specs in its owner folders: gcloud storage cp job.yaml <queue_uri><owner>/ (a spec without owner: <queue_uri>)"
   value       = "gs://${google_storage_bucket.registry.name}/${local.prefix}queue/"
 }
 

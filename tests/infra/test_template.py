@@ -223,6 +223,12 @@ def test_launchers_read_image_parameters_public_and_own_only(synth: Synth, name:
     assert not allows(sts, Request("ssm:PutParameter", "arn:aws:ssm:us-east-1:123456789012:parameter/team/gpu-ami"))
 
 
+@pytest.mark.parametrize("name", HANDLERS)
+def test_launchers_read_spot_prices_for_the_cost_of_what_they_launch(synth: Synth, name: str) -> None:
+    reads = allows(statements(synth, name), Request("ec2:DescribeSpotPriceHistory", "*"))
+    assert reads == (name in ("launcher", "rerun")), name
+
+
 @pytest.mark.parametrize("name", ["sweeper", "uptime_cap", "rerun"])
 def test_console_output_only_of_managed_instances(synth: Synth, name: str) -> None:
     sts = statements(synth, name)
