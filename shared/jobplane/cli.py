@@ -10,6 +10,7 @@ import shutil
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TextIO, TypeVar, cast
 
@@ -18,14 +19,14 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from jobplane import jobs, jobview, metricview
+from jobplane import cost, jobs, jobview, metricview
 from jobplane.clouds.base import Compute
 from jobplane.errors import FieldError, SpecError
-from jobplane.jobview import COLUMNS, Status, display, view_row
+from jobplane.jobview import COLUMNS, Status, display, header, view_row
 from jobplane.policy import DEFAULT_POLICY, Policy, check_against_policy, parse_policy
 from jobplane.registry import JobExists, JobNotFound, Registry, TransitionRefused, utcnow
 from jobplane.settings import Settings
-from jobplane.spec import json_schema_text, parse_duration, parse_spec, spec_to_json
+from jobplane.spec import format_duration, json_schema_text, parse_duration, parse_spec, spec_to_json
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -266,24 +267,28 @@ class HyperparameterType(click.ParamType):  # type: ignore[type-arg]
 @click.option("--id", "job_id", help="Job id (default: from the spec's name and the time).")
 @click.option("--hp", "hps", multiple=True, type=HyperparameterType(),
               help="Set a hyperparameter, over the spec's (repeatable): --hp lr=0.02 --hp epochs=20.")
+@click.option("--owner", envvar="JOBPLANE_OWNER",
+              help="Submit as this owner: to queue/OWNER/ (env JOBPLANE_OWNER; default: the spec's owner).")
 @click.option("-f", "--follow", is_flag=True, help="Then follow it as `logs -f` does and exit with its outcome.")
 @click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between polls with -f.")
 @registry_options
 @cloud_errors
 def submit(spec_file: Path, code_dir: Path | None, job_id: str | None, hps: tuple[tuple[str, Any], ...],
-           follow: bool, interval: float, **conn: str | None) -> None:
+           owner: str | None, follow: bool, interval: float, **conn: str | None) -> None:
     """Submit a job: upload its code (with a progress bar), then drop the spec into queue/.
 
     \b
     Prints the job id. From then on the job is listed, described and followed as QUEUED until the
     launcher takes it (within seconds). With -f, follow it to the end as `logs -f` does, and exit 0
     SUCCEEDED, 1 FAILED, 3 CANCELLED, 4 TIMED_OUT, 5 STALLED, 6 INVALID, 130 Ctrl-C (never stops the job).
+    With an owner (--owner, else the spec's), the spec goes to queue/OWNER/ and the code to code/OWNER/,
+    the places the platform's IAM lets that team write; quotas count by it.
     Example:
       jobplane submit examples/demo.yaml --code examples/train -f
       jobplane submit examples/sagemaker.yaml --code examples/sagemaker --hp epochs=20 --hp lr=0.02
     """
     sub = jobs.plan_submission(spec_file, spec_file.read_text(), code_dir=code_dir, job_id=job_id,
-                               hyperparameters=dict(hps))
+                               hyperparameters=dict(hps), owner=owner)
     backend = connect(**conn)
 
     def bundled(files: int, uri: str) -> None:
@@ -302,10 +307,11 @@ def submit(spec_file: Path, code_dir: Path | None, job_id: str | None, hps: tupl
 @cloud_errors
 def ls_cmd(include_done: bool, as_json: bool, **conn: str | None) -> None:
     """List live jobs, queued ones included (or all with --all): state, attempt, nodes, type, spot, age,
-    runtime, restarts, reason.
+    runtime, estimated cost, restarts, reason.
 
     \b
-    A job still in queue/ shows as QUEUED, its age the time it has waited.
+    A job still in queue/ shows as QUEUED, its age the time it has waited. The cost is an estimate (~):
+    instance time at the price recorded at launch (`jobplane cost` sums it).
     Example:
       jobplane ls --all
     """
@@ -315,7 +321,7 @@ def ls_cmd(include_done: bool, as_json: bool, **conn: str | None) -> None:
         return
     table = Table(box=None, header_style="bold")
     for col in COLUMNS:
-        table.add_column(col.upper().replace("_", " "), overflow="fold")
+        table.add_column(header(col), overflow="fold")
     for row in rows:
         table.add_row(*display(row))
     Console(width=max(160, shutil.get_terminal_size().columns)).print(table)
@@ -346,7 +352,8 @@ def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
             "id": view.id, "state": view.state, "since": view.since.isoformat(),
             "waited": (now - view.since).total_seconds(), "reason": view.reason, "drop": view.drop,
             "spec": spec_to_json(view.spec) if view.spec else None}
-        click.echo(json.dumps({"job": job, "events": events, "instances": instances,
+        spent = cost.as_json(cost.job_cost(record, now)) if record else None
+        click.echo(json.dumps({"job": job, "events": events, "instances": instances, "cost": spent,
                                 "metrics": [metricview.summary(s) for s in trained]}, indent=1, default=str))
         return
     console = Console()
@@ -360,6 +367,8 @@ def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
             console.print(yaml.safe_dump(spec_to_json(view.spec), sort_keys=False).rstrip(), highlight=False)
         return
     console.print(f"[bold]{'instances':>14}[/bold]  {', '.join(record.instances) or '-'}")
+    for used in record.usage:  # what each attempt ran on, and its estimated cost
+        console.print(f"[bold]{'usage':>14}[/bold]  {cost.describe_attempt(used, now)} (estimated)", highlight=False)
     for i, s in enumerate(trained):  # the last values; `jobplane metrics` has the rest
         console.print(f"[bold]{'metrics' if i == 0 else '':>14}[/bold]  {s.name} {metricview.last_line(s)}",
                       highlight=False)
@@ -508,6 +517,46 @@ def cancel(job_id: str, force: bool, **conn: str | None) -> None:
     if done.terminated:
         click.echo(f"terminated {', '.join(done.terminated)}", err=True)
     click.echo(f"{job_id} CANCELLED" + (" before launch" if done.before_launch else ""))
+
+
+@cli.command(name="cost")
+@click.option("--since", type=DurationType(), help="Only instance time in this last stretch (24h, 7d); default: "
+                                                   "all time.")
+@click.option("--by", default="job", show_default=True,
+              help="Group by job, owner, type (instance type), label (each key=value) or label:KEY.")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
+@registry_options
+@cloud_errors
+def cost_cmd(since: int | None, by: str, as_json: bool, **conn: str | None) -> None:
+    """Estimated cost of jobs' instance time, summed by job, owner, instance type or label.
+
+    \b
+    Each attempt's instances count from launch to the end of the attempt (at least a minute each), at the
+    hourly price recorded at launch: EC2's Spot price history, else the policy's prices, else the price
+    table jobplane ships. Disks, addresses, data transfer and storage are not included: an estimate.
+    Examples:
+      jobplane cost --since 7d --by owner
+      jobplane cost --by label:team --json
+    """
+    if by not in cost.GROUPS and not by.startswith("label:"):
+        raise click.BadParameter(f"{by!r}: use one of {', '.join(cost.GROUPS)} or label:KEY", param_hint="--by")
+    now = utcnow()
+    start = now - timedelta(seconds=since) if since else None
+    rows = jobs.cost_rows(connect(**conn).reg, by, start, now)
+    if as_json:
+        click.echo(json.dumps([row.as_json(by) for row in rows], indent=1))
+        return
+    table = Table(box=None, header_style="bold", show_footer=bool(rows))
+    total = sum((row.cost for row in rows), cost.Cost())
+    for name, footer in ((by.upper(), "TOTAL" if by != "label" else ""), ("JOBS", ""),
+                         ("INSTANCE HOURS", f"{total.instance_hours:.2f}" if by != "label" else ""),
+                         ("EST. COST", cost.money(total) if by != "label" else "")):
+        table.add_column(name, footer=footer)
+    for row in rows:
+        table.add_row(row.group, str(row.jobs), f"{row.cost.instance_hours:.2f}", cost.money(row.cost))
+    Console().print(table)
+    click.echo(f"estimated: instance time x hourly price{f' over the last {format_duration(since)}' if since else ''}"
+               "; disks, addresses and transfer not included", err=True)
 
 
 # ---- the local cloud -------------------------------------------------------------------------------------

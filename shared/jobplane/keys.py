@@ -8,6 +8,9 @@ Two deliberate additions to the DESIGN table, both so a sweep needs listings onl
 - `limits/<id>/<attempt>/nodes-<n>.stall-<s>.cap-<s>`: a RUNNING job's node count, stall timeout and
   uptime cap in the key name, written by the sweeper when the job starts, so the sweep and the uptime cap
   apply per-job timeouts from a listing (see jobplane.decide).
+- `heartbeats/<id>/<attempt>/<rank>.idle`: rewritten by the agent with each heartbeat while the rank's mean
+  GPU utilization over the policy's window is under its threshold; `limits/<id>/<attempt>/idle-flagged`,
+  created once by the sweeper that flagged the attempt idle. Both are seen in listings the sweep makes anyway.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ PREEMPTED = "preempted-jobs/"
 HEARTBEATS = "heartbeats/"
 SYSTEM = "system/"
 LIMITS = "limits/"
+CODE = "code/"
 POLICY = "config/policy.yaml"
 
 
@@ -59,6 +63,11 @@ def code_prefix(job_id: str) -> str:
 
 def code_bundle(job_id: str) -> str:
     return f"{JOBS}{job_id}/code/code.tar.gz"
+
+
+def code_upload(owner: str, job_id: str) -> str:
+    """Where `jobplane submit` puts a job's code bundle: under its owner's code/<owner>/, like its drop."""
+    return f"{CODE}{owner}/{job_id}.tar.gz"
 
 
 def attempt_prefix(job_id: str, attempt: int) -> str:
@@ -150,6 +159,10 @@ def output_mark(job_id: str, attempt: int, rank: int) -> str:
     return f"{HEARTBEATS}{job_id}/{attempt}/{rank}.output"
 
 
+def idle_mark(job_id: str, attempt: int, rank: int) -> str:
+    return f"{HEARTBEATS}{job_id}/{attempt}/{rank}.idle"
+
+
 AGENT = f"{SYSTEM}agent/"  # the agent bundles and their manifest (jobplane.agent_bundle)
 
 
@@ -159,3 +172,10 @@ def agent_file(name: str) -> str:
 
 def limits_mark(job_id: str, attempt: int, nodes: int, stall: int, cap: int) -> str:
     return f"{LIMITS}{job_id}/{attempt}/nodes-{nodes}.stall-{stall}.cap-{cap}"
+
+
+IDLE_FLAGGED = "idle-flagged"
+
+
+def idle_flag(job_id: str, attempt: int) -> str:
+    return f"{LIMITS}{job_id}/{attempt}/{IDLE_FLAGGED}"

@@ -33,6 +33,7 @@ from typing import Any, BinaryIO, TypeVar
 from jobplane import keys, metrics
 from jobplane.agent import gpu
 from jobplane.agent.checkpoints import SETTLE, CheckpointSync, publish
+from jobplane.agent.idle import IdleMeter
 from jobplane.agent.layout import (
     Cluster,
     Layout,
@@ -118,6 +119,8 @@ class Outcome:
     error: str | None = None
     signal: str | None = None  # "SIGTERM" when a signal asked the agent to stop
     deadline: float | None = None  # time.monotonic() by which the VM is gone, when a signal says so
+    stopped_by: str | None = None  # the stop request's `by` (uptime-cap, idle-gpu, cli), for the exit report
+    stop_reason: str | None = None
 
 
 @dataclass
@@ -136,8 +139,11 @@ class _Run:
 class Agent:
     def __init__(self, registry: Registry, metadata: Metadata, config: AgentConfig, *,
                  power_off: Callable[[], None], stores: Callable[[str], ObjectStore] | None = None,
-                 console: BinaryIO | None = None) -> None:
+                 console: BinaryIO | None = None,
+                 gpu_utilization: Callable[[], float | None] = gpu.gpu_utilization) -> None:
         self.reg, self.md, self.cfg = registry, metadata, config
+        self.gpu_utilization = gpu_utilization
+        self._idle: IdleMeter | None = None  # set once cluster.json says the policy watches idle GPUs
         self.power_off = power_off
         self.stores = stores
         self.layout = Layout(config.ml_root)
@@ -223,6 +229,8 @@ class Agent:
         if cluster is None:
             return self._interrupt or Outcome(None, "stopped")
         run.phase = "preparing"
+        if cluster.idle_window and cluster.idle_threshold is not None:
+            self._idle = IdleMeter(cluster.idle_window, cluster.idle_threshold)
         env = self._prepare(run, record.spec, cluster)
         failed = self._requirements(run, record.spec, env)
         if failed is not None:
@@ -379,18 +387,26 @@ class Agent:
         notice = self.md.preemption_notice()
         if notice is not None:
             self._interrupt = Outcome(None, "preempted", notice=notice)
-        elif self._stop_requested(run.job_id):
-            self._interrupt = Outcome(None, "stopped")
+        elif (stop := self._stop_request(run.job_id)) is not None:
+            by, why = stop.get("by"), stop.get("reason")
+            self._interrupt = Outcome(None, "stopped", stopped_by=by if isinstance(by, str) else None,
+                                      stop_reason=why if isinstance(why, str) else None)
         if self._interrupt is not None:
-            self.out.note(f"{self._interrupt.reason}: {notice or 'stop requested'}")
+            asked = f"stop requested{f' by {self._interrupt.stopped_by}' if self._interrupt.stopped_by else ''}"
+            self.out.note(f"{self._interrupt.reason}: {notice or asked}")
             self._interrupted.set()
 
-    def _stop_requested(self, job_id: str) -> bool:
+    def _stop_request(self, job_id: str) -> dict[str, Any] | None:
+        """control/stop's body (who asked and why), {} if unreadable; None while there is none."""
         try:
-            self.reg.get_bytes(keys.stop_request(job_id))
-            return True
+            body = self.reg.get_bytes(keys.stop_request(job_id))
         except NotFound:
-            return False
+            return None
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            return {}
+        return parsed if isinstance(parsed, dict) else {}
 
     def _ship_logs(self, run: _Run) -> None:
         """The output since the last flush as log chunks, then its metric points as metrics chunks."""
@@ -432,12 +448,21 @@ class Agent:
 
     def _heartbeat(self, run: _Run) -> None:
         last = self.out.last_output_at
+        utilization = self.gpu_utilization()
         body: dict[str, Any] = {
             "time": datetime.now(UTC).isoformat(), "instance_id": run.instance_id, "rank": run.rank,
             "attempt": run.attempt, "phase": run.phase, "last_output_at": last.isoformat() if last else None,
-            "gpu_util": gpu.gpu_utilization(), "step": self.out.step,
+            "gpu_util": utilization, "step": self.out.step,
         }
         self.reg.put_json(keys.heartbeat(run.job_id, run.attempt, run.rank), body)
+        meter = self._idle
+        if meter is not None:  # after the heartbeat: the sweeper takes a mark as current when it is not older
+            meter.add(time.monotonic(), utilization if run.phase == "running" else None)
+            mean = meter.idle(time.monotonic())
+            if mean is not None:
+                self.reg.put_json(keys.idle_mark(run.job_id, run.attempt, run.rank),
+                                  {"time": body["time"], "mean_gpu_util": round(mean, 2), "window": meter.window,
+                                   "threshold": meter.threshold})
         seq = self.out.output_seq
         if seq != self._marked_output and last is not None:
             self.reg.put_json(keys.output_mark(run.job_id, run.attempt, run.rank),
@@ -491,6 +516,8 @@ class Agent:
                                   "instance_id": run.instance_id}
         if outcome.error:
             report["error"] = outcome.error
+        if outcome.reason == "stopped" and outcome.stopped_by:
+            report.update(stopped_by=outcome.stopped_by, stop_reason=outcome.stop_reason)
         if outcome.notice:
             report["notice"] = outcome.notice
         key = keys.exit_report(run.job_id, run.attempt, run.rank)

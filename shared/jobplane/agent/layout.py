@@ -89,6 +89,8 @@ class Cluster:
     num_nodes: int
     instance_type: str | None = None
     instances: tuple[str, ...] = ()
+    idle_window: float | None = None  # seconds: mark this node idle when its mean GPU use over it is low
+    idle_threshold: float | None = None  # percent
 
     @classmethod
     def parse(cls, body: Any, rank: int) -> Cluster:
@@ -97,10 +99,13 @@ class Cluster:
         try:
             hosts = tuple(str(h) for h in body["hosts"])
             num_nodes = int(body.get("num_nodes", len(hosts)))
+            idle = body.get("idle_gpu") or {}
             cluster = cls(hosts=hosts, master_addr=str(body.get("master_addr") or hosts[0]),
                           master_port=int(body.get("master_port", 29500)), num_nodes=num_nodes,
                           instance_type=body.get("instance_type"),
-                          instances=tuple(str(i) for i in body.get("instances", [])))
+                          instances=tuple(str(i) for i in body.get("instances", [])),
+                          idle_window=float(idle["window"]) if "window" in idle else None,
+                          idle_threshold=float(idle["threshold"]) if "threshold" in idle else None)
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise ClusterError(f"cluster.json: missing or malformed field ({exc!r})") from None
         if len(hosts) != num_nodes:

@@ -216,6 +216,32 @@ class Compute(Protocol):
         ...
 
 
+@runtime_checkable
+class SpotPrices(Protocol):
+    """A cloud that can say what a Spot VM costs right now (EC2: DescribeSpotPriceHistory)."""
+
+    def spot_price(self, instance_type: str, zone: str) -> float | None:
+        """USD per hour of a Linux Spot VM of this type in this zone now, or None if the cloud has no price."""
+        ...
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A message for people: a subject line, a text for e-mail, and data for programs (flat JSON values)."""
+
+    subject: str
+    text: str
+    data: Mapping[str, object]
+
+
+class Notifier(Protocol):
+    """Where job notifications go: an SNS topic (AWS), a Pub/Sub topic (GCP), the local cloud's console."""
+
+    def publish(self, notice: Notice) -> None:
+        """Publish once; raise on failure (the caller logs and counts it, and never retries)."""
+        ...
+
+
 class Metadata(Protocol):
     """What the agent asks the VM's metadata service (EC2 IMDSv2, GCE metadata server)."""
 

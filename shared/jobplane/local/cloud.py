@@ -33,7 +33,7 @@ from typing import IO, Any
 
 from jobplane import agent_bundle, bundling, images, keys
 from jobplane.local import rootfs
-from jobplane.local.console import Console, ConsoleHandler
+from jobplane.local.console import Console, ConsoleHandler, notified_line
 from jobplane.local.control import STATE_FILE, ControlServer
 from jobplane.local.moto_server import CONSOLES_ENV
 
@@ -123,6 +123,7 @@ class LocalCloud:
         self.console = Console(self._record, write=lambda text: print(text, file=terminal, flush=True))
         self.reg: Any = None
         self.log_stream: IO[str] | None = None
+        self.inbox = ""  # the SQS queue subscribed to the notification topic
 
     @property
     def exports(self) -> dict[str, str]:
@@ -156,6 +157,8 @@ class LocalCloud:
 
         aws = LocalAws(REGION)
         aws.create_bucket(self.bucket)
+        topic, self.inbox = aws.notification_inbox()
+        os.environ["JOBPLANE_NOTIFY_TOPIC"] = topic  # the functions publish job notifications there
         reg = self.reg = Registry(S3Store(self.bucket))
         publish_agent(reg)
         policy = LOCAL_POLICY.format(subnets=", ".join(aws.loopback_subnets()))
@@ -207,9 +210,11 @@ class LocalCloud:
         tmp.replace(self.state_dir / STATE_FILE)
 
     def step(self) -> None:
-        """One tick: instances follow moto, then events and schedules fire."""
+        """One tick: instances follow moto, then events and schedules fire; notifications reach the console."""
         self.runner.sync()
         self.triggers.tick()
+        for data in self.aws.notifications(self.inbox):
+            self.console.emit(notified_line(data))
 
     def run(self) -> None:
         while not self.stopping.is_set():

@@ -198,6 +198,7 @@ class Demo:
         self.check("checkpoints in the bucket", bool(ckpts),
                    f"{len(ckpts)} files under {keys.checkpoints_prefix(job_id)}")
         self.metrics(job_id)
+        self.costed(record)
         self.no_instance_left()
 
     def metrics(self, job_id: str) -> None:
@@ -207,6 +208,18 @@ class Demo:
         loss = [p[2] for m in found if m["name"] == "loss" for p in m["points"]]
         self.check("metrics: the loss fell", len(loss) > 1 and loss[-1] < loss[0],
                    f"{loss[0]:.6g} -> {loss[-1]:.6g} over {len(loss)} points" if loss else "no loss points")
+
+    def costed(self, record: Any) -> None:
+        """The finished job's estimated cost, and the notification its end published (the console shows it)."""
+        from jobplane import cost
+
+        used = record.usage[-1] if record.usage else None
+        self.check("cost estimated", used is not None and used.price is not None,
+                   cost.describe_attempt(used, record.updated_at) if used else "no attempt recorded")
+        line = f"notified    {record.id} {record.state}"
+        log = self.cloud.state_dir / "local-cloud.log"
+        seen = poll(lambda: line in log.read_text(errors="replace"), 60)
+        self.check("notification published", bool(seen), line if seen else f"no '{line}' in {log} after 60s")
 
     def preemption(self) -> None:
         """A Spot VM reclaimed mid-run: the agent syncs the checkpoint, rerun starts attempt 2, which resumes."""
