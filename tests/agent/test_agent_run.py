@@ -234,7 +234,7 @@ def test_a_stop_on_match_stops_the_job_at_once_syncs_its_checkpoint_and_says_why
     report = world.json(keys.exit_report("nan-job", 1, 0))
     why = 'loss became nan at step 20: "step 20 loss nan"'
     assert (report["reason"], report["code"], report["error"]) == ("early-stop", 0, why)
-    assert world.files(keys.checkpoints_prefix("nan-job"))["final.txt"] == b"20"  # the final sync ran
+    assert world.checkpoint("nan-job")["final.txt"] == b"20"  # the final sync ran
     logs = world.logs("nan-job")
     assert f"stop_on: {why}" in logs and "early-stop: SIGTERM to the process group" in logs
     assert "got SIGTERM at step 20" in logs
