@@ -1,6 +1,6 @@
-"""Registry key layout (DESIGN.md §3). Every key the control plane or an agent touches is built here.
+"""Registry key layout (docs/architecture.md). Every key the control plane or an agent touches is built here.
 
-Two deliberate additions to the DESIGN table, both so a sweep needs listings only (no per-job GET):
+Deliberate shapes, so a sweep needs listings only (no per-job GET):
 - `active/<id>/<STATE>.<attempt>`: the marker's key carries the state and attempt, so one listing of
   `active/` gives the sweep its whole working set. The `active/<id>` prefix exists iff the job is live.
 - `heartbeats/<id>/<attempt>/<rank>` (liveness = LastModified) and `.../<rank>.output` (rewritten only

@@ -1,4 +1,4 @@
-"""Launcher: queue/ drops become job records, and attempts become VMs (DESIGN.md §2-§4).
+"""Launcher: queue/ drops become job records, and attempts become VMs (docs/architecture.md).
 
 Idempotency rests on the registry, not on the cloud: job.json is created create-only, and every attempt
 is claimed by a CAS transition to LAUNCHING before any VM is asked for, so redelivered events, the cron

@@ -1,4 +1,4 @@
-"""The job registry over any ObjectStore: records, CAS transitions, events and markers (DESIGN.md §3-§4).
+"""The job registry over any ObjectStore: records, CAS transitions, events and markers (docs/architecture.md).
 
 Only control functions write job.json, always by compare-and-swap; a lost race re-reads and re-checks
 the transition, so two overlapping functions can never both act on one state.
