@@ -12,7 +12,7 @@ export PYTHONDONTWRITEBYTECODE :=
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[aws,gcp,cdk,dev,examples]'
+	$(BIN)/python -m pip install --quiet -e '.[aws,gcp,cdk,dev,examples,plot]'
 	touch $@
 
 test: lint typecheck pytest

@@ -121,10 +121,10 @@ def make_wheel(directory: Path, name: str, version: str, source: str) -> Path:
 # jobplane.bundling, so a test of what bundling ships does not just repeat its rule.
 NOT_SHIPPED = ("jobplane/local/", "jobplane/clouds/memory.py", "jobplane/clouds/aws_local.py", "jobplane/cli.py",
                "jobplane/backend.py", "jobplane/bundling.py")
-OTHER_CLOUD = {"aws": ("jobplane/clouds/gcp.py", "jobplane/clouds/gcs.py", "jobplane/clouds/gcs_transfer.py",
-                       "jobplane/clouds/gce_metadata.py"),
+OTHER_CLOUD = {"aws": ("jobplane/clouds/gcp.py", "jobplane/clouds/gcs.py", "jobplane/clouds/gce_metadata.py",
+                       "jobplane/clouds/pubsub.py"),
                "gcp": ("jobplane/clouds/aws.py", "jobplane/clouds/aws_imds.py", "jobplane/clouds/s3.py",
-                       "jobplane/clouds/s3_transfer.py")}
+                       "jobplane/clouds/sns.py")}
 
 
 def unwanted(names: list[str], cloud: str, prefix: str = "") -> list[str]:

@@ -142,3 +142,19 @@ def test_stop_is_idempotent_and_context_manager_stops() -> None:
     with pytest.raises(RuntimeError):
         _ = fake.endpoint
     fake.stop()
+
+
+def test_range_reads_serve_slices_and_refuse_ranges_past_the_end(server: FakeGcsServer, bucket: Any) -> None:
+    bucket.blob("k").upload_from_string(b"0123456789")
+    assert bucket.blob("k").download_as_bytes(start=2, end=5) == b"2345"
+    assert bucket.blob("k").download_as_bytes(start=7) == b"789"
+    assert server.served["k"][-2:] == [4, 3]  # the fake records what each response carried
+    with pytest.raises(api_errors.GoogleAPIError):
+        bucket.blob("k").download_as_bytes(start=20, end=30)
+
+
+def test_injected_failures_are_retried_by_the_client(server: FakeGcsServer, bucket: Any) -> None:
+    bucket.blob("k").upload_from_string(b"data")
+    server.fail_next("download", 2)
+    assert bucket.blob("k").download_as_bytes() == b"data"  # 503 twice, then served
+    assert server.faults_pending() == 0

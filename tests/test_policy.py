@@ -35,7 +35,7 @@ def test_instance_type_globs_apply_to_each_listed_type() -> None:
     policy = parse_policy("allowed_instance_types: ['g5.*', 'p4d.24xlarge']\n")
     spec = parse_spec("run: x\ninstance_type: [g5.xlarge, p4d.24xlarge, p5.48xlarge]\n")
     errors = check_against_policy(spec, policy)
-    assert [e.path for e in errors] == ["instance_type.2"]
+    assert [e.path for e in errors] == ["instance_type[2]"]
 
 
 @pytest.mark.parametrize(("spec", "cloud", "region", "fields"), [
@@ -45,8 +45,8 @@ def test_instance_type_globs_apply_to_each_listed_type() -> None:
     ("cloud: gcp\nregion: us-central1\n", "aws", "us-east-1", ["cloud"]),  # nothing more about another cloud
     ("", "gcp", "us-central1", ["cloud"]),  # cloud defaults to aws
     ("region: eu-west-1\n", "aws", "us-east-1", ["region"]),
-    ("zones: [us-east-1a, us-west-2a]\n", "aws", "us-east-1", ["zones.1"]),
-    ("cloud: gcp\nzones: [europe-west10-a, europe-west1-b]\n", "gcp", "europe-west1", ["zones.0"]),
+    ("zones: [us-east-1a, us-west-2a]\n", "aws", "us-east-1", ["zones[1]"]),
+    ("cloud: gcp\nzones: [europe-west10-a, europe-west1-b]\n", "gcp", "europe-west1", ["zones[0]"]),
     ("region: eu-west-1\nzones: [eu-west-1a]\n", "aws", None, []),  # the deployment's region is unknown
 ])
 def test_a_spec_for_another_cloud_or_region_names_the_field(spec: str, cloud: str, region: str | None,

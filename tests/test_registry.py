@@ -15,8 +15,8 @@ from jobplane.states import LIVE, TERMINAL, TRANSITIONS, State
 
 SPEC = parse_spec("run: python3 train.py\ninstance_type: g5.xlarge\nowner: ml\n")
 
-# The table as DESIGN.md §4 states it, plus the edges the reconcilers need (documented in states.py).
-DESIGN_EDGES = {
+# The table as docs/architecture.md states it, plus the edges the reconcilers need (documented in states.py).
+DOCUMENTED_EDGES = {
     (State.QUEUED, State.LAUNCHING), (State.LAUNCHING, State.RUNNING), (State.RUNNING, State.SUCCEEDED),
     (State.RUNNING, State.FAILED), (State.RUNNING, State.PREEMPTED), (State.PREEMPTED, State.LAUNCHING),
     (State.QUEUED, State.WAITING_CAPACITY), (State.PREEMPTED, State.WAITING_CAPACITY),
@@ -38,7 +38,7 @@ def put_in_state(reg: Registry, job_id: str, state: State) -> None:
 
 
 def test_design_edges_and_live_to_end_edges_are_in_the_table() -> None:
-    assert DESIGN_EDGES <= TRANSITIONS
+    assert DOCUMENTED_EDGES <= TRANSITIONS
     for live in LIVE:
         for end in (State.CANCELLED, State.TIMED_OUT, State.STALLED):
             assert (live, end) in TRANSITIONS

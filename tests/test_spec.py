@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from jobplane.errors import SpecError
-from jobplane.spec import format_duration, job_id_problem, parse_duration, parse_spec
+from jobplane.spec import StopOn, format_duration, hp_string, job_id_problem, parse_duration, parse_spec
 
 BASE = "run: python3 train.py\ninstance_type: g5.xlarge\n"
 
@@ -67,7 +67,28 @@ def test_json_is_accepted_and_id_comes_from_file_name() -> None:
         (BASE + "checkpoint_dir: ckpt\n", "checkpoint_dir: 'ckpt' must be an absolute path"),
         (BASE + "code: ./src\n", "code: './src' is a local path: submit it with `jobplane submit --code DIR`"),
         ("run: x\ninstance_type: []\n", "instance_type: the list is empty"),
-        ("run: x\ninstance_type: [g5.xlarge, G5]\n", "instance_type.1: 'G5' is not a valid instance type"),
+        ("run: x\ninstance_type: [g5.xlarge, G5]\n", "instance_type[1]: 'G5' is not a valid instance type"),
+        (BASE + "metrics: [{name: loss, regex: 'loss (\\S+)'}, {name: acc, regex: 'acc [0-9.]+'}]\n",
+         "metrics[1].regex: 'acc [0-9.]+' has 0 capture groups; it needs exactly 1"),
+        (BASE + "metrics: [{name: loss, regex: '(loss) (\\S+)'}]\n", "metrics[0].regex: '(loss) (\\S+)' has 2 capture"),
+        (BASE + "metrics: [{name: loss, regex: 'loss ([0-9.]+'}]\n",
+         "metrics[0].regex: 'loss ([0-9.]+' is not a valid regular expression: missing ), unterminated subpattern"),
+        (BASE + "metrics: [{name: loss, regex: ''}]\n", "metrics[0].regex: String should have at least 1 character"),
+        (BASE + "metrics: [{name: loss, regex: 'loss (.+)', type: gauge}]\n",
+         "metrics[0].type: unknown field (allowed: name, regex)"),
+        (BASE + "metrics: [{name: \"a\\tb\", regex: 'x (.+)'}]\n",
+         "metrics[0].name: 'a\\tb' is not a valid metric name"),
+        (BASE + "metrics: [{name: loss, regex: 'loss (.+)'}, {name: loss, regex: 'l (.+)'}]\n",
+         "metrics[1].name: 'loss' is defined twice (also metrics[0])"),
+        (BASE + "metrics: [{regex: 'loss (.+)'}]\n", "metrics[0].name: required field is missing"),
+        (BASE + "stop_on: {patterns: ['CUDA error', '[unclosed']}\n",
+         "stop_on.patterns[1]: '[unclosed' is not a valid regular expression"),
+        (BASE + "stop_on: {nan: maybe}\n", "stop_on.nan: Input should be a valid boolean"),
+        (BASE + "stop_on: {on_nan: true}\n", "stop_on.on_nan: unknown field (allowed: patterns, nan)"),
+        (BASE + "hyperparameters: {1lr: 0.1}\n", "hyperparameters.1lr: '1lr' is not a valid hyperparameter name"),
+        (BASE + "hyperparameters: {lr: 0.1, LR: 0.2}\n", "hyperparameters.LR: becomes SM_HP_LR, as 'lr' does"),
+        (BASE + "hyperparameters: {text: " + "x" * 2501 + "}\n",
+         "hyperparameters.text: the value is 2501 characters as a string; at most 2500"),
         ("- just\n- a list\n", "(spec): spec must be a mapping of fields, got list"),
         ("run: [unclosed\n", "(spec): not valid YAML or JSON"),
     ],
@@ -99,3 +120,23 @@ def test_bad_ids(job_id: str) -> None:
 def test_env_scalars_become_strings() -> None:
     spec = parse_spec(BASE + "env: {LR: 0.1, STEPS: 10, DEBUG: true}\n")
     assert spec.env == {"LR": "0.1", "STEPS": "10", "DEBUG": "true"}
+
+
+def test_training_fields_keep_sagemaker_shapes() -> None:
+    spec = parse_spec(BASE + """
+metrics:
+  - {name: "train:loss", regex: 'loss ([0-9.eE+-]+|nan|inf)'}
+  - {name: "validation:accuracy", regex: 'val_acc=(?:\\s*)([0-9.]+)'}
+stop_on: {patterns: ['CUDA out of memory'], nan: true}
+hyperparameters: {epochs: 10, lr: 0.01, optimizer: adam, amp: true, layers: [64, 32]}
+""")
+    assert [m.name for m in spec.metrics or []] == ["train:loss", "validation:accuracy"]
+    assert spec.stop_on is not None and spec.stop_on.nan and spec.stop_on.patterns == ["CUDA out of memory"]
+    assert spec.hyperparameters == {"epochs": 10, "lr": 0.01, "optimizer": "adam", "amp": True, "layers": [64, 32]}
+    assert parse_spec(BASE).metrics is None and parse_spec(BASE + "metrics: []\n").metrics == []  # defaults vs none
+    assert parse_spec(BASE + "stop_on: {nan: true}\n").stop_on == StopOn(nan=True)
+
+
+def test_hyperparameters_as_sagemaker_hands_them_over() -> None:
+    assert [hp_string(v) for v in (10, 0.01, "adam", True, [64, 32], {"b": 1, "a": 2})] == \
+        ["10", "0.01", "adam", "true", "[64,32]", '{"a":2,"b":1}']

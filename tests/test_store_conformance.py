@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import random
+import subprocess
+import sys
 import threading
-from collections.abc import Iterator
+import tracemalloc
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from jobplane.clouds.base import NotFound, ObjectStore, PreconditionFailed
+from jobplane.clouds.base import NotFound, ObjectStore, PreconditionFailed, TransferLimits
 from jobplane.clouds.memory import MemoryStore
 from jobplane.registry import backoff
 
@@ -161,3 +169,206 @@ def test_one_version_has_exactly_one_compare_and_swap_winner(store: ObjectStore)
     for t in pool:
         t.join()
     assert len(wins) == 1 and store.get("contended").data == str(wins[0]).encode()
+
+
+# ---- file transfers ------------------------------------------------------------------------------------------
+MiB = 1 << 20
+
+
+def test_files_round_trip_with_the_version_listings_report(store: ObjectStore, tmp_path: Path) -> None:
+    src = tmp_path / "src.bin"
+    src.write_bytes(b"weights" * 1000)
+    version = store.upload_file("ckpt/a.bin", src)
+    assert store.get("ckpt/a.bin").version == version
+    [info] = list(store.list("ckpt/"))
+    assert (info.size, info.version) == (7000, version)
+    dest = tmp_path / "out" / "a.bin"  # parent directories are created
+    assert store.download_file("ckpt/a.bin", dest, version=version, size=info.size) == version
+    assert dest.read_bytes() == src.read_bytes()
+    assert store.download_file("ckpt/a.bin", tmp_path / "b.bin") == version  # size and version looked up
+
+    empty = tmp_path / "empty"
+    empty.touch()
+    store.download_file("ckpt/e", tmp_path / "e.out", version=store.upload_file("ckpt/e", empty), size=0)
+    assert (tmp_path / "e.out").read_bytes() == b""
+
+
+def test_a_stale_or_missing_version_leaves_the_destination_untouched(store: ObjectStore, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.write_bytes(b"old")
+    old = store.upload_file("k", src)
+    store.put("k", b"new")
+    dest = tmp_path / "dest"
+    dest.write_bytes(b"mine")
+    for size in (3, None):
+        with pytest.raises(PreconditionFailed):
+            store.download_file("k", dest, version=old, size=size)
+    with pytest.raises(NotFound):
+        store.download_file("missing", dest, size=4)
+    assert dest.read_bytes() == b"mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dest", "src"]  # no partial file left behind
+
+
+@dataclass
+class Rig:
+    """A store with small parts, and what its backend saw: the sizes of the requests that carried an object's
+    bytes in (`received`) and out (`served`), and a way to fail the next upload or download request."""
+
+    store: ObjectStore
+    part: int
+    received: Callable[[str], list[int]]
+    served: Callable[[str], list[int]]
+    fail_next: Callable[[str], None] | None
+    faults_left: Callable[[], int] = lambda: 0
+
+
+def _s3_rig(limits: TransferLimits) -> Rig:
+    import boto3
+    from botocore.awsrequest import AWSResponse
+
+    from jobplane.clouds.s3 import S3Store
+
+    boto3.client("s3").create_bucket(Bucket="conformance")
+    store = S3Store("conformance", limits=limits)
+    served: dict[str, list[int]] = {}
+    failing: list[str] = []
+
+    def on_get(http_response: Any, parsed: dict[str, Any], **_: Any) -> None:
+        key = unquote(urlsplit(http_response.url).path).split("/conformance/", 1)[1]
+        served.setdefault(key, []).append(int(parsed["ContentLength"]))
+
+    class _Raw:  # what botocore reads a response body from
+        def __init__(self, body: bytes) -> None:
+            self.body = body
+
+        def stream(self, **_: Any) -> Iterator[bytes]:
+            yield self.body
+
+    def inject(request: Any, **_: Any) -> AWSResponse | None:
+        is_part = request.method == "PUT" and "partNumber=" in request.url
+        is_range = request.method == "GET" and "Range" in request.headers
+        if failing and ((failing[0] == "upload" and is_part) or (failing[0] == "download" and is_range)):
+            failing.pop(0)
+            body = b"<Error><Code>ServiceUnavailable</Code><Message>injected</Message></Error>"
+            return AWSResponse(request.url, 503, {}, _Raw(body))
+        return None
+
+    store.client.meta.events.register("after-call.s3.GetObject", on_get)
+    store.client.meta.events.register("before-send.s3", inject)
+
+    def received(key: str) -> list[int]:
+        parts = store.client.head_object(Bucket="conformance", Key=key, PartNumber=1).get("PartsCount", 1)
+        return [store.client.head_object(Bucket="conformance", Key=key, PartNumber=n)["ContentLength"]
+                for n in range(1, parts + 1)]
+
+    return Rig(store, store.limits.part_size, received, lambda key: served.get(key, []), failing.append,
+               lambda: len(failing))
+
+
+@pytest.fixture(params=["memory", "s3", "gcs"])
+def rig(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Rig]:
+    """Each store with the smallest parts its cloud allows (S3 5 MiB, GCS 256 KiB) and two in flight."""
+    if request.param == "memory":
+        store = MemoryStore(limits=TransferLimits(256 << 10, 2))
+        yield Rig(store, store.limits.part_size, store.parts, lambda key: store.served.get(key, []), None)
+    elif request.param == "s3":
+        request.getfixturevalue("moto_endpoint")
+        yield _s3_rig(TransferLimits(5 * MiB, 2))
+    else:
+        from jobplane.clouds.gcs import GcsStore
+        from jobplane.local.fake_gcs import FakeGcsServer
+
+        with FakeGcsServer() as server:
+            server.create_bucket("conformance")
+            monkeypatch.setenv("STORAGE_EMULATOR_HOST", server.endpoint)
+            routes = {"upload": "resumable_chunk", "download": "download"}
+            gcs = GcsStore("conformance", limits=TransferLimits(256 << 10, 2))
+            yield Rig(gcs, gcs.limits.part_size, lambda key: server.received.get(key, []),
+                      lambda key: server.served.get(key, []), lambda kind: server.fail_next(routes[kind]),
+                      server.faults_pending)
+
+
+def _big_file(path: Path, size: int) -> bytes:
+    data = random.Random(size).randbytes(size)
+    path.write_bytes(data)
+    return data
+
+
+def test_large_files_move_in_parts_no_bigger_than_the_part_size(rig: Rig, tmp_path: Path) -> None:
+    # GCS sends files up to 8 MiB in one request whatever the chunk size, so every store gets more than that
+    size = max(8 * MiB, 3 * rig.part) + 12345
+    data = _big_file(tmp_path / "big", size)
+    version = rig.store.upload_file("big", tmp_path / "big")
+    parts = rig.received("big")
+    assert sum(parts) == size and len(parts) == -(-size // rig.part) and max(parts) == rig.part, parts
+    assert rig.store.download_file("big", tmp_path / "back", version=version, size=size) == version
+    served = rig.served("big")
+    assert sum(served) == size and len(served) >= 3 and max(served) <= rig.part, served
+    assert (tmp_path / "back").read_bytes() == data
+
+
+def test_a_failed_part_is_retried_not_the_whole_transfer(rig: Rig, tmp_path: Path) -> None:
+    if rig.fail_next is None:
+        pytest.skip("the in-memory store has no network to fail")
+    size = max(8 * MiB, 3 * rig.part) + 7
+    data = _big_file(tmp_path / "big", size)
+    rig.fail_next("upload")
+    rig.fail_next("upload")
+    version = rig.store.upload_file("big", tmp_path / "big")
+    assert rig.faults_left() == 0 and rig.store.get("big").data == data
+    assert sum(rig.received("big")) == size
+    rig.fail_next("download")
+    assert rig.store.download_file("big", tmp_path / "back", version=version, size=size) == version
+    assert rig.faults_left() == 0 and (tmp_path / "back").read_bytes() == data
+
+
+@pytest.fixture(params=["memory", "s3", "gcs"])
+def remote(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[ObjectStore]:
+    """Each store with small parts and its server in another process, so tracemalloc sees the client only."""
+    if request.param == "memory":
+        yield MemoryStore(limits=TransferLimits(256 << 10, 2))
+    elif request.param == "s3":
+        import boto3
+
+        from jobplane.clouds.s3 import S3Store
+
+        request.getfixturevalue("moto_endpoint")
+        boto3.client("s3").create_bucket(Bucket="conformance")
+        yield S3Store("conformance", limits=TransferLimits(5 * MiB, 2))
+    else:
+        from jobplane.clouds.gcs import GcsStore
+
+        proc = subprocess.Popen([sys.executable, "-m", "jobplane.local.fake_gcs", "--bucket", "conformance"],
+                                stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None
+            monkeypatch.setenv("STORAGE_EMULATOR_HOST", proc.stdout.readline().strip())
+            yield GcsStore("conformance", limits=TransferLimits(256 << 10, 2))
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+def test_a_transfer_holds_parts_in_memory_never_the_file(remote: ObjectStore, tmp_path: Path) -> None:
+    """tracemalloc's peak during a 48 MiB upload and download stays near part size x concurrency."""
+    warm = tmp_path / "warm"  # the SDK loads its models and opens connections on first use: not what we measure
+    _big_file(warm, 9 * MiB)
+    remote.download_file("warm", tmp_path / "warm.out", version=remote.upload_file("warm", warm))
+    size = 48 * MiB
+    _big_file(tmp_path / "big", size)
+    bound = remote.limits.part_size * (remote.limits.concurrency + 2) + 8 * MiB
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        version = remote.upload_file("big", tmp_path / "big")
+        kept, peak = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        # the in-memory store keeps the object itself; the transfer's own footprint is what comes on top
+        assert peak - kept < bound, f"upload peaked at {(peak - kept) / MiB:.1f} MiB over what the store keeps"
+        assert kept - before < size + bound
+        remote.download_file("big", tmp_path / "back", version=version, size=size)
+        now, peak = tracemalloc.get_traced_memory()
+        assert peak - now < bound, f"download peaked at {(peak - now) / MiB:.1f} MiB"
+    finally:
+        tracemalloc.stop()
+    assert (tmp_path / "back").stat().st_size == size

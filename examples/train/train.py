@@ -1,7 +1,10 @@
 """Linear regression on synthetic data with numpy: the jobplane demo's training job.
 
-Prints step and loss, checkpoints every N steps into $JOBPLANE_CHECKPOINT_DIR (atomically), and resumes
-from the newest checkpoint there, so a Spot preemption costs at most N steps.
+Prints step and loss, checkpoints every N steps into $JOBPLANE_CHECKPOINT_DIR (atomically: write a .tmp
+file, then rename it), and resumes from the newest checkpoint there. On SIGTERM (a Spot notice, a stop
+request, the VM shutting down) it saves the current step and exits, so a preemption loses nothing.
+--diverge-at S blows the weights up at step S (the loss is NaN from there on, as after an overflow) to try
+a spec's stop_on.
 
     python3 train.py --steps 300 --checkpoint-every 25 --sleep 0.05
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -46,6 +50,7 @@ def main() -> None:
     parser.add_argument("--checkpoint-every", type=int, default=25)
     parser.add_argument("--lr", type=float, default=float(os.environ.get("LEARNING_RATE", "0.05")))
     parser.add_argument("--sleep", type=float, default=0.05, help="seconds per step, so a demo can preempt")
+    parser.add_argument("--diverge-at", type=int, default=0, help="make the loss NaN from this step on")
     args = parser.parse_args()
 
     ckpt_dir = Path(os.environ.get("JOBPLANE_CHECKPOINT_DIR", "checkpoints"))
@@ -59,8 +64,13 @@ def main() -> None:
     else:
         print("starting from step 0", flush=True)
 
+    stopping: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))
+
     loss = float("nan")
     for step in range(start + 1, args.steps + 1):
+        if step == args.diverge_at:
+            w = np.full_like(w, np.nan)
         err = x @ w - y
         loss = float(np.mean(err**2))
         w = w - args.lr * (2 / SAMPLES) * (x.T @ err)
@@ -68,6 +78,10 @@ def main() -> None:
             print(f"step {step} loss {loss:.6f}", flush=True)
         if step % args.checkpoint_every == 0 or step == args.steps:
             save(ckpt_dir, step, w)
+        if stopping:
+            save(ckpt_dir, step, w)
+            print(f"SIGTERM: saved step {step}; exiting", flush=True)
+            return
         time.sleep(args.sleep)
 
     out = Path(os.environ.get("JOBPLANE_ARTIFACTS_DIR", "model"))

@@ -11,7 +11,8 @@ from functions.aws import common
 
 @contextmanager
 def api_calls(env: common.Env) -> Iterator[None]:
-    clients = [c for c in (getattr(env.registry.store, "client", None), getattr(env.compute, "client", None)) if c]
+    clients = [c for c in (getattr(env.registry.store, "client", None), getattr(env.compute, "client", None),
+                           getattr(env.notify.notifier, "client", None)) if c]
     count = [0]
 
     def hook(**_: Any) -> None:

@@ -19,6 +19,6 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         outcomes = reconcile.sweep(
             env.registry, env.compute, now=utcnow(), metrics=common.metrics, policy=env.policy,
             dry_run=bool(event.get("dry_run")), force=bool(event.get("force")), jobs=[job] if job else [],
-            instance_ids=[detail["instance-id"]] if "instance-id" in detail else [],
+            instance_ids=[detail["instance-id"]] if "instance-id" in detail else [], notify=env.notify,
         )
     return reconcile.summary(outcomes)

@@ -23,10 +23,12 @@ import flask
 import functions_framework
 from cloudevents.http import CloudEvent
 
-from jobplane import keys, reconcile
+from jobplane import drops, keys, reconcile
 from jobplane import launcher as launching
 from jobplane.clouds.gcp import GceCompute
 from jobplane.clouds.gcs import GcsStore
+from jobplane.clouds.pubsub import PubSubNotifier
+from jobplane.notify import Notify
 from jobplane.policy import Policy
 from jobplane.registry import Registry, utcnow
 from jobplane.settings import Settings
@@ -34,6 +36,8 @@ from jobplane.telemetry import LogMetrics
 
 metrics = LogMetrics()
 _stores: dict[str, GcsStore] = {}
+_notifiers: dict[tuple[str, str | None], PubSubNotifier] = {}
+NOTIFY_TOPIC = "JOBPLANE_NOTIFY_TOPIC"  # projects/<project>/topics/<name>, made by infra/gcp
 
 
 class _CloudLoggingFormatter(logging.Formatter):
@@ -69,16 +73,22 @@ class Env:
     registry: Registry
     compute: GceCompute
     policy: Policy
+    notify: Notify
 
 
 def environment() -> Env:
-    """Fresh per invocation (the policy may have changed); the GCS client is reused across invocations."""
+    """Fresh per invocation (the policy may have changed); the GCS client and the Pub/Sub session are reused
+    across invocations. Every transition to an end is announced on the topic by the run that made it."""
     settings = Settings.from_env()
     if settings.bucket not in _stores:
         _stores[settings.bucket] = GcsStore(settings.bucket)
-    registry = Registry(_stores[settings.bucket], settings.root)
+    topic, where = os.environ.get(NOTIFY_TOPIC), os.environ.get("PUBSUB_EMULATOR_HOST")
+    if topic and (topic, where) not in _notifiers:
+        _notifiers[topic, where] = PubSubNotifier(topic)
+    notify = Notify(_notifiers.get((topic, where)) if topic else None, metrics)
+    registry = Registry(_stores[settings.bucket], settings.root, listeners=[notify.transition])
     policy = registry.policy()
-    return Env(settings, registry, GceCompute.from_env(policy.gcp), policy)
+    return Env(settings, registry, GceCompute.from_env(policy.gcp), policy, notify)
 
 
 def registry_key(data: dict[str, Any], settings: Settings) -> str | None:
@@ -105,12 +115,17 @@ def launcher(event: CloudEvent) -> None:
     if key.startswith(keys.QUEUE):
         outcome = launching.handle_drop(env.registry, env.compute, key, now=utcnow(), metrics=metrics,
                                           policy=env.policy)
-        log.info("%s: %s", key, outcome, extra={"job_id": key.removeprefix(keys.QUEUE).rpartition(".")[0],
+        drop = drops.parse(key)
+        log.info("%s: %s", key, outcome, extra={"job_id": drop.job_id if drop else None,
                                                 "result": {"key": key, "outcome": outcome}})
         return
-    reconciler = reconcile.rerun if key.startswith(keys.PREEMPTED) else reconcile.sweep
-    summary = reconcile.summary(reconciler(env.registry, env.compute, now=utcnow(), metrics=metrics,
-                                           policy=env.policy, jobs=[job_id] if job_id else []))
+    if key.startswith(keys.PREEMPTED):
+        outcomes = reconcile.rerun(env.registry, env.compute, now=utcnow(), metrics=metrics, policy=env.policy,
+                                   jobs=[job_id] if job_id else [])
+    else:
+        outcomes = reconcile.sweep(env.registry, env.compute, now=utcnow(), metrics=metrics, policy=env.policy,
+                                   jobs=[job_id] if job_id else [], notify=env.notify)
+    summary = reconcile.summary(outcomes)
     log.info("%s: %s", key, summary, extra={"job_id": job_id, "result": summary})
 
 
@@ -125,7 +140,7 @@ def launcher_backstop(request: flask.Request) -> flask.Response:
 def sweeper(request: flask.Request) -> flask.Response:
     env, opts = environment(), _options(request)
     outcomes = reconcile.sweep(env.registry, env.compute, now=utcnow(), metrics=metrics, policy=env.policy,
-                               dry_run=opts["dry_run"], force=opts["force"])
+                               dry_run=opts["dry_run"], force=opts["force"], notify=env.notify)
     return flask.jsonify(reconcile.summary(outcomes))
 
 

@@ -33,6 +33,8 @@ class ControlPlaneConfig:
     vpc_id: str | None = None  # None: a new VPC (as `network` says) with an S3 gateway endpoint
     subnet_ids: tuple[str, ...] = ()
     alarm_email: str | None = None
+    notify_email: str | None = None  # subscribed to the job-notification topic (a job ended, idle GPUs)
+    dashboard: bool = False  # a CloudWatch dashboard: $3/month, most of an idle deployment's bill
     data_buckets: tuple[str, ...] = ()  # buckets VMs may read job inputs from (read-only)
     # VM Pythons the agent bundles are built for, besides the image aliases' own (3.11, 3.12): add yours
     vm_pythons: tuple[str, ...] = ("3.11", "3.12")
@@ -62,6 +64,8 @@ class ControlPlaneConfig:
             vpc_id=get("vpcId"),
             subnet_ids=tuple(_as_list(get("subnetIds", []))),
             alarm_email=get("alarmEmail"),
+            notify_email=get("notifyEmail"),
+            dashboard=_as_bool(get("dashboard", False)),
             data_buckets=tuple(_as_list(get("dataBuckets", []))),
             vm_pythons=tuple(_as_list(get("vmPythonVersions", list(defaults.vm_pythons)))),
             reserved_concurrency=_as_bool(get("reservedConcurrency", True)),

@@ -26,6 +26,7 @@ from constructs import Construct
 from infra.aws import bundle, permissions
 from infra.aws.config import ControlPlaneConfig
 from infra.aws.nag import acknowledge
+from infra.aws.notifications import JobNotifications
 from infra.aws.observability import Observability
 from jobplane import keys
 from jobplane.clouds.base import LOG_OBJECT_TAG
@@ -79,11 +80,19 @@ class JobplaneControlPlane(Construct):
         self._rules()
         self._uploads(network)
         self.observability = Observability(self, "Observability", self.functions, self.dead_letters,
-                                           config.alarm_email)
+                                           config.alarm_email, config.dashboard)
+        self.notifications = JobNotifications(self, "Notifications", config.notify_email)
+        self.notifications.publishers(self.functions)
+        self.submitters = self._submitter_policy()
         submit_env = f"JOBPLANE_ROOT={prefix.rstrip('/')} " if prefix else ""
         cdk.CfnOutput(self, "BucketName", value=self.bucket.bucket_name, description="the jobplane registry")
         cdk.CfnOutput(self, "SubmitCommand", description="submit a job",
                       value=f"{submit_env}jobplane submit job.yaml --code ./src --bucket {self.bucket.bucket_name}")
+        cdk.CfnOutput(self, "NotificationTopicArn", value=self.notifications.topic.topic_arn,
+                      description="job notifications (ended, idle GPUs): subscribe e-mail, chat or a queue")
+        cdk.CfnOutput(self, "SubmitterPolicyArn", value=self.submitters.managed_policy_arn,
+                      description=f"attach to teams' users or roles tagged {permissions.OWNER_TAG}=<owner>: they "
+                                  f"submit only as that owner")
 
     # ---- storage ------------------------------------------------------------------------------------
     def _access_log_bucket(self) -> s3.Bucket:
@@ -180,7 +189,7 @@ class JobplaneControlPlane(Construct):
         policy = iam.Policy(self, "VmPolicy", roles=[role],
                             statements=permissions.vm_statements(self.bucket, self.config.key_prefix,
                                                                  self.config.data_buckets))
-        for pattern in dict.fromkeys(permissions.VM_READ + permissions.VM_WRITE):
+        for pattern in dict.fromkeys(permissions.VM_READ + permissions.VM_WRITE + permissions.VM_PRUNE):
             acknowledge(policy, f"AwsSolutions-IAM5[Resource::<{self.bucket_id()}.Arn>/{self.config.key_prefix}"
                                 f"{pattern}]",
                         f"Job ids and file names are chosen at run time; {pattern} confines the VM to that one "
@@ -190,6 +199,21 @@ class JobplaneControlPlane(Construct):
                         f"{name} is an input-data bucket named in jobplane:dataBuckets; VMs only read it.")
         profile = iam.InstanceProfile(self, "VmInstanceProfile", role=role)
         return role, profile
+
+    def _submitter_policy(self) -> iam.ManagedPolicy:
+        """For the people and CI roles that submit jobs: attach it to principals tagged jobplane-owner=<team>."""
+        prefix = self.config.key_prefix
+        policy = iam.ManagedPolicy(self, "SubmitterPolicy", statements=permissions.submitter_statements(
+            self.bucket, prefix), description="jobplane: submit jobs as the principal's own owner "
+                                              f"(tag {permissions.OWNER_TAG}); read the registry's jobs")
+        for pattern in permissions.SUBMITTER_WRITE + permissions.SUBMITTER_READ:
+            shown = pattern.replace("${", "<").replace("}", ">")  # how cdk-nag prints a policy variable
+            acknowledge(policy, f"AwsSolutions-IAM5[Resource::<{self.bucket_id()}.Arn>/{prefix}{shown}]",
+                        f"{pattern}: job ids and file names are chosen at submit time; the owner part is the "
+                        "principal's own tag, so a team writes only its own folders.")
+        acknowledge(policy, "AwsSolutions-IAM5[Resource::*]",
+                    "ec2:DescribeInstances supports no resource-level permissions (describe shows a job's VMs).")
+        return policy
 
     def _dead_letter_queue(self) -> sqs.Queue:
         queue = sqs.Queue(self, "DeadLetters", encryption=sqs.QueueEncryption.SQS_MANAGED, enforce_ssl=True,
@@ -208,7 +232,7 @@ class JobplaneControlPlane(Construct):
         if spec.launches:
             statements += permissions.launch_statements(self.vm_role, network.subnets, network.group.security_group_id,
                                                         network.placement.placement_group_name)
-            statements.append(permissions.image_parameters_statement())
+            statements += [permissions.image_parameters_statement(), permissions.spot_price_statement()]
         if spec.terminates:
             statements += permissions.terminate_statements()
         policy = iam.Policy(self, f"{title}Ec2Policy", roles=[role], statements=statements)

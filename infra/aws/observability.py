@@ -24,6 +24,7 @@ PANELS = {
     "Orphans, stalls, timeouts": ["OrphansTerminated", "Stalls", "Timeouts"],
     "Safety: blast-radius refusals": ["BlastRadiusRefusals"],
     "Cloud API calls": ["ApiCalls"],
+    "Idle GPUs and notifications": ["IdleGpuJobs", "NotificationsPublished", "NotificationsFailed"],
 }
 
 
@@ -34,7 +35,7 @@ def jobplane_metric(name: str, statistic: str = "Sum") -> cw.Metric:
 
 class Observability(Construct):
     def __init__(self, scope: Construct, construct_id: str, functions: dict[str, lambda_.Function],
-                 dead_letters: sqs.Queue, alarm_email: str | None) -> None:
+                 dead_letters: sqs.Queue, alarm_email: str | None, dashboard: bool = False) -> None:
         super().__init__(scope, construct_id)
         self.topic = sns.Topic(self, "AlarmTopic", display_name="jobplane alarms", enforce_ssl=True)
         acknowledge(self.topic, "AwsSolutions-SNS2",
@@ -52,6 +53,10 @@ class Observability(Construct):
         self._alarm("BlastRadius", jobplane_metric("BlastRadiusRefusals"),
                     "a reconciler refused a mass termination (blast-radius limit)")
 
+        self.dashboard = self._dashboard(functions) if dashboard else None
+
+    def _dashboard(self, functions: dict[str, lambda_.Function]) -> cw.Dashboard:
+        """Opt-in (jobplane:dashboard): $3 a month, three times the rest of an idle deployment."""
         dashboard = cw.Dashboard(self, "Dashboard", default_interval=cdk.Duration.days(1))
         widgets: list[cw.IWidget] = [
             cw.GraphWidget(title=title, left=[jobplane_metric(m) for m in names], width=8)
@@ -66,7 +71,7 @@ class Observability(Construct):
                                       left=[fn.metric_duration(period=PERIOD) for fn in functions.values()]))
         widgets.append(cw.AlarmStatusWidget(title="Alarms", alarms=self.alarms, width=24))
         dashboard.add_widgets(*widgets)
-        self.dashboard = dashboard
+        return dashboard
 
     def _alarm(self, alarm_id: str, metric: cw.IMetric, description: str) -> None:
         alarm = cw.Alarm(self, f"{alarm_id}Alarm", metric=metric, threshold=1, evaluation_periods=1,

@@ -13,10 +13,14 @@ from jobplane.clouds.base import TAG_MANAGED
 
 MANAGED = {f"aws:ResourceTag/{TAG_MANAGED}": "true"}
 # Registry areas a VM reads and writes (relative to the registry root).
-VM_READ = ("jobs/*/job.json", "jobs/*/code/*", "jobs/*/checkpoints/*", "jobs/*/attempts/*/cluster.json",
+VM_READ = ("jobs/*/job.json", "jobs/*/code/*", "code/*", "jobs/*/checkpoints/*", "jobs/*/attempts/*/cluster.json",
            "jobs/*/control/stop")
-VM_WRITE = ("heartbeats/*", "jobs/*/logs/*", "jobs/*/checkpoints/*", "jobs/*/artifacts/*",
+VM_WRITE = ("heartbeats/*", "jobs/*/logs/*", "jobs/*/metrics/*", "jobs/*/checkpoints/*", "jobs/*/artifacts/*",
             "jobs/*/attempts/*/nodes/*/exit.json", "preempted-jobs/*")
+# Synced directories: after each manifest the agent deletes the objects it no longer names (an old
+# checkpoint the training code removed) and aborts a multipart upload it gave up on.
+VM_PRUNE = ("jobs/*/checkpoints/*", "jobs/*/artifacts/*")
+TAGGED = ("jobs/*/logs/*", "jobs/*/metrics/*")  # the chunks the log lifecycle rule expires, by their tag
 # Why each EC2 resource wildcard in the launch/terminate statements cannot be narrower.
 EC2_WILDCARDS = {
     "instance/*": "Instance ids exist only after launch; RunInstances needs jobplane:managed=true in the request "
@@ -95,6 +99,13 @@ def image_parameters_statement() -> iam.PolicyStatement:
     )
 
 
+def spot_price_statement() -> iam.PolicyStatement:
+    """The Spot price in effect when a launcher starts Spot VMs, for the job's cost (jobplane.cost). Like every
+    EC2 Describe* call it supports no resource-level permissions."""
+    return iam.PolicyStatement(sid="ReadSpotPricesAtLaunch", actions=["ec2:DescribeSpotPriceHistory"],
+                               resources=["*"])
+
+
 def terminate_statements() -> list[iam.PolicyStatement]:
     """Terminate (and read termination protection and the console output of) instances carrying
     jobplane:managed=true only; the console output of a VM whose agent never started goes to the job's logs."""
@@ -117,6 +128,32 @@ def describe_statement() -> iam.PolicyStatement:
     )
 
 
+# The principal tag naming a submitter's owner (a team): IAM substitutes it into the resource, so a principal
+# writes drops and code only under its own queue/<owner>/ and code/<owner>/. A principal without the tag
+# matches nothing. Tags come from the IAM user or role, or from the session (SSO, SAML, OIDC session tags).
+OWNER_TAG = "jobplane-owner"
+OWNER = f"${{aws:PrincipalTag/{OWNER_TAG}}}"
+SUBMITTER_WRITE = (f"queue/{OWNER}/*", f"code/{OWNER}/*")
+SUBMITTER_READ = ("jobs/*", "queue/*", "rejected/*")
+
+
+def submitter_statements(bucket: s3.IBucket, prefix: str) -> list[iam.PolicyStatement]:
+    """What `jobplane submit`, `ls`, `describe`, `logs`, `wait` and `cost` need, and writes only in the principal's
+    own owner folders (create and overwrite their own drops and code; nothing else in the registry)."""
+    def objects(*patterns: str) -> list[str]:
+        return [bucket.arn_for_objects(prefix + p) for p in patterns]
+
+    return [
+        iam.PolicyStatement(sid="SubmitOnlyUnderTheOwnersFolders", actions=["s3:PutObject", "s3:AbortMultipartUpload"],
+                            resources=objects(*SUBMITTER_WRITE)),
+        iam.PolicyStatement(sid="ReadJobsDropsAndRejections", actions=["s3:GetObject"],
+                            resources=objects(*SUBMITTER_READ)),
+        iam.PolicyStatement(sid="ListRegistryKeys", actions=["s3:ListBucket"], resources=[bucket.bucket_arn]),
+        # EC2 Describe* calls support no resource-level permissions: "*" is the only possible resource.
+        iam.PolicyStatement(sid="DescribeJobInstances", actions=["ec2:DescribeInstances"], resources=["*"]),
+    ]
+
+
 def vm_statements(bucket: s3.IBucket, prefix: str, data_buckets: Sequence[str]) -> list[iam.PolicyStatement]:
     """What the agent on a VM may do: read its job's inputs, write its own facts. No EC2, no IAM.
 
@@ -134,14 +171,19 @@ def vm_statements(bucket: s3.IBucket, prefix: str, data_buckets: Sequence[str]) 
             resources=objects(*VM_READ),
         ),
         iam.PolicyStatement(
-            sid="WriteHeartbeatsLogsCheckpointsArtifactsExitReportsPreemptedMarker",
+            sid="WriteHeartbeatsLogsMetricsCheckpointsArtifactsExitReportsPreemptedMarker",
             actions=["s3:PutObject"],
             resources=objects(*VM_WRITE),
         ),
-        iam.PolicyStatement(  # a PutObject carrying tags needs this too; only log chunks are tagged
+        iam.PolicyStatement(
+            sid="PruneSyncedCheckpointsAndArtifacts",
+            actions=["s3:DeleteObject", "s3:AbortMultipartUpload"],
+            resources=objects(*VM_PRUNE),
+        ),
+        iam.PolicyStatement(  # a PutObject carrying tags needs this too; only log and metrics chunks are tagged
             sid="TagLogChunksForTheirLifecycleRule",
             actions=["s3:PutObjectTagging"],
-            resources=objects("jobs/*/logs/*"),
+            resources=objects(*TAGGED),
         ),
         iam.PolicyStatement(sid="ListRegistryKeys", actions=["s3:ListBucket"], resources=[bucket.bucket_arn]),
     ]

@@ -7,11 +7,12 @@ locals {
   root   = trim(var.registry_root, "/")
   prefix = local.root != "" ? "${local.root}/" : ""
   env = {
-    JOBPLANE_CLOUD       = "gcp"
-    JOBPLANE_BUCKET      = local.bucket
-    JOBPLANE_ROOT        = local.root
-    JOBPLANE_REGION      = var.region
-    GOOGLE_CLOUD_PROJECT = var.project
+    JOBPLANE_CLOUD        = "gcp"
+    JOBPLANE_BUCKET       = local.bucket
+    JOBPLANE_ROOT         = local.root
+    JOBPLANE_REGION       = var.region
+    GOOGLE_CLOUD_PROJECT  = var.project
+    JOBPLANE_NOTIFY_TOPIC = google_pubsub_topic.notifications.id
   }
   # entry point => [memory, timeout seconds]; the launcher waits on insert operations.
   http_functions = {
@@ -25,6 +26,11 @@ locals {
 
   # Every VM the functions launch is named jobplane-<job>-a<attempt>-<rank> (clouds/gcp.py VM_NAME_PREFIX).
   vm_name_prefix = "jobplane-"
+
+  # One grant per (owner, member) of var.submitters.
+  submitter_grants = { for pair in flatten([
+    for owner, members in var.submitters : [for member in members : { owner = owner, member = member }]
+  ]) : "${pair.owner} ${pair.member}" => pair }
 }
 
 resource "google_project_service" "apis" {
@@ -232,6 +238,53 @@ resource "google_project_iam_member" "gcs_pubsub_publisher" {
   project = var.project
   role    = "roles/pubsub.publisher"
   member  = data.google_storage_project_service_account.gcs.member
+}
+
+# Submitters: each member of var.submitters[owner] may create objects only in that owner's queue/<owner>/
+# (job drops) and code/<owner>/ (code bundles), so the launcher's owner, the drop's folder, is who wrote it.
+# objectCreator cannot overwrite or delete (that needs storage.objects.delete): drops and code are create-only.
+resource "google_storage_bucket_iam_member" "submitters_write" {
+  for_each = local.submitter_grants
+  bucket   = google_storage_bucket.registry.name
+  role     = "roles/storage.objectCreator"
+  member   = each.value.member
+  condition {
+    title       = "jobplane owner ${each.value.owner}"
+    description = "Create objects only under queue/${each.value.owner}/ and code/${each.value.owner}/"
+    expression  = "resource.name.startsWith('projects/_/buckets/${local.bucket}/objects/${local.prefix}queue/${each.value.owner}/') || resource.name.startsWith('projects/_/buckets/${local.bucket}/objects/${local.prefix}code/${each.value.owner}/')"
+  }
+}
+
+# ... and read the registry (ls, describe, logs, wait, cost).
+resource "google_storage_bucket_iam_member" "submitters_read" {
+  for_each = toset(distinct(flatten(values(var.submitters))))
+  bucket   = google_storage_bucket.registry.name
+  role     = "roles/storage.objectViewer"
+  member   = each.value
+}
+
+# ---- job notifications --------------------------------------------------------------------------------
+# The functions publish when a job ends or is flagged for idle GPUs (jobplane.notify); only they may.
+resource "google_pubsub_topic" "notifications" {
+  name       = "jobplane-jobs"
+  depends_on = [google_project_service.apis]
+}
+
+resource "google_pubsub_topic_iam_member" "functions_publish" {
+  topic  = google_pubsub_topic.notifications.id
+  role   = "roles/pubsub.publisher"
+  member = google_service_account.functions.member
+}
+
+# A pull subscription to read them from (gcloud pubsub subscriptions pull jobplane-jobs), if wanted.
+resource "google_pubsub_subscription" "notifications" {
+  count                      = var.notification_subscription ? 1 : 0
+  name                       = "jobplane-jobs"
+  topic                      = google_pubsub_topic.notifications.id
+  message_retention_duration = "604800s"
+  expiration_policy {
+    ttl = ""
+  }
 }
 
 # ---- network for the job VMs --------------------------------------------------------------------------

@@ -9,7 +9,7 @@ output "registry" {
 }
 
 output "queue_uri" {
-  description = "Drop job specs here: gcloud storage cp job.yaml <queue_uri>"
+  description = "Drop job specs in its owner folders: gcloud storage cp job.yaml <queue_uri><owner>/ (a spec without owner: <queue_uri>)"
   value       = "gs://${google_storage_bucket.registry.name}/${local.prefix}queue/"
 }
 
@@ -32,4 +32,9 @@ output "scheduler_service_account" {
 
 output "subnetwork" {
   value = google_compute_subnetwork.jobs.id
+}
+
+output "notification_topic" {
+  description = "Job notifications (a job ended, idle GPUs): subscribe to it."
+  value       = google_pubsub_topic.notifications.id
 }

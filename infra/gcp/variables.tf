@@ -83,3 +83,19 @@ variable "data_buckets" {
     error_message = "data_buckets holds bucket names such as my-datasets, not gs:// URIs or paths."
   }
 }
+
+variable "submitters" {
+  description = "Who submits jobs as which owner: { owner = [members] }, e.g. { vision = [\"group:vision@example.com\"] }. Members create objects only in queue/<owner>/ and code/<owner>/ and read the registry."
+  type        = map(list(string))
+  default     = {}
+  validation {
+    condition     = alltrue([for owner in keys(var.submitters) : can(regex("^[a-z][a-z0-9_-]{0,62}$", owner))])
+    error_message = "submitters' keys are owner names: a lowercase letter, then up to 62 of a-z 0-9 _ -."
+  }
+}
+
+variable "notification_subscription" {
+  description = "Create a pull subscription (jobplane-jobs) to the job-notification topic."
+  type        = bool
+  default     = false
+}

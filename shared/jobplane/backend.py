@@ -29,26 +29,18 @@ def no_progress(path: Path) -> Iterator[Callable[[int], None]]:
     yield lambda sent: None
 
 
-Send = Callable[[str, Path, Callable[[int], None]], None]  # (bucket key, local file, advance)
-
-
-def _store(settings: Settings) -> tuple[ObjectStore, Send]:
-    """The registry bucket's store, and how to upload a large file to it with progress."""
+def _store(settings: Settings) -> ObjectStore:
     if settings.cloud == "gcp":
         from jobplane.clouds.gcs import GcsStore
-        from jobplane.clouds.gcs_transfer import upload_file as gcs_upload
 
-        gcs = GcsStore(settings.bucket)
-        return gcs, lambda key, path, advance: gcs_upload(gcs, key, path, advance)
+        return GcsStore(settings.bucket)
     from jobplane.clouds.s3 import S3Store, s3_client
-    from jobplane.clouds.s3_transfer import upload_file as s3_upload
 
-    s3 = S3Store(settings.bucket, s3_client(settings.region))
-    return s3, lambda key, path, advance: s3_upload(s3, key, path, advance)
+    return S3Store(settings.bucket, s3_client(settings.region))
 
 
 def registry(settings: Settings) -> Registry:
-    return Registry(_store(settings)[0], settings.root)
+    return Registry(_store(settings), settings.root)
 
 
 def compute(settings: Settings, reg: Registry) -> Compute:
@@ -71,11 +63,11 @@ def compute(settings: Settings, reg: Registry) -> Compute:
 
 def connect(settings: Settings, progress: Progress = no_progress) -> jobs.Backend:
     """The registry, the bucket's URL, a Compute factory and a code uploader (reporting to progress)."""
-    store, send = _store(settings)
+    store = _store(settings)
     reg = Registry(store, settings.root)
 
     def upload(key: str, path: Path) -> None:
         with progress(path) as advance:
-            send(reg.key(key), path, advance)
+            store.upload_file(reg.key(key), path, "application/gzip", advance)
 
     return jobs.Backend(reg, settings.url, lambda: compute(settings, reg), upload)

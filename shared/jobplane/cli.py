@@ -10,6 +10,7 @@ import shutil
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TextIO, TypeVar, cast
 
@@ -19,13 +20,13 @@ from click.core import ParameterSource
 from rich.console import Console
 from rich.table import Table
 
-from jobplane import jobs, jobview
+from jobplane import cost, jobs, jobview, metricview
 from jobplane.errors import FieldError, SpecError
-from jobplane.jobview import COLUMNS, Status, display, view_row
+from jobplane.jobview import COLUMNS, Status, display, header, view_row
 from jobplane.policy import DEFAULT_POLICY, Policy, check_against_policy, parse_policy
 from jobplane.registry import JobExists, JobNotFound, TransitionRefused, utcnow
 from jobplane.settings import Settings
-from jobplane.spec import json_schema_text, parse_duration, parse_spec, spec_to_json
+from jobplane.spec import format_duration, json_schema_text, parse_duration, parse_spec, spec_to_json
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -39,6 +40,7 @@ def cli() -> None:
       jobplane local up                                   # shell 1: the local cloud
       jobplane submit examples/demo.yaml --code examples/train -f
       jobplane ls && jobplane wait ID --for terminal --timeout 10m
+      jobplane metrics ID --plot loss.png
     """
 
 
@@ -239,27 +241,52 @@ def follow_job(backend: jobs.Backend, job_id: str, goal: jobs.Goal, *, interval:
     return jobs.exit_code(view.state)
 
 
+class HyperparameterType(click.ParamType):  # type: ignore[type-arg]
+    """NAME=VALUE, the value read as YAML like the spec's (10 an integer, 0.02 a number, adam a string)."""
+
+    name = "name=value"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[str, Any]:
+        if isinstance(value, tuple):
+            return value
+        name, sep, text = str(value).partition("=")
+        if not sep or not name.strip() or not text.strip():
+            self.fail(f"{value!r} is not NAME=VALUE (e.g. --hp lr=0.02)", param, ctx)
+        try:
+            return name.strip(), yaml.safe_load(text)
+        except yaml.YAMLError:
+            return name.strip(), text
+
+
 @cli.command()
 @click.argument("spec_file", metavar="SPEC", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--code", "code_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Directory to tar, upload and unpack as the job's working directory.")
 @click.option("--id", "job_id", help="Job id (default: from the spec's name and the time).")
+@click.option("--hp", "hps", multiple=True, type=HyperparameterType(),
+              help="Set a hyperparameter, over the spec's (repeatable): --hp lr=0.02 --hp epochs=20.")
+@click.option("--owner", envvar="JOBPLANE_OWNER",
+              help="Submit as this owner: to queue/OWNER/ (env JOBPLANE_OWNER; default: the spec's owner).")
 @click.option("-f", "--follow", is_flag=True, help="Then follow it as `logs -f` does and exit with its outcome.")
 @click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between polls with -f.")
 @registry_options
 @cloud_errors
-def submit(spec_file: Path, code_dir: Path | None, job_id: str | None, follow: bool, interval: float,
-           **conn: str | None) -> None:
+def submit(spec_file: Path, code_dir: Path | None, job_id: str | None, hps: tuple[tuple[str, Any], ...],
+           owner: str | None, follow: bool, interval: float, **conn: str | None) -> None:
     """Submit a job: upload its code (with a progress bar), then drop the spec into queue/.
 
     \b
     Prints the job id. From then on the job is listed, described and followed as QUEUED until the
     launcher takes it (within seconds). With -f, follow it to the end as `logs -f` does, and exit 0
     SUCCEEDED, 1 FAILED, 3 CANCELLED, 4 TIMED_OUT, 5 STALLED, 6 INVALID, 130 Ctrl-C (never stops the job).
+    With an owner (--owner, else the spec's), the spec goes to queue/OWNER/ and the code to code/OWNER/,
+    the places the platform's IAM lets that team write; quotas count by it.
     Example:
       jobplane submit examples/demo.yaml --code examples/train -f
+      jobplane submit examples/sagemaker.yaml --code examples/sagemaker --hp epochs=20 --hp lr=0.02
     """
-    sub = jobs.plan_submission(spec_file, spec_file.read_text(), code_dir=code_dir, job_id=job_id)
+    sub = jobs.plan_submission(spec_file, spec_file.read_text(), code_dir=code_dir, job_id=job_id,
+                               hyperparameters=dict(hps), owner=owner)
     backend = connect(**conn)
 
     def bundled(files: int, uri: str) -> None:
@@ -278,10 +305,11 @@ def submit(spec_file: Path, code_dir: Path | None, job_id: str | None, follow: b
 @cloud_errors
 def ls_cmd(include_done: bool, as_json: bool, **conn: str | None) -> None:
     """List live jobs, queued ones included (or all with --all): state, attempt, nodes, type, spot, age,
-    runtime, restarts, reason.
+    runtime, estimated cost, restarts, reason.
 
     \b
-    A job still in queue/ shows as QUEUED, its age the time it has waited.
+    A job still in queue/ shows as QUEUED, its age the time it has waited. The cost is an estimate (~):
+    instance time at the price recorded at launch (`jobplane cost` sums it).
     Example:
       jobplane ls --all
     """
@@ -291,7 +319,7 @@ def ls_cmd(include_done: bool, as_json: bool, **conn: str | None) -> None:
         return
     table = Table(box=None, header_style="bold")
     for col in COLUMNS:
-        table.add_column(col.upper().replace("_", " "), overflow="fold")
+        table.add_column(header(col), overflow="fold")
     for row in rows:
         table.add_row(*display(row))
     Console(width=max(160, shutil.get_terminal_size().columns)).print(table)
@@ -313,6 +341,7 @@ def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
     view = jobs.find(backend.reg, job_id)
     record = view.record
     events = backend.reg.events(job_id) if record else []
+    trained = metricview.series(jobs.read_metrics(backend.reg, job_id)) if record else []
     instances = [asdict(i) for i in backend.compute().list_managed()
                  if i.job_id == job_id] if record and record.instances else []
     now = utcnow()
@@ -321,7 +350,9 @@ def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
             "id": view.id, "state": view.state, "since": view.since.isoformat(),
             "waited": (now - view.since).total_seconds(), "reason": view.reason, "drop": view.drop,
             "spec": spec_to_json(view.spec) if view.spec else None}
-        click.echo(json.dumps({"job": job, "events": events, "instances": instances}, indent=1, default=str))
+        spent = cost.as_json(cost.job_cost(record, now)) if record else None
+        click.echo(json.dumps({"job": job, "events": events, "instances": instances, "cost": spent,
+                                "metrics": [metricview.summary(s) for s in trained]}, indent=1, default=str))
         return
     console = Console()
     for col, cell in zip(COLUMNS, display(view_row(view, now)), strict=True):
@@ -334,6 +365,11 @@ def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
             console.print(yaml.safe_dump(spec_to_json(view.spec), sort_keys=False).rstrip(), highlight=False)
         return
     console.print(f"[bold]{'instances':>14}[/bold]  {', '.join(record.instances) or '-'}")
+    for used in record.usage:  # what each attempt ran on, and its estimated cost
+        console.print(f"[bold]{'usage':>14}[/bold]  {cost.describe_attempt(used, now)} (estimated)", highlight=False)
+    for i, s in enumerate(trained):  # the last values; `jobplane metrics` has the rest
+        console.print(f"[bold]{'metrics' if i == 0 else '':>14}[/bold]  {s.name} {metricview.last_line(s)}",
+                      highlight=False)
     table = Table("TIME", "EVENT", "DETAIL", box=None, header_style="bold", title="events", title_justify="left")
     for ev in events:
         detail = {k: v for k, v in ev.items() if k not in ("time", "kind", "spec")}
@@ -379,6 +415,53 @@ def logs(job_id: str, follow: bool, rank: int | None, attempt: int | None, inter
         click.echo(text, nl=not text.endswith("\n") and bool(text))
     if not chunks and not view.terminal:
         click.echo(f"job {job_id}: {jobview.status(view, utcnow()).text}; no output yet (-f waits for it)", err=True)
+
+
+@cli.command(name="metrics")
+@click.argument("job_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON, every point included.")
+@click.option("--plot", "plot_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write a PNG line chart, one panel per metric (needs matplotlib: "
+                   "pip install 'jobplane[plot]').")
+@click.option("--rank", type=int, help="This node's metrics (default: each from the lowest rank that printed it).")
+@click.option("--attempt", type=int, help="Only this attempt (default: every attempt).")
+@registry_options
+@cloud_errors
+def metrics_cmd(job_id: str, as_json: bool, plot_file: Path | None, rank: int | None, attempt: int | None,
+                **conn: str | None) -> None:
+    """Show the training metrics a job's agents read from its output: last value, min, max, points, and
+    the trend across attempts (| between attempts, ! a NaN or Inf).
+
+    \b
+    The metrics are the spec's `metrics` (SageMaker's MetricDefinitions), else loss, accuracy,
+    learning_rate and step as the output prints them (`step 10 loss 0.5`, `loss=0.5`, `'loss': 0.5`).
+    Example:
+      jobplane metrics demo-1122-113005-ab12 --plot loss.png
+    """
+    backend = connect(**conn)
+    view = jobs.find(backend.reg, job_id)
+    trained = metricview.series(jobs.read_metrics(backend.reg, job_id, attempt, rank), rank)
+    if as_json:
+        click.echo(json.dumps({"job_id": job_id, "state": view.state,
+                               "metrics": [metricview.summary(s, points=True) for s in trained]}, indent=1))
+    elif trained:
+        table = Table(*metricview.COLUMNS, box=None, header_style="bold")
+        for s in trained:
+            table.add_row(*metricview.cells(s))
+        Console(width=max(120, shutil.get_terminal_size().columns)).print(table, highlight=False)
+    else:
+        click.echo(f"job {job_id} ({view.state}): no metrics yet" + (
+            "" if view.terminal else "; they come with its log chunks"), err=True)
+    if plot_file is not None:
+        if not trained:
+            raise UserError(f"no metrics to plot for {job_id}")
+        from jobplane.plot import PlotUnavailable, plot
+
+        try:
+            drawn = plot(trained, plot_file, f"{job_id} ({view.state})")
+        except PlotUnavailable as exc:
+            raise UserError(str(exc)) from None
+        click.echo(f"wrote {plot_file}: " + ", ".join(f"{name} {n} points" for name, n in drawn.items()), err=True)
 
 
 class DurationType(click.ParamType):  # type: ignore[type-arg]
@@ -432,6 +515,46 @@ def cancel(job_id: str, force: bool, **conn: str | None) -> None:
     if done.terminated:
         click.echo(f"terminated {', '.join(done.terminated)}", err=True)
     click.echo(f"{job_id} CANCELLED" + (" before launch" if done.before_launch else ""))
+
+
+@cli.command(name="cost")
+@click.option("--since", type=DurationType(), help="Only instance time in this last stretch (24h, 7d); default: "
+                                                   "all time.")
+@click.option("--by", default="job", show_default=True,
+              help="Group by job, owner, type (instance type), label (each key=value) or label:KEY.")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
+@registry_options
+@cloud_errors
+def cost_cmd(since: int | None, by: str, as_json: bool, **conn: str | None) -> None:
+    """Estimated cost of jobs' instance time, summed by job, owner, instance type or label.
+
+    \b
+    Each attempt's instances count from launch to the end of the attempt (at least a minute each), at the
+    hourly price recorded at launch: EC2's Spot price history, else the policy's prices, else the price
+    table jobplane ships. Disks, addresses, data transfer and storage are not included: an estimate.
+    Examples:
+      jobplane cost --since 7d --by owner
+      jobplane cost --by label:team --json
+    """
+    if by not in cost.GROUPS and not by.startswith("label:"):
+        raise click.BadParameter(f"{by!r}: use one of {', '.join(cost.GROUPS)} or label:KEY", param_hint="--by")
+    now = utcnow()
+    start = now - timedelta(seconds=since) if since else None
+    rows = jobs.cost_rows(connect(**conn).reg, by, start, now)
+    if as_json:
+        click.echo(json.dumps([row.as_json(by) for row in rows], indent=1))
+        return
+    table = Table(box=None, header_style="bold", show_footer=bool(rows))
+    total = sum((row.cost for row in rows), cost.Cost())
+    for name, footer in ((by.upper(), "TOTAL" if by != "label" else ""), ("JOBS", ""),
+                         ("INSTANCE HOURS", f"{total.instance_hours:.2f}" if by != "label" else ""),
+                         ("EST. COST", cost.money(total) if by != "label" else "")):
+        table.add_column(name, footer=footer)
+    for row in rows:
+        table.add_row(row.group, str(row.jobs), f"{row.cost.instance_hours:.2f}", cost.money(row.cost))
+    Console().print(table)
+    click.echo(f"estimated: instance time x hourly price{f' over the last {format_duration(since)}' if since else ''}"
+               "; disks, addresses and transfer not included", err=True)
 
 
 # ---- the local cloud -------------------------------------------------------------------------------------

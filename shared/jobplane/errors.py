@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -9,7 +10,7 @@ from pydantic import ValidationError
 
 @dataclass(frozen=True)
 class FieldError:
-    path: str  # dotted field path, e.g. "inputs.train.uri"; "(spec)" for the document as a whole
+    path: str  # field path, e.g. "inputs.train.uri", "metrics[1].regex"; "(spec)" for the document as a whole
     message: str
 
     def __str__(self) -> str:
@@ -29,10 +30,15 @@ class SpecError(ValueError):
 
 def _path(loc: tuple[int | str, ...]) -> str:
     # pydantic adds the union member's name ("str", "list[str]", "function-after[...]") to the location:
-    # users never see those, so keep only real field names and list indexes.
-    parts = [str(p) for p in loc if isinstance(p, int) or not any(c in p for c in "[]()-")]
-    parts = [p for p in parts if p not in ("str", "int", "list")]
-    return ".".join(parts) or "(spec)"
+    # users never see those, so keep only real field names and list indexes. A list index is written [i], so
+    # it never reads as a mapping key (env.1 is a variable named "1"; instance_type[1] the second type).
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif not any(c in part for c in "[]()-") and part not in ("str", "int", "float", "bool", "list", "dict"):
+            path += f".{part}" if path else part
+    return path or "(spec)"
 
 
 def from_validation_error(exc: ValidationError, allowed_fields: dict[str, list[str]]) -> list[FieldError]:
@@ -47,7 +53,7 @@ def from_validation_error(exc: ValidationError, allowed_fields: dict[str, list[s
     for path, err in raw:
         kind = err["type"]
         if kind.endswith("_type") and any(
-            p.startswith(path + ".") or (p == path and e is not err and not e["type"].endswith("_type"))
+            p.startswith((path + ".", path + "[")) or (p == path and e is not err and not e["type"].endswith("_type"))
             for p, e in raw
         ):
             continue  # a union member that did not apply; the member that did reports the real problem
@@ -73,6 +79,8 @@ def seen_paths(errors: list[FieldError]) -> set[str]:
 
 
 def _wildcard(path: str) -> str:
-    # "inputs.train" -> "inputs.*": nested models in a dict share one field list
+    # "inputs.train" -> "inputs.*", "metrics[1]" -> "metrics[*]": the models in a dict or list share one field list
+    if path.endswith("]"):
+        return re.sub(r"\[\d+\]$", "[*]", path)
     head, _, _ = path.rpartition(".")
     return f"{head}.*" if head else path

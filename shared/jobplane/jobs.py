@@ -16,7 +16,7 @@ import secrets
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -25,10 +25,11 @@ from typing import Any
 
 import yaml
 
-from jobplane import keys
+from jobplane import cost, drops, keys
 from jobplane.clouds.base import Compute, NotFound, PreconditionFailed
-from jobplane.errors import SpecError
+from jobplane.errors import FieldError, SpecError
 from jobplane.jobview import JobView, Status, readable_job_id, rejected_reason, status, view_row
+from jobplane.metrics import Sample, decode
 from jobplane.registry import JobExists, JobNotFound, JobRecord, Registry, TransitionRefused, utcnow
 from jobplane.spec import URI_SCHEMES, job_id_problem, load_document, parse_spec
 from jobplane.states import LIVE, TERMINAL, State
@@ -76,8 +77,10 @@ def _recorded(reg: Registry, job_id: str) -> JobView | None:
 
 
 def _queued(reg: Registry, job_id: str) -> JobView | None:
-    for key, modified, _ in reg.listing(keys.QUEUE + job_id + "."):
-        if key.rpartition(".")[0] != keys.QUEUE + job_id:
+    """The job's drop, under queue/ or an owner's queue/<owner>/ (queue/ holds only drops not yet taken)."""
+    for key, modified, _ in reg.listing(keys.QUEUE):
+        drop = drops.parse(key)
+        if drop is None or drop.job_id != job_id:
             continue
         try:
             data = reg.get_bytes(key)
@@ -89,8 +92,11 @@ def _queued(reg: Registry, job_id: str) -> JobView | None:
 
 def queued_view(job_id: str, key: str, data: bytes, dropped_at: datetime) -> JobView:
     """A drop as the launcher will read it (same parse), or with the reason it will reject it."""
+    drop = drops.parse(key)
     try:
-        spec = parse_spec(data, job_id=job_id, source=key.removeprefix(keys.QUEUE))
+        if drop is None:
+            raise SpecError([FieldError("(file)", f"{key} is not a queue entry")])
+        spec = drops.read_spec(drop, data)
     except SpecError as exc:
         return JobView(job_id, State.QUEUED, dropped_at, drop=key,
                        reason="the launcher will reject it: " + "; ".join(map(str, exc.errors)))
@@ -112,10 +118,7 @@ def _rejected(reg: Registry, job_id: str) -> JobView | None:
 def list_rows(reg: Registry, include_done: bool, now: datetime | None = None) -> list[dict[str, Any]]:
     """`jobplane ls`: live jobs (or every job), drops still in queue/ and, with include_done, rejected ones."""
     now = now or utcnow()
-    if include_done:
-        ids = {k.split("/")[1] for k, _, _ in reg.listing(keys.JOBS) if k.endswith("/job.json")}
-    else:
-        ids = set(reg.active())
+    ids = recorded_ids(reg) if include_done else set(reg.active())
     rows = []
     for job_id in sorted(ids):
         try:
@@ -124,8 +127,9 @@ def list_rows(reg: Registry, include_done: bool, now: datetime | None = None) ->
             continue  # finished between the listing and the read
     queued = set()
     for key, modified, _ in reg.listing(keys.QUEUE):
-        job_id = key.removeprefix(keys.QUEUE).rpartition(".")[0]
-        if not job_id or "/" in job_id or job_id in ids or job_id in queued:
+        drop = drops.parse(key)
+        job_id = drop.job_id if drop else ""
+        if not job_id or job_id in ids or job_id in queued:
             continue
         try:
             view = queued_view(job_id, key, reg.get_bytes(key), modified)
@@ -142,26 +146,51 @@ def list_rows(reg: Registry, include_done: bool, now: datetime | None = None) ->
     return sorted(rows, key=lambda r: r["age"], reverse=True)
 
 
+def recorded_ids(reg: Registry) -> set[str]:
+    """Every job with a record (job.json), live or not."""
+    return {k.split("/")[1] for k, _, _ in reg.listing(keys.JOBS) if k.endswith("/job.json")}
+
+
+def cost_rows(reg: Registry, by: str = "job", since: datetime | None = None,
+              now: datetime | None = None) -> list[cost.Row]:
+    """`jobplane cost`: every recorded job's estimated cost (instance time after `since`), summed by group."""
+    now = now or utcnow()
+    records = []
+    for job_id in sorted(recorded_ids(reg)):
+        with contextlib.suppress(JobNotFound):
+            records.append(reg.job(job_id))
+    return cost.summarize(records, now, by, since)
+
+
 # ---- submitting --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Submission:
-    """A checked spec ready to drop: its id, the document to write, and the code directory to bundle."""
+    """A checked spec ready to drop: its id, the document to write, the code directory to bundle, and the owner
+    whose queue/<owner>/ it goes to."""
 
     job_id: str
     doc: dict[str, Any]
     code_dir: Path | None
+    owner: str = drops.DEFAULT_OWNER
 
 
 def plan_submission(spec_file: Path, text: str, *, code_dir: Path | None = None, job_id: str | None = None,
-                    now: datetime | None = None) -> Submission:
+                    now: datetime | None = None, hyperparameters: Mapping[str, Any] | None = None,
+                    owner: str | None = None) -> Submission:
     """Check a spec the way the launcher will, before anything is uploaded; JobError says what is wrong.
 
     `code: ./src` in the spec means the same as --code ./src (relative to the spec's directory).
+    hyperparameters (`submit --hp name=value`) override or add to the spec's, in the spec that is dropped.
+    The drop goes to queue/<owner>/ for `owner` (--owner), else the spec's `owner:`, else to queue/ (owner
+    default).
     """
     try:
         doc = load_document(text, spec_file.name)
     except SpecError as exc:
         raise JobError(f"{spec_file}: " + "; ".join(map(str, exc.errors))) from None
+    given = doc.get("hyperparameters")
+    if hyperparameters and (given is None or isinstance(given, dict)):  # else validation names the field
+        doc["hyperparameters"] = {**(given or {}), **hyperparameters}
     if code_dir is None and isinstance(doc.get("code"), str) and "://" not in doc["code"]:
         code_dir = (spec_file.parent / doc["code"]).resolve()
         if not code_dir.is_dir():
@@ -172,15 +201,21 @@ def plan_submission(spec_file: Path, text: str, *, code_dir: Path | None = None,
                                                         secrets.token_hex(2))
     if doc.get("id") not in (None, job_id):
         raise JobError(f"--id {job_id!r} differs from the spec's id {doc['id']!r}")
+    if owner and doc.get("owner") not in (None, owner):
+        raise JobError(f"--owner {owner!r} differs from the spec's owner {doc['owner']!r}")
+    owner = owner or doc.get("owner") or drops.DEFAULT_OWNER
+    if owner != drops.DEFAULT_OWNER:
+        doc["owner"] = owner
     try:
         parse_spec(yaml.safe_dump(doc), job_id=job_id, source=spec_file.name)
     except SpecError as exc:
         raise JobError(f"{spec_file}: " + "; ".join(str(e) for e in exc.errors)) from None
-    return Submission(job_id, {**doc, "id": job_id}, code_dir)
+    return Submission(job_id, {**doc, "id": job_id}, code_dir, str(owner))
 
 
 def submit(backend: Backend, sub: Submission, on_bundle: Callable[[int, str], None] | None = None) -> str:
-    """Upload the code bundle, then drop the spec into queue/ (create-only). From then on the job exists.
+    """Upload the code bundle to code/<owner>/, then drop the spec into queue/ (queue/<owner>/), create-only.
+    From then on the job exists. Both places are the owner's own, so IAM can confine a team to them.
 
     on_bundle(files, uri) is told what was uploaded. Returns the job id.
     """
@@ -198,12 +233,12 @@ def submit(backend: Backend, sub: Submission, on_bundle: Callable[[int, str], No
         with tempfile.TemporaryDirectory() as tmp:
             bundle = Path(tmp) / "code.tar.gz"
             files = make_bundle(sub.code_dir, bundle)
-            backend.upload(keys.code_bundle(job_id), bundle)
-        doc["code"] = f"{backend.url}/{reg.key(keys.code_bundle(job_id))}"
+            backend.upload(keys.code_upload(sub.owner, job_id), bundle)
+        doc["code"] = f"{backend.url}/{reg.key(keys.code_upload(sub.owner, job_id))}"
         if on_bundle:
             on_bundle(files, doc["code"])
     try:
-        reg.store.put_if_absent(reg.key(keys.queue_entry(job_id)), yaml.safe_dump(doc, sort_keys=False).encode(),
+        reg.store.put_if_absent(reg.key(drops.entry(job_id, sub.owner)), yaml.safe_dump(doc, sort_keys=False).encode(),
                                 "application/yaml")
     except PreconditionFailed:
         raise JobError(f"job {job_id!r} is already queued") from None
@@ -245,21 +280,33 @@ class LogReader:
         self.seen: set[str] = set()
 
     def new(self) -> list[Chunk]:
-        base = keys.logs_prefix(self.job_id)
-        found: list[tuple[tuple[int, int, str], str]] = []
-        prefix = keys.logs_prefix(self.job_id, self.attempt, self.rank if self.attempt is not None else None)
-        for key, _, _ in self.reg.listing(prefix):
-            parts = key.removeprefix(base).split("/")
-            if len(parts) != 3 or key in self.seen or not (parts[0].isdigit() and parts[1].isdigit()):
-                continue
-            if self.rank is not None and int(parts[1]) != self.rank:
-                continue
-            found.append(((int(parts[0]), int(parts[1]), parts[2]), key))
         chunks = []
-        for (attempt, rank, _), key in sorted(found):
-            chunks.append(Chunk(attempt, rank, self.reg.get_bytes(key).decode(errors="replace")))
-            self.seen.add(key)
+        for attempt, rank, key in node_chunks(self.reg, keys.logs_prefix, self.job_id, self.attempt, self.rank):
+            if key not in self.seen:
+                chunks.append(Chunk(attempt, rank, self.reg.get_bytes(key).decode(errors="replace")))
+                self.seen.add(key)
         return chunks
+
+
+def node_chunks(reg: Registry, prefix: Callable[..., str], job_id: str, attempt: int | None = None,
+                rank: int | None = None) -> list[tuple[int, int, str]]:
+    """(attempt, rank, key) of the chunks under prefix(job_id, attempt, rank) (logs or metrics), in (attempt,
+    rank, sequence) order; optionally one attempt and/or rank."""
+    base = prefix(job_id)
+    found: list[tuple[tuple[int, int, str], str]] = []
+    for key, _, _ in reg.listing(prefix(job_id, attempt, rank if attempt is not None else None)):
+        parts = key.removeprefix(base).split("/")
+        if len(parts) != 3 or not (parts[0].isdigit() and parts[1].isdigit()):
+            continue
+        if rank is None or int(parts[1]) == rank:
+            found.append(((int(parts[0]), int(parts[1]), parts[2]), key))
+    return [(a, r, key) for (a, r, _), key in sorted(found)]
+
+
+def read_metrics(reg: Registry, job_id: str, attempt: int | None = None, rank: int | None = None) -> list[Sample]:
+    """The metric samples the job's agents read from its output, in (attempt, rank, printed) order."""
+    return [sample for a, r, key in node_chunks(reg, keys.metrics_prefix, job_id, attempt, rank)
+            for sample in decode(reg.get_bytes(key), a, r)]
 
 
 def tagged(chunk: Chunk) -> str:

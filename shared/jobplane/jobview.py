@@ -8,11 +8,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from jobplane import cost
 from jobplane.registry import JobRecord
 from jobplane.spec import JobSpec
 from jobplane.states import TERMINAL, State
 
-COLUMNS = ("id", "state", "attempt", "nodes", "instance_type", "spot", "age", "runtime", "restarts", "reason")
+COLUMNS = ("id", "state", "attempt", "nodes", "instance_type", "spot", "age", "runtime", "cost", "restarts",
+           "reason")
+HEADERS = {"cost": "EST. COST"}  # every cost is an estimate (jobplane.cost); the header says so
+
+
+def header(col: str) -> str:
+    return HEADERS.get(col, col.upper().replace("_", " "))
 
 
 def human_duration(seconds: float | None) -> str:
@@ -77,9 +84,16 @@ def job_row(record: JobRecord, now: datetime) -> dict[str, Any]:
         "spot": spec.spot,
         "age": (now - record.created_at).total_seconds(),
         "runtime": runtime_seconds(record, now),
+        "cost": cost_usd(record, now),
         "restarts": record.restarts,
         "reason": record.reason or "",
     }
+
+
+def cost_usd(record: JobRecord, now: datetime) -> float | None:
+    """The job's estimated cost so far in USD; None when it launched nothing, or nothing it ran has a price."""
+    spent = cost.job_cost(record, now)
+    return None if not record.usage or (spent.unpriced and not spent.usd) else round(spent.usd, 6)
 
 
 def view_row(view: JobView, now: datetime) -> dict[str, Any]:
@@ -89,7 +103,8 @@ def view_row(view: JobView, now: datetime) -> dict[str, Any]:
     spec = view.spec
     return {"id": view.id, "state": str(view.state), "attempt": 0, "nodes": spec.num_nodes if spec else None,
             "instance_type": ",".join(spec.instance_types) if spec else "", "spot": spec.spot if spec else None,
-            "age": (now - view.since).total_seconds(), "runtime": None, "restarts": 0, "reason": view.reason or ""}
+            "age": (now - view.since).total_seconds(), "runtime": None, "cost": None, "restarts": 0,
+            "reason": view.reason or ""}
 
 
 def rejected_reason(error_doc: Any) -> str:
@@ -151,6 +166,8 @@ def display(row: dict[str, Any]) -> list[str]:
         value = row[col]
         if col in ("age", "runtime"):
             return human_duration(value)
+        if col == "cost":
+            return cost.money(cost.Cost(usd=value)) if value is not None else "-"
         if value is None:
             return "-"
         if isinstance(value, bool):

@@ -1,6 +1,6 @@
-"""Registry key layout (DESIGN.md §3). Every key the control plane or an agent touches is built here.
+"""Registry key layout (docs/architecture.md). Every key the control plane or an agent touches is built here.
 
-Two deliberate additions to the DESIGN table, both so a sweep needs listings only (no per-job GET):
+Deliberate shapes, so a sweep needs listings only (no per-job GET):
 - `active/<id>/<STATE>.<attempt>`: the marker's key carries the state and attempt, so one listing of
   `active/` gives the sweep its whole working set. The `active/<id>` prefix exists iff the job is live.
 - `heartbeats/<id>/<attempt>/<rank>` (liveness = LastModified) and `.../<rank>.output` (rewritten only
@@ -8,6 +8,9 @@ Two deliberate additions to the DESIGN table, both so a sweep needs listings onl
 - `limits/<id>/<attempt>/nodes-<n>.stall-<s>.cap-<s>`: a RUNNING job's node count, stall timeout and
   uptime cap in the key name, written by the sweeper when the job starts, so the sweep and the uptime cap
   apply per-job timeouts from a listing (see jobplane.decide).
+- `heartbeats/<id>/<attempt>/<rank>.idle`: rewritten by the agent with each heartbeat while the rank's mean
+  GPU utilization over the policy's window is under its threshold; `limits/<id>/<attempt>/idle-flagged`,
+  created once by the sweeper that flagged the attempt idle. Both are seen in listings the sweep makes anyway.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ PREEMPTED = "preempted-jobs/"
 HEARTBEATS = "heartbeats/"
 SYSTEM = "system/"
 LIMITS = "limits/"
+CODE = "code/"
 POLICY = "config/policy.yaml"
 
 
@@ -61,6 +65,11 @@ def code_bundle(job_id: str) -> str:
     return f"{JOBS}{job_id}/code/code.tar.gz"
 
 
+def code_upload(owner: str, job_id: str) -> str:
+    """Where `jobplane submit` puts a job's code bundle: under its owner's code/<owner>/, like its drop."""
+    return f"{CODE}{owner}/{job_id}.tar.gz"
+
+
 def attempt_prefix(job_id: str, attempt: int) -> str:
     return f"{JOBS}{job_id}/attempts/{attempt}/"
 
@@ -82,8 +91,8 @@ def exit_report(job_id: str, attempt: int, rank: int) -> str:
     return f"{JOBS}{job_id}/attempts/{attempt}/nodes/{rank}/exit.json"
 
 
-def logs_prefix(job_id: str, attempt: int | None = None, rank: int | None = None) -> str:
-    key = f"{JOBS}{job_id}/logs/"
+def _per_node(area: str, job_id: str, attempt: int | None, rank: int | None) -> str:
+    key = f"{JOBS}{job_id}/{area}/"
     if attempt is not None:
         key += f"{attempt}/"
         if rank is not None:
@@ -91,14 +100,27 @@ def logs_prefix(job_id: str, attempt: int | None = None, rank: int | None = None
     return key
 
 
+def logs_prefix(job_id: str, attempt: int | None = None, rank: int | None = None) -> str:
+    return _per_node("logs", job_id, attempt, rank)
+
+
 def log_chunk(job_id: str, attempt: int, rank: int, seq: int) -> str:
     # zero-padded so key order is write order
-    return f"{JOBS}{job_id}/logs/{attempt}/{rank}/{seq:08d}.log"
+    return f"{logs_prefix(job_id, attempt, rank)}{seq:08d}.log"
+
+
+def metrics_prefix(job_id: str, attempt: int | None = None, rank: int | None = None) -> str:
+    return _per_node("metrics", job_id, attempt, rank)
+
+
+def metrics_chunk(job_id: str, attempt: int, rank: int, seq: int) -> str:
+    """Metric points (JSON Lines) the agent read from the output, shipped with the log chunks."""
+    return f"{metrics_prefix(job_id, attempt, rank)}{seq:08d}.jsonl"
 
 
 def console_log(job_id: str, attempt: int, rank: int) -> str:
     """A VM's console output, saved by the sweeper when its agent never started; sorts after the chunks."""
-    return f"{JOBS}{job_id}/logs/{attempt}/{rank}/console.log"
+    return f"{logs_prefix(job_id, attempt, rank)}console.log"
 
 
 def checkpoints_prefix(job_id: str) -> str:
@@ -137,6 +159,10 @@ def output_mark(job_id: str, attempt: int, rank: int) -> str:
     return f"{HEARTBEATS}{job_id}/{attempt}/{rank}.output"
 
 
+def idle_mark(job_id: str, attempt: int, rank: int) -> str:
+    return f"{HEARTBEATS}{job_id}/{attempt}/{rank}.idle"
+
+
 AGENT = f"{SYSTEM}agent/"  # the agent bundles and their manifest (jobplane.agent_bundle)
 
 
@@ -146,3 +172,10 @@ def agent_file(name: str) -> str:
 
 def limits_mark(job_id: str, attempt: int, nodes: int, stall: int, cap: int) -> str:
     return f"{LIMITS}{job_id}/{attempt}/nodes-{nodes}.stall-{stall}.cap-{cap}"
+
+
+IDLE_FLAGGED = "idle-flagged"
+
+
+def idle_flag(job_id: str, attempt: int) -> str:
+    return f"{LIMITS}{job_id}/{attempt}/{IDLE_FLAGGED}"

@@ -1,4 +1,4 @@
-"""Launcher: queue/ drops become job records, and attempts become VMs (DESIGN.md §2-§4).
+"""Launcher: queue/ drops become job records, and attempts become VMs (docs/architecture.md).
 
 Idempotency rests on the registry, not on the cloud: job.json is created create-only, and every attempt
 is claimed by a CAS transition to LAUNCHING before any VM is asked for, so redelivered events, the cron
@@ -17,19 +17,29 @@ from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
 
-from jobplane import agent_bundle, bootstrap, images, keys
-from jobplane.clouds.base import TAG_OWNER, CapacityError, Compute, LaunchRejected, LaunchRequest, NotFound, VmUrls
+from jobplane import agent_bundle, bootstrap, cost, drops, images, keys
+from jobplane.clouds.base import (
+    TAG_OWNER,
+    CapacityError,
+    Compute,
+    Instance,
+    LaunchRejected,
+    LaunchRequest,
+    NotFound,
+    SpotPrices,
+    VmUrls,
+)
 from jobplane.errors import FieldError, SpecError
 from jobplane.policy import Policy, check_against_deployment, check_against_policy
 from jobplane.registry import JobExists, JobRecord, Registry, TransitionRefused
 from jobplane.settings import Settings
-from jobplane.spec import JobSpec, format_duration, parse_spec
+from jobplane.spec import JobSpec, format_duration
 from jobplane.states import State
 from jobplane.telemetry import Metrics
+from jobplane.usage import AttemptUsage, InstanceSpan
 
 log = logging.getLogger("jobplane.launcher")
 
-QUEUE_EXTENSIONS = ("yaml", "yml", "json")
 BACKOFF_BASE_S = 60  # first capacity wait; doubles per consecutive failed try
 BACKOFF_CAP_S = 30 * 60
 URL_MARGIN_S = 10 * 60  # a VM's agent and report URLs outlive its boot timeout by this much
@@ -47,24 +57,21 @@ def handle_drop(reg: Registry, compute: Compute, key: str, *, now: datetime, met
                 policy: Policy | None = None) -> str:
     """Turn one queue/ object (key relative to the registry root) into a job; return what happened.
 
-    Outcomes: launched | waiting | failed (the launch), rejected (unreadable spec), invalid (breaks the
-    policy; recorded as an INVALID job), duplicate (the id belongs to another job), exists (this drop
-    was handled already), gone (the entry was consumed already), ignored (not a queue entry).
+    Outcomes: launched | waiting | failed (the launch), rejected (unreadable spec, a bad name, or an owner that
+    is not the drop's; see jobplane.drops), invalid (breaks the policy; recorded as an INVALID job), duplicate
+    (the id belongs to another job), exists (this drop was handled already), gone (the entry was consumed
+    already), ignored (not a queue entry).
     """
-    name = key.removeprefix(keys.QUEUE)
-    if not key.startswith(keys.QUEUE) or not name or "/" in name:
+    drop = drops.parse(key)
+    if drop is None:
         return "ignored"
-    stem, _, ext = name.rpartition(".")
-    job_id = stem or name
+    job_id = drop.job_id
     try:
         data = reg.get_bytes(key)
     except NotFound:
         return "gone"
-    if ext.lower() not in QUEUE_EXTENSIONS:
-        return _reject(reg, key, job_id, data, [FieldError("(file)", "queue entries must be named "
-                                                           "<job-id>.yaml, .yml or .json")], now, metrics)
     try:
-        spec = parse_spec(data, job_id=job_id, source=name)
+        spec = drops.read_spec(drop, data)
     except SpecError as exc:
         return _reject(reg, key, job_id, data, exc.errors, now, metrics)
     policy = policy or reg.policy()  # handlers pass the one they read; read once here otherwise
@@ -234,7 +241,7 @@ def launch_attempt(
         except LaunchRejected as exc:
             return _fail(reg, record, now, metrics, f"the cloud refused {itype} in {zone or 'any zone'}: {exc}")
         return _launched(reg, compute, record, request, [(i.id, i.private_ip, i.zone) for i in instances], now,
-                         metrics, errors)
+                         metrics, errors, attempt_usage(compute, request, instances, policy, now), policy)
     return _wait(reg, record, policy, now, metrics, reason="no capacity in any zone or instance type",
                  error="; ".join(errors))
 
@@ -252,6 +259,25 @@ def quota_problem(compute: Compute, record: JobRecord, policy: Policy) -> str | 
         return None
     return (f"owner {record.owner!r} has {active} active instances; {need} more would exceed the quota of "
             f"{limit} (max_active_instances_per_owner)")
+
+
+def attempt_usage(compute: Compute, request: LaunchRequest, instances: list[Instance], policy: Policy,
+                  now: datetime) -> AttemptUsage:
+    """What this attempt runs on and its hourly price (jobplane.cost): a Spot launch asks the cloud for the price
+    in effect now; a failed lookup never fails the launch, the price is then taken as the policy's or unknown."""
+    zone = next((i.zone for i in instances if i.zone), request.zone)
+    observed = None
+    if request.spot and zone and isinstance(compute, SpotPrices):
+        try:
+            observed = compute.spot_price(request.instance_type, zone)
+        except Exception as exc:
+            log.warning("Spot price of %s in %s: %s", request.instance_type, zone, exc,
+                        extra={"job_id": request.job_id})
+    price, source = cost.hourly_price(compute.cloud, request.instance_type, spot=request.spot, policy=policy,
+                                      observed_spot=observed)
+    return AttemptUsage(attempt=request.attempt, instance_type=request.instance_type, zone=zone,
+                        market="spot" if request.spot else "on-demand", price=price, price_source=source,
+                        instances=[InstanceSpan(id=i.id, start=now) for i in instances])
 
 
 def agent_source(reg: Registry, variants: list[agent_bundle.Variant], cloud: str, arch: str, job_id: str,
@@ -284,14 +310,16 @@ def _bootstrap_target(reg: Registry, compute: Compute) -> tuple[str, str | None]
 
 def _launched(reg: Registry, compute: Compute, record: JobRecord, request: LaunchRequest,
               instances: list[tuple[str, str | None, str | None]], now: datetime, metrics: Metrics,
-              errors: list[str]) -> JobRecord:
+              errors: list[str], usage: AttemptUsage, policy: Policy) -> JobRecord:
     ids = [i for i, _, _ in instances]
     hosts = [ip or "" for _, ip, _ in instances]
     zone = instances[0][2] or request.zone
+    idle = policy.idle_gpu  # the agents average GPU use over its window and mark idle ranks (jobplane.agent.idle)
     reg.put_json(keys.cluster(record.id, request.attempt), {
         "job_id": record.id, "attempt": request.attempt, "hosts": hosts, "instances": ids,
         "master_addr": hosts[0], "master_port": record.spec.master_port, "num_nodes": request.num_nodes,
         "instance_type": request.instance_type, "zone": zone,
+        **({"idle_gpu": {"window": idle.window, "threshold": idle.threshold}} if idle.action != "off" else {}),
     })
     metrics.add_metric("JobsLaunched", "Count", 1)
     log.info("job %s attempt %d: %d x %s in %s", record.id, request.attempt, len(ids), request.instance_type,
@@ -300,8 +328,10 @@ def _launched(reg: Registry, compute: Compute, record: JobRecord, request: Launc
         return reg.transition(
             record.id, State.LAUNCHING, now=now, expect={State.LAUNCHING}, expect_attempt=request.attempt,
             reason=f"launched {len(ids)} x {request.instance_type} in {zone or 'any zone'}",
-            event={"instances": ids, "instance_type": request.instance_type, "zone": zone, "image": request.image},
+            event={"instances": ids, "instance_type": request.instance_type, "zone": zone, "image": request.image,
+                   "market": usage.market, "price": usage.price, "price_source": usage.price_source},
             instances=ids, instance_type=request.instance_type, zone=zone, launched_at=now,
+            usage=[*(u for u in record.usage if u.attempt != usage.attempt), usage],
             first_launched_at=record.first_launched_at or now, waits=0, wait_until=None,
             last_error="; ".join(errors) or None,
         )

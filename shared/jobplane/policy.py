@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -70,6 +70,16 @@ class SafetyPolicy(_Model):
     stop_grace: Duration = Field(600, description="stop request this long before the uptime cap")
 
 
+class IdleGpuPolicy(_Model):
+    """A RUNNING job whose GPUs sit idle: every rank's mean GPU utilization over `window` under `threshold`."""
+
+    window: Duration = Field(30 * 60, description="the agent averages each rank's GPU utilization over this")
+    threshold: float = Field(5.0, ge=0, le=100, description="percent: a mean under it is idle")
+    action: Literal["warn", "stop", "off"] = Field(
+        "warn", description="warn: an event, a metric and a notification, once per attempt; stop: that, then a "
+                            "graceful stop (the job ends STALLED, the reason says idle GPU); off: not watched")
+
+
 class Policy(_Model):
     allowed_instance_types: list[str] = Field(default_factory=lambda: ["*"], description="glob patterns")
     max_nodes_per_job: int = Field(16, ge=1)
@@ -82,6 +92,11 @@ class Policy(_Model):
     aws: AwsPlacement = Field(default_factory=AwsPlacement)
     gcp: GcpPlacement = Field(default_factory=GcpPlacement)
     safety: SafetyPolicy = Field(default_factory=SafetyPolicy)
+    idle_gpu: IdleGpuPolicy = Field(default_factory=IdleGpuPolicy)
+    # USD per instance-hour; these win over the price table jobplane ships (jobplane.prices)
+    prices: dict[str, float] = Field(default_factory=dict, description="on-demand price per instance type")
+    spot_prices: dict[str, float] = Field(default_factory=dict, description="Spot price per instance type, "
+                                                                            "where the cloud gives none (GCE)")
 
     # Effective per-job values: the spec wins, within the policy's ceiling.
     def max_runtime(self, spec: JobSpec) -> int:
@@ -107,6 +122,7 @@ _ALLOWED = {
     "aws": list(AwsPlacement.model_fields),
     "gcp": list(GcpPlacement.model_fields),
     "safety": list(SafetyPolicy.model_fields),
+    "idle_gpu": list(IdleGpuPolicy.model_fields),
 }
 
 
@@ -126,7 +142,7 @@ def check_against_policy(spec: JobSpec, policy: Policy) -> list[FieldError]:
     errors: list[FieldError] = []
     for i, itype in enumerate(spec.instance_types):
         if not any(fnmatchcase(itype, pattern) for pattern in policy.allowed_instance_types):
-            path = "instance_type" if isinstance(spec.instance_type, str) else f"instance_type.{i}"
+            path = "instance_type" if isinstance(spec.instance_type, str) else f"instance_type[{i}]"
             errors.append(FieldError(path, f"{itype!r} is not allowed by the platform policy "
                                            f"(allowed: {', '.join(policy.allowed_instance_types)})"))
     if spec.num_nodes > policy.max_nodes_per_job:
@@ -157,5 +173,5 @@ def check_against_deployment(spec: JobSpec, cloud: str, region: str | None) -> l
     for i, zone in enumerate(spec.zones):
         # us-east-1a and us-central1-b are in their region; europe-west10-a is not in europe-west1
         if not zone.startswith(region) or zone[len(region):len(region) + 1].isdigit():
-            errors.append(FieldError(f"zones.{i}", f"{zone!r} is not a zone of this deployment's region {region!r}"))
+            errors.append(FieldError(f"zones[{i}]", f"{zone!r} is not a zone of this deployment's region {region!r}"))
     return errors

@@ -22,7 +22,8 @@ from jobplane.clouds.base import LOG_OBJECT_TAG, Compute, NotFound, Precondition
 from jobplane.decide import rerun as rerun_decide
 from jobplane.decide import sweep as sweep_decide
 from jobplane.decide import uptime as uptime_decide
-from jobplane.decide.model import Action, ExitReport, PreemptedMark, Rule, Snapshot, parse_limits
+from jobplane.decide.model import Action, ExitReport, PreemptedMark, Rule, Snapshot, parse_idle_flag, parse_limits
+from jobplane.notify import Notify
 from jobplane.policy import Policy
 from jobplane.registry import JobNotFound, JobRecord, Registry, TransitionRefused
 from jobplane.states import State
@@ -46,12 +47,16 @@ def summary(outcomes: Iterable[Outcome]) -> dict[str, Any]:
 # ---- snapshots ---------------------------------------------------------------------------------------------
 def listings(reg: Registry, compute: Compute | None) -> Snapshot:
     """Everything a run can know without a per-job GET: four registry listings and the managed VMs."""
+    beats, idle = reg.heartbeat_listing()
+    limit_keys = [key for key, _, _ in reg.listing(keys.LIMITS)]
     return Snapshot(
         active={job_id: tuple(markers) for job_id, markers in reg.active().items()},
-        beats=tuple(reg.heartbeats()),
-        limits=tuple(lim for key, _, _ in reg.listing(keys.LIMITS) if (lim := parse_limits(key))),
+        beats=tuple(beats),
+        limits=tuple(lim for key in limit_keys if (lim := parse_limits(key))),
         preempted={job_id: PreemptedMark(job_id, at) for job_id, at in reg.preempted().items()},
         instances=tuple(compute.list_managed()) if compute is not None else (),
+        idle=tuple(idle),
+        idle_flags=frozenset(flag for key in limit_keys if (flag := parse_idle_flag(key))),
     )
 
 
@@ -97,11 +102,15 @@ def read_attempt(reg: Registry, job_id: str, attempt: int) -> tuple[tuple[ExitRe
             log.warning("exit report %s: field 'code' is %r, not an integer; counted as -1", key, code,
                         extra={"job_id": job_id})
             code = -1
-        reason = body.get("reason") if isinstance(body, dict) else None
-        error = body.get("error") if isinstance(body, dict) else None
-        out.append(ExitReport(int(rank), code, reason if isinstance(reason, str) else "exit",
-                              error if isinstance(error, str) else None))
+        out.append(ExitReport(int(rank), code, _text(body, "reason") or "exit", _text(body, "error"),
+                              _text(body, "stopped_by"), _text(body, "stop_reason")))
     return tuple(out), failure
+
+
+def _text(body: Any, field: str) -> str | None:
+    """A string field of a JSON object an agent wrote, else None (whatever else is there)."""
+    value = body.get(field) if isinstance(body, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def _boot_failure(reg: Registry, key: str, job_id: str) -> str | None:
@@ -140,11 +149,16 @@ def with_preempted_bodies(reg: Registry, snap: Snapshot, only: Collection[str] |
 _METRICS = {
     Rule.ORPHAN: "OrphansTerminated", Rule.CAP_NO_JOB: "OrphansTerminated", Rule.STALLED: "Stalls",
     Rule.TIMED_OUT: "Timeouts", Rule.STOPPED: "Timeouts", Rule.RERUN: "Reruns", Rule.BOOT_RETRY: "Reruns",
+    Rule.IDLE: "IdleGpuJobs",
 }
 
 
+class AlreadyDone(Exception):
+    """The action's flag exists: another run took this action."""
+
+
 def apply(reg: Registry, compute: Compute | None, actions: Iterable[Action], *, now: datetime, metrics: Metrics,
-          dry_run: bool, policy: Policy | None = None) -> list[Outcome]:
+          dry_run: bool, policy: Policy | None = None, notify: Notify | None = None) -> list[Outcome]:
     outcomes = []
     for action in actions:
         extra = {"job_id": action.job_id, "rule": str(action.rule)}
@@ -158,8 +172,8 @@ def apply(reg: Registry, compute: Compute | None, actions: Iterable[Action], *, 
             outcomes.append(Outcome(action, "dry-run"))
             continue
         try:
-            _apply_one(reg, compute, action, now=now, metrics=metrics, policy=policy)
-        except TransitionRefused as exc:
+            _apply_one(reg, compute, action, now=now, metrics=metrics, policy=policy, notify=notify)
+        except (TransitionRefused, AlreadyDone) as exc:
             log.info("skipped %s: %s", action.rule, exc, extra=extra)  # another run acted first
             outcomes.append(Outcome(action, f"skipped: {exc}"))
             continue
@@ -174,11 +188,20 @@ def apply(reg: Registry, compute: Compute | None, actions: Iterable[Action], *, 
 
 
 def _apply_one(reg: Registry, compute: Compute | None, action: Action, *, now: datetime, metrics: Metrics,
-               policy: Policy | None) -> None:
+               policy: Policy | None, notify: Notify | None = None) -> None:
     job_id = action.job_id
     if action.to is not None and job_id:
         reg.transition(job_id, action.to, now=now, reason=action.reason, expect=action.expect,
                        expect_attempt=action.expect_attempt, **action.updates)
+    if action.flag is not None:
+        try:
+            reg.store.put_if_absent(reg.key(action.flag), b"", "text/plain")
+        except PreconditionFailed:
+            raise AlreadyDone(f"{action.flag} exists: flagged by another run") from None
+    if action.event is not None and job_id:
+        reg.record_event(job_id, action.event[0], dict(action.event[1]), now=now)
+    if action.notice is not None and notify is not None:
+        notify.publish(action.notice)
     if action.repair and job_id:
         reg.repair_markers(job_id)
     if action.save_console and job_id and action.expect_attempt is not None:
@@ -195,7 +218,8 @@ def _apply_one(reg: Registry, compute: Compute | None, action: Action, *, now: d
     if action.write_limits is not None:
         reg.store.put(reg.key(action.write_limits.key), b"", "text/plain")
     if action.stop and job_id:
-        reg.put_json(keys.stop_request(job_id), {"time": now.isoformat(), "by": "uptime-cap", "reason": action.reason})
+        reg.put_json(keys.stop_request(job_id), {"time": now.isoformat(), "by": action.stop_by,
+                                                 "reason": action.reason})
     if action.relaunch and job_id and action.expect_attempt is not None:
         if compute is None:
             raise RuntimeError("no compute adapter to relaunch with")
@@ -251,9 +275,10 @@ def job_named_by(key: str | None) -> str | None:
 # ---- the three reconcilers ---------------------------------------------------------------------------------
 def sweep(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, policy: Policy | None = None,
           dry_run: bool = False, force: bool = False, jobs: Collection[str] = (),
-          instance_ids: Collection[str] = ()) -> list[Outcome]:
+          instance_ids: Collection[str] = (), notify: Notify | None = None) -> list[Outcome]:
     """One sweep. `jobs` / `instance_ids` (from an exit-report or instance state-change event) are looked at
-    closely even if their listings look healthy."""
+    closely even if their listings look healthy. `notify` publishes idle-GPU flags (a job's end is announced
+    by the registry's transition listener)."""
     started = time.monotonic()
     policy = policy or reg.policy()
     snap = listings(reg, compute)
@@ -262,7 +287,7 @@ def sweep(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, p
     snap = with_records(reg, snap, sweep_decide.candidates(snap, now, policy))
     snap = with_preempted_bodies(reg, snap, only=set(snap.records))
     outcomes = apply(reg, compute, sweep_decide.decide(snap, now, policy, force=force), now=now, metrics=metrics,
-                     dry_run=dry_run or policy.safety.dry_run, policy=policy)
+                     dry_run=dry_run or policy.safety.dry_run, policy=policy, notify=notify)
     metrics.add_metric("SweepDuration", "Milliseconds", (time.monotonic() - started) * 1000)
     return outcomes
 

@@ -1,4 +1,4 @@
-"""The job registry over any ObjectStore: records, CAS transitions, events and markers (DESIGN.md §3-§4).
+"""The job registry over any ObjectStore: records, CAS transitions, events and markers (docs/architecture.md).
 
 Only control functions write job.json, always by compare-and-swap; a lost race re-reads and re-checks
 the transition, so two overlapping functions can never both act on one state.
@@ -7,10 +7,11 @@ the transition, so two overlapping functions can never both act on one state.
 from __future__ import annotations
 
 import json
+import logging
 import random
 import secrets
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -22,8 +23,10 @@ from jobplane.clouds.base import NotFound, ObjectStore, PreconditionFailed
 from jobplane.policy import DEFAULT_POLICY, Policy, parse_policy
 from jobplane.spec import JobSpec
 from jobplane.states import LIVE, TERMINAL, State, allowed
+from jobplane.usage import AttemptUsage, close
 
 CAS_RETRIES = 20
+log = logging.getLogger("jobplane.registry")
 
 
 class RegistryError(Exception):
@@ -75,6 +78,7 @@ class JobRecord(BaseModel):
     waits: int = 0  # consecutive failed tries, for the backoff
     last_error: str | None = None
     notices: list[dict[str, Any]] = Field(default_factory=list)  # Spot interruption warnings seen
+    usage: list[AttemptUsage] = Field(default_factory=list)  # what each launched attempt ran on (jobplane.cost)
 
     @property
     def terminal(self) -> bool:
@@ -100,6 +104,16 @@ class Beat:
     at: datetime
 
 
+@dataclass(frozen=True)
+class IdleMark:
+    """A rank's `.idle` mark in the heartbeats listing: its GPUs were idle over the policy window as of `at`."""
+
+    job_id: str
+    attempt: int
+    rank: int
+    at: datetime
+
+
 def backoff(tries: int) -> None:
     """Full-jitter exponential backoff: contending writers spread apart so a hot record converges."""
     time.sleep(random.uniform(0, min(1.0, 0.01 * 2**tries)))
@@ -118,12 +132,18 @@ def _dump(model: BaseModel) -> bytes:
     return model.model_dump_json(exclude_none=True, indent=1).encode()
 
 
+# Told of every transition this process made (old record, new record), after its CAS won: exactly one
+# caller hears of each transition, however many reconcilers raced for it (jobplane.notify listens).
+TransitionListener = Callable[["JobRecord", "JobRecord"], None]
+
+
 class Registry:
     """Typed access to one registry (a bucket plus an optional root prefix)."""
 
-    def __init__(self, store: ObjectStore, root: str = "") -> None:
+    def __init__(self, store: ObjectStore, root: str = "", listeners: Sequence[TransitionListener] = ()) -> None:
         self.store = store
         self.root = root.strip("/") + "/" if root.strip("/") else ""
+        self.listeners = list(listeners)
 
     def key(self, key: str) -> str:
         return self.root + key
@@ -219,6 +239,9 @@ class Registry:
             if to != current.state or fields.get("attempt", current.attempt) != current.attempt:
                 fields["state_since"] = now
             new = JobRecord.model_validate({**current.model_dump(), **fields})
+            if any(u.open for u in new.usage):  # leaving an attempt ends its instances' billed time
+                keep = new.attempt if new.state in (State.LAUNCHING, State.RUNNING) else None
+                new = new.model_copy(update={"usage": close(new.usage, keep, now)})
             try:
                 self.store.put_if_match(self.key(keys.job_record(job_id)), _dump(new), version)
             except PreconditionFailed:
@@ -227,8 +250,16 @@ class Registry:
             body = {"from": current.state, "to": to, "attempt": new.attempt, "reason": reason, **(event or {})}
             self._event(job_id, now, to.lower().replace("_", "-"), body)
             self._move_marker(job_id, current, new)
+            self._tell(current, new)
             return new
         raise RegistryError(f"job {job_id}: gave up after {CAS_RETRIES} conflicting writes")
+
+    def _tell(self, old: JobRecord, new: JobRecord) -> None:
+        for listener in self.listeners:
+            try:
+                listener(old, new)
+            except Exception:  # a listener (a notification) must never undo or repeat a transition
+                log.exception("transition listener failed for %s", new.id, extra={"job_id": new.id})
 
     def update(self, job_id: str, *, now: datetime | None = None, **updates: Any) -> JobRecord:
         """CAS-update fields without a state change (e.g. recording a Spot warning)."""
@@ -297,7 +328,12 @@ class Registry:
     # ---- heartbeats --------------------------------------------------------------------------------
     def heartbeats(self) -> list[Beat]:
         """Every job's heartbeats and output marks from one listing of heartbeats/."""
+        return self.heartbeat_listing()[0]
+
+    def heartbeat_listing(self) -> tuple[list[Beat], list[IdleMark]]:
+        """Heartbeats, output marks and idle marks of every job, from one listing of heartbeats/."""
         beats: list[Beat] = []
+        idle: list[IdleMark] = []
         for key, modified, _ in self.listing(keys.HEARTBEATS):
             parts = key.removeprefix(keys.HEARTBEATS).split("/")
             if len(parts) != 3 or not parts[1].isdigit():
@@ -305,7 +341,9 @@ class Registry:
             rank, _, suffix = parts[2].partition(".")
             if rank.isdigit() and suffix in ("", "output"):
                 beats.append(Beat(parts[0], int(parts[1]), int(rank), suffix == "output", modified))
-        return beats
+            elif rank.isdigit() and suffix == "idle":
+                idle.append(IdleMark(parts[0], int(parts[1]), int(rank), modified))
+        return beats, idle
 
 
 def parse_marker(key: str) -> tuple[str, State, int] | None:

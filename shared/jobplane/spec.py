@@ -7,7 +7,16 @@ import re
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    WithJsonSchema,
+)
 
 from jobplane import images
 from jobplane.errors import FieldError, SpecError, from_validation_error
@@ -132,6 +141,56 @@ def _abs_path(value: object) -> object:
 
 AbsPath = Annotated[str, BeforeValidator(_abs_path)]
 
+def _regex(groups: int | None) -> AfterValidator:
+    """A regular expression that compiles (Python's re, as the agent uses it); with groups, it must have exactly
+    that many capture groups."""
+    def check(value: str) -> str:
+        try:
+            compiled = re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"'{value}' is not a valid regular expression: {exc}") from None
+        if groups is not None and compiled.groups != groups:  # quoted as written: repr would double each backslash
+            raise ValueError(f"'{value}' has {compiled.groups} capture groups; it needs exactly {groups}, around the "
+                             "value (write other groups as (?:...))")
+        return value
+
+    return AfterValidator(check)
+
+
+# SageMaker's MetricDefinition: a name of 1-255 characters (its pattern is `.+`; control characters, which would
+# break one-line output, are refused here) and a regex of 1-500 characters whose one capture group is the value.
+METRIC_NAME = r"^[^\x00-\x1f\x7f]{1,255}$"
+MetricName = Annotated[
+    str, _pattern_str(METRIC_NAME, "metric name (1-255 characters, no control characters; e.g. train:loss)"),
+    Field(json_schema_extra={"pattern": METRIC_NAME}),
+]
+MetricRegex = Annotated[str, Field(min_length=1, max_length=500), _regex(1)]
+StopPattern = Annotated[str, Field(min_length=1, max_length=500), _regex(None)]
+# Hyperparameter names become SM_HP_<NAME> (upper-cased, as SageMaker does) and keys of hyperparameters.json.
+HP_NAME = r"^[A-Za-z_][A-Za-z0-9_.-]{0,255}$"
+HpName = Annotated[
+    str, _pattern_str(HP_NAME, "hyperparameter name (a letter or _, then letters, digits, _ . -; at most 256)"),
+    Field(json_schema_extra={"pattern": HP_NAME}),
+]
+HP_VALUE_MAX = 2500  # SageMaker's limit on a hyperparameter's value, as a string
+
+
+def hp_string(value: JsonValue) -> str:
+    """A hyperparameter's value as SageMaker hands it over (hyperparameters.json, SM_HP_*): a string as it is,
+    anything else as JSON (10 -> "10", 0.01 -> "0.01", true -> "true", [64, 32] -> "[64,32]")."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _hp_value(value: JsonValue) -> JsonValue:
+    if len(hp_string(value)) > HP_VALUE_MAX:
+        raise ValueError(f"the value is {len(hp_string(value))} characters as a string; at most {HP_VALUE_MAX}")
+    return value
+
+
+HpValue = Annotated[JsonValue, AfterValidator(_hp_value)]
+
 Cloud = Literal["aws", "gcp"]
 URI_SCHEMES: dict[str, str] = {"aws": "s3://", "gcp": "gs://"}
 
@@ -147,6 +206,22 @@ class InputChannel(_Model):
     distribution: Literal["replicated", "sharded"] = Field(
         "replicated", description="replicated: every node gets all of it; sharded: keys split across nodes"
     )
+
+
+class MetricDefinition(_Model):
+    """One metric read from the job's output, in SageMaker's MetricDefinitions shape."""
+
+    name: MetricName = Field(description="e.g. train:loss")
+    regex: MetricRegex = Field(description="searched in every output line; its one capture group is the value, "
+                                           "e.g. 'loss ([0-9.eE+-]+|nan|inf)'")
+
+
+class StopOn(_Model):
+    """Rules that end a diverging job early: FAILED, with the line that matched, and no rerun."""
+
+    patterns: list[StopPattern] = Field(default_factory=list, max_length=20,
+                                        description="stop when an output line matches one of these")
+    nan: bool = Field(False, description="stop when any metric's value becomes NaN or Inf")
 
 
 class JobSpec(_Model):
@@ -176,6 +251,15 @@ class JobSpec(_Model):
     setup: str | None = Field(None, description="shell run once before `run`")
     run: str = Field(..., min_length=1, description="shell command that trains")
     env: dict[EnvName, EnvValue] = Field(default_factory=dict)
+    hyperparameters: dict[HpName, HpValue] = Field(
+        default_factory=dict, max_length=100,
+        description="written to /opt/ml/input/config/hyperparameters.json and set as SM_HPS and SM_HP_<NAME>, as "
+                    "SageMaker does; `jobplane submit --hp name=value` overrides one")
+    metrics: list[MetricDefinition] | None = Field(
+        None, max_length=40,
+        description="metrics read from the output (SageMaker's MetricDefinitions); unset: loss, accuracy, "
+                    "learning_rate and step")
+    stop_on: StopOn | None = Field(None, description="stop the job early (FAILED, no rerun) on these")
     inputs: dict[Channel, InputChannel] = Field(default_factory=dict)
     checkpoint_dir: AbsPath = "/opt/ml/checkpoints"
     artifacts_dir: AbsPath = "/opt/ml/model"
@@ -194,6 +278,8 @@ class JobSpec(_Model):
 _ALLOWED = {
     "": list(JobSpec.model_fields),
     "inputs.*": list(InputChannel.model_fields),
+    "metrics[*]": list(MetricDefinition.model_fields),
+    "stop_on": list(StopOn.model_fields),
 }
 
 
@@ -231,6 +317,22 @@ def _cross_checks(raw: dict[str, Any]) -> list[FieldError]:
     return errors
 
 
+def _clashes(raw: dict[str, Any]) -> list[FieldError]:
+    """Two metrics with one name; two hyperparameters with one SM_HP_ variable ("lr" and "LR")."""
+    errors: list[FieldError] = []
+    metrics, hps = raw.get("metrics"), raw.get("hyperparameters")
+    names: dict[str, int] = {}
+    for i, metric in enumerate(metrics if isinstance(metrics, list) else []):
+        name = metric.get("name") if isinstance(metric, dict) else None
+        if isinstance(name, str) and (first := names.setdefault(name.strip(), i)) != i:
+            errors.append(FieldError(f"metrics[{i}].name", f"{name!r} is defined twice (also metrics[{first}])"))
+    variables: dict[str, str] = {}
+    for key in hps if isinstance(hps, dict) else {}:
+        if isinstance(key, str) and (first_key := variables.setdefault(f"SM_HP_{key}".upper(), key)) != key:
+            errors.append(FieldError(f"hyperparameters.{key}", f"becomes SM_HP_{key.upper()}, as {first_key!r} does"))
+    return errors
+
+
 def load_document(text: str | bytes, source: str = "spec") -> dict[str, Any]:
     """Parse YAML or JSON (JSON is YAML) into a mapping, or raise SpecError."""
     try:
@@ -245,7 +347,7 @@ def load_document(text: str | bytes, source: str = "spec") -> dict[str, Any]:
 def parse_spec(text: str | bytes, job_id: str | None = None, source: str = "spec") -> JobSpec:
     """Validate a spec document. job_id is the queue file's stem, when there is one."""
     raw = load_document(text, source)
-    errors = _cross_checks(raw)
+    errors = _cross_checks(raw) + _clashes(raw)
     if job_id is not None:
         problem = job_id_problem(job_id)
         if problem:

@@ -1,4 +1,4 @@
-"""Job states and the transition table (DESIGN.md §4). Anything not in the table is refused."""
+"""Job states and the transition table (docs/architecture.md, Job states). Anything not in the table is refused."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ import boto3
 import pytest
 
 from jobplane import keys
+from jobplane.agent.checkpoints import CheckpointSync
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, TAG_MANAGED, NotFound
 from jobplane.clouds.s3 import S3Store
 from jobplane.local.imds import FakeImds, ImdsInstance
@@ -27,7 +29,7 @@ from jobplane.states import State
 BUCKET = "jobplane-agent-test"
 ROOT = "reg"  # a non-empty registry root, so every key the agent writes must honour it
 FAST = ["--log-interval", "0.3", "--heartbeat-interval", "0.5", "--checkpoint-interval", "0.5",
-        "--poll-interval", "0.3", "--cluster-timeout", "20"]
+        "--checkpoint-settle", "0.5", "--poll-interval", "0.3", "--cluster-timeout", "20"]
 
 
 def tarball(files: dict[str, str]) -> bytes:
@@ -90,13 +92,14 @@ class World:
             self.reg.store.put(self.reg.key(keys.code_bundle(job_id)), tarball(code))
 
     def start(self, job_id: str, rank: int = 0, extra: list[str] | None = None,
-              env_only: dict[str, str] | None = None) -> Node:
+              env_only: dict[str, str] | None = None, attempt: int = 1) -> Node:
         """One agent with flags; or, given env_only, configured by environment alone, as the bootstrap
-        script and the local cloud start it (`python3 -m jobplane.agent`, no flags)."""
+        script and the local cloud start it (`python3 -m jobplane.agent`, no flags). A later attempt runs
+        on a fresh disk, as on a new VM."""
         imds = FakeImds(ImdsInstance(f"i-{job_id[:8]}{rank:08x}", launch_index=rank, tags={
-            TAG_JOB_ID: job_id, TAG_ATTEMPT: "1", TAG_MANAGED: "true"}))
+            TAG_JOB_ID: job_id, TAG_ATTEMPT: str(attempt), TAG_MANAGED: "true"}))
         imds.start()
-        ml_root = self.tmp / f"node{rank}"
+        ml_root = self.tmp / (f"node{rank}" if attempt == 1 else f"node{rank}-attempt{attempt}")
         console = self.tmp / f"console{rank}.log"
         env = {**os.environ, "PATH": self.path, "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url}
         args = ["--cloud", "aws", "--bucket", BUCKET, "--root", ROOT, "--region", "us-east-1",
@@ -122,12 +125,33 @@ class World:
         except NotFound:
             return False
 
-    def logs(self, job_id: str, rank: int = 0) -> str:
-        chunks = [k for k, _, _ in self.reg.listing(keys.logs_prefix(job_id, 1, rank))]
+    def logs(self, job_id: str, rank: int = 0, attempt: int = 1) -> str:
+        chunks = [k for k, _, _ in self.reg.listing(keys.logs_prefix(job_id, attempt, rank))]
         return "".join(self.reg.get_bytes(k).decode() for k in chunks)
 
     def files(self, prefix: str) -> dict[str, bytes]:
         return {k.removeprefix(prefix): self.reg.get_bytes(k) for k, _, _ in self.reg.listing(prefix)}
+
+    def checkpoint(self, job_id: str) -> dict[str, bytes]:
+        """What a next attempt would restore: the files the newest manifests name, as restore fetches them."""
+        dest = Path(tempfile.mkdtemp(dir=self.tmp, prefix="restore-"))
+        CheckpointSync(self.reg.store, dest, self.reg.key(keys.checkpoints_prefix(job_id))).restore()
+        return {p.relative_to(dest).as_posix(): p.read_bytes() for p in sorted(dest.rglob("*")) if p.is_file()}
+
+    def save_checkpoint(self, job_id: str, files: dict[str, bytes]) -> None:
+        """Leave a checkpoint in the bucket the way an earlier attempt's agent does."""
+        src = Path(tempfile.mkdtemp(dir=self.tmp, prefix="earlier-"))
+        for name, data in files.items():
+            (src / name).write_bytes(data)
+        CheckpointSync(self.reg.store, src, self.reg.key(keys.checkpoints_prefix(job_id))).sync(final=True)
+
+    def next_attempt(self, job_id: str, attempt: int, hosts: tuple[str, ...] = ("10.0.0.1",)) -> None:
+        """The rerun's bookkeeping: PREEMPTED, LAUNCHING at `attempt`, and its cluster.json."""
+        self.reg.transition(job_id, State.PREEMPTED, expect=[State.LAUNCHING])
+        self.reg.transition(job_id, State.LAUNCHING, expect=[State.PREEMPTED], attempt=attempt)
+        self.reg.put_json(keys.cluster(job_id, attempt), {
+            "job_id": job_id, "attempt": attempt, "hosts": list(hosts), "master_addr": hosts[0],
+            "master_port": 29500, "num_nodes": len(hosts), "instance_type": "t3.micro", "zone": "us-east-1a"})
 
     def close(self) -> None:
         for node in self.nodes:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -11,7 +12,7 @@ import time
 import boto3
 import pytest
 
-from jobplane import keys
+from jobplane import keys, metrics
 from tests.agent.conftest import ROOT, World, console_of, json_line
 from tests.helpers import wait_for
 
@@ -39,7 +40,7 @@ def test_success_uploads_logs_checkpoints_artifacts_and_exit_report(world: World
                           "inputs": {"train": {"uri": "s3://jobplane-agent-test/data/train"}}},
                code={"train.py": TRAIN})
     # a checkpoint from an earlier attempt: the agent restores it, so the run resumes
-    world.reg.store.put(world.reg.key(keys.checkpoints_prefix("ok-job") + "latest.txt"), b"10")
+    world.save_checkpoint("ok-job", {"latest.txt": b"10"})
     node = world.start("ok-job")
     assert node.wait() == 0, console_of(node)
 
@@ -55,9 +56,12 @@ def test_success_uploads_logs_checkpoints_artifacts_and_exit_report(world: World
     tagging = boto3.client("s3").get_object_tagging(Bucket="jobplane-agent-test", Key=world.reg.key(first_chunk))
     assert tagging["TagSet"] == [{"Key": "jobplane:object", "Value": "log"}]  # for the lifecycle rule
     assert (node.ml_root / "code" / "setup-ran").exists()  # setup ran in the unpacked code dir
-    ckpts = world.files(keys.checkpoints_prefix("ok-job"))
-    assert ckpts["latest.txt"] == b"13" and {"ckpt-11.txt", "ckpt-12.txt", "ckpt-13.txt"} <= set(ckpts)
-    assert json.loads(world.files(keys.artifacts_prefix("ok-job"))["model/model.json"]) == {"w": 0.5}
+    ckpts = world.checkpoint("ok-job")
+    assert ckpts == {"latest.txt": b"13", "ckpt-11.txt": b"11", "ckpt-12.txt": b"12", "ckpt-13.txt": b"13"}
+    artifacts = world.files(keys.artifacts_prefix("ok-job"))
+    assert json.loads(artifacts["model/model.json"]) == {"w": 0.5}
+    manifest = json.loads(artifacts["model.manifest.json"])  # written after the files it names
+    assert manifest["files"]["model.json"]["size"] == len(artifacts["model/model.json"])
     beat = world.json(keys.heartbeat("ok-job", 1, 0))
     assert beat["rank"] == 0 and "gpu_util" in beat and beat["last_output_at"]
     assert world.exists(keys.output_mark("ok-job", 1, 0))
@@ -84,6 +88,7 @@ def test_failing_user_code_is_reported_with_its_exit_code(world: World, setup: s
 LOOP = """
 trap 'echo got SIGTERM; echo final > "$JOBPLANE_CHECKPOINT_DIR/final.txt"; exit 0' TERM
 echo $$ > "$JOBPLANE_CHECKPOINT_DIR/../pid"
+echo started > "$JOBPLANE_CHECKPOINT_DIR/started.txt"
 i=0
 while true; do i=$((i+1)); echo "step $i"; echo $i > "$JOBPLANE_CHECKPOINT_DIR/step.txt"; sleep 0.1; done
 """
@@ -92,12 +97,13 @@ while true; do i=$((i+1)); echo "step $i"; echo $i > "$JOBPLANE_CHECKPOINT_DIR/s
 def test_spot_notice_checkpoints_marks_preempted_and_powers_off(world: World) -> None:
     world.seed("spot-job", {"run": LOOP, "spot": True, "stop_grace": 30})
     node = world.start("spot-job")
-    wait_for("periodic checkpoint upload", lambda: world.exists(keys.checkpoints_prefix("spot-job") + "step.txt"))
+    wait_for("periodic checkpoint upload", lambda: "started.txt" in world.checkpoint("spot-job"))
     served = node.imds.set_notice("terminate")
     assert node.wait() == 0, console_of(node)
 
-    ckpts = world.files(keys.checkpoints_prefix("spot-job"))
+    ckpts = world.checkpoint("spot-job")
     assert ckpts["final.txt"] == b"final\n"  # written in the SIGTERM handler, uploaded before the exit
+    assert ckpts["started.txt"] == b"started\n" and int(ckpts["step.txt"]) > 0
     marker = world.json(keys.preempted_marker("spot-job"))
     assert marker == {"attempt": 1, "rank": 0, "notice": served, "instance_id": node.imds.instance.instance_id}
     report = world.json(keys.exit_report("spot-job", 1, 0))
@@ -136,7 +142,7 @@ def test_sigterm_to_the_agent_stops_the_job_gracefully_and_reports(world: World)
     report = world.json(keys.exit_report("term-job", 1, 0))
     assert (report["reason"], report["code"]) == ("stopped", 0)  # no Spot notice in IMDS; LOOP exits 0 on TERM
     assert "notice" not in report and not world.exists(keys.preempted_marker("term-job"))
-    ckpts = world.files(keys.checkpoints_prefix("term-job"))
+    ckpts = world.checkpoint("term-job")
     assert ckpts["final.txt"] == b"final\n" and "step.txt" in ckpts  # the final sync's uploads
     logs = world.logs("term-job")
     grace = re.search(r"stopped \(SIGTERM received\): SIGTERM to the process group, (\d+) s grace", logs)
@@ -196,4 +202,49 @@ def test_agent_configured_by_environment_like_the_bootstrap_starts_it(world: Wor
     assert node.wait() == 0, console_of(node)
     assert "hello from env-job attempt 1" in world.logs("env-job")
     assert world.json(keys.exit_report("env-job", 1, 0))["code"] == 0
+    assert world.poweroff_log.exists()
+
+
+DIVERGE = """
+import json, os, pathlib, signal, sys, time
+hps = json.loads(pathlib.Path(os.environ["SM_INPUT_CONFIG_DIR"], "hyperparameters.json").read_text())
+print("hyperparameters " + json.dumps({"file": hps, "SM_HP_LR": os.environ["SM_HP_LR"]}), flush=True)
+ckpt, step = pathlib.Path(os.environ["JOBPLANE_CHECKPOINT_DIR"]), 0
+
+def stop(*_):
+    (ckpt / "final.txt").write_text(str(step))
+    print("got SIGTERM at step", step, flush=True)
+    sys.exit(0)
+
+signal.signal(signal.SIGTERM, stop)
+while True:
+    step += 1
+    diverged = step >= int(os.environ["SM_HP_NAN_AT"])
+    print(f"step {step} loss {'nan' if diverged else round(1 / step, 4)}", flush=True)
+    time.sleep(3600 if diverged else 0.02)  # only the agent can end it now
+"""
+
+
+def test_a_stop_on_match_stops_the_job_at_once_syncs_its_checkpoint_and_says_why(world: World) -> None:
+    world.seed("nan-job", {"run": "python3 diverge.py", "stop_on": {"nan": True},
+                           "hyperparameters": {"nan_at": 20, "lr": 0.01}}, code={"diverge.py": DIVERGE})
+    node = world.start("nan-job")
+    assert node.wait() == 0, console_of(node)
+
+    report = world.json(keys.exit_report("nan-job", 1, 0))
+    why = 'loss became nan at step 20: "step 20 loss nan"'
+    assert (report["reason"], report["code"], report["error"]) == ("early-stop", 0, why)
+    assert world.checkpoint("nan-job")["final.txt"] == b"20"  # the final sync ran
+    logs = world.logs("nan-job")
+    assert f"stop_on: {why}" in logs and "early-stop: SIGTERM to the process group" in logs
+    assert "got SIGTERM at step 20" in logs
+    assert json_line(logs, "hyperparameters ") == {"file": {"nan_at": "20", "lr": "0.01"}, "SM_HP_LR": "0.01"}
+
+    chunks = [k for k, _, _ in world.reg.listing(keys.metrics_prefix("nan-job", 1, 0))]
+    samples = [s for k in chunks for s in metrics.decode(world.reg.get_bytes(k), 1, 0)]
+    losses = [(s.step, s.value) for s in samples if s.name == "loss"]
+    assert [step for step, _ in losses] == list(range(1, 21)) and math.isnan(losses[-1][1])
+    assert losses[:2] == [(1, 1.0), (2, 0.5)]
+    tagging = boto3.client("s3").get_object_tagging(Bucket="jobplane-agent-test", Key=world.reg.key(chunks[0]))
+    assert tagging["TagSet"] == [{"Key": "jobplane:object", "Value": "log"}]  # expires with the logs
     assert world.poweroff_log.exists()

@@ -7,9 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from jobplane.agent.layout import Cluster, ClusterError, Layout, relative_key, shard, split_uri, user_env
+from jobplane.agent.layout import (
+    Cluster,
+    ClusterError,
+    Layout,
+    hyperparameters_file,
+    relative_key,
+    shard,
+    split_uri,
+    user_env,
+)
 from jobplane.agent.transfer import safe_path
-from jobplane.spec import JobSpec
+from jobplane.spec import JobSpec, parse_spec
 
 
 def test_paths_move_under_a_scratch_root_but_not_on_a_vm(tmp_path: Path) -> None:
@@ -42,6 +51,23 @@ def test_user_env_ours_win_and_channels_are_named_like_sagemaker(tmp_path: Path)
     assert json.loads(env["SM_CHANNELS"]) == ["train-set"]
     assert env["SM_CURRENT_HOST"] == "10.0.0.2" and env["SM_NUM_GPUS"] == "4"
     assert json.loads(env["SM_RESOURCE_CONFIG"])["current_instance_type"] == "g5.xlarge"
+
+
+def test_hyperparameters_reach_the_script_as_sagemaker_hands_them_over(tmp_path: Path) -> None:
+    spec = parse_spec("instance_type: t3.micro\nrun: x\nenv: {SM_HP_LR: mine}\n"
+                      "hyperparameters: {epochs: 10, lr: 0.01, optimizer: adam, amp: true, layers: [64, 32],\n"
+                      "                  learning-rate: 1e-3}\n")
+    assert hyperparameters_file(spec) == {"epochs": "10", "lr": "0.01", "optimizer": "adam", "amp": "true",
+                                          "layers": "[64,32]", "learning-rate": "1e-3"}
+    cluster = Cluster(("10.0.0.1",), "10.0.0.1", 29500, 1)
+    env = user_env(spec=spec, job_id="j", attempt=1, rank=0, cluster=cluster, layout=Layout(tmp_path),
+                   num_gpus=0, num_cpus=2, base={})
+    assert json.loads(env["SM_HPS"]) == {"epochs": 10, "lr": 0.01, "optimizer": "adam", "amp": True,
+                                         "layers": [64, 32], "learning-rate": "1e-3"}  # YAML reads 1e-3 as a string
+    assert (env["SM_HP_EPOCHS"], env["SM_HP_LR"], env["SM_HP_OPTIMIZER"], env["SM_HP_AMP"]) == \
+        ("10", "0.01", "adam", "true")  # ours win over the spec's env
+    assert env["SM_HP_LAYERS"] == "[64,32]" and env["SM_HP_LEARNING-RATE"] == "1e-3"  # upper-cased as SageMaker does
+    assert Layout(tmp_path).hyperparameters == tmp_path / "input" / "config" / "hyperparameters.json"
 
 
 def test_sharding_deals_every_key_to_exactly_one_rank() -> None:

@@ -1,59 +1,110 @@
-"""Checkpoint sync uploads changed files only; code bundles cannot write outside their directory."""
+"""Inputs download in parallel and resume; code bundles cannot write outside their directory."""
 
 from __future__ import annotations
 
 import io
 import os
 import tarfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from jobplane.agent.transfer import DirSync, download, keys_under, unpack
+from jobplane.agent.transfer import fetch, fetch_tarball, keys_under, parallel, unpack
+from jobplane.clouds.base import ObjectInfo
 from jobplane.clouds.memory import MemoryStore
 
 
-def test_only_new_and_changed_files_are_uploaded(tmp_path: Path) -> None:
-    store = MemoryStore()
-    sync = DirSync(store, tmp_path / "ckpt", "jobs/j/checkpoints/")
-    assert sync.sync() == 0  # the directory does not exist yet
-    (tmp_path / "ckpt" / "sub").mkdir(parents=True)
-    (tmp_path / "ckpt" / "a.pt").write_bytes(b"1")
-    (tmp_path / "ckpt" / "sub" / "b.pt").write_bytes(b"2")
-    assert sync.sync() == 2
-    assert sync.sync() == 0
-    (tmp_path / "ckpt" / "a.pt").write_bytes(b"11")
-    assert sync.sync() == 1
-    assert store.get("jobs/j/checkpoints/a.pt").data == b"11"
-    assert store.get("jobs/j/checkpoints/sub/b.pt").data == b"2"
+class CountingStore(MemoryStore):
+    """Counts download_file calls per key and can fail a key's downloads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fetched: list[str] = []
+        self.broken: set[str] = set()
+        self.active = self.most_active = 0
+        self._gauge = threading.Lock()
+
+    def download_file(self, key: str, path: Path, **kw: object) -> str:  # type: ignore[override]
+        if key in self.broken:
+            raise OSError(f"injected: connection reset reading {key}")
+        with self._gauge:
+            self.active += 1
+            self.most_active = max(self.most_active, self.active)
+        try:
+            time.sleep(0.01)  # room for the pool's other threads to start theirs
+            self.fetched.append(key)
+            return super().download_file(key, path, **kw)  # type: ignore[arg-type]
+        finally:
+            with self._gauge:
+                self.active -= 1
 
 
-def test_restored_files_are_not_uploaded_again(tmp_path: Path) -> None:
-    store = MemoryStore()
-    store.put("jobs/j/checkpoints/latest.pt", b"x")
-    store.put("jobs/j/checkpoints2/other", b"not ours")
-    prefix = "jobs/j/checkpoints/"
-    assert download(store, keys_under(store, prefix), prefix, tmp_path) == 1
-    sync = DirSync(store, tmp_path, prefix)
-    sync.mark_synced()
-    puts = store.calls["put"]
-    assert sync.sync() == 0 and store.calls["put"] == puts
-    os.utime(tmp_path / "latest.pt", ns=(1, 1))  # touched by the job: uploaded
-    assert sync.sync() == 1
+def test_a_channel_downloads_in_parallel_and_a_rerun_fetches_only_what_changed(tmp_path: Path) -> None:
+    store = CountingStore()
+    for i in range(40):
+        store.put(f"data/train/part-{i:03d}", f"rows {i}".encode())
+    state, dest = tmp_path / "state" / "train", tmp_path / "train"
+    moved = fetch(store, keys_under(store, "data/train/"), "data/train/", dest, state)
+    assert (moved.files, moved.skipped, moved.bytes) == (40, 0, sum(len(f"rows {i}") for i in range(40)))
+    assert store.most_active > 1  # really in parallel
+    assert (dest / "part-007").read_bytes() == b"rows 7"
+    assert "40 files" in moved.summary() and "MB/s" in moved.summary()
+
+    store.fetched.clear()
+    store.put("data/train/part-003", b"rewritten")  # a new version in the bucket
+    (dest / "part-005").write_bytes(b"edited locally")  # and a local edit: both fetched again
+    (dest / "part-009").unlink()  # and a missing file
+    moved = fetch(store, keys_under(store, "data/train/"), "data/train/", dest, state)
+    assert sorted(store.fetched) == ["data/train/part-003", "data/train/part-005", "data/train/part-009"]
+    assert (moved.files, moved.skipped) == (3, 37)
+    assert (dest / "part-003").read_bytes() == b"rewritten" and (dest / "part-005").read_bytes() == b"rows 5"
+
+
+def test_a_failed_download_keeps_what_arrived_for_the_retry(tmp_path: Path) -> None:
+    store = CountingStore()
+    for i in range(6):
+        store.put(f"in/{i}", b"x" * i)
+    store.broken = {"in/4"}
+    state = tmp_path / "state"
+    with pytest.raises(RuntimeError, match=r"1 of 6 downloads .* failed, e.g. 4: injected"):
+        fetch(store, keys_under(store, "in/"), "in/", tmp_path / "d", state)
+    store.broken.clear()
+    store.fetched.clear()
+    moved = fetch(store, keys_under(store, "in/"), "in/", tmp_path / "d", state)
+    assert store.fetched == ["in/4"] and moved.skipped == 5
+    assert not list((tmp_path / "d").glob(".*"))  # no partial download left beside the files
+
+
+def test_parallel_with_a_deadline_starts_nothing_late_and_returns_on_time() -> None:
+    release = threading.Event()
+
+    def slow() -> str:
+        release.wait(5)
+        return "slow"
+
+    jobs = [("first", lambda: "first"), ("slow", slow)] + [(f"late-{i}", lambda: "late") for i in range(4)]
+    started = time.monotonic()
+    results, errors = parallel(jobs, threads=2, deadline=time.monotonic() + 0.3)
+    assert time.monotonic() - started < 3  # did not wait for "slow"
+    release.set()
+    assert "first" in results and "slow" not in results and errors == {}
 
 
 def test_prefix_without_slash_matches_the_object_or_its_folder_only() -> None:
     store = MemoryStore()
     for key in ("data/train/a", "data/train/b", "data/train2/c", "data/train"):
         store.put(key, b"")
-    assert keys_under(store, "data/train") == ["data/train", "data/train/a", "data/train/b"]
-    assert keys_under(store, "data/train/") == ["data/train/a", "data/train/b"]
+    assert [i.key for i in keys_under(store, "data/train")] == ["data/train", "data/train/a", "data/train/b"]
+    assert [i.key for i in keys_under(store, "data/train/")] == ["data/train/a", "data/train/b"]
+    assert all(isinstance(i, ObjectInfo) and i.version for i in keys_under(store, "data/"))
 
 
-def _tarball(*members: tarfile.TarInfo) -> bytes:
+def _tarball(*members: tarfile.TarInfo | str) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for info in members:
+        for info in (_member(m) if isinstance(m, str) else m for m in members):
             tar.addfile(info, io.BytesIO(b"x" * info.size) if info.isfile() else None)
     return buf.getvalue()
 
@@ -75,7 +126,7 @@ def test_a_bundle_cannot_escape_the_code_dir(tmp_path: Path, monkeypatch: pytest
         monkeypatch.delattr(tarfile, "data_filter")
     code = tmp_path / "code"
     try:
-        unpack(_tarball(_member("ok.txt"), member), code)
+        unpack(_file(tmp_path, _tarball(_member("ok.txt"), member)), code)
     except tarfile.TarError:
         pass
     else:
@@ -86,5 +137,22 @@ def test_a_bundle_cannot_escape_the_code_dir(tmp_path: Path, monkeypatch: pytest
 
 def test_without_tarfile_filters_a_normal_bundle_unpacks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delattr(tarfile, "data_filter")
-    unpack(_tarball(_member("src/train.py"), _member("latest", tarfile.SYMTYPE, "src/train.py")), tmp_path)
+    unpack(_file(tmp_path, _tarball(_member("src/train.py"), _member("latest", tarfile.SYMTYPE, "src/train.py"))),
+           tmp_path)
     assert (tmp_path / "src" / "train.py").read_bytes() == b"x" and (tmp_path / "latest").is_symlink()
+
+
+def _file(directory: Path, data: bytes) -> Path:
+    path = directory / "bundle.tar.gz"
+    path.write_bytes(data)
+    return path
+
+def test_a_bundle_is_streamed_and_cannot_escape_the_code_dir(tmp_path: Path) -> None:
+    store = MemoryStore()
+    store.put("code.tar.gz", _tarball("train.py"))
+    assert fetch_tarball(store, "code.tar.gz", tmp_path / "code") > 0
+    assert (tmp_path / "code" / "train.py").read_bytes() == b"x"
+    store.put("evil.tar.gz", _tarball("../escaped.txt"))
+    with pytest.raises(tarfile.TarError):
+        fetch_tarball(store, "evil.tar.gz", tmp_path / "code")
+    assert not (tmp_path / "escaped.txt").exists()

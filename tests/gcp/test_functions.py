@@ -91,7 +91,7 @@ def test_an_invalid_drop_is_rejected_with_its_reason(cloud: GcpCloud) -> None:
 @pytest.mark.parametrize(("spec", "field"), [
     ("run: x\ninstance_type: t3.micro\n", "cloud"),  # cloud defaults to aws
     (SPEC.replace("zones: [us-central1-a]", "region: europe-west4"), "region"),
-    (SPEC.replace("us-central1-a", "europe-west4-a"), "zones.0"),
+    (SPEC.replace("us-central1-a", "europe-west4-a"), "zones[0]"),
 ])
 def test_a_spec_for_another_cloud_or_region_is_recorded_invalid(cloud: GcpCloud, spec: str, field: str) -> None:
     client = create_app("launcher", MAIN, "cloudevent").test_client()

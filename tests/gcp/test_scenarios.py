@@ -390,7 +390,8 @@ def test_sigterm_before_the_notice_poll_keeps_the_newest_checkpoint_and_the_repo
     assert shutdown.returncode == 0 and not stderr, stderr  # it waited for the agent, and not in vain
 
     report = cloud.registry.get_json(keys.exit_report(job, 1, 0))
-    assert (report["reason"], report["code"], report["notice"]["action"]) == ("preempted", 143, "terminate")
+    # train.py saves its step on SIGTERM and exits 0
+    assert (report["reason"], report["code"], report["notice"]["action"]) == ("preempted", 0, "terminate")
     assert metadata.requests == polls + 2  # that poll, then one look after the signal
     log1 = log_text(cloud, job, 1)
     assert "SIGTERM received" in log1 and "SIGTERM: preempted" in log1, log1[-2000:]

@@ -114,7 +114,7 @@ def test_roles_are_the_least_each_identity_needs(tf: dict[str, dict[str, Any]]) 
     assert roles("functions") == {"roles/storage.objectUser", "roles/iam.serviceAccountUser",
                                   "${google_project_iam_custom_role.functions_compute.name}",
                                   "${google_project_iam_custom_role.functions_own_vms.name}",
-                                  "roles/eventarc.eventReceiver", "roles/run.invoker"}
+                                  "roles/eventarc.eventReceiver", "roles/run.invoker", "roles/pubsub.publisher"}
     assert not [role for _, role in grants if role.startswith("roles/compute.")]  # no predefined Compute role
     assert roles("vms") == {"roles/storage.objectUser", "roles/logging.logWriter", "roles/storage.objectViewer"}
     assert roles("scheduler") == {"roles/run.invoker"}
@@ -281,3 +281,52 @@ def test_agent_bundles_are_uploaded_and_new_policies_boot_the_image_aliases(tf: 
         images.DEFAULT_CPU, images.DEFAULT_GPU)
     makefile = (REPO / "Makefile").read_text()
     assert "-m jobplane.bundling --cloud gcp --out build/agent" in makefile
+
+
+# ---- owners and notifications -----------------------------------------------------------------------------
+def _condition_allows(expression: str, name: str) -> bool:
+    """Evaluate the one CEL shape the submitter grant uses: startsWith('...') terms joined by ||."""
+    terms = [t.strip() for t in expression.split("||")]
+    prefixes = [re.fullmatch(r"resource\.name\.startsWith\('([^']+)'\)", t) for t in terms]
+    assert all(prefixes), f"unexpected condition shape: {expression}"
+    return any(name.startswith(m.group(1)) for m in prefixes if m)
+
+
+def test_a_submitter_creates_objects_only_under_its_own_owners_folders(tf: dict[str, dict[str, Any]]) -> None:
+    grant = tf["resource"]["google_storage_bucket_iam_member.submitters_write"]
+    assert grant["for_each"] == "${local.submitter_grants}"
+    assert "var.submitters" in str(tf["locals"]["submitter_grants"])
+    assert (grant["role"], grant["member"]) == ("roles/storage.objectCreator", "${each.value.member}")
+    expression = block(grant, "condition")["expression"]
+    for root in ("", "team-root/"):
+        team_a = (expression.replace("${local.bucket}", "B").replace("${local.prefix}", root)
+                  .replace("${each.value.owner}", "team-a"))
+
+        def may_create(key: str, cel: str = team_a, root: str = root) -> bool:
+            return _condition_allows(cel, f"projects/_/buckets/B/objects/{root}{key}")
+
+        assert may_create("queue/team-a/train-1.yaml") and may_create("code/team-a/train-1.tar.gz")
+        for key in ("queue/team-b/train-1.yaml", "queue/team-ab/x.yaml", "code/team-b/x.tar.gz", "queue/x.yaml",
+                    "jobs/train-1/job.json", "config/policy.yaml", "heartbeats/train-1/1/0"):
+            assert not may_create(key), key
+        assert not _condition_allows(team_a, "projects/_/buckets/other/objects/queue/team-a/x.yaml")
+    read = tf["resource"]["google_storage_bucket_iam_member.submitters_read"]
+    assert (read["role"], read["for_each"]) == ("roles/storage.objectViewer",
+                                                "${toset(distinct(flatten(values(var.submitters))))}")
+    assert tf["variable"]["submitters"]["default"] == {}
+
+
+def test_notifications_go_to_a_topic_only_the_functions_publish_to(tf: dict[str, dict[str, Any]]) -> None:
+    topic = tf["resource"]["google_pubsub_topic.notifications"]
+    assert topic["name"] == "jobplane-jobs"
+    assert tf["locals"]["env"]["JOBPLANE_NOTIFY_TOPIC"] == "${google_pubsub_topic.notifications.id}"
+    publish = tf["resource"]["google_pubsub_topic_iam_member.functions_publish"]
+    assert (publish["topic"], publish["role"], publish["member"]) == ("${google_pubsub_topic.notifications.id}",
+                                                                      "roles/pubsub.publisher",
+                                                                      "${google_service_account.functions.member}")
+    publishers = [b for b in tf["resource"].values() if b.get("role") == "roles/pubsub.publisher"]
+    assert {b["member"] for b in publishers} == {"${google_service_account.functions.member}",
+                                                 "${data.google_storage_project_service_account.gcs.member}"}
+    assert tf["resource"]["google_pubsub_subscription.notifications"]["count"] == \
+        "${var.notification_subscription ? 1 : 0}"
+    assert "notification_topic" in tf["output"]

@@ -16,6 +16,7 @@ from tests.infra.iam_eval import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 ALARM_EMAIL = "platform@example.com"
+NOTIFY_EMAIL = "ml-team@example.com"
 DATA_BUCKET = "my-datasets"
 
 
@@ -93,7 +94,8 @@ def synthesize(outdir: Path, context: dict[str, Any], nag: bool) -> Synth:
 
 @pytest.fixture(scope="session")
 def synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
-    context = cdk_context(**{"jobplane:alarmEmail": ALARM_EMAIL, "jobplane:dataBuckets": [DATA_BUCKET]})
+    context = cdk_context(**{"jobplane:alarmEmail": ALARM_EMAIL, "jobplane:notifyEmail": NOTIFY_EMAIL,
+                             "jobplane:dataBuckets": [DATA_BUCKET]})
     return synthesize(tmp_path_factory.mktemp("cdk.out"), context, nag=True)
 
 

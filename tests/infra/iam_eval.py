@@ -4,6 +4,7 @@ template lets a function do; CloudFormation intrinsics are resolved with fixed p
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
@@ -55,17 +56,42 @@ def _condition_holds(conditions: dict[str, dict[str, Any]], context: dict[str, s
     return True
 
 
+_VARIABLE = re.compile(r"\$\{([^}]+)\}")
+
+
+def _substitute(pattern: str, context: dict[str, str]) -> str | None:
+    """A resource with its policy variables (${aws:PrincipalTag/team}) replaced from the request context;
+    None when one is missing from it: IAM then treats the statement as not matching."""
+    missing: list[str] = []
+
+    def value(m: re.Match[str]) -> str:
+        if m.group(1) not in context:
+            missing.append(m.group(1))
+        return context.get(m.group(1), "")
+
+    out = _VARIABLE.sub(value, pattern)
+    return None if missing else out
+
+
 def allows(statements: list[dict[str, Any]], request: Request) -> bool:
     for st in statements:
         if st.get("Effect") != "Allow":
             continue
         if not any(fnmatchcase(request.action, a) for a in _as_list(st["Action"])):
             continue
-        if not any(fnmatchcase(request.resource, r) for r in _as_list(resolve(st["Resource"]))):
+        patterns = [_substitute(r, request.context) for r in _as_list(resolve(st["Resource"]))]
+        if not any(p is not None and fnmatchcase(request.resource, p) for p in patterns):
             continue
         if _condition_holds(resolve(st.get("Condition", {})), request.context):
             return True
     return False
+
+
+def managed_policy_statements(template: dict[str, Any], contains: str) -> list[dict[str, Any]]:
+    """The statements of the one AWS::IAM::ManagedPolicy whose logical id contains `contains`."""
+    (found,) = [res for key, res in template["Resources"].items()
+                if res["Type"] == "AWS::IAM::ManagedPolicy" and contains in key]
+    return list(found["Properties"]["PolicyDocument"]["Statement"])
 
 
 def role_statements(template: dict[str, Any], role_id: str) -> list[dict[str, Any]]:

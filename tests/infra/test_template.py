@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from jobplane import agent_bundle, images
-from tests.infra.conftest import ALARM_EMAIL, DATA_BUCKET, Synth, cdk_context
-from tests.infra.iam_eval import Request, allows, resolve, role_statements
+from tests.infra.conftest import ALARM_EMAIL, DATA_BUCKET, NOTIFY_EMAIL, Synth, cdk_context
+from tests.infra.iam_eval import Request, allows, managed_policy_statements, resolve, role_statements
 
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(600)]  # a cold cache downloads wheels
 
@@ -223,6 +223,12 @@ def test_launchers_read_image_parameters_public_and_own_only(synth: Synth, name:
     assert not allows(sts, Request("ssm:PutParameter", "arn:aws:ssm:us-east-1:123456789012:parameter/team/gpu-ami"))
 
 
+@pytest.mark.parametrize("name", HANDLERS)
+def test_launchers_read_spot_prices_for_the_cost_of_what_they_launch(synth: Synth, name: str) -> None:
+    reads = allows(statements(synth, name), Request("ec2:DescribeSpotPriceHistory", "*"))
+    assert reads == (name in ("launcher", "rerun")), name
+
+
 @pytest.mark.parametrize("name", ["sweeper", "uptime_cap", "rerun"])
 def test_console_output_only_of_managed_instances(synth: Synth, name: str) -> None:
     sts = statements(synth, name)
@@ -252,26 +258,35 @@ def test_vm_role_is_for_ec2_with_an_instance_profile(synth: Synth) -> None:
 def test_vm_role_has_no_ec2_no_iam_and_only_registry_reads_and_writes(synth: Synth) -> None:
     sts = vm_statements(synth)
     actions = {a for s in sts for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])}
-    assert actions <= {"s3:GetObject", "s3:PutObject", "s3:PutObjectTagging", "s3:ListBucket"}
+    assert actions <= {"s3:GetObject", "s3:PutObject", "s3:PutObjectTagging", "s3:ListBucket", "s3:DeleteObject",
+                       "s3:AbortMultipartUpload"}
     obj = f"<{bucket_id(synth)}.Arn>/"
-    for key in ("jobs/j1/job.json", "jobs/j1/code/code.tar.gz", "jobs/j1/checkpoints/step-100.pt",
-                "jobs/j1/attempts/2/cluster.json", "jobs/j1/control/stop"):
+    for key in ("jobs/j1/job.json", "jobs/j1/code/code.tar.gz", "code/team-a/j1.tar.gz",
+                "jobs/j1/checkpoints/step-100.pt", "jobs/j1/attempts/2/cluster.json", "jobs/j1/control/stop"):
         assert allows(sts, Request("s3:GetObject", obj + key)), key
-    for key in ("heartbeats/j1/2/0", "heartbeats/j1/2/0.output", "jobs/j1/logs/2/0/00000001.log",
+    for key in ("heartbeats/j1/2/0", "heartbeats/j1/2/0.output", "heartbeats/j1/2/0.idle",
+                "jobs/j1/logs/2/0/00000001.log", "jobs/j1/metrics/2/0/00000001.jsonl",
                 "jobs/j1/checkpoints/step-100.pt", "jobs/j1/artifacts/model/w.bin",
                 "jobs/j1/attempts/2/nodes/0/exit.json", "preempted-jobs/j1"):
         assert allows(sts, Request("s3:PutObject", obj + key)), key
     # never the control plane's own keys
     for key in ("jobs/j1/job.json", "active/j1/RUNNING.2", "queue/j2.yaml", "config/policy.yaml",
                 "jobs/j1/attempts/2/cluster.json", "jobs/j1/control/stop", "system/agent/manifest.json",
-                "jobs/j1/attempts/2/boot-failure.json"):
+                "jobs/j1/attempts/2/boot-failure.json", "limits/j1/2/idle-flagged", "code/team-a/j1.tar.gz"):
         assert not allows(sts, Request("s3:PutObject", obj + key)), key
     # the agent bundle reaches the VM through URLs the launcher presigned, not through the VM's role
     for key in ("config/policy.yaml", "rejected/j2.yaml", "queue/j2.yaml", "system/agent/aws-py3.12-x86_64.tar.gz"):
         assert not allows(sts, Request("s3:GetObject", obj + key)), key
-    assert not allows(sts, Request("s3:DeleteObject", obj + "jobs/j1/checkpoints/a"))
-    # the tag the log-chunk lifecycle rule filters on: log chunks only
+    # deletes only where the agent prunes what its newest manifest no longer names
+    for key in ("jobs/j1/checkpoints/files/0/3/ckpt-100.pt", "jobs/j1/artifacts/model/w.bin"):
+        assert allows(sts, Request("s3:DeleteObject", obj + key)), key
+        assert allows(sts, Request("s3:AbortMultipartUpload", obj + key)), key
+    for key in ("jobs/j1/job.json", "jobs/j1/logs/2/0/00000001.log", "heartbeats/j1/2/0", "queue/j2.yaml",
+                "jobs/j1/attempts/2/nodes/0/exit.json", "preempted-jobs/j1"):
+        assert not allows(sts, Request("s3:DeleteObject", obj + key)), key
+    # the tag the log-chunk lifecycle rule filters on: log and metrics chunks only
     assert allows(sts, Request("s3:PutObjectTagging", obj + "jobs/j1/logs/2/0/00000001.log"))
+    assert allows(sts, Request("s3:PutObjectTagging", obj + "jobs/j1/metrics/2/0/00000001.jsonl"))
     assert not allows(sts, Request("s3:PutObjectTagging", obj + "jobs/j1/checkpoints/step-100.pt"))
 
 
@@ -330,17 +345,51 @@ def test_alarms_for_errors_dlq_and_blast_radius_go_to_the_topic(synth: Synth) ->
         synth.logical_id("AWS::Lambda::Function", n) for n in ("Launcher", "Sweeper", "Rerun", "UptimeCap")}
     names = {a["Properties"].get("MetricName") for a in alarms}
     assert {"ApproximateNumberOfMessagesVisible", "BlastRadiusRefusals"} <= names
-    (sub,) = [t for t in synth.template["Resources"][topic]["Properties"].get("Subscription", [])] or [
-        s["Properties"] for s in synth.resources("AWS::SNS::Subscription").values()]
+    (sub,) = [s["Properties"] for s in synth.resources("AWS::SNS::Subscription").values()
+              if s["Properties"]["TopicArn"] == {"Ref": topic}]
     assert sub["Endpoint"] == ALARM_EMAIL and sub["Protocol"] == "email"
 
 
-def test_dashboard_shows_every_control_plane_metric(synth: Synth) -> None:
-    (dashboard,) = synth.resources("AWS::CloudWatch::Dashboard").values()
-    body = json.dumps(dashboard["Properties"]["DashboardBody"])
-    for metric in ("JobsLaunched", "JobsSucceeded", "JobsFailed", "Reruns", "OrphansTerminated", "Stalls",
-                   "Timeouts", "BlastRadiusRefusals", "SweepDuration", "LaunchCapacityErrors", "Errors"):
-        assert metric in body, metric
+def test_no_dashboard_unless_asked_for(synth: Synth) -> None:
+    assert synth.resources("AWS::CloudWatch::Dashboard") == {}  # $3/month: jobplane:dashboard turns it on
+
+
+# ---- job notifications and submitters ----------------------------------------------------------------
+def test_job_notifications_go_to_an_encrypted_topic_only_the_functions_publish_to(synth: Synth) -> None:
+    topic = synth.logical_id("AWS::SNS::Topic", "Notifications")
+    assert resolve(synth.template["Resources"][topic]["Properties"]["KmsMasterKeyId"]).endswith("alias/aws/sns")
+    (sub,) = [s["Properties"] for s in synth.resources("AWS::SNS::Subscription").values()
+              if s["Properties"]["TopicArn"] == {"Ref": topic}]
+    assert sub["Endpoint"] == NOTIFY_EMAIL and sub["Protocol"] == "email"
+    publish = Request("sns:Publish", f"<{topic}>")
+    for name, fn in synth.functions().items():
+        assert fn["Properties"]["Environment"]["Variables"]["JOBPLANE_NOTIFY_TOPIC"] == {"Ref": topic}
+        assert allows(statements(synth, name), publish), name
+    assert not allows(vm_statements(synth), publish)
+    alarm_topic = synth.logical_id("AWS::SNS::Topic", "AlarmTopic")
+    assert not any(allows(statements(synth, name), Request("sns:Publish", f"<{alarm_topic}>")) for name in HANDLERS)
+
+
+def test_the_submitter_policy_lets_a_principal_write_only_under_its_own_owner(synth: Synth) -> None:
+    sts = managed_policy_statements(synth.template, "SubmitterPolicy")
+    obj = f"<{bucket_id(synth)}.Arn>/"
+    team_a = {"aws:PrincipalTag/jobplane-owner": "team-a"}
+
+    def put(key: str, context: dict[str, str]) -> bool:
+        return allows(sts, Request("s3:PutObject", obj + key, context))
+
+    assert put("queue/team-a/train-1.yaml", team_a) and put("code/team-a/train-1.tar.gz", team_a)
+    for key in ("queue/team-b/train-1.yaml", "code/team-b/train-1.tar.gz", "queue/train-1.yaml",
+                "jobs/train-1/job.json", "jobs/train-1/control/stop", "active/train-1/RUNNING.1",
+                "config/policy.yaml", "heartbeats/train-1/1/0"):
+        assert not put(key, team_a), key
+    assert not put("queue/team-a/train-1.yaml", {})  # an untagged principal writes nothing
+    for key in ("jobs/train-1/job.json", "jobs/train-1/logs/1/0/00000000.log", "queue/team-b/x.yaml",
+                "rejected/x.error.json"):
+        assert allows(sts, Request("s3:GetObject", obj + key, team_a)), key
+    assert not allows(sts, Request("s3:GetObject", obj + "system/agent/manifest.json", team_a))
+    assert not allows(sts, Request("s3:DeleteObject", obj + "queue/team-a/train-1.yaml", team_a))
+    assert allows(sts, Request("s3:ListBucket", f"<{bucket_id(synth)}.Arn>", team_a))
 
 
 def test_outputs_bucket_name_and_submit_command(synth: Synth) -> None:
@@ -348,3 +397,5 @@ def test_outputs_bucket_name_and_submit_command(synth: Synth) -> None:
     values = [json.dumps(v) for v in outputs.values()]
     assert {"Ref": bucket_id(synth)} in outputs.values()
     assert any("jobplane submit job.yaml" in v for v in values)
+    assert {"Ref": synth.logical_id("AWS::SNS::Topic", "Notifications")} in outputs.values()
+    assert {"Ref": synth.logical_id("AWS::IAM::ManagedPolicy", "SubmitterPolicy")} in outputs.values()

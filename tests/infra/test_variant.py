@@ -1,12 +1,14 @@
 """The context knobs: an existing VPC and subnets, a registry root prefix, custom schedules, no reserved
-concurrency. One more synth (cdk-nag on: the acknowledgements must follow the prefix too)."""
+concurrency, the dashboard. One more synth (cdk-nag on: the acknowledgements must follow the prefix too)."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from tests.infra.conftest import Synth, cdk_context, synthesize
-from tests.infra.iam_eval import Request, allows, role_statements
+from tests.infra.iam_eval import Request, allows, managed_policy_statements, role_statements
 
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(600)]  # a cold cache downloads wheels
 
@@ -19,7 +21,7 @@ def variant(tmp_path_factory: pytest.TempPathFactory) -> Synth:
     context = cdk_context(**{
         "jobplane:vpcId": "vpc-0123abcd", "jobplane:subnetIds": ",".join(SUBNETS), "jobplane:root": "team-a",
         "jobplane:reservedConcurrency": "false", "jobplane:sweepSchedule": "rate(2 minutes)",
-        "jobplane:bucketName": "acme-jobplane",
+        "jobplane:bucketName": "acme-jobplane", "jobplane:dashboard": "true",
     })
     return synthesize(tmp_path_factory.mktemp("cdk.out-variant"), context, nag=True)
 
@@ -54,6 +56,10 @@ def test_root_prefix_reaches_rules_env_vm_role_and_uploads(variant: Synth) -> No
     sts = role_statements(variant.template, vm_role)
     assert allows(sts, Request("s3:PutObject", f"<{registry}.Arn>/team-a/heartbeats/j1/1/0"))
     assert not allows(sts, Request("s3:PutObject", f"<{registry}.Arn>/heartbeats/j1/1/0"))
+    submitters = managed_policy_statements(variant.template, "SubmitterPolicy")
+    vision = {"aws:PrincipalTag/jobplane-owner": "vision"}
+    assert allows(submitters, Request("s3:PutObject", f"<{registry}.Arn>/team-a/queue/vision/x.yaml", vision))
+    assert not allows(submitters, Request("s3:PutObject", f"<{registry}.Arn>/queue/vision/x.yaml", vision))
     prefixes = {d["Properties"]["DestinationBucketKeyPrefix"]
                 for d in variant.resources("Custom::CDKBucketDeployment").values()}
     assert prefixes == {"team-a/system/agent/", "team-a/config/"}
@@ -63,3 +69,12 @@ def test_schedules_come_from_context(variant: Synth) -> None:
     expressions = sorted(r["Properties"]["ScheduleExpression"] for r in variant.resources("AWS::Events::Rule").values()
                          if "ScheduleExpression" in r["Properties"])
     assert expressions == ["rate(2 minutes)"] + ["rate(5 minutes)"] * 3
+
+
+def test_the_dashboard_when_asked_for_shows_every_control_plane_metric(variant: Synth) -> None:
+    (dashboard,) = variant.resources("AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    for metric in ("JobsLaunched", "JobsSucceeded", "JobsFailed", "Reruns", "OrphansTerminated", "Stalls",
+                   "Timeouts", "BlastRadiusRefusals", "SweepDuration", "LaunchCapacityErrors", "Errors",
+                   "IdleGpuJobs", "NotificationsPublished", "NotificationsFailed"):
+        assert metric in body, metric

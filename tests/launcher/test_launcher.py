@@ -29,8 +29,8 @@ labels: {team: vision}
 """
 
 
-def drop_and_handle(cloud: Cloud, job_id: str, text: str = SPEC, ext: str = "yaml") -> str:
-    key = cloud.drop(job_id, text, ext)
+def drop_and_handle(cloud: Cloud, job_id: str, text: str = SPEC, ext: str = "yaml", owner: str = "alice") -> str:
+    key = cloud.drop(job_id, text, ext, owner)
     return launcher.handle_drop(cloud.registry, cloud.compute, key, now=utcnow(), metrics=cloud.metrics)
 
 
@@ -63,7 +63,8 @@ def test_valid_drop_launches_attempt_one(cloud: Cloud) -> None:
     ips = [running[i]["PrivateIpAddress"] for i in record.instances]
     assert cluster == {"job_id": "train-1", "attempt": 1, "hosts": ips, "instances": record.instances,
                        "master_addr": ips[0], "master_port": 29500, "num_nodes": 2,
-                       "instance_type": "g5.xlarge", "zone": "us-east-1a"}
+                       "instance_type": "g5.xlarge", "zone": "us-east-1a",
+                       "idle_gpu": {"window": 1800, "threshold": 5.0}}  # the policy's, for the agents
     user_data = base64.b64decode(cloud.calls.run_instances[0]["UserData"]).decode()  # botocore encodes it
     assert "python train.py" not in user_data and "export JOBPLANE_JOB_ID=train-1" in user_data
     assert "shutdown -h +1440" in user_data  # the policy's default 24 h cap
@@ -136,7 +137,7 @@ def test_unreadable_spec_is_rejected_with_every_error_and_nothing_launched(cloud
     assert reg.get_bytes(keys.rejected_spec("broken")) == b"instance_type: t3.micro\nnum_nodes: 0\nbogus: 1\n"
     doc = reg.get_json(keys.rejected_error("broken"))
     assert {e["field"] for e in doc["errors"]} == {"num_nodes", "bogus", "run"}
-    assert doc["source_key"] == "queue/broken.yaml" and doc["time"]
+    assert doc["source_key"] == "queue/alice/broken.yaml" and doc["time"]
     assert not reg.exists("broken") and queue_keys(cloud) == []
     assert cloud.calls.run_instances == [] and cloud.instances() == []
     assert cloud.metrics.totals["JobsRejected"] == 1
@@ -147,9 +148,9 @@ def test_policy_violation_records_an_invalid_job(cloud: Cloud) -> None:
     assert drop_and_handle(cloud, "too-big") == "invalid"
 
     record = cloud.registry.job("too-big")
-    assert record.state == State.INVALID and "instance_type.0" in (record.reason or "")
+    assert record.state == State.INVALID and "instance_type[0]" in (record.reason or "")
     doc = cloud.registry.get_json(keys.rejected_error("too-big"))
-    assert [e["field"] for e in doc["errors"]] == ["instance_type.0", "instance_type.1"]
+    assert [e["field"] for e in doc["errors"]] == ["instance_type[0]", "instance_type[1]"]
     assert list(cloud.registry.listing(keys.active_prefix("too-big"))) == []
     assert cloud.calls.run_instances == [] and queue_keys(cloud) == []
 
@@ -158,7 +159,7 @@ def test_policy_violation_records_an_invalid_job(cloud: Cloud) -> None:
 @pytest.mark.parametrize(("text", "field"), [
     ("cloud: gcp\ninstance_type: n2-standard-4\nzones: [us-central1-a]\nrun: python3 train.py\n", "cloud"),
     ("region: eu-west-1\ninstance_type: t3.micro\nrun: python3 train.py\n", "region"),
-    ("zones: [us-east-1a, eu-west-1a]\ninstance_type: t3.micro\nrun: python3 train.py\n", "zones.1"),
+    ("zones: [us-east-1a, eu-west-1a]\ninstance_type: t3.micro\nrun: python3 train.py\n", "zones[1]"),
 ])
 def test_a_spec_for_another_cloud_or_region_is_invalid_and_never_launched(cloud: Cloud, text: str,
                                                                           field: str) -> None:
@@ -181,7 +182,7 @@ def test_queue_entry_names(cloud: Cloud) -> None:
     assert cloud.registry.get_json(keys.rejected_error("Bad_Id"))["errors"][0]["field"] == "id"
     reg, compute, m = cloud.registry, cloud.compute, cloud.metrics
     assert launcher.handle_drop(reg, compute, "jobs/x/job.json", now=utcnow(), metrics=m) == "ignored"
-    assert launcher.handle_drop(reg, compute, "queue/sub/x.yaml", now=utcnow(), metrics=m) == "ignored"
+    assert launcher.handle_drop(reg, compute, "queue/team-a/", now=utcnow(), metrics=m) == "ignored"  # a folder
     assert len(cloud.calls.run_instances) == 2
 
 
@@ -198,7 +199,7 @@ def test_duplicate_id_is_rejected_and_existing_job_untouched(cloud: Cloud) -> No
 
 
 def test_redelivery_and_identical_redrop_are_no_ops(cloud: Cloud) -> None:
-    key = cloud.drop("again", SPEC)
+    key = cloud.drop("again", SPEC, owner="alice")
     reg, compute, m = cloud.registry, cloud.compute, cloud.metrics
     assert launcher.handle_drop(reg, compute, key, now=utcnow(), metrics=m) == "launched"
     assert launcher.handle_drop(reg, compute, key, now=utcnow(), metrics=m) == "gone"
@@ -208,7 +209,7 @@ def test_redelivery_and_identical_redrop_are_no_ops(cloud: Cloud) -> None:
 
 
 def test_same_event_ten_times_concurrently_gives_one_job_and_one_run_instances(cloud: Cloud) -> None:
-    key = cloud.drop("racy", SPEC)
+    key = cloud.drop("racy", SPEC, owner="alice")
     outcomes: list[str] = []
     errors: list[BaseException] = []
     start = threading.Barrier(10)
@@ -243,16 +244,18 @@ def test_owner_quota_makes_the_job_wait(cloud: Cloud) -> None:
     record = cloud.registry.job("second")
     assert record.state == State.WAITING_CAPACITY
     assert "owner 'alice' has 2 active instances" in (record.reason or "") and "quota of 3" in (record.reason or "")
-    assert drop_and_handle(cloud, "bobs", SPEC.replace("owner: alice", "owner: bob")) == "launched"
+    assert drop_and_handle(cloud, "bobs", SPEC.replace("owner: alice", "owner: bob"), owner="bob") == "launched"
     assert len(cloud.calls.run_instances) == 2
 
 
 def test_backstop_picks_up_old_queue_entries_only(cloud: Cloud) -> None:
-    cloud.drop("late", SPEC)
+    cloud.drop("late", SPEC, owner="alice")
+    cloud.drop("plain", "instance_type: t3.micro\nrun: x\n")
     now = utcnow()
     assert launcher.backstop(cloud.registry, cloud.compute, now=now, metrics=cloud.metrics) == []
     outcomes = launcher.backstop(cloud.registry, cloud.compute, now=now + timedelta(seconds=61), metrics=cloud.metrics)
-    assert outcomes == ["queue/late.yaml: launched"]
+    assert outcomes == ["queue/alice/late.yaml: launched", "queue/plain.yaml: launched"]
+    assert cloud.registry.job("late").owner == "alice" and cloud.registry.job("plain").owner == "default"
 
 
 def test_launch_attempt_claims_by_cas_and_bumps_attempts(cloud: Cloud) -> None:

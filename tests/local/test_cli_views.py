@@ -73,9 +73,9 @@ def test_errors_are_one_line_without_traceback(monkeypatch):
 
 def test_every_command_has_help_with_an_example():
     runner = CliRunner()
-    commands = [[], ["submit"], ["ls"], ["describe"], ["logs"], ["wait"], ["cancel"], ["validate"], ["schema"],
-                ["local"], ["local", "up"], ["local", "preempt"], ["local", "kill"], ["local", "instance"],
-                ["local", "status"], ["local", "pause"]]
+    commands = [[], ["submit"], ["ls"], ["describe"], ["logs"], ["metrics"], ["wait"], ["cancel"], ["cost"],
+                ["validate"], ["schema"], ["local"], ["local", "up"], ["local", "preempt"], ["local", "kill"],
+                ["local", "instance"], ["local", "status"], ["local", "pause"]]
     for command in commands:
         result = runner.invoke(cli, [*command, "--help"])
         assert result.exit_code == 0, command

@@ -12,10 +12,15 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from jobplane.clouds.aws_local import LocalAws
 from jobplane.clouds.memory import MemoryStore
-from jobplane.local.console import Console, ConsoleHandler, action_line, launcher_outcomes
+from jobplane.clouds.pubsub import PubSubError, PubSubNotifier
+from jobplane.clouds.sns import SnsNotifier
+from jobplane.local.console import Console, ConsoleHandler, action_line, launcher_outcomes, notified_line
 from jobplane.local.ec2_runner import spot_warning, state_change
+from jobplane.local.pubsub_topic import PubSubTopic
 from jobplane.local.triggers import LambdaFunctions, scheduled
+from jobplane.notify import ended
 from jobplane.registry import JobNotFound, JobRecord, Registry
 from jobplane.spec import parse_spec
 from jobplane.states import State
@@ -49,6 +54,43 @@ def test_launcher_answers_name_their_jobs() -> None:
     assert launcher_outcomes({"outcomes": ["queue/a.yml: rejected", "b: waiting"]}) == [("a", "rejected"),
                                                                                      ("b", "waiting")]
     assert launcher_outcomes(None) == [] and launcher_outcomes({"outcomes": []}) == []
+    assert launcher_outcomes({"key": "queue/team-a/demo-2.yaml", "outcome": "launched"}) == [("demo-2", "launched")]
+
+
+def test_notifications_the_topic_delivers_are_one_line_each(reg: Registry) -> None:
+    reg.create_job("demo-1", parse_spec("instance_type: t3.micro\nrun: x\n", "demo-1"))
+    done = reg.transition("demo-1", State.CANCELLED, reason="cancelled by the user before it started")
+    with mock_aws():
+        aws = LocalAws("us-east-1")
+        topic, inbox = aws.notification_inbox()
+        SnsNotifier(topic, aws.sns).publish(ended(done, done.updated_at))
+        (data,) = aws.notifications(inbox)
+        assert aws.notifications(inbox) == []
+    assert notified_line(data) == "notified    demo-1 CANCELLED: cancelled by the user before it started " \
+                                  "(never launched)"
+    ran = {"job_id": "j3", "state": "SUCCEEDED", "reason": "every rank exited 0", "runtime_s": 20, "cost_usd": 0.00017}
+    assert notified_line(ran) == "notified    j3 SUCCEEDED: every rank exited 0 (ran 20s, ~$0.0002 estimated)"
+    idle = {"event": "idle-gpu", "job_id": "j2", "reason": "GPU utilization under 5% on every rank for 30m"}
+    assert notified_line(idle) == "notified    j2 has idle GPUs: GPU utilization under 5% on every rank for 30m"
+
+
+def test_the_local_gcp_topic_receives_what_the_functions_publish_and_refuses_what_pubsub_would(
+        reg: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    reg.create_job("demo-2", parse_spec("instance_type: e2-small\nrun: x\n", "demo-2"))
+    done = reg.transition("demo-2", State.CANCELLED, reason="cancelled by the user before it started")
+    with PubSubTopic("projects/p/topics/jobs") as topic:
+        monkeypatch.setenv("PUBSUB_EMULATOR_HOST", topic.address)
+        PubSubNotifier("projects/p/topics/jobs").publish(ended(done, done.updated_at))
+        (data,) = topic.pull()
+        assert topic.pull() == []
+        with pytest.raises(PubSubError, match="HTTP 404"):
+            PubSubNotifier("projects/p/topics/other").publish(ended(done, done.updated_at))
+        refused = PubSubNotifier("projects/p/topics/jobs").session.post(
+            f"http://{topic.address}/v1/projects/p/topics/jobs:publish", json={"messages": [{}]}, timeout=30)
+        assert refused.status_code == 400 and refused.json()["error"]["status"] == "INVALID_ARGUMENT"
+        assert topic.pull() == []
+    assert notified_line(data) == "notified    demo-2 CANCELLED: cancelled by the user before it started " \
+                                  "(never launched)"
 
 
 @pytest.fixture

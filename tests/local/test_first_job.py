@@ -59,9 +59,9 @@ def test_a_job_with_requirements_and_no_image_succeeds_on_stock_debian_12(cloud:
     assert (image / "usr" / "lib" / "python3.11" / "EXTERNALLY-MANAGED").exists()
     reg = cloud.registry()
     policy = reg.get_bytes(keys.POLICY)
-    team = yaml.safe_load(policy)
-    team["aws"]["default_image"] = "debian-12"  # as a team would (beside the local cloud's loopback subnets)
-    reg.store.put(keys.POLICY, yaml.safe_dump(team).encode(), "application/yaml")
+    doc = yaml.safe_load(policy)
+    doc.setdefault("aws", {})["default_image"] = "debian-12"  # as a team would (the loopback subnets stay)
+    reg.store.put(keys.POLICY, yaml.safe_dump(doc).encode(), "application/yaml")
     try:
         job_id = submit(cloud, tmp_path, "stock-debian", setup=f"'{PROBE}'", max_runtime="15m")
         wait_for("the job to end", lambda: reg.exists(job_id) and reg.job(job_id).terminal, 300, every=1.0)

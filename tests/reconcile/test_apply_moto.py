@@ -222,6 +222,26 @@ def test_uptime_cap_stops_then_times_out(cloud: Cloud) -> None:  # noqa: F811
     assert not alive(cloud, record.instances) and cloud.metrics.totals["Timeouts"] == 1
 
 
+def test_a_stop_on_match_stops_the_peers_then_fails_the_job_without_a_rerun(cloud: Cloud) -> None:  # noqa: F811
+    record = launch(cloud, "nan", SPEC + "num_nodes: 2\nspot: true\nstop_on: {nan: true}\n")
+    beat(cloud, record)
+    reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics)  # -> RUNNING
+    why = 'loss became nan at step 40: "step 40 loss nan"'
+    cloud.registry.put_json(keys.exit_report("nan", 1, 0), {"code": 0, "reason": "early-stop", "error": why})
+    (ask,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=["nan"])
+    assert ask.action.rule == Rule.STOP_PEERS and ask.result == "applied"
+    assert cloud.registry.get_json(keys.stop_request("nan"))["by"] == "sweeper"
+    assert cloud.registry.job("nan").state == State.RUNNING and alive(cloud, record.instances)
+
+    cloud.registry.put_json(keys.exit_report("nan", 1, 1), {"code": 143, "reason": "stopped"})
+    (failed,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=["nan"])
+    final = cloud.registry.job("nan")
+    assert failed.action.rule == Rule.EARLY_STOP and final.state == State.FAILED and final.attempt == 1
+    assert final.reason == f"stopped: {why} (rank 0)" and final.exit_code == 0
+    assert not alive(cloud, record.instances) and cloud.registry.preempted() == {}
+    assert reconcile.rerun(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics) == []
+
+
 def test_spot_warning_recorded_once(cloud: Cloud) -> None:  # noqa: F811
     record = launch(cloud, "warned", SPEC + "spot: true\n")
     iid = record.instances[0]

@@ -87,6 +87,7 @@ def _job(rec_kw: dict[str, Any] | None = None, parts: dict[str, Any] | None = No
 
 
 TWO_SPOT = {"nodes": 2, "spot": True}
+NAN = 'train:loss became nan at step 1200: "step 1200 train:loss nan"'
 CASES = [
     Case("healthy job fetched by an event: nothing to do", _job(), []),
     Case("finished: every rank exited 0 -> SUCCEEDED, leftover instance terminated",
@@ -105,6 +106,16 @@ CASES = [
     Case("every rank stopped on request -> TIMED_OUT with the cap",
          _job({"max_runtime": 7200}, exits={"j": [ExitReport(0, 143, "stopped")]}), [Rule.STOPPED], State.TIMED_OUT,
          ("i-j-1-0",), "uptime cap (2h)"),
+    Case("stopped on a stop_on match -> FAILED quoting it, never rerun (no relaunch, no preempted marker)",
+         _job({"spot": True}, exits={"j": [ExitReport(0, 0, "early-stop", NAN)]}), [Rule.EARLY_STOP],
+         State.FAILED, ("i-j-1-0",), f"stopped: {NAN}"),
+    Case("a stop_on match wins over the peers that stopped on request or crashed; the reason names its rank",
+         _job({"nodes": 3}, {"instances": ()}, exits={"j": [ExitReport(0, 143, "stopped"), ExitReport(1, 1),
+                                                             ExitReport(2, 0, "early-stop", NAN)]}),
+         [Rule.EARLY_STOP], State.FAILED, (), f"stopped: {NAN} (rank 2)"),
+    Case("a rank stopped on a stop_on match, its peer still runs -> ask it to stop, no transition yet",
+         _job({"nodes": 2}, exits={"j": [ExitReport(0, 0, "early-stop", NAN)]}), [Rule.STOP_PEERS], None, (),
+         f"rank 0 stopped ({NAN}): asking rank 1 to stop"),
     Case("exit with reason preempted is rerun's", _job({"spot": True}, exits={"j": [ExitReport(0, 143, "preempted")]}),
          []),
     Case("LAUNCHING and every rank beat -> RUNNING and limits written",
@@ -178,6 +189,13 @@ def _check(case: Case) -> list[Action]:
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_decide_job_rules(case: Case) -> None:
     _check(case)
+
+
+def test_an_early_stop_records_the_exit_code_and_asks_peers_to_stop_until_they_report() -> None:
+    (failed,) = sweep.decide(_job(exits={"j": [ExitReport(0, 143, "early-stop", NAN)]}), NOW, POLICY)
+    assert failed.updates == {"exit_code": 143} and not failed.relaunch and failed.mark_preempted is None
+    (ask,) = sweep.decide(_job({"nodes": 2}, exits={"j": [ExitReport(1, 0, "early-stop", NAN)]}), NOW, POLICY)
+    assert ask.stop and ask.to is None and not ask.terminate
 
 
 def test_transitions_carry_what_the_run_saw() -> None:

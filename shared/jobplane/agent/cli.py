@@ -9,7 +9,8 @@ through the unchanged bootstrap script:
   --poweroff-cmd     JOBPLANE_POWEROFF_CMD ("shutdown -h now": on a VM that terminates it)
   --metadata-url     (else AWS_EC2_METADATA_SERVICE_ENDPOINT on EC2)
   --log-interval, --heartbeat-interval, --checkpoint-interval, --poll-interval, --stop-grace,
-  --cluster-timeout  JOBPLANE_AGENT_<FLAG NAME IN CAPITALS> (10, 30, 60, 5, spec, 900 seconds)
+  --cluster-timeout, --checkpoint-settle
+                     JOBPLANE_AGENT_<FLAG NAME IN CAPITALS> (10, 30, 60, 5, spec, 900, 2 seconds)
 
 SIGTERM and SIGINT stop the job like a stop request: the user process gets its grace (capped so the
 final sync fits the VM's shutdown), then the final sync, the exit report and the power-off.
@@ -58,7 +59,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--metadata-url", help="metadata service base URL (tests, the local cloud)")
     defaults = AgentConfig()
     for name in ("log_interval", "heartbeat_interval", "checkpoint_interval", "poll_interval", "stop_grace",
-                 "cluster_timeout"):
+                 "cluster_timeout", "checkpoint_settle"):
         fallback = _env_float(name)
         p.add_argument("--" + name.replace("_", "-"), type=float,
                        default=fallback if fallback is not None else getattr(defaults, name))
@@ -104,7 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = AgentConfig(ml_root=args.ml_root.resolve(), job_id=args.job, attempt=args.attempt,
                              log_interval=args.log_interval, heartbeat_interval=args.heartbeat_interval,
                              checkpoint_interval=args.checkpoint_interval, poll_interval=args.poll_interval,
-                             stop_grace=args.stop_grace, cluster_timeout=args.cluster_timeout)
+                             stop_grace=args.stop_grace, cluster_timeout=args.cluster_timeout,
+                             checkpoint_settle=args.checkpoint_settle)
     except ValueError as exc:
         raise SystemExit(f"jobplane.agent: {exc}") from None
     stores, metadata = cloud_adapters(args)

@@ -3,11 +3,13 @@
 Cloud-neutral: it sees the registry (any ObjectStore), the VM's Metadata and a power_off callable.
 Three threads: the main thread prepares, supervises the user process and reports; a background
 thread writes heartbeats, ships log chunks and polls for a Spot notice or a stop request; a third
-uploads changed checkpoint files. Every
+uploads complete checkpoint files and their manifest (jobplane.agent.checkpoints). Every
 registry write is retried and no failure skips the exit report or the power-off.
 
 SIGTERM or SIGINT (`on_signal`, installed by the entry point) is a stop request too: the VM is shutting
-down (GCE's shutdown script, EC2's OS shutdown), often before the next poll has seen the notice.
+down (GCE's shutdown script, EC2's OS shutdown), often before the next poll has seen the notice. So is a
+line of output that matches the spec's `stop_on` rules (`_stop_early`, from the thread reading the output):
+the user process is stopped the same graceful way at once, and the exit report says why ("early-stop").
 """
 
 from __future__ import annotations
@@ -24,15 +26,26 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
-from jobplane import keys
+from jobplane import keys, metrics
 from jobplane.agent import gpu
-from jobplane.agent.layout import Cluster, Layout, resource_config, shard, split_uri, user_env
+from jobplane.agent.checkpoints import SETTLE, CheckpointSync, publish
+from jobplane.agent.idle import IdleMeter
+from jobplane.agent.layout import (
+    Cluster,
+    Layout,
+    hyperparameters_file,
+    resource_config,
+    shard,
+    split_uri,
+    user_env,
+)
 from jobplane.agent.output import OutputLog
 from jobplane.agent.process import UserProcess
-from jobplane.agent.transfer import TARBALL_SUFFIXES, DirSync, download, keys_under, unpack
+from jobplane.agent.transfer import TARBALL_SUFFIXES, fetch, fetch_tarball, keys_under
 from jobplane.clouds.base import (
     LOG_OBJECT_TAG,
     TAG_ATTEMPT,
@@ -42,6 +55,7 @@ from jobplane.clouds.base import (
     ObjectStore,
     PreconditionFailed,
 )
+from jobplane.metrics import EARLY_STOP
 from jobplane.registry import Registry
 from jobplane.spec import JobSpec
 
@@ -52,7 +66,7 @@ AGENT_ERROR = 125  # exit code when the agent itself could not run the job (like
 REQUIREMENTS = "requirements.txt"
 AGENT_SITE = str(Path(__file__).resolve().parents[2])  # where this agent's packages are (the bundle's site/)
 _TICK = 0.2  # how often the main thread looks at the user process
-MAX_CHUNK = 4 << 20  # bytes per log object: a chatty job writes more objects, never huge ones
+MAX_CHUNK = 4 << 20  # bytes per log or metrics object: a chatty job writes more objects, never huge ones
 # After SIGTERM the VM is assumed gone this soon: GCE hard-stops a Spot VM 30 s after its soft off (a
 # Standard one after 120 s) and the guest spends a few of those reaching the shutdown script.
 SIGNAL_BUDGET_S = 25.0
@@ -67,6 +81,7 @@ def grace_within(requested: float, left: float | None) -> float:
     if left is None:
         return requested
     return min(requested, max(MIN_GRACE_S, left - min(FINAL_SYNC_S, left / 2)))
+FINAL_RESERVE = 10.0  # seconds of a Spot notice kept after the final checkpoint sync (logs, exit report)
 
 
 @dataclass(frozen=True)
@@ -86,6 +101,7 @@ class AgentConfig:
     identity_timeout: float = 120.0  # metadata must answer within this
     retry_attempts: int = 6
     retry_pause: float = 1.0
+    checkpoint_settle: float = SETTLE  # a file unchanged this long (two scans) counts as complete
 
     def __post_init__(self) -> None:
         for name, cap in (("log_interval", 10), ("heartbeat_interval", 30), ("checkpoint_interval", 60),
@@ -98,11 +114,13 @@ class AgentConfig:
 @dataclass
 class Outcome:
     code: int | None
-    reason: str  # "exit" | "preempted" | "stopped"
+    reason: str  # "exit" | "preempted" | "stopped" | "early-stop"
     notice: dict[str, str] | None = None
     error: str | None = None
     signal: str | None = None  # "SIGTERM" when a signal asked the agent to stop
     deadline: float | None = None  # time.monotonic() by which the VM is gone, when a signal says so
+    stopped_by: str | None = None  # the stop request's `by` (uptime-cap, idle-gpu, cli), for the exit report
+    stop_reason: str | None = None
 
 
 @dataclass
@@ -121,8 +139,11 @@ class _Run:
 class Agent:
     def __init__(self, registry: Registry, metadata: Metadata, config: AgentConfig, *,
                  power_off: Callable[[], None], stores: Callable[[str], ObjectStore] | None = None,
-                 console: BinaryIO | None = None) -> None:
+                 console: BinaryIO | None = None,
+                 gpu_utilization: Callable[[], float | None] = gpu.gpu_utilization) -> None:
         self.reg, self.md, self.cfg = registry, metadata, config
+        self.gpu_utilization = gpu_utilization
+        self._idle: IdleMeter | None = None  # set once cluster.json says the policy watches idle GPUs
         self.power_off = power_off
         self.stores = stores
         self.layout = Layout(config.ml_root)
@@ -130,11 +151,20 @@ class Agent:
         self._interrupt: Outcome | None = None
         self._interrupted = threading.Event()
         self._stop_background = threading.Event()
-        self._log_seq = 0
+        self._seq = {"logs": 0, "metrics": 0}  # next chunk number of each stream
         self._marked_output = 0
-        self._checkpoints: DirSync | None = None
+        self._checkpoints: CheckpointSync | None = None
+        self._ended_ns: int | None = None  # when the user process ended (wall clock, to compare with mtimes)
 
     # ---- entry point -------------------------------------------------------------------------------------
+    def _stop_early(self, why: str) -> None:
+        """A stop_on rule matched (called by the thread reading the output, on that line): the main thread,
+        woken at once, stops the user process as for a stop request, and the exit report says why."""
+        if self._interrupt is None:
+            self._interrupt = Outcome(None, EARLY_STOP, error=why)
+            self._interrupted.set()
+            self.out.note(f"stop_on: {why}")
+
     def on_signal(self, signum: int, frame: object = None) -> None:
         """SIGTERM / SIGINT handler (signal.signal(sig, agent.on_signal), from the main thread).
 
@@ -189,6 +219,7 @@ class Agent:
     def _work(self, run: _Run) -> Outcome:
         record = self._retry("read job.json", lambda: self.reg.job(run.job_id))
         run.spec = record.spec
+        self.out.watch(metrics.Extractor(record.spec.metrics, record.spec.stop_on), self._stop_early)
         if record.terminal or record.attempt > run.attempt:
             self.out.note(f"job is {record.state} at attempt {record.attempt}: this node ({run.attempt}) stands down")
             return Outcome(None, "stopped")
@@ -198,6 +229,8 @@ class Agent:
         if cluster is None:
             return self._interrupt or Outcome(None, "stopped")
         run.phase = "preparing"
+        if cluster.idle_window and cluster.idle_threshold is not None:
+            self._idle = IdleMeter(cluster.idle_window, cluster.idle_threshold)
         env = self._prepare(run, record.spec, cluster)
         failed = self._requirements(run, record.spec, env)
         if failed is not None:
@@ -239,20 +272,22 @@ class Agent:
         for name, channel in spec.inputs.items():
             bucket, prefix = split_uri(channel.uri)
             store = self._store(bucket)
-            found = keys_under(store, prefix)
-            mine = shard(found, run.rank, cluster.num_nodes) if channel.distribution == "sharded" else found
-            size = download(store, mine, prefix, lay.channel_dir(name))
-            self.out.note(f"input {name}: {len(mine)} of {len(found)} objects, {size} bytes")
+            found = {info.key: info for info in keys_under(store, prefix)}
+            mine = shard(list(found), run.rank, cluster.num_nodes) if channel.distribution == "sharded" else list(found)
+            # a retry skips what already arrived (the state file remembers each file's size and version)
+            moved = self._retry(f"input {name}", partial(fetch, store, [found[k] for k in mine], prefix,
+                                                         lay.channel_dir(name), lay.input_dir / ".jobplane" / name))
+            self.out.note(f"input {name}: {len(mine)} of {len(found)} objects: {moved.summary()}")
         ckpt_dir = lay.local(spec.checkpoint_dir)
-        prefix = self.reg.key(keys.checkpoints_prefix(run.job_id))
-        restored = keys_under(self.reg.store, prefix)
-        download(self.reg.store, restored, prefix, ckpt_dir)
-        if restored:
-            self.out.note(f"restored {len(restored)} checkpoint files into {ckpt_dir}")
-        checkpoints = DirSync(self.reg.store, ckpt_dir, prefix)
-        checkpoints.mark_synced()
+        checkpoints = CheckpointSync(self.reg.store, ckpt_dir, self.reg.key(keys.checkpoints_prefix(run.job_id)),
+                                     rank=run.rank, attempt=run.attempt, settle=self.cfg.checkpoint_settle)
+        restored = self._retry("restore checkpoints", checkpoints.restore)
+        if restored.files:
+            self.out.note(f"restored {restored.files} checkpoint files into {ckpt_dir} (manifest {checkpoints.seq}:"
+                          f" {restored.summary()})")
         self._checkpoints = checkpoints  # from now on the checkpointer thread uploads changes
         lay.resource_config.write_text(json.dumps(resource_config(cluster, run.rank), indent=1))
+        lay.hyperparameters.write_text(json.dumps(hyperparameters_file(spec), indent=1))
         return user_env(spec=spec, job_id=run.job_id, attempt=run.attempt, rank=run.rank, cluster=cluster,
                         layout=lay, num_gpus=gpu.gpu_count(), num_cpus=os.cpu_count() or 1, base=_user_base_env())
 
@@ -289,18 +324,17 @@ class Agent:
             bucket, key = split_uri(spec.code)
             store = self._store(bucket)
             if key.endswith(TARBALL_SUFFIXES):
-                unpack(store.get(key).data, self.layout.code_dir)
+                fetch_tarball(store, key, self.layout.code_dir)
             else:
-                download(store, keys_under(store, key), key, self.layout.code_dir)
+                fetch(store, keys_under(store, key), key, self.layout.code_dir)
             self.out.note(f"code from {spec.code}")
             return
         try:
-            bundle = self.reg.get_bytes(keys.code_bundle(job_id))
+            size = fetch_tarball(self.reg.store, self.reg.key(keys.code_bundle(job_id)), self.layout.code_dir)
         except NotFound:
             self.out.note("no code bundle: running in an empty code directory")
             return
-        unpack(bundle, self.layout.code_dir)
-        self.out.note(f"code bundle unpacked into {self.layout.code_dir} ({len(bundle)} bytes)")
+        self.out.note(f"code bundle unpacked into {self.layout.code_dir} ({size} bytes)")
 
     def _store(self, bucket: str) -> ObjectStore:
         if self.stores is None:
@@ -312,7 +346,9 @@ class Agent:
             code = proc.poll()
             interrupt = self._interrupt  # read once: a signal or the poll may set it at any moment
             if code is not None:
-                if interrupt is not None and code != 0:  # a shutdown signals the whole service, user code too
+                self._ended_ns = time.time_ns()
+                # a shutdown signals the whole service, user code too; a stop_on match stands whatever the code
+                if interrupt is not None and (code != 0 or interrupt.reason == EARLY_STOP):
                     interrupt.code = code
                     return interrupt
                 return Outcome(code, "exit")
@@ -321,6 +357,7 @@ class Agent:
                 cause = f" ({interrupt.signal} received)" if interrupt.signal else ""
                 self.out.note(f"{interrupt.reason}{cause}: SIGTERM to the process group, {grace:.0f} s grace")
                 interrupt.code = proc.terminate(grace)
+                self._ended_ns = time.time_ns()
                 return interrupt
             self._interrupted.wait(_TICK)
 
@@ -350,48 +387,82 @@ class Agent:
         notice = self.md.preemption_notice()
         if notice is not None:
             self._interrupt = Outcome(None, "preempted", notice=notice)
-        elif self._stop_requested(run.job_id):
-            self._interrupt = Outcome(None, "stopped")
+        elif (stop := self._stop_request(run.job_id)) is not None:
+            by, why = stop.get("by"), stop.get("reason")
+            self._interrupt = Outcome(None, "stopped", stopped_by=by if isinstance(by, str) else None,
+                                      stop_reason=why if isinstance(why, str) else None)
         if self._interrupt is not None:
-            self.out.note(f"{self._interrupt.reason}: {notice or 'stop requested'}")
+            asked = f"stop requested{f' by {self._interrupt.stopped_by}' if self._interrupt.stopped_by else ''}"
+            self.out.note(f"{self._interrupt.reason}: {notice or asked}")
             self._interrupted.set()
 
-    def _stop_requested(self, job_id: str) -> bool:
+    def _stop_request(self, job_id: str) -> dict[str, Any] | None:
+        """control/stop's body (who asked and why), {} if unreadable; None while there is none."""
         try:
-            self.reg.get_bytes(keys.stop_request(job_id))
-            return True
+            body = self.reg.get_bytes(keys.stop_request(job_id))
         except NotFound:
-            return False
+            return None
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            return {}
+        return parsed if isinstance(parsed, dict) else {}
 
     def _ship_logs(self, run: _Run) -> None:
+        """The output since the last flush as log chunks, then its metric points as metrics chunks."""
         data = self.out.take()
         while data:
             piece, rest = data[:MAX_CHUNK], data[MAX_CHUNK:]
             try:
-                self._put_chunk(run, piece)
+                self._put_chunk(run, "logs", piece)
             except Exception:
                 self.out.give_back(data)  # nothing is lost: the next flush retries from here
                 raise
             data = rest
-
-    def _put_chunk(self, run: _Run, data: bytes) -> None:
-        while True:  # chunks are create-only: a restarted agent skips past, never overwrites, old ones
-            key = self.reg.key(keys.log_chunk(run.job_id, run.attempt, run.rank, self._log_seq))
+        points = self.out.take_points()
+        while points:
+            n = size = 0
+            while n < len(points) and (n == 0 or size + len(points[n]) <= MAX_CHUNK):  # whole lines only
+                size += len(points[n])
+                n += 1
             try:
-                self.reg.store.put_if_absent(key, data, "text/plain", tags=dict([LOG_OBJECT_TAG]))
-                self._log_seq += 1
+                self._put_chunk(run, "metrics", b"".join(points[:n]))
+            except Exception:
+                self.out.give_back_points(points)
+                raise
+            points = points[n:]
+
+    def _put_chunk(self, run: _Run, stream: str, data: bytes) -> None:
+        """Chunks are create-only: a restarted agent skips past, never overwrites, old ones. Both streams carry
+        the log tag, so the bucket's log lifecycle rule expires them together."""
+        chunk, content_type = ((keys.log_chunk, "text/plain") if stream == "logs"
+                               else (keys.metrics_chunk, "application/x-ndjson"))
+        while True:
+            key = self.reg.key(chunk(run.job_id, run.attempt, run.rank, self._seq[stream]))
+            try:
+                self.reg.store.put_if_absent(key, data, content_type, tags=dict([LOG_OBJECT_TAG]))
+                self._seq[stream] += 1
                 return
             except PreconditionFailed:
-                self._log_seq += 1
+                self._seq[stream] += 1
 
     def _heartbeat(self, run: _Run) -> None:
         last = self.out.last_output_at
+        utilization = self.gpu_utilization()
         body: dict[str, Any] = {
             "time": datetime.now(UTC).isoformat(), "instance_id": run.instance_id, "rank": run.rank,
             "attempt": run.attempt, "phase": run.phase, "last_output_at": last.isoformat() if last else None,
-            "gpu_util": gpu.gpu_utilization(), "step": self.out.step,
+            "gpu_util": utilization, "step": self.out.step,
         }
         self.reg.put_json(keys.heartbeat(run.job_id, run.attempt, run.rank), body)
+        meter = self._idle
+        if meter is not None:  # after the heartbeat: the sweeper takes a mark as current when it is not older
+            meter.add(time.monotonic(), utilization if run.phase == "running" else None)
+            mean = meter.idle(time.monotonic())
+            if mean is not None:
+                self.reg.put_json(keys.idle_mark(run.job_id, run.attempt, run.rank),
+                                  {"time": body["time"], "mean_gpu_util": round(mean, 2), "window": meter.window,
+                                   "threshold": meter.threshold})
         seq = self.out.output_seq
         if seq != self._marked_output and last is not None:
             self.reg.put_json(keys.output_mark(run.job_id, run.attempt, run.rank),
@@ -404,9 +475,9 @@ class Agent:
             if self._checkpoints is None:
                 continue  # not prepared yet
             try:
-                n = self._checkpoints.sync()
-                if n:
-                    log.info("uploaded %d checkpoint files", n)
+                moved = self._checkpoints.sync(stop=self._stop_background)  # the final sync takes over on stop
+                if moved.files:
+                    log.info("checkpoints: uploaded %s", moved.summary())
             except Exception as exc:
                 log.warning("checkpoint sync failed; will retry: %s", exc)
 
@@ -427,10 +498,11 @@ class Agent:
 
     def _finish(self, run: _Run, outcome: Outcome) -> bool:
         ended = datetime.now(UTC)
+        cut_ns = self._torn_after(outcome)
         if self._checkpoints is not None:
-            self._try("final checkpoint sync", self._checkpoints.sync)
+            self._try("final checkpoint sync", lambda: self._final_sync(outcome, cut_ns))
         if run.spec is not None and outcome.reason != "preempted":
-            self._try("artifacts upload", lambda: self._upload_artifacts(run))
+            self._try("artifacts upload", lambda: self._upload_artifacts(run, cut_ns))
         self.out.note(f"finished: reason={outcome.reason} code={outcome.code}")
         # a run shorter than the heartbeat interval still leaves its last output time and step behind
         self._try("final heartbeat", lambda: self._heartbeat(run))
@@ -444,16 +516,42 @@ class Agent:
                                   "instance_id": run.instance_id}
         if outcome.error:
             report["error"] = outcome.error
+        if outcome.reason == "stopped" and outcome.stopped_by:
+            report.update(stopped_by=outcome.stopped_by, stop_reason=outcome.stop_reason)
         if outcome.notice:
             report["notice"] = outcome.notice
         key = keys.exit_report(run.job_id, run.attempt, run.rank)
         return self._try("exit report", lambda: self.reg.put_json(key, report))
 
-    def _upload_artifacts(self, run: _Run) -> int:
+    def _torn_after(self, outcome: Outcome) -> int | None:
+        """Files the user process wrote in place after this (ns) may be half-written: it died by a signal."""
+        if self._ended_ns is None or outcome.code is None or outcome.code <= 128:
+            return None
+        return self._ended_ns - int(self.cfg.checkpoint_settle * 1e9)
+
+    def _final_sync(self, outcome: Outcome, cut_ns: int | None) -> None:
+        """Newest files first, and done FINAL_RESERVE seconds before a Spot notice's termination time."""
+        assert self._checkpoints is not None
+        deadline = None
+        if outcome.notice and outcome.notice.get("time"):
+            try:
+                at = datetime.fromisoformat(outcome.notice["time"].replace("Z", "+00:00"))
+                deadline = time.monotonic() + (at - datetime.now(UTC)).total_seconds() - FINAL_RESERVE
+            except ValueError:
+                pass
+        moved = self._checkpoints.sync(final=True, cut_ns=cut_ns, deadline=deadline)
+        if moved.files or moved.skipped or moved.failed:
+            late = f"; {moved.skipped} not started before the notice deadline" if moved.skipped else ""
+            self.out.note(f"final checkpoint sync: {moved.summary()}{late}")
+
+    def _upload_artifacts(self, run: _Run, cut_ns: int | None) -> int:
         assert run.spec is not None
         base = keys.artifacts_prefix(run.job_id) + ("" if run.rank == 0 else f"rank-{run.rank}/")
-        n = DirSync(self.reg.store, self.layout.local(run.spec.artifacts_dir), self.reg.key(base + "model/")).sync()
-        return n + DirSync(self.reg.store, self.layout.output_data_dir, self.reg.key(base + "output/")).sync()
+        n = 0
+        for local, area in ((self.layout.local(run.spec.artifacts_dir), "model/"),
+                            (self.layout.output_data_dir, "output/")):
+            n += publish(self.reg.store, local, self.reg.key(base + area), cut_ns=cut_ns).files
+        return n
 
     def _power_off(self) -> None:
         log.info("powering off")

@@ -4,6 +4,7 @@ The SageMaker layout under the ML root (/opt/ml on a VM; a scratch dir in tests 
   code/                      the unpacked code bundle; `setup` and `run` start here
   input/data/<channel>/      inputs, SM_CHANNEL_<CHANNEL>
   input/config/resourceconfig.json
+  input/config/hyperparameters.json   the spec's hyperparameters, each value a string (also SM_HPS, SM_HP_<NAME>)
   model/                     SM_MODEL_DIR (spec.artifacts_dir, default /opt/ml/model)
   checkpoints/               JOBPLANE_CHECKPOINT_DIR (spec.checkpoint_dir, default /opt/ml/checkpoints)
   output/data/               SM_OUTPUT_DATA_DIR
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from jobplane.spec import JobSpec
+from jobplane.spec import JobSpec, hp_string
 
 SAGEMAKER_ROOT = PurePosixPath("/opt/ml")
 GROUP = "homogeneousCluster"
@@ -63,6 +64,10 @@ class Layout:
         return self.config_dir / "resourceconfig.json"
 
     @property
+    def hyperparameters(self) -> Path:
+        return self.config_dir / "hyperparameters.json"
+
+    @property
     def output_dir(self) -> Path:
         return self.ml_root / "output"
 
@@ -84,6 +89,8 @@ class Cluster:
     num_nodes: int
     instance_type: str | None = None
     instances: tuple[str, ...] = ()
+    idle_window: float | None = None  # seconds: mark this node idle when its mean GPU use over it is low
+    idle_threshold: float | None = None  # percent
 
     @classmethod
     def parse(cls, body: Any, rank: int) -> Cluster:
@@ -92,10 +99,13 @@ class Cluster:
         try:
             hosts = tuple(str(h) for h in body["hosts"])
             num_nodes = int(body.get("num_nodes", len(hosts)))
+            idle = body.get("idle_gpu") or {}
             cluster = cls(hosts=hosts, master_addr=str(body.get("master_addr") or hosts[0]),
                           master_port=int(body.get("master_port", 29500)), num_nodes=num_nodes,
                           instance_type=body.get("instance_type"),
-                          instances=tuple(str(i) for i in body.get("instances", [])))
+                          instances=tuple(str(i) for i in body.get("instances", [])),
+                          idle_window=float(idle["window"]) if "window" in idle else None,
+                          idle_threshold=float(idle["threshold"]) if "threshold" in idle else None)
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise ClusterError(f"cluster.json: missing or malformed field ({exc!r})") from None
         if len(hosts) != num_nodes:
@@ -121,6 +131,19 @@ def resource_config(cluster: Cluster, rank: int) -> dict[str, Any]:
                              "hosts": hosts}],
         "network_interface_name": "eth0",
     }
+
+
+def hyperparameters_file(spec: JobSpec) -> dict[str, str]:
+    """hyperparameters.json as SageMaker writes it: every value a string ({"epochs": "10", "lr": "0.01"})."""
+    return {name: hp_string(value) for name, value in spec.hyperparameters.items()}
+
+
+def hyperparameter_env(spec: JobSpec) -> dict[str, str]:
+    """As SageMaker's training toolkit sets them: SM_HPS, the hyperparameters as one JSON object with their
+    types; SM_HP_<NAME>, the name upper-cased (hyphens and dots kept), the value a string."""
+    hps = spec.hyperparameters
+    return {"SM_HPS": json.dumps(hps, sort_keys=True, separators=(",", ":")),
+            **{f"SM_HP_{name.upper()}": hp_string(value) for name, value in hps.items()}}
 
 
 def user_env(*, spec: JobSpec, job_id: str, attempt: int, rank: int, cluster: Cluster, layout: Layout,
@@ -151,6 +174,7 @@ def user_env(*, spec: JobSpec, job_id: str, attempt: int, rank: int, cluster: Cl
         "SM_RESOURCE_CONFIG": json.dumps(resource_config(cluster, rank)),
     })
     env.update({channel_env_name(name): str(layout.channel_dir(name)) for name in spec.inputs})
+    env.update(hyperparameter_env(spec))
     return env
 
 

@@ -1,14 +1,14 @@
-"""The user process's output: echoed to the agent's console as it arrives, buffered for log chunks."""
+"""The user process's output: echoed to the agent's console as it arrives, buffered for log chunks, and read
+for metric points and stop rules (jobplane.metrics) on the way."""
 
 from __future__ import annotations
 
-import re
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import BinaryIO
 
-# "step 120", "Step: 120", "step=120", "global_step 120": the last one seen goes into the heartbeat
-_STEP = re.compile(rb"\bstep\b\s*[:=]?\s*(\d+)", re.IGNORECASE)
+from jobplane import metrics
 
 
 class OutputLog:
@@ -18,20 +18,34 @@ class OutputLog:
         self._console = console
         self._lock = threading.Lock()
         self._pending: list[bytes] = []
+        self._points: list[bytes] = []  # encoded metric points, one JSON line each
+        self._extractor = metrics.Extractor(metrics=())  # until watch(): `step N` for the heartbeat only
+        self._on_stop: Callable[[str], None] | None = None
         self.last_output_at: datetime | None = None  # last line from the user process
-        self.step: int | None = None
+        self.step: int | None = None  # the last one seen goes into the heartbeat
         self._output_seq = 0  # bumps on every user line; the output mark compares it
+
+    def watch(self, extractor: metrics.Extractor, on_stop: Callable[[str], None]) -> None:
+        """Read the job's metrics with extractor from now on; on_stop(why) is called, from the thread that
+        reads the output, on the line that matched a stop rule (once per line that does)."""
+        with self._lock:
+            self._extractor, self._on_stop = extractor, on_stop
 
     def user(self, line: bytes) -> None:
         """A line the user process printed."""
-        match = _STEP.search(line)
+        now = datetime.now(UTC)
+        with self._lock:
+            extractor, on_stop = self._extractor, self._on_stop
+        points, stop = extractor.line(line.decode(errors="replace"))  # one pump thread at a time calls this
         with self._lock:
             self._pending.append(line)
-            self.last_output_at = datetime.now(UTC)
+            self.last_output_at = now
             self._output_seq += 1
-            if match:
-                self.step = int(match.group(1))
+            self.step = extractor.step
+            self._points += [metrics.encode(p, now) for p in points]
         self._echo(line)
+        if stop is not None and on_stop is not None:
+            on_stop(stop)
 
     def note(self, text: str) -> None:
         """A line from the agent itself (kept in the job's logs, not counted as user output)."""
@@ -54,6 +68,15 @@ class OutputLog:
         """Put back a chunk whose upload failed, ahead of anything written since."""
         with self._lock:
             self._pending.insert(0, data)
+
+    def take_points(self) -> list[bytes]:
+        with self._lock:
+            points, self._points = self._points, []
+        return points
+
+    def give_back_points(self, points: list[bytes]) -> None:
+        with self._lock:
+            self._points[:0] = points
 
     def _echo(self, line: bytes) -> None:
         if self._console is None:

@@ -1,30 +1,42 @@
-"""Moving files between the VM and object storage: code bundles, inputs, checkpoints, artifacts.
+"""Moving files between the VM and object storage: code bundles, input channels, and the parallel uploads
+checkpoints and artifacts are made of.
 
-Works on any ObjectStore with full keys (the caller applies the registry root). Whole objects go
-through memory (the ObjectStore protocol has no streaming); fine for code, logs and checkpoints of
-modest size.
+Works on any ObjectStore with full keys (the caller applies the registry root). Every file is streamed by
+the store (ObjectStore.upload_file / download_file: parts, parallel, retried), so memory stays bounded
+whatever the file's size; many files move in parallel on a thread pool. A download appears under its final
+name only once complete.
 """
 
 from __future__ import annotations
 
-import io
+import json
+import logging
 import os
 import tarfile
-import threading
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path, PurePosixPath
+from typing import TypeVar
 
 from jobplane.agent.layout import relative_key
-from jobplane.clouds.base import ObjectStore
+from jobplane.clouds.base import NotFound, ObjectInfo, ObjectStore, PreconditionFailed
+
+log = logging.getLogger("jobplane.agent")
+T = TypeVar("T")
 
 TARBALL_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+FILE_TRIES = 3  # per file, on top of the SDK's retries of each request
 
 
-def keys_under(store: ObjectStore, prefix: str) -> list[str]:
-    """Keys of the object `prefix` itself or anything in the "folder" prefix/ (never prefix2/...)."""
+def keys_under(store: ObjectStore, prefix: str) -> list[ObjectInfo]:
+    """Objects named `prefix` itself or anything in the "folder" prefix/ (never prefix2/...)."""
     if not prefix or prefix.endswith("/"):
-        return [info.key for info in store.list(prefix) if not info.key.endswith("/")]
-    return [info.key for info in store.list(prefix)
-            if info.key == prefix or info.key.startswith(prefix + "/")]
+        return [info for info in store.list(prefix) if not info.key.endswith("/")]
+    return [info for info in store.list(prefix) if info.key == prefix or info.key.startswith(prefix + "/")]
 
 
 def safe_path(dest: Path, rel: str) -> Path:
@@ -35,23 +47,158 @@ def safe_path(dest: Path, rel: str) -> Path:
     return dest.joinpath(*parts)
 
 
-def download(store: ObjectStore, keys: list[str], prefix: str, dest: Path) -> int:
-    """Write each key to dest/<key relative to prefix>; returns the bytes written."""
-    total = 0
-    for key in keys:
-        path = safe_path(dest, relative_key(key, prefix))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = store.get(key).data
-        path.write_bytes(data)
-        total += len(data)
-    return total
+def workers(store: ObjectStore) -> int:
+    """Files in flight at once: small files are latency-bound, so twice the store's part concurrency."""
+    return max(4, 2 * store.limits.concurrency)
 
 
-def unpack(data: bytes, dest: Path) -> None:
+def retried(what: str, fn: Callable[[], T], tries: int = FILE_TRIES) -> T:
+    """fn(), tried again on errors a retry can fix (not a missing object or a changed version)."""
+    for attempt in range(1, tries + 1):
+        try:
+            return fn()
+        except (NotFound, PreconditionFailed, ValueError):
+            raise
+        except Exception as exc:
+            if attempt == tries:
+                raise
+            log.warning("%s failed (try %d of %d): %s", what, attempt, tries, exc)
+            time.sleep(0.5 * attempt)
+    raise AssertionError("unreachable")
+
+
+@dataclass
+class Moved:
+    """What a batch of transfers did; `seconds` is wall time for the batch."""
+
+    files: int = 0
+    bytes: int = 0
+    skipped: int = 0
+    seconds: float = 0.0
+    failed: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        rate = self.bytes / self.seconds / 1e6 if self.seconds > 0 else 0.0
+        skipped = f", {self.skipped} already present" if self.skipped else ""
+        return f"{self.files} files{skipped}, {self.bytes} bytes in {self.seconds:.1f} s ({rate:.1f} MB/s)"
+
+
+def parallel(jobs: Iterable[tuple[str, Callable[[], T]]], threads: int, deadline: float | None = None,
+             ) -> tuple[dict[str, T], dict[str, BaseException]]:
+    """Run named jobs on a thread pool in the order given (at most `threads` at once); return results and
+    errors by name. With a deadline (time.monotonic()), no job starts after it and unfinished ones are
+    abandoned to their threads, so a caller racing a Spot notice returns on time."""
+    results: dict[str, T] = {}
+    errors: dict[str, BaseException] = {}
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="transfer")
+
+    def guarded(fn: Callable[[], T]) -> Callable[[], T | None]:
+        def run() -> T | None:
+            if deadline is not None and time.monotonic() >= deadline:
+                return None  # too late to start: the caller has moved on
+            return fn()
+        return run
+
+    names: dict[Future[T | None], str] = {pool.submit(guarded(fn)): name for name, fn in jobs}
+    timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+    try:
+        for future in as_completed(names, timeout=timeout):  # one waiter for all: linear in the number of jobs
+            if (exc := future.exception()) is not None:
+                errors[names[future]] = exc
+            elif (value := future.result()) is not None:
+                results[names[future]] = value
+    except TimeoutError:
+        pass  # the deadline passed with transfers still running: leave them to their threads
+    finally:
+        pool.shutdown(wait=deadline is None, cancel_futures=True)
+    return results, errors
+
+
+# ---- downloads -------------------------------------------------------------------------------------------
+def fetch(store: ObjectStore, objects: list[ObjectInfo], prefix: str, dest: Path,
+          state_file: Path | None = None) -> Moved:
+    """Download objects into dest/<key relative to prefix>, in parallel.
+
+    With a state file (one per channel), a file already present with the size and version it was downloaded
+    with, and not modified since, is not fetched again: a retried or rerun download resumes where it was."""
+    started = time.monotonic()
+    state: dict[str, list[int | str]] = _load_state(state_file)
+    moved, todo = Moved(), []
+    for info in objects:
+        path = safe_path(dest, relative_key(info.key, prefix))
+        rel = path.relative_to(dest).as_posix()
+        if _still_there(path, state.get(rel), info):
+            moved.skipped += 1
+        else:
+            state.pop(rel, None)
+            todo.append((rel, info, path))
+
+    def job(info: ObjectInfo, path: Path) -> tuple[int, str]:
+        version = retried(f"download {info.key}", lambda: store.download_file(
+            info.key, path, version=info.version or None, size=info.size))
+        return info.size, version
+
+    try:
+        results, errors = parallel(((rel, partial(job, info, path)) for rel, info, path in todo), workers(store))
+        for rel, (size, version) in results.items():
+            st = (dest / rel).stat()
+            state[rel] = [size, version, st.st_mtime_ns]
+            moved.files += 1
+            moved.bytes += size
+        moved.failed = sorted(errors)
+        if errors:
+            first = next(iter(errors.values()))
+            raise RuntimeError(f"{len(errors)} of {len(todo)} downloads into {dest} failed, e.g. "
+                               f"{moved.failed[0]}: {first}") from first
+    finally:
+        _save_state(state_file, state)
+        moved.seconds = time.monotonic() - started
+    return moved
+
+
+def _still_there(path: Path, known: list[int | str] | None, info: ObjectInfo) -> bool:
+    if known is None or not info.version or known[:2] != [info.size, info.version]:
+        return False
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return False
+    return st.st_size == info.size and st.st_mtime_ns == known[2]
+
+
+def _load_state(path: Path | None) -> dict[str, list[int | str]]:
+    if path is None:
+        return {}
+    try:
+        loaded = json.loads(path.read_text())
+        return loaded if isinstance(loaded, dict) else {}
+    except (FileNotFoundError, ValueError):
+        return {}
+
+
+def _save_state(path: Path | None, state: dict[str, list[int | str]]) -> None:
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(state))
+    tmp.replace(path)
+
+
+def fetch_tarball(store: ObjectStore, key: str, dest: Path) -> int:
+    """Stream a (gzipped) tarball to a temporary file and unpack it; returns its size in bytes."""
+    with tempfile.TemporaryDirectory(prefix="jobplane-bundle-") as tmp:
+        local = Path(tmp) / "bundle"
+        retried(f"download {key}", lambda: store.download_file(key, local))
+        unpack(local, dest)
+        return local.stat().st_size
+
+
+def unpack(tarball: Path, dest: Path) -> None:
     """Unpack a (gzipped) tarball; the "data" filter refuses links out, absolute paths and devices. Pythons
     before 3.11.4 (Debian 12 has 3.11.2) have no filters: there the same refusals are checked first."""
     dest.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
+    with tarfile.open(tarball, mode="r:*") as tar:
         if hasattr(tarfile, "data_filter"):
             tar.extractall(dest, filter="data")
             return
@@ -64,48 +211,28 @@ def unpack(data: bytes, dest: Path) -> None:
         tar.extractall(dest)  # checked above
 
 
-class DirSync:
-    """Uploads the files of a local directory under a key prefix, each only when it changed
-    (size or mtime) since the last upload or since it was downloaded."""
+# ---- local files ------------------------------------------------------------------------------------------
+Stat = tuple[int, int, int]  # size, mtime_ns, inode: a rewrite or a rename-over changes at least one
 
-    def __init__(self, store: ObjectStore, local: Path, prefix: str) -> None:
-        self.store, self.local, self.prefix = store, local, prefix
-        self._seen: dict[str, tuple[int, int]] = {}
-        self._lock = threading.Lock()  # the periodic and the final sync may overlap
 
-    def _scan(self) -> dict[str, tuple[int, int]]:
-        found: dict[str, tuple[int, int]] = {}
-        if not self.local.is_dir():
-            return found
-        for root, _, files in os.walk(self.local):
-            for name in files:
-                path = Path(root, name)
-                try:
-                    st = path.stat()
-                except FileNotFoundError:
-                    continue  # deleted while we walked
-                found[path.relative_to(self.local).as_posix()] = (st.st_size, st.st_mtime_ns)
+def stat_of(path: Path) -> Stat | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def scan(local: Path, ignored: Callable[[str], bool]) -> dict[str, Stat]:
+    """Every regular file under local (relative POSIX path -> Stat), minus the ignored ones."""
+    found: dict[str, Stat] = {}
+    if not local.is_dir():
         return found
-
-    def mark_synced(self) -> None:
-        """Treat what is on disk now as already uploaded (after downloading it from the same prefix)."""
-        self._seen = self._scan()
-
-    def sync(self) -> int:
-        """Upload changed files; returns how many. A failed upload stays pending for the next sync."""
-        with self._lock:
-            return self._sync()
-
-    def _sync(self) -> int:
-        uploaded = 0
-        for rel, state in sorted(self._scan().items()):
-            if self._seen.get(rel) == state:
-                continue
-            try:
-                data = (self.local / rel).read_bytes()
-            except FileNotFoundError:
-                continue
-            self.store.put(self.prefix + rel, data)
-            self._seen[rel] = state
-            uploaded += 1
-        return uploaded
+    for root, dirs, files in os.walk(local):
+        base = Path(root)
+        dirs[:] = [d for d in dirs if not ignored(d)]
+        for name in files:
+            rel = (base / name).relative_to(local).as_posix()
+            if not ignored(name) and (st := stat_of(base / name)) is not None:
+                found[rel] = st
+    return found

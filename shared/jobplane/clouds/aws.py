@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Iterable, Iterator
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -59,6 +59,8 @@ CAPACITY_CODES = frozenset({
 TRANSIENT_CODES = frozenset({"RequestLimitExceeded", "Throttling", "ThrottlingException", "InternalError",
                              "ServiceUnavailable", "Unavailable", "RequestExpired"})
 LIVE_STATES = ["pending", "running", "stopping", "stopped"]  # shutting-down is already on its way out
+# What DescribeSpotPriceHistory calls the Linux price (EC2-Classic's and the VPC's names for the same market)
+LINUX_PRODUCTS = ("Linux/UNIX", "Linux/UNIX (Amazon VPC)")
 _CHUNK = 200  # ids per Describe/Terminate call
 MAX_CLIENT_TOKEN = 64
 
@@ -309,6 +311,22 @@ class Ec2Compute:
             if doomed:
                 self.client.terminate_instances(InstanceIds=doomed)
                 log.info("terminated %s", doomed)
+
+    # ---- prices ------------------------------------------------------------------------------------
+    def spot_price(self, instance_type: str, zone: str, at: datetime | None = None) -> float | None:
+        """The Linux Spot price in effect for this type and zone at `at` (now): given a start time, EC2 returns
+        the changes since it plus the last change before it, so the newest entry at or before `at` is the
+        price then."""
+        at = at or datetime.now(UTC)
+        resp = self.client.describe_spot_price_history(
+            InstanceTypes=[instance_type], AvailabilityZone=zone, ProductDescriptions=list(LINUX_PRODUCTS),
+            StartTime=at, EndTime=at)
+        entries = [e for e in resp.get("SpotPriceHistory", [])
+                   if e.get("AvailabilityZone") == zone and e.get("InstanceType") == instance_type
+                   and e.get("ProductDescription") in LINUX_PRODUCTS and e["Timestamp"] <= at]
+        if not entries:
+            return None
+        return float(max(entries, key=lambda e: e["Timestamp"])["SpotPrice"])
 
     # ---- diagnostics -------------------------------------------------------------------------------
     def console_output(self, instance_id: str) -> str:

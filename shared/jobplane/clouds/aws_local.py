@@ -3,7 +3,8 @@
 It provisions the registry bucket and a VPC on loopback (so every address an instance gets is on this
 machine), registers the local images and publishes the public SSM parameters the image aliases resolve
 through, watches every managed instance in any state (the runner must see terminations), reads user-data,
-and plays the user or EC2 itself in scenarios (an untagged instance).
+and plays the user or EC2 itself in scenarios (an untagged instance). Job notifications go to an SNS topic
+in moto with an SQS queue subscribed, which the local cloud reads to show them on its console.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import ipaddress
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +56,26 @@ class LocalAws:
         self.ec2: Any = boto3.client("ec2", region_name=region, endpoint_url=endpoint, **creds)
         self.s3: Any = boto3.client("s3", region_name=region, endpoint_url=endpoint, **creds)
         self.ssm: Any = boto3.client("ssm", region_name=region, endpoint_url=endpoint, **creds)
+        self.sns: Any = boto3.client("sns", region_name=region, endpoint_url=endpoint, **creds)
+        self.sqs: Any = boto3.client("sqs", region_name=region, endpoint_url=endpoint, **creds)
+
+    def notification_inbox(self, name: str = "jobplane-jobs") -> tuple[str, str]:
+        """(topic ARN, queue URL): the deployment's notification topic and a queue subscribed to it."""
+        topic = str(self.sns.create_topic(Name=name)["TopicArn"])
+        url = str(self.sqs.create_queue(QueueName=f"{name}-console")["QueueUrl"])
+        arn = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        self.sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=arn, Attributes={"RawMessageDelivery": "true"})
+        return topic, url
+
+    def notifications(self, queue_url: str) -> list[dict[str, Any]]:
+        """The notices delivered to the queue since the last call (their JSON data), oldest first."""
+        out: list[dict[str, Any]] = []
+        while batch := self.sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10).get("Messages", []):
+            for message in batch:
+                with contextlib.suppress(ValueError):
+                    out.append(json.loads(message["Body"]))
+                self.sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+        return out
 
     def create_bucket(self, name: str) -> None:
         with contextlib.suppress(self.s3.exceptions.BucketAlreadyOwnedByYou):

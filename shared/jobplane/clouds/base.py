@@ -6,9 +6,10 @@ on S3, GCS and the in-memory store used by pure unit tests.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 
@@ -31,6 +32,7 @@ class ObjectInfo:
     key: str
     last_modified: datetime
     size: int
+    version: str = ""  # S3 ETag / GCS generation, the token Blob.version and download_file return
 
 
 @dataclass(frozen=True)
@@ -42,8 +44,29 @@ class Blob:
     last_modified: datetime
 
 
+@dataclass(frozen=True)
+class TransferLimits:
+    """How upload_file / download_file move a file: files up to part_size go in one request, larger ones in
+    parts of part_size with at most `concurrency` parts in flight, so a transfer holds about
+    part_size x concurrency bytes in memory whatever the file's size. Stores may raise part_size to their
+    cloud's minimum (S3: 5 MiB parts; GCS: multiples of 256 KiB, and uploads up to 8 MiB go in one request)."""
+
+    part_size: int = 16 << 20
+    concurrency: int = 8
+
+    def __post_init__(self) -> None:
+        if self.part_size <= 0 or self.concurrency <= 0:
+            raise ValueError(f"part_size and concurrency must be positive, got {self}")
+
+
+Progress = Callable[[int], None]  # called with the bytes moved since its previous call
+
+
 class ObjectStore(Protocol):
-    """Object storage with the conditional writes the registry's single-writer rule rests on."""
+    """Object storage with the conditional writes the registry's single-writer rule rests on, and streaming
+    file transfers for data of any size (code bundles, inputs, checkpoints, artifacts)."""
+
+    limits: TransferLimits  # part size and parallelism of upload_file / download_file
 
     def get(self, key: str) -> Blob:
         """Return the object, or raise NotFound."""
@@ -70,6 +93,21 @@ class ObjectStore(Protocol):
 
     def delete(self, key: str) -> None:
         """Delete the key; deleting a missing key is not an error."""
+        ...
+
+    def upload_file(self, key: str, path: Path, content_type: str = "application/octet-stream",
+                    progress: Progress | None = None) -> str:
+        """Write the file at path to key (unconditionally), streaming it in parts with the SDK's retries;
+        return the new version token."""
+        ...
+
+    def download_file(self, key: str, path: Path, *, version: str | None = None, size: int | None = None,
+                      progress: Progress | None = None) -> str:
+        """Write the object to path, streaming it in parts, and return the version written.
+
+        The file appears at path only once complete (written beside it, then renamed). With `version`, raise
+        PreconditionFailed unless that is the object's version, before and during the transfer, leaving path
+        untouched; NotFound if the key is missing. `size` (from a listing) saves a metadata request."""
         ...
 
 
@@ -175,6 +213,32 @@ class Compute(Protocol):
 
     def console_output(self, instance_id: str) -> str:
         """What the VM printed to its console (EC2 GetConsoleOutput, GCE serial port 1), newest last."""
+        ...
+
+
+@runtime_checkable
+class SpotPrices(Protocol):
+    """A cloud that can say what a Spot VM costs right now (EC2: DescribeSpotPriceHistory)."""
+
+    def spot_price(self, instance_type: str, zone: str) -> float | None:
+        """USD per hour of a Linux Spot VM of this type in this zone now, or None if the cloud has no price."""
+        ...
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A message for people: a subject line, a text for e-mail, and data for programs (flat JSON values)."""
+
+    subject: str
+    text: str
+    data: Mapping[str, object]
+
+
+class Notifier(Protocol):
+    """Where job notifications go: an SNS topic (AWS), a Pub/Sub topic (GCP), the local cloud's console."""
+
+    def publish(self, notice: Notice) -> None:
+        """Publish once; raise on failure (the caller logs and counts it, and never retries)."""
         ...
 
 

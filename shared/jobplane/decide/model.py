@@ -10,8 +10,8 @@ from enum import StrEnum
 from typing import Any
 
 from jobplane import keys
-from jobplane.clouds.base import Instance
-from jobplane.registry import ActiveMarker, Beat, JobRecord
+from jobplane.clouds.base import Instance, Notice
+from jobplane.registry import ActiveMarker, Beat, IdleMark, JobRecord
 from jobplane.states import State
 
 ALIVE = frozenset({"pending", "running"})  # an instance in any other state is gone or going
@@ -43,14 +43,24 @@ def parse_limits(key: str) -> Limits | None:
     return Limits(m.group(1), attempt, nodes, stall, cap)
 
 
+def parse_idle_flag(key: str) -> tuple[str, int] | None:
+    """(job, attempt) of a limits/<id>/<attempt>/idle-flagged key."""
+    parts = key.removeprefix(keys.LIMITS).split("/")
+    if len(parts) == 3 and parts[1].isdigit() and parts[2] == keys.IDLE_FLAGGED:
+        return parts[0], int(parts[1])
+    return None
+
+
 @dataclass(frozen=True)
 class ExitReport:
     """attempts/<n>/nodes/<rank>/exit.json as the agent wrote it."""
 
     rank: int
     code: int
-    reason: str = "exit"  # exit | preempted | stopped
-    error: str | None = None  # what the agent says went wrong (requirements.txt, its own failure)
+    reason: str = "exit"  # exit | preempted | stopped | early-stop (a stop_on rule matched)
+    error: str | None = None  # what the agent says went wrong (requirements.txt, its own failure, the stop_on match)
+    stopped_by: str | None = None  # reason "stopped": who asked (the stop request's `by`: uptime-cap, idle-gpu)
+    stop_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +91,8 @@ class Snapshot:
     exits: Mapping[str, tuple[ExitReport, ...]] = field(default_factory=dict)  # record's current attempt
     boot_failures: Mapping[str, str] = field(default_factory=dict)  # job -> what a VM's bootstrap reported
     forced: frozenset[str] = frozenset()  # jobs an event asked about: always looked at closely
+    idle: tuple[IdleMark, ...] = ()  # ranks whose GPUs sat idle (heartbeats listing)
+    idle_flags: frozenset[tuple[str, int]] = frozenset()  # (job, attempt) flagged idle already (limits listing)
 
 
 class Rule(StrEnum):
@@ -88,6 +100,8 @@ class Rule(StrEnum):
     LIMITS = "limits"  # write the limits/ key of a RUNNING attempt
     FINISHED = "finished"
     STOPPED = "stopped"  # every rank exited on a stop request: the uptime cap's
+    EARLY_STOP = "early-stop"  # every rank exited and one on a stop_on match: FAILED with it, never rerun
+    STOP_PEERS = "stop-peers"  # a rank stopped on a stop_on match: ask the others to stop too
     ORPHAN = "orphan"
     STALLED = "stalled"
     BOOT_RETRY = "boot-retry"
@@ -104,15 +118,19 @@ class Rule(StrEnum):
     STOP = "stop"  # uptime cap - grace: ask the agent to checkpoint and stop
     TIMED_OUT = "timed-out"
     CAP_NO_JOB = "cap-no-job"
+    IDLE = "idle-gpu"  # every rank's GPUs idle over the policy window: flag (warn), or flag and stop
+    IDLE_STOPPED = "idle-stopped"  # every rank exited on an idle-GPU stop request
 
 
 @dataclass(frozen=True)
 class Action:
     """One decision about one job (or one jobless instance). The applier runs the parts in this order:
 
-    transition (CAS with expect/expect_attempt; if refused, the rest is skipped: another run acted),
-    repair markers, save the console output of VMs whose agent never started (before they go), terminate,
-    mark preempted, write limits, stop request, relaunch, clear the preempted marker, delete keys.
+    transition (CAS with expect/expect_attempt; if refused, the rest is skipped: another run acted), create
+    the flag key (create-only; if it exists, the rest is skipped: another run flagged it), record the event,
+    publish the notice, repair markers, save the console output of VMs whose agent never started (before
+    they go), terminate, mark preempted, write limits, stop request, relaunch, clear the preempted marker,
+    delete keys.
     """
 
     rule: Rule
@@ -122,12 +140,16 @@ class Action:
     expect: frozenset[State] = frozenset()
     expect_attempt: int | None = None
     updates: Mapping[str, Any] = field(default_factory=dict)  # extra job.json fields with the transition
+    flag: str | None = None  # a key created once: the run that creates it does the rest
+    event: tuple[str, Mapping[str, Any]] | None = None  # (kind, body) added to the job's history
+    notice: Notice | None = None  # published to the deployment's notification topic
     repair: bool = False
     save_console: tuple[tuple[int, str], ...] = ()  # (rank, instance id) of expect_attempt
     terminate: tuple[str, ...] = ()
     mark_preempted: Mapping[str, Any] | None = None
     write_limits: Limits | None = None
     stop: bool = False
+    stop_by: str = "uptime-cap"  # the stop request's `by`, which the agent copies into its exit report
     relaunch: bool = False  # launcher.launch_attempt(expect={to} or expect, expect_attempt)
     clear_preempted: bool = False
     delete_keys: tuple[str, ...] = ()

@@ -11,12 +11,13 @@ from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime
 
-from jobplane import keys
+from jobplane import keys, notify
 from jobplane.clouds.base import Instance
 from jobplane.decide.model import Action, ExitReport, Limits, Rule, Snapshot, age, alive, claim
 from jobplane.decide.safety import limit_blast_radius, terminable
+from jobplane.metrics import EARLY_STOP
 from jobplane.policy import Policy
-from jobplane.registry import Beat, JobRecord
+from jobplane.registry import Beat, IdleMark, JobRecord
 from jobplane.spec import format_duration
 from jobplane.states import State
 
@@ -27,9 +28,15 @@ LOST_GRACE = 120
 # A PREEMPTED job whose preempted-jobs/ marker is still missing this long (or the orphan grace) after the
 # transition lost it to a crash between the two writes: the sweep writes it again.
 REMARK_AFTER = 60
+# An idle mark is current when written with its rank's newest heartbeat (the agent writes it just after):
+# LastModified has one-second resolution, hence the slack.
+IDLE_SLACK_S = 2
+IDLE_BY = "idle-gpu"  # the `by` of an idle stop request, copied by the agent into its exit report
 # Least risky first: the blast-radius limit lets the head of the list through.
-_ORDER = [Rule.FINISHED, Rule.STOPPED, Rule.STARTED, Rule.LIMITS, Rule.REPAIR, Rule.REMARK, Rule.LOST,
-          Rule.LOST_SPOT, Rule.STALLED, Rule.BOOT_FAILED, Rule.BOOT_RETRY, Rule.ORPHAN, Rule.CLEANUP]
+_ORDER = [Rule.FINISHED, Rule.STOPPED, Rule.EARLY_STOP, Rule.IDLE_STOPPED, Rule.STOP_PEERS, Rule.STARTED,
+          Rule.LIMITS, Rule.IDLE, Rule.REPAIR,
+          Rule.REMARK, Rule.LOST, Rule.LOST_SPOT, Rule.STALLED, Rule.BOOT_FAILED, Rule.BOOT_RETRY, Rule.ORPHAN,
+          Rule.CLEANUP]
 CONSOLE_HINT = "the VM's console output is in `jobplane logs {job_id} --attempt {attempt}`"
 
 
@@ -49,6 +56,18 @@ class Index:
         for i in snap.instances:
             self.instances[i.job_id, i.attempt].append(i)
         self.limits = {(lim.job_id, lim.attempt): lim for lim in snap.limits}
+        self.idle: defaultdict[tuple[str, int], list[IdleMark]] = defaultdict(list)
+        for mark in snap.idle:
+            self.idle[mark.job_id, mark.attempt].append(mark)
+
+    def idle_everywhere(self, job_id: str, attempt: int, nodes: int) -> bool:
+        """Every rank's newest heartbeat came with an idle mark: its mean GPU use over the window was low."""
+        for rank in range(nodes):
+            marks = [m.at for m in self.idle[job_id, attempt] if m.rank == rank]
+            beats = [b.at for b in self.beats[job_id, attempt] if b.rank == rank and not b.output]
+            if not marks or not beats or age(max(beats), max(marks)) > IDLE_SLACK_S:
+                return False
+        return True
 
     def current_attempt(self, job_id: str | None) -> int | None:
         """The attempt whose instances may live: the record's if fetched, else the newest marker's."""
@@ -76,6 +95,9 @@ def candidates(snap: Snapshot, now: datetime, policy: Policy) -> set[str]:
         if limits is None or _suspect(limits, marker.since, index.beats[job_id, marker.attempt],
                                       index.instances[job_id, marker.attempt], now):
             out.add(job_id)
+        elif policy.idle_gpu.action != "off" and (job_id, marker.attempt) not in snap.idle_flags \
+                and index.idle_everywhere(job_id, marker.attempt, limits.nodes):
+            out.add(job_id)  # idle GPUs, not flagged yet
     return out
 
 
@@ -122,10 +144,13 @@ def _job(record: JobRecord, index: Index, now: datetime, policy: Policy) -> list
               or _started(record, index.beats[job_id, n], policy)
               or _lost(record, exits, instances, now, policy)
               or _boot_timeout(record, index.beats[job_id, n], instances, now, policy)
-              or _stalled(record, exits, index.beats[job_id, n], instances, now, policy))
+              or _stalled(record, exits, index.beats[job_id, n], instances, now, policy)
+              or _stop_peers(record, exits))
     if action is None and record.state == State.RUNNING and (job_id, n) not in index.limits:
         action = Action(Rule.LIMITS, job_id, "record per-job limits for listing-only sweeps",
                         write_limits=_limits(record, policy))
+    elif action is None and record.state == State.RUNNING:
+        action = _idle(record, index, now, policy)
     return [*out, action] if action else out
 
 
@@ -145,6 +170,15 @@ def _finished(record: JobRecord, exits: dict[int, ExitReport], instances: list[I
     # every VM of the job goes, powered-off ones too: a stopped GCE VM (or EC2 with stop-on-shutdown)
     # still bills its disk
     leftovers = terminable(instances)
+    early = _early_stop(reports)
+    if early is not None:
+        on = f" (rank {early.rank})" if len(reports) > 1 else ""
+        return claim(record, Rule.EARLY_STOP, f"stopped: {early.error or 'a stop_on rule matched'}{on}",
+                      to=State.FAILED, terminate=leftovers, updates={"exit_code": early.code})
+    idle_stop = next((e for e in reports if e.reason == "stopped" and e.stopped_by == IDLE_BY), None)
+    if idle_stop is not None:
+        return claim(record, Rule.IDLE_STOPPED, f"stopped for idle GPUs: {idle_stop.stop_reason or 'idle_gpu'}",
+                      to=State.STALLED, terminate=leftovers)
     if any(e.reason == "stopped" for e in reports):
         cap = format_duration(policy.max_runtime(record.spec))
         return claim(record, Rule.STOPPED, f"stopped at the uptime cap ({cap})", to=State.TIMED_OUT,
@@ -156,6 +190,22 @@ def _finished(record: JobRecord, exits: dict[int, ExitReport], instances: list[I
     why = f"rank {failed.rank} exited with code {failed.code}" + (f": {failed.error}" if failed.error else "")
     return claim(record, Rule.FINISHED, why, to=State.FAILED, terminate=leftovers,
                   updates={"exit_code": failed.code})
+
+
+def _early_stop(reports: Iterable[ExitReport]) -> ExitReport | None:
+    return next((e for e in reports if e.reason == EARLY_STOP), None)
+
+
+def _stop_peers(record: JobRecord, exits: dict[int, ExitReport]) -> Action | None:
+    """A rank stopped on a stop_on match while others run (a rank that prints no loss would wait in its next
+    collective until a timeout): they get a stop request, so they checkpoint and exit too. Asked again each
+    sweep until every rank has reported; a repeated request is harmless."""
+    early = _early_stop(exits.values())
+    running = [r for r in range(record.spec.num_nodes) if r not in exits]
+    if early is None or not running or record.state != State.RUNNING:
+        return None
+    return claim(record, Rule.STOP_PEERS, f"rank {early.rank} stopped ({early.error}): asking rank "
+                                          f"{', '.join(map(str, running))} to stop", stop=True, stop_by="sweeper")
 
 
 def _unstarted(record: JobRecord, beats: list[Beat]) -> list[int]:
@@ -243,6 +293,21 @@ def _stalled(record: JobRecord, exits: dict[int, ExitReport], beats: list[Beat],
                   terminate=terminable(instances))
 
 
+def _idle(record: JobRecord, index: Index, now: datetime, policy: Policy) -> Action | None:
+    """Idle GPUs on every rank over the policy window: flag the attempt once (event, metric, notification) and,
+    with idle_gpu.action stop, ask the agents to stop (they checkpoint; the job then ends STALLED)."""
+    rule, n = policy.idle_gpu, record.attempt
+    if rule.action == "off" or (record.id, n) in index.snap.idle_flags \
+            or not index.idle_everywhere(record.id, n, record.spec.num_nodes):
+        return None
+    why = f"GPU utilization under {rule.threshold:g}% on every rank for {format_duration(rule.window)}"
+    stopping = rule.action == "stop"
+    return claim(record, Rule.IDLE, why + ("; stop requested" if stopping else ""), flag=keys.idle_flag(record.id, n),
+                 event=(IDLE_BY, {"attempt": n, "reason": why, "action": rule.action,
+                                  "threshold": rule.threshold, "window": rule.window}),
+                 notice=notify.idle(record, why, stopping, now), stop=stopping, stop_by=IDLE_BY)
+
+
 def _orphans(index: Index, now: datetime, policy: Policy) -> Iterable[Action]:
     grace = policy.safety.orphan_grace
     for inst in index.snap.instances:
@@ -277,9 +342,16 @@ def _cleanup(index: Index, now: datetime, policy: Policy) -> Iterable[Action]:
                                                             for b in beats):
             stale[job_id] += [(keys.output_mark if b.output else keys.heartbeat)(job_id, attempt, b.rank)
                               for b in beats]
+    for (job_id, attempt), marks in index.idle.items():
+        if attempt != index.current_attempt(job_id) and all(age(now, m.at) > policy.safety.orphan_grace
+                                                            for m in marks):
+            stale[job_id] += [keys.idle_mark(job_id, attempt, m.rank) for m in marks]
     for lim in index.snap.limits:
         if lim.attempt != index.current_attempt(lim.job_id):
             stale[lim.job_id].append(lim.key)
+    for job_id, attempt in sorted(index.snap.idle_flags):
+        if attempt != index.current_attempt(job_id):
+            stale[job_id].append(keys.idle_flag(job_id, attempt))
     for job_id, dead in sorted(stale.items()):
         yield Action(Rule.CLEANUP, job_id, f"{len(dead)} heartbeat/limits keys of past attempts",
                      delete_keys=tuple(dead))

@@ -29,12 +29,13 @@ CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing
 
 class AwsLocalCloud(LocalCloud):
     cloud = "aws"
-    foreign_env = ("GOOGLE_", "STORAGE_EMULATOR_HOST", "GCE_METADATA_HOST")
+    hidden_env = ("GOOGLE_", "STORAGE_EMULATOR_HOST", "GCE_METADATA_HOST")
 
     def __init__(self, state_dir: Path, port: int = 0, tick: float = 1.0, **kwargs: Any) -> None:
         super().__init__(state_dir, port, tick, **kwargs)
         self.moto = ServiceProcess("jobplane.local.moto_server", port)
         self.aws: Any = None
+        self.inbox = ""  # the SQS queue subscribed to the notification topic
 
     @property
     def exports(self) -> dict[str, str]:
@@ -59,11 +60,16 @@ class AwsLocalCloud(LocalCloud):
 
         aws = self.aws = LocalAws(REGION)
         aws.create_bucket(self.bucket)
+        topic, self.inbox = aws.notification_inbox()
+        os.environ["JOBPLANE_NOTIFY_TOPIC"] = topic  # the functions publish job notifications there
         placement = f"aws:\n  subnets: [{', '.join(aws.loopback_subnets())}]"
         return Registry(S3Store(self.bucket)), placement, publish_images(aws)
 
     def make_functions(self, log_stream: IO[str]) -> Functions:
         return LambdaFunctions(self.bucket, REGION, log_stream, on_result=self.console.invoked)
+
+    def notifications(self) -> list[dict[str, Any]]:
+        return list(self.aws.notifications(self.inbox))
 
     def make_runner(self, instance_env: dict[str, str], images: dict[str, Path]) -> Any:
         from jobplane.local.ec2_runner import Ec2Runner

@@ -35,7 +35,7 @@ from types import FrameType
 from typing import IO, Any
 
 from jobplane import agent_bundle, bundling, keys
-from jobplane.local.console import Console, ConsoleHandler
+from jobplane.local.console import Console, ConsoleHandler, notified_line
 from jobplane.local.control import STATE_FILE, ControlServer
 from jobplane.local.triggers import Functions, TriggerLoop
 from jobplane.registry import Registry
@@ -112,7 +112,7 @@ class LocalCloud:
     """The shape both local clouds share; a subclass provides its cloud (see the abstract methods below)."""
 
     cloud = ""
-    foreign_env: tuple[str, ...] = ()  # this machine's variables of the other cloud: never a VM's
+    hidden_env: tuple[str, ...] = ()  # never a VM's: the other cloud's variables, and those only the functions use
 
     def __init__(self, state_dir: Path, port: int = 0, tick: float = 1.0, bucket: str = BUCKET,
                  schedule: float | None = None) -> None:
@@ -156,6 +156,10 @@ class LocalCloud:
     def make_functions(self, log_stream: IO[str]) -> Functions:
         raise NotImplementedError
 
+    def notifications(self) -> list[dict[str, Any]]:
+        """The job notices the deployment's notification topic received since the last call, oldest first."""
+        raise NotImplementedError
+
     def make_runner(self, instance_env: dict[str, str], images: dict[str, Path]) -> Any:
         raise NotImplementedError
 
@@ -194,7 +198,7 @@ class LocalCloud:
         functions = self.functions = self.make_functions(self.log_stream)
         self.triggers = TriggerLoop(reg, functions, self.schedule)
         instance_env = {k: v for k, v in os.environ.items()
-                        if not k.startswith(("JOBPLANE_", "POWERTOOLS_", *self.foreign_env))}
+                        if not k.startswith(("JOBPLANE_", "POWERTOOLS_", *self.hidden_env))}
         instance_env.update(UV_INDEX_URL=self.index.url, PIP_INDEX_URL=self.index.url, UV_PYTHON_DOWNLOADS="never")
         self.runner = self.make_runner(instance_env, images)
         self.control = ControlServer({
@@ -227,9 +231,11 @@ class LocalCloud:
         tmp.replace(self.state_dir / STATE_FILE)
 
     def step(self) -> None:
-        """One tick: VMs follow the cloud, then events and schedules fire."""
+        """One tick: VMs follow the cloud, then events and schedules fire; notifications reach the console."""
         self.runner.sync()
         self.triggers.tick()
+        for data in self.notifications():
+            self.console.emit(notified_line(data))
 
     def run(self) -> None:
         while not self.stopping.is_set():

@@ -12,8 +12,8 @@ from the local cloud's own warnings:
     11:30:41  terminated  i-0abc (demo-1122-113005-ab12 rank 0)
 
 Lines for: launched, booted, running, preempted, rerun, stalled, capped, finished, failed, reaped
-(orphans), terminated / stopped / deleted, rejected, waiting (for capacity), refused (safety limits), and
-warnings.
+(orphans), terminated / stopped / deleted, rejected, waiting (for capacity), refused (safety limits), idle
+(GPUs), notified (what the deployment's notification topic received), and warnings.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from jobplane import keys
+from jobplane import drops
 from jobplane.decide.model import Rule
 from jobplane.registry import JobRecord
 
@@ -34,7 +34,8 @@ VERBS: dict[str, str] = {
     Rule.STARTED: "running", Rule.FINISHED: "finished", Rule.STOPPED: "capped", Rule.STOP: "capped",
     Rule.TIMED_OUT: "capped", Rule.CAP_NO_JOB: "capped", Rule.ORPHAN: "reaped", Rule.STALLED: "stalled",
     Rule.BOOT_RETRY: "rerun", Rule.BOOT_FAILED: "failed", Rule.LOST_SPOT: "preempted", Rule.LOST: "lost",
-    Rule.PREEMPTED: "preempted", Rule.RERUN: "rerun", Rule.RERUN_EXHAUSTED: "failed",
+    Rule.PREEMPTED: "preempted", Rule.RERUN: "rerun", Rule.RERUN_EXHAUSTED: "failed", Rule.EARLY_STOP: "failed",
+    Rule.STOP_PEERS: "stopping", Rule.IDLE: "idle", Rule.IDLE_STOPPED: "stalled",
 }
 LAUNCHER_VERBS = {"launched": "launched", "waiting": "waiting", "failed": "failed", "rejected": "rejected",
                   "invalid": "rejected", "duplicate": "rejected"}
@@ -49,6 +50,19 @@ def launched_line(job_id: str, record: JobRecord | None) -> str:
         return line("launched", job_id)
     return line("launched", f"{job_id} attempt {record.attempt}: {len(record.instances)} x {record.instance_type} "
                             f"in {record.zone or 'any zone'} ({', '.join(record.instances)})")
+
+
+def notified_line(data: dict[str, Any]) -> str:
+    """A notification as the topic's subscribers got it, in one line."""
+    if data.get("event") == "idle-gpu":
+        return line("notified", f"{data.get('job_id')} has idle GPUs: {data.get('reason')}")
+    runtime, cost = data.get("runtime_s"), data.get("cost_usd")
+    if not isinstance(runtime, int):
+        spent = "never launched"
+    else:
+        spent = f"ran {runtime}s, " + (f"~${cost:.4f} estimated" if isinstance(cost, float | int) else "cost unknown")
+    reason = f": {data['reason']}" if data.get("reason") else ""
+    return line("notified", f"{data.get('job_id')} {data.get('state')}{reason} ({spent})")
 
 
 def actions(result: Any) -> list[dict[str, Any]]:
@@ -83,8 +97,9 @@ def launcher_outcomes(result: Any) -> list[tuple[str, str]]:
     pairs = []
     for text in said:
         subject, _, outcome = text.rpartition(": ")
-        if subject.startswith(keys.QUEUE):  # a drop: its file name is the job id
-            subject = subject.removeprefix(keys.QUEUE).rpartition(".")[0]
+        drop = drops.parse(subject)
+        if drop is not None:  # a drop: its file name is the job id
+            subject = drop.job_id
         pairs.append((subject, outcome))
     return pairs
 

@@ -2,12 +2,14 @@
 checked. Exit 0 only if every check passes.
 
 Starts `jobplane local up --cloud CLOUD` as its own process, submits examples/demo.yaml (examples/gcp/ on
-GCP) with examples/train as code and follows it (`submit -f`), prints `jobplane ls --all`, then checks: the
-job SUCCEEDED, logs and checkpoints are in the bucket, no VM is left running. Then two jobs side by side:
-demo-spot.yaml is preempted mid-run and must resume from its synced checkpoint on attempt 2 and succeed;
-demo-runaway.yaml must be asked to stop by its uptime cap and end TIMED_OUT. On GCP, before these, GCE's own
-uptime cap: with the uptime-cap function paused, demo-max-run-duration.yaml runs into its VM's
-maxRunDuration, whose shutdown-script stops the agent, and ends TIMED_OUT all the same. Last, after the
+GCP) with examples/train as code and follows it (`submit -f`), prints `jobplane ls --all` and `jobplane
+metrics` (the loss its agent read from the output), then checks: the job SUCCEEDED, its loss fell, logs and
+checkpoints are in the bucket, its cost was estimated, its end was published on the notification topic, no VM
+is left running. Then two jobs side by side: demo-spot.yaml is preempted mid-run and must resume from its
+synced checkpoint on attempt 2 and succeed; demo-runaway.yaml must be asked to stop by its uptime cap and end
+TIMED_OUT. On GCP, before these, GCE's own uptime cap: with the uptime-cap function paused,
+demo-max-run-duration.yaml runs into its VM's maxRunDuration, whose shutdown-script stops the agent, and ends
+TIMED_OUT all the same. Last, after the
 local cloud stops, no process or port may remain.
 
 Every step waits on a condition with a deadline meant for a loaded 2-core machine, and a failed check
@@ -246,7 +248,29 @@ class Demo:
         ckpts = [k for k, _, _ in reg.listing(keys.checkpoints_prefix(job_id))]
         self.check("checkpoints in the bucket", bool(ckpts),
                    f"{len(ckpts)} files under {keys.checkpoints_prefix(job_id)}")
+        self.metrics(job_id)
+        self.costed(record)
         self.no_instance_left()
+
+    def metrics(self, job_id: str) -> None:
+        """`jobplane metrics`: what the agent read from the output as it streamed it."""
+        self.cloud.cli("metrics", job_id, echo=True)
+        found = json.loads(self.cloud.cli("metrics", job_id, "--json").stdout or "{}").get("metrics", [])
+        loss = [p[2] for m in found if m["name"] == "loss" for p in m["points"]]
+        self.check("metrics: the loss fell", len(loss) > 1 and loss[-1] < loss[0],
+                   f"{loss[0]:.6g} -> {loss[-1]:.6g} over {len(loss)} points" if loss else "no loss points")
+
+    def costed(self, record: Any) -> None:
+        """The finished job's estimated cost, and the notification its end published (the console shows it)."""
+        from jobplane import cost
+
+        used = record.usage[-1] if record.usage else None
+        self.check("cost estimated", used is not None and used.price is not None,
+                   cost.describe_attempt(used, record.updated_at) if used else "no attempt recorded")
+        line = f"notified    {record.id} {record.state}"
+        log = self.cloud.state_dir / "local-cloud.log"
+        seen = poll(lambda: line in log.read_text(errors="replace"), 60)
+        self.check("notification published", bool(seen), line if seen else f"no '{line}' in {log} after 60s")
 
     def preemption(self) -> None:
         """A Spot VM reclaimed mid-run: the agent syncs the checkpoint, rerun starts attempt 2, which resumes."""

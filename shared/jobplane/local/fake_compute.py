@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from jobplane.local.loopback import LoopbackServer
+from jobplane.local.loopback import LoopbackServer, send_json
 
 _NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 _LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
@@ -208,12 +208,7 @@ class FakeComputeServer(LoopbackServer):
         except ValueError as err:
             status, body = 400, {"error": {"code": 400, "message": str(err),
                                            "errors": [{"message": str(err), "reason": "parseError"}]}}
-        data = json.dumps(body).encode()
-        handler.send_response(status)
-        handler.send_header("Content-Type", "application/json; charset=UTF-8")
-        handler.send_header("Content-Length", str(len(data)))
-        handler.end_headers()
-        handler.wfile.write(data)
+        send_json(handler, status, body)
 
     # -- helpers (lock held) ---------------------------------------------------------------------
 

@@ -2,9 +2,13 @@
 
 gcp-storage-emulator ignores ifGenerationMatch and fake-gcs-server skips it on delete, yet the registry's
 single-writer rule rests on exactly those checks, so this fake answers 412 wherever GCS would. It speaks
-what google-cloud-storage sends: bucket get/create, object metadata, media download, multipart, media and
-resumable uploads, paged listing and delete. Point the client at it with STORAGE_EMULATOR_HOST=<endpoint>.
-Out of scope: object versioning, ACLs, range reads, metadata patches, compose/copy/rewrite.
+what google-cloud-storage sends: bucket get/create, object metadata, media and range downloads (what
+transfer_manager's sliced downloads use), multipart, media and resumable uploads, paged listing and delete.
+Point the client at it with STORAGE_EMULATOR_HOST=<endpoint>, or run it alone:
+`python -m jobplane.local.fake_gcs -p 9023 --bucket b`.
+For tests it records the size of every request body that carried an object's bytes and of every response
+that served them (`received`, `served`), and can fail the next requests to a route (`fail_next`).
+Out of scope: object versioning, ACLs, metadata patches, compose/copy/rewrite, XML API multipart uploads.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ]
 ]
 _CONTENT_RANGE = re.compile(r"bytes (?:(?P<start>\d+)-(?P<end>\d+)|\*)/(?P<total>\d+|\*)")
+_RANGE = re.compile(r"bytes=(?P<start>\d+)-(?P<end>\d*)")
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -85,6 +90,7 @@ class _Session:
     metadata: dict[str, Any]
     args: dict[str, str]  # the initiating request's query: name and preconditions
     data: bytearray = field(default_factory=bytearray)
+    chunks: list[int] = field(default_factory=list)  # sizes of the requests that carried the bytes
 
 
 @dataclass(frozen=True)
@@ -158,6 +164,9 @@ class FakeGcsServer:
         self._last_generation = 0
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
+        self._faults: dict[str, list[int]] = {}  # handler -> statuses to answer its next requests with
+        self.received: dict[str, list[int]] = {}  # object name -> body sizes of the upload requests that wrote it
+        self.served: dict[str, list[int]] = {}  # object name -> body sizes of the responses that served it
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -212,6 +221,20 @@ class FakeGcsServer:
             self._buckets.clear()
             self._bucket_created.clear()
             self._sessions.clear()
+            self._faults.clear()
+            self.received.clear()
+            self.served.clear()
+
+    def fail_next(self, route: str, count: int = 1, status: int = 503) -> None:
+        """Answer the next `count` requests to a route ("download", "resumable_chunk", "upload") with
+        `status`, before they touch any state: a network or server blip the client must retry."""
+        with self._lock:
+            self._faults.setdefault("_" + route, []).extend([status] * count)
+
+    def faults_pending(self) -> int:
+        """How many injected failures have not been served yet."""
+        with self._lock:
+            return sum(len(statuses) for statuses in self._faults.values())
 
     # -- WSGI plumbing ---------------------------------------------------------------------------
 
@@ -228,6 +251,8 @@ class FakeGcsServer:
                 if match and method == request.method:
                     params = {k: unquote_to_bytes(v).decode() for k, v in match.groupdict().items()}
                     with self._lock:
+                        if self._faults.get(handler):
+                            raise _HttpError(self._faults[handler].pop(0), "backendError", "injected fault")
                         response: Response = getattr(self, handler)(call, **params)
                     break
             else:
@@ -314,6 +339,7 @@ class FakeGcsServer:
         data: bytes,
         content_type: str,
         args: dict[str, str],
+        chunks: list[int],
     ) -> Response:
         """Store an upload's bytes if its preconditions (`args`, from the initiating request) hold."""
         objects = self._bucket(bucket)
@@ -335,6 +361,7 @@ class FakeGcsServer:
         self._check(objects.get(name), args)
         obj.generation = self._next_generation()
         objects[name] = obj
+        self.received[name] = chunks
         return _json(self._resource(call, bucket, obj))
 
     # -- handlers (called with the lock held) ----------------------------------------------------
@@ -409,7 +436,16 @@ class FakeGcsServer:
     def _download(self, call: _Call, bucket: str, name: str) -> Response:
         obj = self._live(call, bucket, name)
         self._check(obj, call.args, read=True)
-        response = Response(obj.data, 200, content_type=obj.content_type)
+        body, status, size = obj.data, 200, len(obj.data)
+        if (ranged := _RANGE.fullmatch(call.header("Range").strip())) is not None:
+            start, end = int(ranged["start"]), min(int(ranged["end"] or size - 1), size - 1)
+            if start >= size or end < start:
+                raise _HttpError(416, "requestedRangeNotSatisfiable", f"Range {call.header('Range')} of {size}")
+            body, status = obj.data[start : end + 1], 206
+        self.served.setdefault(name, []).append(len(body))
+        response = Response(body, status, content_type=obj.content_type)
+        if status == 206:
+            response.headers["Content-Range"] = f"bytes {start}-{end}/{size}"
         response.headers.update(
             {
                 "X-Goog-Generation": str(obj.generation),
@@ -433,10 +469,10 @@ class FakeGcsServer:
     def _upload(self, call: _Call, bucket: str) -> Response:
         kind = call.args.get("uploadtype", "media")
         if kind == "media":
-            return self._write(call, bucket, {}, call.body, call.header("Content-Type"), call.args)
+            return self._write(call, bucket, {}, call.body, call.header("Content-Type"), call.args, [len(call.body)])
         if kind == "multipart":
             meta, data, content_type = _parse_multipart(call.body, call.header("Content-Type"))
-            return self._write(call, bucket, meta, data, content_type, call.args)
+            return self._write(call, bucket, meta, data, content_type, call.args, [len(call.body)])
         if kind == "resumable":  # the client uses these only above 8 MiB or for streams of unknown size
             self._bucket(bucket)
             upload_id = uuid.uuid4().hex
@@ -465,6 +501,7 @@ class FakeGcsServer:
             if start > len(session.data):
                 raise _HttpError(400, "invalid", "Chunk starts past the bytes received so far")
             session.data += call.body[len(session.data) - start :]  # skip bytes a retried chunk repeats
+            session.chunks.append(len(call.body))
         if match["total"] == "*" or int(match["total"]) > len(session.data):
             response = Response(status=308)  # "resume incomplete", with the bytes persisted so far
             if session.data:
@@ -472,7 +509,7 @@ class FakeGcsServer:
             return response
         del self._sessions[upload_id]
         data, args = bytes(session.data), session.args
-        return self._write(call, bucket, session.metadata, data, session.content_type, args)
+        return self._write(call, bucket, session.metadata, data, session.content_type, args, session.chunks)
 
 
 def _page(items: list[dict[str, Any]], prefixes: list[str], token: str | None) -> dict[str, Any]:
@@ -510,3 +547,32 @@ def _parse_multipart(body: bytes, content_type: str) -> tuple[dict[str, Any], by
     _, meta = part(body[first + len(sep) : second])
     media_headers, data = part(body[second + len(sep) : close])
     return json.loads(meta or b"{}"), data, media_headers.get("content-type", "")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve the fake on loopback until SIGTERM or SIGINT (the local GCP cloud and the transfer benchmark run it
+    in a process of its own, sharing no GIL with theirs)."""
+    import argparse
+    import signal
+
+    parser = argparse.ArgumentParser(prog="python -m jobplane.local.fake_gcs", description=main.__doc__)
+    parser.add_argument("-H", "--host", default="127.0.0.1")
+    parser.add_argument("-p", "--port", type=int, default=0)
+    parser.add_argument("--bucket", action="append", default=[], help="create this bucket (repeatable)")
+    args = parser.parse_args(argv)
+    stopped = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopped.set())
+    server = FakeGcsServer(args.host, args.port)
+    server.start()
+    try:
+        for name in args.bucket:
+            server.create_bucket(name)
+        print(server.endpoint, flush=True)
+        stopped.wait()
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

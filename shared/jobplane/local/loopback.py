@@ -4,6 +4,8 @@ plumbing the stdlib-based fakes share (a threaded server on loopback in a daemon
 from __future__ import annotations
 
 import ipaddress
+import json
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -21,6 +23,23 @@ def on_loopback(address: str | None) -> bool:
         return False
 
 
+def send_json(request: BaseHTTPRequestHandler, status: int, body: Any) -> None:
+    """Answer the request with body as JSON, as Google's APIs do."""
+    data = json.dumps(body).encode()
+    request.send_response(status)
+    request.send_header("Content-Type", "application/json; charset=UTF-8")
+    request.send_header("Content-Length", str(len(data)))
+    request.end_headers()
+    request.wfile.write(data)
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return  # the client hung up mid-answer (pip and uv drop a download they already have): its business
+        super().handle_error(request, client_address)
+
+
 class LoopbackServer:
     """Subclasses answer requests in handle(); use as a context manager or start()/stop()."""
 
@@ -28,7 +47,7 @@ class LoopbackServer:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self._host, self._port = host, port
-        self._server: ThreadingHTTPServer | None = None
+        self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
     def handle(self, request: BaseHTTPRequestHandler) -> None:
@@ -48,7 +67,7 @@ class LoopbackServer:
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # a line per request drowns test output
 
-        self._server = ThreadingHTTPServer((self._host, self._port), Handler)
+        self._server = _Server((self._host, self._port), Handler)
         self._server.daemon_threads = True
         # a short poll: the default 0.5 s makes every stop() take half a second
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name=self.name, daemon=True)

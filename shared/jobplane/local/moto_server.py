@@ -10,6 +10,9 @@
   publishers, so the image aliases resolve through the same parameters as on AWS.
 - GetConsoleOutput returns what a local instance really printed (<$JOBPLANE_LOCAL_CONSOLES>/<id>/console.log)
   instead of moto's fixed sample, when that variable names the instance runner's directory.
+- DescribeSpotPriceHistory answers a made-up but plausible Spot market, LOCAL_SPOT_FACTOR of the on-demand
+  list price jobplane ships (moto answers $0.00001 an hour for everything), so a local Spot job's estimated
+  cost reads like one.
 `python -m jobplane.local.moto_server -H HOST -p PORT` runs moto's own server with these applied.
 """
 
@@ -26,6 +29,7 @@ _lock = threading.RLock()
 PUBLIC_PARAMETERS = "/aws/service/"
 CONSOLES_ENV = "JOBPLANE_LOCAL_CONSOLES"
 CONSOLE_BYTES = 64 * 1024  # EC2 keeps the last 64 KB
+LOCAL_SPOT_FACTOR = 0.3
 
 
 def _patch(cls: Any, name: str, make: Any) -> None:
@@ -99,10 +103,34 @@ def serve_real_consoles() -> None:
     _patch(General, "get_console_output", get_console_output)
 
 
+def local_spot_market() -> None:
+    """Each zone's Spot price: LOCAL_SPOT_FACTOR of the type's on-demand list price, set an hour ago."""
+    from datetime import timedelta
+
+    from moto.core.responses import ActionResult
+    from moto.core.utils import utcnow
+    from moto.ec2.responses.spot_instances import SpotInstances
+
+    from jobplane import prices
+
+    def describe(original: Any) -> Any:
+        def history(self: Any) -> Any:
+            listed = original(self).result["SpotPriceHistory"]
+            since = utcnow() - timedelta(hours=1)
+            return ActionResult({"SpotPriceHistory": [
+                {**entry, "ProductDescription": "Linux/UNIX", "Timestamp": since,
+                 "SpotPrice": f"{prices.AWS[entry['InstanceType']] * LOCAL_SPOT_FACTOR:.6f}"}
+                for entry in listed if entry["InstanceType"] in prices.AWS]})
+        return history
+
+    _patch(SpotInstances, "describe_spot_price_history", describe)
+
+
 def patch_moto() -> None:
     make_s3_atomic()
     allow_public_parameters()
     serve_real_consoles()
+    local_spot_market()
 
 
 def main() -> None:

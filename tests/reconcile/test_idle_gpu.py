@@ -1,0 +1,103 @@
+"""Idle GPUs, decided on snapshots (no I/O): the agents' `.idle` marks in the heartbeats listing make a RUNNING
+job a candidate (and only then is its job.json read); warn flags it once (event, metric, notice); stop also
+asks it to stop, and the stopped job ends STALLED saying why."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from jobplane import keys
+from jobplane.decide import sweep
+from jobplane.decide.model import ExitReport, Rule, Snapshot
+from jobplane.policy import IdleGpuPolicy, Policy
+from jobplane.registry import IdleMark
+from jobplane.states import State
+from tests.reconcile.helpers import NOW as T
+from tests.reconcile.helpers import ago, beats, healthy, inst, limits, marker, record, snapshot
+
+WARN = Policy(idle_gpu=IdleGpuPolicy(window=1800, threshold=5, action="warn"))
+STOP = Policy(idle_gpu=IdleGpuPolicy(window=1800, threshold=5, action="stop"))
+OFF = Policy(idle_gpu=IdleGpuPolicy(action="off"))
+
+
+def idle(ranks: int = 1, at: float = 10, attempt: int = 1) -> tuple[IdleMark, ...]:
+    """Rank marks written with the heartbeats (beats() puts every heartbeat 10 s ago)."""
+    return tuple(IdleMark("j", attempt, r, ago(at)) for r in range(ranks))
+
+
+def listed(nodes: int = 1, **over: Any) -> Snapshot:
+    return Snapshot(**{**healthy(nodes=nodes), **over})
+
+
+CANDIDATES: list[tuple[str, Snapshot, Policy, bool]] = [
+    ("every rank idle", listed(idle=idle()), WARN, True),
+    ("every rank of two idle", listed(2, idle=idle(2)), WARN, True),
+    ("one rank of two idle", listed(2, idle=idle(1)), WARN, False),
+    ("idle mark older than the rank's newest heartbeat: busy again", listed(idle=idle(at=45)), WARN, False),
+    ("idle mark a second older than the heartbeat (same write, 1 s resolution)", listed(idle=idle(at=11)), WARN,
+     True),
+    ("idle mark of the past attempt", listed(idle=idle(attempt=0)), WARN, False),
+    ("flagged already", listed(idle=idle(), idle_flags=frozenset({("j", 1)})), WARN, False),
+    ("policy off", listed(idle=idle()), OFF, False),
+    ("no marks: a healthy job is never read", listed(), WARN, False),
+]
+
+
+@pytest.mark.parametrize(("snap", "policy", "expected"), [c[1:] for c in CANDIDATES], ids=[c[0] for c in CANDIDATES])
+def test_idle_jobs_are_candidates_from_listings_alone(snap: Snapshot, policy: Policy, expected: bool) -> None:
+    assert (sweep.candidates(snap, T, policy) == {"j"}) is expected
+
+
+def decide(policy: Policy, nodes: int = 1, **over: Any) -> list[Any]:
+    owned = record(nodes=nodes, labels={"team": "cv"}).model_copy(update={"owner": "vision"})
+    snap = snapshot(healthy(nodes=nodes), records=[owned], idle=idle(nodes), **over)
+    return sweep.decide(snap, T, policy)
+
+
+def test_warn_flags_the_attempt_once_with_an_event_a_notice_and_no_stop() -> None:
+    (action,) = decide(WARN, nodes=2)
+    assert action.rule == Rule.IDLE and action.to is None and not action.stop and not action.terminate
+    assert action.flag == keys.idle_flag("j", 1) and action.expect_attempt == 1
+    assert action.reason == "GPU utilization under 5% on every rank for 30m"
+    kind, body = action.event
+    assert kind == "idle-gpu" and body["action"] == "warn" and body["window"] == 1800
+    notice = action.notice
+    assert notice.subject == "jobplane: j has idle GPUs" and notice.data["event"] == "idle-gpu"
+    assert notice.data["owner"] == "vision" and notice.data["logs"] == "jobplane logs j"
+    assert "it keeps running" in notice.text and "jobplane logs j" in notice.text
+
+
+def test_stop_also_asks_the_agents_to_stop_as_idle_gpu() -> None:
+    (action,) = decide(STOP)
+    assert action.rule == Rule.IDLE and action.stop and action.stop_by == "idle-gpu" and not action.terminate
+    assert action.reason.endswith("; stop requested") and "it is being stopped" in action.notice.text
+
+
+def test_flagged_attempts_and_the_off_policy_are_left_alone() -> None:
+    assert decide(WARN, idle_flags=frozenset({("j", 1)})) == []
+    assert decide(OFF) == []
+
+
+def test_a_job_stopped_for_idle_gpus_ends_stalled_saying_why_and_its_vms_go() -> None:
+    stopped = ExitReport(0, 143, "stopped", stopped_by="idle-gpu",
+                         stop_reason="GPU utilization under 5% on every rank for 30m; stop requested")
+    snap = snapshot(healthy(), records=[record()], exits={"j": [stopped]})
+    (action,) = sweep.decide(snap, T, STOP)
+    assert action.rule == Rule.IDLE_STOPPED and action.to == State.STALLED
+    assert action.reason == "stopped for idle GPUs: GPU utilization under 5% on every rank for 30m; stop requested"
+    assert action.terminate == ("i-j-1-0",)
+    cap = sweep.decide(snapshot(healthy(), records=[record()], exits={"j": [ExitReport(0, 143, "stopped",
+                                                                                       stopped_by="uptime-cap")]}),
+                       T, STOP)
+    assert cap[0].rule == Rule.STOPPED and cap[0].to == State.TIMED_OUT  # the uptime cap's stop is unchanged
+
+
+def test_cleanup_drops_idle_marks_and_flags_of_past_attempts() -> None:
+    snap = Snapshot(active={"j": (marker(attempt=2),)}, beats=tuple(beats(attempt=2)), limits=(limits(attempt=2),),
+                    instances=(inst(attempt=2),), idle=(IdleMark("j", 1, 0, ago(3600)),),
+                    idle_flags=frozenset({("j", 1), ("j", 2)}))
+    (cleanup,) = sweep.decide(snap, T, WARN)
+    assert cleanup.rule == Rule.CLEANUP
+    assert set(cleanup.delete_keys) == {keys.idle_mark("j", 1, 0), keys.idle_flag("j", 1)}

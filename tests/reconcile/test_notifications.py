@@ -1,0 +1,141 @@
+"""Notifications on AWS: the real handlers, moto's SNS delivering to an SQS subscription (what an e-mail or a
+chat integration would get). One message when a job ends (SUCCEEDED, FAILED, INVALID), one when it is flagged
+for idle GPUs, and exactly one per end however many reconcilers race for it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+
+from functions.aws import common, launcher, sweeper
+from jobplane import keys, reconcile
+from jobplane.decide import sweep as sweep_decide
+from jobplane.notify import Notify
+from jobplane.registry import Registry, utcnow
+from jobplane.states import State
+from jobplane.telemetry import CountingMetrics
+from tests.helpers import LambdaContext as Context
+from tests.launcher.conftest import REGION, Cloud, cloud  # noqa: F401  (the shared moto fixture)
+from tests.reconcile.test_apply_moto import SPEC, beat, launch
+from tests.reconcile.test_handlers import SCHEDULED, created
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class Inbox:
+    """An SQS queue subscribed to the topic: what subscribers receive."""
+
+    def __init__(self) -> None:
+        sns, self.sqs = boto3.client("sns", region_name=REGION), boto3.client("sqs", region_name=REGION)
+        self.topic = sns.create_topic(Name="jobplane-jobs")["TopicArn"]
+        self.url = self.sqs.create_queue(QueueName="inbox")["QueueUrl"]
+        arn = self.sqs.get_queue_attributes(QueueUrl=self.url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        sns.subscribe(TopicArn=self.topic, Protocol="sqs", Endpoint=arn)
+
+    def take(self) -> list[dict[str, Any]]:
+        """Every message delivered so far (SNS envelopes), removed from the queue."""
+        out = []
+        while batch := self.sqs.receive_message(QueueUrl=self.url, MaxNumberOfMessages=10).get("Messages", []):
+            for message in batch:
+                out.append(json.loads(message["Body"]))
+                self.sqs.delete_message(QueueUrl=self.url, ReceiptHandle=message["ReceiptHandle"])
+        return out
+
+
+@pytest.fixture
+def inbox(cloud: Cloud, monkeypatch: pytest.MonkeyPatch) -> Iterator[Inbox]:  # noqa: F811
+    box = Inbox()
+    monkeypatch.setenv(common.NOTIFY_TOPIC, box.topic)
+    common._notifiers.clear()
+    yield box
+    common._notifiers.clear()
+
+
+def data(envelope: dict[str, Any]) -> dict[str, Any]:
+    return dict(json.loads(envelope["Message"]))
+
+
+@pytest.mark.parametrize(("code", "state", "reason"), [(0, "SUCCEEDED", "every rank exited 0"),
+                                                        (2, "FAILED", "rank 0 exited with code 2")])
+def test_a_job_that_ends_is_announced_once_with_state_reason_runtime_cost_and_logs(
+        cloud: Cloud, inbox: Inbox, code: int, state: str, reason: str) -> None:  # noqa: F811
+    record = launch(cloud, "train")
+    beat(cloud, record)
+    sweeper.handler(SCHEDULED, Context())  # RUNNING: no message
+    assert inbox.take() == []
+    report = keys.exit_report("train", 1, 0)
+    cloud.registry.put_json(report, {"code": code, "reason": "exit"})
+    sweeper.handler(created(report), Context())
+    sweeper.handler(SCHEDULED, Context())  # a later run sees an ended job: nothing more
+
+    (envelope,) = inbox.take()
+    assert envelope["Subject"] == f"jobplane: train {state}"
+    body = data(envelope)
+    assert (body["event"], body["job_id"], body["state"], body["reason"]) == ("ended", "train", state, reason)
+    assert body["owner"] == "default" and body["logs"] == "jobplane logs train" and body["runtime_s"] >= 0
+    assert body["cost_usd"] == pytest.approx(0.0104 / 60, abs=1e-6) and body["cost_basis"] == "estimated"  # 1 min
+    assert f"train {state}: {reason}" in body["text"] and "estimated cost ~$0.0002" in body["text"]
+    assert envelope["MessageAttributes"]["state"]["Value"] == state
+
+
+def test_an_invalid_drop_is_announced_by_the_launcher(cloud: Cloud, inbox: Inbox) -> None:  # noqa: F811
+    cloud.set_policy(f"allowed_instance_types: ['c5.*']\naws:\n  default_image: {cloud.image}\n")
+    cloud.drop("too-big", SPEC, owner="team-a")
+    assert launcher.handler(created("queue/team-a/too-big.yaml"), Context())["outcome"] == "invalid"
+    (envelope,) = inbox.take()
+    body = data(envelope)
+    assert (body["state"], body["owner"]) == ("INVALID", "team-a") and "instance_type" in body["reason"]
+
+
+def test_idle_gpus_are_announced_once_per_attempt(cloud: Cloud, inbox: Inbox) -> None:  # noqa: F811
+    record = launch(cloud, "idle")
+    beat(cloud, record)
+    sweeper.handler(SCHEDULED, Context())  # started: limits written
+    cloud.registry.put_json(keys.heartbeat("idle", 1, 0), {"time": utcnow().isoformat()})
+    cloud.registry.put_json(keys.idle_mark("idle", 1, 0), {"mean_gpu_util": 0.0})
+    result = sweeper.handler(SCHEDULED, Context())
+    assert [(a["rule"], a["result"]) for a in result["actions"]] == [("idle-gpu", "applied")]
+    assert sweeper.handler(SCHEDULED, Context())["actions"] == []  # flagged: not read, not announced again
+
+    (envelope,) = inbox.take()
+    assert envelope["Subject"] == "jobplane: idle has idle GPUs"
+    body = data(envelope)
+    assert body["event"] == "idle-gpu" and body["action"] == "warn" and body["state"] == "RUNNING"
+    assert "GPU utilization under 5% on every rank for 30m" in body["text"]
+    assert [e["kind"] for e in cloud.registry.events("idle")].count("idle-gpu") == 1
+    assert cloud.registry.job("idle").state == State.RUNNING  # warn: it keeps running
+
+
+def test_overlapping_reconcilers_announce_an_end_exactly_once(cloud: Cloud, inbox: Inbox) -> None:  # noqa: F811
+    launch(cloud, "raced")
+    cloud.registry.put_json(keys.exit_report("raced", 1, 0), {"code": 0, "reason": "exit"})
+    notify = Notify(common.notifier(None), CountingMetrics())
+    runs = []
+    for _ in range(3):  # three runs that listed and decided before any of them applied
+        reg = Registry(cloud.registry.store, listeners=[notify.transition])
+        snap = reconcile.with_records(reg, reconcile.listings(reg, cloud.compute), ["raced"])
+        runs.append((reg, sweep_decide.decide(snap, utcnow(), reg.policy())))
+    results = [reconcile.apply(reg, cloud.compute, actions, now=utcnow(), metrics=CountingMetrics(), dry_run=False)
+               for reg, actions in runs]
+    assert [o.result for o in results[0]] == ["applied"]
+    assert all(o.result.startswith("skipped") for res in results[1:] for o in res)
+    assert [data(m)["state"] for m in inbox.take()] == ["SUCCEEDED"]
+    assert notify.metrics.totals == {"NotificationsPublished": 1}  # type: ignore[attr-defined]
+
+
+def test_a_failed_publish_is_counted_and_never_undoes_the_transition(cloud: Cloud, inbox: Inbox) -> None:  # noqa: F811
+    record = launch(cloud, "unheard")
+    metrics = CountingMetrics()
+
+    class Down:
+        def publish(self, notice: Any) -> None:
+            raise ConnectionError("topic unreachable")
+
+    reg = Registry(cloud.registry.store, listeners=[Notify(Down(), metrics).transition])
+    reg.transition(record.id, State.CANCELLED, reason="by test")
+    assert reg.job(record.id).state == State.CANCELLED and metrics.totals == {"NotificationsFailed": 1}
+    assert inbox.take() == []
