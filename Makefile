@@ -36,14 +36,16 @@ local-images: local-index
 local-index: $(STAMP)
 	$(BIN)/python -m jobplane.local.package_index fill
 
+# `make demo` runs the lifecycle on the local AWS cloud, `make demo CLOUD=gcp` on the local GCP one.
+CLOUD ?= aws
 demo: $(STAMP) local-index
-	$(BIN)/jobplane validate examples/*.yaml
-	$(BIN)/python -m jobplane.local.demo
+	$(BIN)/jobplane validate examples/*.yaml examples/gcp/*.yaml
+	$(BIN)/python -m jobplane.local.demo --cloud $(CLOUD)
 
-# GCP: the Cloud Functions source zip (main.py + the jobplane package + requirements.txt at its root) and
+# GCP: the Cloud Functions source zip (main.py + the jobplane package as shipped on GCP + requirements.txt at its
+# root, infra/gcp/bundle.py) and
 # the agent bundles the VMs boot from system/agent/ (one per VM Python and architecture, from PyPI; add
 # Pythons with VM_PYTHONS="3.13"); infra/gcp/README.md deploys them with terraform.
-GCP_BUILD := build/gcp-functions
 VM_PYTHONS ?=
 .PHONY: gcp-package gcp-functions-zip
 gcp-package: gcp-functions-zip
@@ -52,11 +54,7 @@ gcp-package: gcp-functions-zip
 	@echo "built build/gcp-functions.zip and build/agent/"
 
 gcp-functions-zip: $(STAMP)
-	rm -rf $(GCP_BUILD) build/gcp-functions.zip && mkdir -p $(GCP_BUILD)/jobplane
-	cp functions/gcp/main.py infra/gcp/requirements.txt $(GCP_BUILD)/
-	cp -R shared/jobplane/. $(GCP_BUILD)/jobplane/
-	find $(GCP_BUILD) -name __pycache__ -prune -exec rm -rf {} +
-	cd $(GCP_BUILD) && ../../$(BIN)/python -m zipfile -c ../gcp-functions.zip main.py requirements.txt jobplane
+	$(BIN)/python -m infra.gcp.bundle build/gcp-functions.zip
 
 # AWS: `make synth` builds the Lambda bundle and the agent bundles (cached in build/cdk-assets; only the first
 # run needs PyPI) and writes cdk.out/ with cdk-nag enforced; no npm, no credentials. `make deploy` and

@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH), str(ROOT), str(ROOT / "shared")]
 
+import report  # noqa: E402
 import sweep as sweep_bench  # noqa: E402  (bench/sweep.py: seeding and the API-call counter)
 
 os.environ.update({"JOBPLANE_BUCKET": sweep_bench.BUCKET, "AWS_REGION": sweep_bench.REGION,
@@ -123,11 +124,7 @@ def main() -> int:
         "scenarios": {"idle": scenario(0), "small_registry_3_jobs": scenario(3)},
         "cold_import_s": {name: cold_import_seconds(name) for name in HANDLERS},
     }
-    out = BENCH / "results" / "lambda_idle.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
-    return 0
+    return report.save("lambda_idle", result)
 
 
 if __name__ == "__main__":

@@ -114,3 +114,30 @@ def make_wheel(directory: Path, name: str, version: str, source: str) -> Path:
         for member, text in {**files, f"{info}/RECORD": record + f"{info}/RECORD,,\n"}.items():
             whl.writestr(member, text)
     return path
+
+
+# What a deployment on one cloud must never ship (agent bundles, the Lambda asset, the Cloud Functions zip):
+# the other cloud's adapters, the local cloud and every fake, the CLI. Spelled out here, not taken from
+# jobplane.bundling, so a test of what bundling ships does not just repeat its rule.
+NOT_SHIPPED = ("jobplane/local/", "jobplane/clouds/memory.py", "jobplane/clouds/aws_local.py", "jobplane/cli.py",
+               "jobplane/backend.py", "jobplane/bundling.py")
+OTHER_CLOUD = {"aws": ("jobplane/clouds/gcp.py", "jobplane/clouds/gcs.py", "jobplane/clouds/gce_metadata.py",
+                       "jobplane/clouds/pubsub.py"),
+               "gcp": ("jobplane/clouds/aws.py", "jobplane/clouds/aws_imds.py", "jobplane/clouds/s3.py",
+                       "jobplane/clouds/sns.py")}
+
+
+def unwanted(names: list[str], cloud: str, prefix: str = "") -> list[str]:
+    """The members of a bundle for cloud (named prefix + jobplane/...) that must not be there: the other cloud's
+    adapters, the local cloud, any fake, the CLI; and any jobplane module that imports the other cloud's SDK."""
+    bad = tuple(prefix + n for n in (*NOT_SHIPPED, *OTHER_CLOUD[cloud]))
+    return [n for n in names if n.startswith(bad) or "fake" in n.rsplit("/", 1)[-1]]
+
+
+def foreign_sdk_imports(files: dict[str, str], cloud: str) -> list[str]:
+    """Names of jobplane modules (name -> source) that import the other cloud's SDK."""
+    import re
+
+    sdk = r"google" if cloud == "aws" else r"boto3|botocore"
+    pattern = re.compile(rf"^\s*(from|import)\s+({sdk})\b|import_module\(\"({sdk})\b", re.M)
+    return [name for name, text in files.items() if pattern.search(text)]

@@ -1,7 +1,10 @@
-"""The job commands end to end through click, over a registry in moto's S3 (in-process): queued jobs are
-jobs for describe / ls / logs, `logs -f` and `submit -f` exit with the job's outcome, `wait` stops at its goal
-or its timeout. A driver thread plays the launcher, agents and sweeper by writing what they write; it moves
-the job on conditions it reads (never on time), so every interleaving with the CLI's polls ends the same."""
+"""The job commands end to end through click, on both clouds: a registry in moto's S3 (in-process) with EC2, and
+one on the GCS fake with the Compute Engine fake (loopback servers, the real google-cloud clients), named by
+s3:// and gs:// URLs. Queued jobs are jobs for describe / ls / logs, `logs -f` and `submit -f` exit with the
+job's outcome, `wait` stops at its goal or its timeout, `cancel --force` ends the job's VMs, `submit --code`
+uploads to the registry's own bucket. A driver thread plays the launcher, agents and sweeper by writing what
+they write; it moves the job on conditions it reads (never on time), so every interleaving with the CLI's
+polls ends the same."""
 
 from __future__ import annotations
 
@@ -11,8 +14,10 @@ import os
 import signal
 import subprocess
 import sys
+import tarfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -21,10 +26,14 @@ import pytest
 from click.testing import CliRunner, Result
 from moto import mock_aws
 
-from jobplane import jobs, keys
+from jobplane import drops, jobs, keys
 from jobplane.cli import StatusLine, cli
+from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, TAG_MANAGED
+from jobplane.clouds.gce_metadata import gce_key
 from jobplane.clouds.s3 import S3Store
 from jobplane.jobview import JobView, Status
+from jobplane.local.fake_compute import FakeComputeServer
+from jobplane.local.fake_gcs import FakeGcsServer
 from jobplane.registry import Registry
 from jobplane.spec import parse_spec
 from jobplane.states import State
@@ -33,16 +42,72 @@ from tests.helpers import wait_for
 pytestmark = pytest.mark.timeout(120)
 BUCKET = "jobplane-cli"
 SPEC = "name: demo\ninstance_type: t3.micro\nspot: true\nrun: python3 train.py\n"
+GCP_ENV = {"GOOGLE_CLOUD_PROJECT": "jobplane-cli", "JOBPLANE_REGION": "us-central1"}
+
+
+@dataclass
+class Cloud:
+    """A registry on one cloud, the environment the CLI finds it by, and VMs made the way the launcher tags them."""
+
+    name: str
+    reg: Registry
+    env: dict[str, str]
+    start_vm: Callable[[str, int], str]  # (job id, attempt) -> instance id
+    vms: Callable[[], list[str]]  # ids of the VMs alive
+
+    def spec(self, extra: str = "") -> str:
+        """SPEC for this cloud (an e2-small on GCP)."""
+        text = SPEC.replace("t3.micro", "e2-small") + "cloud: gcp\n" if self.name == "gcp" else SPEC
+        return text + extra
+
+
+@pytest.fixture(params=["aws", "gcp"])
+def cloud(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cloud]:
+    for name in ("JOBPLANE_CLOUD", "JOBPLANE_ROOT", "JOBPLANE_REGION", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    if request.param == "aws":
+        env = {"JOBPLANE_BUCKET": f"s3://{BUCKET}", "AWS_REGION": "us-east-1"}
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        with mock_aws():
+            s3, ec2 = boto3.client("s3", region_name="us-east-1"), boto3.client("ec2", region_name="us-east-1")
+            s3.create_bucket(Bucket=BUCKET)
+            ami = ec2.describe_images()["Images"][0]["ImageId"]
+
+            def start_ec2(job_id: str, attempt: int) -> str:
+                tags = {TAG_MANAGED: "true", TAG_JOB_ID: job_id, TAG_ATTEMPT: str(attempt)}
+                return str(ec2.run_instances(ImageId=ami, MinCount=1, MaxCount=1, TagSpecifications=[{
+                    "ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
+                )["Instances"][0]["InstanceId"])
+
+            def running_ec2() -> list[str]:
+                pages = ec2.describe_instances(Filters=[{"Name": "instance-state-name", "Values": ["running"]}])
+                return [i["InstanceId"] for r in pages["Reservations"] for i in r["Instances"]]
+
+            yield Cloud("aws", Registry(S3Store(BUCKET, s3)), env, start_ec2, running_ec2)
+        return
+    from jobplane.clouds.gcs import GcsStore
+
+    with FakeGcsServer() as gcs, FakeComputeServer(GCP_ENV["GOOGLE_CLOUD_PROJECT"]) as compute:
+        gcs.create_bucket(BUCKET)
+        env = {"JOBPLANE_BUCKET": f"gs://{BUCKET}", "STORAGE_EMULATOR_HOST": gcs.endpoint,
+               "JOBPLANE_COMPUTE_ENDPOINT": compute.endpoint, **GCP_ENV}
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+
+        def start_gce(job_id: str, attempt: int) -> str:
+            labels = {gce_key(TAG_MANAGED): "true", gce_key(TAG_JOB_ID): job_id, gce_key(TAG_ATTEMPT): str(attempt)}
+            return compute.add_instance("us-central1-a", f"jobplane-{job_id}-a{attempt}-0001", labels)
+
+        def running_gce() -> list[str]:
+            return [f"{vm['zone'].rsplit('/', 1)[-1]}/{vm['name']}" for vm in compute.instances()]
+
+        yield Cloud("gcp", Registry(GcsStore(BUCKET)), env, start_gce, running_gce)
 
 
 @pytest.fixture
-def reg(monkeypatch: pytest.MonkeyPatch) -> Iterator[Registry]:
-    monkeypatch.setenv("JOBPLANE_BUCKET", BUCKET)
-    monkeypatch.setenv("AWS_REGION", "us-east-1")
-    with mock_aws():
-        s3 = boto3.client("s3", region_name="us-east-1")
-        s3.create_bucket(Bucket=BUCKET)
-        yield Registry(S3Store(BUCKET, s3))
+def reg(cloud: Cloud) -> Registry:
+    return cloud.reg
 
 
 @pytest.fixture
@@ -152,9 +217,9 @@ def test_logs_follow_waits_for_a_queued_job_and_exits_with_its_outcome(reg: Regi
                                                                          else "rank 0 exited 1"))
 
 
-def test_submit_follow_submits_then_follows_to_the_end(reg: Registry, tmp_path: Path) -> None:
+def test_submit_follow_submits_then_follows_to_the_end(cloud: Cloud, reg: Registry, tmp_path: Path) -> None:
     spec = tmp_path / "job.yaml"
-    spec.write_text(SPEC + "id: sub-follow\n")
+    spec.write_text(cloud.spec("id: sub-follow\n"))
     driver = Driver(reg, "sub-follow", State.SUCCEEDED)
     driver.start()
     result = run("submit", str(spec), "-f", "--interval", "0.05")
@@ -206,15 +271,41 @@ def test_cancel_a_queued_job(reg: Registry) -> None:
     assert again.exit_code == 1 and again.stderr.strip() == "Error: job unwanted is already CANCELLED"
 
 
+@pytest.fixture(params=["aws", "gcp"])
+def served(request: pytest.FixtureRequest) -> Iterator[tuple[dict[str, str], Callable[[str, bytes], None],
+                                                            Callable[[], list[str]]]]:
+    """A registry another process can reach (moto's server, or the GCS fake): (its env, put, keys)."""
+    if request.param == "aws":
+        endpoint = request.getfixturevalue("moto_endpoint")
+        s3 = boto3.client("s3", region_name="us-east-1", endpoint_url=endpoint)
+        s3.create_bucket(Bucket=BUCKET)
+        yield ({"AWS_ENDPOINT_URL": endpoint, "JOBPLANE_BUCKET": BUCKET, "AWS_REGION": "us-east-1"},
+               lambda key, body: s3.put_object(Bucket=BUCKET, Key=key, Body=body),
+               lambda: [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"]])
+        return
+    from google.cloud import storage
+
+    with FakeGcsServer() as gcs:
+        gcs.create_bucket(BUCKET)
+        env = {"JOBPLANE_BUCKET": BUCKET, "JOBPLANE_CLOUD": "gcp", "STORAGE_EMULATOR_HOST": gcs.endpoint, **GCP_ENV}
+        os.environ["STORAGE_EMULATOR_HOST"] = gcs.endpoint  # for this process's client, just below
+        try:
+            bucket = storage.Client(project="jobplane-cli").bucket(BUCKET)
+        finally:
+            del os.environ["STORAGE_EMULATOR_HOST"]
+        yield (env, lambda key, body: bucket.blob(key).upload_from_string(body),
+               lambda: [b.name for b in bucket.list_blobs()])
+
+
 @pytest.mark.timeout(120)
-def test_ctrl_c_stops_following_never_the_job(moto_endpoint: str) -> None:
-    """A real SIGINT to a real `jobplane logs -f` (against the moto server): exit 130, the job untouched."""
-    env = {**os.environ, "AWS_ENDPOINT_URL": moto_endpoint, "JOBPLANE_BUCKET": BUCKET, "AWS_REGION": "us-east-1"}
-    s3 = boto3.client("s3", region_name="us-east-1", endpoint_url=moto_endpoint)
-    s3.create_bucket(Bucket=BUCKET)
-    s3.put_object(Bucket=BUCKET, Key=keys.queue_entry("kept"), Body=SPEC.encode())
+def test_ctrl_c_stops_following_never_the_job(served: tuple[dict[str, str], Callable[[str, bytes], None],
+                                                            Callable[[], list[str]]]) -> None:
+    """A real SIGINT to a real `jobplane logs -f` (against moto's server or the GCS fake): exit 130, the job
+    untouched."""
+    env, put, listed = served
+    put(keys.queue_entry("kept"), SPEC.encode())
     proc = subprocess.Popen([sys.executable, "-m", "jobplane.cli", "logs", "kept", "-f", "--interval", "0.2"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stderr is not None
         first = proc.stderr.readline()  # blocks until the follower has looked once
@@ -228,7 +319,7 @@ def test_ctrl_c_stops_following_never_the_job(moto_endpoint: str) -> None:
     assert proc.returncode == 130, rest
     assert "stopped following kept; the job goes on (`jobplane cancel kept` stops it)" in rest
     assert "Traceback" not in rest
-    assert [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"]] == ["queue/kept.yaml"]
+    assert listed() == ["queue/kept.yaml"]
 
 
 def test_logs_of_a_rerun_job_tag_every_attempts_lines(reg: Registry) -> None:
@@ -264,3 +355,67 @@ def test_on_a_terminal_the_status_line_is_rewritten_in_place_below_the_output(
     shown = "queued 2s: waiting for the lau"  # cut to the terminal's width, so clearing clears it all
     assert err.getvalue() == f"{clear}queued 1s: waiting for the lau{clear}{shown}{clear}{shown}{clear}"
     assert capsys.readouterr().out == "step 1\n"
+
+
+# ---- the registry's own cloud -------------------------------------------------------------------------------
+def test_submit_code_uploads_to_the_registrys_bucket_and_names_it_by_its_scheme(cloud: Cloud, tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text("print('hi')\n")
+    spec = tmp_path / "job.yaml"
+    spec.write_text(cloud.spec("id: with-code\n"))
+    result = run("submit", str(spec), "--code", str(tmp_path / "src"))
+    assert result.exit_code == 0, result.output
+    scheme = "gs" if cloud.name == "gcp" else "s3"
+    uploaded = keys.code_upload(drops.DEFAULT_OWNER, "with-code")
+    uri = f"{scheme}://{BUCKET}/{uploaded}"
+    assert result.stdout == "with-code\n" and f"code: 1 files from {tmp_path / 'src'} -> {uri}" in result.stderr
+    drop = parse_spec(cloud.reg.get_bytes(keys.queue_entry("with-code")), job_id="with-code")
+    assert drop.code == uri
+    with tarfile.open(fileobj=io.BytesIO(cloud.reg.get_bytes(uploaded))) as tar:
+        assert tar.getnames() == ["train.py"]
+
+
+def test_a_spec_for_the_other_cloud_is_refused_before_anything_is_uploaded(cloud: Cloud, tmp_path: Path) -> None:
+    other = "aws" if cloud.name == "gcp" else "gcp"
+    spec = tmp_path / "job.yaml"
+    spec.write_text(SPEC + (f"cloud: {other}\n" if other == "gcp" else ""))
+    (tmp_path / "src").mkdir()
+    result = run("submit", str(spec), "--code", str(tmp_path / "src"))
+    assert result.exit_code == 1
+    assert f"Error: cloud: '{other}'" in result.stderr and "is not the cloud of the registry" in result.stderr
+    assert list(cloud.reg.listing("")) == []
+
+
+def test_describe_shows_the_jobs_vms_and_cancel_force_ends_them(cloud: Cloud, reg: Registry) -> None:
+    reg.create_job("forced", parse_spec(cloud.spec(), job_id="forced"))
+    vm = cloud.start_vm("forced", 1)
+    other = cloud.start_vm("bystander", 1)
+    reg.transition("forced", State.LAUNCHING, attempt=1, instances=[vm])
+    reg.transition("forced", State.RUNNING)
+    described = json.loads(run("describe", "forced", "--json").stdout)
+    assert [i["id"] for i in described["instances"]] == [vm] and described["instances"][0]["state"] == "running"
+    assert vm in run("describe", "forced").stdout
+
+    result = run("cancel", "forced", "--force")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "forced CANCELLED\n" and result.stderr == f"terminated {vm}\n"
+    assert reg.job("forced").state == State.CANCELLED and reg.get_json(keys.stop_request("forced"))["by"] == "cli"
+    assert cloud.vms() == [other]
+
+
+def test_validate_needs_no_registry(cloud: Cloud, tmp_path: Path) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text(cloud.spec())
+    result = run("validate", str(spec))
+    assert result.exit_code == 0 and result.stdout == f"{spec}: ok\n"
+
+
+def test_a_bare_bucket_name_takes_its_cloud_from_cloud(cloud: Cloud, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("JOBPLANE_BUCKET")
+    drop(cloud.reg, "bare")
+    listed = run("ls", "--json", "--bucket", BUCKET, "--cloud", cloud.name)
+    assert listed.exit_code == 0, listed.output
+    assert [r["id"] for r in json.loads(listed.stdout)] == ["bare"]
+    other = "aws" if cloud.name == "gcp" else "gcp"
+    wrong = run("ls", "--bucket", f"{'gs' if cloud.name == 'gcp' else 's3'}://{BUCKET}", "--cloud", other)
+    assert wrong.exit_code == 1 and f"is on {cloud.name}, not {other}" in wrong.stderr

@@ -1,5 +1,6 @@
 """`jobplane metrics` (table, --json, --plot), `describe`'s metric lines and `submit --hp`, through click over a
-registry in moto's S3 (in-process). The metric chunks are written as an agent writes them."""
+registry on each cloud (moto's S3 in-process, the GCS fake). The metric chunks are written as an agent writes
+them."""
 
 from __future__ import annotations
 
@@ -16,17 +17,17 @@ from jobplane.metrics import Point
 from jobplane.registry import Registry
 from jobplane.spec import parse_spec
 from jobplane.states import State
-from tests.test_cli_jobs import SPEC, reg, run  # noqa: F401  (the moto registry fixture)
+from tests.test_cli_jobs import Cloud, cloud, reg, run  # noqa: F401  (the registry fixtures, on both clouds)
 
 pytestmark = pytest.mark.timeout(120)
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
 
-def recorded(reg: Registry, job_id: str, **state: object) -> None:  # noqa: F811
-    reg.create_job(job_id, parse_spec(SPEC, job_id))
-    reg.transition(job_id, State.LAUNCHING, expect=[State.QUEUED], attempt=1, instances=["i-1"])
+def recorded(cloud: Cloud, job_id: str, **state: object) -> None:  # noqa: F811
+    cloud.reg.create_job(job_id, parse_spec(cloud.spec(), job_id))
+    cloud.reg.transition(job_id, State.LAUNCHING, expect=[State.QUEUED], attempt=1, instances=["i-1"])
     if state:
-        reg.update(job_id, **state)
+        cloud.reg.update(job_id, **state)
 
 
 def ship(reg: Registry, job_id: str, attempt: int, rank: int, seq: int, points: list[Point]) -> None:  # noqa: F811
@@ -42,9 +43,9 @@ def falling(steps: range, attempt_start: float = 8.0) -> list[Point]:
 
 
 @pytest.fixture
-def trained(reg: Registry) -> str:  # noqa: F811
+def trained(cloud: Cloud, reg: Registry) -> str:  # noqa: F811
     """A job preempted at step 120 that resumed from step 100 on attempt 2 and diverged at step 160."""
-    recorded(reg, "trained")
+    recorded(cloud, "trained")
     ship(reg, "trained", 1, 0, 0, falling(range(10, 70, 10)))
     ship(reg, "trained", 1, 0, 1, [*falling(range(70, 130, 10)), Point("accuracy", 0.8, 120)])
     ship(reg, "trained", 2, 0, 0, [*falling(range(100, 160, 10)), Point("loss", math.nan, 160)])
@@ -93,8 +94,8 @@ def test_describe_shows_each_metrics_last_value(trained: str) -> None:
     assert [m["name"] for m in doc["metrics"]] == ["step", "loss", "accuracy"] and "points" not in doc["metrics"][0]
 
 
-def test_a_job_without_metrics_says_so(reg: Registry, tmp_path: Path) -> None:  # noqa: F811
-    recorded(reg, "quiet")
+def test_a_job_without_metrics_says_so(cloud: Cloud, tmp_path: Path) -> None:  # noqa: F811
+    recorded(cloud, "quiet")
     result = run("metrics", "quiet")
     assert result.exit_code == 0 and "job quiet (LAUNCHING): no metrics yet; they come with its log chunks" in \
         result.output
@@ -120,9 +121,9 @@ def test_plot_without_matplotlib_is_one_clear_line(trained: str, tmp_path: Path,
     assert result.output.strip().endswith("Error: --plot needs matplotlib: pip install 'jobplane[plot]'")
 
 
-def test_submit_hp_overrides_the_spec_in_the_drop(reg: Registry, tmp_path: Path) -> None:  # noqa: F811
+def test_submit_hp_overrides_the_spec_in_the_drop(cloud: Cloud, reg: Registry, tmp_path: Path) -> None:  # noqa: F811
     spec = tmp_path / "hp.yaml"
-    spec.write_text(SPEC + "hyperparameters: {epochs: 10, lr: 0.01}\n")
+    spec.write_text(cloud.spec("hyperparameters: {epochs: 10, lr: 0.01}\n"))
     result = run("submit", str(spec), "--id", "hp-job", "--hp", "lr=0.02", "--hp", "optimizer=adam")
     assert result.exit_code == 0, result.output
     drop = yaml.safe_load(reg.get_bytes(keys.queue_entry("hp-job")))

@@ -41,11 +41,13 @@ NOTIFY_TOPIC = "JOBPLANE_NOTIFY_TOPIC"  # projects/<project>/topics/<name>, made
 
 
 class _CloudLoggingFormatter(logging.Formatter):
-    """One JSON object per line: Cloud Logging reads severity and message, and keeps job_id searchable."""
+    """One JSON object per line: Cloud Logging reads severity and message, and keeps job_id and a bucket
+    event's result (what the launcher or reconciler did) as searchable fields."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry = {"severity": record.levelname, "message": record.getMessage(), "logger": record.name}
-        entry.update({k: getattr(record, k) for k in ("job_id", "metric", "value", "unit") if hasattr(record, k)})
+        entry.update({k: getattr(record, k) for k in ("job_id", "result", "metric", "value", "unit")
+                      if hasattr(record, k)})
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)
@@ -114,7 +116,8 @@ def launcher(event: CloudEvent) -> None:
         outcome = launching.handle_drop(env.registry, env.compute, key, now=utcnow(), metrics=metrics,
                                           policy=env.policy)
         drop = drops.parse(key)
-        log.info("%s: %s", key, outcome, extra={"job_id": drop.job_id if drop else None})
+        log.info("%s: %s", key, outcome, extra={"job_id": drop.job_id if drop else None,
+                                                "result": {"key": key, "outcome": outcome}})
         return
     if key.startswith(keys.PREEMPTED):
         outcomes = reconcile.rerun(env.registry, env.compute, now=utcnow(), metrics=metrics, policy=env.policy,
@@ -122,7 +125,8 @@ def launcher(event: CloudEvent) -> None:
     else:
         outcomes = reconcile.sweep(env.registry, env.compute, now=utcnow(), metrics=metrics, policy=env.policy,
                                    jobs=[job_id] if job_id else [], notify=env.notify)
-    log.info("%s: %s", key, reconcile.summary(outcomes), extra={"job_id": job_id})
+    summary = reconcile.summary(outcomes)
+    log.info("%s: %s", key, summary, extra={"job_id": job_id, "result": summary})
 
 
 @functions_framework.http

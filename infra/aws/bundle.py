@@ -1,7 +1,8 @@
 """Build the Lambda code asset and the agent bundles at synth time, without Docker.
 
 Lambda asset (one directory shared by the four functions, so CDK uploads it once):
-    functions/aws/*.py + shared/jobplane (minus GCP, CLI and local-cloud modules)
+    functions/aws/*.py + shared/jobplane as shipped on AWS (jobplane.bundling.shipped: no GCP adapter, no CLI,
+    no local cloud or fake)
     + the dependencies the python3.14 runtime lacks, as arm64 wheels from PyPI.
 The runtime ships boto3/botocore and their dependencies; everything else is bundled, Powertools included
 (no public layer: the bundle is then the whole truth, and the bundled-import test can prove it complete).
@@ -38,10 +39,6 @@ LAMBDA_PLATFORM = "manylinux2014_aarch64"
 RUNTIME_PROVIDED = frozenset({"boto3", "botocore", "s3transfer", "jmespath", "python_dateutil", "six", "urllib3"})
 # What the handlers import beyond the standard library and the runtime.
 LAMBDA_REQUIREMENTS = ("pydantic", "pydantic_core", "PyYAML", "aws-lambda-powertools")
-# Modules a Lambda never needs: GCP adapters (an AWS handler never imports google), the CLI, the local cloud,
-# the agent bundle builder.
-EXCLUDED_MODULES = ("jobplane/cli.py", "jobplane/local", "jobplane/bundling.py", "jobplane/clouds/gcs.py",
-                    "jobplane/clouds/gce*")
 
 
 def _pinned(requirement: str) -> str:
@@ -52,18 +49,6 @@ def _pinned(requirement: str) -> str:
     except metadata.PackageNotFoundError:
         return requirement
     return f"{name}{'[' + extra if extra else ''}=={version}"
-
-
-def _source_files(base: Path, excluded: Sequence[str] = ()) -> list[Path]:
-    out = []
-    for path in sorted(base.rglob("*")):
-        rel = path.relative_to(base.parent).as_posix()
-        if not path.is_file() or "__pycache__" in path.parts or path.suffix == ".pyc":
-            continue
-        if any(Path(rel).match(pattern) or rel.startswith(pattern + "/") for pattern in excluded):
-            continue
-        out.append(path)
-    return out
 
 
 def _pip_download(dest: Path, requirements: Sequence[str], platform: str, python: str) -> None:
@@ -97,8 +82,10 @@ def lambda_dependencies() -> Path:
 def lambda_asset() -> Path:
     """The directory every jobplane Lambda is deployed from (handler = functions.aws.<name>.handler)."""
     deps = lambda_dependencies()
-    sources = [*_source_files(ROOT / "functions"), *_source_files(ROOT / "shared" / "jobplane", EXCLUDED_MODULES)]
-    sources = [p for p in sources if "gcp" not in p.relative_to(ROOT).parts]
+    # functions/aws and what jobplane ships on AWS: no GCP adapter (an AWS handler never imports google), no
+    # CLI, no local cloud or fake (jobplane.bundling.shipped)
+    handlers = [ROOT / "functions" / "__init__.py", *bundling.source_files(ROOT / "functions" / "aws")]
+    sources = [*handlers, *bundling.package_files("aws")]
     key = digest([str(deps), *(f"{p.relative_to(ROOT)}\n{p.read_text()}" for p in sources)])
 
     def build(tmp: Path) -> None:
@@ -116,5 +103,6 @@ def agent_bundles(pythons: Sequence[str]) -> Path:
     """system/agent/: the agent bundle for every VM Python (these plus the image aliases') and architecture,
     and their manifest (jobplane.bundling; built from PyPI wheels once per set of inputs)."""
     key = digest(["aws", *pythons, *bundling.pins(),
-                  *(f"{p.relative_to(bundling.PACKAGE)}\n".encode() + p.read_bytes() for p in bundling.source_files())])
+                  *(f"{p.relative_to(bundling.PACKAGE)}\n".encode() + p.read_bytes()
+                    for p in bundling.package_files("aws"))])
     return atomic_build(CACHE / f"agent-{key}", lambda tmp: bundling.build_all(tmp, "aws", pythons))

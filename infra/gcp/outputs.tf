@@ -3,6 +3,11 @@ output "bucket" {
   value       = google_storage_bucket.registry.name
 }
 
+output "registry" {
+  description = "The registry for the CLI: export JOBPLANE_BUCKET=<registry> (or jobplane ... --bucket <registry>)"
+  value       = trimsuffix("gs://${google_storage_bucket.registry.name}/${local.prefix}", "/")
+}
+
 output "queue_uri" {
   description = "Drop job specs in its owner folders: gcloud storage cp job.yaml <queue_uri><owner>/ (a spec without owner: <queue_uri>)"
   value       = "gs://${google_storage_bucket.registry.name}/${local.prefix}queue/"

@@ -72,6 +72,25 @@ def source_files(base: Path = PACKAGE) -> list[Path]:
     return sorted(p for p in base.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
 
 
+# What no deployment ships (agent bundles, the Lambda asset, the Cloud Functions source): the CLI and what builds
+# its backends, the local cloud with its fakes and its moto helpers, this builder, the in-memory store of tests.
+NEVER_SHIPPED = ("cli.py", "backend.py", "bundling.py", "local/", "clouds/aws_local.py", "clouds/memory.py")
+# Each cloud's adapters: what is shipped for one cloud never carries the other's.
+ADAPTERS = {"aws": ("clouds/aws.py", "clouds/aws_imds.py", "clouds/s3.py", "clouds/sns.py"),
+            "gcp": ("clouds/gcp.py", "clouds/gce_metadata.py", "clouds/gcs.py", "clouds/pubsub.py")}
+
+
+def shipped(rel: str, cloud: str) -> bool:
+    """Whether the package file at rel (e.g. "clouds/gcs.py") goes into what is deployed on cloud."""
+    foreign = [m for other, modules in ADAPTERS.items() if other != cloud for m in modules]
+    return not rel.startswith(NEVER_SHIPPED) and rel not in foreign
+
+
+def package_files(cloud: str) -> list[Path]:
+    """The jobplane files a deployment on cloud runs, its functions and its VMs alike."""
+    return [p for p in source_files() if shipped(p.relative_to(PACKAGE).as_posix(), cloud)]
+
+
 def pins() -> list[str]:
     """name==version of every distribution installed here (jobplane aside): pip's constraints."""
     found = {d.metadata["Name"]: d.version for d in metadata.distributions() if d.metadata["Name"]}
@@ -84,8 +103,8 @@ def host_architecture() -> str:
 
 
 # ---- one variant -----------------------------------------------------------------------------------------
-def _copy_package(site: Path) -> None:
-    for path in source_files():
+def _copy_package(site: Path, cloud: str) -> None:
+    for path in package_files(cloud):
         dest = site / "jobplane" / path.relative_to(PACKAGE)
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, dest)
@@ -136,7 +155,7 @@ def build_from_index(out: Path, cloud: str, python: str, arch: str, constraints:
              "--target", str(site), "--only-binary=:all:", "--implementation", "cp", "--python-version", python,
              "--platform", PLATFORMS[arch], "--constraint", str(constraints), *REQUIREMENTS[cloud]],
             check=True, stdout=subprocess.DEVNULL)
-        _copy_package(site)
+        _copy_package(site, cloud)
         prune(site)
         return pack(site, out / agent_bundle.file_name(cloud, python, arch), cloud, python, arch)
 
@@ -190,7 +209,7 @@ def build_from_installed(out: Path, cloud: str) -> Variant:
                     dest = site.joinpath(*rel.parts)
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(src, dest)
-        _copy_package(site)
+        _copy_package(site, cloud)
         return pack(site, out / agent_bundle.file_name(cloud, python, arch), cloud, python, arch)
 
 
@@ -205,7 +224,7 @@ def local_variant(cloud: str) -> tuple[Path, Variant]:
     """This machine's bundle (path, manifest entry), built once per set of inputs and kept in the cache."""
     versions = [f"{d.metadata['Name']}=={d.version}" for d in _closure(REQUIREMENTS[cloud])]
     key = digest([cloud, sys.version, host_architecture(), *versions,
-                  *(f"{p.relative_to(PACKAGE)}\n".encode() + p.read_bytes() for p in source_files())])
+                  *(f"{p.relative_to(PACKAGE)}\n".encode() + p.read_bytes() for p in package_files(cloud))])
     out = atomic_build(cache_dir() / "bundles" / key, lambda tmp: _write_single(tmp, cloud))
     (variant,) = agent_bundle.parse_manifest((out / agent_bundle.MANIFEST).read_bytes())
     return out / variant.name, variant

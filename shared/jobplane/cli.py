@@ -16,15 +16,15 @@ from typing import Any, TextIO, TypeVar, cast
 
 import click
 import yaml
+from click.core import ParameterSource
 from rich.console import Console
 from rich.table import Table
 
 from jobplane import cost, jobs, jobview, metricview
-from jobplane.clouds.base import Compute
 from jobplane.errors import FieldError, SpecError
 from jobplane.jobview import COLUMNS, Status, display, header, view_row
 from jobplane.policy import DEFAULT_POLICY, Policy, check_against_policy, parse_policy
-from jobplane.registry import JobExists, JobNotFound, Registry, TransitionRefused, utcnow
+from jobplane.registry import JobExists, JobNotFound, TransitionRefused, utcnow
 from jobplane.settings import Settings
 from jobplane.spec import format_duration, json_schema_text, parse_duration, parse_spec, spec_to_json
 
@@ -107,41 +107,34 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def registry_options(func: F) -> F:
-    """--bucket / --endpoint / --region, each defaulting to the environment a `local up` prints."""
-    func = click.option("--region", envvar="AWS_REGION", help="Cloud region (env AWS_REGION).")(func)
+    """--bucket / --cloud / --region / --endpoint, each defaulting to the environment a `local up` writes."""
     func = click.option("--endpoint", envvar="AWS_ENDPOINT_URL",
-                        help="S3/EC2 endpoint URL, e.g. the local cloud's (env AWS_ENDPOINT_URL).")(func)
-    func = click.option("--bucket", envvar="JOBPLANE_BUCKET", help="Registry bucket (env JOBPLANE_BUCKET).")(func)
+                        help="AWS only: S3/EC2 endpoint URL, e.g. the local cloud's (env AWS_ENDPOINT_URL). On GCP "
+                             "set STORAGE_EMULATOR_HOST and JOBPLANE_COMPUTE_ENDPOINT.")(func)
+    func = click.option("--region", help="The deployment's region (env JOBPLANE_REGION; on AWS also AWS_REGION).")(func)
+    func = click.option("--cloud", type=click.Choice(["aws", "gcp"]),
+                        help="Cloud of a bare bucket name (env JOBPLANE_CLOUD; default aws); s3:// and gs:// URLs "
+                             "say it themselves.")(func)
+    func = click.option("--bucket", envvar="JOBPLANE_BUCKET",
+                        help="Registry: s3://BUCKET[/ROOT], gs://BUCKET[/ROOT] or a bucket name (env "
+                             "JOBPLANE_BUCKET).")(func)
     return func
 
 
-def connect(bucket: str | None, endpoint: str | None, region: str | None) -> jobs.Backend:
-    """The one place that builds a registry's store and compute adapter: today S3 and EC2. Another cloud's
-    bucket (gs://...) gets its store, uploader and adapter here, behind the same Backend."""
-    if endpoint:
-        os.environ["AWS_ENDPOINT_URL"] = endpoint
-    if region:
-        os.environ["AWS_REGION"] = os.environ.get("AWS_DEFAULT_REGION") or region
-        os.environ.setdefault("AWS_DEFAULT_REGION", region)
+def connect(bucket: str | None, cloud: str | None, region: str | None, endpoint: str | None) -> jobs.Backend:
+    """The registry the options name, on its cloud: S3 and EC2, or GCS and Compute Engine (jobplane.backend)."""
+    from jobplane import backend
+
     try:
-        settings = Settings.from_env(bucket)
+        settings = Settings.from_env(bucket, cloud, region)
     except RuntimeError as exc:
         raise UserError(str(exc)) from None
-    from jobplane.clouds.s3 import S3Store
-
-    store = S3Store(settings.bucket)
-    reg = Registry(store, settings.root)
-
-    def compute() -> Compute:
-        from jobplane.clouds.aws import Ec2Compute
-
-        return Ec2Compute()
-
-    def upload(key: str, path: Path) -> None:
-        with upload_progress(path) as advance:
-            store.upload_file(reg.key(key), path, "application/gzip", advance)
-
-    return jobs.Backend(reg, f"s3://{settings.bucket}", compute, upload)
+    if settings.cloud == "aws" and endpoint:
+        os.environ["AWS_ENDPOINT_URL"] = endpoint
+    elif endpoint and click.get_current_context().get_parameter_source("endpoint") == ParameterSource.COMMANDLINE:
+        raise UserError("--endpoint is for AWS; on GCP set STORAGE_EMULATOR_HOST (GCS) and JOBPLANE_COMPUTE_ENDPOINT "
+                        "(the Compute Engine API)")
+    return backend.connect(settings, upload_progress)
 
 
 @contextlib.contextmanager
@@ -154,6 +147,10 @@ def upload_progress(path: Path) -> Iterator[Callable[[int], None]]:
         yield lambda sent: progress.advance(task, sent)
 
 
+# Google's libraries: an API refusal (google.api_core), no credentials (google.auth), GCS unreachable (requests)
+SDK_ERRORS = ("google.api_core.", "google.auth.", "google.cloud.", "requests.exceptions")
+
+
 def cloud_errors(func: F) -> F:
     """Turn the errors a user can cause or meet (no bucket, no credentials, unknown job) into one line."""
     @functools.wraps(func)
@@ -164,10 +161,11 @@ def cloud_errors(func: F) -> F:
             raise
         except (JobNotFound, JobExists, TransitionRefused, jobs.JobError) as exc:
             raise UserError(str(exc)) from None
-        except Exception as exc:  # botocore errors without importing botocore here
+        except Exception as exc:  # the cloud SDKs' errors without importing an SDK here
             name = type(exc).__name__
             if name in ("NoCredentialsError", "EndpointConnectionError", "ClientError", "NoSuchBucket",
-                        "ParamValidationError", "ConnectionClosedError", "NoRegionError"):
+                        "ParamValidationError", "ConnectionClosedError", "NoRegionError", "BackendError") \
+                    or type(exc).__module__.startswith(SDK_ERRORS):
                 raise UserError(f"{name}: {exc}") from None
             raise
     return cast(F, wrapper)
@@ -567,11 +565,12 @@ state_dir_option = click.option("--state-dir", type=click.Path(file_okay=False, 
 
 @cli.group()
 def local() -> None:
-    """Run the whole control plane on this machine: moto for AWS, local processes as VMs.
+    """Run the whole control plane on this machine: moto for AWS (or fakes of GCS and Compute Engine for
+    GCP), local processes as VMs.
 
     \b
     Example:
-      jobplane local up            # shell 1, until Ctrl-C
+      jobplane local up            # shell 1, until Ctrl-C (--cloud gcp: the GCP one)
       source .jobplane/env.sh      # shell 2
       jobplane submit examples/demo.yaml --code examples/train
     """
@@ -587,22 +586,26 @@ def control(state: Path | None, action: str, body: dict[str, Any]) -> Any:
 
 
 @local.command()
-@click.option("--port", type=int, default=5055, show_default=True, help="moto server port (0: any free port).")
+@click.option("--cloud", type=click.Choice(["aws", "gcp"]), default="aws", show_default=True,
+              help="aws: moto, EC2 instances, Lambda handlers; gcp: the GCS and Compute Engine fakes, GCE VMs, Cloud "
+                   "Functions through functions-framework.")
+@click.option("--port", type=int, default=5055, show_default=True,
+              help="Port of the cloud's API: moto's, or the GCS fake's (Compute Engine's: the next one); 0: any free.")
 @click.option("--tick", type=float, default=1.0, show_default=True,
               help="Seconds between runner/trigger passes; scheduled functions run every max(tick, 2) s.")
 @state_dir_option
-def up(port: int, tick: float, state_dir: Path | None) -> None:
+def up(cloud: str, port: int, tick: float, state_dir: Path | None) -> None:
     """Start the local cloud in the foreground; print the exports a second shell needs. Ctrl-C stops it all.
 
     \b
     Example:
-      jobplane local up --port 5055 --tick 1
+      jobplane local up --cloud gcp --port 5055 --tick 1
     """
     from jobplane.local.cloud import up as run_up
     from jobplane.local.control import state_dir as default_state_dir
 
     try:
-        run_up(default_state_dir(state_dir), port, tick)
+        run_up(default_state_dir(state_dir), port, tick, cloud)
     except RuntimeError as exc:
         raise UserError(str(exc)) from None
 
@@ -611,10 +614,11 @@ def up(port: int, tick: float, state_dir: Path | None) -> None:
 @click.argument("job_id", metavar="JOB")
 @click.option("--rank", type=int, help="Only this rank's instance (default: every instance of the job).")
 @click.option("--grace", type=float, default=10, show_default=True,
-              help="Seconds between the Spot notice and the termination (EC2 gives 120).")
+              help="Seconds between the Spot notice and the end of the VM (EC2 gives 120, GCE about 30).")
 @state_dir_option
 def preempt(job_id: str, rank: int | None, grace: float, state_dir: Path | None) -> None:
-    """Reclaim a job's Spot instances the way EC2 does: a notice in IMDS and EventBridge, then termination.
+    """Reclaim a job's Spot VMs the way the cloud does: EC2's notice in IMDS and EventBridge, then termination;
+    GCE's instance/preempted and its shutdown-script, then deletion.
 
     \b
     Example:
@@ -660,6 +664,23 @@ def instance(unmanaged: bool, job_id: str | None, user_data: Path | None, state_
     """
     body = {"managed": not unmanaged, "job_id": job_id, "user_data": user_data.read_text() if user_data else ""}
     click.echo(control(state_dir, "instances", body)["instance_id"])
+
+
+@local.command()
+@click.argument("function")
+@click.option("--resume", is_flag=True, help="Deliver its events and schedules again.")
+@state_dir_option
+def pause(function: str, resume: bool, state_dir: Path | None) -> None:
+    """Stop a function from running, as if it failed every time: see what the rest and the cloud do without it.
+
+    \b
+    Nothing is delivered to it (its events are not kept for later); the scheduled runs catch up on resume.
+    Example:
+      jobplane local pause uptime_cap      # GCE's own maxRunDuration is then the only uptime cap
+      jobplane local pause uptime_cap --resume
+    """
+    paused = control(state_dir, "pause", {"function": function, "paused": not resume})["paused"]
+    click.echo(f"paused: {', '.join(paused) or 'none'}")
 
 
 @local.command()

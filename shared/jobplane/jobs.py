@@ -220,6 +220,11 @@ def submit(backend: Backend, sub: Submission, on_bundle: Callable[[int, str], No
     on_bundle(files, uri) is told what was uploaded. Returns the job id.
     """
     reg, job_id, doc = backend.reg, sub.job_id, dict(sub.doc)
+    cloud = str(doc.get("cloud", "aws"))
+    if not backend.url.startswith(URI_SCHEMES.get(cloud, "?")):  # the launcher would record it INVALID
+        default = "" if "cloud" in doc else " (the default)"
+        raise JobError(f"cloud: {cloud!r}{default} is not the cloud of the registry {backend.url}: submit it to a "
+                       f"registry on {cloud}, or set cloud: in the spec")
     if reg.exists(job_id):
         raise JobExists(job_id)
     if _queued(reg, job_id) is not None:

@@ -1,9 +1,24 @@
-"""Where the registry is: read once from the environment by handlers, the CLI and the agent."""
+"""Where the registry is: read once from the environment by handlers, the CLI and the agent.
+
+A registry is named by URL, `s3://bucket[/root]` or `gs://bucket[/root]`, whose scheme says the cloud; or by
+a bare bucket name, whose cloud comes from JOBPLANE_CLOUD (or the caller), AWS by default. The variables:
+
+    JOBPLANE_BUCKET      the registry: a URL or a bare bucket name
+    JOBPLANE_ROOT        the registry's prefix in the bucket, when the URL has no path
+    JOBPLANE_CLOUD       aws | gcp, for a bare bucket name
+    JOBPLANE_REGION      the deployment's region (on AWS, AWS_REGION / AWS_DEFAULT_REGION also serve)
+and per cloud, read by its adapters: AWS_ENDPOINT_URL (S3 and EC2 elsewhere than AWS, e.g. the local
+cloud's moto); GOOGLE_CLOUD_PROJECT, STORAGE_EMULATOR_HOST (GCS elsewhere than Google, anonymously) and
+JOBPLANE_COMPUTE_ENDPOINT (the Compute Engine API elsewhere than Google, anonymously).
+"""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+
+CLOUDS = {"s3": "aws", "gs": "gcp"}  # URL scheme -> cloud
+SCHEMES = {cloud: scheme for scheme, cloud in CLOUDS.items()}
 
 
 @dataclass(frozen=True)
@@ -13,15 +28,37 @@ class Settings:
     region: str | None = None
     cloud: str = "aws"
 
+    @property
+    def url(self) -> str:
+        """The bucket's URL (s3://b, gs://b): objects in it are named by this plus their key."""
+        return f"{SCHEMES[self.cloud]}://{self.bucket}"
+
     @classmethod
-    def from_env(cls, bucket: str | None = None) -> Settings:
-        name = bucket or os.environ.get("JOBPLANE_BUCKET", "")
-        if not name:
-            raise RuntimeError("no registry bucket: set JOBPLANE_BUCKET or pass --bucket")
-        return cls(
-            bucket=name,
-            root=os.environ.get("JOBPLANE_ROOT", ""),
-            region=os.environ.get("JOBPLANE_REGION") or os.environ.get("AWS_REGION")
-            or os.environ.get("AWS_DEFAULT_REGION"),
-            cloud=os.environ.get("JOBPLANE_CLOUD", "aws"),
-        )
+    def from_env(cls, bucket: str | None = None, cloud: str | None = None, region: str | None = None) -> Settings:
+        """bucket, cloud and region as given (the CLI's --bucket, --cloud, --region), else from the variables."""
+        named = bucket or os.environ.get("JOBPLANE_BUCKET", "")
+        if not named:
+            raise RuntimeError("no registry bucket: set JOBPLANE_BUCKET or pass --bucket (s3://BUCKET or gs://BUCKET)")
+        found, name, root = parse_registry(named)
+        if found and cloud and cloud != found:
+            raise RuntimeError(f"the registry {named} is on {found}, not {cloud}: drop --cloud or fix the URL")
+        cloud = found or cloud or os.environ.get("JOBPLANE_CLOUD") or "aws"
+        if cloud not in SCHEMES:
+            raise RuntimeError(f"unknown cloud {cloud!r} (JOBPLANE_CLOUD): use aws or gcp")
+        env = os.environ.get
+        fallback = (env("AWS_REGION") or env("AWS_DEFAULT_REGION")) if cloud == "aws" else None
+        return cls(bucket=name, root=root if root is not None else env("JOBPLANE_ROOT", ""),
+                   region=region or env("JOBPLANE_REGION") or fallback, cloud=cloud)
+
+
+def parse_registry(named: str) -> tuple[str | None, str, str | None]:
+    """(cloud or None for a bare name, bucket, root or None when the URL has no path)."""
+    scheme, sep, rest = named.partition("://")
+    if not sep:
+        return None, named.strip("/"), None
+    if scheme not in CLOUDS:
+        raise RuntimeError(f"{named}: a registry URL is s3://BUCKET[/ROOT] or gs://BUCKET[/ROOT]")
+    bucket, _, root = rest.partition("/")
+    if not bucket:
+        raise RuntimeError(f"{named}: no bucket name")
+    return CLOUDS[scheme], bucket, root.strip("/") or None

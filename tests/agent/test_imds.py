@@ -15,33 +15,54 @@ from jobplane.local.imds import FakeImds, ImdsInstance
 pytestmark = pytest.mark.timeout(30)
 
 
+class Imds(FakeImds):
+    """The fake with what only these tests do to it: a request log, a notice withdrawn, tokens expired."""
+
+    def __init__(self, instance: ImdsInstance) -> None:
+        super().__init__(instance)
+        self.requests: list[tuple[str, str, int]] = []  # (method, path, status)
+
+    def _record(self, method: str, path: str, status: int) -> None:
+        with self._lock:
+            self.requests.append((method, path, status))
+
+    def clear_notice(self) -> None:
+        with self._lock:
+            self._notice = None
+
+    def expire_tokens(self) -> None:
+        """Invalidate every issued token, as if their TTL ran out."""
+        with self._lock:
+            self._tokens.clear()
+
+
 @pytest.fixture
-def imds() -> Iterator[FakeImds]:
+def imds() -> Iterator[Imds]:
     inst = ImdsInstance("i-0123456789abcdef0", launch_index=2,
-                        tags={TAG_JOB_ID: "train-1", TAG_ATTEMPT: "3"}, local_ipv4="10.0.0.7")
-    with FakeImds(inst) as fake:
+                        tags={TAG_JOB_ID: "train-1", TAG_ATTEMPT: "3"}, local_ipv4="127.0.0.7")
+    with Imds(inst) as fake:
         yield fake
 
 
-def test_identity_and_tags(imds: FakeImds) -> None:
+def test_identity_and_tags(imds: Imds) -> None:
     md = Ec2Metadata(imds.url)
     assert md.instance_id() == "i-0123456789abcdef0"
     assert md.rank() == 2
     assert md.tag(TAG_JOB_ID) == "train-1"
     assert md.tag(TAG_ATTEMPT) == "3"
     assert md.tag("jobplane:absent") is None
-    assert md.local_ipv4() == "10.0.0.7"
+    assert md.local_ipv4() == "127.0.0.7"
     # one token for the whole session, every GET carried it
     assert [r for r in imds.requests if r[0] == "PUT"] == [("PUT", "/latest/api/token", 200)]
     assert all(status in (200, 404) for _, _, status in imds.requests)
 
 
-def test_endpoint_from_environment(imds: FakeImds, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_endpoint_from_environment(imds: Imds, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds.url + "/")
     assert Ec2Metadata().instance_id() == "i-0123456789abcdef0"
 
 
-def test_spot_notice_404_then_served(imds: FakeImds) -> None:
+def test_spot_notice_404_then_served(imds: Imds) -> None:
     md = Ec2Metadata(imds.url)
     assert md.preemption_notice() is None
     served = imds.set_notice("terminate")
@@ -51,7 +72,7 @@ def test_spot_notice_404_then_served(imds: FakeImds) -> None:
     assert md.preemption_notice() is None
 
 
-def test_expired_token_is_refreshed(imds: FakeImds) -> None:
+def test_expired_token_is_refreshed(imds: Imds) -> None:
     md = Ec2Metadata(imds.url)
     assert md.rank() == 2
     imds.expire_tokens()
@@ -60,7 +81,7 @@ def test_expired_token_is_refreshed(imds: FakeImds) -> None:
     assert len([r for r in imds.requests if r[0] == "PUT"]) == 2
 
 
-def test_fake_enforces_the_token_flow(imds: FakeImds) -> None:
+def test_fake_enforces_the_token_flow(imds: Imds) -> None:
     def status(req: urllib.request.Request) -> int:
         try:
             with urllib.request.urlopen(req, timeout=2) as resp:

@@ -10,10 +10,10 @@ import pytest
 
 from jobplane.clouds.gcp import GceCompute
 from jobplane.clouds.gcs import GcsStore
-from jobplane.local.fake_compute import FakeComputeServer
 from jobplane.local.fake_gcs import FakeGcsServer
 from jobplane.policy import GcpPlacement
 from jobplane.registry import Registry
+from tests.gcp.fakes import ComputeFake
 from tests.helpers import publish_agent_manifest
 
 PROJECT, REGION, BUCKET = "jobplane-local", "us-central1", "jobplane-gcp-test"
@@ -23,8 +23,8 @@ PLACEMENT = GcpPlacement(service_account="vm@jobplane-local.iam.gserviceaccount.
 
 
 @pytest.fixture
-def compute_fake() -> Iterator[FakeComputeServer]:
-    fake = FakeComputeServer(PROJECT, op_polls=1)
+def compute_fake() -> Iterator[ComputeFake]:
+    fake = ComputeFake(PROJECT, op_polls=1)
     fake.start()
     try:
         yield fake
@@ -33,7 +33,7 @@ def compute_fake() -> Iterator[FakeComputeServer]:
 
 
 @pytest.fixture
-def gce(compute_fake: FakeComputeServer) -> GceCompute:
+def gce(compute_fake: ComputeFake) -> GceCompute:
     return GceCompute(PROJECT, REGION, placement=PLACEMENT, endpoint=compute_fake.endpoint, operation_timeout=30)
 
 
@@ -52,14 +52,14 @@ def gcs_fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeGcsServer]:
 
 @dataclass
 class GcpCloud:
-    compute_fake: FakeComputeServer
+    compute_fake: ComputeFake
     compute: GceCompute
     gcs_fake: FakeGcsServer
     registry: Registry
 
 
 @pytest.fixture
-def cloud(compute_fake: FakeComputeServer, gce: GceCompute, gcs_fake: FakeGcsServer,
+def cloud(compute_fake: ComputeFake, gce: GceCompute, gcs_fake: FakeGcsServer,
           monkeypatch: pytest.MonkeyPatch) -> GcpCloud:
     """Registry on GCS (root "reg"), Compute on the fake; the environment the functions read."""
     for name, value in {"JOBPLANE_BUCKET": BUCKET, "JOBPLANE_ROOT": "reg", "JOBPLANE_REGION": REGION,

@@ -12,8 +12,8 @@ import pytest
 from jobplane import bundling, keys
 from jobplane.bootstrap import render
 from jobplane.launcher import agent_source
-from jobplane.local.gce_metadata_server import FakeGceMetadataServer
 from tests.gcp.conftest import BUCKET, GcpCloud
+from tests.gcp.fakes import MetadataFake
 from tests.helpers import run_bootstrap
 
 pytestmark = pytest.mark.timeout(180)
@@ -32,7 +32,7 @@ def test_a_gce_vm_fetches_the_agent_with_its_own_token_and_reports_a_failed_boot
         return render(cloud="gcp", bucket=BUCKET, root="reg", region="us-central1", job_id=job_id, attempt=1,
                       uptime_minutes=60, agent=source)
 
-    with FakeGceMetadataServer() as metadata:
+    with MetadataFake() as metadata:
         good = run_bootstrap(script("gce-ok", variant.sha256), tmp_path / "ok", GCE_METADATA_HOST=metadata.host)
         assert metadata.requests >= 1  # the token came from the metadata server
         bad = run_bootstrap(script("gce-bad", "0" * 64), tmp_path / "bad", GCE_METADATA_HOST=metadata.host)

@@ -21,8 +21,8 @@ from jobplane.clouds.gcp import (
     request_id,
     shutdown_script,
 )
-from jobplane.local.fake_compute import FakeComputeServer
 from tests.gcp.conftest import IMAGE, PLACEMENT, PROJECT, REGION
+from tests.gcp.fakes import ComputeFake
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -35,13 +35,13 @@ def request(job_id: str = "train-1", *, nodes: int = 1, zone: str | None = "us-c
                          labels=(("team", "vision"), ("jobplane-managed", "false")))
 
 
-def vms(fake: FakeComputeServer, job_id: str) -> list[dict[str, Any]]:
+def vms(fake: ComputeFake, job_id: str) -> list[dict[str, Any]]:
     return sorted((v for v in fake.instances() if v["labels"].get("jobplane-job-id") == job_id),
                   key=lambda v: v["name"])
 
 
 def test_single_spot_vm_carries_ownership_scheduling_scripts_and_service_account(
-        gce: GceCompute, compute_fake: FakeComputeServer) -> None:
+        gce: GceCompute, compute_fake: ComputeFake) -> None:
     [inst] = gce.launch(request())
     [vm] = vms(compute_fake, "train-1")
     assert compute_fake.calls["insert"] == 1 and compute_fake.calls["bulkInsert"] == 0
@@ -70,7 +70,7 @@ def test_single_spot_vm_carries_ownership_scheduling_scripts_and_service_account
 
 
 def test_multi_node_is_one_zonal_bulk_insert_all_or_nothing_in_rank_order(
-        gce: GceCompute, compute_fake: FakeComputeServer) -> None:
+        gce: GceCompute, compute_fake: ComputeFake) -> None:
     instances = gce.launch(request(nodes=3, zone="us-central1-b", spot=False))
     assert compute_fake.calls["bulkInsert"] == 1 and compute_fake.calls["insert"] == 0
     assert [i.id for i in instances] == [f"us-central1-b/jobplane-train-1-a1-000{n}" for n in (1, 2, 3)]
@@ -81,14 +81,14 @@ def test_multi_node_is_one_zonal_bulk_insert_all_or_nothing_in_rank_order(
 
 
 def test_no_zone_is_a_regional_bulk_insert_that_lands_in_one_zone_with_room(
-        gce: GceCompute, compute_fake: FakeComputeServer) -> None:
+        gce: GceCompute, compute_fake: ComputeFake) -> None:
     compute_fake.fail_zone("us-central1-a")
     instances = gce.launch(request(nodes=2, zone=None))
     assert compute_fake.calls["regionBulkInsert"] == 1
     assert {i.zone for i in instances} == {"us-central1-b"}
 
 
-def test_same_request_twice_creates_nothing_more(gce: GceCompute, compute_fake: FakeComputeServer) -> None:
+def test_same_request_twice_creates_nothing_more(gce: GceCompute, compute_fake: ComputeFake) -> None:
     first = gce.launch(request(nodes=2))
     second = gce.launch(request(nodes=2))
     assert [i.id for i in first] == [i.id for i in second]
@@ -98,7 +98,7 @@ def test_same_request_twice_creates_nothing_more(gce: GceCompute, compute_fake: 
 
 
 def test_a_capacity_retry_of_the_same_attempt_a_minute_later_is_a_new_request(
-        compute_fake: FakeComputeServer) -> None:
+        compute_fake: ComputeFake) -> None:
     now = [1_000_000.0]
     gce = GceCompute(PROJECT, REGION, placement=PLACEMENT, endpoint=compute_fake.endpoint, clock=lambda: now[0])
     compute_fake.fail_zone("us-central1-a", times=1)
@@ -112,7 +112,7 @@ def test_a_capacity_retry_of_the_same_attempt_a_minute_later_is_a_new_request(
 
 
 def test_a_duplicate_across_the_minute_adopts_the_vms_already_there(
-        compute_fake: FakeComputeServer) -> None:
+        compute_fake: ComputeFake) -> None:
     now = [1_000_079.0]
     gce = GceCompute(PROJECT, REGION, placement=PLACEMENT, endpoint=compute_fake.endpoint, clock=lambda: now[0])
     first = gce.launch(request(nodes=2))
@@ -124,7 +124,7 @@ def test_a_duplicate_across_the_minute_adopts_the_vms_already_there(
 @pytest.mark.parametrize("code", ["ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
                                   "QUOTA_EXCEEDED"])
 def test_capacity_errors_raise_capacity_error_and_create_nothing(
-        gce: GceCompute, compute_fake: FakeComputeServer, code: str) -> None:
+        gce: GceCompute, compute_fake: ComputeFake, code: str) -> None:
     compute_fake.fail_zone("us-central1-a", code)
     with pytest.raises(CapacityError) as err:
         gce.launch(request(nodes=2))
@@ -133,21 +133,21 @@ def test_capacity_errors_raise_capacity_error_and_create_nothing(
 
 
 def test_every_zone_out_of_capacity_fails_the_regional_launch(
-        gce: GceCompute, compute_fake: FakeComputeServer) -> None:
+        gce: GceCompute, compute_fake: ComputeFake) -> None:
     for zone in ("us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f"):
         compute_fake.fail_zone(zone)
     with pytest.raises(CapacityError):
         gce.launch(request(zone=None))
 
 
-def test_bad_requests_are_rejected_not_retried(gce: GceCompute, compute_fake: FakeComputeServer) -> None:
+def test_bad_requests_are_rejected_not_retried(gce: GceCompute, compute_fake: ComputeFake) -> None:
     with pytest.raises(LaunchRejected, match="Unknown zone"):
         gce.launch(request(zone="mars-north1-a"))
     assert compute_fake.instances() == []
 
 
 def test_list_managed_is_filtered_server_side_and_normalized(
-        gce: GceCompute, compute_fake: FakeComputeServer) -> None:
+        gce: GceCompute, compute_fake: ComputeFake) -> None:
     gce.launch(request(nodes=2))
     compute_fake.add_instance("us-central1-c", "someone-elses-vm", {"team": "web"})
     compute_fake.add_instance("us-central1-c", "stopped-one", {"jobplane-managed": "true"}, status="TERMINATED",
@@ -160,7 +160,7 @@ def test_list_managed_is_filtered_server_side_and_normalized(
     assert compute_fake.calls["aggregatedList"] >= 2
 
 
-def test_terminate_deletes_only_managed_unprotected_vms(gce: GceCompute, compute_fake: FakeComputeServer) -> None:
+def test_terminate_deletes_only_managed_unprotected_vms(gce: GceCompute, compute_fake: ComputeFake) -> None:
     [inst] = gce.launch(request())
     other = compute_fake.add_instance("us-central1-a", "not-ours", {"team": "web"})
     protected = compute_fake.add_instance("us-central1-a", "keep-me", {"jobplane-managed": "true"},
@@ -169,7 +169,7 @@ def test_terminate_deletes_only_managed_unprotected_vms(gce: GceCompute, compute
     assert sorted(v["name"] for v in compute_fake.instances()) == ["keep-me", "not-ours"]
 
 
-def test_preemptions_are_found_from_zone_operations(gce: GceCompute, compute_fake: FakeComputeServer) -> None:
+def test_preemptions_are_found_from_zone_operations(gce: GceCompute, compute_fake: ComputeFake) -> None:
     instances = gce.launch(request(nodes=2))
     before = datetime.now(UTC)
     compute_fake.preempt(instances[1].id)
@@ -179,7 +179,7 @@ def test_preemptions_are_found_from_zone_operations(gce: GceCompute, compute_fak
     assert [i.id for i in gce.list_managed()] == [instances[0].id]  # Spot + DELETE: the VM is gone
 
 
-def test_max_run_duration_is_enforced_by_the_cloud(compute_fake: FakeComputeServer, gce: GceCompute) -> None:
+def test_max_run_duration_is_enforced_by_the_cloud(compute_fake: ComputeFake, gce: GceCompute) -> None:
     [inst] = gce.launch(request())
     assert compute_fake.expire() == []
     compute_fake.clock = lambda: datetime.now(UTC).replace(year=2100)

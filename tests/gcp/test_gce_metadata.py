@@ -13,15 +13,14 @@ import pytest
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, TAG_MANAGED, LaunchRequest
 from jobplane.clouds.gce_metadata import GceMetadata, MetadataError
 from jobplane.clouds.gcp import GceCompute
-from jobplane.local.fake_compute import FakeComputeServer
-from jobplane.local.gce_metadata_server import FakeGceMetadataServer
+from tests.gcp.fakes import ComputeFake, MetadataFake
 
 pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
-def server() -> Iterator[FakeGceMetadataServer]:
-    fake = FakeGceMetadataServer(name="train-1-a2-0003", zone="us-central1-b",
+def server() -> Iterator[MetadataFake]:
+    fake = MetadataFake(name="train-1-a2-0003", zone="us-central1-b",
                                  attributes={"jobplane-job-id": "train-1", "jobplane-attempt": "2"})
     fake.start()
     try:
@@ -30,7 +29,7 @@ def server() -> Iterator[FakeGceMetadataServer]:
         fake.stop()
 
 
-def test_identity_tags_and_rank_from_the_name(server: FakeGceMetadataServer) -> None:
+def test_identity_tags_and_rank_from_the_name(server: MetadataFake) -> None:
     md = GceMetadata(server.base_url)
     assert md.instance_id() == "us-central1-b/train-1-a2-0003"
     assert (md.tag(TAG_JOB_ID), md.tag(TAG_ATTEMPT), md.tag(TAG_MANAGED)) == ("train-1", "2", None)
@@ -39,18 +38,18 @@ def test_identity_tags_and_rank_from_the_name(server: FakeGceMetadataServer) -> 
     assert GceMetadata(server.base_url).rank() == 5  # an explicit attribute wins
 
 
-def test_base_url_comes_from_gce_metadata_host(server: FakeGceMetadataServer, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_base_url_comes_from_gce_metadata_host(server: MetadataFake, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GCE_METADATA_HOST", server.host)
     assert GceMetadata().instance_id() == "us-central1-b/train-1-a2-0003"
 
 
-def test_requests_without_the_flavor_header_are_refused(server: FakeGceMetadataServer) -> None:
+def test_requests_without_the_flavor_header_are_refused(server: MetadataFake) -> None:
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(server.base_url + "instance/id", timeout=5)
     assert err.value.code == 403
 
 
-def test_preemption_notice_appears_once_preempted(server: FakeGceMetadataServer) -> None:
+def test_preemption_notice_appears_once_preempted(server: MetadataFake) -> None:
     md = GceMetadata(server.base_url)
     assert md.preemption_notice() is None
     server.set_preempted()
@@ -58,7 +57,7 @@ def test_preemption_notice_appears_once_preempted(server: FakeGceMetadataServer)
     assert notice is not None and notice["action"] == "terminate" and notice["time"]
 
 
-def test_wait_for_preemption_blocks_on_the_server_until_the_notice(server: FakeGceMetadataServer) -> None:
+def test_wait_for_preemption_blocks_on_the_server_until_the_notice(server: MetadataFake) -> None:
     md = GceMetadata(server.base_url)
     started = time.monotonic()
     assert md.wait_for_preemption(timeout=1) is None
@@ -76,7 +75,7 @@ def test_an_unreachable_server_is_a_metadata_error() -> None:
         GceMetadata("http://127.0.0.1:9/computeMetadata/v1/", timeout=0.5).instance_id()
 
 
-def test_compute_fake_serves_each_vm_its_own_metadata(compute_fake: FakeComputeServer, gce: GceCompute) -> None:
+def test_compute_fake_serves_each_vm_its_own_metadata(compute_fake: ComputeFake, gce: GceCompute) -> None:
     instances = gce.launch(LaunchRequest(job_id="pair", attempt=3, num_nodes=2, instance_type="n2-standard-4",
                                          zone="us-central1-a", image="img", spot=True, user_data="#!/bin/bash\n",
                                          max_runtime=600, disk_gb=20, owner="bob"))

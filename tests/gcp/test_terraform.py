@@ -21,7 +21,8 @@ import pytest
 from jobplane import images
 from jobplane.clouds.base import LaunchRequest
 from jobplane.clouds.gcp import VM_NAME_PREFIX, GceCompute
-from jobplane.local.fake_compute import FakeComputeServer
+from tests.gcp.fakes import ComputeFake
+from tests.helpers import foreign_sdk_imports, unwanted
 
 pytestmark = pytest.mark.timeout(120)
 REPO = Path(__file__).parents[2]
@@ -127,7 +128,7 @@ def test_roles_are_the_least_each_identity_needs(tf: dict[str, dict[str, Any]]) 
 
 
 def test_outputs_and_terraform_fmt(tf: dict[str, dict[str, Any]]) -> None:
-    assert {"bucket", "queue_uri", "function_uris"} <= set(tf["output"])
+    assert {"bucket", "registry", "queue_uri", "function_uris"} <= set(tf["output"])
     if shutil.which("terraform") is None:
         pytest.skip("terraform not installed: HCL parsed, fmt not checked")
     fmt = subprocess.run(["terraform", "fmt", "-check", "-diff", str(INFRA)], capture_output=True, text=True,
@@ -143,6 +144,9 @@ def test_the_function_zip_imports_from_itself_without_aws(tmp_path: Path) -> Non
         zf.extractall(tmp_path)
     assert {"main.py", "requirements.txt", "jobplane/__init__.py", "jobplane/clouds/gcp.py"} <= names
     assert not [n for n in names if "__pycache__" in n]
+    assert unwanted(sorted(names), "gcp") == []  # no AWS adapter, local cloud, fake or CLI
+    sources = {n: (tmp_path / n).read_text() for n in names if n.endswith(".py")}
+    assert foreign_sdk_imports(sources, "gcp") == []
     code = ("import sys, main, jobplane; assert jobplane.__file__.startswith(sys.argv[1]), jobplane.__file__; "
             "assert not [m for m in sys.modules if m.startswith(('boto3', 'botocore'))]")
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=tmp_path, check=True, timeout=120)
@@ -195,7 +199,7 @@ def _role(tf: dict[str, dict[str, Any]], name: str) -> set[str]:
 
 
 def test_the_custom_roles_hold_exactly_the_permissions_of_every_call_the_adapter_makes(
-        tf: dict[str, dict[str, Any]], gce: GceCompute, compute_fake: FakeComputeServer) -> None:
+        tf: dict[str, dict[str, Any]], gce: GceCompute, compute_fake: ComputeFake) -> None:
     public = {name for name, _ in inspect.getmembers(GceCompute, inspect.isfunction) if not name.startswith("_")}
     assert public == {"launch", "list_managed", "attempt_instances", "terminate", "preempted",
                       "console_output"}, \

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from jobplane import agent_bundle, bundling, images
-from tests.helpers import find_python
+from tests.helpers import find_python, unwanted
 from tests.infra.conftest import Synth
 
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(600)]  # a cold cache downloads wheels
@@ -62,6 +62,7 @@ def test_each_bundle_holds_its_targets_builds_and_only_what_the_agent_needs(
         assert f"site/pydantic_core/_pydantic_core.{tag}.so" in found, v.name
         assert "site/jobplane/agent/core.py" in found and "site/boto3/__init__.py" in found
         assert not [n for n in found if n.startswith(("site/google/", "site/aws_lambda_powertools/", "site/rich/"))]
+        assert unwanted(sorted(found), "aws", prefix="site/") == []  # no GCP adapter, local cloud, fake or CLI
         models = {n.split("/")[3] for n in found if n.startswith("site/botocore/data/") and n.count("/") > 3}
         assert models == set(bundling.BOTOCORE_SERVICES)
         assert not [n for n in found if "__pycache__" in n or n.endswith(".pyc")]

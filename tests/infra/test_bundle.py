@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from infra.aws.bundle import LAMBDA_PYTHON, RUNTIME_PROVIDED
+from tests.helpers import foreign_sdk_imports, unwanted
 from tests.infra.conftest import ROOT, Synth
 
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(600)]  # a cold cache downloads wheels
@@ -83,7 +84,7 @@ def probe(synth: Synth, runtime_standin: Path) -> dict[str, dict[str, str | None
            "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
            "POWERTOOLS_SERVICE_NAME": "jobplane", "POWERTOOLS_METRICS_NAMESPACE": "jobplane"}
     proc = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", PROBE, str(lambda_asset_dir(synth)), str(runtime_standin),
+        [sys.executable, "-I", "-S", "-B", "-c", PROBE, str(lambda_asset_dir(synth)), str(runtime_standin),
          host_core.origin, ",".join(handler_names())],
         capture_output=True, text=True, env=env, cwd="/", timeout=120,
     )
@@ -115,12 +116,16 @@ def test_every_imported_module_comes_from_the_bundle_runtime_or_stdlib(
     assert not any(n == "google" or n.startswith("google.") for n in loaded), "an AWS handler imported google"
 
 
-def test_bundle_holds_the_target_builds_and_no_runtime_or_gcp_code(synth: Synth) -> None:
+def test_bundle_holds_the_target_builds_and_no_runtime_gcp_code_local_cloud_or_fake(synth: Synth) -> None:
     asset = lambda_asset_dir(synth)
     tag = "cpython-" + LAMBDA_PYTHON.replace(".", "")
     assert list((asset / "pydantic_core").glob(f"_pydantic_core.{tag}-aarch64-linux-gnu.so"))
-    assert not (asset / "jobplane" / "clouds" / "gcs.py").exists()
-    assert not (asset / "functions" / "gcp").exists()
-    assert not (asset / "jobplane" / "local").exists()
+    ours = sorted(p.relative_to(asset).as_posix() for p in asset.rglob("*")
+                  if p.is_file() and p.relative_to(asset).parts[0] in ("jobplane", "functions"))
+    assert "jobplane/clouds/aws.py" in ours and "jobplane/launcher.py" in ours
+    assert unwanted(ours, "aws") == []
+    assert not [n for n in ours if n.startswith("functions/") and not n.startswith("functions/aws/")
+                and n != "functions/__init__.py"]
+    assert foreign_sdk_imports({n: (asset / n).read_text() for n in ours if n.endswith(".py")}, "aws") == []
     for dist in RUNTIME_PROVIDED:
         assert not list(asset.glob(f"{dist}-*.dist-info")), f"{dist} is in the runtime; bundling it shadows it"

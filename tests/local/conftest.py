@@ -1,24 +1,25 @@
-"""One local cloud (`jobplane local up` in a child process) per test module; stopped, and checked to have
-left nothing behind, in the fixture's finalizer."""
+"""One local cloud (`jobplane local up` in a child process, AWS or GCP) per test module; stopped, and checked
+to have left nothing behind, in the fixture's finalizer."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from jobplane.local.demo import CloudProcess
+from jobplane.local.demo import CloudProcess, Demo
 from jobplane.local.package_index import wheel_dir
 
 TRAIN = Path(__file__).resolve().parents[2] / "examples" / "train"
 
 
-@pytest.fixture(scope="module")
-def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CloudProcess]:
+def running(tmp_path_factory: pytest.TempPathFactory, which: str) -> Iterator[CloudProcess]:
+    """A local cloud for a test module; stopped, and checked to have left nothing behind, at its end."""
     if not any(wheel_dir().glob("numpy-*.whl")):  # examples/train/requirements.txt installs it, from loopback
         pytest.skip(f"the local package index is empty ({wheel_dir()}): run `make local-index`")
-    proc = CloudProcess(tmp_path_factory.mktemp("local-cloud"))
+    proc = CloudProcess(tmp_path_factory.mktemp(f"local-{which}"), cloud=which)
     try:
         proc.start()
         yield proc
@@ -29,9 +30,19 @@ def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CloudProcess]:
         assert code == 0, f"local up exited {code}; see {proc.state_dir / 'local-cloud.log'}"
 
 
+@pytest.fixture(scope="module")
+def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CloudProcess]:
+    yield from running(tmp_path_factory, "aws")
+
+
+@pytest.fixture(scope="module")
+def gcp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CloudProcess]:
+    yield from running(tmp_path_factory, "gcp")
+
+
 def write_spec(directory: Path, name: str, run: str, **extra: str) -> Path:
-    lines = [f"name: {name}", "instance_type: t3.micro", "spot: true", f"run: {run}",
-             *(f"{k}: {v}" for k, v in extra.items())]
+    fields = {"name": name, "instance_type": "t3.micro", "spot": "true", "run": run, **extra}
+    lines = [f"{k}: {v}" for k, v in fields.items()]
     path = directory / f"{name}.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -47,3 +58,15 @@ def cli_ok(cloud: CloudProcess, *args: str) -> str:
 def submit(cloud: CloudProcess, spec: Path, code: Path = TRAIN) -> str:
     """Submit a spec with its code; returns the job id."""
     return cli_ok(cloud, "submit", str(spec), "--code", str(code)).strip().splitlines()[-1]
+
+
+def run_demo(cloud: CloudProcess) -> tuple[str, set[str]]:
+    """Every step `make demo` runs on this local cloud, each check asserted; returns what `local up` printed and
+    the verbs of its console lines."""
+    demo = Demo(cloud, timeout=150)
+    demo.run()
+    failed = [(name, detail) for name, ok, detail in demo.results if not ok]
+    assert not failed
+    console = (cloud.state_dir / "local-cloud.log").read_text()
+    verbs = {line.split()[1] for line in console.splitlines() if re.match(r"\d\d:\d\d:\d\d  ", line)}
+    return console, verbs

@@ -65,7 +65,8 @@ def test_errors_are_one_line_without_traceback(monkeypatch):
     monkeypatch.delenv("JOBPLANE_BUCKET", raising=False)
     result = CliRunner().invoke(cli, ["ls"])
     assert result.exit_code == 1
-    assert result.output.strip() == "Error: no registry bucket: set JOBPLANE_BUCKET or pass --bucket"
+    assert result.output.strip() == ("Error: no registry bucket: set JOBPLANE_BUCKET or pass --bucket "
+                                     "(s3://BUCKET or gs://BUCKET)")
     result = CliRunner().invoke(cli, ["local", "preempt", "j", "--state-dir", "/nonexistent-jobplane"])
     assert result.exit_code == 1 and "no local cloud running" in result.output and "Traceback" not in result.output
 
@@ -74,7 +75,7 @@ def test_every_command_has_help_with_an_example():
     runner = CliRunner()
     commands = [[], ["submit"], ["ls"], ["describe"], ["logs"], ["metrics"], ["wait"], ["cancel"], ["cost"],
                 ["validate"], ["schema"], ["local"], ["local", "up"], ["local", "preempt"], ["local", "kill"],
-                ["local", "instance"], ["local", "status"]]
+                ["local", "instance"], ["local", "status"], ["local", "pause"]]
     for command in commands:
         result = runner.invoke(cli, [*command, "--help"])
         assert result.exit_code == 0, command

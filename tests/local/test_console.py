@@ -14,10 +14,12 @@ from moto import mock_aws
 
 from jobplane.clouds.aws_local import LocalAws
 from jobplane.clouds.memory import MemoryStore
+from jobplane.clouds.pubsub import PubSubError, PubSubNotifier
 from jobplane.clouds.sns import SnsNotifier
 from jobplane.local.console import Console, ConsoleHandler, action_line, launcher_outcomes, notified_line
-from jobplane.local.runner import spot_warning, state_change
-from jobplane.local.triggers import Functions, scheduled
+from jobplane.local.ec2_runner import spot_warning, state_change
+from jobplane.local.pubsub_topic import PubSubTopic
+from jobplane.local.triggers import LambdaFunctions, scheduled
 from jobplane.notify import ended
 from jobplane.registry import JobNotFound, JobRecord, Registry
 from jobplane.spec import parse_spec
@@ -70,6 +72,25 @@ def test_notifications_the_topic_delivers_are_one_line_each(reg: Registry) -> No
     assert notified_line(ran) == "notified    j3 SUCCEEDED: every rank exited 0 (ran 20s, ~$0.0002 estimated)"
     idle = {"event": "idle-gpu", "job_id": "j2", "reason": "GPU utilization under 5% on every rank for 30m"}
     assert notified_line(idle) == "notified    j2 has idle GPUs: GPU utilization under 5% on every rank for 30m"
+
+
+def test_the_local_gcp_topic_receives_what_the_functions_publish_and_refuses_what_pubsub_would(
+        reg: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    reg.create_job("demo-2", parse_spec("instance_type: e2-small\nrun: x\n", "demo-2"))
+    done = reg.transition("demo-2", State.CANCELLED, reason="cancelled by the user before it started")
+    with PubSubTopic("projects/p/topics/jobs") as topic:
+        monkeypatch.setenv("PUBSUB_EMULATOR_HOST", topic.address)
+        PubSubNotifier("projects/p/topics/jobs").publish(ended(done, done.updated_at))
+        (data,) = topic.pull()
+        assert topic.pull() == []
+        with pytest.raises(PubSubError, match="HTTP 404"):
+            PubSubNotifier("projects/p/topics/other").publish(ended(done, done.updated_at))
+        refused = PubSubNotifier("projects/p/topics/jobs").session.post(
+            f"http://{topic.address}/v1/projects/p/topics/jobs:publish", json={"messages": [{}]}, timeout=30)
+        assert refused.status_code == 400 and refused.json()["error"]["status"] == "INVALID_ARGUMENT"
+        assert topic.pull() == []
+    assert notified_line(data) == "notified    demo-2 CANCELLED: cancelled by the user before it started " \
+                                  "(never launched)"
 
 
 @pytest.fixture
@@ -160,7 +181,8 @@ def test_functions_write_their_logs_and_metrics_to_the_log_stream_not_the_termin
     results: list[tuple[str, Any]] = []
     with mock_aws():
         boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="console-test")
-        functions = Functions(stream, on_result=lambda name, event, result: results.append((name, result)))
+        functions = LambdaFunctions("console-test", "us-east-1", stream,
+                                    on_result=lambda name, event, result: results.append((name, result)))
         functions.invoke("sweeper", scheduled("sweeper", "us-east-1"))
     out = capsys.readouterr()
     assert '"_aws"' not in out.out + out.err, "an EMF metric line reached the terminal"

@@ -15,9 +15,10 @@ import pytest
 from moto import mock_aws
 
 from jobplane.clouds.aws import Ec2Compute
-from jobplane.clouds.aws_local import LOOPBACK_VPC, LocalAws, on_loopback
+from jobplane.clouds.aws_local import LOOPBACK_VPC, LocalAws
 from jobplane.clouds.base import TAG_JOB_ID, TAG_MANAGED, LaunchRequest
-from jobplane.local.runner import InstanceRunner
+from jobplane.local.ec2_runner import Ec2Runner
+from jobplane.local.loopback import on_loopback
 from jobplane.policy import AwsPlacement
 from tests.helpers import wait_for
 
@@ -32,9 +33,9 @@ def aws() -> Iterator[LocalAws]:
 
 
 @pytest.fixture
-def runner(aws: LocalAws, tmp_path: Path) -> Iterator[InstanceRunner]:
+def runner(aws: LocalAws, tmp_path: Path) -> Iterator[Ec2Runner]:
     events: list[dict[str, Any]] = []
-    runner = InstanceRunner(aws, tmp_path, {"PATH": "/usr/bin:/bin"}, "loopback-test", events.append)
+    runner = Ec2Runner(aws, tmp_path, {"PATH": "/usr/bin:/bin"}, "loopback-test", events.append)
     try:
         yield runner
     finally:
@@ -71,7 +72,7 @@ def test_the_launchers_ec2_path_hands_out_loopback_addresses_only(aws: LocalAws)
     assert on_loopback({i.id: i for i in aws.instances()}[by_hand].private_ip)
 
 
-def test_the_runner_refuses_an_instance_off_loopback(aws: LocalAws, runner: InstanceRunner, tmp_path: Path) -> None:
+def test_the_runner_refuses_an_instance_off_loopback(aws: LocalAws, runner: Ec2Runner, tmp_path: Path) -> None:
     # An instance in moto's default VPC, as a launch without the local policy's subnets would get.
     off = aws.ec2.run_instances(
         ImageId=aws.register_image(), InstanceType="t3.micro", MinCount=1, MaxCount=1,
@@ -85,7 +86,7 @@ def test_the_runner_refuses_an_instance_off_loopback(aws: LocalAws, runner: Inst
     assert off["InstanceId"] in runner.done and not (tmp_path / "it-ran").exists()
 
 
-def test_a_loopback_instance_boots_and_its_imds_answers_its_address(aws: LocalAws, runner: InstanceRunner) -> None:
+def test_a_loopback_instance_boots_and_its_imds_answers_its_address(aws: LocalAws, runner: Ec2Runner) -> None:
     iid = aws.run(managed=True, job_id="on", user_data="#!/bin/sh\nsleep 30\n")
     runner.sync()
     wait_for("the instance process", lambda: runner.status() and runner.status()[0]["pid"], 30)
@@ -93,11 +94,11 @@ def test_a_loopback_instance_boots_and_its_imds_answers_its_address(aws: LocalAw
     private_ip = {i.id: i for i in aws.instances()}[iid].private_ip
     assert on_loopback(private_ip)
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    token = opener.open(urllib.request.Request(f"{node.imds.url}/latest/api/token", method="PUT", headers={
+    token = opener.open(urllib.request.Request(f"{node.metadata.url}/latest/api/token", method="PUT", headers={
         "X-aws-ec2-metadata-token-ttl-seconds": "60"}), timeout=10).read().decode()
 
     def meta(path: str) -> tuple[int, str]:
-        req = urllib.request.Request(f"{node.imds.url}/latest/meta-data/{path}",
+        req = urllib.request.Request(f"{node.metadata.url}/latest/meta-data/{path}",
                                      headers={"X-aws-ec2-metadata-token": token})
         try:
             with opener.open(req, timeout=10) as resp:
@@ -107,4 +108,4 @@ def test_a_loopback_instance_boots_and_its_imds_answers_its_address(aws: LocalAw
 
     assert meta("local-ipv4") == (200, private_ip)
     assert meta("public-ipv4")[0] == 404
-    assert on_loopback(node.imds.url.split("//")[1].split(":")[0])
+    assert on_loopback(node.metadata.url.split("//")[1].split(":")[0])

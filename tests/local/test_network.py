@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from jobplane import keys
-from jobplane.clouds.aws_local import on_loopback
 from jobplane.local.demo import CloudProcess
+from jobplane.local.loopback import on_loopback
 from jobplane.registry import Registry
 from jobplane.states import State
 from tests.conftest import free_port

@@ -195,7 +195,7 @@ def test_five_overlapping_rerun_invocations_launch_exactly_one_attempt(cloud, st
     invocations = []
     for _ in range(5):
         aws = LocalAws(cloud.state["AWS_REGION"], cloud.state["AWS_ENDPOINT_URL"], cloud.state)
-        invocations.append((Registry(S3Store(cloud.state["JOBPLANE_BUCKET"], aws.s3)),
+        invocations.append((Registry(S3Store(cloud.settings.bucket, aws.s3)),
                             Ec2Compute(reg.policy().aws, cloud.state["AWS_REGION"], aws.ec2)))
     go = threading.Event()
     results: list[list[reconcile.Outcome]] = []

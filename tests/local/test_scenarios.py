@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
 from jobplane import keys
-from jobplane.local.demo import Demo, wait_for_no_instances
+from jobplane.local.demo import wait_for_no_instances
 from jobplane.local.runner import marked_pids
 from jobplane.states import State
 from tests.helpers import wait_for
-from tests.local.conftest import submit, write_spec
+from tests.local.conftest import run_demo, submit, write_spec
 
 pytestmark = pytest.mark.scenario
 
@@ -21,13 +20,7 @@ pytestmark = pytest.mark.scenario
 def test_demo_every_step(cloud):
     """What `make demo` runs: the happy path, a preemption resumed on attempt 2, an uptime cap; and what the
     local cloud's console said meanwhile."""
-    demo = Demo(cloud, timeout=150)
-    demo.run()
-    failed = [(name, detail) for name, ok, detail in demo.results if not ok]
-    assert not failed
-
-    console = (cloud.state_dir / "local-cloud.log").read_text()  # what `local up` printed
-    verbs = {line.split()[1] for line in console.splitlines() if re.match(r"\d\d:\d\d:\d\d  ", line)}
+    console, verbs = run_demo(cloud)
     assert {"launched", "booted", "running", "preempted", "rerun", "capped", "finished", "terminated"} <= verbs, console
     assert '"_aws"' not in console and '"level"' not in console, "function logs or metrics reached the console"
     functions_log = (cloud.state_dir / "functions.log").read_text()

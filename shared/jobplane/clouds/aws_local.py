@@ -24,15 +24,7 @@ from jobplane.clouds.base import TAG_JOB_ID, TAG_MANAGED
 # instance (MASTER_ADDR, SM_HOSTS, IMDS local-ipv4) is an address of this machine. EC2 takes /16 to /28
 # VPCs; one /24 subnet per zone.
 LOOPBACK_VPC = "127.100.0.0/16"
-LOOPBACK_NET = ipaddress.ip_network("127.0.0.0/8")
 VPC_NAME = "jobplane-local-loopback"
-
-
-def on_loopback(address: str | None) -> bool:
-    try:
-        return address is not None and ipaddress.ip_address(address) in LOOPBACK_NET
-    except ValueError:
-        return False
 
 
 @dataclass(frozen=True)

@@ -1,21 +1,23 @@
-"""`jobplane local up`: moto server + instance runner + trigger loop + control endpoint, in the foreground.
+"""`jobplane local up [--cloud aws|gcp]`: a cloud's API emulators, the instance runner, the trigger loop and the
+control endpoint, in the foreground. The same shape on both clouds; what differs is in jobplane.local.aws
+(moto's server, EC2 instances, Lambda handlers) and jobplane.local.gcp (the GCS and Compute Engine fakes, GCE
+VMs, Cloud Functions through functions-framework).
 
 Everything lives under a state directory (default .jobplane/): the state file a second shell and
-`jobplane local ...` read, env.sh with the exports, the power-command shims, one scratch root per
-instance, and functions.log (what the functions log and their metrics, and the runner's details). The
-terminal gets one short line per thing that happens (see jobplane.local.console). Instances live in a VPC
-inside 127.0.0.0/8: every address a job sees is on this machine. On exit every instance process, server
-and port is gone.
+`jobplane local ...` read, env.sh with the exports, the power-command shims, one scratch root per VM, and
+functions.log (what the functions log and their metrics, and the runner's details). The terminal gets one
+short line per thing that happens (see jobplane.local.console). VMs get addresses inside 127.0.0.0/8: every
+address a job sees is on this machine. On exit every VM process, server and port is gone.
 
 Like a fresh deployment, the registry gets the agent bundle (this machine's variant) and a policy without
-images of its own, so jobs boot through the image aliases: the public SSM parameters of Canonical's Ubuntu
-name an image that runs on this machine (the local cloud has no Ubuntu), and Debian's name the stock
-Debian 12 image when it is built (jobplane.local.rootfs). Instances install requirements.txt from a
-package index on loopback (jobplane.local.package_index), never from PyPI.
+images of its own, so jobs boot through the image aliases: Ubuntu's stand for this machine (the local cloud
+has no Ubuntu), and Debian's for the stock Debian 12 image when it is built (jobplane.local.rootfs). VMs
+install requirements.txt from a package index on loopback (jobplane.local.package_index), never from PyPI.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -25,24 +27,23 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 import warnings
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from jobplane import agent_bundle, bundling, images, keys
-from jobplane.local import rootfs
+from jobplane import agent_bundle, bundling, keys
 from jobplane.local.console import Console, ConsoleHandler, notified_line
 from jobplane.local.control import STATE_FILE, ControlServer
-from jobplane.local.moto_server import CONSOLES_ENV
+from jobplane.local.triggers import Functions, TriggerLoop
+from jobplane.registry import Registry
 
-log = logging.getLogger("local-cloud")  # not under "jobplane": the functions' Powertools Logger owns that
+log = logging.getLogger("local-cloud")  # not under "jobplane": the functions' loggers own that
 
 FUNCTIONS_LOG = "functions.log"
-REGION = "us-east-1"
 BUCKET = "jobplane-local"
-CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing"}
 # Short timeouts, so the demo and scenario tests see every rule fire in seconds rather than minutes.
 LOCAL_POLICY = """\
 # Policy of the local cloud (`jobplane local up`): demo-sized timeouts.
@@ -54,8 +55,7 @@ default_max_wait: 10m
 default_stall_timeout: 60s
 default_boot_timeout: 60s
 max_active_instances_per_owner: 8
-aws:
-  subnets: [{subnets}]
+{placement}
 safety:
   orphan_grace: 20s
   stop_grace: 30s
@@ -69,31 +69,33 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class MotoServer:
-    """moto in its own process: the runner, the functions and the instances share no GIL with it."""
+class ServiceProcess:
+    """An API emulator in its own process (moto's server, the GCS fake): the runner, the functions and the VMs
+    share no GIL with it."""
 
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, module: str, port: int = 0, *args: str) -> None:
+        self.module, self.args = module, args
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, log_path: Path, timeout: float = 30, consoles: Path | None = None) -> MotoServer:
-        """consoles: where the instance runner keeps each instance's console log (GetConsoleOutput reads it)."""
-        env = {**os.environ, **({CONSOLES_ENV: str(consoles)} if consoles else {})}
+    def start(self, log_path: Path, env: dict[str, str] | None = None, timeout: float = 30) -> ServiceProcess:
         with log_path.open("ab") as out:
-            command = [sys.executable, "-m", "jobplane.local.moto_server", "-H", "127.0.0.1", "-p", str(self.port)]
+            command = [sys.executable, "-m", self.module, "-H", "127.0.0.1", "-p", str(self.port), *self.args]
             self.proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=env)
+                                         env={**os.environ, **(env or {})})
         deadline = time.monotonic() + timeout
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         while True:
             try:
-                opener.open(f"{self.url}/moto-api/", timeout=1).close()
+                opener.open(f"{self.url}/", timeout=1).close()
                 return self
+            except urllib.error.HTTPError:
+                return self  # it answers
             except OSError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     self.stop()
-                    raise RuntimeError(f"moto server did not start on port {self.port} (see {log_path})") from None
+                    raise RuntimeError(f"{self.module} did not start on port {self.port} (see {log_path})") from None
                 time.sleep(0.1)
 
     def stop(self) -> None:
@@ -107,36 +109,72 @@ class MotoServer:
 
 
 class LocalCloud:
+    """The shape both local clouds share; a subclass provides its cloud (see the abstract methods below)."""
+
+    cloud = ""
+    hidden_env: tuple[str, ...] = ()  # never a VM's: the other cloud's variables, and those only the functions use
+
     def __init__(self, state_dir: Path, port: int = 0, tick: float = 1.0, bucket: str = BUCKET,
                  schedule: float | None = None) -> None:
         self.state_dir = state_dir.resolve()
+        self.port = port
         self.tick = tick
         self.schedule = schedule if schedule is not None else max(tick, 2.0)
         self.bucket = bucket
         self.cloud_id = secrets.token_hex(6)
-        self.moto = MotoServer(port)
         self.stopping = threading.Event()
         self.runner: Any = None
+        self.functions: Functions | None = None
         self.control: ControlServer | None = None
         self.index: Any = None
         terminal = sys.stdout  # not whatever sys.stdout is when a thread prints: invocations redirect it
         self.console = Console(self._record, write=lambda text: print(text, file=terminal, flush=True))
-        self.reg: Any = None
+        self.reg: Registry | None = None
         self.log_stream: IO[str] | None = None
-        self.inbox = ""  # the SQS queue subscribed to the notification topic
 
+    # ---- per cloud ------------------------------------------------------------------------------------
     @property
     def exports(self) -> dict[str, str]:
-        return {"AWS_ENDPOINT_URL": self.moto.url, "JOBPLANE_BUCKET": self.bucket, "AWS_REGION": REGION,
-                "AWS_DEFAULT_REGION": REGION, **CREDENTIALS}
+        """What a second shell (the CLI) and the functions need to find the registry and the cloud."""
+        raise NotImplementedError
 
+    def start_services(self) -> None:
+        """Start the cloud's API emulators."""
+        raise NotImplementedError
+
+    def stop_services(self) -> None:
+        raise NotImplementedError
+
+    def services(self) -> dict[str, int | None]:
+        """Pids of the emulator processes, for the state file (and the demo's check that none is left)."""
+        raise NotImplementedError
+
+    def provision(self) -> tuple[Registry, str, dict[str, Path]]:
+        """Create the bucket; return the registry, the policy's placement section and image -> root fs."""
+        raise NotImplementedError
+
+    def make_functions(self, log_stream: IO[str]) -> Functions:
+        raise NotImplementedError
+
+    def notifications(self) -> list[dict[str, Any]]:
+        """The job notices the deployment's notification topic received since the last call, oldest first."""
+        raise NotImplementedError
+
+    def make_runner(self, instance_env: dict[str, str], images: dict[str, Path]) -> Any:
+        raise NotImplementedError
+
+    def instance_by_hand(self, managed: bool, job_id: str | None, attempt: int | None, user_data: str) -> str:
+        """A VM started the way a user (not the launcher) would; returns its id."""
+        raise NotImplementedError
+
+    # ---- the shared shape -----------------------------------------------------------------------------
     def start(self) -> LocalCloud:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         if (self.state_dir / STATE_FILE).exists():
             raise RuntimeError(f"a local cloud may already be running ({self.state_dir / STATE_FILE} exists); "
                                "stop it, or remove the file if it is stale")
-        self.moto.start(self.state_dir / "moto.log", consoles=self.state_dir / "instances")
         try:
+            self.start_services()
             self._provision()
         except BaseException:
             self.stop()
@@ -144,52 +182,36 @@ class LocalCloud:
         return self
 
     def _provision(self) -> None:
-        # This process plays Lambda: the functions read the registry and the cloud from the environment.
-        os.environ.update({**self.exports, "JOBPLANE_ROOT": "", "POWERTOOLS_SERVICE_NAME": "jobplane-local",
-                           "POWERTOOLS_METRICS_NAMESPACE": "jobplane"})
-        os.environ.pop("AWS_EC2_METADATA_DISABLED", None)
-        from jobplane.clouds.aws_local import LocalAws
-        from jobplane.clouds.s3 import S3Store
         from jobplane.local.package_index import PackageIndex
-        from jobplane.local.runner import InstanceRunner, clean
-        from jobplane.local.triggers import Functions, TriggerLoop
-        from jobplane.registry import Registry
+        from jobplane.local.runner import clean
 
-        aws = LocalAws(REGION)
-        aws.create_bucket(self.bucket)
-        topic, self.inbox = aws.notification_inbox()
-        os.environ["JOBPLANE_NOTIFY_TOPIC"] = topic  # the functions publish job notifications there
-        reg = self.reg = Registry(S3Store(self.bucket))
-        publish_agent(reg)
-        policy = LOCAL_POLICY.format(subnets=", ".join(aws.loopback_subnets()))
-        reg.store.put(keys.POLICY, policy.encode(), "application/yaml")
-        local_images = publish_images(aws)
+        # This process plays the cloud's functions: they read the registry and the cloud from the environment.
+        os.environ.update({**self.exports, "JOBPLANE_ROOT": ""})
+        reg, placement, images = self.provision()
+        self.reg = reg
+        publish_agent(reg, self.cloud)
+        reg.store.put(keys.POLICY, LOCAL_POLICY.format(placement=placement).encode(), "application/yaml")
         clean(self.state_dir)
         self.index = PackageIndex()
         self.index.start()
         self.log_stream = (self.state_dir / FUNCTIONS_LOG).open("a", buffering=1)
-        self.functions = Functions(self.log_stream, on_result=self.console.invoked)
-        self.triggers = TriggerLoop(reg, self.bucket, REGION, self.functions, self.schedule)
-        instance_env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBPLANE_", "POWERTOOLS_"))}
+        functions = self.functions = self.make_functions(self.log_stream)
+        self.triggers = TriggerLoop(reg, functions, self.schedule)
+        instance_env = {k: v for k, v in os.environ.items()
+                        if not k.startswith(("JOBPLANE_", "POWERTOOLS_", *self.hidden_env))}
         instance_env.update(UV_INDEX_URL=self.index.url, PIP_INDEX_URL=self.index.url, UV_PYTHON_DOWNLOADS="never")
-        self.runner = InstanceRunner(aws, self.state_dir, instance_env, self.cloud_id, self._ec2_event,
-                                     local_images)
-        self.aws = aws
+        self.runner = self.make_runner(instance_env, images)
         self.control = ControlServer({
             "preempt": lambda b: self.runner.preempt(b["job_id"], b.get("rank"), float(b.get("grace", 10))),
             "kill": lambda b: self.runner.kill(b["job_id"], b.get("rank")),
-            "instances": lambda b: {"instance_id": aws.run(managed=bool(b.get("managed", True)),
-                                                            job_id=b.get("job_id"), attempt=b.get("attempt"),
-                                                            user_data=b.get("user_data", ""))},
-            "status": lambda b: {"instances": self.runner.status(), "invocations": self.functions.invocations,
-                                 "errors": self.functions.errors, "missing": sorted(self.functions.missing)},
+            "instances": lambda b: {"instance_id": self.instance_by_hand(
+                bool(b.get("managed", True)), b.get("job_id"), b.get("attempt"), b.get("user_data", ""))},
+            "pause": lambda b: {"paused": functions.pause(str(b["function"]), bool(b.get("paused", True)))},
+            "status": lambda b: {"cloud": self.cloud, "instances": self.runner.status(),
+                                 "invocations": functions.invocations, "errors": functions.errors,
+                                 "paused": sorted(functions.paused), "missing": sorted(functions.missing)},
         }).start()
         self._write_state()
-
-    def _ec2_event(self, detail: dict[str, Any]) -> None:
-        """From the runner: shown on the console, then delivered as EventBridge would."""
-        self.console.ec2(detail["detail-type"], detail["detail"])
-        self.triggers.ec2_event(detail)
 
     def _record(self, job_id: str) -> Any:
         from jobplane.registry import JobNotFound
@@ -200,20 +222,19 @@ class LocalCloud:
             return None
 
     def _write_state(self) -> None:
-        import json
-
-        state = {"pid": os.getpid(), "cloud_id": self.cloud_id, "control_url": self.control.url if self.control
-                 else None, "moto_pid": self.moto.proc.pid if self.moto.proc else None, **self.exports}
+        state = {"pid": os.getpid(), "cloud": self.cloud, "cloud_id": self.cloud_id,
+                 "control_url": self.control.url if self.control else None, "services": self.services(),
+                 **self.exports}
         (self.state_dir / "env.sh").write_text("".join(f"export {k}={v}\n" for k, v in self.exports.items()))
         tmp = self.state_dir / (STATE_FILE + ".tmp")
         tmp.write_text(json.dumps(state, indent=1))
         tmp.replace(self.state_dir / STATE_FILE)
 
     def step(self) -> None:
-        """One tick: instances follow moto, then events and schedules fire; notifications reach the console."""
+        """One tick: VMs follow the cloud, then events and schedules fire; notifications reach the console."""
         self.runner.sync()
         self.triggers.tick()
-        for data in self.aws.notifications(self.inbox):
+        for data in self.notifications():
             self.console.emit(notified_line(data))
 
     def run(self) -> None:
@@ -233,58 +254,52 @@ class LocalCloud:
             self.runner.stop_all()
         if self.index is not None:
             self.index.stop()
-        self.moto.stop()
+        self.stop_services()
         (self.state_dir / STATE_FILE).unlink(missing_ok=True)
         if self.log_stream is not None:
             self.log_stream.close()
 
 
-def publish_agent(reg: Any) -> None:
-    """This machine's agent bundle and its manifest, where a deployment puts them."""
-    path, variant = bundling.local_variant("aws")
+def publish_agent(reg: Registry, cloud: str) -> None:
+    """This machine's agent bundle for the cloud and its manifest, where a deployment puts them."""
+    path, variant = bundling.local_variant(cloud)
     reg.store.put(reg.key(keys.agent_file(variant.name)), path.read_bytes())
     reg.store.put(reg.key(keys.agent_file(agent_bundle.MANIFEST)), agent_bundle.manifest([variant]))
 
 
-def publish_images(aws: Any) -> dict[str, Path]:
-    """Register the local images and publish the vendors' parameters for them; returns AMI -> root fs."""
-    arch = bundling.host_architecture()
-    ec2_arch = "arm64" if arch == images.AARCH64 else "x86_64"
-    host = aws.register_image("jobplane-local", ec2_arch)
-    for alias in ("ubuntu-24.04", "ubuntu-24.04-gpu"):  # this machine stands in for Ubuntu
-        aws.publish_image_parameter(images.ALIASES[alias].aws[arch], host)
-    problem = rootfs.image_problem()
-    if problem:
-        log.warning("image debian-12 is not available in this local cloud: %s", problem)
-        return {}
-    debian = aws.register_image("debian-12-local", ec2_arch)
-    aws.publish_image_parameter(images.ALIASES["debian-12"].aws[arch], debian)
-    return {debian: rootfs.image_dir()}
+def make(cloud: str, state_dir: Path, port: int = 0, tick: float = 1.0) -> LocalCloud:
+    if cloud == "gcp":
+        from jobplane.local.gcp import GcpLocalCloud
+
+        return GcpLocalCloud(state_dir, port=port, tick=tick)
+    from jobplane.local.aws import AwsLocalCloud
+
+    return AwsLocalCloud(state_dir, port=port, tick=tick)
 
 
-def up(state_dir: Path, port: int, tick: float) -> None:
+def up(state_dir: Path, port: int, tick: float, cloud: str = "aws") -> None:
     """Run until SIGINT/SIGTERM, then leave nothing behind."""
     state_dir.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         filename=state_dir / FUNCTIONS_LOG)
     logging.getLogger("botocore").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message="No application metrics to publish")
-    cloud = LocalCloud(state_dir, port=port, tick=tick)
-    logging.getLogger("local-cloud").addHandler(ConsoleHandler(cloud.console))
+    local = make(cloud, state_dir, port, tick)
+    logging.getLogger("local-cloud").addHandler(ConsoleHandler(local.console))
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        cloud.stopping.set()
+        local.stopping.set()
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    cloud.start()
-    print("local cloud up; in another shell:", flush=True)
-    for key, value in cloud.exports.items():
+    local.start()
+    print(f"local {cloud} cloud up; in another shell:", flush=True)
+    for key, value in local.exports.items():
         print(f"export {key}={value}", flush=True)
-    print(f"(or: source {cloud.state_dir / 'env.sh'})  Ctrl-C stops everything.", flush=True)
-    print(f"function logs and metrics: {cloud.state_dir / FUNCTIONS_LOG}", flush=True)
+    print(f"(or: source {local.state_dir / 'env.sh'})  Ctrl-C stops everything.", flush=True)
+    print(f"function logs and metrics: {local.state_dir / FUNCTIONS_LOG}", flush=True)
     try:
-        cloud.run()
+        local.run()
     finally:
-        cloud.stop()
+        local.stop()
         print("local cloud stopped", flush=True)

@@ -1,9 +1,10 @@
 """What `jobplane local up` prints for people: one short line per thing that happened to a job or a VM.
 
-The functions' own output (Powertools JSON logs, EMF metric lines) and the runner's details go to the state
+The functions' own output (their JSON logs and metric lines) and the runner's details go to the state
 directory's functions.log. The terminal gets lines made here, in one place, from what each function
-invocation returned, from the EC2 events the instance runner emits, and from the local cloud's own
-warnings:
+invocation returned (or, for GCP's bucket-event function, logged as its result), from what the instance
+runner saw happen to a VM (EC2's events; GCE's boots, preemptions, maxRunDuration, stops and deletes), and
+from the local cloud's own warnings:
 
     11:30:07  launched    demo-1122-113005-ab12 attempt 1: 1 x t3.micro in us-east-1a (i-0abc)
     11:30:12  running     demo-1122-113005-ab12: every rank has sent a heartbeat
@@ -11,8 +12,8 @@ warnings:
     11:30:41  terminated  i-0abc (demo-1122-113005-ab12 rank 0)
 
 Lines for: launched, booted, running, preempted, rerun, stalled, capped, finished, failed, reaped
-(orphans), terminated / stopped, rejected, waiting (for capacity), refused (safety limits), idle (GPUs),
-notified (what the deployment's notification topic received), and warnings.
+(orphans), terminated / stopped / deleted, rejected, waiting (for capacity), refused (safety limits), idle
+(GPUs), notified (what the deployment's notification topic received), and warnings.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def launcher_outcomes(result: Any) -> list[tuple[str, str]]:
 
 
 class Console:
-    """Turns invocations and EC2 events into lines; remembers which job and rank each instance serves."""
+    """Turns invocations and VM events into lines; remembers which job and rank each VM serves."""
 
     def __init__(self, lookup: Callable[[str], JobRecord | None], write: Callable[[str], None] = print,
                  clock: Callable[[], float] = time.time) -> None:
@@ -112,16 +113,15 @@ class Console:
         self.serves: dict[str, str] = {}  # instance id -> "job rank n"
         self.lock = threading.Lock()  # the trigger loop and the control endpoint's threads both report
 
-    def invoked(self, function: str, event: dict[str, Any], result: Any) -> None:
-        """What a function returned (a failed invocation is logged, and the handler below shows it)."""
-        if function == "launcher":
-            for job_id, outcome in launcher_outcomes(result):
-                verb = LAUNCHER_VERBS.get(outcome)
-                if outcome == "launched":
-                    self.emit(self._launched(job_id))
-                elif verb:
-                    self.emit(line(verb, f"{job_id}: {self._reason(job_id) or outcome}"))
-            return
+    def invoked(self, function: str, event: Any, result: Any) -> None:
+        """What a function returned, or (a bucket-event function on GCP) logged as its result: the launcher's
+        outcomes, a reconciler's actions. A failed invocation is logged, and the handler below shows it."""
+        for job_id, outcome in launcher_outcomes(result):
+            verb = LAUNCHER_VERBS.get(outcome)
+            if outcome == "launched":
+                self.emit(self._launched(job_id))
+            elif verb:
+                self.emit(line(verb, f"{job_id}: {self._reason(job_id) or outcome}"))
         for action in actions(result):
             text = action_line(action)
             if text is None:
@@ -132,12 +132,18 @@ class Console:
 
     def ec2(self, detail_type: str, detail: dict[str, Any]) -> None:
         """An EC2 event the runner emitted: VMs coming up and going away, Spot reclaiming one."""
-        instance = self._instance(str(detail.get("instance-id")))
+        instance_id = str(detail.get("instance-id"))
         state = detail.get("state")
         if detail_type.endswith("State-change Notification") and state in ("running", "terminated", "stopped"):
-            self.emit(line("booted" if state == "running" else str(state), instance))
+            self.vm(str(state), instance_id)
         elif detail_type.endswith("Spot Instance Interruption Warning"):
-            self.emit(line("preempted", f"{instance}: Spot interruption warning ({detail.get('instance-action')})"))
+            self.vm("preempted", instance_id, f"Spot interruption warning ({detail.get('instance-action')})")
+
+    def vm(self, what: str, instance_id: str, detail: str = "") -> None:
+        """A VM came up (running), was reclaimed (preempted), hit its cloud's own uptime cap (capped) or went
+        away (terminated, stopped, deleted)."""
+        verb = {"running": "booted"}.get(what, what)
+        self.emit(line(verb, self._instance(instance_id) + (f": {detail}" if detail else "")))
 
     def _launched(self, job_id: str) -> str:
         record = self.lookup(job_id)

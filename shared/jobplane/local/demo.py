@@ -1,22 +1,27 @@
-"""`make demo`: the whole lifecycle on one machine, checked. Exit 0 only if every check passes.
+"""`make demo` (`make demo CLOUD=gcp`): the whole lifecycle on one machine, on the local AWS or GCP cloud,
+checked. Exit 0 only if every check passes.
 
-Starts `jobplane local up` as its own process, submits examples/demo.yaml with examples/train as code and
-follows it (`submit -f`), prints `jobplane ls --all` and `jobplane metrics` (the loss its agent read from the
-output), then checks: the job SUCCEEDED, its loss fell, logs and checkpoints are in the bucket, no instance
-is left running. Then two jobs side by side: examples/demo-spot.yaml is
-preempted mid-run and must resume from its synced checkpoint on attempt 2 and succeed;
-examples/demo-runaway.yaml must be asked to stop by its uptime cap and end TIMED_OUT. Last, after the
+Starts `jobplane local up --cloud CLOUD` as its own process, submits examples/demo.yaml (examples/gcp/ on
+GCP) with examples/train as code and follows it (`submit -f`), prints `jobplane ls --all` and `jobplane
+metrics` (the loss its agent read from the output), then checks: the job SUCCEEDED, its loss fell, logs and
+checkpoints are in the bucket, its cost was estimated, its end was published on the notification topic, no VM
+is left running. Then two jobs side by side: demo-spot.yaml is preempted mid-run and must resume from its
+synced checkpoint on attempt 2 and succeed; demo-runaway.yaml must be asked to stop by its uptime cap and end
+TIMED_OUT. On GCP, before these, GCE's own uptime cap: with the uptime-cap function paused,
+demo-max-run-duration.yaml runs into its VM's maxRunDuration, whose shutdown-script stops the agent, and ends
+TIMED_OUT all the same. Last, after the
 local cloud stops, no process or port may remain.
 
 Every step waits on a condition with a deadline meant for a loaded 2-core machine, and a failed check
 says what it waited for and what it saw.
 
-    python -m jobplane.local.demo [--state-dir DIR] [--timeout SECONDS]
+    python -m jobplane.local.demo [--cloud aws|gcp] [--state-dir DIR] [--timeout SECONDS]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -28,36 +33,46 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobplane import keys
-from jobplane.clouds.base import TAG_JOB_ID
+from jobplane import backend, keys
+from jobplane.clouds.base import Instance
 from jobplane.local.control import STATE_FILE
 from jobplane.local.runner import marked_pids
+from jobplane.settings import Settings
 
 REPO = Path(__file__).resolve().parents[3]
+# The specs each cloud's demo submits (examples/train is their code).
+SPECS = {
+    "aws": {"happy": "examples/demo.yaml", "spot": "examples/demo-spot.yaml", "runaway": "examples/demo-runaway.yaml"},
+    "gcp": {"happy": "examples/gcp/demo.yaml", "spot": "examples/gcp/demo-spot.yaml",
+            "runaway": "examples/gcp/demo-runaway.yaml", "max_run": "examples/gcp/demo-max-run-duration.yaml"},
+}
+# Where a local cloud's APIs are: no process may answer there once it has stopped.
+ENDPOINTS = ("AWS_ENDPOINT_URL", "STORAGE_EMULATOR_HOST", "JOBPLANE_COMPUTE_ENDPOINT")
 
 
 class CloudProcess:
     """`jobplane local up` in a child process: what a user runs in their first shell (tests use it too)."""
 
-    def __init__(self, state_dir: Path, tick: float = 1.0) -> None:
+    def __init__(self, state_dir: Path, tick: float = 1.0, cloud: str = "aws") -> None:
         self.state_dir = state_dir
         self.tick = tick
+        self.cloud = cloud
         self.proc: subprocess.Popen[bytes] | None = None
         self.state: dict[str, Any] = {}
 
     def start(self, timeout: float = 60) -> CloudProcess:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"}
+        env = {k: v for k, v in os.environ.items() if k not in ENDPOINTS}
         with (self.state_dir / "local-cloud.log").open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "jobplane.cli", "local", "up", "--port", "0", "--tick", str(self.tick),
-                 "--state-dir", str(self.state_dir)], stdout=out, stderr=subprocess.STDOUT, env=env,
-                stdin=subprocess.DEVNULL)
+                [sys.executable, "-m", "jobplane.cli", "local", "up", "--cloud", self.cloud, "--port", "0",
+                 "--tick", str(self.tick), "--state-dir", str(self.state_dir)], stdout=out, stderr=subprocess.STDOUT,
+                env=env, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
         while not (self.state_dir / STATE_FILE).exists():
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -68,9 +83,32 @@ class CloudProcess:
         return self
 
     @property
+    def exported(self) -> dict[str, str]:
+        """What `source .jobplane/env.sh` sets in a second shell."""
+        return {k: str(v) for k, v in self.state.items() if k.isupper()}
+
+    @property
     def env(self) -> dict[str, str]:
-        exported = {k: str(v) for k, v in self.state.items() if k.isupper()}
-        return {**os.environ, **exported, "JOBPLANE_LOCAL_STATE": str(self.state_dir)}
+        return {**os.environ, **self.exported, "JOBPLANE_LOCAL_STATE": str(self.state_dir)}
+
+    @property
+    def settings(self) -> Settings:
+        region = self.state.get("JOBPLANE_REGION") or self.state.get("AWS_REGION")
+        return Settings.from_env(self.state["JOBPLANE_BUCKET"], region=region)
+
+    @contextlib.contextmanager
+    def environment(self) -> Iterator[None]:
+        """The exports, while a client is made (clients read their endpoints when they are made)."""
+        saved = {k: os.environ.get(k) for k in self.exported}
+        os.environ.update(self.exported)
+        try:
+            yield
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
 
     def cli(self, *args: str, timeout: float = 60, echo: bool = False) -> subprocess.CompletedProcess[str]:
         """Run `jobplane ARGS` as a user in the second shell would. With echo, the command and its output are
@@ -94,16 +132,21 @@ class CloudProcess:
             raise subprocess.TimeoutExpired(cmd, timeout, "".join(out))
         return subprocess.CompletedProcess(cmd, code, "".join(out), None)
 
+    def registry(self) -> Any:
+        with self.environment():
+            return backend.registry(self.settings)
+
+    def vms(self) -> list[Instance]:
+        """The managed VMs the cloud lists (every state but gone)."""
+        with self.environment():
+            compute = backend.compute(self.settings, self.registry())
+        return compute.list_managed()
+
     def aws(self) -> Any:
+        """The local AWS cloud's EC2, S3 and SSM, for what only AWS has (raw instances, user-data)."""
         from jobplane.clouds.aws_local import LocalAws
 
         return LocalAws(self.state["AWS_REGION"], self.state["AWS_ENDPOINT_URL"], self.state)
-
-    def registry(self) -> Any:
-        from jobplane.clouds.s3 import S3Store
-        from jobplane.registry import Registry
-
-        return Registry(S3Store(self.state["JOBPLANE_BUCKET"], self.aws().s3))
 
     def instances(self, managed_only: bool = True) -> list[Any]:
         return list(self.aws().instances(managed_only))
@@ -122,17 +165,18 @@ class CloudProcess:
         return self.proc.returncode
 
     def leftovers(self) -> list[str]:
-        """Anything the local cloud started that is still alive: instance processes, moto, its port."""
+        """Anything the local cloud started that is still alive: VM processes, emulators, their ports."""
         found = [f"instance process {pid}" for pid in marked_pids(f"JOBPLANE_LOCAL_CLOUD={self.state.get('cloud_id')}")]
-        for name in ("pid", "moto_pid"):
-            pid = self.state.get(name)
+        pids = {"local up": self.state.get("pid"), **(self.state.get("services") or {})}
+        for name, pid in pids.items():
             if pid and Path(f"/proc/{pid}").exists() and "zombie" not in _proc_state(pid):
-                found.append(f"{name} {pid}")
-        url = str(self.state.get("AWS_ENDPOINT_URL", ""))
-        if url:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", int(url.rsplit(":", 1)[1]))) == 0:
-                    found.append(f"port {url}")
+                found.append(f"{name} (pid {pid})")
+        for name in ENDPOINTS:
+            url = str(self.state.get(name, ""))
+            if url:
+                with socket.socket() as s:
+                    if s.connect_ex(("127.0.0.1", int(url.rsplit(":", 1)[1]))) == 0:
+                        found.append(f"port {url}")
         return found
 
 
@@ -149,12 +193,16 @@ class Demo:
     timeout: float
     results: list[tuple[str, bool, str]] = field(default_factory=list)
 
+    @property
+    def specs(self) -> dict[str, str]:
+        return SPECS[self.cloud.cloud]
+
     def check(self, name: str, ok: bool, detail: str = "") -> bool:
         self.results.append((name, ok, detail))
         print(f"{'PASS' if ok else 'FAIL'}  {name}" + (f"  ({detail})" if detail else ""), flush=True)
         return ok
 
-    def submit(self, spec: str, code: str) -> str:
+    def submit(self, spec: str, code: str = "examples/train") -> str:
         done = self.cloud.cli("submit", spec, "--code", code)
         if done.returncode != 0:
             raise RuntimeError(f"submit failed: {done.stderr.strip()}")
@@ -174,15 +222,18 @@ class Demo:
 
     def run(self) -> None:
         """Every step of the demo, in order."""
+        max_run = self.start_max_run_duration() if "max_run" in self.specs else None
         self.happy_path()
-        runaway = self.submit("examples/demo-runaway.yaml", "examples/train")  # its uptime clock runs meanwhile
+        if max_run:
+            self.max_run_duration(max_run)
+        runaway = self.submit(self.specs["runaway"])  # its uptime clock runs meanwhile
         self.preemption()
         self.uptime_cap(runaway)
         self.cloud.cli("ls", "--all", echo=True)
         self.no_instance_left()
 
     def happy_path(self) -> None:
-        code, out = self.follow("submit", "examples/demo.yaml", "--code", "examples/train", "-f")
+        code, out = self.follow("submit", self.specs["happy"], "--code", "examples/train", "-f")
         job_id = out.splitlines()[0] if out else ""
         if not job_id:
             self.check("submit -f printed the job id", False, f"exit code {code}, no output")
@@ -223,7 +274,7 @@ class Demo:
 
     def preemption(self) -> None:
         """A Spot VM reclaimed mid-run: the agent syncs the checkpoint, rerun starts attempt 2, which resumes."""
-        job_id = self.submit("examples/demo-spot.yaml", "examples/train")
+        job_id = self.submit(self.specs["spot"])
         self.cloud.cli("wait", job_id, "--for", "running", "--timeout", f"{self.timeout:.0f}s", echo=True)
         reg = self.cloud.registry()
         if not poll(lambda: checkpoint_steps(reg, job_id), self.timeout):
@@ -255,6 +306,29 @@ class Demo:
         report = exit_report(reg, job_id, record.attempt) or {}
         self.check("the uptime cap asked it to stop first", stop.get("by") == "uptime-cap",
                    f"stop request: {stop.get('reason')}; the agent exited '{report.get('reason')}'")
+
+    def start_max_run_duration(self) -> str:
+        """GCE's own uptime cap: with the uptime-cap function paused (as if it failed), only the VM's
+        maxRunDuration can stop this job. It runs while the happy path does."""
+        self.cloud.cli("local", "pause", "uptime_cap", echo=True)
+        return self.submit(self.specs["max_run"])
+
+    def max_run_duration(self, job_id: str) -> None:
+        """At creation + maxRunDuration GCE runs the VM's shutdown-script, whose SIGTERM makes the agent stop the
+        job, sync and report; then GCE deletes the VM, and the sweeper records the job TIMED_OUT."""
+        code, _ = self.follow("logs", job_id, "-f")
+        self.cloud.cli("local", "pause", "uptime_cap", "--resume", echo=True)
+        reg = self.cloud.registry()
+        record = reg.job(job_id)
+        report = exit_report(reg, job_id, record.attempt) or {}
+        stopped = exists(reg, keys.stop_request(job_id))
+        self.check("GCE's maxRunDuration ended the job TIMED_OUT", record.state == "TIMED_OUT" and code == 4
+                   and not stopped, f"{record.state}: {record.reason}; logs -f exited {code}; "
+                                    f"{'a' if stopped else 'no'} stop request from the functions")
+        said = self.cloud.cli("logs", job_id).stdout
+        self.check("its shutdown-script stopped the agent first", report.get("reason") == "stopped" and
+                   "SIGTERM: stopped" in said, f"the agent exited '{report.get('reason')}'" +
+                   ("" if "SIGTERM" in said else "; no SIGTERM in its log"))
 
     def no_instance_left(self) -> None:
         left = wait_for_no_instances(self.cloud, 120)
@@ -294,11 +368,10 @@ def exit_report(reg: Any, job_id: str, attempt: int, rank: int = 0) -> dict[str,
 
 
 def wait_for_no_instances(cloud: CloudProcess, timeout: float) -> list[str]:
-    """Wait until no managed instance is pending or running; return those still up at the deadline."""
+    """Wait until no managed VM is pending or running; return those still up at the deadline."""
     deadline = time.monotonic() + timeout
     while True:
-        up = [f"{i.id} ({i.tags.get(TAG_JOB_ID, 'no job')})" for i in cloud.instances()
-              if i.state in ("pending", "running")]
+        up = [f"{i.id} ({i.job_id or 'no job'})" for i in cloud.vms() if i.state in ("pending", "running")]
         if not up or time.monotonic() > deadline:
             return up
         time.sleep(1)
@@ -306,17 +379,19 @@ def wait_for_no_instances(cloud: CloudProcess, timeout: float) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobplane.local.demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--cloud", choices=sorted(SPECS), default="aws", help="which local cloud (default: aws)")
     parser.add_argument("--state-dir", type=Path, help="default: a fresh temporary directory")
     parser.add_argument("--timeout", type=float, default=150, help="seconds each job may take")
     args = parser.parse_args(argv)
     started = time.monotonic()
     state_dir = args.state_dir or Path(tempfile.mkdtemp(prefix="jobplane-demo-"))
-    print(f"starting the local cloud (state in {state_dir}) ...", flush=True)
-    cloud = CloudProcess(state_dir)
+    print(f"starting the local {args.cloud} cloud (state in {state_dir}) ...", flush=True)
+    cloud = CloudProcess(state_dir, cloud=args.cloud)
     demo = Demo(cloud, args.timeout)
     try:
         cloud.start()
-        print(f"local cloud up at {cloud.state['AWS_ENDPOINT_URL']}", flush=True)
+        print("local cloud up: " + ", ".join(f"{k}={cloud.state[k]}" for k in ENDPOINTS if k in cloud.state),
+              flush=True)
         demo.run()
     except Exception as exc:  # the demo reports, never hides, a failure
         demo.check("demo ran", False, f"{type(exc).__name__}: {exc}")

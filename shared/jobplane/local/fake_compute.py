@@ -3,19 +3,22 @@
 google-cloud-compute has no emulator. This fake speaks what the client sends with transport="rest",
 AnonymousCredentials and client_options api_endpoint=<endpoint>: instances insert / bulkInsert (zonal
 and regional) / get / delete / aggregatedList with a label filter, zone and region operations get /
-wait, and aggregated operations with an operationType filter. It enforces the rules the adapter could
-get wrong: resource names and labels, requestId UUIDs and their idempotency, count / minCount /
-namePattern, maxRunDuration needing a termination action, existing names (409).
+wait, aggregated operations with an operationType filter, and serial port 1's output. It enforces the rules
+the adapter could get wrong: resource names and labels, requestId UUIDs and their idempotency, count /
+minCount / namePattern, maxRunDuration needing a termination action, existing names (409). Every VM's
+networkIP is on loopback (127.102.0.0/16), so an address a local VM or its job sees is on this machine.
 
-Test controls: fail_zone (capacity or quota errors per zone), preempt (notice, then the VM deleted and a
-compute.instances.preempted operation recorded), power_off (the guest shut down: TERMINATED), expire
-(native maxRunDuration), add_instance (seed VMs
-the control plane did not create) and metadata_server (a fake GCE metadata server for one VM).
-Out of scope: disks, networks, images and machine types as resources (their names are only echoed).
+What GCE does on its own, for the local cloud's instance runner (jobplane.local.gce_runner): power_off (the
+guest shut down: TERMINATED), end (maxRunDuration reached: deleted or stopped as the VM's scheduling says),
+preempt (the same, with a compute.instances.preempted operation recorded), add_instance (a VM the control
+plane did not create). Serial port output is read from <consoles>/<zone>/<name>/console.log, where the
+runner keeps what the VM printed. Out of scope: disks, networks, images and machine types as resources
+(their names are only echoed).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import json
 import re
@@ -24,13 +27,13 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from jobplane.local.gce_metadata_server import FakeGceMetadataServer
-from jobplane.local.loopback import LoopbackServer
+from jobplane.local.loopback import LoopbackServer, send_json
 
 _NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 _LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
@@ -55,6 +58,9 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
 _TERM = re.compile(r'\(?\s*(?P<field>[A-Za-z][\w.-]*)\s*(?P<op>=|!=|eq|ne)\s*"?(?P<value>[^")\s]*)"?\s*\)?')
 
 DEFAULT_ZONES = {"us-central1": ["us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f"]}
+LOOPBACK_SUBNET = ipaddress.ip_network("127.102.0.0/16")  # beside the AWS local cloud's 127.100.0.0/16
+PREEMPTED = "compute.instances.preempted"
+CONSOLE_BYTES = 1 << 20  # GCE keeps the last 1 MiB of serial port output
 
 
 class _HttpError(Exception):
@@ -68,19 +74,12 @@ def _rfc3339(ts: datetime) -> str:
 
 
 @dataclass
-class _Failure:
-    code: str
-    times: int | None  # launches left to fail; None = until cleared
-
-
-@dataclass
 class _Vm:
     zone: str
     name: str
     resource: dict[str, Any]
     created: datetime
-    preempted: bool = False
-    console: str = ""  # what the guest printed (serial port 1); this fake runs no guest, set_console sets it
+    console: str = ""  # what the guest printed (serial port 1), when no consoles directory says
 
 
 @dataclass
@@ -104,6 +103,7 @@ class FakeComputeServer(LoopbackServer):
         *,
         op_polls: int = 1,
         clock: Callable[[], datetime] | None = None,
+        consoles: Path | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -111,39 +111,24 @@ class FakeComputeServer(LoopbackServer):
         self.zones = {z: region for region, zs in (zones or DEFAULT_ZONES).items() for z in zs}
         self.op_polls = op_polls
         self.clock = clock or (lambda: datetime.now(UTC))
-        self.calls: Counter[str] = Counter()  # "insert", "bulkInsert", "aggregatedList", ... for assertions
+        self.consoles = consoles
+        self.calls: Counter[str] = Counter()  # "insert", "bulkInsert", "aggregatedList", ... (tests, bench)
         super().__init__(host, port)
         self._lock = threading.Lock()
         self._vms: dict[tuple[str, str], _Vm] = {}
         self._ops: dict[str, _Op] = {}
         self._requests: dict[str, str] = {}  # requestId -> operation name
-        self._failures: dict[str, _Failure] = {}
-        self._metadata: dict[str, FakeGceMetadataServer] = {}
         self._ids = itertools.count(1_000_000_001)
+        self._addresses = itertools.count(256)  # LOOPBACK_SUBNET's hosts from 127.102.1.0 on
 
     # -- lifecycle -------------------------------------------------------------------------------
-
-    def stop(self) -> None:
-        for metadata in list(self._metadata.values()):
-            metadata.stop()
-        self._metadata.clear()
-        super().stop()
 
     @property
     def endpoint(self) -> str:
         """For client_options api_endpoint, e.g. http://127.0.0.1:PORT."""
         return f"http://{self.address}"
 
-    # -- test controls ---------------------------------------------------------------------------
-
-    def fail_zone(self, zone: str, code: str = "ZONE_RESOURCE_POOL_EXHAUSTED", times: int | None = None) -> None:
-        """Make launches in zone fail with code (for `times` launches, or until restore_zone)."""
-        with self._lock:
-            self._failures[zone] = _Failure(code, times)
-
-    def restore_zone(self, zone: str) -> None:
-        with self._lock:
-            self._failures.pop(zone, None)
+    # -- what GCE does on its own ----------------------------------------------------------------
 
     def instances(self) -> list[dict[str, Any]]:
         """Every VM's resource, as the API would return it."""
@@ -153,71 +138,47 @@ class FakeComputeServer(LoopbackServer):
     def add_instance(
         self, zone: str, name: str, labels: dict[str, str] | None = None, *,
         deletion_protection: bool = False, created: datetime | None = None, status: str = "RUNNING",
+        metadata: dict[str, str] | None = None,
     ) -> str:
         """Seed a VM directly (e.g. one the control plane did not create); returns its id zone/name."""
-        body = {"name": name, "machineType": f"zones/{zone}/machineTypes/e2-small",
-                "labels": labels or {}, "deletionProtection": deletion_protection}
+        body: dict[str, Any] = {"name": name, "machineType": f"zones/{zone}/machineTypes/e2-small",
+                                "labels": labels or {}, "deletionProtection": deletion_protection}
+        if metadata:
+            body["metadata"] = {"items": [{"key": k, "value": v} for k, v in metadata.items()]}
         with self._lock:
             vm = self._create(zone, body, created)
             vm.resource["status"] = status
         return f"{zone}/{name}"
 
-    def preempt(self, instance_id: str, *, notice_only: bool = False) -> None:
-        """Spot preemption: the metadata server says TRUE at once; then (unless notice_only) the VM is
-        deleted or stopped, per its instanceTerminationAction, and the operation is recorded."""
-        zone, name = instance_id.split("/", 1)
-        with self._lock:
-            vm = self._vm(zone, name)
-            vm.preempted = True
-            metadata = self._metadata.get(instance_id)
-            if not notice_only:
-                self._end(vm, "compute.instances.preempted")
-        if metadata is not None:
-            metadata.set_preempted()
-
     def power_off(self, instance_id: str) -> None:
-        """The guest shut itself down (the agent's power-off): GCE keeps the VM, TERMINATED, with its disk."""
+        """The guest shut itself down (the agent's power-off): GCE keeps the VM, TERMINATED, with its disk.
+        Deleted meanwhile: no-op."""
         zone, name = instance_id.split("/", 1)
         with self._lock:
-            self._vm(zone, name).resource["status"] = "TERMINATED"
+            vm = self._vms.get((zone, name))
+            if vm is not None:
+                vm.resource["status"] = "TERMINATED"
 
-    def expire(self) -> list[str]:
-        """Apply scheduling.maxRunDuration as GCE does on its own: VMs past it are deleted (or stopped)."""
-        now = self.clock()
-        ended: list[str] = []
-        with self._lock:
-            for vm in list(self._vms.values()):
-                seconds = int(vm.resource.get("scheduling", {}).get("maxRunDuration", {}).get("seconds", 0))
-                if seconds and vm.resource["status"] != "TERMINATED" and now >= vm.created + timedelta(
-                        seconds=seconds):
-                    self._end(vm, None)
-                    ended.append(f"{vm.zone}/{vm.name}")
-        return ended
-
-    def set_console(self, instance_id: str, text: str) -> None:
-        """What the VM's guest printed to serial port 1 (a test runs the real startup script and hands its
-        output here, since this fake runs no guest)."""
-        zone, _, name = instance_id.partition("/")
-        with self._lock:
-            self._vm(zone, name).console = text
-
-    def metadata_server(self, instance_id: str) -> FakeGceMetadataServer:
-        """A running fake metadata server answering as this VM would (one per VM, stopped with this server)."""
+    def status(self, instance_id: str) -> str | None:
+        """The VM's status (RUNNING, TERMINATED...), None once it is deleted."""
         zone, name = instance_id.split("/", 1)
         with self._lock:
-            if instance_id in self._metadata:
-                return self._metadata[instance_id]
-            vm = self._vm(zone, name)
-            res = vm.resource
-            attributes = {i["key"]: i.get("value", "") for i in res.get("metadata", {}).get("items", [])}
-            server = FakeGceMetadataServer(
-                instance_id=res["id"], name=name, zone=zone, project=self.project, attributes=attributes,
-                ip=res["networkInterfaces"][0]["networkIP"], machine_type=res["machineType"].rsplit("/", 1)[-1],
-                preempted=vm.preempted,
-            )
-            self._metadata[instance_id] = server
-        server.start()
-        return server
+            vm = self._vms.get((zone, name))
+            return str(vm.resource["status"]) if vm is not None else None
+
+    def end(self, instance_id: str, operation: str | None = None) -> None:
+        """GCE ends the VM itself (maxRunDuration, a preemption): deleted, or stopped if its scheduling's
+        instanceTerminationAction says STOP; operation: the system operation to record. Gone already: no-op."""
+        zone, name = instance_id.split("/", 1)
+        with self._lock:
+            vm = self._vms.get((zone, name))
+            if vm is not None:
+                self._end(vm, operation)
+
+    def preempt(self, instance_id: str) -> None:
+        """Spot preemption, the part after the guest's ~30 s: the VM ends and the operation is recorded (the
+        notice, instance/preempted, is the VM's metadata server's)."""
+        self.end(instance_id, PREEMPTED)
 
     # -- HTTP plumbing ---------------------------------------------------------------------------
 
@@ -247,12 +208,7 @@ class FakeComputeServer(LoopbackServer):
         except ValueError as err:
             status, body = 400, {"error": {"code": 400, "message": str(err),
                                            "errors": [{"message": str(err), "reason": "parseError"}]}}
-        data = json.dumps(body).encode()
-        handler.send_response(status)
-        handler.send_header("Content-Type", "application/json; charset=UTF-8")
-        handler.send_header("Content-Length", str(len(data)))
-        handler.end_headers()
-        handler.wfile.write(data)
+        send_json(handler, status, body)
 
     # -- helpers (lock held) ---------------------------------------------------------------------
 
@@ -328,14 +284,8 @@ class FakeComputeServer(LoopbackServer):
                 callback()
 
     def _capacity_error(self, zone: str) -> str | None:
-        failure = self._failures.get(zone)
-        if failure is None:
-            return None
-        if failure.times is not None:
-            failure.times -= 1
-            if failure.times <= 0:
-                del self._failures[zone]
-        return failure.code
+        """The error code a launch in zone fails with, or None (tests inject capacity and quota errors)."""
+        return None
 
     def _validate(self, body: dict[str, Any]) -> None:
         labels = body.get("labels", {})
@@ -367,7 +317,7 @@ class FakeComputeServer(LoopbackServer):
             "zone": self._url(f"zones/{zone}"), "machineType": self._url(f"zones/{zone}/machineTypes/{machine}"),
             "creationTimestamp": _rfc3339(created), "selfLink": self._url(f"zones/{zone}/instances/{name}"),
             "networkInterfaces": [{**(body.get("networkInterfaces") or [{}])[0], "name": "nic0",
-                                   "networkIP": f"10.{vm_id // 65536 % 256}.{vm_id // 256 % 256}.{vm_id % 256}"}],
+                                   "networkIP": str(LOOPBACK_SUBNET[next(self._addresses)])}],
         }
         vm = _Vm(zone, name, resource, created)
         self._vms[(zone, name)] = vm
@@ -456,7 +406,9 @@ class FakeComputeServer(LoopbackServer):
         self.calls["getSerialPortOutput"] += 1
         if args.get("port", "1") != "1":
             raise _HttpError(400, "invalid", "only serial port 1 has output here")
-        text = self._vm(zone, name).console
+        vm = self._vm(zone, name)
+        path = self.consoles / zone / name / "console.log" if self.consoles else None
+        text = path.read_bytes()[-CONSOLE_BYTES:].decode(errors="replace") if path and path.is_file() else vm.console
         return {"kind": "compute#serialPortOutput", "contents": text, "start": "0", "next": str(len(text)),
                 "selfLink": self._url(f"zones/{zone}/instances/{name}/serialPort")}
 

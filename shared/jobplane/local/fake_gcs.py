@@ -5,7 +5,7 @@ single-writer rule rests on exactly those checks, so this fake answers 412 where
 what google-cloud-storage sends: bucket get/create, object metadata, media and range downloads (what
 transfer_manager's sliced downloads use), multipart, media and resumable uploads, paged listing and delete.
 Point the client at it with STORAGE_EMULATOR_HOST=<endpoint>, or run it alone:
-`python -m jobplane.local.fake_gcs --port 9023 --bucket b`.
+`python -m jobplane.local.fake_gcs -p 9023 --bucket b`.
 For tests it records the size of every request body that carried an object's bytes and of every response
 that served them (`received`, `served`), and can fail the next requests to a route (`fail_next`).
 Out of scope: object versioning, ACLs, metadata patches, compose/copy/rewrite, XML API multipart uploads.
@@ -550,25 +550,28 @@ def _parse_multipart(body: bytes, content_type: str) -> tuple[dict[str, Any], by
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Serve the fake on loopback until interrupted (the transfer benchmark runs it in its own process)."""
+    """Serve the fake on loopback until SIGTERM or SIGINT (the local GCP cloud and the transfer benchmark run it
+    in a process of its own, sharing no GIL with theirs)."""
     import argparse
-    import contextlib
     import signal
 
     parser = argparse.ArgumentParser(prog="python -m jobplane.local.fake_gcs", description=main.__doc__)
-    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("-H", "--host", default="127.0.0.1")
+    parser.add_argument("-p", "--port", type=int, default=0)
     parser.add_argument("--bucket", action="append", default=[], help="create this bucket (repeatable)")
     args = parser.parse_args(argv)
-    server = FakeGcsServer(port=args.port)
-    server.start()
-    for name in args.bucket:
-        server.create_bucket(name)
-    print(server.endpoint, flush=True)
     stopped = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
-    with contextlib.suppress(KeyboardInterrupt):
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopped.set())
+    server = FakeGcsServer(args.host, args.port)
+    server.start()
+    try:
+        for name in args.bucket:
+            server.create_bucket(name)
+        print(server.endpoint, flush=True)
         stopped.wait()
-    server.stop()
+    finally:
+        server.stop()
 
 
 if __name__ == "__main__":

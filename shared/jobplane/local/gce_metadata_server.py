@@ -1,4 +1,4 @@
-"""A fake GCE metadata server for one VM (stdlib HTTP on loopback), for tests and the local cloud.
+"""A fake GCE metadata server for one VM (stdlib HTTP on loopback), for the local cloud's VMs and tests.
 
 It answers the way the real one does where the agent depends on it: every request needs the header
 `Metadata-Flavor: Google` (403 otherwise) and every answer carries it; missing keys are 404; a trailing
@@ -55,7 +55,6 @@ class FakeGceMetadataServer(LoopbackServer):
         }
         self._preempted = preempted
         self._changed = threading.Condition()
-        self.requests = 0
         self._stopping = False
         super().__init__(host, port)
 
@@ -95,7 +94,6 @@ class FakeGceMetadataServer(LoopbackServer):
         return self._values.get(path)
 
     def handle(self, handler: BaseHTTPRequestHandler) -> None:
-        self.requests += 1
         url = urlsplit(handler.path)
         args = {k: v[-1] for k, v in parse_qs(url.query).items()}
         status, value = 404, "not found"

@@ -51,7 +51,6 @@ class FakeImds:
         self._lock = threading.Lock()
         self._tokens: dict[str, float] = {}  # token -> monotonic expiry
         self._notice: dict[str, str] | None = None
-        self.requests: list[tuple[str, str, int]] = []  # (method, path, status), for assertions
         self._server = ThreadingHTTPServer((host, port), _handler_for(self))
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -90,22 +89,6 @@ class FakeImds:
         with self._lock:
             self._notice = notice
         return dict(notice)
-
-    def clear_notice(self) -> None:
-        with self._lock:
-            self._notice = None
-
-    def set_tag(self, key: str, value: str | None) -> None:
-        with self._lock:
-            if value is None:
-                self.instance.tags.pop(key, None)
-            else:
-                self.instance.tags[key] = value
-
-    def expire_tokens(self) -> None:
-        """Invalidate every issued token, as if their TTL ran out."""
-        with self._lock:
-            self._tokens.clear()
 
     # ---- request handling (called from the handler threads) ------------------------------------------------
     def _issue_token(self, ttl_header: str | None, forwarded: bool) -> tuple[int, str]:
@@ -149,8 +132,7 @@ class FakeImds:
             return values.get(path.rstrip("/"))
 
     def _record(self, method: str, path: str, status: int) -> None:
-        with self._lock:
-            self.requests.append((method, path, status))
+        """Each answer, as it is sent (tests keep a log)."""
 
 
 def _handler_for(imds: FakeImds) -> type[BaseHTTPRequestHandler]:

@@ -1,12 +1,36 @@
-"""The HTTP plumbing the stdlib-based fakes share: a threaded server on loopback in a daemon thread."""
+"""Loopback for the local cloud: the address check every VM's address passes before it boots, and the HTTP
+plumbing the stdlib-based fakes share (a threaded server on loopback in a daemon thread)."""
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Self
+
+# Linux routes all of 127.0.0.0/8 to lo: an address there handed to a local VM (MASTER_ADDR, SM_HOSTS, its
+# metadata's IP) is an address of this machine, so nothing a job does reaches another one.
+LOOPBACK_NET = ipaddress.ip_network("127.0.0.0/8")
+
+
+def on_loopback(address: str | None) -> bool:
+    try:
+        return address is not None and ipaddress.ip_address(address) in LOOPBACK_NET
+    except ValueError:
+        return False
+
+
+def send_json(request: BaseHTTPRequestHandler, status: int, body: Any) -> None:
+    """Answer the request with body as JSON, as Google's APIs do."""
+    data = json.dumps(body).encode()
+    request.send_response(status)
+    request.send_header("Content-Type", "application/json; charset=UTF-8")
+    request.send_header("Content-Length", str(len(data)))
+    request.end_headers()
+    request.wfile.write(data)
 
 
 class _Server(ThreadingHTTPServer):

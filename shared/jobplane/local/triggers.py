@@ -1,10 +1,12 @@
-"""The trigger loop: what EventBridge rules and schedules do in the cloud, done by listing every tick.
+"""The trigger loop: what the cloud's event routing and schedulers do, done by listing every tick.
 
-Object-created events are found by listing the prefixes the functions subscribe to and delivering keys
-not seen before, in EventBridge's shape, to the same handler functions the Lambdas run. EC2 events come
-from the instance runner. Scheduled functions run every `schedule` seconds. A handler that is not
-written yet (another step of the build) is skipped; a handler that raises is logged, like a failed
-invocation, and the next scheduled run catches up, as in the cloud.
+Object-created events are found by listing the prefixes the functions act on (queue/, preempted-jobs/ and the
+live attempts' exit reports and boot failures) and delivering keys not seen before, in the cloud's own event
+shape, to the same functions the cloud runs: on AWS as EventBridge "Object Created" events to the launcher,
+rerun or sweeper Lambda handler, as the stack's rules route them; on GCP as Eventarc CloudEvents to the one
+bucket-event function, which routes them itself (jobplane.local.cloud_functions). Scheduled functions run every
+`schedule` seconds. A function that raises is logged, like a failed invocation, and the next scheduled run
+catches up, as in the cloud. A paused function (`jobplane local pause`) gets nothing, as if it were failing.
 """
 
 from __future__ import annotations
@@ -26,15 +28,80 @@ from typing import IO, Any
 from jobplane import keys
 from jobplane.registry import Registry
 
-log = logging.getLogger("local-cloud")  # not under "jobplane": the functions' Powertools Logger owns that
+log = logging.getLogger("local-cloud")  # not under "jobplane": the functions' loggers own that
 
-SCHEDULED = ("launcher", "sweeper", "rerun", "uptime_cap")  # the cron rules of the AWS stack
-EC2_ROUTES = {  # detail-type -> function, as the stack's EventBridge rules route them
-    "EC2 Instance State-change Notification": "sweeper",
-    "EC2 Spot Instance Interruption Warning": "rerun",
-}
+Result = Callable[[str, Any, Any], None]  # (function, event, what it returned)
 
 
+def repo_root() -> Path:
+    """The checkout holding functions/ (the local cloud runs from a clone, like a deployment does)."""
+    return Path(__file__).resolve().parents[3]
+
+
+class Functions:
+    """One cloud's functions as this process runs them: invocations counted, failures logged, pauses honoured.
+
+    What a function writes (its JSON log lines and metric lines) goes to log_stream, as it would go to the
+    cloud's log service; on_result hears what each invocation returned.
+    """
+
+    names: tuple[str, ...] = ()  # every function
+    scheduled: tuple[str, ...] = ()  # those the schedules run, in order
+
+    def __init__(self, log_stream: IO[str] | None = None, on_result: Result | None = None) -> None:
+        root = str(repo_root())
+        if root not in sys.path:
+            sys.path.insert(0, root)
+        self.log_stream = log_stream
+        self.on_result = on_result
+        self.missing: set[str] = set()
+        self.paused: set[str] = set()
+        self.invocations: dict[str, int] = {}
+        self.errors: dict[str, int] = {}
+
+    def invoke(self, name: str, event: Any) -> Any:
+        if name in self.paused:
+            return None
+        self.invocations[name] = self.invocations.get(name, 0) + 1
+        output = contextlib.redirect_stdout(self.log_stream) if self.log_stream else contextlib.nullcontext()
+        try:
+            with output:  # metric lines are printed
+                result = self.call(name, event)
+        except Exception as exc:
+            self.errors[name] = self.errors.get(name, 0) + 1
+            log.error("function %s failed on %s: %s: %s\n%s", name, self.describe(event), type(exc).__name__, exc,
+                      traceback.format_exc())
+            return None
+        if self.on_result is not None:
+            self.on_result(name, event, result)
+        return result
+
+    def pause(self, name: str, paused: bool) -> list[str]:
+        """Stop (or resume) delivering anything to this function; returns the paused ones."""
+        if name not in self.names:
+            raise LookupError(f"no function {name!r}: the functions here are {', '.join(self.names)}")
+        (self.paused.add if paused else self.paused.discard)(name)
+        return sorted(self.paused)
+
+    # ---- per cloud ------------------------------------------------------------------------------------
+    def call(self, name: str, event: Any) -> Any:
+        raise NotImplementedError
+
+    def describe(self, event: Any) -> str:
+        raise NotImplementedError
+
+    def object_created(self, area: str, key: str, size: int) -> None:
+        """Deliver a new object of this area (queue, preempted, exits) as the cloud's routing would."""
+        raise NotImplementedError
+
+    def scheduled_event(self, name: str) -> Any:
+        raise NotImplementedError
+
+    def flush(self) -> None:
+        """Deliver the cloud's own events queued since the last tick (EC2's)."""
+
+
+# ---- AWS: Lambda handlers behind EventBridge -----------------------------------------------------------
 @dataclass
 class LambdaContext:
     """The attributes Powertools reads from a Lambda context."""
@@ -68,31 +135,22 @@ def scheduled(name: str, region: str) -> dict[str, Any]:
                      [f"arn:aws:events:{region}:123456789012:rule/jobplane-{name}"])
 
 
-def repo_root() -> Path:
-    """The checkout holding functions/ (the local cloud runs from a clone, like `cdk deploy` does)."""
-    return Path(__file__).resolve().parents[3]
+class LambdaFunctions(Functions):
+    """functions.aws.<name>.handler, invoked in this process as Lambda would, with the stack's routes."""
 
+    names = scheduled = ("launcher", "sweeper", "rerun", "uptime_cap")  # each also has a cron rule
+    ROUTES = {"queue": "launcher", "preempted": "rerun", "exits": "sweeper"}  # object-created rules
+    EC2_ROUTES = {  # detail-type -> function
+        "EC2 Instance State-change Notification": "sweeper",
+        "EC2 Spot Instance Interruption Warning": "rerun",
+    }
 
-Result = Callable[[str, dict[str, Any], Any], None]  # (function, event, what it returned)
-
-
-class Functions:
-    """Invokes functions.aws.<name>.handler in this process, as Lambda would.
-
-    What a function writes (Powertools' JSON log lines, EMF metric lines) goes to log_stream, as a
-    Lambda's goes to CloudWatch Logs; on_result hears what each invocation returned.
-    """
-
-    def __init__(self, log_stream: IO[str] | None = None, on_result: Result | None = None) -> None:
-        root = str(repo_root())
-        if root not in sys.path:
-            sys.path.insert(0, root)
-        self.log_stream = log_stream
-        self.on_result = on_result
+    def __init__(self, bucket: str, region: str, log_stream: IO[str] | None = None,
+                 on_result: Result | None = None) -> None:
+        super().__init__(log_stream, on_result)
+        self.bucket, self.region = bucket, region
         self.handlers: dict[str, Any] = {}
-        self.missing: set[str] = set()
-        self.invocations: dict[str, int] = {}
-        self.errors: dict[str, int] = {}
+        self.ec2_events: deque[dict[str, Any]] = deque()
 
     def handler(self, name: str) -> Any:
         if name in self.handlers or name in self.missing:
@@ -116,58 +174,57 @@ class Functions:
             if type(handler) is logging.StreamHandler and handler.stream is not self.log_stream:
                 handler.setStream(self.log_stream)
 
-    def invoke(self, name: str, event: dict[str, Any]) -> Any:
+    def call(self, name: str, event: Any) -> Any:
         handler = self.handler(name)
         if handler is None:
             return None
-        self.invocations[name] = self.invocations.get(name, 0) + 1
-        context = LambdaContext(f"jobplane-{name}", str(uuid.uuid4()),
-                                invoked_function_arn=f"arn:aws:lambda:us-east-1:123456789012:function:jobplane-{name}")
-        output = contextlib.redirect_stdout(self.log_stream) if self.log_stream else contextlib.nullcontext()
-        try:
-            with output:  # EMF metric lines are printed
-                result = handler(event, context)
-        except Exception as exc:
-            self.errors[name] = self.errors.get(name, 0) + 1
-            log.error("function %s failed on %s: %s: %s\n%s", name, event.get("detail-type"), type(exc).__name__,
-                      exc, traceback.format_exc())
-            return None
-        if self.on_result is not None:
-            self.on_result(name, event, result)
-        return result
+        arn = f"arn:aws:lambda:{self.region}:123456789012:function:jobplane-{name}"
+        return handler(event, LambdaContext(f"jobplane-{name}", str(uuid.uuid4()), invoked_function_arn=arn))
 
+    def describe(self, event: Any) -> str:
+        return str(event.get("detail-type")) if isinstance(event, dict) else repr(event)
 
-class TriggerLoop:
-    def __init__(self, reg: Registry, bucket: str, region: str, functions: Functions, schedule: float) -> None:
-        self.reg, self.bucket, self.region = reg, bucket, region
-        self.functions = functions
-        self.schedule = schedule
-        self.seen: set[tuple[str, datetime]] = set()
-        self.ec2_events: deque[dict[str, Any]] = deque()
-        self.last_cron = 0.0
+    def object_created(self, area: str, key: str, size: int) -> None:
+        self.invoke(self.ROUTES[area], object_created(self.bucket, key, size, self.region))
+
+    def scheduled_event(self, name: str) -> Any:
+        return scheduled(name, self.region)
 
     def ec2_event(self, detail: dict[str, Any]) -> None:
         """Called by the instance runner (from its thread) for each EC2 event."""
         self.ec2_events.append(_envelope(detail["detail-type"], detail["source"], detail["detail"], self.region))
 
-    def tick(self) -> None:
-        self._deliver_new(keys.QUEUE, "launcher")
-        self._deliver_new(keys.PREEMPTED, "rerun")
-        for job_id, markers in self.reg.active().items():
-            for attempt in {m.attempt for m in markers if m.attempt}:
-                self._deliver_new(keys.attempt_prefix(job_id, attempt), "sweeper",
-                                  suffix=("/exit.json", "/boot-failure.json"))
+    def flush(self) -> None:
         while self.ec2_events:
             event = self.ec2_events.popleft()
-            self.functions.invoke(EC2_ROUTES[event["detail-type"]], event)
+            self.invoke(self.EC2_ROUTES[event["detail-type"]], event)
+
+
+# ---- the loop ----------------------------------------------------------------------------------------------
+class TriggerLoop:
+    def __init__(self, reg: Registry, functions: Functions, schedule: float) -> None:
+        self.reg = reg
+        self.functions = functions
+        self.schedule = schedule
+        self.seen: set[tuple[str, datetime]] = set()
+        self.last_cron = 0.0
+
+    def tick(self) -> None:
+        self._deliver_new(keys.QUEUE, "queue")
+        self._deliver_new(keys.PREEMPTED, "preempted")
+        for job_id, markers in self.reg.active().items():
+            for attempt in {m.attempt for m in markers if m.attempt}:
+                self._deliver_new(keys.attempt_prefix(job_id, attempt), "exits",
+                                  suffix=("/exit.json", "/boot-failure.json"))
+        self.functions.flush()
         if time.monotonic() - self.last_cron >= self.schedule:
             self.last_cron = time.monotonic()
-            for name in SCHEDULED:
-                self.functions.invoke(name, scheduled(name, self.region))
+            for name in self.functions.scheduled:
+                self.functions.invoke(name, self.functions.scheduled_event(name))
 
-    def _deliver_new(self, prefix: str, function: str, suffix: str | tuple[str, ...] = "") -> None:
+    def _deliver_new(self, prefix: str, area: str, suffix: str | tuple[str, ...] = "") -> None:
         for key, modified, size in self.reg.listing(prefix):
             if not key.endswith(suffix) or (key, modified) in self.seen:
                 continue
             self.seen.add((key, modified))
-            self.functions.invoke(function, object_created(self.bucket, self.reg.key(key), size, self.region))
+            self.functions.object_created(area, self.reg.key(key), size)

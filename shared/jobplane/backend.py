@@ -1,0 +1,73 @@
+"""The one place that turns Settings into a registry's store, code uploader and Compute adapter, per cloud:
+S3 and EC2, or GCS and Compute Engine. Every SDK is imported here lazily, only for the cloud in use
+(google-cloud-compute alone takes about a second), and the Compute adapter only when a command needs it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+from jobplane import jobs
+from jobplane.clouds.base import Compute, ObjectStore
+from jobplane.registry import Registry
+from jobplane.settings import Settings
+
+# A context around one upload that yields advance(bytes sent since the last call): a progress bar, or nothing.
+Progress = Callable[[Path], AbstractContextManager[Callable[[int], None]]]
+
+
+class BackendError(RuntimeError):
+    """What a command needs to reach the cloud is not set; the message says what to set."""
+
+
+@contextlib.contextmanager
+def no_progress(path: Path) -> Iterator[Callable[[int], None]]:
+    yield lambda sent: None
+
+
+def _store(settings: Settings) -> ObjectStore:
+    if settings.cloud == "gcp":
+        from jobplane.clouds.gcs import GcsStore
+
+        return GcsStore(settings.bucket)
+    from jobplane.clouds.s3 import S3Store, s3_client
+
+    return S3Store(settings.bucket, s3_client(settings.region))
+
+
+def registry(settings: Settings) -> Registry:
+    return Registry(_store(settings), settings.root)
+
+
+def compute(settings: Settings, reg: Registry) -> Compute:
+    """The deployment's Compute adapter. On GCP the project is the policy's gcp.project, else
+    GOOGLE_CLOUD_PROJECT, and JOBPLANE_COMPUTE_ENDPOINT points it at a local fake."""
+    if settings.cloud == "gcp":
+        from jobplane.clouds.gcp import GceCompute
+
+        placement = reg.policy().gcp
+        project = placement.project or os.environ.get("GOOGLE_CLOUD_PROJECT")
+        if not project or not settings.region:
+            raise BackendError("on GCP set GOOGLE_CLOUD_PROJECT (or the policy's gcp.project) and JOBPLANE_REGION "
+                               "(or --region)")
+        return GceCompute(project, settings.region, placement=placement,
+                          endpoint=os.environ.get("JOBPLANE_COMPUTE_ENDPOINT"))
+    from jobplane.clouds.aws import Ec2Compute
+
+    return Ec2Compute(region=settings.region)
+
+
+def connect(settings: Settings, progress: Progress = no_progress) -> jobs.Backend:
+    """The registry, the bucket's URL, a Compute factory and a code uploader (reporting to progress)."""
+    store = _store(settings)
+    reg = Registry(store, settings.root)
+
+    def upload(key: str, path: Path) -> None:
+        with progress(path) as advance:
+            store.upload_file(reg.key(key), path, "application/gzip", advance)
+
+    return jobs.Backend(reg, settings.url, lambda: compute(settings, reg), upload)

@@ -1,0 +1,104 @@
+"""The local AWS cloud: moto's server for S3, EC2 and SSM (in its own process), each managed EC2 instance a
+local process tree (jobplane.local.ec2_runner), the Lambda handlers invoked in this process with the stack's
+EventBridge routes (jobplane.local.triggers). Instances live in a VPC inside 127.0.0.0/8.
+
+The image aliases resolve through the same public SSM parameters as on AWS: the local cloud plays their
+publishers, so Canonical's Ubuntu parameters name an AMI that runs on this machine and Debian's name the
+stock Debian 12 image when it is built.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import IO, Any
+
+from jobplane import bundling, images
+from jobplane.local import rootfs
+from jobplane.local.cloud import LocalCloud, ServiceProcess
+from jobplane.local.moto_server import CONSOLES_ENV
+from jobplane.local.triggers import Functions, LambdaFunctions
+from jobplane.registry import Registry
+
+log = logging.getLogger("local-cloud")
+
+REGION = "us-east-1"
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing"}
+
+
+class AwsLocalCloud(LocalCloud):
+    cloud = "aws"
+    hidden_env = ("GOOGLE_", "STORAGE_EMULATOR_HOST", "GCE_METADATA_HOST")
+
+    def __init__(self, state_dir: Path, port: int = 0, tick: float = 1.0, **kwargs: Any) -> None:
+        super().__init__(state_dir, port, tick, **kwargs)
+        self.moto = ServiceProcess("jobplane.local.moto_server", port)
+        self.aws: Any = None
+        self.inbox = ""  # the SQS queue subscribed to the notification topic
+
+    @property
+    def exports(self) -> dict[str, str]:
+        return {"AWS_ENDPOINT_URL": self.moto.url, "JOBPLANE_BUCKET": f"s3://{self.bucket}", "AWS_REGION": REGION,
+                "AWS_DEFAULT_REGION": REGION, **CREDENTIALS}
+
+    def start_services(self) -> None:
+        # GetConsoleOutput answers from the instance runner's console logs
+        self.moto.start(self.state_dir / "moto.log", env={CONSOLES_ENV: str(self.state_dir / "instances")})
+
+    def stop_services(self) -> None:
+        self.moto.stop()
+
+    def services(self) -> dict[str, int | None]:
+        return {"moto": self.moto.proc.pid if self.moto.proc else None}
+
+    def provision(self) -> tuple[Registry, str, dict[str, Path]]:
+        os.environ.update({"POWERTOOLS_SERVICE_NAME": "jobplane-local", "POWERTOOLS_METRICS_NAMESPACE": "jobplane"})
+        os.environ.pop("AWS_EC2_METADATA_DISABLED", None)
+        from jobplane.clouds.aws_local import LocalAws
+        from jobplane.clouds.s3 import S3Store
+
+        aws = self.aws = LocalAws(REGION)
+        aws.create_bucket(self.bucket)
+        topic, self.inbox = aws.notification_inbox()
+        os.environ["JOBPLANE_NOTIFY_TOPIC"] = topic  # the functions publish job notifications there
+        placement = f"aws:\n  subnets: [{', '.join(aws.loopback_subnets())}]"
+        return Registry(S3Store(self.bucket)), placement, publish_images(aws)
+
+    def make_functions(self, log_stream: IO[str]) -> Functions:
+        return LambdaFunctions(self.bucket, REGION, log_stream, on_result=self.console.invoked)
+
+    def notifications(self) -> list[dict[str, Any]]:
+        return list(self.aws.notifications(self.inbox))
+
+    def make_runner(self, instance_env: dict[str, str], images: dict[str, Path]) -> Any:
+        from jobplane.local.ec2_runner import Ec2Runner
+
+        functions = self.functions
+        assert isinstance(functions, LambdaFunctions)
+
+        def ec2_event(detail: dict[str, Any]) -> None:
+            """From the runner: shown on the console, then delivered as EventBridge would."""
+            self.console.ec2(detail["detail-type"], detail["detail"])
+            functions.ec2_event(detail)
+
+        return Ec2Runner(self.aws, self.state_dir, instance_env, self.cloud_id, ec2_event, images)
+
+    def instance_by_hand(self, managed: bool, job_id: str | None, attempt: int | None, user_data: str) -> str:
+        return str(self.aws.run(managed=managed, job_id=job_id, attempt=attempt, user_data=user_data))
+
+
+def publish_images(aws: Any) -> dict[str, Path]:
+    """Register the local images and publish the vendors' parameters for them; returns AMI -> root fs."""
+    arch = bundling.host_architecture()
+    ec2_arch = "arm64" if arch == images.AARCH64 else "x86_64"
+    host = aws.register_image("jobplane-local", ec2_arch)
+    for alias in ("ubuntu-24.04", "ubuntu-24.04-gpu"):  # this machine stands in for Ubuntu
+        aws.publish_image_parameter(images.ALIASES[alias].aws[arch], host)
+    problem = rootfs.image_problem()
+    if problem:
+        log.warning("image debian-12 is not available in this local cloud: %s", problem)
+        return {}
+    debian = aws.register_image("debian-12-local", ec2_arch)
+    aws.publish_image_parameter(images.ALIASES["debian-12"].aws[arch], debian)
+    return {debian: rootfs.image_dir()}

@@ -1,0 +1,101 @@
+"""The local GCP cloud: the GCS fake in its own process, the Compute Engine fake in this one (the real
+google-cloud clients reach both over loopback), each managed VM a local process tree that runs its real
+startup-script with its own metadata server (jobplane.local.gce_runner), and functions/gcp/main.py's entry
+points through functions-framework (jobplane.local.cloud_functions): bucket events and Cloud Scheduler ticks
+delivered the way the trigger loop delivers the AWS ones; the job notifications they publish reach a Pub/Sub
+topic on loopback (jobplane.local.pubsub_topic). Every VM's networkIP is on loopback.
+
+Images: the Ubuntu families stand for this machine; Debian 12's family is the stock Debian 12 image when it is
+built (jobplane.local.rootfs).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from pathlib import Path
+from typing import IO, Any
+
+from jobplane import bundling, images
+from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, TAG_MANAGED
+from jobplane.clouds.gce_metadata import gce_key
+from jobplane.local import rootfs
+from jobplane.local.cloud import LocalCloud, ServiceProcess, free_port
+from jobplane.local.cloud_functions import CloudFunctions
+from jobplane.local.fake_compute import DEFAULT_ZONES, FakeComputeServer
+from jobplane.local.pubsub_topic import PubSubTopic
+from jobplane.local.triggers import Functions
+from jobplane.registry import Registry
+
+log = logging.getLogger("local-cloud")
+
+PROJECT = "jobplane-local"
+REGION = "us-central1"
+TOPIC = f"projects/{PROJECT}/topics/jobplane-jobs"
+
+
+class GcpLocalCloud(LocalCloud):
+    cloud = "gcp"
+    hidden_env = ("AWS_", "PUBSUB_EMULATOR_HOST")
+
+    def __init__(self, state_dir: Path, port: int = 0, tick: float = 1.0, **kwargs: Any) -> None:
+        super().__init__(state_dir, port, tick, **kwargs)
+        self.gcs = ServiceProcess("jobplane.local.fake_gcs", port, "--bucket", self.bucket)
+        self.compute = FakeComputeServer(PROJECT, op_polls=0, consoles=self.state_dir / "instances",
+                                         port=port + 1 if port else free_port())
+        self.topic = PubSubTopic(TOPIC)
+
+    @property
+    def exports(self) -> dict[str, str]:
+        return {"JOBPLANE_BUCKET": f"gs://{self.bucket}", "JOBPLANE_REGION": REGION, "GOOGLE_CLOUD_PROJECT": PROJECT,
+                "STORAGE_EMULATOR_HOST": self.gcs.url, "JOBPLANE_COMPUTE_ENDPOINT": self.compute.endpoint}
+
+    def start_services(self) -> None:
+        self.gcs.start(self.state_dir / "gcs.log")
+        self.compute.start()
+        self.topic.start()
+
+    def stop_services(self) -> None:
+        self.topic.stop()
+        self.compute.stop()
+        self.gcs.stop()
+
+    def services(self) -> dict[str, int | None]:
+        return {"gcs": self.gcs.proc.pid if self.gcs.proc else None}
+
+    def provision(self) -> tuple[Registry, str, dict[str, Path]]:
+        from jobplane.clouds.gcs import GcsStore
+
+        # the functions publish job notifications there
+        os.environ.update({"JOBPLANE_NOTIFY_TOPIC": TOPIC, "PUBSUB_EMULATOR_HOST": self.topic.address})
+        return Registry(GcsStore(self.bucket)), f"gcp:\n  project: {PROJECT}", local_images()
+
+    def make_functions(self, log_stream: IO[str]) -> Functions:
+        return CloudFunctions(self.bucket, log_stream, on_result=self.console.invoked)
+
+    def notifications(self) -> list[dict[str, Any]]:
+        return self.topic.pull()
+
+    def make_runner(self, instance_env: dict[str, str], images: dict[str, Path]) -> Any:
+        from jobplane.local.gce_runner import GceRunner
+
+        return GceRunner(self.compute, self.state_dir, instance_env, self.cloud_id, self.console.vm, images)
+
+    def instance_by_hand(self, managed: bool, job_id: str | None, attempt: int | None, user_data: str) -> str:
+        labels = {gce_key(TAG_MANAGED): "true"} if managed else {"owner": "not-jobplane"}
+        if job_id:
+            labels[gce_key(TAG_JOB_ID)] = job_id
+        if attempt is not None:
+            labels[gce_key(TAG_ATTEMPT)] = str(attempt)
+        return self.compute.add_instance(DEFAULT_ZONES[REGION][0], f"by-hand-{secrets.token_hex(4)}", labels,
+                                         metadata={"startup-script": user_data} if user_data else None)
+
+
+def local_images() -> dict[str, Path]:
+    """Image family -> root fs: Debian 12's, when its image is built here (any other image is this machine)."""
+    problem = rootfs.image_problem()
+    if problem:
+        log.warning("image debian-12 is not available in this local cloud: %s", problem)
+        return {}
+    return {images.ALIASES["debian-12"].gcp[bundling.host_architecture()]: rootfs.image_dir()}
