@@ -7,6 +7,7 @@ TERMINATED; the serial console is what the VM printed; an address off loopback i
 from __future__ import annotations
 
 import ipaddress
+import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -45,7 +46,8 @@ def events() -> list[tuple[str, str]]:
 
 @pytest.fixture
 def runner(fake: FakeComputeServer, tmp_path: Path, events: list[tuple[str, str]]) -> Iterator[GceRunner]:
-    runner = GceRunner(fake, tmp_path, {"PATH": "/usr/bin:/bin"}, "gce-runner-test",
+    # a cloud id of its own: stop_all() ends every process carrying it, and nothing of another test may
+    runner = GceRunner(fake, tmp_path, {"PATH": "/usr/bin:/bin"}, f"gce-runner-test-{secrets.token_hex(4)}",
                        lambda what, iid, detail: events.append((what, iid)), shutdown_budget=20)
     try:
         yield runner
@@ -100,7 +102,11 @@ def test_max_run_duration_is_gces_own_uptime_cap(gce: GceCompute, fake: FakeComp
     settle(runner, "the VM deleted at its maxRunDuration", lambda: fake.status(capped) is None, 60)
     assert events.index(("capped", capped)) < events.index(("deleted", capped))
     assert not marked_pids(f"JOBPLANE_LOCAL_INSTANCE={capped}")
-    assert agent_running(other) and gce.preempted() == []
+    node, vm = runner.nodes.get(other), runner.vms.get(other)
+    assert agent_running(other), (f"the uncapped VM's agent is gone: events {events}, its ending "
+                                  f"{vm.ending if vm else 'forgotten'}, status {fake.status(other)}, "
+                                  f"notes {node.notes if node else None}")
+    assert gce.preempted() == []
 
 
 def test_a_guest_power_off_leaves_the_vm_terminated_and_the_console_says_what_it_printed(
