@@ -11,7 +11,7 @@ import pytest
 
 from jobplane import keys
 from jobplane.agent import Agent, AgentConfig
-from jobplane.agent.core import grace_within
+from jobplane.agent.core import grace_within, sync_budget
 from jobplane.clouds.aws_imds import Ec2Metadata
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID
 from jobplane.clouds.memory import MemoryStore
@@ -141,3 +141,9 @@ def test_intervals_above_the_contract_are_refused() -> None:
 ])
 def test_the_grace_fits_the_time_left(requested: float, left: float | None, grace: float) -> None:
     assert grace_within(requested, left) == grace
+
+
+@pytest.mark.parametrize(("left", "budget"), [(120.0, 110.0), (40.0, 30.0), (10.0, 7.5), (2.0, 1.5), (-1.0, -1.0)])
+def test_the_final_sync_keeps_a_reserve_for_the_exit_report_but_never_most_of_a_short_notice(
+        left: float, budget: float) -> None:
+    assert sync_budget(left) == budget

@@ -84,6 +84,13 @@ def grace_within(requested: float, left: float | None) -> float:
 FINAL_RESERVE = 10.0  # seconds of a Spot notice kept after the final checkpoint sync (logs, exit report)
 
 
+def sync_budget(left: float) -> float:
+    """Seconds the final checkpoint sync may start uploads in, when the VM goes away in `left` seconds: all
+    but FINAL_RESERVE for the logs and the exit report, and never more than a quarter of what is left, so a
+    notice that arrives late (or a short local grace) still leaves most of its time to the checkpoint."""
+    return left - min(FINAL_RESERVE, max(left, 0.0) / 4)
+
+
 @dataclass(frozen=True)
 class AgentConfig:
     """Intervals are upper bounds from the contract (logs 10 s, heartbeat 30 s, checkpoints 60 s,
@@ -530,13 +537,13 @@ class Agent:
         return self._ended_ns - int(self.cfg.checkpoint_settle * 1e9)
 
     def _final_sync(self, outcome: Outcome, cut_ns: int | None) -> None:
-        """Newest files first, and done FINAL_RESERVE seconds before a Spot notice's termination time."""
+        """Newest files first, and done before a Spot notice's termination time (see sync_budget)."""
         assert self._checkpoints is not None
         deadline = None
         if outcome.notice and outcome.notice.get("time"):
             try:
                 at = datetime.fromisoformat(outcome.notice["time"].replace("Z", "+00:00"))
-                deadline = time.monotonic() + (at - datetime.now(UTC)).total_seconds() - FINAL_RESERVE
+                deadline = time.monotonic() + sync_budget((at - datetime.now(UTC)).total_seconds())
             except ValueError:
                 pass
         moved = self._checkpoints.sync(final=True, cut_ns=cut_ns, deadline=deadline)
