@@ -297,6 +297,18 @@ def served(request: pytest.FixtureRequest) -> Iterator[tuple[dict[str, str], Cal
                lambda: [b.name for b in bucket.list_blobs()])
 
 
+def _sigint_as_from_a_shell() -> None:
+    """Ctrl-C reaches a command started from a shell with SIGINT's default action: whatever this test process
+    ignores or blocks (a disposition or mask that a fork inherits), the CLI under test gets the default."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _signal_masks(pid: int) -> str:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return ", ".join(line for line in lines if line.startswith(("SigBlk", "SigIgn", "SigCgt")))
+
+
 @pytest.mark.timeout(120)
 def test_ctrl_c_stops_following_never_the_job(served: tuple[dict[str, str], Callable[[str, bytes], None],
                                                             Callable[[], list[str]]]) -> None:
@@ -305,13 +317,18 @@ def test_ctrl_c_stops_following_never_the_job(served: tuple[dict[str, str], Call
     env, put, listed = served
     put(keys.queue_entry("kept"), SPEC.encode())
     proc = subprocess.Popen([sys.executable, "-m", "jobplane.cli", "logs", "kept", "-f", "--interval", "0.2"],
-                            env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_sigint_as_from_a_shell)
     try:
         assert proc.stderr is not None
         first = proc.stderr.readline()  # blocks until the follower has looked once
         assert first.startswith("status: queued "), first
+        masks = _signal_masks(proc.pid)
         proc.send_signal(signal.SIGINT)
-        _, rest = proc.communicate(timeout=60)
+        try:
+            _, rest = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"SIGINT did not end `logs -f` in 60 s; its signal masks then: {masks}") from None
     finally:
         if proc.poll() is None:
             proc.kill()
