@@ -93,8 +93,8 @@ def call(url, data=None, method="GET", tries=7):
 
 def fail(msg):
     say("FAILED: " + msg)
-    body = json.dumps({"message": msg, "python": sys.version.split()[0], "host": os.uname()[1],
-                       "time": time.time()}).encode()
+    body = json.dumps({"version": 1, "message": msg, "python": sys.version.split()[0], "host": os.uname()[1],
+                       "time": time.time()}).encode()  # jobplane.records.BootFailure
     try:
         call(cfg["report"]["url"], body, cfg["report"]["method"], tries=3)
     except Exception as exc:

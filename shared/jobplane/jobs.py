@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from jobplane import cost, drops, keys
+from jobplane import cost, drops, keys, records
 from jobplane.clouds.base import Compute, NotFound, PreconditionFailed
 from jobplane.errors import FieldError, SpecError
 from jobplane.jobview import JobView, Status, readable_job_id, rejected_reason, status, view_row
@@ -447,7 +447,7 @@ def cancel(reg: Registry, job_id: str, *, force: bool = False, compute: ComputeF
                            f"reject it: {view.reason}")
         with contextlib.suppress(JobExists):  # the launcher recorded it meanwhile: cancel that record
             reg.create_job(job_id, view.spec)
-    reg.put_json(keys.stop_request(job_id), {"time": utcnow().isoformat(), "by": "cli", "reason": "cancel"})
+    reg.put_json(keys.stop_request(job_id), records.StopRequest(time=utcnow(), by="cli", reason="cancel").body())
     try:  # the state at the CAS decides, not the one find() saw
         record = reg.transition(job_id, State.CANCELLED, expect=NOT_STARTED, reason="cancelled by the user "
                                 "before it started")

@@ -83,6 +83,13 @@ def boot_failure(job_id: str, attempt: int) -> str:
     return f"{JOBS}{job_id}/attempts/{attempt}/boot-failure.json"
 
 
+def ignored_flag(job_id: str, attempt: int, fact: str) -> str:
+    """Created once by the function that recorded an event for a fact of this attempt it ignored (an exit
+    report or boot failure that does not parse or names no instance of the attempt): one event per fact."""
+    return f"{JOBS}{job_id}/attempts/{attempt}/ignored/" + fact.removeprefix(attempt_prefix(job_id, attempt)) \
+        .replace("/", ".")
+
+
 def exits_prefix(job_id: str, attempt: int) -> str:
     return f"{JOBS}{job_id}/attempts/{attempt}/nodes/"
 

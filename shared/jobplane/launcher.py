@@ -17,7 +17,7 @@ from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
 
-from jobplane import agent_bundle, bootstrap, cost, drops, images, keys
+from jobplane import agent_bundle, bootstrap, cost, drops, images, keys, records
 from jobplane.clouds.base import (
     TAG_OWNER,
     CapacityError,
@@ -315,12 +315,11 @@ def _launched(reg: Registry, compute: Compute, record: JobRecord, request: Launc
     hosts = [ip or "" for _, ip, _ in instances]
     zone = instances[0][2] or request.zone
     idle = policy.idle_gpu  # the agents average GPU use over its window and mark idle ranks (jobplane.agent.idle)
-    reg.put_json(keys.cluster(record.id, request.attempt), {
-        "job_id": record.id, "attempt": request.attempt, "hosts": hosts, "instances": ids,
-        "master_addr": hosts[0], "master_port": record.spec.master_port, "num_nodes": request.num_nodes,
-        "instance_type": request.instance_type, "zone": zone,
-        **({"idle_gpu": {"window": idle.window, "threshold": idle.threshold}} if idle.action != "off" else {}),
-    })
+    reg.put_json(keys.cluster(record.id, request.attempt), records.ClusterFile(
+        job_id=record.id, attempt=request.attempt, hosts=hosts, instances=ids, master_addr=hosts[0],
+        master_port=record.spec.master_port, num_nodes=request.num_nodes, instance_type=request.instance_type,
+        zone=zone, idle_gpu=records.IdleWatch(window=idle.window, threshold=idle.threshold)
+        if idle.action != "off" else None).body())
     metrics.add_metric("JobsLaunched", "Count", 1)
     log.info("job %s attempt %d: %d x %s in %s", record.id, request.attempt, len(ids), request.instance_type,
              zone, extra={"job_id": record.id})

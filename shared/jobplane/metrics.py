@@ -17,7 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from jobplane.spec import MetricDefinition, StopOn
 
@@ -36,7 +36,7 @@ DEFAULT_METRICS: tuple[MetricDefinition, ...] = (
     MetricDefinition(name=STEP, regex=STEP_REGEX),
 )
 QUOTE_MAX = 200  # characters of the matching line a stop reason quotes
-EARLY_STOP = "early-stop"  # an exit report's reason when the agent stopped its job on a stop_on match
+EARLY_STOP: Final = "early-stop"  # an exit report's reason when the agent stopped its job on a stop_on match
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,23 @@ import time
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from jobplane import keys, launcher
+from jobplane import keys, launcher, records
 from jobplane.clouds.base import LOG_OBJECT_TAG, Compute, NotFound, PreconditionFailed
 from jobplane.decide import rerun as rerun_decide
 from jobplane.decide import sweep as sweep_decide
 from jobplane.decide import uptime as uptime_decide
-from jobplane.decide.model import Action, ExitReport, PreemptedMark, Rule, Snapshot, parse_idle_flag, parse_limits
+from jobplane.decide.model import (
+    Action,
+    ExitReport,
+    Ignored,
+    PreemptedMark,
+    Rule,
+    Snapshot,
+    parse_idle_flag,
+    parse_limits,
+)
 from jobplane.notify import Notify
 from jobplane.policy import Policy
 from jobplane.registry import JobNotFound, JobRecord, Registry, TransitionRefused
@@ -63,8 +72,7 @@ def listings(reg: Registry, compute: Compute | None) -> Snapshot:
 def with_records(reg: Registry, snap: Snapshot, job_ids: Iterable[str], *, exits: bool = True) -> Snapshot:
     """Fetch job.json (and the current attempt's exit reports and boot failure) for just these jobs."""
     records: dict[str, JobRecord] = {}
-    reports: dict[str, tuple[ExitReport, ...]] = {}
-    failures: dict[str, str] = {}
+    found: dict[str, Attempt] = {}
     for job_id in sorted(set(job_ids)):
         try:
             record = records[job_id] = reg.job(job_id)
@@ -72,76 +80,79 @@ def with_records(reg: Registry, snap: Snapshot, job_ids: Iterable[str], *, exits
             log.warning("job %s has registry keys but no job.json", job_id, extra={"job_id": job_id})
             continue
         if exits and record.state in (State.LAUNCHING, State.RUNNING) and record.attempt:
-            reports[job_id], failure = read_attempt(reg, job_id, record.attempt)
-            if failure is not None:
-                failures[job_id] = failure
-    return replace(snap, records={**snap.records, **records}, exits={**snap.exits, **reports},
-                   boot_failures={**snap.boot_failures, **failures})
+            found[job_id] = read_attempt(reg, job_id, record.attempt)
+    return replace(snap, records={**snap.records, **records},
+                   exits={**snap.exits, **{j: a.exits for j, a in found.items()}},
+                   boot_failures={**snap.boot_failures,
+                                  **{j: a.boot_failure for j, a in found.items() if a.boot_failure}},
+                   unreadable={**snap.unreadable, **{j: a.unreadable for j, a in found.items() if a.unreadable}},
+                   noted=snap.noted.union(*(a.noted for a in found.values())))
 
 
-def read_attempt(reg: Registry, job_id: str, attempt: int) -> tuple[tuple[ExitReport, ...], str | None]:
+@dataclass(frozen=True)
+class Attempt:
+    """What the agents and bootstraps of one attempt reported."""
+
+    exits: tuple[ExitReport, ...] = ()
+    boot_failure: str | None = None
+    unreadable: tuple[Ignored, ...] = ()  # reports that do not parse
+    noted: frozenset[str] = frozenset()  # ignored-fact flags already created
+
+
+def read_attempt(reg: Registry, job_id: str, attempt: int) -> Attempt:
     """The attempt's exit reports and what a VM's bootstrap reported, if it did: one LIST of
     attempts/<n>/, then one GET per rank that has exited (and one for a boot failure)."""
     prefix = keys.exits_prefix(job_id, attempt)
-    out = []
+    exits: list[ExitReport] = []
     failure: str | None = None
+    unreadable: list[Ignored] = []
+    noted: set[str] = set()
     for key, _, _ in reg.listing(keys.attempt_prefix(job_id, attempt)):
-        if key == keys.boot_failure(job_id, attempt):
-            failure = _boot_failure(reg, key, job_id)
-            continue
         rank, _, name = key.removeprefix(prefix).partition("/")
-        if not key.startswith(prefix) or name != "exit.json" or not rank.isdigit():
-            continue
-        try:
-            body = reg.get_json(key)
-        except (NotFound, ValueError) as exc:
-            log.warning("unreadable exit report %s: %s", key, exc, extra={"job_id": job_id})
-            continue
-        code = body.get("code") if isinstance(body, dict) else None
-        if not isinstance(code, int):
-            log.warning("exit report %s: field 'code' is %r, not an integer; counted as -1", key, code,
-                        extra={"job_id": job_id})
-            code = -1
-        out.append(ExitReport(int(rank), code, _text(body, "reason") or "exit", _text(body, "error"),
-                              _text(body, "stopped_by"), _text(body, "stop_reason")))
-    return tuple(out), failure
+        if key.startswith(keys.ignored_flag(job_id, attempt, "")):
+            noted.add(key)
+        elif key == keys.boot_failure(job_id, attempt):
+            boot = _read(reg, key, records.BootFailure, unreadable)
+            failure = boot.message[:500] if boot is not None else None
+        elif key.startswith(prefix) and name == "exit.json" and rank.isdigit():
+            report = _read(reg, key, records.ExitReport, unreadable)
+            if report is not None:
+                exits.append(ExitReport.of(int(rank), report))
+    return Attempt(tuple(exits), failure, tuple(unreadable), frozenset(noted))
 
 
-def _text(body: Any, field: str) -> str | None:
-    """A string field of a JSON object an agent wrote, else None (whatever else is there)."""
-    value = body.get(field) if isinstance(body, dict) else None
-    return value if isinstance(value, str) else None
+R = TypeVar("R", bound=records.Record)
 
 
-def _boot_failure(reg: Registry, key: str, job_id: str) -> str | None:
+def _read(reg: Registry, key: str, model: type[R], unreadable: list[Ignored]) -> R | None:
+    """A record an agent or a bootstrap wrote; one that does not parse is added to `unreadable`."""
     try:
-        body = reg.get_json(key)
+        return model.parse(reg.get_bytes(key))
     except NotFound:
+        return None  # deleted since the listing
+    except records.RecordError as exc:
+        log.warning("%s: %s", key, exc)
+        unreadable.append(Ignored(key, str(exc)))
         return None
-    except ValueError:
-        body = {}
-    message = body.get("message") if isinstance(body, dict) else None
-    return str(message)[:500] if message else "the VM's bootstrap reported a failure it could not describe"
 
 
 def with_preempted_bodies(reg: Registry, snap: Snapshot, only: Collection[str] | None = None) -> Snapshot:
     """Read the preempted-jobs/ markers (few: jobs between preemption and rerun) for their attempt; with
-    `only`, just those jobs' (the others keep what the listing said)."""
+    `only`, just those jobs' (the others keep what the listing said). A marker that does not parse keeps
+    the listing's view and says why (the decisions trust it for no attempt)."""
     marks: dict[str, PreemptedMark] = {}
     for job_id, mark in snap.preempted.items():
         if only is not None and job_id not in only:
             marks[job_id] = mark
             continue
         try:
-            body = reg.get_json(keys.preempted_marker(job_id))
+            body = records.PreemptedMarker.parse(reg.get_bytes(keys.preempted_marker(job_id)))
         except NotFound:
             continue  # cleared since the listing
-        except ValueError:
-            body = {}
-        body = body if isinstance(body, dict) else {}
-        attempt = body.get("attempt")
-        marks[job_id] = replace(mark, attempt=attempt if isinstance(attempt, int) else None,
-                                instance_id=body.get("instance_id"))
+        except records.RecordError as exc:
+            marks[job_id] = replace(mark, problem=str(exc))
+            continue
+        marks[job_id] = replace(mark, attempt=body.attempt, instance_id=body.instance_id)
     return replace(snap, preempted=marks)
 
 
@@ -214,12 +225,12 @@ def _apply_one(reg: Registry, compute: Compute | None, action: Action, *, now: d
             raise RuntimeError("no compute adapter to terminate with")
         compute.terminate(list(action.terminate))
     if action.mark_preempted is not None and job_id:
-        reg.mark_preempted(job_id, dict(action.mark_preempted))
+        reg.mark_preempted(job_id, action.mark_preempted.body())
     if action.write_limits is not None:
         reg.store.put(reg.key(action.write_limits.key), b"", "text/plain")
     if action.stop and job_id:
-        reg.put_json(keys.stop_request(job_id), {"time": now.isoformat(), "by": action.stop_by,
-                                                 "reason": action.reason})
+        reg.put_json(keys.stop_request(job_id),
+                     records.StopRequest(time=now, by=action.stop_by, reason=action.reason).body())
     if action.relaunch and job_id and action.expect_attempt is not None:
         if compute is None:
             raise RuntimeError("no compute adapter to relaunch with")
@@ -298,7 +309,9 @@ def rerun(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, p
     policy = policy or reg.policy()
     marks = {job_id: PreemptedMark(job_id, at) for job_id, at in reg.preempted().items()
              if not jobs or job_id in jobs}
-    snap = with_preempted_bodies(reg, Snapshot(preempted=marks))
+    # the cloud's listing, to check the markers against (job.json's instances cover VMs already gone)
+    instances = tuple(compute.list_managed()) if marks else ()
+    snap = with_preempted_bodies(reg, Snapshot(preempted=marks, instances=instances))
     snap = with_records(reg, snap, snap.preempted, exits=False)
     return apply(reg, compute, rerun_decide.decide(snap, now, policy), now=now, metrics=metrics,
                  dry_run=dry_run or policy.safety.dry_run, policy=policy)

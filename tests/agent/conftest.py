@@ -22,6 +22,7 @@ from jobplane.agent.checkpoints import CheckpointSync
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, TAG_MANAGED, NotFound
 from jobplane.clouds.s3 import S3Store
 from jobplane.local.imds import FakeImds, ImdsInstance
+from jobplane.records import ClusterFile
 from jobplane.registry import Registry
 from jobplane.spec import JobSpec
 from jobplane.states import State
@@ -84,10 +85,9 @@ class World:
         self.reg.create_job(job_id, JobSpec.model_validate({"instance_type": "t3.micro", **spec}))
         instances = [f"i-{job_id[:8]}{rank:08x}" for rank in range(len(hosts))]
         self.reg.transition(job_id, State.LAUNCHING, expect=[State.QUEUED], attempt=1, instances=instances)
-        self.reg.put_json(keys.cluster(job_id, 1), {
-            "job_id": job_id, "attempt": 1, "hosts": list(hosts), "instances": instances,
-            "master_addr": hosts[0], "master_port": 29500, "num_nodes": len(hosts),
-            "instance_type": "t3.micro", "zone": "us-east-1a"})
+        self.reg.put_json(keys.cluster(job_id, 1), ClusterFile(
+            job_id=job_id, attempt=1, hosts=list(hosts), instances=instances, master_addr=hosts[0],
+            num_nodes=len(hosts), instance_type="t3.micro", zone="us-east-1a").body())
         if code is not None:
             self.reg.store.put(self.reg.key(keys.code_bundle(job_id)), tarball(code))
 
@@ -149,9 +149,9 @@ class World:
         """The rerun's bookkeeping: PREEMPTED, LAUNCHING at `attempt`, and its cluster.json."""
         self.reg.transition(job_id, State.PREEMPTED, expect=[State.LAUNCHING])
         self.reg.transition(job_id, State.LAUNCHING, expect=[State.PREEMPTED], attempt=attempt)
-        self.reg.put_json(keys.cluster(job_id, attempt), {
-            "job_id": job_id, "attempt": attempt, "hosts": list(hosts), "master_addr": hosts[0],
-            "master_port": 29500, "num_nodes": len(hosts), "instance_type": "t3.micro", "zone": "us-east-1a"})
+        self.reg.put_json(keys.cluster(job_id, attempt), ClusterFile(
+            job_id=job_id, attempt=attempt, hosts=list(hosts), master_addr=hosts[0], num_nodes=len(hosts),
+            instance_type="t3.micro", zone="us-east-1a").body())
 
     def close(self) -> None:
         for node in self.nodes:

@@ -16,6 +16,7 @@ from jobplane.clouds.aws_imds import Ec2Metadata
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID
 from jobplane.clouds.memory import MemoryStore
 from jobplane.local.imds import FakeImds, ImdsInstance
+from jobplane.records import ClusterFile, ExitReport
 from jobplane.registry import Registry
 from jobplane.spec import JobSpec
 from jobplane.states import State
@@ -66,8 +67,9 @@ def seed(reg: Registry, run: str, *, attempt: int = 1, cluster: bool = True) -> 
     reg.create_job("core-job", JobSpec(instance_type="t3.micro", run=run))
     reg.transition("core-job", State.LAUNCHING, attempt=attempt)
     if cluster:
-        reg.put_json(keys.cluster("core-job", attempt), {"hosts": ["10.1.1.1"], "master_addr": "10.1.1.1",
-                                                         "master_port": 29500, "num_nodes": 1})
+        reg.put_json(keys.cluster("core-job", attempt), ClusterFile(job_id="core-job", attempt=attempt,
+                                                                    hosts=["10.1.1.1"], master_addr="10.1.1.1",
+                                                                    num_nodes=1).body())
 
 
 def test_write_failures_are_retried_until_the_report_lands(imds: FakeImds, tmp_path: Path) -> None:
@@ -109,8 +111,8 @@ def test_a_node_of_an_older_attempt_stands_down(imds: FakeImds, tmp_path: Path) 
     reg = Registry(store)
     seed(reg, "touch ran", attempt=2)  # the job moved on to attempt 2; this VM still says attempt 1
     assert make_agent(store, imds, tmp_path, powered).run() == 0
-    report = reg.get_json(keys.exit_report("core-job", 1, 0))
-    assert (report["reason"], report["code"]) == ("stopped", None)
+    report = ExitReport.parse(reg.get_bytes(keys.exit_report("core-job", 1, 0)))
+    assert (report.reason, report.code, report.instance_id) == ("stopped", None, imds.instance.instance_id)
     assert not (tmp_path / "ml" / "code" / "ran").exists()
     assert powered == ["off"]
 
@@ -147,3 +149,16 @@ def test_the_grace_fits_the_time_left(requested: float, left: float | None, grac
 def test_the_final_sync_keeps_a_reserve_for_the_exit_report_but_never_most_of_a_short_notice(
         left: float, budget: float) -> None:
     assert sync_budget(left) == budget
+
+
+def test_a_stop_request_that_does_not_parse_still_stops_the_node(imds: FakeImds, tmp_path: Path) -> None:
+    """Stopping is the safe reading of a request nobody can read; the report says why."""
+    store, powered = FlakyStore(), []
+    reg = Registry(store)
+    seed(reg, "touch ran; sleep 60")
+    store.put(keys.stop_request("core-job"), b'{"by": "cli"}')  # no time: written by nothing of ours
+    assert make_agent(store, imds, tmp_path, powered).run() == 0
+    report = ExitReport.parse(reg.get_bytes(keys.exit_report("core-job", 1, 0)))
+    assert (report.reason, report.stopped_by) == ("stopped", "unknown")
+    assert report.stop_reason == "stop request: field 'time': Field required"
+    assert powered == ["off"]

@@ -8,11 +8,13 @@ import os
 import re
 import signal
 import time
+from datetime import UTC, datetime
 
 import boto3
 import pytest
 
 from jobplane import keys, metrics
+from jobplane.records import ExitReport, Heartbeat, PreemptedMarker, StopRequest
 from tests.agent.conftest import ROOT, World, console_of, json_line
 from tests.helpers import wait_for
 
@@ -44,9 +46,9 @@ def test_success_uploads_logs_checkpoints_artifacts_and_exit_report(world: World
     node = world.start("ok-job")
     assert node.wait() == 0, console_of(node)
 
-    report = world.json(keys.exit_report("ok-job", 1, 0))
-    assert report["code"] == 0 and report["reason"] == "exit"
-    assert report["started_at"] <= report["ended_at"]
+    report = ExitReport.parse(world.reg.get_bytes(keys.exit_report("ok-job", 1, 0)))
+    assert (report.code, report.reason, report.instance_id) == (0, "exit", node.imds.instance.instance_id)
+    assert report.started_at is not None and report.ended_at is not None and report.started_at <= report.ended_at
     logs = world.logs("ok-job")
     assert "setting up" in logs and "resuming from step 10" in logs
     assert "step 13 loss 0.077 rows 2" in logs
@@ -62,8 +64,8 @@ def test_success_uploads_logs_checkpoints_artifacts_and_exit_report(world: World
     assert json.loads(artifacts["model/model.json"]) == {"w": 0.5}
     manifest = json.loads(artifacts["model.manifest.json"])  # written after the files it names
     assert manifest["files"]["model.json"]["size"] == len(artifacts["model/model.json"])
-    beat = world.json(keys.heartbeat("ok-job", 1, 0))
-    assert beat["rank"] == 0 and "gpu_util" in beat and beat["last_output_at"]
+    beat = Heartbeat.parse(world.reg.get_bytes(keys.heartbeat("ok-job", 1, 0)))
+    assert beat.rank == 0 and beat.gpu_util is None and beat.last_output_at  # no GPU here
     assert world.exists(keys.output_mark("ok-job", 1, 0))
     assert not world.exists(keys.preempted_marker("ok-job"))
     assert world.poweroff_log.read_text().strip() == "-h now"
@@ -104,8 +106,8 @@ def test_spot_notice_checkpoints_marks_preempted_and_powers_off(world: World) ->
     ckpts = world.checkpoint("spot-job")
     assert ckpts["final.txt"] == b"final\n"  # written in the SIGTERM handler, uploaded before the exit
     assert ckpts["started.txt"] == b"started\n" and int(ckpts["step.txt"]) > 0
-    marker = world.json(keys.preempted_marker("spot-job"))
-    assert marker == {"attempt": 1, "rank": 0, "notice": served, "instance_id": node.imds.instance.instance_id}
+    marker = PreemptedMarker.parse(world.reg.get_bytes(keys.preempted_marker("spot-job")))
+    assert marker == PreemptedMarker(attempt=1, rank=0, notice=served, instance_id=node.imds.instance.instance_id)
     report = world.json(keys.exit_report("spot-job", 1, 0))
     assert (report["reason"], report["code"], report["notice"]) == ("preempted", 0, served)
     logs = world.logs("spot-job")
@@ -118,7 +120,7 @@ def test_stop_request_kills_a_process_that_ignores_sigterm(world: World) -> None
     node = world.start("stop-job", extra=["--stop-grace", "1"])
     pid_file = node.ml_root / "pid"
     wait_for("the user process", lambda: world.exists(keys.output_mark("stop-job", 1, 0)) and pid_file.exists())
-    world.reg.put_json(keys.stop_request("stop-job"), {"by": "test"})
+    world.reg.put_json(keys.stop_request("stop-job"), StopRequest(time=datetime.now(UTC), by="test").body())
     asked = time.monotonic()
     assert node.wait() == 0, console_of(node)
     assert time.monotonic() - asked < 10  # poll 0.3 s + grace 1 s + final sync, not the spec's 60 s

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from jobplane.clouds.aws_imds import Ec2Metadata
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, NotFound
 from jobplane.clouds.memory import MemoryStore
 from jobplane.local.imds import FakeImds, ImdsInstance
+from jobplane.records import ClusterFile, IdleWatch, StopRequest
 from jobplane.registry import Registry
 from jobplane.spec import JobSpec
 from jobplane.states import State
@@ -45,8 +47,9 @@ def test_the_meter_is_idle_only_after_a_whole_window_of_low_readings() -> None:
 def seed(reg: Registry, window: float) -> None:
     reg.create_job("gpu-job", JobSpec(instance_type="g5.xlarge", run="echo training; sleep 60"))
     reg.transition("gpu-job", State.LAUNCHING, attempt=1)
-    reg.put_json(keys.cluster("gpu-job", 1), {"hosts": ["10.1.1.1"], "master_addr": "10.1.1.1", "master_port": 29500,
-                                              "num_nodes": 1, "idle_gpu": {"window": window, "threshold": 5}})
+    reg.put_json(keys.cluster("gpu-job", 1), ClusterFile(job_id="gpu-job", attempt=1, hosts=["10.1.1.1"],
+                                                         master_addr="10.1.1.1", num_nodes=1,
+                                                         idle_gpu=IdleWatch(window=window, threshold=5)).body())
 
 
 def exists(reg: Registry, key: str) -> bool:
@@ -83,7 +86,8 @@ def test_an_idle_rank_is_marked_with_its_heartbeats_and_an_idle_stop_is_reported
                      lambda: (reg.store.get(beat_key).last_modified - written).total_seconds() > 1.0, 30)
             assert reg.store.get(reg.key(mark)).last_modified == written
 
-            reg.put_json(keys.stop_request("gpu-job"), {"by": "idle-gpu", "reason": "GPU utilization under 5%"})
+            reg.put_json(keys.stop_request("gpu-job"), StopRequest(time=datetime.now(UTC), by="idle-gpu",
+                                                                   reason="GPU utilization under 5%").body())
             runner.join(30)
             assert done == [0]
         finally:
@@ -97,8 +101,8 @@ def test_no_idle_policy_in_cluster_json_means_no_marks(tmp_path: Path) -> None:
     reg = Registry(MemoryStore())
     reg.create_job("cpu-job", JobSpec(instance_type="t3.micro", run="sleep 1"))
     reg.transition("cpu-job", State.LAUNCHING, attempt=1)
-    reg.put_json(keys.cluster("cpu-job", 1), {"hosts": ["10.1.1.1"], "master_addr": "10.1.1.1", "master_port": 29500,
-                                              "num_nodes": 1})
+    reg.put_json(keys.cluster("cpu-job", 1), ClusterFile(job_id="cpu-job", attempt=1, hosts=["10.1.1.1"],
+                                                         master_addr="10.1.1.1", num_nodes=1).body())
     config = AgentConfig(ml_root=tmp_path / "ml", log_interval=0.2, heartbeat_interval=0.2, poll_interval=0.2,
                          checkpoint_interval=0.3, retry_pause=0.01)
     with FakeImds(ImdsInstance("i-cpu", tags={TAG_JOB_ID: "cpu-job", TAG_ATTEMPT: "1"})) as imds:

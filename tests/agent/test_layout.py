@@ -18,6 +18,7 @@ from jobplane.agent.layout import (
     user_env,
 )
 from jobplane.agent.transfer import safe_path
+from jobplane.records import ClusterFile
 from jobplane.spec import JobSpec, parse_spec
 
 
@@ -30,14 +31,17 @@ def test_paths_move_under_a_scratch_root_but_not_on_a_vm(tmp_path: Path) -> None
 
 
 def test_cluster_json_must_include_this_node() -> None:
-    body = {"hosts": ["10.0.0.1", "10.0.0.2"], "master_addr": "10.0.0.1", "master_port": 29500, "num_nodes": 2}
+    file = ClusterFile(job_id="j", attempt=1, hosts=["10.0.0.1", "10.0.0.2"], master_addr="10.0.0.1", num_nodes=2)
+    body = json.dumps(file.body())
     assert Cluster.parse(body, 1).hosts == ("10.0.0.1", "10.0.0.2")
     with pytest.raises(ClusterError, match=r"rank 2 is outside 0\.\.1"):
         Cluster.parse(body, 2)
     with pytest.raises(ClusterError, match="hosts has 2 entries but num_nodes is 3"):
-        Cluster.parse({**body, "num_nodes": 3}, 0)
-    with pytest.raises(ClusterError, match="missing or malformed"):
-        Cluster.parse({"master_port": 1}, 0)
+        Cluster.parse(json.dumps({**file.body(), "num_nodes": 3}), 0)
+    with pytest.raises(ClusterError, match=r"cluster\.json: field 'job_id': Field required"):
+        Cluster.parse(json.dumps({"master_port": 1}), 0)
+    with pytest.raises(ClusterError, match=r"cluster\.json: field 'master_port': Input should be less than 65536"):
+        Cluster.parse(json.dumps({**file.body(), "master_port": 70000}), 0)
 
 
 def test_user_env_ours_win_and_channels_are_named_like_sagemaker(tmp_path: Path) -> None:

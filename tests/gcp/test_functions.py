@@ -70,8 +70,9 @@ def test_an_exit_report_gets_a_targeted_sweep_at_once(cloud: GcpCloud) -> None:
     client = create_app("launcher", MAIN, "cloudevent").test_client()
     assert client.post("/", **finalized(drop(cloud, "done-job"))).status_code == 200
     report = keys.exit_report("done-job", 1, 0)
+    (vm,) = cloud.registry.job("done-job").instances
     cloud.registry.put_json(report, {"code": 0, "started_at": "2026-11-22T00:00:00Z",
-                                     "ended_at": "2026-11-22T00:01:00Z", "reason": "exit"})
+                                     "ended_at": "2026-11-22T00:01:00Z", "reason": "exit", "instance_id": vm})
     assert client.post("/", **finalized("reg/" + report)).status_code == 200
     final = cloud.registry.job("done-job")
     assert final.state == State.SUCCEEDED and final.exit_code == 0

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from functions_framework import create_app
 
-from jobplane import keys
+from jobplane import keys, records
 from jobplane.clouds.base import Notice
 from jobplane.clouds.pubsub import PubSubError, PubSubNotifier
 from jobplane.registry import utcnow
@@ -39,7 +39,8 @@ def test_a_job_that_ends_is_published_once(cloud: GcpCloud, pubsub: FakePubSub, 
     events = create_app("launcher", MAIN, "cloudevent").test_client()
     assert events.post("/", **finalized(drop(cloud, "gcp-job"))).status_code == 200
     report = keys.exit_report("gcp-job", 1, 0)
-    cloud.registry.put_json(report, {"code": code, "reason": "exit"})
+    (vm,) = cloud.registry.job("gcp-job").instances
+    cloud.registry.put_json(report, records.ExitReport(code=code, instance_id=vm).body())
     for _ in range(2):  # Eventarc delivers at least once: the second sweep finds the job ended
         assert events.post("/", **finalized("reg/" + report)).status_code == 200
 

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 from functions_framework import create_app
 
-from jobplane import keys, launcher, reconcile
+from jobplane import keys, launcher, reconcile, records
 from jobplane.clouds.gcp import shutdown_script
 from jobplane.decide.model import Rule
 from jobplane.registry import JobRecord, utcnow
@@ -82,9 +82,9 @@ def beat(cloud: GcpCloud, record: JobRecord) -> None:
 
 def exit_report(cloud: GcpCloud, record: JobRecord, code: int, rank: int = 0) -> None:
     """What the agent does at the end: the exit report, then power-off (GCE keeps the VM, TERMINATED)."""
-    now = utcnow().isoformat()
-    cloud.registry.put_json(keys.exit_report(record.id, record.attempt, rank),
-                            {"code": code, "started_at": now, "ended_at": now, "reason": "exit"})
+    now = utcnow()
+    cloud.registry.put_json(keys.exit_report(record.id, record.attempt, rank), records.ExitReport(
+        code=code, started_at=now, ended_at=now, instance_id=record.instances[rank]).body())
     cloud.compute_fake.power_off(record.instances[rank])
 
 

@@ -5,6 +5,7 @@ the agent from it; every way the install can fail ends in one console line and a
 
 from __future__ import annotations
 
+import json
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -23,6 +24,7 @@ from jobplane.clouds.base import NotFound
 from jobplane.clouds.s3 import S3Store, s3_client
 from jobplane.launcher import agent_source
 from jobplane.policy import DEFAULT_POLICY
+from jobplane.records import BootFailure
 from jobplane.registry import Registry
 from jobplane.spec import JobSpec
 from tests.helpers import find_python, run_bootstrap
@@ -163,8 +165,11 @@ def test_a_failed_install_says_why_on_the_console_and_in_the_registry(
     assert done.returncode == 1
     assert f"jobplane-bootstrap: FAILED: {why}" in done.stdout
     assert "agent import:" not in done.stdout  # the agent never ran
-    report = registry.get_json(keys.boot_failure("job-7", 2))
-    assert why in report["message"] and report["python"].startswith("3.11")
+    # the bootstrap's standard-library writer and the sweeper's model agree, field for field
+    written = registry.get_bytes(keys.boot_failure("job-7", 2))
+    assert set(json.loads(written)) == set(BootFailure.model_fields)
+    report = BootFailure.parse(written)
+    assert why in report.message and report.python is not None and report.python.startswith("3.11")
 
 
 @pytest.mark.parametrize("version", ["3.6", "3.9", "3.10"])

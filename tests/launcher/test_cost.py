@@ -15,7 +15,7 @@ from botocore.awsrequest import AWSResponse
 from botocore.stub import Stubber
 from click.testing import CliRunner
 
-from jobplane import cost, keys, launcher, reconcile
+from jobplane import cost, keys, launcher, reconcile, records
 from jobplane.cli import cli
 from jobplane.clouds.aws import Ec2Compute
 from jobplane.policy import AwsPlacement, Policy
@@ -69,7 +69,8 @@ def finish(cloud: Cloud, job_id: str, code: int, at: datetime) -> JobRecord:
     """Every rank's agent reports, and a sweep at `at` records the outcome (and so the end of the instances)."""
     record = cloud.registry.job(job_id)
     for rank in range(record.spec.num_nodes):
-        cloud.registry.put_json(keys.exit_report(job_id, record.attempt, rank), {"code": code})
+        cloud.registry.put_json(keys.exit_report(job_id, record.attempt, rank),
+                                records.ExitReport(code=code, instance_id=record.instances[rank]).body())
     reconcile.sweep(cloud.registry, cloud.compute, now=at, metrics=CountingMetrics(), jobs=[job_id])
     return cloud.registry.job(job_id)
 

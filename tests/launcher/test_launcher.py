@@ -11,6 +11,7 @@ from datetime import timedelta
 import pytest
 
 from jobplane import keys, launcher
+from jobplane.records import ClusterFile, IdleWatch
 from jobplane.registry import TransitionRefused, utcnow
 from jobplane.spec import parse_spec
 from jobplane.states import State
@@ -59,12 +60,11 @@ def test_valid_drop_launches_attempt_one(cloud: Cloud) -> None:
     assert len(cloud.calls.run_instances) == 1
     running = {i["InstanceId"]: i for i in cloud.instances()}
     assert set(record.instances) == set(running)
-    cluster = cloud.registry.get_json(keys.cluster("train-1", 1))
+    cluster = ClusterFile.parse(cloud.registry.get_bytes(keys.cluster("train-1", 1)))
     ips = [running[i]["PrivateIpAddress"] for i in record.instances]
-    assert cluster == {"job_id": "train-1", "attempt": 1, "hosts": ips, "instances": record.instances,
-                       "master_addr": ips[0], "master_port": 29500, "num_nodes": 2,
-                       "instance_type": "g5.xlarge", "zone": "us-east-1a",
-                       "idle_gpu": {"window": 1800, "threshold": 5.0}}  # the policy's, for the agents
+    assert cluster == ClusterFile(job_id="train-1", attempt=1, hosts=ips, instances=record.instances,
+                                  master_addr=ips[0], master_port=29500, num_nodes=2, instance_type="g5.xlarge",
+                                  zone="us-east-1a", idle_gpu=IdleWatch(window=1800, threshold=5.0))  # the policy's
     user_data = base64.b64decode(cloud.calls.run_instances[0]["UserData"]).decode()  # botocore encodes it
     assert "python train.py" not in user_data and "export JOBPLANE_JOB_ID=train-1" in user_data
     assert "shutdown -h +1440" in user_data  # the policy's default 24 h cap

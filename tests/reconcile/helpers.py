@@ -67,6 +67,12 @@ def healthy(job: str = "j", nodes: int = 1, attempt: int = 1) -> dict[str, Any]:
     }
 
 
+def report(rank: int, code: int, reason: str = "exit", error: str | None = None, *, job: str = "j", attempt: int = 1,
+           instance_id: str | None = None, **more: Any) -> ExitReport:
+    """An exit report as the agent of that rank's instance (named as `record` and `inst` name it) wrote it."""
+    return ExitReport(rank, code, reason, error, instance_id=instance_id or f"i-{job}-{attempt}-{rank}", **more)
+
+
 def snapshot(parts: dict[str, Any] | None = None, *, records: Sequence[JobRecord] = (),
              exits: dict[str, list[ExitReport]] | None = None, preempted: Sequence[PreemptedMark] = (),
              **over: Any) -> Snapshot:

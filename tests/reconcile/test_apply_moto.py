@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from jobplane import keys, launcher, reconcile
+from jobplane import keys, launcher, reconcile, records
 from jobplane.clouds.base import TAG_JOB_ID, TAG_MANAGED
 from jobplane.decide.model import Rule
 from jobplane.local.moto_server import CONSOLES_ENV
@@ -40,6 +40,12 @@ def beat(c: Cloud, record: JobRecord) -> None:
     for rank in range(record.spec.num_nodes):
         c.registry.put_json(keys.heartbeat(record.id, record.attempt, rank), {"time": utcnow().isoformat()})
     c.registry.put_json(keys.output_mark(record.id, record.attempt, 0), {"time": utcnow().isoformat()})
+
+
+def report_exit(c: Cloud, record: JobRecord, code: int, rank: int = 0, **more: Any) -> None:
+    """The exit report the agent on that rank's VM writes."""
+    c.registry.put_json(keys.exit_report(record.id, record.attempt, rank),
+                        records.ExitReport(code=code, instance_id=record.instances[rank], **more).body())
 
 
 def run_raw(c: Cloud, count: int = 1, tags: dict[str, str] | None = None) -> list[str]:
@@ -76,7 +82,7 @@ def test_lifecycle_started_then_healthy_then_finished(cloud: Cloud) -> None:  # 
     assert reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics) == []
     assert not [g for g in gets if g.endswith("/job.json")], "a healthy job costs the sweep no GET"
 
-    cloud.registry.put_json(keys.exit_report("train", 1, 0), {"code": 0, "reason": "exit"})
+    report_exit(cloud, record, 0)
     event_job = reconcile.job_named_by(keys.exit_report("train", 1, 0))
     (done,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=[event_job])
     assert done.action.rule == Rule.FINISHED and done.result == "applied"
@@ -227,19 +233,59 @@ def test_a_stop_on_match_stops_the_peers_then_fails_the_job_without_a_rerun(clou
     beat(cloud, record)
     reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics)  # -> RUNNING
     why = 'loss became nan at step 40: "step 40 loss nan"'
-    cloud.registry.put_json(keys.exit_report("nan", 1, 0), {"code": 0, "reason": "early-stop", "error": why})
+    report_exit(cloud, record, 0, reason="early-stop", error=why)
     (ask,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=["nan"])
     assert ask.action.rule == Rule.STOP_PEERS and ask.result == "applied"
     assert cloud.registry.get_json(keys.stop_request("nan"))["by"] == "sweeper"
     assert cloud.registry.job("nan").state == State.RUNNING and alive(cloud, record.instances)
 
-    cloud.registry.put_json(keys.exit_report("nan", 1, 1), {"code": 143, "reason": "stopped"})
+    report_exit(cloud, record, 143, rank=1, reason="stopped")
     (failed,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=["nan"])
     final = cloud.registry.job("nan")
     assert failed.action.rule == Rule.EARLY_STOP and final.state == State.FAILED and final.attempt == 1
     assert final.reason == f"stopped: {why} (rank 0)" and final.exit_code == 0
     assert not alive(cloud, record.instances) and cloud.registry.preempted() == {}
     assert reconcile.rerun(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics) == []
+
+
+def test_a_failed_rank_ends_a_multi_node_attempt_at_once(cloud: Cloud) -> None:  # noqa: F811
+    record = launch(cloud, "ddp", SPEC + "num_nodes: 3\n")
+    beat(cloud, record)
+    reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics)  # -> RUNNING
+    report_exit(cloud, record, 1, rank=2, error="CUDA error: out of memory")
+    (failed,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=["ddp"])
+    final = cloud.registry.job("ddp")
+    assert failed.action.rule == Rule.RANK_FAILED and failed.result == "applied", failed
+    assert final.state == State.FAILED and final.exit_code == 1
+    assert final.reason == ("rank 2 exited with code 1: CUDA error: out of memory; ending the attempt (terminating "
+                            "rank 0, 1)")
+    assert not alive(cloud, record.instances), "ranks 0 and 1 would wait in their next collective"
+
+
+def test_facts_from_another_jobs_vm_are_ignored_with_one_event(cloud: Cloud) -> None:  # noqa: F811
+    """Every VM may write any job's exit reports and preempted markers: only the job's own count."""
+    record, other = launch(cloud, "victim"), launch(cloud, "other")
+    beat(cloud, record)
+    reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics)  # both RUNNING
+    forged = records.ExitReport(code=0, instance_id=other.instances[0])
+    cloud.registry.put_json(keys.exit_report("victim", 1, 0), forged.body())
+    cloud.registry.mark_preempted("victim", records.PreemptedMarker(attempt=1, instance_id=other.instances[0]).body())
+    for expected in ([(Rule.IGNORED, "applied")], []):  # the second run sees the event's flag: nothing more
+        outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=["victim"])
+        assert [(o.action.rule, o.result) for o in outcomes] == expected
+    (ignored,) = reconcile.rerun(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics)
+    assert ignored.action.rule == Rule.IGNORED and ignored.result == "applied"
+    assert cloud.registry.preempted() == {}, "the forged marker is cleared"
+    assert cloud.registry.job("victim").state == State.RUNNING and alive(cloud, record.instances)
+    events = [e for e in cloud.registry.events("victim") if e["kind"] == "ignored-fact"]
+    assert [(e["key"], e["why"]) for e in events] == [
+        (keys.exit_report("victim", 1, 0), f"written by {other.instances[0]}, not an instance of attempt 1"),
+        (keys.preempted_marker("victim"), f"names {other.instances[0]} of attempt 1, not an instance of attempt 1"),
+    ]
+
+    report_exit(cloud, record, 0)  # the job's own agent overwrites it: that one counts
+    (done,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=["victim"])
+    assert done.action.rule == Rule.FINISHED and cloud.registry.job("victim").state == State.SUCCEEDED
 
 
 def test_spot_warning_recorded_once(cloud: Cloud) -> None:  # noqa: F811

@@ -15,7 +15,7 @@ from jobplane import keys
 from jobplane.states import State
 from tests.helpers import LambdaContext as Context
 from tests.launcher.conftest import BUCKET, Cloud, cloud  # noqa: F401  (the shared moto fixture)
-from tests.reconcile.test_apply_moto import SPEC, beat, launch
+from tests.reconcile.test_apply_moto import SPEC, beat, launch, report_exit
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -46,7 +46,7 @@ def test_sweeper_cron_then_exit_report_event(cloud: Cloud, capsys: pytest.Captur
     metrics = emitted(capsys.readouterr().out)
     assert metrics["ApiCalls"][0] >= 5 and "SweepDuration" in metrics  # 4 listings, DescribeInstances, GETs, puts
     exit_key = keys.exit_report("train", 1, 0)
-    cloud.registry.put_json(exit_key, {"code": 2, "reason": "exit"})
+    report_exit(cloud, record, 2)
     assert rules(sweeper.handler(created(exit_key), Context())) == [("finished", "train", "applied")]
     final = cloud.registry.job("train")
     assert final.state == State.FAILED and final.reason == "rank 0 exited with code 2" and final.exit_code == 2

@@ -10,12 +10,12 @@ import pytest
 
 from jobplane import keys
 from jobplane.decide import sweep
-from jobplane.decide.model import ExitReport, Rule, Snapshot
+from jobplane.decide.model import Rule, Snapshot
 from jobplane.policy import IdleGpuPolicy, Policy
 from jobplane.registry import IdleMark
 from jobplane.states import State
 from tests.reconcile.helpers import NOW as T
-from tests.reconcile.helpers import ago, beats, healthy, inst, limits, marker, record, snapshot
+from tests.reconcile.helpers import ago, beats, healthy, inst, limits, marker, record, report, snapshot
 
 WARN = Policy(idle_gpu=IdleGpuPolicy(window=1800, threshold=5, action="warn"))
 STOP = Policy(idle_gpu=IdleGpuPolicy(window=1800, threshold=5, action="stop"))
@@ -81,14 +81,14 @@ def test_flagged_attempts_and_the_off_policy_are_left_alone() -> None:
 
 
 def test_a_job_stopped_for_idle_gpus_ends_stalled_saying_why_and_its_vms_go() -> None:
-    stopped = ExitReport(0, 143, "stopped", stopped_by="idle-gpu",
+    stopped = report(0, 143, "stopped", stopped_by="idle-gpu",
                          stop_reason="GPU utilization under 5% on every rank for 30m; stop requested")
     snap = snapshot(healthy(), records=[record()], exits={"j": [stopped]})
     (action,) = sweep.decide(snap, T, STOP)
     assert action.rule == Rule.IDLE_STOPPED and action.to == State.STALLED
     assert action.reason == "stopped for idle GPUs: GPU utilization under 5% on every rank for 30m; stop requested"
     assert action.terminate == ("i-j-1-0",)
-    cap = sweep.decide(snapshot(healthy(), records=[record()], exits={"j": [ExitReport(0, 143, "stopped",
+    cap = sweep.decide(snapshot(healthy(), records=[record()], exits={"j": [report(0, 143, "stopped",
                                                                                        stopped_by="uptime-cap")]}),
                        T, STOP)
     assert cap[0].rule == Rule.STOPPED and cap[0].to == State.TIMED_OUT  # the uptime cap's stop is unchanged

@@ -20,7 +20,7 @@ from jobplane.states import State
 from jobplane.telemetry import CountingMetrics
 from tests.helpers import LambdaContext as Context
 from tests.launcher.conftest import REGION, Cloud, cloud  # noqa: F401  (the shared moto fixture)
-from tests.reconcile.test_apply_moto import SPEC, beat, launch
+from tests.reconcile.test_apply_moto import SPEC, beat, launch, report_exit
 from tests.reconcile.test_handlers import SCHEDULED, created
 
 pytestmark = pytest.mark.timeout(120)
@@ -68,7 +68,7 @@ def test_a_job_that_ends_is_announced_once_with_state_reason_runtime_cost_and_lo
     sweeper.handler(SCHEDULED, Context())  # RUNNING: no message
     assert inbox.take() == []
     report = keys.exit_report("train", 1, 0)
-    cloud.registry.put_json(report, {"code": code, "reason": "exit"})
+    report_exit(cloud, record, code)
     sweeper.handler(created(report), Context())
     sweeper.handler(SCHEDULED, Context())  # a later run sees an ended job: nothing more
 
@@ -111,8 +111,7 @@ def test_idle_gpus_are_announced_once_per_attempt(cloud: Cloud, inbox: Inbox) ->
 
 
 def test_overlapping_reconcilers_announce_an_end_exactly_once(cloud: Cloud, inbox: Inbox) -> None:  # noqa: F811
-    launch(cloud, "raced")
-    cloud.registry.put_json(keys.exit_report("raced", 1, 0), {"code": 0, "reason": "exit"})
+    report_exit(cloud, launch(cloud, "raced"), 0)
     notify = Notify(common.notifier(None), CountingMetrics())
     runs = []
     for _ in range(3):  # three runs that listed and decided before any of them applied

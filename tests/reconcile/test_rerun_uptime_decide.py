@@ -24,6 +24,8 @@ class RerunCase:
     to: State | None = None
     relaunch: bool = False
     reason: str = ""
+    iid: str | None = None  # the instance the marker names; else rank 0's of mark_attempt
+    listed: tuple[str, ...] = ()  # instances of attempt 1 in the cloud's listing
 
 
 RERUNS = [
@@ -31,8 +33,16 @@ RERUNS = [
               Rule.RERUN, None, True, "rerun as attempt 2"),
     RerunCase("RUNNING reported by the agent -> PREEMPTED, relaunch", record(spot=True), 1, Rule.RERUN,
               State.PREEMPTED, True),
-    RerunCase("marker without an attempt counts as the current one", record(spot=True), None, Rule.RERUN,
-              State.PREEMPTED, True),
+    RerunCase("marker of a RUNNING job without an attempt -> ignored, cleared, an event", record(spot=True), None,
+              Rule.IGNORED, reason="names i-j-None-0 of attempt None, not an instance of attempt 1"),
+    RerunCase("marker naming another job's instance -> ignored, cleared, an event", record(spot=True), 1,
+              Rule.IGNORED, reason="names i-other-1-0 of attempt 1", iid="i-other-1-0"),
+    RerunCase("marker naming an instance the cloud lists for the attempt (not in job.json yet) -> relaunch",
+              record(spot=True, instances=[]), 1, Rule.RERUN, State.PREEMPTED, True, listed=("i-j-1-0",)),
+    RerunCase("marker naming an instance gone from the listing but in job.json -> relaunch", record(spot=True), 1,
+              Rule.RERUN, State.PREEMPTED, True),
+    RerunCase("the sweeper's re-mark of a PREEMPTED job names no instance -> relaunch",
+              record(state=State.PREEMPTED, spot=True), 1, Rule.RERUN, None, True, iid=""),
     RerunCase("LAUNCHING reclaimed before it beat -> PREEMPTED, relaunch", record(state=State.LAUNCHING, spot=True), 1,
               Rule.RERUN, State.PREEMPTED, True),
     RerunCase("no restarts left -> FAILED", record(state=State.PREEMPTED, spot=True, attempt=4, restarts=3), 4,
@@ -52,18 +62,30 @@ RERUNS = [
 
 @pytest.mark.parametrize("case", RERUNS, ids=[c.name for c in RERUNS])
 def test_rerun(case: RerunCase) -> None:
-    snap = snapshot(records=[case.rec] if case.rec else [], preempted=[PreemptedMark("j", ago(5), case.mark_attempt)])
+    iid = f"i-j-{case.mark_attempt}-0" if case.iid is None else case.iid or None
+    snap = snapshot(records=[case.rec] if case.rec else [], instances=tuple(inst(iid=i) for i in case.listed),
+                    preempted=[PreemptedMark("j", ago(5), case.mark_attempt, iid)])
     (action,) = rerun.decide(snap, NOW, POLICY)
     assert (action.rule, action.to, action.relaunch, action.clear_preempted) == (case.rule, case.to, case.relaunch,
                                                                                  True)
     assert case.reason in action.reason
     if case.rec is not None and (action.to is not None or action.relaunch):
         assert action.expect == {case.rec.state} and action.expect_attempt == case.rec.attempt
+    if case.rule == Rule.IGNORED:
+        assert action.event is not None and action.event[0] == "ignored-fact", action
+        assert action.event[1]["key"] == "preempted-jobs/j" and case.reason in action.event[1]["why"]
+
+
+def test_rerun_ignores_a_marker_that_does_not_parse_for_a_running_job() -> None:
+    mark = PreemptedMark("j", ago(5), problem="preempted marker: field 'attempt': Field required")
+    (action,) = rerun.decide(snapshot(records=[record(spot=True)], preempted=[mark]), NOW, POLICY)
+    assert (action.rule, action.to, action.relaunch, action.clear_preempted) == (Rule.IGNORED, None, False, True)
+    assert action.event is not None and "field 'attempt'" in action.event[1]["why"]
 
 
 def test_rerun_relaunches_from_preempted_whatever_state_it_saw() -> None:
-    (action,) = rerun.decide(snapshot(records=[record(spot=True)], preempted=[PreemptedMark("j", ago(5), 1)]), NOW,
-                             POLICY)
+    mark = PreemptedMark("j", ago(5), 1, "i-j-1-0")
+    (action,) = rerun.decide(snapshot(records=[record(spot=True)], preempted=[mark]), NOW, POLICY)
     assert action.relaunch_expect == {State.PREEMPTED}
     (action,) = rerun.decide(snapshot(records=[record(state=State.PREEMPTED)], preempted=[PreemptedMark("j", NOW)]),
                              NOW, POLICY)

@@ -9,7 +9,7 @@ import pytest
 
 from jobplane import keys
 from jobplane.decide import sweep
-from jobplane.decide.model import Action, ExitReport, PreemptedMark, Rule, Snapshot
+from jobplane.decide.model import Action, Ignored, PreemptedMark, Rule, Snapshot
 from jobplane.policy import Policy
 from jobplane.registry import Beat
 from jobplane.states import State
@@ -24,6 +24,7 @@ from tests.reconcile.helpers import (
     marker,
     policy,
     record,
+    report,
     snapshot,
 )
 
@@ -91,32 +92,63 @@ NAN = 'train:loss became nan at step 1200: "step 1200 train:loss nan"'
 CASES = [
     Case("healthy job fetched by an event: nothing to do", _job(), []),
     Case("finished: every rank exited 0 -> SUCCEEDED, leftover instance terminated",
-         _job(exits={"j": [ExitReport(0, 0)]}), [Rule.FINISHED], State.SUCCEEDED, ("i-j-1-0",), "exited 0"),
+         _job(exits={"j": [report(0, 0)]}), [Rule.FINISHED], State.SUCCEEDED, ("i-j-1-0",), "exited 0"),
     Case("finished: a powered-off (stopped) VM is deleted too, its disk still bills",
-         _job(parts={"instances": (inst(state="stopped"),)}, exits={"j": [ExitReport(0, 0)]}), [Rule.FINISHED],
+         _job(parts={"instances": (inst(state="stopped"),)}, exits={"j": [report(0, 0)]}), [Rule.FINISHED],
          State.SUCCEEDED, ("i-j-1-0",)),
     Case("finished: first non-zero code by rank -> FAILED",
-         _job({"nodes": 2}, {"instances": ()}, exits={"j": [ExitReport(0, 0), ExitReport(1, 3)]}),
+         _job({"nodes": 2}, {"instances": ()}, exits={"j": [report(0, 0), report(1, 3)]}),
          [Rule.FINISHED], State.FAILED, (), "rank 1 exited with code 3"),
     Case("finished: the agent's error (a failed requirements.txt) is in the reason",
-         _job(exits={"j": [ExitReport(0, 1, "exit", "requirements.txt: could not install it")]}), [Rule.FINISHED],
+         _job(exits={"j": [report(0, 1, "exit", "requirements.txt: could not install it")]}), [Rule.FINISHED],
          State.FAILED, ("i-j-1-0",), "rank 0 exited with code 1: requirements.txt: could not install it"),
     Case("one of two ranks exited 0, the other still healthy: wait",
-         _job({"nodes": 2}, exits={"j": [ExitReport(1, 0)]}), []),
+         _job({"nodes": 2}, exits={"j": [report(1, 0)]}), []),
     Case("every rank stopped on request -> TIMED_OUT with the cap",
-         _job({"max_runtime": 7200}, exits={"j": [ExitReport(0, 143, "stopped")]}), [Rule.STOPPED], State.TIMED_OUT,
+         _job({"max_runtime": 7200}, exits={"j": [report(0, 143, "stopped")]}), [Rule.STOPPED], State.TIMED_OUT,
          ("i-j-1-0",), "uptime cap (2h)"),
     Case("stopped on a stop_on match -> FAILED quoting it, never rerun (no relaunch, no preempted marker)",
-         _job({"spot": True}, exits={"j": [ExitReport(0, 0, "early-stop", NAN)]}), [Rule.EARLY_STOP],
+         _job({"spot": True}, exits={"j": [report(0, 0, "early-stop", NAN)]}), [Rule.EARLY_STOP],
          State.FAILED, ("i-j-1-0",), f"stopped: {NAN}"),
     Case("a stop_on match wins over the peers that stopped on request or crashed; the reason names its rank",
-         _job({"nodes": 3}, {"instances": ()}, exits={"j": [ExitReport(0, 143, "stopped"), ExitReport(1, 1),
-                                                             ExitReport(2, 0, "early-stop", NAN)]}),
+         _job({"nodes": 3}, {"instances": ()}, exits={"j": [report(0, 143, "stopped"), report(1, 1),
+                                                             report(2, 0, "early-stop", NAN)]}),
          [Rule.EARLY_STOP], State.FAILED, (), f"stopped: {NAN} (rank 2)"),
     Case("a rank stopped on a stop_on match, its peer still runs -> ask it to stop, no transition yet",
-         _job({"nodes": 2}, exits={"j": [ExitReport(0, 0, "early-stop", NAN)]}), [Rule.STOP_PEERS], None, (),
+         _job({"nodes": 2}, exits={"j": [report(0, 0, "early-stop", NAN)]}), [Rule.STOP_PEERS], None, (),
          f"rank 0 stopped ({NAN}): asking rank 1 to stop"),
-    Case("exit with reason preempted is rerun's", _job({"spot": True}, exits={"j": [ExitReport(0, 143, "preempted")]}),
+    Case("a rank of a multi-node attempt exits non-zero -> FAILED at once, the other ranks terminated",
+         _job({"nodes": 3}, exits={"j": [report(0, 0), report(2, 1, error="CUDA out of memory")]}),
+         [Rule.RANK_FAILED], State.FAILED, ("i-j-1-0", "i-j-1-1", "i-j-1-2"),
+         "rank 2 exited with code 1: CUDA out of memory; ending the attempt (terminating rank 1)"),
+    Case("... while the job is still LAUNCHING (another rank has not beaten yet)",
+         _job({"nodes": 2, "state": State.LAUNCHING}, {"beats": tuple(beats(ranks=1))}, exits={"j": [report(0, 125)]}),
+         [Rule.RANK_FAILED], State.FAILED, ("i-j-1-0", "i-j-1-1"), "rank 0 exited with code 125"),
+    Case("a rank stopped (uptime cap, code 143) while another still runs: wait for it",
+         _job({"nodes": 2}, exits={"j": [report(0, 143, "stopped")]}), []),
+    Case("a rank preempted while another failed: rerun's, not a failure",
+         _job({"nodes": 2, "spot": True}, exits={"j": [report(0, 143, "preempted"), report(1, 1)]}), []),
+    Case("an exit report written by another job's VM is ignored (an event, once) and changes nothing",
+         _job(exits={"j": [report(0, 0, instance_id="i-other-1-0")]}), [Rule.IGNORED], None, (),
+         "ignored jobs/j/attempts/1/nodes/0/exit.json: written by i-other-1-0, not an instance of attempt 1"),
+    Case("... a rank's report naming an instance of the previous attempt too",
+         _job({"attempt": 2}, exits={"j": [report(0, 1, attempt=1)]}), [Rule.IGNORED], None, (), "i-j-1-0"),
+    Case("... already recorded by an earlier run: nothing",
+         _job(exits={"j": [report(0, 0, instance_id="i-other-1-0")]},
+              noted=frozenset({"jobs/j/attempts/1/ignored/nodes.0.exit.json"})), []),
+    Case("an exit report that does not parse is ignored with an event; the others still count",
+         _job({"nodes": 2}, exits={"j": [report(0, 0)]},
+              unreadable={"j": (Ignored(keys.exit_report("j", 1, 1), "exit report: field 'code': Field required"),)}),
+         [Rule.IGNORED], None, (), "field 'code'"),
+    Case("the VM is gone from the cloud's listing but job.json names it: its report counts",
+         _job({"nodes": 2}, {"instances": (inst(rank=1),)}, exits={"j": [report(0, 0), report(1, 0)]}),
+         [Rule.FINISHED], State.SUCCEEDED, ("i-j-1-1",)),
+    Case("the VM is in the listing, not yet in job.json: its report counts",
+         _job({"instances": []}, exits={"j": [report(0, 0)]}), [Rule.FINISHED], State.SUCCEEDED, ("i-j-1-0",)),
+    Case("a preempted marker from another job's VM does not hold the sweep back",
+         _job(exits={"j": [report(0, 0)]}, preempted=[PreemptedMark("j", ago(5), 1, "i-other-1-0")]),
+         [Rule.FINISHED], State.SUCCEEDED, ("i-j-1-0",)),
+    Case("exit with reason preempted is rerun's", _job({"spot": True}, exits={"j": [report(0, 143, "preempted")]}),
          []),
     Case("LAUNCHING and every rank beat -> RUNNING and limits written",
          _job({"state": State.LAUNCHING, "nodes": 2, "stall_timeout": 300}), [Rule.STARTED], State.RUNNING),
@@ -149,7 +181,7 @@ CASES = [
          "no new output for 700s (stall_timeout 10m)"),
     Case("a rank that exited stops beating without being stalled",
          _job({"nodes": 2}, {"beats": (Beat("j", 1, 0, False, ago(5)), Beat("j", 1, 1, False, ago(4000)),
-                                       Beat("j", 1, 0, True, ago(5)))}, exits={"j": [ExitReport(1, 0)]}), []),
+                                       Beat("j", 1, 0, True, ago(5)))}, exits={"j": [report(1, 0)]}), []),
     Case("lost Spot rank of a 2-node job -> PREEMPTED + marker, survivor torn down",
          _job(TWO_SPOT, {"instances": (inst(rank=0),)}), [Rule.LOST_SPOT], State.PREEMPTED, ("i-j-1-0",),
          "rank 1 (i-j-1-1) gone"),
@@ -164,7 +196,7 @@ CASES = [
     Case("a seconds-long orphan grace (local cloud) shortens the lost grace", _job({"launched": 30}, {"instances": ()}),
          [Rule.LOST], State.FAILED, pol=policy(orphan_grace=10)),
     Case("the agent already reported the preemption: rerun's job",
-         _job({"spot": True}, {"instances": ()}, preempted=[PreemptedMark("j", ago(5), attempt=1)]), []),
+         _job({"spot": True}, {"instances": ()}, preempted=[PreemptedMark("j", ago(5), 1, "i-j-1-0")]), []),
     Case("RUNNING without its limits key -> write it", _job(parts={"limits": ()}), [Rule.LIMITS]),
     Case("markers disagree with job.json -> repair",
          _job(parts={"active": {"j": (marker(), marker(state=State.LAUNCHING, attempt=2))}}), [Rule.REPAIR]),
@@ -192,14 +224,14 @@ def test_decide_job_rules(case: Case) -> None:
 
 
 def test_an_early_stop_records_the_exit_code_and_asks_peers_to_stop_until_they_report() -> None:
-    (failed,) = sweep.decide(_job(exits={"j": [ExitReport(0, 143, "early-stop", NAN)]}), NOW, POLICY)
+    (failed,) = sweep.decide(_job(exits={"j": [report(0, 143, "early-stop", NAN)]}), NOW, POLICY)
     assert failed.updates == {"exit_code": 143} and not failed.relaunch and failed.mark_preempted is None
-    (ask,) = sweep.decide(_job({"nodes": 2}, exits={"j": [ExitReport(1, 0, "early-stop", NAN)]}), NOW, POLICY)
+    (ask,) = sweep.decide(_job({"nodes": 2}, exits={"j": [report(1, 0, "early-stop", NAN)]}), NOW, POLICY)
     assert ask.stop and ask.to is None and not ask.terminate
 
 
 def test_transitions_carry_what_the_run_saw() -> None:
-    (action,) = sweep.decide(_job({"nodes": 2}, {"instances": ()}, exits={"j": [ExitReport(0, 0), ExitReport(1, 3)]}),
+    (action,) = sweep.decide(_job({"nodes": 2}, {"instances": ()}, exits={"j": [report(0, 0), report(1, 3)]}),
                              NOW, POLICY)
     assert action.expect == {State.RUNNING} and action.expect_attempt == 1 and action.updates == {"exit_code": 3}
 
@@ -210,8 +242,8 @@ def test_vms_whose_agent_never_started_have_their_console_saved() -> None:
     (timeout,) = sweep.decide(_job(launching, {"beats": tuple(beats(ranks=1))}), NOW, POLICY)
     assert timeout.rule == Rule.BOOT_RETRY and timeout.save_console == ((1, "i-j-1-1"), (2, "i-j-1-2"))
     failed = _job({**launching, "launched": 60}, {"beats": ()}, boot_failures={"j": "no python3"})
-    (report,) = sweep.decide(failed, NOW, POLICY)
-    assert report.save_console == ((0, "i-j-1-0"), (1, "i-j-1-1"), (2, "i-j-1-2"))
+    (boot,) = sweep.decide(failed, NOW, POLICY)
+    assert boot.save_console == ((0, "i-j-1-0"), (1, "i-j-1-1"), (2, "i-j-1-2"))
 
 
 def test_started_writes_the_jobs_own_limits() -> None:
@@ -223,7 +255,7 @@ def test_started_writes_the_jobs_own_limits() -> None:
 def test_lost_spot_marker_names_the_attempt_and_instance() -> None:
     (action,) = sweep.decide(_job(TWO_SPOT, {"instances": (inst(rank=0),)}), NOW, POLICY)
     assert action.mark_preempted is not None
-    assert action.mark_preempted["attempt"] == 1 and action.mark_preempted["instance_id"] == "i-j-1-1"
+    assert action.mark_preempted.attempt == 1 and action.mark_preempted.instance_id == "i-j-1-1"
 
 
 # ---- orphans, markers, housekeeping: from listings, no record needed ------------------------------------
@@ -299,7 +331,7 @@ def test_blast_radius_lets_a_fleet_of_one_lose_its_orphan_and_force_overrides() 
 
 
 def test_blast_radius_serves_finished_jobs_before_orphans() -> None:
-    snap = _job(exits={"j": [ExitReport(0, 0)]})
+    snap = _job(exits={"j": [report(0, 0)]})
     snap = Snapshot(**{**snap.__dict__, "instances": (*snap.instances, *_orphans(3).instances)})
     actions = sweep.decide(snap, NOW, policy(max_terminations_per_run=2))
     assert [(a.rule, a.refused is None) for a in actions] == [
@@ -307,7 +339,7 @@ def test_blast_radius_serves_finished_jobs_before_orphans() -> None:
 
 
 def test_blast_radius_always_lets_one_multi_node_job_go() -> None:
-    snap = _job({"nodes": 4}, exits={"j": [ExitReport(r, 0) for r in range(4)]})
+    snap = _job({"nodes": 4}, exits={"j": [report(r, 0) for r in range(4)]})
     (action,) = sweep.decide(snap, NOW, POLICY)  # 4 > 50% of 4 managed, but the first action is bounded by N only
     assert action.refused is None and len(action.terminate) == 4
     (action,) = sweep.decide(snap, NOW, policy(max_terminations_per_run=3))

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import BinaryIO, TypeVar
 
-from jobplane import keys, metrics
+from jobplane import keys, metrics, records
 from jobplane.agent import gpu
 from jobplane.agent.checkpoints import SETTLE, CheckpointSync, publish
 from jobplane.agent.idle import IdleMeter
@@ -121,7 +121,7 @@ class AgentConfig:
 @dataclass
 class Outcome:
     code: int | None
-    reason: str  # "exit" | "preempted" | "stopped" | "early-stop"
+    reason: records.ExitReason
     notice: dict[str, str] | None = None
     error: str | None = None
     signal: str | None = None  # "SIGTERM" when a signal asked the agent to stop
@@ -256,9 +256,9 @@ class Agent:
         deadline = time.monotonic() + self.cfg.cluster_timeout
         key = keys.cluster(run.job_id, run.attempt)
         while self._interrupt is None:  # set by a poll (which also sets _interrupted) or a signal
-            body: Any = None
+            body: bytes | None = None
             try:
-                body = self.reg.get_json(key)
+                body = self.reg.get_bytes(key)
             except NotFound:
                 pass
             except Exception as exc:  # a network blip (any SDK's error) is not a missing cluster
@@ -395,25 +395,24 @@ class Agent:
         if notice is not None:
             self._interrupt = Outcome(None, "preempted", notice=notice)
         elif (stop := self._stop_request(run.job_id)) is not None:
-            by, why = stop.get("by"), stop.get("reason")
-            self._interrupt = Outcome(None, "stopped", stopped_by=by if isinstance(by, str) else None,
-                                      stop_reason=why if isinstance(why, str) else None)
+            self._interrupt = Outcome(None, "stopped", stopped_by=stop.by, stop_reason=stop.reason)
         if self._interrupt is not None:
             asked = f"stop requested{f' by {self._interrupt.stopped_by}' if self._interrupt.stopped_by else ''}"
             self.out.note(f"{self._interrupt.reason}: {notice or asked}")
             self._interrupted.set()
 
-    def _stop_request(self, job_id: str) -> dict[str, Any] | None:
-        """control/stop's body (who asked and why), {} if unreadable; None while there is none."""
+    def _stop_request(self, job_id: str) -> records.StopRequest | None:
+        """control/stop (who asked and why); None while there is none. One that does not parse still asks
+        this node to stop (anonymously): stopping is the safe reading of a request nobody can read."""
         try:
             body = self.reg.get_bytes(keys.stop_request(job_id))
         except NotFound:
             return None
         try:
-            parsed = json.loads(body)
-        except ValueError:
-            return {}
-        return parsed if isinstance(parsed, dict) else {}
+            return records.StopRequest.parse(body)
+        except records.RecordError as exc:
+            log.warning("%s", exc)
+            return records.StopRequest(time=datetime.now(UTC), by="unknown", reason=str(exc))
 
     def _ship_logs(self, run: _Run) -> None:
         """The output since the last flush as log chunks, then its metric points as metrics chunks."""
@@ -456,24 +455,22 @@ class Agent:
     def _heartbeat(self, run: _Run) -> None:
         last = self.out.last_output_at
         utilization = self.gpu_utilization()
-        body: dict[str, Any] = {
-            "time": datetime.now(UTC).isoformat(), "instance_id": run.instance_id, "rank": run.rank,
-            "attempt": run.attempt, "phase": run.phase, "last_output_at": last.isoformat() if last else None,
-            "gpu_util": utilization, "step": self.out.step,
-        }
-        self.reg.put_json(keys.heartbeat(run.job_id, run.attempt, run.rank), body)
+        beat = records.Heartbeat(time=datetime.now(UTC), instance_id=run.instance_id, rank=run.rank,
+                                 attempt=run.attempt, phase=run.phase, last_output_at=last, gpu_util=utilization,
+                                 step=self.out.step)
+        self.reg.put_json(keys.heartbeat(run.job_id, run.attempt, run.rank), beat.body())
         meter = self._idle
         if meter is not None:  # after the heartbeat: the sweeper takes a mark as current when it is not older
             meter.add(time.monotonic(), utilization if run.phase == "running" else None)
             mean = meter.idle(time.monotonic())
             if mean is not None:
                 self.reg.put_json(keys.idle_mark(run.job_id, run.attempt, run.rank),
-                                  {"time": body["time"], "mean_gpu_util": round(mean, 2), "window": meter.window,
-                                   "threshold": meter.threshold})
+                                  records.IdleMark(time=beat.time, mean_gpu_util=round(mean, 2), window=meter.window,
+                                                   threshold=meter.threshold).body())
         seq = self.out.output_seq
         if seq != self._marked_output and last is not None:
             self.reg.put_json(keys.output_mark(run.job_id, run.attempt, run.rank),
-                              {"time": last.isoformat(), "step": self.out.step})
+                              records.OutputMark(time=last, step=self.out.step).body())
             self._marked_output = seq
 
     def _checkpointer(self) -> None:
@@ -515,20 +512,17 @@ class Agent:
         self._try("final heartbeat", lambda: self._heartbeat(run))
         self._try("final log sync", lambda: self._ship_logs(run))
         if outcome.reason == "preempted":
-            body = {"attempt": run.attempt, "rank": run.rank, "notice": outcome.notice,
-                    "instance_id": run.instance_id}
-            self._try("preempted marker", lambda: self.reg.mark_preempted(run.job_id, body))
-        report: dict[str, Any] = {"code": outcome.code, "started_at": run.started_at.isoformat(),
-                                  "ended_at": ended.isoformat(), "reason": outcome.reason,
-                                  "instance_id": run.instance_id}
-        if outcome.error:
-            report["error"] = outcome.error
-        if outcome.reason == "stopped" and outcome.stopped_by:
-            report.update(stopped_by=outcome.stopped_by, stop_reason=outcome.stop_reason)
-        if outcome.notice:
-            report["notice"] = outcome.notice
+            mark = records.PreemptedMarker(attempt=run.attempt, rank=run.rank, notice=outcome.notice,
+                                           instance_id=run.instance_id)
+            self._try("preempted marker", lambda: self.reg.mark_preempted(run.job_id, mark.body()))
+        stopped = outcome.reason == "stopped"
+        report = records.ExitReport(code=outcome.code, started_at=run.started_at, ended_at=ended,
+                                    reason=outcome.reason, instance_id=run.instance_id, error=outcome.error or None,
+                                    stopped_by=outcome.stopped_by if stopped else None,
+                                    stop_reason=outcome.stop_reason if stopped and outcome.stopped_by else None,
+                                    notice=outcome.notice or None)
         key = keys.exit_report(run.job_id, run.attempt, run.rank)
-        return self._try("exit report", lambda: self.reg.put_json(key, report))
+        return self._try("exit report", lambda: self.reg.put_json(key, report.body()))
 
     def _torn_after(self, outcome: Outcome) -> int | None:
         """Files the user process wrote in place after this (ns) may be half-written: it died by a signal."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from jobplane.records import ClusterFile, RecordError
 from jobplane.spec import JobSpec, hp_string
 
 SAGEMAKER_ROOT = PurePosixPath("/opt/ml")
@@ -93,26 +94,20 @@ class Cluster:
     idle_threshold: float | None = None  # percent
 
     @classmethod
-    def parse(cls, body: Any, rank: int) -> Cluster:
-        if not isinstance(body, dict):
-            raise ClusterError("cluster.json: not a JSON object")
+    def parse(cls, body: bytes | str, rank: int) -> Cluster:
+        """cluster.json as the launcher wrote it (jobplane.records.ClusterFile), for the node of this rank."""
         try:
-            hosts = tuple(str(h) for h in body["hosts"])
-            num_nodes = int(body.get("num_nodes", len(hosts)))
-            idle = body.get("idle_gpu") or {}
-            cluster = cls(hosts=hosts, master_addr=str(body.get("master_addr") or hosts[0]),
-                          master_port=int(body.get("master_port", 29500)), num_nodes=num_nodes,
-                          instance_type=body.get("instance_type"),
-                          instances=tuple(str(i) for i in body.get("instances", [])),
-                          idle_window=float(idle["window"]) if "window" in idle else None,
-                          idle_threshold=float(idle["threshold"]) if "threshold" in idle else None)
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
-            raise ClusterError(f"cluster.json: missing or malformed field ({exc!r})") from None
-        if len(hosts) != num_nodes:
-            raise ClusterError(f"cluster.json: hosts has {len(hosts)} entries but num_nodes is {num_nodes}")
-        if not 0 <= rank < num_nodes:
-            raise ClusterError(f"cluster.json: this node's rank {rank} is outside 0..{num_nodes - 1}")
-        return cluster
+            file = ClusterFile.parse(body)
+        except RecordError as exc:
+            raise ClusterError(str(exc)) from None
+        if len(file.hosts) != file.num_nodes:
+            raise ClusterError(f"cluster.json: hosts has {len(file.hosts)} entries but num_nodes is {file.num_nodes}")
+        if not 0 <= rank < file.num_nodes:
+            raise ClusterError(f"cluster.json: this node's rank {rank} is outside 0..{file.num_nodes - 1}")
+        idle = file.idle_gpu
+        return cls(hosts=tuple(file.hosts), master_addr=file.master_addr, master_port=file.master_port,
+                   num_nodes=file.num_nodes, instance_type=file.instance_type, instances=tuple(file.instances),
+                   idle_window=idle.window if idle else None, idle_threshold=idle.threshold if idle else None)
 
 
 def channel_env_name(name: str) -> str:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from jobplane import keys
+from jobplane import keys, records
 from jobplane.clouds.base import Instance, Notice
 from jobplane.registry import ActiveMarker, Beat, IdleMark, JobRecord
 from jobplane.states import State
@@ -53,14 +53,20 @@ def parse_idle_flag(key: str) -> tuple[str, int] | None:
 
 @dataclass(frozen=True)
 class ExitReport:
-    """attempts/<n>/nodes/<rank>/exit.json as the agent wrote it."""
+    """attempts/<n>/nodes/<rank>/exit.json as the agent wrote it (jobplane.records.ExitReport), with its rank."""
 
     rank: int
-    code: int
+    code: int  # -1 when the report has none (the node stood down before running anything)
     reason: str = "exit"  # exit | preempted | stopped | early-stop (a stop_on rule matched)
     error: str | None = None  # what the agent says went wrong (requirements.txt, its own failure, the stop_on match)
     stopped_by: str | None = None  # reason "stopped": who asked (the stop request's `by`: uptime-cap, idle-gpu)
     stop_reason: str | None = None
+    instance_id: str | None = None  # the VM that wrote it: trusted only if it is one of the attempt's
+
+    @classmethod
+    def of(cls, rank: int, report: records.ExitReport) -> ExitReport:
+        return cls(rank, -1 if report.code is None else report.code, report.reason, report.error, report.stopped_by,
+                   report.stop_reason, report.instance_id)
 
 
 @dataclass(frozen=True)
@@ -71,13 +77,36 @@ class PreemptedMark:
     at: datetime
     attempt: int | None = None
     instance_id: str | None = None
+    problem: str | None = None  # why its body could not be read, if it could not
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """A fact of a job's current attempt the functions do not act on: it does not parse, or it names no
+    instance of the attempt."""
+
+    key: str
+    why: str
+
+
+def attempt_instances(record: JobRecord, instances: Iterable[Instance]) -> frozenset[str]:
+    """The instances a fact of the record's current attempt may come from: those the cloud returned at launch
+    (job.json keeps them, so a VM already gone from the listing still counts) and the cloud's own listing of
+    the attempt's VMs."""
+    return frozenset(record.instances) | {i.id for i in instances
+                                          if i.job_id == record.id and i.attempt == record.attempt}
+
+
+def trusted_mark(mark: PreemptedMark, record: JobRecord, instances: Iterable[Instance]) -> bool:
+    """A preempted marker names the record's attempt and one of its instances."""
+    return mark.attempt == record.attempt and mark.instance_id in attempt_instances(record, instances)
 
 
 @dataclass(frozen=True)
 class Snapshot:
     """What one reconciler run sees.
 
-    Everything except `records`, `exits`, `boot_failures` and `preempted` bodies comes from listings
+    Everything except `records`, `exits`, `boot_failures`, `unreadable` and `preempted` bodies comes from listings
     (active/, heartbeats/, limits/, preempted-jobs/) and one paginated managed-instance listing; records,
     exit reports and boot failures are fetched only for the jobs `sweep.candidates` names.
     """
@@ -90,15 +119,19 @@ class Snapshot:
     records: Mapping[str, JobRecord] = field(default_factory=dict)
     exits: Mapping[str, tuple[ExitReport, ...]] = field(default_factory=dict)  # record's current attempt
     boot_failures: Mapping[str, str] = field(default_factory=dict)  # job -> what a VM's bootstrap reported
+    unreadable: Mapping[str, tuple[Ignored, ...]] = field(default_factory=dict)  # facts that do not parse
+    noted: frozenset[str] = frozenset()  # ignored-fact flags already created (the attempts' listings)
     forced: frozenset[str] = frozenset()  # jobs an event asked about: always looked at closely
     idle: tuple[IdleMark, ...] = ()  # ranks whose GPUs sat idle (heartbeats listing)
     idle_flags: frozenset[tuple[str, int]] = frozenset()  # (job, attempt) flagged idle already (limits listing)
 
 
 class Rule(StrEnum):
+    IGNORED = "ignored"  # a fact that does not parse or names no instance of the attempt: an event, once
     STARTED = "started"  # LAUNCHING -> RUNNING: every rank has beaten
     LIMITS = "limits"  # write the limits/ key of a RUNNING attempt
     FINISHED = "finished"
+    RANK_FAILED = "rank-failed"  # a rank of a multi-node attempt exited non-zero: the attempt ends at once
     STOPPED = "stopped"  # every rank exited on a stop request: the uptime cap's
     EARLY_STOP = "early-stop"  # every rank exited and one on a stop_on match: FAILED with it, never rerun
     STOP_PEERS = "stop-peers"  # a rank stopped on a stop_on match: ask the others to stop too
@@ -146,7 +179,7 @@ class Action:
     repair: bool = False
     save_console: tuple[tuple[int, str], ...] = ()  # (rank, instance id) of expect_attempt
     terminate: tuple[str, ...] = ()
-    mark_preempted: Mapping[str, Any] | None = None
+    mark_preempted: records.PreemptedMarker | None = None
     write_limits: Limits | None = None
     stop: bool = False
     stop_by: str = "uptime-cap"  # the stop request's `by`, which the agent copies into its exit report
@@ -166,6 +199,13 @@ class Action:
 def claim(record: JobRecord, rule: Rule, reason: str, **parts: Any) -> Action:
     """An action on a job as this run saw it: applied only if its state and attempt are still what we saw."""
     return Action(rule, record.id, reason, expect=frozenset({record.state}), expect_attempt=record.attempt, **parts)
+
+
+def ignore(job_id: str, attempt: int, fact: Ignored) -> Action:
+    """Record once (the flag) that this run ignored a fact of the attempt, and why."""
+    return Action(Rule.IGNORED, job_id, f"ignored {fact.key}: {fact.why}",
+                  flag=keys.ignored_flag(job_id, attempt, fact.key),
+                  event=("ignored-fact", {"attempt": attempt, "key": fact.key, "why": fact.why}))
 
 
 def alive(instance: Instance) -> bool:

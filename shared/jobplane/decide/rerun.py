@@ -2,14 +2,18 @@
 
 Restarts left and max_wait not exceeded -> relaunch (the launcher claims the job by CAS, so overlapping
 runs launch one attempt); otherwise FAILED with the reason. The marker is cleared only after the new
-attempt is recorded, or once it is stale (the job moved past that attempt, or ended).
+attempt is recorded, or once it is stale (the job moved past that attempt, or ended). A marker for a
+RUNNING or LAUNCHING job must name an instance of its current attempt; any other is cleared with an event.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
-from jobplane.decide.model import Action, PreemptedMark, Rule, Snapshot, age, claim
+from jobplane import keys
+from jobplane.clouds.base import Instance
+from jobplane.decide.model import Action, PreemptedMark, Rule, Snapshot, age, claim, trusted_mark
 from jobplane.policy import Policy
 from jobplane.registry import JobRecord
 from jobplane.spec import format_duration
@@ -17,10 +21,12 @@ from jobplane.states import State
 
 
 def decide(snap: Snapshot, now: datetime, policy: Policy) -> list[Action]:
-    return [_one(mark, snap.records.get(job_id), now, policy) for job_id, mark in sorted(snap.preempted.items())]
+    return [_one(mark, snap.records.get(job_id), snap.instances, now, policy)
+            for job_id, mark in sorted(snap.preempted.items())]
 
 
-def _one(mark: PreemptedMark, record: JobRecord | None, now: datetime, policy: Policy) -> Action:
+def _one(mark: PreemptedMark, record: JobRecord | None, instances: Sequence[Instance], now: datetime,
+         policy: Policy) -> Action:
     job_id = mark.job_id
     if record is None:
         return Action(Rule.CLEAR, job_id, "no such job", clear_preempted=True)
@@ -31,6 +37,13 @@ def _one(mark: PreemptedMark, record: JobRecord | None, now: datetime, policy: P
                       clear_preempted=True)
     if record.state not in (State.RUNNING, State.LAUNCHING, State.PREEMPTED):
         return Action(Rule.CLEAR, job_id, f"attempt {record.attempt} is {record.state}", clear_preempted=True)
+    if record.state != State.PREEMPTED and not trusted_mark(mark, record, instances):
+        # every VM may write any job's marker: only one of this attempt's may preempt it
+        why = mark.problem or (f"names {mark.instance_id or 'no instance'} of attempt {mark.attempt}, not an instance "
+                               f"of attempt {record.attempt}")
+        return Action(Rule.IGNORED, job_id, f"ignored preempted marker: {why}", clear_preempted=True,
+                      event=("ignored-fact", {"attempt": record.attempt, "key": keys.preempted_marker(job_id),
+                                              "why": why}))
     # A RUNNING job the agent reported goes through PREEMPTED (recorded, with its event) before the rerun.
     via = State.PREEMPTED if record.state != State.PREEMPTED else None
     spec = record.spec

@@ -1,4 +1,5 @@
-"""The sweeper's decisions: finished, started, stalled, boot timeout, lost ranks, orphans, housekeeping.
+"""The sweeper's decisions: finished, a failed rank, started, stalled, boot timeout, lost ranks, orphans, ignored
+facts, housekeeping.
 
 Two pure steps. `candidates` reads listings only and names the jobs that need a closer look; the
 caller fetches job.json and the exit reports of just those; `decide` turns the whole snapshot into
@@ -13,10 +14,24 @@ from datetime import datetime
 
 from jobplane import keys, notify
 from jobplane.clouds.base import Instance
-from jobplane.decide.model import Action, ExitReport, Limits, Rule, Snapshot, age, alive, claim
+from jobplane.decide.model import (
+    Action,
+    ExitReport,
+    Ignored,
+    Limits,
+    Rule,
+    Snapshot,
+    age,
+    alive,
+    attempt_instances,
+    claim,
+    ignore,
+    trusted_mark,
+)
 from jobplane.decide.safety import limit_blast_radius, terminable
 from jobplane.metrics import EARLY_STOP
 from jobplane.policy import Policy
+from jobplane.records import PreemptedMarker
 from jobplane.registry import Beat, IdleMark, JobRecord
 from jobplane.spec import format_duration
 from jobplane.states import State
@@ -33,7 +48,8 @@ REMARK_AFTER = 60
 IDLE_SLACK_S = 2
 IDLE_BY = "idle-gpu"  # the `by` of an idle stop request, copied by the agent into its exit report
 # Least risky first: the blast-radius limit lets the head of the list through.
-_ORDER = [Rule.FINISHED, Rule.STOPPED, Rule.EARLY_STOP, Rule.IDLE_STOPPED, Rule.STOP_PEERS, Rule.STARTED,
+_ORDER = [Rule.IGNORED, Rule.FINISHED, Rule.STOPPED, Rule.EARLY_STOP, Rule.IDLE_STOPPED, Rule.RANK_FAILED,
+          Rule.STOP_PEERS, Rule.STARTED,
           Rule.LIMITS, Rule.IDLE, Rule.REPAIR,
           Rule.REMARK, Rule.LOST, Rule.LOST_SPOT, Rule.STALLED, Rule.BOOT_FAILED, Rule.BOOT_RETRY, Rule.ORPHAN,
           Rule.CLEANUP]
@@ -134,12 +150,14 @@ def _job(record: JobRecord, index: Index, now: datetime, policy: Policy) -> list
     if record.state not in (State.LAUNCHING, State.RUNNING):
         return out
     n = record.attempt
-    mark = snap.preempted.get(job_id)
-    if mark is not None and mark.attempt in (None, n):
-        return out  # the agent reported a preemption: rerun's job
     instances = index.instances[job_id, n]
-    exits = {e.rank: e for e in snap.exits.get(job_id, ())}
+    exits, ignored = _trusted(record, snap, instances)
+    out += [ignore(job_id, n, fact) for fact in ignored if keys.ignored_flag(job_id, n, fact.key) not in snap.noted]
+    mark = snap.preempted.get(job_id)
+    if mark is not None and trusted_mark(mark, record, instances):
+        return out  # the agent reported a preemption: rerun's job
     action = (_finished(record, exits, instances, policy)
+              or _rank_failed(record, exits, instances)
               or _bootstrap_failed(record, snap.boot_failures.get(job_id), index.beats[job_id, n], instances)
               or _started(record, index.beats[job_id, n], policy)
               or _lost(record, exits, instances, now, policy)
@@ -152,6 +170,23 @@ def _job(record: JobRecord, index: Index, now: datetime, policy: Policy) -> list
     elif action is None and record.state == State.RUNNING:
         action = _idle(record, index, now, policy)
     return [*out, action] if action else out
+
+
+def _trusted(record: JobRecord, snap: Snapshot, instances: list[Instance]) -> tuple[dict[int, ExitReport],
+                                                                                  list[Ignored]]:
+    """The attempt's exit reports by rank, those written by one of its instances; and what is ignored:
+    reports from any other VM (every VM may write any job's reports) and those that do not parse."""
+    own = attempt_instances(record, instances)
+    exits: dict[int, ExitReport] = {}
+    ignored = list(snap.unreadable.get(record.id, ()))
+    for report in snap.exits.get(record.id, ()):
+        if report.instance_id in own:
+            exits[report.rank] = report
+        else:
+            ignored.append(Ignored(keys.exit_report(record.id, record.attempt, report.rank),
+                                   f"written by {report.instance_id or 'an unnamed instance'}, not an instance of "
+                                   f"attempt {record.attempt}"))
+    return exits, ignored
 
 
 def _limits(record: JobRecord, policy: Policy) -> Limits:
@@ -190,6 +225,20 @@ def _finished(record: JobRecord, exits: dict[int, ExitReport], instances: list[I
     why = f"rank {failed.rank} exited with code {failed.code}" + (f": {failed.error}" if failed.error else "")
     return claim(record, Rule.FINISHED, why, to=State.FAILED, terminate=leftovers,
                   updates={"exit_code": failed.code})
+
+
+def _rank_failed(record: JobRecord, exits: dict[int, ExitReport], instances: list[Instance]) -> Action | None:
+    """A rank of a multi-node attempt exited non-zero while others still run: they would wait in their next
+    collective until its timeout, then the stall timeout or the uptime cap. The attempt ends now: the other
+    ranks are terminated and the job fails (max_restarts reruns preemptions and failed boots, not errors)."""
+    failed = next((exits[r] for r in sorted(exits) if exits[r].reason == "exit" and exits[r].code != 0), None)
+    running = [r for r in range(record.spec.num_nodes) if r not in exits]
+    if failed is None or not running or any(e.reason == "preempted" for e in exits.values()):
+        return None  # no failure, or every rank has exited (_finished), or rerun's
+    why = (f"rank {failed.rank} exited with code {failed.code}" + (f": {failed.error}" if failed.error else "")
+           + f"; ending the attempt (terminating rank {', '.join(map(str, running))})")
+    return claim(record, Rule.RANK_FAILED, why, to=State.FAILED, terminate=terminable(instances),
+                 updates={"exit_code": failed.code})
 
 
 def _early_stop(reports: Iterable[ExitReport]) -> ExitReport | None:
@@ -252,8 +301,8 @@ def _lost(record: JobRecord, exits: dict[int, ExitReport], instances: list[Insta
     if record.spec.spot:
         rank, iid = lost[0]
         return claim(record, Rule.LOST_SPOT, f"Spot capacity lost: {what} gone", to=State.PREEMPTED,
-                      terminate=survivors, mark_preempted={"attempt": record.attempt, "rank": rank, "notice": None,
-                                                           "instance_id": iid, "by": "sweeper"})
+                      terminate=survivors, mark_preempted=PreemptedMarker(attempt=record.attempt, rank=rank,
+                                                                          instance_id=iid, by="sweeper"))
     return claim(record, Rule.LOST, f"lost: {what} vanished", to=State.FAILED, terminate=survivors)
 
 
@@ -330,7 +379,7 @@ def _remarks(snap: Snapshot, now: datetime, policy: Policy) -> Iterable[Action]:
         if len(markers) == 1 and markers[0].state == State.PREEMPTED and job_id not in snap.preempted \
                 and age(now, markers[0].since) > min(REMARK_AFTER, policy.safety.orphan_grace):
             yield Action(Rule.REMARK, job_id, "PREEMPTED without a preempted-jobs/ marker: writing it again",
-                         mark_preempted={"attempt": markers[0].attempt, "notice": None, "by": "sweeper"})
+                         mark_preempted=PreemptedMarker(attempt=markers[0].attempt, by="sweeper"))
 
 
 def _cleanup(index: Index, now: datetime, policy: Policy) -> Iterable[Action]:
