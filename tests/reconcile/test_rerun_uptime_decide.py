@@ -83,6 +83,15 @@ def test_rerun_ignores_a_marker_that_does_not_parse_for_a_running_job() -> None:
     assert action.event is not None and "field 'attempt'" in action.event[1]["why"]
 
 
+def test_rerun_notes_a_marker_that_does_not_parse_on_a_preempted_job_and_reruns_it() -> None:
+    mark = PreemptedMark("j", ago(5), problem="preempted marker: not valid JSON")
+    (action,) = rerun.decide(snapshot(records=[record(state=State.PREEMPTED, spot=True)], preempted=[mark]), NOW,
+                             POLICY)
+    assert (action.rule, action.relaunch, action.clear_preempted) == (Rule.RERUN, True, True)
+    assert action.event == ("ignored-fact", {"attempt": 1, "key": "preempted-jobs/j",
+                                             "why": "preempted marker: not valid JSON"})
+
+
 def test_rerun_relaunches_from_preempted_whatever_state_it_saw() -> None:
     mark = PreemptedMark("j", ago(5), 1, "i-j-1-0")
     (action,) = rerun.decide(snapshot(records=[record(spot=True)], preempted=[mark]), NOW, POLICY)

@@ -201,11 +201,15 @@ def claim(record: JobRecord, rule: Rule, reason: str, **parts: Any) -> Action:
     return Action(rule, record.id, reason, expect=frozenset({record.state}), expect_attempt=record.attempt, **parts)
 
 
+def ignored_event(attempt: int, fact: Ignored) -> tuple[str, Mapping[str, Any]]:
+    """The job event saying a fact was ignored, and why."""
+    return "ignored-fact", {"attempt": attempt, "key": fact.key, "why": fact.why}
+
+
 def ignore(job_id: str, attempt: int, fact: Ignored) -> Action:
     """Record once (the flag) that this run ignored a fact of the attempt, and why."""
     return Action(Rule.IGNORED, job_id, f"ignored {fact.key}: {fact.why}",
-                  flag=keys.ignored_flag(job_id, attempt, fact.key),
-                  event=("ignored-fact", {"attempt": attempt, "key": fact.key, "why": fact.why}))
+                  flag=keys.ignored_flag(job_id, attempt, fact.key), event=ignored_event(attempt, fact))
 
 
 def alive(instance: Instance) -> bool:

@@ -13,7 +13,17 @@ from datetime import datetime
 
 from jobplane import keys
 from jobplane.clouds.base import Instance
-from jobplane.decide.model import Action, PreemptedMark, Rule, Snapshot, age, claim, trusted_mark
+from jobplane.decide.model import (
+    Action,
+    Ignored,
+    PreemptedMark,
+    Rule,
+    Snapshot,
+    age,
+    claim,
+    ignored_event,
+    trusted_mark,
+)
 from jobplane.policy import Policy
 from jobplane.registry import JobRecord
 from jobplane.spec import format_duration
@@ -42,17 +52,20 @@ def _one(mark: PreemptedMark, record: JobRecord | None, instances: Sequence[Inst
         why = mark.problem or (f"names {mark.instance_id or 'no instance'} of attempt {mark.attempt}, not an instance "
                                f"of attempt {record.attempt}")
         return Action(Rule.IGNORED, job_id, f"ignored preempted marker: {why}", clear_preempted=True,
-                      event=("ignored-fact", {"attempt": record.attempt, "key": keys.preempted_marker(job_id),
-                                              "why": why}))
+                      event=ignored_event(record.attempt, Ignored(keys.preempted_marker(job_id), why)))
+    # A PREEMPTED job's marker only queues it here (a function made the transition): a body that does not
+    # parse is noted on the job, and the rerun goes on.
+    noted = (ignored_event(record.attempt, Ignored(keys.preempted_marker(job_id), mark.problem))
+             if mark.problem else None)
     # A RUNNING job the agent reported goes through PREEMPTED (recorded, with its event) before the rerun.
     via = State.PREEMPTED if record.state != State.PREEMPTED else None
     spec = record.spec
     if record.restarts >= spec.max_restarts:
         return claim(record, Rule.RERUN_EXHAUSTED, f"preempted; no restarts left (max_restarts {spec.max_restarts})",
-                      to=State.FAILED, clear_preempted=True)
+                      to=State.FAILED, clear_preempted=True, event=noted)
     max_wait = policy.max_wait(spec)
     if age(now, record.created_at) > max_wait:
         return claim(record, Rule.RERUN_EXHAUSTED, f"preempted; max_wait {format_duration(max_wait)} exceeded",
-                      to=State.FAILED, clear_preempted=True)
+                      to=State.FAILED, clear_preempted=True, event=noted)
     return claim(record, Rule.RERUN, f"preempted; rerun as attempt {record.attempt + 1}", to=via, relaunch=True,
-                  clear_preempted=True)
+                  clear_preempted=True, event=noted)
