@@ -30,6 +30,8 @@ from functools import partial
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
+from pydantic import ValidationError
+
 from jobplane import keys, metrics, records
 from jobplane.agent import gpu
 from jobplane.agent.checkpoints import SETTLE, CheckpointSync, publish
@@ -511,18 +513,12 @@ class Agent:
         # a run shorter than the heartbeat interval still leaves its last output time and step behind
         self._try("final heartbeat", lambda: self._heartbeat(run))
         self._try("final log sync", lambda: self._ship_logs(run))
+        # the records are built inside _try too: whatever goes wrong, the power-off still follows
         if outcome.reason == "preempted":
-            mark = records.PreemptedMarker(attempt=run.attempt, rank=run.rank, notice=outcome.notice,
-                                           instance_id=run.instance_id)
-            self._try("preempted marker", lambda: self.reg.mark_preempted(run.job_id, mark.body()))
-        stopped = outcome.reason == "stopped"
-        report = records.ExitReport(code=outcome.code, started_at=run.started_at, ended_at=ended,
-                                    reason=outcome.reason, instance_id=run.instance_id, error=outcome.error or None,
-                                    stopped_by=outcome.stopped_by if stopped else None,
-                                    stop_reason=outcome.stop_reason if stopped and outcome.stopped_by else None,
-                                    notice=outcome.notice or None)
+            self._try("preempted marker", lambda: self.reg.mark_preempted(run.job_id, records.PreemptedMarker(
+                attempt=run.attempt, rank=run.rank, notice=outcome.notice, instance_id=run.instance_id).body()))
         key = keys.exit_report(run.job_id, run.attempt, run.rank)
-        return self._try("exit report", lambda: self.reg.put_json(key, report.body()))
+        return self._try("exit report", lambda: self.reg.put_json(key, _report(run, outcome, ended).body()))
 
     def _torn_after(self, outcome: Outcome) -> int | None:
         """Files the user process wrote in place after this (ns) may be half-written: it died by a signal."""
@@ -567,7 +563,7 @@ class Agent:
             try:
                 return fn()
             except Exception as exc:
-                if attempt == self.cfg.retry_attempts:
+                if attempt == self.cfg.retry_attempts or isinstance(exc, ValidationError):  # not a blip
                     raise
                 log.warning("%s failed (try %d): %s", what, attempt, exc)
                 time.sleep(min(30.0, self.cfg.retry_pause * 2 ** (attempt - 1)))
@@ -581,6 +577,15 @@ class Agent:
         except Exception:
             log.exception("%s: gave up after %d tries", what, self.cfg.retry_attempts)
             return False
+
+
+def _report(run: _Run, outcome: Outcome, ended: datetime) -> records.ExitReport:
+    stopped = outcome.reason == "stopped"
+    return records.ExitReport(code=outcome.code, started_at=run.started_at, ended_at=ended, reason=outcome.reason,
+                              instance_id=run.instance_id, error=outcome.error or None,
+                              stopped_by=outcome.stopped_by if stopped else None,
+                              stop_reason=outcome.stop_reason if stopped and outcome.stopped_by else None,
+                              notice=outcome.notice or None)
 
 
 def _seconds_left(interrupt: Outcome) -> float | None:
