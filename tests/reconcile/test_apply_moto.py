@@ -82,7 +82,24 @@ def test_lifecycle_started_then_healthy_then_finished(cloud: Cloud) -> None:  # 
     assert reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics) == []
     assert not [g for g in gets if g.endswith("/job.json")], "a healthy job costs the sweep no GET"
 
-    report_exit(cloud, record, 0)
+    # Every VM may write any job's facts: another job's VM "finishes" and "preempts" this one. Ignored, with
+    # one event each; the job runs on.
+    other = "i-0another0jobs0vm"
+    cloud.registry.put_json(keys.exit_report("train", 1, 0), records.ExitReport(code=0, instance_id=other).body())
+    cloud.registry.mark_preempted("train", records.PreemptedMarker(attempt=1, instance_id=other).body())
+    for expected in ([(Rule.IGNORED, "applied")], []):  # the second run sees the event's flag: nothing more
+        outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=["train"])
+        assert [(o.action.rule, o.result) for o in outcomes] == expected
+    (ignored,) = reconcile.rerun(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics)
+    assert ignored.action.rule == Rule.IGNORED and ignored.result == "applied"
+    assert cloud.registry.preempted() == {}, "the marker is cleared"
+    assert cloud.registry.job("train").state == State.RUNNING and alive(cloud, record.instances)
+    events = [e for e in cloud.registry.events("train") if e["kind"] == "ignored-fact"]
+    assert [(e["key"], e["why"]) for e in events] == [
+        (keys.exit_report("train", 1, 0), f"written by {other}, not an instance of attempt 1"),
+        (keys.preempted_marker("train"), f"names {other} of attempt 1, not an instance of attempt 1")]
+
+    report_exit(cloud, record, 0)  # the job's own agent: that report counts
     event_job = reconcile.job_named_by(keys.exit_report("train", 1, 0))
     (done,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=[event_job])
     assert done.action.rule == Rule.FINISHED and done.result == "applied"
@@ -260,32 +277,6 @@ def test_a_failed_rank_ends_a_multi_node_attempt_at_once(cloud: Cloud) -> None: 
     assert final.reason == ("rank 2 exited with code 1: CUDA error: out of memory; ending the attempt (terminating "
                             "rank 0, 1)")
     assert not alive(cloud, record.instances), "ranks 0 and 1 would wait in their next collective"
-
-
-def test_facts_from_another_jobs_vm_are_ignored_with_one_event(cloud: Cloud) -> None:  # noqa: F811
-    """Every VM may write any job's exit reports and preempted markers: only the job's own count."""
-    record, other = launch(cloud, "victim"), launch(cloud, "other")
-    beat(cloud, record)
-    reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics)  # both RUNNING
-    forged = records.ExitReport(code=0, instance_id=other.instances[0])
-    cloud.registry.put_json(keys.exit_report("victim", 1, 0), forged.body())
-    cloud.registry.mark_preempted("victim", records.PreemptedMarker(attempt=1, instance_id=other.instances[0]).body())
-    for expected in ([(Rule.IGNORED, "applied")], []):  # the second run sees the event's flag: nothing more
-        outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=["victim"])
-        assert [(o.action.rule, o.result) for o in outcomes] == expected
-    (ignored,) = reconcile.rerun(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics)
-    assert ignored.action.rule == Rule.IGNORED and ignored.result == "applied"
-    assert cloud.registry.preempted() == {}, "the forged marker is cleared"
-    assert cloud.registry.job("victim").state == State.RUNNING and alive(cloud, record.instances)
-    events = [e for e in cloud.registry.events("victim") if e["kind"] == "ignored-fact"]
-    assert [(e["key"], e["why"]) for e in events] == [
-        (keys.exit_report("victim", 1, 0), f"written by {other.instances[0]}, not an instance of attempt 1"),
-        (keys.preempted_marker("victim"), f"names {other.instances[0]} of attempt 1, not an instance of attempt 1"),
-    ]
-
-    report_exit(cloud, record, 0)  # the job's own agent overwrites it: that one counts
-    (done,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=["victim"])
-    assert done.action.rule == Rule.FINISHED and cloud.registry.job("victim").state == State.SUCCEEDED
 
 
 def test_spot_warning_recorded_once(cloud: Cloud) -> None:  # noqa: F811
