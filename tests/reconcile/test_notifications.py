@@ -121,8 +121,8 @@ def test_overlapping_reconcilers_announce_an_end_exactly_once(cloud: Cloud, inbo
         runs.append((reg, sweep_decide.decide(snap, utcnow(), reg.policy())))
     results = [reconcile.apply(reg, cloud.compute, actions, now=utcnow(), metrics=CountingMetrics(), dry_run=False)
                for reg, actions in runs]
-    assert [o.result for o in results[0]] == ["applied"]
-    assert all(o.result.startswith("skipped") for res in results[1:] for o in res)
+    assert [o.result for o in results[0]] == [reconcile.Result.APPLIED]
+    assert all(o.result == reconcile.Result.SKIPPED for res in results[1:] for o in res)
     assert [data(m)["state"] for m in inbox.take()] == ["SUCCEEDED"]
     assert notify.metrics.totals == {"NotificationsPublished": 1}  # type: ignore[attr-defined]
 
