@@ -17,7 +17,7 @@ from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
 
-from jobplane import agent_bundle, bootstrap, cost, drops, images, keys
+from jobplane import agent_bundle, bootstrap, cost, drops, keys
 from jobplane.clouds.base import (
     TAG_OWNER,
     CapacityError,
@@ -29,27 +29,19 @@ from jobplane.clouds.base import (
     SpotPrices,
     VmUrls,
 )
+from jobplane.decide import launch as launch_decide
 from jobplane.errors import FieldError, SpecError
 from jobplane.policy import Policy, check_against_deployment, check_against_policy
 from jobplane.registry import JobExists, JobRecord, Registry, TransitionRefused
 from jobplane.settings import Settings
-from jobplane.spec import JobSpec, format_duration
 from jobplane.states import State
 from jobplane.telemetry import Metrics
 from jobplane.usage import AttemptUsage, InstanceSpan
 
 log = logging.getLogger("jobplane.launcher")
 
-BACKOFF_BASE_S = 60  # first capacity wait; doubles per consecutive failed try
-BACKOFF_CAP_S = 30 * 60
 URL_MARGIN_S = 10 * 60  # a VM's agent and report URLs outlive its boot timeout by this much
 OUTCOMES = {State.LAUNCHING: "launched", State.WAITING_CAPACITY: "waiting", State.FAILED: "failed"}
-
-
-def candidates(spec: JobSpec) -> list[tuple[str, str | None]]:
-    """(instance_type, zone) in the spec's order: every zone of the first type, then the next type."""
-    zones: list[str | None] = list(spec.zones) or [None]
-    return [(itype, zone) for itype in spec.instance_types for zone in zones]
 
 
 # ---- drops -----------------------------------------------------------------------------------------------
@@ -183,82 +175,81 @@ def launch_attempt(
     reason: str | None = None,
     policy: Policy | None = None,
 ) -> JobRecord:
-    """Claim the job (CAS to LAUNCHING), then launch it, wait for capacity, or fail it. See the brief's
-    contract: the attempt is bumped from QUEUED / PREEMPTED / LAUNCHING, kept from WAITING_CAPACITY."""
+    """Claim the job (CAS to LAUNCHING), then launch it, wait for capacity, or fail it: snapshot, then
+    jobplane.decide.launch one step at a time, each step applied here."""
     current = reg.job(job_id)
-    if current.state not in expect or current.attempt != expect_attempt:
-        raise TransitionRefused(job_id, current.state, State.LAUNCHING,
-                                f"state {current.state} attempt {current.attempt}, expected "
-                                f"{'/'.join(sorted(expect))} attempt {expect_attempt}")
-    bump = current.state != State.WAITING_CAPACITY or current.attempt == 0
-    attempt = current.attempt + 1 if bump else current.attempt
-    restarts = current.restarts + (1 if bump and current.attempt >= 1 else 0)
-    record = reg.transition(job_id, State.LAUNCHING, now=now, reason=reason or f"launching attempt {attempt}",
-                            expect={current.state}, expect_attempt=current.attempt, attempt=attempt,
-                            restarts=restarts, instances=[], instance_type=None, zone=None, launched_at=None)
+    claimed = launch_decide.claim(current, expect=expect, expect_attempt=expect_attempt, reason=reason)
+    if isinstance(claimed, launch_decide.Refused):
+        raise TransitionRefused(job_id, current.state, State.LAUNCHING, claimed.why)
+    record = reg.transition(job_id, State.LAUNCHING, now=now, reason=claimed.reason, expect={current.state},
+                            expect_attempt=current.attempt, attempt=claimed.attempt, restarts=claimed.restarts,
+                            instances=[], instance_type=None, zone=None, launched_at=None)
     policy = policy or reg.policy()
-    spec = record.spec
-    over = quota_problem(compute, record, policy)
-    if over:
-        return _wait(reg, record, policy, now, metrics, reason=over, error=over)
-    try:
-        variants = agent_bundle.parse_manifest(reg.get_bytes(keys.agent_file(agent_bundle.MANIFEST)))
-    except (NotFound, ValueError) as exc:
-        problem = "is missing" if isinstance(exc, NotFound) else f"is unreadable ({exc})"
-        return _fail(reg, record, now, metrics, f"no agent bundle in this deployment: {keys.AGENT}"
-                                                f"{agent_bundle.MANIFEST} {problem}; deploy it (cdk deploy, or make "
-                                                f"gcp-package and terraform apply)")
-    bucket, region = _bootstrap_target(reg, compute)
+    snap = snapshot(reg, compute, record, policy)
     scripts: dict[str, str] = {}  # per CPU architecture: each fetches its own agent bundle
-    errors: list[str] = []
-    for itype, zone in candidates(spec):
-        arch = images.architecture(spec.cloud, itype)
-        if arch not in scripts:
-            source = agent_source(reg, variants, spec.cloud, arch, job_id, attempt,
-                                  expires=policy.boot_timeout(spec) + URL_MARGIN_S)
-            if source is None:
-                return _fail(reg, record, now, metrics, f"instance_type: {itype} is an {arch} type and this "
-                                                        f"deployment has no {spec.cloud} agent bundle for {arch}")
-            scripts[arch] = bootstrap.render_for(spec, job_id=job_id, attempt=attempt, policy=policy,
-                                                 bucket=bucket, root=reg.root, region=region, agent=source)
-        request = LaunchRequest(
-            job_id=job_id, attempt=attempt, num_nodes=spec.num_nodes, instance_type=itype, zone=zone,
-            image=images.resolve(spec.cloud, policy.image(spec, itype), itype), spot=spec.spot,
-            user_data=scripts[arch], max_runtime=policy.max_runtime(spec), disk_gb=spec.disk_gb,
-            owner=record.owner, labels=tuple(sorted(spec.labels.items())),
-        )
+    while isinstance(step := launch_decide.decide(snap, now), launch_decide.Launch):
         current = reg.job(job_id)  # cancelled since the claim? then no VM is asked for
-        if current.state != State.LAUNCHING or current.attempt != attempt:
+        if current.state != State.LAUNCHING or current.attempt != record.attempt:
             log.info("job %s moved on to %s before launch", job_id, current.state, extra={"job_id": job_id})
             return current
+        request = _request(reg, compute, snap, step, scripts)
         try:
             instances = compute.launch(request)
         except CapacityError as exc:
-            errors.append(f"{itype} in {zone or 'any zone'}: {exc}")
             metrics.add_metric("LaunchCapacityErrors", "Count", 1)
-            log.info("no capacity for %s in %s: %s", itype, zone or "any zone", exc, extra={"job_id": job_id})
+            log.info("no capacity for %s in %s: %s", step.instance_type, step.zone or "any zone", exc,
+                     extra={"job_id": job_id})
+            snap = snap.after(launch_decide.Tried(step.instance_type, step.zone, str(exc)))
             continue
         except LaunchRejected as exc:
-            return _fail(reg, record, now, metrics, f"the cloud refused {itype} in {zone or 'any zone'}: {exc}")
+            snap = snap.after(launch_decide.Tried(step.instance_type, step.zone, str(exc), rejected=True))
+            continue
         return _launched(reg, compute, record, request, [(i.id, i.private_ip, i.zone) for i in instances], now,
-                         metrics, errors, attempt_usage(compute, request, instances, policy, now), policy)
-    return _wait(reg, record, policy, now, metrics, reason="no capacity in any zone or instance type",
-                 error="; ".join(errors))
+                         metrics, [f"{t.where}: {t.error}" for t in snap.tried],
+                         attempt_usage(compute, request, instances, policy, now), policy)
+    if isinstance(step, launch_decide.Wait):
+        return _wait(reg, record, step, now)
+    return _fail(reg, record, now, metrics, step.reason)
 
 
-def quota_problem(compute: Compute, record: JobRecord, policy: Policy) -> str | None:
-    """Why this attempt would break the owner's instance quota, or None. Counts live managed VMs by tag."""
-    limit = policy.max_active_instances_per_owner
-    owner_keys = (TAG_OWNER, TAG_OWNER.replace(":", "-"))  # EC2 tag, GCE label
-    active = sum(
-        1 for inst in compute.list_managed()
-        if inst.job_id != record.id and any(dict(inst.tags).get(k) == record.owner for k in owner_keys)
+def snapshot(reg: Registry, compute: Compute, record: JobRecord, policy: Policy) -> launch_decide.LaunchSnapshot:
+    """What a launch decides on: the owner's live VMs (one managed-instance listing) and the agent manifest."""
+    try:
+        agents = tuple(agent_bundle.parse_manifest(reg.get_bytes(keys.agent_file(agent_bundle.MANIFEST))))
+        problem = None
+    except (NotFound, ValueError) as exc:
+        agents = ()
+        problem = (f"{keys.AGENT}{agent_bundle.MANIFEST} "
+                   + ("is missing" if isinstance(exc, NotFound) else f"is unreadable ({exc})"))
+    return launch_decide.LaunchSnapshot(record, policy, owner_active=owner_active(compute, record), agents=agents,
+                                        agent_problem=problem)
+
+
+def owner_active(compute: Compute, record: JobRecord) -> int:
+    """The owner's live managed VMs of other jobs, counted by tag (EC2) or label (GCE)."""
+    owner_keys = (TAG_OWNER, TAG_OWNER.replace(":", "-"))
+    return sum(1 for inst in compute.list_managed()
+               if inst.job_id != record.id and any(dict(inst.tags).get(k) == record.owner for k in owner_keys))
+
+
+def _request(reg: Registry, compute: Compute, snap: launch_decide.LaunchSnapshot, step: launch_decide.Launch,
+             scripts: dict[str, str]) -> LaunchRequest:
+    """The cloud's request for one decided launch; the VM's script is rendered once per architecture."""
+    record, policy, spec = snap.record, snap.policy, snap.record.spec
+    if step.arch not in scripts:
+        source = agent_source(reg, list(snap.agents), spec.cloud, step.arch, record.id, record.attempt,
+                              expires=policy.boot_timeout(spec) + URL_MARGIN_S)
+        if source is None:  # decide launches only architectures the manifest has a bundle for
+            raise RuntimeError(f"no {spec.cloud} agent bundle for {step.arch}")
+        bucket, region = _bootstrap_target(reg, compute)
+        scripts[step.arch] = bootstrap.render_for(spec, job_id=record.id, attempt=record.attempt, policy=policy,
+                                                  bucket=bucket, root=reg.root, region=region, agent=source)
+    return LaunchRequest(
+        job_id=record.id, attempt=record.attempt, num_nodes=spec.num_nodes, instance_type=step.instance_type,
+        zone=step.zone, image=step.image, spot=spec.spot, user_data=scripts[step.arch],
+        max_runtime=policy.max_runtime(spec), disk_gb=spec.disk_gb, owner=record.owner,
+        labels=tuple(sorted(spec.labels.items())),
     )
-    need = record.spec.num_nodes
-    if active + need <= limit:
-        return None
-    return (f"owner {record.owner!r} has {active} active instances; {need} more would exceed the quota of "
-            f"{limit} (max_active_instances_per_owner)")
 
 
 def attempt_usage(compute: Compute, request: LaunchRequest, instances: list[Instance], policy: Policy,
@@ -342,19 +333,11 @@ def _launched(reg: Registry, compute: Compute, record: JobRecord, request: Launc
         return reg.job(record.id)
 
 
-def _wait(reg: Registry, record: JobRecord, policy: Policy, now: datetime, metrics: Metrics, *, reason: str,
-          error: str) -> JobRecord:
-    """Back off exponentially, or fail once max_wait (counted from submission) is spent."""
-    max_wait = policy.max_wait(record.spec)
-    deadline = record.created_at + timedelta(seconds=max_wait)
-    if now >= deadline:
-        return _fail(reg, record, now, metrics, f"{reason} within max_wait {format_duration(max_wait)}: {error}")
-    waits = record.waits + 1
-    delay = timedelta(seconds=min(BACKOFF_BASE_S * 2 ** (waits - 1), BACKOFF_CAP_S))
-    log.info("job %s waits until %s: %s", record.id, min(now + delay, deadline), reason, extra={"job_id": record.id})
-    return reg.transition(record.id, State.WAITING_CAPACITY, now=now, reason=reason, expect={State.LAUNCHING},
-                          expect_attempt=record.attempt, waits=waits, wait_until=min(now + delay, deadline),
-                          last_error=error)
+def _wait(reg: Registry, record: JobRecord, step: launch_decide.Wait, now: datetime) -> JobRecord:
+    log.info("job %s waits until %s: %s", record.id, step.until, step.reason, extra={"job_id": record.id})
+    return reg.transition(record.id, State.WAITING_CAPACITY, now=now, reason=step.reason, expect={State.LAUNCHING},
+                          expect_attempt=record.attempt, waits=step.waits, wait_until=step.until,
+                          last_error=step.error)
 
 
 def _fail(reg: Registry, record: JobRecord, now: datetime, metrics: Metrics, reason: str) -> JobRecord:

@@ -11,6 +11,7 @@ from datetime import timedelta
 import pytest
 
 from jobplane import keys, launcher
+from jobplane.decide import launch as launch_decide
 from jobplane.registry import TransitionRefused, utcnow
 from jobplane.spec import parse_spec
 from jobplane.states import State
@@ -44,9 +45,9 @@ def tried(cloud: Cloud) -> list[tuple[str, str | None]]:
 
 def test_candidates_follow_spec_order() -> None:
     spec = parse_spec(SPEC)
-    assert launcher.candidates(spec) == [("g5.xlarge", "us-east-1a"), ("g5.xlarge", "us-east-1b"),
+    assert launch_decide.candidates(spec) == [("g5.xlarge", "us-east-1a"), ("g5.xlarge", "us-east-1b"),
                                          ("g5.2xlarge", "us-east-1a"), ("g5.2xlarge", "us-east-1b")]
-    assert launcher.candidates(parse_spec("instance_type: t3.micro\nrun: x\n")) == [("t3.micro", None)]
+    assert launch_decide.candidates(parse_spec("instance_type: t3.micro\nrun: x\n")) == [("t3.micro", None)]
 
 
 def test_valid_drop_launches_attempt_one(cloud: Cloud) -> None:
@@ -94,7 +95,7 @@ def test_no_capacity_anywhere_waits_then_backstop_retries_same_attempt(cloud: Cl
 
     record = cloud.registry.job("waiter")
     assert record.state == State.WAITING_CAPACITY and record.attempt == 1 and record.waits == 1
-    assert record.wait_until and record.wait_until - t0 >= timedelta(seconds=launcher.BACKOFF_BASE_S - 5)
+    assert record.wait_until and record.wait_until - t0 >= timedelta(seconds=launch_decide.BACKOFF_BASE_S - 5)
     assert record.last_error and "g5.2xlarge in us-east-1b" in record.last_error
     assert cloud.instances() == [] and len(cloud.calls.run_instances) == 4
 
@@ -114,7 +115,7 @@ def test_second_wait_backs_off_longer_and_max_wait_fails(cloud: Cloud) -> None:
     now = first.wait_until + timedelta(seconds=1)  # type: ignore[operator]
     launcher.backstop(cloud.registry, cloud.compute, now=now, metrics=cloud.metrics)
     second = cloud.registry.job("patient")
-    assert second.waits == 2 and second.wait_until - now >= timedelta(seconds=2 * launcher.BACKOFF_BASE_S - 1)  # type: ignore[operator]
+    assert second.waits == 2 and second.wait_until - now >= timedelta(seconds=2 * launch_decide.BACKOFF_BASE_S - 1)  # type: ignore[operator]
 
     past = first.created_at + timedelta(hours=1, seconds=1)
     assert launcher.backstop(cloud.registry, cloud.compute, now=past, metrics=cloud.metrics) == ["patient: failed"]
