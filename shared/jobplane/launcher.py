@@ -13,8 +13,10 @@ transition that records the VMs, which then terminates them at once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 from jobplane import agent_bundle, bootstrap, cost, drops, keys
@@ -41,27 +43,57 @@ from jobplane.usage import AttemptUsage, InstanceSpan
 log = logging.getLogger("jobplane.launcher")
 
 URL_MARGIN_S = 10 * 60  # a VM's agent and report URLs outlive its boot timeout by this much
-OUTCOMES = {State.LAUNCHING: "launched", State.WAITING_CAPACITY: "waiting", State.FAILED: "failed"}
+
+
+class Outcome(StrEnum):
+    """What the launcher did with a queue entry or a capacity wait."""
+
+    LAUNCHED = "launched"
+    WAITING = "waiting"  # for capacity or the owner's quota; the backstop retries
+    FAILED = "failed"
+    MOVED_ON = "moved-on"  # cancelled (or moved on) while it launched: no VM is kept
+    REJECTED = "rejected"  # unreadable spec, a bad name, or an owner that is not the drop's (jobplane.drops)
+    INVALID = "invalid"  # breaks the policy: recorded as an INVALID job
+    DUPLICATE = "duplicate"  # the id belongs to another job
+    EXISTS = "exists"  # handled already (another delivery of the drop claimed it)
+    CLAIMED = "claimed"  # a capacity wait another run retried first
+    GONE = "gone"  # the entry was consumed already
+    IGNORED = "ignored"  # not a queue entry
+    ERROR = "error"  # the backstop caught an exception and went on with the others
+
+
+@dataclass(frozen=True)
+class Result:
+    subject: str  # the queue key of a drop, or the job id of a capacity wait
+    outcome: Outcome
+    detail: str | None = None  # the job's reason (launched, waiting, failed), the rejection's, or the error
+
+
+_BY_STATE = {State.LAUNCHING: Outcome.LAUNCHED, State.WAITING_CAPACITY: Outcome.WAITING, State.FAILED: Outcome.FAILED}
+
+
+def _of(subject: str, record: JobRecord) -> Result:
+    outcome = _BY_STATE.get(record.state, Outcome.MOVED_ON)
+    return Result(subject, outcome, record.reason if outcome != Outcome.MOVED_ON else f"now {record.state}")
+
+
+def summary(results: Iterable[Result]) -> dict[str, Any]:
+    """What a handler returns: one line per queue entry or waiting job."""
+    return {"outcomes": [{"subject": r.subject, "outcome": str(r.outcome), "detail": r.detail} for r in results]}
 
 
 # ---- drops -----------------------------------------------------------------------------------------------
 def handle_drop(reg: Registry, compute: Compute, key: str, *, now: datetime, metrics: Metrics,
-                policy: Policy | None = None) -> str:
-    """Turn one queue/ object (key relative to the registry root) into a job; return what happened.
-
-    Outcomes: launched | waiting | failed (the launch), rejected (unreadable spec, a bad name, or an owner that
-    is not the drop's; see jobplane.drops), invalid (breaks the policy; recorded as an INVALID job), duplicate
-    (the id belongs to another job), exists (this drop was handled already), gone (the entry was consumed
-    already), ignored (not a queue entry).
-    """
+                policy: Policy | None = None) -> Result:
+    """Turn one queue/ object (key relative to the registry root) into a job; say what happened."""
     drop = drops.parse(key)
     if drop is None:
-        return "ignored"
+        return Result(key, Outcome.IGNORED)
     job_id = drop.job_id
     try:
         data = reg.get_bytes(key)
     except NotFound:
-        return "gone"
+        return Result(key, Outcome.GONE)
     try:
         spec = drops.read_spec(drop, data)
     except SpecError as exc:
@@ -75,18 +107,17 @@ def handle_drop(reg: Registry, compute: Compute, key: str, *, now: datetime, met
         if existing.spec != spec:
             return _reject(reg, key, job_id, data, [FieldError("id", f"job {job_id!r} already exists "
                            f"(state {existing.state}); job ids are never reused: pick another id")],
-                           now, metrics, outcome="duplicate")
+                           now, metrics, outcome=Outcome.DUPLICATE)
         # the same spec again: a redelivered event (or an identical re-drop); the record decides the rest
     if problems:
         return _invalid(reg, key, job_id, data, problems, now, metrics)
     try:
-        record = launch_attempt(reg, compute, job_id, now=now, expect={State.QUEUED}, expect_attempt=0,
-                                metrics=metrics, reason="launching attempt 1", policy=policy)
-        outcome = OUTCOMES.get(record.state, record.state.lower())
-    except TransitionRefused:
-        outcome = "exists"  # another delivery of this drop claimed it first
+        result = _of(key, launch_attempt(reg, compute, job_id, now=now, expect={State.QUEUED}, expect_attempt=0,
+                                         metrics=metrics, reason="launching attempt 1", policy=policy))
+    except TransitionRefused as exc:
+        result = Result(key, Outcome.EXISTS, str(exc))  # another delivery of this drop claimed it first
     reg.delete(key)
-    return outcome
+    return result
 
 
 def _write_rejection(reg: Registry, key: str, job_id: str, data: bytes, errors: list[FieldError],
@@ -98,16 +129,16 @@ def _write_rejection(reg: Registry, key: str, job_id: str, data: bytes, errors: 
 
 
 def _reject(reg: Registry, key: str, job_id: str, data: bytes, errors: list[FieldError], now: datetime,
-            metrics: Metrics, outcome: str = "rejected") -> str:
+            metrics: Metrics, outcome: Outcome = Outcome.REJECTED) -> Result:
     """Keep the drop and its reasons under rejected/, then consume it. Nothing is launched."""
     _write_rejection(reg, key, job_id, data, errors, now)
     reg.delete(key)
     metrics.add_metric("JobsRejected", "Count", 1)
-    return outcome
+    return Result(key, outcome, "; ".join(map(str, errors)))
 
 
 def _invalid(reg: Registry, key: str, job_id: str, data: bytes, errors: list[FieldError], now: datetime,
-             metrics: Metrics) -> str:
+             metrics: Metrics) -> Result:
     """A well-formed spec the policy refuses: rejected/ as above, and the job recorded as INVALID."""
     _write_rejection(reg, key, job_id, data, errors, now)
     try:
@@ -117,49 +148,46 @@ def _invalid(reg: Registry, key: str, job_id: str, data: bytes, errors: list[Fie
     except TransitionRefused:
         pass  # another delivery recorded it
     reg.delete(key)
-    return "invalid"
+    return Result(key, Outcome.INVALID, "; ".join(map(str, errors)))
 
 
 # ---- the cron backstop -----------------------------------------------------------------------------------
 def backstop(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, min_age: int = 60,
-             policy: Policy | None = None) -> list[str]:
+             policy: Policy | None = None) -> list[Result]:
     """Catch what events missed: queue entries older than min_age s, and capacity waits that are over."""
     policy = policy or reg.policy()
-    outcomes: list[str] = []
+    results: list[Result] = []
     for key, modified, _ in list(reg.listing(keys.QUEUE)):
         if now - modified >= timedelta(seconds=min_age):
-            outcome = _guarded(key, handle_drop, reg, compute, key, now=now, metrics=metrics, policy=policy)
-            outcomes.append(f"{key}: {outcome}")
+            results.append(_guarded(key, handle_drop, reg, compute, key, now=now, metrics=metrics, policy=policy))
     for job_id, markers in reg.active().items():
         if [m.state for m in markers] != [State.WAITING_CAPACITY]:
             continue  # not waiting (or markers need a repair, which the sweeper does)
         record = reg.job(job_id)  # a GET only for waiting jobs
         if record.state != State.WAITING_CAPACITY or (record.wait_until and record.wait_until > now):
             continue
-        outcomes.append(f"{job_id}: " + _guarded(
-            job_id, _retry_waiting, reg, compute, job_id, attempt=record.attempt, now=now, metrics=metrics,
-            policy=policy))
-    return outcomes
+        results.append(_guarded(job_id, _retry_waiting, reg, compute, job_id, attempt=record.attempt, now=now,
+                                metrics=metrics, policy=policy))
+    return results
 
 
 def _retry_waiting(reg: Registry, compute: Compute, job_id: str, *, attempt: int, now: datetime,
-                   metrics: Metrics, policy: Policy) -> str:
+                   metrics: Metrics, policy: Policy) -> Result:
     try:
-        record = launch_attempt(reg, compute, job_id, now=now, expect={State.WAITING_CAPACITY},
-                                expect_attempt=attempt, metrics=metrics, reason="capacity wait over: retrying",
-                                policy=policy)
-    except TransitionRefused:
-        return "claimed elsewhere"
-    return OUTCOMES.get(record.state, record.state.lower())
+        return _of(job_id, launch_attempt(reg, compute, job_id, now=now, expect={State.WAITING_CAPACITY},
+                                          expect_attempt=attempt, metrics=metrics,
+                                          reason="capacity wait over: retrying", policy=policy))
+    except TransitionRefused as exc:
+        return Result(job_id, Outcome.CLAIMED, str(exc))
 
 
-def _guarded(job_id: str, fn: Any, *args: Any, **kwargs: Any) -> str:
+def _guarded(subject: str, fn: Callable[..., Result], *args: Any, **kwargs: Any) -> Result:
     """One bad job must not stop the backstop from serving the others."""
     try:
-        return str(fn(*args, **kwargs))
-    except Exception:
-        log.exception("backstop failed on %s", job_id, extra={"job_id": job_id})
-        return "error"
+        return fn(*args, **kwargs)
+    except Exception as exc:
+        log.exception("backstop failed on %s", subject, extra={"job_id": subject})
+        return Result(subject, Outcome.ERROR, f"{type(exc).__name__}: {exc}")
 
 
 # ---- one attempt -----------------------------------------------------------------------------------------
