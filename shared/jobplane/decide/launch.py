@@ -6,8 +6,8 @@ the attempt is bumped from QUEUED, PREEMPTED and LAUNCHING (a boot retry), and k
 cloud has answered so far, and gives the next step: launch the next (instance type, zone) candidate with
 its image, wait for capacity or quota with exponential backoff, or fail (max_wait spent, no agent bundle
 for the type's architecture, the cloud refused the request itself). The launcher applies each step and
-feeds the cloud's answer back (LaunchSnapshot.after), so a capacity error falls through to the next
-candidate and the last one's ends the attempt's try in a wait.
+feeds the cloud's answer back (LaunchSnapshot.after): a capacity error falls through to the next
+candidate, and when none is left the attempt waits (or fails once max_wait is spent).
 """
 
 from __future__ import annotations
