@@ -167,12 +167,21 @@ class AlreadyDone(Exception):
     """The action's flag exists: another run took this action."""
 
 
+REFUSAL_EVENTS = 20  # per run: a refused mass termination (every VM an orphan) writes no more history than this
+
+
 def apply(reg: Registry, compute: Compute | None, actions: Iterable[Action], *, now: datetime, metrics: Metrics,
           dry_run: bool, policy: Policy | None = None, notify: Notify | None = None) -> list[Outcome]:
-    outcomes = [_outcome(reg, compute, action, now=now, metrics=metrics, dry_run=dry_run, policy=policy,
-                         notify=notify) for action in actions]
-    for outcome in outcomes:
+    outcomes: list[Outcome] = []
+    refusals = 0
+    for action in actions:
+        outcome = _outcome(reg, compute, action, now=now, metrics=metrics, dry_run=dry_run, policy=policy,
+                           notify=notify)
+        if outcome.result == Result.REFUSED and refusals < REFUSAL_EVENTS:
+            refusals += 1  # the log and the metric still count every refusal
+            _history(reg, action, "refused", {"refused": action.refused, "instances": list(action.terminate)}, now)
         _count(outcome, metrics)
+        outcomes.append(outcome)
     return outcomes
 
 
@@ -181,7 +190,6 @@ def _outcome(reg: Registry, compute: Compute | None, action: Action, *, now: dat
     extra = {"job_id": action.job_id, "rule": str(action.rule)}
     if action.refused:
         log.warning("refused %s: %s (%s)", action.rule, action.reason, action.refused, extra=extra)
-        _history(reg, action, "refused", {"refused": action.refused, "instances": list(action.terminate)}, now)
         return Outcome(action, Result.REFUSED, action.refused)
     if dry_run:
         log.info("dry-run: would %s: %s", action.rule, action.reason, extra=extra)

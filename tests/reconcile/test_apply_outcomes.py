@@ -71,3 +71,19 @@ def test_a_stop_request_is_written_and_recorded_on_the_job() -> None:
     assert outcome.result == Result.APPLIED
     (event,) = [e for e in reg.events("j") if e["kind"] == "stop-requested"]
     assert (event["by"], event["rule"], event["time"]) == ("sweeper", "stop-peers", NOW.isoformat())
+
+
+def test_a_refused_mass_termination_writes_a_bounded_history() -> None:
+    reg, metrics = Registry(MemoryStore()), CountingMetrics()
+    jobs = [f"j{n:02d}" for n in range(reconcile.REFUSAL_EVENTS + 5)]
+    for job_id in jobs:
+        reg.create_job(job_id, parse_spec("instance_type: t3.micro\nrun: python3 train.py\n", job_id), NOW)
+    actions = [Action(Rule.ORPHAN, job_id, f"orphan i-{job_id}", terminate=(f"i-{job_id}",)).refuse(BLAST)
+               for job_id in jobs]
+
+    outcomes = reconcile.apply(reg, None, actions, now=NOW, metrics=metrics, dry_run=False)
+
+    assert [o.result for o in outcomes] == [Result.REFUSED] * len(jobs)
+    assert metrics.totals["BlastRadiusRefusals"] == len(jobs), "every refusal is counted"
+    recorded = [job_id for job_id in jobs if any(e["kind"] == "refused" for e in reg.events(job_id))]
+    assert recorded == jobs[:reconcile.REFUSAL_EVENTS]
