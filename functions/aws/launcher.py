@@ -20,7 +20,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     key = common.registry_key(event, Settings.from_env())
     drop = drops.parse(key) if key else None
     if key is None or drop is None:
-        return launcher.summary([launcher.Result(key or "", launcher.Outcome.IGNORED)])
+        return launcher.summary([launcher.Outcome(key or "", launcher.Result.IGNORED)])
     common.logger.append_keys(job_id=drop.job_id, owner=drop.owner)
     env = common.environment()
     return launcher.summary([launcher.handle_drop(env.registry, env.compute, key, now=utcnow(),

@@ -113,11 +113,11 @@ def launcher(event: CloudEvent) -> None:
         return  # heartbeats, logs, checkpoints: every object write in the bucket fires this trigger
     env, log = environment(), logging.getLogger("jobplane")
     if key.startswith(keys.QUEUE):
-        result = launching.handle_drop(env.registry, env.compute, key, now=utcnow(), metrics=metrics,
-                                         policy=env.policy)
+        outcome = launching.handle_drop(env.registry, env.compute, key, now=utcnow(), metrics=metrics,
+                                          policy=env.policy)
         drop = drops.parse(key)
-        log.info("%s: %s", key, result.outcome, extra={"job_id": drop.job_id if drop else None,
-                                                       "result": launching.summary([result])})
+        log.info("%s: %s", key, outcome.result, extra={"job_id": drop.job_id if drop else None,
+                                                       "result": launching.summary([outcome])})
         return
     if key.startswith(keys.PREEMPTED):
         outcomes = reconcile.rerun(env.registry, env.compute, now=utcnow(), metrics=metrics, policy=env.policy,

@@ -45,8 +45,8 @@ log = logging.getLogger("jobplane.launcher")
 URL_MARGIN_S = 10 * 60  # a VM's agent and report URLs outlive its boot timeout by this much
 
 
-class Outcome(StrEnum):
-    """What the launcher did with a queue entry or a capacity wait."""
+class Result(StrEnum):
+    """What the launcher did with a queue entry or a capacity wait (the wire value is the string)."""
 
     LAUNCHED = "launched"
     WAITING = "waiting"  # for capacity or the owner's quota; the backstop retries
@@ -63,37 +63,39 @@ class Outcome(StrEnum):
 
 
 @dataclass(frozen=True)
-class Result:
+class Outcome:
+    """What became of one queue entry or waiting job (named and shaped like reconcile.Outcome for an action)."""
+
     subject: str  # the queue key of a drop, or the job id of a capacity wait
-    outcome: Outcome
+    result: Result
     detail: str | None = None  # the job's reason (launched, waiting, failed), the rejection's, or the error
 
 
-_BY_STATE = {State.LAUNCHING: Outcome.LAUNCHED, State.WAITING_CAPACITY: Outcome.WAITING, State.FAILED: Outcome.FAILED}
+_BY_STATE = {State.LAUNCHING: Result.LAUNCHED, State.WAITING_CAPACITY: Result.WAITING, State.FAILED: Result.FAILED}
 
 
-def _of(subject: str, record: JobRecord) -> Result:
-    outcome = _BY_STATE.get(record.state, Outcome.MOVED_ON)
-    return Result(subject, outcome, record.reason if outcome != Outcome.MOVED_ON else f"now {record.state}")
+def _of(subject: str, record: JobRecord) -> Outcome:
+    result = _BY_STATE.get(record.state, Result.MOVED_ON)
+    return Outcome(subject, result, record.reason if result != Result.MOVED_ON else f"now {record.state}")
 
 
-def summary(results: Iterable[Result]) -> dict[str, Any]:
+def summary(results: Iterable[Outcome]) -> dict[str, Any]:
     """What a handler returns: one line per queue entry or waiting job."""
-    return {"outcomes": [{"subject": r.subject, "outcome": str(r.outcome), "detail": r.detail} for r in results]}
+    return {"outcomes": [{"subject": r.subject, "result": str(r.result), "detail": r.detail} for r in results]}
 
 
 # ---- drops -----------------------------------------------------------------------------------------------
 def handle_drop(reg: Registry, compute: Compute, key: str, *, now: datetime, metrics: Metrics,
-                policy: Policy | None = None) -> Result:
+                policy: Policy | None = None) -> Outcome:
     """Turn one queue/ object (key relative to the registry root) into a job; say what happened."""
     drop = drops.parse(key)
     if drop is None:
-        return Result(key, Outcome.IGNORED)
+        return Outcome(key, Result.IGNORED)
     job_id = drop.job_id
     try:
         data = reg.get_bytes(key)
     except NotFound:
-        return Result(key, Outcome.GONE)
+        return Outcome(key, Result.GONE)
     try:
         spec = drops.read_spec(drop, data)
     except SpecError as exc:
@@ -107,17 +109,17 @@ def handle_drop(reg: Registry, compute: Compute, key: str, *, now: datetime, met
         if existing.spec != spec:
             return _reject(reg, key, job_id, data, [FieldError("id", f"job {job_id!r} already exists "
                            f"(state {existing.state}); job ids are never reused: pick another id")],
-                           now, metrics, outcome=Outcome.DUPLICATE)
+                           now, metrics, result=Result.DUPLICATE)
         # the same spec again: a redelivered event (or an identical re-drop); the record decides the rest
     if problems:
         return _invalid(reg, key, job_id, data, problems, now, metrics)
     try:
-        result = _of(key, launch_attempt(reg, compute, job_id, now=now, expect={State.QUEUED}, expect_attempt=0,
-                                         metrics=metrics, reason="launching attempt 1", policy=policy))
+        outcome = _of(key, launch_attempt(reg, compute, job_id, now=now, expect={State.QUEUED}, expect_attempt=0,
+                                          metrics=metrics, reason="launching attempt 1", policy=policy))
     except TransitionRefused as exc:
-        result = Result(key, Outcome.EXISTS, str(exc))  # another delivery of this drop claimed it first
+        outcome = Outcome(key, Result.EXISTS, str(exc))  # another delivery of this drop claimed it first
     reg.delete(key)
-    return result
+    return outcome
 
 
 def _write_rejection(reg: Registry, key: str, job_id: str, data: bytes, errors: list[FieldError],
@@ -129,16 +131,16 @@ def _write_rejection(reg: Registry, key: str, job_id: str, data: bytes, errors: 
 
 
 def _reject(reg: Registry, key: str, job_id: str, data: bytes, errors: list[FieldError], now: datetime,
-            metrics: Metrics, outcome: Outcome = Outcome.REJECTED) -> Result:
+            metrics: Metrics, result: Result = Result.REJECTED) -> Outcome:
     """Keep the drop and its reasons under rejected/, then consume it. Nothing is launched."""
     _write_rejection(reg, key, job_id, data, errors, now)
     reg.delete(key)
     metrics.add_metric("JobsRejected", "Count", 1)
-    return Result(key, outcome, "; ".join(map(str, errors)))
+    return Outcome(key, result, "; ".join(map(str, errors)))
 
 
 def _invalid(reg: Registry, key: str, job_id: str, data: bytes, errors: list[FieldError], now: datetime,
-             metrics: Metrics) -> Result:
+             metrics: Metrics) -> Outcome:
     """A well-formed spec the policy refuses: rejected/ as above, and the job recorded as INVALID."""
     _write_rejection(reg, key, job_id, data, errors, now)
     try:
@@ -148,46 +150,46 @@ def _invalid(reg: Registry, key: str, job_id: str, data: bytes, errors: list[Fie
     except TransitionRefused:
         pass  # another delivery recorded it
     reg.delete(key)
-    return Result(key, Outcome.INVALID, "; ".join(map(str, errors)))
+    return Outcome(key, Result.INVALID, "; ".join(map(str, errors)))
 
 
 # ---- the cron backstop -----------------------------------------------------------------------------------
 def backstop(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, min_age: int = 60,
-             policy: Policy | None = None) -> list[Result]:
+             policy: Policy | None = None) -> list[Outcome]:
     """Catch what events missed: queue entries older than min_age s, and capacity waits that are over."""
     policy = policy or reg.policy()
-    results: list[Result] = []
+    outcomes: list[Outcome] = []
     for key, modified, _ in list(reg.listing(keys.QUEUE)):
         if now - modified >= timedelta(seconds=min_age):
-            results.append(_guarded(key, handle_drop, reg, compute, key, now=now, metrics=metrics, policy=policy))
+            outcomes.append(_guarded(key, handle_drop, reg, compute, key, now=now, metrics=metrics, policy=policy))
     for job_id, markers in reg.active().items():
         if [m.state for m in markers] != [State.WAITING_CAPACITY]:
             continue  # not waiting (or markers need a repair, which the sweeper does)
         record = reg.job(job_id)  # a GET only for waiting jobs
         if record.state != State.WAITING_CAPACITY or (record.wait_until and record.wait_until > now):
             continue
-        results.append(_guarded(job_id, _retry_waiting, reg, compute, job_id, attempt=record.attempt, now=now,
-                                metrics=metrics, policy=policy))
-    return results
+        outcomes.append(_guarded(job_id, _retry_waiting, reg, compute, job_id, attempt=record.attempt, now=now,
+                                 metrics=metrics, policy=policy))
+    return outcomes
 
 
 def _retry_waiting(reg: Registry, compute: Compute, job_id: str, *, attempt: int, now: datetime,
-                   metrics: Metrics, policy: Policy) -> Result:
+                   metrics: Metrics, policy: Policy) -> Outcome:
     try:
         return _of(job_id, launch_attempt(reg, compute, job_id, now=now, expect={State.WAITING_CAPACITY},
                                           expect_attempt=attempt, metrics=metrics,
                                           reason="capacity wait over: retrying", policy=policy))
     except TransitionRefused as exc:
-        return Result(job_id, Outcome.CLAIMED, str(exc))
+        return Outcome(job_id, Result.CLAIMED, str(exc))
 
 
-def _guarded(subject: str, fn: Callable[..., Result], *args: Any, **kwargs: Any) -> Result:
+def _guarded(subject: str, fn: Callable[..., Outcome], *args: Any, **kwargs: Any) -> Outcome:
     """One bad job must not stop the backstop from serving the others."""
     try:
         return fn(*args, **kwargs)
     except Exception as exc:
         log.exception("backstop failed on %s", subject, extra={"job_id": subject})
-        return Result(subject, Outcome.ERROR, f"{type(exc).__name__}: {exc}")
+        return Outcome(subject, Result.ERROR, f"{type(exc).__name__}: {exc}")
 
 
 # ---- one attempt -----------------------------------------------------------------------------------------

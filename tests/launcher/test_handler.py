@@ -29,7 +29,7 @@ def object_created(key: str, bucket: str = BUCKET) -> dict[str, Any]:
 def outcome(result: dict[str, Any]) -> str:
     """The one outcome of a drop's answer."""
     (said,) = result["outcomes"]
-    return str(said["outcome"])
+    return str(said["result"])
 
 
 SCHEDULED = {"version": "0", "source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}
@@ -59,7 +59,7 @@ def test_object_created_launches_and_logs_json_with_job_id(cloud: Cloud, capsys:
         result = handler(object_created("queue/from-event.yaml"), LambdaContext())
 
     (said,) = result["outcomes"]
-    assert (said["subject"], said["outcome"]) == ("queue/from-event.yaml", "launched")
+    assert (said["subject"], said["result"]) == ("queue/from-event.yaml", "launched")
     assert said["detail"].startswith("launched 1 x t3.micro"), said
     assert cloud.registry.job("from-event").state == State.LAUNCHING
     lines = [json.loads(line) for line in logged.getvalue().splitlines() if line.startswith("{")]

@@ -31,9 +31,9 @@ labels: {team: vision}
 
 
 def drop_and_handle(cloud: Cloud, job_id: str, text: str = SPEC, ext: str = "yaml",
-                    owner: str = "alice") -> launcher.Outcome:
+                    owner: str = "alice") -> launcher.Result:
     key = cloud.drop(job_id, text, ext, owner)
-    return launcher.handle_drop(cloud.registry, cloud.compute, key, now=utcnow(), metrics=cloud.metrics).outcome
+    return launcher.handle_drop(cloud.registry, cloud.compute, key, now=utcnow(), metrics=cloud.metrics).result
 
 
 def queue_keys(cloud: Cloud) -> list[str]:
@@ -104,8 +104,8 @@ def test_no_capacity_anywhere_waits_then_backstop_retries_same_attempt(cloud: Cl
     assert launcher.backstop(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics) == []
     cloud.calls.no_capacity.clear()
     later = record.wait_until + timedelta(seconds=1)
-    assert [(r.subject, r.outcome) for r in launcher.backstop(cloud.registry, cloud.compute, now=later,
-                                                             metrics=cloud.metrics)] == [("waiter", "launched")]
+    assert [(r.subject, r.result) for r in launcher.backstop(cloud.registry, cloud.compute, now=later,
+                                                            metrics=cloud.metrics)] == [("waiter", "launched")]
     record = cloud.registry.job("waiter")
     assert record.state == State.LAUNCHING and record.attempt == 1 and record.waits == 0
 
@@ -121,7 +121,7 @@ def test_second_wait_backs_off_longer_and_max_wait_fails(cloud: Cloud) -> None:
 
     past = first.created_at + timedelta(hours=1, seconds=1)
     (said,) = launcher.backstop(cloud.registry, cloud.compute, now=past, metrics=cloud.metrics)
-    assert (said.subject, said.outcome) == ("patient", launcher.Outcome.FAILED)
+    assert (said.subject, said.result) == ("patient", launcher.Result.FAILED)
     assert said.detail and said.detail.startswith("no capacity in any zone or instance type within max_wait 1h")
     failed = cloud.registry.job("patient")
     assert failed.state == State.FAILED and "max_wait 1h" in (failed.reason or "")
@@ -186,8 +186,8 @@ def test_queue_entry_names(cloud: Cloud) -> None:
     assert drop_and_handle(cloud, "Bad_Id", "instance_type: t3.micro\nrun: x\n") == "rejected"
     assert cloud.registry.get_json(keys.rejected_error("Bad_Id"))["errors"][0]["field"] == "id"
     reg, compute, m = cloud.registry, cloud.compute, cloud.metrics
-    assert launcher.handle_drop(reg, compute, "jobs/x/job.json", now=utcnow(), metrics=m).outcome == "ignored"
-    assert launcher.handle_drop(reg, compute, "queue/team-a/", now=utcnow(), metrics=m).outcome == "ignored"  # a folder
+    assert launcher.handle_drop(reg, compute, "jobs/x/job.json", now=utcnow(), metrics=m).result == "ignored"
+    assert launcher.handle_drop(reg, compute, "queue/team-a/", now=utcnow(), metrics=m).result == "ignored"  # a folder
     assert len(cloud.calls.run_instances) == 2
 
 
@@ -206,8 +206,8 @@ def test_duplicate_id_is_rejected_and_existing_job_untouched(cloud: Cloud) -> No
 def test_redelivery_and_identical_redrop_are_no_ops(cloud: Cloud) -> None:
     key = cloud.drop("again", SPEC, owner="alice")
     reg, compute, m = cloud.registry, cloud.compute, cloud.metrics
-    assert launcher.handle_drop(reg, compute, key, now=utcnow(), metrics=m).outcome == "launched"
-    assert launcher.handle_drop(reg, compute, key, now=utcnow(), metrics=m).outcome == "gone"
+    assert launcher.handle_drop(reg, compute, key, now=utcnow(), metrics=m).result == "launched"
+    assert launcher.handle_drop(reg, compute, key, now=utcnow(), metrics=m).result == "gone"
     assert drop_and_handle(cloud, "again") == "exists"
     assert len(cloud.calls.run_instances) == 1 and queue_keys(cloud) == []
     assert not any(k.startswith(keys.REJECTED) for k, _, _ in reg.listing(""))
@@ -215,7 +215,7 @@ def test_redelivery_and_identical_redrop_are_no_ops(cloud: Cloud) -> None:
 
 def test_same_event_ten_times_concurrently_gives_one_job_and_one_run_instances(cloud: Cloud) -> None:
     key = cloud.drop("racy", SPEC, owner="alice")
-    outcomes: list[launcher.Outcome] = []
+    outcomes: list[launcher.Result] = []
     errors: list[BaseException] = []
     start = threading.Barrier(10)
 
@@ -223,7 +223,7 @@ def test_same_event_ten_times_concurrently_gives_one_job_and_one_run_instances(c
         try:
             start.wait()
             outcomes.append(launcher.handle_drop(cloud.registry, cloud.compute, key, now=utcnow(),
-                                                 metrics=cloud.metrics).outcome)
+                                                 metrics=cloud.metrics).result)
         except BaseException as exc:  # surfaced below
             errors.append(exc)
 
@@ -259,8 +259,8 @@ def test_backstop_picks_up_old_queue_entries_only(cloud: Cloud) -> None:
     now = utcnow()
     assert launcher.backstop(cloud.registry, cloud.compute, now=now, metrics=cloud.metrics) == []
     outcomes = launcher.backstop(cloud.registry, cloud.compute, now=now + timedelta(seconds=61), metrics=cloud.metrics)
-    assert [(r.subject, r.outcome) for r in outcomes] == [("queue/alice/late.yaml", "launched"),
-                                                          ("queue/plain.yaml", "launched")]
+    assert [(r.subject, r.result) for r in outcomes] == [("queue/alice/late.yaml", "launched"),
+                                                         ("queue/plain.yaml", "launched")]
     assert cloud.registry.job("late").owner == "alice" and cloud.registry.job("plain").owner == "default"
 
 

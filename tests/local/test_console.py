@@ -54,15 +54,15 @@ def test_actions_become_lines_people_read() -> None:
 
 
 def test_launcher_answers_name_their_jobs() -> None:
-    def answer(*results: Result) -> Any:
-        return json.loads(json.dumps(summary(results)))  # as the function returned (or logged) it
+    def answer(*outcomes: Outcome) -> Any:
+        return json.loads(json.dumps(summary(outcomes)))  # as the function returned (or logged) it
 
-    assert launcher_outcomes(answer(Result("queue/demo-1.yaml", Outcome.LAUNCHED, "launched 1 x t3.micro"))) == \
+    assert launcher_outcomes(answer(Outcome("queue/demo-1.yaml", Result.LAUNCHED, "launched 1 x t3.micro"))) == \
         [("demo-1", "launched")]
-    assert launcher_outcomes(answer(Result("queue/a.yml", Outcome.REJECTED, "run: required"),
-                                    Result("b", Outcome.WAITING))) == [("a", "rejected"), ("b", "waiting")]
+    assert launcher_outcomes(answer(Outcome("queue/a.yml", Result.REJECTED, "run: required"),
+                                    Outcome("b", Result.WAITING))) == [("a", "rejected"), ("b", "waiting")]
     assert launcher_outcomes(None) == [] and launcher_outcomes(answer()) == []
-    assert launcher_outcomes(answer(Result("queue/team-a/demo-2.yaml", Outcome.LAUNCHED))) == [("demo-2", "launched")]
+    assert launcher_outcomes(answer(Outcome("queue/team-a/demo-2.yaml", Result.LAUNCHED))) == [("demo-2", "launched")]
 
 
 def test_notifications_the_topic_delivers_are_one_line_each(reg: Registry) -> None:
@@ -119,14 +119,14 @@ def test_console_tells_a_jobs_story_with_its_instances(reg: Registry) -> None:
                    zone="us-east-1a")
     lines: list[str] = []
     console = Console(lambda j: record(reg, j), lines.append, clock=lambda: T)
-    console.invoked("launcher", {}, summary([Result("queue/demo-1.yaml", Outcome.LAUNCHED)]))
+    console.invoked("launcher", {}, summary([Outcome("queue/demo-1.yaml", Result.LAUNCHED)]))
     console.ec2(**_event(state_change("i-b", "running")))
     console.ec2(**_event(spot_warning("i-a")))
     console.invoked("sweeper", {}, {"actions": [action("lost-spot", "demo-1", reason="Spot capacity lost"),
                                                 action("limits", "demo-1")]})
     console.ec2(**_event(state_change("i-a", "terminated")))
     console.ec2(**_event(state_change("i-z", "pending")))  # not worth a line
-    console.invoked("launcher", {}, summary([Result("queue/other.yaml", Outcome.EXISTS)]))  # nor this
+    console.invoked("launcher", {}, summary([Outcome("queue/other.yaml", Result.EXISTS)]))  # nor this
     stamp = datetime.fromtimestamp(T).strftime("%H:%M:%S")
     assert lines == [f"{stamp}  {text}" for text in (
         "launched    demo-1 attempt 1: 2 x t3.micro in us-east-1a (i-a, i-b)",
@@ -142,7 +142,7 @@ def test_a_rejected_drop_says_why(reg: Registry) -> None:
     reg.transition("bad", State.INVALID, reason="instance_type: 't3.micro' is not allowed")
     lines: list[str] = []
     Console(lambda j: record(reg, j), lines.append).invoked(
-        "launcher", {}, summary([Result("queue/bad.yaml", Outcome.INVALID, "instance_type: not allowed")]))
+        "launcher", {}, summary([Outcome("queue/bad.yaml", Result.INVALID, "instance_type: not allowed")]))
     assert lines[0].endswith("rejected    bad: instance_type: 't3.micro' is not allowed")
 
 

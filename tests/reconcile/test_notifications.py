@@ -85,7 +85,7 @@ def test_a_job_that_ends_is_announced_once_with_state_reason_runtime_cost_and_lo
 def test_an_invalid_drop_is_announced_by_the_launcher(cloud: Cloud, inbox: Inbox) -> None:  # noqa: F811
     cloud.set_policy(f"allowed_instance_types: ['c5.*']\naws:\n  default_image: {cloud.image}\n")
     cloud.drop("too-big", SPEC, owner="team-a")
-    assert [o["outcome"] for o in launcher.handler(created("queue/team-a/too-big.yaml"), Context())["outcomes"]] \
+    assert [o["result"] for o in launcher.handler(created("queue/team-a/too-big.yaml"), Context())["outcomes"]] \
         == ["invalid"]
     (envelope,) = inbox.take()
     body = data(envelope)

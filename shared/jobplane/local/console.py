@@ -96,7 +96,7 @@ def launcher_outcomes(result: Any) -> list[tuple[str, str]]:
             continue
         subject = str(said.get("subject") or "")
         drop = drops.parse(subject)
-        pairs.append((drop.job_id if drop is not None else subject, str(said.get("outcome"))))
+        pairs.append((drop.job_id if drop is not None else subject, str(said.get("result"))))
     return pairs
 
 
