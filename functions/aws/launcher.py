@@ -15,14 +15,13 @@ from jobplane.settings import Settings
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     if event.get("detail-type") == "Scheduled Event":
         env = common.environment()
-        return {"outcomes": launcher.backstop(env.registry, env.compute, now=utcnow(), metrics=common.metrics,
-                                              policy=env.policy)}
+        return launcher.summary(launcher.backstop(env.registry, env.compute, now=utcnow(), metrics=common.metrics,
+                                                  policy=env.policy))
     key = common.registry_key(event, Settings.from_env())
     drop = drops.parse(key) if key else None
     if key is None or drop is None:
-        return {"key": key, "outcome": "ignored"}
+        return launcher.summary([launcher.Outcome(key or "", launcher.Result.IGNORED)])
     common.logger.append_keys(job_id=drop.job_id, owner=drop.owner)
     env = common.environment()
-    outcome = launcher.handle_drop(env.registry, env.compute, key, now=utcnow(), metrics=common.metrics,
-                                   policy=env.policy)
-    return {"key": key, "outcome": outcome}
+    return launcher.summary([launcher.handle_drop(env.registry, env.compute, key, now=utcnow(),
+                                                  metrics=common.metrics, policy=env.policy)])

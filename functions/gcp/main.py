@@ -116,8 +116,8 @@ def launcher(event: CloudEvent) -> None:
         outcome = launching.handle_drop(env.registry, env.compute, key, now=utcnow(), metrics=metrics,
                                           policy=env.policy)
         drop = drops.parse(key)
-        log.info("%s: %s", key, outcome, extra={"job_id": drop.job_id if drop else None,
-                                                "result": {"key": key, "outcome": outcome}})
+        log.info("%s: %s", key, outcome.result, extra={"job_id": drop.job_id if drop else None,
+                                                       "result": launching.summary([outcome])})
         return
     if key.startswith(keys.PREEMPTED):
         outcomes = reconcile.rerun(env.registry, env.compute, now=utcnow(), metrics=metrics, policy=env.policy,
@@ -132,8 +132,8 @@ def launcher(event: CloudEvent) -> None:
 @functions_framework.http
 def launcher_backstop(request: flask.Request) -> flask.Response:
     env = environment()
-    return flask.jsonify(outcomes=launching.backstop(env.registry, env.compute, now=utcnow(), metrics=metrics,
-                                                       policy=env.policy))
+    return flask.jsonify(launching.summary(launching.backstop(env.registry, env.compute, now=utcnow(),
+                                                              metrics=metrics, policy=env.policy)))
 
 
 @functions_framework.http

@@ -13,11 +13,13 @@ transition that records the VMs, which then terminates them at once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
-from jobplane import agent_bundle, bootstrap, cost, drops, images, keys, records
+from jobplane import agent_bundle, bootstrap, cost, drops, keys, records
 from jobplane.clouds.base import (
     TAG_OWNER,
     CapacityError,
@@ -29,47 +31,71 @@ from jobplane.clouds.base import (
     SpotPrices,
     VmUrls,
 )
+from jobplane.decide import launch as launch_decide
 from jobplane.errors import FieldError, SpecError
 from jobplane.policy import Policy, check_against_deployment, check_against_policy
 from jobplane.registry import JobExists, JobRecord, Registry, TransitionRefused
 from jobplane.settings import Settings
-from jobplane.spec import JobSpec, format_duration
 from jobplane.states import State
 from jobplane.telemetry import Metrics
 from jobplane.usage import AttemptUsage, InstanceSpan
 
 log = logging.getLogger("jobplane.launcher")
 
-BACKOFF_BASE_S = 60  # first capacity wait; doubles per consecutive failed try
-BACKOFF_CAP_S = 30 * 60
 URL_MARGIN_S = 10 * 60  # a VM's agent and report URLs outlive its boot timeout by this much
-OUTCOMES = {State.LAUNCHING: "launched", State.WAITING_CAPACITY: "waiting", State.FAILED: "failed"}
 
 
-def candidates(spec: JobSpec) -> list[tuple[str, str | None]]:
-    """(instance_type, zone) in the spec's order: every zone of the first type, then the next type."""
-    zones: list[str | None] = list(spec.zones) or [None]
-    return [(itype, zone) for itype in spec.instance_types for zone in zones]
+class Result(StrEnum):
+    """What the launcher did with a queue entry or a capacity wait (the wire value is the string)."""
+
+    LAUNCHED = "launched"
+    WAITING = "waiting"  # for capacity or the owner's quota; the backstop retries
+    FAILED = "failed"
+    MOVED_ON = "moved-on"  # cancelled (or moved on) while it launched: no VM is kept
+    REJECTED = "rejected"  # unreadable spec, a bad name, or an owner that is not the drop's (jobplane.drops)
+    INVALID = "invalid"  # breaks the policy: recorded as an INVALID job
+    DUPLICATE = "duplicate"  # the id belongs to another job
+    EXISTS = "exists"  # handled already (another delivery of the drop claimed it)
+    CLAIMED = "claimed"  # a capacity wait another run retried first
+    GONE = "gone"  # the entry was consumed already
+    IGNORED = "ignored"  # not a queue entry
+    ERROR = "error"  # the backstop caught an exception and went on with the others
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one queue entry or waiting job (named and shaped like reconcile.Outcome for an action)."""
+
+    subject: str  # the queue key of a drop, or the job id of a capacity wait
+    result: Result
+    detail: str | None = None  # the job's reason (launched, waiting, failed), the rejection's, or the error
+
+
+_BY_STATE = {State.LAUNCHING: Result.LAUNCHED, State.WAITING_CAPACITY: Result.WAITING, State.FAILED: Result.FAILED}
+
+
+def _of(subject: str, record: JobRecord) -> Outcome:
+    result = _BY_STATE.get(record.state, Result.MOVED_ON)
+    return Outcome(subject, result, record.reason if result != Result.MOVED_ON else f"now {record.state}")
+
+
+def summary(results: Iterable[Outcome]) -> dict[str, Any]:
+    """What a handler returns: one line per queue entry or waiting job."""
+    return {"outcomes": [{"subject": r.subject, "result": str(r.result), "detail": r.detail} for r in results]}
 
 
 # ---- drops -----------------------------------------------------------------------------------------------
 def handle_drop(reg: Registry, compute: Compute, key: str, *, now: datetime, metrics: Metrics,
-                policy: Policy | None = None) -> str:
-    """Turn one queue/ object (key relative to the registry root) into a job; return what happened.
-
-    Outcomes: launched | waiting | failed (the launch), rejected (unreadable spec, a bad name, or an owner that
-    is not the drop's; see jobplane.drops), invalid (breaks the policy; recorded as an INVALID job), duplicate
-    (the id belongs to another job), exists (this drop was handled already), gone (the entry was consumed
-    already), ignored (not a queue entry).
-    """
+                policy: Policy | None = None) -> Outcome:
+    """Turn one queue/ object (key relative to the registry root) into a job; say what happened."""
     drop = drops.parse(key)
     if drop is None:
-        return "ignored"
+        return Outcome(key, Result.IGNORED)
     job_id = drop.job_id
     try:
         data = reg.get_bytes(key)
     except NotFound:
-        return "gone"
+        return Outcome(key, Result.GONE)
     try:
         spec = drops.read_spec(drop, data)
     except SpecError as exc:
@@ -83,16 +109,15 @@ def handle_drop(reg: Registry, compute: Compute, key: str, *, now: datetime, met
         if existing.spec != spec:
             return _reject(reg, key, job_id, data, [FieldError("id", f"job {job_id!r} already exists "
                            f"(state {existing.state}); job ids are never reused: pick another id")],
-                           now, metrics, outcome="duplicate")
+                           now, metrics, result=Result.DUPLICATE)
         # the same spec again: a redelivered event (or an identical re-drop); the record decides the rest
     if problems:
         return _invalid(reg, key, job_id, data, problems, now, metrics)
     try:
-        record = launch_attempt(reg, compute, job_id, now=now, expect={State.QUEUED}, expect_attempt=0,
-                                metrics=metrics, reason="launching attempt 1", policy=policy)
-        outcome = OUTCOMES.get(record.state, record.state.lower())
-    except TransitionRefused:
-        outcome = "exists"  # another delivery of this drop claimed it first
+        outcome = _of(key, launch_attempt(reg, compute, job_id, now=now, expect={State.QUEUED}, expect_attempt=0,
+                                          metrics=metrics, reason="launching attempt 1", policy=policy))
+    except TransitionRefused as exc:
+        outcome = Outcome(key, Result.EXISTS, str(exc))  # another delivery of this drop claimed it first
     reg.delete(key)
     return outcome
 
@@ -106,16 +131,16 @@ def _write_rejection(reg: Registry, key: str, job_id: str, data: bytes, errors: 
 
 
 def _reject(reg: Registry, key: str, job_id: str, data: bytes, errors: list[FieldError], now: datetime,
-            metrics: Metrics, outcome: str = "rejected") -> str:
+            metrics: Metrics, result: Result = Result.REJECTED) -> Outcome:
     """Keep the drop and its reasons under rejected/, then consume it. Nothing is launched."""
     _write_rejection(reg, key, job_id, data, errors, now)
     reg.delete(key)
     metrics.add_metric("JobsRejected", "Count", 1)
-    return outcome
+    return Outcome(key, result, "; ".join(map(str, errors)))
 
 
 def _invalid(reg: Registry, key: str, job_id: str, data: bytes, errors: list[FieldError], now: datetime,
-             metrics: Metrics) -> str:
+             metrics: Metrics) -> Outcome:
     """A well-formed spec the policy refuses: rejected/ as above, and the job recorded as INVALID."""
     _write_rejection(reg, key, job_id, data, errors, now)
     try:
@@ -125,49 +150,46 @@ def _invalid(reg: Registry, key: str, job_id: str, data: bytes, errors: list[Fie
     except TransitionRefused:
         pass  # another delivery recorded it
     reg.delete(key)
-    return "invalid"
+    return Outcome(key, Result.INVALID, "; ".join(map(str, errors)))
 
 
 # ---- the cron backstop -----------------------------------------------------------------------------------
 def backstop(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, min_age: int = 60,
-             policy: Policy | None = None) -> list[str]:
+             policy: Policy | None = None) -> list[Outcome]:
     """Catch what events missed: queue entries older than min_age s, and capacity waits that are over."""
     policy = policy or reg.policy()
-    outcomes: list[str] = []
+    outcomes: list[Outcome] = []
     for key, modified, _ in list(reg.listing(keys.QUEUE)):
         if now - modified >= timedelta(seconds=min_age):
-            outcome = _guarded(key, handle_drop, reg, compute, key, now=now, metrics=metrics, policy=policy)
-            outcomes.append(f"{key}: {outcome}")
+            outcomes.append(_guarded(key, handle_drop, reg, compute, key, now=now, metrics=metrics, policy=policy))
     for job_id, markers in reg.active().items():
         if [m.state for m in markers] != [State.WAITING_CAPACITY]:
             continue  # not waiting (or markers need a repair, which the sweeper does)
         record = reg.job(job_id)  # a GET only for waiting jobs
         if record.state != State.WAITING_CAPACITY or (record.wait_until and record.wait_until > now):
             continue
-        outcomes.append(f"{job_id}: " + _guarded(
-            job_id, _retry_waiting, reg, compute, job_id, attempt=record.attempt, now=now, metrics=metrics,
-            policy=policy))
+        outcomes.append(_guarded(job_id, _retry_waiting, reg, compute, job_id, attempt=record.attempt, now=now,
+                                 metrics=metrics, policy=policy))
     return outcomes
 
 
 def _retry_waiting(reg: Registry, compute: Compute, job_id: str, *, attempt: int, now: datetime,
-                   metrics: Metrics, policy: Policy) -> str:
+                   metrics: Metrics, policy: Policy) -> Outcome:
     try:
-        record = launch_attempt(reg, compute, job_id, now=now, expect={State.WAITING_CAPACITY},
-                                expect_attempt=attempt, metrics=metrics, reason="capacity wait over: retrying",
-                                policy=policy)
-    except TransitionRefused:
-        return "claimed elsewhere"
-    return OUTCOMES.get(record.state, record.state.lower())
+        return _of(job_id, launch_attempt(reg, compute, job_id, now=now, expect={State.WAITING_CAPACITY},
+                                          expect_attempt=attempt, metrics=metrics,
+                                          reason="capacity wait over: retrying", policy=policy))
+    except TransitionRefused as exc:
+        return Outcome(job_id, Result.CLAIMED, str(exc))
 
 
-def _guarded(job_id: str, fn: Any, *args: Any, **kwargs: Any) -> str:
+def _guarded(subject: str, fn: Callable[..., Outcome], *args: Any, **kwargs: Any) -> Outcome:
     """One bad job must not stop the backstop from serving the others."""
     try:
-        return str(fn(*args, **kwargs))
-    except Exception:
-        log.exception("backstop failed on %s", job_id, extra={"job_id": job_id})
-        return "error"
+        return fn(*args, **kwargs)
+    except Exception as exc:
+        log.exception("backstop failed on %s", subject, extra={"job_id": subject})
+        return Outcome(subject, Result.ERROR, f"{type(exc).__name__}: {exc}")
 
 
 # ---- one attempt -----------------------------------------------------------------------------------------
@@ -183,82 +205,81 @@ def launch_attempt(
     reason: str | None = None,
     policy: Policy | None = None,
 ) -> JobRecord:
-    """Claim the job (CAS to LAUNCHING), then launch it, wait for capacity, or fail it. See the brief's
-    contract: the attempt is bumped from QUEUED / PREEMPTED / LAUNCHING, kept from WAITING_CAPACITY."""
+    """Claim the job (CAS to LAUNCHING), then launch it, wait for capacity, or fail it: snapshot, then
+    jobplane.decide.launch one step at a time, each step applied here."""
     current = reg.job(job_id)
-    if current.state not in expect or current.attempt != expect_attempt:
-        raise TransitionRefused(job_id, current.state, State.LAUNCHING,
-                                f"state {current.state} attempt {current.attempt}, expected "
-                                f"{'/'.join(sorted(expect))} attempt {expect_attempt}")
-    bump = current.state != State.WAITING_CAPACITY or current.attempt == 0
-    attempt = current.attempt + 1 if bump else current.attempt
-    restarts = current.restarts + (1 if bump and current.attempt >= 1 else 0)
-    record = reg.transition(job_id, State.LAUNCHING, now=now, reason=reason or f"launching attempt {attempt}",
-                            expect={current.state}, expect_attempt=current.attempt, attempt=attempt,
-                            restarts=restarts, instances=[], instance_type=None, zone=None, launched_at=None)
+    claimed = launch_decide.claim(current, expect=expect, expect_attempt=expect_attempt, reason=reason)
+    if isinstance(claimed, launch_decide.Refused):
+        raise TransitionRefused(job_id, current.state, State.LAUNCHING, claimed.why)
+    record = reg.transition(job_id, State.LAUNCHING, now=now, reason=claimed.reason, expect={current.state},
+                            expect_attempt=current.attempt, attempt=claimed.attempt, restarts=claimed.restarts,
+                            instances=[], instance_type=None, zone=None, launched_at=None)
     policy = policy or reg.policy()
-    spec = record.spec
-    over = quota_problem(compute, record, policy)
-    if over:
-        return _wait(reg, record, policy, now, metrics, reason=over, error=over)
-    try:
-        variants = agent_bundle.parse_manifest(reg.get_bytes(keys.agent_file(agent_bundle.MANIFEST)))
-    except (NotFound, ValueError) as exc:
-        problem = "is missing" if isinstance(exc, NotFound) else f"is unreadable ({exc})"
-        return _fail(reg, record, now, metrics, f"no agent bundle in this deployment: {keys.AGENT}"
-                                                f"{agent_bundle.MANIFEST} {problem}; deploy it (cdk deploy, or make "
-                                                f"gcp-package and terraform apply)")
-    bucket, region = _bootstrap_target(reg, compute)
+    snap = snapshot(reg, compute, record, policy)
     scripts: dict[str, str] = {}  # per CPU architecture: each fetches its own agent bundle
-    errors: list[str] = []
-    for itype, zone in candidates(spec):
-        arch = images.architecture(spec.cloud, itype)
-        if arch not in scripts:
-            source = agent_source(reg, variants, spec.cloud, arch, job_id, attempt,
-                                  expires=policy.boot_timeout(spec) + URL_MARGIN_S)
-            if source is None:
-                return _fail(reg, record, now, metrics, f"instance_type: {itype} is an {arch} type and this "
-                                                        f"deployment has no {spec.cloud} agent bundle for {arch}")
-            scripts[arch] = bootstrap.render_for(spec, job_id=job_id, attempt=attempt, policy=policy,
-                                                 bucket=bucket, root=reg.root, region=region, agent=source)
-        request = LaunchRequest(
-            job_id=job_id, attempt=attempt, num_nodes=spec.num_nodes, instance_type=itype, zone=zone,
-            image=images.resolve(spec.cloud, policy.image(spec, itype), itype), spot=spec.spot,
-            user_data=scripts[arch], max_runtime=policy.max_runtime(spec), disk_gb=spec.disk_gb,
-            owner=record.owner, labels=tuple(sorted(spec.labels.items())),
-        )
+    while isinstance(step := launch_decide.decide(snap, now), launch_decide.Launch):
         current = reg.job(job_id)  # cancelled since the claim? then no VM is asked for
-        if current.state != State.LAUNCHING or current.attempt != attempt:
+        if current.state != State.LAUNCHING or current.attempt != record.attempt:
             log.info("job %s moved on to %s before launch", job_id, current.state, extra={"job_id": job_id})
             return current
+        request = _request(reg, compute, snap, step, scripts)
         try:
             instances = compute.launch(request)
         except CapacityError as exc:
-            errors.append(f"{itype} in {zone or 'any zone'}: {exc}")
             metrics.add_metric("LaunchCapacityErrors", "Count", 1)
-            log.info("no capacity for %s in %s: %s", itype, zone or "any zone", exc, extra={"job_id": job_id})
+            log.info("no capacity for %s in %s: %s", step.instance_type, step.zone or "any zone", exc,
+                     extra={"job_id": job_id})
+            snap = snap.after(launch_decide.Tried(step.instance_type, step.zone, str(exc)))
             continue
         except LaunchRejected as exc:
-            return _fail(reg, record, now, metrics, f"the cloud refused {itype} in {zone or 'any zone'}: {exc}")
+            snap = snap.after(launch_decide.Tried(step.instance_type, step.zone, str(exc), rejected=True))
+            continue
         return _launched(reg, compute, record, request, [(i.id, i.private_ip, i.zone) for i in instances], now,
-                         metrics, errors, attempt_usage(compute, request, instances, policy, now), policy)
-    return _wait(reg, record, policy, now, metrics, reason="no capacity in any zone or instance type",
-                 error="; ".join(errors))
+                         metrics, [f"{t.where}: {t.error}" for t in snap.tried],
+                         attempt_usage(compute, request, instances, policy, now), policy)
+    if isinstance(step, launch_decide.Wait):
+        return _wait(reg, record, step, now)
+    return _fail(reg, record, now, metrics, step.reason)
 
 
-def quota_problem(compute: Compute, record: JobRecord, policy: Policy) -> str | None:
-    """Why this attempt would break the owner's instance quota, or None. Counts live managed VMs by tag."""
-    limit = policy.max_active_instances_per_owner
-    owner_keys = (TAG_OWNER, TAG_OWNER.replace(":", "-"))  # EC2 tag, GCE label
-    active = sum(
-        1 for inst in compute.list_managed()
-        if inst.job_id != record.id and any(dict(inst.tags).get(k) == record.owner for k in owner_keys)
+def snapshot(reg: Registry, compute: Compute, record: JobRecord, policy: Policy) -> launch_decide.LaunchSnapshot:
+    """What a launch decides on: the owner's live VMs (one managed-instance listing) and the agent manifest."""
+    try:
+        agents = tuple(agent_bundle.parse_manifest(reg.get_bytes(keys.agent_file(agent_bundle.MANIFEST))))
+        problem = None
+    except (NotFound, ValueError) as exc:
+        agents = ()
+        problem = (f"{keys.AGENT}{agent_bundle.MANIFEST} "
+                   + ("is missing" if isinstance(exc, NotFound) else f"is unreadable ({exc})"))
+    return launch_decide.LaunchSnapshot(record, policy, owner_active=owner_active(compute, record), agents=agents,
+                                        agent_problem=problem)
+
+
+def owner_active(compute: Compute, record: JobRecord) -> int:
+    """The owner's live managed VMs of other jobs, counted by tag (EC2) or label (GCE)."""
+    owner_keys = (TAG_OWNER, TAG_OWNER.replace(":", "-"))
+    return sum(1 for inst in compute.list_managed()
+               if inst.job_id != record.id and any(dict(inst.tags).get(k) == record.owner for k in owner_keys))
+
+
+def _request(reg: Registry, compute: Compute, snap: launch_decide.LaunchSnapshot, step: launch_decide.Launch,
+             scripts: dict[str, str]) -> LaunchRequest:
+    """The cloud's request for one decided launch; the VM's script is rendered once per architecture."""
+    record, policy, spec = snap.record, snap.policy, snap.record.spec
+    if step.arch not in scripts:
+        source = agent_source(reg, list(snap.agents), spec.cloud, step.arch, record.id, record.attempt,
+                              expires=policy.boot_timeout(spec) + URL_MARGIN_S)
+        if source is None:  # decide launches only architectures the manifest has a bundle for
+            raise RuntimeError(f"no {spec.cloud} agent bundle for {step.arch}")
+        bucket, region = _bootstrap_target(reg, compute)
+        scripts[step.arch] = bootstrap.render_for(spec, job_id=record.id, attempt=record.attempt, policy=policy,
+                                                  bucket=bucket, root=reg.root, region=region, agent=source)
+    return LaunchRequest(
+        job_id=record.id, attempt=record.attempt, num_nodes=spec.num_nodes, instance_type=step.instance_type,
+        zone=step.zone, image=step.image, spot=spec.spot, user_data=scripts[step.arch],
+        max_runtime=policy.max_runtime(spec), disk_gb=spec.disk_gb, owner=record.owner,
+        labels=tuple(sorted(spec.labels.items())),
     )
-    need = record.spec.num_nodes
-    if active + need <= limit:
-        return None
-    return (f"owner {record.owner!r} has {active} active instances; {need} more would exceed the quota of "
-            f"{limit} (max_active_instances_per_owner)")
 
 
 def attempt_usage(compute: Compute, request: LaunchRequest, instances: list[Instance], policy: Policy,
@@ -341,19 +362,11 @@ def _launched(reg: Registry, compute: Compute, record: JobRecord, request: Launc
         return reg.job(record.id)
 
 
-def _wait(reg: Registry, record: JobRecord, policy: Policy, now: datetime, metrics: Metrics, *, reason: str,
-          error: str) -> JobRecord:
-    """Back off exponentially, or fail once max_wait (counted from submission) is spent."""
-    max_wait = policy.max_wait(record.spec)
-    deadline = record.created_at + timedelta(seconds=max_wait)
-    if now >= deadline:
-        return _fail(reg, record, now, metrics, f"{reason} within max_wait {format_duration(max_wait)}: {error}")
-    waits = record.waits + 1
-    delay = timedelta(seconds=min(BACKOFF_BASE_S * 2 ** (waits - 1), BACKOFF_CAP_S))
-    log.info("job %s waits until %s: %s", record.id, min(now + delay, deadline), reason, extra={"job_id": record.id})
-    return reg.transition(record.id, State.WAITING_CAPACITY, now=now, reason=reason, expect={State.LAUNCHING},
-                          expect_attempt=record.attempt, waits=waits, wait_until=min(now + delay, deadline),
-                          last_error=error)
+def _wait(reg: Registry, record: JobRecord, step: launch_decide.Wait, now: datetime) -> JobRecord:
+    log.info("job %s waits until %s: %s", record.id, step.until, step.reason, extra={"job_id": record.id})
+    return reg.transition(record.id, State.WAITING_CAPACITY, now=now, reason=step.reason, expect={State.LAUNCHING},
+                          expect_attempt=record.attempt, waits=step.waits, wait_until=step.until,
+                          last_error=step.error)
 
 
 def _fail(reg: Registry, record: JobRecord, now: datetime, metrics: Metrics, reason: str) -> JobRecord:

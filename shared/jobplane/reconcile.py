@@ -15,6 +15,7 @@ import time
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, TypeVar
 
 from jobplane import keys, launcher, records
@@ -41,16 +42,25 @@ from jobplane.telemetry import Metrics
 log = logging.getLogger("jobplane.reconcile")
 
 
+class Result(StrEnum):
+    APPLIED = "applied"
+    DRY_RUN = "dry-run"  # the run (or the policy) said dry-run: logged only
+    REFUSED = "refused"  # the safety limits refused it: logged, counted and recorded on the job, never run
+    SKIPPED = "skipped"  # another run acted first (a refused CAS, or the action's flag exists)
+    ERROR = "error"  # applying it raised; the other actions of the run go on
+
+
 @dataclass(frozen=True)
 class Outcome:
     action: Action
-    result: str  # applied | dry-run | refused | skipped: <why> | error: <what>
+    result: Result
+    detail: str | None = None  # why it was refused, skipped or failed
 
 
 def summary(outcomes: Iterable[Outcome]) -> dict[str, Any]:
     """What a handler returns: one line per action."""
-    return {"actions": [{"rule": str(o.action.rule), "job_id": o.action.job_id, "result": o.result,
-                         "reason": o.action.reason} for o in outcomes]}
+    return {"actions": [{"rule": str(o.action.rule), "job_id": o.action.job_id, "result": str(o.result),
+                         "detail": o.detail, "reason": o.action.reason} for o in outcomes]}
 
 
 # ---- snapshots ---------------------------------------------------------------------------------------------
@@ -168,34 +178,55 @@ class AlreadyDone(Exception):
     """The action's flag exists: another run took this action."""
 
 
+REFUSAL_EVENTS = 20  # per run: a refused mass termination (every VM an orphan) writes no more history than this
+
+
 def apply(reg: Registry, compute: Compute | None, actions: Iterable[Action], *, now: datetime, metrics: Metrics,
           dry_run: bool, policy: Policy | None = None, notify: Notify | None = None) -> list[Outcome]:
-    outcomes = []
+    outcomes: list[Outcome] = []
+    refusals = 0
     for action in actions:
-        extra = {"job_id": action.job_id, "rule": str(action.rule)}
-        if action.refused:
-            log.warning("refused %s: %s (%s)", action.rule, action.reason, action.refused, extra=extra)
-            metrics.add_metric("BlastRadiusRefusals", "Count", 1)
-            outcomes.append(Outcome(action, "refused"))
-            continue
-        if dry_run:
-            log.info("dry-run: would %s: %s", action.rule, action.reason, extra=extra)
-            outcomes.append(Outcome(action, "dry-run"))
-            continue
-        try:
-            _apply_one(reg, compute, action, now=now, metrics=metrics, policy=policy, notify=notify)
-        except (TransitionRefused, AlreadyDone) as exc:
-            log.info("skipped %s: %s", action.rule, exc, extra=extra)  # another run acted first
-            outcomes.append(Outcome(action, f"skipped: {exc}"))
-            continue
-        except Exception as exc:
-            log.exception("%s failed: %s", action.rule, action.reason, extra=extra)
-            outcomes.append(Outcome(action, f"error: {exc}"))
-            continue
-        log.info("%s: %s", action.rule, action.reason, extra=extra)
-        _count(action, metrics)
-        outcomes.append(Outcome(action, "applied"))
+        outcome = _outcome(reg, compute, action, now=now, metrics=metrics, dry_run=dry_run, policy=policy,
+                           notify=notify)
+        if outcome.result == Result.REFUSED and refusals < REFUSAL_EVENTS:
+            refusals += 1  # the log and the metric still count every refusal
+            _history(reg, action, "refused", {"refused": action.refused, "instances": list(action.terminate)}, now)
+        _count(outcome, metrics)
+        outcomes.append(outcome)
     return outcomes
+
+
+def _outcome(reg: Registry, compute: Compute | None, action: Action, *, now: datetime, metrics: Metrics,
+             dry_run: bool, policy: Policy | None, notify: Notify | None) -> Outcome:
+    extra = {"job_id": action.job_id, "rule": str(action.rule)}
+    if action.refused:
+        log.warning("refused %s: %s (%s)", action.rule, action.reason, action.refused, extra=extra)
+        return Outcome(action, Result.REFUSED, action.refused)
+    if dry_run:
+        log.info("dry-run: would %s: %s", action.rule, action.reason, extra=extra)
+        return Outcome(action, Result.DRY_RUN)
+    try:
+        _apply_one(reg, compute, action, now=now, metrics=metrics, policy=policy, notify=notify)
+    except (TransitionRefused, AlreadyDone) as exc:
+        log.info("skipped %s: %s", action.rule, exc, extra=extra)  # another run acted first
+        return Outcome(action, Result.SKIPPED, str(exc))
+    except Exception as exc:
+        log.exception("%s failed: %s", action.rule, action.reason, extra=extra)
+        return Outcome(action, Result.ERROR, f"{type(exc).__name__}: {exc}")
+    log.info("%s: %s", action.rule, action.reason, extra=extra)
+    return Outcome(action, Result.APPLIED)
+
+
+def _history(reg: Registry, action: Action, kind: str, body: dict[str, Any], now: datetime) -> None:
+    """Add what the applier did (or refused to do) to the job's events. An action decided without the job's
+    record (an orphan, a capped VM, a stop) may name a job that has none: its events go only where one is."""
+    job_id = action.job_id
+    if not job_id or (action.expect_attempt is None and not reg.exists(job_id)):
+        return
+    try:
+        reg.record_event(job_id, kind, {"rule": str(action.rule), "reason": action.reason, **body}, now=now)
+    except Exception:  # the history is worth a log line, never the action itself
+        log.exception("could not record a %s event", kind, extra={"job_id": job_id})
 
 
 def _apply_one(reg: Registry, compute: Compute | None, action: Action, *, now: datetime, metrics: Metrics,
@@ -224,6 +255,7 @@ def _apply_one(reg: Registry, compute: Compute | None, action: Action, *, now: d
         if compute is None:
             raise RuntimeError("no compute adapter to terminate with")
         compute.terminate(list(action.terminate))
+        _history(reg, action, "terminated", {"instances": list(action.terminate)}, now)
     if action.mark_preempted is not None and job_id:
         reg.mark_preempted(job_id, action.mark_preempted.body())
     if action.write_limits is not None:
@@ -231,6 +263,7 @@ def _apply_one(reg: Registry, compute: Compute | None, action: Action, *, now: d
     if action.stop and job_id:
         reg.put_json(keys.stop_request(job_id),
                      records.StopRequest(time=now, by=action.stop_by, reason=action.reason).body())
+        _history(reg, action, "stop-requested", {"by": action.stop_by}, now)
     if action.relaunch and job_id and action.expect_attempt is not None:
         if compute is None:
             raise RuntimeError("no compute adapter to relaunch with")
@@ -257,7 +290,14 @@ def save_console(reg: Registry, compute: Compute, job_id: str, attempt: int, ran
                                 "text/plain", tags=dict([LOG_OBJECT_TAG]))
 
 
-def _count(action: Action, metrics: Metrics) -> None:
+def _count(outcome: Outcome, metrics: Metrics) -> None:
+    action = outcome.action
+    if outcome.result == Result.REFUSED:
+        metrics.add_metric("BlastRadiusRefusals", "Count", 1)
+    elif outcome.result == Result.ERROR:
+        metrics.add_metric("ActionErrors", "Count", 1)
+    if outcome.result != Result.APPLIED:
+        return
     name = _METRICS.get(action.rule)
     if name == "OrphansTerminated":
         metrics.add_metric(name, "Count", len(action.terminate))

@@ -20,8 +20,8 @@ SPEC = "instance_type: t3.micro\nnum_nodes: 2\nrun: python train.py\n"
 GONE = ("shutting-down", "terminated")
 
 
-def handle(cloud: Cloud, key: str) -> str:
-    return launcher.handle_drop(cloud.registry, cloud.compute, key, now=utcnow(), metrics=cloud.metrics)
+def handle(cloud: Cloud, key: str) -> launcher.Result:
+    return launcher.handle_drop(cloud.registry, cloud.compute, key, now=utcnow(), metrics=cloud.metrics).result
 
 
 def cancel(cloud: Cloud, job_id: str) -> jobs.Cancelled:
@@ -83,7 +83,7 @@ def test_cancel_after_the_claim_but_before_run_instances_launches_nothing(cloud:
     # The launcher's quota check lists instances after its claim: cancel right then.
     cloud.ec2.meta.events.register("before-call.ec2.DescribeInstances",
                                    once(lambda: cancel(cloud, "claimed")))
-    assert handle(cloud, key) == "cancelled"
+    assert handle(cloud, key) == launcher.Result.MOVED_ON
     assert runs_for(cloud, "claimed") == [] and instances_of(cloud, "claimed") == {}
     record = cloud.registry.job("claimed")
     assert record.state == State.CANCELLED and record.attempt == 1
@@ -94,7 +94,7 @@ def test_cancel_during_run_instances_terminates_what_it_launched(cloud: Cloud) -
     key = cloud.drop("mid-launch", SPEC)
     cloud.ec2.meta.events.register("before-call.ec2.RunInstances",
                                    once(lambda: cancel(cloud, "mid-launch")))
-    assert handle(cloud, key) == "cancelled"
+    assert handle(cloud, key) == launcher.Result.MOVED_ON
     assert len(runs_for(cloud, "mid-launch")) == 1
     launched = instances_of(cloud, "mid-launch")
     assert len(launched) == 2 and all(state in GONE for state in launched.values()), launched
@@ -103,7 +103,7 @@ def test_cancel_during_run_instances_terminates_what_it_launched(cloud: Cloud) -
 
 def test_cancel_overtaken_by_a_whole_launch_terminates_what_was_launched(cloud: Cloud) -> None:
     key = cloud.drop("overtaken", SPEC)
-    outcome: list[str] = []
+    outcome: list[launcher.Result] = []
     # The cancel saw the job queued; the launcher claims, launches and records before the cancel's first write.
     cloud.s3.meta.events.register("before-call.s3.PutObject", once(lambda: outcome.append(handle(cloud, key))))
     done = cancel(cloud, "overtaken")

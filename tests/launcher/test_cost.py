@@ -77,7 +77,8 @@ def finish(cloud: Cloud, job_id: str, code: int, at: datetime) -> JobRecord:
 
 def launch(cloud: Cloud, job_id: str, text: str, owner: str, at: datetime) -> JobRecord:
     key = cloud.drop(job_id, text, owner=owner)
-    assert launcher.handle_drop(cloud.registry, cloud.compute, key, now=at, metrics=CountingMetrics()) == "launched"
+    assert launcher.handle_drop(cloud.registry, cloud.compute, key, now=at,
+                                metrics=CountingMetrics()).result == "launched"
     return cloud.registry.job(job_id)
 
 

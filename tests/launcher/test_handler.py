@@ -26,6 +26,12 @@ def object_created(key: str, bucket: str = BUCKET) -> dict[str, Any]:
             "detail": {"bucket": {"name": bucket}, "object": {"key": key, "size": 10}}}
 
 
+def outcome(result: dict[str, Any]) -> str:
+    """The one outcome of a drop's answer."""
+    (said,) = result["outcomes"]
+    return str(said["result"])
+
+
 SCHEDULED = {"version": "0", "source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}
 SPEC = "instance_type: t3.micro\nrun: python train.py\n"
 
@@ -52,7 +58,9 @@ def test_object_created_launches_and_logs_json_with_job_id(cloud: Cloud, capsys:
     with log_output() as logged:
         result = handler(object_created("queue/from-event.yaml"), LambdaContext())
 
-    assert result == {"key": "queue/from-event.yaml", "outcome": "launched"}
+    (said,) = result["outcomes"]
+    assert (said["subject"], said["result"]) == ("queue/from-event.yaml", "launched")
+    assert said["detail"].startswith("launched 1 x t3.micro"), said
     assert cloud.registry.job("from-event").state == State.LAUNCHING
     lines = [json.loads(line) for line in logged.getvalue().splitlines() if line.startswith("{")]
     core = [line for line in lines if line.get("message", "").startswith("job from-event attempt 1")
@@ -66,8 +74,8 @@ def test_foreign_events_are_ignored(cloud: Cloud) -> None:
     from functions.aws.launcher import handler
 
     cloud.drop("elsewhere", SPEC)
-    assert handler(object_created("queue/elsewhere.yaml", "other-bucket"), LambdaContext())["outcome"] == "ignored"
-    assert handler(object_created("jobs/x/job.json"), LambdaContext())["outcome"] == "ignored"
+    assert outcome(handler(object_created("queue/elsewhere.yaml", "other-bucket"), LambdaContext())) == "ignored"
+    assert outcome(handler(object_created("jobs/x/job.json"), LambdaContext())) == "ignored"
     assert cloud.instances() == []  # the handler's own EC2 client: count instances, not hooked calls
 
 
@@ -79,8 +87,8 @@ def test_root_prefix_is_honoured(cloud: Cloud, monkeypatch: pytest.MonkeyPatch) 
                         Body=f"aws:\n  default_image: {cloud.image}\n".encode())
     publish_agent_manifest(Registry(cloud.registry.store, "team-a"), "aws")
     cloud.s3.put_object(Bucket=BUCKET, Key="team-a/queue/rooted.yaml", Body=SPEC.encode())
-    assert handler(object_created("queue/rooted.yaml"), LambdaContext())["outcome"] == "ignored"  # outside root
-    assert handler(object_created("team-a/queue/rooted.yaml"), LambdaContext())["outcome"] == "launched"
+    assert outcome(handler(object_created("queue/rooted.yaml"), LambdaContext())) == "ignored"  # outside root
+    assert outcome(handler(object_created("team-a/queue/rooted.yaml"), LambdaContext())) == "launched"
     assert cloud.s3.get_object(Bucket=BUCKET, Key="team-a/" + keys.job_record("rooted"))
     (instance,) = cloud.instances()
     attr = cloud.ec2.describe_instance_attribute(InstanceId=instance["InstanceId"], Attribute="userData")

@@ -11,6 +11,7 @@ from datetime import timedelta
 import pytest
 
 from jobplane import keys, launcher
+from jobplane.decide import launch as launch_decide
 from jobplane.records import ClusterFile, IdleWatch
 from jobplane.registry import TransitionRefused, utcnow
 from jobplane.spec import parse_spec
@@ -30,9 +31,10 @@ labels: {team: vision}
 """
 
 
-def drop_and_handle(cloud: Cloud, job_id: str, text: str = SPEC, ext: str = "yaml", owner: str = "alice") -> str:
+def drop_and_handle(cloud: Cloud, job_id: str, text: str = SPEC, ext: str = "yaml",
+                    owner: str = "alice") -> launcher.Result:
     key = cloud.drop(job_id, text, ext, owner)
-    return launcher.handle_drop(cloud.registry, cloud.compute, key, now=utcnow(), metrics=cloud.metrics)
+    return launcher.handle_drop(cloud.registry, cloud.compute, key, now=utcnow(), metrics=cloud.metrics).result
 
 
 def queue_keys(cloud: Cloud) -> list[str]:
@@ -45,9 +47,9 @@ def tried(cloud: Cloud) -> list[tuple[str, str | None]]:
 
 def test_candidates_follow_spec_order() -> None:
     spec = parse_spec(SPEC)
-    assert launcher.candidates(spec) == [("g5.xlarge", "us-east-1a"), ("g5.xlarge", "us-east-1b"),
+    assert launch_decide.candidates(spec) == [("g5.xlarge", "us-east-1a"), ("g5.xlarge", "us-east-1b"),
                                          ("g5.2xlarge", "us-east-1a"), ("g5.2xlarge", "us-east-1b")]
-    assert launcher.candidates(parse_spec("instance_type: t3.micro\nrun: x\n")) == [("t3.micro", None)]
+    assert launch_decide.candidates(parse_spec("instance_type: t3.micro\nrun: x\n")) == [("t3.micro", None)]
 
 
 def test_valid_drop_launches_attempt_one(cloud: Cloud) -> None:
@@ -94,7 +96,7 @@ def test_no_capacity_anywhere_waits_then_backstop_retries_same_attempt(cloud: Cl
 
     record = cloud.registry.job("waiter")
     assert record.state == State.WAITING_CAPACITY and record.attempt == 1 and record.waits == 1
-    assert record.wait_until and record.wait_until - t0 >= timedelta(seconds=launcher.BACKOFF_BASE_S - 5)
+    assert record.wait_until and record.wait_until - t0 >= timedelta(seconds=launch_decide.BACKOFF_BASE_S - 5)
     assert record.last_error and "g5.2xlarge in us-east-1b" in record.last_error
     assert cloud.instances() == [] and len(cloud.calls.run_instances) == 4
 
@@ -102,7 +104,8 @@ def test_no_capacity_anywhere_waits_then_backstop_retries_same_attempt(cloud: Cl
     assert launcher.backstop(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics) == []
     cloud.calls.no_capacity.clear()
     later = record.wait_until + timedelta(seconds=1)
-    assert launcher.backstop(cloud.registry, cloud.compute, now=later, metrics=cloud.metrics) == ["waiter: launched"]
+    assert [(r.subject, r.result) for r in launcher.backstop(cloud.registry, cloud.compute, now=later,
+                                                            metrics=cloud.metrics)] == [("waiter", "launched")]
     record = cloud.registry.job("waiter")
     assert record.state == State.LAUNCHING and record.attempt == 1 and record.waits == 0
 
@@ -114,10 +117,12 @@ def test_second_wait_backs_off_longer_and_max_wait_fails(cloud: Cloud) -> None:
     now = first.wait_until + timedelta(seconds=1)  # type: ignore[operator]
     launcher.backstop(cloud.registry, cloud.compute, now=now, metrics=cloud.metrics)
     second = cloud.registry.job("patient")
-    assert second.waits == 2 and second.wait_until - now >= timedelta(seconds=2 * launcher.BACKOFF_BASE_S - 1)  # type: ignore[operator]
+    assert second.waits == 2 and second.wait_until - now >= timedelta(seconds=2 * launch_decide.BACKOFF_BASE_S - 1)  # type: ignore[operator]
 
     past = first.created_at + timedelta(hours=1, seconds=1)
-    assert launcher.backstop(cloud.registry, cloud.compute, now=past, metrics=cloud.metrics) == ["patient: failed"]
+    (said,) = launcher.backstop(cloud.registry, cloud.compute, now=past, metrics=cloud.metrics)
+    assert (said.subject, said.result) == ("patient", launcher.Result.FAILED)
+    assert said.detail and said.detail.startswith("no capacity in any zone or instance type within max_wait 1h")
     failed = cloud.registry.job("patient")
     assert failed.state == State.FAILED and "max_wait 1h" in (failed.reason or "")
     assert cloud.instances() == []
@@ -181,8 +186,8 @@ def test_queue_entry_names(cloud: Cloud) -> None:
     assert drop_and_handle(cloud, "Bad_Id", "instance_type: t3.micro\nrun: x\n") == "rejected"
     assert cloud.registry.get_json(keys.rejected_error("Bad_Id"))["errors"][0]["field"] == "id"
     reg, compute, m = cloud.registry, cloud.compute, cloud.metrics
-    assert launcher.handle_drop(reg, compute, "jobs/x/job.json", now=utcnow(), metrics=m) == "ignored"
-    assert launcher.handle_drop(reg, compute, "queue/team-a/", now=utcnow(), metrics=m) == "ignored"  # a folder
+    assert launcher.handle_drop(reg, compute, "jobs/x/job.json", now=utcnow(), metrics=m).result == "ignored"
+    assert launcher.handle_drop(reg, compute, "queue/team-a/", now=utcnow(), metrics=m).result == "ignored"  # a folder
     assert len(cloud.calls.run_instances) == 2
 
 
@@ -201,8 +206,8 @@ def test_duplicate_id_is_rejected_and_existing_job_untouched(cloud: Cloud) -> No
 def test_redelivery_and_identical_redrop_are_no_ops(cloud: Cloud) -> None:
     key = cloud.drop("again", SPEC, owner="alice")
     reg, compute, m = cloud.registry, cloud.compute, cloud.metrics
-    assert launcher.handle_drop(reg, compute, key, now=utcnow(), metrics=m) == "launched"
-    assert launcher.handle_drop(reg, compute, key, now=utcnow(), metrics=m) == "gone"
+    assert launcher.handle_drop(reg, compute, key, now=utcnow(), metrics=m).result == "launched"
+    assert launcher.handle_drop(reg, compute, key, now=utcnow(), metrics=m).result == "gone"
     assert drop_and_handle(cloud, "again") == "exists"
     assert len(cloud.calls.run_instances) == 1 and queue_keys(cloud) == []
     assert not any(k.startswith(keys.REJECTED) for k, _, _ in reg.listing(""))
@@ -210,7 +215,7 @@ def test_redelivery_and_identical_redrop_are_no_ops(cloud: Cloud) -> None:
 
 def test_same_event_ten_times_concurrently_gives_one_job_and_one_run_instances(cloud: Cloud) -> None:
     key = cloud.drop("racy", SPEC, owner="alice")
-    outcomes: list[str] = []
+    outcomes: list[launcher.Result] = []
     errors: list[BaseException] = []
     start = threading.Barrier(10)
 
@@ -218,7 +223,7 @@ def test_same_event_ten_times_concurrently_gives_one_job_and_one_run_instances(c
         try:
             start.wait()
             outcomes.append(launcher.handle_drop(cloud.registry, cloud.compute, key, now=utcnow(),
-                                                 metrics=cloud.metrics))
+                                                 metrics=cloud.metrics).result)
         except BaseException as exc:  # surfaced below
             errors.append(exc)
 
@@ -254,7 +259,8 @@ def test_backstop_picks_up_old_queue_entries_only(cloud: Cloud) -> None:
     now = utcnow()
     assert launcher.backstop(cloud.registry, cloud.compute, now=now, metrics=cloud.metrics) == []
     outcomes = launcher.backstop(cloud.registry, cloud.compute, now=now + timedelta(seconds=61), metrics=cloud.metrics)
-    assert outcomes == ["queue/alice/late.yaml: launched", "queue/plain.yaml: launched"]
+    assert [(r.subject, r.result) for r in outcomes] == [("queue/alice/late.yaml", "launched"),
+                                                         ("queue/plain.yaml", "launched")]
     assert cloud.registry.job("late").owner == "alice" and cloud.registry.job("plain").owner == "default"
 
 

@@ -21,8 +21,8 @@ pytestmark = pytest.mark.timeout(120)
 SPEC = "instance_type: t3.micro\nrun: python3 train.py\n"
 
 
-def handle(cloud: Cloud, key: str) -> str:
-    return launcher.handle_drop(cloud.registry, cloud.compute, key, now=utcnow(), metrics=cloud.metrics)
+def handle(cloud: Cloud, key: str) -> launcher.Result:
+    return launcher.handle_drop(cloud.registry, cloud.compute, key, now=utcnow(), metrics=cloud.metrics).result
 
 
 def rejection(cloud: Cloud, job_id: str) -> list[dict[str, str]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -16,6 +17,7 @@ from jobplane.clouds.aws_local import LocalAws
 from jobplane.clouds.memory import MemoryStore
 from jobplane.clouds.pubsub import PubSubError, PubSubNotifier
 from jobplane.clouds.sns import SnsNotifier
+from jobplane.launcher import Outcome, Result, summary
 from jobplane.local.console import Console, ConsoleHandler, action_line, launcher_outcomes, notified_line
 from jobplane.local.ec2_runner import spot_warning, state_change
 from jobplane.local.pubsub_topic import PubSubTopic
@@ -28,8 +30,9 @@ from jobplane.states import State
 T = datetime(2026, 11, 22, 11, 30, 5, tzinfo=UTC).timestamp()
 
 
-def action(rule: str, job_id: str | None, result: str = "applied", reason: str = "why") -> dict[str, Any]:
-    return {"rule": rule, "job_id": job_id, "result": result, "reason": reason}
+def action(rule: str, job_id: str | None, result: str = "applied", reason: str = "why",
+           detail: str | None = None) -> dict[str, Any]:
+    return {"rule": rule, "job_id": job_id, "result": result, "detail": detail, "reason": reason}
 
 
 def test_actions_become_lines_people_read() -> None:
@@ -42,19 +45,24 @@ def test_actions_become_lines_people_read() -> None:
         "reaped      orphan i-1: job x is not live"
     assert action_line(action("orphan", "j1", result="refused", reason="orphan i-1")) == \
         "refused     j1: orphan: orphan i-1 (safety limit)"
-    assert action_line(action("finished", "j1", result="error: boom")) == "error       j1: finished: error: boom"
+    assert action_line(action("finished", "j1", result="error", detail="OSError: boom")) == \
+        "error       j1: finished: OSError: boom"
     for quiet in ("limits", "repair", "cleanup", "clear", "remark"):
         assert action_line(action(quiet, "j1")) is None, quiet
-    assert action_line(action("stalled", "j1", result="skipped: another run acted")) is None
+    assert action_line(action("stalled", "j1", result="skipped", detail="another run acted")) is None
     assert action_line(action("stalled", "j1", result="dry-run")) is None
 
 
 def test_launcher_answers_name_their_jobs() -> None:
-    assert launcher_outcomes({"key": "queue/demo-1.yaml", "outcome": "launched"}) == [("demo-1", "launched")]
-    assert launcher_outcomes({"outcomes": ["queue/a.yml: rejected", "b: waiting"]}) == [("a", "rejected"),
-                                                                                     ("b", "waiting")]
-    assert launcher_outcomes(None) == [] and launcher_outcomes({"outcomes": []}) == []
-    assert launcher_outcomes({"key": "queue/team-a/demo-2.yaml", "outcome": "launched"}) == [("demo-2", "launched")]
+    def answer(*outcomes: Outcome) -> Any:
+        return json.loads(json.dumps(summary(outcomes)))  # as the function returned (or logged) it
+
+    assert launcher_outcomes(answer(Outcome("queue/demo-1.yaml", Result.LAUNCHED, "launched 1 x t3.micro"))) == \
+        [("demo-1", "launched")]
+    assert launcher_outcomes(answer(Outcome("queue/a.yml", Result.REJECTED, "run: required"),
+                                    Outcome("b", Result.WAITING))) == [("a", "rejected"), ("b", "waiting")]
+    assert launcher_outcomes(None) == [] and launcher_outcomes(answer()) == []
+    assert launcher_outcomes(answer(Outcome("queue/team-a/demo-2.yaml", Result.LAUNCHED))) == [("demo-2", "launched")]
 
 
 def test_notifications_the_topic_delivers_are_one_line_each(reg: Registry) -> None:
@@ -111,14 +119,14 @@ def test_console_tells_a_jobs_story_with_its_instances(reg: Registry) -> None:
                    zone="us-east-1a")
     lines: list[str] = []
     console = Console(lambda j: record(reg, j), lines.append, clock=lambda: T)
-    console.invoked("launcher", {}, {"key": "queue/demo-1.yaml", "outcome": "launched"})
+    console.invoked("launcher", {}, summary([Outcome("queue/demo-1.yaml", Result.LAUNCHED)]))
     console.ec2(**_event(state_change("i-b", "running")))
     console.ec2(**_event(spot_warning("i-a")))
     console.invoked("sweeper", {}, {"actions": [action("lost-spot", "demo-1", reason="Spot capacity lost"),
                                                 action("limits", "demo-1")]})
     console.ec2(**_event(state_change("i-a", "terminated")))
     console.ec2(**_event(state_change("i-z", "pending")))  # not worth a line
-    console.invoked("launcher", {}, {"key": "queue/other.yaml", "outcome": "exists"})  # nor this
+    console.invoked("launcher", {}, summary([Outcome("queue/other.yaml", Result.EXISTS)]))  # nor this
     stamp = datetime.fromtimestamp(T).strftime("%H:%M:%S")
     assert lines == [f"{stamp}  {text}" for text in (
         "launched    demo-1 attempt 1: 2 x t3.micro in us-east-1a (i-a, i-b)",
@@ -133,8 +141,8 @@ def test_a_rejected_drop_says_why(reg: Registry) -> None:
     reg.create_job("bad", parse_spec("instance_type: t3.micro\nrun: x\n", job_id="bad"))
     reg.transition("bad", State.INVALID, reason="instance_type: 't3.micro' is not allowed")
     lines: list[str] = []
-    Console(lambda j: record(reg, j), lines.append).invoked("launcher", {}, {"key": "queue/bad.yaml",
-                                                                              "outcome": "invalid"})
+    Console(lambda j: record(reg, j), lines.append).invoked(
+        "launcher", {}, summary([Outcome("queue/bad.yaml", Result.INVALID, "instance_type: not allowed")]))
     assert lines[0].endswith("rejected    bad: instance_type: 't3.micro' is not allowed")
 
 

@@ -121,7 +121,7 @@ def test_dry_run_applies_nothing(cloud: Cloud) -> None:  # noqa: F811
     outcomes += reconcile.uptime_cap(cloud.registry, cloud.compute, now=later(60 * 24 * 8), metrics=cloud.metrics)
 
     assert {o.action.rule for o in outcomes} == {Rule.ORPHAN, Rule.BOOT_RETRY, Rule.TIMED_OUT, Rule.CAP_NO_JOB}
-    assert {o.result for o in outcomes} == {"dry-run"}
+    assert {o.result for o in outcomes} == {reconcile.Result.DRY_RUN}
     assert alive(cloud, orphan + record.instances)
     assert cloud.registry.job("stuck") == before and len(cloud.calls.run_instances) == 2  # the orphan's + attempt 1
     assert cloud.metrics.totals.get("OrphansTerminated", 0) == 0
@@ -140,6 +140,28 @@ def test_blast_radius_stops_a_mass_termination(cloud: Cloud) -> None:  # noqa: F
     forced = reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=cloud.metrics, force=True)
     assert [o.result for o in forced] == ["applied"] * 3 and not any(
         states(cloud)[i] in ("pending", "running") for i in orphans)
+
+
+def test_refusals_and_terminations_go_into_the_history_of_jobs_that_have_one(cloud: Cloud) -> None:  # noqa: F811
+    cloud.set_policy(f"aws:\n  default_image: {cloud.image}\nsafety:\n  max_terminations_per_run: 0\n")
+    old = launch(cloud, "old")
+    cloud.registry.transition("old", State.LAUNCHING, expect={State.LAUNCHING}, attempt=2, instances=[],
+                              launched_at=None)  # attempt 1 is past, attempt 2 is launching
+    run_raw(cloud, 1, ORPHAN)  # a job nobody recorded: no history to write to
+
+    outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=cloud.metrics)
+    assert sorted((o.action.job_id, o.action.rule, o.result) for o in outcomes) == [
+        ("ghost", Rule.ORPHAN, "refused"), ("old", Rule.ORPHAN, "refused")]
+    (refused,) = [e for e in cloud.registry.events("old") if e["kind"] == "refused"]
+    assert (refused["rule"], refused["instances"]) == (Rule.ORPHAN, old.instances)
+    assert "blast radius" in refused["refused"]
+
+    cloud.set_policy(f"aws:\n  default_image: {cloud.image}\nsafety:\n  max_terminations_percent: 100\n")
+    outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=later(12), metrics=cloud.metrics)
+    assert [(o.action.rule, o.result) for o in outcomes] == [(Rule.ORPHAN, reconcile.Result.APPLIED)] * 2
+    (terminated,) = [e for e in cloud.registry.events("old") if e["kind"] == "terminated"]
+    assert (terminated["rule"], terminated["instances"]) == (Rule.ORPHAN, old.instances)
+    assert list(cloud.registry.listing(keys.events_prefix("ghost"))) == []
 
 
 def test_untagged_and_unmanaged_instances_are_untouched(cloud: Cloud) -> None:  # noqa: F811
@@ -243,6 +265,9 @@ def test_uptime_cap_stops_then_times_out(cloud: Cloud) -> None:  # noqa: F811
     final = cloud.registry.job("long")
     assert cap.result == "applied" and final.state == State.TIMED_OUT and final.reason == "uptime cap 1h reached"
     assert not alive(cloud, record.instances) and cloud.metrics.totals["Timeouts"] == 1
+    history = {e["kind"]: e for e in cloud.registry.events("long")}
+    assert (history["stop-requested"]["by"], history["stop-requested"]["rule"]) == ("uptime-cap", Rule.STOP)
+    assert (history["terminated"]["instances"], history["terminated"]["rule"]) == (record.instances, Rule.TIMED_OUT)
 
 
 def test_a_stop_on_match_stops_the_peers_then_fails_the_job_without_a_rerun(cloud: Cloud) -> None:  # noqa: F811

@@ -85,7 +85,8 @@ def test_a_job_that_ends_is_announced_once_with_state_reason_runtime_cost_and_lo
 def test_an_invalid_drop_is_announced_by_the_launcher(cloud: Cloud, inbox: Inbox) -> None:  # noqa: F811
     cloud.set_policy(f"allowed_instance_types: ['c5.*']\naws:\n  default_image: {cloud.image}\n")
     cloud.drop("too-big", SPEC, owner="team-a")
-    assert launcher.handler(created("queue/team-a/too-big.yaml"), Context())["outcome"] == "invalid"
+    assert [o["result"] for o in launcher.handler(created("queue/team-a/too-big.yaml"), Context())["outcomes"]] \
+        == ["invalid"]
     (envelope,) = inbox.take()
     body = data(envelope)
     assert (body["state"], body["owner"]) == ("INVALID", "team-a") and "instance_type" in body["reason"]
@@ -120,8 +121,8 @@ def test_overlapping_reconcilers_announce_an_end_exactly_once(cloud: Cloud, inbo
         runs.append((reg, sweep_decide.decide(snap, utcnow(), reg.policy())))
     results = [reconcile.apply(reg, cloud.compute, actions, now=utcnow(), metrics=CountingMetrics(), dry_run=False)
                for reg, actions in runs]
-    assert [o.result for o in results[0]] == ["applied"]
-    assert all(o.result.startswith("skipped") for res in results[1:] for o in res)
+    assert [o.result for o in results[0]] == [reconcile.Result.APPLIED]
+    assert all(o.result == reconcile.Result.SKIPPED for res in results[1:] for o in res)
     assert [data(m)["state"] for m in inbox.take()] == ["SUCCEEDED"]
     assert notify.metrics.totals == {"NotificationsPublished": 1}  # type: ignore[attr-defined]
 

@@ -1,6 +1,8 @@
 """Pure decisions of the reconcilers: plain data in (Snapshot), plain data out (Action). No I/O.
 
-The same code runs on AWS and GCP; jobplane.reconcile builds snapshots and applies actions.
+The same code runs on AWS and GCP; jobplane.reconcile builds snapshots and applies actions. The
+launcher's decision (decide.launch) is the same shape over its own snapshot: a claimed job in, one step
+(launch a candidate, wait, fail) out; jobplane.launcher applies each step and feeds the cloud's answer back.
 
 How a sweep applies per-job timeouts without a GET per healthy job
 -------------------------------------------------------------------
@@ -23,8 +25,8 @@ Safety is part of the decision: terminations only name managed, unprotected inst
 budget into refused actions, which the applier reports and never runs. Dry-run is the applier's.
 """
 
-from jobplane.decide import rerun, sweep, uptime
+from jobplane.decide import launch, rerun, sweep, uptime
 from jobplane.decide.model import Action, ExitReport, Limits, PreemptedMark, Rule, Snapshot, parse_limits
 
-__all__ = ["Action", "ExitReport", "Limits", "PreemptedMark", "Rule", "Snapshot", "parse_limits", "rerun", "sweep",
-           "uptime"]
+__all__ = ["Action", "ExitReport", "Limits", "PreemptedMark", "Rule", "Snapshot", "launch", "parse_limits", "rerun",
+           "sweep", "uptime"]

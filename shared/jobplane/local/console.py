@@ -26,6 +26,7 @@ from typing import Any
 
 from jobplane import drops
 from jobplane.decide.model import Rule
+from jobplane.reconcile import Result
 from jobplane.registry import JobRecord
 
 # Reconciler rules worth a line, by the word a person would use; the others (limits, repairs, cleanups)
@@ -74,33 +75,28 @@ def actions(result: Any) -> list[dict[str, Any]]:
 def action_line(action: dict[str, Any]) -> str | None:
     """A line for an applied action worth one, a refused one (safety limits) or a failed one; else None."""
     subject = f"{action['job_id']}: " if action.get("job_id") else ""
-    result = str(action.get("result", ""))
+    result = action.get("result")
     rule = str(action.get("rule", ""))
     verb = VERBS.get(rule)
-    if verb and result == "applied":
+    if verb and result == Result.APPLIED:
         return line(verb, f"{subject}{action.get('reason')}")
-    if result == "refused":
+    if result == Result.REFUSED:
         return line("refused", f"{subject}{rule}: {action.get('reason')} (safety limit)")
-    if result.startswith("error"):
-        return line("error", f"{subject}{rule}: {result}")
+    if result == Result.ERROR:
+        return line("error", f"{subject}{rule}: {action.get('detail')}")
     return None
 
 
 def launcher_outcomes(result: Any) -> list[tuple[str, str]]:
-    """(job id, outcome) pairs from the launcher's answer to a drop or to its cron backstop."""
-    if not isinstance(result, dict):
-        return []
-    if "outcome" in result:
-        said = [f"{result.get('key') or ''}: {result['outcome']}"]
-    else:
-        said = [str(o) for o in result.get("outcomes", [])]
+    """(job id, outcome) pairs from the launcher's summary ({"outcomes": [...]}) of a drop or a backstop run."""
+    found = result.get("outcomes") if isinstance(result, dict) else None
     pairs = []
-    for text in said:
-        subject, _, outcome = text.rpartition(": ")
+    for said in found if isinstance(found, list) else []:
+        if not isinstance(said, dict):
+            continue
+        subject = str(said.get("subject") or "")
         drop = drops.parse(subject)
-        if drop is not None:  # a drop: its file name is the job id
-            subject = drop.job_id
-        pairs.append((subject, outcome))
+        pairs.append((drop.job_id if drop is not None else subject, str(said.get("result"))))
     return pairs
 
 
