@@ -70,7 +70,8 @@ def finish(cloud: Cloud, job_id: str, code: int, at: datetime) -> JobRecord:
     record = cloud.registry.job(job_id)
     for rank in range(record.spec.num_nodes):
         cloud.registry.put_json(keys.exit_report(job_id, record.attempt, rank), {"code": code})
-    reconcile.sweep(cloud.registry, cloud.compute, now=at, metrics=CountingMetrics(), jobs=[job_id])
+    reconcile.sweep(cloud.registry, cloud.compute, now=at, metrics=CountingMetrics(), jobs=[job_id],
+                    policy=cloud.registry.policy())
     return cloud.registry.job(job_id)
 
 
