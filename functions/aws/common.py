@@ -9,7 +9,7 @@ job_id each line passes in `extra`.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 from aws_lambda_powertools import Logger, Metrics
 
@@ -24,37 +24,42 @@ from jobplane.settings import Settings
 logger = Logger(service="jobplane")
 metrics = Metrics(namespace="jobplane", service="jobplane")
 
+class Clients(NamedTuple):
+    s3: Any
+    ec2: Any
+
+
 # boto3 clients are reused across invocations, per region and endpoint (AWS_ENDPOINT_URL, which boto3 reads)
-_clients: dict[tuple[str | None, str | None], tuple[Any, Any]] = {}
+_clients: dict[tuple[str | None, str | None], Clients] = {}
 _notifiers: dict[tuple[str, str | None], SnsNotifier] = {}
 
 
-def _where(settings: Settings) -> tuple[str | None, str | None]:
-    return settings.region, os.environ.get("AWS_ENDPOINT_URL")
+def _endpoint() -> str | None:
+    return os.environ.get("AWS_ENDPOINT_URL")
 
 
-def _client(settings: Settings, which: int) -> Any:
-    where = _where(settings)
+def clients(settings: Settings) -> Clients:
+    where = (settings.region, _endpoint())
     if where not in _clients:
-        _clients[where] = (s3_client(settings.region), ec2_client(settings.region))
-    return _clients[where][which]
+        _clients[where] = Clients(s3_client(settings.region), ec2_client(settings.region))
+    return _clients[where]
 
 
 def notifier(settings: Settings) -> SnsNotifier | None:
     """The SNS topic JOBPLANE_NOTIFY_TOPIC names (a client in the topic's region), None without one."""
     if not settings.notify_topic:
         return None
-    key = (settings.notify_topic, _where(settings)[1])
+    key = (settings.notify_topic, _endpoint())
     if key not in _notifiers:
         _notifiers[key] = SnsNotifier(settings.notify_topic)
     return _notifiers[key]
 
 
 def _compute(settings: Settings, policy: Policy) -> Ec2Compute:
-    return Ec2Compute(policy.aws, settings.region, _client(settings, 1))
+    return Ec2Compute(policy.aws, settings.region, clients(settings).ec2)
 
 
-ADAPTERS = deployment.Adapters(store=lambda settings: S3Store(settings.bucket, _client(settings, 0)),
+ADAPTERS = deployment.Adapters(store=lambda settings: S3Store(settings.bucket, clients(settings).s3),
                                compute=_compute, notifier=notifier)
 
 
