@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from jobplane.clouds.base import Notice
+from jobplane.clouds.gcp import GceCompute
 from jobplane.clouds.memory import MemoryStore
 from jobplane.deployment import Adapters, build
-from jobplane.policy import Policy
+from jobplane.policy import GcpPlacement, Policy
 from jobplane.settings import Settings
 from jobplane.spec import parse_spec
 from jobplane.states import State
@@ -52,3 +55,11 @@ def test_without_a_topic_nothing_is_published() -> None:
     env.registry.create_job("j2", parse_spec("instance_type: t3.micro\nrun: x\n", "j2"))
     assert env.registry.transition("j2", State.CANCELLED, reason="cancelled").state == State.CANCELLED
     assert not env.notify.publish(Notice("s", "t", {})) and not metrics.totals
+
+
+def test_compute_engine_takes_the_policy_project_else_the_settings_and_says_what_is_missing() -> None:
+    settings = Settings("reg", cloud="gcp", region="us-central1", project="from-env", compute_endpoint="http://127.0.0.1:9")
+    assert GceCompute.from_settings(settings, GcpPlacement(project="from-policy")).project == "from-policy"
+    assert GceCompute.from_settings(settings, GcpPlacement()).project == "from-env"
+    with pytest.raises(ValueError, match=r"GOOGLE_CLOUD_PROJECT .*JOBPLANE_REGION"):
+        GceCompute.from_settings(Settings("reg", cloud="gcp", project="p"), GcpPlacement())
