@@ -115,7 +115,7 @@ def measure(n: int) -> dict[str, Any]:
             return len(records)
 
         for name, run in (("sweep", lambda: reconcile.sweep(reg, compute, now=datetime.now(UTC),
-                                                            metrics=CountingMetrics())),
+                                                            metrics=CountingMetrics(), policy=reg.policy())),
                           ("naive", naive)):
             store.calls.clear()
             store.job_record_gets = 0

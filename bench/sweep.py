@@ -137,7 +137,8 @@ def measure(n: int) -> dict[str, Any]:
 
         out: dict[str, Any] = {"n": n, "seed_seconds": round(seeded, 1)}
         for name, run in (
-            ("sweep", lambda: reconcile.sweep(reg, compute, now=datetime.now(UTC), metrics=CountingMetrics())),
+            ("sweep", lambda: reconcile.sweep(reg, compute, now=datetime.now(UTC), metrics=CountingMetrics(),
+                                              policy=reg.policy())),
             ("naive", lambda: naive(reg, compute)),
         ):
             counter = CallCounter()

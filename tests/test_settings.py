@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
+import jobplane
 from jobplane.settings import Settings
 
 
 @pytest.fixture(autouse=True)
 def clean(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("JOBPLANE_BUCKET", "JOBPLANE_ROOT", "JOBPLANE_CLOUD", "JOBPLANE_REGION", "AWS_REGION",
-                 "AWS_DEFAULT_REGION"):
+                 "AWS_DEFAULT_REGION", "JOBPLANE_NOTIFY_TOPIC", "GOOGLE_CLOUD_PROJECT", "JOBPLANE_COMPUTE_ENDPOINT",
+                 "PUBSUB_EMULATOR_HOST"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -48,3 +53,45 @@ def test_regions_per_cloud(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_bad_registries_say_what_is_wrong(named: str, cloud: str | None, message: str) -> None:
     with pytest.raises(RuntimeError, match=message):
         Settings.from_env(named or None, cloud)
+
+
+# The modules that may read the process environment: settings, and the entry points (the CLI, the agent's,
+# the VM's startup script, the local cloud's processes). Everything else takes what it needs as arguments.
+ENV_READERS = ("settings.py", "cli.py", "agent/cli.py", "bootstrap.py", "local/")
+
+
+ENV_NAMES = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}
+
+
+def environment_reads(source: str) -> list[int]:
+    """Lines that use os.environ / os.getenv / os.putenv, or import one of them from os."""
+    def reads(node: ast.AST) -> bool:
+        if isinstance(node, ast.Attribute):
+            return isinstance(node.value, ast.Name) and node.value.id == "os" and node.attr in ENV_NAMES
+        return isinstance(node, ast.ImportFrom) and node.module == "os" and any(a.name in ENV_NAMES for a in node.names)
+
+    return sorted(node.lineno for node in ast.walk(ast.parse(source)) if reads(node))
+
+
+def test_only_settings_and_the_entry_points_read_the_environment() -> None:
+    package = Path(jobplane.__file__).parent
+    readers = {str(path.relative_to(package)): lines for path in sorted(package.rglob("*.py"))
+               if not str(path.relative_to(package)).startswith(ENV_READERS)
+               and (lines := environment_reads(path.read_text()))}
+    assert readers == {}, f"environment reads outside settings and the entry points (module: lines): {readers}"
+
+
+def test_the_scan_sees_every_way_of_reading() -> None:
+    source = "import os\nfrom os import getenv\na = os.environ['A']\nb = os.getenv('B')\nc = dict(os.environ)\n"
+    assert environment_reads(source) == [2, 3, 4, 5]
+    assert environment_reads("import os\nos.path.join('a', 'b')\nos.cpu_count()\n") == []
+
+
+def test_a_mapping_given_is_read_instead_of_the_process_environment() -> None:
+    environ = {"JOBPLANE_BUCKET": "gs://reg/team", "JOBPLANE_REGION": "europe-west4",
+               "GOOGLE_CLOUD_PROJECT": "proj", "JOBPLANE_NOTIFY_TOPIC": "projects/proj/topics/jobs",
+               "JOBPLANE_COMPUTE_ENDPOINT": "http://127.0.0.1:9", "PUBSUB_EMULATOR_HOST": "127.0.0.1:8"}
+    assert Settings.from_env(environ=environ) == Settings(
+        "reg", "team", "europe-west4", "gcp", notify_topic="projects/proj/topics/jobs", project="proj",
+        compute_endpoint="http://127.0.0.1:9", pubsub_emulator="127.0.0.1:8")
+    assert Settings.from_env(environ={"JOBPLANE_BUCKET": "reg"}) == Settings("reg")

@@ -1,4 +1,5 @@
-"""What every AWS handler builds from its environment: settings, registry, EC2 adapter, policy, telemetry.
+"""What every AWS handler builds from its environment: settings, registry, EC2 adapter, policy, telemetry
+(jobplane.deployment, over this cloud's adapters).
 
 Logger(service="jobplane") is the stdlib "jobplane" logger itself, so every core module's log line
 (jobplane.launcher, jobplane.aws, ...) propagates to it and comes out as Powertools JSON, with the
@@ -8,68 +9,60 @@ job_id each line passes in `extra`.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from aws_lambda_powertools import Logger, Metrics
 
+from jobplane import deployment
 from jobplane.clouds.aws import Ec2Compute, ec2_client
 from jobplane.clouds.s3 import S3Store, s3_client
 from jobplane.clouds.sns import SnsNotifier
-from jobplane.notify import Notify
+from jobplane.deployment import Deployment as Env
 from jobplane.policy import Policy
-from jobplane.registry import Registry
 from jobplane.settings import Settings
 
 logger = Logger(service="jobplane")
 metrics = Metrics(namespace="jobplane", service="jobplane")
 
-_clients: dict[tuple[str | None, str | None], tuple[Any, Any]] = {}
+class Clients(NamedTuple):
+    s3: Any
+    ec2: Any
+
+
+# boto3 clients are reused across invocations, per region and endpoint (AWS_ENDPOINT_URL, which boto3 reads)
+_clients: dict[tuple[str | None, str | None], Clients] = {}
 _notifiers: dict[tuple[str, str | None], SnsNotifier] = {}
-NOTIFY_TOPIC = "JOBPLANE_NOTIFY_TOPIC"  # the stack's job-notification topic (ARN)
 
 
-@dataclass(frozen=True)
-class Env:
-    settings: Settings
-    registry: Registry
-    compute: Ec2Compute
-    policy: Policy
-    notify: Notify
+def _endpoint() -> str | None:
+    return os.environ.get("AWS_ENDPOINT_URL")
+
+
+def clients(settings: Settings) -> Clients:
+    where = (settings.region, _endpoint())
+    if where not in _clients:
+        _clients[where] = Clients(s3_client(settings.region), ec2_client(settings.region))
+    return _clients[where]
+
+
+def notifier(settings: Settings) -> SnsNotifier | None:
+    """The SNS topic JOBPLANE_NOTIFY_TOPIC names (a client in the topic's region), None without one."""
+    if not settings.notify_topic:
+        return None
+    key = (settings.notify_topic, _endpoint())
+    if key not in _notifiers:
+        _notifiers[key] = SnsNotifier(settings.notify_topic)
+    return _notifiers[key]
+
+
+def _compute(settings: Settings, policy: Policy) -> Ec2Compute:
+    return Ec2Compute(policy.aws, settings.region, clients(settings).ec2)
+
+
+ADAPTERS = deployment.Adapters(store=lambda settings: S3Store(settings.bucket, clients(settings).s3),
+                               compute=_compute, notifier=notifier)
 
 
 def environment() -> Env:
-    """Fresh per invocation (the policy may have changed); boto3 clients are reused across invocations. Every
-    transition to an end is announced on the notification topic by the run that made it."""
-    settings = Settings.from_env()
-    where = (settings.region, os.environ.get("AWS_ENDPOINT_URL"))
-    if where not in _clients:
-        _clients[where] = (s3_client(settings.region), ec2_client(settings.region))
-    s3, ec2 = _clients[where]
-    notify = Notify(notifier(where[1]), metrics)
-    registry = Registry(S3Store(settings.bucket, s3), settings.root, listeners=[notify.transition])
-    policy = registry.policy()
-    return Env(settings, registry, Ec2Compute(policy.aws, settings.region, ec2), policy, notify)
-
-
-def notifier(endpoint: str | None) -> SnsNotifier | None:
-    """The SNS topic JOBPLANE_NOTIFY_TOPIC names, None without one (notifications off)."""
-    topic = os.environ.get(NOTIFY_TOPIC)
-    if not topic:
-        return None
-    if (topic, endpoint) not in _notifiers:
-        _notifiers[topic, endpoint] = SnsNotifier(topic)  # a client in the topic's region
-    return _notifiers[topic, endpoint]
-
-
-def registry_key(event: dict[str, Any], settings: Settings) -> str | None:
-    """The registry-relative key of an EventBridge S3 "Object Created" event, or None if it is not ours."""
-    detail = event.get("detail") or {}
-    bucket = (detail.get("bucket") or {}).get("name")
-    key = (detail.get("object") or {}).get("key")
-    if bucket != settings.bucket or not isinstance(key, str):
-        return None
-    root = settings.root.strip("/")
-    if not root:
-        return key
-    return key.removeprefix(root + "/") if key.startswith(root + "/") else None
+    """Fresh per invocation (the policy may have changed)."""
+    return deployment.build(Settings.from_env(), ADAPTERS, metrics)

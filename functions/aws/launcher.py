@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from functions.aws import common
+from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, event_source
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from functions.aws import common, events
 from jobplane import drops, launcher
 from jobplane.registry import utcnow
 from jobplane.settings import Settings
@@ -12,12 +15,13 @@ from jobplane.settings import Settings
 
 @common.metrics.log_metrics
 @common.logger.inject_lambda_context(clear_state=True)
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    if event.get("detail-type") == "Scheduled Event":
+@event_source(data_class=EventBridgeEvent)
+def handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
+    if events.kind(event) == events.SCHEDULED:
         env = common.environment()
         return launcher.summary(launcher.backstop(env.registry, env.compute, now=utcnow(), metrics=common.metrics,
                                                   policy=env.policy))
-    key = common.registry_key(event, Settings.from_env())
+    key = events.registry_key(event, Settings.from_env())
     drop = drops.parse(key) if key else None
     if key is None or drop is None:
         return launcher.summary([launcher.Outcome(key or "", launcher.Result.IGNORED)])

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, event_source
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
 from functions.aws import common, events, metering
 from jobplane import reconcile
 from jobplane.registry import utcnow
@@ -11,15 +14,17 @@ from jobplane.registry import utcnow
 
 @common.metrics.log_metrics
 @common.logger.inject_lambda_context(clear_state=True)
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+@event_source(data_class=EventBridgeEvent)
+def handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
     env = common.environment()
-    detail = event.get("detail") or {}
     job = events.named_job(event, env.settings)
+    warning = events.ec2_event(event, events.SPOT_WARNING)
     with metering.api_calls(env):
-        if event.get("detail-type") == "EC2 Spot Instance Interruption Warning":
-            iid = str(detail.get("instance-id"))
-            result = reconcile.record_spot_warning(env.registry, env.compute, iid, now=utcnow(), detail=detail)
+        if warning is not None:
+            iid = warning.detail.instance_id
+            result = reconcile.record_spot_warning(env.registry, env.compute, iid, now=utcnow(),
+                                                   detail=warning.detail.raw_event)
             return {"instance_id": iid, "result": result}
         outcomes = reconcile.rerun(env.registry, env.compute, now=utcnow(), metrics=common.metrics,
-                                   policy=env.policy, dry_run=bool(event.get("dry_run")), jobs=[job] if job else [])
+                                   policy=env.policy, dry_run=events.flag(event, "dry_run"), jobs=[job] if job else [])
     return reconcile.summary(outcomes)

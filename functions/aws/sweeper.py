@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, event_source
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
 from functions.aws import common, events, metering
 from jobplane import reconcile
 from jobplane.registry import utcnow
@@ -11,14 +14,15 @@ from jobplane.registry import utcnow
 
 @common.metrics.log_metrics
 @common.logger.inject_lambda_context(clear_state=True)
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+@event_source(data_class=EventBridgeEvent)
+def handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
     env = common.environment()
-    detail = event.get("detail") or {}
     job = events.named_job(event, env.settings)
+    changed = events.ec2_event(event, events.STATE_CHANGE)
     with metering.api_calls(env):
         outcomes = reconcile.sweep(
             env.registry, env.compute, now=utcnow(), metrics=common.metrics, policy=env.policy,
-            dry_run=bool(event.get("dry_run")), force=bool(event.get("force")), jobs=[job] if job else [],
-            instance_ids=[detail["instance-id"]] if "instance-id" in detail else [], notify=env.notify,
+            dry_run=events.flag(event, "dry_run"), force=events.flag(event, "force"), jobs=[job] if job else [],
+            instance_ids=[changed.detail.instance_id] if changed else [], notify=env.notify,
         )
     return reconcile.summary(outcomes)

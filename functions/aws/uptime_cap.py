@@ -4,17 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from functions.aws import common, metering
+from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, event_source
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from functions.aws import common, events, metering
 from jobplane import reconcile
 from jobplane.registry import utcnow
 
 
 @common.metrics.log_metrics
 @common.logger.inject_lambda_context(clear_state=True)
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+@event_source(data_class=EventBridgeEvent)
+def handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
     env = common.environment()
     with metering.api_calls(env):
         outcomes = reconcile.uptime_cap(env.registry, env.compute, now=utcnow(), metrics=common.metrics,
-                                        policy=env.policy, dry_run=bool(event.get("dry_run")),
-                                        force=bool(event.get("force")))
+                                        policy=env.policy, dry_run=events.flag(event, "dry_run"),
+                                        force=events.flag(event, "force"))
     return reconcile.summary(outcomes)

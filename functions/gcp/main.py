@@ -16,28 +16,26 @@ import json
 import logging
 import os
 import sys
-from dataclasses import dataclass
 from typing import Any
 
 import flask
 import functions_framework
 from cloudevents.http import CloudEvent
 
-from jobplane import drops, keys, reconcile
+from jobplane import deployment, drops, keys, reconcile
 from jobplane import launcher as launching
 from jobplane.clouds.gcp import GceCompute
 from jobplane.clouds.gcs import GcsStore
 from jobplane.clouds.pubsub import PubSubNotifier
-from jobplane.notify import Notify
-from jobplane.policy import Policy
-from jobplane.registry import Registry, utcnow
+from jobplane.deployment import Deployment
+from jobplane.registry import utcnow
 from jobplane.settings import Settings
 from jobplane.telemetry import LogMetrics
 
 metrics = LogMetrics()
-_stores: dict[str, GcsStore] = {}
+# The GCS client and the Pub/Sub session are reused across invocations.
+_stores: dict[tuple[str, str | None], GcsStore] = {}
 _notifiers: dict[tuple[str, str | None], PubSubNotifier] = {}
-NOTIFY_TOPIC = "JOBPLANE_NOTIFY_TOPIC"  # projects/<project>/topics/<name>, made by infra/gcp
 
 
 class _CloudLoggingFormatter(logging.Formatter):
@@ -67,28 +65,30 @@ def _configure_logging() -> None:
 _configure_logging()
 
 
-@dataclass(frozen=True)
-class Env:
-    settings: Settings
-    registry: Registry
-    compute: GceCompute
-    policy: Policy
-    notify: Notify
+def _store(settings: Settings) -> GcsStore:
+    key = (settings.bucket, settings.project)
+    if key not in _stores:
+        _stores[key] = GcsStore(settings.bucket, project=settings.project)
+    return _stores[key]
 
 
-def environment() -> Env:
-    """Fresh per invocation (the policy may have changed); the GCS client and the Pub/Sub session are reused
-    across invocations. Every transition to an end is announced on the topic by the run that made it."""
-    settings = Settings.from_env()
-    if settings.bucket not in _stores:
-        _stores[settings.bucket] = GcsStore(settings.bucket)
-    topic, where = os.environ.get(NOTIFY_TOPIC), os.environ.get("PUBSUB_EMULATOR_HOST")
-    if topic and (topic, where) not in _notifiers:
-        _notifiers[topic, where] = PubSubNotifier(topic)
-    notify = Notify(_notifiers.get((topic, where)) if topic else None, metrics)
-    registry = Registry(_stores[settings.bucket], settings.root, listeners=[notify.transition])
-    policy = registry.policy()
-    return Env(settings, registry, GceCompute.from_env(policy.gcp), policy, notify)
+def _notifier(settings: Settings) -> PubSubNotifier | None:
+    """The topic JOBPLANE_NOTIFY_TOPIC names (projects/<project>/topics/<name>, made by infra/gcp), or None."""
+    if not settings.notify_topic:
+        return None
+    key = (settings.notify_topic, settings.pubsub_emulator)
+    if key not in _notifiers:
+        _notifiers[key] = PubSubNotifier(settings.notify_topic, emulator=settings.pubsub_emulator)
+    return _notifiers[key]
+
+
+ADAPTERS = deployment.Adapters(store=_store, notifier=_notifier,
+                               compute=lambda settings, policy: GceCompute.from_settings(settings, policy.gcp))
+
+
+def environment() -> Deployment:
+    """Fresh per invocation (the policy may have changed)."""
+    return deployment.build(Settings.from_env(), ADAPTERS, metrics)
 
 
 def registry_key(data: dict[str, Any], settings: Settings) -> str | None:

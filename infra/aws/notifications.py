@@ -10,7 +10,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subs
 from constructs import Construct
 
-NOTIFY_TOPIC_ENV = "JOBPLANE_NOTIFY_TOPIC"  # what functions.aws.common reads
+NOTIFY_TOPIC_ENV = "JOBPLANE_NOTIFY_TOPIC"  # what jobplane.settings reads for the functions
 
 
 class JobNotifications(Construct):

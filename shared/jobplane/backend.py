@@ -6,7 +6,6 @@ S3 and EC2, or GCS and Compute Engine. Every SDK is imported here lazily, only f
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -33,7 +32,7 @@ def _store(settings: Settings) -> ObjectStore:
     if settings.cloud == "gcp":
         from jobplane.clouds.gcs import GcsStore
 
-        return GcsStore(settings.bucket)
+        return GcsStore(settings.bucket, project=settings.project)
     from jobplane.clouds.s3 import S3Store, s3_client
 
     return S3Store(settings.bucket, s3_client(settings.region))
@@ -44,18 +43,15 @@ def registry(settings: Settings) -> Registry:
 
 
 def compute(settings: Settings, reg: Registry) -> Compute:
-    """The deployment's Compute adapter. On GCP the project is the policy's gcp.project, else
-    GOOGLE_CLOUD_PROJECT, and JOBPLANE_COMPUTE_ENDPOINT points it at a local fake."""
+    """The deployment's Compute adapter. On GCP the project is the policy's gcp.project, else the settings'
+    (GOOGLE_CLOUD_PROJECT), and their compute_endpoint (JOBPLANE_COMPUTE_ENDPOINT) points it at a local fake."""
     if settings.cloud == "gcp":
         from jobplane.clouds.gcp import GceCompute
 
-        placement = reg.policy().gcp
-        project = placement.project or os.environ.get("GOOGLE_CLOUD_PROJECT")
-        if not project or not settings.region:
-            raise BackendError("on GCP set GOOGLE_CLOUD_PROJECT (or the policy's gcp.project) and JOBPLANE_REGION "
-                               "(or --region)")
-        return GceCompute(project, settings.region, placement=placement,
-                          endpoint=os.environ.get("JOBPLANE_COMPUTE_ENDPOINT"))
+        try:
+            return GceCompute.from_settings(settings, reg.policy().gcp)
+        except ValueError as exc:
+            raise BackendError(f"{exc} (or --region)") from None
     from jobplane.clouds.aws import Ec2Compute
 
     return Ec2Compute(region=settings.region)

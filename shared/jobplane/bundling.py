@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import hashlib
-import os
 import platform
 import shutil
 import subprocess
@@ -213,19 +212,13 @@ def build_from_installed(out: Path, cloud: str) -> Variant:
         return pack(site, out / agent_bundle.file_name(cloud, python, arch), cloud, python, arch)
 
 
-def cache_dir() -> Path:
-    """Where builds that outlive a checkout are kept (bundles, the local cloud's images and wheels)."""
-    base = os.environ.get("JOBPLANE_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache",
-                                                     "jobplane")
-    return Path(base)
-
-
-def local_variant(cloud: str) -> tuple[Path, Variant]:
-    """This machine's bundle (path, manifest entry), built once per set of inputs and kept in the cache."""
+def local_variant(cloud: str, cache: Path) -> tuple[Path, Variant]:
+    """This machine's bundle (path, manifest entry), built once per set of inputs and kept under cache (the
+    local cloud's, jobplane.local.cache_dir)."""
     versions = [f"{d.metadata['Name']}=={d.version}" for d in _closure(REQUIREMENTS[cloud])]
     key = digest([cloud, sys.version, host_architecture(), *versions,
                   *(f"{p.relative_to(PACKAGE)}\n".encode() + p.read_bytes() for p in package_files(cloud))])
-    out = atomic_build(cache_dir() / "bundles" / key, lambda tmp: _write_single(tmp, cloud))
+    out = atomic_build(cache / "bundles" / key, lambda tmp: _write_single(tmp, cloud))
     (variant,) = agent_bundle.parse_manifest((out / agent_bundle.MANIFEST).read_bytes())
     return out / variant.name, variant
 

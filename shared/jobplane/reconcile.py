@@ -324,14 +324,13 @@ def job_named_by(key: str | None) -> str | None:
 
 
 # ---- the three reconcilers ---------------------------------------------------------------------------------
-def sweep(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, policy: Policy | None = None,
+def sweep(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, policy: Policy,
           dry_run: bool = False, force: bool = False, jobs: Collection[str] = (),
           instance_ids: Collection[str] = (), notify: Notify | None = None) -> list[Outcome]:
     """One sweep. `jobs` / `instance_ids` (from an exit-report or instance state-change event) are looked at
     closely even if their listings look healthy. `notify` publishes idle-GPU flags (a job's end is announced
     by the registry's transition listener)."""
     started = time.monotonic()
-    policy = policy or reg.policy()
     snap = listings(reg, compute)
     named = {i.job_id for i in snap.instances if i.id in instance_ids and i.job_id}
     snap = replace(snap, forced=frozenset({*jobs, *named}))
@@ -343,10 +342,9 @@ def sweep(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, p
     return outcomes
 
 
-def rerun(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, policy: Policy | None = None,
+def rerun(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, policy: Policy,
           dry_run: bool = False, jobs: Collection[str] = ()) -> list[Outcome]:
     """Relaunch (or fail) every preempted job, or just `jobs` when an event named them."""
-    policy = policy or reg.policy()
     marks = {job_id: PreemptedMark(job_id, at) for job_id, at in reg.preempted().items()
              if not jobs or job_id in jobs}
     # the cloud's listing, to check the markers against (job.json's instances cover VMs already gone)
@@ -357,9 +355,8 @@ def rerun(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, p
                  dry_run=dry_run or policy.safety.dry_run, policy=policy)
 
 
-def uptime_cap(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, policy: Policy | None = None,
+def uptime_cap(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, policy: Policy,
                dry_run: bool = False, force: bool = False) -> list[Outcome]:
-    policy = policy or reg.policy()
     snap = listings(reg, compute)
     snap = with_records(reg, snap, uptime_decide.needs_record(snap), exits=False)
     return apply(reg, compute, uptime_decide.decide(snap, now, policy, force=force), now=now, metrics=metrics,

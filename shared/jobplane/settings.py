@@ -1,20 +1,25 @@
-"""Where the registry is: read once from the environment by handlers, the CLI and the agent.
+"""What a deployment is configured with: read from the environment here, once, by the entry points (the
+functions, the CLI, the agent), and passed down as arguments; no other core module reads the environment.
 
 A registry is named by URL, `s3://bucket[/root]` or `gs://bucket[/root]`, whose scheme says the cloud; or by
 a bare bucket name, whose cloud comes from JOBPLANE_CLOUD (or the caller), AWS by default. The variables:
 
-    JOBPLANE_BUCKET      the registry: a URL or a bare bucket name
-    JOBPLANE_ROOT        the registry's prefix in the bucket, when the URL has no path
-    JOBPLANE_CLOUD       aws | gcp, for a bare bucket name
-    JOBPLANE_REGION      the deployment's region (on AWS, AWS_REGION / AWS_DEFAULT_REGION also serve)
-and per cloud, read by its adapters: AWS_ENDPOINT_URL (S3 and EC2 elsewhere than AWS, e.g. the local
-cloud's moto); GOOGLE_CLOUD_PROJECT, STORAGE_EMULATOR_HOST (GCS elsewhere than Google, anonymously) and
-JOBPLANE_COMPUTE_ENDPOINT (the Compute Engine API elsewhere than Google, anonymously).
+    JOBPLANE_BUCKET            the registry: a URL or a bare bucket name
+    JOBPLANE_ROOT              the registry's prefix in the bucket, when the URL has no path
+    JOBPLANE_CLOUD             aws | gcp, for a bare bucket name
+    JOBPLANE_REGION            the deployment's region (on AWS, AWS_REGION / AWS_DEFAULT_REGION also serve)
+    JOBPLANE_NOTIFY_TOPIC      the job-notification topic (an SNS ARN, or projects/<p>/topics/<t>); unset: off
+    GOOGLE_CLOUD_PROJECT       the GCP project (the policy's gcp.project wins for Compute Engine)
+    JOBPLANE_COMPUTE_ENDPOINT  the Compute Engine API elsewhere than Google (a local fake), anonymously
+    PUBSUB_EMULATOR_HOST       Pub/Sub elsewhere than Google (host:port), anonymously
+The SDKs read their own variables themselves: AWS_ENDPOINT_URL (S3 and EC2 elsewhere than AWS, e.g. the
+local cloud's moto) and STORAGE_EMULATOR_HOST (GCS elsewhere than Google, anonymously).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 CLOUDS = {"s3": "aws", "gs": "gcp"}  # URL scheme -> cloud
@@ -27,6 +32,10 @@ class Settings:
     root: str = ""
     region: str | None = None
     cloud: str = "aws"
+    notify_topic: str | None = None
+    project: str | None = None
+    compute_endpoint: str | None = None
+    pubsub_emulator: str | None = None
 
     @property
     def url(self) -> str:
@@ -34,21 +43,26 @@ class Settings:
         return f"{SCHEMES[self.cloud]}://{self.bucket}"
 
     @classmethod
-    def from_env(cls, bucket: str | None = None, cloud: str | None = None, region: str | None = None) -> Settings:
-        """bucket, cloud and region as given (the CLI's --bucket, --cloud, --region), else from the variables."""
-        named = bucket or os.environ.get("JOBPLANE_BUCKET", "")
+    def from_env(cls, bucket: str | None = None, cloud: str | None = None, region: str | None = None, *,
+                 environ: Mapping[str, str] | None = None) -> Settings:
+        """bucket, cloud and region as given (the CLI's --bucket, --cloud, --region), else from the variables
+        (of environ, else of this process)."""
+        env = (os.environ if environ is None else environ).get
+        named = bucket or env("JOBPLANE_BUCKET", "")
         if not named:
             raise RuntimeError("no registry bucket: set JOBPLANE_BUCKET or pass --bucket (s3://BUCKET or gs://BUCKET)")
         found, name, root = parse_registry(named)
         if found and cloud and cloud != found:
             raise RuntimeError(f"the registry {named} is on {found}, not {cloud}: drop --cloud or fix the URL")
-        cloud = found or cloud or os.environ.get("JOBPLANE_CLOUD") or "aws"
+        cloud = found or cloud or env("JOBPLANE_CLOUD") or "aws"
         if cloud not in SCHEMES:
             raise RuntimeError(f"unknown cloud {cloud!r} (JOBPLANE_CLOUD): use aws or gcp")
-        env = os.environ.get
         fallback = (env("AWS_REGION") or env("AWS_DEFAULT_REGION")) if cloud == "aws" else None
         return cls(bucket=name, root=root if root is not None else env("JOBPLANE_ROOT", ""),
-                   region=region or env("JOBPLANE_REGION") or fallback, cloud=cloud)
+                   region=region or env("JOBPLANE_REGION") or fallback, cloud=cloud,
+                   notify_topic=env("JOBPLANE_NOTIFY_TOPIC") or None, project=env("GOOGLE_CLOUD_PROJECT") or None,
+                   compute_endpoint=env("JOBPLANE_COMPUTE_ENDPOINT") or None,
+                   pubsub_emulator=env("PUBSUB_EMULATOR_HOST") or None)
 
 
 def parse_registry(named: str) -> tuple[str | None, str, str | None]:

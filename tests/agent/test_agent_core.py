@@ -3,6 +3,7 @@ or the power-off. The store is the real in-memory store, wrapped to fail writes 
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -60,7 +61,8 @@ def make_agent(store: FlakyStore, imds: FakeImds, tmp_path: Path, powered: list[
     config = AgentConfig(ml_root=tmp_path / "ml", log_interval=0.2, heartbeat_interval=0.2,
                          checkpoint_interval=0.3, poll_interval=0.2, retry_attempts=6, retry_pause=0.01,
                          **overrides)  # type: ignore[arg-type]
-    return Agent(Registry(store), Ec2Metadata(imds.url), config, power_off=lambda: powered.append("off"))
+    return Agent(Registry(store), Ec2Metadata(imds.url), config, environ=os.environ,
+                 power_off=lambda: powered.append("off"))
 
 
 def seed(reg: Registry, run: str, *, attempt: int = 1, cluster: bool = True) -> None:

@@ -4,6 +4,7 @@ the exit report, so the sweeper can tell an idle-GPU stop from the uptime cap's.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from datetime import UTC, datetime
@@ -67,7 +68,7 @@ def test_an_idle_rank_is_marked_with_its_heartbeats_and_an_idle_stop_is_reported
     config = AgentConfig(ml_root=tmp_path / "ml", log_interval=0.2, heartbeat_interval=0.2, poll_interval=0.2,
                          checkpoint_interval=0.3, retry_pause=0.01)
     with FakeImds(ImdsInstance("i-gpu", tags={TAG_JOB_ID: "gpu-job", TAG_ATTEMPT: "1"})) as imds:
-        agent = Agent(reg, Ec2Metadata(imds.url), config, power_off=lambda: None,
+        agent = Agent(reg, Ec2Metadata(imds.url), config, environ=os.environ, power_off=lambda: None,
                       gpu_utilization=lambda: readings[0])
         done: list[int] = []
         runner = threading.Thread(target=lambda: done.append(agent.run()), daemon=True)
@@ -107,7 +108,7 @@ def test_no_idle_policy_in_cluster_json_means_no_marks(tmp_path: Path) -> None:
                          checkpoint_interval=0.3, retry_pause=0.01)
     with FakeImds(ImdsInstance("i-cpu", tags={TAG_JOB_ID: "cpu-job", TAG_ATTEMPT: "1"})) as imds:
         started = time.monotonic()
-        assert Agent(reg, Ec2Metadata(imds.url), config, power_off=lambda: None,
+        assert Agent(reg, Ec2Metadata(imds.url), config, environ=os.environ, power_off=lambda: None,
                      gpu_utilization=lambda: 0.0).run() == 0
     assert time.monotonic() - started >= 1  # it ran for longer than a window would have been
     assert not [k for k, _, _ in reg.listing(keys.heartbeats_prefix("cpu-job")) if k.endswith(".idle")]

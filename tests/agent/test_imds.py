@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from jobplane.agent.cli import cloud_adapters, parse_args
 from jobplane.clouds.aws_imds import Ec2Metadata, MetadataError
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID
 from jobplane.local.imds import FakeImds, ImdsInstance
@@ -57,9 +58,10 @@ def test_identity_and_tags(imds: Imds) -> None:
     assert all(status in (200, 404) for _, _, status in imds.requests)
 
 
-def test_endpoint_from_environment(imds: Imds, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_agent_takes_the_endpoint_from_its_environment(imds: Imds, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds.url + "/")
-    assert Ec2Metadata().instance_id() == "i-0123456789abcdef0"
+    _, metadata = cloud_adapters(parse_args(["--cloud", "aws", "--bucket", "b", "--region", "us-east-1"]))
+    assert metadata.instance_id() == "i-0123456789abcdef0"
 
 
 def test_spot_notice_404_then_served(imds: Imds) -> None:

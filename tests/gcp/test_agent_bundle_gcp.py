@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from jobplane import bundling
+from jobplane.local import cache_dir
 from tests.helpers import foreign_sdk_imports, unwanted
 
 pytestmark = pytest.mark.timeout(300)
@@ -28,7 +29,7 @@ print(sorted({m.split(".")[0] for m in sys.modules} & {"boto3", "botocore", "aws
 
 
 def test_the_gcp_agent_bundle_ships_no_aws_adapter_or_fake_and_runs_alone(tmp_path: Path) -> None:
-    path, variant = bundling.local_variant("gcp")
+    path, variant = bundling.local_variant("gcp", cache_dir())
     assert variant.cloud == "gcp"
     with tarfile.open(path) as tar:
         names = tar.getnames()

@@ -12,6 +12,7 @@ import pytest
 from jobplane import bundling, keys
 from jobplane.bootstrap import render
 from jobplane.launcher import agent_source
+from jobplane.local import cache_dir
 from tests.gcp.conftest import BUCKET, GcpCloud
 from tests.gcp.fakes import MetadataFake
 from tests.helpers import run_bootstrap
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.timeout(180)
 def test_a_gce_vm_fetches_the_agent_with_its_own_token_and_reports_a_failed_boot(
         cloud: GcpCloud, tmp_path: Path) -> None:
     reg = cloud.registry
-    path, variant = bundling.local_variant("gcp")
+    path, variant = bundling.local_variant("gcp", cache_dir())
     reg.store.put(reg.key(keys.agent_file(variant.name)), path.read_bytes())
     arch = bundling.host_architecture()
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from jobplane.agent.cli import cloud_adapters, parse_args
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, TAG_MANAGED, LaunchRequest
 from jobplane.clouds.gce_metadata import GceMetadata, MetadataError
 from jobplane.clouds.gcp import GceCompute
@@ -38,9 +39,12 @@ def test_identity_tags_and_rank_from_the_name(server: MetadataFake) -> None:
     assert GceMetadata(server.base_url).rank() == 5  # an explicit attribute wins
 
 
-def test_base_url_comes_from_gce_metadata_host(server: MetadataFake, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_agent_takes_the_server_from_gce_metadata_host(server: MetadataFake,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GCE_METADATA_HOST", server.host)
-    assert GceMetadata().instance_id() == "us-central1-b/train-1-a2-0003"
+    _, metadata = cloud_adapters(parse_args(["--cloud", "gcp", "--bucket", "b"]))
+    assert metadata.instance_id() == "us-central1-b/train-1-a2-0003"
+    assert GceMetadata(host=server.host).instance_id() == "us-central1-b/train-1-a2-0003"
 
 
 def test_requests_without_the_flavor_header_are_refused(server: MetadataFake) -> None:

@@ -74,8 +74,8 @@ def test_idle_gpus_are_published_by_the_scheduled_sweeper(cloud: GcpCloud, pubsu
 def test_the_stand_in_refuses_what_pubsub_refuses(pubsub: FakePubSub) -> None:
     notice = Notice("jobplane: x SUCCEEDED", "x SUCCEEDED\n", {"job_id": "x", "state": "SUCCEEDED"})
     with pytest.raises(PubSubError, match="HTTP 404"):
-        PubSubNotifier(f"projects/{PROJECT}/topics/nobody-made-this").publish(notice)
-    PubSubNotifier(TOPIC).publish(notice)
+        PubSubNotifier(f"projects/{PROJECT}/topics/nobody-made-this", emulator=pubsub.host).publish(notice)
+    PubSubNotifier(TOPIC, emulator=pubsub.host).publish(notice)
     assert [m.attributes for m in pubsub.messages] == [{"job_id": "x", "state": "SUCCEEDED"}]
     with pytest.raises(ValueError, match="not a Pub/Sub topic"):
         PubSubNotifier("jobplane-jobs")

@@ -172,7 +172,8 @@ def test_spot_vm_gone_is_preempted_and_rerun_as_the_next_attempt(cloud: GcpCloud
     cloud.compute_fake.preempt(record.instances[0])  # no agent marker: the VM just vanished
     assert [p.instance_id for p in cloud.compute.preempted()] == record.instances
     metrics = CountingMetrics()
-    (lost,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(3), metrics=metrics)
+    (lost,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(3), metrics=metrics,
+                              policy=cloud.registry.policy())
     assert lost.action.rule == Rule.LOST_SPOT and cloud.registry.job("spot-gone").state == State.PREEMPTED
     assert [a["result"] for a in call("rerun")["actions"]] == ["applied"]
     after = cloud.registry.job("spot-gone")
@@ -226,9 +227,11 @@ def test_uptime_cap_asks_to_stop_then_times_out(cloud: GcpCloud) -> None:
     beat(cloud, record)
     call("sweeper")
     metrics = CountingMetrics()
-    (stop,) = reconcile.uptime_cap(cloud.registry, cloud.compute, now=later(55), metrics=metrics)
+    (stop,) = reconcile.uptime_cap(cloud.registry, cloud.compute, now=later(55), metrics=metrics,
+                                   policy=cloud.registry.policy())
     assert stop.action.rule == Rule.STOP and cloud.registry.get_json(keys.stop_request("runaway"))
-    (cap,) = reconcile.uptime_cap(cloud.registry, cloud.compute, now=later(61), metrics=metrics)
+    (cap,) = reconcile.uptime_cap(cloud.registry, cloud.compute, now=later(61), metrics=metrics,
+                                  policy=cloud.registry.policy())
     final = cloud.registry.job("runaway")
     assert cap.result == "applied" and final.state == State.TIMED_OUT and "1h" in (final.reason or "")
     assert vm_names(cloud) == [] and metrics.totals["Timeouts"] == 1
@@ -241,13 +244,17 @@ def test_orphan_is_deleted_after_the_grace_and_foreign_vms_are_untouched(cloud: 
     cloud.compute_fake.add_instance("us-central1-a", "not-managed", {
         "jobplane-managed": "false", "jobplane-job-id": "ghost"})
     metrics = CountingMetrics()
-    assert reconcile.sweep(cloud.registry, cloud.compute, now=later(5), metrics=metrics) == []
-    (orphan,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=metrics)
+    assert reconcile.sweep(cloud.registry, cloud.compute, now=later(5), metrics=metrics,
+                           policy=cloud.registry.policy()) == []
+    (orphan,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=metrics,
+                                policy=cloud.registry.policy())
     assert orphan.action.rule == Rule.ORPHAN and orphan.result == "applied"
     assert vm_names(cloud) == ["not-managed", "web-server"] and metrics.totals["OrphansTerminated"] == 1
     far = later(60 * 24 * 30)
-    assert reconcile.sweep(cloud.registry, cloud.compute, now=far, metrics=metrics, force=True) == []
-    assert reconcile.uptime_cap(cloud.registry, cloud.compute, now=far, metrics=metrics, force=True) == []
+    assert reconcile.sweep(cloud.registry, cloud.compute, now=far, metrics=metrics, force=True,
+                           policy=cloud.registry.policy()) == []
+    assert reconcile.uptime_cap(cloud.registry, cloud.compute, now=far, metrics=metrics, force=True,
+                                policy=cloud.registry.policy()) == []
 
 
 def test_silent_job_is_stalled_and_deleted(cloud: GcpCloud) -> None:
@@ -255,7 +262,8 @@ def test_silent_job_is_stalled_and_deleted(cloud: GcpCloud) -> None:
     beat(cloud, record)
     call("sweeper")
     metrics = CountingMetrics()
-    (stalled,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(6), metrics=metrics)
+    (stalled,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(6), metrics=metrics,
+                                 policy=cloud.registry.policy())
     assert stalled.action.rule == Rule.STALLED and cloud.registry.job("quiet").state == State.STALLED
     assert vm_names(cloud) == [] and metrics.totals["Stalls"] == 1
 

@@ -23,6 +23,7 @@ from jobplane.bootstrap import MAX_USER_DATA, AgentSource, Fetch, render, render
 from jobplane.clouds.base import NotFound
 from jobplane.clouds.s3 import S3Store, s3_client
 from jobplane.launcher import agent_source
+from jobplane.local import cache_dir
 from jobplane.policy import DEFAULT_POLICY
 from jobplane.records import BootFailure
 from jobplane.registry import Registry
@@ -117,7 +118,7 @@ def registry(moto_endpoint: str) -> Registry:
     store = S3Store("boot-bucket", s3_client("us-east-1"))
     store.client.create_bucket(Bucket="boot-bucket")
     reg = Registry(store, "team")
-    path, variant = bundling.local_variant("aws")
+    path, variant = bundling.local_variant("aws", cache_dir())
     reg.store.put(reg.key(keys.agent_file(variant.name)), path.read_bytes())
     reg.store.put(reg.key(keys.agent_file(agent_bundle.MANIFEST)), agent_bundle.manifest([variant]))
     return reg

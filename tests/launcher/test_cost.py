@@ -71,7 +71,8 @@ def finish(cloud: Cloud, job_id: str, code: int, at: datetime) -> JobRecord:
     for rank in range(record.spec.num_nodes):
         cloud.registry.put_json(keys.exit_report(job_id, record.attempt, rank),
                                 records.ExitReport(code=code, instance_id=record.instances[rank]).body())
-    reconcile.sweep(cloud.registry, cloud.compute, now=at, metrics=CountingMetrics(), jobs=[job_id])
+    reconcile.sweep(cloud.registry, cloud.compute, now=at, metrics=CountingMetrics(), jobs=[job_id],
+                    policy=cloud.registry.policy())
     return cloud.registry.job(job_id)
 
 

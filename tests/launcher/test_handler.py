@@ -13,17 +13,17 @@ from typing import Any
 import pytest
 
 from jobplane import keys
+from jobplane.local import triggers
 from jobplane.registry import Registry
 from jobplane.states import State
 from tests.helpers import LambdaContext, publish_agent_manifest
-from tests.launcher.conftest import BUCKET, Cloud
+from tests.launcher.conftest import BUCKET, REGION, Cloud
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def object_created(key: str, bucket: str = BUCKET) -> dict[str, Any]:
-    return {"version": "0", "source": "aws.s3", "detail-type": "Object Created",
-            "detail": {"bucket": {"name": bucket}, "object": {"key": key, "size": 10}}}
+    return triggers.object_created(bucket, key, 10, REGION)
 
 
 def outcome(result: dict[str, Any]) -> str:
@@ -32,7 +32,7 @@ def outcome(result: dict[str, Any]) -> str:
     return str(said["result"])
 
 
-SCHEDULED = {"version": "0", "source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}
+SCHEDULED = triggers.scheduled("launcher", REGION)
 SPEC = "instance_type: t3.micro\nrun: python train.py\n"
 
 

@@ -83,17 +83,16 @@ def test_notifications_the_topic_delivers_are_one_line_each(reg: Registry) -> No
 
 
 def test_the_local_gcp_topic_receives_what_the_functions_publish_and_refuses_what_pubsub_would(
-        reg: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+        reg: Registry) -> None:
     reg.create_job("demo-2", parse_spec("instance_type: e2-small\nrun: x\n", "demo-2"))
     done = reg.transition("demo-2", State.CANCELLED, reason="cancelled by the user before it started")
     with PubSubTopic("projects/p/topics/jobs") as topic:
-        monkeypatch.setenv("PUBSUB_EMULATOR_HOST", topic.address)
-        PubSubNotifier("projects/p/topics/jobs").publish(ended(done, done.updated_at))
+        PubSubNotifier("projects/p/topics/jobs", emulator=topic.address).publish(ended(done, done.updated_at))
         (data,) = topic.pull()
         assert topic.pull() == []
         with pytest.raises(PubSubError, match="HTTP 404"):
-            PubSubNotifier("projects/p/topics/other").publish(ended(done, done.updated_at))
-        refused = PubSubNotifier("projects/p/topics/jobs").session.post(
+            PubSubNotifier("projects/p/topics/other", emulator=topic.address).publish(ended(done, done.updated_at))
+        refused = PubSubNotifier("projects/p/topics/jobs", emulator=topic.address).session.post(
             f"http://{topic.address}/v1/projects/p/topics/jobs:publish", json={"messages": [{}]}, timeout=30)
         assert refused.status_code == 400 and refused.json()["error"]["status"] == "INVALID_ARGUMENT"
         assert topic.pull() == []

@@ -202,7 +202,8 @@ def test_five_overlapping_rerun_invocations_launch_exactly_one_attempt(cloud, st
 
     def invoke(reg_: Registry, compute: Ec2Compute) -> None:
         go.wait(90)
-        results.append(reconcile.rerun(reg_, compute, now=utcnow(), metrics=CountingMetrics(), jobs=[job_id]))
+        results.append(reconcile.rerun(reg_, compute, now=utcnow(), metrics=CountingMetrics(), jobs=[job_id],
+                                       policy=reg_.policy()))
 
     threads = [threading.Thread(target=invoke, args=pair) for pair in invocations]
     for t in threads:

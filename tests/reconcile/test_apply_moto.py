@@ -72,14 +72,16 @@ ORPHAN = {TAG_MANAGED: "true", TAG_JOB_ID: "ghost"}
 def test_lifecycle_started_then_healthy_then_finished(cloud: Cloud) -> None:  # noqa: F811
     record = launch(cloud, "train")
     beat(cloud, record)
-    (started,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics)
+    (started,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics,
+                                 policy=cloud.registry.policy())
     assert started.action.rule == Rule.STARTED and started.result == "applied"
     assert cloud.registry.job("train").state == State.RUNNING
     assert [k for k, _, _ in cloud.registry.listing(keys.LIMITS)] == ["limits/train/1/nodes-1.stall-1800.cap-86400"]
 
     gets: list[str] = []
     cloud.s3.meta.events.register("before-call.s3.GetObject", lambda params, **_: gets.append(params["url_path"]))
-    assert reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics) == []
+    assert reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics,
+                           policy=cloud.registry.policy()) == []
     assert not [g for g in gets if g.endswith("/job.json")], "a healthy job costs the sweep no GET"
 
     # Every VM may write any job's facts: another job's VM "finishes" and "preempts" this one. Ignored, with
@@ -101,7 +103,8 @@ def test_lifecycle_started_then_healthy_then_finished(cloud: Cloud) -> None:  # 
 
     report_exit(cloud, record, 0)  # the job's own agent: that report counts
     event_job = reconcile.job_named_by(keys.exit_report("train", 1, 0))
-    (done,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=[event_job])
+    (done,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=[event_job],
+                              policy=cloud.registry.policy())
     assert done.action.rule == Rule.FINISHED and done.result == "applied"
     final = cloud.registry.job("train")
     assert final.state == State.SUCCEEDED and final.exit_code == 0
@@ -115,10 +118,12 @@ def test_dry_run_applies_nothing(cloud: Cloud) -> None:  # noqa: F811
     record = launch(cloud, "stuck")  # LAUNCHING, never beats: boot timeout
     before = cloud.registry.job("stuck")
 
-    outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=later(60), metrics=cloud.metrics, dry_run=True)
+    outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=later(60), metrics=cloud.metrics, dry_run=True,
+                               policy=cloud.registry.policy())
     cloud.set_policy(f"aws:\n  default_image: {cloud.image}\nsafety:\n  dry_run: true\n"
                      "  max_terminations_percent: 100\n")
-    outcomes += reconcile.uptime_cap(cloud.registry, cloud.compute, now=later(60 * 24 * 8), metrics=cloud.metrics)
+    outcomes += reconcile.uptime_cap(cloud.registry, cloud.compute, now=later(60 * 24 * 8), metrics=cloud.metrics,
+                                     policy=cloud.registry.policy())
 
     assert {o.action.rule for o in outcomes} == {Rule.ORPHAN, Rule.BOOT_RETRY, Rule.TIMED_OUT, Rule.CAP_NO_JOB}
     assert {o.result for o in outcomes} == {reconcile.Result.DRY_RUN}
@@ -132,12 +137,14 @@ def test_blast_radius_stops_a_mass_termination(cloud: Cloud) -> None:  # noqa: F
                      "  max_terminations_percent: 100\n")
     orphans = run_raw(cloud, 5, ORPHAN)
 
-    outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=cloud.metrics)
+    outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=cloud.metrics,
+                               policy=cloud.registry.policy())
 
     assert sorted(o.result for o in outcomes) == ["applied"] * 2 + ["refused"] * 3
     assert sum(states(cloud)[i] in ("pending", "running") for i in orphans) == 3
     assert cloud.metrics.totals["BlastRadiusRefusals"] == 3 and cloud.metrics.totals["OrphansTerminated"] == 2
-    forced = reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=cloud.metrics, force=True)
+    forced = reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=cloud.metrics, force=True,
+                             policy=cloud.registry.policy())
     assert [o.result for o in forced] == ["applied"] * 3 and not any(
         states(cloud)[i] in ("pending", "running") for i in orphans)
 
@@ -167,16 +174,20 @@ def test_refusals_and_terminations_go_into_the_history_of_jobs_that_have_one(clo
 def test_untagged_and_unmanaged_instances_are_untouched(cloud: Cloud) -> None:  # noqa: F811
     foreign = run_raw(cloud) + run_raw(cloud, tags={TAG_MANAGED: "false", TAG_JOB_ID: "ghost"})
     far = later(60 * 24 * 30)
-    outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=far, metrics=cloud.metrics, force=True)
-    outcomes += reconcile.uptime_cap(cloud.registry, cloud.compute, now=far, metrics=cloud.metrics, force=True)
+    outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=far, metrics=cloud.metrics, force=True,
+                               policy=cloud.registry.policy())
+    outcomes += reconcile.uptime_cap(cloud.registry, cloud.compute, now=far, metrics=cloud.metrics, force=True,
+                                     policy=cloud.registry.policy())
     assert outcomes == [] and alive(cloud, foreign)
 
 
 def test_orphan_terminated_only_after_the_grace(cloud: Cloud) -> None:  # noqa: F811
     (orphan,) = run_raw(cloud, tags=ORPHAN)
-    assert reconcile.sweep(cloud.registry, cloud.compute, now=later(5), metrics=cloud.metrics) == []
+    assert reconcile.sweep(cloud.registry, cloud.compute, now=later(5), metrics=cloud.metrics,
+                           policy=cloud.registry.policy()) == []
     assert alive(cloud, [orphan])
-    (out,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=cloud.metrics)
+    (out,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=cloud.metrics,
+                             policy=cloud.registry.policy())
     assert out.action.rule == Rule.ORPHAN and out.result == "applied" and not alive(cloud, [orphan])
     assert cloud.metrics.totals["OrphansTerminated"] == 1
 
@@ -188,7 +199,7 @@ def test_past_attempt_instances_are_orphans_and_protected_ones_stay(cloud: Cloud
     cloud.ec2.modify_instance_attribute(InstanceId=kept[0], DisableApiTermination={"Value": True})
     record = launch(cloud, "train")  # attempt 1 by the registry: the raw ones carry attempt 1 too...
     cloud.registry.transition("train", State.LAUNCHING, expect={State.LAUNCHING}, attempt=2)  # ...now past
-    reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=cloud.metrics)
+    reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=cloud.metrics, policy=cloud.registry.policy())
     got = states(cloud)
     assert got[old[0]] not in ("pending", "running") and got[kept[0]] in ("pending", "running")
     assert got[record.instances[0]] not in ("pending", "running")  # attempt 1's own VM, also past
@@ -204,7 +215,8 @@ def test_overlapping_reruns_launch_one_attempt(cloud: Cloud) -> None:  # noqa: F
 
     def run() -> None:
         barrier.wait()
-        results.append(reconcile.rerun(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics))
+        results.append(reconcile.rerun(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics,
+                                       policy=cloud.registry.policy()))
 
     threads = [threading.Thread(target=run) for _ in range(5)]
     for t in threads:
@@ -223,23 +235,28 @@ def test_overlapping_reruns_launch_one_attempt(cloud: Cloud) -> None:  # noqa: F
 def test_lost_spot_rank_is_torn_down_and_rerun(cloud: Cloud) -> None:  # noqa: F811
     record = launch(cloud, "pair", SPEC + "spot: true\nnum_nodes: 2\n")
     beat(cloud, record)
-    reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics)  # -> RUNNING
+    reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics,
+                    policy=cloud.registry.policy())  # -> RUNNING
     cloud.ec2.terminate_instances(InstanceIds=[record.instances[1]])
 
-    (lost,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(3), metrics=cloud.metrics)
+    (lost,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(3), metrics=cloud.metrics,
+                              policy=cloud.registry.policy())
     assert lost.action.rule == Rule.LOST_SPOT and lost.result == "applied"
     assert cloud.registry.job("pair").state == State.PREEMPTED and not alive(cloud, record.instances[:1])
     assert list(cloud.registry.preempted()) == ["pair"]
-    assert reconcile.sweep(cloud.registry, cloud.compute, now=later(4), metrics=cloud.metrics) == [], \
+    assert reconcile.sweep(cloud.registry, cloud.compute, now=later(4), metrics=cloud.metrics,
+                           policy=cloud.registry.policy()) == [], \
         "a PREEMPTED job with its marker is rerun's: the sweep leaves it (and its marker) alone"
 
-    (rerun,) = reconcile.rerun(cloud.registry, cloud.compute, now=later(3), metrics=cloud.metrics, jobs=["pair"])
+    (rerun,) = reconcile.rerun(cloud.registry, cloud.compute, now=later(3), metrics=cloud.metrics, jobs=["pair"],
+                               policy=cloud.registry.policy())
     assert rerun.result == "applied" and cloud.registry.job("pair").attempt == 2 and cloud.registry.preempted() == {}
 
 
 def test_boot_timeout_retries_as_a_restart(cloud: Cloud) -> None:  # noqa: F811
     record = launch(cloud, "slow")
-    (retry,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(16), metrics=cloud.metrics)
+    (retry,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(16), metrics=cloud.metrics,
+                               policy=cloud.registry.policy())
     assert retry.action.rule == Rule.BOOT_RETRY and retry.result == "applied"
     after = cloud.registry.job("slow")
     assert after.attempt == 2 and after.restarts == 1 and after.state == State.LAUNCHING
@@ -249,8 +266,10 @@ def test_boot_timeout_retries_as_a_restart(cloud: Cloud) -> None:  # noqa: F811
 def test_stalled_job_is_marked_and_terminated(cloud: Cloud) -> None:  # noqa: F811
     record = launch(cloud, "quiet", SPEC + "stall_timeout: 5m\n")
     beat(cloud, record)
-    reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics)  # -> RUNNING + limits
-    (stalled,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(6), metrics=cloud.metrics)
+    reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics,
+                    policy=cloud.registry.policy())  # -> RUNNING + limits
+    (stalled,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(6), metrics=cloud.metrics,
+                                 policy=cloud.registry.policy())
     assert stalled.action.rule == Rule.STALLED and cloud.registry.job("quiet").state == State.STALLED
     assert not alive(cloud, record.instances) and cloud.metrics.totals["Stalls"] == 1
 
@@ -258,10 +277,12 @@ def test_stalled_job_is_marked_and_terminated(cloud: Cloud) -> None:  # noqa: F8
 def test_uptime_cap_stops_then_times_out(cloud: Cloud) -> None:  # noqa: F811
     record = launch(cloud, "long", SPEC + "max_runtime: 1h\n")
     beat(cloud, record)
-    reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics)
-    (stop,) = reconcile.uptime_cap(cloud.registry, cloud.compute, now=later(55), metrics=cloud.metrics)
+    reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, policy=cloud.registry.policy())
+    (stop,) = reconcile.uptime_cap(cloud.registry, cloud.compute, now=later(55), metrics=cloud.metrics,
+                                   policy=cloud.registry.policy())
     assert stop.action.rule == Rule.STOP and cloud.registry.get_json(keys.stop_request("long"))["by"] == "uptime-cap"
-    (cap,) = reconcile.uptime_cap(cloud.registry, cloud.compute, now=later(61), metrics=cloud.metrics)
+    (cap,) = reconcile.uptime_cap(cloud.registry, cloud.compute, now=later(61), metrics=cloud.metrics,
+                                  policy=cloud.registry.policy())
     final = cloud.registry.job("long")
     assert cap.result == "applied" and final.state == State.TIMED_OUT and final.reason == "uptime cap 1h reached"
     assert not alive(cloud, record.instances) and cloud.metrics.totals["Timeouts"] == 1
@@ -273,21 +294,25 @@ def test_uptime_cap_stops_then_times_out(cloud: Cloud) -> None:  # noqa: F811
 def test_a_stop_on_match_stops_the_peers_then_fails_the_job_without_a_rerun(cloud: Cloud) -> None:  # noqa: F811
     record = launch(cloud, "nan", SPEC + "num_nodes: 2\nspot: true\nstop_on: {nan: true}\n")
     beat(cloud, record)
-    reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics)  # -> RUNNING
+    reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics,
+                    policy=cloud.registry.policy())  # -> RUNNING
     why = 'loss became nan at step 40: "step 40 loss nan"'
     report_exit(cloud, record, 0, reason="early-stop", error=why)
-    (ask,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=["nan"])
+    (ask,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=["nan"],
+                             policy=cloud.registry.policy())
     assert ask.action.rule == Rule.STOP_PEERS and ask.result == "applied"
     assert cloud.registry.get_json(keys.stop_request("nan"))["by"] == "sweeper"
     assert cloud.registry.job("nan").state == State.RUNNING and alive(cloud, record.instances)
 
     report_exit(cloud, record, 143, rank=1, reason="stopped")
-    (failed,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=["nan"])
+    (failed,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=["nan"],
+                                policy=cloud.registry.policy())
     final = cloud.registry.job("nan")
     assert failed.action.rule == Rule.EARLY_STOP and final.state == State.FAILED and final.attempt == 1
     assert final.reason == f"stopped: {why} (rank 0)" and final.exit_code == 0
     assert not alive(cloud, record.instances) and cloud.registry.preempted() == {}
-    assert reconcile.rerun(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics) == []
+    assert reconcile.rerun(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics,
+                           policy=cloud.registry.policy()) == []
 
 
 def test_a_failed_rank_ends_a_multi_node_attempt_at_once(cloud: Cloud) -> None:  # noqa: F811
@@ -324,7 +349,8 @@ def test_a_vm_whose_agent_never_started_leaves_its_console_output_in_the_logs(
     (instance_id,) = record.instances
     (tmp_path / instance_id).mkdir()
     (tmp_path / instance_id / "console.log").write_text("jobplane-bootstrap: FAILED: no python3 on this image\n")
-    (failed,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(16), metrics=cloud.metrics)
+    (failed,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(16), metrics=cloud.metrics,
+                                policy=cloud.registry.policy())
     assert failed.action.rule == Rule.BOOT_FAILED and failed.result == "applied"
     assert "`jobplane logs silent --attempt 1`" in cloud.registry.job("silent").reason
     saved = cloud.registry.get_bytes(keys.console_log("silent", 1, 0)).decode()

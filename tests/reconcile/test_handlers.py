@@ -12,20 +12,21 @@ import pytest
 
 from functions.aws import rerun, sweeper, uptime_cap
 from jobplane import keys
+from jobplane.local import triggers
+from jobplane.local.ec2_runner import spot_warning, state_change
 from jobplane.states import State
 from tests.helpers import LambdaContext as Context
-from tests.launcher.conftest import BUCKET, Cloud, cloud  # noqa: F401  (the shared moto fixture)
+from tests.launcher.conftest import BUCKET, REGION, Cloud, cloud  # noqa: F401  (the shared moto fixture)
 from tests.reconcile.test_apply_moto import SPEC, beat, launch, report_exit
 
 pytestmark = pytest.mark.timeout(120)
 
 
-SCHEDULED = {"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}}
+SCHEDULED = triggers.scheduled("sweeper", REGION)
 
 
 def created(key: str) -> dict[str, Any]:
-    return {"detail-type": "Object Created", "source": "aws.s3",
-            "detail": {"bucket": {"name": BUCKET}, "object": {"key": key}}}
+    return triggers.object_created(BUCKET, key, 10, REGION)
 
 
 def rules(result: dict[str, Any]) -> list[tuple[str, str | None, str]]:
@@ -55,8 +56,7 @@ def test_sweeper_cron_then_exit_report_event(cloud: Cloud, capsys: pytest.Captur
 def test_sweeper_state_change_event_and_dry_run(cloud: Cloud) -> None:  # noqa: F811
     record = launch(cloud, "train")
     beat(cloud, record)
-    event = {"detail-type": "EC2 Instance State-change Notification", "source": "aws.ec2",
-             "detail": {"instance-id": record.instances[0], "state": "running"}, "dry_run": True}
+    event = triggers.ec2(state_change(record.instances[0], "running"), REGION) | {"dry_run": True}
     assert rules(sweeper.handler(event, Context())) == [("started", "train", "dry-run")]
     assert cloud.registry.job("train").state == State.LAUNCHING
 
@@ -64,8 +64,7 @@ def test_sweeper_state_change_event_and_dry_run(cloud: Cloud) -> None:  # noqa: 
 def test_rerun_records_a_spot_warning_then_reruns_on_the_marker(cloud: Cloud) -> None:  # noqa: F811
     record = launch(cloud, "spotty", SPEC + "spot: true\n")
     iid = record.instances[0]
-    warning = {"detail-type": "EC2 Spot Instance Interruption Warning", "source": "aws.ec2",
-               "detail": {"instance-id": iid, "instance-action": "terminate"}}
+    warning = triggers.ec2(spot_warning(iid), REGION)
     assert rerun.handler(warning, Context()) == {"instance_id": iid, "result": "recorded"}
     cloud.registry.mark_preempted("spotty", {"attempt": 1, "rank": 0, "instance_id": iid})
     assert rules(rerun.handler(created(keys.preempted_marker("spotty")), Context())) == [

@@ -16,6 +16,7 @@ from jobplane import keys, reconcile
 from jobplane.decide import sweep as sweep_decide
 from jobplane.notify import Notify
 from jobplane.registry import Registry, utcnow
+from jobplane.settings import Settings
 from jobplane.states import State
 from jobplane.telemetry import CountingMetrics
 from tests.helpers import LambdaContext as Context
@@ -49,7 +50,7 @@ class Inbox:
 @pytest.fixture
 def inbox(cloud: Cloud, monkeypatch: pytest.MonkeyPatch) -> Iterator[Inbox]:  # noqa: F811
     box = Inbox()
-    monkeypatch.setenv(common.NOTIFY_TOPIC, box.topic)
+    monkeypatch.setenv("JOBPLANE_NOTIFY_TOPIC", box.topic)
     common._notifiers.clear()
     yield box
     common._notifiers.clear()
@@ -113,7 +114,7 @@ def test_idle_gpus_are_announced_once_per_attempt(cloud: Cloud, inbox: Inbox) ->
 
 def test_overlapping_reconcilers_announce_an_end_exactly_once(cloud: Cloud, inbox: Inbox) -> None:  # noqa: F811
     report_exit(cloud, launch(cloud, "raced"), 0)
-    notify = Notify(common.notifier(None), CountingMetrics())
+    notify = Notify(common.notifier(Settings.from_env()), CountingMetrics())
     runs = []
     for _ in range(3):  # three runs that listed and decided before any of them applied
         reg = Registry(cloud.registry.store, listeners=[notify.transition])

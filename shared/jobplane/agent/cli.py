@@ -7,7 +7,7 @@ through the unchanged bootstrap script:
   --job, --attempt   JOBPLANE_JOB_ID, JOBPLANE_ATTEMPT (else the instance's jobplane:job-id / :attempt tags)
   --ml-root          JOBPLANE_ML_ROOT (/opt/ml)
   --poweroff-cmd     JOBPLANE_POWEROFF_CMD ("shutdown -h now": on a VM that terminates it)
-  --metadata-url     (else AWS_EC2_METADATA_SERVICE_ENDPOINT on EC2)
+  --metadata-url     (else AWS_EC2_METADATA_SERVICE_ENDPOINT on EC2, GCE_METADATA_HOST on GCE)
   --log-interval, --heartbeat-interval, --checkpoint-interval, --poll-interval, --stop-grace,
   --cluster-timeout, --checkpoint-settle
                      JOBPLANE_AGENT_<FLAG NAME IN CAPITALS> (10, 30, 60, 5, spec, 900, 2 seconds)
@@ -71,19 +71,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def cloud_adapters(args: argparse.Namespace) -> tuple[Callable[[str], ObjectStore], Metadata]:
     """(bucket -> store, metadata) for the cloud; SDKs are imported only for the cloud in use."""
+    env = os.environ.get
     if args.cloud == "gcp":
         try:
-            from jobplane.clouds.gce_metadata import GceMetadata
+            from jobplane.clouds.gce_metadata import HOST_ENV, GceMetadata
         except ImportError as exc:
             raise SystemExit(f"jobplane.agent: GCE metadata client unavailable ({exc})") from None
         from jobplane.clouds.gcs import GcsStore
 
-        return GcsStore, GceMetadata(args.metadata_url)
-    from jobplane.clouds.aws_imds import Ec2Metadata
+        project = env("GOOGLE_CLOUD_PROJECT")
+        return (lambda bucket: GcsStore(bucket, project=project)), GceMetadata(args.metadata_url, host=env(HOST_ENV))
+    from jobplane.clouds.aws_imds import ENDPOINT_ENV, Ec2Metadata
     from jobplane.clouds.s3 import S3Store, s3_client
 
     client = s3_client(args.region)
-    return (lambda bucket: S3Store(bucket, client)), Ec2Metadata(args.metadata_url)
+    return (lambda bucket: S3Store(bucket, client)), Ec2Metadata(args.metadata_url or env(ENDPOINT_ENV))
 
 
 def command_power_off(command: str) -> Callable[[], None]:
@@ -111,8 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"jobplane.agent: {exc}") from None
     stores, metadata = cloud_adapters(args)
     registry = Registry(stores(args.bucket), args.root)
-    agent = Agent(registry, metadata, config, power_off=command_power_off(args.poweroff_cmd), stores=stores,
-                  console=sys.stdout.buffer)
+    agent = Agent(registry, metadata, config, environ=os.environ, power_off=command_power_off(args.poweroff_cmd),
+                  stores=stores, console=sys.stdout.buffer)
     for sig in (signal.SIGTERM, signal.SIGINT):  # the VM shutting down (or ^C): stop the job, sync, report
         signal.signal(sig, agent.on_signal)
     return agent.run()

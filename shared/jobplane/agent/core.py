@@ -23,7 +23,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
@@ -146,11 +146,12 @@ class _Run:
 
 
 class Agent:
-    def __init__(self, registry: Registry, metadata: Metadata, config: AgentConfig, *,
+    def __init__(self, registry: Registry, metadata: Metadata, config: AgentConfig, *, environ: Mapping[str, str],
                  power_off: Callable[[], None], stores: Callable[[str], ObjectStore] | None = None,
                  console: BinaryIO | None = None,
                  gpu_utilization: Callable[[], float | None] = gpu.gpu_utilization) -> None:
         self.reg, self.md, self.cfg = registry, metadata, config
+        self.environ = environ  # the agent's own environment (its entry point's), the base of the user's
         self.gpu_utilization = gpu_utilization
         self._idle: IdleMeter | None = None  # set once cluster.json says the policy watches idle GPUs
         self.power_off = power_off
@@ -298,7 +299,8 @@ class Agent:
         lay.resource_config.write_text(json.dumps(resource_config(cluster, run.rank), indent=1))
         lay.hyperparameters.write_text(json.dumps(hyperparameters_file(spec), indent=1))
         return user_env(spec=spec, job_id=run.job_id, attempt=run.attempt, rank=run.rank, cluster=cluster,
-                        layout=lay, num_gpus=gpu.gpu_count(), num_cpus=os.cpu_count() or 1, base=_user_base_env())
+                        layout=lay, num_gpus=gpu.gpu_count(), num_cpus=os.cpu_count() or 1,
+                        base=_user_base_env(self.environ))
 
     def _requirements(self, run: _Run, spec: JobSpec, env: dict[str, str]) -> Outcome | None:
         """As on SageMaker: a requirements.txt in the code is installed before `setup`, with uv, into a job
@@ -611,10 +613,10 @@ def _uv() -> str:
         return shutil.which("uv") or "uv"
 
 
-def _user_base_env() -> dict[str, str]:
+def _user_base_env(environ: Mapping[str, str]) -> dict[str, str]:
     """The agent's environment for the user's processes, less the bundle's PYTHONPATH entry: the agent's
     packages (pydantic, boto3...) must not shadow the job's own."""
-    env = dict(os.environ)
+    env = dict(environ)
     kept = [p for p in env.pop("PYTHONPATH", "").split(os.pathsep) if p and os.path.realpath(p) != AGENT_SITE]
     if kept:
         env["PYTHONPATH"] = os.pathsep.join(kept)

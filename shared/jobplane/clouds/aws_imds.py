@@ -9,14 +9,13 @@ who it is, and botocore's IMDSFetcher ignores AWS_EC2_METADATA_SERVICE_ENDPOINT 
 from __future__ import annotations
 
 import json
-import os
 import time
 import urllib.error
 import urllib.request
 from urllib.parse import quote
 
 DEFAULT_ENDPOINT = "http://169.254.169.254"
-ENDPOINT_ENV = "AWS_EC2_METADATA_SERVICE_ENDPOINT"
+ENDPOINT_ENV = "AWS_EC2_METADATA_SERVICE_ENDPOINT"  # read by the agent's entry point (agent/cli.py)
 TOKEN_TTL = 21600  # seconds; the maximum IMDS allows
 _REFRESH_MARGIN = 60  # fetch a new token this long before the old one expires
 # IMDS is link-local: never send it through an HTTP(S)_PROXY from the environment.
@@ -30,13 +29,13 @@ class MetadataError(Exception):
 class Ec2Metadata:
     """The Metadata protocol (clouds/base.py) over IMDSv2.
 
-    base_url: explicit endpoint, else $AWS_EC2_METADATA_SERVICE_ENDPOINT, else the link-local address.
+    base_url: an explicit endpoint (the agent passes $AWS_EC2_METADATA_SERVICE_ENDPOINT), else the link-local one.
     Timeouts are short and retries few: IMDS answers in milliseconds or not at all, and the agent polls.
     """
 
     def __init__(self, base_url: str | None = None, *, timeout: float = 2.0, retries: int = 3,
                  token_ttl: int = TOKEN_TTL) -> None:
-        self.base_url = (base_url or os.environ.get(ENDPOINT_ENV) or DEFAULT_ENDPOINT).rstrip("/")
+        self.base_url = (base_url or DEFAULT_ENDPOINT).rstrip("/")
         self.timeout = timeout
         self.retries = retries
         self.token_ttl = token_ttl

@@ -8,7 +8,6 @@ single VMs) as both labels and attributes. A bulk-inserted VM's rank is its name
 
 from __future__ import annotations
 
-import os
 import urllib.error
 import urllib.request
 from datetime import UTC, datetime, timedelta
@@ -16,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from jobplane.clouds.base import TAG_RANK
 
 DEFAULT_HOST = "metadata.google.internal"
+HOST_ENV = "GCE_METADATA_HOST"  # host[:port], the convention of Google's clients; read by agent/cli.py
 PREEMPTION_GRACE_S = 30  # GCE gives Spot VMs about 30 s between the notice and the stop
 
 
@@ -29,11 +29,11 @@ def gce_key(tag: str) -> str:
 
 
 class GceMetadata:
-    """base_url: an explicit server (tests), else GCE_METADATA_HOST (host[:port]), else the real one."""
+    """base_url: an explicit server (tests), else the one at host (host[:port]), else the real one."""
 
-    def __init__(self, base_url: str | None = None, timeout: float = 5.0) -> None:
+    def __init__(self, base_url: str | None = None, timeout: float = 5.0, *, host: str | None = None) -> None:
         if base_url is None:
-            base_url = f"http://{os.environ.get('GCE_METADATA_HOST') or DEFAULT_HOST}/computeMetadata/v1/"
+            base_url = f"http://{host or DEFAULT_HOST}/computeMetadata/v1/"
         self.base_url = base_url.rstrip("/") + "/"
         self.timeout = timeout
         self._cache: dict[str, str | None] = {}

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import logging
-import os
 import shlex
 import time
 import uuid
@@ -38,6 +37,7 @@ from jobplane.clouds.base import (
 )
 from jobplane.clouds.gce_metadata import gce_key
 from jobplane.policy import GcpPlacement
+from jobplane.settings import Settings
 
 log = logging.getLogger("jobplane.gcp")
 
@@ -153,8 +153,8 @@ def to_instance(vm: Any) -> Instance:
 class GceCompute:
     """The Compute protocol on Compute Engine for one project and region.
 
-    endpoint (or JOBPLANE_COMPUTE_ENDPOINT, via from_env) points the REST transport at a local fake with
-    anonymous credentials, as STORAGE_EMULATOR_HOST does for GCS.
+    endpoint (JOBPLANE_COMPUTE_ENDPOINT in Settings) points the REST transport at a local fake with anonymous
+    credentials, as STORAGE_EMULATOR_HOST does for GCS.
     """
 
     cloud = "gcp"
@@ -193,14 +193,12 @@ class GceCompute:
         self._global_ops: Any = compute_v1.GlobalOperationsClient(**kwargs)
 
     @classmethod
-    def from_env(cls, placement: GcpPlacement | None = None) -> GceCompute:
-        """GOOGLE_CLOUD_PROJECT (or the policy's gcp.project), JOBPLANE_REGION, JOBPLANE_COMPUTE_ENDPOINT."""
-        placement = placement or GcpPlacement()
-        project = placement.project or os.environ.get("GOOGLE_CLOUD_PROJECT")
-        region = os.environ.get("JOBPLANE_REGION")
-        if not project or not region:
-            raise RuntimeError("set GOOGLE_CLOUD_PROJECT (or policy gcp.project) and JOBPLANE_REGION")
-        return cls(project, region, placement=placement, endpoint=os.environ.get("JOBPLANE_COMPUTE_ENDPOINT"))
+    def from_settings(cls, settings: Settings, placement: GcpPlacement) -> GceCompute:
+        """The deployment's: the policy's gcp.project, else the settings' (GOOGLE_CLOUD_PROJECT), in its region."""
+        project = placement.project or settings.project
+        if not project or not settings.region:
+            raise ValueError("on GCP set GOOGLE_CLOUD_PROJECT (or the policy's gcp.project) and JOBPLANE_REGION")
+        return cls(project, settings.region, placement=placement, endpoint=settings.compute_endpoint)
 
     # ---- launch ------------------------------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> list[Instance]:

@@ -10,7 +10,6 @@ imported in GcsStore.__init__ only: code that never builds a GcsStore never pays
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections.abc import Iterator, Mapping
@@ -50,9 +49,11 @@ def _utc(ts: datetime | None) -> datetime:
 
 
 class GcsStore:
-    """One bucket. With STORAGE_EMULATOR_HOST set, the default client talks to that emulator anonymously."""
+    """One bucket. With STORAGE_EMULATOR_HOST set, the default client talks to that emulator anonymously.
+    project: the client's (GOOGLE_CLOUD_PROJECT, from Settings); objects in a bucket do not depend on it."""
 
-    def __init__(self, bucket: str, client: storage.Client | None = None, limits: TransferLimits | None = None) -> None:
+    def __init__(self, bucket: str, client: storage.Client | None = None, limits: TransferLimits | None = None,
+                 *, project: str | None = None) -> None:
         from google.api_core import exceptions
         from google.cloud import storage
         from google.cloud.storage.retry import DEFAULT_RETRY
@@ -62,7 +63,7 @@ class GcsStore:
         self.limits = TransferLimits(part, limits.concurrency)
 
         if client is None:
-            client = storage.Client(project=os.environ.get("GOOGLE_CLOUD_PROJECT", "jobplane-local"))
+            client = storage.Client(project=project or "jobplane-local")
         self._client: Any = client
         self._bucket: Any = client.bucket(bucket)
         self._api_errors: Any = exceptions

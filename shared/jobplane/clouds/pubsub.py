@@ -3,15 +3,14 @@ client): the functions need one publish per ended job, not google-cloud-pubsub's
 time. The message's data is the notice as JSON; event, job_id, state and owner are attributes too, so
 subscriptions can filter on them.
 
-PUBSUB_EMULATOR_HOST (host:port), the convention of Google's own clients and emulator, sends requests
-there over plain HTTP without credentials.
+An emulator (host:port, what PUBSUB_EMULATOR_HOST names for Google's own clients) is reached over plain HTTP
+without credentials.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import os
 from typing import Any
 
 from jobplane.clouds.base import Notice
@@ -26,12 +25,13 @@ class PubSubError(Exception):
 
 
 class PubSubNotifier:
-    def __init__(self, topic: str, *, session: Any = None, endpoint: str | None = None) -> None:
-        """topic: projects/<project>/topics/<name>."""
+    def __init__(self, topic: str, *, session: Any = None, endpoint: str | None = None,
+                 emulator: str | None = None) -> None:
+        """topic: projects/<project>/topics/<name>; endpoint: an authenticated API elsewhere (tests);
+        emulator: host:port of an emulator, reached anonymously."""
         if not topic.startswith("projects/") or "/topics/" not in topic:
             raise ValueError(f"{topic!r} is not a Pub/Sub topic (projects/<project>/topics/<name>)")
         self.topic = topic
-        emulator = os.environ.get("PUBSUB_EMULATOR_HOST")
         self.endpoint = (endpoint or (f"http://{emulator}" if emulator else API)).rstrip("/")
         self._session = session
         self._anonymous = bool(emulator) and endpoint is None

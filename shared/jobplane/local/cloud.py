@@ -35,6 +35,7 @@ from types import FrameType
 from typing import IO, Any
 
 from jobplane import agent_bundle, bundling, keys
+from jobplane.local import cache_dir
 from jobplane.local.console import Console, ConsoleHandler, notified_line
 from jobplane.local.control import STATE_FILE, ControlServer
 from jobplane.local.triggers import Functions, TriggerLoop
@@ -262,7 +263,7 @@ class LocalCloud:
 
 def publish_agent(reg: Registry, cloud: str) -> None:
     """This machine's agent bundle for the cloud and its manifest, where a deployment puts them."""
-    path, variant = bundling.local_variant(cloud)
+    path, variant = bundling.local_variant(cloud, cache_dir())
     reg.store.put(reg.key(keys.agent_file(variant.name)), path.read_bytes())
     reg.store.put(reg.key(keys.agent_file(agent_bundle.MANIFEST)), agent_bundle.manifest([variant]))
 

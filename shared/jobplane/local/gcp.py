@@ -69,7 +69,7 @@ class GcpLocalCloud(LocalCloud):
 
         # the functions publish job notifications there
         os.environ.update({"JOBPLANE_NOTIFY_TOPIC": TOPIC, "PUBSUB_EMULATOR_HOST": self.topic.address})
-        return Registry(GcsStore(self.bucket)), f"gcp:\n  project: {PROJECT}", local_images()
+        return Registry(GcsStore(self.bucket, project=PROJECT)), f"gcp:\n  project: {PROJECT}", local_images()
 
     def make_functions(self, log_stream: IO[str]) -> Functions:
         return CloudFunctions(self.bucket, log_stream, on_result=self.console.invoked)

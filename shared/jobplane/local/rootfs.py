@@ -20,7 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jobplane.bundling import atomic_build, cache_dir
+from jobplane.bundling import atomic_build
+from jobplane.local import cache_dir
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"

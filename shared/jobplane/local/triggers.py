@@ -130,6 +130,13 @@ def object_created(bucket: str, key: str, size: int, region: str) -> dict[str, A
         region, [f"arn:aws:s3:::{bucket}"])
 
 
+def ec2(event: dict[str, Any], region: str) -> dict[str, Any]:
+    """An EC2 event (detail-type, source, detail: ec2_runner.state_change / spot_warning) as EventBridge
+    delivers it."""
+    arn = f"arn:aws:ec2:{region}:123456789012:instance/{event['detail']['instance-id']}"
+    return _envelope(event["detail-type"], event["source"], event["detail"], region, [arn])
+
+
 def scheduled(name: str, region: str) -> dict[str, Any]:
     return _envelope("Scheduled Event", "aws.events", {}, region,
                      [f"arn:aws:events:{region}:123456789012:rule/jobplane-{name}"])
@@ -192,7 +199,7 @@ class LambdaFunctions(Functions):
 
     def ec2_event(self, detail: dict[str, Any]) -> None:
         """Called by the instance runner (from its thread) for each EC2 event."""
-        self.ec2_events.append(_envelope(detail["detail-type"], detail["source"], detail["detail"], self.region))
+        self.ec2_events.append(ec2(detail, self.region))
 
     def flush(self) -> None:
         while self.ec2_events:
