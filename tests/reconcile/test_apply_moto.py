@@ -90,9 +90,11 @@ def test_lifecycle_started_then_healthy_then_finished(cloud: Cloud) -> None:  # 
     cloud.registry.put_json(keys.exit_report("train", 1, 0), records.ExitReport(code=0, instance_id=other).body())
     cloud.registry.mark_preempted("train", records.PreemptedMarker(attempt=1, instance_id=other).body())
     for expected in ([(Rule.IGNORED, "applied")], []):  # the second run sees the event's flag: nothing more
-        outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=["train"])
+        outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=["train"],
+                                   policy=cloud.registry.policy())
         assert [(o.action.rule, o.result) for o in outcomes] == expected
-    (ignored,) = reconcile.rerun(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics)
+    (ignored,) = reconcile.rerun(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics,
+                                 policy=cloud.registry.policy())
     assert ignored.action.rule == Rule.IGNORED and ignored.result == "applied"
     assert cloud.registry.preempted() == {}, "the marker is cleared"
     assert cloud.registry.job("train").state == State.RUNNING and alive(cloud, record.instances)
@@ -156,7 +158,8 @@ def test_refusals_and_terminations_go_into_the_history_of_jobs_that_have_one(clo
                               launched_at=None)  # attempt 1 is past, attempt 2 is launching
     run_raw(cloud, 1, ORPHAN)  # a job nobody recorded: no history to write to
 
-    outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=cloud.metrics)
+    outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=cloud.metrics,
+                               policy=cloud.registry.policy())
     assert sorted((o.action.job_id, o.action.rule, o.result) for o in outcomes) == [
         ("ghost", Rule.ORPHAN, "refused"), ("old", Rule.ORPHAN, "refused")]
     (refused,) = [e for e in cloud.registry.events("old") if e["kind"] == "refused"]
@@ -164,7 +167,8 @@ def test_refusals_and_terminations_go_into_the_history_of_jobs_that_have_one(clo
     assert "blast radius" in refused["refused"]
 
     cloud.set_policy(f"aws:\n  default_image: {cloud.image}\nsafety:\n  max_terminations_percent: 100\n")
-    outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=later(12), metrics=cloud.metrics)
+    outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=later(12), metrics=cloud.metrics,
+                               policy=cloud.registry.policy())
     assert [(o.action.rule, o.result) for o in outcomes] == [(Rule.ORPHAN, reconcile.Result.APPLIED)] * 2
     (terminated,) = [e for e in cloud.registry.events("old") if e["kind"] == "terminated"]
     assert (terminated["rule"], terminated["instances"]) == (Rule.ORPHAN, old.instances)
@@ -318,9 +322,11 @@ def test_a_stop_on_match_stops_the_peers_then_fails_the_job_without_a_rerun(clou
 def test_a_failed_rank_ends_a_multi_node_attempt_at_once(cloud: Cloud) -> None:  # noqa: F811
     record = launch(cloud, "ddp", SPEC + "num_nodes: 3\n")
     beat(cloud, record)
-    reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics)  # -> RUNNING
+    reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics,
+                    policy=cloud.registry.policy())  # -> RUNNING
     report_exit(cloud, record, 1, rank=2, error="CUDA error: out of memory")
-    (failed,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=["ddp"])
+    (failed,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=["ddp"],
+                                policy=cloud.registry.policy())
     final = cloud.registry.job("ddp")
     assert failed.action.rule == Rule.RANK_FAILED and failed.result == "applied", failed
     assert final.state == State.FAILED and final.exit_code == 1
