@@ -108,7 +108,7 @@ def _options(request: flask.Request) -> dict[str, bool]:
 @functions_framework.cloud_event
 def launcher(event: CloudEvent) -> None:
     key = registry_key(event.data or {}, Settings.from_env())
-    job_id = reconcile.job_named_by(key)
+    job_id = keys.job_named_by(key)
     if key is None or not (key.startswith(keys.QUEUE) or job_id):
         return  # heartbeats, logs, checkpoints: every object write in the bucket fires this trigger
     env, log = environment(), logging.getLogger("jobplane")

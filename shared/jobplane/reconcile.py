@@ -22,7 +22,7 @@ from jobplane.clouds.base import LOG_OBJECT_TAG, Compute, NotFound, Precondition
 from jobplane.decide import rerun as rerun_decide
 from jobplane.decide import sweep as sweep_decide
 from jobplane.decide import uptime as uptime_decide
-from jobplane.decide.model import Action, ExitReport, PreemptedMark, Rule, Snapshot, parse_idle_flag, parse_limits
+from jobplane.decide.model import Action, ExitReport, PreemptedMark, Rule, Snapshot
 from jobplane.notify import Notify
 from jobplane.policy import Policy
 from jobplane.registry import JobNotFound, JobRecord, Registry, TransitionRefused
@@ -52,11 +52,11 @@ def listings(reg: Registry, compute: Compute | None) -> Snapshot:
     return Snapshot(
         active={job_id: tuple(markers) for job_id, markers in reg.active().items()},
         beats=tuple(beats),
-        limits=tuple(lim for key in limit_keys if (lim := parse_limits(key))),
+        limits=tuple(lim for key in limit_keys if (lim := keys.parse_limits(key))),
         preempted={job_id: PreemptedMark(job_id, at) for job_id, at in reg.preempted().items()},
         instances=tuple(compute.list_managed()) if compute is not None else (),
         idle=tuple(idle),
-        idle_flags=frozenset(flag for key in limit_keys if (flag := parse_idle_flag(key))),
+        idle_flags=frozenset(flag for key in limit_keys if (flag := keys.parse_idle_flag(key))),
     )
 
 
@@ -71,6 +71,7 @@ def with_records(reg: Registry, snap: Snapshot, job_ids: Iterable[str], *, exits
         except JobNotFound:
             log.warning("job %s has registry keys but no job.json", job_id, extra={"job_id": job_id})
             continue
+        reg.complete_history(record)  # the event of its last write, if the writer died before the event object
         if exits and record.state in (State.LAUNCHING, State.RUNNING) and record.attempt:
             reports[job_id], failure = read_attempt(reg, job_id, record.attempt)
             if failure is not None:
@@ -82,15 +83,14 @@ def with_records(reg: Registry, snap: Snapshot, job_ids: Iterable[str], *, exits
 def read_attempt(reg: Registry, job_id: str, attempt: int) -> tuple[tuple[ExitReport, ...], str | None]:
     """The attempt's exit reports and what a VM's bootstrap reported, if it did: one LIST of
     attempts/<n>/, then one GET per rank that has exited (and one for a boot failure)."""
-    prefix = keys.exits_prefix(job_id, attempt)
     out = []
     failure: str | None = None
     for key, _, _ in reg.listing(keys.attempt_prefix(job_id, attempt)):
         if key == keys.boot_failure(job_id, attempt):
             failure = _boot_failure(reg, key, job_id)
             continue
-        rank, _, name = key.removeprefix(prefix).partition("/")
-        if not key.startswith(prefix) or name != "exit.json" or not rank.isdigit():
+        node = keys.parse_exit_report(key)
+        if node is None or node[:2] != (job_id, attempt):
             continue
         try:
             body = reg.get_json(key)
@@ -102,7 +102,7 @@ def read_attempt(reg: Registry, job_id: str, attempt: int) -> tuple[tuple[ExitRe
             log.warning("exit report %s: field 'code' is %r, not an integer; counted as -1", key, code,
                         extra={"job_id": job_id})
             code = -1
-        out.append(ExitReport(int(rank), code, _text(body, "reason") or "exit", _text(body, "error"),
+        out.append(ExitReport(node.rank, code, _text(body, "reason") or "exit", _text(body, "error"),
                               _text(body, "stopped_by"), _text(body, "stop_reason")))
     return tuple(out), failure
 
@@ -195,7 +195,7 @@ def _apply_one(reg: Registry, compute: Compute | None, action: Action, *, now: d
                        expect_attempt=action.expect_attempt, **action.updates)
     if action.flag is not None:
         try:
-            reg.store.put_if_absent(reg.key(action.flag), b"", "text/plain")
+            reg.put_if_absent(action.flag, b"", "text/plain")
         except PreconditionFailed:
             raise AlreadyDone(f"{action.flag} exists: flagged by another run") from None
     if action.event is not None and job_id:
@@ -216,7 +216,7 @@ def _apply_one(reg: Registry, compute: Compute | None, action: Action, *, now: d
     if action.mark_preempted is not None and job_id:
         reg.mark_preempted(job_id, dict(action.mark_preempted))
     if action.write_limits is not None:
-        reg.store.put(reg.key(action.write_limits.key), b"", "text/plain")
+        reg.put(action.write_limits.key, b"", "text/plain")
     if action.stop and job_id:
         reg.put_json(keys.stop_request(job_id), {"time": now.isoformat(), "by": action.stop_by,
                                                  "reason": action.reason})
@@ -242,7 +242,7 @@ def save_console(reg: Registry, compute: Compute, job_id: str, attempt: int, ran
         text = f"(not available: {exc})\n"
     header = f"---- console output of {instance_id} (rank {rank}, attempt {attempt}), saved by the sweeper ----\n"
     with contextlib.suppress(PreconditionFailed):  # an overlapping run saved it
-        reg.store.put_if_absent(reg.key(keys.console_log(job_id, attempt, rank)), (header + text).encode(),
+        reg.put_if_absent(keys.console_log(job_id, attempt, rank), (header + text).encode(),
                                 "text/plain", tags=dict([LOG_OBJECT_TAG]))
 
 
@@ -256,20 +256,6 @@ def _count(action: Action, metrics: Metrics) -> None:
         metrics.add_metric("JobsSucceeded", "Count", 1)
     elif action.to == State.FAILED:
         metrics.add_metric("JobsFailed", "Count", 1)
-
-
-def job_named_by(key: str | None) -> str | None:
-    """The job an object-created event is about: an exit report, a boot failure or a preempted-jobs/ marker."""
-    if key is None:
-        return None
-    if key.startswith(keys.PREEMPTED):
-        return key.removeprefix(keys.PREEMPTED) or None
-    parts = key.split("/")
-    if not key.startswith(keys.JOBS) or len(parts) < 5 or parts[2] != "attempts" or not parts[3].isdigit():
-        return None
-    if (len(parts) == 7 and parts[-1] == "exit.json") or key == keys.boot_failure(parts[1], int(parts[3])):
-        return parts[1]
-    return None
 
 
 # ---- the three reconcilers ---------------------------------------------------------------------------------
