@@ -20,6 +20,7 @@ counts = st.integers(min_value=0, max_value=10**6)
 stamps = st.builds(keys.stamp, st.datetimes(min_value=datetime(2000, 1, 1), timezones=st.just(UTC)),
                    st.from_regex(r"[0-9a-f]{4}", fullmatch=True))
 kinds = st.from_regex(r"[a-z]+(-[a-z]+)*", fullmatch=True)
+owners = st.just(keys.DEFAULT_OWNER) | st.from_regex(r"[a-z][a-z0-9_-]{0,20}", fullmatch=True)
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,11 @@ def chunk(ext: str) -> Callable[..., keys.NodeKey]:
     return lambda j, a, r, seq: keys.NodeKey(j, a, r, f"{seq:08d}.{ext}")
 
 
+def drop(job_id: str, owner: str, ext: str) -> keys.Drop:
+    folder = None if owner == keys.DEFAULT_OWNER else owner
+    return keys.Drop(keys.queue_entry(job_id, owner, ext), job_id, owner, ext, folder)
+
+
 def same(job_id: str) -> str:
     return job_id
 
@@ -81,6 +87,8 @@ KINDS = {
                            lambda j, a, r: keys.NodeKey(j, a, r, "console.log"), node_file("logs")),
     "metrics chunk": Kind.of(CHUNK, keys.metrics_chunk, in_area("metrics"), chunk("jsonl"), node_file("metrics")),
     "rejected error": Kind.of(ONE, keys.rejected_error, keys.parse_rejected_error, same),
+    "drop": Kind.of(st.tuples(job_ids, owners, st.sampled_from(["yaml", "yml", "json"])), keys.queue_entry,
+                    keys.parse_drop, drop, lambda d: d.key),
 }
 # Kinds one parser reads together: the heartbeat parser reads the marks beside it, the logs parser the console.
 SIBLINGS = [{"heartbeat", "output mark", "idle mark"}, {"log chunk", "console log"}]
@@ -103,9 +111,9 @@ def test_every_key_parses_back_to_its_parts_and_as_no_other_kind(data: st.DataOb
 
 
 # Key-like text: the segments of every kind of key, right and slightly wrong, in any order.
-SEGMENTS = ["jobs", "active", "heartbeats", "limits", "preempted-jobs", "rejected", "attempts", "nodes", "logs",
-            "metrics", "events", "j", "0", "1", "01", "x", "RUNNING.1", "RUNNING.01", "NOPE.1", "0.idle", "0.output",
-            "0.x", "job.json", "exit.json", "boot-failure.json", "idle-flagged", "nodes-1.stall-2.cap-3",
+SEGMENTS = ["queue", "jobs", "active", "heartbeats", "limits", "preempted-jobs", "rejected", "attempts", "nodes",
+            "logs", "metrics", "events", "j", "0", "1", "01", "x", "RUNNING.1", "RUNNING.01", "NOPE.1", "0.idle",
+            "0.output", "0.x", "job.json", "exit.json", "boot-failure.json", "idle-flagged", "nodes-1.stall-2.cap-3",
             "nodes-1.stall-2", "00000001.log", "j.error.json", "20261122T050421.123456Z-ab12-created.json", ""]
 key_like = st.lists(st.sampled_from(SEGMENTS), min_size=1, max_size=7).map("/".join)
 
@@ -126,6 +134,13 @@ def test_what_a_parser_accepts_builds_back_to_the_same_key(key: str) -> None:
 ])
 def test_near_misses_are_not_keys(key: str) -> None:
     assert all(kind.parse(key) is None for kind in KINDS.values()), key
+
+
+def test_drops_parse_into_job_id_owner_and_extension() -> None:
+    upper = "queue/team-a/x-1.YML"
+    assert keys.parse_drop(upper) == keys.Drop(upper, "x-1", "team-a", "yml", "team-a")
+    assert keys.parse_drop("queue/x-1") == keys.Drop("queue/x-1", "x-1", "default", "", None)  # rejected: no extension
+    assert keys.parse_drop("queue/team-a/") is None and keys.parse_drop("jobs/x/job.json") is None
 
 
 @pytest.mark.parametrize(("key", "job"), [

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from functions.aws import common
-from jobplane import drops, launcher
+from jobplane import keys, launcher
 from jobplane.registry import utcnow
 from jobplane.settings import Settings
 
@@ -18,7 +18,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         return {"outcomes": launcher.backstop(env.registry, env.compute, now=utcnow(), metrics=common.metrics,
                                               policy=env.policy)}
     key = common.registry_key(event, Settings.from_env())
-    drop = drops.parse(key) if key else None
+    drop = keys.parse_drop(key) if key else None
     if key is None or drop is None:
         return {"key": key, "outcome": "ignored"}
     common.logger.append_keys(job_id=drop.job_id, owner=drop.owner)

@@ -23,7 +23,7 @@ import flask
 import functions_framework
 from cloudevents.http import CloudEvent
 
-from jobplane import drops, keys, reconcile
+from jobplane import keys, reconcile
 from jobplane import launcher as launching
 from jobplane.clouds.gcp import GceCompute
 from jobplane.clouds.gcs import GcsStore
@@ -115,7 +115,7 @@ def launcher(event: CloudEvent) -> None:
     if key.startswith(keys.QUEUE):
         outcome = launching.handle_drop(env.registry, env.compute, key, now=utcnow(), metrics=metrics,
                                           policy=env.policy)
-        drop = drops.parse(key)
+        drop = keys.parse_drop(key)
         log.info("%s: %s", key, outcome, extra={"job_id": drop.job_id if drop else None,
                                                 "result": {"key": key, "outcome": outcome}})
         return

@@ -79,7 +79,7 @@ def _recorded(reg: Registry, job_id: str) -> JobView | None:
 def _queued(reg: Registry, job_id: str) -> JobView | None:
     """The job's drop, under queue/ or an owner's queue/<owner>/ (queue/ holds only drops not yet taken)."""
     for key, modified, _ in reg.listing(keys.QUEUE):
-        drop = drops.parse(key)
+        drop = keys.parse_drop(key)
         if drop is None or drop.job_id != job_id:
             continue
         try:
@@ -92,7 +92,7 @@ def _queued(reg: Registry, job_id: str) -> JobView | None:
 
 def queued_view(job_id: str, key: str, data: bytes, dropped_at: datetime) -> JobView:
     """A drop as the launcher will read it (same parse), or with the reason it will reject it."""
-    drop = drops.parse(key)
+    drop = keys.parse_drop(key)
     try:
         if drop is None:
             raise SpecError([FieldError("(file)", f"{key} is not a queue entry")])
@@ -127,7 +127,7 @@ def list_rows(reg: Registry, include_done: bool, now: datetime | None = None) ->
             continue  # finished between the listing and the read
     queued = set()
     for key, modified, _ in reg.listing(keys.QUEUE):
-        drop = drops.parse(key)
+        drop = keys.parse_drop(key)
         job_id = drop.job_id if drop else ""
         if not job_id or job_id in ids or job_id in queued:
             continue
@@ -171,7 +171,7 @@ class Submission:
     job_id: str
     doc: dict[str, Any]
     code_dir: Path | None
-    owner: str = drops.DEFAULT_OWNER
+    owner: str = keys.DEFAULT_OWNER
 
 
 def plan_submission(spec_file: Path, text: str, *, code_dir: Path | None = None, job_id: str | None = None,
@@ -203,8 +203,8 @@ def plan_submission(spec_file: Path, text: str, *, code_dir: Path | None = None,
         raise JobError(f"--id {job_id!r} differs from the spec's id {doc['id']!r}")
     if owner and doc.get("owner") not in (None, owner):
         raise JobError(f"--owner {owner!r} differs from the spec's owner {doc['owner']!r}")
-    owner = owner or doc.get("owner") or drops.DEFAULT_OWNER
-    if owner != drops.DEFAULT_OWNER:
+    owner = owner or doc.get("owner") or keys.DEFAULT_OWNER
+    if owner != keys.DEFAULT_OWNER:
         doc["owner"] = owner
     try:
         parse_spec(yaml.safe_dump(doc), job_id=job_id, source=spec_file.name)
@@ -238,7 +238,7 @@ def submit(backend: Backend, sub: Submission, on_bundle: Callable[[int, str], No
         if on_bundle:
             on_bundle(files, doc["code"])
     try:
-        reg.put_if_absent(drops.entry(job_id, sub.owner), yaml.safe_dump(doc, sort_keys=False).encode(),
+        reg.put_if_absent(keys.queue_entry(job_id, sub.owner), yaml.safe_dump(doc, sort_keys=False).encode(),
                                 "application/yaml")
     except PreconditionFailed:
         raise JobError(f"job {job_id!r} is already queued") from None

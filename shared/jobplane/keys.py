@@ -38,6 +38,7 @@ SYSTEM = "system/"
 LIMITS = "limits/"
 CODE = "code/"
 POLICY = "config/policy.yaml"
+DEFAULT_OWNER = "default"  # the owner of a drop straight under queue/ (a single-team deployment)
 AGENT = f"{SYSTEM}agent/"  # the agent bundles and their manifest (jobplane.agent_bundle)
 IDLE_FLAGGED = "idle-flagged"
 
@@ -48,8 +49,9 @@ _STAMP = r"([0-9]{8}T[0-9]{6}\.[0-9]{6}Z-[0-9a-f]+)"
 
 
 # ---- building ----------------------------------------------------------------------------------------------
-def queue_entry(job_id: str, ext: str = "yaml") -> str:
-    return f"{QUEUE}{job_id}.{ext}"
+def queue_entry(job_id: str, owner: str = DEFAULT_OWNER, ext: str = "yaml") -> str:
+    """Where a job's drop goes: queue/<owner>/<job-id>.yaml, or queue/<job-id>.yaml for the default owner."""
+    return f"{QUEUE}{job_id}.{ext}" if owner == DEFAULT_OWNER else f"{QUEUE}{owner}/{job_id}.{ext}"
 
 
 def rejected_spec(job_id: str, ext: str = "yaml") -> str:
@@ -189,6 +191,21 @@ def idle_flag(job_id: str, attempt: int) -> str:
 
 
 # ---- parsing -----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Drop:
+    """A key under queue/ (jobplane.drops reads the spec in it and says what is wrong with the key)."""
+
+    key: str  # registry-relative
+    job_id: str  # the file's stem
+    owner: str  # the folder under queue/, or `default`
+    ext: str
+    folder: str | None  # what stands between queue/ and the file name, as written
+
+    @property
+    def name(self) -> str:
+        return self.key.removeprefix(QUEUE)
+
+
 class EventKey(NamedTuple):
     job_id: str
     stamp: str
@@ -259,6 +276,19 @@ _exit = _parser(rf"{JOBS}{_ID}/attempts/{_N}/nodes/{_N}/exit\.json")
 _boot_failure = _parser(rf"{JOBS}{_ID}/attempts/{_N}/boot-failure\.json")
 _node_file = _parser(rf"{JOBS}{_ID}/(logs|metrics)/{_N}/{_N}/([^/]+)")
 _rejected_error = _parser(rf"{REJECTED}([^/.]+)\.error\.json")
+
+
+def parse_drop(key: str) -> Drop | None:
+    """The drop a queue/ key is, or None for anything else (not under queue/, a folder placeholder). A key
+    with a bad extension or folder still parses: the launcher rejects it, naming the problem."""
+    if not key.startswith(QUEUE):
+        return None
+    folder, _, name = key.removeprefix(QUEUE).rpartition("/")
+    if not name:
+        return None
+    stem, dot, ext = name.rpartition(".")
+    return Drop(key, stem if dot and stem else name, folder or DEFAULT_OWNER, ext.lower() if dot and stem else "",
+                folder or None)
 
 
 def parse_job_record(key: str) -> str | None:

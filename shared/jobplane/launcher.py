@@ -61,7 +61,7 @@ def handle_drop(reg: Registry, compute: Compute, key: str, *, now: datetime, met
     (the id belongs to another job), exists (this drop was handled already), gone (the entry was consumed
     already), ignored (not a queue entry).
     """
-    drop = drops.parse(key)
+    drop = keys.parse_drop(key)
     if drop is None:
         return "ignored"
     job_id = drop.job_id

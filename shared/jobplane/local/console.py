@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from jobplane import drops
+from jobplane import keys
 from jobplane.decide.model import Rule
 from jobplane.registry import JobRecord
 
@@ -97,7 +97,7 @@ def launcher_outcomes(result: Any) -> list[tuple[str, str]]:
     pairs = []
     for text in said:
         subject, _, outcome = text.rpartition(": ")
-        drop = drops.parse(subject)
+        drop = keys.parse_drop(subject)
         if drop is not None:  # a drop: its file name is the job id
             subject = drop.job_id
         pairs.append((subject, outcome))
