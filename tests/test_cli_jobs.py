@@ -411,6 +411,8 @@ def test_describe_shows_the_jobs_vms_and_cancel_force_ends_them(cloud: Cloud, re
     reg.transition("forced", State.RUNNING)
     described = json.loads(run("describe", "forced", "--json").stdout)
     assert [i["id"] for i in described["instances"]] == [vm] and described["instances"][0]["state"] == "running"
+    assert [e["kind"] for e in described["events"]] == ["created", "launching", "running"]
+    assert "last_event" not in described["job"], "the record's copy of its last event is the registry's bookkeeping"
     assert vm in run("describe", "forced").stdout
 
     result = run("cancel", "forced", "--force")
