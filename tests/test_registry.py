@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from itertools import product
 from typing import Any
 
@@ -252,3 +252,16 @@ def test_each_event_is_written_once_however_often_the_history_is_completed() -> 
     reg.transition("j", State.LAUNCHING, attempt=1)
     reg.complete_history(reg.job("j"))
     assert [e["kind"] for e in reg.events("j")] == ["created", "launching"]
+
+
+def test_the_history_lists_in_write_order_even_when_writes_share_one_now() -> None:
+    reg = registry()
+    now = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+    for n in range(8):  # stamps of one `now` differ only in a random token: eight jobs would catch a random order
+        job = f"j{n}"
+        reg.create_job(job, SPEC, now=now)
+        reg.transition(job, State.LAUNCHING, now=now)  # the launcher's claim, then its launch, in one run
+        reg.transition(job, State.LAUNCHING, now=now, attempt=1)
+        reg.transition(job, State.RUNNING, now=now - timedelta(seconds=1))  # a writer whose clock is behind
+        steps = [(e["kind"], e.get("attempt")) for e in reg.events(job)]
+        assert steps == [("created", None), ("launching", 0), ("launching", 1), ("running", 1)], job

@@ -161,6 +161,15 @@ def _dump(model: BaseModel) -> bytes:
     return model.model_dump_json(exclude_none=True, indent=1).encode()
 
 
+def _stamp_after(previous: LastEvent | None, now: datetime) -> str:
+    """The new event's stamp, sorting after the previous event's so the history lists in CAS order, even when
+    both writes used one `now` (create and claim in one launcher run) or this writer's clock is behind."""
+    stamp = keys.stamp(now)
+    if previous is None or stamp > previous.stamp:
+        return stamp
+    return previous.stamp + stamp[-1]  # one more hex digit: the key sorts right after the previous one
+
+
 def _check_fields(job_id: str, updates: Collection[str]) -> None:
     unknown = set(updates) - set(JobRecord.model_fields)
     if unknown:
@@ -304,7 +313,7 @@ class Registry:
         """
         _check_fields(job_id, updates)
         now = now or utcnow()
-        kind, stamp = to.lower().replace("_", "-"), keys.stamp(now)  # one event key, however many CAS tries
+        kind = to.lower().replace("_", "-")
         completed: LastEvent | None = None
         for tries in range(CAS_RETRIES):
             current, version = self.get(job_id)
@@ -316,6 +325,7 @@ class Registry:
                                         f"attempt is {current.attempt}, expected {expect_attempt}")
             if not allowed(current.state, to):
                 raise TransitionRefused(job_id, current.state, to)
+            stamp = _stamp_after(current.last_event, now)
             body = {"time": now.isoformat(), "kind": kind, "from": current.state, "to": to,
                     "attempt": updates.get("attempt", current.attempt), "reason": reason, **(event or {})}
             fields: dict[str, Any] = {"state": to, "updated_at": now, "reason": reason, **updates,

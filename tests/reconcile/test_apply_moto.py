@@ -100,7 +100,7 @@ def test_a_sweep_completes_the_history_a_crash_after_the_cas_left_short(
 
     reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics)
     kinds = [e["kind"] for e in cloud.registry.events("train")]
-    assert kinds == ["created", "launching", "launching", "running"], "claim and launch, then the lost event once"
+    assert kinds == ["created", "launching", "launching", "running"], "created, claim, launch, then the lost event once, in write order"
     assert [m.state for m in cloud.registry.active()["train"]] == [State.RUNNING]
 
 
