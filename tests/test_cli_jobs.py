@@ -26,7 +26,7 @@ import pytest
 from click.testing import CliRunner, Result
 from moto import mock_aws
 
-from jobplane import drops, jobs, keys
+from jobplane import jobs, keys
 from jobplane.cli import StatusLine, cli
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, TAG_MANAGED
 from jobplane.clouds.gce_metadata import gce_key
@@ -383,7 +383,7 @@ def test_submit_code_uploads_to_the_registrys_bucket_and_names_it_by_its_scheme(
     result = run("submit", str(spec), "--code", str(tmp_path / "src"))
     assert result.exit_code == 0, result.output
     scheme = "gs" if cloud.name == "gcp" else "s3"
-    uploaded = keys.code_upload(drops.DEFAULT_OWNER, "with-code")
+    uploaded = keys.code_upload(keys.DEFAULT_OWNER, "with-code")
     uri = f"{scheme}://{BUCKET}/{uploaded}"
     assert result.stdout == "with-code\n" and f"code: 1 files from {tmp_path / 'src'} -> {uri}" in result.stderr
     drop = parse_spec(cloud.reg.get_bytes(keys.queue_entry("with-code")), job_id="with-code")
@@ -411,6 +411,8 @@ def test_describe_shows_the_jobs_vms_and_cancel_force_ends_them(cloud: Cloud, re
     reg.transition("forced", State.RUNNING)
     described = json.loads(run("describe", "forced", "--json").stdout)
     assert [i["id"] for i in described["instances"]] == [vm] and described["instances"][0]["state"] == "running"
+    assert [e["kind"] for e in described["events"]] == ["created", "launching", "running"]
+    assert "last_event" not in described["job"], "the record's copy of its last event is the registry's bookkeeping"
     assert vm in run("describe", "forced").stdout
 
     result = run("cancel", "forced", "--force")

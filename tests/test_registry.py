@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import threading
+from datetime import UTC, datetime, timedelta
 from itertools import product
+from typing import Any
 
 import pytest
 
 from jobplane import keys
 from jobplane.clouds.memory import MemoryStore
-from jobplane.registry import JobExists, JobNotFound, Registry, TransitionRefused
+from jobplane.registry import JobExists, JobNotFound, Registry, TransitionRefused, UnknownField
 from jobplane.spec import parse_spec
 from jobplane.states import LIVE, TERMINAL, TRANSITIONS, State
 
@@ -151,3 +154,114 @@ def test_heartbeats_by_listing_only() -> None:
     assert store.calls.get("get", 0) == gets, "listing heartbeats must not GET"
     assert {(b.job_id, b.attempt, b.rank, b.output) for b in beats} == {
         ("a", 1, 0, False), ("a", 1, 0, True), ("b", 2, 1, False)}
+
+
+def test_an_update_naming_no_field_is_refused_and_changes_nothing() -> None:
+    reg = registry()
+    reg.create_job("j", SPEC)
+    before = reg.get("j")
+    with pytest.raises(UnknownField, match=r"'lauched_at' \(did you mean 'launched_at'\?\)"):
+        reg.transition("j", State.LAUNCHING, lauched_at=datetime.now(UTC))
+    with pytest.raises(UnknownField, match="'no_such_thing'"):
+        reg.update("j", no_such_thing=1)
+    assert reg.get("j") == before
+    assert [e["kind"] for e in reg.events("j")] == ["created"]
+
+
+def test_a_record_with_fields_this_version_does_not_know_still_reads() -> None:
+    reg = registry()
+    reg.create_job("j", SPEC)
+    record, version = reg.get("j")
+    body = {**record.model_dump(mode="json"), "field_from_a_newer_version": {"x": 1}}
+    reg.store.put_if_match(reg.key(keys.job_record("j")), json.dumps(body).encode(), version)
+    assert reg.job("j") == record
+    assert reg.transition("j", State.LAUNCHING, attempt=1).attempt == 1
+
+
+class Crash(Exception):
+    """The function dies here (injected)."""
+
+
+def crash_on_event_writes(reg: Registry, monkeypatch: pytest.MonkeyPatch, kind: str) -> list[str]:
+    """Make the create-only write of a `kind` event object die, as a function killed after its CAS would;
+    returns the keys it refused."""
+    refused: list[str] = []
+    store, write = reg.store, reg.store.put_if_absent
+
+    def dying(key: str, *args: Any, **kwargs: Any) -> str:
+        event = keys.parse_event(key.removeprefix(reg.root))
+        if event and event.kind == kind:
+            refused.append(key)
+            raise Crash(key)
+        return write(key, *args, **kwargs)
+
+    monkeypatch.setattr(store, "put_if_absent", dying)
+    return refused
+
+
+def test_a_crash_between_the_cas_and_the_event_loses_no_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    reg = registry()
+    reg.create_job("j", SPEC)
+    with monkeypatch.context() as crashing:
+        refused = crash_on_event_writes(reg, crashing, "launching")
+        with pytest.raises(Crash):
+            reg.transition("j", State.LAUNCHING, attempt=1, instances=["i-1"], event={"zone": "z"})
+    assert refused and reg.job("j").state == State.LAUNCHING
+    assert [e["kind"] for e in reg.events("j")] == ["created"], "the crash lost the event object"
+    assert reg.job("j").last_event is not None and reg.job("j").last_event.kind == "launching"
+    reg.transition("j", State.RUNNING)  # the next writer completes the history
+    events = reg.events("j")
+    assert [e["kind"] for e in events] == ["created", "launching", "running"]
+    assert events[1] | {"time": None} == {"time": None, "kind": "launching", "from": "QUEUED", "to": "LAUNCHING",
+                                          "attempt": 1, "reason": None, "zone": "z"}
+
+
+def test_a_crash_after_the_last_transition_is_completed_by_whoever_reads_the_record(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    reg = registry()
+    reg.create_job("j", SPEC)
+    reg.transition("j", State.LAUNCHING, attempt=1)
+    with monkeypatch.context() as crashing:
+        crash_on_event_writes(reg, crashing, "cancelled")
+        with pytest.raises(Crash):
+            reg.transition("j", State.CANCELLED, reason="user")
+    assert [m.state for m in reg.active()["j"]] == [State.LAUNCHING], "the crash left the old marker too"
+    reg.repair_markers("j")  # what the sweep does for a job whose markers disagree with its record
+    reg.repair_markers("j")
+    assert [e["kind"] for e in reg.events("j")] == ["created", "launching", "cancelled"]
+    assert reg.active() == {}
+
+
+def test_a_crash_after_the_create_keeps_the_created_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    reg = registry()
+    with monkeypatch.context() as crashing:
+        crash_on_event_writes(reg, crashing, "created")
+        with pytest.raises(Crash):
+            reg.create_job("j", SPEC)
+    reg.transition("j", State.LAUNCHING, attempt=1)
+    events = reg.events("j")
+    assert [e["kind"] for e in events] == ["created", "launching"]
+    assert events[0]["spec"]["instance_type"] == "g5.xlarge"
+
+
+def test_each_event_is_written_once_however_often_the_history_is_completed() -> None:
+    reg = registry()
+    reg.create_job("j", SPEC)
+    for _ in range(3):
+        reg.complete_history(reg.job("j"))
+    reg.transition("j", State.LAUNCHING, attempt=1)
+    reg.complete_history(reg.job("j"))
+    assert [e["kind"] for e in reg.events("j")] == ["created", "launching"]
+
+
+def test_the_history_lists_in_write_order_even_when_writes_share_one_now() -> None:
+    reg = registry()
+    now = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+    for n in range(8):  # stamps of one `now` differ only in a random token: eight jobs would catch a random order
+        job = f"j{n}"
+        reg.create_job(job, SPEC, now=now)
+        reg.transition(job, State.LAUNCHING, now=now)  # the launcher's claim, then its launch, in one run
+        reg.transition(job, State.LAUNCHING, now=now, attempt=1)
+        reg.transition(job, State.RUNNING, now=now - timedelta(seconds=1))  # a writer whose clock is behind
+        steps = [(e["kind"], e.get("attempt")) for e in reg.events(job)]
+        assert steps == [("created", None), ("launching", 0), ("launching", 1), ("running", 1)], job

@@ -12,7 +12,7 @@ from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, S3Eve
 from aws_lambda_powertools.utilities.data_classes.common import DictWrapper
 
 from functions.aws import common
-from jobplane import reconcile
+from jobplane import keys
 from jobplane.settings import Settings
 
 SCHEDULED = "Scheduled Event"
@@ -71,7 +71,7 @@ def registry_key(event: EventBridgeEvent, settings: Settings) -> str | None:
 
 def named_job(event: EventBridgeEvent, settings: Settings) -> str | None:
     """The job an exit-report or preempted-jobs/ object event names (then on every log line), else None."""
-    job = reconcile.job_named_by(registry_key(event, settings))
+    job = keys.job_named_by(registry_key(event, settings))
     if job:
         common.logger.append_keys(job_id=job)
     return job

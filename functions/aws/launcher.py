@@ -8,7 +8,7 @@ from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, event
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.aws import common, events
-from jobplane import drops, launcher
+from jobplane import keys, launcher
 from jobplane.registry import utcnow
 from jobplane.settings import Settings
 
@@ -22,7 +22,7 @@ def handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
         return launcher.summary(launcher.backstop(env.registry, env.compute, now=utcnow(), metrics=common.metrics,
                                                   policy=env.policy))
     key = events.registry_key(event, Settings.from_env())
-    drop = drops.parse(key) if key else None
+    drop = keys.parse_drop(key) if key else None
     if key is None or drop is None:
         return launcher.summary([launcher.Outcome(key or "", launcher.Result.IGNORED)])
     common.logger.append_keys(job_id=drop.job_id, owner=drop.owner)

@@ -11,7 +11,7 @@ from functions.aws import common
 
 @contextmanager
 def api_calls(env: common.Env) -> Iterator[None]:
-    clients = [c for c in (getattr(env.registry.store, "client", None), getattr(env.compute, "client", None),
+    clients = [c for c in (env.registry.sdk_client, getattr(env.compute, "client", None),
                            getattr(env.notify.notifier, "client", None)) if c]
     count = [0]
 

@@ -22,7 +22,7 @@ import flask
 import functions_framework
 from cloudevents.http import CloudEvent
 
-from jobplane import deployment, drops, keys, reconcile
+from jobplane import deployment, keys, reconcile
 from jobplane import launcher as launching
 from jobplane.clouds.gcp import GceCompute
 from jobplane.clouds.gcs import GcsStore
@@ -108,14 +108,14 @@ def _options(request: flask.Request) -> dict[str, bool]:
 @functions_framework.cloud_event
 def launcher(event: CloudEvent) -> None:
     key = registry_key(event.data or {}, Settings.from_env())
-    job_id = reconcile.job_named_by(key)
+    job_id = keys.job_named_by(key)
     if key is None or not (key.startswith(keys.QUEUE) or job_id):
         return  # heartbeats, logs, checkpoints: every object write in the bucket fires this trigger
     env, log = environment(), logging.getLogger("jobplane")
     if key.startswith(keys.QUEUE):
         outcome = launching.handle_drop(env.registry, env.compute, key, now=utcnow(), metrics=metrics,
                                           policy=env.policy)
-        drop = drops.parse(key)
+        drop = keys.parse_drop(key)
         log.info("%s: %s", key, outcome.result, extra={"job_id": drop.job_id if drop else None,
                                                        "result": launching.summary([outcome])})
         return

@@ -346,7 +346,7 @@ def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
                  if i.job_id == job_id] if record and record.instances else []
     now = utcnow()
     if as_json:
-        job = record.model_dump(mode="json") if record else {
+        job = record.model_dump(mode="json", exclude={"last_event"}) if record else {  # "events" has it
             "id": view.id, "state": view.state, "since": view.since.isoformat(),
             "waited": (now - view.since).total_seconds(), "reason": view.reason, "drop": view.drop,
             "spec": spec_to_json(view.spec) if view.spec else None}

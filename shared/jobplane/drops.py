@@ -2,47 +2,21 @@
 and the CLI both read it.
 
 A drop is queue/<owner>/<job-id>.yaml (or .yml, .json), or queue/<job-id>.yaml for a single-team deployment
-(owner `default`). The owner is where the drop could be written, not what the spec says: the stack offers
-IAM that lets a principal write only under its own queue/<owner>/, so a spec whose `owner` differs from its
-drop's is refused, naming the field. Quotas count by that owner.
+(owner `default`); jobplane.keys builds and parses those keys (queue_entry, parse_drop). The owner is where
+the drop could be written, not what the spec says: the stack offers IAM that lets a principal write only under
+its own queue/<owner>/, so a spec whose `owner` differs from its drop's is refused, naming the field. Quotas
+count by that owner.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
-from jobplane import keys
 from jobplane.errors import FieldError, SpecError
+from jobplane.keys import Drop
 from jobplane.spec import LABEL_KEY, JobSpec, parse_spec
 
 EXTENSIONS = ("yaml", "yml", "json")
-DEFAULT_OWNER = "default"
-
-
-@dataclass(frozen=True)
-class Drop:
-    key: str  # registry-relative
-    job_id: str  # the file's stem
-    owner: str  # the folder under queue/, or `default`
-    ext: str
-    folder: str | None  # what stands between queue/ and the file name, as written
-
-    @property
-    def name(self) -> str:
-        return self.key.removeprefix(keys.QUEUE)
-
-
-def parse(key: str) -> Drop | None:
-    """The drop a queue/ key is, or None for anything else (not under queue/, a folder placeholder)."""
-    if not key.startswith(keys.QUEUE):
-        return None
-    folder, _, name = key.removeprefix(keys.QUEUE).rpartition("/")
-    if not name:
-        return None
-    stem, dot, ext = name.rpartition(".")
-    return Drop(key, stem if dot and stem else name, folder or DEFAULT_OWNER, ext.lower() if dot and stem else "",
-                folder or None)
 
 
 def problems(drop: Drop) -> list[FieldError]:
@@ -71,7 +45,3 @@ def read_spec(drop: Drop, data: bytes | str) -> JobSpec:
                                              f"or leave `owner` out")])
     return spec.model_copy(update={"owner": drop.owner})
 
-
-def entry(job_id: str, owner: str = DEFAULT_OWNER, ext: str = "yaml") -> str:
-    """Where a job's drop goes: queue/<owner>/<job-id>.yaml, or queue/<job-id>.yaml for the default owner."""
-    return keys.queue_entry(job_id, ext) if owner == DEFAULT_OWNER else f"{keys.QUEUE}{owner}/{job_id}.{ext}"

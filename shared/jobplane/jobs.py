@@ -79,7 +79,7 @@ def _recorded(reg: Registry, job_id: str) -> JobView | None:
 def _queued(reg: Registry, job_id: str) -> JobView | None:
     """The job's drop, under queue/ or an owner's queue/<owner>/ (queue/ holds only drops not yet taken)."""
     for key, modified, _ in reg.listing(keys.QUEUE):
-        drop = drops.parse(key)
+        drop = keys.parse_drop(key)
         if drop is None or drop.job_id != job_id:
             continue
         try:
@@ -92,7 +92,7 @@ def _queued(reg: Registry, job_id: str) -> JobView | None:
 
 def queued_view(job_id: str, key: str, data: bytes, dropped_at: datetime) -> JobView:
     """A drop as the launcher will read it (same parse), or with the reason it will reject it."""
-    drop = drops.parse(key)
+    drop = keys.parse_drop(key)
     try:
         if drop is None:
             raise SpecError([FieldError("(file)", f"{key} is not a queue entry")])
@@ -105,7 +105,7 @@ def queued_view(job_id: str, key: str, data: bytes, dropped_at: datetime) -> Job
 
 def _rejected(reg: Registry, job_id: str) -> JobView | None:
     try:
-        blob = reg.store.get(reg.key(keys.rejected_error(job_id)))
+        blob = reg.get_object(keys.rejected_error(job_id))
     except NotFound:
         return None
     try:
@@ -127,7 +127,7 @@ def list_rows(reg: Registry, include_done: bool, now: datetime | None = None) ->
             continue  # finished between the listing and the read
     queued = set()
     for key, modified, _ in reg.listing(keys.QUEUE):
-        drop = drops.parse(key)
+        drop = keys.parse_drop(key)
         job_id = drop.job_id if drop else ""
         if not job_id or job_id in ids or job_id in queued:
             continue
@@ -139,16 +139,16 @@ def list_rows(reg: Registry, include_done: bool, now: datetime | None = None) ->
         rows.append(view_row(view, now))
     if include_done:
         for key, modified, _ in reg.listing(keys.REJECTED):
-            job_id = key.removeprefix(keys.REJECTED).removesuffix(".error.json")
-            if key.endswith(".error.json") and job_id not in ids | queued:  # a recorded INVALID job shows once
-                view = JobView(job_id, State.INVALID, modified, reason=rejected_reason(reg.get_json(key)))
+            rejected = keys.parse_rejected_error(key)
+            if rejected and rejected not in ids | queued:  # a recorded INVALID job shows once
+                view = JobView(rejected, State.INVALID, modified, reason=rejected_reason(reg.get_json(key)))
                 rows.append(view_row(view, now))
     return sorted(rows, key=lambda r: r["age"], reverse=True)
 
 
 def recorded_ids(reg: Registry) -> set[str]:
     """Every job with a record (job.json), live or not."""
-    return {k.split("/")[1] for k, _, _ in reg.listing(keys.JOBS) if k.endswith("/job.json")}
+    return {job_id for k, _, _ in reg.listing(keys.JOBS) if (job_id := keys.parse_job_record(k))}
 
 
 def cost_rows(reg: Registry, by: str = "job", since: datetime | None = None,
@@ -171,7 +171,7 @@ class Submission:
     job_id: str
     doc: dict[str, Any]
     code_dir: Path | None
-    owner: str = drops.DEFAULT_OWNER
+    owner: str = keys.DEFAULT_OWNER
 
 
 def plan_submission(spec_file: Path, text: str, *, code_dir: Path | None = None, job_id: str | None = None,
@@ -203,8 +203,8 @@ def plan_submission(spec_file: Path, text: str, *, code_dir: Path | None = None,
         raise JobError(f"--id {job_id!r} differs from the spec's id {doc['id']!r}")
     if owner and doc.get("owner") not in (None, owner):
         raise JobError(f"--owner {owner!r} differs from the spec's owner {doc['owner']!r}")
-    owner = owner or doc.get("owner") or drops.DEFAULT_OWNER
-    if owner != drops.DEFAULT_OWNER:
+    owner = owner or doc.get("owner") or keys.DEFAULT_OWNER
+    if owner != keys.DEFAULT_OWNER:
         doc["owner"] = owner
     try:
         parse_spec(yaml.safe_dump(doc), job_id=job_id, source=spec_file.name)
@@ -238,7 +238,7 @@ def submit(backend: Backend, sub: Submission, on_bundle: Callable[[int, str], No
         if on_bundle:
             on_bundle(files, doc["code"])
     try:
-        reg.store.put_if_absent(reg.key(drops.entry(job_id, sub.owner)), yaml.safe_dump(doc, sort_keys=False).encode(),
+        reg.put_if_absent(keys.queue_entry(job_id, sub.owner), yaml.safe_dump(doc, sort_keys=False).encode(),
                                 "application/yaml")
     except PreconditionFailed:
         raise JobError(f"job {job_id!r} is already queued") from None
@@ -281,31 +281,28 @@ class LogReader:
 
     def new(self) -> list[Chunk]:
         chunks = []
-        for attempt, rank, key in node_chunks(self.reg, keys.logs_prefix, self.job_id, self.attempt, self.rank):
+        for attempt, rank, key in node_chunks(self.reg, "logs", self.job_id, self.attempt, self.rank):
             if key not in self.seen:
                 chunks.append(Chunk(attempt, rank, self.reg.get_bytes(key).decode(errors="replace")))
                 self.seen.add(key)
         return chunks
 
 
-def node_chunks(reg: Registry, prefix: Callable[..., str], job_id: str, attempt: int | None = None,
+def node_chunks(reg: Registry, area: str, job_id: str, attempt: int | None = None,
                 rank: int | None = None) -> list[tuple[int, int, str]]:
-    """(attempt, rank, key) of the chunks under prefix(job_id, attempt, rank) (logs or metrics), in (attempt,
-    rank, sequence) order; optionally one attempt and/or rank."""
-    base = prefix(job_id)
-    found: list[tuple[tuple[int, int, str], str]] = []
-    for key, _, _ in reg.listing(prefix(job_id, attempt, rank if attempt is not None else None)):
-        parts = key.removeprefix(base).split("/")
-        if len(parts) != 3 or not (parts[0].isdigit() and parts[1].isdigit()):
-            continue
-        if rank is None or int(parts[1]) == rank:
-            found.append(((int(parts[0]), int(parts[1]), parts[2]), key))
-    return [(a, r, key) for (a, r, _), key in sorted(found)]
+    """(attempt, rank, key) of the chunks under jobs/<id>/<area>/ (logs or metrics), in (attempt, rank,
+    sequence) order; optionally one attempt and/or rank."""
+    found: list[tuple[keys.NodeKey, str]] = []
+    for key, _, _ in reg.listing(keys.node_prefix(area, job_id, attempt, rank if attempt is not None else None)):
+        node = keys.parse_node_file(key, area)
+        if node is not None and (rank is None or node.rank == rank):
+            found.append((node, key))
+    return [(node.attempt, node.rank, key) for node, key in sorted(found)]
 
 
 def read_metrics(reg: Registry, job_id: str, attempt: int | None = None, rank: int | None = None) -> list[Sample]:
     """The metric samples the job's agents read from its output, in (attempt, rank, printed) order."""
-    return [sample for a, r, key in node_chunks(reg, keys.metrics_prefix, job_id, attempt, rank)
+    return [sample for a, r, key in node_chunks(reg, "metrics", job_id, attempt, rank)
             for sample in decode(reg.get_bytes(key), a, r)]
 
 

@@ -29,7 +29,6 @@ from jobplane.clouds.base import (
     LaunchRequest,
     NotFound,
     SpotPrices,
-    VmUrls,
 )
 from jobplane.decide import launch as launch_decide
 from jobplane.errors import FieldError, SpecError
@@ -88,7 +87,7 @@ def summary(results: Iterable[Outcome]) -> dict[str, Any]:
 def handle_drop(reg: Registry, compute: Compute, key: str, *, now: datetime, metrics: Metrics,
                 policy: Policy | None = None) -> Outcome:
     """Turn one queue/ object (key relative to the registry root) into a job; say what happened."""
-    drop = drops.parse(key)
+    drop = keys.parse_drop(key)
     if drop is None:
         return Outcome(key, Result.IGNORED)
     job_id = drop.job_id
@@ -124,7 +123,7 @@ def handle_drop(reg: Registry, compute: Compute, key: str, *, now: datetime, met
 
 def _write_rejection(reg: Registry, key: str, job_id: str, data: bytes, errors: list[FieldError],
                      now: datetime) -> None:
-    reg.store.put(reg.key(keys.rejected_spec(job_id)), data, "application/yaml")
+    reg.put(keys.rejected_spec(job_id), data, "application/yaml")
     reg.put_json(keys.rejected_error(job_id), {"errors": [e.as_dict() for e in errors], "time": now.isoformat(),
                                                "source_key": key})
     log.warning("rejected %s: %s", key, "; ".join(map(str, errors)), extra={"job_id": job_id})
@@ -305,22 +304,19 @@ def agent_source(reg: Registry, variants: list[agent_bundle.Variant], cloud: str
                  attempt: int, *, expires: int) -> bootstrap.AgentSource | None:
     """Where VMs of this architecture fetch the agent (one URL per Python version) and report a failed boot;
     None when the deployment has no bundle for them."""
-    store = reg.store
-    if not isinstance(store, VmUrls):
-        raise RuntimeError(f"{type(store).__name__} cannot give VMs URLs to the agent bundle")
     chosen = agent_bundle.for_vm(variants, cloud, arch)
     if not chosen:
         return None
-    bundles = {python: bootstrap.Fetch(v.name, store.vm_request(reg.key(keys.agent_file(v.name)), write=False,
-                                                                expires=expires)[1], v.sha256)
+    bundles = {python: bootstrap.Fetch(v.name, reg.vm_request(keys.agent_file(v.name), write=False,
+                                                              expires=expires)[1], v.sha256)
                for python, v in chosen.items()}
-    method, url = store.vm_request(reg.key(keys.boot_failure(job_id, attempt)), write=True, expires=expires)
-    return bootstrap.AgentSource(bundles, url, method, store.vm_auth)
+    method, url = reg.vm_request(keys.boot_failure(job_id, attempt), write=True, expires=expires)
+    return bootstrap.AgentSource(bundles, url, method, reg.vm_auth)
 
 
 def _bootstrap_target(reg: Registry, compute: Compute) -> tuple[str, str | None]:
     """Bucket and region for the VM's script: stores and adapters that know them say so, else the env."""
-    bucket = getattr(reg.store, "bucket", None)
+    bucket = reg.bucket
     region = getattr(compute, "region", None)
     if not isinstance(bucket, str) or not bucket or not isinstance(region, str):
         settings = Settings.from_env()

@@ -23,16 +23,7 @@ from jobplane.clouds.base import LOG_OBJECT_TAG, Compute, NotFound, Precondition
 from jobplane.decide import rerun as rerun_decide
 from jobplane.decide import sweep as sweep_decide
 from jobplane.decide import uptime as uptime_decide
-from jobplane.decide.model import (
-    Action,
-    ExitReport,
-    Ignored,
-    PreemptedMark,
-    Rule,
-    Snapshot,
-    parse_idle_flag,
-    parse_limits,
-)
+from jobplane.decide.model import Action, ExitReport, Ignored, PreemptedMark, Rule, Snapshot
 from jobplane.notify import Notify
 from jobplane.policy import Policy
 from jobplane.registry import JobNotFound, JobRecord, Registry, TransitionRefused
@@ -71,11 +62,11 @@ def listings(reg: Registry, compute: Compute | None) -> Snapshot:
     return Snapshot(
         active={job_id: tuple(markers) for job_id, markers in reg.active().items()},
         beats=tuple(beats),
-        limits=tuple(lim for key in limit_keys if (lim := parse_limits(key))),
+        limits=tuple(lim for key in limit_keys if (lim := keys.parse_limits(key))),
         preempted={job_id: PreemptedMark(job_id, at) for job_id, at in reg.preempted().items()},
         instances=tuple(compute.list_managed()) if compute is not None else (),
         idle=tuple(idle),
-        idle_flags=frozenset(flag for key in limit_keys if (flag := parse_idle_flag(key))),
+        idle_flags=frozenset(flag for key in limit_keys if (flag := keys.parse_idle_flag(key))),
     )
 
 
@@ -89,6 +80,7 @@ def with_records(reg: Registry, snap: Snapshot, job_ids: Iterable[str], *, exits
         except JobNotFound:
             log.warning("job %s has registry keys but no job.json", job_id, extra={"job_id": job_id})
             continue
+        reg.complete_history(record)  # the event of its last write, if the writer died before the event object
         if exits and record.state in (State.LAUNCHING, State.RUNNING) and record.attempt:
             found[job_id] = read_attempt(reg, job_id, record.attempt)
     return replace(snap, records={**snap.records, **records},
@@ -112,22 +104,20 @@ class Attempt:
 def read_attempt(reg: Registry, job_id: str, attempt: int) -> Attempt:
     """The attempt's exit reports and what a VM's bootstrap reported, if it did: one LIST of
     attempts/<n>/, then one GET per rank that has exited (and one for a boot failure)."""
-    prefix = keys.exits_prefix(job_id, attempt)
     exits: list[ExitReport] = []
     failure: str | None = None
     unreadable: list[Ignored] = []
     noted: set[str] = set()
     for key, _, _ in reg.listing(keys.attempt_prefix(job_id, attempt)):
-        rank, _, name = key.removeprefix(prefix).partition("/")
         if key.startswith(keys.ignored_flag(job_id, attempt, "")):
             noted.add(key)
         elif key == keys.boot_failure(job_id, attempt):
             boot = _read(reg, key, records.BootFailure, unreadable)
             failure = boot.message[:500] if boot is not None else None
-        elif key.startswith(prefix) and name == "exit.json" and rank.isdigit():
+        elif (node := keys.parse_exit_report(key)) is not None and node[:2] == (job_id, attempt):
             report = _read(reg, key, records.ExitReport, unreadable)
             if report is not None:
-                exits.append(ExitReport.of(int(rank), report))
+                exits.append(ExitReport.of(node.rank, report))
     return Attempt(tuple(exits), failure, tuple(unreadable), frozenset(noted))
 
 
@@ -237,7 +227,7 @@ def _apply_one(reg: Registry, compute: Compute | None, action: Action, *, now: d
                        expect_attempt=action.expect_attempt, **action.updates)
     if action.flag is not None:
         try:
-            reg.store.put_if_absent(reg.key(action.flag), b"", "text/plain")
+            reg.put_if_absent(action.flag, b"", "text/plain")
         except PreconditionFailed:
             raise AlreadyDone(f"{action.flag} exists: flagged by another run") from None
     if action.event is not None and job_id:
@@ -259,7 +249,7 @@ def _apply_one(reg: Registry, compute: Compute | None, action: Action, *, now: d
     if action.mark_preempted is not None and job_id:
         reg.mark_preempted(job_id, action.mark_preempted.body())
     if action.write_limits is not None:
-        reg.store.put(reg.key(action.write_limits.key), b"", "text/plain")
+        reg.put(action.write_limits.key, b"", "text/plain")
     if action.stop and job_id:
         reg.put_json(keys.stop_request(job_id),
                      records.StopRequest(time=now, by=action.stop_by, reason=action.reason).body())
@@ -286,7 +276,7 @@ def save_console(reg: Registry, compute: Compute, job_id: str, attempt: int, ran
         text = f"(not available: {exc})\n"
     header = f"---- console output of {instance_id} (rank {rank}, attempt {attempt}), saved by the sweeper ----\n"
     with contextlib.suppress(PreconditionFailed):  # an overlapping run saved it
-        reg.store.put_if_absent(reg.key(keys.console_log(job_id, attempt, rank)), (header + text).encode(),
+        reg.put_if_absent(keys.console_log(job_id, attempt, rank), (header + text).encode(),
                                 "text/plain", tags=dict([LOG_OBJECT_TAG]))
 
 
@@ -307,20 +297,6 @@ def _count(outcome: Outcome, metrics: Metrics) -> None:
         metrics.add_metric("JobsSucceeded", "Count", 1)
     elif action.to == State.FAILED:
         metrics.add_metric("JobsFailed", "Count", 1)
-
-
-def job_named_by(key: str | None) -> str | None:
-    """The job an object-created event is about: an exit report, a boot failure or a preempted-jobs/ marker."""
-    if key is None:
-        return None
-    if key.startswith(keys.PREEMPTED):
-        return key.removeprefix(keys.PREEMPTED) or None
-    parts = key.split("/")
-    if not key.startswith(keys.JOBS) or len(parts) < 5 or parts[2] != "attempts" or not parts[3].isdigit():
-        return None
-    if (len(parts) == 7 and parts[-1] == "exit.json") or key == keys.boot_failure(parts[1], int(parts[3])):
-        return parts[1]
-    return None
 
 
 # ---- the three reconcilers ---------------------------------------------------------------------------------

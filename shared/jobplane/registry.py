@@ -2,16 +2,22 @@
 
 Only control functions write job.json, always by compare-and-swap; a lost race re-reads and re-checks
 the transition, so two overlapping functions can never both act on one state.
+
+No event is lost to a crash: the record carries the event of the write that made it (`last_event`, with the
+stamp of its key chosen before the CAS), so a function that dies between the CAS and the event object leaves
+the event in job.json. The next transition, a marker repair and a reconciler that reads the record anyway
+write it (create-only, to the same key): the history ends up complete, each event once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import json
 import logging
 import random
-import secrets
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -19,7 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from jobplane import keys
-from jobplane.clouds.base import NotFound, ObjectStore, PreconditionFailed
+from jobplane.clouds.base import Blob, NotFound, ObjectStore, PreconditionFailed, VmUrls
 from jobplane.policy import DEFAULT_POLICY, Policy, parse_policy
 from jobplane.spec import JobSpec
 from jobplane.states import LIVE, TERMINAL, State, allowed
@@ -53,8 +59,35 @@ class TransitionRefused(RegistryError):
         self.job_id, self.src, self.dst = job_id, src, dst
 
 
+class UnknownField(RegistryError):
+    """An update names no JobRecord field (a misspelling would otherwise be dropped silently)."""
+
+    def __init__(self, job_id: str, names: Collection[str]) -> None:
+        hints = []
+        for name in sorted(names):
+            close_to = difflib.get_close_matches(name, JobRecord.model_fields, n=1)
+            hints.append(f"{name!r}" + (f" (did you mean {close_to[0]!r}?)" if close_to else ""))
+        super().__init__(f"job {job_id}: no such job record field: {', '.join(hints)}")
+        self.job_id, self.names = job_id, sorted(names)
+
+
+class LastEvent(BaseModel):
+    """The event of the write that made a record (its creation or its last transition), carried in job.json
+    until it is surely in the history: its key is fixed before the CAS, so writing it again is harmless."""
+
+    model_config = ConfigDict(frozen=True)
+
+    stamp: str
+    kind: str
+    body: dict[str, Any]
+
+    def key(self, job_id: str) -> str:
+        return keys.event(job_id, self.stamp, self.kind)
+
+
 class JobRecord(BaseModel):
-    """jobs/<id>/job.json."""
+    """jobs/<id>/job.json. Reading ignores fields it does not know (records written by an older or newer
+    version); writing through Registry.transition / update refuses them (UnknownField)."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
@@ -79,6 +112,7 @@ class JobRecord(BaseModel):
     last_error: str | None = None
     notices: list[dict[str, Any]] = Field(default_factory=list)  # Spot interruption warnings seen
     usage: list[AttemptUsage] = Field(default_factory=list)  # what each launched attempt ran on (jobplane.cost)
+    last_event: LastEvent | None = None  # the event of the write that made this record (see the module doc)
 
     @property
     def terminal(self) -> bool:
@@ -123,13 +157,23 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def stamp(now: datetime) -> str:
-    """Sortable, unique-enough event stamp: 20261122T050421.123456Z-ab12."""
-    return now.astimezone(UTC).strftime("%Y%m%dT%H%M%S.%fZ") + "-" + secrets.token_hex(2)
-
-
 def _dump(model: BaseModel) -> bytes:
     return model.model_dump_json(exclude_none=True, indent=1).encode()
+
+
+def _stamp_after(previous: LastEvent | None, now: datetime) -> str:
+    """The new event's stamp, sorting after the previous event's so the history lists in CAS order, even when
+    both writes used one `now` (create and claim in one launcher run) or this writer's clock is behind."""
+    stamp = keys.stamp(now)
+    if previous is None or stamp > previous.stamp:
+        return stamp
+    return previous.stamp + stamp[-1]  # one more hex digit: the key sorts right after the previous one
+
+
+def _check_fields(job_id: str, updates: Collection[str]) -> None:
+    unknown = set(updates) - set(JobRecord.model_fields)
+    if unknown:
+        raise UnknownField(job_id, unknown)
 
 
 # Told of every transition this process made (old record, new record), after its CAS won: exactly one
@@ -138,7 +182,9 @@ TransitionListener = Callable[["JobRecord", "JobRecord"], None]
 
 
 class Registry:
-    """Typed access to one registry (a bucket plus an optional root prefix)."""
+    """Typed access to one registry (a bucket plus an optional root prefix). Callers name keys relative to the
+    root (jobplane.keys) and go through these methods, never through `store` (tests/test_no_reaching_through.py).
+    """
 
     def __init__(self, store: ObjectStore, root: str = "", listeners: Sequence[TransitionListener] = ()) -> None:
         self.store = store
@@ -152,14 +198,53 @@ class Registry:
         return key[len(self.root):]
 
     # ---- raw helpers -------------------------------------------------------------------------------
+    def get_object(self, key: str) -> Blob:
+        """The object with its version and LastModified (NotFound if absent)."""
+        return self.store.get(self.key(key))
+
     def get_bytes(self, key: str) -> bytes:
-        return self.store.get(self.key(key)).data
+        return self.get_object(key).data
+
+    def put(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> None:
+        self.store.put(self.key(key), data, content_type)
+
+    def put_if_absent(self, key: str, data: bytes, content_type: str = "application/json",
+                      tags: Mapping[str, str] | None = None) -> None:
+        """Create-only: PreconditionFailed if the key exists (the first writer wins)."""
+        self.store.put_if_absent(self.key(key), data, content_type, tags=tags)
+
+    def location(self, key: str) -> tuple[ObjectStore, str]:
+        """The store and the full key (or prefix) of `key`, for code that moves files itself in parts and in
+        parallel (checkpoint and artifact sync, code and bundle downloads)."""
+        return self.store, self.key(key)
+
+    def vm_request(self, key: str, *, write: bool, expires: int) -> tuple[str, str]:
+        """(HTTP method, URL) a VM uses to read or write `key` without an SDK (see VmUrls)."""
+        if not isinstance(self.store, VmUrls):
+            raise RuntimeError(f"{type(self.store).__name__} cannot give VMs URLs to the agent bundle")
+        return self.store.vm_request(self.key(key), write=write, expires=expires)
+
+    @property
+    def vm_auth(self) -> str | None:
+        """How a VM authenticates the vm_request URLs: None when they are presigned (VmUrls.vm_auth)."""
+        return self.store.vm_auth if isinstance(self.store, VmUrls) else None
+
+    @property
+    def bucket(self) -> str | None:
+        """The bucket's name, when the store knows it."""
+        bucket = getattr(self.store, "bucket", None)
+        return bucket if isinstance(bucket, str) and bucket else None
+
+    @property
+    def sdk_client(self) -> Any:
+        """The store's cloud SDK client, if it has one (to count the API calls an invocation makes)."""
+        return getattr(self.store, "client", None)
 
     def get_json(self, key: str) -> Any:
         return json.loads(self.get_bytes(key))
 
     def put_json(self, key: str, body: Any) -> None:
-        self.store.put(self.key(key), json.dumps(body, indent=1, default=str).encode(), "application/json")
+        self.put(key, json.dumps(body, indent=1, default=str).encode(), "application/json")
 
     def listing(self, prefix: str, page_size: int = 1000) -> Iterator[tuple[str, datetime, int]]:
         for info in self.store.list(self.key(prefix), page_size):
@@ -180,13 +265,15 @@ class Registry:
         """Create-only: a second create of the same id raises JobExists and changes nothing."""
         now = now or utcnow()
         spec = spec if spec.id == job_id else spec.model_copy(update={"id": job_id})
+        created = LastEvent(stamp=keys.stamp(now), kind="created", body={
+            "time": now.isoformat(), "kind": "created", "state": State.QUEUED, "spec": spec.model_dump(mode="json")})
         record = JobRecord(id=job_id, spec=spec, state=State.QUEUED, owner=spec.owner,
-                           created_at=now, updated_at=now, state_since=now)
+                           created_at=now, updated_at=now, state_since=now, last_event=created)
         try:
-            self.store.put_if_absent(self.key(keys.job_record(job_id)), _dump(record))
+            self.put_if_absent(keys.job_record(job_id), _dump(record))
         except PreconditionFailed:
             raise JobExists(job_id) from None
-        self._event(job_id, now, "created", {"state": State.QUEUED, "spec": spec.model_dump(mode="json")})
+        self.complete_history(record)
         self._move_marker(job_id, None, record)
         return record
 
@@ -224,7 +311,10 @@ class Registry:
         expect / expect_attempt say what the caller saw; if the job has moved on (another function won
         the race), the transition is refused instead of being applied twice.
         """
+        _check_fields(job_id, updates)
         now = now or utcnow()
+        kind = to.lower().replace("_", "-")
+        completed: LastEvent | None = None
         for tries in range(CAS_RETRIES):
             current, version = self.get(job_id)
             if expect is not None and current.state not in expect:
@@ -235,20 +325,26 @@ class Registry:
                                         f"attempt is {current.attempt}, expected {expect_attempt}")
             if not allowed(current.state, to):
                 raise TransitionRefused(job_id, current.state, to)
-            fields: dict[str, Any] = {"state": to, "updated_at": now, "reason": reason, **updates}
+            stamp = _stamp_after(current.last_event, now)
+            body = {"time": now.isoformat(), "kind": kind, "from": current.state, "to": to,
+                    "attempt": updates.get("attempt", current.attempt), "reason": reason, **(event or {})}
+            fields: dict[str, Any] = {"state": to, "updated_at": now, "reason": reason, **updates,
+                                      "last_event": LastEvent(stamp=stamp, kind=kind, body=body)}
             if to != current.state or fields.get("attempt", current.attempt) != current.attempt:
                 fields["state_since"] = now
             new = JobRecord.model_validate({**current.model_dump(), **fields})
             if any(u.open for u in new.usage):  # leaving an attempt ends its instances' billed time
                 keep = new.attempt if new.state in (State.LAUNCHING, State.RUNNING) else None
                 new = new.model_copy(update={"usage": close(new.usage, keep, now)})
+            if current.last_event != completed:  # the event of the write before ours: it may have died after its CAS
+                self.complete_history(current)
+                completed = current.last_event
             try:
                 self.store.put_if_match(self.key(keys.job_record(job_id)), _dump(new), version)
             except PreconditionFailed:
                 backoff(tries + 1)
                 continue
-            body = {"from": current.state, "to": to, "attempt": new.attempt, "reason": reason, **(event or {})}
-            self._event(job_id, now, to.lower().replace("_", "-"), body)
+            self.complete_history(new)
             self._move_marker(job_id, current, new)
             self._tell(current, new)
             return new
@@ -263,6 +359,7 @@ class Registry:
 
     def update(self, job_id: str, *, now: datetime | None = None, **updates: Any) -> JobRecord:
         """CAS-update fields without a state change (e.g. recording a Spot warning)."""
+        _check_fields(job_id, updates)
         now = now or utcnow()
         for tries in range(CAS_RETRIES):
             current, version = self.get(job_id)
@@ -275,11 +372,18 @@ class Registry:
         raise RegistryError(f"job {job_id}: gave up after {CAS_RETRIES} conflicting writes")
 
     # ---- events ------------------------------------------------------------------------------------
-    def _event(self, job_id: str, now: datetime, kind: str, body: dict[str, Any]) -> None:
-        self.put_json(keys.event(job_id, stamp(now), kind), {"time": now.isoformat(), "kind": kind, **body})
+    def complete_history(self, record: JobRecord) -> None:
+        """Write the event the record carries, unless it is in the history already (create-only, same key)."""
+        if record.last_event is None:
+            return
+        with contextlib.suppress(PreconditionFailed):
+            body = record.last_event.model_dump(mode="json")["body"]  # as job.json has it: the same bytes each time
+            self.put_if_absent(record.last_event.key(record.id), json.dumps(body, indent=1).encode())
 
     def record_event(self, job_id: str, kind: str, body: dict[str, Any], now: datetime | None = None) -> None:
-        self._event(job_id, now or utcnow(), kind, body)
+        """An event that goes with no write of job.json (a flag, a refusal): written at once, nothing to lose."""
+        now = now or utcnow()
+        self.put_json(keys.event(job_id, keys.stamp(now), kind), {"time": now.isoformat(), "kind": kind, **body})
 
     def events(self, job_id: str) -> list[dict[str, Any]]:
         return [self.get_json(k) for k, _, _ in self.listing(keys.events_prefix(job_id))]
@@ -288,7 +392,7 @@ class Registry:
     def _move_marker(self, job_id: str, old: JobRecord | None, new: JobRecord) -> None:
         new_key = keys.active_marker(job_id, new.state, new.attempt)
         if new.state in LIVE:
-            self.store.put(self.key(new_key), b"", "text/plain")
+            self.put(new_key, b"", "text/plain")
         if old is not None:
             old_key = keys.active_marker(job_id, old.state, old.attempt)
             if old_key != new_key or new.state not in LIVE:
@@ -297,22 +401,21 @@ class Registry:
     def repair_markers(self, job_id: str) -> None:
         """Make active/<id>/ match job.json again (after a function died between the two writes)."""
         record = self.job(job_id)
+        self.complete_history(record)  # markers disagree when a function died after its CAS: so may the history
         want = keys.active_marker(job_id, record.state, record.attempt) if record.state in LIVE else None
         have = [k for k, _, _ in self.listing(keys.active_prefix(job_id))]
         for k in have:
             if k != want:
                 self.delete(k)
         if want and want not in have:
-            self.store.put(self.key(want), b"", "text/plain")
+            self.put(want, b"", "text/plain")
 
     def active(self) -> dict[str, list[ActiveMarker]]:
         """Every live job from one listing of active/; more than one marker means a repair is due."""
         out: dict[str, list[ActiveMarker]] = {}
         for key, modified, _ in self.listing(keys.ACTIVE):
-            parsed = parse_marker(key)
-            if parsed:
-                job_id, state, attempt = parsed
-                out.setdefault(job_id, []).append(ActiveMarker(job_id, state, attempt, modified))
+            if marker := keys.parse_active_marker(key):
+                out.setdefault(marker.job_id, []).append(ActiveMarker(*marker, since=modified))
         return out
 
     # ---- preempted markers -------------------------------------------------------------------------
@@ -323,7 +426,7 @@ class Registry:
         self.delete(keys.preempted_marker(job_id))
 
     def preempted(self) -> dict[str, datetime]:
-        return {k.removeprefix(keys.PREEMPTED): m for k, m, _ in self.listing(keys.PREEMPTED)}
+        return {job_id: m for k, m, _ in self.listing(keys.PREEMPTED) if (job_id := keys.parse_preempted_marker(k))}
 
     # ---- heartbeats --------------------------------------------------------------------------------
     def heartbeats(self) -> list[Beat]:
@@ -335,22 +438,11 @@ class Registry:
         beats: list[Beat] = []
         idle: list[IdleMark] = []
         for key, modified, _ in self.listing(keys.HEARTBEATS):
-            parts = key.removeprefix(keys.HEARTBEATS).split("/")
-            if len(parts) != 3 or not parts[1].isdigit():
+            if (beat := keys.parse_heartbeat(key)) is None:
                 continue
-            rank, _, suffix = parts[2].partition(".")
-            if rank.isdigit() and suffix in ("", "output"):
-                beats.append(Beat(parts[0], int(parts[1]), int(rank), suffix == "output", modified))
-            elif rank.isdigit() and suffix == "idle":
-                idle.append(IdleMark(parts[0], int(parts[1]), int(rank), modified))
+            if beat.mark == "idle":
+                idle.append(IdleMark(beat.job_id, beat.attempt, beat.rank, modified))
+            else:
+                beats.append(Beat(beat.job_id, beat.attempt, beat.rank, beat.mark == "output", modified))
         return beats, idle
 
-
-def parse_marker(key: str) -> tuple[str, State, int] | None:
-    parts = key.removeprefix(keys.ACTIVE).split("/")
-    if len(parts) != 2:
-        return None
-    state, _, attempt = parts[1].rpartition(".")
-    if state not in State.__members__ or not attempt.isdigit():
-        return None
-    return parts[0], State(state), int(attempt)

@@ -432,7 +432,7 @@ def test_a_vm_whose_bootstrap_fails_fails_the_job_at_once_with_its_serial_consol
     assert booted.returncode == 1
     cloud.compute_fake.set_console(instance_id, booted.stdout)  # what GCE keeps of the guest's serial port
     key = keys.boot_failure("no-agent", 1)
-    assert reconcile.job_named_by(key) == "no-agent"
+    assert keys.job_named_by(key) == "no-agent"
     response = create_app("launcher", MAIN, "cloudevent").test_client().post("/", **finalized("reg/" + key))
     assert response.status_code == 200
     failed = cloud.registry.job("no-agent")

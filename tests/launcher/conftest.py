@@ -12,7 +12,7 @@ import pytest
 from botocore.awsrequest import AWSResponse
 from moto import mock_aws
 
-from jobplane import drops
+from jobplane import keys
 from jobplane.clouds.aws import Ec2Compute
 from jobplane.clouds.s3 import S3Store
 from jobplane.policy import AwsPlacement
@@ -58,8 +58,8 @@ class Cloud:
         self.s3.put_object(Bucket=BUCKET, Key="config/policy.yaml", Body=text.encode())
         self.compute.placement = self.registry.policy().aws
 
-    def drop(self, job_id: str, text: str, ext: str = "yaml", owner: str = drops.DEFAULT_OWNER) -> str:
-        key = drops.entry(job_id, owner, ext)
+    def drop(self, job_id: str, text: str, ext: str = "yaml", owner: str = keys.DEFAULT_OWNER) -> str:
+        key = keys.queue_entry(job_id, owner, ext)
         self.s3.put_object(Bucket=BUCKET, Key=self.registry.key(key), Body=text.encode())
         return key
 

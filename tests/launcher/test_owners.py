@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from jobplane import drops, jobs, keys, launcher
+from jobplane import jobs, keys, launcher
 from jobplane.cli import cli
 from jobplane.registry import utcnow
 from jobplane.states import State
@@ -68,13 +68,6 @@ def test_quotas_count_by_the_drops_owner_whatever_the_spec_leaves_out(cloud: Clo
     assert "owner 'team-a' has 1 active instances" in (cloud.registry.job("a-2").reason or "")
     assert handle(cloud, cloud.drop("b-1", SPEC, owner="team-b")) == "launched"
     assert handle(cloud, cloud.drop("d-1", SPEC)) == "launched"  # owner default has its own quota
-
-
-def test_drop_keys_parse_into_job_id_owner_and_extension() -> None:
-    assert drops.parse("queue/team-a/x-1.yml") == drops.Drop("queue/team-a/x-1.yml", "x-1", "team-a", "yml", "team-a")
-    assert drops.parse("queue/x-1.json") == drops.Drop("queue/x-1.json", "x-1", "default", "json", None)
-    assert drops.parse("queue/team-a/") is None and drops.parse("jobs/x/job.json") is None
-    assert drops.entry("x", "team-a") == "queue/team-a/x.yaml" and drops.entry("x") == "queue/x.yaml"
 
 
 def run(*args: str) -> Result:

@@ -17,10 +17,12 @@ from jobplane import keys, launcher, reconcile, records
 from jobplane.clouds.base import TAG_JOB_ID, TAG_MANAGED
 from jobplane.decide.model import Rule
 from jobplane.local.moto_server import CONSOLES_ENV
+from jobplane.reconcile import Result
 from jobplane.registry import JobRecord, utcnow
 from jobplane.spec import parse_spec
 from jobplane.states import State
 from tests.launcher.conftest import Cloud, cloud  # noqa: F401  (the shared moto fixture)
+from tests.test_registry import crash_on_event_writes
 
 pytestmark = pytest.mark.timeout(120)
 SPEC = "run: python3 train.py\ninstance_type: t3.micro\n"
@@ -104,7 +106,7 @@ def test_lifecycle_started_then_healthy_then_finished(cloud: Cloud) -> None:  # 
         (keys.preempted_marker("train"), f"names {other} of attempt 1, not an instance of attempt 1")]
 
     report_exit(cloud, record, 0)  # the job's own agent: that report counts
-    event_job = reconcile.job_named_by(keys.exit_report("train", 1, 0))
+    event_job = keys.job_named_by(keys.exit_report("train", 1, 0))
     (done,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=[event_job],
                               policy=cloud.registry.policy())
     assert done.action.rule == Rule.FINISHED and done.result == "applied"
@@ -112,6 +114,25 @@ def test_lifecycle_started_then_healthy_then_finished(cloud: Cloud) -> None:  # 
     assert final.state == State.SUCCEEDED and final.exit_code == 0
     assert not alive(cloud, record.instances) and cloud.metrics.totals["JobsSucceeded"] == 1
     assert cloud.registry.active() == {}
+
+
+def test_a_sweep_completes_the_history_a_crash_after_the_cas_left_short(
+        cloud: Cloud, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    record = launch(cloud, "train")
+    beat(cloud, record)
+    with monkeypatch.context() as crashing:
+        crash_on_event_writes(cloud.registry, crashing, "running")
+        (started,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics,
+                                     policy=cloud.registry.policy())
+    assert started.action.rule == Rule.STARTED and started.result == Result.ERROR
+    assert cloud.registry.job("train").state == State.RUNNING
+    assert "running" not in [e["kind"] for e in cloud.registry.events("train")], "the crash lost the event"
+
+    reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, policy=cloud.registry.policy())
+    kinds = [e["kind"] for e in cloud.registry.events("train")]
+    assert kinds == ["created", "launching", "launching", "running"], \
+        "created, claim, launch, then the lost event once, in write order"
+    assert [m.state for m in cloud.registry.active()["train"]] == [State.RUNNING]
 
 
 def test_dry_run_applies_nothing(cloud: Cloud) -> None:  # noqa: F811

@@ -1,30 +1,14 @@
-"""Reading agents' facts: event keys, exit reports and boot failures, including bad ones (in-memory store)."""
+"""Reading agents' facts: exit reports and boot failures, including bad ones (in-memory store)."""
 
 from __future__ import annotations
 
 import logging
 
-import pytest
-
 from jobplane import keys, records
 from jobplane.clouds.memory import MemoryStore
 from jobplane.decide.model import ExitReport
-from jobplane.reconcile import Attempt, job_named_by, read_attempt
+from jobplane.reconcile import Attempt, read_attempt
 from jobplane.registry import Registry
-
-
-@pytest.mark.parametrize(("key", "job"), [
-    (keys.exit_report("train", 2, 1), "train"),
-    (keys.preempted_marker("spotty"), "spotty"),
-    (keys.boot_failure("train", 3), "train"),
-    ("jobs/train/attempts/x/boot-failure.json", None),
-    (keys.heartbeat("train", 1, 0), None),
-    (keys.job_record("train"), None),
-    ("jobs/train/attempts/1/nodes/0/other.json", None),
-    (None, None),
-])
-def test_job_named_by(key: str | None, job: str | None) -> None:
-    assert job_named_by(key) == job
 
 
 class Lines(logging.Handler):

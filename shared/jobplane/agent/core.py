@@ -289,7 +289,8 @@ class Agent:
                                                          lay.channel_dir(name), lay.input_dir / ".jobplane" / name))
             self.out.note(f"input {name}: {len(mine)} of {len(found)} objects: {moved.summary()}")
         ckpt_dir = lay.local(spec.checkpoint_dir)
-        checkpoints = CheckpointSync(self.reg.store, ckpt_dir, self.reg.key(keys.checkpoints_prefix(run.job_id)),
+        store, prefix = self.reg.location(keys.checkpoints_prefix(run.job_id))
+        checkpoints = CheckpointSync(store, ckpt_dir, prefix,
                                      rank=run.rank, attempt=run.attempt, settle=self.cfg.checkpoint_settle)
         restored = self._retry("restore checkpoints", checkpoints.restore)
         if restored.files:
@@ -341,7 +342,7 @@ class Agent:
             self.out.note(f"code from {spec.code}")
             return
         try:
-            size = fetch_tarball(self.reg.store, self.reg.key(keys.code_bundle(job_id)), self.layout.code_dir)
+            size = fetch_tarball(*self.reg.location(keys.code_bundle(job_id)), self.layout.code_dir)
         except NotFound:
             self.out.note("no code bundle: running in an empty code directory")
             return
@@ -448,9 +449,9 @@ class Agent:
         chunk, content_type = ((keys.log_chunk, "text/plain") if stream == "logs"
                                else (keys.metrics_chunk, "application/x-ndjson"))
         while True:
-            key = self.reg.key(chunk(run.job_id, run.attempt, run.rank, self._seq[stream]))
+            key = chunk(run.job_id, run.attempt, run.rank, self._seq[stream])
             try:
-                self.reg.store.put_if_absent(key, data, content_type, tags=dict([LOG_OBJECT_TAG]))
+                self.reg.put_if_absent(key, data, content_type, tags=dict([LOG_OBJECT_TAG]))
                 self._seq[stream] += 1
                 return
             except PreconditionFailed:
@@ -549,7 +550,8 @@ class Agent:
         n = 0
         for local, area in ((self.layout.local(run.spec.artifacts_dir), "model/"),
                             (self.layout.output_data_dir, "output/")):
-            n += publish(self.reg.store, local, self.reg.key(base + area), cut_ns=cut_ns).files
+            store, prefix = self.reg.location(base + area)
+            n += publish(store, local, prefix, cut_ns=cut_ns).files
         return n
 
     def _power_off(self) -> None:

@@ -26,7 +26,7 @@ budget into refused actions, which the applier reports and never runs. Dry-run i
 """
 
 from jobplane.decide import launch, rerun, sweep, uptime
-from jobplane.decide.model import Action, ExitReport, Limits, PreemptedMark, Rule, Snapshot, parse_limits
+from jobplane.decide.model import Action, ExitReport, Limits, PreemptedMark, Rule, Snapshot
 
-__all__ = ["Action", "ExitReport", "Limits", "PreemptedMark", "Rule", "Snapshot", "launch", "parse_limits", "rerun",
-           "sweep", "uptime"]
+__all__ = ["Action", "ExitReport", "Limits", "PreemptedMark", "Rule", "Snapshot", "launch", "rerun", "sweep",
+           "uptime"]

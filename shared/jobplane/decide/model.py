@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -11,44 +10,11 @@ from typing import Any
 
 from jobplane import keys, records
 from jobplane.clouds.base import Instance, Notice
+from jobplane.keys import Limits as Limits  # the parsed limits/ key, part of a Snapshot
 from jobplane.registry import ActiveMarker, Beat, IdleMark, JobRecord
 from jobplane.states import State
 
 ALIVE = frozenset({"pending", "running"})  # an instance in any other state is gone or going
-
-
-@dataclass(frozen=True)
-class Limits:
-    """A RUNNING attempt's per-job values, carried by a key name under limits/ (no GET needed)."""
-
-    job_id: str
-    attempt: int
-    nodes: int
-    stall: int  # seconds
-    cap: int  # seconds: min(job max_runtime, policy ceiling) when the job started
-
-    @property
-    def key(self) -> str:
-        return keys.limits_mark(self.job_id, self.attempt, self.nodes, self.stall, self.cap)
-
-
-_LIMITS_RE = re.compile(r"^([^/]+)/(\d+)/nodes-(\d+)\.stall-(\d+)\.cap-(\d+)$")
-
-
-def parse_limits(key: str) -> Limits | None:
-    m = _LIMITS_RE.match(key.removeprefix(keys.LIMITS))
-    if not m:
-        return None
-    attempt, nodes, stall, cap = (int(g) for g in m.groups()[1:])
-    return Limits(m.group(1), attempt, nodes, stall, cap)
-
-
-def parse_idle_flag(key: str) -> tuple[str, int] | None:
-    """(job, attempt) of a limits/<id>/<attempt>/idle-flagged key."""
-    parts = key.removeprefix(keys.LIMITS).split("/")
-    if len(parts) == 3 and parts[1].isdigit() and parts[2] == keys.IDLE_FLAGGED:
-        return parts[0], int(parts[1])
-    return None
 
 
 @dataclass(frozen=True)

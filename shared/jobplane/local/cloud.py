@@ -191,7 +191,7 @@ class LocalCloud:
         reg, placement, images = self.provision()
         self.reg = reg
         publish_agent(reg, self.cloud)
-        reg.store.put(keys.POLICY, LOCAL_POLICY.format(placement=placement).encode(), "application/yaml")
+        reg.put(keys.POLICY, LOCAL_POLICY.format(placement=placement).encode(), "application/yaml")
         clean(self.state_dir)
         self.index = PackageIndex()
         self.index.start()
@@ -264,8 +264,8 @@ class LocalCloud:
 def publish_agent(reg: Registry, cloud: str) -> None:
     """This machine's agent bundle for the cloud and its manifest, where a deployment puts them."""
     path, variant = bundling.local_variant(cloud, cache_dir())
-    reg.store.put(reg.key(keys.agent_file(variant.name)), path.read_bytes())
-    reg.store.put(reg.key(keys.agent_file(agent_bundle.MANIFEST)), agent_bundle.manifest([variant]))
+    reg.put(keys.agent_file(variant.name), path.read_bytes())
+    reg.put(keys.agent_file(agent_bundle.MANIFEST), agent_bundle.manifest([variant]))
 
 
 def make(cloud: str, state_dir: Path, port: int = 0, tick: float = 1.0) -> LocalCloud:

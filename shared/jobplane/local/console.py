@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from jobplane import drops
+from jobplane import keys
 from jobplane.decide.model import Rule
 from jobplane.reconcile import Result
 from jobplane.registry import JobRecord
@@ -95,7 +95,7 @@ def launcher_outcomes(result: Any) -> list[tuple[str, str]]:
         if not isinstance(said, dict):
             continue
         subject = str(said.get("subject") or "")
-        drop = drops.parse(subject)
+        drop = keys.parse_drop(subject)
         pairs.append((drop.job_id if drop is not None else subject, str(said.get("result"))))
     return pairs
 
