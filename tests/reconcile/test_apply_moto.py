@@ -20,7 +20,7 @@ from jobplane.local.moto_server import CONSOLES_ENV
 from jobplane.registry import JobRecord, utcnow
 from jobplane.spec import parse_spec
 from jobplane.states import State
-from tests.launcher.conftest import Cloud, cloud  # noqa: F401  (the shared moto fixture)
+from tests.moto_aws import MotoAws
 
 pytestmark = pytest.mark.timeout(120)
 SPEC = "run: python3 train.py\ninstance_type: t3.micro\n"
@@ -30,19 +30,31 @@ def later(minutes: float) -> datetime:
     return utcnow() + timedelta(minutes=minutes)
 
 
-def launch(c: Cloud, job_id: str, spec: str = SPEC) -> JobRecord:
+def launch(c: MotoAws, job_id: str, spec: str = SPEC) -> JobRecord:
     c.registry.create_job(job_id, parse_spec(spec, job_id))
     return launcher.launch_attempt(c.registry, c.compute, job_id, now=utcnow(), expect={State.QUEUED},
                                    expect_attempt=0, metrics=c.metrics)
 
 
-def beat(c: Cloud, record: JobRecord) -> None:
+def sweep(c: MotoAws, *, now: datetime, **kwargs: Any) -> list[reconcile.Outcome]:
+    return reconcile.sweep(c.registry, c.compute, now=now, metrics=c.metrics, **kwargs)
+
+
+def uptime_cap(c: MotoAws, *, now: datetime, **kwargs: Any) -> list[reconcile.Outcome]:
+    return reconcile.uptime_cap(c.registry, c.compute, now=now, metrics=c.metrics, **kwargs)
+
+
+def rerun(c: MotoAws, *, now: datetime, **kwargs: Any) -> list[reconcile.Outcome]:
+    return reconcile.rerun(c.registry, c.compute, now=now, metrics=c.metrics, **kwargs)
+
+
+def beat(c: MotoAws, record: JobRecord) -> None:
     for rank in range(record.spec.num_nodes):
         c.registry.put_json(keys.heartbeat(record.id, record.attempt, rank), {"time": utcnow().isoformat()})
     c.registry.put_json(keys.output_mark(record.id, record.attempt, 0), {"time": utcnow().isoformat()})
 
 
-def run_raw(c: Cloud, count: int = 1, tags: dict[str, str] | None = None) -> list[str]:
+def run_raw(c: MotoAws, count: int = 1, tags: dict[str, str] | None = None) -> list[str]:
     extra: dict[str, Any] = {}
     if tags:
         extra["TagSpecifications"] = [{"ResourceType": "instance",
@@ -51,11 +63,11 @@ def run_raw(c: Cloud, count: int = 1, tags: dict[str, str] | None = None) -> lis
     return [i["InstanceId"] for i in resp["Instances"]]
 
 
-def states(c: Cloud) -> dict[str, str]:
+def states(c: MotoAws) -> dict[str, str]:
     return {i["InstanceId"]: i["State"]["Name"] for i in c.instances()}
 
 
-def alive(c: Cloud, ids: list[str]) -> bool:
+def alive(c: MotoAws, ids: list[str]) -> bool:
     got = states(c)
     return all(got[i] in ("pending", "running") for i in ids)
 
@@ -63,103 +75,104 @@ def alive(c: Cloud, ids: list[str]) -> bool:
 ORPHAN = {TAG_MANAGED: "true", TAG_JOB_ID: "ghost"}
 
 
-def test_lifecycle_started_then_healthy_then_finished(cloud: Cloud) -> None:  # noqa: F811
-    record = launch(cloud, "train")
-    beat(cloud, record)
-    (started,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics)
+def test_lifecycle_started_then_healthy_then_finished(moto_aws: MotoAws) -> None:
+    record = launch(moto_aws, "train")
+    beat(moto_aws, record)
+    (started,) = sweep(moto_aws, now=utcnow())
     assert started.action.rule == Rule.STARTED and started.result == "applied"
-    assert cloud.registry.job("train").state == State.RUNNING
-    assert [k for k, _, _ in cloud.registry.listing(keys.LIMITS)] == ["limits/train/1/nodes-1.stall-1800.cap-86400"]
+    assert moto_aws.registry.job("train").state == State.RUNNING
+    assert [k for k, _, _ in moto_aws.registry.listing(keys.LIMITS)] == ["limits/train/1/nodes-1.stall-1800.cap-86400"]
 
     gets: list[str] = []
-    cloud.s3.meta.events.register("before-call.s3.GetObject", lambda params, **_: gets.append(params["url_path"]))
-    assert reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics) == []
+    moto_aws.s3.meta.events.register("before-call.s3.GetObject", lambda params, **_: gets.append(params["url_path"]))
+    assert sweep(moto_aws, now=utcnow()) == []
     assert not [g for g in gets if g.endswith("/job.json")], "a healthy job costs the sweep no GET"
 
-    cloud.registry.put_json(keys.exit_report("train", 1, 0), {"code": 0, "reason": "exit"})
+    moto_aws.registry.put_json(keys.exit_report("train", 1, 0), {"code": 0, "reason": "exit"})
     event_job = reconcile.job_named_by(keys.exit_report("train", 1, 0))
-    (done,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=[event_job])
+    (done,) = sweep(moto_aws, now=utcnow(), jobs=[event_job])
     assert done.action.rule == Rule.FINISHED and done.result == "applied"
-    final = cloud.registry.job("train")
+    final = moto_aws.registry.job("train")
     assert final.state == State.SUCCEEDED and final.exit_code == 0
-    assert not alive(cloud, record.instances) and cloud.metrics.totals["JobsSucceeded"] == 1
-    assert cloud.registry.active() == {}
+    assert not alive(moto_aws, record.instances) and moto_aws.metrics.totals["JobsSucceeded"] == 1
+    assert moto_aws.registry.active() == {}
 
 
-def test_dry_run_applies_nothing(cloud: Cloud) -> None:  # noqa: F811
-    cloud.set_policy(f"aws:\n  default_image: {cloud.image}\nsafety:\n  max_terminations_percent: 100\n")
-    orphan = run_raw(cloud, tags=ORPHAN)
-    record = launch(cloud, "stuck")  # LAUNCHING, never beats: boot timeout
-    before = cloud.registry.job("stuck")
+def test_dry_run_applies_nothing(moto_aws: MotoAws) -> None:
+    moto_aws.set_policy(f"aws:\n  default_image: {moto_aws.image}\nsafety:\n  max_terminations_percent: 100\n")
+    orphan = run_raw(moto_aws, tags=ORPHAN)
+    record = launch(moto_aws, "stuck")  # LAUNCHING, never beats: boot timeout
+    before = moto_aws.registry.job("stuck")
 
-    outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=later(60), metrics=cloud.metrics, dry_run=True)
-    cloud.set_policy(f"aws:\n  default_image: {cloud.image}\nsafety:\n  dry_run: true\n"
+    outcomes = sweep(moto_aws, now=later(60), dry_run=True)
+    moto_aws.set_policy(f"aws:\n  default_image: {moto_aws.image}\nsafety:\n  dry_run: true\n"
                      "  max_terminations_percent: 100\n")
-    outcomes += reconcile.uptime_cap(cloud.registry, cloud.compute, now=later(60 * 24 * 8), metrics=cloud.metrics)
+    outcomes += uptime_cap(moto_aws, now=later(60 * 24 * 8))
 
     assert {o.action.rule for o in outcomes} == {Rule.ORPHAN, Rule.BOOT_RETRY, Rule.TIMED_OUT, Rule.CAP_NO_JOB}
     assert {o.result for o in outcomes} == {"dry-run"}
-    assert alive(cloud, orphan + record.instances)
-    assert cloud.registry.job("stuck") == before and len(cloud.calls.run_instances) == 2  # the orphan's + attempt 1
-    assert cloud.metrics.totals.get("OrphansTerminated", 0) == 0
+    assert alive(moto_aws, orphan + record.instances)
+    assert moto_aws.registry.job("stuck") == before
+    assert len(moto_aws.calls.run_instances) == 2  # the orphan's + attempt 1
+    assert moto_aws.metrics.totals.get("OrphansTerminated", 0) == 0
 
 
-def test_blast_radius_stops_a_mass_termination(cloud: Cloud) -> None:  # noqa: F811
-    cloud.set_policy(f"aws:\n  default_image: {cloud.image}\nsafety:\n  max_terminations_per_run: 2\n"
+def test_blast_radius_stops_a_mass_termination(moto_aws: MotoAws) -> None:
+    moto_aws.set_policy(f"aws:\n  default_image: {moto_aws.image}\nsafety:\n  max_terminations_per_run: 2\n"
                      "  max_terminations_percent: 100\n")
-    orphans = run_raw(cloud, 5, ORPHAN)
+    orphans = run_raw(moto_aws, 5, ORPHAN)
 
-    outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=cloud.metrics)
+    outcomes = sweep(moto_aws, now=later(11))
 
     assert sorted(o.result for o in outcomes) == ["applied"] * 2 + ["refused"] * 3
-    assert sum(states(cloud)[i] in ("pending", "running") for i in orphans) == 3
-    assert cloud.metrics.totals["BlastRadiusRefusals"] == 3 and cloud.metrics.totals["OrphansTerminated"] == 2
-    forced = reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=cloud.metrics, force=True)
+    assert sum(states(moto_aws)[i] in ("pending", "running") for i in orphans) == 3
+    assert moto_aws.metrics.totals["BlastRadiusRefusals"] == 3 and moto_aws.metrics.totals["OrphansTerminated"] == 2
+    forced = sweep(moto_aws, now=later(11), force=True)
     assert [o.result for o in forced] == ["applied"] * 3 and not any(
-        states(cloud)[i] in ("pending", "running") for i in orphans)
+        states(moto_aws)[i] in ("pending", "running") for i in orphans)
 
 
-def test_untagged_and_unmanaged_instances_are_untouched(cloud: Cloud) -> None:  # noqa: F811
-    foreign = run_raw(cloud) + run_raw(cloud, tags={TAG_MANAGED: "false", TAG_JOB_ID: "ghost"})
+def test_untagged_and_unmanaged_instances_are_untouched(moto_aws: MotoAws) -> None:
+    foreign = run_raw(moto_aws) + run_raw(moto_aws, tags={TAG_MANAGED: "false", TAG_JOB_ID: "ghost"})
     far = later(60 * 24 * 30)
-    outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=far, metrics=cloud.metrics, force=True)
-    outcomes += reconcile.uptime_cap(cloud.registry, cloud.compute, now=far, metrics=cloud.metrics, force=True)
-    assert outcomes == [] and alive(cloud, foreign)
+    outcomes = sweep(moto_aws, now=far, force=True)
+    outcomes += uptime_cap(moto_aws, now=far, force=True)
+    assert outcomes == [] and alive(moto_aws, foreign)
 
 
-def test_orphan_terminated_only_after_the_grace(cloud: Cloud) -> None:  # noqa: F811
-    (orphan,) = run_raw(cloud, tags=ORPHAN)
-    assert reconcile.sweep(cloud.registry, cloud.compute, now=later(5), metrics=cloud.metrics) == []
-    assert alive(cloud, [orphan])
-    (out,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=cloud.metrics)
-    assert out.action.rule == Rule.ORPHAN and out.result == "applied" and not alive(cloud, [orphan])
-    assert cloud.metrics.totals["OrphansTerminated"] == 1
+def test_orphan_terminated_only_after_the_grace(moto_aws: MotoAws) -> None:
+    (orphan,) = run_raw(moto_aws, tags=ORPHAN)
+    assert sweep(moto_aws, now=later(5)) == []
+    assert alive(moto_aws, [orphan])
+    (out,) = sweep(moto_aws, now=later(11))
+    assert out.action.rule == Rule.ORPHAN and out.result == "applied" and not alive(moto_aws, [orphan])
+    assert moto_aws.metrics.totals["OrphansTerminated"] == 1
 
 
-def test_past_attempt_instances_are_orphans_and_protected_ones_stay(cloud: Cloud) -> None:  # noqa: F811
-    cloud.set_policy(f"aws:\n  default_image: {cloud.image}\nsafety:\n  max_terminations_percent: 100\n")
-    old = run_raw(cloud, tags={TAG_MANAGED: "true", TAG_JOB_ID: "train", "jobplane:attempt": "1"})
-    kept = run_raw(cloud, tags={TAG_MANAGED: "true", TAG_JOB_ID: "train", "jobplane:attempt": "1"})
-    cloud.ec2.modify_instance_attribute(InstanceId=kept[0], DisableApiTermination={"Value": True})
-    record = launch(cloud, "train")  # attempt 1 by the registry: the raw ones carry attempt 1 too...
-    cloud.registry.transition("train", State.LAUNCHING, expect={State.LAUNCHING}, attempt=2)  # ...now past
-    reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=cloud.metrics)
-    got = states(cloud)
+def test_past_attempt_instances_are_orphans_and_protected_ones_stay(moto_aws: MotoAws) -> None:
+    moto_aws.set_policy(f"aws:\n  default_image: {moto_aws.image}\nsafety:\n  max_terminations_percent: 100\n")
+    old = run_raw(moto_aws, tags={TAG_MANAGED: "true", TAG_JOB_ID: "train", "jobplane:attempt": "1"})
+    kept = run_raw(moto_aws, tags={TAG_MANAGED: "true", TAG_JOB_ID: "train", "jobplane:attempt": "1"})
+    moto_aws.ec2.modify_instance_attribute(InstanceId=kept[0], DisableApiTermination={"Value": True})
+    record = launch(moto_aws, "train")  # attempt 1 by the registry: the raw ones carry attempt 1 too...
+    moto_aws.registry.transition("train", State.LAUNCHING, expect={State.LAUNCHING}, attempt=2)  # ...now past
+    sweep(moto_aws, now=later(11))
+    got = states(moto_aws)
     assert got[old[0]] not in ("pending", "running") and got[kept[0]] in ("pending", "running")
     assert got[record.instances[0]] not in ("pending", "running")  # attempt 1's own VM, also past
 
 
-def test_overlapping_reruns_launch_one_attempt(cloud: Cloud) -> None:  # noqa: F811
-    record = launch(cloud, "spotty", SPEC + "spot: true\n")
-    cloud.registry.transition("spotty", State.RUNNING, expect={State.LAUNCHING})
-    cloud.registry.mark_preempted("spotty", {"attempt": 1, "rank": 0, "instance_id": record.instances[0]})
-    cloud.ec2.terminate_instances(InstanceIds=record.instances)
+def test_overlapping_reruns_launch_one_attempt(moto_aws: MotoAws) -> None:
+    record = launch(moto_aws, "spotty", SPEC + "spot: true\n")
+    moto_aws.registry.transition("spotty", State.RUNNING, expect={State.LAUNCHING})
+    moto_aws.registry.mark_preempted("spotty", {"attempt": 1, "rank": 0, "instance_id": record.instances[0]})
+    moto_aws.ec2.terminate_instances(InstanceIds=record.instances)
     results: list[list[reconcile.Outcome]] = []
     barrier = threading.Barrier(5)
 
     def run() -> None:
         barrier.wait()
-        results.append(reconcile.rerun(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics))
+        results.append(rerun(moto_aws, now=utcnow()))
 
     threads = [threading.Thread(target=run) for _ in range(5)]
     for t in threads:
@@ -167,105 +180,107 @@ def test_overlapping_reruns_launch_one_attempt(cloud: Cloud) -> None:  # noqa: F
     for t in threads:
         t.join(60)
 
-    after = cloud.registry.job("spotty")
+    after = moto_aws.registry.job("spotty")
     assert len(results) == 5
     assert after.state == State.LAUNCHING and after.attempt == 2 and after.restarts == 1
-    assert len(cloud.calls.run_instances) == 2, "attempt 1 and exactly one rerun"
+    assert len(moto_aws.calls.run_instances) == 2, "attempt 1 and exactly one rerun"
     assert sum(o.result == "applied" and o.action.rule == Rule.RERUN for r in results for o in r) == 1
-    assert cloud.registry.preempted() == {} and cloud.metrics.totals["Reruns"] == 1
+    assert moto_aws.registry.preempted() == {} and moto_aws.metrics.totals["Reruns"] == 1
 
 
-def test_lost_spot_rank_is_torn_down_and_rerun(cloud: Cloud) -> None:  # noqa: F811
-    record = launch(cloud, "pair", SPEC + "spot: true\nnum_nodes: 2\n")
-    beat(cloud, record)
-    reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics)  # -> RUNNING
-    cloud.ec2.terminate_instances(InstanceIds=[record.instances[1]])
+def test_lost_spot_rank_is_torn_down_and_rerun(moto_aws: MotoAws) -> None:
+    record = launch(moto_aws, "pair", SPEC + "spot: true\nnum_nodes: 2\n")
+    beat(moto_aws, record)
+    sweep(moto_aws, now=utcnow())  # -> RUNNING
+    moto_aws.ec2.terminate_instances(InstanceIds=[record.instances[1]])
 
-    (lost,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(3), metrics=cloud.metrics)
+    (lost,) = sweep(moto_aws, now=later(3))
     assert lost.action.rule == Rule.LOST_SPOT and lost.result == "applied"
-    assert cloud.registry.job("pair").state == State.PREEMPTED and not alive(cloud, record.instances[:1])
-    assert list(cloud.registry.preempted()) == ["pair"]
-    assert reconcile.sweep(cloud.registry, cloud.compute, now=later(4), metrics=cloud.metrics) == [], \
+    assert moto_aws.registry.job("pair").state == State.PREEMPTED and not alive(moto_aws, record.instances[:1])
+    assert list(moto_aws.registry.preempted()) == ["pair"]
+    assert sweep(moto_aws, now=later(4)) == [], \
         "a PREEMPTED job with its marker is rerun's: the sweep leaves it (and its marker) alone"
 
-    (rerun,) = reconcile.rerun(cloud.registry, cloud.compute, now=later(3), metrics=cloud.metrics, jobs=["pair"])
-    assert rerun.result == "applied" and cloud.registry.job("pair").attempt == 2 and cloud.registry.preempted() == {}
+    (again,) = rerun(moto_aws, now=later(3), jobs=["pair"])
+    assert again.result == "applied" and moto_aws.registry.job("pair").attempt == 2
+    assert moto_aws.registry.preempted() == {}
 
 
-def test_boot_timeout_retries_as_a_restart(cloud: Cloud) -> None:  # noqa: F811
-    record = launch(cloud, "slow")
-    (retry,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(16), metrics=cloud.metrics)
+def test_boot_timeout_retries_as_a_restart(moto_aws: MotoAws) -> None:
+    record = launch(moto_aws, "slow")
+    (retry,) = sweep(moto_aws, now=later(16))
     assert retry.action.rule == Rule.BOOT_RETRY and retry.result == "applied"
-    after = cloud.registry.job("slow")
+    after = moto_aws.registry.job("slow")
     assert after.attempt == 2 and after.restarts == 1 and after.state == State.LAUNCHING
-    assert not alive(cloud, record.instances) and alive(cloud, after.instances)
+    assert not alive(moto_aws, record.instances) and alive(moto_aws, after.instances)
 
 
-def test_stalled_job_is_marked_and_terminated(cloud: Cloud) -> None:  # noqa: F811
-    record = launch(cloud, "quiet", SPEC + "stall_timeout: 5m\n")
-    beat(cloud, record)
-    reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics)  # -> RUNNING + limits
-    (stalled,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(6), metrics=cloud.metrics)
-    assert stalled.action.rule == Rule.STALLED and cloud.registry.job("quiet").state == State.STALLED
-    assert not alive(cloud, record.instances) and cloud.metrics.totals["Stalls"] == 1
+def test_stalled_job_is_marked_and_terminated(moto_aws: MotoAws) -> None:
+    record = launch(moto_aws, "quiet", SPEC + "stall_timeout: 5m\n")
+    beat(moto_aws, record)
+    sweep(moto_aws, now=utcnow())  # -> RUNNING + limits
+    (stalled,) = sweep(moto_aws, now=later(6))
+    assert stalled.action.rule == Rule.STALLED and moto_aws.registry.job("quiet").state == State.STALLED
+    assert not alive(moto_aws, record.instances) and moto_aws.metrics.totals["Stalls"] == 1
 
 
-def test_uptime_cap_stops_then_times_out(cloud: Cloud) -> None:  # noqa: F811
-    record = launch(cloud, "long", SPEC + "max_runtime: 1h\n")
-    beat(cloud, record)
-    reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics)
-    (stop,) = reconcile.uptime_cap(cloud.registry, cloud.compute, now=later(55), metrics=cloud.metrics)
-    assert stop.action.rule == Rule.STOP and cloud.registry.get_json(keys.stop_request("long"))["by"] == "uptime-cap"
-    (cap,) = reconcile.uptime_cap(cloud.registry, cloud.compute, now=later(61), metrics=cloud.metrics)
-    final = cloud.registry.job("long")
+def test_uptime_cap_stops_then_times_out(moto_aws: MotoAws) -> None:
+    record = launch(moto_aws, "long", SPEC + "max_runtime: 1h\n")
+    beat(moto_aws, record)
+    sweep(moto_aws, now=utcnow())
+    (stop,) = uptime_cap(moto_aws, now=later(55))
+    assert stop.action.rule == Rule.STOP and moto_aws.registry.get_json(keys.stop_request("long"))["by"] == "uptime-cap"
+    (cap,) = uptime_cap(moto_aws, now=later(61))
+    final = moto_aws.registry.job("long")
     assert cap.result == "applied" and final.state == State.TIMED_OUT and final.reason == "uptime cap 1h reached"
-    assert not alive(cloud, record.instances) and cloud.metrics.totals["Timeouts"] == 1
+    assert not alive(moto_aws, record.instances) and moto_aws.metrics.totals["Timeouts"] == 1
 
 
-def test_a_stop_on_match_stops_the_peers_then_fails_the_job_without_a_rerun(cloud: Cloud) -> None:  # noqa: F811
-    record = launch(cloud, "nan", SPEC + "num_nodes: 2\nspot: true\nstop_on: {nan: true}\n")
-    beat(cloud, record)
-    reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics)  # -> RUNNING
+def test_a_stop_on_match_stops_the_peers_then_fails_the_job_without_a_rerun(moto_aws: MotoAws) -> None:
+    record = launch(moto_aws, "nan", SPEC + "num_nodes: 2\nspot: true\nstop_on: {nan: true}\n")
+    beat(moto_aws, record)
+    sweep(moto_aws, now=utcnow())  # -> RUNNING
     why = 'loss became nan at step 40: "step 40 loss nan"'
-    cloud.registry.put_json(keys.exit_report("nan", 1, 0), {"code": 0, "reason": "early-stop", "error": why})
-    (ask,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=["nan"])
+    moto_aws.registry.put_json(keys.exit_report("nan", 1, 0), {"code": 0, "reason": "early-stop", "error": why})
+    (ask,) = sweep(moto_aws, now=utcnow(), jobs=["nan"])
     assert ask.action.rule == Rule.STOP_PEERS and ask.result == "applied"
-    assert cloud.registry.get_json(keys.stop_request("nan"))["by"] == "sweeper"
-    assert cloud.registry.job("nan").state == State.RUNNING and alive(cloud, record.instances)
+    assert moto_aws.registry.get_json(keys.stop_request("nan"))["by"] == "sweeper"
+    assert moto_aws.registry.job("nan").state == State.RUNNING and alive(moto_aws, record.instances)
 
-    cloud.registry.put_json(keys.exit_report("nan", 1, 1), {"code": 143, "reason": "stopped"})
-    (failed,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=["nan"])
-    final = cloud.registry.job("nan")
+    moto_aws.registry.put_json(keys.exit_report("nan", 1, 1), {"code": 143, "reason": "stopped"})
+    (failed,) = sweep(moto_aws, now=utcnow(), jobs=["nan"])
+    final = moto_aws.registry.job("nan")
     assert failed.action.rule == Rule.EARLY_STOP and final.state == State.FAILED and final.attempt == 1
     assert final.reason == f"stopped: {why} (rank 0)" and final.exit_code == 0
-    assert not alive(cloud, record.instances) and cloud.registry.preempted() == {}
-    assert reconcile.rerun(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics) == []
+    assert not alive(moto_aws, record.instances) and moto_aws.registry.preempted() == {}
+    assert rerun(moto_aws, now=utcnow()) == []
 
 
-def test_spot_warning_recorded_once(cloud: Cloud) -> None:  # noqa: F811
-    record = launch(cloud, "warned", SPEC + "spot: true\n")
+def test_spot_warning_recorded_once(moto_aws: MotoAws) -> None:
+    record = launch(moto_aws, "warned", SPEC + "spot: true\n")
     iid = record.instances[0]
     detail = {"instance-id": iid, "instance-action": "terminate"}
-    assert reconcile.record_spot_warning(cloud.registry, cloud.compute, iid, now=utcnow(), detail=detail) == "recorded"
-    assert reconcile.record_spot_warning(cloud.registry, cloud.compute, iid, now=utcnow(), detail=detail) == "duplicate"
-    assert reconcile.record_spot_warning(cloud.registry, cloud.compute, "i-nope", now=utcnow()) == "ignored"
-    (notice,) = cloud.registry.job("warned").notices
+    reg, compute = moto_aws.registry, moto_aws.compute
+    assert reconcile.record_spot_warning(reg, compute, iid, now=utcnow(), detail=detail) == "recorded"
+    assert reconcile.record_spot_warning(reg, compute, iid, now=utcnow(), detail=detail) == "duplicate"
+    assert reconcile.record_spot_warning(reg, compute, "i-nope", now=utcnow()) == "ignored"
+    (notice,) = moto_aws.registry.job("warned").notices
     assert notice["instance_id"] == iid and notice["action"] == "terminate" and notice["attempt"] == 1
-    assert any(e["kind"] == "spot-warning" for e in cloud.registry.events("warned"))
+    assert any(e["kind"] == "spot-warning" for e in moto_aws.registry.events("warned"))
 
 
 def test_a_vm_whose_agent_never_started_leaves_its_console_output_in_the_logs(
-        cloud: Cloud, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+        moto_aws: MotoAws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """GetConsoleOutput (moto serving what the instance printed) is read before the VM is terminated."""
     monkeypatch.setenv(CONSOLES_ENV, str(tmp_path))
-    record = launch(cloud, "silent", SPEC + "max_restarts: 0\n")
+    record = launch(moto_aws, "silent", SPEC + "max_restarts: 0\n")
     (instance_id,) = record.instances
     (tmp_path / instance_id).mkdir()
     (tmp_path / instance_id / "console.log").write_text("jobplane-bootstrap: FAILED: no python3 on this image\n")
-    (failed,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(16), metrics=cloud.metrics)
+    (failed,) = sweep(moto_aws, now=later(16))
     assert failed.action.rule == Rule.BOOT_FAILED and failed.result == "applied"
-    assert "`jobplane logs silent --attempt 1`" in cloud.registry.job("silent").reason
-    saved = cloud.registry.get_bytes(keys.console_log("silent", 1, 0)).decode()
+    assert "`jobplane logs silent --attempt 1`" in moto_aws.registry.job("silent").reason
+    saved = moto_aws.registry.get_bytes(keys.console_log("silent", 1, 0)).decode()
     header = f"---- console output of {instance_id} (rank 0, attempt 1), saved by the sweeper ----"
     assert saved.splitlines() == [header, "jobplane-bootstrap: FAILED: no python3 on this image"]
-    assert not alive(cloud, [instance_id])
+    assert not alive(moto_aws, [instance_id])
