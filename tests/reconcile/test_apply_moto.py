@@ -1,4 +1,7 @@
-"""The reconcilers end to end on moto (in-process S3 + EC2): real launches, real listings, real terminations.
+"""The reconcilers on moto (in-process S3 + EC2), for what rests on EC2's and S3's own behaviour: requests a
+healthy job costs, tags, termination protection, dry runs and blast radius on real instances, console output.
+Scenarios over time are told in memory (test_day.py); test_compute_conformance.py holds MemoryCompute to
+EC2's semantics.
 
 Instances' LaunchTime and listings' LastModified are wall-clock; a test moves time forward by passing a
 later `now`, as a later cron run would see it.
@@ -6,7 +9,6 @@ later `now`, as a later cron run would see it.
 
 from __future__ import annotations
 
-import threading
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -140,15 +142,6 @@ def test_untagged_and_unmanaged_instances_are_untouched(moto_aws: MotoAws) -> No
     assert outcomes == [] and alive(moto_aws, foreign)
 
 
-def test_orphan_terminated_only_after_the_grace(moto_aws: MotoAws) -> None:
-    (orphan,) = run_raw(moto_aws, tags=ORPHAN)
-    assert sweep(moto_aws, now=later(5)) == []
-    assert alive(moto_aws, [orphan])
-    (out,) = sweep(moto_aws, now=later(11))
-    assert out.action.rule == Rule.ORPHAN and out.result == "applied" and not alive(moto_aws, [orphan])
-    assert moto_aws.metrics.totals["OrphansTerminated"] == 1
-
-
 def test_past_attempt_instances_are_orphans_and_protected_ones_stay(moto_aws: MotoAws) -> None:
     moto_aws.set_policy(f"aws:\n  default_image: {moto_aws.image}\nsafety:\n  max_terminations_percent: 100\n")
     old = run_raw(moto_aws, tags={TAG_MANAGED: "true", TAG_JOB_ID: "train", "jobplane:attempt": "1"})
@@ -160,80 +153,6 @@ def test_past_attempt_instances_are_orphans_and_protected_ones_stay(moto_aws: Mo
     got = states(moto_aws)
     assert got[old[0]] not in ("pending", "running") and got[kept[0]] in ("pending", "running")
     assert got[record.instances[0]] not in ("pending", "running")  # attempt 1's own VM, also past
-
-
-def test_overlapping_reruns_launch_one_attempt(moto_aws: MotoAws) -> None:
-    record = launch(moto_aws, "spotty", SPEC + "spot: true\n")
-    moto_aws.registry.transition("spotty", State.RUNNING, expect={State.LAUNCHING})
-    moto_aws.registry.mark_preempted("spotty", {"attempt": 1, "rank": 0, "instance_id": record.instances[0]})
-    moto_aws.ec2.terminate_instances(InstanceIds=record.instances)
-    results: list[list[reconcile.Outcome]] = []
-    barrier = threading.Barrier(5)
-
-    def run() -> None:
-        barrier.wait()
-        results.append(rerun(moto_aws, now=utcnow()))
-
-    threads = [threading.Thread(target=run) for _ in range(5)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-
-    after = moto_aws.registry.job("spotty")
-    assert len(results) == 5
-    assert after.state == State.LAUNCHING and after.attempt == 2 and after.restarts == 1
-    assert len(moto_aws.calls.run_instances) == 2, "attempt 1 and exactly one rerun"
-    assert sum(o.result == "applied" and o.action.rule == Rule.RERUN for r in results for o in r) == 1
-    assert moto_aws.registry.preempted() == {} and moto_aws.metrics.totals["Reruns"] == 1
-
-
-def test_lost_spot_rank_is_torn_down_and_rerun(moto_aws: MotoAws) -> None:
-    record = launch(moto_aws, "pair", SPEC + "spot: true\nnum_nodes: 2\n")
-    beat(moto_aws, record)
-    sweep(moto_aws, now=utcnow())  # -> RUNNING
-    moto_aws.ec2.terminate_instances(InstanceIds=[record.instances[1]])
-
-    (lost,) = sweep(moto_aws, now=later(3))
-    assert lost.action.rule == Rule.LOST_SPOT and lost.result == "applied"
-    assert moto_aws.registry.job("pair").state == State.PREEMPTED and not alive(moto_aws, record.instances[:1])
-    assert list(moto_aws.registry.preempted()) == ["pair"]
-    assert sweep(moto_aws, now=later(4)) == [], \
-        "a PREEMPTED job with its marker is rerun's: the sweep leaves it (and its marker) alone"
-
-    (again,) = rerun(moto_aws, now=later(3), jobs=["pair"])
-    assert again.result == "applied" and moto_aws.registry.job("pair").attempt == 2
-    assert moto_aws.registry.preempted() == {}
-
-
-def test_boot_timeout_retries_as_a_restart(moto_aws: MotoAws) -> None:
-    record = launch(moto_aws, "slow")
-    (retry,) = sweep(moto_aws, now=later(16))
-    assert retry.action.rule == Rule.BOOT_RETRY and retry.result == "applied"
-    after = moto_aws.registry.job("slow")
-    assert after.attempt == 2 and after.restarts == 1 and after.state == State.LAUNCHING
-    assert not alive(moto_aws, record.instances) and alive(moto_aws, after.instances)
-
-
-def test_stalled_job_is_marked_and_terminated(moto_aws: MotoAws) -> None:
-    record = launch(moto_aws, "quiet", SPEC + "stall_timeout: 5m\n")
-    beat(moto_aws, record)
-    sweep(moto_aws, now=utcnow())  # -> RUNNING + limits
-    (stalled,) = sweep(moto_aws, now=later(6))
-    assert stalled.action.rule == Rule.STALLED and moto_aws.registry.job("quiet").state == State.STALLED
-    assert not alive(moto_aws, record.instances) and moto_aws.metrics.totals["Stalls"] == 1
-
-
-def test_uptime_cap_stops_then_times_out(moto_aws: MotoAws) -> None:
-    record = launch(moto_aws, "long", SPEC + "max_runtime: 1h\n")
-    beat(moto_aws, record)
-    sweep(moto_aws, now=utcnow())
-    (stop,) = uptime_cap(moto_aws, now=later(55))
-    assert stop.action.rule == Rule.STOP and moto_aws.registry.get_json(keys.stop_request("long"))["by"] == "uptime-cap"
-    (cap,) = uptime_cap(moto_aws, now=later(61))
-    final = moto_aws.registry.job("long")
-    assert cap.result == "applied" and final.state == State.TIMED_OUT and final.reason == "uptime cap 1h reached"
-    assert not alive(moto_aws, record.instances) and moto_aws.metrics.totals["Timeouts"] == 1
 
 
 def test_a_stop_on_match_stops_the_peers_then_fails_the_job_without_a_rerun(moto_aws: MotoAws) -> None:
