@@ -37,7 +37,7 @@ from jobplane.states import State
 from jobplane.telemetry import CountingMetrics
 from tests.gcp.conftest import BUCKET, PROJECT, REGION, GcpCloud
 from tests.gcp.test_functions import MAIN, finalized
-from tests.helpers import run_bootstrap
+from tests.helpers import run_bootstrap, wait_for
 
 pytestmark = [pytest.mark.scenario, pytest.mark.timeout(180)]
 REPO = Path(__file__).parents[2]
@@ -46,15 +46,6 @@ SPEC = "run: python3 train.py\ninstance_type: n2-standard-4\ncloud: gcp\nzones: 
 
 def later(minutes: float) -> datetime:
     return utcnow() + timedelta(minutes=minutes)
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-    return value
 
 
 def submit(cloud: GcpCloud, job_id: str, spec: str = SPEC) -> JobRecord:
