@@ -43,6 +43,16 @@ class Day:
         self.store.put(self.reg.key(key), text.encode())
         return launcher.handle_drop(self.reg, self.compute, key, now=self.clock(), metrics=self.metrics)
 
+    def started(self, job_id: str, spec: str = "", **fields: Any) -> JobRecord:
+        """Submitted now; a minute later every rank beats and the sweep sees the job RUNNING."""
+        assert self.submit(job_id, spec, **fields) == "launched"
+        self.clock.advance(60)
+        self.beat(job_id)
+        self.sweep()
+        record = self.job(job_id)
+        assert record.state == State.RUNNING, record
+        return record
+
     # ---- the agents on the job's VMs -----------------------------------------------------------------
     def beat(self, job_id: str, *, output: bool = True, ranks: list[int] | None = None) -> None:
         """Every rank (or these) of the current attempt beats; rank 0's user process printed (output)."""

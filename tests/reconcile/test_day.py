@@ -34,10 +34,7 @@ def test_a_job_that_goes_quiet_is_stalled_and_its_vm_terminated(day: Day) -> Non
 
 
 def test_a_preempted_spot_job_without_restarts_left_fails(day: Day) -> None:  # noqa: F811
-    day.submit("once", spot="true", max_restarts=0)
-    day.at("12:01")
-    day.beat("once")
-    day.sweep()
+    day.started("once", spot="true", max_restarts=0)  # 12:00 launched, 12:01 RUNNING
     day.at("12:40")
     day.preempted("once")
     assert rules(day.rerun(jobs=["once"]))[-1] == (Rule.RERUN_EXHAUSTED, "applied")
@@ -48,10 +45,7 @@ def test_a_preempted_spot_job_without_restarts_left_fails(day: Day) -> None:  # 
 
 
 def test_a_lost_rank_of_a_two_node_spot_job_tears_the_attempt_down_and_reruns_it(day: Day) -> None:  # noqa: F811
-    day.submit("pair", spot="true", num_nodes=2)
-    day.at("12:01")
-    day.beat("pair")
-    day.sweep()
+    day.started("pair", spot="true", num_nodes=2)  # 12:00 launched, 12:01 RUNNING
     day.at("12:30")
     day.compute.reclaim(day.job("pair").instances[1])  # no notice reached the agent: the VM is just gone
     day.at("12:33")
@@ -72,10 +66,7 @@ def test_a_lost_rank_of_a_two_node_spot_job_tears_the_attempt_down_and_reruns_it
 
 
 def test_five_overlapping_rerun_runs_launch_exactly_one_attempt(day: Day) -> None:  # noqa: F811
-    day.submit("spotty", spot="true")
-    day.at("12:01")
-    day.beat("spotty")
-    day.sweep()
+    day.started("spotty", spot="true")  # 12:00 launched, 12:01 RUNNING
     day.at("12:40")
     day.preempted("spotty")
     results: list[list[Outcome]] = []
@@ -97,10 +88,7 @@ def test_five_overlapping_rerun_runs_launch_exactly_one_attempt(day: Day) -> Non
 
 
 def test_a_runaway_job_is_asked_to_stop_then_timed_out(day: Day) -> None:  # noqa: F811
-    day.submit("long", max_runtime="1h")
-    day.at("12:01")
-    day.beat("long")
-    day.sweep()
+    day.started("long", max_runtime="1h")  # 12:00 launched, 12:01 RUNNING
     day.at("12:53")
     assert day.uptime_cap() == []
     day.at("12:54")  # the cap less the stop grace (10 minutes, at most a tenth of the cap)
