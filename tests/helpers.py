@@ -5,6 +5,8 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,26 @@ from jobplane.local.waiting import wait_for
 
 # The one wait and the one Lambda context (the local cloud's), for tests that import their helpers from here.
 __all__ = ["LambdaContext", "wait_for"]
+
+
+def race(n: int, attempt: Callable[[int], object], lost: type[BaseException]) -> list[int]:
+    """Call attempt(0..n-1) from n threads released together; return those whose call did not raise `lost`."""
+    barrier, wins = threading.Barrier(n), []
+
+    def run(i: int) -> None:
+        barrier.wait(60)
+        try:
+            attempt(i)
+            wins.append(i)
+        except lost:
+            pass
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return wins
 
 
 def find_python(version: str) -> Path | None:

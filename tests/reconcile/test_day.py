@@ -3,11 +3,10 @@ user, the agents and the cloud did and what the functions' runs made of it."""
 
 from __future__ import annotations
 
-import threading
-
 from jobplane.decide.model import Rule
 from jobplane.reconcile import Outcome
 from jobplane.states import State
+from tests.helpers import race
 from tests.reconcile.day import Day, day  # noqa: F401  (the fixture)
 
 
@@ -69,20 +68,9 @@ def test_five_overlapping_rerun_runs_launch_exactly_one_attempt(day: Day) -> Non
     day.started("spotty", spot="true")  # 12:00 launched, 12:01 RUNNING
     day.at("12:40")
     day.preempted("spotty")
-    results: list[list[Outcome]] = []
-    barrier = threading.Barrier(5)
-
-    def run() -> None:
-        barrier.wait(30)
-        results.append(day.rerun())
-
-    threads = [threading.Thread(target=run) for _ in range(5)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    assert len(race(5, lambda _: day.rerun(), Exception)) == 5, "no run failed"
     after = day.job("spotty")
-    assert len(results) == 5 and after.state == State.LAUNCHING and after.attempt == 2 and after.restarts == 1
+    assert after.state == State.LAUNCHING and after.attempt == 2 and after.restarts == 1
     assert [r.attempt for r in day.compute.launches] == [1, 2], "attempt 1 and exactly one rerun"
     assert day.reg.preempted() == {} and day.metrics.totals["Reruns"] == 1
 
