@@ -17,6 +17,16 @@ from jobplane.local.waiting import wait_for
 __all__ = ["LambdaContext", "wait_for"]
 
 
+def table(*rows: dict[str, Any]) -> Any:
+    """pytest.mark.parametrize over rows that name their values, table(dict(alias=..., expected=...), ...): a row
+    reads on its own, and a column can be added without recounting positions."""
+    import pytest
+
+    names = list(rows[0])
+    assert all(list(row) == names for row in rows), f"every row names {names}, in that order"
+    return pytest.mark.parametrize(names, [tuple(row.values()) for row in rows])
+
+
 def race(n: int, attempt: Callable[[int], object], lost: type[BaseException]) -> list[int]:
     """Call attempt(0..n-1) from n threads released together; return those whose call did not raise `lost`."""
     barrier, wins = threading.Barrier(n), []
