@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from typing import Any
 
 import pytest
@@ -14,6 +13,7 @@ from functions.aws import rerun, sweeper, uptime_cap
 from jobplane import keys
 from jobplane.states import State
 from tests.helpers import LambdaContext as Context
+from tests.helpers import wait_for
 from tests.moto_aws import BUCKET, MotoAws
 from tests.reconcile.test_apply_moto import SPEC, beat, launch
 
@@ -76,8 +76,9 @@ def test_rerun_records_a_spot_warning_then_reruns_on_the_marker(moto_aws: MotoAw
 
 def test_uptime_cap_cron_times_out_a_job_past_its_cap(moto_aws: MotoAws) -> None:
     record = launch(moto_aws, "brief", SPEC + "max_runtime: 1s\n")
-    time.sleep(1.1)
-    assert rules(uptime_cap.handler(SCHEDULED, Context())) == [("timed-out", "brief", "applied")]
+    # the handler reads the clock and EC2's LaunchTime: its runs do nothing until a second of uptime has passed
+    ran = wait_for("an uptime-cap run to act", lambda: rules(uptime_cap.handler(SCHEDULED, Context())), 60, 0.2)
+    assert ran == [("timed-out", "brief", "applied")]
     final = moto_aws.registry.job("brief")
     assert final.state == State.TIMED_OUT and final.reason == "uptime cap 1s reached"
     assert {i["InstanceId"]: i["State"]["Name"] for i in moto_aws.instances()}[record.instances[0]] != "running"
