@@ -26,6 +26,7 @@ for _var in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "GOOGLE_APPLICATION_CREDENTIALS"
 
 # In-process moto (mock_aws) too: atomic S3 conditional writes, public SSM parameters (see jobplane.local.moto_server).
 patch_moto()
+pytest_plugins = ["tests.moto_aws"]  # the in-process moto fixture, moto_aws, for every test package
 
 
 def free_port() -> int:
@@ -43,9 +44,10 @@ def moto_server() -> Iterator[str]:
     """
     import subprocess
     import sys
-    import time
 
     import requests
+
+    from jobplane.local.waiting import wait_for
 
     port = free_port()
     proc = subprocess.Popen(
@@ -53,16 +55,15 @@ def moto_server() -> Iterator[str]:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
+    def answers() -> bool:
+        try:
+            return requests.get(f"{url}/moto-api/", timeout=1) is not None
+        except requests.ConnectionError:
+            return False
+
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                requests.get(f"{url}/moto-api/", timeout=1)
-                break
-            except requests.ConnectionError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("moto server did not start") from None
-                time.sleep(0.1)
+        wait_for(f"the moto server on {url}", answers, 60, 0.1,
+                 abort=lambda: None if proc.poll() is None else f"it exited {proc.returncode}")
         yield url
     finally:
         proc.terminate()

@@ -5,33 +5,46 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import time
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jobplane.local.triggers import LambdaContext
+from jobplane.local.waiting import wait_for
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 15.0, every: float = 0.1) -> Any:
-    """Poll check() until it returns something truthy; fail naming what never happened."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(every)
+# The one wait and the one Lambda context (the local cloud's), for tests that import their helpers from here.
+__all__ = ["LambdaContext", "wait_for"]
 
 
-@dataclass
-class LambdaContext:
-    """The attributes of a Lambda context that Powertools reads."""
+def table(*rows: dict[str, Any]) -> Any:
+    """pytest.mark.parametrize over rows that name their values, table(dict(alias=..., expected=...), ...): a row
+    reads on its own, and a column can be added without recounting positions."""
+    import pytest
 
-    function_name: str = "jobplane-test"
-    memory_limit_in_mb: int = 256
-    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:jobplane-test"
-    aws_request_id: str = "req-1"
+    names = list(rows[0])
+    assert all(list(row) == names for row in rows), f"every row names {names}, in that order"
+    return pytest.mark.parametrize(names, [tuple(row.values()) for row in rows])
+
+
+def race(n: int, attempt: Callable[[int], object], lost: type[BaseException]) -> list[int]:
+    """Call attempt(0..n-1) from n threads released together; return those whose call did not raise `lost`."""
+    barrier, wins = threading.Barrier(n), []
+
+    def run(i: int) -> None:
+        barrier.wait(60)
+        try:
+            attempt(i)
+            wins.append(i)
+        except lost:
+            pass
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return wins
 
 
 def find_python(version: str) -> Path | None:

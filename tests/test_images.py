@@ -8,6 +8,7 @@ from jobplane import images
 from jobplane.errors import SpecError
 from jobplane.policy import DEFAULT_POLICY, parse_policy
 from jobplane.spec import parse_spec
+from tests.helpers import table
 
 
 @pytest.mark.parametrize(("cloud", "itype", "gpu", "arch"), [
@@ -41,32 +42,32 @@ def test_gpu_and_architecture_from_the_instance_type(cloud: str, itype: str, gpu
     assert images.architecture(cloud, itype) == arch
 
 
-@pytest.mark.parametrize(("alias", "itype", "expected"), [
-    ("ubuntu-24.04", "t3.micro",
-     "resolve:ssm:/aws/service/canonical/ubuntu/server/24.04/stable/current/amd64/hvm/ebs-gp3/ami-id"),
-    ("ubuntu-24.04", "c7g.large",
-     "resolve:ssm:/aws/service/canonical/ubuntu/server/24.04/stable/current/arm64/hvm/ebs-gp3/ami-id"),
-    ("ubuntu-24.04-gpu", "g5.xlarge",
-     "resolve:ssm:/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id"),
-    ("ubuntu-24.04-gpu", "g5g.xlarge",
-     "resolve:ssm:/aws/service/deeplearning/ami/arm64/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id"),
-    ("debian-12", "t3.micro", "resolve:ssm:/aws/service/debian/release/12/latest/amd64"),
-    ("debian-12", "t4g.small", "resolve:ssm:/aws/service/debian/release/12/latest/arm64"),
-])
-def test_aliases_resolve_to_the_publishers_ssm_parameters_on_aws(alias: str, itype: str, expected: str) -> None:
-    assert images.resolve("aws", alias, itype) == expected
+SSM, UBUNTU_SSM = "resolve:ssm:/aws/service/", "resolve:ssm:/aws/service/canonical/ubuntu/server/24.04/stable/current/"
+DLAMI, FAMILY = "resolve:ssm:/aws/service/deeplearning/ami/", "projects/{}/global/images/family/"
 
 
-@pytest.mark.parametrize(("alias", "itype", "expected"), [
-    ("ubuntu-24.04", "n2-standard-4", "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64"),
-    ("ubuntu-24.04", "t2a-standard-4", "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-arm64"),
-    ("ubuntu-24.04-gpu", "g2-standard-8",
-     "projects/ubuntu-os-accelerator-images/global/images/family/ubuntu-accelerator-2404-amd64-with-nvidia-580"),
-    ("debian-12", "n2-standard-4", "projects/debian-cloud/global/images/family/debian-12"),
-    ("debian-12", "c4a-standard-8", "projects/debian-cloud/global/images/family/debian-12-arm64"),
-])
-def test_aliases_resolve_to_public_image_families_on_gcp(alias: str, itype: str, expected: str) -> None:
-    assert images.resolve("gcp", alias, itype) == expected
+@table(
+    dict(cloud="aws", alias="ubuntu-24.04", itype="t3.micro", expected=UBUNTU_SSM + "amd64/hvm/ebs-gp3/ami-id"),
+    dict(cloud="aws", alias="ubuntu-24.04", itype="c7g.large", expected=UBUNTU_SSM + "arm64/hvm/ebs-gp3/ami-id"),
+    dict(cloud="aws", alias="ubuntu-24.04-gpu", itype="g5.xlarge",
+         expected=DLAMI + "x86_64/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id"),
+    dict(cloud="aws", alias="ubuntu-24.04-gpu", itype="g5g.xlarge",
+         expected=DLAMI + "arm64/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id"),
+    dict(cloud="aws", alias="debian-12", itype="t3.micro", expected=SSM + "debian/release/12/latest/amd64"),
+    dict(cloud="aws", alias="debian-12", itype="t4g.small", expected=SSM + "debian/release/12/latest/arm64"),
+    dict(cloud="gcp", alias="ubuntu-24.04", itype="n2-standard-4",
+         expected=FAMILY.format("ubuntu-os-cloud") + "ubuntu-2404-lts-amd64"),
+    dict(cloud="gcp", alias="ubuntu-24.04", itype="t2a-standard-4",
+         expected=FAMILY.format("ubuntu-os-cloud") + "ubuntu-2404-lts-arm64"),
+    dict(cloud="gcp", alias="ubuntu-24.04-gpu", itype="g2-standard-8",
+         expected=FAMILY.format("ubuntu-os-accelerator-images") + "ubuntu-accelerator-2404-amd64-with-nvidia-580"),
+    dict(cloud="gcp", alias="debian-12", itype="n2-standard-4", expected=FAMILY.format("debian-cloud") + "debian-12"),
+    dict(cloud="gcp", alias="debian-12", itype="c4a-standard-8",
+         expected=FAMILY.format("debian-cloud") + "debian-12-arm64"),
+)
+def test_aliases_resolve_to_the_publishers_images(cloud: str, alias: str, itype: str, expected: str) -> None:
+    """AWS: the publishers' public SSM parameters; GCP: their public image families."""
+    assert images.resolve(cloud, alias, itype) == expected
 
 
 def test_raw_images_pass_unchanged() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 from datetime import UTC, datetime, timedelta
 from itertools import product
 from typing import Any
@@ -15,6 +14,7 @@ from jobplane.clouds.memory import MemoryStore
 from jobplane.registry import JobExists, JobNotFound, Registry, TransitionRefused, UnknownField
 from jobplane.spec import parse_spec
 from jobplane.states import LIVE, TERMINAL, TRANSITIONS, State
+from tests.helpers import race
 
 SPEC = parse_spec("run: python3 train.py\ninstance_type: g5.xlarge\nowner: ml\n")
 
@@ -112,22 +112,8 @@ def test_expectations_refuse_a_lost_race() -> None:
 def test_concurrent_claims_have_one_winner() -> None:
     reg = registry()
     put_in_state(reg, "j", State.PREEMPTED)
-    wins: list[int] = []
-    barrier = threading.Barrier(8)
-
-    def claim(n: int) -> None:
-        barrier.wait()
-        try:
-            reg.transition("j", State.LAUNCHING, expect=[State.PREEMPTED], attempt=2)
-            wins.append(n)
-        except TransitionRefused:
-            pass
-
-    threads = [threading.Thread(target=claim, args=(n,)) for n in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    wins = race(8, lambda _: reg.transition("j", State.LAUNCHING, expect=[State.PREEMPTED], attempt=2),
+                TransitionRefused)
     assert len(wins) == 1
     assert [e["kind"] for e in reg.events("j")].count("launching") == 1
 

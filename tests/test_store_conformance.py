@@ -19,6 +19,7 @@ import pytest
 from jobplane.clouds.base import NotFound, ObjectStore, PreconditionFailed, TransferLimits
 from jobplane.clouds.memory import MemoryStore
 from jobplane.registry import backoff
+from tests.helpers import race
 
 pytestmark = pytest.mark.timeout(480)  # the 800-update races take 1-2 min on 2 loaded cores
 
@@ -152,22 +153,7 @@ def test_one_version_has_exactly_one_compare_and_swap_winner(store: ObjectStore)
     # Not b"0": writer 0's body would then equal it, and an S3 ETag is the body's MD5, so after writer 0 won
     # the version the others hold would still match and a second writer would win too (as on real S3).
     version = store.put("contended", b"start")
-    barrier = threading.Barrier(32)
-    wins: list[int] = []
-
-    def writer(n: int) -> None:
-        barrier.wait()
-        try:
-            store.put_if_match("contended", str(n).encode(), version)
-            wins.append(n)
-        except PreconditionFailed:
-            pass
-
-    pool = [threading.Thread(target=writer, args=(n,)) for n in range(32)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
+    wins = race(32, lambda n: store.put_if_match("contended", str(n).encode(), version), PreconditionFailed)
     assert len(wins) == 1 and store.get("contended").data == str(wins[0]).encode()
 
 

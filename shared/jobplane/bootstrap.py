@@ -22,6 +22,7 @@ import math
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from jobplane.policy import Policy
 from jobplane.spec import JobSpec
@@ -31,9 +32,8 @@ AGENT_HOME = "/opt/jobplane"
 FAILED = "jobplane-bootstrap: FAILED:"
 
 
-@dataclass(frozen=True)
-class Fetch:
-    """One agent bundle variant as the VM fetches it."""
+class Fetch(NamedTuple):
+    """One agent bundle variant as the VM fetches it (a tuple: its JSON is its fields, by name)."""
 
     name: str
     url: str
@@ -52,8 +52,8 @@ class AgentSource:
 
     def as_json(self) -> str:
         return json.dumps({"auth": self.auth, "report": {"url": self.report_url, "method": self.report_method},
-                           "bundles": {py: {"name": f.name, "url": f.url, "sha256": f.sha256}
-                                       for py, f in sorted(self.bundles.items())}}, separators=(",", ":"))
+                           "bundles": {py: f._asdict() for py, f in sorted(self.bundles.items())}},
+                          separators=(",", ":"))
 
 
 # Runs on the image's python3, whatever its version: so no syntax newer than Python 3.5, and every way

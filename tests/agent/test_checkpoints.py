@@ -36,6 +36,13 @@ def restore(store: MemoryStore, dest: Path, rank: int = 0) -> dict[str, bytes]:
     return {p.relative_to(dest).as_posix(): p.read_bytes() for p in sorted(dest.rglob("*")) if p.is_file()}
 
 
+def only_what_the_manifest_names(store: MemoryStore) -> bool:
+    """The bucket holds exactly one manifest and the file objects it names."""
+    [manifest] = manifests(store)
+    named = {PREFIX + entry["key"] for entry in manifest["files"].values()}  # type: ignore[attr-defined]
+    return {i.key for i in store.list(PREFIX + "files/")} == named
+
+
 def test_work_in_progress_is_never_uploaded_and_a_growing_file_waits(tmp_path: Path) -> None:
     store, ckpt = MemoryStore(), tmp_path / "ckpt"
     (ckpt / "step-2.tmp").mkdir(parents=True)  # a directory being assembled: nothing in it is uploaded
@@ -86,10 +93,7 @@ def test_restore_uses_the_newest_manifest_only_and_deletions_stick(tmp_path: Pat
     sync.sync()
     assert restore(store, tmp_path / "attempt2") == {"ckpt-3.pt": b"weights 3", "ckpt-4.pt": b"weights 4",
                                                      "latest": b"4"}
-    # the bucket keeps exactly the newest manifest and the objects it names: old versions are gone
-    [manifest] = manifests(store)
-    named = {PREFIX + entry["key"] for entry in manifest["files"].values()}  # type: ignore[attr-defined]
-    assert {i.key for i in store.list(PREFIX + "files/")} == named
+    assert only_what_the_manifest_names(store), "old versions are gone"
 
 
 def test_a_sync_cut_short_leaves_the_previous_manifest_in_force(tmp_path: Path) -> None:
@@ -123,9 +127,7 @@ def test_a_sync_cut_short_leaves_the_previous_manifest_in_force(tmp_path: Path) 
     second.restore()
     publish_by_rename(tmp_path / "next" / "model.pt", b"attempt 2")
     second.sync()
-    [manifest] = manifests(store)
-    named = {PREFIX + entry["key"] for entry in manifest["files"].values()}  # type: ignore[attr-defined]
-    assert {i.key for i in store.list(PREFIX + "files/")} == named
+    assert only_what_the_manifest_names(store)
 
 
 def test_final_sync_after_a_kill_leaves_out_files_written_in_place_at_the_end(tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ from jobplane.states import State
 from jobplane.telemetry import CountingMetrics
 from tests.gcp.conftest import BUCKET, PROJECT, REGION, GcpCloud
 from tests.gcp.test_functions import MAIN, finalized
-from tests.helpers import run_bootstrap
+from tests.helpers import run_bootstrap, wait_for
 
 pytestmark = [pytest.mark.scenario, pytest.mark.timeout(180)]
 REPO = Path(__file__).parents[2]
@@ -46,15 +46,6 @@ SPEC = "run: python3 train.py\ninstance_type: n2-standard-4\ncloud: gcp\nzones: 
 
 def later(minutes: float) -> datetime:
     return utcnow() + timedelta(minutes=minutes)
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-    return value
 
 
 def submit(cloud: GcpCloud, job_id: str, spec: str = SPEC) -> JobRecord:
@@ -181,13 +172,18 @@ def test_spot_vm_gone_is_preempted_and_rerun_as_the_next_attempt(cloud: GcpCloud
     assert vm_names(cloud) == ["jobplane-spot-gone-a2-0001"] and cloud.registry.preempted() == {}
 
 
-def test_overlapping_rerun_invocations_launch_one_attempt(cloud: GcpCloud) -> None:
-    record = submit(cloud, "spotty", SPEC + "spot: true\n")
+def preempted(cloud: GcpCloud, job_id: str, extra: str = "") -> None:
+    """A Spot job that ran (its rank beat, the sweeper saw it) until GCE preempted its VM and its agent marked it."""
+    record = submit(cloud, job_id, SPEC + "spot: true\n" + extra)
     beat(cloud, record)
     call("sweeper")
     cloud.compute_fake.preempt(record.instances[0])
-    cloud.registry.mark_preempted("spotty", {"attempt": 1, "rank": 0, "instance_id": record.instances[0],
-                                             "notice": {"action": "terminate"}})
+    cloud.registry.mark_preempted(job_id, {"attempt": 1, "rank": 0, "instance_id": record.instances[0],
+                                           "notice": {"action": "terminate"}})
+
+
+def test_overlapping_rerun_invocations_launch_one_attempt(cloud: GcpCloud) -> None:
+    preempted(cloud, "spotty")
     barrier = threading.Barrier(5)
     results: list[list[str]] = []
 
@@ -208,12 +204,7 @@ def test_overlapping_rerun_invocations_launch_one_attempt(cloud: GcpCloud) -> No
 
 
 def test_no_restarts_left_fails_the_preempted_job(cloud: GcpCloud) -> None:
-    record = submit(cloud, "no-retry", SPEC + "spot: true\nmax_restarts: 0\n")
-    beat(cloud, record)
-    call("sweeper")
-    cloud.compute_fake.preempt(record.instances[0])
-    cloud.registry.mark_preempted("no-retry", {"attempt": 1, "rank": 0, "instance_id": record.instances[0],
-                                               "notice": {"action": "terminate"}})
+    preempted(cloud, "no-retry", "max_restarts: 0\n")
     call("rerun")
     final = cloud.registry.job("no-retry")
     assert final.state == State.FAILED and "restart" in (final.reason or "")

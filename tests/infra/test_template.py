@@ -151,14 +151,15 @@ def test_one_schedule_per_cron_from_context_and_every_target_dead_letters(synth:
 
 
 # ---- launch and terminate permissions (evaluated on the synthesized policies) -----------------------
+@pytest.mark.parametrize("action", ["ec2:TerminateInstances", "ec2:GetConsoleOutput"])
 @pytest.mark.parametrize("name", ["sweeper", "uptime_cap", "rerun"])
-def test_terminate_only_instances_tagged_managed(synth: Synth, name: str) -> None:
+def test_terminate_and_read_the_console_only_of_instances_tagged_managed(synth: Synth, name: str, action: str) -> None:
     sts = statements(synth, name)
     instance = f"{ARN}:instance/i-0123456789abcdef0"
-    assert allows(sts, Request("ec2:TerminateInstances", instance, MANAGED))
-    assert not allows(sts, Request("ec2:TerminateInstances", instance, {}))
-    assert not allows(sts, Request("ec2:TerminateInstances", instance, {"aws:ResourceTag/jobplane:managed": "false"}))
-    assert not allows(sts, Request("ec2:TerminateInstances", instance, {"aws:ResourceTag/jobplane:managed": "TRUE"}))
+    assert allows(sts, Request(action, instance, MANAGED))
+    assert not allows(sts, Request(action, instance, {}))
+    assert not allows(sts, Request(action, instance, {"aws:ResourceTag/jobplane:managed": "false"}))
+    assert not allows(sts, Request(action, instance, {"aws:ResourceTag/jobplane:managed": "TRUE"}))
 
 
 def test_every_terminate_grant_in_the_template_carries_the_managed_condition(synth: Synth) -> None:
@@ -227,14 +228,6 @@ def test_launchers_read_image_parameters_public_and_own_only(synth: Synth, name:
 def test_launchers_read_spot_prices_for_the_cost_of_what_they_launch(synth: Synth, name: str) -> None:
     reads = allows(statements(synth, name), Request("ec2:DescribeSpotPriceHistory", "*"))
     assert reads == (name in ("launcher", "rerun")), name
-
-
-@pytest.mark.parametrize("name", ["sweeper", "uptime_cap", "rerun"])
-def test_console_output_only_of_managed_instances(synth: Synth, name: str) -> None:
-    sts = statements(synth, name)
-    instance = f"{ARN}:instance/i-0123456789abcdef0"
-    assert allows(sts, Request("ec2:GetConsoleOutput", instance, MANAGED))
-    assert not allows(sts, Request("ec2:GetConsoleOutput", instance, {}))
 
 
 @pytest.mark.parametrize("name", ["sweeper", "uptime_cap"])

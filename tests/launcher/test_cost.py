@@ -23,7 +23,7 @@ from jobplane.registry import JobRecord
 from jobplane.states import State
 from jobplane.telemetry import CountingMetrics
 from jobplane.usage import AttemptUsage, InstanceSpan
-from tests.launcher.conftest import Cloud
+from tests.moto_aws import MotoAws
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -65,61 +65,61 @@ def test_spot_price_is_the_zones_linux_price_in_effect_at_launch() -> None:
         assert compute.spot_price("g5.xlarge", "us-east-1c", at=at) is None
 
 
-def finish(cloud: Cloud, job_id: str, code: int, at: datetime) -> JobRecord:
+def finish(moto_aws: MotoAws, job_id: str, code: int, at: datetime) -> JobRecord:
     """Every rank's agent reports, and a sweep at `at` records the outcome (and so the end of the instances)."""
-    record = cloud.registry.job(job_id)
+    record = moto_aws.registry.job(job_id)
     for rank in range(record.spec.num_nodes):
-        cloud.registry.put_json(keys.exit_report(job_id, record.attempt, rank),
+        moto_aws.registry.put_json(keys.exit_report(job_id, record.attempt, rank),
                                 records.ExitReport(code=code, instance_id=record.instances[rank]).body())
-    reconcile.sweep(cloud.registry, cloud.compute, now=at, metrics=CountingMetrics(), jobs=[job_id],
-                    policy=cloud.registry.policy())
-    return cloud.registry.job(job_id)
+    reconcile.sweep(moto_aws.registry, moto_aws.compute, now=at, metrics=CountingMetrics(), jobs=[job_id],
+                    policy=moto_aws.registry.policy())
+    return moto_aws.registry.job(job_id)
 
 
-def launch(cloud: Cloud, job_id: str, text: str, owner: str, at: datetime) -> JobRecord:
-    key = cloud.drop(job_id, text, owner=owner)
-    assert launcher.handle_drop(cloud.registry, cloud.compute, key, now=at,
+def launch(moto_aws: MotoAws, job_id: str, text: str, owner: str, at: datetime) -> JobRecord:
+    key = moto_aws.drop(job_id, text, owner=owner)
+    assert launcher.handle_drop(moto_aws.registry, moto_aws.compute, key, now=at,
                                 metrics=CountingMetrics()).result == "launched"
-    return cloud.registry.job(job_id)
+    return moto_aws.registry.job(job_id)
 
 
-def test_a_finished_spot_job_costs_its_instance_time_at_the_spot_price_of_its_launch(cloud: Cloud) -> None:
-    serve_history(cloud.ec2)
+def test_a_finished_spot_job_costs_its_instance_time_at_the_spot_price_of_its_launch(moto_aws: MotoAws) -> None:
+    serve_history(moto_aws.ec2)
     t0 = datetime.now(UTC)
-    launched = launch(cloud, "spot-1", SPOT, "alice", t0)
+    launched = launch(moto_aws, "spot-1", SPOT, "alice", t0)
     (used,) = launched.usage
     assert (used.market, used.price, used.price_source, used.zone) == ("spot", 0.4213, cost.SPOT_HISTORY,
                                                                        "us-east-1a")
     assert [s.end for s in used.instances] == [None, None] and len(used.instances) == 2
     assert cost.job_cost(launched, t0 + timedelta(hours=1)).running
 
-    done = finish(cloud, "spot-1", 0, t0 + timedelta(hours=2))
+    done = finish(moto_aws, "spot-1", 0, t0 + timedelta(hours=2))
     assert done.state == State.SUCCEEDED
     spent = cost.job_cost(done, t0 + timedelta(days=3))  # ended: later reads give the same figure
     assert spent.usd == pytest.approx(2 * 2 * 0.4213) and spent.instance_hours == pytest.approx(4)
     assert not spent.running and spent.unpriced == 0
-    launch_event = next(e for e in cloud.registry.events("spot-1") if e["kind"] == "launching" and e.get("price"))
+    launch_event = next(e for e in moto_aws.registry.events("spot-1") if e["kind"] == "launching" and e.get("price"))
     assert launch_event["market"] == "spot" and launch_event["price_source"] == "spot price history"
 
 
-def test_an_on_demand_job_costs_the_table_price_or_the_policys(cloud: Cloud) -> None:
+def test_an_on_demand_job_costs_the_table_price_or_the_policys(moto_aws: MotoAws) -> None:
     t0 = datetime.now(UTC)
-    launch(cloud, "od-1", ON_DEMAND, "bob", t0)
-    failed = finish(cloud, "od-1", 1, t0 + timedelta(minutes=30))
+    launch(moto_aws, "od-1", ON_DEMAND, "bob", t0)
+    failed = finish(moto_aws, "od-1", 1, t0 + timedelta(minutes=30))
     assert failed.state == State.FAILED
     (used,) = failed.usage
     assert (used.market, used.price, used.price_source) == ("on-demand", 1.006, cost.TABLE)
     assert cost.job_cost(failed, t0 + timedelta(days=1)).usd == pytest.approx(0.503)
 
-    cloud.set_policy(f"aws:\n  default_image: {cloud.image}\nprices: {{g5.xlarge: 0.8}}\n")
-    priced = launch(cloud, "od-2", ON_DEMAND, "bob", t0)
+    moto_aws.set_policy(f"aws:\n  default_image: {moto_aws.image}\nprices: {{g5.xlarge: 0.8}}\n")
+    priced = launch(moto_aws, "od-2", ON_DEMAND, "bob", t0)
     assert (priced.usage[0].price, priced.usage[0].price_source) == (0.8, cost.POLICY)
 
 
-def test_a_rerun_ends_the_first_attempts_time_and_starts_the_next(cloud: Cloud) -> None:
+def test_a_rerun_ends_the_first_attempts_time_and_starts_the_next(moto_aws: MotoAws) -> None:
     t0 = datetime.now(UTC)
-    launch(cloud, "twice", ON_DEMAND, "bob", t0)
-    rerun = launcher.launch_attempt(cloud.registry, cloud.compute, "twice", now=t0 + timedelta(minutes=20),
+    launch(moto_aws, "twice", ON_DEMAND, "bob", t0)
+    rerun = launcher.launch_attempt(moto_aws.registry, moto_aws.compute, "twice", now=t0 + timedelta(minutes=20),
                                     expect={State.LAUNCHING}, expect_attempt=1, metrics=CountingMetrics())
     first, second = rerun.usage
     assert first.instances[0].end == t0 + timedelta(minutes=20) and second.instances[0].end is None
@@ -130,15 +130,15 @@ def run(*args: str) -> Any:
     return CliRunner().invoke(cli, list(args))
 
 
-def test_ls_describe_and_cost_show_the_estimates_and_sum_them_by_owner(cloud: Cloud) -> None:
-    serve_history(cloud.ec2)
+def test_ls_describe_and_cost_show_the_estimates_and_sum_them_by_owner(moto_aws: MotoAws) -> None:
+    serve_history(moto_aws.ec2)
     t0 = datetime.now(UTC) - timedelta(hours=3)
-    launch(cloud, "spot-a", SPOT, "alice", t0)
-    finish(cloud, "spot-a", 0, t0 + timedelta(hours=2))  # 2 x 2 h x 0.4213 = 1.6852
-    launch(cloud, "od-b", ON_DEMAND, "bob", t0)
-    finish(cloud, "od-b", 1, t0 + timedelta(minutes=30))  # 0.5 h x 1.006 = 0.503
-    launch(cloud, "od-a", ON_DEMAND.replace("nlp", "vision"), "alice", t0)
-    finish(cloud, "od-a", 0, t0 + timedelta(hours=1))  # 1.006
+    launch(moto_aws, "spot-a", SPOT, "alice", t0)
+    finish(moto_aws, "spot-a", 0, t0 + timedelta(hours=2))  # 2 x 2 h x 0.4213 = 1.6852
+    launch(moto_aws, "od-b", ON_DEMAND, "bob", t0)
+    finish(moto_aws, "od-b", 1, t0 + timedelta(minutes=30))  # 0.5 h x 1.006 = 0.503
+    launch(moto_aws, "od-a", ON_DEMAND.replace("nlp", "vision"), "alice", t0)
+    finish(moto_aws, "od-a", 0, t0 + timedelta(hours=1))  # 1.006
 
     by_owner = run("cost", "--by", "owner", "--json")
     assert by_owner.exit_code == 0, by_owner.output

@@ -17,7 +17,7 @@ from jobplane.local import triggers
 from jobplane.registry import Registry
 from jobplane.states import State
 from tests.helpers import LambdaContext, publish_agent_manifest
-from tests.launcher.conftest import BUCKET, REGION, Cloud
+from tests.moto_aws import BUCKET, REGION, MotoAws
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -51,17 +51,18 @@ def log_output() -> Iterator[io.StringIO]:
             h.setStream(stream)
 
 
-def test_object_created_launches_and_logs_json_with_job_id(cloud: Cloud, capsys: pytest.CaptureFixture[str]) -> None:
+def test_object_created_launches_and_logs_json_with_job_id(moto_aws: MotoAws,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
     from functions.aws.launcher import handler
 
-    cloud.drop("from-event", SPEC)
+    moto_aws.drop("from-event", SPEC)
     with log_output() as logged:
         result = handler(object_created("queue/from-event.yaml"), LambdaContext())
 
     (said,) = result["outcomes"]
     assert (said["subject"], said["result"]) == ("queue/from-event.yaml", "launched")
     assert said["detail"].startswith("launched 1 x t3.micro"), said
-    assert cloud.registry.job("from-event").state == State.LAUNCHING
+    assert moto_aws.registry.job("from-event").state == State.LAUNCHING
     lines = [json.loads(line) for line in logged.getvalue().splitlines() if line.startswith("{")]
     core = [line for line in lines if line.get("message", "").startswith("job from-event attempt 1")
             and "service" in line]  # Powertools' lines (the GCP test's handler may share the logger)
@@ -70,33 +71,33 @@ def test_object_created_launches_and_logs_json_with_job_id(cloud: Cloud, capsys:
     assert emf and emf[0]["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "jobplane" and emf[0]["JobsLaunched"] == [1.0]
 
 
-def test_foreign_events_are_ignored(cloud: Cloud) -> None:
+def test_foreign_events_are_ignored(moto_aws: MotoAws) -> None:
     from functions.aws.launcher import handler
 
-    cloud.drop("elsewhere", SPEC)
+    moto_aws.drop("elsewhere", SPEC)
     assert outcome(handler(object_created("queue/elsewhere.yaml", "other-bucket"), LambdaContext())) == "ignored"
     assert outcome(handler(object_created("jobs/x/job.json"), LambdaContext())) == "ignored"
-    assert cloud.instances() == []  # the handler's own EC2 client: count instances, not hooked calls
+    assert moto_aws.instances() == []  # the handler's own EC2 client: count instances, not hooked calls
 
 
-def test_root_prefix_is_honoured(cloud: Cloud, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_root_prefix_is_honoured(moto_aws: MotoAws, monkeypatch: pytest.MonkeyPatch) -> None:
     from functions.aws.launcher import handler
 
     monkeypatch.setenv("JOBPLANE_ROOT", "team-a")
-    cloud.s3.put_object(Bucket=BUCKET, Key="team-a/config/policy.yaml",
-                        Body=f"aws:\n  default_image: {cloud.image}\n".encode())
-    publish_agent_manifest(Registry(cloud.registry.store, "team-a"), "aws")
-    cloud.s3.put_object(Bucket=BUCKET, Key="team-a/queue/rooted.yaml", Body=SPEC.encode())
+    moto_aws.s3.put_object(Bucket=BUCKET, Key="team-a/config/policy.yaml",
+                        Body=f"aws:\n  default_image: {moto_aws.image}\n".encode())
+    publish_agent_manifest(Registry(moto_aws.registry.store, "team-a"), "aws")
+    moto_aws.s3.put_object(Bucket=BUCKET, Key="team-a/queue/rooted.yaml", Body=SPEC.encode())
     assert outcome(handler(object_created("queue/rooted.yaml"), LambdaContext())) == "ignored"  # outside root
     assert outcome(handler(object_created("team-a/queue/rooted.yaml"), LambdaContext())) == "launched"
-    assert cloud.s3.get_object(Bucket=BUCKET, Key="team-a/" + keys.job_record("rooted"))
-    (instance,) = cloud.instances()
-    attr = cloud.ec2.describe_instance_attribute(InstanceId=instance["InstanceId"], Attribute="userData")
+    assert moto_aws.s3.get_object(Bucket=BUCKET, Key="team-a/" + keys.job_record("rooted"))
+    (instance,) = moto_aws.instances()
+    attr = moto_aws.ec2.describe_instance_attribute(InstanceId=instance["InstanceId"], Attribute="userData")
     assert "export JOBPLANE_ROOT=team-a" in base64.b64decode(attr["UserData"]["Value"]).decode()
 
 
-def test_scheduled_event_runs_the_backstop(cloud: Cloud) -> None:
+def test_scheduled_event_runs_the_backstop(moto_aws: MotoAws) -> None:
     from functions.aws.launcher import handler
 
-    cloud.drop("fresh", SPEC)
+    moto_aws.drop("fresh", SPEC)
     assert handler(SCHEDULED, LambdaContext()) == {"outcomes": []}  # younger than a minute: events handle it

@@ -14,28 +14,28 @@ from jobplane import jobs, keys, launcher
 from jobplane.cli import cli
 from jobplane.registry import utcnow
 from jobplane.states import State
-from tests.launcher.conftest import BUCKET, Cloud
+from tests.moto_aws import BUCKET, MotoAws
 
 pytestmark = pytest.mark.timeout(120)
 
 SPEC = "instance_type: t3.micro\nrun: python3 train.py\n"
 
 
-def handle(cloud: Cloud, key: str) -> launcher.Result:
-    return launcher.handle_drop(cloud.registry, cloud.compute, key, now=utcnow(), metrics=cloud.metrics).result
+def handle(moto_aws: MotoAws, key: str) -> launcher.Result:
+    return launcher.handle_drop(moto_aws.registry, moto_aws.compute, key, now=utcnow(), metrics=moto_aws.metrics).result
 
 
-def rejection(cloud: Cloud, job_id: str) -> list[dict[str, str]]:
-    return list(cloud.registry.get_json(keys.rejected_error(job_id))["errors"])
+def rejection(moto_aws: MotoAws, job_id: str) -> list[dict[str, str]]:
+    return list(moto_aws.registry.get_json(keys.rejected_error(job_id))["errors"])
 
 
-def test_the_drops_folder_is_the_owner_on_the_record_and_the_instances(cloud: Cloud) -> None:
-    assert handle(cloud, cloud.drop("vision-1", SPEC, owner="team-a")) == "launched"
-    assert handle(cloud, cloud.drop("says-so", SPEC + "owner: team-a\n", owner="team-a")) == "launched"
-    assert handle(cloud, cloud.drop("plain", SPEC)) == "launched"
-    reg = cloud.registry
+def test_the_drops_folder_is_the_owner_on_the_record_and_the_instances(moto_aws: MotoAws) -> None:
+    assert handle(moto_aws, moto_aws.drop("vision-1", SPEC, owner="team-a")) == "launched"
+    assert handle(moto_aws, moto_aws.drop("says-so", SPEC + "owner: team-a\n", owner="team-a")) == "launched"
+    assert handle(moto_aws, moto_aws.drop("plain", SPEC)) == "launched"
+    reg = moto_aws.registry
     assert [reg.job(j).owner for j in ("vision-1", "says-so", "plain")] == ["team-a", "team-a", "default"]
-    tags = {t["Value"] for i in cloud.instances() for t in i["Tags"] if t["Key"] == "jobplane:owner"}
+    tags = {t["Value"] for i in moto_aws.instances() for t in i["Tags"] if t["Key"] == "jobplane:owner"}
     assert tags == {"team-a", "default"}
     assert [k for k, _, _ in reg.listing(keys.QUEUE)] == []
 
@@ -44,30 +44,30 @@ def test_the_drops_folder_is_the_owner_on_the_record_and_the_instances(cloud: Cl
     ("queue/team-b/spoof.yaml", SPEC + "owner: team-a\n"),  # another team's name in the spec
     ("queue/spoof.yaml", SPEC + "owner: team-a\n"),  # a plain drop is owner default's
 ])
-def test_a_spec_claiming_another_owner_is_refused_naming_owner(cloud: Cloud, key: str, text: str) -> None:
-    cloud.s3.put_object(Bucket=BUCKET, Key=key, Body=text.encode())
-    assert handle(cloud, key) == "rejected"
-    (error,) = rejection(cloud, "spoof")
+def test_a_spec_claiming_another_owner_is_refused_naming_owner(moto_aws: MotoAws, key: str, text: str) -> None:
+    moto_aws.s3.put_object(Bucket=BUCKET, Key=key, Body=text.encode())
+    assert handle(moto_aws, key) == "rejected"
+    (error,) = rejection(moto_aws, "spoof")
     assert error["field"] == "owner" and "'team-a' is not the owner of this drop" in error["message"]
-    assert cloud.registry.get_bytes(keys.rejected_spec("spoof")) == text.encode()  # kept as dropped
-    assert not cloud.registry.exists("spoof") and cloud.calls.run_instances == []
-    assert [k for k, _, _ in cloud.registry.listing(keys.QUEUE)] == []
+    assert moto_aws.registry.get_bytes(keys.rejected_spec("spoof")) == text.encode()  # kept as dropped
+    assert not moto_aws.registry.exists("spoof") and moto_aws.calls.run_instances == []
+    assert [k for k, _, _ in moto_aws.registry.listing(keys.QUEUE)] == []
 
 
 @pytest.mark.parametrize("key", ["queue/Team A/odd.yaml", "queue/team-a/nested/odd.yaml"])
-def test_a_folder_that_is_not_an_owner_name_is_refused(cloud: Cloud, key: str) -> None:
-    cloud.s3.put_object(Bucket=BUCKET, Key=key, Body=SPEC.encode())
-    assert handle(cloud, key) == "rejected"
-    assert [e["field"] for e in rejection(cloud, "odd")] == ["owner"]
+def test_a_folder_that_is_not_an_owner_name_is_refused(moto_aws: MotoAws, key: str) -> None:
+    moto_aws.s3.put_object(Bucket=BUCKET, Key=key, Body=SPEC.encode())
+    assert handle(moto_aws, key) == "rejected"
+    assert [e["field"] for e in rejection(moto_aws, "odd")] == ["owner"]
 
 
-def test_quotas_count_by_the_drops_owner_whatever_the_spec_leaves_out(cloud: Cloud) -> None:
-    cloud.set_policy(f"max_active_instances_per_owner: 1\naws:\n  default_image: {cloud.image}\n")
-    assert handle(cloud, cloud.drop("a-1", SPEC, owner="team-a")) == "launched"
-    assert handle(cloud, cloud.drop("a-2", SPEC, owner="team-a")) == "waiting"
-    assert "owner 'team-a' has 1 active instances" in (cloud.registry.job("a-2").reason or "")
-    assert handle(cloud, cloud.drop("b-1", SPEC, owner="team-b")) == "launched"
-    assert handle(cloud, cloud.drop("d-1", SPEC)) == "launched"  # owner default has its own quota
+def test_quotas_count_by_the_drops_owner_whatever_the_spec_leaves_out(moto_aws: MotoAws) -> None:
+    moto_aws.set_policy(f"max_active_instances_per_owner: 1\naws:\n  default_image: {moto_aws.image}\n")
+    assert handle(moto_aws, moto_aws.drop("a-1", SPEC, owner="team-a")) == "launched"
+    assert handle(moto_aws, moto_aws.drop("a-2", SPEC, owner="team-a")) == "waiting"
+    assert "owner 'team-a' has 1 active instances" in (moto_aws.registry.job("a-2").reason or "")
+    assert handle(moto_aws, moto_aws.drop("b-1", SPEC, owner="team-b")) == "launched"
+    assert handle(moto_aws, moto_aws.drop("d-1", SPEC)) == "launched"  # owner default has its own quota
 
 
 def run(*args: str) -> Result:
@@ -75,14 +75,14 @@ def run(*args: str) -> Result:
 
 
 def test_submit_as_an_owner_writes_its_folders_and_the_job_is_found_listed_and_cancelled(
-        cloud: Cloud, tmp_path: Path) -> None:
+        moto_aws: MotoAws, tmp_path: Path) -> None:
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "train.py").write_text("print('hi')\n")
     spec = tmp_path / "job.yaml"
     spec.write_text(SPEC)
     submitted = run("submit", str(spec), "--code", str(tmp_path / "src"), "--owner", "team-a", "--id", "mine")
     assert submitted.exit_code == 0, submitted.output
-    reg = cloud.registry
+    reg = moto_aws.registry
     assert [k for k, _, _ in reg.listing(keys.QUEUE)] == ["queue/team-a/mine.yaml"]
     dropped = reg.get_bytes("queue/team-a/mine.yaml").decode()
     assert "owner: team-a" in dropped and f"s3://{BUCKET}/code/team-a/mine.tar.gz" in dropped
@@ -100,14 +100,14 @@ def test_submit_as_an_owner_writes_its_folders_and_the_job_is_found_listed_and_c
     assert [k for k, _, _ in reg.listing(keys.QUEUE)] == []
 
 
-def test_submit_refuses_two_owners_and_follows_the_specs_own(cloud: Cloud, tmp_path: Path) -> None:
+def test_submit_refuses_two_owners_and_follows_the_specs_own(moto_aws: MotoAws, tmp_path: Path) -> None:
     spec = tmp_path / "job.yaml"
     spec.write_text(SPEC + "owner: team-b\n")
     clash = run("submit", str(spec), "--owner", "team-a")
     assert clash.exit_code == 1 and "--owner 'team-a' differs from the spec's owner 'team-b'" in clash.output
     assert run("submit", str(spec), "--id", "theirs").exit_code == 0
-    assert [k for k, _, _ in cloud.registry.listing(keys.QUEUE)] == ["queue/team-b/theirs.yaml"]
-    assert jobs.find(cloud.registry, "theirs").spec.owner == "team-b"  # type: ignore[union-attr]
+    assert [k for k, _, _ in moto_aws.registry.listing(keys.QUEUE)] == ["queue/team-b/theirs.yaml"]
+    assert jobs.find(moto_aws.registry, "theirs").spec.owner == "team-b"  # type: ignore[union-attr]
     plain = tmp_path / "plain.yaml"
     plain.write_text(SPEC)
     bad = run("submit", str(plain), "--owner", "Team B")

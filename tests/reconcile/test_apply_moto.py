@@ -1,4 +1,7 @@
-"""The reconcilers end to end on moto (in-process S3 + EC2): real launches, real listings, real terminations.
+"""The reconcilers on moto (in-process S3 + EC2), for what rests on EC2's and S3's own behaviour: requests a
+healthy job costs, tags, termination protection, dry runs and blast radius on real instances, console output.
+Scenarios over time are told in memory (test_day.py); test_compute_conformance.py holds MemoryCompute to
+EC2's semantics.
 
 Instances' LaunchTime and listings' LastModified are wall-clock; a test moves time forward by passing a
 later `now`, as a later cron run would see it.
@@ -6,7 +9,6 @@ later `now`, as a later cron run would see it.
 
 from __future__ import annotations
 
-import threading
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,7 @@ from jobplane.reconcile import Result
 from jobplane.registry import JobRecord, utcnow
 from jobplane.spec import parse_spec
 from jobplane.states import State
-from tests.launcher.conftest import Cloud, cloud  # noqa: F401  (the shared moto fixture)
+from tests.moto_aws import MotoAws
 from tests.test_registry import crash_on_event_writes
 
 pytestmark = pytest.mark.timeout(120)
@@ -32,25 +34,38 @@ def later(minutes: float) -> datetime:
     return utcnow() + timedelta(minutes=minutes)
 
 
-def launch(c: Cloud, job_id: str, spec: str = SPEC) -> JobRecord:
+def launch(c: MotoAws, job_id: str, spec: str = SPEC) -> JobRecord:
     c.registry.create_job(job_id, parse_spec(spec, job_id))
     return launcher.launch_attempt(c.registry, c.compute, job_id, now=utcnow(), expect={State.QUEUED},
                                    expect_attempt=0, metrics=c.metrics)
 
 
-def beat(c: Cloud, record: JobRecord) -> None:
+def sweep(c: MotoAws, *, now: datetime, **kwargs: Any) -> list[reconcile.Outcome]:
+    return reconcile.sweep(c.registry, c.compute, now=now, metrics=c.metrics, policy=c.registry.policy(), **kwargs)
+
+
+def uptime_cap(c: MotoAws, *, now: datetime, **kwargs: Any) -> list[reconcile.Outcome]:
+    return reconcile.uptime_cap(c.registry, c.compute, now=now, metrics=c.metrics, policy=c.registry.policy(),
+                                **kwargs)
+
+
+def rerun(c: MotoAws, *, now: datetime, **kwargs: Any) -> list[reconcile.Outcome]:
+    return reconcile.rerun(c.registry, c.compute, now=now, metrics=c.metrics, policy=c.registry.policy(), **kwargs)
+
+
+def beat(c: MotoAws, record: JobRecord) -> None:
     for rank in range(record.spec.num_nodes):
         c.registry.put_json(keys.heartbeat(record.id, record.attempt, rank), {"time": utcnow().isoformat()})
     c.registry.put_json(keys.output_mark(record.id, record.attempt, 0), {"time": utcnow().isoformat()})
 
 
-def report_exit(c: Cloud, record: JobRecord, code: int, rank: int = 0, **more: Any) -> None:
+def report_exit(c: MotoAws, record: JobRecord, code: int, rank: int = 0, **more: Any) -> None:
     """The exit report the agent on that rank's VM writes."""
     c.registry.put_json(keys.exit_report(record.id, record.attempt, rank),
                         records.ExitReport(code=code, instance_id=record.instances[rank], **more).body())
 
 
-def run_raw(c: Cloud, count: int = 1, tags: dict[str, str] | None = None) -> list[str]:
+def run_raw(c: MotoAws, count: int = 1, tags: dict[str, str] | None = None) -> list[str]:
     extra: dict[str, Any] = {}
     if tags:
         extra["TagSpecifications"] = [{"ResourceType": "instance",
@@ -59,11 +74,11 @@ def run_raw(c: Cloud, count: int = 1, tags: dict[str, str] | None = None) -> lis
     return [i["InstanceId"] for i in resp["Instances"]]
 
 
-def states(c: Cloud) -> dict[str, str]:
+def states(c: MotoAws) -> dict[str, str]:
     return {i["InstanceId"]: i["State"]["Name"] for i in c.instances()}
 
 
-def alive(c: Cloud, ids: list[str]) -> bool:
+def alive(c: MotoAws, ids: list[str]) -> bool:
     got = states(c)
     return all(got[i] in ("pending", "running") for i in ids)
 
@@ -71,316 +86,221 @@ def alive(c: Cloud, ids: list[str]) -> bool:
 ORPHAN = {TAG_MANAGED: "true", TAG_JOB_ID: "ghost"}
 
 
-def test_lifecycle_started_then_healthy_then_finished(cloud: Cloud) -> None:  # noqa: F811
-    record = launch(cloud, "train")
-    beat(cloud, record)
-    (started,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics,
-                                 policy=cloud.registry.policy())
+def test_lifecycle_started_then_healthy_then_finished(moto_aws: MotoAws) -> None:
+    record = launch(moto_aws, "train")
+    beat(moto_aws, record)
+    (started,) = sweep(moto_aws, now=utcnow())
     assert started.action.rule == Rule.STARTED and started.result == "applied"
-    assert cloud.registry.job("train").state == State.RUNNING
-    assert [k for k, _, _ in cloud.registry.listing(keys.LIMITS)] == ["limits/train/1/nodes-1.stall-1800.cap-86400"]
+    assert moto_aws.registry.job("train").state == State.RUNNING
+    assert [k for k, _, _ in moto_aws.registry.listing(keys.LIMITS)] == ["limits/train/1/nodes-1.stall-1800.cap-86400"]
 
     gets: list[str] = []
-    cloud.s3.meta.events.register("before-call.s3.GetObject", lambda params, **_: gets.append(params["url_path"]))
-    assert reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics,
-                           policy=cloud.registry.policy()) == []
+    moto_aws.s3.meta.events.register("before-call.s3.GetObject", lambda params, **_: gets.append(params["url_path"]))
+    assert sweep(moto_aws, now=utcnow()) == []
     assert not [g for g in gets if g.endswith("/job.json")], "a healthy job costs the sweep no GET"
 
     # Every VM may write any job's facts: another job's VM "finishes" and "preempts" this one. Ignored, with
     # one event each; the job runs on.
     other = "i-0another0jobs0vm"
-    cloud.registry.put_json(keys.exit_report("train", 1, 0), records.ExitReport(code=0, instance_id=other).body())
-    cloud.registry.mark_preempted("train", records.PreemptedMarker(attempt=1, instance_id=other).body())
+    moto_aws.registry.put_json(keys.exit_report("train", 1, 0), records.ExitReport(code=0, instance_id=other).body())
+    moto_aws.registry.mark_preempted("train", records.PreemptedMarker(attempt=1, instance_id=other).body())
     for expected in ([(Rule.IGNORED, "applied")], []):  # the second run sees the event's flag: nothing more
-        outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=["train"],
-                                   policy=cloud.registry.policy())
+        outcomes = sweep(moto_aws, now=utcnow(), jobs=["train"])
         assert [(o.action.rule, o.result) for o in outcomes] == expected
-    (ignored,) = reconcile.rerun(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics,
-                                 policy=cloud.registry.policy())
+    (ignored,) = rerun(moto_aws, now=utcnow())
     assert ignored.action.rule == Rule.IGNORED and ignored.result == "applied"
-    assert cloud.registry.preempted() == {}, "the marker is cleared"
-    assert cloud.registry.job("train").state == State.RUNNING and alive(cloud, record.instances)
-    events = [e for e in cloud.registry.events("train") if e["kind"] == "ignored-fact"]
+    assert moto_aws.registry.preempted() == {}, "the marker is cleared"
+    assert moto_aws.registry.job("train").state == State.RUNNING and alive(moto_aws, record.instances)
+    events = [e for e in moto_aws.registry.events("train") if e["kind"] == "ignored-fact"]
     assert [(e["key"], e["why"]) for e in events] == [
         (keys.exit_report("train", 1, 0), f"written by {other}, not an instance of attempt 1"),
         (keys.preempted_marker("train"), f"names {other} of attempt 1, not an instance of attempt 1")]
 
-    report_exit(cloud, record, 0)  # the job's own agent: that report counts
+    report_exit(moto_aws, record, 0)  # the job's own agent: that report counts
     event_job = keys.job_named_by(keys.exit_report("train", 1, 0))
-    (done,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=[event_job],
-                              policy=cloud.registry.policy())
+    (done,) = sweep(moto_aws, now=utcnow(), jobs=[event_job])
     assert done.action.rule == Rule.FINISHED and done.result == "applied"
-    final = cloud.registry.job("train")
+    final = moto_aws.registry.job("train")
     assert final.state == State.SUCCEEDED and final.exit_code == 0
-    assert not alive(cloud, record.instances) and cloud.metrics.totals["JobsSucceeded"] == 1
-    assert cloud.registry.active() == {}
+    assert not alive(moto_aws, record.instances) and moto_aws.metrics.totals["JobsSucceeded"] == 1
+    assert moto_aws.registry.active() == {}
 
 
 def test_a_sweep_completes_the_history_a_crash_after_the_cas_left_short(
-        cloud: Cloud, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
-    record = launch(cloud, "train")
-    beat(cloud, record)
+        moto_aws: MotoAws, monkeypatch: pytest.MonkeyPatch) -> None:
+    record = launch(moto_aws, "train")
+    beat(moto_aws, record)
     with monkeypatch.context() as crashing:
-        crash_on_event_writes(cloud.registry, crashing, "running")
-        (started,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics,
-                                     policy=cloud.registry.policy())
+        crash_on_event_writes(moto_aws.registry, crashing, "running")
+        (started,) = sweep(moto_aws, now=utcnow())
     assert started.action.rule == Rule.STARTED and started.result == Result.ERROR
-    assert cloud.registry.job("train").state == State.RUNNING
-    assert "running" not in [e["kind"] for e in cloud.registry.events("train")], "the crash lost the event"
+    assert moto_aws.registry.job("train").state == State.RUNNING
+    assert "running" not in [e["kind"] for e in moto_aws.registry.events("train")], "the crash lost the event"
 
-    reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, policy=cloud.registry.policy())
-    kinds = [e["kind"] for e in cloud.registry.events("train")]
+    sweep(moto_aws, now=utcnow())
+    kinds = [e["kind"] for e in moto_aws.registry.events("train")]
     assert kinds == ["created", "launching", "launching", "running"], \
         "created, claim, launch, then the lost event once, in write order"
-    assert [m.state for m in cloud.registry.active()["train"]] == [State.RUNNING]
+    assert [m.state for m in moto_aws.registry.active()["train"]] == [State.RUNNING]
 
 
-def test_dry_run_applies_nothing(cloud: Cloud) -> None:  # noqa: F811
-    cloud.set_policy(f"aws:\n  default_image: {cloud.image}\nsafety:\n  max_terminations_percent: 100\n")
-    orphan = run_raw(cloud, tags=ORPHAN)
-    record = launch(cloud, "stuck")  # LAUNCHING, never beats: boot timeout
-    before = cloud.registry.job("stuck")
+def test_dry_run_applies_nothing(moto_aws: MotoAws) -> None:
+    moto_aws.set_policy(f"aws:\n  default_image: {moto_aws.image}\nsafety:\n  max_terminations_percent: 100\n")
+    orphan = run_raw(moto_aws, tags=ORPHAN)
+    record = launch(moto_aws, "stuck")  # LAUNCHING, never beats: boot timeout
+    before = moto_aws.registry.job("stuck")
 
-    outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=later(60), metrics=cloud.metrics, dry_run=True,
-                               policy=cloud.registry.policy())
-    cloud.set_policy(f"aws:\n  default_image: {cloud.image}\nsafety:\n  dry_run: true\n"
+    outcomes = sweep(moto_aws, now=later(60), dry_run=True)
+    moto_aws.set_policy(f"aws:\n  default_image: {moto_aws.image}\nsafety:\n  dry_run: true\n"
                      "  max_terminations_percent: 100\n")
-    outcomes += reconcile.uptime_cap(cloud.registry, cloud.compute, now=later(60 * 24 * 8), metrics=cloud.metrics,
-                                     policy=cloud.registry.policy())
+    outcomes += uptime_cap(moto_aws, now=later(60 * 24 * 8))
 
     assert {o.action.rule for o in outcomes} == {Rule.ORPHAN, Rule.BOOT_RETRY, Rule.TIMED_OUT, Rule.CAP_NO_JOB}
     assert {o.result for o in outcomes} == {reconcile.Result.DRY_RUN}
-    assert alive(cloud, orphan + record.instances)
-    assert cloud.registry.job("stuck") == before and len(cloud.calls.run_instances) == 2  # the orphan's + attempt 1
-    assert cloud.metrics.totals.get("OrphansTerminated", 0) == 0
+    assert alive(moto_aws, orphan + record.instances)
+    assert moto_aws.registry.job("stuck") == before
+    assert len(moto_aws.calls.run_instances) == 2  # the orphan's + attempt 1
+    assert moto_aws.metrics.totals.get("OrphansTerminated", 0) == 0
 
 
-def test_blast_radius_stops_a_mass_termination(cloud: Cloud) -> None:  # noqa: F811
-    cloud.set_policy(f"aws:\n  default_image: {cloud.image}\nsafety:\n  max_terminations_per_run: 2\n"
+def test_blast_radius_stops_a_mass_termination(moto_aws: MotoAws) -> None:
+    moto_aws.set_policy(f"aws:\n  default_image: {moto_aws.image}\nsafety:\n  max_terminations_per_run: 2\n"
                      "  max_terminations_percent: 100\n")
-    orphans = run_raw(cloud, 5, ORPHAN)
+    orphans = run_raw(moto_aws, 5, ORPHAN)
 
-    outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=cloud.metrics,
-                               policy=cloud.registry.policy())
+    outcomes = sweep(moto_aws, now=later(11))
 
     assert sorted(o.result for o in outcomes) == ["applied"] * 2 + ["refused"] * 3
-    assert sum(states(cloud)[i] in ("pending", "running") for i in orphans) == 3
-    assert cloud.metrics.totals["BlastRadiusRefusals"] == 3 and cloud.metrics.totals["OrphansTerminated"] == 2
-    forced = reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=cloud.metrics, force=True,
-                             policy=cloud.registry.policy())
+    assert sum(states(moto_aws)[i] in ("pending", "running") for i in orphans) == 3
+    assert moto_aws.metrics.totals["BlastRadiusRefusals"] == 3 and moto_aws.metrics.totals["OrphansTerminated"] == 2
+    forced = sweep(moto_aws, now=later(11), force=True)
     assert [o.result for o in forced] == ["applied"] * 3 and not any(
-        states(cloud)[i] in ("pending", "running") for i in orphans)
+        states(moto_aws)[i] in ("pending", "running") for i in orphans)
 
 
-def test_refusals_and_terminations_go_into_the_history_of_jobs_that_have_one(cloud: Cloud) -> None:  # noqa: F811
-    cloud.set_policy(f"aws:\n  default_image: {cloud.image}\nsafety:\n  max_terminations_per_run: 0\n")
-    old = launch(cloud, "old")
-    cloud.registry.transition("old", State.LAUNCHING, expect={State.LAUNCHING}, attempt=2, instances=[],
+def test_refusals_and_terminations_go_into_the_history_of_jobs_that_have_one(moto_aws: MotoAws) -> None:
+    moto_aws.set_policy(f"aws:\n  default_image: {moto_aws.image}\nsafety:\n  max_terminations_per_run: 0\n")
+    old = launch(moto_aws, "old")
+    moto_aws.registry.transition("old", State.LAUNCHING, expect={State.LAUNCHING}, attempt=2, instances=[],
                               launched_at=None)  # attempt 1 is past, attempt 2 is launching
-    run_raw(cloud, 1, ORPHAN)  # a job nobody recorded: no history to write to
+    run_raw(moto_aws, 1, ORPHAN)  # a job nobody recorded: no history to write to
 
-    outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=cloud.metrics,
-                               policy=cloud.registry.policy())
+    outcomes = sweep(moto_aws, now=later(11))
     assert sorted((o.action.job_id, o.action.rule, o.result) for o in outcomes) == [
         ("ghost", Rule.ORPHAN, "refused"), ("old", Rule.ORPHAN, "refused")]
-    (refused,) = [e for e in cloud.registry.events("old") if e["kind"] == "refused"]
+    (refused,) = [e for e in moto_aws.registry.events("old") if e["kind"] == "refused"]
     assert (refused["rule"], refused["instances"]) == (Rule.ORPHAN, old.instances)
     assert "blast radius" in refused["refused"]
 
-    cloud.set_policy(f"aws:\n  default_image: {cloud.image}\nsafety:\n  max_terminations_percent: 100\n")
-    outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=later(12), metrics=cloud.metrics,
-                               policy=cloud.registry.policy())
+    moto_aws.set_policy(f"aws:\n  default_image: {moto_aws.image}\nsafety:\n  max_terminations_percent: 100\n")
+    outcomes = sweep(moto_aws, now=later(12))
     assert [(o.action.rule, o.result) for o in outcomes] == [(Rule.ORPHAN, reconcile.Result.APPLIED)] * 2
-    (terminated,) = [e for e in cloud.registry.events("old") if e["kind"] == "terminated"]
+    (terminated,) = [e for e in moto_aws.registry.events("old") if e["kind"] == "terminated"]
     assert (terminated["rule"], terminated["instances"]) == (Rule.ORPHAN, old.instances)
-    assert list(cloud.registry.listing(keys.events_prefix("ghost"))) == []
+    assert list(moto_aws.registry.listing(keys.events_prefix("ghost"))) == []
 
 
-def test_untagged_and_unmanaged_instances_are_untouched(cloud: Cloud) -> None:  # noqa: F811
-    foreign = run_raw(cloud) + run_raw(cloud, tags={TAG_MANAGED: "false", TAG_JOB_ID: "ghost"})
+def test_untagged_and_unmanaged_instances_are_untouched(moto_aws: MotoAws) -> None:
+    foreign = run_raw(moto_aws) + run_raw(moto_aws, tags={TAG_MANAGED: "false", TAG_JOB_ID: "ghost"})
     far = later(60 * 24 * 30)
-    outcomes = reconcile.sweep(cloud.registry, cloud.compute, now=far, metrics=cloud.metrics, force=True,
-                               policy=cloud.registry.policy())
-    outcomes += reconcile.uptime_cap(cloud.registry, cloud.compute, now=far, metrics=cloud.metrics, force=True,
-                                     policy=cloud.registry.policy())
-    assert outcomes == [] and alive(cloud, foreign)
+    outcomes = sweep(moto_aws, now=far, force=True)
+    outcomes += uptime_cap(moto_aws, now=far, force=True)
+    assert outcomes == [] and alive(moto_aws, foreign)
 
 
-def test_orphan_terminated_only_after_the_grace(cloud: Cloud) -> None:  # noqa: F811
-    (orphan,) = run_raw(cloud, tags=ORPHAN)
-    assert reconcile.sweep(cloud.registry, cloud.compute, now=later(5), metrics=cloud.metrics,
-                           policy=cloud.registry.policy()) == []
-    assert alive(cloud, [orphan])
-    (out,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=cloud.metrics,
-                             policy=cloud.registry.policy())
-    assert out.action.rule == Rule.ORPHAN and out.result == "applied" and not alive(cloud, [orphan])
-    assert cloud.metrics.totals["OrphansTerminated"] == 1
 
 
-def test_past_attempt_instances_are_orphans_and_protected_ones_stay(cloud: Cloud) -> None:  # noqa: F811
-    cloud.set_policy(f"aws:\n  default_image: {cloud.image}\nsafety:\n  max_terminations_percent: 100\n")
-    old = run_raw(cloud, tags={TAG_MANAGED: "true", TAG_JOB_ID: "train", "jobplane:attempt": "1"})
-    kept = run_raw(cloud, tags={TAG_MANAGED: "true", TAG_JOB_ID: "train", "jobplane:attempt": "1"})
-    cloud.ec2.modify_instance_attribute(InstanceId=kept[0], DisableApiTermination={"Value": True})
-    record = launch(cloud, "train")  # attempt 1 by the registry: the raw ones carry attempt 1 too...
-    cloud.registry.transition("train", State.LAUNCHING, expect={State.LAUNCHING}, attempt=2)  # ...now past
-    reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=cloud.metrics, policy=cloud.registry.policy())
-    got = states(cloud)
+def test_past_attempt_instances_are_orphans_and_protected_ones_stay(moto_aws: MotoAws) -> None:
+    moto_aws.set_policy(f"aws:\n  default_image: {moto_aws.image}\nsafety:\n  max_terminations_percent: 100\n")
+    old = run_raw(moto_aws, tags={TAG_MANAGED: "true", TAG_JOB_ID: "train", "jobplane:attempt": "1"})
+    kept = run_raw(moto_aws, tags={TAG_MANAGED: "true", TAG_JOB_ID: "train", "jobplane:attempt": "1"})
+    moto_aws.ec2.modify_instance_attribute(InstanceId=kept[0], DisableApiTermination={"Value": True})
+    record = launch(moto_aws, "train")  # attempt 1 by the registry: the raw ones carry attempt 1 too...
+    moto_aws.registry.transition("train", State.LAUNCHING, expect={State.LAUNCHING}, attempt=2)  # ...now past
+    sweep(moto_aws, now=later(11))
+    got = states(moto_aws)
     assert got[old[0]] not in ("pending", "running") and got[kept[0]] in ("pending", "running")
     assert got[record.instances[0]] not in ("pending", "running")  # attempt 1's own VM, also past
 
 
-def test_overlapping_reruns_launch_one_attempt(cloud: Cloud) -> None:  # noqa: F811
-    record = launch(cloud, "spotty", SPEC + "spot: true\n")
-    cloud.registry.transition("spotty", State.RUNNING, expect={State.LAUNCHING})
-    cloud.registry.mark_preempted("spotty", {"attempt": 1, "rank": 0, "instance_id": record.instances[0]})
-    cloud.ec2.terminate_instances(InstanceIds=record.instances)
-    results: list[list[reconcile.Outcome]] = []
-    barrier = threading.Barrier(5)
-
-    def run() -> None:
-        barrier.wait()
-        results.append(reconcile.rerun(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics,
-                                       policy=cloud.registry.policy()))
-
-    threads = [threading.Thread(target=run) for _ in range(5)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-
-    after = cloud.registry.job("spotty")
-    assert len(results) == 5
-    assert after.state == State.LAUNCHING and after.attempt == 2 and after.restarts == 1
-    assert len(cloud.calls.run_instances) == 2, "attempt 1 and exactly one rerun"
-    assert sum(o.result == "applied" and o.action.rule == Rule.RERUN for r in results for o in r) == 1
-    assert cloud.registry.preempted() == {} and cloud.metrics.totals["Reruns"] == 1
 
 
-def test_lost_spot_rank_is_torn_down_and_rerun(cloud: Cloud) -> None:  # noqa: F811
-    record = launch(cloud, "pair", SPEC + "spot: true\nnum_nodes: 2\n")
-    beat(cloud, record)
-    reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics,
-                    policy=cloud.registry.policy())  # -> RUNNING
-    cloud.ec2.terminate_instances(InstanceIds=[record.instances[1]])
-
-    (lost,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(3), metrics=cloud.metrics,
-                              policy=cloud.registry.policy())
-    assert lost.action.rule == Rule.LOST_SPOT and lost.result == "applied"
-    assert cloud.registry.job("pair").state == State.PREEMPTED and not alive(cloud, record.instances[:1])
-    assert list(cloud.registry.preempted()) == ["pair"]
-    assert reconcile.sweep(cloud.registry, cloud.compute, now=later(4), metrics=cloud.metrics,
-                           policy=cloud.registry.policy()) == [], \
-        "a PREEMPTED job with its marker is rerun's: the sweep leaves it (and its marker) alone"
-
-    (rerun,) = reconcile.rerun(cloud.registry, cloud.compute, now=later(3), metrics=cloud.metrics, jobs=["pair"],
-                               policy=cloud.registry.policy())
-    assert rerun.result == "applied" and cloud.registry.job("pair").attempt == 2 and cloud.registry.preempted() == {}
 
 
-def test_boot_timeout_retries_as_a_restart(cloud: Cloud) -> None:  # noqa: F811
-    record = launch(cloud, "slow")
-    (retry,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(16), metrics=cloud.metrics,
-                               policy=cloud.registry.policy())
-    assert retry.action.rule == Rule.BOOT_RETRY and retry.result == "applied"
-    after = cloud.registry.job("slow")
-    assert after.attempt == 2 and after.restarts == 1 and after.state == State.LAUNCHING
-    assert not alive(cloud, record.instances) and alive(cloud, after.instances)
-
-
-def test_stalled_job_is_marked_and_terminated(cloud: Cloud) -> None:  # noqa: F811
-    record = launch(cloud, "quiet", SPEC + "stall_timeout: 5m\n")
-    beat(cloud, record)
-    reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics,
-                    policy=cloud.registry.policy())  # -> RUNNING + limits
-    (stalled,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(6), metrics=cloud.metrics,
-                                 policy=cloud.registry.policy())
-    assert stalled.action.rule == Rule.STALLED and cloud.registry.job("quiet").state == State.STALLED
-    assert not alive(cloud, record.instances) and cloud.metrics.totals["Stalls"] == 1
-
-
-def test_uptime_cap_stops_then_times_out(cloud: Cloud) -> None:  # noqa: F811
-    record = launch(cloud, "long", SPEC + "max_runtime: 1h\n")
-    beat(cloud, record)
-    reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, policy=cloud.registry.policy())
-    (stop,) = reconcile.uptime_cap(cloud.registry, cloud.compute, now=later(55), metrics=cloud.metrics,
-                                   policy=cloud.registry.policy())
-    assert stop.action.rule == Rule.STOP and cloud.registry.get_json(keys.stop_request("long"))["by"] == "uptime-cap"
-    (cap,) = reconcile.uptime_cap(cloud.registry, cloud.compute, now=later(61), metrics=cloud.metrics,
-                                  policy=cloud.registry.policy())
-    final = cloud.registry.job("long")
+def test_uptime_cap_stops_then_times_out(moto_aws: MotoAws) -> None:
+    record = launch(moto_aws, "long", SPEC + "max_runtime: 1h\n")
+    beat(moto_aws, record)
+    sweep(moto_aws, now=utcnow())
+    (stop,) = uptime_cap(moto_aws, now=later(55))
+    assert stop.action.rule == Rule.STOP and moto_aws.registry.get_json(keys.stop_request("long"))["by"] == "uptime-cap"
+    (cap,) = uptime_cap(moto_aws, now=later(61))
+    final = moto_aws.registry.job("long")
     assert cap.result == "applied" and final.state == State.TIMED_OUT and final.reason == "uptime cap 1h reached"
-    assert not alive(cloud, record.instances) and cloud.metrics.totals["Timeouts"] == 1
-    history = {e["kind"]: e for e in cloud.registry.events("long")}
+    assert not alive(moto_aws, record.instances) and moto_aws.metrics.totals["Timeouts"] == 1
+    history = {e["kind"]: e for e in moto_aws.registry.events("long")}
     assert (history["stop-requested"]["by"], history["stop-requested"]["rule"]) == ("uptime-cap", Rule.STOP)
     assert (history["terminated"]["instances"], history["terminated"]["rule"]) == (record.instances, Rule.TIMED_OUT)
 
 
-def test_a_stop_on_match_stops_the_peers_then_fails_the_job_without_a_rerun(cloud: Cloud) -> None:  # noqa: F811
-    record = launch(cloud, "nan", SPEC + "num_nodes: 2\nspot: true\nstop_on: {nan: true}\n")
-    beat(cloud, record)
-    reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics,
-                    policy=cloud.registry.policy())  # -> RUNNING
+def test_a_stop_on_match_stops_the_peers_then_fails_the_job_without_a_rerun(moto_aws: MotoAws) -> None:
+    record = launch(moto_aws, "nan", SPEC + "num_nodes: 2\nspot: true\nstop_on: {nan: true}\n")
+    beat(moto_aws, record)
+    sweep(moto_aws, now=utcnow())  # -> RUNNING
     why = 'loss became nan at step 40: "step 40 loss nan"'
-    report_exit(cloud, record, 0, reason="early-stop", error=why)
-    (ask,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=["nan"],
-                             policy=cloud.registry.policy())
+    report_exit(moto_aws, record, 0, reason="early-stop", error=why)
+    (ask,) = sweep(moto_aws, now=utcnow(), jobs=["nan"])
     assert ask.action.rule == Rule.STOP_PEERS and ask.result == "applied"
-    assert cloud.registry.get_json(keys.stop_request("nan"))["by"] == "sweeper"
-    assert cloud.registry.job("nan").state == State.RUNNING and alive(cloud, record.instances)
+    assert moto_aws.registry.get_json(keys.stop_request("nan"))["by"] == "sweeper"
+    assert moto_aws.registry.job("nan").state == State.RUNNING and alive(moto_aws, record.instances)
 
-    report_exit(cloud, record, 143, rank=1, reason="stopped")
-    (failed,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=["nan"],
-                                policy=cloud.registry.policy())
-    final = cloud.registry.job("nan")
+    report_exit(moto_aws, record, 143, rank=1, reason="stopped")
+    (failed,) = sweep(moto_aws, now=utcnow(), jobs=["nan"])
+    final = moto_aws.registry.job("nan")
     assert failed.action.rule == Rule.EARLY_STOP and final.state == State.FAILED and final.attempt == 1
     assert final.reason == f"stopped: {why} (rank 0)" and final.exit_code == 0
-    assert not alive(cloud, record.instances) and cloud.registry.preempted() == {}
-    assert reconcile.rerun(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics,
-                           policy=cloud.registry.policy()) == []
+    assert not alive(moto_aws, record.instances) and moto_aws.registry.preempted() == {}
+    assert rerun(moto_aws, now=utcnow()) == []
 
 
-def test_a_failed_rank_ends_a_multi_node_attempt_at_once(cloud: Cloud) -> None:  # noqa: F811
-    record = launch(cloud, "ddp", SPEC + "num_nodes: 3\n")
-    beat(cloud, record)
-    reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics,
-                    policy=cloud.registry.policy())  # -> RUNNING
-    report_exit(cloud, record, 1, rank=2, error="CUDA error: out of memory")
-    (failed,) = reconcile.sweep(cloud.registry, cloud.compute, now=utcnow(), metrics=cloud.metrics, jobs=["ddp"],
-                                policy=cloud.registry.policy())
-    final = cloud.registry.job("ddp")
+def test_a_failed_rank_ends_a_multi_node_attempt_at_once(moto_aws: MotoAws) -> None:
+    record = launch(moto_aws, "ddp", SPEC + "num_nodes: 3\n")
+    beat(moto_aws, record)
+    sweep(moto_aws, now=utcnow())  # -> RUNNING
+    report_exit(moto_aws, record, 1, rank=2, error="CUDA error: out of memory")
+    (failed,) = sweep(moto_aws, now=utcnow(), jobs=["ddp"])
+    final = moto_aws.registry.job("ddp")
     assert failed.action.rule == Rule.RANK_FAILED and failed.result == "applied", failed
     assert final.state == State.FAILED and final.exit_code == 1
     assert final.reason == ("rank 2 exited with code 1: CUDA error: out of memory; ending the attempt (terminating "
                             "rank 0, 1)")
-    assert not alive(cloud, record.instances), "ranks 0 and 1 would wait in their next collective"
+    assert not alive(moto_aws, record.instances), "ranks 0 and 1 would wait in their next collective"
 
 
-def test_spot_warning_recorded_once(cloud: Cloud) -> None:  # noqa: F811
-    record = launch(cloud, "warned", SPEC + "spot: true\n")
+def test_spot_warning_recorded_once(moto_aws: MotoAws) -> None:
+    record = launch(moto_aws, "warned", SPEC + "spot: true\n")
     iid = record.instances[0]
     detail = {"instance-id": iid, "instance-action": "terminate"}
-    assert reconcile.record_spot_warning(cloud.registry, cloud.compute, iid, now=utcnow(), detail=detail) == "recorded"
-    assert reconcile.record_spot_warning(cloud.registry, cloud.compute, iid, now=utcnow(), detail=detail) == "duplicate"
-    assert reconcile.record_spot_warning(cloud.registry, cloud.compute, "i-nope", now=utcnow()) == "ignored"
-    (notice,) = cloud.registry.job("warned").notices
+    reg, compute = moto_aws.registry, moto_aws.compute
+    assert reconcile.record_spot_warning(reg, compute, iid, now=utcnow(), detail=detail) == "recorded"
+    assert reconcile.record_spot_warning(reg, compute, iid, now=utcnow(), detail=detail) == "duplicate"
+    assert reconcile.record_spot_warning(reg, compute, "i-nope", now=utcnow()) == "ignored"
+    (notice,) = moto_aws.registry.job("warned").notices
     assert notice["instance_id"] == iid and notice["action"] == "terminate" and notice["attempt"] == 1
-    assert any(e["kind"] == "spot-warning" for e in cloud.registry.events("warned"))
+    assert any(e["kind"] == "spot-warning" for e in moto_aws.registry.events("warned"))
 
 
 def test_a_vm_whose_agent_never_started_leaves_its_console_output_in_the_logs(
-        cloud: Cloud, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+        moto_aws: MotoAws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """GetConsoleOutput (moto serving what the instance printed) is read before the VM is terminated."""
     monkeypatch.setenv(CONSOLES_ENV, str(tmp_path))
-    record = launch(cloud, "silent", SPEC + "max_restarts: 0\n")
+    record = launch(moto_aws, "silent", SPEC + "max_restarts: 0\n")
     (instance_id,) = record.instances
     (tmp_path / instance_id).mkdir()
     (tmp_path / instance_id / "console.log").write_text("jobplane-bootstrap: FAILED: no python3 on this image\n")
-    (failed,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(16), metrics=cloud.metrics,
-                                policy=cloud.registry.policy())
+    (failed,) = sweep(moto_aws, now=later(16))
     assert failed.action.rule == Rule.BOOT_FAILED and failed.result == "applied"
-    assert "`jobplane logs silent --attempt 1`" in cloud.registry.job("silent").reason
-    saved = cloud.registry.get_bytes(keys.console_log("silent", 1, 0)).decode()
+    assert "`jobplane logs silent --attempt 1`" in moto_aws.registry.job("silent").reason
+    saved = moto_aws.registry.get_bytes(keys.console_log("silent", 1, 0)).decode()
     header = f"---- console output of {instance_id} (rank 0, attempt 1), saved by the sweeper ----"
     assert saved.splitlines() == [header, "jobplane-bootstrap: FAILED: no python3 on this image"]
-    assert not alive(cloud, [instance_id])
+    assert not alive(moto_aws, [instance_id])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from typing import Any
 
 import pytest
@@ -16,7 +15,8 @@ from jobplane.local import triggers
 from jobplane.local.ec2_runner import spot_warning, state_change
 from jobplane.states import State
 from tests.helpers import LambdaContext as Context
-from tests.launcher.conftest import BUCKET, REGION, Cloud, cloud  # noqa: F401  (the shared moto fixture)
+from tests.helpers import wait_for
+from tests.moto_aws import BUCKET, REGION, MotoAws
 from tests.reconcile.test_apply_moto import SPEC, beat, launch, report_exit
 
 pytestmark = pytest.mark.timeout(120)
@@ -39,47 +39,48 @@ def emitted(out: str) -> dict[str, Any]:
     return {m["Name"]: doc[m["Name"]] for doc in docs for d in doc["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]}
 
 
-def test_sweeper_cron_then_exit_report_event(cloud: Cloud, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
-    record = launch(cloud, "train")
-    beat(cloud, record)
+def test_sweeper_cron_then_exit_report_event(moto_aws: MotoAws, capsys: pytest.CaptureFixture[str]) -> None:
+    record = launch(moto_aws, "train")
+    beat(moto_aws, record)
     capsys.readouterr()
     assert rules(sweeper.handler(SCHEDULED, Context())) == [("started", "train", "applied")]
     metrics = emitted(capsys.readouterr().out)
     assert metrics["ApiCalls"][0] >= 5 and "SweepDuration" in metrics  # 4 listings, DescribeInstances, GETs, puts
     exit_key = keys.exit_report("train", 1, 0)
-    report_exit(cloud, record, 2)
+    report_exit(moto_aws, record, 2)
     assert rules(sweeper.handler(created(exit_key), Context())) == [("finished", "train", "applied")]
-    final = cloud.registry.job("train")
+    final = moto_aws.registry.job("train")
     assert final.state == State.FAILED and final.reason == "rank 0 exited with code 2" and final.exit_code == 2
 
 
-def test_sweeper_state_change_event_and_dry_run(cloud: Cloud) -> None:  # noqa: F811
-    record = launch(cloud, "train")
-    beat(cloud, record)
+def test_sweeper_state_change_event_and_dry_run(moto_aws: MotoAws) -> None:
+    record = launch(moto_aws, "train")
+    beat(moto_aws, record)
     event = triggers.ec2(state_change(record.instances[0], "running"), REGION) | {"dry_run": True}
     assert rules(sweeper.handler(event, Context())) == [("started", "train", "dry-run")]
-    assert cloud.registry.job("train").state == State.LAUNCHING
+    assert moto_aws.registry.job("train").state == State.LAUNCHING
 
 
-def test_rerun_records_a_spot_warning_then_reruns_on_the_marker(cloud: Cloud) -> None:  # noqa: F811
-    record = launch(cloud, "spotty", SPEC + "spot: true\n")
+def test_rerun_records_a_spot_warning_then_reruns_on_the_marker(moto_aws: MotoAws) -> None:
+    record = launch(moto_aws, "spotty", SPEC + "spot: true\n")
     iid = record.instances[0]
     warning = triggers.ec2(spot_warning(iid), REGION)
     assert rerun.handler(warning, Context()) == {"instance_id": iid, "result": "recorded"}
-    cloud.registry.mark_preempted("spotty", {"attempt": 1, "rank": 0, "instance_id": iid})
+    moto_aws.registry.mark_preempted("spotty", {"attempt": 1, "rank": 0, "instance_id": iid})
     assert rules(rerun.handler(created(keys.preempted_marker("spotty")), Context())) == [
         ("rerun", "spotty", "applied")]
-    after = cloud.registry.job("spotty")
-    assert after.attempt == 2 and after.notices[0]["instance_id"] == iid and cloud.registry.preempted() == {}
+    after = moto_aws.registry.job("spotty")
+    assert after.attempt == 2 and after.notices[0]["instance_id"] == iid and moto_aws.registry.preempted() == {}
 
 
-def test_uptime_cap_cron_times_out_a_job_past_its_cap(cloud: Cloud) -> None:  # noqa: F811
-    record = launch(cloud, "brief", SPEC + "max_runtime: 1s\n")
-    time.sleep(1.1)
-    assert rules(uptime_cap.handler(SCHEDULED, Context())) == [("timed-out", "brief", "applied")]
-    final = cloud.registry.job("brief")
+def test_uptime_cap_cron_times_out_a_job_past_its_cap(moto_aws: MotoAws) -> None:
+    record = launch(moto_aws, "brief", SPEC + "max_runtime: 1s\n")
+    # the handler reads the clock and EC2's LaunchTime: its runs do nothing until a second of uptime has passed
+    ran = wait_for("an uptime-cap run to act", lambda: rules(uptime_cap.handler(SCHEDULED, Context())), 60, 0.2)
+    assert ran == [("timed-out", "brief", "applied")]
+    final = moto_aws.registry.job("brief")
     assert final.state == State.TIMED_OUT and final.reason == "uptime cap 1s reached"
-    assert {i["InstanceId"]: i["State"]["Name"] for i in cloud.instances()}[record.instances[0]] != "running"
+    assert {i["InstanceId"]: i["State"]["Name"] for i in moto_aws.instances()}[record.instances[0]] != "running"
 
 
 @pytest.mark.timeout(60)

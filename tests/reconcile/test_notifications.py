@@ -20,7 +20,7 @@ from jobplane.settings import Settings
 from jobplane.states import State
 from jobplane.telemetry import CountingMetrics
 from tests.helpers import LambdaContext as Context
-from tests.launcher.conftest import REGION, Cloud, cloud  # noqa: F401  (the shared moto fixture)
+from tests.moto_aws import REGION, MotoAws
 from tests.reconcile.test_apply_moto import SPEC, beat, launch, report_exit
 from tests.reconcile.test_handlers import SCHEDULED, created
 
@@ -48,7 +48,7 @@ class Inbox:
 
 
 @pytest.fixture
-def inbox(cloud: Cloud, monkeypatch: pytest.MonkeyPatch) -> Iterator[Inbox]:  # noqa: F811
+def inbox(moto_aws: MotoAws, monkeypatch: pytest.MonkeyPatch) -> Iterator[Inbox]:
     box = Inbox()
     monkeypatch.setenv("JOBPLANE_NOTIFY_TOPIC", box.topic)
     common._notifiers.clear()
@@ -63,13 +63,13 @@ def data(envelope: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize(("code", "state", "reason"), [(0, "SUCCEEDED", "every rank exited 0"),
                                                         (2, "FAILED", "rank 0 exited with code 2")])
 def test_a_job_that_ends_is_announced_once_with_state_reason_runtime_cost_and_logs(
-        cloud: Cloud, inbox: Inbox, code: int, state: str, reason: str) -> None:  # noqa: F811
-    record = launch(cloud, "train")
-    beat(cloud, record)
+        moto_aws: MotoAws, inbox: Inbox, code: int, state: str, reason: str) -> None:
+    record = launch(moto_aws, "train")
+    beat(moto_aws, record)
     sweeper.handler(SCHEDULED, Context())  # RUNNING: no message
     assert inbox.take() == []
     report = keys.exit_report("train", 1, 0)
-    report_exit(cloud, record, code)
+    report_exit(moto_aws, record, code)
     sweeper.handler(created(report), Context())
     sweeper.handler(SCHEDULED, Context())  # a later run sees an ended job: nothing more
 
@@ -83,9 +83,9 @@ def test_a_job_that_ends_is_announced_once_with_state_reason_runtime_cost_and_lo
     assert envelope["MessageAttributes"]["state"]["Value"] == state
 
 
-def test_an_invalid_drop_is_announced_by_the_launcher(cloud: Cloud, inbox: Inbox) -> None:  # noqa: F811
-    cloud.set_policy(f"allowed_instance_types: ['c5.*']\naws:\n  default_image: {cloud.image}\n")
-    cloud.drop("too-big", SPEC, owner="team-a")
+def test_an_invalid_drop_is_announced_by_the_launcher(moto_aws: MotoAws, inbox: Inbox) -> None:
+    moto_aws.set_policy(f"allowed_instance_types: ['c5.*']\naws:\n  default_image: {moto_aws.image}\n")
+    moto_aws.drop("too-big", SPEC, owner="team-a")
     assert [o["result"] for o in launcher.handler(created("queue/team-a/too-big.yaml"), Context())["outcomes"]] \
         == ["invalid"]
     (envelope,) = inbox.take()
@@ -93,12 +93,12 @@ def test_an_invalid_drop_is_announced_by_the_launcher(cloud: Cloud, inbox: Inbox
     assert (body["state"], body["owner"]) == ("INVALID", "team-a") and "instance_type" in body["reason"]
 
 
-def test_idle_gpus_are_announced_once_per_attempt(cloud: Cloud, inbox: Inbox) -> None:  # noqa: F811
-    record = launch(cloud, "idle")
-    beat(cloud, record)
+def test_idle_gpus_are_announced_once_per_attempt(moto_aws: MotoAws, inbox: Inbox) -> None:
+    record = launch(moto_aws, "idle")
+    beat(moto_aws, record)
     sweeper.handler(SCHEDULED, Context())  # started: limits written
-    cloud.registry.put_json(keys.heartbeat("idle", 1, 0), {"time": utcnow().isoformat()})
-    cloud.registry.put_json(keys.idle_mark("idle", 1, 0), {"mean_gpu_util": 0.0})
+    moto_aws.registry.put_json(keys.heartbeat("idle", 1, 0), {"time": utcnow().isoformat()})
+    moto_aws.registry.put_json(keys.idle_mark("idle", 1, 0), {"mean_gpu_util": 0.0})
     result = sweeper.handler(SCHEDULED, Context())
     assert [(a["rule"], a["result"]) for a in result["actions"]] == [("idle-gpu", "applied")]
     assert sweeper.handler(SCHEDULED, Context())["actions"] == []  # flagged: not read, not announced again
@@ -108,19 +108,19 @@ def test_idle_gpus_are_announced_once_per_attempt(cloud: Cloud, inbox: Inbox) ->
     body = data(envelope)
     assert body["event"] == "idle-gpu" and body["action"] == "warn" and body["state"] == "RUNNING"
     assert "GPU utilization under 5% on every rank for 30m" in body["text"]
-    assert [e["kind"] for e in cloud.registry.events("idle")].count("idle-gpu") == 1
-    assert cloud.registry.job("idle").state == State.RUNNING  # warn: it keeps running
+    assert [e["kind"] for e in moto_aws.registry.events("idle")].count("idle-gpu") == 1
+    assert moto_aws.registry.job("idle").state == State.RUNNING  # warn: it keeps running
 
 
-def test_overlapping_reconcilers_announce_an_end_exactly_once(cloud: Cloud, inbox: Inbox) -> None:  # noqa: F811
-    report_exit(cloud, launch(cloud, "raced"), 0)
+def test_overlapping_reconcilers_announce_an_end_exactly_once(moto_aws: MotoAws, inbox: Inbox) -> None:
+    report_exit(moto_aws, launch(moto_aws, "raced"), 0)
     notify = Notify(common.notifier(Settings.from_env()), CountingMetrics())
     runs = []
     for _ in range(3):  # three runs that listed and decided before any of them applied
-        reg = Registry(cloud.registry.store, listeners=[notify.transition])
-        snap = reconcile.with_records(reg, reconcile.listings(reg, cloud.compute), ["raced"])
+        reg = Registry(moto_aws.registry.store, listeners=[notify.transition])
+        snap = reconcile.with_records(reg, reconcile.listings(reg, moto_aws.compute), ["raced"])
         runs.append((reg, sweep_decide.decide(snap, utcnow(), reg.policy())))
-    results = [reconcile.apply(reg, cloud.compute, actions, now=utcnow(), metrics=CountingMetrics(), dry_run=False)
+    results = [reconcile.apply(reg, moto_aws.compute, actions, now=utcnow(), metrics=CountingMetrics(), dry_run=False)
                for reg, actions in runs]
     assert [o.result for o in results[0]] == [reconcile.Result.APPLIED]
     assert all(o.result == reconcile.Result.SKIPPED for res in results[1:] for o in res)
@@ -128,15 +128,15 @@ def test_overlapping_reconcilers_announce_an_end_exactly_once(cloud: Cloud, inbo
     assert notify.metrics.totals == {"NotificationsPublished": 1}  # type: ignore[attr-defined]
 
 
-def test_a_failed_publish_is_counted_and_never_undoes_the_transition(cloud: Cloud, inbox: Inbox) -> None:  # noqa: F811
-    record = launch(cloud, "unheard")
+def test_a_failed_publish_is_counted_and_never_undoes_the_transition(moto_aws: MotoAws, inbox: Inbox) -> None:
+    record = launch(moto_aws, "unheard")
     metrics = CountingMetrics()
 
     class Down:
         def publish(self, notice: Any) -> None:
             raise ConnectionError("topic unreachable")
 
-    reg = Registry(cloud.registry.store, listeners=[Notify(Down(), metrics).transition])
+    reg = Registry(moto_aws.registry.store, listeners=[Notify(Down(), metrics).transition])
     reg.transition(record.id, State.CANCELLED, reason="by test")
     assert reg.job(record.id).state == State.CANCELLED and metrics.totals == {"NotificationsFailed": 1}
     assert inbox.take() == []

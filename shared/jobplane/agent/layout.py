@@ -29,6 +29,16 @@ class ClusterError(ValueError):
     """cluster.json does not describe a cluster this node belongs to."""
 
 
+class _Under:
+    """A fixed path under a Layout's ML root (the tree in this module's docstring)."""
+
+    def __init__(self, *parts: str) -> None:
+        self.parts = parts
+
+    def __get__(self, layout: Layout, owner: type[Layout] | None = None) -> Path:
+        return layout.ml_root.joinpath(*self.parts)
+
+
 @dataclass(frozen=True)
 class Layout:
     ml_root: Path
@@ -44,37 +54,14 @@ class Layout:
             return self.ml_root / pure.relative_to(SAGEMAKER_ROOT)
         return self.ml_root / "fs" / pure.relative_to("/")
 
-    @property
-    def code_dir(self) -> Path:
-        return self.ml_root / "code"
-
-    @property
-    def job_env(self) -> Path:
-        return self.ml_root / "env"
-
-    @property
-    def input_dir(self) -> Path:
-        return self.ml_root / "input"
-
-    @property
-    def config_dir(self) -> Path:
-        return self.input_dir / "config"
-
-    @property
-    def resource_config(self) -> Path:
-        return self.config_dir / "resourceconfig.json"
-
-    @property
-    def hyperparameters(self) -> Path:
-        return self.config_dir / "hyperparameters.json"
-
-    @property
-    def output_dir(self) -> Path:
-        return self.ml_root / "output"
-
-    @property
-    def output_data_dir(self) -> Path:
-        return self.output_dir / "data"
+    code_dir = _Under("code")
+    job_env = _Under("env")
+    input_dir = _Under("input")
+    config_dir = _Under("input", "config")
+    resource_config = _Under("input", "config", "resourceconfig.json")
+    hyperparameters = _Under("input", "config", "hyperparameters.json")
+    output_dir = _Under("output")
+    output_data_dir = _Under("output", "data")
 
     def channel_dir(self, name: str) -> Path:
         return self.input_dir / "data" / name

@@ -1,4 +1,5 @@
-"""In-memory ObjectStore with the same conditional-write semantics as S3 and GCS (for pure unit tests).
+"""In-memory ObjectStore and Compute with the semantics of the clouds' (for unit and scenario tests), and a
+clock they share that moves only when a test says.
 
 Objects are kept as the parts they arrived in: upload_file reads a file part by part and download_file
 writes it back the same way, so a transfer never holds more than one part beyond what the store keeps, as
@@ -10,11 +11,26 @@ from __future__ import annotations
 import builtins
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from jobplane.clouds.base import Blob, NotFound, ObjectInfo, PreconditionFailed, Progress, TransferLimits
+from jobplane.clouds.base import (
+    TAG_ATTEMPT,
+    TAG_JOB_ID,
+    TAG_MANAGED,
+    TAG_OWNER,
+    Blob,
+    CapacityError,
+    Instance,
+    LaunchRejected,
+    LaunchRequest,
+    NotFound,
+    ObjectInfo,
+    PreconditionFailed,
+    Progress,
+    TransferLimits,
+)
 from jobplane.clouds.streams import atomic_file, read_parts
 
 
@@ -30,7 +46,12 @@ class _Stored:
 
 
 class MemoryStore:
-    """Thread-safe dict of key -> object; versions are a global counter, like GCS generations."""
+    """Thread-safe dict of key -> object; versions are a global counter, like GCS generations.
+
+    It gives VMs memory:// URLs (VmUrls) so the launcher renders real startup scripts; no VM here fetches them."""
+
+    bucket = "memory"
+    vm_auth: str | None = None
 
     def __init__(self, clock: Callable[[], datetime] | None = None, limits: TransferLimits | None = None) -> None:
         self._objects: dict[str, _Stored] = {}
@@ -131,7 +152,161 @@ class MemoryStore:
                         progress(len(piece))
         return obj.version
 
+    def vm_request(self, key: str, *, write: bool, expires: int) -> tuple[str, str]:
+        return ("PUT" if write else "GET"), f"memory://{self.bucket}/{key}?expires={expires}"
+
     def parts(self, key: str) -> builtins.list[int]:
         """The sizes of the parts an object arrived in (tests check that large files move in parts)."""
         with self._lock:
             return [len(p) for p in self._objects[key].parts]
+
+
+class Clock:
+    """A clock that moves only when told: scenario tests share one between MemoryStore and MemoryCompute and
+    step it ("12:31"), so nothing sleeps and every run sees the same times."""
+
+    def __init__(self, start: datetime) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def at(self, hhmm: str) -> datetime:
+        """Move to HH:MM of the current day; a clock never runs backwards."""
+        hour, minute = (int(p) for p in hhmm.split(":"))
+        target = self.now.replace(hour=hour, minute=minute, second=0, microsecond=0)
+        if target < self.now:
+            raise ValueError(f"{hhmm} is before {self.now:%H:%M:%S}: a clock never runs backwards")
+        self.now = target
+        return target
+
+    def advance(self, seconds: float) -> datetime:
+        if seconds < 0:
+            raise ValueError("a clock never runs backwards")
+        self.now += timedelta(seconds=seconds)
+        return self.now
+
+
+@dataclass
+class _Vm:
+    instance: Instance  # as launched; its state is derived from the clock
+    ended: datetime | None = None  # terminated, reclaimed or powered off at
+    console: str = ""
+
+
+class MemoryCompute:
+    """In-memory Compute with EC2's and GCE's semantics, as the moto EC2 and the Compute fake enforce them.
+
+    A VM is pending for `boot` seconds after its launch, then running; once terminated (by terminate, or by
+    the cloud: reclaim) it is shutting-down for `shutdown` seconds, then terminated. list_managed shows only
+    live VMs carrying the managed tag, as EC2's filtered DescribeInstances does; terminate touches only those
+    and never a protected one. Capacity errors and refusals are scripted per (instance type, zone).
+    """
+
+    def __init__(self, clock: Callable[[], datetime] | None = None, *, cloud: str = "aws",
+                 region: str = "us-east-1", boot: float = 60, shutdown: float = 30) -> None:
+        self.cloud, self.region = cloud, region
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self._boot, self._shutdown = timedelta(seconds=boot), timedelta(seconds=shutdown)
+        self._vms: dict[str, _Vm] = {}
+        self._lock = threading.Lock()
+        self._failures: dict[tuple[str | None, str | None], tuple[type[CapacityError | LaunchRejected], str]] = {}
+        self.launches: builtins.list[LaunchRequest] = []  # every request that made VMs, in order
+        self.refused: builtins.list[str] = []  # ids terminate would not touch (unmanaged, protected or gone)
+
+    # ---- the Compute protocol -------------------------------------------------------------------------
+    def launch(self, request: LaunchRequest) -> builtins.list[Instance]:
+        zone = request.zone or f"{self.region}a"
+        with self._lock:
+            failure = next((self._failures[k] for k in ((request.instance_type, zone), (request.instance_type, None),
+                                                        (None, zone)) if k in self._failures), None)
+            if failure is not None:
+                error, code = failure
+                raise error(code, f"no {request.instance_type} in {zone}")
+            tags = {**dict(request.labels), TAG_MANAGED: "true", TAG_JOB_ID: request.job_id,
+                    TAG_ATTEMPT: str(request.attempt), TAG_OWNER: request.owner}  # ours win over labels
+            made = [self._add(tags, rank=rank, zone=zone, spot=request.spot, instance_type=request.instance_type)
+                    for rank in range(request.num_nodes)]
+            self.launches.append(request)
+            return made
+
+    def list_managed(self) -> builtins.list[Instance]:
+        return self.instances(managed=True, live=True)
+
+    def terminate(self, instance_ids: builtins.list[str]) -> None:
+        with self._lock:
+            now = self._clock()
+            for iid in sorted(set(instance_ids)):
+                vm = self._vms.get(iid)
+                if vm is None or not vm.instance.managed or vm.instance.protected or vm.ended is not None:
+                    self.refused.append(iid)
+                    continue
+                vm.ended = now
+
+    def console_output(self, instance_id: str) -> str:
+        with self._lock:
+            return self._vms[instance_id].console
+
+    # ---- what the cloud and the VMs do on their own --------------------------------------------------
+    def add(self, job_id: str | None = None, attempt: int | None = None, rank: int = 0, *, managed: bool = True,
+            protected: bool = False, instance_type: str = "t3.micro", spot: bool = False) -> str:
+        """A VM started outside the launcher (a leaked one, an old attempt's, another team's); returns its id."""
+        tags = {TAG_MANAGED: "true" if managed else "false"} if managed or job_id else {}
+        tags.update({TAG_JOB_ID: job_id} if job_id else {})
+        tags.update({TAG_ATTEMPT: str(attempt)} if attempt is not None else {})
+        with self._lock:
+            return self._add(tags, rank=rank, zone=f"{self.region}a", spot=spot, instance_type=instance_type,
+                             protected=protected).id
+
+    def reclaim(self, instance_id: str) -> None:
+        """The VM ends without anyone calling terminate: a Spot reclaim, a guest power-off, an uptime backstop."""
+        with self._lock:
+            vm = self._vms[instance_id]
+            vm.ended = vm.ended or self._clock()
+
+    def set_console(self, instance_id: str, text: str) -> None:
+        with self._lock:
+            self._vms[instance_id].console = text
+
+    def fail(self, instance_type: str | None = None, zone: str | None = None, *,
+             code: str = "InsufficientInstanceCapacity", rejected: bool = False) -> None:
+        """Launches of this type in this zone (None: any) raise CapacityError(code), or LaunchRejected."""
+        with self._lock:
+            self._failures[(instance_type, zone)] = (LaunchRejected if rejected else CapacityError, code)
+
+    def restore(self, instance_type: str | None = None, zone: str | None = None) -> None:
+        with self._lock:
+            self._failures.pop((instance_type, zone), None)
+
+    def state(self, instance_id: str) -> str:
+        """The VM's state now: pending, running, shutting-down or terminated."""
+        with self._lock:
+            return self._state(self._vms[instance_id])
+
+    def instances(self, *, managed: bool | None = None, live: bool = False, **tags: str) -> builtins.list[Instance]:
+        """Every VM ever launched (live only: not shutting-down or terminated), filtered like DescribeInstances
+        by the managed tag and by tags given as keyword arguments (job_id="train" means jobplane:job-id)."""
+        wanted = {f"jobplane:{k.replace('_', '-')}": v for k, v in tags.items()}
+        with self._lock:
+            out = [replace(vm.instance, state=self._state(vm)) for vm in self._vms.values()]
+        return [i for i in out if (managed is None or i.managed == managed)
+                and (not live or i.state in ("pending", "running"))
+                and wanted.items() <= dict(i.tags).items()]
+
+    def _state(self, vm: _Vm) -> str:
+        now = self._clock()
+        if vm.ended is not None:
+            return "terminated" if now >= vm.ended + self._shutdown else "shutting-down"
+        return "running" if now >= vm.instance.launched_at + self._boot else "pending"
+
+    def _add(self, tags: dict[str, str], *, rank: int, zone: str, spot: bool, instance_type: str,
+             protected: bool = False) -> Instance:
+        number = len(self._vms) + 1
+        attempt = tags.get(TAG_ATTEMPT, "")
+        inst = Instance(id=f"i-{number:017x}", state="pending", launched_at=self._clock(),
+                        managed=tags.get(TAG_MANAGED) == "true", job_id=tags.get(TAG_JOB_ID),
+                        attempt=int(attempt) if attempt.isdigit() else None, rank=rank, spot=spot,
+                        protected=protected, zone=zone, instance_type=instance_type,
+                        private_ip=f"10.0.{number // 250}.{number % 250 + 4}", tags=tuple(sorted(tags.items())))
+        self._vms[inst.id] = _Vm(inst)
+        return inst

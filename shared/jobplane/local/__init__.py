@@ -3,7 +3,24 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
+
+
+def install_step(argv: list[str] | None, usage: str, run: Callable[[], str], unavailable: str) -> int:
+    """An install step of the Makefile for the local cloud (`python -m jobplane.local.X VERB`): run() makes what
+    it makes and says so. It never fails the build: without it, the tests that need it skip, and say why."""
+    args = argv if argv is not None else sys.argv[1:]
+    if args != usage.split()[-1:]:
+        print(f"usage: python -m {usage}", file=sys.stderr)
+        return 2
+    try:
+        print(run())
+    except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
+        print(f"{unavailable}: {exc}")
+    return 0
 
 
 def cache_dir() -> Path:

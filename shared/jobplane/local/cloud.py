@@ -39,6 +39,7 @@ from jobplane.local import cache_dir
 from jobplane.local.console import Console, ConsoleHandler, notified_line
 from jobplane.local.control import STATE_FILE, ControlServer
 from jobplane.local.triggers import Functions, TriggerLoop
+from jobplane.local.waiting import WaitTimeout, wait_for
 from jobplane.registry import Registry
 
 log = logging.getLogger("local-cloud")  # not under "jobplane": the functions' loggers own that
@@ -85,19 +86,25 @@ class ServiceProcess:
             command = [sys.executable, "-m", self.module, "-H", "127.0.0.1", "-p", str(self.port), *self.args]
             self.proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          env={**os.environ, **(env or {})})
-        deadline = time.monotonic() + timeout
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        while True:
+
+        def answers() -> bool:
             try:
                 opener.open(f"{self.url}/", timeout=1).close()
-                return self
             except urllib.error.HTTPError:
-                return self  # it answers
+                pass  # an error page is an answer
             except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"{self.module} did not start on port {self.port} (see {log_path})") from None
-                time.sleep(0.1)
+                return False
+            return True
+
+        proc = self.proc
+        try:
+            wait_for(f"{self.module} on port {self.port}", answers, timeout, 0.1,
+                     abort=lambda: None if proc.poll() is None else f"it exited {proc.returncode}")
+        except WaitTimeout as exc:
+            self.stop()
+            raise RuntimeError(f"{self.module} did not start ({exc}); see {log_path}") from None
+        return self
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -42,6 +42,7 @@ from jobplane import backend, keys
 from jobplane.clouds.base import Instance
 from jobplane.local.control import STATE_FILE
 from jobplane.local.runner import marked_pids
+from jobplane.local.waiting import WaitTimeout, wait_for
 from jobplane.settings import Settings
 
 REPO = Path(__file__).resolve().parents[3]
@@ -73,12 +74,13 @@ class CloudProcess:
                 [sys.executable, "-m", "jobplane.cli", "local", "up", "--cloud", self.cloud, "--port", "0",
                  "--tick", str(self.tick), "--state-dir", str(self.state_dir)], stdout=out, stderr=subprocess.STDOUT,
                 env=env, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout
-        while not (self.state_dir / STATE_FILE).exists():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"the local cloud did not start; see {self.state_dir / 'local-cloud.log'}")
-            time.sleep(0.2)
+        proc, log = self.proc, self.state_dir / "local-cloud.log"
+        try:
+            wait_for(f"the local cloud's {STATE_FILE}", (self.state_dir / STATE_FILE).exists, timeout,
+                     abort=lambda: None if proc.poll() is None else f"local up exited {proc.returncode}")
+        except WaitTimeout as exc:
+            self.stop()
+            raise RuntimeError(f"the local cloud did not start ({exc}); see {log}") from None
         self.state = json.loads((self.state_dir / STATE_FILE).read_text())
         return self
 
@@ -344,12 +346,12 @@ class Demo:
         return 1 if failed else 0
 
 
-def poll(check: Callable[[], Any], timeout: float, every: float = 0.5) -> Any:
-    """check()'s first truthy value within timeout, else None."""
-    deadline = time.monotonic() + timeout
-    while not (value := check()) and time.monotonic() < deadline:
-        time.sleep(every)
-    return value or None
+def poll(check: Callable[[], Any], timeout: float) -> Any:
+    """check()'s first truthy value within timeout, else None: a demo step records a failed check and goes on."""
+    try:
+        return wait_for("a demo step's condition", check, timeout, 0.5)
+    except WaitTimeout:
+        return None
 
 
 def exists(reg: Any, key: str) -> bool:
@@ -369,12 +371,10 @@ def exit_report(reg: Any, job_id: str, attempt: int, rank: int = 0) -> dict[str,
 
 def wait_for_no_instances(cloud: CloudProcess, timeout: float) -> list[str]:
     """Wait until no managed VM is pending or running; return those still up at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        up = [f"{i.id} ({i.job_id or 'no job'})" for i in cloud.vms() if i.state in ("pending", "running")]
-        if not up or time.monotonic() > deadline:
-            return up
-        time.sleep(1)
+    def up() -> list[str]:
+        return [f"{i.id} ({i.job_id or 'no job'})" for i in cloud.vms() if i.state in ("pending", "running")]
+
+    return [] if poll(lambda: not up(), timeout) else up()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -427,10 +427,8 @@ class FakeComputeServer(LoopbackServer):
 
     def _get_operation(self, args: dict[str, str], body: dict[str, Any], scope: str, where: str,
                        op: str) -> dict[str, Any]:
-        self.calls["getOperation"] += 1
-        found = self._ops.get(op)
-        if found is None:
-            raise _HttpError(404, "notFound", f"The resource '{scope}/{where}/operations/{op}' was not found")
+        """operations.get: an operation stays RUNNING for its first op_polls polls."""
+        found = self._counted_operation("getOperation", scope, where, op)
         if found.polls_left > 0:
             found.polls_left -= 1
         else:
@@ -439,12 +437,17 @@ class FakeComputeServer(LoopbackServer):
 
     def _wait_operation(self, args: dict[str, str], body: dict[str, Any], scope: str, where: str,
                         op: str) -> dict[str, Any]:
-        self.calls["waitOperation"] += 1
+        """operations.wait: returns once the operation is DONE."""
+        found = self._counted_operation("waitOperation", scope, where, op)
+        self._finish(found)
+        return found.resource
+
+    def _counted_operation(self, call: str, scope: str, where: str, op: str) -> _Op:
+        self.calls[call] += 1
         found = self._ops.get(op)
         if found is None:
             raise _HttpError(404, "notFound", f"The resource '{scope}/{where}/operations/{op}' was not found")
-        self._finish(found)
-        return found.resource
+        return found
 
     @staticmethod
     def _matches(resource: dict[str, Any], expression: str) -> bool:

@@ -22,7 +22,6 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote_to_bytes
 
@@ -30,6 +29,8 @@ import google_crc32c
 from werkzeug.http import http_date, parse_options_header
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
+
+from jobplane.local.loopback import BackgroundServer
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -148,66 +149,35 @@ def _int_arg(args: dict[str, str], name: str) -> int | None:
         raise _HttpError(400, "invalid", f"Invalid value for {name}: {value}") from None
 
 
-class FakeGcsServer:
+class FakeGcsServer(BackgroundServer):
     """A thread-safe GCS fake served by werkzeug on 127.0.0.1 from a background thread.
 
     Usage: `with FakeGcsServer() as server: server.create_bucket("b")`, then set
     STORAGE_EMULATOR_HOST=server.endpoint before building a storage.Client.
     """
 
+    name = "fake-gcs"
+
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
-        self._host, self._port = host, port
+        super().__init__(host, port)
         self._lock = threading.Lock()  # guards every field below; each request runs under it
         self._buckets: dict[str, dict[str, _Object]] = {}
         self._bucket_created: dict[str, datetime] = {}
         self._sessions: dict[str, _Session] = {}
         self._last_generation = 0
-        self._server: BaseWSGIServer | None = None
-        self._thread: threading.Thread | None = None
         self._faults: dict[str, list[int]] = {}  # handler -> statuses to answer its next requests with
         self.received: dict[str, list[int]] = {}  # object name -> body sizes of the upload requests that wrote it
         self.served: dict[str, list[int]] = {}  # object name -> body sizes of the responses that served it
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        if self._server is not None:
-            return
-        self._server = make_server(
-            self._host, self._port, self._wsgi, threaded=True, request_handler=_QuietHandler
-        )
-        self._thread = threading.Thread(
-            target=self._serve, args=(self._server,), name="fake-gcs", daemon=True
-        )
-        self._thread.start()
-
-    @staticmethod
-    def _serve(server: BaseWSGIServer) -> None:
-        server.serve_forever(poll_interval=0.05)  # the default 0.5 s poll makes every stop() take 0.5 s
-
-    def stop(self) -> None:
-        server, thread, self._server, self._thread = self._server, self._thread, None, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        if thread is not None:
-            thread.join(timeout=10)
-
-    def __enter__(self) -> FakeGcsServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+    def make_server(self) -> BaseWSGIServer:
+        return make_server(self._host, self._port, self._wsgi, threaded=True, request_handler=_QuietHandler)
 
     @property
     def endpoint(self) -> str:
         """Base URL for STORAGE_EMULATOR_HOST, e.g. http://127.0.0.1:PORT."""
-        if self._server is None:
-            raise RuntimeError("FakeGcsServer is not running; call start() first")
-        return f"http://{self._host}:{self._server.server_port}"
+        return f"http://{self.address}"
 
     def create_bucket(self, name: str) -> None:
         """Create a bucket directly (no HTTP); a no-op if it exists, so fixtures can call it freely."""

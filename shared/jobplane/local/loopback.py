@@ -9,7 +9,7 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 # Linux routes all of 127.0.0.0/8 to lo: an address there handed to a local VM (MASTER_ADDR, SM_HOSTS, its
 # metadata's IP) is an address of this machine, so nothing a job does reaches another one.
@@ -40,35 +40,36 @@ class _Server(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
-class LoopbackServer:
-    """Subclasses answer requests in handle(); use as a context manager or start()/stop()."""
+class Serving(Protocol):
+    """What a stdlib or werkzeug server offers the thread that runs it."""
+
+    server_address: Any
+
+    def serve_forever(self, poll_interval: float = ...) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+    def server_close(self) -> None: ...
+
+
+class BackgroundServer:
+    """A server on loopback run by a daemon thread; subclasses build it in make_server(). Use as a context
+    manager or start()/stop()."""
 
     name = "fake"
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self._host, self._port = host, port
-        self._server: _Server | None = None
+        self._server: Serving | None = None
         self._thread: threading.Thread | None = None
 
-    def handle(self, request: BaseHTTPRequestHandler) -> None:
+    def make_server(self) -> Serving:
         raise NotImplementedError
 
     def start(self) -> None:
         if self._server is not None:
             return
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                owner.handle(self)
-
-            do_POST = do_PUT = do_DELETE = do_HEAD = do_GET  # handle() looks at request.command
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass  # a line per request drowns test output
-
-        self._server = _Server((self._host, self._port), Handler)
-        self._server.daemon_threads = True
+        self._server = self.make_server()
         # a short poll: the default 0.5 s makes every stop() take half a second
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name=self.name, daemon=True)
         self._thread.start()
@@ -100,3 +101,26 @@ class LoopbackServer:
         if self._server is None:
             raise RuntimeError(f"{type(self).__name__} is not running; call start() first")
         return f"{self._host}:{self._server.server_address[1]}"
+
+
+class LoopbackServer(BackgroundServer):
+    """A stdlib HTTP server whose subclasses answer requests in handle()."""
+
+    def handle(self, request: BaseHTTPRequestHandler) -> None:
+        raise NotImplementedError
+
+    def make_server(self) -> Serving:
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                owner.handle(self)
+
+            do_POST = do_PUT = do_DELETE = do_HEAD = do_GET  # handle() looks at request.command
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # a line per request drowns test output
+
+        server = _Server((self._host, self._port), Handler)
+        server.daemon_threads = True
+        return server

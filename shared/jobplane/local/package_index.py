@@ -18,7 +18,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from jobplane.bundling import PLATFORMS, host_architecture
-from jobplane.local import cache_dir
+from jobplane.local import cache_dir, install_step
 from jobplane.local.loopback import LoopbackServer
 from jobplane.local.rootfs import PYTHON
 
@@ -100,15 +100,9 @@ def fill(directory: Path | None = None) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = argv if argv is not None else sys.argv[1:]
-    if args != ["fill"]:
-        print("usage: python -m jobplane.local.package_index fill", file=sys.stderr)
-        return 2
-    try:
-        print(f"wheels for the local cloud's package index in {fill()}")
-    except (OSError, subprocess.CalledProcessError) as exc:
-        print(f"the local cloud's package index stays empty (its requirements.txt scenario will skip): {exc}")
-    return 0
+    return install_step(argv, "jobplane.local.package_index fill",
+                        lambda: f"wheels for the local cloud's package index in {fill()}",
+                        "the local cloud's package index stays empty (its requirements.txt scenario will skip)")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from jobplane.bundling import atomic_build
-from jobplane.local import cache_dir
+from jobplane.local import cache_dir, install_step
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
@@ -114,18 +114,13 @@ def enter(sandbox_pid: int, env: dict[str, str], script: str) -> list[str] | Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = argv if argv is not None else sys.argv[1:]
-    if args != ["build"]:
-        print("usage: python -m jobplane.local.rootfs build", file=sys.stderr)
-        return 2
-    try:
+    def built() -> str:
         root = build()
-    except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
-        print(f"the local cloud's Debian 12 image is not available (its scenario tests will skip): {exc}")
-        return 0
-    problem = image_problem(root)
-    print(f"Debian 12 image at {root}" + (f", but unusable here: {problem}" if problem else ""))
-    return 0
+        problem = image_problem(root)
+        return f"Debian 12 image at {root}" + (f", but unusable here: {problem}" if problem else "")
+
+    return install_step(argv, "jobplane.local.rootfs build", built,
+                        "the local cloud's Debian 12 image is not available (its scenario tests will skip)")
 
 
 if __name__ == "__main__":

@@ -104,12 +104,12 @@ class Functions:
 # ---- AWS: Lambda handlers behind EventBridge -----------------------------------------------------------
 @dataclass
 class LambdaContext:
-    """The attributes Powertools reads from a Lambda context."""
+    """The attributes Powertools reads from a Lambda context (the local cloud's invocations, and tests')."""
 
-    function_name: str
-    aws_request_id: str
+    function_name: str = "jobplane-test"
+    aws_request_id: str = "req-1"
     memory_limit_in_mb: int = 256
-    invoked_function_arn: str = ""
+    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:jobplane-test"
     function_version: str = "$LATEST"
 
     def get_remaining_time_in_millis(self) -> int:
