@@ -346,7 +346,7 @@ def measure_cloud(cloud: str, args: argparse.Namespace, big: Path, many: Path, w
     try:
         for data, src in (("many", many), ("big", big)):
             samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
-            for rep in range(args.repeat if data == "many" else 1):
+            for rep in range(args.repeat if data == "many" else args.big_repeat):
                 # tools take turns, each first in its turn: the machine's load drifts, and a server that has
                 # just deleted a tool's objects is slower for the next one
                 for tool in tools[rep % len(tools):] + tools[:rep % len(tools)]:
@@ -417,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--file-kib", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3,
                         help="samples of jobplane's and the AWS CLI's small-files runs (the median is kept)")
+    parser.add_argument("--big-repeat", type=int, default=1,
+                        help="samples of jobplane's and the AWS CLI's big-file runs (the median is kept)")
     parser.add_argument("--clouds", nargs="+", default=["s3", "gcs"], choices=["s3", "gcs"])
     parser.add_argument("--no-crt", action="store_true", help="skip the CRT transfer client")
     parser.add_argument("--out", type=Path, default=HERE.parent / "results" / "transfer.json")
@@ -454,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = {"bench": "transfer", "measured_at": datetime.now(UTC).isoformat(),
            "machine": {"cpus": os.cpu_count(), "load_before": load_before, "load_after": os.getloadavg()},
            "data": {"big_mib": args.big_mib, "files": args.files, "file_kib": args.file_kib,
-                    "small_files_samples": args.repeat},
+                    "small_files_samples": args.repeat, "big_file_samples": args.big_repeat},
            "server_peak_rss_mb": servers, "rows": rows, "failed": args.failed,
            "jobplane_over_aws_cli": ratios(rows, "aws-cli"),
            "jobplane_over_boto3_default": ratios(rows, "boto3-default"),
