@@ -34,7 +34,6 @@ from jobplane.decide import launch as launch_decide
 from jobplane.errors import FieldError, SpecError
 from jobplane.policy import Policy, check_against_deployment, check_against_policy
 from jobplane.registry import JobExists, JobRecord, Registry, TransitionRefused
-from jobplane.settings import Settings
 from jobplane.states import State
 from jobplane.telemetry import Metrics
 from jobplane.usage import AttemptUsage, InstanceSpan
@@ -85,7 +84,7 @@ def summary(results: Iterable[Outcome]) -> dict[str, Any]:
 
 # ---- drops -----------------------------------------------------------------------------------------------
 def handle_drop(reg: Registry, compute: Compute, key: str, *, now: datetime, metrics: Metrics,
-                policy: Policy | None = None) -> Outcome:
+                policy: Policy) -> Outcome:
     """Turn one queue/ object (key relative to the registry root) into a job; say what happened."""
     drop = keys.parse_drop(key)
     if drop is None:
@@ -99,7 +98,6 @@ def handle_drop(reg: Registry, compute: Compute, key: str, *, now: datetime, met
         spec = drops.read_spec(drop, data)
     except SpecError as exc:
         return _reject(reg, key, job_id, data, exc.errors, now, metrics)
-    policy = policy or reg.policy()  # handlers pass the one they read; read once here otherwise
     problems = check_against_policy(spec, policy) + check_against_deployment(spec, compute.cloud, compute.region)
     try:
         reg.create_job(job_id, spec, now)
@@ -154,9 +152,8 @@ def _invalid(reg: Registry, key: str, job_id: str, data: bytes, errors: list[Fie
 
 # ---- the cron backstop -----------------------------------------------------------------------------------
 def backstop(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, min_age: int = 60,
-             policy: Policy | None = None) -> list[Outcome]:
+             policy: Policy) -> list[Outcome]:
     """Catch what events missed: queue entries older than min_age s, and capacity waits that are over."""
-    policy = policy or reg.policy()
     outcomes: list[Outcome] = []
     for key, modified, _ in list(reg.listing(keys.QUEUE)):
         if now - modified >= timedelta(seconds=min_age):
@@ -202,7 +199,7 @@ def launch_attempt(
     expect_attempt: int,
     metrics: Metrics,
     reason: str | None = None,
-    policy: Policy | None = None,
+    policy: Policy,
 ) -> JobRecord:
     """Claim the job (CAS to LAUNCHING), then launch it, wait for capacity, or fail it: snapshot, then
     jobplane.decide.launch one step at a time, each step applied here."""
@@ -213,7 +210,6 @@ def launch_attempt(
     record = reg.transition(job_id, State.LAUNCHING, now=now, reason=claimed.reason, expect={current.state},
                             expect_attempt=current.attempt, attempt=claimed.attempt, restarts=claimed.restarts,
                             instances=[], instance_type=None, zone=None, launched_at=None)
-    policy = policy or reg.policy()
     snap = snapshot(reg, compute, record, policy)
     scripts: dict[str, str] = {}  # per CPU architecture: each fetches its own agent bundle
     while isinstance(step := launch_decide.decide(snap, now), launch_decide.Launch):
@@ -270,9 +266,11 @@ def _request(reg: Registry, compute: Compute, snap: launch_decide.LaunchSnapshot
                               expires=policy.boot_timeout(spec) + URL_MARGIN_S)
         if source is None:  # decide launches only architectures the manifest has a bundle for
             raise RuntimeError(f"no {spec.cloud} agent bundle for {step.arch}")
-        bucket, region = _bootstrap_target(reg, compute)
+        if reg.bucket is None:
+            raise RuntimeError("the registry's store names no bucket: a VM could not reach it")
         scripts[step.arch] = bootstrap.render_for(spec, job_id=record.id, attempt=record.attempt, policy=policy,
-                                                  bucket=bucket, root=reg.root, region=region, agent=source)
+                                                  bucket=reg.bucket, root=reg.root, region=compute.region,
+                                                  agent=source)
     return LaunchRequest(
         job_id=record.id, attempt=record.attempt, num_nodes=spec.num_nodes, instance_type=step.instance_type,
         zone=step.zone, image=step.image, spot=spec.spot, user_data=scripts[step.arch],
@@ -312,17 +310,6 @@ def agent_source(reg: Registry, variants: list[agent_bundle.Variant], cloud: str
                for python, v in chosen.items()}
     method, url = reg.vm_request(keys.boot_failure(job_id, attempt), write=True, expires=expires)
     return bootstrap.AgentSource(bundles, url, method, reg.vm_auth)
-
-
-def _bootstrap_target(reg: Registry, compute: Compute) -> tuple[str, str | None]:
-    """Bucket and region for the VM's script: stores and adapters that know them say so, else the env."""
-    bucket = reg.bucket
-    region = getattr(compute, "region", None)
-    if not isinstance(bucket, str) or not bucket or not isinstance(region, str):
-        settings = Settings.from_env()
-        bucket = bucket if isinstance(bucket, str) and bucket else settings.bucket
-        region = region if isinstance(region, str) else settings.region
-    return bucket, region
 
 
 def _launched(reg: Registry, compute: Compute, record: JobRecord, request: LaunchRequest,

@@ -172,7 +172,7 @@ REFUSAL_EVENTS = 20  # per run: a refused mass termination (every VM an orphan) 
 
 
 def apply(reg: Registry, compute: Compute | None, actions: Iterable[Action], *, now: datetime, metrics: Metrics,
-          dry_run: bool, policy: Policy | None = None, notify: Notify | None = None) -> list[Outcome]:
+          dry_run: bool, policy: Policy, notify: Notify | None = None) -> list[Outcome]:
     outcomes: list[Outcome] = []
     refusals = 0
     for action in actions:
@@ -187,7 +187,7 @@ def apply(reg: Registry, compute: Compute | None, actions: Iterable[Action], *, 
 
 
 def _outcome(reg: Registry, compute: Compute | None, action: Action, *, now: datetime, metrics: Metrics,
-             dry_run: bool, policy: Policy | None, notify: Notify | None) -> Outcome:
+             dry_run: bool, policy: Policy, notify: Notify | None) -> Outcome:
     extra = {"job_id": action.job_id, "rule": str(action.rule)}
     if action.refused:
         log.warning("refused %s: %s (%s)", action.rule, action.reason, action.refused, extra=extra)
@@ -220,7 +220,7 @@ def _history(reg: Registry, action: Action, kind: str, body: dict[str, Any], now
 
 
 def _apply_one(reg: Registry, compute: Compute | None, action: Action, *, now: datetime, metrics: Metrics,
-               policy: Policy | None, notify: Notify | None = None) -> None:
+               policy: Policy, notify: Notify | None = None) -> None:
     job_id = action.job_id
     if action.to is not None and job_id:
         reg.transition(job_id, action.to, now=now, reason=action.reason, expect=action.expect,

@@ -151,7 +151,7 @@ def test_capacity_errors_try_the_next_zone_then_wait_then_the_backstop_launches(
     cloud.compute_fake.restore_zone("us-central1-b")
     cloud.compute.clock = lambda: time.time() + 120  # the retry comes after the backoff, in a later minute
     launcher.backstop(cloud.registry, cloud.compute, now=waiting.wait_until + timedelta(seconds=1),
-                      metrics=CountingMetrics())
+                      metrics=CountingMetrics(), policy=cloud.registry.policy())
     again = cloud.registry.job("no-room")
     assert again.state == State.LAUNCHING and again.attempt == 1 and "jobplane-no-room-a1-0001" in vm_names(cloud)
 

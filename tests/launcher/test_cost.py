@@ -79,7 +79,7 @@ def finish(moto_aws: MotoAws, job_id: str, code: int, at: datetime) -> JobRecord
 def launch(moto_aws: MotoAws, job_id: str, text: str, owner: str, at: datetime) -> JobRecord:
     key = moto_aws.drop(job_id, text, owner=owner)
     assert launcher.handle_drop(moto_aws.registry, moto_aws.compute, key, now=at,
-                                metrics=CountingMetrics()).result == "launched"
+                                metrics=CountingMetrics(), policy=moto_aws.registry.policy()).result == "launched"
     return moto_aws.registry.job(job_id)
 
 
@@ -120,7 +120,8 @@ def test_a_rerun_ends_the_first_attempts_time_and_starts_the_next(moto_aws: Moto
     t0 = datetime.now(UTC)
     launch(moto_aws, "twice", ON_DEMAND, "bob", t0)
     rerun = launcher.launch_attempt(moto_aws.registry, moto_aws.compute, "twice", now=t0 + timedelta(minutes=20),
-                                    expect={State.LAUNCHING}, expect_attempt=1, metrics=CountingMetrics())
+                                    expect={State.LAUNCHING}, expect_attempt=1, metrics=CountingMetrics(),
+                                    policy=moto_aws.registry.policy())
     first, second = rerun.usage
     assert first.instances[0].end == t0 + timedelta(minutes=20) and second.instances[0].end is None
     assert second.attempt == 2 and second.instances[0].start == t0 + timedelta(minutes=20)

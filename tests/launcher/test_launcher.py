@@ -34,7 +34,8 @@ labels: {team: vision}
 def drop_and_handle(moto_aws: MotoAws, job_id: str, text: str = SPEC, ext: str = "yaml",
                     owner: str = "alice") -> launcher.Result:
     key = moto_aws.drop(job_id, text, ext, owner)
-    return launcher.handle_drop(moto_aws.registry, moto_aws.compute, key, now=utcnow(), metrics=moto_aws.metrics).result
+    return launcher.handle_drop(moto_aws.registry, moto_aws.compute, key, now=utcnow(), metrics=moto_aws.metrics,
+                                policy=moto_aws.registry.policy()).result
 
 
 def queue_keys(moto_aws: MotoAws) -> list[str]:
@@ -101,11 +102,13 @@ def test_no_capacity_anywhere_waits_then_backstop_retries_same_attempt(moto_aws:
     assert moto_aws.instances() == [] and len(moto_aws.calls.run_instances) == 4
 
     # before wait_until nothing happens; after it, with capacity back, the same attempt launches
-    assert launcher.backstop(moto_aws.registry, moto_aws.compute, now=utcnow(), metrics=moto_aws.metrics) == []
+    assert launcher.backstop(moto_aws.registry, moto_aws.compute, now=utcnow(), metrics=moto_aws.metrics,
+                             policy=moto_aws.registry.policy()) == []
     moto_aws.calls.no_capacity.clear()
     later = record.wait_until + timedelta(seconds=1)
-    assert [(r.subject, r.result) for r in launcher.backstop(moto_aws.registry, moto_aws.compute, now=later,
-                                                            metrics=moto_aws.metrics)] == [("waiter", "launched")]
+    outcomes = launcher.backstop(moto_aws.registry, moto_aws.compute, now=later, metrics=moto_aws.metrics,
+                                 policy=moto_aws.registry.policy())
+    assert [(r.subject, r.result) for r in outcomes] == [("waiter", "launched")]
     record = moto_aws.registry.job("waiter")
     assert record.state == State.LAUNCHING and record.attempt == 1 and record.waits == 0
 
@@ -115,12 +118,14 @@ def test_second_wait_backs_off_longer_and_max_wait_fails(moto_aws: MotoAws) -> N
     assert drop_and_handle(moto_aws, "patient", "instance_type: t3.micro\nrun: x\nmax_wait: 1h\n") == "waiting"
     first = moto_aws.registry.job("patient")
     now = first.wait_until + timedelta(seconds=1)  # type: ignore[operator]
-    launcher.backstop(moto_aws.registry, moto_aws.compute, now=now, metrics=moto_aws.metrics)
+    launcher.backstop(moto_aws.registry, moto_aws.compute, now=now, metrics=moto_aws.metrics,
+                      policy=moto_aws.registry.policy())
     second = moto_aws.registry.job("patient")
     assert second.waits == 2 and second.wait_until - now >= timedelta(seconds=2 * launch_decide.BACKOFF_BASE_S - 1)  # type: ignore[operator]
 
     past = first.created_at + timedelta(hours=1, seconds=1)
-    (said,) = launcher.backstop(moto_aws.registry, moto_aws.compute, now=past, metrics=moto_aws.metrics)
+    (said,) = launcher.backstop(moto_aws.registry, moto_aws.compute, now=past, metrics=moto_aws.metrics,
+                                policy=moto_aws.registry.policy())
     assert (said.subject, said.result) == ("patient", launcher.Result.FAILED)
     assert said.detail and said.detail.startswith("no capacity in any zone or instance type within max_wait 1h")
     failed = moto_aws.registry.job("patient")
@@ -186,8 +191,10 @@ def test_queue_entry_names(moto_aws: MotoAws) -> None:
     assert drop_and_handle(moto_aws, "Bad_Id", "instance_type: t3.micro\nrun: x\n") == "rejected"
     assert moto_aws.registry.get_json(keys.rejected_error("Bad_Id"))["errors"][0]["field"] == "id"
     reg, compute, m = moto_aws.registry, moto_aws.compute, moto_aws.metrics
-    assert launcher.handle_drop(reg, compute, "jobs/x/job.json", now=utcnow(), metrics=m).result == "ignored"
-    assert launcher.handle_drop(reg, compute, "queue/team-a/", now=utcnow(), metrics=m).result == "ignored"  # a folder
+    assert launcher.handle_drop(reg, compute, "jobs/x/job.json", now=utcnow(), metrics=m,
+                                policy=reg.policy()).result == "ignored"
+    assert launcher.handle_drop(reg, compute, "queue/team-a/", now=utcnow(), metrics=m,
+                                policy=reg.policy()).result == "ignored"  # a folder
     assert len(moto_aws.calls.run_instances) == 2
 
 
@@ -206,8 +213,8 @@ def test_duplicate_id_is_rejected_and_existing_job_untouched(moto_aws: MotoAws) 
 def test_redelivery_and_identical_redrop_are_no_ops(moto_aws: MotoAws) -> None:
     key = moto_aws.drop("again", SPEC, owner="alice")
     reg, compute, m = moto_aws.registry, moto_aws.compute, moto_aws.metrics
-    assert launcher.handle_drop(reg, compute, key, now=utcnow(), metrics=m).result == "launched"
-    assert launcher.handle_drop(reg, compute, key, now=utcnow(), metrics=m).result == "gone"
+    assert launcher.handle_drop(reg, compute, key, now=utcnow(), metrics=m, policy=reg.policy()).result == "launched"
+    assert launcher.handle_drop(reg, compute, key, now=utcnow(), metrics=m, policy=reg.policy()).result == "gone"
     assert drop_and_handle(moto_aws, "again") == "exists"
     assert len(moto_aws.calls.run_instances) == 1 and queue_keys(moto_aws) == []
     assert not any(k.startswith(keys.REJECTED) for k, _, _ in reg.listing(""))
@@ -223,7 +230,7 @@ def test_same_event_ten_times_concurrently_gives_one_job_and_one_run_instances(m
         try:
             start.wait()
             outcomes.append(launcher.handle_drop(moto_aws.registry, moto_aws.compute, key, now=utcnow(),
-                                                 metrics=moto_aws.metrics).result)
+                                                 metrics=moto_aws.metrics, policy=moto_aws.registry.policy()).result)
         except BaseException as exc:  # surfaced below
             errors.append(exc)
 
@@ -257,9 +264,10 @@ def test_backstop_picks_up_old_queue_entries_only(moto_aws: MotoAws) -> None:
     moto_aws.drop("late", SPEC, owner="alice")
     moto_aws.drop("plain", "instance_type: t3.micro\nrun: x\n")
     now = utcnow()
-    assert launcher.backstop(moto_aws.registry, moto_aws.compute, now=now, metrics=moto_aws.metrics) == []
+    assert launcher.backstop(moto_aws.registry, moto_aws.compute, now=now, metrics=moto_aws.metrics,
+                             policy=moto_aws.registry.policy()) == []
     outcomes = launcher.backstop(moto_aws.registry, moto_aws.compute, now=now + timedelta(seconds=61),
-                                 metrics=moto_aws.metrics)
+                                 metrics=moto_aws.metrics, policy=moto_aws.registry.policy())
     assert [(r.subject, r.result) for r in outcomes] == [("queue/alice/late.yaml", "launched"),
                                                          ("queue/plain.yaml", "launched")]
     assert moto_aws.registry.job("late").owner == "alice" and moto_aws.registry.job("plain").owner == "default"
@@ -272,9 +280,10 @@ def test_launch_attempt_claims_by_cas_and_bumps_attempts(moto_aws: MotoAws) -> N
     reg.transition("rerun-me", State.PREEMPTED, now=now)
     with pytest.raises(TransitionRefused):
         launcher.launch_attempt(reg, moto_aws.compute, "rerun-me", now=now, expect={State.PREEMPTED},
-                                expect_attempt=5, metrics=moto_aws.metrics)
+                                expect_attempt=5, metrics=moto_aws.metrics, policy=reg.policy())
     record = launcher.launch_attempt(reg, moto_aws.compute, "rerun-me", now=now, expect={State.PREEMPTED},
-                                     expect_attempt=1, metrics=moto_aws.metrics, reason="rerun after preemption")
+                                     expect_attempt=1, metrics=moto_aws.metrics, reason="rerun after preemption",
+                                     policy=reg.policy())
     assert record.state == State.LAUNCHING and record.attempt == 2 and record.restarts == 1
     assert reg.get_json(keys.cluster("rerun-me", 2))["attempt"] == 2
     tags = {t["Key"]: t["Value"] for i in moto_aws.instances() for t in i["Tags"]

@@ -41,7 +41,8 @@ class Day:
         text += "".join(f"{k}: {v}\n" for k, v in fields.items())
         key = keys.queue_entry(job_id, keys.DEFAULT_OWNER, "yaml")
         self.store.put(self.reg.key(key), text.encode())
-        return launcher.handle_drop(self.reg, self.compute, key, now=self.clock(), metrics=self.metrics).result
+        return launcher.handle_drop(self.reg, self.compute, key, now=self.clock(), metrics=self.metrics,
+                                    policy=self.reg.policy()).result
 
     def started(self, job_id: str, spec: str = "", **fields: Any) -> JobRecord:
         """Submitted now; a minute later every rank beats and the sweep sees the job RUNNING."""
@@ -94,7 +95,8 @@ class Day:
                                     policy=self.reg.policy(), **kwargs)
 
     def backstop(self) -> list[launcher.Outcome]:
-        return launcher.backstop(self.reg, self.compute, now=self.clock(), metrics=self.metrics, min_age=0)
+        return launcher.backstop(self.reg, self.compute, now=self.clock(), metrics=self.metrics, min_age=0,
+                                 policy=self.reg.policy())
 
     # ---- what a user and the cloud console show ----------------------------------------------------
     def job(self, job_id: str) -> JobRecord:

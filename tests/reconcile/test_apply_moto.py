@@ -37,7 +37,7 @@ def later(minutes: float) -> datetime:
 def launch(c: MotoAws, job_id: str, spec: str = SPEC) -> JobRecord:
     c.registry.create_job(job_id, parse_spec(spec, job_id))
     return launcher.launch_attempt(c.registry, c.compute, job_id, now=utcnow(), expect={State.QUEUED},
-                                   expect_attempt=0, metrics=c.metrics)
+                                   expect_attempt=0, metrics=c.metrics, policy=c.registry.policy())
 
 
 def sweep(c: MotoAws, *, now: datetime, **kwargs: Any) -> list[reconcile.Outcome]:

@@ -120,8 +120,8 @@ def test_overlapping_reconcilers_announce_an_end_exactly_once(moto_aws: MotoAws,
         reg = Registry(moto_aws.registry.store, listeners=[notify.transition])
         snap = reconcile.with_records(reg, reconcile.listings(reg, moto_aws.compute), ["raced"])
         runs.append((reg, sweep_decide.decide(snap, utcnow(), reg.policy())))
-    results = [reconcile.apply(reg, moto_aws.compute, actions, now=utcnow(), metrics=CountingMetrics(), dry_run=False)
-               for reg, actions in runs]
+    results = [reconcile.apply(reg, moto_aws.compute, actions, now=utcnow(), metrics=CountingMetrics(), dry_run=False,
+                               policy=reg.policy()) for reg, actions in runs]
     assert [o.result for o in results[0]] == [reconcile.Result.APPLIED]
     assert all(o.result == reconcile.Result.SKIPPED for res in results[1:] for o in res)
     assert [data(m)["state"] for m in inbox.take()] == ["SUCCEEDED"]

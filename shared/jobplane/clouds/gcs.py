@@ -66,6 +66,7 @@ class GcsStore:
             client = storage.Client(project=project or "jobplane-local")
         self._client: Any = client
         self._bucket: Any = client.bucket(bucket)
+        self.bucket = bucket  # the name: the VM's startup script reads the registry from it
         self._api_errors: Any = exceptions
         # DEFAULT_RETRY retries 429/5xx/connection errors, never a 412, so it cannot turn a lost
         # precondition into a success. Retrying a conditional write whose response was lost may answer
