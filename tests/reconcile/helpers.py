@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,6 +17,16 @@ from jobplane.states import State
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 # stall 30m, boot 15m, orphan grace 10m, stop grace 10m, ceiling 7d (the defaults), blast radius 20 / 50%
 POLICY = Policy()
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A row of a candidates table: does the sweep read this job's job.json, from the listings alone?"""
+
+    name: str
+    snap: Snapshot
+    read: bool
+    policy: Policy = POLICY
 
 
 def ago(seconds: float) -> datetime:

@@ -15,7 +15,7 @@ from jobplane.policy import IdleGpuPolicy, Policy
 from jobplane.registry import IdleMark
 from jobplane.states import State
 from tests.reconcile.helpers import NOW as T
-from tests.reconcile.helpers import ago, beats, healthy, inst, limits, marker, record, report, snapshot
+from tests.reconcile.helpers import Candidate, ago, beats, healthy, inst, limits, marker, record, report, snapshot
 
 WARN = Policy(idle_gpu=IdleGpuPolicy(window=1800, threshold=5, action="warn"))
 STOP = Policy(idle_gpu=IdleGpuPolicy(window=1800, threshold=5, action="stop"))
@@ -31,23 +31,24 @@ def listed(nodes: int = 1, **over: Any) -> Snapshot:
     return Snapshot(**{**healthy(nodes=nodes), **over})
 
 
-CANDIDATES: list[tuple[str, Snapshot, Policy, bool]] = [
-    ("every rank idle", listed(idle=idle()), WARN, True),
-    ("every rank of two idle", listed(2, idle=idle(2)), WARN, True),
-    ("one rank of two idle", listed(2, idle=idle(1)), WARN, False),
-    ("idle mark older than the rank's newest heartbeat: busy again", listed(idle=idle(at=45)), WARN, False),
-    ("idle mark a second older than the heartbeat (same write, 1 s resolution)", listed(idle=idle(at=11)), WARN,
-     True),
-    ("idle mark of the past attempt", listed(idle=idle(attempt=0)), WARN, False),
-    ("flagged already", listed(idle=idle(), idle_flags=frozenset({("j", 1)})), WARN, False),
-    ("policy off", listed(idle=idle()), OFF, False),
-    ("no marks: a healthy job is never read", listed(), WARN, False),
+CANDIDATES: list[Candidate] = [
+    Candidate("every rank idle", listed(idle=idle()), read=True, policy=WARN),
+    Candidate("every rank of two idle", listed(2, idle=idle(2)), read=True, policy=WARN),
+    Candidate("one rank of two idle", listed(2, idle=idle(1)), read=False, policy=WARN),
+    Candidate("idle mark older than the rank's newest heartbeat: busy again", listed(idle=idle(at=45)), read=False,
+              policy=WARN),
+    Candidate("idle mark a second older than the heartbeat (same write, 1 s resolution)", listed(idle=idle(at=11)),
+              read=True, policy=WARN),
+    Candidate("idle mark of the past attempt", listed(idle=idle(attempt=0)), read=False, policy=WARN),
+    Candidate("flagged already", listed(idle=idle(), idle_flags=frozenset({("j", 1)})), read=False, policy=WARN),
+    Candidate("policy off", listed(idle=idle()), read=False, policy=OFF),
+    Candidate("no marks: a healthy job is never read", listed(), read=False, policy=WARN),
 ]
 
 
-@pytest.mark.parametrize(("snap", "policy", "expected"), [c[1:] for c in CANDIDATES], ids=[c[0] for c in CANDIDATES])
-def test_idle_jobs_are_candidates_from_listings_alone(snap: Snapshot, policy: Policy, expected: bool) -> None:
-    assert (sweep.candidates(snap, T, policy) == {"j"}) is expected
+@pytest.mark.parametrize("row", CANDIDATES, ids=[c.name for c in CANDIDATES])
+def test_idle_jobs_are_candidates_from_listings_alone(row: Candidate) -> None:
+    assert (sweep.candidates(row.snap, T, row.policy) == {"j"}) is row.read
 
 
 def decide(policy: Policy, nodes: int = 1, **over: Any) -> list[Any]:
