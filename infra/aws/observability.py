@@ -22,7 +22,7 @@ PANELS = {
     "Launches and capacity": ["JobsLaunched", "LaunchCapacityErrors"],
     "Preemptions and reruns": ["Reruns"],
     "Orphans, stalls, timeouts": ["OrphansTerminated", "Stalls", "Timeouts"],
-    "Safety: blast-radius refusals": ["BlastRadiusRefusals"],
+    "Safety: refusals, ignored facts, errors": ["BlastRadiusRefusals", "IgnoredFacts", "ActionErrors"],
     "Cloud API calls": ["ApiCalls"],
     "Idle GPUs and notifications": ["IdleGpuJobs", "NotificationsPublished", "NotificationsFailed"],
 }

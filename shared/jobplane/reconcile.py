@@ -160,7 +160,7 @@ def with_preempted_bodies(reg: Registry, snap: Snapshot, only: Collection[str] |
 _METRICS = {
     Rule.ORPHAN: "OrphansTerminated", Rule.CAP_NO_JOB: "OrphansTerminated", Rule.STALLED: "Stalls",
     Rule.TIMED_OUT: "Timeouts", Rule.STOPPED: "Timeouts", Rule.RERUN: "Reruns", Rule.BOOT_RETRY: "Reruns",
-    Rule.IDLE: "IdleGpuJobs",
+    Rule.IDLE: "IdleGpuJobs", Rule.IGNORED: "IgnoredFacts",
 }
 
 

@@ -115,6 +115,7 @@ def test_lifecycle_started_then_healthy_then_finished(moto_aws: MotoAws) -> None
     assert [(e["key"], e["why"]) for e in events] == [
         (keys.exit_report("train", 1, 0), f"written by {other}, not an instance of attempt 1"),
         (keys.preempted_marker("train"), f"names {other} of attempt 1, not an instance of attempt 1")]
+    assert moto_aws.metrics.totals["IgnoredFacts"] == 2
 
     report_exit(moto_aws, record, 0)  # the job's own agent: that report counts
     event_job = keys.job_named_by(keys.exit_report("train", 1, 0))
