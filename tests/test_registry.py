@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from jobplane import keys
+from jobplane import keys, records
 from jobplane.clouds.memory import MemoryStore
 from jobplane.registry import JobExists, JobNotFound, Registry, TransitionRefused, UnknownField
 from jobplane.spec import parse_spec
@@ -86,7 +86,7 @@ def test_lifecycle_events_and_markers() -> None:
     reg.transition("j", State.LAUNCHING, attempt=1, instances=["i-1"])
     reg.transition("j", State.RUNNING)
     reg.transition("j", State.PREEMPTED, reason="spot")
-    reg.mark_preempted("j", {"reason": "spot"})
+    reg.mark_preempted("j", records.PreemptedMarker(attempt=1, instance_id="i-1"))
     assert set(reg.preempted()) == {"j"}
     reg.transition("j", State.LAUNCHING, expect=[State.PREEMPTED], attempt=2, restarts=1)
     reg.clear_preempted("j")

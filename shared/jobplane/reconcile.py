@@ -247,7 +247,7 @@ def _apply_one(reg: Registry, compute: Compute | None, action: Action, *, now: d
         compute.terminate(list(action.terminate))
         _history(reg, action, "terminated", {"instances": list(action.terminate)}, now)
     if action.mark_preempted is not None and job_id:
-        reg.mark_preempted(job_id, action.mark_preempted.body())
+        reg.mark_preempted(job_id, action.mark_preempted)
     if action.write_limits is not None:
         reg.put(action.write_limits.key, b"", "text/plain")
     if action.stop and job_id:

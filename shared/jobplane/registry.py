@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jobplane import keys
+from jobplane import keys, records
 from jobplane.clouds.base import Blob, NotFound, ObjectStore, PreconditionFailed, VmUrls
 from jobplane.policy import DEFAULT_POLICY, Policy, parse_policy
 from jobplane.spec import JobSpec
@@ -419,8 +419,8 @@ class Registry:
         return out
 
     # ---- preempted markers -------------------------------------------------------------------------
-    def mark_preempted(self, job_id: str, body: dict[str, Any]) -> None:
-        self.put_json(keys.preempted_marker(job_id), body)
+    def mark_preempted(self, job_id: str, marker: records.PreemptedMarker) -> None:
+        self.put_json(keys.preempted_marker(job_id), marker.body())
 
     def clear_preempted(self, job_id: str) -> None:
         self.delete(keys.preempted_marker(job_id))

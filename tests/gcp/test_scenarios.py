@@ -178,8 +178,8 @@ def preempted(cloud: GcpCloud, job_id: str, extra: str = "") -> None:
     beat(cloud, record)
     call("sweeper")
     cloud.compute_fake.preempt(record.instances[0])
-    cloud.registry.mark_preempted(job_id, {"attempt": 1, "rank": 0, "instance_id": record.instances[0],
-                                           "notice": {"action": "terminate"}})
+    cloud.registry.mark_preempted(job_id, records.PreemptedMarker(attempt=1, rank=0, instance_id=record.instances[0],
+                                                                  notice={"action": "terminate"}))
 
 
 def test_overlapping_rerun_invocations_launch_one_attempt(cloud: GcpCloud) -> None:

@@ -78,7 +78,7 @@ class Day:
                           records.ExitReport(code=143, reason="preempted", instance_id=iid,
                                              notice={"action": "terminate"}).body())
         self.reg.mark_preempted(job_id, records.PreemptedMarker(attempt=record.attempt, rank=rank,
-                                                                instance_id=iid).body())
+                                                                instance_id=iid))
         self.compute.reclaim(iid)
 
     # ---- the functions, as their cron or event runs them ------------------------------------------

@@ -103,7 +103,7 @@ def test_lifecycle_started_then_healthy_then_finished(moto_aws: MotoAws) -> None
     # one event each; the job runs on.
     other = "i-0another0jobs0vm"
     moto_aws.registry.put_json(keys.exit_report("train", 1, 0), records.ExitReport(code=0, instance_id=other).body())
-    moto_aws.registry.mark_preempted("train", records.PreemptedMarker(attempt=1, instance_id=other).body())
+    moto_aws.registry.mark_preempted("train", records.PreemptedMarker(attempt=1, instance_id=other))
     for expected in ([(Rule.IGNORED, "applied")], []):  # the second run sees the event's flag: nothing more
         outcomes = sweep(moto_aws, now=utcnow(), jobs=["train"])
         assert [(o.action.rule, o.result) for o in outcomes] == expected

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from functions.aws import rerun, sweeper, uptime_cap
-from jobplane import keys
+from jobplane import keys, records
 from jobplane.local import triggers
 from jobplane.local.ec2_runner import spot_warning, state_change
 from jobplane.states import State
@@ -66,7 +66,7 @@ def test_rerun_records_a_spot_warning_then_reruns_on_the_marker(moto_aws: MotoAw
     iid = record.instances[0]
     warning = triggers.ec2(spot_warning(iid), REGION)
     assert rerun.handler(warning, Context()) == {"instance_id": iid, "result": "recorded"}
-    moto_aws.registry.mark_preempted("spotty", {"attempt": 1, "rank": 0, "instance_id": iid})
+    moto_aws.registry.mark_preempted("spotty", records.PreemptedMarker(attempt=1, rank=0, instance_id=iid))
     assert rules(rerun.handler(created(keys.preempted_marker("spotty")), Context())) == [
         ("rerun", "spotty", "applied")]
     after = moto_aws.registry.job("spotty")

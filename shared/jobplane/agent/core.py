@@ -519,7 +519,7 @@ class Agent:
         # the records are built inside _try too: whatever goes wrong, the power-off still follows
         if outcome.reason == "preempted":
             self._try("preempted marker", lambda: self.reg.mark_preempted(run.job_id, records.PreemptedMarker(
-                attempt=run.attempt, rank=run.rank, notice=outcome.notice, instance_id=run.instance_id).body()))
+                attempt=run.attempt, rank=run.rank, notice=outcome.notice, instance_id=run.instance_id)))
         key = keys.exit_report(run.job_id, run.attempt, run.rank)
         return self._try("exit report", lambda: self.reg.put_json(key, _report(run, outcome, ended).body()))
 
