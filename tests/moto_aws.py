@@ -84,7 +84,8 @@ def moto_aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[MotoAws]:
         calls = Ec2Calls()
         ec2.meta.events.register("before-call.ec2.RunInstances", calls.before_call)
         registry = Registry(S3Store(BUCKET, s3))
-        cloud = MotoAws(s3, ec2, registry, Ec2Compute(AwsPlacement(), REGION, ec2), calls, CountingMetrics(), image)
+        cloud = MotoAws(s3, ec2, registry, Ec2Compute(AwsPlacement(), REGION, ec2, deployment=BUCKET), calls,
+                        CountingMetrics(), image)  # the deployment the functions see (JOBPLANE_BUCKET)
         cloud.set_policy(f"aws:\n  default_image: {image}\n")
         publish_agent_manifest(registry, "aws")
         yield cloud

@@ -28,8 +28,9 @@ from moto import mock_aws
 
 from jobplane import jobs, keys
 from jobplane.cli import StatusLine, cli
-from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, TAG_MANAGED
+from jobplane.clouds.base import TAG_ATTEMPT, TAG_DEPLOYMENT, TAG_JOB_ID, TAG_MANAGED
 from jobplane.clouds.gce_metadata import gce_key
+from jobplane.clouds.gcp import deployment_label, name_prefix
 from jobplane.clouds.s3 import S3Store
 from jobplane.jobview import JobView, Status
 from jobplane.local.fake_compute import FakeComputeServer
@@ -75,7 +76,7 @@ def cloud(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> It
             ami = ec2.describe_images()["Images"][0]["ImageId"]
 
             def start_ec2(job_id: str, attempt: int) -> str:
-                tags = {TAG_MANAGED: "true", TAG_JOB_ID: job_id, TAG_ATTEMPT: str(attempt)}
+                tags = {TAG_MANAGED: "true", TAG_DEPLOYMENT: BUCKET, TAG_JOB_ID: job_id, TAG_ATTEMPT: str(attempt)}
                 return str(ec2.run_instances(ImageId=ami, MinCount=1, MaxCount=1, TagSpecifications=[{
                     "ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
                 )["Instances"][0]["InstanceId"])
@@ -96,8 +97,9 @@ def cloud(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> It
             monkeypatch.setenv(name, value)
 
         def start_gce(job_id: str, attempt: int) -> str:
-            labels = {gce_key(TAG_MANAGED): "true", gce_key(TAG_JOB_ID): job_id, gce_key(TAG_ATTEMPT): str(attempt)}
-            return compute.add_instance("us-central1-a", f"jobplane-{job_id}-a{attempt}-0001", labels)
+            labels = {gce_key(TAG_MANAGED): "true", gce_key(TAG_DEPLOYMENT): deployment_label(BUCKET),
+                      gce_key(TAG_JOB_ID): job_id, gce_key(TAG_ATTEMPT): str(attempt)}
+            return compute.add_instance("us-central1-a", f"{name_prefix(job_id, attempt, BUCKET)}-0001", labels)
 
         def running_gce() -> list[str]:
             return [f"{vm['zone'].rsplit('/', 1)[-1]}/{vm['name']}" for vm in compute.instances()]

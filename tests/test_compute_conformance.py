@@ -11,13 +11,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from jobplane.clouds.base import TAG_JOB_ID, TAG_MANAGED, CapacityError, Compute, LaunchRequest
+from jobplane.clouds.base import TAG_DEPLOYMENT, TAG_JOB_ID, TAG_MANAGED, CapacityError, Compute, LaunchRequest
 from jobplane.clouds.memory import Clock, MemoryCompute
 
 if TYPE_CHECKING:
     from tests.gcp.fakes import ComputeFake
 
 pytestmark = pytest.mark.timeout(120)
+OURS, THEIRS = "jobplane-test", "jobplane-test/staging"  # this Compute's deployment, and another in the account
 
 
 @dataclass
@@ -29,7 +30,7 @@ class Backend:
     zone: str
     instance_type: str
     image: str
-    add: Callable[[str, bool, bool], str]  # (job_id, managed, protected) -> instance id
+    add: Callable[[str, bool, bool, str], str]  # (job_id, managed, protected, deployment) -> instance id
     exhaust: Callable[[str], None]  # zone
     print_console: Callable[[str, str], None]
     alive: Callable[[str], bool]
@@ -40,9 +41,10 @@ class Backend:
 
 def memory_backend() -> Backend:
     clock = Clock(datetime(2026, 11, 22, 12, 0, tzinfo=UTC))
-    compute = MemoryCompute(clock)
+    compute = MemoryCompute(clock, deployment=OURS)
     return Backend(compute, "us-east-1a", "g5.xlarge", "ami-any",
-                   add=lambda job, managed, protected: compute.add(job, 1, managed=managed, protected=protected),
+                   add=lambda job, managed, protected, deployment: compute.add(
+                       job, 1, managed=managed, protected=protected, deployment=deployment),
                    exhaust=lambda zone: compute.fail(zone=zone),
                    print_console=compute.set_console,
                    alive=lambda iid: compute.state(iid) in ("pending", "running"))
@@ -54,8 +56,9 @@ def aws_backend(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pyt
     moto = request.getfixturevalue("moto_aws")
     monkeypatch.setenv(CONSOLES_ENV, str(tmp_path))
 
-    def add(job: str, managed: bool, protected: bool) -> str:
-        tags = [{"Key": TAG_MANAGED, "Value": str(managed).lower()}, {"Key": TAG_JOB_ID, "Value": job}]
+    def add(job: str, managed: bool, protected: bool, deployment: str) -> str:
+        tags = [{"Key": TAG_MANAGED, "Value": str(managed).lower()}, {"Key": TAG_JOB_ID, "Value": job},
+                {"Key": TAG_DEPLOYMENT, "Value": deployment}]
         (iid,) = [i["InstanceId"] for i in moto.ec2.run_instances(
             ImageId=moto.image, MinCount=1, MaxCount=1,
             TagSpecifications=[{"ResourceType": "instance", "Tags": tags}])["Instances"]]
@@ -77,14 +80,16 @@ def aws_backend(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pyt
 
 
 def gcp_backend(fake: ComputeFake) -> Backend:
-    from jobplane.clouds.gcp import GceCompute
+    from jobplane.clouds.gcp import GceCompute, deployment_label
     from tests.gcp.conftest import IMAGE, PLACEMENT, PROJECT, REGION
 
-    gce = GceCompute(PROJECT, REGION, placement=PLACEMENT, endpoint=fake.endpoint, operation_timeout=30)
+    gce = GceCompute(PROJECT, REGION, placement=PLACEMENT, endpoint=fake.endpoint, operation_timeout=30,
+                     deployment=OURS)
     zone = "us-central1-a"
 
-    def add(job: str, managed: bool, protected: bool) -> str:
-        labels = {"jobplane-managed": str(managed).lower(), "jobplane-job-id": job}
+    def add(job: str, managed: bool, protected: bool, deployment: str) -> str:
+        labels = {"jobplane-managed": str(managed).lower(), "jobplane-job-id": job,
+                  "jobplane-deployment": deployment_label(deployment)}
         return str(fake.add_instance(zone, f"outside-{len(fake.instances())}", labels, deletion_protection=protected))
 
     return Backend(gce, zone, "g2-standard-8", IMAGE, add, exhaust=fake.fail_zone, print_console=fake.set_console,
@@ -139,11 +144,20 @@ def test_terminated_vms_leave_the_managed_listing_and_the_others_stay(backend: B
 
 
 def test_unmanaged_and_protected_vms_are_never_listed_or_terminated(backend: Backend) -> None:
-    unmanaged = backend.add("ghost", False, False)
-    protected = backend.add("ghost", True, True)
+    unmanaged = backend.add("ghost", False, False, OURS)
+    protected = backend.add("ghost", True, True, OURS)
     assert [i.id for i in backend.compute.list_managed()] == [protected]
     backend.compute.terminate([unmanaged, protected])
     assert backend.alive(unmanaged) and backend.alive(protected)
+
+
+def test_another_deployments_vms_are_never_listed_or_terminated(backend: Backend) -> None:
+    mine, theirs = backend.add("train", True, False, OURS), backend.add("train", True, False, THEIRS)
+    assert [i.id for i in backend.compute.list_managed()] == [mine]
+    backend.compute.terminate([theirs])
+    assert backend.alive(theirs)
+    backend.compute.terminate([mine])
+    assert not backend.alive(mine)
 
 
 def test_no_capacity_in_a_zone_raises_and_starts_nothing(backend: Backend) -> None:

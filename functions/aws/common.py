@@ -56,7 +56,7 @@ def notifier(settings: Settings) -> SnsNotifier | None:
 
 
 def _compute(settings: Settings, policy: Policy) -> Ec2Compute:
-    return Ec2Compute(policy.aws, settings.region, clients(settings).ec2)
+    return Ec2Compute(policy.aws, settings.region, clients(settings).ec2, deployment=settings.deployment)
 
 
 ADAPTERS = deployment.Adapters(store=lambda settings: S3Store(settings.bucket, clients(settings).s3),

@@ -71,6 +71,9 @@ class JobplaneControlPlane(Construct):
         prefix = config.key_prefix
         self.access_logs = self._access_log_bucket()
         self.bucket = self._registry_bucket()
+        # what the functions tag every VM with and IAM requires for a launch or a terminate (Settings.deployment)
+        root = config.key_prefix.rstrip("/")
+        self.deployment = self.bucket.bucket_name + (f"/{root}" if root else "")
         network = self._network()
         self.vm_role, self.instance_profile = self._vm_identity()
         self.dead_letters = self._dead_letter_queue()
@@ -231,10 +234,10 @@ class JobplaneControlPlane(Construct):
         statements = [permissions.describe_statement()]
         if spec.launches:
             statements += permissions.launch_statements(self.vm_role, network.subnets, network.group.security_group_id,
-                                                        network.placement.placement_group_name)
+                                                        network.placement.placement_group_name, self.deployment)
             statements += [permissions.image_parameters_statement(), permissions.spot_price_statement()]
         if spec.terminates:
-            statements += permissions.terminate_statements()
+            statements += permissions.terminate_statements(self.deployment)
         policy = iam.Policy(self, f"{title}Ec2Policy", roles=[role], statements=statements)
         fn = lambda_.Function(
             self, title,

@@ -1,5 +1,6 @@
 """IAM statements of the control plane. Ownership is enforced here as well as in code: nothing can be
-launched without the managed tag in the request, and nothing without it can be terminated."""
+launched without the managed tag and this deployment's tag in the request, and nothing without both can be
+terminated, so a second deployment in the account cannot end this one's VMs even through a bug."""
 
 from __future__ import annotations
 
@@ -9,9 +10,14 @@ import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 
-from jobplane.clouds.base import TAG_MANAGED
+from jobplane.clouds.base import TAG_DEPLOYMENT, TAG_MANAGED
 
-MANAGED = {f"aws:ResourceTag/{TAG_MANAGED}": "true"}
+
+def ours(deployment: str, kind: str = "ResourceTag") -> dict[str, str]:
+    """The condition on both ownership tags (kind: ResourceTag on an instance, RequestTag in a launch)."""
+    return {f"aws:{kind}/{TAG_MANAGED}": "true", f"aws:{kind}/{TAG_DEPLOYMENT}": deployment}
+
+
 # Registry areas a VM reads and writes (relative to the registry root).
 VM_READ = ("jobs/*/job.json", "jobs/*/code/*", "code/*", "jobs/*/checkpoints/*", "jobs/*/attempts/*/cluster.json",
            "jobs/*/control/stop")
@@ -41,14 +47,15 @@ def _ec2_arn(resource: str, account: bool = True) -> str:
 
 
 def launch_statements(vm_role: iam.IRole, subnets: Sequence[str], security_group: str,
-                      placement_group: str) -> list[iam.PolicyStatement]:
-    """RunInstances only with jobplane:managed=true in the request; tags only at launch; PassRole: VM role."""
+                      placement_group: str, deployment: str) -> list[iam.PolicyStatement]:
+    """RunInstances only with jobplane:managed=true and this deployment's tag in the request; tags only at
+    launch; PassRole: VM role."""
     return [
         iam.PolicyStatement(
             sid="RunManagedInstancesOnly",
             actions=["ec2:RunInstances"],
             resources=[_ec2_arn("instance/*"), _ec2_arn("volume/*")],
-            conditions={"StringEquals": {f"aws:RequestTag/{TAG_MANAGED}": "true"}},
+            conditions={"StringEquals": ours(deployment, "RequestTag")},
         ),
         iam.PolicyStatement(
             sid="RunInstancesWithTheStacksNetworkAndAnyImage",
@@ -67,8 +74,7 @@ def launch_statements(vm_role: iam.IRole, subnets: Sequence[str], security_group
             sid="TagOnlyWhileLaunching",
             actions=["ec2:CreateTags"],
             resources=[_ec2_arn("instance/*"), _ec2_arn("volume/*")],
-            conditions={"StringEquals": {"ec2:CreateAction": "RunInstances",
-                                         f"aws:RequestTag/{TAG_MANAGED}": "true"}},
+            conditions={"StringEquals": {"ec2:CreateAction": "RunInstances", **ours(deployment, "RequestTag")}},
         ),
         iam.PolicyStatement(
             sid="PassOnlyTheVmRole",
@@ -106,15 +112,16 @@ def spot_price_statement() -> iam.PolicyStatement:
                                resources=["*"])
 
 
-def terminate_statements() -> list[iam.PolicyStatement]:
+def terminate_statements(deployment: str) -> list[iam.PolicyStatement]:
     """Terminate (and read termination protection and the console output of) instances carrying
-    jobplane:managed=true only; the console output of a VM whose agent never started goes to the job's logs."""
+    jobplane:managed=true and this deployment's tag only; the console output of a VM whose agent never
+    started goes to the job's logs."""
     return [
         iam.PolicyStatement(
             sid="TerminateManagedInstancesOnly",
             actions=["ec2:TerminateInstances", "ec2:DescribeInstanceAttribute", "ec2:GetConsoleOutput"],
             resources=[_ec2_arn("instance/*")],
-            conditions={"StringEquals": MANAGED},
+            conditions={"StringEquals": ours(deployment)},
         ),
     ]
 

@@ -24,8 +24,19 @@ locals {
   apis = ["compute", "cloudfunctions", "run", "eventarc", "cloudscheduler", "cloudbuild", "artifactregistry",
   "pubsub", "storage", "iam"]
 
-  # Every VM the functions launch is named jobplane-<job>-a<attempt>-<rank> (clouds/gcp.py VM_NAME_PREFIX).
-  vm_name_prefix = "jobplane-"
+  # The deployment is its registry, bucket[/root] (Settings.deployment): every VM it launches is named
+  # jobplane-<6 hex of its sha256>-<job>-a<attempt>-<rank> (clouds/gcp.py deployment_prefix), so the functions'
+  # condition below reaches only this deployment's VMs, never another's in the same project.
+  deployment     = local.root != "" ? "${local.bucket}/${local.root}" : local.bucket
+  vm_name_prefix = "jobplane-${substr(sha256(local.deployment), 0, 6)}-"
+
+  # What a job's VM may create, overwrite or delete in the registry: the facts its agent and bootstrap write
+  # (as the AWS VM role's grants), never config/, system/, queue/, active/, code/, a job.json, an event, a
+  # cluster.json or a stop request. The job id is the first name segment after jobs/ (extract stops at the
+  # first '/'), so an area must follow it directly.
+  objects             = "projects/_/buckets/${local.bucket}/objects/${local.prefix}"
+  vm_job              = "'${local.objects}jobs/' + resource.name.extract('/objects/${local.prefix}jobs/{job}/') + '/'"
+  vm_write_expression = "resource.name.startsWith('${local.objects}heartbeats/') || resource.name.startsWith('${local.objects}preempted-jobs/') || resource.name.startsWith(${local.vm_job} + 'logs/') || resource.name.startsWith(${local.vm_job} + 'metrics/') || resource.name.startsWith(${local.vm_job} + 'checkpoints/') || resource.name.startsWith(${local.vm_job} + 'artifacts/') || (resource.name.startsWith(${local.vm_job} + 'attempts/') && (resource.name.endsWith('/exit.json') || resource.name.endsWith('/boot-failure.json')))"
 
   # One grant per (owner, member) of var.submitters.
   submitter_grants = { for pair in flatten([
@@ -196,11 +207,25 @@ resource "google_project_iam_member" "functions_event_receiver" {
   member  = google_service_account.functions.member
 }
 
-# VMs: the agent reads code and writes heartbeats, logs, checkpoints and exit reports.
-resource "google_storage_bucket_iam_member" "vms_registry" {
+# VMs: the agent reads and lists the registry (its job, code, cluster.json, checkpoints to restore, the agent
+# bundle; a listing is checked on the bucket, so a name condition cannot scope it) ...
+resource "google_storage_bucket_iam_member" "vms_registry_read" {
+  bucket = google_storage_bucket.registry.name
+  role   = "roles/storage.objectViewer"
+  member = google_service_account.vms.member
+}
+
+# ... and writes only its facts: heartbeats, logs, metrics, checkpoints, artifacts, exit reports, boot failures
+# and preempted markers (local.vm_write_expression).
+resource "google_storage_bucket_iam_member" "vms_registry_write" {
   bucket = google_storage_bucket.registry.name
   role   = "roles/storage.objectUser"
   member = google_service_account.vms.member
+  condition {
+    title       = "jobplane VM facts"
+    description = "Write only the facts an agent reports; nothing the control plane decides from"
+    expression  = local.vm_write_expression
+  }
 }
 
 # Data the jobs read (inputs: channels, code: tarballs) from buckets outside the registry: read-only.

@@ -54,7 +54,7 @@ def compute(settings: Settings, reg: Registry) -> Compute:
             raise BackendError(f"{exc} (or --region)") from None
     from jobplane.clouds.aws import Ec2Compute
 
-    return Ec2Compute(region=settings.region)
+    return Ec2Compute(region=settings.region, deployment=settings.deployment)
 
 
 def connect(settings: Settings, progress: Progress = no_progress) -> jobs.Backend:

@@ -38,6 +38,11 @@ class Settings:
     pubsub_emulator: str | None = None
 
     @property
+    def deployment(self) -> str:
+        """The deployment's identity, tagged on every VM it launches: its registry, bucket[/root]."""
+        return f"{self.bucket}/{self.root}" if self.root else self.bucket
+
+    @property
     def url(self) -> str:
         """The bucket's URL (s3://b, gs://b): objects in it are named by this plus their key."""
         return f"{SCHEMES[self.cloud]}://{self.bucket}"

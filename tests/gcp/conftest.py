@@ -17,6 +17,7 @@ from tests.gcp.fakes import ComputeFake
 from tests.helpers import publish_agent_manifest
 
 PROJECT, REGION, BUCKET = "jobplane-local", "us-central1", "jobplane-gcp-test"
+DEPLOYMENT = f"{BUCKET}/reg"  # Settings.deployment of the functions' environment below
 IMAGE = "projects/debian-cloud/global/images/family/debian-12"
 PLACEMENT = GcpPlacement(service_account="vm@jobplane-local.iam.gserviceaccount.com", default_image=IMAGE,
                          subnetwork="regions/us-central1/subnetworks/jobplane")
@@ -59,13 +60,15 @@ class GcpCloud:
 
 
 @pytest.fixture
-def cloud(compute_fake: ComputeFake, gce: GceCompute, gcs_fake: FakeGcsServer,
-          monkeypatch: pytest.MonkeyPatch) -> GcpCloud:
-    """Registry on GCS (root "reg"), Compute on the fake; the environment the functions read."""
+def cloud(compute_fake: ComputeFake, gcs_fake: FakeGcsServer, monkeypatch: pytest.MonkeyPatch) -> GcpCloud:
+    """Registry on GCS (root "reg"), Compute on the fake as the deployment the functions see; the environment
+    the functions read."""
     for name, value in {"JOBPLANE_BUCKET": BUCKET, "JOBPLANE_ROOT": "reg", "JOBPLANE_REGION": REGION,
                         "JOBPLANE_CLOUD": "gcp", "JOBPLANE_COMPUTE_ENDPOINT": compute_fake.endpoint}.items():
         monkeypatch.setenv(name, value)
     registry = Registry(GcsStore(BUCKET), "reg")
     registry.put_json("config/policy.yaml", {"gcp": PLACEMENT.model_dump(exclude_none=True)})
     publish_agent_manifest(registry, "gcp")
+    gce = GceCompute(PROJECT, REGION, placement=PLACEMENT, endpoint=compute_fake.endpoint, operation_timeout=30,
+                     deployment=DEPLOYMENT)
     return GcpCloud(compute_fake, gce, gcs_fake, registry)

@@ -13,9 +13,9 @@ import pytest
 from functions_framework import create_app
 
 from jobplane import keys
-from jobplane.clouds.gcp import AGENT_MATCH, SHUTDOWN_SCRIPT
+from jobplane.clouds.gcp import AGENT_MATCH, SHUTDOWN_SCRIPT, deployment_label, name_prefix
 from jobplane.states import State
-from tests.gcp.conftest import BUCKET, GcpCloud
+from tests.gcp.conftest import BUCKET, DEPLOYMENT, GcpCloud
 
 pytestmark = pytest.mark.timeout(120)
 MAIN = str(Path(__file__).parents[2] / "functions" / "gcp" / "main.py")
@@ -46,9 +46,10 @@ def test_a_queue_drop_launches_the_job_once_even_when_delivered_twice(cloud: Gcp
         assert client.post("/", **finalized(name)).status_code == 200
     record = cloud.registry.job("fn-job")
     assert record.state == State.LAUNCHING and record.attempt == 1
-    assert [v["name"] for v in cloud.compute_fake.instances()] == ["jobplane-fn-job-a1-0001"]
+    name = f"{name_prefix('fn-job', 1, DEPLOYMENT)}-0001"  # jobplane-<deployment hash>-fn-job-a1-0001
+    assert [v["name"] for v in cloud.compute_fake.instances()] == [name]
     cluster = cloud.registry.get_json(keys.cluster("fn-job", 1))
-    assert cluster["instances"] == ["us-central1-a/jobplane-fn-job-a1-0001"] and cluster["zone"] == "us-central1-a"
+    assert cluster["instances"] == [f"us-central1-a/{name}"] and cluster["zone"] == "us-central1-a"
     startup = {i["key"]: i["value"] for i in cloud.compute_fake.instances()[0]["metadata"]["items"]}
     script = startup["startup-script"]
     assert "JOBPLANE_CLOUD=gcp" in script and '"auth":"gce"' in script  # the VM's token, not signed URLs
@@ -104,8 +105,9 @@ def test_a_spec_for_another_cloud_or_region_is_recorded_invalid(cloud: GcpCloud,
     assert sum(cloud.compute_fake.calls.values()) == 0  # not even a listing
 
 def test_scheduled_functions_answer_with_their_actions(cloud: GcpCloud) -> None:
-    orphan = cloud.compute_fake.add_instance("us-central1-a", "jobplane-orphan-a1-0001", {
-        "jobplane-managed": "true", "jobplane-job-id": "nobody", "jobplane-attempt": "1"},
+    orphan = cloud.compute_fake.add_instance("us-central1-a", f"{name_prefix('orphan', 1, DEPLOYMENT)}-0001", {
+        "jobplane-managed": "true", "jobplane-deployment": deployment_label(DEPLOYMENT), "jobplane-job-id": "nobody",
+        "jobplane-attempt": "1"},
         created=cloud.compute_fake.clock().replace(year=2020))
     sweeper = create_app("sweeper", MAIN, "http").test_client()
     dry = sweeper.post("/", json={"dry_run": True})

@@ -30,18 +30,19 @@ import pytest
 from functions_framework import create_app
 
 from jobplane import keys, launcher, reconcile, records
-from jobplane.clouds.gcp import shutdown_script
+from jobplane.clouds.gcp import deployment_label, deployment_prefix, shutdown_script
 from jobplane.decide.model import Rule
 from jobplane.registry import JobRecord, utcnow
 from jobplane.states import State
 from jobplane.telemetry import CountingMetrics
-from tests.gcp.conftest import BUCKET, PROJECT, REGION, GcpCloud
+from tests.gcp.conftest import BUCKET, DEPLOYMENT, PROJECT, REGION, GcpCloud
 from tests.gcp.test_functions import MAIN, finalized
 from tests.helpers import run_bootstrap, wait_for
 
 pytestmark = [pytest.mark.scenario, pytest.mark.timeout(180)]
 REPO = Path(__file__).parents[2]
 SPEC = "run: python3 train.py\ninstance_type: n2-standard-4\ncloud: gcp\nzones: [us-central1-a, us-central1-b]\n"
+OURS = deployment_prefix(DEPLOYMENT)  # the start of every VM name of the deployment under test
 
 
 def later(minutes: float) -> datetime:
@@ -85,7 +86,7 @@ def vm_names(cloud: GcpCloud) -> list[str]:
 
 def test_success_then_the_sweeper_finishes_and_deletes(cloud: GcpCloud) -> None:
     record = submit(cloud, "ok-job")
-    assert record.state == State.LAUNCHING and vm_names(cloud) == ["jobplane-ok-job-a1-0001"]
+    assert record.state == State.LAUNCHING and vm_names(cloud) == [f"{OURS}ok-job-a1-0001"]
     beat(cloud, record)
     assert [a["rule"] for a in call("sweeper")["actions"]] == [Rule.STARTED]
     assert cloud.registry.job("ok-job").state == State.RUNNING
@@ -132,7 +133,7 @@ def test_duplicate_events_launch_once(cloud: GcpCloud) -> None:
         t.join(120)
     assert codes == [200] * 10
     record = cloud.registry.job("dup-job")
-    assert record.attempt == 1 and vm_names(cloud) == ["jobplane-dup-job-a1-0001"]
+    assert record.attempt == 1 and vm_names(cloud) == [f"{OURS}dup-job-a1-0001"]
     assert cloud.compute_fake.calls["insert"] == 1
     assert [e["kind"] for e in cloud.registry.events("dup-job")].count("created") == 1
 
@@ -140,7 +141,7 @@ def test_duplicate_events_launch_once(cloud: GcpCloud) -> None:
 def test_capacity_errors_try_the_next_zone_then_wait_then_the_backstop_launches(cloud: GcpCloud) -> None:
     cloud.compute_fake.fail_zone("us-central1-a")
     record = submit(cloud, "zone-hop")
-    assert record.zone == "us-central1-b" and vm_names(cloud) == ["jobplane-zone-hop-a1-0001"]
+    assert record.zone == "us-central1-b" and vm_names(cloud) == [f"{OURS}zone-hop-a1-0001"]
 
     cloud.compute_fake.fail_zone("us-central1-a", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS")
     cloud.compute_fake.fail_zone("us-central1-b", "QUOTA_EXCEEDED")
@@ -153,7 +154,7 @@ def test_capacity_errors_try_the_next_zone_then_wait_then_the_backstop_launches(
     launcher.backstop(cloud.registry, cloud.compute, now=waiting.wait_until + timedelta(seconds=1),
                       metrics=CountingMetrics(), policy=cloud.registry.policy())
     again = cloud.registry.job("no-room")
-    assert again.state == State.LAUNCHING and again.attempt == 1 and "jobplane-no-room-a1-0001" in vm_names(cloud)
+    assert again.state == State.LAUNCHING and again.attempt == 1 and f"{OURS}no-room-a1-0001" in vm_names(cloud)
 
 
 def test_spot_vm_gone_is_preempted_and_rerun_as_the_next_attempt(cloud: GcpCloud) -> None:
@@ -169,7 +170,7 @@ def test_spot_vm_gone_is_preempted_and_rerun_as_the_next_attempt(cloud: GcpCloud
     assert [a["result"] for a in call("rerun")["actions"]] == ["applied"]
     after = cloud.registry.job("spot-gone")
     assert (after.state, after.attempt, after.restarts) == (State.LAUNCHING, 2, 1)
-    assert vm_names(cloud) == ["jobplane-spot-gone-a2-0001"] and cloud.registry.preempted() == {}
+    assert vm_names(cloud) == [f"{OURS}spot-gone-a2-0001"] and cloud.registry.preempted() == {}
 
 
 def preempted(cloud: GcpCloud, job_id: str, extra: str = "") -> None:
@@ -199,7 +200,7 @@ def test_overlapping_rerun_invocations_launch_one_attempt(cloud: GcpCloud) -> No
         t.join(120)
     assert len(results) == 5 and sum(r.count("applied") for r in results) == 1, results
     after = cloud.registry.job("spotty")
-    assert (after.state, after.attempt) == (State.LAUNCHING, 2) and vm_names(cloud) == ["jobplane-spotty-a2-0001"]
+    assert (after.state, after.attempt) == (State.LAUNCHING, 2) and vm_names(cloud) == [f"{OURS}spotty-a2-0001"]
     assert cloud.compute_fake.calls["insert"] == 2  # attempt 1 and exactly one rerun
 
 
@@ -229,8 +230,12 @@ def test_uptime_cap_asks_to_stop_then_times_out(cloud: GcpCloud) -> None:
 
 
 def test_orphan_is_deleted_after_the_grace_and_foreign_vms_are_untouched(cloud: GcpCloud) -> None:
-    cloud.compute_fake.add_instance("us-central1-a", "jobplane-ghost-a1-0001", {
-        "jobplane-managed": "true", "jobplane-job-id": "ghost", "jobplane-attempt": "1"})
+    cloud.compute_fake.add_instance("us-central1-a", f"{OURS}ghost-a1-0001", {
+        "jobplane-managed": "true", "jobplane-deployment": deployment_label(DEPLOYMENT), "jobplane-job-id": "ghost",
+        "jobplane-attempt": "1"})
+    cloud.compute_fake.add_instance("us-central1-a", "jobplane-abcdef-ghost-a1-0001", {  # another deployment's
+        "jobplane-managed": "true", "jobplane-deployment": "staging", "jobplane-job-id": "ghost",
+        "jobplane-attempt": "1"})
     cloud.compute_fake.add_instance("us-central1-a", "web-server", {"team": "web"})
     cloud.compute_fake.add_instance("us-central1-a", "not-managed", {
         "jobplane-managed": "false", "jobplane-job-id": "ghost"})
@@ -240,7 +245,8 @@ def test_orphan_is_deleted_after_the_grace_and_foreign_vms_are_untouched(cloud: 
     (orphan,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=metrics,
                                 policy=cloud.registry.policy())
     assert orphan.action.rule == Rule.ORPHAN and orphan.result == "applied"
-    assert vm_names(cloud) == ["not-managed", "web-server"] and metrics.totals["OrphansTerminated"] == 1
+    assert vm_names(cloud) == ["jobplane-abcdef-ghost-a1-0001", "not-managed", "web-server"]
+    assert metrics.totals["OrphansTerminated"] == 1
     far = later(60 * 24 * 30)
     assert reconcile.sweep(cloud.registry, cloud.compute, now=far, metrics=metrics, force=True,
                            policy=cloud.registry.policy()) == []
@@ -338,7 +344,7 @@ def test_spot_preemption_then_resume_with_the_real_agent(
 
     assert [a["result"] for a in call("rerun")["actions"]] == ["applied"]
     second = cloud.registry.job(job)
-    assert second.attempt == 2 and second.instances == ["us-central1-a/jobplane-resume-me-a2-0001"]
+    assert second.attempt == 2 and second.instances == [f"us-central1-a/{OURS}resume-me-a2-0001"]
     assert agents(second.instances[0]).wait(timeout=90) == 0
     cloud.compute_fake.power_off(second.instances[0])  # what the shimmed power-off does on a real VM
     call("sweeper")

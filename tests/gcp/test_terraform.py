@@ -4,6 +4,7 @@ the function package imports from its own zip."""
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import os
 import re
@@ -18,9 +19,9 @@ from typing import Any
 import hcl2
 import pytest
 
-from jobplane import images
+from jobplane import images, keys
 from jobplane.clouds.base import LaunchRequest
-from jobplane.clouds.gcp import VM_NAME_PREFIX, GceCompute
+from jobplane.clouds.gcp import GceCompute, deployment_prefix
 from tests.gcp.fakes import ComputeFake
 from tests.helpers import foreign_sdk_imports, unwanted
 
@@ -117,6 +118,9 @@ def test_roles_are_the_least_each_identity_needs(tf: dict[str, dict[str, Any]]) 
                                   "roles/eventarc.eventReceiver", "roles/run.invoker", "roles/pubsub.publisher"}
     assert not [role for _, role in grants if role.startswith("roles/compute.")]  # no predefined Compute role
     assert roles("vms") == {"roles/storage.objectUser", "roles/logging.logWriter", "roles/storage.objectViewer"}
+    vm_writes = [b for b in tf["resource"].values() if b.get("member") == "${google_service_account.vms.member}"
+                 and b.get("role") == "roles/storage.objectUser"]
+    assert vm_writes and all("condition" in b for b in vm_writes), "a VM writes only under the facts condition"
     assert roles("scheduler") == {"roles/run.invoker"}
     assert roles("builder") == {"roles/storage.objectViewer", "${each.value}"}
     assert tf["resource"]["google_project_iam_member.builder"]["for_each"] == \
@@ -233,7 +237,10 @@ def test_the_custom_roles_hold_exactly_the_permissions_of_every_call_the_adapter
 
 
 def test_changing_or_deleting_a_vm_is_granted_on_jobplane_vms_only(tf: dict[str, dict[str, Any]]) -> None:
-    assert tf["locals"]["vm_name_prefix"] == VM_NAME_PREFIX == "jobplane-"  # what GceCompute names every VM
+    # what GceCompute names every VM of the deployment: jobplane-<6 hex of sha256(bucket[/root])>-
+    assert tf["locals"]["deployment"] == '${local.root != "" ? "${local.bucket}/${local.root}" : local.bucket}'
+    assert tf["locals"]["vm_name_prefix"] == "jobplane-${substr(sha256(local.deployment), 0, 6)}-"
+    assert deployment_prefix("b/reg") == f"jobplane-{hashlib.sha256(b'b/reg').hexdigest()[:6]}-"
     plain = tf["resource"]["google_project_iam_member.functions_compute"]
     assert plain["role"] == "${google_project_iam_custom_role.functions_compute.name}" and "condition" not in plain
     guarded = tf["resource"]["google_project_iam_member.functions_own_vms"]
@@ -330,3 +337,50 @@ def test_notifications_go_to_a_topic_only_the_functions_publish_to(tf: dict[str,
     assert tf["resource"]["google_pubsub_subscription.notifications"]["count"] == \
         "${var.notification_subscription ? 1 : 0}"
     assert "notification_topic" in tf["output"]
+
+
+# ---- what a job's VM may write in the registry (the condition evaluated on object names) -----------------
+def vm_may_write(tf: dict[str, dict[str, Any]], key: str, bucket: str = "b", prefix: str = "reg/") -> bool:
+    """Evaluate the VM's write condition (CEL's startsWith / endsWith / extract, || and &&) on the object
+    `prefix + key` of `bucket`, with the locals it names filled in."""
+    grant = tf["resource"]["google_storage_bucket_iam_member.vms_registry_write"]
+    assert block(grant, "condition")["expression"] == "${local.vm_write_expression}"
+    expression = tf["locals"]["vm_write_expression"]
+    for name in ("vm_job", "objects", "bucket", "prefix"):  # outermost first: each may name the next
+        value = {"bucket": bucket, "prefix": prefix}.get(name) or tf["locals"][name]
+        expression = expression.replace("${local." + name + "}", value)
+    assert "${" not in expression, expression
+
+    def extract(name: str, template: str) -> str:  # IAM's extract(): the text the {placeholder} spans, or ''
+        before, _, rest = template.partition("{")
+        after = rest.partition("}")[2]
+        start = name.find(before)
+        if start < 0:
+            return ""
+        start += len(before)
+        end = name.find(after, start)
+        return "" if end < 0 else name[start:end]
+
+    python = (expression.replace("resource.name.startsWith(", "name.startswith(")
+              .replace("resource.name.endsWith(", "name.endswith(")
+              .replace("resource.name.extract(", "extract(name, ")
+              .replace("||", " or ").replace("&&", " and "))
+    name = f"projects/_/buckets/{bucket}/objects/{prefix}{key}"
+    return bool(eval(python, {"extract": extract, "name": name}))  # our own expression, from our own Terraform
+
+
+def test_a_vm_may_write_its_facts_and_nothing_the_control_plane_decides_from(tf: dict[str, dict[str, Any]]) -> None:
+    facts = [keys.heartbeat("j", 1, 0), keys.output_mark("j", 1, 0), keys.idle_mark("j", 1, 0),
+             "jobs/j/logs/1/0/00000001.log", "jobs/j/metrics/1/0/00000001.jsonl",
+             keys.checkpoints_prefix("j") + "manifests/0/00000001.json", keys.artifacts_prefix("j") + "model.pt",
+             keys.exit_report("j", 1, 0), keys.boot_failure("j", 1), keys.preempted_marker("j")]
+    for key in facts:
+        assert vm_may_write(tf, key), key
+    control = ["config/policy.yaml", "system/agent/manifest.json", "system/agent/aws-py3.11-x86_64.tar.gz",
+               "queue/alice/j.yaml", "queue/j.yaml", "active/j/RUNNING.1", keys.job_record("j"),
+               "jobs/j/events/20261124T120000-000000-running.json", keys.cluster("j", 1), keys.stop_request("j"),
+               "code/alice/j.tar.gz", "rejected/j.yaml", "limits/j/1/nodes-1.stall-0.cap-0",
+               # an area name further down the key does not make it a fact: the area must follow the job id
+               "jobs/j/events/x/logs/y", "jobs/j/control/logs/stop", "jobs/j/job.json/checkpoints/x"]
+    for key in control:
+        assert not vm_may_write(tf, key), key

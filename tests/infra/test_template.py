@@ -21,6 +21,11 @@ REQUEST_MANAGED = {"aws:RequestTag/jobplane:managed": "true"}
 HANDLERS = ("launcher", "sweeper", "rerun", "uptime_cap")
 
 
+def ours(synth: Synth, kind: str = "ResourceTag") -> dict[str, str]:
+    """Both ownership tags of this deployment: managed, and its registry (the bucket's name, resolved)."""
+    return {f"aws:{kind}/jobplane:managed": "true", f"aws:{kind}/jobplane:deployment": f"<{bucket_id(synth)}>"}
+
+
 def bucket_id(synth: Synth) -> str:
     return synth.logical_id("AWS::S3::Bucket", "Registry")
 
@@ -156,7 +161,9 @@ def test_one_schedule_per_cron_from_context_and_every_target_dead_letters(synth:
 def test_terminate_and_read_the_console_only_of_instances_tagged_managed(synth: Synth, name: str, action: str) -> None:
     sts = statements(synth, name)
     instance = f"{ARN}:instance/i-0123456789abcdef0"
-    assert allows(sts, Request(action, instance, MANAGED))
+    assert allows(sts, Request(action, instance, ours(synth)))
+    assert not allows(sts, Request(action, instance, MANAGED)), "another deployment's VM (or one without the tag)"
+    assert not allows(sts, Request(action, instance, {**MANAGED, "aws:ResourceTag/jobplane:deployment": "staging"}))
     assert not allows(sts, Request(action, instance, {}))
     assert not allows(sts, Request(action, instance, {"aws:ResourceTag/jobplane:managed": "false"}))
     assert not allows(sts, Request(action, instance, {"aws:ResourceTag/jobplane:managed": "TRUE"}))
@@ -167,27 +174,29 @@ def test_every_terminate_grant_in_the_template_carries_the_managed_condition(syn
         for st in policy["Properties"]["PolicyDocument"]["Statement"]:
             actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
             if any(a in ("*", "ec2:*") or a.startswith("ec2:Terminate") for a in actions):
-                assert st["Condition"] == {"StringEquals": MANAGED}, st
+                assert resolve(st["Condition"]) == {"StringEquals": ours(synth)}, st
                 assert resolve(st["Resource"]) == f"{ARN}:instance/*"
 
 
 def test_launcher_cannot_terminate(synth: Synth) -> None:
     assert not allows(statements(synth, "launcher"),
-                      Request("ec2:TerminateInstances", f"{ARN}:instance/i-1", MANAGED))
+                      Request("ec2:TerminateInstances", f"{ARN}:instance/i-1", ours(synth)))
 
 
 @pytest.mark.parametrize("name", ["launcher", "rerun"])
 def test_run_instances_requires_the_managed_tag_in_the_request(synth: Synth, name: str) -> None:
     sts = statements(synth, name)
+    request_ours = ours(synth, "RequestTag")
     for resource in ("instance/*", "volume/*"):
         arn = f"{ARN}:{resource.replace('*', 'x-1')}"
-        assert allows(sts, Request("ec2:RunInstances", arn, REQUEST_MANAGED))
+        assert allows(sts, Request("ec2:RunInstances", arn, request_ours))
+        assert not allows(sts, Request("ec2:RunInstances", arn, REQUEST_MANAGED)), "without this deployment's tag"
         assert not allows(sts, Request("ec2:RunInstances", arn, {}))
         assert not allows(sts, Request("ec2:RunInstances", arn, {"aws:RequestTag/jobplane:managed": "false"}))
     # tags only as part of RunInstances, never on an existing resource
-    tag_ctx = {**REQUEST_MANAGED, "ec2:CreateAction": "RunInstances"}
+    tag_ctx = {**request_ours, "ec2:CreateAction": "RunInstances"}
     assert allows(sts, Request("ec2:CreateTags", f"{ARN}:instance/i-1", tag_ctx))
-    assert not allows(sts, Request("ec2:CreateTags", f"{ARN}:instance/i-1", REQUEST_MANAGED))
+    assert not allows(sts, Request("ec2:CreateTags", f"{ARN}:instance/i-1", request_ours))
 
 
 @pytest.mark.parametrize("name", ["launcher", "rerun"])

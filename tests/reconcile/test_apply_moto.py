@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 
 from jobplane import keys, launcher, reconcile, records
-from jobplane.clouds.base import TAG_JOB_ID, TAG_MANAGED
+from jobplane.clouds.base import TAG_DEPLOYMENT, TAG_JOB_ID, TAG_MANAGED
 from jobplane.decide.model import Rule
 from jobplane.local.moto_server import CONSOLES_ENV
 from jobplane.reconcile import Result
 from jobplane.registry import JobRecord, utcnow
 from jobplane.spec import parse_spec
 from jobplane.states import State
-from tests.moto_aws import MotoAws
+from tests.moto_aws import BUCKET, MotoAws
 from tests.test_registry import crash_on_event_writes
 
 pytestmark = pytest.mark.timeout(120)
@@ -83,7 +83,8 @@ def alive(c: MotoAws, ids: list[str]) -> bool:
     return all(got[i] in ("pending", "running") for i in ids)
 
 
-ORPHAN = {TAG_MANAGED: "true", TAG_JOB_ID: "ghost"}
+OURS = {TAG_MANAGED: "true", TAG_DEPLOYMENT: BUCKET}  # what this deployment tags its VMs with
+ORPHAN = {TAG_MANAGED: "true", TAG_DEPLOYMENT: BUCKET, TAG_JOB_ID: "ghost"}
 
 
 def test_lifecycle_started_then_healthy_then_finished(moto_aws: MotoAws) -> None:
@@ -213,8 +214,8 @@ def test_untagged_and_unmanaged_instances_are_untouched(moto_aws: MotoAws) -> No
 
 def test_past_attempt_instances_are_orphans_and_protected_ones_stay(moto_aws: MotoAws) -> None:
     moto_aws.set_policy(f"aws:\n  default_image: {moto_aws.image}\nsafety:\n  max_terminations_percent: 100\n")
-    old = run_raw(moto_aws, tags={TAG_MANAGED: "true", TAG_JOB_ID: "train", "jobplane:attempt": "1"})
-    kept = run_raw(moto_aws, tags={TAG_MANAGED: "true", TAG_JOB_ID: "train", "jobplane:attempt": "1"})
+    old = run_raw(moto_aws, tags={**OURS, TAG_JOB_ID: "train", "jobplane:attempt": "1"})
+    kept = run_raw(moto_aws, tags={**OURS, TAG_JOB_ID: "train", "jobplane:attempt": "1"})
     moto_aws.ec2.modify_instance_attribute(InstanceId=kept[0], DisableApiTermination={"Value": True})
     record = launch(moto_aws, "train")  # attempt 1 by the registry: the raw ones carry attempt 1 too...
     moto_aws.registry.transition("train", State.LAUNCHING, expect={State.LAUNCHING}, attempt=2)  # ...now past

@@ -26,6 +26,7 @@ from botocore.exceptions import ClientError
 
 from jobplane.clouds.base import (
     TAG_ATTEMPT,
+    TAG_DEPLOYMENT,
     TAG_JOB_ID,
     TAG_MANAGED,
     TAG_OWNER,
@@ -92,9 +93,10 @@ def client_token(request: LaunchRequest, subnet: str | None) -> str:
     return token[:MAX_CLIENT_TOKEN]
 
 
-def launch_tags(request: LaunchRequest) -> list[dict[str, str]]:
+def launch_tags(request: LaunchRequest, deployment: str | None = None) -> list[dict[str, str]]:
     """Instance and volume tags. Keys must suit IMDS tag access: no spaces or '/', ':' is fine."""
     tags = dict(request.labels)  # ours win over a label of the same key
+    tags.update({TAG_DEPLOYMENT: deployment} if deployment else {})
     tags.update({
         TAG_MANAGED: "true",
         TAG_JOB_ID: request.job_id,
@@ -154,8 +156,9 @@ class Ec2Compute:
     cloud = "aws"
 
     def __init__(self, placement: AwsPlacement | None = None, region: str | None = None, client: Any = None,
-                 ssm: Any = None) -> None:
+                 ssm: Any = None, *, deployment: str | None = None) -> None:
         self.placement = placement or AwsPlacement()
+        self.deployment = deployment  # None: every managed VM in the region is this deployment's (tests only)
         self.client = client or ec2_client(region)
         self.region: str = region or str(self.client.meta.region_name)
         self._ssm = ssm
@@ -192,7 +195,7 @@ class Ec2Compute:
             "BlockDeviceMappings": [{"DeviceName": self._root_device(image),
                                      "Ebs": {"VolumeSize": request.disk_gb, "VolumeType": "gp3",
                                              "DeleteOnTermination": True}}],
-            "TagSpecifications": [{"ResourceType": kind, "Tags": launch_tags(request)}
+            "TagSpecifications": [{"ResourceType": kind, "Tags": launch_tags(request, self.deployment)}
                                   for kind in ("instance", "volume")],
         }
         if request.spot:
@@ -292,21 +295,26 @@ class Ec2Compute:
             for reservation in page.get("Reservations", []):
                 yield from reservation.get("Instances", [])
 
+    def _ours(self) -> list[dict[str, Any]]:
+        """The filters that select this deployment's VMs: managed, and tagged with its id."""
+        mine = [{"Name": f"tag:{TAG_DEPLOYMENT}", "Values": [self.deployment]}] if self.deployment else []
+        return [{"Name": f"tag:{TAG_MANAGED}", "Values": ["true"]}, *mine]
+
     def list_managed(self) -> list[Instance]:
-        """Every live managed instance: one paginated DescribeInstances, filtered server-side."""
-        filters = [{"Name": f"tag:{TAG_MANAGED}", "Values": ["true"]},
-                   {"Name": "instance-state-name", "Values": LIVE_STATES}]
+        """Every live instance of this deployment: one paginated DescribeInstances, filtered server-side. A VM
+        of another deployment (or one launched before VMs carried the deployment tag) is never listed."""
+        filters = [*self._ours(), {"Name": "instance-state-name", "Values": LIVE_STATES}]
         return [to_instance(raw) for raw in self._describe(filters)]
 
     # ---- terminate ---------------------------------------------------------------------------------
     def terminate(self, instance_ids: list[str]) -> None:
-        """Terminate only ids that still carry jobplane:managed=true and have no termination protection."""
+        """Terminate only ids that still carry jobplane:managed=true and this deployment's tag, and have no
+        termination protection."""
         for chunk in _chunks(sorted(set(instance_ids))):
-            managed = [raw["InstanceId"] for raw in self._describe(
-                [{"Name": f"tag:{TAG_MANAGED}", "Values": ["true"]}], chunk)]
+            managed = [raw["InstanceId"] for raw in self._describe(self._ours(), chunk)]
             refused = sorted(set(chunk) - set(managed))
             if refused:
-                log.warning("not terminating %s: not managed by jobplane (or gone)", refused)
+                log.warning("not terminating %s: not managed by this jobplane deployment (or gone)", refused)
             doomed = [i for i in managed if not self.protected(i)]
             if doomed:
                 self.client.terminate_instances(InstanceIds=doomed)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import logging
+import re
 import shlex
 import time
 import uuid
@@ -26,6 +27,7 @@ from typing import Any
 
 from jobplane.clouds.base import (
     TAG_ATTEMPT,
+    TAG_DEPLOYMENT,
     TAG_JOB_ID,
     TAG_MANAGED,
     TAG_OWNER,
@@ -51,7 +53,7 @@ CAPACITY_CODES = frozenset({
 })
 _RETRYABLE_HTTP = {429, 503}  # rate limited / backend unavailable before an operation even exists
 LABEL_MANAGED, LABEL_JOB_ID, LABEL_ATTEMPT = gce_key(TAG_MANAGED), gce_key(TAG_JOB_ID), gce_key(TAG_ATTEMPT)
-LABEL_RANK, LABEL_OWNER = gce_key(TAG_RANK), gce_key(TAG_OWNER)
+LABEL_RANK, LABEL_OWNER, LABEL_DEPLOYMENT = gce_key(TAG_RANK), gce_key(TAG_OWNER), gce_key(TAG_DEPLOYMENT)
 MANAGED_FILTER = f'labels.{LABEL_MANAGED} = "true"'
 PREEMPTED_OPERATION = "compute.instances.preempted"
 VM_NAME_PREFIX = "jobplane-"  # infra/gcp grants delete / setMetadata only on VMs named so
@@ -91,15 +93,30 @@ class Preemption:
     at: datetime
 
 
-def name_prefix(job_id: str, attempt: int) -> str:
-    """VM names are jobplane-<job>-a<attempt>-0001.. in rank order, room left for the number (63 max).
-    The fixed VM_NAME_PREFIX is what the functions' IAM condition allows them to delete or change."""
-    suffix = f"-a{attempt}"
-    room = 63 - len(VM_NAME_PREFIX) - len("-0001") - len(suffix)
+def deployment_prefix(deployment: str | None) -> str:
+    """jobplane-<6 hex of sha256(bucket[/root])>-: the start of every VM name of one deployment, which its
+    functions' IAM condition allows them to delete or change (infra/gcp computes the same); without a
+    deployment (tests), VM_NAME_PREFIX."""
+    if not deployment:
+        return VM_NAME_PREFIX
+    return f"{VM_NAME_PREFIX}{hashlib.sha256(deployment.encode()).hexdigest()[:6]}-"
+
+
+def deployment_label(deployment: str) -> str:
+    """bucket[/root] as a label value (lowercase letters, digits, - and _, at most 63)."""
+    value = re.sub(r"[^a-z0-9_-]", "-", deployment.lower())
+    return value if len(value) <= 63 else value[:56] + "-" + hashlib.sha256(deployment.encode()).hexdigest()[:6]
+
+
+def name_prefix(job_id: str, attempt: int, deployment: str | None = None) -> str:
+    """VM names are jobplane-[<deployment hash>-]<job>-a<attempt>-0001.. in rank order, room left for the
+    number (63 max). Names are fixed per attempt, so two deployments running one job id never collide."""
+    start, suffix = deployment_prefix(deployment), f"-a{attempt}"
+    room = 63 - len(start) - len("-0001") - len(suffix)
     if len(job_id) <= room:
-        return VM_NAME_PREFIX + job_id + suffix
+        return start + job_id + suffix
     digest = hashlib.sha1(job_id.encode()).hexdigest()[:6]
-    return VM_NAME_PREFIX + job_id[: room - 7] + "-" + digest + suffix
+    return start + job_id[: room - 7] + "-" + digest + suffix
 
 
 def request_id(job_id: str, attempt: int, location: str, at: float) -> str:
@@ -168,6 +185,7 @@ class GceCompute:
         endpoint: str | None = None,
         operation_timeout: float = 300.0,
         clock: Callable[[], float] = time.time,
+        deployment: str | None = None,
     ) -> None:
         from google.api_core import exceptions
 
@@ -181,6 +199,8 @@ class GceCompute:
 
             kwargs.update(client_options={"api_endpoint": endpoint}, credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
         self.project, self.region = project, region
+        self.deployment = deployment  # None: every managed VM in the project is this deployment's (tests only)
+        self._mine = f' AND labels.{LABEL_DEPLOYMENT} = "{deployment_label(deployment)}"' if deployment else ""
         self.placement = placement or GcpPlacement()
         self.operation_timeout = operation_timeout
         self.clock = clock
@@ -198,11 +218,12 @@ class GceCompute:
         project = placement.project or settings.project
         if not project or not settings.region:
             raise ValueError("on GCP set GOOGLE_CLOUD_PROJECT (or the policy's gcp.project) and JOBPLANE_REGION")
-        return cls(project, settings.region, placement=placement, endpoint=settings.compute_endpoint)
+        return cls(project, settings.region, placement=placement, endpoint=settings.compute_endpoint,
+                   deployment=settings.deployment)
 
     # ---- launch ------------------------------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> list[Instance]:
-        prefix = name_prefix(request.job_id, request.attempt)
+        prefix = name_prefix(request.job_id, request.attempt, self.deployment)
         location = request.zone or self.region
         rid = request_id(request.job_id, request.attempt, location, self.clock())
         try:
@@ -240,6 +261,8 @@ class GceCompute:
                      LABEL_OWNER: request.owner}
         if rank is not None:
             ownership[LABEL_RANK] = str(rank)
+        if self.deployment:
+            ownership[LABEL_DEPLOYMENT] = deployment_label(self.deployment)
         labels = {**dict(request.labels), **ownership}  # the spec's labels never override ownership
         items = [v1.Items(key=k, value=v) for k, v in sorted(ownership.items())]
         items += [v1.Items(key="startup-script", value=request.user_data),
@@ -316,11 +339,12 @@ class GceCompute:
         return [to_instance(vm) for _, scoped in pages for vm in scoped.instances]
 
     def list_managed(self) -> list[Instance]:
-        """One paginated aggregated list over all zones, filtered server-side by the managed label."""
-        return [i for i in self._list(MANAGED_FILTER) if i.managed]
+        """One paginated aggregated list over all zones, filtered server-side by the managed label and this
+        deployment's: a VM of another deployment is never listed."""
+        return [i for i in self._list(MANAGED_FILTER + self._mine) if i.managed]
 
     def attempt_instances(self, job_id: str, attempt: int) -> list[Instance]:
-        found = self._list(f'{MANAGED_FILTER} AND labels.{LABEL_JOB_ID} = "{job_id}" '
+        found = self._list(f'{MANAGED_FILTER}{self._mine} AND labels.{LABEL_JOB_ID} = "{job_id}" '
                            f'AND labels.{LABEL_ATTEMPT} = "{attempt}"')
         return sorted(found, key=lambda i: (i.rank if i.rank is not None else 1 << 30, i.id))
 
@@ -331,8 +355,11 @@ class GceCompute:
             zone, _, name = instance_id.partition("/")
             try:
                 vm = self._instances.get(project=self.project, zone=zone, instance=name)
-                if dict(vm.labels).get(LABEL_MANAGED) != "true" or vm.deletion_protection:
-                    log.warning("refusing to delete %s: unmanaged or deletion-protected", instance_id)
+                labels = dict(vm.labels)
+                theirs = self.deployment and labels.get(LABEL_DEPLOYMENT) != deployment_label(self.deployment)
+                if labels.get(LABEL_MANAGED) != "true" or theirs or vm.deletion_protection:
+                    log.warning("refusing to delete %s: unmanaged, another deployment's or deletion-protected",
+                                instance_id)
                     continue
                 self._instances.delete_unary(self._v1.DeleteInstanceRequest(
                     project=self.project, zone=zone, instance=name,

@@ -9,6 +9,7 @@ the cloud stores' streaming transfers do.
 from __future__ import annotations
 
 import builtins
+import copy
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from jobplane.clouds.base import (
     TAG_ATTEMPT,
+    TAG_DEPLOYMENT,
     TAG_JOB_ID,
     TAG_MANAGED,
     TAG_OWNER,
@@ -201,11 +203,14 @@ class MemoryCompute:
     the cloud: reclaim) it is shutting-down for `shutdown` seconds, then terminated. list_managed shows only
     live VMs carrying the managed tag, as EC2's filtered DescribeInstances does; terminate touches only those
     and never a protected one. Capacity errors and refusals are scripted per (instance type, zone).
+    With a deployment, launches carry its tag and list_managed and terminate see only VMs carrying it, as the
+    adapters' filters do; scoped() gives another deployment's view of the same account.
     """
 
     def __init__(self, clock: Callable[[], datetime] | None = None, *, cloud: str = "aws",
-                 region: str = "us-east-1", boot: float = 60, shutdown: float = 30) -> None:
-        self.cloud, self.region = cloud, region
+                 region: str = "us-east-1", boot: float = 60, shutdown: float = 30,
+                 deployment: str | None = None) -> None:
+        self.cloud, self.region, self.deployment = cloud, region, deployment
         self._clock = clock or (lambda: datetime.now(UTC))
         self._boot, self._shutdown = timedelta(seconds=boot), timedelta(seconds=shutdown)
         self._vms: dict[str, _Vm] = {}
@@ -225,20 +230,31 @@ class MemoryCompute:
                 raise error(code, f"no {request.instance_type} in {zone}")
             tags = {**dict(request.labels), TAG_MANAGED: "true", TAG_JOB_ID: request.job_id,
                     TAG_ATTEMPT: str(request.attempt), TAG_OWNER: request.owner}  # ours win over labels
+            tags.update({TAG_DEPLOYMENT: self.deployment} if self.deployment else {})
             made = [self._add(tags, rank=rank, zone=zone, spot=request.spot, instance_type=request.instance_type)
                     for rank in range(request.num_nodes)]
             self.launches.append(request)
             return made
 
     def list_managed(self) -> builtins.list[Instance]:
-        return self.instances(managed=True, live=True)
+        return [i for i in self.instances(managed=True, live=True) if self._ours(i)]
+
+    def _ours(self, inst: Instance) -> bool:
+        return self.deployment is None or dict(inst.tags).get(TAG_DEPLOYMENT) == self.deployment
+
+    def scoped(self, deployment: str) -> MemoryCompute:
+        """Another deployment's adapter on the same account: the same VMs, clock and scripted failures."""
+        view = copy.copy(self)
+        view.deployment = deployment
+        return view
 
     def terminate(self, instance_ids: builtins.list[str]) -> None:
         with self._lock:
             now = self._clock()
             for iid in sorted(set(instance_ids)):
                 vm = self._vms.get(iid)
-                if vm is None or not vm.instance.managed or vm.instance.protected or vm.ended is not None:
+                if (vm is None or not vm.instance.managed or not self._ours(vm.instance) or vm.instance.protected
+                        or vm.ended is not None):
                     self.refused.append(iid)
                     continue
                 vm.ended = now
@@ -249,9 +265,12 @@ class MemoryCompute:
 
     # ---- what the cloud and the VMs do on their own --------------------------------------------------
     def add(self, job_id: str | None = None, attempt: int | None = None, rank: int = 0, *, managed: bool = True,
-            protected: bool = False, instance_type: str = "t3.micro", spot: bool = False) -> str:
-        """A VM started outside the launcher (a leaked one, an old attempt's, another team's); returns its id."""
+            protected: bool = False, instance_type: str = "t3.micro", spot: bool = False,
+            deployment: str | None = None) -> str:
+        """A VM started outside the launcher (a leaked one, an old attempt's, another team's); returns its id.
+        It carries this adapter's deployment tag unless another deployment is named."""
         tags = {TAG_MANAGED: "true" if managed else "false"} if managed or job_id else {}
+        tags.update({TAG_DEPLOYMENT: d} if (d := deployment or self.deployment) else {})
         tags.update({TAG_JOB_ID: job_id} if job_id else {})
         tags.update({TAG_ATTEMPT: str(attempt)} if attempt is not None else {})
         with self._lock:
