@@ -20,7 +20,7 @@ from click.core import ParameterSource
 from rich.console import Console
 from rich.table import Table
 
-from jobplane import cost, jobs, jobview, metricview
+from jobplane import cost, jobs, jobview, metricview, yaml_input
 from jobplane.errors import FieldError, SpecError
 from jobplane.jobview import COLUMNS, Status, display, header, view_row
 from jobplane.policy import DEFAULT_POLICY, Policy, check_against_policy, parse_policy
@@ -253,8 +253,8 @@ class HyperparameterType(click.ParamType):  # type: ignore[type-arg]
         if not sep or not name.strip() or not text.strip():
             self.fail(f"{value!r} is not NAME=VALUE (e.g. --hp lr=0.02)", param, ctx)
         try:
-            return name.strip(), yaml.safe_load(text)
-        except yaml.YAMLError:
+            return name.strip(), yaml_input.load(text)
+        except (yaml.YAMLError, ValueError):
             return name.strip(), text
 
 

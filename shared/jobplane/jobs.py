@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from jobplane import cost, drops, keys, records
+from jobplane import cost, drops, keys, records, yaml_input
 from jobplane.clouds.base import Compute, NotFound, PreconditionFailed
 from jobplane.errors import FieldError, SpecError
 from jobplane.jobview import JobView, Status, readable_job_id, rejected_reason, status, view_row
@@ -109,8 +109,8 @@ def _rejected(reg: Registry, job_id: str) -> JobView | None:
     except NotFound:
         return None
     try:
-        reason = rejected_reason(yaml.safe_load(blob.data))
-    except yaml.YAMLError:
+        reason = rejected_reason(yaml_input.load(blob.data))
+    except (yaml.YAMLError, ValueError):
         reason = "rejected"
     return JobView(job_id, State.INVALID, blob.last_modified, reason=reason)
 

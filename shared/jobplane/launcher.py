@@ -251,10 +251,11 @@ def snapshot(reg: Registry, compute: Compute, record: JobRecord, policy: Policy)
 
 
 def owner_active(compute: Compute, record: JobRecord) -> int:
-    """The owner's live managed VMs of other jobs, counted by tag (EC2) or label (GCE)."""
-    owner_keys = (TAG_OWNER, TAG_OWNER.replace(":", "-"))
+    """The owner's live managed VMs of other jobs, counted by the cloud's own ownership key only: the tag on
+    EC2, the label on GCE (a spec label `jobplane-owner` on EC2 is refused, and never counts)."""
+    key = TAG_OWNER if compute.cloud == "aws" else TAG_OWNER.replace(":", "-")
     return sum(1 for inst in compute.list_managed()
-               if inst.job_id != record.id and any(dict(inst.tags).get(k) == record.owner for k in owner_keys))
+               if inst.job_id != record.id and dict(inst.tags).get(key) == record.owner)
 
 
 def _request(reg: Registry, compute: Compute, snap: launch_decide.LaunchSnapshot, step: launch_decide.Launch,

@@ -18,7 +18,7 @@ from pydantic import (
     WithJsonSchema,
 )
 
-from jobplane import images
+from jobplane import images, yaml_input
 from jobplane.errors import FieldError, SpecError, from_validation_error
 from jobplane.keys import JOB_ID_PATTERN
 
@@ -50,6 +50,9 @@ def format_duration(seconds: int) -> str:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
 
+
+MAX_STOP_GRACE = 3600  # seconds; a Spot notice gives 2 minutes (EC2) or 30 s (GCE) anyway
+MAX_SCRIPT = 64 * 1024  # characters of `run` / `setup`: job.json and every event repeat the spec
 
 Duration = Annotated[
     int,
@@ -246,10 +249,12 @@ class JobSpec(_Model):
     max_wait: Duration | None = Field(None, description="total time to finish including Spot waits and reruns")
     stall_timeout: Duration | None = Field(None, description="no heartbeat or no new output for this long")
     boot_timeout: Duration | None = Field(None, description="first heartbeat must arrive within this")
-    stop_grace: Duration = Field(60, description="SIGTERM to SIGKILL grace on stop or preemption")
+    stop_grace: Duration = Field(60, le=MAX_STOP_GRACE,
+                                 description="SIGTERM to SIGKILL grace on stop or preemption (at most 1h)")
     code: str | None = Field(None, description="s3:// or gs:// URI of a code tarball or prefix")
-    setup: str | None = Field(None, description="shell run once before `run`")
-    run: str = Field(..., min_length=1, description="shell command that trains")
+    setup: str | None = Field(None, max_length=MAX_SCRIPT, description="shell run once before `run` (at most 64 KiB)")
+    run: str = Field(..., min_length=1, max_length=MAX_SCRIPT,
+                     description="shell command that trains (at most 64 KiB: put longer code in --code)")
     env: dict[EnvName, EnvValue] = Field(default_factory=dict)
     hyperparameters: dict[HpName, HpValue] = Field(
         default_factory=dict, max_length=100,
@@ -308,6 +313,9 @@ def _cross_checks(raw: dict[str, Any]) -> list[FieldError]:
     instance_type = raw.get("instance_type")
     if isinstance(instance_type, list) and not instance_type:
         errors.append(FieldError("instance_type", "the list is empty: give at least one instance type"))
+    if isinstance(raw.get("labels"), dict):  # ownership is ours: a label must not pose as it (quotas count it)
+        errors += [FieldError(f"labels.{k}", "the jobplane- prefix is reserved for the labels jobplane sets")
+                   for k in raw["labels"] if isinstance(k, str) and k.lower().startswith("jobplane")]
     if isinstance(raw.get("env"), dict):
         errors += [
             FieldError(f"env.{k}", "names starting with JOBPLANE_ are reserved")
@@ -336,7 +344,9 @@ def _clashes(raw: dict[str, Any]) -> list[FieldError]:
 def load_document(text: str | bytes, source: str = "spec") -> dict[str, Any]:
     """Parse YAML or JSON (JSON is YAML) into a mapping, or raise SpecError."""
     try:
-        data = yaml.safe_load(text)
+        data = yaml_input.load(text)
+    except yaml_input.YamlRefused as exc:
+        raise SpecError([FieldError(exc.field, str(exc))]) from None
     except yaml.YAMLError as exc:
         raise SpecError([FieldError("(spec)", f"not valid YAML or JSON: {exc}".replace("\n", " "))]) from None
     if not isinstance(data, dict):

@@ -113,3 +113,15 @@ def test_submit_refuses_two_owners_and_follows_the_specs_own(moto_aws: MotoAws, 
     plain.write_text(SPEC)
     bad = run("submit", str(plain), "--owner", "Team B")
     assert bad.exit_code == 1 and "owner: 'Team B' is not a valid owner" in bad.output, bad.output
+
+
+def test_a_label_posing_as_an_owner_is_refused_and_never_fills_that_owners_quota(moto_aws: MotoAws) -> None:
+    moto_aws.set_policy(f"max_active_instances_per_owner: 1\naws:\n  default_image: {moto_aws.image}\n")
+    assert handle(moto_aws, moto_aws.drop("posing", SPEC + "labels:\n  jobplane-owner: bob\n")) == "rejected"
+    assert [e["field"] for e in rejection(moto_aws, "posing")] == ["labels.jobplane-owner"]
+    # a VM carrying the GCE-style label on EC2 (launched before labels were checked) is not bob's
+    moto_aws.ec2.run_instances(ImageId=moto_aws.image, MinCount=1, MaxCount=1, TagSpecifications=[{
+        "ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in {
+            "jobplane:managed": "true", "jobplane:deployment": BUCKET, "jobplane:job-id": "old",
+            "jobplane:owner": "alice", "jobplane-owner": "bob"}.items()]}])
+    assert handle(moto_aws, moto_aws.drop("bobs", SPEC, owner="bob")) == "launched", "bob has no VM yet"
