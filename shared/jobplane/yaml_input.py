@@ -41,19 +41,22 @@ class _BoundedLoader(yaml.SafeLoader):
         super().__init__(stream)
         self.text, self.depth, self.nodes = stream, 0, 0
 
+    def _mark(self) -> Any:
+        return self.peek_event().start_mark  # type: ignore[no-untyped-call]
+
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
-            mark = self.peek_event().start_mark
+            mark = self._mark()
             raise YamlRefused(_field_at(self.text, mark.line), f"YAML aliases (*name) are not accepted (line "
                                                                f"{mark.line + 1}): write the value out")
         self.nodes += 1
         if self.nodes > MAX_NODES:
-            mark = self.peek_event().start_mark
+            mark = self._mark()
             raise YamlRefused(_field_at(self.text, mark.line), f"more than {MAX_NODES} YAML nodes")
         self.depth += 1
         try:
             if self.depth > MAX_DEPTH:
-                mark = self.peek_event().start_mark
+                mark = self._mark()
                 raise YamlRefused(_field_at(self.text, mark.line), f"nested deeper than {MAX_DEPTH} levels "
                                                                    f"(line {mark.line + 1})")
             return super().compose_node(parent, index)
