@@ -272,7 +272,8 @@ class Registry:
         try:
             self.put_if_absent(keys.job_record(job_id), _dump(record))
         except PreconditionFailed:
-            raise JobExists(job_id) from None
+            if not self._landed(job_id, record):
+                raise JobExists(job_id) from None
         self.complete_history(record)
         self._move_marker(job_id, None, record)
         return record
@@ -342,8 +343,12 @@ class Registry:
             try:
                 self.store.put_if_match(self.key(keys.job_record(job_id)), _dump(new), version)
             except PreconditionFailed:
-                backoff(tries + 1)
-                continue
+                if not self._landed(job_id, new):
+                    backoff(tries + 1)
+                    continue
+                if self.job(job_id).last_event != new.last_event:  # a later writer moved on: its markers stand
+                    self._tell(current, new)
+                    return new
             self.complete_history(new)
             self._move_marker(job_id, current, new)
             self._tell(current, new)
@@ -368,8 +373,29 @@ class Registry:
                 self.store.put_if_match(self.key(keys.job_record(job_id)), _dump(new), version)
                 return new
             except PreconditionFailed:
+                if self._landed(job_id, new):
+                    return new
                 backoff(tries + 1)
         raise RegistryError(f"job {job_id}: gave up after {CAS_RETRIES} conflicting writes")
+
+    def _landed(self, job_id: str, ours: JobRecord) -> bool:
+        """After a 412: was it our own write, resent by the SDK after its response was lost (botocore retries a
+        PUT up to 8 times)? Then job.json is the record we wrote (its event stamp makes it unique), or a later
+        writer moved on from it and wrote its event to the history on the way."""
+        try:
+            current = self.job(job_id)
+        except JobNotFound:
+            return False
+        if current == ours or (ours.last_event is not None and current.last_event == ours.last_event):
+            return True
+        if ours.last_event is None:
+            return False
+        try:
+            written = self.get_bytes(ours.last_event.key(job_id))
+        except NotFound:
+            return False
+        body = ours.last_event.model_dump(mode="json")["body"]
+        return bool(written == json.dumps(body, indent=1).encode())
 
     # ---- events ------------------------------------------------------------------------------------
     def complete_history(self, record: JobRecord) -> None:
