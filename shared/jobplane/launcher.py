@@ -58,6 +58,7 @@ class Result(StrEnum):
     GONE = "gone"  # the entry was consumed already
     IGNORED = "ignored"  # not a queue entry
     ERROR = "error"  # the backstop caught an exception and went on with the others
+    NOT_DUE = "not-due"  # a capacity wait whose time has not come (not reported)
 
 
 @dataclass(frozen=True)
@@ -161,16 +162,18 @@ def backstop(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics
     for job_id, markers in reg.active().items():
         if [m.state for m in markers] != [State.WAITING_CAPACITY]:
             continue  # not waiting (or markers need a repair, which the sweeper does)
-        record = reg.job(job_id)  # a GET only for waiting jobs
-        if record.state != State.WAITING_CAPACITY or (record.wait_until and record.wait_until > now):
-            continue
-        outcomes.append(_guarded(job_id, _retry_waiting, reg, compute, job_id, attempt=record.attempt, now=now,
-                                 metrics=metrics, policy=policy))
+        outcome = _guarded(job_id, _retry_waiting, reg, compute, job_id, now=now, metrics=metrics, policy=policy)
+        if outcome.result != Result.NOT_DUE:
+            outcomes.append(outcome)
     return outcomes
 
 
-def _retry_waiting(reg: Registry, compute: Compute, job_id: str, *, attempt: int, now: datetime,
-                   metrics: Metrics, policy: Policy) -> Outcome:
+def _retry_waiting(reg: Registry, compute: Compute, job_id: str, *, now: datetime, metrics: Metrics,
+                   policy: Policy) -> Outcome:
+    record = reg.job(job_id)  # a GET only for waiting jobs; one that does not parse is this job's error only
+    if record.state != State.WAITING_CAPACITY or (record.wait_until and record.wait_until > now):
+        return Outcome(job_id, Result.NOT_DUE)
+    attempt = record.attempt
     try:
         return _of(job_id, launch_attempt(reg, compute, job_id, now=now, expect={State.WAITING_CAPACITY},
                                           expect_attempt=attempt, metrics=metrics,

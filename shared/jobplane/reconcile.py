@@ -26,7 +26,7 @@ from jobplane.decide import uptime as uptime_decide
 from jobplane.decide.model import Action, ExitReport, Ignored, PreemptedMark, Rule, Snapshot
 from jobplane.notify import Notify
 from jobplane.policy import Policy
-from jobplane.registry import JobNotFound, JobRecord, Registry, TransitionRefused
+from jobplane.registry import JobNotFound, JobRecord, Registry, TransitionRefused, UnreadableRecord
 from jobplane.states import State
 from jobplane.telemetry import Metrics
 
@@ -70,25 +70,38 @@ def listings(reg: Registry, compute: Compute | None) -> Snapshot:
     )
 
 
-def with_records(reg: Registry, snap: Snapshot, job_ids: Iterable[str], *, exits: bool = True) -> Snapshot:
-    """Fetch job.json (and the current attempt's exit reports and boot failure) for just these jobs."""
+def with_records(reg: Registry, snap: Snapshot, job_ids: Iterable[str], *, exits: bool = True,
+                 metrics: Metrics | None = None) -> Snapshot:
+    """Fetch job.json (and the current attempt's exit reports and boot failure) for just these jobs. A job.json
+    that does not parse leaves that job alone (an `unreadable-record` event, once, and the UnreadableRecords
+    metric) and the others go on."""
     records: dict[str, JobRecord] = {}
     found: dict[str, Attempt] = {}
+    bad: set[str] = set()
     for job_id in sorted(set(job_ids)):
         try:
             record = records[job_id] = reg.job(job_id)
         except JobNotFound:
             log.warning("job %s has registry keys but no job.json", job_id, extra={"job_id": job_id})
             continue
+        except UnreadableRecord as exc:
+            log.error("%s", exc, extra={"job_id": job_id})
+            bad.add(job_id)
+            with contextlib.suppress(Exception):  # noting it must not stop the run either
+                reg.note_unreadable(exc)
+            continue
         reg.complete_history(record)  # the event of its last write, if the writer died before the event object
         if exits and record.state in (State.LAUNCHING, State.RUNNING) and record.attempt:
             found[job_id] = read_attempt(reg, job_id, record.attempt)
+    if bad and metrics is not None:
+        metrics.add_metric("UnreadableRecords", "Count", len(bad))
     return replace(snap, records={**snap.records, **records},
                    exits={**snap.exits, **{j: a.exits for j, a in found.items()}},
                    boot_failures={**snap.boot_failures,
                                   **{j: a.boot_failure for j, a in found.items() if a.boot_failure}},
                    unreadable={**snap.unreadable, **{j: a.unreadable for j, a in found.items() if a.unreadable}},
-                   noted=snap.noted.union(*(a.noted for a in found.values())))
+                   noted=snap.noted.union(*(a.noted for a in found.values())),
+                   unreadable_records=snap.unreadable_records | bad)
 
 
 @dataclass(frozen=True)
@@ -310,7 +323,7 @@ def sweep(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, p
     snap = listings(reg, compute)
     named = {i.job_id for i in snap.instances if i.id in instance_ids and i.job_id}
     snap = replace(snap, forced=frozenset({*jobs, *named}))
-    snap = with_records(reg, snap, sweep_decide.candidates(snap, now, policy))
+    snap = with_records(reg, snap, sweep_decide.candidates(snap, now, policy), metrics=metrics)
     snap = with_preempted_bodies(reg, snap, only=set(snap.records))
     outcomes = apply(reg, compute, sweep_decide.decide(snap, now, policy, force=force), now=now, metrics=metrics,
                      dry_run=dry_run or policy.safety.dry_run, policy=policy, notify=notify)
@@ -326,7 +339,7 @@ def rerun(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, p
     # the cloud's listing, to check the markers against (job.json's instances cover VMs already gone)
     instances = tuple(compute.list_managed()) if marks else ()
     snap = with_preempted_bodies(reg, Snapshot(preempted=marks, instances=instances))
-    snap = with_records(reg, snap, snap.preempted, exits=False)
+    snap = with_records(reg, snap, snap.preempted, exits=False, metrics=metrics)
     return apply(reg, compute, rerun_decide.decide(snap, now, policy), now=now, metrics=metrics,
                  dry_run=dry_run or policy.safety.dry_run, policy=policy)
 
@@ -334,7 +347,7 @@ def rerun(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, p
 def uptime_cap(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, policy: Policy,
                dry_run: bool = False, force: bool = False) -> list[Outcome]:
     snap = listings(reg, compute)
-    snap = with_records(reg, snap, uptime_decide.needs_record(snap), exits=False)
+    snap = with_records(reg, snap, uptime_decide.needs_record(snap), exits=False, metrics=metrics)
     return apply(reg, compute, uptime_decide.decide(snap, now, policy, force=force), now=now, metrics=metrics,
                  dry_run=dry_run or policy.safety.dry_run, policy=policy)
 

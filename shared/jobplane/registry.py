@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from jobplane import keys, records
 from jobplane.clouds.base import Blob, NotFound, ObjectStore, PreconditionFailed, VmUrls
 from jobplane.policy import DEFAULT_POLICY, Policy, parse_policy
-from jobplane.spec import JobSpec
+from jobplane.spec import JobSpec, known_fields
 from jobplane.states import LIVE, TERMINAL, State, allowed
 from jobplane.usage import AttemptUsage, close
 
@@ -57,6 +57,15 @@ class TransitionRefused(RegistryError):
     def __init__(self, job_id: str, src: State, dst: State, why: str = "not an allowed transition") -> None:
         super().__init__(f"job {job_id}: {src} -> {dst} refused: {why}")
         self.job_id, self.src, self.dst = job_id, src, dst
+
+
+class UnreadableRecord(RegistryError):
+    """job.json does not parse (written by hand, by a version too far apart, or torn): the job is left alone,
+    and the others go on."""
+
+    def __init__(self, job_id: str, version: str, problem: str) -> None:
+        super().__init__(f"job {job_id}: job.json (version {version}) does not parse: {problem}")
+        self.job_id, self.version, self.problem = job_id, version, problem
 
 
 class UnknownField(RegistryError):
@@ -283,7 +292,13 @@ class Registry:
             blob = self.store.get(self.key(keys.job_record(job_id)))
         except NotFound:
             raise JobNotFound(job_id) from None
-        return JobRecord.model_validate_json(blob.data), blob.version
+        try:
+            data = json.loads(blob.data)
+            if isinstance(data, dict) and isinstance(data.get("spec"), dict):
+                data["spec"] = known_fields(data["spec"])  # a newer version's fields: ignored, as JobRecord's are
+            return JobRecord.model_validate(data), blob.version
+        except ValueError as exc:  # JSON or validation (pydantic's ValidationError is a ValueError)
+            raise UnreadableRecord(job_id, blob.version, str(exc).replace("\n", " ")[:500]) from None
 
     def job(self, job_id: str) -> JobRecord:
         return self.get(job_id)[0]
@@ -396,6 +411,18 @@ class Registry:
             return False
         body = ours.last_event.model_dump(mode="json")["body"]
         return bool(written == json.dumps(body, indent=1).encode())
+
+    def note_unreadable(self, error: UnreadableRecord, now: datetime | None = None) -> None:
+        """An `unreadable-record` event naming the problem, once per version of the bad job.json."""
+        now = now or utcnow()
+        key = keys.event(error.job_id, keys.stamp(now), "unreadable-record")
+        flag = keys.ignored_flag(error.job_id, 0, f"job.json.{error.version}")
+        try:
+            self.put_if_absent(flag, b"{}")
+        except PreconditionFailed:
+            return  # noted already
+        self.put_json(key, {"time": now.isoformat(), "kind": "unreadable-record", "version": error.version,
+                            "problem": error.problem})
 
     # ---- events ------------------------------------------------------------------------------------
     def complete_history(self, record: JobRecord) -> None:

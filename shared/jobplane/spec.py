@@ -288,6 +288,21 @@ _ALLOWED = {
 }
 
 
+def known_fields(raw: dict[str, Any]) -> dict[str, Any]:
+    """A stored spec (in job.json) without the fields this version does not know, at every level: a record
+    written by a newer version during a rolling deploy stays readable. New specs stay strict (parse_spec)."""
+    out = {k: v for k, v in raw.items() if k in _ALLOWED[""]}
+    if isinstance(out.get("inputs"), dict):
+        out["inputs"] = {name: {k: v for k, v in ch.items() if k in _ALLOWED["inputs.*"]} if isinstance(ch, dict)
+                         else ch for name, ch in out["inputs"].items()}
+    if isinstance(out.get("metrics"), list):
+        out["metrics"] = [{k: v for k, v in m.items() if k in _ALLOWED["metrics[*]"]} if isinstance(m, dict) else m
+                          for m in out["metrics"]]
+    if isinstance(out.get("stop_on"), dict):
+        out["stop_on"] = {k: v for k, v in out["stop_on"].items() if k in _ALLOWED["stop_on"]}
+    return out
+
+
 def _cross_checks(raw: dict[str, Any]) -> list[FieldError]:
     """Rules spanning fields, run on the raw document so they report even when other fields fail."""
     errors: list[FieldError] = []

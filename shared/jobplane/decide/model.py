@@ -90,6 +90,7 @@ class Snapshot:
     forced: frozenset[str] = frozenset()  # jobs an event asked about: always looked at closely
     idle: tuple[IdleMark, ...] = ()  # ranks whose GPUs sat idle (heartbeats listing)
     idle_flags: frozenset[tuple[str, int]] = frozenset()  # (job, attempt) flagged idle already (limits listing)
+    unreadable_records: frozenset[str] = frozenset()  # jobs whose job.json does not parse: left alone this run
 
 
 class Rule(StrEnum):

@@ -32,7 +32,8 @@ from jobplane.states import State
 
 def decide(snap: Snapshot, now: datetime, policy: Policy) -> list[Action]:
     return [_one(mark, snap.records.get(job_id), snap.instances, now, policy)
-            for job_id, mark in sorted(snap.preempted.items())]
+            for job_id, mark in sorted(snap.preempted.items())
+            if job_id not in snap.unreadable_records]  # its marker waits: the record may read again
 
 
 def _one(mark: PreemptedMark, record: JobRecord | None, instances: Sequence[Instance], now: datetime,
