@@ -12,7 +12,8 @@ from jobplane.states import State
 from tests.reconcile.day import Day, day  # noqa: F401  (the fixture)
 
 
-def rewrite(day: Day, job_id: str, change: dict[str, object] | None = None, raw: bytes | None = None) -> None:
+def rewrite(day: Day, job_id: str, change: dict[str, object] | None = None,  # noqa: F811
+            raw: bytes | None = None) -> None:
     """Someone (a newer version, a hand edit, a torn write) rewrote job.json."""
     key = day.reg.key(keys.job_record(job_id))
     if raw is None:
