@@ -7,12 +7,13 @@ import json
 import os
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from jobplane import keys
-from jobplane.agent.checkpoints import CheckpointSync, publish
+from jobplane.agent.checkpoints import LEFTOVER_AGE, CheckpointSync, publish
 from jobplane.clouds.memory import MemoryStore
 from tests.agent.conftest import World, console_of
 from tests.helpers import wait_for
@@ -121,9 +122,16 @@ def test_a_sync_cut_short_leaves_the_previous_manifest_in_force(tmp_path: Path) 
         sync.sync()
     assert restore(store, tmp_path / "next") == {"model.pt": b"good"}
 
-    # the next attempt deletes what the cut-short sync left unnamed, once its own first manifest stands
+    # the next attempt keeps what the cut-short sync left unnamed while its life may still be syncing (F6),
+    # and deletes it once it is older than LEFTOVER_AGE and its own first manifest stands
     store.put_if_absent = MemoryStore.put_if_absent.__get__(store)  # type: ignore[method-assign]
-    second = CheckpointSync(store, tmp_path / "next", PREFIX, attempt=2, settle=0.05)
+    soon = CheckpointSync(store, tmp_path / "soon", PREFIX, attempt=2, settle=0.05)
+    soon.restore()
+    publish_by_rename(tmp_path / "soon" / "model.pt", b"attempt 2, soon after")
+    soon.sync()
+    assert not only_what_the_manifest_names(store), "a recent leftover is kept: an earlier life may still name it"
+    later = datetime.now(UTC) + LEFTOVER_AGE + timedelta(minutes=1)
+    second = CheckpointSync(store, tmp_path / "next", PREFIX, attempt=2, settle=0.05, clock=lambda: later)
     second.restore()
     publish_by_rename(tmp_path / "next" / "model.pt", b"attempt 2")
     second.sync()

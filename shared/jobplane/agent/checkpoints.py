@@ -15,15 +15,23 @@ The convention for training code (also in the README):
 
 Each sync uploads the complete files that are new or changed to fresh keys, then writes a manifest
 (create-only, numbered) naming every file of the directory with its key, size and version, and only then
-deletes the objects no longer named (old versions, files deleted locally). A sync cut short leaves the
-previous manifest in force. Restore reads the newest manifest of each rank and downloads exactly its files,
+deletes the objects no longer named (old versions, files deleted locally): superseded manifests first, then
+the files. A sync cut short leaves the previous manifest in force.
+
+Two lives of one rank can overlap (a rerun starts attempt n+1 while a rank of attempt n still runs its final
+sync): file keys carry the attempt, so they never collide, and a life deletes nothing while a manifest it did
+not write and had not seen at its restore exists (another life is writing); an earlier life's leftovers are
+deleted only when they are older than LEFTOVER_AGE, when that life is surely gone.
+
+Restore reads the newest manifest of each rank and downloads exactly its files,
 verifying size and version: a file deleted locally is not in the manifest and never comes back. Every node
 receives the union of the ranks' manifests (rank 0's copy wins where two ranks wrote the same path), the
 way SageMaker copies the whole checkpoint prefix to every instance.
 
 Under a job's checkpoints/ prefix:
   manifests/<rank>/<seq>.json   {"seq", "rank", "attempt", "written_at", "files": {path: {key, size, version}}}
-  files/<rank>/<seq>/<path>     bytes uploaded by sync <seq>; never overwritten, deleted once unreferenced
+  files/<rank>/<seq>-a<attempt>/<path>  bytes uploaded by sync <seq> of attempt <attempt>; never overwritten,
+                                deleted once unreferenced
 Artifacts (SM_MODEL_DIR, output/data) are uploaded once, after the process ends, by the same rules to
 <prefix><path> (the directory's mirror), followed by <prefix without "/">.manifest.json.
 """
@@ -37,7 +45,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 
@@ -58,6 +66,7 @@ log = logging.getLogger("jobplane.agent")
 SETTLE = 2.0  # seconds between the two scans that must agree before a file is uploaded
 _MANIFEST_TIME = 3.0  # of a deadline, kept back for writing the manifest after the uploads
 _SEQ = re.compile(r"manifests/(\d+)/(\d+)\.json$")
+LEFTOVER_AGE = timedelta(hours=2)  # longer than any overlap of two lives (a stop grace is at most 1 h)
 
 
 def ignored(name: str) -> bool:
@@ -124,7 +133,8 @@ class CheckpointSync:
     """One rank's checkpoint directory and its manifests under `prefix` (the job's checkpoints/ area)."""
 
     def __init__(self, store: ObjectStore, local: Path, prefix: str, *, rank: int = 0, attempt: int = 0,
-                 settle: float = SETTLE) -> None:
+                 settle: float = SETTLE, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self.clock = clock  # the store's time, for the age of an earlier life's leftovers
         self.store, self.local, self.prefix = store, local, prefix
         self.rank, self.attempt, self.settle = rank, attempt, settle
         self.seq = 0  # of this rank's newest manifest
@@ -132,6 +142,7 @@ class CheckpointSync:
         self._theirs: dict[str, Stat] = {}  # restored from another rank's manifest, unchanged since
         self._named: dict[str, Entry] = {}  # what this rank's newest manifest names
         self._unnamed: set[str] = set()  # this rank's objects the newest manifest may not name: deleted after it
+        self._known: set[str] = set()  # manifests this life wrote or saw at its restore: any other is another life's
         self._lock = threading.Lock()  # the periodic and the final sync may overlap
 
     def _key(self, rel_key: str) -> str:
@@ -157,9 +168,12 @@ class CheckpointSync:
                 self.seq, self._named = seq, files
             chosen.update({rel: (rank, entry) for rel, entry in files.items()})
         started = time.monotonic()
-        # what an earlier life of this rank left unnamed (a sync cut short): deleted after the next manifest
-        for area in (f"files/{self.rank}/", f"manifests/{self.rank}/"):
-            self._unnamed |= {info.key for info in self.store.list(self._key(area))}
+        # what an earlier life of this rank left unnamed (a sync cut short): deleted after the next manifest, if
+        # that life is surely gone (its objects are much older than the newest); a recent one may still sync
+        listed = [info for area in (f"files/{self.rank}/", f"manifests/{self.rank}/")
+                  for info in self.store.list(self._key(area))]
+        self._known = {info.key for info in listed if "/manifests/" in info.key}
+        self._unnamed |= {info.key for info in listed if info.last_modified < self.clock() - LEFTOVER_AGE}
 
         def one(rel: str, entry: Entry) -> int:
             path = safe_path(self.local, rel)
@@ -209,7 +223,7 @@ class CheckpointSync:
             changed = {}  # the final sync takes over; do not start uploads it would wait for
 
         def key_of(rel: str) -> str:
-            return self._key(f"files/{self.rank}/{seq:08d}/{rel}")
+            return self._key(f"files/{self.rank}/{seq:08d}-a{self.attempt}/{rel}")
 
         self._unnamed |= {key_of(rel) for rel in changed}  # an upload discarded or cut short leaves an object
         entries, moved = upload(self.store, self.local, changed, key_of,
@@ -240,6 +254,7 @@ class CheckpointSync:
                     "files": {rel: asdict(entry) for rel, entry in sorted(files.items())}}
             key = self._manifest_key(seq)
             try:
+                self._known.add(key)
                 retried(f"manifest {seq}", partial(self.store.put_if_absent, key, json.dumps(body, indent=1).encode()))
                 break
             except PreconditionFailed:  # an earlier life of this node got there first: never overwrite it
@@ -250,9 +265,20 @@ class CheckpointSync:
         """Delete this rank's objects the newest manifest does not name (old versions, deleted files, older
         manifests), known without listing the bucket; a failed delete is tried again after the next manifest."""
         self._unnamed -= {self._key(entry.key) for entry in self._named.values()} | {self._manifest_key(self.seq)}
-        _, errors = parallel(((key, partial(self.store.delete, key)) for key in sorted(self._unnamed)),
-                             workers(self.store))
-        self._unnamed = set(errors)
+        if not self._unnamed:
+            return
+        others = {info.key for info in self.store.list(self._key(f"manifests/{self.rank}/"))} - self._known
+        if others:  # another life of this rank is writing: what it names is not ours to judge
+            log.warning("another life of rank %d wrote %s: not deleting old checkpoint objects", self.rank,
+                        sorted(others)[-1])
+            return
+        manifests = {k for k in self._unnamed if "/manifests/" in k}
+        _, errors = parallel(((key, partial(self.store.delete, key)) for key in sorted(manifests)), workers(self.store))
+        if not errors:  # a file goes only once no manifest that may name it is left
+            _, errors = parallel(((key, partial(self.store.delete, key)) for key in sorted(self._unnamed - manifests)),
+                                 workers(self.store))
+            self._unnamed = set()
+        self._unnamed = (self._unnamed - manifests) | set(errors)
         if errors:
             log.warning("deleting %d old checkpoint objects failed (tried again later): %s", len(errors),
                         next(iter(errors.values())))

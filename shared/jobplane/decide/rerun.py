@@ -4,6 +4,8 @@ Restarts left and max_wait not exceeded -> relaunch (the launcher claims the job
 runs launch one attempt); otherwise FAILED with the reason. The marker is cleared only after the new
 attempt is recorded, or once it is stale (the job moved past that attempt, or ended). A marker for a
 RUNNING or LAUNCHING job must name an instance of its current attempt; any other is cleared with an event.
+The ranks of the preempted attempt still alive are terminated with the relaunch (or the failure), before the
+new attempt starts: two lives of one rank must never write checkpoints side by side for long.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from jobplane.decide.model import (
     ignored_event,
     trusted_mark,
 )
+from jobplane.decide.safety import terminable
 from jobplane.policy import Policy
 from jobplane.registry import JobRecord
 from jobplane.spec import format_duration
@@ -61,12 +64,14 @@ def _one(mark: PreemptedMark, record: JobRecord | None, instances: Sequence[Inst
     # A RUNNING job the agent reported goes through PREEMPTED (recorded, with its event) before the rerun.
     via = State.PREEMPTED if record.state != State.PREEMPTED else None
     spec = record.spec
+    survivors = terminable(i for i in instances if i.job_id == job_id and i.attempt == record.attempt
+                           and i.state in ("pending", "running"))
     if record.restarts >= spec.max_restarts:
         return claim(record, Rule.RERUN_EXHAUSTED, f"preempted; no restarts left (max_restarts {spec.max_restarts})",
-                      to=State.FAILED, clear_preempted=True, event=noted)
+                      to=State.FAILED, clear_preempted=True, event=noted, terminate=survivors)
     max_wait = policy.max_wait(spec)
     if age(now, record.created_at) > max_wait:
         return claim(record, Rule.RERUN_EXHAUSTED, f"preempted; max_wait {format_duration(max_wait)} exceeded",
-                      to=State.FAILED, clear_preempted=True, event=noted)
+                      to=State.FAILED, clear_preempted=True, event=noted, terminate=survivors)
     return claim(record, Rule.RERUN, f"preempted; rerun as attempt {record.attempt + 1}", to=via, relaunch=True,
-                  clear_preempted=True, event=noted)
+                  clear_preempted=True, event=noted, terminate=survivors)
