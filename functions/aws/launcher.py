@@ -12,6 +12,8 @@ from jobplane import keys, launcher
 from jobplane.registry import utcnow
 from jobplane.settings import Settings
 
+LAUNCH_RESERVE_S = 45  # one RunInstances with its retries, and recording the VMs
+
 
 @common.metrics.log_metrics
 @common.logger.inject_lambda_context(clear_state=True)
@@ -19,8 +21,10 @@ from jobplane.settings import Settings
 def handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
     if events.kind(event) == events.SCHEDULED:
         env = common.environment()
+        # what the invocation has left, less one launch's worth: the run ends before Lambda would kill it
+        budget = context.get_remaining_time_in_millis() / 1000 - LAUNCH_RESERVE_S
         return launcher.summary(launcher.backstop(env.registry, env.compute, now=utcnow(), metrics=common.metrics,
-                                                  policy=env.policy))
+                                                  policy=env.policy, budget=max(budget, 0.0)))
     key = events.registry_key(event, Settings.from_env())
     drop = keys.parse_drop(key) if key else None
     if key is None or drop is None:

@@ -82,6 +82,9 @@ def _notifier(settings: Settings) -> PubSubNotifier | None:
     return _notifiers[key]
 
 
+# The backstop function times out at 540 s (infra/gcp); an insert operation may take up to 300 s of that.
+BACKSTOP_BUDGET_S = 200
+
 ADAPTERS = deployment.Adapters(store=_store, notifier=_notifier,
                                compute=lambda settings, policy: GceCompute.from_settings(settings, policy.gcp))
 
@@ -133,7 +136,8 @@ def launcher(event: CloudEvent) -> None:
 def launcher_backstop(request: flask.Request) -> flask.Response:
     env = environment()
     return flask.jsonify(launching.summary(launching.backstop(env.registry, env.compute, now=utcnow(),
-                                                              metrics=metrics, policy=env.policy)))
+                                                              metrics=metrics, policy=env.policy,
+                                                              budget=BACKSTOP_BUDGET_S)))
 
 
 @functions_framework.http

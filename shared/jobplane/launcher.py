@@ -13,6 +13,7 @@ transition that records the VMs, which then terminates them at once.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -153,15 +154,31 @@ def _invalid(reg: Registry, key: str, job_id: str, data: bytes, errors: list[Fie
 
 # ---- the cron backstop -----------------------------------------------------------------------------------
 def backstop(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, min_age: int = 60,
-             policy: Policy) -> list[Outcome]:
-    """Catch what events missed: queue entries older than min_age s, and capacity waits that are over."""
+             policy: Policy, budget: float | None = None) -> list[Outcome]:
+    """Catch what events missed: queue entries older than min_age s, and capacity waits that are over.
+
+    budget: seconds this run may spend (its function's remaining time less a launch's worth): no new item is
+    started after it, so the run ends on its own and the next cron run goes on where it stopped."""
     outcomes: list[Outcome] = []
+    deadline = None if budget is None else time.monotonic() + budget
+
+    def out_of_time() -> bool:
+        if deadline is None or time.monotonic() < deadline:
+            return False
+        log.warning("backstop: time budget spent, %d items done; the next run goes on", len(outcomes))
+        metrics.add_metric("BackstopBudgetSpent", "Count", 1)
+        return True
+
     for key, modified, _ in list(reg.listing(keys.QUEUE)):
+        if out_of_time():
+            return outcomes
         if now - modified >= timedelta(seconds=min_age):
             outcomes.append(_guarded(key, handle_drop, reg, compute, key, now=now, metrics=metrics, policy=policy))
     for job_id, markers in reg.active().items():
         if [m.state for m in markers] != [State.WAITING_CAPACITY]:
             continue  # not waiting (or markers need a repair, which the sweeper does)
+        if out_of_time():
+            return outcomes
         outcome = _guarded(job_id, _retry_waiting, reg, compute, job_id, now=now, metrics=metrics, policy=policy)
         if outcome.result != Result.NOT_DUE:
             outcomes.append(outcome)
@@ -213,6 +230,42 @@ def launch_attempt(
     record = reg.transition(job_id, State.LAUNCHING, now=now, reason=claimed.reason, expect={current.state},
                             expect_attempt=current.attempt, attempt=claimed.attempt, restarts=claimed.restarts,
                             instances=[], instance_type=None, zone=None, launched_at=None)
+    return _launch(reg, compute, record, now=now, metrics=metrics, policy=policy)
+
+
+def resume(reg: Registry, compute: Compute, job_id: str, *, attempt: int, now: datetime, metrics: Metrics,
+           policy: Policy) -> JobRecord:
+    """Finish the launch of a claimed attempt whose launcher died (the sweep's RESUME_LAUNCH): adopt the
+    attempt's VMs if RunInstances ran (record them, write their cluster.json), else launch them. Same attempt,
+    no restart counted."""
+    record = reg.job(job_id)
+    if record.state != State.LAUNCHING or record.attempt != attempt or record.instances:
+        return record  # moved on meanwhile
+    found = sorted((i for i in compute.list_managed() if i.job_id == job_id and i.attempt == attempt
+                    and i.state in ("pending", "running")), key=lambda i: (i.rank or 0, i.id))
+    spec = record.spec
+    if found and len(found) == spec.num_nodes:
+        first = found[0]
+        request = LaunchRequest(job_id=job_id, attempt=attempt, num_nodes=len(found),
+                                instance_type=first.instance_type or "", zone=first.zone, image="(adopted)",
+                                spot=first.spot, user_data="", max_runtime=policy.max_runtime(spec),
+                                disk_gb=spec.disk_gb, owner=record.owner)
+        log.warning("job %s attempt %d: adopting %s launched before the launcher stopped", job_id, attempt,
+                    [i.id for i in found], extra={"job_id": job_id})
+        return _launched(reg, compute, record, request, [(i.id, i.private_ip, i.zone) for i in found], now, metrics,
+                         [], attempt_usage(compute, request, found, policy, now), policy)
+    if found:  # part of an all-or-nothing launch: not a cluster
+        compute.terminate([i.id for i in found])
+    record = reg.transition(job_id, State.LAUNCHING, now=now, expect={State.LAUNCHING}, expect_attempt=attempt,
+                            reason=f"resuming the launch of attempt {attempt}: its launcher stopped before it "
+                                   "recorded any VM", state_since=now)
+    return _launch(reg, compute, record, now=now, metrics=metrics, policy=policy)
+
+
+def _launch(reg: Registry, compute: Compute, record: JobRecord, *, now: datetime, metrics: Metrics,
+            policy: Policy) -> JobRecord:
+    """Launch a claimed attempt: snapshot, then jobplane.decide.launch one step at a time."""
+    job_id = record.id
     snap = snapshot(reg, compute, record, policy)
     scripts: dict[str, str] = {}  # per CPU architecture: each fetches its own agent bundle
     while isinstance(step := launch_decide.decide(snap, now), launch_decide.Launch):

@@ -184,7 +184,7 @@ def test_refusals_and_terminations_go_into_the_history_of_jobs_that_have_one(mot
     moto_aws.set_policy(f"aws:\n  default_image: {moto_aws.image}\nsafety:\n  max_terminations_per_run: 0\n")
     old = launch(moto_aws, "old")
     moto_aws.registry.transition("old", State.LAUNCHING, expect={State.LAUNCHING}, attempt=2, instances=[],
-                              launched_at=None)  # attempt 1 is past, attempt 2 is launching
+                              launched_at=None, now=later(9))  # attempt 1 is past, attempt 2 is launching
     run_raw(moto_aws, 1, ORPHAN)  # a job nobody recorded: no history to write to
 
     outcomes = sweep(moto_aws, now=later(11))

@@ -96,6 +96,7 @@ class Snapshot:
 class Rule(StrEnum):
     IGNORED = "ignored"  # a fact that does not parse or names no instance of the attempt: an event, once
     STARTED = "started"  # LAUNCHING -> RUNNING: every rank has beaten
+    RESUME_LAUNCH = "resume-launch"  # LAUNCHING with no VM recorded past the grace: adopt its VMs or launch them
     LIMITS = "limits"  # write the limits/ key of a RUNNING attempt
     FINISHED = "finished"
     RANK_FAILED = "rank-failed"  # a rank of a multi-node attempt exited non-zero: the attempt ends at once
@@ -151,6 +152,7 @@ class Action:
     stop: bool = False
     stop_by: str = "uptime-cap"  # the stop request's `by`, which the agent copies into its exit report
     relaunch: bool = False  # launcher.launch_attempt(expect={to} or expect, expect_attempt)
+    resume_launch: bool = False  # launcher.resume: the launcher died between its claim and recording VMs
     clear_preempted: bool = False
     delete_keys: tuple[str, ...] = ()
     refused: str | None = None  # why the safety limits refused it; a refused action is only reported

@@ -49,7 +49,7 @@ IDLE_SLACK_S = 2
 IDLE_BY = "idle-gpu"  # the `by` of an idle stop request, copied by the agent into its exit report
 # Least risky first: the blast-radius limit lets the head of the list through.
 _ORDER = [Rule.IGNORED, Rule.FINISHED, Rule.STOPPED, Rule.EARLY_STOP, Rule.IDLE_STOPPED, Rule.RANK_FAILED,
-          Rule.STOP_PEERS, Rule.STARTED,
+          Rule.STOP_PEERS, Rule.STARTED, Rule.RESUME_LAUNCH,
           Rule.LIMITS, Rule.IDLE, Rule.REPAIR,
           Rule.REMARK, Rule.LOST, Rule.LOST_SPOT, Rule.STALLED, Rule.BOOT_FAILED, Rule.BOOT_RETRY, Rule.ORPHAN,
           Rule.CLEANUP]
@@ -156,7 +156,8 @@ def _job(record: JobRecord, index: Index, now: datetime, policy: Policy) -> list
     mark = snap.preempted.get(job_id)
     if mark is not None and trusted_mark(mark, record, instances):
         return out  # the agent reported a preemption: rerun's job
-    action = (_finished(record, exits, instances, policy)
+    action = (_resume(record, now)
+              or _finished(record, exits, instances, policy)
               or _rank_failed(record, exits, instances)
               or _bootstrap_failed(record, snap.boot_failures.get(job_id), index.beats[job_id, n], instances)
               or _started(record, index.beats[job_id, n], policy)
@@ -170,6 +171,20 @@ def _job(record: JobRecord, index: Index, now: datetime, policy: Policy) -> list
     elif action is None and record.state == State.RUNNING:
         action = _idle(record, index, now, policy)
     return [*out, action] if action else out
+
+
+LAUNCH_GRACE = 600  # s: longer than any launcher run (Lambda 120 s; the GCP launcher waits up to 540 s)
+
+
+def _resume(record: JobRecord, now: datetime) -> Action | None:
+    """A claim with no VM recorded long after it: the launcher died between its claim and the launch, or after
+    RunInstances and before recording the VMs (a timeout). Resume that attempt; it costs no restart."""
+    if record.state != State.LAUNCHING or record.instances or record.last_event is None \
+            or age(now, record.state_since) < LAUNCH_GRACE:
+        return None
+    return claim(record, Rule.RESUME_LAUNCH, f"attempt {record.attempt} has no VM recorded "
+                 f"{_fmt(age(now, record.state_since))} after its claim: resuming its launch", resume_launch=True,
+                 flag=keys.resume_flag(record.id, record.attempt, record.last_event.stamp))
 
 
 def _trusted(record: JobRecord, snap: Snapshot, instances: list[Instance]) -> tuple[dict[int, ExitReport],

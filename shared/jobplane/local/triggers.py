@@ -113,7 +113,7 @@ class LambdaContext:
     function_version: str = "$LATEST"
 
     def get_remaining_time_in_millis(self) -> int:
-        return 60_000
+        return 120_000  # the launcher's timeout (infra/aws)
 
 
 def _envelope(detail_type: str, source: str, detail: dict[str, Any], region: str,
