@@ -135,6 +135,22 @@ def test_a_bundle_cannot_escape_the_code_dir(tmp_path: Path, monkeypatch: pytest
     assert not (tmp_path / "escaped.txt").exists() and not Path(member.name).exists()
 
 
+@pytest.mark.parametrize("filters", [True, False], ids=["tarfile filters", "Python before 3.11.4 (Debian 12)"])
+def test_a_chain_of_symlinks_cannot_escape_the_code_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        filters: bool) -> None:
+    """Each link alone stays inside (a -> ., a/b -> .. read lexically is the code dir), but once `a` exists on
+    disk, a/b is code/b and points at code's parent: a/b/escaped.txt would land outside. Checking every member
+    against the tree as extracted so far refuses it."""
+    if not filters:
+        monkeypatch.delattr(tarfile, "data_filter")
+    code = tmp_path / "code"
+    chain = _tarball(_member("a", tarfile.SYMTYPE, "."), _member("a/b", tarfile.SYMTYPE, ".."),
+                     _member("a/b/escaped.txt"))
+    with pytest.raises(tarfile.TarError):
+        unpack(_file(tmp_path, chain), code)
+    assert not (tmp_path / "escaped.txt").exists()
+
+
 def test_without_tarfile_filters_a_normal_bundle_unpacks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delattr(tarfile, "data_filter")
     unpack(_file(tmp_path, _tarball(_member("src/train.py"), _member("latest", tarfile.SYMTYPE, "src/train.py"))),

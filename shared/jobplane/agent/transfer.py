@@ -203,12 +203,19 @@ def unpack(tarball: Path, dest: Path) -> None:
             tar.extractall(dest, filter="data")
             return
         root = dest.resolve()
+        # one member at a time, each checked against what is on disk by then: a symlink an earlier member
+        # made (a -> ., then a/b -> ..) must count when a later one (a/b/x) is resolved
         for member in tar.getmembers():
             target = (root / member.name).resolve()
-            link = (target.parent / member.linkname).resolve() if member.issym() or member.islnk() else target
+            if member.issym():
+                link = (target.parent / member.linkname).resolve()
+            elif member.islnk():  # a hard link's name is relative to the archive's root
+                link = (root / member.linkname).resolve()
+            else:
+                link = target
             if member.isdev() or not target.is_relative_to(root) or not link.is_relative_to(root):
                 raise tarfile.TarError(f"{member.name!r} would land outside {dest} or is a device: refused")
-        tar.extractall(dest)  # checked above
+            tar.extract(member, dest)  # checked just above, against the tree as extracted so far
 
 
 # ---- local files ------------------------------------------------------------------------------------------
