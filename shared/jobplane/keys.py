@@ -108,11 +108,6 @@ def boot_failure(job_id: str, attempt: int) -> str:
     return f"{attempt_prefix(job_id, attempt)}boot-failure.json"
 
 
-def resume_flag(job_id: str, attempt: int, stamp: str) -> str:
-    """Created once by the sweep that resumes an attempt's launch from the record with this event stamp."""
-    return f"{attempt_prefix(job_id, attempt)}resumed-{stamp}"
-
-
 def ignored_flag(job_id: str, attempt: int, fact: str) -> str:
     """Created once by the function that recorded an event for a fact of this attempt it ignored (an exit
     report or boot failure that does not parse or names no instance of the attempt): one event per fact."""

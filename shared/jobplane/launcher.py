@@ -117,6 +117,7 @@ def handle_drop(reg: Registry, compute: Compute, key: str, *, now: datetime, met
                                           metrics=metrics, reason="launching attempt 1", policy=policy))
     except TransitionRefused as exc:
         outcome = Outcome(key, Result.EXISTS, str(exc))  # another delivery of this drop claimed it first
+        reg.repair_markers(job_id)  # that delivery may have died before its marker: the sweep must see the job
     reg.delete(key)
     return outcome
 
@@ -233,13 +234,15 @@ def launch_attempt(
     return _launch(reg, compute, record, now=now, metrics=metrics, policy=policy)
 
 
-def resume(reg: Registry, compute: Compute, job_id: str, *, attempt: int, now: datetime, metrics: Metrics,
-           policy: Policy) -> JobRecord:
-    """Finish the launch of a claimed attempt whose launcher died (the sweep's RESUME_LAUNCH): adopt the
-    attempt's VMs if RunInstances ran (record them, write their cluster.json), else launch them. Same attempt,
-    no restart counted."""
+def resume(reg: Registry, compute: Compute, job_id: str, *, attempt: int, stamp: str, now: datetime,
+           metrics: Metrics, policy: Policy) -> JobRecord:
+    """Finish the launch of a claimed attempt whose launcher died (the sweep's RESUME_LAUNCH, from the record
+    whose event stamp is `stamp`): adopt the attempt's VMs if RunInstances ran (record them, write their
+    cluster.json; harmless twice), else claim the record again by its stamp (one of overlapping runs wins) and
+    launch them. Same attempt, no restart counted; a resume that dies too is resumed by a later sweep."""
     record = reg.job(job_id)
-    if record.state != State.LAUNCHING or record.attempt != attempt or record.instances:
+    if record.state != State.LAUNCHING or record.attempt != attempt or record.instances \
+            or record.last_event is None or record.last_event.stamp != stamp:
         return record  # moved on meanwhile
     found = sorted((i for i in compute.list_managed() if i.job_id == job_id and i.attempt == attempt
                     and i.state in ("pending", "running")), key=lambda i: (i.rank or 0, i.id))
@@ -257,8 +260,8 @@ def resume(reg: Registry, compute: Compute, job_id: str, *, attempt: int, now: d
     if found:  # part of an all-or-nothing launch: not a cluster
         compute.terminate([i.id for i in found])
     record = reg.transition(job_id, State.LAUNCHING, now=now, expect={State.LAUNCHING}, expect_attempt=attempt,
-                            reason=f"resuming the launch of attempt {attempt}: its launcher stopped before it "
-                                   "recorded any VM", state_since=now)
+                            expect_event=stamp, reason=f"resuming the launch of attempt {attempt}: its launcher "
+                                                       "stopped before it recorded any VM", state_since=now)
     return _launch(reg, compute, record, now=now, metrics=metrics, policy=policy)
 
 

@@ -273,10 +273,11 @@ def _apply_one(reg: Registry, compute: Compute | None, action: Action, *, now: d
         launcher.launch_attempt(reg, compute, job_id, now=now, expect=action.relaunch_expect,
                                 expect_attempt=action.expect_attempt, metrics=metrics, reason=action.reason,
                                 policy=policy)
-    if action.resume_launch and job_id and action.expect_attempt is not None:
+    if action.resume_from and job_id and action.expect_attempt is not None:
         if compute is None:
             raise RuntimeError("no compute adapter to launch with")
-        launcher.resume(reg, compute, job_id, attempt=action.expect_attempt, now=now, metrics=metrics, policy=policy)
+        launcher.resume(reg, compute, job_id, attempt=action.expect_attempt, stamp=action.resume_from, now=now,
+                        metrics=metrics, policy=policy)
     if action.clear_preempted and job_id:
         reg.clear_preempted(job_id)
     for key in action.delete_keys:

@@ -319,6 +319,7 @@ class Registry:
         reason: str | None = None,
         expect: Collection[State] | None = None,
         expect_attempt: int | None = None,
+        expect_event: str | None = None,
         event: dict[str, Any] | None = None,
         **updates: Any,
     ) -> JobRecord:
@@ -339,6 +340,8 @@ class Registry:
             if expect_attempt is not None and current.attempt != expect_attempt:
                 raise TransitionRefused(job_id, current.state, to,
                                         f"attempt is {current.attempt}, expected {expect_attempt}")
+            if expect_event is not None and (current.last_event is None or current.last_event.stamp != expect_event):
+                raise TransitionRefused(job_id, current.state, to, "the record changed since it was read")
             if not allowed(current.state, to):
                 raise TransitionRefused(job_id, current.state, to)
             stamp = _stamp_after(current.last_event, now)
@@ -457,11 +460,11 @@ class Registry:
         self.complete_history(record)  # markers disagree when a function died after its CAS: so may the history
         want = keys.active_marker(job_id, record.state, record.attempt) if record.state in LIVE else None
         have = [k for k, _, _ in self.listing(keys.active_prefix(job_id))]
+        if want and want not in have:  # first: a repair cut short never leaves a live job without a marker
+            self.put(want, b"", "text/plain")
         for k in have:
             if k != want:
                 self.delete(k)
-        if want and want not in have:
-            self.put(want, b"", "text/plain")
 
     def active(self) -> dict[str, list[ActiveMarker]]:
         """Every live job from one listing of active/; more than one marker means a repair is due."""

@@ -54,9 +54,15 @@ CANDIDATES: list[Candidate] = [
     Candidate("LAUNCHING", _with(healthy(), active={"j": (marker(state=State.LAUNCHING),)}), read=True),
     Candidate("two markers", _with(healthy(), active={"j": (marker(), marker(state=State.LAUNCHING, attempt=2))}),
               read=True),
-    Candidate("QUEUED is the launcher's", _with(healthy(), active={"j": (marker(state=State.QUEUED, attempt=0),)}),
+    Candidate("QUEUED is the launcher's", _with(healthy(), active={"j": (marker(state=State.QUEUED, attempt=0,
+                                                                               since=60),)}), read=False),
+    Candidate("PREEMPTED is rerun's", _with(healthy(), active={"j": (marker(state=State.PREEMPTED, since=60),)}),
               read=False),
-    Candidate("PREEMPTED is rerun's", _with(healthy(), active={"j": (marker(state=State.PREEMPTED),)}), read=False),
+    # ... unless it has stayed so past LAUNCH_GRACE: a launcher or rerun may have died before moving it
+    Candidate("QUEUED for long", _with(healthy(), active={"j": (marker(state=State.QUEUED, attempt=0,
+                                                                       since=601),)}), read=True),
+    Candidate("PREEMPTED for long", _with(healthy(), active={"j": (marker(state=State.PREEMPTED, since=601),)}),
+              read=True),
     Candidate("named by an event", _with(healthy(), forced=frozenset({"j"})), read=True),
 ]
 

@@ -38,6 +38,7 @@ Artifacts (SM_MODEL_DIR, output/data) are uploaded once, after the process ends,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -59,7 +60,7 @@ from jobplane.agent.transfer import (
     stat_of,
     workers,
 )
-from jobplane.clouds.base import ObjectStore, PreconditionFailed
+from jobplane.clouds.base import NotFound, ObjectStore, PreconditionFailed
 
 log = logging.getLogger("jobplane.agent")
 
@@ -143,6 +144,7 @@ class CheckpointSync:
         self._named: dict[str, Entry] = {}  # what this rank's newest manifest names
         self._unnamed: set[str] = set()  # this rank's objects the newest manifest may not name: deleted after it
         self._known: set[str] = set()  # manifests this life wrote or saw at its restore: any other is another life's
+        self._ages: dict[str, datetime] = {}  # LastModified of what the restore listed
         self._lock = threading.Lock()  # the periodic and the final sync may overlap
 
     def _key(self, rel_key: str) -> str:
@@ -173,6 +175,7 @@ class CheckpointSync:
         listed = [info for area in (f"files/{self.rank}/", f"manifests/{self.rank}/")
                   for info in self.store.list(self._key(area))]
         self._known = {info.key for info in listed if "/manifests/" in info.key}
+        self._ages = {info.key: info.last_modified for info in listed}
         self._unnamed |= {info.key for info in listed if info.last_modified < self.clock() - LEFTOVER_AGE}
 
         def one(rel: str, entry: Entry) -> int:
@@ -252,12 +255,15 @@ class CheckpointSync:
             body = {"seq": seq, "rank": self.rank, "attempt": self.attempt,
                     "written_at": datetime.now(UTC).isoformat(),
                     "files": {rel: asdict(entry) for rel, entry in sorted(files.items())}}
-            key = self._manifest_key(seq)
+            key, data = self._manifest_key(seq), json.dumps(body, indent=1).encode()
             try:
                 self._known.add(key)
-                retried(f"manifest {seq}", partial(self.store.put_if_absent, key, json.dumps(body, indent=1).encode()))
+                retried(f"manifest {seq}", partial(self.store.put_if_absent, key, data))
                 break
-            except PreconditionFailed:  # an earlier life of this node got there first: never overwrite it
+            except PreconditionFailed:  # another life got there first (never overwrite it), or our own write
+                with contextlib.suppress(NotFound):  # landed and its response was lost: the resend found it
+                    if retried(f"manifest {seq} check", partial(self.store.get, key)).data == data:
+                        break
                 seq += 1
         self.seq, self._named = seq, files
 
@@ -272,6 +278,11 @@ class CheckpointSync:
             log.warning("another life of rank %d wrote %s: not deleting old checkpoint objects", self.rank,
                         sorted(others)[-1])
             return
+        # another life's files (an earlier attempt's, still named by a manifest it may write again on its final
+        # sync) go only once old: until then they are leftovers a later life collects
+        recent = self.clock() - LEFTOVER_AGE
+        self._unnamed -= {k for k in self._unnamed if "/files/" in k and f"-a{self.attempt}/" not in k
+                          and self._ages.get(k, recent) >= recent}
         manifests = {k for k in self._unnamed if "/manifests/" in k}
         _, errors = parallel(((key, partial(self.store.delete, key)) for key in sorted(manifests)), workers(self.store))
         if not errors:  # a file goes only once no manifest that may name it is left

@@ -152,7 +152,7 @@ class Action:
     stop: bool = False
     stop_by: str = "uptime-cap"  # the stop request's `by`, which the agent copies into its exit report
     relaunch: bool = False  # launcher.launch_attempt(expect={to} or expect, expect_attempt)
-    resume_launch: bool = False  # launcher.resume: the launcher died between its claim and recording VMs
+    resume_from: str | None = None  # launcher.resume from the record with this event stamp (its launcher died)
     clear_preempted: bool = False
     delete_keys: tuple[str, ...] = ()
     refused: str | None = None  # why the safety limits refused it; a refused action is only reported

@@ -105,6 +105,9 @@ def candidates(snap: Snapshot, now: datetime, policy: Policy) -> set[str]:
             out.add(job_id)
             continue
         marker = markers[0]
+        if marker.state in (State.QUEUED, State.PREEMPTED) and age(now, marker.since) >= LAUNCH_GRACE:
+            out.add(job_id)  # a launcher (or rerun) may have died between its claim and moving the marker
+            continue
         if marker.state != State.RUNNING:
             continue  # QUEUED / WAITING_CAPACITY: the launcher's; PREEMPTED: rerun's
         limits = index.limits.get((job_id, marker.attempt))
@@ -156,7 +159,7 @@ def _job(record: JobRecord, index: Index, now: datetime, policy: Policy) -> list
     mark = snap.preempted.get(job_id)
     if mark is not None and trusted_mark(mark, record, instances):
         return out  # the agent reported a preemption: rerun's job
-    action = (_resume(record, now)
+    action = (_resume(record, index.beats[job_id, n], now)
               or _finished(record, exits, instances, policy)
               or _rank_failed(record, exits, instances)
               or _bootstrap_failed(record, snap.boot_failures.get(job_id), index.beats[job_id, n], instances)
@@ -176,15 +179,18 @@ def _job(record: JobRecord, index: Index, now: datetime, policy: Policy) -> list
 LAUNCH_GRACE = 600  # s: longer than any launcher run (Lambda 120 s; the GCP launcher waits up to 540 s)
 
 
-def _resume(record: JobRecord, now: datetime) -> Action | None:
-    """A claim with no VM recorded long after it: the launcher died between its claim and the launch, or after
-    RunInstances and before recording the VMs (a timeout). Resume that attempt; it costs no restart."""
-    if record.state != State.LAUNCHING or record.instances or record.last_event is None \
-            or age(now, record.state_since) < LAUNCH_GRACE:
+def _resume(record: JobRecord, beats: list[Beat], now: datetime) -> Action | None:
+    """A claim with no VM recorded long after it, or whose VMs already beat: the launcher died between its
+    claim and the launch, or after RunInstances and before recording the VMs (a timeout). Resume that
+    attempt (adopting its VMs if they exist); it costs no restart."""
+    if record.state != State.LAUNCHING or record.instances or record.last_event is None:
+        return None
+    beating = set(range(record.spec.num_nodes)) <= {b.rank for b in beats if not b.output}
+    if not beating and age(now, record.state_since) < LAUNCH_GRACE:
         return None
     return claim(record, Rule.RESUME_LAUNCH, f"attempt {record.attempt} has no VM recorded "
-                 f"{_fmt(age(now, record.state_since))} after its claim: resuming its launch", resume_launch=True,
-                 flag=keys.resume_flag(record.id, record.attempt, record.last_event.stamp))
+                 f"{_fmt(age(now, record.state_since))} after its claim: resuming its launch",
+                 resume_from=record.last_event.stamp)
 
 
 def _trusted(record: JobRecord, snap: Snapshot, instances: list[Instance]) -> tuple[dict[int, ExitReport],
