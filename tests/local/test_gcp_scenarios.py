@@ -26,7 +26,9 @@ def test_demo_every_step_on_gcp(gcp: CloudProcess) -> None:
     path, a preemption resumed on attempt 2, the functions' uptime cap; and what the console said meanwhile."""
     console, verbs = run_demo(gcp)
     assert {"launched", "booted", "running", "preempted", "rerun", "capped", "finished", "deleted"} <= verbs, console
-    assert re.search(r"capped +us-central1-\w/jobplane-demo-max-run-\S+ \(.*\): maxRunDuration reached", console)
+    # VM names start with jobplane-<6 hex of the deployment's sha256>-
+    assert re.search(r"capped +us-central1-\w/jobplane-[0-9a-f]{6}-demo-max-run-\S+ \(.*\): maxRunDuration reached",
+                     console)
     assert '"severity"' not in console, "function logs reached the console"
     functions_log = (gcp.state_dir / "functions.log").read_text()
     entries = [json.loads(line) for line in functions_log.splitlines() if line.startswith('{"severity"')]
