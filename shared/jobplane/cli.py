@@ -27,6 +27,7 @@ from jobplane.policy import DEFAULT_POLICY, Policy, check_against_policy, parse_
 from jobplane.registry import JobExists, JobNotFound, TransitionRefused, utcnow
 from jobplane.settings import Settings
 from jobplane.spec import format_duration, json_schema_text, parse_duration, parse_spec, spec_to_json
+from jobplane.states import State
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -345,6 +346,7 @@ def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
     instances = [asdict(i) for i in backend.compute().list_managed()
                  if i.job_id == job_id] if record and record.instances else []
     now = utcnow()
+    checkpoint = jobs.newest_checkpoint(backend.reg, job_id) if record else None
     if as_json:
         job = record.model_dump(mode="json", exclude={"last_event"}) if record else {  # "events" has it
             "id": view.id, "state": view.state, "since": view.since.isoformat(),
@@ -352,7 +354,8 @@ def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
             "spec": spec_to_json(view.spec) if view.spec else None}
         spent = cost.as_json(cost.job_cost(record, now)) if record else None
         click.echo(json.dumps({"job": job, "events": events, "instances": instances, "cost": spent,
-                                "metrics": [metricview.summary(s) for s in trained]}, indent=1, default=str))
+                                "metrics": [metricview.summary(s) for s in trained],
+                                "checkpoint": asdict(checkpoint) if checkpoint else None}, indent=1, default=str))
         return
     console = Console()
     for col, cell in zip(COLUMNS, display(view_row(view, now)), strict=True):
@@ -367,6 +370,9 @@ def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
     console.print(f"[bold]{'instances':>14}[/bold]  {', '.join(record.instances) or '-'}")
     for used in record.usage:  # what each attempt ran on, and its estimated cost
         console.print(f"[bold]{'usage':>14}[/bold]  {cost.describe_attempt(used, now)} (estimated)", highlight=False)
+    if checkpoint is not None or record.state == State.RUNNING:
+        console.print(f"[bold]{'checkpoint':>14}[/bold]  {checkpoint.describe(now) if checkpoint else 'none yet'}",
+                      highlight=False)
     for i, s in enumerate(trained):  # the last values; `jobplane metrics` has the rest
         console.print(f"[bold]{'metrics' if i == 0 else '':>14}[/bold]  {s.name} {metricview.last_line(s)}",
                       highlight=False)

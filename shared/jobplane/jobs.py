@@ -28,7 +28,15 @@ import yaml
 from jobplane import cost, drops, keys, records, yaml_input
 from jobplane.clouds.base import Compute, NotFound, PreconditionFailed
 from jobplane.errors import FieldError, SpecError
-from jobplane.jobview import JobView, Status, readable_job_id, rejected_reason, status, view_row
+from jobplane.jobview import (
+    JobView,
+    Status,
+    human_duration,
+    readable_job_id,
+    rejected_reason,
+    status,
+    view_row,
+)
 from jobplane.metrics import Sample, decode
 from jobplane.registry import JobExists, JobNotFound, JobRecord, Registry, TransitionRefused, utcnow
 from jobplane.spec import URI_SCHEMES, job_id_problem, load_document, parse_spec
@@ -304,6 +312,37 @@ def read_metrics(reg: Registry, job_id: str, attempt: int | None = None, rank: i
     """The metric samples the job's agents read from its output, in (attempt, rank, printed) order."""
     return [sample for a, r, key in node_chunks(reg, "metrics", job_id, attempt, rank)
             for sample in decode(reg.get_bytes(key), a, r)]
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The newest checkpoint manifest in the bucket: what a next attempt would restore (of that rank)."""
+
+    written_at: datetime  # when it reached the bucket
+    rank: int
+    attempt: int | None
+    files: int
+    step: int | None  # the training step the job's output showed when it was written, if any
+
+    def describe(self, now: datetime) -> str:
+        step = f", step {self.step}" if self.step is not None else ""
+        return (f"newest {human_duration((now - self.written_at).total_seconds())} ago (rank {self.rank}, attempt"
+                f" {self.attempt}, {self.files} files{step})")
+
+
+def newest_checkpoint(reg: Registry, job_id: str) -> Checkpoint | None:
+    listed = [(when, key) for key, when, _ in reg.listing(keys.checkpoints_prefix(job_id) + "manifests/")
+              if key.endswith(".json")]
+    if not listed:
+        return None
+    when, key = max(listed)
+    try:
+        body = reg.get_json(key)
+    except (NotFound, ValueError):  # replaced meanwhile, or not ours to read
+        return None
+    step = body.get("step")
+    return Checkpoint(when, int(body.get("rank", 0)), body.get("attempt"), len(body.get("files", {})),
+                      step if isinstance(step, int) else None)
 
 
 def tagged(chunk: Chunk) -> str:

@@ -12,7 +12,8 @@ import pytest
 
 from jobplane import keys
 from jobplane.agent import Agent, AgentConfig
-from jobplane.agent.core import grace_within, sync_budget
+from jobplane.agent.core import grace_within
+from jobplane.agent.keeper import sync_budget
 from jobplane.clouds.aws_imds import Ec2Metadata
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID
 from jobplane.clouds.memory import MemoryStore

@@ -14,6 +14,7 @@ import pytest
 
 from jobplane import keys
 from jobplane.agent.checkpoints import LEFTOVER_AGE, CheckpointSync, publish
+from jobplane.agent.writers import writing
 from jobplane.clouds.memory import MemoryStore
 from tests.agent.conftest import World, console_of
 from tests.helpers import wait_for
@@ -44,12 +45,14 @@ def only_what_the_manifest_names(store: MemoryStore) -> bool:
     return {i.key for i in store.list(PREFIX + "files/")} == named
 
 
-def test_work_in_progress_is_never_uploaded_and_a_growing_file_waits(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kernel", [True, False], ids=["open-for-writing", "settle-fallback"])
+def test_work_in_progress_is_never_uploaded_and_a_growing_file_waits(tmp_path: Path, kernel: bool) -> None:
+    """By the kernel's view (the file is open for writing) or, where it cannot tell, by settle-by-time."""
     store, ckpt = MemoryStore(), tmp_path / "ckpt"
     (ckpt / "step-2.tmp").mkdir(parents=True)  # a directory being assembled: nothing in it is uploaded
     (ckpt / "step-2.tmp" / "shard-0").write_bytes(b"half")
     (ckpt / ".ckpt-2.tmp.npz").write_bytes(b"numpy's temporary name")
-    sync = CheckpointSync(store, ckpt, PREFIX, settle=0.2)
+    sync = CheckpointSync(store, ckpt, PREFIX, settle=0.2, writers=writing if kernel else lambda: None)
     publish_by_rename(ckpt / "ckpt-1.pt", b"one")
     moved = sync.sync()
     assert moved.files == 1 and [sorted(m["files"]) for m in manifests(store)] == [["ckpt-1.pt"]]
@@ -69,11 +72,11 @@ def test_work_in_progress_is_never_uploaded_and_a_growing_file_waits(tmp_path: P
     try:
         wait_for("the writer", growing.exists)
         for _ in range(3):
-            assert sync.sync().files == 0  # changed between the two scans every time
+            assert sync.sync().files == 0  # open for writing (or changed between the two scans) every time
     finally:
         stop.set()
         writer.join()
-    assert sync.sync().files == 1  # now quiet for a whole settle interval
+    assert sync.sync().files == 1  # now closed (or quiet for a whole settle interval)
     assert sorted(manifests(store)[-1]["files"]) == ["ckpt-1.pt", "growing.bin"]  # type: ignore[call-overload]
     assert sync.sync().files == 0 and len(manifests(store)) == 1  # nothing changed: no new manifest
 

@@ -4,14 +4,18 @@ The convention for training code (also in the README):
 - Publish a checkpoint by renaming it into place: write `ckpt-100.pt.tmp`, then `os.replace` it to
   `ckpt-100.pt`. A path with a component ending in `.tmp` or containing `.tmp.` (numpy's
   `.ckpt-100.tmp.npz`, a directory `step-100.tmp/`) is never uploaded.
-- A file is uploaded once it is unchanged across two scans SETTLE seconds apart, and only if it did not
-  change while it was uploaded; a file renamed into place is complete and stays unchanged, so the next sync
-  takes it. A file written in place by a writer that pauses longer than SETTLE mid-file can look finished:
-  publish such files by rename.
+- A file is complete when no process holds it open for writing (the kernel's view, agent/writers.py), and it
+  is uploaded only if it did not change while it was uploaded; one rewritten in place during its upload (a
+  `torch.save` every second) is uploaded from a private copy taken between two saves. Where the kernel cannot
+  tell, a file counts as complete once unchanged across two scans SETTLE seconds apart. A writer that closes a
+  file mid-way and reopens it to go on can look finished: publish such files by rename.
 - When the training process has ended, the final sync uploads what it left, newest first, within the Spot
-  notice window. If the process died by a signal (it did not exit by itself on SIGTERM), files modified in
-  its last SETTLE seconds are left out, since they may be half-written, and the previous complete version of
-  each stays in force: to have a checkpoint saved on SIGTERM uploaded, save it and then exit.
+  notice window, except the files its processes held open for writing when the agent stopped them (recorded
+  with the processes frozen, just before the signal): those may be half-written, and the previous complete
+  version of each stays in force. Where the kernel could not tell, files modified in the last SETTLE seconds
+  before a death by signal are left out instead.
+- Never silently: a file left out, or whose newest version has not reached the bucket for longer than
+  `overdue_after`, is reported through `say` (the job's log), naming the file and the rule, once per reason.
 
 Each sync uploads the complete files that are new or changed to fresh keys, then writes a manifest
 (create-only, numbered) naming every file of the directory with its key, size and version, and only then
@@ -29,7 +33,8 @@ receives the union of the ranks' manifests (rank 0's copy wins where two ranks w
 way SageMaker copies the whole checkpoint prefix to every instance.
 
 Under a job's checkpoints/ prefix:
-  manifests/<rank>/<seq>.json   {"seq", "rank", "attempt", "written_at", "files": {path: {key, size, version}}}
+  manifests/<rank>/<seq>.json   {"seq", "rank", "attempt", "written_at", "step", "files": {path: {key, size,
+                                version}}}; step: the training step the job's output last showed, if any
   files/<rank>/<seq>-a<attempt>/<path>  bytes uploaded by sync <seq> of attempt <attempt>; never overwritten,
                                 deleted once unreferenced
 Artifacts (SM_MODEL_DIR, output/data) are uploaded once, after the process ends, by the same rules to
@@ -42,10 +47,12 @@ import contextlib
 import json
 import logging
 import re
+import shutil
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -60,11 +67,17 @@ from jobplane.agent.transfer import (
     stat_of,
     workers,
 )
+from jobplane.agent.writers import under, writing
 from jobplane.clouds.base import NotFound, ObjectStore, PreconditionFailed
 
 log = logging.getLogger("jobplane.agent")
 
-SETTLE = 2.0  # seconds between the two scans that must agree before a file is uploaded
+SETTLE = 2.0  # where the kernel cannot tell what is open: seconds between two scans that must agree
+COPY_TRIES = 20  # a file rewritten during its upload: tries to copy it between two saves, 50 ms apart
+OPEN = "open for writing by the job at every sync (a file is uploaded once closed)"
+EMPTY = "empty at every sync but the last (a file being created or truncated is empty before its writer shows)"
+CHANGED = "rewritten while it was uploaded, and never quiet long enough to copy"
+Writers = Callable[[], set[str] | None]  # absolute paths open for writing now; None: the kernel cannot tell
 _MANIFEST_TIME = 3.0  # of a deadline, kept back for writing the manifest after the uploads
 _SEQ = re.compile(r"manifests/(\d+)/(\d+)\.json$")
 LEFTOVER_AGE = timedelta(hours=2)  # longer than any overlap of two lives (a stop grace is at most 1 h)
@@ -84,30 +97,64 @@ class Entry:
     version: str
 
 
+_EPOCH = datetime.min.replace(tzinfo=UTC)
+
+
+def _when(text: object) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+
+
 class _Changed(Exception):
     """The file changed while it was uploaded: that copy may be torn, so it is not used."""
 
 
-def complete(local: Path, settle: float, *, final: bool = False, cut_ns: int | None = None,
-             stop: threading.Event | None = None) -> tuple[dict[str, Stat], set[str]]:
-    """(files complete enough to upload, every file present).
+@dataclass
+class Ready:
+    """One look at a directory: the files complete enough to upload, every file, and why the others wait."""
 
-    Periodic: unchanged across two scans `settle` apart. Final (the process has ended): everything, except
-    files modified at or after cut_ns (set when the process died by a signal)."""
+    files: dict[str, Stat]
+    present: set[str]
+    held: dict[str, str] = field(default_factory=dict)
+
+
+def complete(local: Path, settle: float, *, final: bool = False, leave_out: Mapping[str, str] | None = None,
+             cut_ns: int | None = None, writers: Writers = writing, empty_before: frozenset[str] = frozenset(),
+             stop: threading.Event | None = None) -> Ready:
+    """Periodic: the files no process holds open for writing (scanned first, so one closed after the scan
+    changed after it, which the upload notices); where the kernel cannot tell, unchanged across two scans
+    `settle` apart. An empty file counts only if it was empty at the previous look too (empty_before): open()
+    truncates a file before its descriptor shows in /proc. Final (the process has ended): everything but
+    leave_out (relative path -> why) and, if cut_ns is set, files modified at or after it."""
     first = scan(local, ignored)
     if final:
-        return {rel: st for rel, st in first.items() if cut_ns is None or st[1] < cut_ns}, set(first)
+        held = {rel: why for rel, why in (leave_out or {}).items() if rel in first}
+        if cut_ns is not None:
+            held |= {rel: f"modified in the last {settle:g} s before the process was killed, and the kernel could"
+                          " not tell whether it was being written" for rel, st in first.items()
+                     if st[1] >= cut_ns and rel not in held}
+        return Ready({rel: st for rel, st in first.items() if rel not in held}, set(first), held)
+    busy = writers()
+    if busy is not None:
+        held = {rel: EMPTY for rel, st in first.items() if st[0] == 0 and rel not in empty_before}
+        held |= dict.fromkeys(under(busy, local) & first.keys(), OPEN)
+        return Ready({rel: st for rel, st in first.items() if rel not in held}, set(first), held)
     if stop is not None:
         stop.wait(settle)
     else:
         time.sleep(settle)
     second = scan(local, ignored)
-    return {rel: st for rel, st in second.items() if first.get(rel) == st}, set(second)
+    unsettled = f"changed within {settle:g} s at every sync (the kernel cannot tell what is open for writing here)"
+    held = {rel: unsettled for rel, st in second.items() if first.get(rel) != st}
+    return Ready({rel: st for rel, st in second.items() if rel not in held}, set(second), held)
 
 
 def upload(store: ObjectStore, local: Path, files: dict[str, Stat], key_of: Callable[[str], str],
-           deadline: float | None = None) -> tuple[dict[str, Entry], Moved]:
-    """Upload files (newest first, in parallel); an entry per file uploaded whole and unchanged meanwhile."""
+           deadline: float | None = None) -> tuple[dict[str, Entry], Moved, dict[str, BaseException]]:
+    """Upload files (newest first, in parallel); an entry per file uploaded whole and unchanged meanwhile, and
+    the error of each file that was not (_Changed: rewritten during its upload)."""
     started = time.monotonic()
 
     def one(rel: str) -> Entry:
@@ -120,24 +167,36 @@ def upload(store: ObjectStore, local: Path, files: dict[str, Stat], key_of: Call
     newest_first = sorted(files, key=lambda rel: files[rel][1], reverse=True)
     entries, errors = parallel(((rel, partial(one, rel)) for rel in newest_first), workers(store), deadline)
     for rel, exc in errors.items():
-        if isinstance(exc, _Changed):
-            log.info("%s changed while it was uploaded: the next sync takes it", rel)
-        else:
+        if not isinstance(exc, _Changed):
             log.warning("upload of %s failed: %s", rel, exc)
     moved = Moved(files=len(entries), bytes=sum(e.size for e in entries.values()),
                   seconds=time.monotonic() - started, failed=sorted(errors))
     moved.skipped = len(files) - len(entries) - len(errors)  # not started before the deadline
-    return entries, moved
+    return entries, moved, errors
+
+
+def age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 class CheckpointSync:
     """One rank's checkpoint directory and its manifests under `prefix` (the job's checkpoints/ area)."""
 
     def __init__(self, store: ObjectStore, local: Path, prefix: str, *, rank: int = 0, attempt: int = 0,
-                 settle: float = SETTLE, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 settle: float = SETTLE, clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 writers: Writers = writing, say: Callable[[str], None] = log.warning,
+                 step: Callable[[], int | None] = lambda: None, overdue_after: float | None = None) -> None:
         self.clock = clock  # the store's time, for the age of an earlier life's leftovers
         self.store, self.local, self.prefix = store, local, prefix
         self.rank, self.attempt, self.settle = rank, attempt, settle
+        self.writers, self.say, self.step, self.overdue_after = writers, say, step, overdue_after
+        self.restored_from: tuple[str, datetime | None] | None = None  # the newest manifest restored, its time
+        self._versions: dict[str, tuple[datetime | None, int | None]] = {}  # in the bucket: uploaded when, at step
+        self._waiting: dict[str, tuple[float, str]] = {}  # newest version not in the bucket: since (monotonic), why
+        self._told: set[tuple[str, str]] = set()  # (file, why) already said
+        self._empty: frozenset[str] = frozenset()  # files empty at the last look
         self.seq = 0  # of this rank's newest manifest
         self._mine: dict[str, tuple[Stat, Entry]] = {}  # in the manifest, and the local state it was taken from
         self._theirs: dict[str, Stat] = {}  # restored from another rank's manifest, unchanged since
@@ -165,9 +224,15 @@ class CheckpointSync:
         chosen: dict[str, tuple[int, Entry]] = {}
         for rank, (seq, key) in sorted(self.newest_manifests().items(), reverse=True):  # rank 0 last: it wins
             body = json.loads(self.store.get(key).data)
-            files = {rel: Entry(**fields) for rel, fields in body["files"].items()}
+            files = {rel: Entry(**{k: v for k, v in fields.items() if k in ("key", "size", "version")})
+                     for rel, fields in body["files"].items()}
             if rank == self.rank:
                 self.seq, self._named = seq, files
+            written = _when(body.get("written_at"))
+            if self.restored_from is None or (written or _EPOCH) > (self.restored_from[1] or _EPOCH):
+                self.restored_from = (key, written)
+            step = body.get("step") if isinstance(body.get("step"), int) else None
+            self._versions.update(dict.fromkeys(files, (written, step)))
             chosen.update({rel: (rank, entry) for rel, entry in files.items()})
         started = time.monotonic()
         # what an earlier life of this rank left unnamed (a sync cut short): deleted after the next manifest, if
@@ -201,25 +266,29 @@ class CheckpointSync:
         return Moved(files=len(done), bytes=sum(done.values()), seconds=time.monotonic() - started)
 
     # ---- sync ---------------------------------------------------------------------------------------------
-    def sync(self, *, final: bool = False, cut_ns: int | None = None, deadline: float | None = None,
-             stop: threading.Event | None = None) -> Moved:
+    def sync(self, *, final: bool = False, leave_out: Mapping[str, str] | None = None, cut_ns: int | None = None,
+             deadline: float | None = None, stop: threading.Event | None = None) -> Moved:
         """Upload what is complete and changed, then write a manifest if the directory's content changed.
 
-        final: the process has ended (one scan; cut_ns excludes files modified at or after it). deadline
-        (time.monotonic()): no upload starts after it less the manifest's share. stop: a periodic sync
-        asked to end early (the final sync is about to run)."""
+        final: the process has ended (one scan; leave_out names files that may be half-written and why, cut_ns
+        excludes files modified at or after it). deadline (time.monotonic()): no upload starts after it less
+        the manifest's share. stop: a periodic sync asked to end early (the final sync is about to run)."""
         wait = None if deadline is None else max(0.0, deadline - time.monotonic())
         if not self._lock.acquire(timeout=-1 if wait is None else wait):
             return Moved()
         try:
-            return self._sync(final, cut_ns, deadline, stop)
+            return self._sync(final, leave_out, cut_ns, deadline, stop)
         finally:
             self._lock.release()
 
-    def _sync(self, final: bool, cut_ns: int | None, deadline: float | None,
+    def _sync(self, final: bool, leave_out: Mapping[str, str] | None, cut_ns: int | None, deadline: float | None,
               stop: threading.Event | None) -> Moved:
-        ready, present = complete(self.local, self.settle, final=final, cut_ns=cut_ns, stop=stop)
-        changed = {rel: st for rel, st in ready.items()
+        step = self.step()
+        ready = complete(self.local, self.settle, final=final, leave_out=leave_out, cut_ns=cut_ns,
+                         writers=self.writers, empty_before=self._empty, stop=stop)
+        self._empty = frozenset(rel for rel, st in ready.files.items() if st[0] == 0) | frozenset(
+            rel for rel, why in ready.held.items() if why == EMPTY)
+        changed = {rel: st for rel, st in ready.files.items()
                    if self._theirs.get(rel) != st and (rel not in self._mine or self._mine[rel][0] != st)}
         seq = self.seq + 1
         if stop is not None and stop.is_set() and not final:
@@ -229,31 +298,93 @@ class CheckpointSync:
             return self._key(f"files/{self.rank}/{seq:08d}-a{self.attempt}/{rel}")
 
         self._unnamed |= {key_of(rel) for rel in changed}  # an upload discarded or cut short leaves an object
-        entries, moved = upload(self.store, self.local, changed, key_of,
-                                None if deadline is None else deadline - _MANIFEST_TIME)
-        for rel, entry in entries.items():
-            self._mine[rel] = (changed[rel], Entry(entry.key.removeprefix(self.prefix), entry.size, entry.version))
+        entries, moved, errors = upload(self.store, self.local, changed, key_of,
+                                        None if deadline is None else deadline - _MANIFEST_TIME)
+        uploaded = {rel: (changed[rel], entry) for rel, entry in entries.items()}
+        rewritten = [] if final else [rel for rel, exc in errors.items() if isinstance(exc, _Changed)]
+        for rel in rewritten:
+            if (copied := self._upload_copy(rel, key_of(rel))) is not None:
+                uploaded[rel] = copied
+                del errors[rel]
+                moved.failed.remove(rel)
+                moved.files, moved.bytes = moved.files + 1, moved.bytes + copied[1].size
+        when = self.clock()
+        for rel, (st, entry) in uploaded.items():
+            self._mine[rel] = (st, Entry(entry.key.removeprefix(self.prefix), entry.size, entry.version))
             self._theirs.pop(rel, None)
+            self._versions[rel] = (when, step)
         # a file deleted locally leaves the manifest; one present but incomplete keeps its last complete copy
-        self._mine = {rel: kept for rel, kept in self._mine.items() if rel in present}
-        self._theirs = {rel: st for rel, st in self._theirs.items() if rel in present}
+        self._mine = {rel: kept for rel, kept in self._mine.items() if rel in ready.present}
+        self._theirs = {rel: st for rel, st in self._theirs.items() if rel in ready.present}
         files = {rel: entry for rel, (_, entry) in self._mine.items()}
         if files != self._named:
-            self._write_manifest(seq, files)
+            self._write_manifest(seq, files, step)
             if deadline is None or time.monotonic() < deadline:
                 self._clean()
+        late = "not started before the Spot notice's deadline"
+        self._account(ready, {rel: CHANGED if isinstance(exc, _Changed) else f"upload failed: {exc}"
+                              for rel, exc in errors.items()} | dict.fromkeys(changed.keys() - uploaded.keys()
+                                                                             - errors.keys(), late), final)
         return moved
+
+    def _upload_copy(self, rel: str, key: str) -> tuple[Stat, Entry] | None:
+        """A file rewritten in place while it was uploaded (saved every second or faster): upload a private copy
+        taken while nothing had it open for writing and it did not change."""
+        path, staging = self.local / rel, self.local.parent / f".{self.local.name}.staging"
+        staging.mkdir(exist_ok=True)
+        for _ in range(COPY_TRIES):
+            before, busy = stat_of(path), self.writers()
+            if before is None or busy is None:  # gone, or the kernel cannot tell: the next sync tries again
+                return None
+            copy = staging / uuid.uuid4().hex
+            try:
+                if before[0] and rel not in under(busy, self.local):  # empty: maybe being opened (see complete)
+                    shutil.copyfile(path, copy)
+                    if stat_of(path) == before:
+                        version = retried(f"upload {rel}", partial(self.store.upload_file, key, copy))
+                        return before, Entry(key, before[0], version)
+            finally:
+                copy.unlink(missing_ok=True)
+            time.sleep(0.05)
+        return None
+
+    def _account(self, ready: Ready, failed: dict[str, str], final: bool) -> None:
+        """Which files' newest version is not in the bucket, since when and why; say what must be said: every
+        file a final sync left out, and any file waiting longer than overdue_after."""
+        now = time.monotonic()
+        why = ready.held | failed
+        self._waiting = {rel: (self._waiting.get(rel, (now, ""))[0], why[rel]) for rel in ready.present if rel in why}
+        for rel, (since, reason) in sorted(self._waiting.items()):
+            if (rel, reason) in self._told:
+                continue
+            if final and rel in ready.held:
+                self.say(f"checkpoint {rel} left out: {reason}; {self._previous(rel)}")
+            elif self.overdue_after is not None and now - since > self.overdue_after:
+                self.say(f"checkpoint {rel} has not reached the bucket for {age(now - since)}: {reason};"
+                         f" {self._previous(rel)}")
+            else:
+                continue
+            self._told.add((rel, reason))
+
+    def _previous(self, rel: str) -> str:
+        if rel not in self._mine and rel not in self._theirs:
+            return "no earlier version of it is in the bucket"
+        when, step = self._versions.get(rel, (None, None))
+        about = [f"step {step}"] if step is not None else []
+        if when is not None:
+            about.append(f"{age((self.clock() - when).total_seconds())} old")
+        return "the previous version " + (f"({', '.join(about)}) " if about else "") + "stays"
 
     def _manifest_key(self, seq: int) -> str:
         return self._key(f"manifests/{self.rank}/{seq:08d}.json")
 
-    def _write_manifest(self, seq: int, files: dict[str, Entry]) -> None:
+    def _write_manifest(self, seq: int, files: dict[str, Entry], step: int | None = None) -> None:
         self._unnamed |= {self._key(entry.key) for entry in self._named.values()}
         if self.seq:
             self._unnamed.add(self._manifest_key(self.seq))
         while True:
             body = {"seq": seq, "rank": self.rank, "attempt": self.attempt,
-                    "written_at": datetime.now(UTC).isoformat(),
+                    "written_at": datetime.now(UTC).isoformat(), "step": step,
                     "files": {rel: asdict(entry) for rel, entry in sorted(files.items())}}
             key, data = self._manifest_key(seq), json.dumps(body, indent=1).encode()
             try:
@@ -295,12 +426,12 @@ class CheckpointSync:
                         next(iter(errors.values())))
 
 
-def publish(store: ObjectStore, local: Path, prefix: str, *, cut_ns: int | None = None,
-            deadline: float | None = None) -> Moved:
+def publish(store: ObjectStore, local: Path, prefix: str, *, leave_out: Mapping[str, str] | None = None,
+            cut_ns: int | None = None, deadline: float | None = None) -> Moved:
     """Upload a finished directory (artifacts) to prefix<path>, then prefix.manifest.json; delete objects
     under prefix the manifest does not name (an earlier attempt's). Raises if any file failed."""
-    ready, _ = complete(local, 0.0, final=True, cut_ns=cut_ns)
-    entries, moved = upload(store, local, ready, lambda rel: prefix + rel, deadline)
+    ready = complete(local, 0.0, final=True, leave_out=leave_out, cut_ns=cut_ns)
+    entries, moved, _ = upload(store, local, ready.files, lambda rel: prefix + rel, deadline)
     if moved.failed:
         raise RuntimeError(f"uploading {len(moved.failed)} files of {local} failed, e.g. {moved.failed[0]}")
     files = {rel: asdict(Entry(rel, e.size, e.version)) for rel, e in sorted(entries.items())}

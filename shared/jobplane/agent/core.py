@@ -34,8 +34,9 @@ from pydantic import ValidationError
 
 from jobplane import keys, metrics, records
 from jobplane.agent import gpu
-from jobplane.agent.checkpoints import SETTLE, CheckpointSync, publish
+from jobplane.agent.checkpoints import SETTLE
 from jobplane.agent.idle import IdleMeter
+from jobplane.agent.keeper import Keeper, Node
 from jobplane.agent.layout import (
     Cluster,
     Layout,
@@ -83,16 +84,6 @@ def grace_within(requested: float, left: float | None) -> float:
     if left is None:
         return requested
     return min(requested, max(MIN_GRACE_S, left - min(FINAL_SYNC_S, left / 2)))
-FINAL_RESERVE = 10.0  # seconds of a Spot notice kept after the final checkpoint sync (logs, exit report)
-
-
-def sync_budget(left: float) -> float:
-    """Seconds the final checkpoint sync may start uploads in, when the VM goes away in `left` seconds: all
-    but FINAL_RESERVE for the logs and the exit report, and never more than a quarter of what is left, so a
-    notice that arrives late (or a short local grace) still leaves most of its time to the checkpoint."""
-    return left - min(FINAL_RESERVE, max(left, 0.0) / 4)
-
-
 @dataclass(frozen=True)
 class AgentConfig:
     """Intervals are upper bounds from the contract (logs 10 s, heartbeat 30 s, checkpoints 60 s,
@@ -110,7 +101,7 @@ class AgentConfig:
     identity_timeout: float = 120.0  # metadata must answer within this
     retry_attempts: int = 6
     retry_pause: float = 1.0
-    checkpoint_settle: float = SETTLE  # a file unchanged this long (two scans) counts as complete
+    checkpoint_settle: float = SETTLE  # where /proc cannot tell what is open: unchanged this long counts as complete
 
     def __post_init__(self) -> None:
         for name, cap in (("log_interval", 10), ("heartbeat_interval", 30), ("checkpoint_interval", 60),
@@ -163,7 +154,7 @@ class Agent:
         self._stop_background = threading.Event()
         self._seq = {"logs": 0, "metrics": 0}  # next chunk number of each stream
         self._marked_output = 0
-        self._checkpoints: CheckpointSync | None = None
+        self._keeper: Keeper | None = None  # checkpoints and artifacts, once prepared
         self._ended_ns: int | None = None  # when the user process ended (wall clock, to compare with mtimes)
 
     # ---- entry point -------------------------------------------------------------------------------------
@@ -288,15 +279,11 @@ class Agent:
             moved = self._retry(f"input {name}", partial(fetch, store, [found[k] for k in mine], prefix,
                                                          lay.channel_dir(name), lay.input_dir / ".jobplane" / name))
             self.out.note(f"input {name}: {len(mine)} of {len(found)} objects: {moved.summary()}")
-        ckpt_dir = lay.local(spec.checkpoint_dir)
-        store, prefix = self.reg.location(keys.checkpoints_prefix(run.job_id))
-        checkpoints = CheckpointSync(store, ckpt_dir, prefix,
-                                     rank=run.rank, attempt=run.attempt, settle=self.cfg.checkpoint_settle)
-        restored = self._retry("restore checkpoints", checkpoints.restore)
-        if restored.files:
-            self.out.note(f"restored {restored.files} checkpoint files into {ckpt_dir} (manifest {checkpoints.seq}:"
-                          f" {restored.summary()})")
-        self._checkpoints = checkpoints  # from now on the checkpointer thread uploads changes
+        keeper = Keeper(self.reg, lay, spec, Node(run.job_id, run.attempt, run.rank),
+                        interval=self.cfg.checkpoint_interval, settle=self.cfg.checkpoint_settle, say=self.out.note,
+                        step=lambda: self.out.step)
+        keeper.restore(self._retry)
+        self._keeper = keeper  # from now on the checkpointer thread uploads changes
         lay.resource_config.write_text(json.dumps(resource_config(cluster, run.rank), indent=1))
         lay.hyperparameters.write_text(json.dumps(hyperparameters_file(spec), indent=1))
         return user_env(spec=spec, job_id=run.job_id, attempt=run.attempt, rank=run.rank, cluster=cluster,
@@ -368,10 +355,14 @@ class Agent:
                 grace = self._grace(spec, interrupt)
                 cause = f" ({interrupt.signal} received)" if interrupt.signal else ""
                 self.out.note(f"{interrupt.reason}{cause}: SIGTERM to the process group, {grace:.0f} s grace")
-                interrupt.code = proc.terminate(grace)
+                interrupt.code = proc.terminate(grace, frozen=self._frozen)
                 self._ended_ns = time.time_ns()
                 return interrupt
             self._interrupted.wait(_TICK)
+
+    def _frozen(self) -> None:
+        if self._keeper is not None:
+            self._keeper.freeze()
 
     def _grace(self, spec: JobSpec, interrupt: Outcome) -> float:
         requested = float(self.cfg.stop_grace if self.cfg.stop_grace is not None else spec.stop_grace)
@@ -481,12 +472,10 @@ class Agent:
     def _checkpointer(self) -> None:
         """Periodic checkpoint upload, in its own thread so a large upload never delays a notice."""
         while not self._stop_background.wait(self.cfg.checkpoint_interval):
-            if self._checkpoints is None:
+            if self._keeper is None:
                 continue  # not prepared yet
             try:
-                moved = self._checkpoints.sync(stop=self._stop_background)  # the final sync takes over on stop
-                if moved.files:
-                    log.info("checkpoints: uploaded %s", moved.summary())
+                self._keeper.periodic(self._stop_background)
             except Exception as exc:
                 log.warning("checkpoint sync failed; will retry: %s", exc)
 
@@ -507,11 +496,12 @@ class Agent:
 
     def _finish(self, run: _Run, outcome: Outcome) -> bool:
         ended = datetime.now(UTC)
-        cut_ns = self._torn_after(outcome)
-        if self._checkpoints is not None:
-            self._try("final checkpoint sync", lambda: self._final_sync(outcome, cut_ns))
-        if run.spec is not None and outcome.reason != "preempted":
-            self._try("artifacts upload", lambda: self._upload_artifacts(run, cut_ns))
+        keeper = self._keeper
+        if keeper is not None:
+            cut_ns = keeper.torn_after(outcome.code, self._ended_ns)
+            self._try("final checkpoint sync", lambda: keeper.final(outcome.notice, cut_ns))
+            if outcome.reason != "preempted":
+                self._try("artifacts upload", lambda: keeper.artifacts(cut_ns))
         self.out.note(f"finished: reason={outcome.reason} code={outcome.code}")
         # a run shorter than the heartbeat interval still leaves its last output time and step behind
         self._try("final heartbeat", lambda: self._heartbeat(run))
@@ -522,37 +512,6 @@ class Agent:
                 attempt=run.attempt, rank=run.rank, notice=outcome.notice, instance_id=run.instance_id)))
         key = keys.exit_report(run.job_id, run.attempt, run.rank)
         return self._try("exit report", lambda: self.reg.put_json(key, _report(run, outcome, ended).body()))
-
-    def _torn_after(self, outcome: Outcome) -> int | None:
-        """Files the user process wrote in place after this (ns) may be half-written: it died by a signal."""
-        if self._ended_ns is None or outcome.code is None or outcome.code <= 128:
-            return None
-        return self._ended_ns - int(self.cfg.checkpoint_settle * 1e9)
-
-    def _final_sync(self, outcome: Outcome, cut_ns: int | None) -> None:
-        """Newest files first, and done before a Spot notice's termination time (see sync_budget)."""
-        assert self._checkpoints is not None
-        deadline = None
-        if outcome.notice and outcome.notice.get("time"):
-            try:
-                at = datetime.fromisoformat(outcome.notice["time"].replace("Z", "+00:00"))
-                deadline = time.monotonic() + sync_budget((at - datetime.now(UTC)).total_seconds())
-            except ValueError:
-                pass
-        moved = self._checkpoints.sync(final=True, cut_ns=cut_ns, deadline=deadline)
-        if moved.files or moved.skipped or moved.failed:
-            late = f"; {moved.skipped} not started before the notice deadline" if moved.skipped else ""
-            self.out.note(f"final checkpoint sync: {moved.summary()}{late}")
-
-    def _upload_artifacts(self, run: _Run, cut_ns: int | None) -> int:
-        assert run.spec is not None
-        base = keys.artifacts_prefix(run.job_id) + ("" if run.rank == 0 else f"rank-{run.rank}/")
-        n = 0
-        for local, area in ((self.layout.local(run.spec.artifacts_dir), "model/"),
-                            (self.layout.output_data_dir, "output/")):
-            store, prefix = self.reg.location(base + area)
-            n += publish(store, local, prefix, cut_ns=cut_ns).files
-        return n
 
     def _power_off(self) -> None:
         log.info("powering off")

@@ -1,0 +1,152 @@
+"""The agent's side of a job's checkpoints and artifacts, and what it tells the job's log about them.
+
+- At the start it restores the newest checkpoint and says which manifest, how old and how many files; on a
+  later attempt that finds nothing, it warns when the attempt before ran longer than one sync period (its
+  progress should have been there).
+- While the job runs, a thread syncs the checkpoint directory (jobplane.agent.checkpoints); a file whose
+  newest version has not reached the bucket for two sync periods is named in the log, with the reason.
+- Whenever the agent is about to signal the job's processes (Spot notice, stop request, uptime cap, stall,
+  or killing what is left), they are frozen (SIGSTOP) and `freeze` records which files they hold open for
+  writing: those may be half-written if the signal kills them. The final sync and the artifacts upload
+  leave exactly those out, say so, and keep the previous complete version in force.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from jobplane import keys, records
+from jobplane.agent.checkpoints import SETTLE, CheckpointSync, age, publish
+from jobplane.agent.layout import Layout
+from jobplane.agent.transfer import Moved
+from jobplane.agent.writers import under, writing
+from jobplane.clouds.base import NotFound
+from jobplane.registry import Registry
+from jobplane.spec import JobSpec
+
+log = logging.getLogger("jobplane.agent")
+MID_WRITE = "open for writing when the job's processes were stopped, so it may be half-written"
+
+
+@dataclass(frozen=True)
+class Node:
+    """Which job, attempt and rank this agent keeps checkpoints for."""
+
+    job_id: str
+    attempt: int
+    rank: int
+
+
+class Keeper:
+    def __init__(self, reg: Registry, layout: Layout, spec: JobSpec, node: Node, *, interval: float,
+                 settle: float = SETTLE, say: Callable[[str], None], step: Callable[[], int | None]) -> None:
+        self.reg, self.node, self.interval, self.say = reg, node, interval, say
+        self.checkpoint_dir = layout.local(spec.checkpoint_dir)
+        self.artifact_dirs = [layout.local(spec.artifacts_dir), layout.output_data_dir]
+        store, prefix = reg.location(keys.checkpoints_prefix(node.job_id))
+        self.sync = CheckpointSync(store, self.checkpoint_dir, prefix, rank=node.rank, attempt=node.attempt,
+                                   settle=settle, say=say, step=step, overdue_after=2 * interval)
+        self.writing: set[str] = set()  # absolute paths held open for writing at any signal the agent sent
+        self.froze = False  # the processes were frozen before a signal, and the kernel could tell what was open
+        self.blind = False  # once, it could not
+
+    # ---- the start ----------------------------------------------------------------------------------------
+    def restore(self, retry: Callable[[str, Callable[[], Moved]], Moved]) -> Moved:
+        restored = retry("restore checkpoints", self.sync.restore)
+        if restored.files and self.sync.restored_from is not None:
+            key, written = self.sync.restored_from
+            old = f", {age((datetime.now(UTC) - written).total_seconds())} old" if written else ""
+            self.say(f"restored {restored.files} checkpoint files into {self.checkpoint_dir} (manifest"
+                     f" {key.rsplit('/', 2)[-2]}/{key.rsplit('/', 1)[-1]}{old}: {restored.summary()})")
+        elif self.node.attempt > 1:
+            ran = self._previous_run()
+            if ran is not None and ran > self.interval:
+                self.say(f"no checkpoint to restore, although attempt {self.node.attempt - 1} ran for {age(ran)}"
+                         f" (checkpoints are synced every {age(self.interval)}): its progress is lost; its log"
+                         f" says why (`jobplane logs {self.node.job_id} --attempt {self.node.attempt - 1}`)")
+        return restored
+
+    def _previous_run(self) -> float | None:
+        """Seconds the previous attempt's node of this rank ran: from its exit report, else from its cluster.json
+        to its last heartbeat (a VM reclaimed before it could report)."""
+        job, attempt, rank = self.node.job_id, self.node.attempt - 1, self.node.rank
+        try:
+            report = records.ExitReport.parse(self.reg.get_bytes(keys.exit_report(job, attempt, rank)))
+            if report.started_at and report.ended_at:
+                return (report.ended_at - report.started_at).total_seconds()
+        except (NotFound, records.RecordError):
+            pass
+        started = [when for _, when, _ in self.reg.listing(keys.cluster(job, attempt))]
+        beats = [when for key, when, _ in self.reg.listing(keys.heartbeat(job, attempt, rank))
+                 if key == keys.heartbeat(job, attempt, rank)]
+        return (beats[0] - started[0]).total_seconds() if started and beats else None
+
+    # ---- while it runs ------------------------------------------------------------------------------------
+    def periodic(self, stop: threading.Event) -> None:
+        moved = self.sync.sync(stop=stop)  # the final sync takes over on stop
+        if moved.files:
+            log.info("checkpoints: uploaded %s", moved.summary())
+
+    def freeze(self) -> None:
+        """The job's processes are stopped (SIGSTOP) just before a signal that may end them: what they hold open
+        for writing now is what that signal can leave half-written."""
+        paths = writing()
+        if paths is None:
+            self.blind = True
+        else:
+            self.froze = True
+            self.writing |= paths
+
+    # ---- the end ------------------------------------------------------------------------------------------
+    def torn_after(self, code: int | None, ended_ns: int | None) -> int | None:
+        """Where the kernel could not tell what was open at the kill (or the process died by a signal the agent
+        did not send): files written in place after this (ns) may be half-written."""
+        if ended_ns is None or code is None or code <= 128 or (self.froze and not self.blind):
+            return None
+        return ended_ns - int(self.sync.settle * 1e9)
+
+    def left_out(self, directory: Path) -> dict[str, str]:
+        return dict.fromkeys(under(self.writing, directory), MID_WRITE)
+
+    def final(self, notice: dict[str, str] | None, cut_ns: int | None) -> None:
+        """Newest files first, and done before a Spot notice's termination time (see sync_budget)."""
+        deadline = None
+        if notice and notice.get("time"):
+            try:
+                at = datetime.fromisoformat(notice["time"].replace("Z", "+00:00"))
+                deadline = time.monotonic() + sync_budget((at - datetime.now(UTC)).total_seconds())
+            except ValueError:
+                pass
+        moved = self.sync.sync(final=True, leave_out=self.left_out(self.checkpoint_dir), cut_ns=cut_ns,
+                               deadline=deadline)
+        if moved.files or moved.skipped or moved.failed:
+            late = f"; {moved.skipped} not started before the notice deadline" if moved.skipped else ""
+            self.say(f"final checkpoint sync: {moved.summary()}{late}")
+
+    def artifacts(self, cut_ns: int | None) -> int:
+        base = keys.artifacts_prefix(self.node.job_id) + ("" if self.node.rank == 0 else f"rank-{self.node.rank}/")
+        n = 0
+        for local, area in zip(self.artifact_dirs, ("model/", "output/"), strict=True):
+            store, prefix = self.reg.location(base + area)
+            leave_out = self.left_out(local)
+            for rel, why in sorted(leave_out.items()):
+                if (local / rel).is_file():
+                    self.say(f"artifact {rel} left out: {why}")
+            n += publish(store, local, prefix, leave_out=leave_out, cut_ns=cut_ns).files
+        return n
+
+
+FINAL_RESERVE = 10.0  # seconds of a Spot notice kept after the final checkpoint sync (logs, exit report)
+
+
+def sync_budget(left: float) -> float:
+    """Seconds the final checkpoint sync may start uploads in, when the VM goes away in `left` seconds: all
+    but FINAL_RESERVE for the logs and the exit report, and never more than a quarter of what is left, so a
+    notice that arrives late (or a short local grace) still leaves most of its time to the checkpoint."""
+    return left - min(FINAL_RESERVE, max(left, 0.0) / 4)

@@ -1,0 +1,184 @@
+"""Spot jobs that checkpoint the way real scripts do, preempted mid-run on the local cloud (real moto, launcher,
+rerun, bootstrap and agent): no rename-to-publish, no SIGTERM handler, saves every half second, a 200 MB file
+rewritten in place. Attempt 2 always resumes from at least the last step saved before the notice less one save
+interval, from a whole file, and the log says what was left out and why."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from jobplane import jobs
+from jobplane.local.demo import CloudProcess, poll
+from jobplane.states import State
+from tests.local.conftest import cli_ok, submit, write_spec
+
+pytestmark = [pytest.mark.scenario, pytest.mark.timeout(420)]
+
+# checkpoint.json rewritten in place every 0.5 s; SIGTERM ignored, so only the SIGKILL after the grace ends it
+JSON_EVERY_HALF_SECOND = """
+import json, os, pathlib, signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+path = pathlib.Path(os.environ["JOBPLANE_CHECKPOINT_DIR"]) / "checkpoint.json"
+step = json.loads(path.read_text())["step"] if path.exists() else 0
+print(f"resuming from step {step}", flush=True)
+while step < 60:
+    time.sleep(0.5)
+    step += 1
+    with open(path, "w") as f:
+        f.write(json.dumps({"step": step}))
+    print(f"saved step {step}", flush=True)
+"""
+
+# torch.save(state, "checkpoint.pt") every second, no signal handler (SIGTERM ends it at once). PyTorch is not in
+# the local cloud's image, so `save` writes the file the way torch.save does: one zip archive (the pickled
+# object, then a record per tensor), written in place through a single open(path, "wb"), never renamed.
+TORCH_SAVE_EVERY_SECOND = """
+import os, pathlib, pickle, time, zipfile
+
+def save(state, path):
+    with open(path, "wb") as f, zipfile.ZipFile(f, "w") as archive:
+        archive.writestr("checkpoint/data.pkl", pickle.dumps({"step": state["step"]}))
+        for i, tensor in enumerate(state["tensors"]):
+            archive.writestr(f"checkpoint/data/{i}", tensor)
+
+def load(path):
+    with zipfile.ZipFile(path) as archive:  # a torn file is not a zip: BadZipFile, and the job fails
+        return pickle.loads(archive.read("checkpoint/data.pkl"))
+
+path = pathlib.Path(os.environ["JOBPLANE_CHECKPOINT_DIR"]) / "checkpoint.pt"
+step = load(path)["step"] if path.exists() else 0
+print(f"resuming from step {step}", flush=True)
+tensors = [os.urandom(1 << 20) for _ in range(8)]  # 8 MB of weights
+while step < 40:
+    time.sleep(1.0)
+    step += 1
+    save({"step": step, "tensors": tensors}, path)
+    print(f"saved step {step}", flush=True)
+"""
+
+# a 200 MB checkpoint written in place: step 1 whole, then step 2 slowly, the notice arriving midway
+BIG_FILE_IN_PLACE = """
+import os, pathlib, sys, time
+SIZE, CHUNK = 200 << 20, 1 << 20
+path = pathlib.Path(os.environ["JOBPLANE_CHECKPOINT_DIR"]) / "big.bin"
+
+def write(step, pause):
+    with open(path, "wb") as f:
+        head = f"step {step}\\n".encode().ljust(16)
+        f.write(head)
+        body = SIZE - len(head) - 4
+        for _ in range(body // CHUNK):
+            f.write(b"w" * CHUNK)
+            f.flush()
+            time.sleep(pause)
+        f.write(b"w" * (body % CHUNK))
+        f.write(b"END\\n")
+
+if path.exists():
+    with open(path, "rb") as f:
+        step = int(f.readline().split()[1])
+        f.seek(-4, os.SEEK_END)
+        whole = path.stat().st_size == SIZE and f.read() == b"END\\n"
+    print(f"resuming from step {step} ({'whole' if whole else 'TORN'})", flush=True)
+    sys.exit(0 if whole else 3)
+write(1, 0)
+print("saved step 1", flush=True)
+time.sleep(15)  # training: the agent uploads step 1 meanwhile
+print("writing step 2", flush=True)
+write(2, 0.3)  # about a minute, in place
+print("saved step 2", flush=True)
+"""
+
+
+def start(cloud: CloudProcess, tmp_path: Path, name: str, script: str) -> str:
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text(textwrap.dedent(script))
+    spec = write_spec(tmp_path, name, "python3 train.py", max_restarts="2", max_runtime="15m")
+    return submit(cloud, spec, code)
+
+
+def logs(cloud: CloudProcess, job_id: str, attempt: int) -> str:
+    return cli_ok(cloud, "logs", job_id, "--attempt", str(attempt))
+
+
+def saved(text: str) -> list[int]:
+    return [int(m) for m in re.findall(r"^saved step (\d+)$", text, re.M)]
+
+
+def wait_saved(cloud: CloudProcess, job_id: str, step: int) -> None:
+    seen = poll(lambda: max(saved(logs(cloud, job_id, 1)), default=0) >= step, 180)
+    assert seen, f"{job_id} never saved step {step}: {logs(cloud, job_id, 1)}"
+
+
+def preempt(cloud: CloudProcess, job_id: str) -> None:
+    """A Spot interruption of attempt 1 with a 10 s notice, as the demo's."""
+    cli_ok(cloud, "local", "preempt", job_id, "--grace", "10")
+
+
+def before_the_notice(attempt_1: str) -> int:
+    """The last step attempt 1 reported saved before the agent logged the Spot notice."""
+    head, notice, _ = attempt_1.partition("] preempted: ")
+    assert notice, f"no Spot notice in attempt 1's log:\n{attempt_1}"
+    return max(saved(head), default=0)
+
+
+def resumed_at(text: str) -> int:
+    found = re.search(r"^resuming from step (\d+)", text, re.M)
+    assert found, f"no 'resuming from step' line:\n{text}"
+    return int(found[1])
+
+
+def finished_on_attempt_2(cloud: CloudProcess, job_id: str) -> None:
+    done = cloud.cli("wait", job_id, "--timeout", "300s", timeout=330)
+    record = cloud.registry().job(job_id)
+    assert (done.returncode, record.state, record.attempt) == (0, State.SUCCEEDED, 2), record.reason
+
+
+def test_a_json_checkpoint_rewritten_in_place_every_half_second_ignoring_sigterm_resumes(
+        cloud: CloudProcess, tmp_path: Path) -> None:
+    job_id = start(cloud, tmp_path, "habit-json", JSON_EVERY_HALF_SECOND)
+    wait_saved(cloud, job_id, 8)
+    preempt(cloud, job_id)
+    finished_on_attempt_2(cloud, job_id)
+    first, second = logs(cloud, job_id, 1), logs(cloud, job_id, 2)
+    assert "preempted: SIGTERM to the process group" in first
+    assert resumed_at(second) >= before_the_notice(first) - 1, first
+    assert re.search(r"restored 1 checkpoint files into .* \(manifest 0/\d+\.json, \d+ s old", second), second
+
+
+def test_a_torch_save_in_place_every_second_without_a_signal_handler_resumes(
+        cloud: CloudProcess, tmp_path: Path) -> None:
+    job_id = start(cloud, tmp_path, "habit-torch", TORCH_SAVE_EVERY_SECOND)
+    wait_saved(cloud, job_id, 6)
+    described = cli_ok(cloud, "describe", job_id)  # while attempt 1 runs: how old its newest checkpoint is
+    assert re.search(r"checkpoint  newest \d+s ago \(rank 0, attempt 1, 1 files, step \d+\)", described), described
+    preempt(cloud, job_id)
+    finished_on_attempt_2(cloud, job_id)
+    first, second = logs(cloud, job_id, 1), logs(cloud, job_id, 2)
+    assert "finished: reason=preempted code=143" in first  # SIGTERM ended it at once
+    assert resumed_at(second) >= before_the_notice(first) - 1, first
+
+
+def test_a_200_mb_file_mid_write_at_the_notice_resumes_from_its_previous_whole_version_and_says_why(
+        cloud: CloudProcess, tmp_path: Path) -> None:
+    job_id = start(cloud, tmp_path, "habit-big", BIG_FILE_IN_PLACE)
+    reg = cloud.registry()
+
+    def step_1_in_the_bucket() -> bool:
+        newest = jobs.newest_checkpoint(reg, job_id)
+        return newest is not None and newest.files == 1
+
+    assert poll(step_1_in_the_bucket, 240), f"step 1 never reached the bucket: {logs(cloud, job_id, 1)}"
+    assert poll(lambda: "writing step 2" in logs(cloud, job_id, 1), 120)
+    preempt(cloud, job_id)
+    finished_on_attempt_2(cloud, job_id)
+    first, second = logs(cloud, job_id, 1), logs(cloud, job_id, 2)
+    assert "saved step 2" not in first
+    assert re.search(r"checkpoint big\.bin left out: open for writing when the job's processes were stopped, so it"
+                     r" may be half-written; the previous version \((step 1, )?\d+ s old\) stays", first), first
+    assert "resuming from step 1 (whole)" in second, second
