@@ -331,7 +331,11 @@ class CheckpointSync:
         """A file rewritten in place while it was uploaded (saved every second or faster): upload a private copy
         taken while nothing had it open for writing and it did not change."""
         path, staging = self.local / rel, self.local.parent / f".{self.local.name}.staging"
-        staging.mkdir(exist_ok=True)
+        try:
+            staging.mkdir(exist_ok=True)
+        except OSError as exc:  # no room beside the directory: the next sync tries the file again
+            log.warning("no staging directory for %s: %s", rel, exc)
+            return None
         for _ in range(COPY_TRIES):
             before, busy = stat_of(path), self.writers()
             if before is None or busy is None:  # gone, or the kernel cannot tell: the next sync tries again
@@ -339,7 +343,11 @@ class CheckpointSync:
             copy = staging / uuid.uuid4().hex
             try:
                 if before[0] and rel not in under(busy, self.local):  # empty: maybe being opened (see complete)
-                    shutil.copyfile(path, copy)
+                    try:
+                        shutil.copyfile(path, copy)
+                    except OSError as exc:  # the disk is full, or the file went: the next sync tries again
+                        log.warning("copying %s to upload it failed: %s", rel, exc)
+                        return None
                     if stat_of(path) == before:
                         version = retried(f"upload {rel}", partial(self.store.upload_file, key, copy))
                         return before, Entry(key, before[0], version)
