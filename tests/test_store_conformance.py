@@ -358,3 +358,33 @@ def test_a_transfer_holds_parts_in_memory_never_the_file(remote: ObjectStore, tm
     finally:
         tracemalloc.stop()
     assert (tmp_path / "back").stat().st_size == size
+
+
+@pytest.mark.timeout(45)  # a short body stalls an S3 upload (and moto's whole S3) for botocore's 60 s read timeout
+def test_a_file_rewritten_in_place_during_its_upload_never_stalls_the_store(store: ObjectStore,
+                                                                            tmp_path: Path) -> None:
+    """As `torch.save(state, "checkpoint.pt")` every second does under the agent's sync: the file is truncated and
+    rewritten while it is read. The request must still carry the length it declares (a short body leaves S3
+    waiting for bytes that never come): a file up to the part size is read once and sent whole."""
+    path, done = tmp_path / "checkpoint.pt", threading.Event()
+    path.write_bytes(b"x" * (256 << 10))
+
+    def rewrite() -> None:
+        chunk = random.Random(1).randbytes(16 << 10)
+        while not done.is_set():
+            with path.open("wb") as f:  # O_TRUNC first, then the new bytes bit by bit
+                for _ in range(16):
+                    f.write(chunk)
+                    f.flush()
+
+    writer = threading.Thread(target=rewrite, daemon=True)
+    writer.start()
+    try:
+        versions = [store.upload_file(f"up/{n}", path) for n in range(30)]
+    finally:
+        done.set()
+        writer.join(10)
+    assert [store.get(f"up/{n}").version for n in range(30)] == versions
+    final = path.read_bytes()
+    version = store.upload_file("up/final", path)
+    assert store.get("up/final").data == final and store.get("up/final").version == version

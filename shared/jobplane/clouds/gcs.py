@@ -168,10 +168,16 @@ class GcsStore:
     def upload_file(self, key: str, path: Path, content_type: str = "application/octet-stream",
                     progress: Progress | None = None) -> str:
         blob = self._bucket.blob(key, chunk_size=self.limits.part_size)
+        size = path.stat().st_size
         with self._mapped(key):
-            blob.upload_from_filename(str(path), content_type=content_type, retry=self._retry)
+            if size <= self.limits.part_size:  # read once: a file rewritten meanwhile cannot end the body early
+                body = path.read_bytes()
+                blob.upload_from_string(body, content_type=content_type, retry=self._retry)
+                size = len(body)
+            else:
+                blob.upload_from_filename(str(path), content_type=content_type, retry=self._retry)
         if progress:
-            progress(path.stat().st_size)  # the client reports no progress; the CLI's bar jumps to the end
+            progress(size)  # the client reports no progress; the CLI's bar jumps to the end
         return str(blob.generation)
 
     def download_file(self, key: str, path: Path, *, version: str | None = None, size: int | None = None,

@@ -154,8 +154,11 @@ class S3Store:
         size = path.stat().st_size
         try:
             if size <= self.limits.part_size:
-                with path.open("rb") as body:  # seekable: botocore rewinds it when it retries
-                    resp = self.client.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType=content_type)
+                # read once, sent as bytes: a file rewritten in place meanwhile (torch.save on a checkpoint) would
+                # send fewer bytes than the Content-Length taken before, and S3 would wait for the rest until a timeout
+                body = path.read_bytes()
+                resp = self.client.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType=content_type)
+                size = len(body)
                 if progress:
                     progress(size)
                 return str(resp["ETag"])
