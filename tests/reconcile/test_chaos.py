@@ -335,7 +335,8 @@ class ChaosDay:
             local = self.tmp / d.name / inst.id
             local.mkdir(parents=True, exist_ok=True)
             sync = CheckpointSync(self.store, local, d.reg.key(keys.checkpoints_prefix(inst.job_id)),  # type: ignore[arg-type]
-                                  rank=inst.rank, attempt=inst.attempt, settle=0.0, clock=self.clock)
+                                  rank=inst.rank, attempt=inst.attempt, settle=0.0, clock=self.clock,
+                                  writers=set)  # a simulated agent writes between syncs, never during one
             try:
                 sync.restore()
             except (Unavailable, RuntimeError):
