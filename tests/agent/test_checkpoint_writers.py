@@ -114,12 +114,14 @@ def test_a_file_rewritten_during_every_upload_is_uploaded_from_a_copy_taken_betw
     ckpt.mkdir()
     said: list[str] = []
     sync = CheckpointSync(store, ckpt, PREFIX, say=said.append)
-    saver = Rewriter(ckpt / "checkpoint.json", every=0.05)
+    # saved every 0.2 s, so during every 0.3 s upload; not faster: under load one /proc look takes ~50 ms, and a
+    # copy needs a moment in which nothing holds the file open
+    saver = Rewriter(ckpt / "checkpoint.json", every=0.2)
     try:
         wait_for("the first save", lambda: saver.step > 1)
         at_sync = saver.step
         # the scan may catch a save in progress (held, like an empty file first seen): the next sync takes it
-        wait_for("an upload", lambda: sync.sync().files == 1, timeout=10)
+        wait_for("an upload", lambda: sync.sync().files == 1, timeout=30)
     finally:
         saver.stop()
     assert whole_step(restore(store, tmp_path / "r")["checkpoint.json"]) >= at_sync
