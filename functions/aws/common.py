@@ -9,17 +9,19 @@ job_id each line passes in `extra`.
 from __future__ import annotations
 
 import os
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from aws_lambda_powertools import Logger, Metrics
 
 from jobplane import deployment
 from jobplane.clouds.aws import Ec2Compute, ec2_client
 from jobplane.clouds.s3 import S3Store, s3_client
-from jobplane.clouds.sns import SnsNotifier
 from jobplane.deployment import Deployment as Env
 from jobplane.policy import Policy
 from jobplane.settings import Settings
+
+if TYPE_CHECKING:
+    from jobplane.clouds.sns import SnsNotifier
 
 logger = Logger(service="jobplane")
 metrics = Metrics(namespace="jobplane", service="jobplane")
@@ -49,6 +51,8 @@ def notifier(settings: Settings) -> SnsNotifier | None:
     """The SNS topic JOBPLANE_NOTIFY_TOPIC names (a client in the topic's region), None without one."""
     if not settings.notify_topic:
         return None
+    from jobplane.clouds.sns import SnsNotifier  # only a deployment with a topic publishes
+
     key = (settings.notify_topic, _endpoint())
     if key not in _notifiers:
         _notifiers[key] = SnsNotifier(settings.notify_topic)

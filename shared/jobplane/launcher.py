@@ -18,9 +18,9 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jobplane import agent_bundle, bootstrap, cost, drops, keys, records
+from jobplane import keys
 from jobplane.clouds.base import (
     TAG_OWNER,
     CapacityError,
@@ -31,13 +31,16 @@ from jobplane.clouds.base import (
     NotFound,
     SpotPrices,
 )
-from jobplane.decide import launch as launch_decide
 from jobplane.errors import FieldError, SpecError
 from jobplane.policy import Policy, check_against_deployment, check_against_policy
 from jobplane.registry import JobExists, JobRecord, Registry, TransitionRefused
 from jobplane.states import State
 from jobplane.telemetry import Metrics
 from jobplane.usage import AttemptUsage, InstanceSpan
+
+if TYPE_CHECKING:  # imported where a launch uses them: a cold start, or a cron run with nothing to launch, never does
+    from jobplane import agent_bundle, bootstrap
+    from jobplane.decide import launch as launch_decide
 
 log = logging.getLogger("jobplane.launcher")
 
@@ -96,6 +99,8 @@ def handle_drop(reg: Registry, compute: Compute, key: str, *, now: datetime, met
         data = reg.get_bytes(key)
     except NotFound:
         return Outcome(key, Result.GONE)
+    from jobplane import drops  # a drop's spec (yaml_input, the owner rules): only a queue entry needs it
+
     try:
         spec = drops.read_spec(drop, data)
     except SpecError as exc:
@@ -224,6 +229,8 @@ def launch_attempt(
 ) -> JobRecord:
     """Claim the job (CAS to LAUNCHING), then launch it, wait for capacity, or fail it: snapshot, then
     jobplane.decide.launch one step at a time, each step applied here."""
+    from jobplane.decide import launch as launch_decide  # only a run that launches decides a launch
+
     current = reg.job(job_id)
     claimed = launch_decide.claim(current, expect=expect, expect_attempt=expect_attempt, reason=reason)
     if isinstance(claimed, launch_decide.Refused):
@@ -268,6 +275,8 @@ def resume(reg: Registry, compute: Compute, job_id: str, *, attempt: int, stamp:
 def _launch(reg: Registry, compute: Compute, record: JobRecord, *, now: datetime, metrics: Metrics,
             policy: Policy) -> JobRecord:
     """Launch a claimed attempt: snapshot, then jobplane.decide.launch one step at a time."""
+    from jobplane.decide import launch as launch_decide  # only a run that launches decides a launch
+
     job_id = record.id
     snap = snapshot(reg, compute, record, policy)
     scripts: dict[str, str] = {}  # per CPU architecture: each fetches its own agent bundle
@@ -298,6 +307,9 @@ def _launch(reg: Registry, compute: Compute, record: JobRecord, *, now: datetime
 
 def snapshot(reg: Registry, compute: Compute, record: JobRecord, policy: Policy) -> launch_decide.LaunchSnapshot:
     """What a launch decides on: the owner's live VMs (one managed-instance listing) and the agent manifest."""
+    from jobplane import agent_bundle  # only a launch reads the manifest
+    from jobplane.decide import launch as launch_decide  # only a run that launches decides a launch
+
     try:
         agents = tuple(agent_bundle.parse_manifest(reg.get_bytes(keys.agent_file(agent_bundle.MANIFEST))))
         problem = None
@@ -320,6 +332,8 @@ def owner_active(compute: Compute, record: JobRecord) -> int:
 def _request(reg: Registry, compute: Compute, snap: launch_decide.LaunchSnapshot, step: launch_decide.Launch,
              scripts: dict[str, str]) -> LaunchRequest:
     """The cloud's request for one decided launch; the VM's script is rendered once per architecture."""
+    from jobplane import bootstrap  # only a launch renders the VM's script
+
     record, policy, spec = snap.record, snap.policy, snap.record.spec
     if step.arch not in scripts:
         source = agent_source(reg, list(snap.agents), spec.cloud, step.arch, record.id, record.attempt,
@@ -343,6 +357,8 @@ def attempt_usage(compute: Compute, request: LaunchRequest, instances: list[Inst
                   now: datetime) -> AttemptUsage:
     """What this attempt runs on and its hourly price (jobplane.cost): a Spot launch asks the cloud for the price
     in effect now; a failed lookup never fails the launch, the price is then taken as the policy's or unknown."""
+    from jobplane import cost  # the price table: only a launch (or an adopted one) prices an attempt
+
     zone = next((i.zone for i in instances if i.zone), request.zone)
     observed = None
     if request.spot and zone and isinstance(compute, SpotPrices):
@@ -362,6 +378,8 @@ def agent_source(reg: Registry, variants: list[agent_bundle.Variant], cloud: str
                  attempt: int, *, expires: int) -> bootstrap.AgentSource | None:
     """Where VMs of this architecture fetch the agent (one URL per Python version) and report a failed boot;
     None when the deployment has no bundle for them."""
+    from jobplane import agent_bundle, bootstrap  # only a launch fetches the agent
+
     chosen = agent_bundle.for_vm(variants, cloud, arch)
     if not chosen:
         return None
@@ -375,6 +393,8 @@ def agent_source(reg: Registry, variants: list[agent_bundle.Variant], cloud: str
 def _launched(reg: Registry, compute: Compute, record: JobRecord, request: LaunchRequest,
               instances: list[tuple[str, str | None, str | None]], now: datetime, metrics: Metrics,
               errors: list[str], usage: AttemptUsage, policy: Policy) -> JobRecord:
+    from jobplane import records  # cluster.json: only a run that launched writes one
+
     ids = [i for i, _, _ in instances]
     hosts = [ip or "" for _, ip, _ in instances]
     zone = instances[0][2] or request.zone

@@ -12,9 +12,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-from jobplane import cost
 from jobplane.clouds.base import Notice, Notifier
-from jobplane.jobview import human_duration, runtime_seconds
 from jobplane.registry import JobRecord
 from jobplane.states import TERMINAL
 from jobplane.telemetry import Metrics
@@ -23,6 +21,9 @@ log = logging.getLogger("jobplane.notify")
 
 
 def _data(record: JobRecord, now: datetime, event: str) -> dict[str, object]:
+    from jobplane import cost  # prices and job views: only a notice needs them, not every run that builds Notify
+    from jobplane.jobview import runtime_seconds
+
     spent = cost.job_cost(record, now)
     runtime = runtime_seconds(record, now)
     return {
@@ -35,6 +36,9 @@ def _data(record: JobRecord, now: datetime, event: str) -> dict[str, object]:
 
 
 def _text(headline: str, record: JobRecord, now: datetime) -> str:
+    from jobplane import cost  # prices and job views: only a notice needs them, not every run that builds Notify
+    from jobplane.jobview import human_duration, runtime_seconds
+
     spent = cost.job_cost(record, now)
     nodes = f"{record.spec.num_nodes} x {record.instance_type or ','.join(record.spec.instance_types)}"
     return "\n".join([

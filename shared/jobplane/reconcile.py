@@ -18,11 +18,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, TypeVar
 
-from jobplane import keys, launcher, records
+from jobplane import keys, records
 from jobplane.clouds.base import LOG_OBJECT_TAG, Compute, NotFound, PreconditionFailed
-from jobplane.decide import rerun as rerun_decide
-from jobplane.decide import sweep as sweep_decide
-from jobplane.decide import uptime as uptime_decide
 from jobplane.decide.model import Action, ExitReport, Ignored, PreemptedMark, Rule, Snapshot
 from jobplane.notify import Notify
 from jobplane.policy import Policy
@@ -270,12 +267,16 @@ def _apply_one(reg: Registry, compute: Compute | None, action: Action, *, now: d
     if action.relaunch and job_id and action.expect_attempt is not None:
         if compute is None:
             raise RuntimeError("no compute adapter to relaunch with")
+        from jobplane import launcher  # only a relaunch or a resume launches: uptime-cap never does
+
         launcher.launch_attempt(reg, compute, job_id, now=now, expect=action.relaunch_expect,
                                 expect_attempt=action.expect_attempt, metrics=metrics, reason=action.reason,
                                 policy=policy)
     if action.resume_from and job_id and action.expect_attempt is not None:
         if compute is None:
             raise RuntimeError("no compute adapter to launch with")
+        from jobplane import launcher  # only a relaunch or a resume launches: uptime-cap never does
+
         launcher.resume(reg, compute, job_id, attempt=action.expect_attempt, stamp=action.resume_from, now=now,
                         metrics=metrics, policy=policy)
     if action.clear_preempted and job_id:
@@ -324,6 +325,8 @@ def sweep(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, p
     """One sweep. `jobs` / `instance_ids` (from an exit-report or instance state-change event) are looked at
     closely even if their listings look healthy. `notify` publishes idle-GPU flags (a job's end is announced
     by the registry's transition listener)."""
+    from jobplane.decide import sweep as sweep_decide  # each reconciler imports its own rules, not the others'
+
     started = time.monotonic()
     snap = listings(reg, compute)
     named = {i.job_id for i in snap.instances if i.id in instance_ids and i.job_id}
@@ -339,6 +342,8 @@ def sweep(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, p
 def rerun(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, policy: Policy,
           dry_run: bool = False, jobs: Collection[str] = ()) -> list[Outcome]:
     """Relaunch (or fail) every preempted job, or just `jobs` when an event named them."""
+    from jobplane.decide import rerun as rerun_decide  # each reconciler imports its own rules, not the others'
+
     marks = {job_id: PreemptedMark(job_id, at) for job_id, at in reg.preempted().items()
              if not jobs or job_id in jobs}
     # the cloud's listing, to check the markers against (job.json's instances cover VMs already gone)
@@ -351,6 +356,8 @@ def rerun(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, p
 
 def uptime_cap(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, policy: Policy,
                dry_run: bool = False, force: bool = False) -> list[Outcome]:
+    from jobplane.decide import uptime as uptime_decide  # each reconciler imports its own rules, not the others'
+
     snap = listings(reg, compute)
     snap = with_records(reg, snap, uptime_decide.needs_record(snap), exits=False, metrics=metrics)
     return apply(reg, compute, uptime_decide.decide(snap, now, policy, force=force), now=now, metrics=metrics,

@@ -12,7 +12,6 @@ write it (create-only, to the same key): the history ends up complete, each even
 from __future__ import annotations
 
 import contextlib
-import difflib
 import json
 import logging
 import random
@@ -20,16 +19,19 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jobplane import keys, records
+from jobplane import keys
 from jobplane.clouds.base import Blob, NotFound, ObjectStore, PreconditionFailed, VmUrls
 from jobplane.policy import DEFAULT_POLICY, Policy, parse_policy
 from jobplane.spec import JobSpec, known_fields
 from jobplane.states import LIVE, TERMINAL, State, allowed
 from jobplane.usage import AttemptUsage, close
+
+if TYPE_CHECKING:
+    from jobplane import records  # its models are built at import; the registry only names one in a signature
 
 CAS_RETRIES = 20
 log = logging.getLogger("jobplane.registry")
@@ -72,6 +74,8 @@ class UnknownField(RegistryError):
     """An update names no JobRecord field (a misspelling would otherwise be dropped silently)."""
 
     def __init__(self, job_id: str, names: Collection[str]) -> None:
+        import difflib  # the hint is for a caller's bug: no run that goes right pays for the import
+
         hints = []
         for name in sorted(names):
             close_to = difflib.get_close_matches(name, JobRecord.model_fields, n=1)

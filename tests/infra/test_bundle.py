@@ -28,7 +28,7 @@ HANDLERS = ("launcher", "sweeper", "rerun", "uptime_cap")
 RUNTIME_MODULES = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "six", "urllib3")
 
 PROBE = r"""
-import importlib, importlib.abc, importlib.util, json, sys
+import ast, importlib, importlib.abc, importlib.util, json, sys
 asset, runtime, host_core, handlers = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(",")
 sys.path[:0] = [asset, runtime]
 
@@ -46,6 +46,36 @@ for name in handlers:
         result["handlers"][name] = "ok" if callable(getattr(module, "handler", None)) else "no handler()"
     except Exception as exc:
         result["handlers"][name] = f"{type(exc).__name__}: {exc}"
+
+# What a run imports later (function-level imports in the modules loaded so far, and in theirs): imported here too,
+# so the checks below cover every module an invocation can load, not just the cold start's.
+def later(path):
+    tree = ast.parse(open(path).read())
+    top = {id(node) for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))}
+    for node in ast.walk(tree):
+        if id(node) in top or node is tree:
+            continue
+        if isinstance(node, ast.Import):
+            yield from ((alias.name, None) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            yield from ((node.module, alias.name) for alias in node.names)
+
+result["later"], seen = {}, set()
+while todo := [m for n, m in list(sys.modules.items()) if n.split(".")[0] in ("jobplane", "functions")
+               and getattr(m, "__file__", None) and m.__file__.startswith(asset) and n not in seen]:
+    for module in todo:
+        seen.add(module.__name__)
+        for name, attr in later(module.__file__):
+            try:
+                found = importlib.import_module(name)
+                if attr and hasattr(found, "__path__") and importlib.util.find_spec(f"{name}.{attr}"):
+                    name = f"{name}.{attr}"  # from package import module
+                    importlib.import_module(name)
+                elif attr and not hasattr(found, attr):
+                    raise ImportError(f"cannot import {attr} from {name}")
+                result["later"][name] = "ok"
+            except Exception as exc:
+                result["later"][name] = f"{type(exc).__name__}: {exc}"
 result["modules"] = {n: getattr(m, "__file__", None) for n, m in list(sys.modules.items())}
 print(json.dumps(result))
 """
@@ -97,6 +127,12 @@ def probe(synth: Synth, runtime_standin: Path) -> dict[str, dict[str, str | None
 def test_handler_imports_from_the_bundle_alone(probe: dict[str, dict[str, str | None]], name: str) -> None:
     assert (ROOT / "functions" / "aws" / f"{name}.py").exists(), f"functions/aws/{name}.py is missing"
     assert probe["handlers"][name] == "ok"
+
+
+def test_what_a_run_imports_later_imports_from_the_bundle_too(probe: dict[str, dict[str, str | None]]) -> None:
+    later = probe["later"]
+    assert "jobplane.bootstrap" in later and "jobplane.decide.launch" in later  # a launch's, imported when it runs
+    assert {name: why for name, why in later.items() if why != "ok"} == {}
 
 
 def test_every_imported_module_comes_from_the_bundle_runtime_or_stdlib(

@@ -25,8 +25,5 @@ Safety is part of the decision: terminations only name managed, unprotected inst
 budget into refused actions, which the applier reports and never runs. Dry-run is the applier's.
 """
 
-from jobplane.decide import launch, rerun, sweep, uptime
-from jobplane.decide.model import Action, ExitReport, Limits, PreemptedMark, Rule, Snapshot
-
-__all__ = ["Action", "ExitReport", "Limits", "PreemptedMark", "Rule", "Snapshot", "launch", "rerun", "sweep",
-           "uptime"]
+# Import what you use (from jobplane.decide import sweep; from jobplane.decide.model import Snapshot): the package
+# imports none of its modules, so the launcher's cold start loads decide.launch and not the reconcilers' rules.
