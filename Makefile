@@ -7,15 +7,15 @@ STAMP := $(VENV)/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: test lint typecheck pytest demo local-images local-index
+.PHONY: test lint typecheck docs pytest demo local-images local-index
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[aws,gcp,cdk,dev,examples,plot]'
+	$(BIN)/python -m pip install --quiet -e '.[aws,gcp,cdk,dev,docs,examples,plot]'
 	touch $@
 
-test: lint typecheck pytest
+test: lint typecheck docs pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -23,8 +23,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# The docs/ site (mkdocs.yml): --strict fails on a broken link or a page missing from the nav.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --quiet --site-dir build/site
+
+# Four workers (tests/scheduling.py): most tests wait, so they overlap well even on two cores.
+PYTEST_ARGS ?= -n 4 --dist loadscope
 pytest: $(STAMP) local-images
-	$(BIN)/pytest
+	$(BIN)/pytest $(PYTEST_ARGS)
 
 # The local cloud's stock Debian 12 image (debootstrap, python3 only) and the wheels its package index serves
 # its jobs' requirements.txt from (numpy, pip, setuptools, wheel), cached in ~/.cache/jobplane outside the repo:

@@ -26,7 +26,7 @@ for _var in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "GOOGLE_APPLICATION_CREDENTIALS"
 
 # In-process moto (mock_aws) too: atomic S3 conditional writes, public SSM parameters (see jobplane.local.moto_server).
 patch_moto()
-pytest_plugins = ["tests.moto_aws"]  # the in-process moto fixture, moto_aws, for every test package
+pytest_plugins = ["tests.moto_aws", "tests.scheduling"]  # moto_aws for every test package; how xdist spreads the suite
 
 
 def free_port() -> int:

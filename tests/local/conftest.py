@@ -3,13 +3,12 @@ to have left nothing behind, in the fixture's finalizer."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from jobplane.local.demo import CloudProcess, Demo
+from jobplane.local.demo import CloudProcess
 from jobplane.local.package_index import wheel_dir
 
 TRAIN = Path(__file__).resolve().parents[2] / "examples" / "train"
@@ -58,15 +57,3 @@ def cli_ok(cloud: CloudProcess, *args: str) -> str:
 def submit(cloud: CloudProcess, spec: Path, code: Path = TRAIN) -> str:
     """Submit a spec with its code; returns the job id."""
     return cli_ok(cloud, "submit", str(spec), "--code", str(code)).strip().splitlines()[-1]
-
-
-def run_demo(cloud: CloudProcess) -> tuple[str, set[str]]:
-    """Every step `make demo` runs on this local cloud, each check asserted; returns what `local up` printed and
-    the verbs of its console lines."""
-    demo = Demo(cloud, timeout=150)
-    demo.run()
-    failed = [(name, detail) for name, ok, detail in demo.results if not ok]
-    assert not failed
-    console = (cloud.state_dir / "local-cloud.log").read_text()
-    verbs = {line.split()[1] for line in console.splitlines() if re.match(r"\d\d:\d\d:\d\d  ", line)}
-    return console, verbs

@@ -52,6 +52,11 @@ SPECS = {
     "gcp": {"happy": "examples/gcp/demo.yaml", "spot": "examples/gcp/demo-spot.yaml",
             "runaway": "examples/gcp/demo-runaway.yaml", "max_run": "examples/gcp/demo-max-run-duration.yaml"},
 }
+# What each cloud's console must have said by the demo's end: every lifecycle step.
+CONSOLE_VERBS = {
+    "aws": {"launched", "booted", "running", "preempted", "rerun", "capped", "finished", "terminated"},
+    "gcp": {"launched", "booted", "running", "preempted", "rerun", "capped", "finished", "deleted"},
+}
 # Where a local cloud's APIs are: no process may answer there once it has stopped.
 ENDPOINTS = ("AWS_ENDPOINT_URL", "STORAGE_EMULATOR_HOST", "JOBPLANE_COMPUTE_ENDPOINT")
 
@@ -233,6 +238,25 @@ class Demo:
         self.uptime_cap(runaway)
         self.cloud.cli("ls", "--all", echo=True)
         self.no_instance_left()
+        self.console()
+
+    def console(self) -> None:
+        """What the local cloud's console said meanwhile: every lifecycle step, and not one line of the functions'
+        structured logs, which go to functions.log as they would to CloudWatch or Cloud Logging."""
+        console = (self.cloud.state_dir / "local-cloud.log").read_text()
+        verbs = {line.split()[1] for line in console.splitlines() if re.match(r"\d\d:\d\d:\d\d  ", line)}
+        missing = sorted(CONSOLE_VERBS[self.cloud.cloud] - verbs)
+        self.check("the console showed every step", not missing, f"never said: {', '.join(missing)}" if missing else "")
+        leaked = [mark for mark in ('"_aws"', '"level"', '"severity"') if mark in console]
+        self.check("no function log or metric on the console", not leaked, ", ".join(leaked))
+        logged = (self.cloud.state_dir / "functions.log").read_text()
+        if self.cloud.cloud == "aws":
+            ok = '"_aws"' in logged and '"function_name":"jobplane-launcher"' in logged  # EMF metrics, Powertools
+        else:
+            entries = [json.loads(line) for line in logged.splitlines() if line.startswith('{"severity"')]
+            ok = any(e.get("metric") == "SweepDuration" for e in entries) and any(
+                said.get("result") == "launched" for e in entries for said in e.get("result", {}).get("outcomes", []))
+        self.check("the functions' logs and metrics in functions.log", ok)
 
     def happy_path(self) -> None:
         code, out = self.follow("submit", self.specs["happy"], "--code", "examples/train", "-f")
@@ -324,6 +348,11 @@ class Demo:
         record = reg.job(job_id)
         report = exit_report(reg, job_id, record.attempt) or {}
         stopped = exists(reg, keys.stop_request(job_id))
+        console = (self.cloud.state_dir / "local-cloud.log").read_text()
+        # VM names start with jobplane-<6 hex of the deployment's sha256>-
+        self.check("the console said GCE capped it", re.search(
+            r"capped +us-central1-\w/jobplane-[0-9a-f]{6}-demo-max-run-\S+ \(.*\): maxRunDuration reached", console)
+            is not None)
         self.check("GCE's maxRunDuration ended the job TIMED_OUT", record.state == "TIMED_OUT" and code == 4
                    and not stopped, f"{record.state}: {record.reason}; logs -f exited {code}; "
                                     f"{'a' if stopped else 'no'} stop request from the functions")
