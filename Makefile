@@ -25,7 +25,7 @@ typecheck: $(STAMP)
 
 # The docs/ site (mkdocs.yml): --strict fails on a broken link or a page missing from the nav.
 docs: $(STAMP)
-	$(BIN)/mkdocs build --strict --quiet --site-dir build/site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site
 
 # Four workers (tests/scheduling.py): most tests wait, so they overlap well even on two cores.
 PYTEST_ARGS ?= -n 4 --dist loadscope

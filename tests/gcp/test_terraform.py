@@ -1,4 +1,4 @@
-"""infra/gcp: the Terraform parses (python-hcl2), holds every resource its README promises with the
+"""infra/gcp: the Terraform parses (python-hcl2), holds every resource docs/deploy-gcp.md promises with the
 settings promised, grants nothing public and no Compute Engine permission the adapter does not use, and
 the function package imports from its own zip."""
 
@@ -68,11 +68,12 @@ def block(body: dict[str, Any], name: str) -> dict[str, Any]:
     return dict(inner)
 
 
-def test_every_resource_the_readme_promises_exists(tf: dict[str, dict[str, Any]]) -> None:
-    promised = set(re.findall(r"`(google_[a-z0-9_]+\.[a-z0-9_]+)`", (INFRA / "README.md").read_text()))
+def test_every_resource_the_deploy_page_promises_exists(tf: dict[str, dict[str, Any]]) -> None:
+    page = REPO / "docs" / "deploy-gcp.md"
+    promised = set(re.findall(r"`(google_[a-z0-9_]+\.[a-z0-9_]+)`", page.read_text()))
     assert len(promised) >= 25
     assert promised <= set(tf["resource"]), promised - set(tf["resource"])
-    assert set(tf["resource"]) <= promised | {"google_storage_bucket_object.policy"}, "README omits some"
+    assert set(tf["resource"]) <= promised | {"google_storage_bucket_object.policy"}, f"{page.name} omits some"
 
 
 def test_registry_bucket_is_versioned_uniform_and_never_public(tf: dict[str, dict[str, Any]]) -> None:
