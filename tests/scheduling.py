@@ -16,13 +16,13 @@ import pytest
 FIRST = (
     "tests/infra/",
     "tests/local/test_checkpoint_habits.py",
-    "tests/test_store_conformance.py",
     "tests/local/test_reconcile_scenarios.py",
-    "tests/local/test_training.py",
     "tests/reconcile/test_chaos.py",
-    "tests/local/test_gcp_scenarios.py",
-    "tests/local/test_scenarios.py",
     "tests/gcp/test_scenarios.py",
+    "tests/local/test_training.py",
+    "tests/test_cli_jobs.py",
+    "tests/test_store_conformance.py",
+    "tests/local/test_gce_runner.py",
     "tests/local/",
 )
 
