@@ -1,0 +1,98 @@
+"""Who may hold a job's storage credentials, and what they cover: the pure half of the credential vending
+functions (AWS: functions/aws/vend.py; GCP: the `vend` entry point of functions/gcp/main.py).
+
+A VM's own identity may only ask. The cloud proves who is asking (AWS: the STS identity of the instance
+role's session, whose name is the instance id; GCP: the instance id inside a Google-signed identity token),
+and `decide` answers from the job's record and the cloud's own tags on that instance (a VM cannot change its
+tags): credentials limited to that job's keys (`scope`) for the attempt the VM serves, while it is live.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from jobplane import keys
+from jobplane.clouds.base import TAG_ATTEMPT, TAG_DEPLOYMENT, TAG_JOB_ID, TAG_MANAGED
+from jobplane.registry import JobRecord
+from jobplane.states import State
+
+# An agent serves a job from its first heartbeat to its exit report; the launcher may not have recorded the
+# VM yet when it asks (the tags say whose it is then). Any other state has no agent that needs to write.
+LIVE_FOR_AGENTS = frozenset({State.LAUNCHING, State.RUNNING})
+# Short enough that a finished attempt's VM loses access soon, long enough that a refresh is rare.
+CREDENTIAL_SECONDS = 3600
+
+
+@dataclass(frozen=True)
+class Caller:
+    """An agent's request. `instance_id` is what the cloud proved; the rest is what the request says."""
+
+    instance_id: str
+    job_id: str
+    attempt: int
+    claimed_instance_id: str | None = None  # the id the request body names, if any: must equal the proven one
+    tags: Mapping[str, str] | None = None  # the cloud's tags (GCE labels) on the proven instance; None: not found
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The keys (relative to the bucket, root included) a job's credentials reach. Everything under
+    `read_write` prefixes and the `read_write_objects`; `read_only` prefixes and objects to read."""
+
+    bucket: str
+    read_write: tuple[str, ...]
+    read_write_objects: tuple[str, ...]
+    read_only: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Grant:
+    job_id: str
+    attempt: int
+    instance_id: str
+    scope: Scope
+    seconds: int = CREDENTIAL_SECONDS
+
+
+@dataclass(frozen=True)
+class Refusal:
+    why: str
+
+
+def scope(bucket: str, root: str, record: JobRecord) -> Scope:
+    """The job's own keys: its record's folder (logs, metrics, checkpoints, artifacts, exit reports, stop
+    request), its heartbeats and its preempted marker; read-only, the agent bundles and, when it lives in the
+    registry's bucket, its code bundle. Input data comes from the platform's data buckets, not from here."""
+    base = root.strip("/") + "/" if root.strip("/") else ""
+    job = record.id
+    read_only = [base + keys.AGENT]
+    if record.spec.code and record.spec.code.split("://", 1)[-1].split("/", 1)[0] == bucket:
+        read_only.append(record.spec.code.split("://", 1)[1].split("/", 1)[1])
+    return Scope(bucket=bucket,
+                 read_write=(base + keys.JOBS + job + "/", base + keys.heartbeats_prefix(job)),
+                 read_write_objects=(base + keys.preempted_marker(job),),
+                 read_only=tuple(read_only))
+
+
+def decide(record: JobRecord | None, caller: Caller, *, bucket: str, root: str, deployment: str) -> Grant | Refusal:
+    """Credentials for `caller`'s job, or why not. Refused: a body naming another instance than the one the
+    cloud proved, an unknown job, a job or attempt that is over, an instance that is not one of the attempt's
+    (neither recorded at launch nor tagged by this deployment for this job and attempt)."""
+    if caller.claimed_instance_id is not None and caller.claimed_instance_id != caller.instance_id:
+        return Refusal(f"the request names instance {caller.claimed_instance_id} but was signed by "
+                       f"{caller.instance_id}")
+    if caller.tags is None:
+        return Refusal(f"{caller.instance_id} is not an instance of this account and region")
+    if record is None:
+        return Refusal(f"no job {caller.job_id}")
+    if record.state not in LIVE_FOR_AGENTS:
+        return Refusal(f"job {record.id} is {record.state.value}: no agent of it may write")
+    if caller.attempt != record.attempt:
+        return Refusal(f"attempt {caller.attempt} of job {record.id} is over (the job is on attempt {record.attempt})")
+    tags = caller.tags
+    tagged = (tags.get(TAG_MANAGED) == "true" and tags.get(TAG_DEPLOYMENT) == deployment
+              and tags.get(TAG_JOB_ID) == record.id and tags.get(TAG_ATTEMPT) == str(record.attempt))
+    if caller.instance_id not in record.instances and not tagged:
+        return Refusal(f"{caller.instance_id} is not an instance of job {record.id} attempt {record.attempt}")
+    return Grant(record.id, record.attempt, caller.instance_id, scope(bucket, root, record))
