@@ -25,6 +25,11 @@ class PreconditionFailed(StoreError):
     """A conditional write lost: the object exists (create-only) or changed since it was read (CAS)."""
 
 
+class CredentialsRefused(StoreError):
+    """The credential vending function will not give this VM its job's credentials (the attempt is over, or the
+    VM is not one of it): the agent's storage access has ended, and retrying cannot bring it back."""
+
+
 @dataclass(frozen=True)
 class ObjectInfo:
     """One listing entry: everything a listing returns without a GET per key."""
