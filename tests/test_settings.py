@@ -15,7 +15,7 @@ from jobplane.settings import Settings
 def clean(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("JOBPLANE_BUCKET", "JOBPLANE_ROOT", "JOBPLANE_CLOUD", "JOBPLANE_REGION", "AWS_REGION",
                  "AWS_DEFAULT_REGION", "JOBPLANE_NOTIFY_TOPIC", "GOOGLE_CLOUD_PROJECT", "JOBPLANE_COMPUTE_ENDPOINT",
-                 "PUBSUB_EMULATOR_HOST"):
+                 "PUBSUB_EMULATOR_HOST", "JOBPLANE_VEND_URL"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -90,8 +90,9 @@ def test_the_scan_sees_every_way_of_reading() -> None:
 def test_a_mapping_given_is_read_instead_of_the_process_environment() -> None:
     environ = {"JOBPLANE_BUCKET": "gs://reg/team", "JOBPLANE_REGION": "europe-west4",
                "GOOGLE_CLOUD_PROJECT": "proj", "JOBPLANE_NOTIFY_TOPIC": "projects/proj/topics/jobs",
-               "JOBPLANE_COMPUTE_ENDPOINT": "http://127.0.0.1:9", "PUBSUB_EMULATOR_HOST": "127.0.0.1:8"}
+               "JOBPLANE_COMPUTE_ENDPOINT": "http://127.0.0.1:9", "PUBSUB_EMULATOR_HOST": "127.0.0.1:8",
+               "JOBPLANE_VEND_URL": "http://127.0.0.1:7/vend"}
     assert Settings.from_env(environ=environ) == Settings(
         "reg", "team", "europe-west4", "gcp", notify_topic="projects/proj/topics/jobs", project="proj",
-        compute_endpoint="http://127.0.0.1:9", pubsub_emulator="127.0.0.1:8")
+        compute_endpoint="http://127.0.0.1:9", pubsub_emulator="127.0.0.1:8", vend_url="http://127.0.0.1:7/vend")
     assert Settings.from_env(environ={"JOBPLANE_BUCKET": "reg"}) == Settings("reg")

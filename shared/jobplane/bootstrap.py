@@ -1,9 +1,10 @@
 """The VM startup script (EC2 user-data, GCE startup-script). It needs nothing on the image but bash and
 python3: no cloud CLI, no pip, no venv module.
 
-Only where the registry is (cloud, bucket, root, region), which job and attempt this VM serves, and where
-the agent comes from reach the script, each through shlex.quote. Nothing from the spec's setup, run, env,
-name or labels does: the agent reads those from the registry. The script
+Only where the registry is (cloud, bucket, root, region), which job and attempt this VM serves, where the
+agent comes from and where it asks for its job's credentials reach the script, each through shlex.quote.
+Nothing from the spec's setup, run, env, name or labels does: the agent reads those from the registry. The
+script
   1. schedules `shutdown -h +N` at the uptime cap, a backstop that holds even if the agent dies
      (EC2 terminates on shutdown; GCE also enforces max_run_duration natively);
   2. with python3's standard library only, picks the agent bundle built for the image's python3, downloads
@@ -49,6 +50,7 @@ class AgentSource:
     report_url: str
     report_method: str = "PUT"
     auth: str | None = None
+    vend_url: str | None = None  # where the agent asks for its job's storage credentials (None: its VM's own)
 
     def as_json(self) -> str:
         return json.dumps({"auth": self.auth, "report": {"url": self.report_url, "method": self.report_method},
@@ -142,6 +144,7 @@ export JOBPLANE_REGION={region}
 export JOBPLANE_JOB_ID={job_id}
 export JOBPLANE_ATTEMPT={attempt}
 export JOBPLANE_BOOT={boot}
+export JOBPLANE_VEND_URL={vend}
 
 # Uptime backstop: power off at the cap even if the agent or the control plane is gone.
 shutdown -h +{minutes} "jobplane: uptime cap of {minutes} minutes" || true
@@ -174,6 +177,7 @@ def render(*, cloud: str, bucket: str, root: str, region: str | None, job_id: st
         job_id=shlex.quote(job_id),
         attempt=int(attempt),
         boot=shlex.quote(agent.as_json()),
+        vend=shlex.quote(agent.vend_url or ""),
         minutes=int(uptime_minutes),
         failed=FAILED,
         install=INSTALL.strip(),

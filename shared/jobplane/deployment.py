@@ -39,6 +39,7 @@ def build(settings: Settings, adapters: Adapters, metrics: Metrics) -> Deploymen
     """Fresh per invocation, since the policy may have changed. Every transition to an end is announced on
     the notification topic by the run whose compare-and-swap made it."""
     notify = Notify(adapters.notifier(settings), metrics)
-    registry = Registry(adapters.store(settings), settings.root, listeners=[notify.transition])
+    registry = Registry(adapters.store(settings), settings.root, listeners=[notify.transition],
+                        vend_url=settings.vend_url)
     policy = registry.policy()
     return Deployment(settings, registry, adapters.compute(settings, policy), policy, notify)

@@ -387,7 +387,7 @@ def agent_source(reg: Registry, variants: list[agent_bundle.Variant], cloud: str
                                                               expires=expires)[1], v.sha256)
                for python, v in chosen.items()}
     method, url = reg.vm_request(keys.boot_failure(job_id, attempt), write=True, expires=expires)
-    return bootstrap.AgentSource(bundles, url, method, reg.vm_auth)
+    return bootstrap.AgentSource(bundles, url, method, reg.vm_auth, vend_url=reg.vend_url)
 
 
 def _launched(reg: Registry, compute: Compute, record: JobRecord, request: LaunchRequest,

@@ -199,10 +199,12 @@ class Registry:
     root (jobplane.keys) and go through these methods, never through `store` (tests/test_no_reaching_through.py).
     """
 
-    def __init__(self, store: ObjectStore, root: str = "", listeners: Sequence[TransitionListener] = ()) -> None:
+    def __init__(self, store: ObjectStore, root: str = "", listeners: Sequence[TransitionListener] = (), *,
+                 vend_url: str | None = None) -> None:
         self.store = store
         self.root = root.strip("/") + "/" if root.strip("/") else ""
         self.listeners = list(listeners)
+        self.vend_url = vend_url  # where a job's agent asks for its job's credentials (jobplane.decide.vend)
 
     def key(self, key: str) -> str:
         return self.root + key

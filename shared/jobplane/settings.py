@@ -9,6 +9,8 @@ a bare bucket name, whose cloud comes from JOBPLANE_CLOUD (or the caller), AWS b
     JOBPLANE_CLOUD             aws | gcp, for a bare bucket name
     JOBPLANE_REGION            the deployment's region (on AWS, AWS_REGION / AWS_DEFAULT_REGION also serve)
     JOBPLANE_NOTIFY_TOPIC      the job-notification topic (an SNS ARN, or projects/<p>/topics/<t>); unset: off
+    JOBPLANE_VEND_URL          the credential vending function a job's agent asks for its job's storage
+                               credentials (the launcher hands it to the VMs; unset: VMs use their own identity)
     GOOGLE_CLOUD_PROJECT       the GCP project (the policy's gcp.project wins for Compute Engine)
     JOBPLANE_COMPUTE_ENDPOINT  the Compute Engine API elsewhere than Google (a local fake), anonymously
     PUBSUB_EMULATOR_HOST       Pub/Sub elsewhere than Google (host:port), anonymously
@@ -36,6 +38,7 @@ class Settings:
     project: str | None = None
     compute_endpoint: str | None = None
     pubsub_emulator: str | None = None
+    vend_url: str | None = None
 
     @property
     def deployment(self) -> str:
@@ -67,7 +70,7 @@ class Settings:
                    region=region or env("JOBPLANE_REGION") or fallback, cloud=cloud,
                    notify_topic=env("JOBPLANE_NOTIFY_TOPIC") or None, project=env("GOOGLE_CLOUD_PROJECT") or None,
                    compute_endpoint=env("JOBPLANE_COMPUTE_ENDPOINT") or None,
-                   pubsub_emulator=env("PUBSUB_EMULATOR_HOST") or None)
+                   pubsub_emulator=env("PUBSUB_EMULATOR_HOST") or None, vend_url=env("JOBPLANE_VEND_URL") or None)
 
 
 def parse_registry(named: str) -> tuple[str | None, str, str | None]:

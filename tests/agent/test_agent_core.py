@@ -3,10 +3,12 @@ or the power-off. The store is the real in-memory store, wrapped to fail writes 
 
 from __future__ import annotations
 
+import io
 import os
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,9 +17,10 @@ from jobplane.agent import Agent, AgentConfig
 from jobplane.agent.core import grace_within
 from jobplane.agent.keeper import sync_budget
 from jobplane.clouds.aws_imds import Ec2Metadata
-from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID
+from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, CredentialsRefused
 from jobplane.clouds.memory import MemoryStore
 from jobplane.local.imds import FakeImds, ImdsInstance
+from jobplane.local.waiting import wait_for
 from jobplane.records import ClusterFile, ExitReport
 from jobplane.registry import Registry
 from jobplane.spec import JobSpec
@@ -165,3 +168,46 @@ def test_a_stop_request_that_does_not_parse_still_stops_the_node(imds: FakeImds,
     assert (report.reason, report.stopped_by) == ("stopped", "unknown")
     assert report.stop_reason == "stop request: field 'time': Field required"
     assert powered == ["off"]
+
+
+class RevokedStore(MemoryStore):
+    """Every call fails with CredentialsRefused once `revoked` is set, as after the vending function said no."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.revoked = threading.Event()
+        self.refusals = 0
+
+    def __getattribute__(self, name: str) -> Any:
+        attr = super().__getattribute__(name)
+        if name in {"get", "put", "put_if_absent", "put_if_match", "delete", "list", "upload_file"} \
+                and super().__getattribute__("revoked").is_set():
+            def refused(*args: Any, **kwargs: Any) -> Any:
+                self.refusals += 1
+                raise CredentialsRefused("attempt 1 of job core-job is over (the job is on attempt 2)")
+            return refused
+        return attr
+
+
+def test_refused_credentials_stop_the_job_and_power_off_without_retrying(imds: FakeImds, tmp_path: Path) -> None:
+    store, console = RevokedStore(), io.BytesIO()
+    powered: list[str] = []
+    reg = Registry(store)
+    seed(reg, "echo started; sleep 60")
+    config = AgentConfig(ml_root=tmp_path / "ml", log_interval=0.2, heartbeat_interval=0.2, checkpoint_interval=0.3,
+                         poll_interval=0.2, retry_attempts=6, retry_pause=0.5)
+    agent = Agent(reg, Ec2Metadata(imds.url), config, environ=os.environ, power_off=lambda: powered.append("off"),
+                  console=console)
+    result: list[int] = []
+    runner = threading.Thread(target=lambda: result.append(agent.run()))
+    runner.start()
+    beat = keys.heartbeat("core-job", 1, 0)
+    wait_for("the job's first output and heartbeat",
+             lambda: b"started" in console.getvalue() and any(reg.listing(beat)), 15, 0.05)
+    store.revoked.set()
+    runner.join(20)
+    assert result == [1] and powered == ["off"]  # no exit report could be written; the VM still goes away
+    out = console.getvalue().decode()
+    assert "storage credentials refused: attempt 1 of job core-job is over" in out
+    assert "exit report impossible: the job's storage credentials were refused" in out
+    assert store.refusals < 10  # each step tried once at most: no retry loop against a refusal

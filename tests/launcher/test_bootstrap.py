@@ -93,19 +93,20 @@ def trap_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_location_values_are_quoted(trap_bin: Path, bucket: str, root: str, region: str, job_id: str,
                                     url: str) -> None:
     """Even values that never come from users (bucket, root, URLs...) cannot break out of their quotes."""
-    agent = AgentSource({"3.12": Fetch("n", url, "0" * 64)}, url, auth="gce")
+    agent = AgentSource({"3.12": Fetch("n", url, "0" * 64)}, url, auth="gce", vend_url=url)
     script = render(cloud="aws", bucket=bucket, root=root, region=region, job_id=job_id, attempt=1,
                     uptime_minutes=60, agent=agent)
     assert bash_syntax_ok(script)
     # run only the assignments (everything before the backstop) and read the values back from bash
     assignments = script.split("# Uptime backstop")[0]
-    names = ["JOBPLANE_BUCKET", "JOBPLANE_ROOT", "JOBPLANE_REGION", "JOBPLANE_JOB_ID", "JOBPLANE_BOOT"]
+    names = ["JOBPLANE_BUCKET", "JOBPLANE_ROOT", "JOBPLANE_REGION", "JOBPLANE_JOB_ID", "JOBPLANE_BOOT",
+             "JOBPLANE_VEND_URL"]
     probe = assignments + "printf '%s\\0' " + " ".join(f'"${n}"' for n in names) + "\n"
     out = subprocess.run(["bash", "-c", probe], env={"PATH": f"{trap_bin}:/usr/bin:/bin"}, capture_output=True,
                          timeout=10)
     assert out.returncode == 0, out.stderr
     assert not (trap_bin / "sprung").exists()
-    assert out.stdout.decode().split("\0")[:5] == [bucket, root.strip("/"), region, job_id, agent.as_json()]
+    assert out.stdout.decode().split("\0")[:6] == [bucket, root.strip("/"), region, job_id, agent.as_json(), url]
 
 
 
@@ -200,3 +201,10 @@ def test_user_data_fits_ec2s_16_kb_with_long_credentials_and_every_python(moto_e
                     job_id="j" * 63, attempt=100, uptime_minutes=10080, agent=source)
     assert bash_syntax_ok(script)
     assert len(script.encode()) < MAX_USER_DATA, len(script.encode())
+
+
+def test_the_vms_are_told_where_to_ask_for_their_jobs_credentials(registry: Registry) -> None:
+    """The deployment's vending function (Settings.vend_url) reaches the agent through the script."""
+    vending = Registry(registry.store, "team", vend_url="http://127.0.0.1:9/vend")
+    assert "\nexport JOBPLANE_VEND_URL=http://127.0.0.1:9/vend\n" in script_for(vending)
+    assert "\nexport JOBPLANE_VEND_URL=''\n" in script_for(registry)  # none: the VM's own identity

@@ -53,6 +53,7 @@ from jobplane.clouds.base import (
     LOG_OBJECT_TAG,
     TAG_ATTEMPT,
     TAG_JOB_ID,
+    CredentialsRefused,
     Metadata,
     NotFound,
     ObjectStore,
@@ -156,6 +157,7 @@ class Agent:
         self._marked_output = 0
         self._keeper: Keeper | None = None  # checkpoints and artifacts, once prepared
         self._ended_ns: int | None = None  # when the user process ended (wall clock, to compare with mtimes)
+        self._refused: str | None = None  # why the vending function refused this VM its job's credentials
 
     # ---- entry point -------------------------------------------------------------------------------------
     def _stop_early(self, why: str) -> None:
@@ -187,6 +189,9 @@ class Agent:
             thread.start()
         try:
             outcome = self._work(run)
+        except CredentialsRefused as exc:
+            self._lose_access(exc)
+            outcome = self._interrupt or Outcome(None, "stopped")
         except Exception as exc:  # the report must still be written
             log.exception("agent failed")
             outcome = Outcome(AGENT_ERROR, "exit", error=f"{type(exc).__name__}: {exc}")
@@ -379,6 +384,8 @@ class Agent:
                 if time.monotonic() >= due[name]:
                     try:
                         action(run)
+                    except CredentialsRefused as exc:
+                        self._lose_access(exc)
                     except Exception as exc:  # one failed write must not end the heartbeats
                         log.warning("background %s failed: %s", name, exc)
                     due[name] = time.monotonic() + every[name]
@@ -476,10 +483,23 @@ class Agent:
                 continue  # not prepared yet
             try:
                 self._keeper.periodic(self._stop_background)
+            except CredentialsRefused as exc:
+                self._lose_access(exc)
             except Exception as exc:
                 log.warning("checkpoint sync failed; will retry: %s", exc)
 
     # ---- the end ----------------------------------------------------------------------------------------
+    def _lose_access(self, exc: CredentialsRefused) -> None:
+        """The control plane will not give this VM its job's credentials any more (its attempt is over, or it
+        is not one of it): stop the job as for a stop request, then power off without trying to write."""
+        if self._refused is not None:
+            return
+        self._refused = str(exc)
+        self.out.note(f"storage credentials refused: {exc}: stopping; nothing more can reach the bucket")
+        if self._interrupt is None:
+            self._interrupt = Outcome(None, "stopped", error=f"credentials refused: {exc}", stopped_by="jobplane")
+        self._interrupted.set()
+
     def _after_signal(self, outcome: Outcome) -> Outcome:
         """A signal stopped the node: preempted if the metadata says so (asked once, the VM is going away),
         else stopped. On a Spot VM the shutdown's SIGTERM usually beats the next notice poll."""
@@ -526,20 +546,26 @@ class Agent:
             try:
                 return fn()
             except Exception as exc:
-                if attempt == self.cfg.retry_attempts or isinstance(exc, ValidationError):  # not a blip
-                    raise
+                if attempt == self.cfg.retry_attempts or isinstance(exc, ValidationError | CredentialsRefused):
+                    raise  # not a blip
                 log.warning("%s failed (try %d): %s", what, attempt, exc)
                 time.sleep(min(30.0, self.cfg.retry_pause * 2 ** (attempt - 1)))
         raise AssertionError("unreachable")
 
     def _try(self, what: str, fn: Callable[[], object]) -> bool:
-        """Like _retry, but a final failure is logged, not raised: the steps after it still run."""
-        try:
-            self._retry(what, fn)
-            return True
-        except Exception:
-            log.exception("%s: gave up after %d tries", what, self.cfg.retry_attempts)
-            return False
+        """Like _retry, but a final failure is logged, not raised: the steps after it still run. Once the job's
+        credentials are refused, each step says it is impossible (once) and nothing is tried."""
+        if self._refused is None:
+            try:
+                self._retry(what, fn)
+                return True
+            except CredentialsRefused as exc:
+                self._lose_access(exc)
+            except Exception:
+                log.exception("%s: gave up after %d tries", what, self.cfg.retry_attempts)
+                return False
+        self.out.note(f"{what} impossible: the job's storage credentials were refused ({self._refused})")
+        return False
 
 
 def _report(run: _Run, outcome: Outcome, ended: datetime) -> records.ExitReport:
