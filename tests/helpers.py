@@ -135,9 +135,11 @@ def make_wheel(directory: Path, name: str, version: str, source: str) -> Path:
 NOT_SHIPPED = ("jobplane/local/", "jobplane/clouds/memory.py", "jobplane/clouds/aws_local.py", "jobplane/cli.py",
                "jobplane/backend.py", "jobplane/bundling.py")
 OTHER_CLOUD = {"aws": ("jobplane/clouds/gcp.py", "jobplane/clouds/gcs.py", "jobplane/clouds/gce_metadata.py",
-                       "jobplane/clouds/pubsub.py"),
-               "gcp": ("jobplane/clouds/aws.py", "jobplane/clouds/aws_imds.py", "jobplane/clouds/s3.py",
-                       "jobplane/clouds/sns.py")}
+                       "jobplane/clouds/pubsub.py", "jobplane/clouds/gce_identity.py", "jobplane/clouds/gcp_vend.py",
+                       "jobplane/clouds/gcs_downscope.py", "jobplane/vending/gcp.py"),
+               "gcp": ("jobplane/clouds/aws.py", "jobplane/clouds/aws_imds.py", "jobplane/clouds/aws_vend.py",
+                       "jobplane/clouds/s3.py", "jobplane/clouds/sns.py", "jobplane/vending/aws_iam.py",
+                       "jobplane/vending/aws.py")}
 
 
 def unwanted(names: list[str], cloud: str, prefix: str = "") -> list[str]:

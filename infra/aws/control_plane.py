@@ -37,6 +37,10 @@ LOG_CHUNK_TAG = LOG_OBJECT_TAG  # the agent tags every log chunk with it
 # worth little: retry briefly, then park it in the DLQ (the depth alarm shows something is wrong).
 EVENT_RETRIES = 2
 EVENT_MAX_AGE = cdk.Duration.hours(1)
+# Every function: traced, JSON logs at INFO (its own) and WARN (the platform's)
+LOGGING: dict[str, Any] = {"tracing": lambda_.Tracing.ACTIVE, "logging_format": lambda_.LoggingFormat.JSON,
+                           "application_log_level_v2": lambda_.ApplicationLogLevel.INFO,
+                           "system_log_level_v2": lambda_.SystemLogLevel.WARN}
 UPLOADER_MEMORY_MB = 512  # one BucketDeployment singleton Lambda serves both uploads
 
 
@@ -80,6 +84,8 @@ class JobplaneControlPlane(Construct):
 
         asset = lambda_.Code.from_asset(str(bundle.lambda_asset()))
         self.functions = {spec.name: self._function(spec, asset, network) for spec in FUNCTIONS}
+        self.job_role, self.vend, self.vend_url = self._vending(asset)
+        self._vm_policy()
         self._rules()
         self._uploads(network)
         self.observability = Observability(self, "Observability", self.functions, self.dead_letters,
@@ -188,20 +194,70 @@ class JobplaneControlPlane(Construct):
     # ---- identities ---------------------------------------------------------------------------------
     def _vm_identity(self) -> tuple[iam.Role, iam.InstanceProfile]:
         role = iam.Role(self, "VmRole", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-                        description="jobplane agent on a VM: read its job's inputs, write its own facts")
-        policy = iam.Policy(self, "VmPolicy", roles=[role],
-                            statements=permissions.vm_statements(self.bucket, self.config.key_prefix,
-                                                                 self.config.data_buckets))
-        for pattern in dict.fromkeys(permissions.VM_READ + permissions.VM_WRITE + permissions.VM_PRUNE):
-            acknowledge(policy, f"AwsSolutions-IAM5[Resource::<{self.bucket_id()}.Arn>/{self.config.key_prefix}"
-                                f"{pattern}]",
-                        f"Job ids and file names are chosen at run time; {pattern} confines the VM to that one "
-                        "area of the registry.")
+                        description="jobplane VM: ask the vending function for its job's credentials, read inputs")
+        profile = iam.InstanceProfile(self, "VmInstanceProfile", role=role)
+        return role, profile
+
+    def _vm_policy(self) -> None:
+        policy = iam.Policy(self, "VmPolicy", roles=[self.vm_role],
+                            statements=permissions.vm_statements(self.vend, self.config.data_buckets))
+        self._acknowledge_data_buckets(policy)
+
+    def _acknowledge_data_buckets(self, policy: iam.Policy) -> None:
         for name in self.config.data_buckets:
             acknowledge(policy, f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::{name}/*]",
                         f"{name} is an input-data bucket named in jobplane:dataBuckets; VMs only read it.")
-        profile = iam.InstanceProfile(self, "VmInstanceProfile", role=role)
-        return role, profile
+
+    def _vending(self, code: lambda_.Code) -> tuple[iam.Role, lambda_.Function, lambda_.FunctionUrl]:
+        """The credential vending function behind an IAM-authenticated URL, and the job role it assumes with a
+        session policy naming one job's keys (jobplane.vending.aws); the job role trusts that function only."""
+        prefix = self.config.key_prefix
+        vend_role = iam.Role(self, "VendRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+                             description="jobplane vend function: mint a job's credentials for its own VMs")
+        job_role = iam.Role(self, "JobRole", assumed_by=iam.ArnPrincipal(vend_role.role_arn),
+                            max_session_duration=cdk.Duration.hours(1),
+                            description="jobplane agent: a job's keys, narrowed per job by the vending function")
+        job_policy = iam.Policy(self, "JobPolicy", roles=[job_role], statements=permissions.job_statements(
+            self.bucket, prefix, self.config.data_buckets))
+        for pattern in permissions.AGENT_AREAS:
+            acknowledge(job_policy, f"AwsSolutions-IAM5[Resource::<{self.bucket_id()}.Arn>/{prefix}{pattern}]",
+                        f"Job ids and file names are chosen at run time; {pattern} confines the agent to that one "
+                        "area of the registry, and each session policy to its own job's keys.")
+        self._acknowledge_data_buckets(job_policy)
+        vend_policy = iam.Policy(self, "VendPolicy", roles=[vend_role],
+                                 statements=permissions.vend_statements(job_role, self.bucket, prefix))
+        acknowledge(vend_policy, "AwsSolutions-IAM5[Resource::*]",
+                    "ec2:DescribeInstances supports no resource-level permissions (the caller instance's tags).")
+        acknowledge(vend_policy, f"AwsSolutions-IAM5[Resource::<{self.bucket_id()}.Arn>/{prefix}jobs/*/job.json]",
+                    "Any job may ask for its credentials; the function reads only job records (jobs/*/job.json).")
+        log_group = logs.LogGroup(self, "VendLogs", retention=_retention(self.config.log_retention_days),
+                                  removal_policy=cdk.RemovalPolicy.DESTROY)
+        fn = lambda_.Function(
+            self, "Vend",
+            runtime=lambda_.Runtime.PYTHON_3_14,
+            architecture=lambda_.Architecture.ARM_64,
+            code=code,
+            handler="functions.aws.vend.handler",
+            memory_size=256,
+            timeout=cdk.Duration.seconds(30),
+            role=vend_role,
+            environment={**self._environment(),
+                         "JOBPLANE_VM_ROLE_ARN": self.vm_role.role_arn,
+                         "JOBPLANE_JOB_ROLE_ARN": job_role.role_arn,
+                         "JOBPLANE_DATA_BUCKETS": ",".join(self.config.data_buckets)},
+            log_group=log_group,
+            description="jobplane vend: a job's storage credentials for its own VMs",
+            **LOGGING,
+        )
+        log_group.grant_write(vend_role)
+        acknowledge(vend_role.node.find_child("DefaultPolicy"), "AwsSolutions-IAM5[Resource::*]",
+                    "X-Ray PutTraceSegments/PutTelemetryRecords support no resource-level permissions.")
+        url = fn.add_function_url(auth_type=lambda_.FunctionUrlAuthType.AWS_IAM)
+        for spec in FUNCTIONS:
+            if spec.launches:  # the launcher hands the URL to the VMs it starts (Settings.vend_url)
+                self.functions[spec.name].add_environment("JOBPLANE_VEND_URL", url.url)
+        cdk.CfnOutput(self, "VendUrl", value=url.url, description="the credential vending function's URL (IAM auth)")
+        return job_role, fn, url
 
     def _submitter_policy(self) -> iam.ManagedPolicy:
         """For the people and CI roles that submit jobs: attach it to principals tagged jobplane-owner=<team>."""
@@ -248,17 +304,9 @@ class JobplaneControlPlane(Construct):
             memory_size=512,
             timeout=cdk.Duration.seconds(spec.timeout_s),
             role=role,
-            environment={
-                "JOBPLANE_BUCKET": self.bucket.bucket_name,
-                "JOBPLANE_ROOT": self.config.key_prefix.rstrip("/"),
-                "POWERTOOLS_SERVICE_NAME": "jobplane",
-                "POWERTOOLS_METRICS_NAMESPACE": "jobplane",
-            },
-            tracing=lambda_.Tracing.ACTIVE,
-            logging_format=lambda_.LoggingFormat.JSON,
-            application_log_level_v2=lambda_.ApplicationLogLevel.INFO,
-            system_log_level_v2=lambda_.SystemLogLevel.WARN,
+            environment=self._environment(),
             log_group=log_group,
+            **LOGGING,
             reserved_concurrent_executions=spec.reserved if self.config.reserved_concurrency else None,
             dead_letter_queue=self.dead_letters,
             retry_attempts=EVENT_RETRIES,
@@ -270,6 +318,11 @@ class JobplaneControlPlane(Construct):
         log_group.grant_write(role)
         self._acknowledge_function_findings(role, policy, spec)
         return fn
+
+    def _environment(self) -> dict[str, str]:
+        """What every function reads: the registry (Settings) and Powertools' names."""
+        return {"JOBPLANE_BUCKET": self.bucket.bucket_name, "JOBPLANE_ROOT": self.config.key_prefix.rstrip("/"),
+                "POWERTOOLS_SERVICE_NAME": "jobplane", "POWERTOOLS_METRICS_NAMESPACE": "jobplane"}
 
     def bucket_id(self) -> str:
         """The registry's logical id as cdk-nag prints it in findings (<Id.Arn>)."""

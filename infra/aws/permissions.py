@@ -5,12 +5,15 @@ terminated, so a second deployment in the account cannot end this one's VMs even
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 
 from jobplane.clouds.base import TAG_DEPLOYMENT, TAG_MANAGED
+from jobplane.vending import aws_iam
 
 
 def ours(deployment: str, kind: str = "ResourceTag") -> dict[str, str]:
@@ -18,15 +21,9 @@ def ours(deployment: str, kind: str = "ResourceTag") -> dict[str, str]:
     return {f"aws:{kind}/{TAG_MANAGED}": "true", f"aws:{kind}/{TAG_DEPLOYMENT}": deployment}
 
 
-# Registry areas a VM reads and writes (relative to the registry root).
-VM_READ = ("jobs/*/job.json", "jobs/*/code/*", "code/*", "jobs/*/checkpoints/*", "jobs/*/attempts/*/cluster.json",
-           "jobs/*/control/stop")
-VM_WRITE = ("heartbeats/*", "jobs/*/logs/*", "jobs/*/metrics/*", "jobs/*/checkpoints/*", "jobs/*/artifacts/*",
-            "jobs/*/attempts/*/nodes/*/exit.json", "preempted-jobs/*")
-# Synced directories: after each manifest the agent deletes the objects it no longer names (an old
-# checkpoint the training code removed) and aborts a multipart upload it gave up on.
-VM_PRUNE = ("jobs/*/checkpoints/*", "jobs/*/artifacts/*")
-TAGGED = ("jobs/*/logs/*", "jobs/*/metrics/*")  # the chunks the log lifecycle rule expires, by their tag
+# Registry areas an agent reads and writes (the job role's grants): jobplane.vending.aws_iam, shared with the
+# local cloud.
+AGENT_AREAS = tuple(dict.fromkeys(aws_iam.AGENT_READ + aws_iam.AGENT_WRITE + aws_iam.AGENT_PRUNE))
 # Why each EC2 resource wildcard in the launch/terminate statements cannot be narrower.
 EC2_WILDCARDS = {
     "instance/*": "Instance ids exist only after launch; RunInstances needs jobplane:managed=true in the request "
@@ -161,43 +158,26 @@ def submitter_statements(bucket: s3.IBucket, prefix: str) -> list[iam.PolicyStat
     ]
 
 
-def vm_statements(bucket: s3.IBucket, prefix: str, data_buckets: Sequence[str]) -> list[iam.PolicyStatement]:
-    """What the agent on a VM may do: read its job's inputs, write its own facts. No EC2, no IAM.
+def _statements(documents: Sequence[dict[str, Any]]) -> list[iam.PolicyStatement]:
+    return [iam.PolicyStatement.from_json(statement) for statement in documents]
 
-    ListBucket is on the whole registry bucket: without it S3 answers 403 instead of 404 for keys the agent
-    polls before they exist (cluster.json, control/stop), and a prefix-conditioned grant does not count for
-    that. It exposes key names, not contents.
-    """
-    def objects(*patterns: str) -> list[str]:
-        return [bucket.arn_for_objects(prefix + p) for p in patterns]
 
-    statements = [
-        iam.PolicyStatement(
-            sid="ReadJobRecordCodeCheckpointsClusterAndStop",
-            actions=["s3:GetObject"],
-            resources=objects(*VM_READ),
-        ),
-        iam.PolicyStatement(
-            sid="WriteHeartbeatsLogsMetricsCheckpointsArtifactsExitReportsPreemptedMarker",
-            actions=["s3:PutObject"],
-            resources=objects(*VM_WRITE),
-        ),
-        iam.PolicyStatement(
-            sid="PruneSyncedCheckpointsAndArtifacts",
-            actions=["s3:DeleteObject", "s3:AbortMultipartUpload"],
-            resources=objects(*VM_PRUNE),
-        ),
-        iam.PolicyStatement(  # a PutObject carrying tags needs this too; only log and metrics chunks are tagged
-            sid="TagLogChunksForTheirLifecycleRule",
-            actions=["s3:PutObjectTagging"],
-            resources=objects(*TAGGED),
-        ),
-        iam.PolicyStatement(sid="ListRegistryKeys", actions=["s3:ListBucket"], resources=[bucket.bucket_arn]),
-    ]
-    if data_buckets:
-        arns = [f"arn:{cdk.Aws.PARTITION}:s3:::{name}" for name in data_buckets]
-        statements.append(iam.PolicyStatement(
-            sid="ReadInputDataBuckets", actions=["s3:GetObject", "s3:ListBucket"],
-            resources=[*arns, *(f"{a}/*" for a in arns)],
-        ))
-    return statements
+def vm_statements(vend_function: lambda_.IFunction, data_buckets: Sequence[str]) -> list[iam.PolicyStatement]:
+    """What a VM's own identity may do: ask the vending function, through its IAM-authenticated URL only, for its
+    job's credentials, and read the input-data buckets. Nothing in the registry: the bootstrap fetches the agent
+    through URLs the launcher presigned, and the agent works with its job's vended credentials."""
+    return _statements(aws_iam.vm_role_statements(vend_function.function_arn, cdk.Aws.PARTITION, data_buckets))
+
+
+def job_statements(bucket: s3.IBucket, prefix: str, data_buckets: Sequence[str]) -> list[iam.PolicyStatement]:
+    """The job role: what any job's agent may do (no EC2, no IAM); the vending function assumes it with a session
+    policy naming one job's keys, so a session may do only what both allow.
+
+    ListBucket is on the whole registry bucket here, and on the job's own prefixes in the session policy (S3
+    then answers 403 instead of 404 for a missing key: jobplane.clouds.aws_vend reads that as missing)."""
+    return _statements(aws_iam.job_role_statements(bucket.bucket_arn, prefix, cdk.Aws.PARTITION, data_buckets))
+
+
+def vend_statements(job_role: iam.IRole, bucket: s3.IBucket, prefix: str) -> list[iam.PolicyStatement]:
+    """The vending function: assume the job role, read job records, see instances' tags."""
+    return _statements(aws_iam.vend_role_statements(job_role.role_arn, bucket.bucket_arn, prefix))

@@ -74,9 +74,9 @@ def test_lifecycle_expires_old_log_chunks_and_heartbeat_history(synth: Synth) ->
 
 
 # ---- functions --------------------------------------------------------------------------------------
-def test_four_functions_arm64_newest_python_json_logs_xray_dlq(synth: Synth) -> None:
+def test_four_functions_and_vend_arm64_newest_python_json_logs_xray_dlq(synth: Synth) -> None:
     fns = synth.functions()
-    assert sorted(fns) == sorted(HANDLERS)
+    assert sorted(fns) == sorted((*HANDLERS, "vend"))
     dlq = synth.logical_id("AWS::SQS::Queue", "DeadLetters")
     for name, fn in fns.items():
         p = fn["Properties"]
@@ -84,7 +84,8 @@ def test_four_functions_arm64_newest_python_json_logs_xray_dlq(synth: Synth) -> 
         assert p["Architectures"] == ["arm64"], name
         assert p["TracingConfig"] == {"Mode": "Active"}, name
         assert p["LoggingConfig"]["LogFormat"] == "JSON", name
-        assert p["DeadLetterConfig"] == {"TargetArn": {"Fn::GetAtt": [dlq, "Arn"]}}, name
+        if name != "vend":  # vend is called synchronously, through its URL: there is nothing to dead-letter
+            assert p["DeadLetterConfig"] == {"TargetArn": {"Fn::GetAtt": [dlq, "Arn"]}}, name
         assert p["Handler"] == f"functions.aws.{name}.handler"
         env = p["Environment"]["Variables"]
         assert env["JOBPLANE_BUCKET"] == {"Ref": bucket_id(synth)}
@@ -249,6 +250,11 @@ def vm_statements(synth: Synth) -> list[dict[str, Any]]:
     return role_statements(synth.template, synth.logical_id("AWS::IAM::Role", "VmRole"))
 
 
+def job_statements(synth: Synth) -> list[dict[str, Any]]:
+    """The job role's: what any agent's vended credentials may do at most (each session narrows it to one job)."""
+    return role_statements(synth.template, synth.logical_id("AWS::IAM::Role", "JobRole"))
+
+
 def test_vm_role_is_for_ec2_with_an_instance_profile(synth: Synth) -> None:
     vm_role = synth.logical_id("AWS::IAM::Role", "VmRole")
     trust = synth.template["Resources"][vm_role]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
@@ -257,8 +263,8 @@ def test_vm_role_is_for_ec2_with_an_instance_profile(synth: Synth) -> None:
     assert profile["Properties"]["Roles"] == [{"Ref": vm_role}]
 
 
-def test_vm_role_has_no_ec2_no_iam_and_only_registry_reads_and_writes(synth: Synth) -> None:
-    sts = vm_statements(synth)
+def test_job_role_has_no_ec2_no_iam_and_only_registry_reads_and_writes(synth: Synth) -> None:
+    sts = job_statements(synth)
     actions = {a for s in sts for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])}
     assert actions <= {"s3:GetObject", "s3:PutObject", "s3:PutObjectTagging", "s3:ListBucket", "s3:DeleteObject",
                        "s3:AbortMultipartUpload"}
@@ -276,9 +282,10 @@ def test_vm_role_has_no_ec2_no_iam_and_only_registry_reads_and_writes(synth: Syn
                 "jobs/j1/attempts/2/cluster.json", "jobs/j1/control/stop", "system/agent/manifest.json",
                 "jobs/j1/attempts/2/boot-failure.json", "limits/j1/2/idle-flagged", "code/team-a/j1.tar.gz"):
         assert not allows(sts, Request("s3:PutObject", obj + key)), key
-    # the agent bundle reaches the VM through URLs the launcher presigned, not through the VM's role
-    for key in ("config/policy.yaml", "rejected/j2.yaml", "queue/j2.yaml", "system/agent/aws-py3.12-x86_64.tar.gz"):
+    for key in ("config/policy.yaml", "rejected/j2.yaml", "queue/j2.yaml", "active/j1/RUNNING.2"):
         assert not allows(sts, Request("s3:GetObject", obj + key)), key
+    # the agent bundles are readable (the session policy's read-only keys); the VM's role itself reads none
+    assert allows(sts, Request("s3:GetObject", obj + "system/agent/aws-py3.12-x86_64.tar.gz"))
     # deletes only where the agent prunes what its newest manifest no longer names
     for key in ("jobs/j1/checkpoints/files/0/3/ckpt-100.pt", "jobs/j1/artifacts/model/w.bin"):
         assert allows(sts, Request("s3:DeleteObject", obj + key)), key
@@ -292,8 +299,9 @@ def test_vm_role_has_no_ec2_no_iam_and_only_registry_reads_and_writes(synth: Syn
     assert not allows(sts, Request("s3:PutObjectTagging", obj + "jobs/j1/checkpoints/step-100.pt"))
 
 
-def test_vm_reads_declared_input_buckets_read_only(synth: Synth) -> None:
-    sts = vm_statements(synth)
+@pytest.mark.parametrize("role", ["VmRole", "JobRole"])
+def test_vm_and_job_credentials_read_declared_input_buckets_read_only(synth: Synth, role: str) -> None:
+    sts = role_statements(synth.template, synth.logical_id("AWS::IAM::Role", role))
     assert allows(sts, Request("s3:GetObject", f"arn:aws:s3:::{DATA_BUCKET}/regression/train/part-0"))
     assert not allows(sts, Request("s3:PutObject", f"arn:aws:s3:::{DATA_BUCKET}/x"))
     assert not allows(sts, Request("s3:GetObject", "arn:aws:s3:::someone-elses-bucket/x"))
@@ -364,10 +372,11 @@ def test_job_notifications_go_to_an_encrypted_topic_only_the_functions_publish_t
               if s["Properties"]["TopicArn"] == {"Ref": topic}]
     assert sub["Endpoint"] == NOTIFY_EMAIL and sub["Protocol"] == "email"
     publish = Request("sns:Publish", f"<{topic}>")
-    for name, fn in synth.functions().items():
+    for name in HANDLERS:
+        fn = synth.functions()[name]
         assert fn["Properties"]["Environment"]["Variables"]["JOBPLANE_NOTIFY_TOPIC"] == {"Ref": topic}
         assert allows(statements(synth, name), publish), name
-    assert not allows(vm_statements(synth), publish)
+    assert not allows(vm_statements(synth), publish) and not allows(statements(synth, "vend"), publish)
     alarm_topic = synth.logical_id("AWS::SNS::Topic", "AlarmTopic")
     assert not any(allows(statements(synth, name), Request("sns:Publish", f"<{alarm_topic}>")) for name in HANDLERS)
 

@@ -52,8 +52,8 @@ def test_root_prefix_reaches_rules_env_vm_role_and_uploads(variant: Synth) -> No
     for fn in variant.functions().values():
         assert fn["Properties"]["Environment"]["Variables"]["JOBPLANE_ROOT"] == "team-a"
         assert "ReservedConcurrentExecutions" not in fn["Properties"]
-    vm_role = variant.logical_id("AWS::IAM::Role", "VmRole")
-    sts = role_statements(variant.template, vm_role)
+    job_role = variant.logical_id("AWS::IAM::Role", "JobRole")
+    sts = role_statements(variant.template, job_role)
     assert allows(sts, Request("s3:PutObject", f"<{registry}.Arn>/team-a/heartbeats/j1/1/0"))
     assert not allows(sts, Request("s3:PutObject", f"<{registry}.Arn>/heartbeats/j1/1/0"))
     submitters = managed_policy_statements(variant.template, "SubmitterPolicy")

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from jobplane import keys
+from jobplane.clouds.s3 import S3Store
+from jobplane.local.aws import DATA_BUCKET
 from jobplane.local.demo import REPO, CloudProcess, exit_report, wait_for_no_instances
 from jobplane.states import State
 from tests.local.conftest import TRAIN, cli_ok
@@ -61,7 +63,7 @@ def test_a_sagemaker_script_runs_unchanged_with_its_hyperparameters_channel_and_
         cloud: CloudProcess, tmp_path: Path) -> None:
     reg = cloud.registry()
     data = (REPO / "examples" / "sagemaker-data" / "train.csv").read_bytes()
-    reg.store.put("datasets/blobs/train.csv", data, "text/csv")  # the spec's train channel, in the local bucket
+    S3Store(DATA_BUCKET, reg.store.client).put("blobs/train.csv", data, "text/csv")  # the spec's train channel
     job_id = submit(cloud, "examples/sagemaker.yaml", REPO / "examples" / "sagemaker", "--hp", "epochs=12")
     assert wait_terminal(cloud, job_id) == 0, reg.job(job_id).reason
 

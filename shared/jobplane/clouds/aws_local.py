@@ -58,6 +58,24 @@ class LocalAws:
         self.ssm: Any = boto3.client("ssm", region_name=region, endpoint_url=endpoint, **creds)
         self.sns: Any = boto3.client("sns", region_name=region, endpoint_url=endpoint, **creds)
         self.sqs: Any = boto3.client("sqs", region_name=region, endpoint_url=endpoint, **creds)
+        self.iam: Any = boto3.client("iam", region_name=region, endpoint_url=endpoint, **creds)
+        self.sts: Any = boto3.client("sts", region_name=region, endpoint_url=endpoint, **creds)
+
+    def create_role(self, name: str, trust: dict[str, Any], policy: dict[str, Any]) -> str:
+        """A role with one inline policy (both IAM JSON, jobplane.vending.aws_iam); returns its ARN. Made again, it
+        keeps the role and replaces the policy."""
+        try:
+            arn = str(self.iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"])
+        except self.iam.exceptions.EntityAlreadyExistsException:
+            arn = str(self.iam.get_role(RoleName=name)["Role"]["Arn"])
+        self.iam.put_role_policy(RoleName=name, PolicyName=f"{name}-policy", PolicyDocument=json.dumps(policy))
+        return arn
+
+    def role_session(self, role_arn: str, session_name: str, seconds: int = 3600) -> dict[str, Any]:
+        """STS credentials of the role ({AccessKeyId, SecretAccessKey, SessionToken, Expiration (datetime)}), as
+        EC2 gets them for an instance profile (the session named after the instance)."""
+        return dict(self.sts.assume_role(RoleArn=role_arn, RoleSessionName=session_name,
+                                         DurationSeconds=seconds)["Credentials"])
 
     def notification_inbox(self, name: str = "jobplane-jobs") -> tuple[str, str]:
         """(topic ARN, queue URL): the deployment's notification topic and a queue subscribed to it."""

@@ -40,9 +40,10 @@ _READ = 1 << 20  # bytes per read when streaming a single GetObject body to disk
 _IO_CHUNK = 256 << 10  # s3transfer's default size of the pieces a download hands to its disk writer
 
 
-def s3_client(region: str | None = None) -> Any:
-    """A client honouring AWS_ENDPOINT_URL (moto server, local cloud) with adaptive retries."""
-    return boto3.client("s3", region_name=region, config=RETRIES)
+def s3_client(region: str | None = None, session: Any = None) -> Any:
+    """A client honouring AWS_ENDPOINT_URL (moto server, local cloud) with adaptive retries; session: a boto3
+    Session whose credentials to use (the job's vended ones), else the default chain's."""
+    return (session or boto3).client("s3", region_name=region, config=RETRIES)
 
 
 class _Known(BaseSubscriber):  # type: ignore[misc]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -24,6 +25,8 @@ from jobplane.registry import Registry
 log = logging.getLogger("local-cloud")
 
 REGION = "us-east-1"
+ACCOUNT = "123456789012"  # moto's
+DATA_BUCKET = "jobplane-local-data"  # the platform's input data: read-only to jobs, as a data bucket on AWS
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing"}
 
 
@@ -36,6 +39,8 @@ class AwsLocalCloud(LocalCloud):
         self.moto = ServiceProcess("jobplane.local.moto_server", port)
         self.aws: Any = None
         self.inbox = ""  # the SQS queue subscribed to the notification topic
+        self.vend_url: Any = None  # the vending function's URL (jobplane.local.function_url)
+        self.vm_role_arn: str | None = None
 
     @property
     def exports(self) -> dict[str, str]:
@@ -47,6 +52,8 @@ class AwsLocalCloud(LocalCloud):
         self.moto.start(self.state_dir / "moto.log", env={CONSOLES_ENV: str(self.state_dir / "instances")})
 
     def stop_services(self) -> None:
+        if self.vend_url is not None:
+            self.vend_url.stop()
         self.moto.stop()
 
     def services(self) -> dict[str, int | None]:
@@ -60,10 +67,23 @@ class AwsLocalCloud(LocalCloud):
 
         aws = self.aws = LocalAws(REGION)
         aws.create_bucket(self.bucket)
+        aws.create_bucket(DATA_BUCKET)
         topic, self.inbox = aws.notification_inbox()
         os.environ["JOBPLANE_NOTIFY_TOPIC"] = topic  # the functions publish job notifications there
         placement = f"aws:\n  subnets: [{', '.join(aws.loopback_subnets())}]"
+        self._identities(aws)
         return Registry(S3Store(self.bucket)), placement, publish_images(aws)
+
+    def _identities(self, aws: Any) -> None:
+        """The stack's roles in moto and the vending function behind its URL; the functions find both in their
+        environment, as on AWS."""
+        from jobplane.local.function_url import FunctionUrl
+
+        roles = create_roles(aws, self.bucket, (DATA_BUCKET,))
+        self.vm_role_arn = roles.vm
+        self.vend_url = FunctionUrl(lambda event: self.functions.invoke("vend", event) if self.functions else None)
+        self.vend_url.start()
+        os.environ.update({"JOBPLANE_VEND_URL": self.vend_url.url, **roles.env()})
 
     def make_functions(self, log_stream: IO[str]) -> Functions:
         return LambdaFunctions(self.bucket, REGION, log_stream, on_result=self.console.invoked)
@@ -82,10 +102,41 @@ class AwsLocalCloud(LocalCloud):
             self.console.ec2(detail["detail-type"], detail["detail"])
             functions.ec2_event(detail)
 
-        return Ec2Runner(self.aws, self.state_dir, instance_env, self.cloud_id, ec2_event, images)
+        return Ec2Runner(self.aws, self.state_dir, instance_env, self.cloud_id, ec2_event, images,
+                         vm_role_arn=self.vm_role_arn)
 
     def instance_by_hand(self, managed: bool, job_id: str | None, attempt: int | None, user_data: str) -> str:
         return str(self.aws.run(managed=managed, job_id=job_id, attempt=attempt, user_data=user_data))
+
+
+@dataclass(frozen=True)
+class Roles:
+    vm: str
+    job: str
+    data_buckets: tuple[str, ...] = ()
+
+    def env(self) -> dict[str, str]:
+        """What the vending function reads (functions/aws/vend.py)."""
+        return {"JOBPLANE_VM_ROLE_ARN": self.vm, "JOBPLANE_JOB_ROLE_ARN": self.job,
+                "JOBPLANE_DATA_BUCKETS": ",".join(self.data_buckets)}
+
+
+def create_roles(aws: Any, bucket: str, data_buckets: tuple[str, ...] = ()) -> Roles:
+    """The stack's three roles in moto, from the policies the CDK deploys (jobplane.vending.aws_iam): the VM role
+    (EC2's, may only ask the vending function), the job role (trusted only by the vending function's role) and
+    that."""
+    from jobplane.vending import aws_iam
+
+    registry = aws_iam.bucket_arn("aws", bucket)
+    vend_fn = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:jobplane-vend"
+    vend_role = aws.create_role("jobplane-vend", aws_iam.trust({"Service": "lambda.amazonaws.com"}),
+                                aws_iam.document(aws_iam.vend_role_statements(
+                                    f"arn:aws:iam::{ACCOUNT}:role/jobplane-job", registry, "")))
+    job = aws.create_role("jobplane-job", aws_iam.trust({"AWS": vend_role}),
+                          aws_iam.document(aws_iam.job_role_statements(registry, "", "aws", data_buckets)))
+    vm = aws.create_role("jobplane-vm", aws_iam.trust({"Service": "ec2.amazonaws.com"}),
+                         aws_iam.document(aws_iam.vm_role_statements(vend_fn, "aws", data_buckets)))
+    return Roles(vm, job, data_buckets)
 
 
 def publish_images(aws: Any) -> dict[str, Path]:

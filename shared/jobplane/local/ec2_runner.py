@@ -27,12 +27,18 @@ class Ec2Runner(InstanceRunner):
     """Call sync() every tick; preempt() and kill() come from the control endpoint."""
 
     vm_env_prefixes = ("AWS_", "UV_", "PIP_")  # where AWS is (moto) and the package index, as a VM's network says
+    # A VM has no keys of this machine's: botocore in it finds its instance role's session in IMDS, as on EC2.
+    NOT_A_VMS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
+                 "AWS_PROFILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_EC2_METADATA_DISABLED")
 
     def __init__(self, aws: LocalAws, state_dir: Path, instance_env: dict[str, str], cloud_id: str,
-                 on_event: Callable[[dict[str, Any]], None], images: Mapping[str, Path] | None = None) -> None:
-        super().__init__(state_dir, instance_env, cloud_id, images)
+                 on_event: Callable[[dict[str, Any]], None], images: Mapping[str, Path] | None = None,
+                 vm_role_arn: str | None = None) -> None:
+        env = {k: v for k, v in instance_env.items() if k not in self.NOT_A_VMS}
+        super().__init__(state_dir, env, cloud_id, images)
         self.aws = aws
         self.on_event = on_event  # EC2 events (state changes, Spot warnings) for the trigger loop
+        self.vm_role_arn = vm_role_arn  # the instance profile's role: IMDS serves a session of it per instance
 
     def sync(self) -> None:
         with self.lock:
@@ -50,10 +56,16 @@ class Ec2Runner(InstanceRunner):
     def _boot(self, raw: RawInstance) -> None:
         tagged = raw.tags.get(TAG_RANK)
         rank = int(tagged) if tagged and tagged.isdigit() else raw.launch_index
+        role, arn = (self.vm_role_arn.rsplit("/", 1)[-1], self.vm_role_arn) if self.vm_role_arn else (None, "")
+
+        def credentials() -> dict[str, Any]:  # EC2 names the instance role's session after the instance
+            return self.aws.role_session(arn, raw.id)
+
         imds = FakeImds(ImdsInstance(raw.id, launch_index=raw.launch_index, tags=dict(raw.tags),
                                      availability_zone=raw.zone, instance_type=raw.instance_type,
                                      spot=raw.spot, local_ipv4=raw.private_ip or "",
-                                     public_ipv4=raw.public_ip)).start()
+                                     public_ipv4=raw.public_ip, role=role),
+                        credentials=credentials if role else None).start()
         node = self.add_node(raw.id, raw.tags.get(TAG_JOB_ID), rank, raw.image_id, imds)
         user_data = self.aws.user_data(raw.id)
         refused = self.refusal(node, [raw.private_ip, raw.public_ip], user_data)

@@ -9,6 +9,10 @@ metadata. It enforces what the real service does and the agent relies on:
 - meta-data/instance-id, ami-launch-index, local-ipv4, public-ipv4 (404 without one), instance-type,
   instance-life-cycle, placement/availability-zone, placement/region, tags/instance[/<key>] (404 for a
   missing tag) and spot/instance-action (404 until set_notice(), then {"action", "time"}).
+- meta-data/iam/security-credentials/ (the instance profile's role name) and .../<role> (EC2's JSON: Code,
+  Type, AccessKeyId, SecretAccessKey, Token, Expiration, LastUpdated) when the instance has a role: the
+  `credentials` callable gives a session of it (the local cloud's: STS AssumeRole named after the instance),
+  asked again once the one served has under REFRESH_BEFORE left, as EC2 rotates them.
 
     with FakeImds(ImdsInstance("i-0abc", launch_index=1, tags={"jobplane:job-id": "j1"})) as imds:
         env["AWS_EC2_METADATA_SERVICE_ENDPOINT"] = imds.url
@@ -22,13 +26,17 @@ import json
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 MAX_TTL = 21600
+REFRESH_BEFORE = timedelta(minutes=15)  # EC2 serves new role credentials well before the old ones expire
+Credentials = Callable[[], dict[str, Any]]  # {AccessKeyId, SecretAccessKey, SessionToken, Expiration: datetime}
 
 
 @dataclass
@@ -43,11 +51,15 @@ class ImdsInstance:
     instance_type: str = "t3.micro"
     spot: bool = False
     public_ipv4: str | None = None  # 404, as on EC2, when the instance has none
+    role: str | None = None  # the instance profile's role name; None: no role, no credentials
 
 
 class FakeImds:
-    def __init__(self, instance: ImdsInstance, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, instance: ImdsInstance, host: str = "127.0.0.1", port: int = 0,
+                 credentials: Credentials | None = None) -> None:
         self.instance = instance
+        self._credentials = credentials
+        self._served: dict[str, Any] | None = None
         self._lock = threading.Lock()
         self._tokens: dict[str, float] = {}  # token -> monotonic expiry
         self._notice: dict[str, str] | None = None
@@ -110,9 +122,29 @@ class FakeImds:
             expiry = self._tokens.get(token or "")
             return expiry is not None and expiry > time.monotonic()
 
+    def _role_credentials(self) -> str:
+        """EC2's JSON for the role's current session (a new one when the served one is near its end)."""
+        assert self._credentials is not None
+        now = datetime.now(UTC)
+        if self._served is None or self._served["Expiration"] - now < REFRESH_BEFORE:
+            self._served = {**self._credentials(), "LastUpdated": now}
+        got = self._served
+
+        def stamp(when: datetime) -> str:
+            return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+        return json.dumps({"Code": "Success", "LastUpdated": stamp(got["LastUpdated"]), "Type": "AWS-HMAC",
+                           "AccessKeyId": got["AccessKeyId"], "SecretAccessKey": got["SecretAccessKey"],
+                           "Token": got["SessionToken"], "Expiration": stamp(got["Expiration"])})
+
     def _lookup(self, path: str) -> str | None:
         with self._lock:
             inst = self.instance
+            if inst.role is not None and self._credentials is not None:
+                if path.rstrip("/") == "meta-data/iam/security-credentials":
+                    return inst.role
+                if path == f"meta-data/iam/security-credentials/{inst.role}":
+                    return self._role_credentials()
             if path.startswith("meta-data/tags/instance/"):
                 return inst.tags.get(unquote(path.removeprefix("meta-data/tags/instance/")))
             if path == "meta-data/spot/instance-action":

@@ -13,6 +13,12 @@
 - DescribeSpotPriceHistory answers a made-up but plausible Spot market, LOCAL_SPOT_FACTOR of the on-demand
   list price jobplane ships (moto answers $0.00001 an hour for everything), so a local Spot job's estimated
   cost reads like one.
+- Requests signed with credentials STS issued (an AssumeRole session: a VM's instance role from the local IMDS,
+  a job's vended credentials) are authenticated and authorized as on AWS: the signature is checked, and the
+  request must be allowed by the role's policies AND the session policy given to AssumeRole (an explicit Deny in
+  either wins), evaluated by jobplane.local.iam_policy with the s3:prefix of a listing. A GET or HEAD of a
+  missing key is a 403, not a 404, for a session that may not list the whole bucket, as on S3. moto's own
+  enforcement stays off: the local cloud's static keys (functions, CLI, tests) are not checked.
 `python -m jobplane.local.moto_server -H HOST -p PORT` runs moto's own server with these applied.
 """
 
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import os
 import threading
 from pathlib import Path
@@ -126,11 +133,83 @@ def local_spot_market() -> None:
     _patch(SpotInstances, "describe_spot_price_history", describe)
 
 
+def _sts_session(account: str, headers: Any) -> Any:
+    """The STS session (moto's AssumedRole) whose access key signed the request, or None."""
+    from moto.sts.models import sts_backends
+
+    authorization = headers.get("Authorization") or ""
+    key_id = authorization.partition("Credential=")[2].partition("/")[0]
+    if not key_id or "X-Amz-Security-Token" not in headers:
+        return None
+    for partition in sts_backends[account]:
+        for session in sts_backends[account][partition].assumed_roles:
+            if session.access_key_id == key_id:
+                return session
+    return None
+
+
+def _missing(account: str, partition: str, resource: str) -> bool:
+    from moto.s3.models import s3_backends
+
+    bucket, _, key = resource.split(":::", 1)[1].partition("/")
+    try:
+        return s3_backends[account][partition].get_object(bucket, key) is None
+    except Exception:  # no such bucket, or key: missing either way
+        return True
+
+
+def enforce_sts_sessions() -> None:
+    """Authenticate and authorize requests signed by STS-issued credentials (see the module's docstring)."""
+    from urllib.parse import parse_qs, urlparse
+
+    from moto.core.authorization import ActionAuthenticatorMixin
+    from moto.iam.access_control import IAMPolicy, S3IAMRequest
+    from moto.utilities.utils import get_partition
+
+    from jobplane.local.iam_policy import ALLOW, evaluate, session_allows
+
+    def authenticate(original: Any) -> Any:
+        def check(self: Any, iam_request_cls: type, resource: str = "*") -> None:
+            session = _sts_session(self.current_account, self.headers)
+            if session is None:
+                original(self, iam_request_cls, resource)
+                return None
+            parsed = urlparse(self.uri)
+            path = self.raw_path + ("?" + parsed.query if parsed.query else "")
+            request = iam_request_cls(account_id=self.current_account, method=self.method, path=path, data=self.data,
+                                      body=self.raw_body, headers=self.headers, action=self._get_action())
+            request.check_signature()  # a bad signature or an unknown token: moto's own errors
+            s3 = iam_request_cls is S3IAMRequest
+            action = f"s3:{self.data['Action']}" if s3 else request._action
+            if action == "sts:GetCallerIdentity":
+                return None  # always allowed, as on AWS
+            role = [IAMPolicy(p)._policy_json for p in request._access_key.collect_policies()]
+            policy = json.loads(session.policy) if session.policy else None
+            context = {}
+            if s3 and action == "s3:ListBucket" and "prefix" in parse_qs(parsed.query):
+                context["s3:prefix"] = parse_qs(parsed.query)["prefix"][0]
+            if not session_allows(role, policy, action, resource, context):
+                request._raise_access_denied()
+            partition = get_partition(self.region)
+            if s3 and action == "s3:GetObject" and "/" in resource.split(":::", 1)[1] and _missing(
+                    self.current_account, partition, resource):
+                bucket = resource.split(":::", 1)[1].split("/", 1)[0]
+                whole = f"arn:{partition}:s3:::{bucket}"
+                if not (evaluate(role, "s3:ListBucket", whole) == ALLOW
+                        and (policy is None or evaluate([policy], "s3:ListBucket", whole) == ALLOW)):
+                    request._raise_access_denied()  # S3 hides whether the key exists from this caller
+            return None
+        return check
+
+    _patch(ActionAuthenticatorMixin, "_authenticate_and_authorize_action", authenticate)
+
+
 def patch_moto() -> None:
     make_s3_atomic()
     allow_public_parameters()
     serve_real_consoles()
     local_spot_market()
+    enforce_sts_sessions()
 
 
 def main() -> None:

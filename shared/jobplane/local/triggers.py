@@ -15,6 +15,7 @@ import contextlib
 import importlib
 import logging
 import sys
+import threading
 import time
 import traceback
 import uuid
@@ -58,14 +59,16 @@ class Functions:
         self.paused: set[str] = set()
         self.invocations: dict[str, int] = {}
         self.errors: dict[str, int] = {}
+        self.invoking = threading.RLock()
 
     def invoke(self, name: str, event: Any) -> Any:
         if name in self.paused:
             return None
-        self.invocations[name] = self.invocations.get(name, 0) + 1
         output = contextlib.redirect_stdout(self.log_stream) if self.log_stream else contextlib.nullcontext()
         try:
-            with output:  # metric lines are printed
+            # one at a time: the trigger loop and a function URL's threads both invoke, and stdout is global
+            with self.invoking, output:  # metric lines are printed
+                self.invocations[name] = self.invocations.get(name, 0) + 1
                 result = self.call(name, event)
         except Exception as exc:
             self.errors[name] = self.errors.get(name, 0) + 1
@@ -145,7 +148,8 @@ def scheduled(name: str, region: str) -> dict[str, Any]:
 class LambdaFunctions(Functions):
     """functions.aws.<name>.handler, invoked in this process as Lambda would, with the stack's routes."""
 
-    names = scheduled = ("launcher", "sweeper", "rerun", "uptime_cap")  # each also has a cron rule
+    scheduled = ("launcher", "sweeper", "rerun", "uptime_cap")  # each also has a cron rule
+    names = (*scheduled, "vend")  # vend: behind its function URL (jobplane.local.function_url)
     ROUTES = {"queue": "launcher", "preempted": "rerun", "exits": "sweeper"}  # object-created rules
     EC2_ROUTES = {  # detail-type -> function
         "EC2 Instance State-change Notification": "sweeper",

@@ -1,0 +1,142 @@
+"""The IAM policy documents of jobplane's AWS identities, as plain JSON (dicts): the CDK stack
+(infra/aws/permissions.py) and the local cloud (jobplane.local.aws) build their roles from these, and the vending
+function narrows the job role to one job with `session_policy`.
+
+Three identities reach the registry's job keys:
+- the VM role (instance profile): may only ask the vending function for its job's credentials, and read the
+  input data buckets;
+- the job role: what any agent may do in the registry (today's grants), assumed only by the vending function,
+  always with a session policy naming one job's keys (the session may do what both allow);
+- the vending function's role: assume the job role, read job records, see instances' tags.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from jobplane.decide.vend import Scope
+
+Statement = dict[str, Any]
+Document = dict[str, Any]
+VERSION = "2012-10-17"
+# AWS refuses a session policy whose plain text is longer (AssumeRole's Policy parameter).
+SESSION_POLICY_LIMIT = 2048
+
+# Registry areas an agent reads and writes (relative to the registry root): the job role's grants.
+AGENT_READ = ("jobs/*/job.json", "jobs/*/code/*", "code/*", "jobs/*/checkpoints/*", "jobs/*/attempts/*/cluster.json",
+              "jobs/*/control/stop", "system/agent/*")
+AGENT_WRITE = ("heartbeats/*", "jobs/*/logs/*", "jobs/*/metrics/*", "jobs/*/checkpoints/*", "jobs/*/artifacts/*",
+               "jobs/*/attempts/*/nodes/*/exit.json", "preempted-jobs/*")
+# Synced directories: after each manifest the agent deletes the objects it no longer names (an old
+# checkpoint the training code removed) and aborts a multipart upload it gave up on.
+AGENT_PRUNE = ("jobs/*/checkpoints/*", "jobs/*/artifacts/*")
+TAGGED = ("jobs/*/logs/*", "jobs/*/metrics/*")  # the chunks the log lifecycle rule expires, by their tag
+# What a session may do on its job's own keys (the job role's grants still apply on top: the intersection).
+SESSION_OBJECT_ACTIONS = ("s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload",
+                          "s3:PutObjectTagging")
+
+
+def document(statements: Sequence[Statement]) -> Document:
+    return {"Version": VERSION, "Statement": list(statements)}
+
+
+def bucket_arn(partition: str, bucket: str) -> str:
+    return f"arn:{partition}:s3:::{bucket}"
+
+
+def data_bucket_statement(partition: str, data_buckets: Sequence[str]) -> Statement | None:
+    """Read (and list) the platform's input-data buckets; None without any."""
+    if not data_buckets:
+        return None
+    arns = [bucket_arn(partition, name) for name in data_buckets]
+    return {"Sid": "ReadInputDataBuckets", "Effect": "Allow", "Action": ["s3:GetObject", "s3:ListBucket"],
+            "Resource": [*arns, *(f"{a}/*" for a in arns)]}
+
+
+def job_role_statements(registry_arn: str, prefix: str, partition: str,
+                        data_buckets: Sequence[str]) -> list[Statement]:
+    """The job role: what an agent may do in the registry, for any job (every session narrows it to one).
+
+    ListBucket is on the whole registry bucket here; the session policy conditions it on the job's prefixes.
+    registry_arn may be a CDK token; prefix is the registry root as a key prefix ("" or "team-a/")."""
+    def objects(*patterns: str) -> list[str]:
+        return [f"{registry_arn}/{prefix}{p}" for p in patterns]
+
+    statements: list[Statement] = [
+        {"Sid": "ReadJobRecordCodeCheckpointsClusterStopAndAgent", "Effect": "Allow", "Action": "s3:GetObject",
+         "Resource": objects(*AGENT_READ)},
+        {"Sid": "WriteHeartbeatsLogsMetricsCheckpointsArtifactsExitReportsPreemptedMarker", "Effect": "Allow",
+         "Action": "s3:PutObject", "Resource": objects(*AGENT_WRITE)},
+        {"Sid": "PruneSyncedCheckpointsAndArtifacts", "Effect": "Allow",
+         "Action": ["s3:DeleteObject", "s3:AbortMultipartUpload"], "Resource": objects(*AGENT_PRUNE)},
+        # a PutObject carrying tags needs this too; only log and metrics chunks are tagged
+        {"Sid": "TagLogChunksForTheirLifecycleRule", "Effect": "Allow", "Action": "s3:PutObjectTagging",
+         "Resource": objects(*TAGGED)},
+        {"Sid": "ListRegistryKeys", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": registry_arn},
+    ]
+    data = data_bucket_statement(partition, data_buckets)
+    return statements + ([data] if data else [])
+
+
+def vm_role_statements(vend_function_arn: str, partition: str, data_buckets: Sequence[str]) -> list[Statement]:
+    """The VM's own identity: ask the vending function (through its IAM-authenticated URL only) and read input
+    data. Nothing in the registry: the bootstrap fetches the agent through URLs the launcher presigned."""
+    statements: list[Statement] = [
+        {"Sid": "AskTheVendingFunctionForTheJobsCredentials", "Effect": "Allow",
+         "Action": "lambda:InvokeFunctionUrl", "Resource": vend_function_arn,
+         "Condition": {"StringEquals": {"lambda:FunctionUrlAuthType": "AWS_IAM"}}},
+    ]
+    data = data_bucket_statement(partition, data_buckets)
+    return statements + ([data] if data else [])
+
+
+def vend_role_statements(job_role_arn: str, registry_arn: str, prefix: str) -> list[Statement]:
+    """The vending function: assume the job role (with a session policy), read job records, see tags."""
+    return [
+        {"Sid": "AssumeTheJobRole", "Effect": "Allow", "Action": "sts:AssumeRole", "Resource": job_role_arn},
+        {"Sid": "ReadJobRecords", "Effect": "Allow", "Action": "s3:GetObject",
+         "Resource": f"{registry_arn}/{prefix}jobs/*/job.json"},
+        # EC2 Describe* calls support no resource-level permissions: "*" is the only possible resource.
+        {"Sid": "ReadInstanceTags", "Effect": "Allow", "Action": "ec2:DescribeInstances", "Resource": "*"},
+    ]
+
+
+def trust(principal: dict[str, Any]) -> Document:
+    """An assume-role (trust) policy for one principal ({"Service": ...} or {"AWS": <role ARN>})."""
+    return document([{"Effect": "Allow", "Principal": principal, "Action": "sts:AssumeRole"}])
+
+
+def session_policy(scope: Scope, partition: str, data_buckets: Sequence[str] = ()) -> Document:
+    """The session policy of one job's credentials: its keys read-write, the read-only ones, listings only
+    under its own prefixes, and the input-data buckets read-only. Raises ValueError if a key holds an IAM
+    wildcard (it would widen the grant) or the policy is over AWS's size limit."""
+    entries = (*scope.read_write, *scope.read_write_objects, *scope.read_only)
+    if any(c in entry for entry in entries for c in "*?$"):
+        raise ValueError(f"a scope key holds an IAM wildcard or variable: {entries}")
+    registry = bucket_arn(partition, scope.bucket)
+
+    def resource(key: str) -> str:  # a prefix ends in "/": everything under it; otherwise the one object
+        return f"{registry}/{key}*" if key.endswith("/") else f"{registry}/{key}"
+
+    listable = [key + "*" if key.endswith("/") else key for key in entries]
+    statements: list[Statement] = [
+        {"Sid": "TheJobsOwnKeys", "Effect": "Allow", "Action": list(SESSION_OBJECT_ACTIONS),
+         "Resource": [resource(k) for k in (*scope.read_write, *scope.read_write_objects)]},
+        {"Sid": "ReadOnlyKeys", "Effect": "Allow", "Action": "s3:GetObject",
+         "Resource": [resource(k) for k in scope.read_only]},
+        {"Sid": "ListOnlyTheJobsKeys", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": registry,
+         "Condition": {"StringLike": {"s3:prefix": listable}}},
+    ]
+    data = data_bucket_statement(partition, data_buckets)
+    policy = document(statements + ([data] if data else []))
+    if len(packed(policy)) > SESSION_POLICY_LIMIT:
+        raise ValueError(f"the session policy is {len(packed(policy))} characters, over AWS's "
+                         f"{SESSION_POLICY_LIMIT}: fewer data buckets")
+    return policy
+
+
+def packed(policy: Document) -> str:
+    """The policy as sent to AssumeRole: JSON without spaces."""
+    return json.dumps(policy, separators=(",", ":"))

@@ -1,0 +1,269 @@
+"""The AWS credential vending function (functions/aws/vend.py) on the moto server, with STS sessions enforced as
+on AWS (jobplane.local.moto_server): who it refuses, what it grants, and what the granted credentials reach.
+
+The agent's end runs in its own process, as on a VM: no keys of this machine's, its instance role's session from
+a local IMDS, the vending function behind a local function URL."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+import pytest
+from botocore.credentials import Credentials
+from botocore.exceptions import ClientError
+
+from jobplane.clouds.aws_local import LocalAws
+from jobplane.clouds.aws_vend import proof
+from jobplane.decide.vend import Scope
+from jobplane.local.aws import CREDENTIALS, create_roles
+from jobplane.local.function_url import FunctionUrl, event
+from jobplane.local.imds import FakeImds, ImdsInstance
+from jobplane.states import State
+from jobplane.vending import aws_iam
+from tests.helpers import LambdaContext
+from tests.reconcile.helpers import record
+
+pytestmark = pytest.mark.timeout(180)
+
+REGION = "us-east-1"
+BUCKET = "vend-registry"
+DATA = "datasets"
+
+
+@dataclass
+class Cloud:
+    aws: LocalAws
+    endpoint: str
+    vm_role: str
+    job_role: str
+    instances: dict[str, str]  # job -> its instance
+
+    def session(self, instance_id: str, role: str | None = None) -> dict[str, Any]:
+        return self.aws.role_session(role or self.vm_role, instance_id)
+
+    def put_record(self, job: str, state: State = State.RUNNING, attempt: int = 1) -> None:
+        rec = record(job, state, attempt, instances=[self.instances[job]],
+                     code=f"s3://{BUCKET}/code/team/{job}.tar.gz")
+        self.aws.s3.put_object(Bucket=BUCKET, Key=f"jobs/{job}/job.json", Body=rec.model_dump_json().encode())
+
+
+@pytest.fixture
+def cloud(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Cloud:
+    aws = LocalAws(REGION, moto_endpoint, CREDENTIALS)
+    aws.create_bucket(BUCKET)
+    aws.create_bucket(DATA)
+    roles = create_roles(aws, BUCKET, (DATA,))
+    for name, value in {"JOBPLANE_BUCKET": BUCKET, "AWS_REGION": REGION, "JOBPLANE_ROOT": "", **roles.env()}.items():
+        monkeypatch.setenv(name, value)
+    found = Cloud(aws, moto_endpoint, roles.vm, roles.job, {})
+    for job in ("a", "b"):
+        found.instances[job] = aws.run(managed=True, job_id=job, attempt=1)
+        found.put_record(job)
+        for key in (f"jobs/{job}/code/code.tar.gz", f"code/team/{job}.tar.gz", f"jobs/{job}/checkpoints/step-1.pt"):
+            aws.s3.put_object(Bucket=BUCKET, Key=key, Body=b"x")
+    aws.s3.put_object(Bucket=DATA, Key="train/part-0", Body=b"data")
+    return found
+
+
+def ask(body: dict[str, Any] | str) -> tuple[int, dict[str, Any]]:
+    from functions.aws.vend import handler
+
+    text = body if isinstance(body, str) else json.dumps(body)
+    answer = handler(event("POST", "/", "", {"Content-Type": "application/json"}, text.encode(), "127.0.0.1",
+                           "vend.lambda-url.us-east-1.on.aws"), LambdaContext())
+    return int(answer["statusCode"]), json.loads(answer["body"])
+
+
+def signed(creds: dict[str, Any], deployment: str = BUCKET) -> dict[str, Any]:
+    return proof(Credentials(creds["AccessKeyId"], creds["SecretAccessKey"], creds["SessionToken"]), REGION,
+                 deployment)
+
+
+def request(cloud: Cloud, job: str, *, signer: str | None = None, attempt: int = 1, **extra: Any) -> dict[str, Any]:
+    """What the agent of `signer`'s instance (default: the job's own) sends asking for `job`'s credentials."""
+    creds = cloud.session(cloud.instances[signer or job])
+    return {"job_id": job, "attempt": attempt, "proof": signed(creds), **extra}
+
+
+# ---- refusals ----------------------------------------------------------------------------------------------
+def test_an_instance_of_another_job_is_refused(cloud: Cloud) -> None:
+    status, body = ask(request(cloud, "a", signer="b"))
+    assert status == 403 and "is not an instance of job a attempt 1" in body["refused"]
+
+
+@pytest.mark.parametrize(("state", "attempt", "why"), [
+    (State.RUNNING, 2, "attempt 1 of job a is over"), (State.SUCCEEDED, 1, "job a is SUCCEEDED")])
+def test_a_finished_attempt_is_refused(cloud: Cloud, state: State, attempt: int, why: str) -> None:
+    cloud.put_record("a", state, attempt)
+    status, body = ask(request(cloud, "a"))
+    assert status == 403 and why in body["refused"], body
+
+
+def test_a_caller_that_is_not_the_deployments_vm_role_is_refused(cloud: Cloud) -> None:
+    other = cloud.aws.create_role("someone-else", aws_iam.trust({"Service": "ec2.amazonaws.com"}),
+                                  aws_iam.document(aws_iam.vm_role_statements("arn:aws:lambda:::x", "aws", ())))
+    creds = cloud.session(cloud.instances["a"], role=other)  # a session named like the instance, of another role
+    status, body = ask({"job_id": "a", "attempt": 1, "proof": signed(creds)})
+    assert status == 403 and "is not a session of this deployment's VM role" in body["refused"]
+    job_session = cloud.session(cloud.instances["a"], role=cloud.job_role)
+    assert ask({"job_id": "a", "attempt": 1, "proof": signed(job_session)})[0] == 403
+
+
+def test_a_vm_role_session_of_no_instance_ec2_knows_is_refused(cloud: Cloud) -> None:
+    creds = cloud.session("i-0123456789abcdef0")
+    status, body = ask({"job_id": "a", "attempt": 1, "proof": signed(creds)})
+    assert status == 403 and "is not an instance of this account and region" in body["refused"]
+
+
+def test_a_forged_instance_id_in_the_body_is_refused(cloud: Cloud) -> None:
+    status, body = ask(request(cloud, "b", signer="a", instance_id=cloud.instances["b"]))
+    assert status == 403 and f"names instance {cloud.instances['b']} but was signed by" in body["refused"]
+
+
+def test_a_proof_with_a_bad_signature_or_for_another_deployment_is_refused(cloud: Cloud) -> None:
+    creds = cloud.session(cloud.instances["a"])
+    forged = signed({**creds, "SecretAccessKey": "not-the-secret"})
+    status, body = ask({"job_id": "a", "attempt": 1, "proof": forged})
+    assert status == 403 and "SignatureDoesNotMatch" in body["refused"], body
+    status, body = ask({"job_id": "a", "attempt": 1, "proof": signed(creds, deployment="another-registry")})
+    assert status == 403 and "made for deployment 'another-registry'" in body["refused"]
+    # the deployment header changed after signing: STS refuses the signature
+    tampered = signed(creds, deployment="another-registry")
+    tampered["headers"]["X-Jobplane-Deployment"] = BUCKET
+    status, body = ask({"job_id": "a", "attempt": 1, "proof": tampered})
+    assert status == 403 and "SignatureDoesNotMatch" in body["refused"], body
+    # the body's URL is never used: a proof pointing elsewhere is still sent to the function's own STS
+    elsewhere = {**signed(creds), "url": "http://127.0.0.1:9/"}
+    assert ask({"job_id": "a", "attempt": 1, "proof": elsewhere})[0] == 200
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ("not json", "body"), ({"attempt": 1, "proof": {}}, "job_id"), ({"job_id": "a", "attempt": "1", "proof": {}},
+                                                                    "attempt"),
+    ({"job_id": "a", "attempt": 1}, "proof"), ({"job_id": "A/../b", "attempt": 1, "proof": {}}, "job_id")])
+def test_bad_requests_name_the_field(cloud: Cloud, body: Any, field: str) -> None:
+    status, answer = ask(body)
+    assert status == 400 and answer["field"] == field
+
+
+# ---- grants --------------------------------------------------------------------------------------------------
+def test_the_jobs_own_instance_gets_credentials_that_reach_its_keys_only(cloud: Cloud) -> None:
+    status, creds = ask(request(cloud, "a", instance_id=cloud.instances["a"]))
+    assert status == 200 and set(creds) == {"AccessKeyId", "SecretAccessKey", "SessionToken", "Expiration"}
+    kw = {"aws_access_key_id": creds["AccessKeyId"], "aws_secret_access_key": creds["SecretAccessKey"],
+          "aws_session_token": creds["SessionToken"], "region_name": REGION, "endpoint_url": cloud.endpoint}
+    s3, sts = boto3.client("s3", **kw), boto3.client("sts", **kw)
+    assert sts.get_caller_identity()["Arn"].endswith(":assumed-role/jobplane-job/a-a1")
+    assert s3.get_object(Bucket=BUCKET, Key="jobs/a/job.json")["Body"].read()
+    with pytest.raises(ClientError, match="AccessDenied"):
+        s3.get_object(Bucket=BUCKET, Key="jobs/b/job.json")
+
+
+def test_the_session_policy_names_only_the_jobs_keys() -> None:
+    scope = Scope("reg", ("team/jobs/a/", "team/heartbeats/a/"), ("team/preempted-jobs/a",),
+                  ("team/system/agent/", "team/code/ml/a.tar.gz"))
+    policy = aws_iam.session_policy(scope, "aws", (DATA, "more-data"))
+    resources = {r for st in policy["Statement"] for r in
+                 (st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]])}
+    assert resources == {
+        "arn:aws:s3:::reg/team/jobs/a/*", "arn:aws:s3:::reg/team/heartbeats/a/*",
+        "arn:aws:s3:::reg/team/preempted-jobs/a",
+        "arn:aws:s3:::reg/team/system/agent/*", "arn:aws:s3:::reg/team/code/ml/a.tar.gz", "arn:aws:s3:::reg",
+        f"arn:aws:s3:::{DATA}", f"arn:aws:s3:::{DATA}/*", "arn:aws:s3:::more-data", "arn:aws:s3:::more-data/*"}
+    writes = [st for st in policy["Statement"] if "s3:PutObject" in st["Action"]]
+    assert [w["Resource"] for w in writes] == [["arn:aws:s3:::reg/team/jobs/a/*",
+                                                "arn:aws:s3:::reg/team/heartbeats/a/*",
+                                                "arn:aws:s3:::reg/team/preempted-jobs/a"]]
+    (listing,) = [st for st in policy["Statement"] if st["Action"] == "s3:ListBucket"]
+    assert listing["Resource"] == "arn:aws:s3:::reg"
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": [
+        "team/jobs/a/*", "team/heartbeats/a/*", "team/preempted-jobs/a", "team/system/agent/*",
+        "team/code/ml/a.tar.gz"]}}
+    assert len(aws_iam.packed(policy)) <= aws_iam.SESSION_POLICY_LIMIT
+    with pytest.raises(ValueError, match="wildcard"):
+        aws_iam.session_policy(Scope("reg", ("jobs/*/",), (), ()), "aws")
+
+
+# ---- the agent's end, in a VM's process ------------------------------------------------------------------------
+AGENT = r"""
+import json, sys
+from botocore.exceptions import ClientError
+from jobplane.clouds.aws_vend import vended_s3_client
+from jobplane.clouds.base import CredentialsRefused, NotFound
+from jobplane.clouds.s3 import S3Store
+region, url, job, bucket = sys.argv[1:5]
+try:
+    client = vended_s3_client(region, url, job, 1, bucket)
+except CredentialsRefused as exc:
+    print(json.dumps({"refused": str(exc)})); sys.exit()
+store, out = S3Store(bucket, client), {}
+def attempt(name, fn):
+    try:
+        fn(); out[name] = "ok"
+    except NotFound:
+        out[name] = "NotFound"
+    except ClientError as exc:
+        out[name] = exc.response["Error"]["Code"]
+for j in ("a", "b"):
+    attempt(f"get {j} code", lambda: store.get(f"code/team/{j}.tar.gz"))
+    attempt(f"get {j} bundle", lambda: store.get(f"jobs/{j}/code/code.tar.gz"))
+    attempt(f"get {j} job.json", lambda: store.get(f"jobs/{j}/job.json"))
+    attempt(f"put {j} log", lambda: store.put(f"jobs/{j}/logs/1/0/00000000.log", b"line"))
+    attempt(f"put {j} heartbeat", lambda: store.put(f"heartbeats/{j}/1/0", b""))
+    attempt(f"delete {j} checkpoint", lambda: store.delete(f"jobs/{j}/checkpoints/step-1.pt"))
+    attempt(f"list {j}", lambda: list(store.list(f"jobs/{j}/")))
+attempt("get a missing", lambda: store.get("jobs/a/attempts/1/cluster.json"))
+attempt("get data", lambda: S3Store("datasets", client).get("train/part-0"))
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture
+def vend_url() -> Iterator[str]:
+    from functions.aws.vend import handler
+
+    url = FunctionUrl(lambda ev: handler(ev, LambdaContext()))
+    url.start()
+    try:
+        yield url.url
+    finally:
+        url.stop()
+
+
+def run_agent(cloud: Cloud, url: str, instance_job: str, job: str) -> dict[str, str]:
+    """The agent's calls from `instance_job`'s instance asking as `job`'s agent, in a VM's process."""
+    imds = FakeImds(ImdsInstance(cloud.instances[instance_job], role="jobplane-vm"),
+                    credentials=lambda: cloud.session(cloud.instances[instance_job])).start()
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_ACCESS", "AWS_SECRET", "AWS_SESSION",
+                                                                         "AWS_EC2_METADATA_DISABLED"))}
+        env.update(AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.url, AWS_ENDPOINT_URL=cloud.endpoint, AWS_REGION=REGION)
+        proc = subprocess.run([sys.executable, "-c", AGENT, REGION, url, job, BUCKET], capture_output=True, text=True,
+                              env=env, timeout=120)
+    finally:
+        imds.stop()
+    assert proc.returncode == 0, proc.stderr
+    result: dict[str, str] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_job_as_credentials_reach_its_keys_and_are_refused_on_job_bs(cloud: Cloud, vend_url: str) -> None:
+    got = run_agent(cloud, vend_url, "a", "a")
+    for action in ("get {} code", "get {} bundle", "get {} job.json", "put {} log", "put {} heartbeat",
+                   "delete {} checkpoint", "list {}"):
+        assert got[action.format("a")] == "ok", (action, got)
+        assert got[action.format("b")] == "AccessDenied", (action, got)
+    assert got["get a missing"] == "NotFound"  # S3's 403 for a key the session may not list reads as missing
+    assert got["get data"] == "ok"
+
+
+def test_the_agent_of_another_jobs_instance_is_refused_for_good(cloud: Cloud, vend_url: str) -> None:
+    got = run_agent(cloud, vend_url, "a", "b")
+    assert "is not an instance of job b attempt 1" in got["refused"]
