@@ -6,6 +6,8 @@ launcher          CloudEvent google.cloud.storage.object.v1.finalized (the regis
 launcher_backstop HTTP, Cloud Scheduler: queue/ entries events missed, capacity waits that are over
 sweeper, rerun, uptime_cap   HTTP, Cloud Scheduler with an OIDC token (the functions allow no
                   unauthenticated calls); an optional JSON body {"dry_run": true, "force": true}.
+vend              HTTP, called by job VMs (only their service account may invoke it): a VM's identity token
+                  for the job's storage credentials (jobplane.vending.gcp).
 Deployed from a source zip whose root holds this file as main.py plus the jobplane package.
 Metrics go to the log as one structured line each (LogMetrics); log-based metrics pick them up.
 """
@@ -24,6 +26,7 @@ from cloudevents.http import CloudEvent
 
 from jobplane import deployment, keys, reconcile
 from jobplane import launcher as launching
+from jobplane.clouds import gce_identity, gcs_downscope
 from jobplane.clouds.gcp import GceCompute
 from jobplane.clouds.gcs import GcsStore
 from jobplane.clouds.pubsub import PubSubNotifier
@@ -31,6 +34,7 @@ from jobplane.deployment import Deployment
 from jobplane.registry import utcnow
 from jobplane.settings import Settings
 from jobplane.telemetry import LogMetrics
+from jobplane.vending import gcp as gcp_vending
 
 metrics = LogMetrics()
 # The GCS client and the Pub/Sub session are reused across invocations.
@@ -162,3 +166,39 @@ def uptime_cap(request: flask.Request) -> flask.Response:
     outcomes = reconcile.uptime_cap(env.registry, env.compute, now=utcnow(), metrics=metrics, policy=env.policy,
                                     dry_run=opts["dry_run"], force=opts["force"])
     return flask.jsonify(reconcile.summary(outcomes))
+
+
+def vend_config(settings: Settings, project: str) -> gcp_vending.VendConfig:
+    """JOBPLANE_VEND_URL is this function's URL, the audience of the VMs' tokens; the VMs' service account and,
+    in the local cloud only, its fakes of Google's certificates and STS come from the environment too."""
+    return gcp_vending.VendConfig(
+        audience=settings.vend_url or "", project=project,
+        service_account=os.environ.get("JOBPLANE_VM_SERVICE_ACCOUNT", ""),
+        certs_url=os.environ.get("JOBPLANE_GOOGLE_CERTS_URL") or gce_identity.GOOGLE_CERTS_URL,
+        sts_url=os.environ.get("JOBPLANE_STS_URL") or gcs_downscope.GOOGLE_STS_URL)
+
+
+def _own_token(config: gcp_vending.VendConfig) -> str:
+    """The function's own access token; the local cloud's fake STS takes any (it has no real one to give)."""
+    if config.sts_url != gcs_downscope.GOOGLE_STS_URL:
+        return "jobplane-local-functions"
+    return gcs_downscope.own_access_token()
+
+
+@functions_framework.http
+def vend(request: flask.Request) -> flask.Response:
+    env = environment()
+    if not isinstance(env.compute, GceCompute):
+        raise TypeError(f"vend needs Compute Engine, not {type(env.compute).__name__}")
+    config = vend_config(env.settings, env.compute.project)
+    cloud = gcp_vending.Cloud(
+        verify=lambda token: gce_identity.verify(token, audience=config.audience,
+                                                 service_account=config.service_account,
+                                                 certs_url=config.certs_url),
+        vms=env.compute,
+        downscope=lambda scope: gcs_downscope.exchange(scope, _own_token(config), config.sts_url))
+    answer = gcp_vending.vend(request.get_json(silent=True), request.headers.get("Authorization"), config=config,
+                              registry=env.registry, deployment=env.settings.deployment, cloud=cloud)
+    response = flask.jsonify(answer.body)
+    response.status_code = answer.status
+    return response

@@ -1,4 +1,4 @@
-# jobplane on GCP: one registry bucket, five Cloud Functions (gen2), four Cloud Scheduler jobs, and
+# jobplane on GCP: one registry bucket, six Cloud Functions (gen2), four Cloud Scheduler jobs, and
 # four service accounts with the least roles each needs (custom ones for Compute Engine). Job VMs run in
 # their own subnet without external IPs; the functions create and delete them.
 
@@ -13,7 +13,11 @@ locals {
     JOBPLANE_REGION       = var.region
     GOOGLE_CLOUD_PROJECT  = var.project
     JOBPLANE_NOTIFY_TOPIC = google_pubsub_topic.notifications.id
+    # where a job's agent asks for its job's credentials: every function that launches VMs tells them
+    JOBPLANE_VEND_URL = local.vend_url
   }
+  # The vend function's URL, known before it exists (its own env holds it: the audience of the VMs' tokens).
+  vend_url = "https://${var.region}-${var.project}.cloudfunctions.net/jobplane-vend"
   # entry point => [memory, timeout seconds]; the launcher waits on insert operations.
   http_functions = {
     launcher_backstop = ["512M", 540]
@@ -30,13 +34,11 @@ locals {
   deployment     = local.root != "" ? "${local.bucket}/${local.root}" : local.bucket
   vm_name_prefix = "jobplane-${substr(sha256(local.deployment), 0, 6)}-"
 
-  # What a job's VM may create, overwrite or delete in the registry: the facts its agent and bootstrap write
-  # (as the AWS VM role's grants), never config/, system/, queue/, active/, code/, a job.json, an event, a
-  # cluster.json or a stop request. The job id is the first name segment after jobs/ (extract stops at the
-  # first '/'), so an area must follow it directly.
-  objects             = "projects/_/buckets/${local.bucket}/objects/${local.prefix}"
-  vm_job              = "'${local.objects}jobs/' + resource.name.extract('/objects/${local.prefix}jobs/{job}/') + '/'"
-  vm_write_expression = "resource.name.startsWith('${local.objects}heartbeats/') || resource.name.startsWith('${local.objects}preempted-jobs/') || resource.name.startsWith(${local.vm_job} + 'logs/') || resource.name.startsWith(${local.vm_job} + 'metrics/') || resource.name.startsWith(${local.vm_job} + 'checkpoints/') || resource.name.startsWith(${local.vm_job} + 'artifacts/') || (resource.name.startsWith(${local.vm_job} + 'attempts/') && (resource.name.endsWith('/exit.json') || resource.name.endsWith('/boot-failure.json')))"
+  # All a job VM's own service account may read in the registry: the agent bundles its startup script fetches
+  # before the agent runs. Everything else the agent does with its job's credentials, which the vend function
+  # downscopes to that job's keys (jobplane.vending.gcp).
+  objects            = "projects/_/buckets/${local.bucket}/objects/${local.prefix}"
+  vm_read_expression = "resource.name.startsWith('${local.objects}system/agent/')"
 
   # One grant per (owner, member) of var.submitters.
   submitter_grants = { for pair in flatten([
@@ -88,7 +90,7 @@ resource "google_storage_bucket_object" "function_source" {
 }
 
 # The agent bundles (one per VM Python and architecture) and their manifest: the VMs fetch them with
-# python3 alone and their own service account's token (roles/storage.objectUser below).
+# python3 alone and their own service account's token (google_storage_bucket_iam_member.vms_agent_bundles).
 resource "google_storage_bucket_object" "agent" {
   for_each = fileset(var.agent_dir, "*")
   name     = "${local.prefix}system/agent/${each.value}"
@@ -207,24 +209,16 @@ resource "google_project_iam_member" "functions_event_receiver" {
   member  = google_service_account.functions.member
 }
 
-# VMs: the agent reads and lists the registry (its job, code, cluster.json, checkpoints to restore, the agent
-# bundle; a listing is checked on the bucket, so a name condition cannot scope it) ...
-resource "google_storage_bucket_iam_member" "vms_registry_read" {
+# VMs: their own identity reads the agent bundles only (no listing: the startup script GETs by name). A job's
+# agent reaches its job's keys with the credentials the vend function gives it, and no other job's.
+resource "google_storage_bucket_iam_member" "vms_agent_bundles" {
   bucket = google_storage_bucket.registry.name
   role   = "roles/storage.objectViewer"
   member = google_service_account.vms.member
-}
-
-# ... and writes only its facts: heartbeats, logs, metrics, checkpoints, artifacts, exit reports, boot failures
-# and preempted markers (local.vm_write_expression).
-resource "google_storage_bucket_iam_member" "vms_registry_write" {
-  bucket = google_storage_bucket.registry.name
-  role   = "roles/storage.objectUser"
-  member = google_service_account.vms.member
   condition {
-    title       = "jobplane VM facts"
-    description = "Write only the facts an agent reports; nothing the control plane decides from"
-    expression  = local.vm_write_expression
+    title       = "jobplane agent bundles"
+    description = "Read only system/agent/: the rest of the registry through job-scoped credentials"
+    expression  = local.vm_read_expression
   }
 }
 
@@ -420,6 +414,45 @@ resource "google_cloudfunctions2_function" "http" {
   }
 
   depends_on = [google_project_service.apis, google_project_iam_member.builder]
+}
+
+# Credential vending: a job VM posts its identity token and gets its job's storage credentials, a token of
+# the functions' account downscoped to that job's keys (Credential Access Boundary, exchanged at STS). It
+# looks the VM up (compute.instances.get, in functions_compute) and reads the job record.
+resource "google_cloudfunctions2_function" "vend" {
+  name     = "jobplane-vend"
+  location = var.region
+
+  build_config {
+    runtime         = "python312"
+    entry_point     = "vend"
+    service_account = google_service_account.builder.id
+    source {
+      storage_source {
+        bucket = google_storage_bucket.sources.name
+        object = google_storage_bucket_object.function_source.name
+      }
+    }
+  }
+
+  service_config {
+    available_memory      = "512M"
+    timeout_seconds       = 60
+    max_instance_count    = 20 # a refresh per VM per hour, and a burst when a big job boots
+    ingress_settings      = "ALLOW_ALL"
+    service_account_email = google_service_account.functions.email
+    environment_variables = merge(local.env, { JOBPLANE_VM_SERVICE_ACCOUNT = google_service_account.vms.email })
+  }
+
+  depends_on = [google_project_service.apis, google_project_iam_member.builder]
+}
+
+# Only the job VMs may call it (and it still checks which VM, of which job, is asking).
+resource "google_cloud_run_service_iam_member" "vms_vend_invoker" {
+  location = var.region
+  service  = google_cloudfunctions2_function.vend.service_config[0].service
+  role     = "roles/run.invoker"
+  member   = google_service_account.vms.member
 }
 
 # The launcher's Eventarc trigger and the scheduler call the functions' Cloud Run services; nobody else may.

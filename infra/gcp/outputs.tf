@@ -18,6 +18,11 @@ output "function_uris" {
   value       = { for k, f in google_cloudfunctions2_function.http : k => f.service_config[0].uri }
 }
 
+output "vend_url" {
+  description = "The credential vending function job VMs call (JOBPLANE_VEND_URL)."
+  value       = local.vend_url
+}
+
 output "functions_service_account" {
   value = google_service_account.functions.email
 }

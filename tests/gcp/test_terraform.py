@@ -118,10 +118,7 @@ def test_roles_are_the_least_each_identity_needs(tf: dict[str, dict[str, Any]]) 
                                   "${google_project_iam_custom_role.functions_own_vms.name}",
                                   "roles/eventarc.eventReceiver", "roles/run.invoker", "roles/pubsub.publisher"}
     assert not [role for _, role in grants if role.startswith("roles/compute.")]  # no predefined Compute role
-    assert roles("vms") == {"roles/storage.objectUser", "roles/logging.logWriter", "roles/storage.objectViewer"}
-    vm_writes = [b for b in tf["resource"].values() if b.get("member") == "${google_service_account.vms.member}"
-                 and b.get("role") == "roles/storage.objectUser"]
-    assert vm_writes and all("condition" in b for b in vm_writes), "a VM writes only under the facts condition"
+    assert roles("vms") == {"roles/logging.logWriter", "roles/storage.objectViewer", "roles/run.invoker"}
     assert roles("scheduler") == {"roles/run.invoker"}
     assert roles("builder") == {"roles/storage.objectViewer", "${each.value}"}
     assert tf["resource"]["google_project_iam_member.builder"]["for_each"] == \
@@ -207,7 +204,7 @@ def test_the_custom_roles_hold_exactly_the_permissions_of_every_call_the_adapter
         tf: dict[str, dict[str, Any]], gce: GceCompute, compute_fake: ComputeFake) -> None:
     public = {name for name, _ in inspect.getmembers(GceCompute, inspect.isfunction) if not name.startswith("_")}
     assert public == {"launch", "list_managed", "attempt_instances", "terminate", "preempted",
-                      "console_output"}, \
+                      "console_output", "find"}, \
         "a new adapter method: exercise it below"
 
     def request(zone: str | None, nodes: int) -> LaunchRequest:
@@ -221,6 +218,7 @@ def test_the_custom_roles_hold_exactly_the_permissions_of_every_call_the_adapter
     compute_fake.preempt(launched[0])
     gce.preempted(since=datetime(2020, 1, 1, tzinfo=UTC))
     gce.console_output(launched[1])
+    assert gce.find(launched[1]) is not None and gce.find("us-central1-a/no-such-vm") is None  # the vend lookup
     gce.terminate(launched[1:])
 
     assert set(compute_fake.calls) == set(CALL_PERMISSIONS), "map every call (and make every mapped one)"
@@ -340,18 +338,30 @@ def test_notifications_go_to_a_topic_only_the_functions_publish_to(tf: dict[str,
     assert "notification_topic" in tf["output"]
 
 
-# ---- what a job's VM may write in the registry (the condition evaluated on object names) -----------------
-def vm_may_write(tf: dict[str, dict[str, Any]], key: str, bucket: str = "b", prefix: str = "reg/") -> bool:
-    """Evaluate the VM's write condition (CEL's startsWith / endsWith / extract, || and &&) on the object
-    `prefix + key` of `bucket`, with the locals it names filled in."""
-    grant = tf["resource"]["google_storage_bucket_iam_member.vms_registry_write"]
-    assert block(grant, "condition")["expression"] == "${local.vm_write_expression}"
-    expression = tf["locals"]["vm_write_expression"]
-    for name in ("vm_job", "objects", "bucket", "prefix"):  # outermost first: each may name the next
-        value = {"bucket": bucket, "prefix": prefix}.get(name) or tf["locals"][name]
-        expression = expression.replace("${local." + name + "}", value)
-    assert "${" not in expression, expression
+# ---- what a job VM's own identity may do in the registry (the conditions evaluated on object names) ---------
+def _vm_registry_grants(tf: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    return [b for b in tf["resource"].values() if b.get("member") == "${google_service_account.vms.member}"
+            and b.get("bucket") == "${google_storage_bucket.registry.name}"]
 
+
+def vm_may_reach(tf: dict[str, dict[str, Any]], key: str, bucket: str = "b", prefix: str = "reg/") -> bool:
+    """Whether any registry grant of the VM account holds on the object `prefix + key` of `bucket`: each grant's
+    condition (CEL's startsWith / endsWith / extract, || and &&) evaluated with the locals it names filled in;
+    a grant without a condition holds everywhere."""
+    reached = False
+    for grant in _vm_registry_grants(tf):
+        if "condition" not in grant:
+            return True
+        expression = block(grant, "condition")["expression"]
+        for name in ("vm_read_expression", "objects", "bucket", "prefix"):  # outermost first: each names the next
+            value = {"bucket": bucket, "prefix": prefix}.get(name) or tf["locals"][name]
+            expression = expression.replace("${local." + name + "}", value)
+        assert "${" not in expression, expression
+        reached = reached or _cel(expression, f"projects/_/buckets/{bucket}/objects/{prefix}{key}")
+    return reached
+
+
+def _cel(expression: str, name: str) -> bool:
     def extract(name: str, template: str) -> str:  # IAM's extract(): the text the {placeholder} spans, or ''
         before, _, rest = template.partition("{")
         after = rest.partition("}")[2]
@@ -366,22 +376,44 @@ def vm_may_write(tf: dict[str, dict[str, Any]], key: str, bucket: str = "b", pre
               .replace("resource.name.endsWith(", "name.endswith(")
               .replace("resource.name.extract(", "extract(name, ")
               .replace("||", " or ").replace("&&", " and "))
-    name = f"projects/_/buckets/{bucket}/objects/{prefix}{key}"
     return bool(eval(python, {"extract": extract, "name": name}))  # our own expression, from our own Terraform
 
 
-def test_a_vm_may_write_its_facts_and_nothing_the_control_plane_decides_from(tf: dict[str, dict[str, Any]]) -> None:
-    facts = [keys.heartbeat("j", 1, 0), keys.output_mark("j", 1, 0), keys.idle_mark("j", 1, 0),
-             "jobs/j/logs/1/0/00000001.log", "jobs/j/metrics/1/0/00000001.jsonl",
-             keys.checkpoints_prefix("j") + "manifests/0/00000001.json", keys.artifacts_prefix("j") + "model.pt",
-             keys.exit_report("j", 1, 0), keys.boot_failure("j", 1), keys.preempted_marker("j")]
-    for key in facts:
-        assert vm_may_write(tf, key), key
-    control = ["config/policy.yaml", "system/agent/manifest.json", "system/agent/aws-py3.11-x86_64.tar.gz",
-               "queue/alice/j.yaml", "queue/j.yaml", "active/j/RUNNING.1", keys.job_record("j"),
-               "jobs/j/events/20261124T120000-000000-running.json", keys.cluster("j", 1), keys.stop_request("j"),
-               "code/alice/j.tar.gz", "rejected/j.yaml", "limits/j/1/nodes-1.stall-0.cap-0",
-               # an area name further down the key does not make it a fact: the area must follow the job id
-               "jobs/j/events/x/logs/y", "jobs/j/control/logs/stop", "jobs/j/job.json/checkpoints/x"]
-    for key in control:
-        assert not vm_may_write(tf, key), key
+def test_a_vms_own_identity_reads_the_agent_bundles_and_nothing_else_in_the_registry(
+        tf: dict[str, dict[str, Any]]) -> None:
+    grants = _vm_registry_grants(tf)
+    assert grants and {g["role"] for g in grants} == {"roles/storage.objectViewer"}  # no write of any kind
+    assert all("condition" in g for g in grants), "a VM's own token never lists or reads the whole registry"
+    for key in ("system/agent/manifest.json", "system/agent/gcp-py3.12-x86_64.tar.gz"):
+        assert vm_may_reach(tf, key), key
+    others = [keys.job_record("j"), keys.heartbeat("j", 1, 0), "jobs/j/logs/1/0/00000001.log", keys.cluster("j", 1),
+              keys.checkpoints_prefix("j") + "manifests/0/00000001.json", keys.exit_report("j", 1, 0),
+              keys.boot_failure("j", 1), keys.preempted_marker("j"), keys.stop_request("j"), "code/alice/j.tar.gz",
+              "jobs/j/code/code.tar.gz", "config/policy.yaml", "queue/alice/j.yaml", "active/j/RUNNING.1",
+              "systemx/agent/a", "jobs/system/agent/x"]
+    for key in others:
+        assert not vm_may_reach(tf, key), key
+    assert not vm_may_reach(tf, "team/system/agent/manifest.json")  # under the root only, not anywhere below
+
+
+def test_the_vend_function_is_invoked_by_the_job_vms_only_and_told_their_account(
+        tf: dict[str, dict[str, Any]]) -> None:
+    main_py = (REPO / "functions" / "gcp" / "main.py").read_text()
+    assert "def vend(request: flask.Request)" in main_py
+    fn = tf["resource"]["google_cloudfunctions2_function.vend"]
+    assert block(fn, "build_config")["entry_point"] == "vend"
+    assert block(block(fn, "build_config"), "source") == block(
+        tf["resource"]["google_cloudfunctions2_function.launcher"]["build_config"][0], "source")  # the same zip
+    service = block(fn, "service_config")
+    assert service["service_account_email"] == "${google_service_account.functions.email}"
+    assert "JOBPLANE_VM_SERVICE_ACCOUNT = google_service_account.vms.email" in service["environment_variables"]
+    assert tf["locals"]["vend_url"] == "https://${var.region}-${var.project}.cloudfunctions.net/jobplane-vend"
+    assert fn["name"] == "jobplane-vend" and tf["locals"]["env"]["JOBPLANE_VEND_URL"] == "${local.vend_url}"
+    for name in ("launcher", "http"):  # the launcher and rerun (and every other function) tell the VMs where
+        env = block(tf["resource"][f"google_cloudfunctions2_function.{name}"], "service_config")
+        assert env["environment_variables"] == "${local.env}"
+    service_name = "${google_cloudfunctions2_function.vend.service_config[0].service}"
+    invokers = [b for b in tf["resource"].values() if b.get("service") == service_name]
+    assert [(b["role"], b["member"]) for b in invokers] == [("roles/run.invoker",
+                                                            "${google_service_account.vms.member}")]
+    assert "vend_url" in tf["output"]

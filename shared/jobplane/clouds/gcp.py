@@ -20,7 +20,7 @@ import re
 import shlex
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -54,6 +54,7 @@ CAPACITY_CODES = frozenset({
 _RETRYABLE_HTTP = {429, 503}  # rate limited / backend unavailable before an operation even exists
 LABEL_MANAGED, LABEL_JOB_ID, LABEL_ATTEMPT = gce_key(TAG_MANAGED), gce_key(TAG_JOB_ID), gce_key(TAG_ATTEMPT)
 LABEL_RANK, LABEL_OWNER, LABEL_DEPLOYMENT = gce_key(TAG_RANK), gce_key(TAG_OWNER), gce_key(TAG_DEPLOYMENT)
+_TAG_OF_LABEL = {gce_key(t): t for t in (TAG_MANAGED, TAG_JOB_ID, TAG_ATTEMPT, TAG_RANK, TAG_OWNER, TAG_DEPLOYMENT)}
 MANAGED_FILTER = f'labels.{LABEL_MANAGED} = "true"'
 PREEMPTED_OPERATION = "compute.instances.preempted"
 VM_NAME_PREFIX = "jobplane-"  # infra/gcp grants delete / setMetadata only on VMs named so
@@ -135,6 +136,11 @@ def _time(text: str) -> datetime:
 
 def _last(url: str) -> str:
     return url.rsplit("/", 1)[-1]
+
+
+def ownership_tags(labels: Mapping[str, str]) -> dict[str, str]:
+    """A VM's ownership labels under their tag keys (jobplane-job-id -> jobplane:job-id); other labels dropped."""
+    return {_TAG_OF_LABEL[k]: v for k, v in labels.items() if k in _TAG_OF_LABEL}
 
 
 def _rank(name: str, labels: dict[str, str]) -> int | None:
@@ -347,6 +353,16 @@ class GceCompute:
         found = self._list(f'{MANAGED_FILTER}{self._mine} AND labels.{LABEL_JOB_ID} = "{job_id}" '
                            f'AND labels.{LABEL_ATTEMPT} = "{attempt}"')
         return sorted(found, key=lambda i: (i.rank if i.rank is not None else 1 << 30, i.id))
+
+    def find(self, instance_id: str) -> tuple[Instance, str] | None:
+        """The VM named by zone/name in this project, with GCE's numeric id; None if there is none (managed or
+        not: the caller decides what its labels mean)."""
+        zone, _, name = instance_id.partition("/")
+        try:
+            vm = self._instances.get(project=self.project, zone=zone, instance=name)
+        except self._errors.NotFound:
+            return None
+        return to_instance(vm), str(vm.id)
 
     # ---- terminate ---------------------------------------------------------------------------------
     def terminate(self, instance_ids: list[str]) -> None:

@@ -31,6 +31,7 @@ from jobplane.clouds.base import (
 from jobplane.clouds.streams import atomic_file
 
 if TYPE_CHECKING:
+    from google.auth.credentials import Credentials
     from google.cloud import storage
 
 # A read is two requests (metadata, then the bytes pinned to that generation), and a write landing in
@@ -50,10 +51,12 @@ def _utc(ts: datetime | None) -> datetime:
 
 class GcsStore:
     """One bucket. With STORAGE_EMULATOR_HOST set, the default client talks to that emulator anonymously.
-    project: the client's (GOOGLE_CLOUD_PROJECT, from Settings); objects in a bucket do not depend on it."""
+    project: the client's (GOOGLE_CLOUD_PROJECT, from Settings); objects in a bucket do not depend on it.
+    credentials: the default client's instead of Application Default Credentials (an agent's are its job's,
+    jobplane.clouds.gcp_vend), sent to an emulator too."""
 
     def __init__(self, bucket: str, client: storage.Client | None = None, limits: TransferLimits | None = None,
-                 *, project: str | None = None) -> None:
+                 *, project: str | None = None, credentials: Credentials | None = None) -> None:
         from google.api_core import exceptions
         from google.cloud import storage
         from google.cloud.storage.retry import DEFAULT_RETRY
@@ -63,7 +66,7 @@ class GcsStore:
         self.limits = TransferLimits(part, limits.concurrency)
 
         if client is None:
-            client = storage.Client(project=project or "jobplane-local")
+            client = storage.Client(project=project or "jobplane-local", credentials=credentials)
         self._client: Any = client
         self._bucket: Any = client.bucket(bucket)
         self.bucket = bucket  # the name: the VM's startup script reads the registry from it

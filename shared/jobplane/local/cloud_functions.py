@@ -5,6 +5,9 @@ schedule is an HTTP POST with the body Cloud Scheduler sends ("{}").
 
 A CloudEvent function answers nothing; what it did is in its structured log entry (its `result` field, as
 Cloud Logging would show it), which is how the local cloud's console hears of it.
+
+The VMs call one function themselves, `vend` (their job's storage credentials): it is served on loopback over
+real HTTP (HttpFunction), as Cloud Run serves it, from the same functions-framework app.
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ import threading
 import uuid
 from typing import IO, Any
 
+from werkzeug.serving import BaseWSGIServer, make_server
+
+from jobplane.local.loopback import BackgroundServer
 from jobplane.local.triggers import Functions, Result, repo_root
 
 MAIN = repo_root() / "functions" / "gcp" / "main.py"
@@ -44,7 +50,7 @@ class _Results(logging.Handler):
 
 
 class CloudFunctions(Functions):
-    names = ("launcher", "launcher_backstop", "sweeper", "rerun", "uptime_cap")
+    names = ("launcher", "launcher_backstop", "sweeper", "rerun", "uptime_cap", "vend")
     scheduled = ("launcher_backstop", "sweeper", "rerun", "uptime_cap")  # Cloud Scheduler jobs
     CLOUD_EVENT = "launcher"  # the bucket-event function; the others are HTTP
 
@@ -55,22 +61,29 @@ class CloudFunctions(Functions):
         self.results = _Results()
         self.lock = threading.Lock()
 
+    def app(self, name: str) -> Any:
+        """The function's functions-framework (Flask) app, with its log going where this cloud's goes."""
+        from functions_framework import create_app
+
+        kind = "cloudevent" if name == self.CLOUD_EVENT else "http"
+        app = create_app(name, str(MAIN), kind)  # type: ignore[no-untyped-call]
+        app.config["PROPAGATE_EXCEPTIONS"] = True  # a failed invocation is logged with its traceback
+        self._route_logs()
+        return app
+
+    def _route_logs(self) -> None:
+        functions_log = logging.getLogger("jobplane")
+        functions_log.propagate = False  # this process plays Cloud Run: the function's own lines only
+        if self.results not in functions_log.handlers:
+            functions_log.addHandler(self.results)
+        if self.log_stream is not None:
+            for handler in functions_log.handlers:
+                if type(handler) is logging.StreamHandler:
+                    handler.setStream(self.log_stream)
+
     def client(self, name: str) -> Any:
         if name not in self.clients:
-            from functions_framework import create_app
-
-            kind = "cloudevent" if name == self.CLOUD_EVENT else "http"
-            app = create_app(name, str(MAIN), kind)  # type: ignore[no-untyped-call]
-            app.config["PROPAGATE_EXCEPTIONS"] = True  # a failed invocation is logged with its traceback
-            self.clients[name] = app.test_client()
-            functions_log = logging.getLogger("jobplane")
-            functions_log.propagate = False  # this process plays Cloud Run: the function's own lines only
-            if self.results not in functions_log.handlers:
-                functions_log.addHandler(self.results)
-            if self.log_stream is not None:
-                for handler in functions_log.handlers:
-                    if type(handler) is logging.StreamHandler:
-                        handler.setStream(self.log_stream)
+            self.clients[name] = self.app(name).test_client()
         return self.clients[name]
 
     def call(self, name: str, event: Any) -> Any:
@@ -96,3 +109,20 @@ class CloudFunctions(Functions):
 
     def scheduled_event(self, name: str) -> Any:
         return {"data": "{}", "headers": {"Content-Type": "application/json"}}
+
+
+class HttpFunction(BackgroundServer):
+    """One HTTP function served on loopback by werkzeug, for callers in other processes (the VMs)."""
+
+    name = "cloud-function"
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+        super().__init__(host, port)
+        self.app = app
+
+    def make_server(self) -> BaseWSGIServer:
+        return make_server(self._host, self._port, self.app, threaded=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}/"

@@ -8,6 +8,13 @@ Point the client at it with STORAGE_EMULATOR_HOST=<endpoint>, or run it alone:
 `python -m jobplane.local.fake_gcs -p 9023 --bucket b`.
 For tests it records the size of every request body that carried an object's bytes and of every response
 that served them (`received`, `served`), and can fail the next requests to a route (`fail_next`).
+
+It also plays STS (`POST /v1/token`, jobplane.local.fake_sts): a token it mints there carries the Credential
+Access Boundary it was asked for (`boundaries`), and a request bearing it gets 403, with GCS's error JSON,
+unless a rule's role holds the permission on that object or listing prefix. With `vm_reads` ("bucket/prefix"),
+the VM's own token (the metadata server's) may only read under those prefixes of those buckets, and read any
+other bucket (data buckets), as infra/gcp grants the VMs' service account. Any other token, or none (the
+functions, the CLI, tests), is unenforced.
 Out of scope: object versioning, ACLs, metadata patches, compose/copy/rewrite, XML API multipart uploads.
 """
 
@@ -23,13 +30,15 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, unquote_to_bytes
+from urllib.parse import parse_qsl, quote, unquote, unquote_to_bytes
 
 import google_crc32c
 from werkzeug.http import http_date, parse_options_header
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
+from jobplane.local import fake_sts
+from jobplane.local.gce_metadata_server import VM_ACCESS_TOKEN
 from jobplane.local.loopback import BackgroundServer
 
 if TYPE_CHECKING:
@@ -49,8 +58,11 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
         ("DELETE", r"/storage/v1" + _OBJECT, "_delete"),
         ("POST", r"/upload/storage/v1/b/(?P<bucket>[^/]+)/o", "_upload"),
         ("PUT", r"/upload/storage/v1/b/(?P<bucket>[^/]+)/o", "_resumable_chunk"),
+        ("POST", r"/v1/token", "_sts_token"),
     ]
 ]
+_IAM = {"get": "objects.get", "list": "objects.list", "create": "objects.create", "delete": "objects.delete",
+        "buckets.get": "buckets.get", "buckets.create": "buckets.create"}
 _CONTENT_RANGE = re.compile(r"bytes (?:(?P<start>\d+)-(?P<end>\d+)|\*)/(?P<total>\d+|\*)")
 _RANGE = re.compile(r"bytes=(?P<start>\d+)-(?P<end>\d*)")
 
@@ -109,6 +121,11 @@ class _Call:
     def header(self, name: str) -> str:
         return self.request.headers.get(name, "")
 
+    @property
+    def token(self) -> str | None:
+        kind, _, token = self.header("Authorization").partition(" ")
+        return token.strip() if kind.lower() == "bearer" and token.strip() else None
+
 
 def _md5(data: bytes) -> str:
     return base64.b64encode(hashlib.md5(data).digest()).decode()
@@ -158,8 +175,11 @@ class FakeGcsServer(BackgroundServer):
 
     name = "fake-gcs"
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, vm_reads: tuple[str, ...] = ()) -> None:
         super().__init__(host, port)
+        self._vm_rules = fake_sts.read_only(vm_reads)
+        self.boundaries: dict[str, dict[str, Any]] = {}  # minted token -> the boundary (STS options) it carries
+        self._rules: dict[str, tuple[fake_sts.Rule, ...]] = {}
         self._lock = threading.Lock()  # guards every field below; each request runs under it
         self._buckets: dict[str, dict[str, _Object]] = {}
         self._bucket_created: dict[str, datetime] = {}
@@ -179,6 +199,11 @@ class FakeGcsServer(BackgroundServer):
         """Base URL for STORAGE_EMULATOR_HOST, e.g. http://127.0.0.1:PORT."""
         return f"http://{self.address}"
 
+    @property
+    def sts_url(self) -> str:
+        """The token-exchange endpoint (JOBPLANE_STS_URL)."""
+        return f"{self.endpoint}/v1/token"
+
     def create_bucket(self, name: str) -> None:
         """Create a bucket directly (no HTTP); a no-op if it exists, so fixtures can call it freely."""
         with self._lock:
@@ -192,6 +217,8 @@ class FakeGcsServer(BackgroundServer):
             self._bucket_created.clear()
             self._sessions.clear()
             self._faults.clear()
+            self.boundaries.clear()
+            self._rules.clear()
             self.received.clear()
             self.served.clear()
 
@@ -240,6 +267,24 @@ class FakeGcsServer(BackgroundServer):
             return self._buckets[name]
         except KeyError:
             raise _HttpError(404, "notFound", f"The specified bucket does not exist: {name}") from None
+
+    def _authorize(self, call: _Call, permission: str, bucket: str, name: str | None = None,
+                   list_prefix: str | None = None) -> None:
+        """403 unless the request's token may do this (see the module's docstring)."""
+        token = call.token
+        if token in self._rules:
+            ok = fake_sts.allowed(self._rules[token], permission, bucket, name, list_prefix)
+        elif token == VM_ACCESS_TOKEN and self._vm_rules:
+            vm_buckets = {r.bucket for r in self._vm_rules}
+            ok = fake_sts.allowed(self._vm_rules, permission, bucket, name, list_prefix) or (
+                bucket not in vm_buckets and permission in fake_sts.ROLE_PERMISSIONS["roles/storage.objectViewer"])
+        else:
+            return
+        if not ok:
+            what = f"object {bucket}/{name}" if name is not None else f"bucket {bucket} (prefix {list_prefix!r})"
+            raise _HttpError(403, "forbidden", f"The caller does not have storage.{_IAM[permission]} access to "
+                             f"the Google Cloud Storage {what}. Permission 'storage.{_IAM[permission]}' denied "
+                             "on resource (or it may not exist).")
 
     def _next_generation(self) -> int:
         # Like GCS: microsecond timestamps, forced strictly increasing across all objects.
@@ -328,6 +373,9 @@ class FakeGcsServer(BackgroundServer):
         for key, actual in (("crc32c", obj.crc32c), ("md5Hash", obj.md5)):
             if meta.get(key) and meta[key] != actual:
                 raise _HttpError(400, "invalid", f"Provided {key} {meta[key]} does not match {actual}")
+        self._authorize(call, "create", bucket, name)
+        if name in objects:  # GCS: overwriting needs delete as well
+            self._authorize(call, "delete", bucket, name)
         self._check(objects.get(name), args)
         obj.generation = self._next_generation()
         objects[name] = obj
@@ -338,6 +386,7 @@ class FakeGcsServer(BackgroundServer):
 
     def _create_bucket(self, call: _Call) -> Response:
         name = json.loads(call.body or b"{}").get("name")
+        self._authorize(call, "buckets.create", str(name))
         if not name:
             raise _HttpError(400, "required", "Required parameter: name")
         if name in self._buckets:
@@ -346,6 +395,7 @@ class FakeGcsServer(BackgroundServer):
         return self._get_bucket(call, bucket=name)
 
     def _get_bucket(self, call: _Call, bucket: str) -> Response:
+        self._authorize(call, "buckets.get", bucket)
         self._bucket(bucket)
         created = _rfc3339(self._bucket_created[bucket])
         return _json(
@@ -366,6 +416,7 @@ class FakeGcsServer(BackgroundServer):
     def _list(self, call: _Call, bucket: str) -> Response:
         objects, args = self._bucket(bucket), call.args
         prefix, delimiter = args.get("prefix", ""), args.get("delimiter", "")
+        self._authorize(call, "list", bucket, list_prefix=prefix)
         start, end = args.get("startoffset", ""), args.get("endoffset")
         limit = min(_int_arg(args, "maxResults") or 1000, 1000)
         # The page token is the last entry served, ("i", name) or ("p", collapsed prefix), so a page never
@@ -399,11 +450,13 @@ class FakeGcsServer(BackgroundServer):
     def _get_object(self, call: _Call, bucket: str, name: str) -> Response:
         if call.args.get("alt") == "media":
             return self._download(call, bucket, name)
+        self._authorize(call, "get", bucket, name)
         obj = self._live(call, bucket, name)
         self._check(obj, call.args, read=True)
         return _json(self._resource(call, bucket, obj))
 
     def _download(self, call: _Call, bucket: str, name: str) -> Response:
+        self._authorize(call, "get", bucket, name)
         obj = self._live(call, bucket, name)
         self._check(obj, call.args, read=True)
         body, status, size = obj.data, 200, len(obj.data)
@@ -431,6 +484,7 @@ class FakeGcsServer(BackgroundServer):
         return response
 
     def _delete(self, call: _Call, bucket: str, name: str) -> Response:
+        self._authorize(call, "delete", bucket, name)
         obj = self._live(call, bucket, name)
         self._check(obj, call.args)
         del self._buckets[bucket][name]
@@ -447,6 +501,9 @@ class FakeGcsServer(BackgroundServer):
             self._bucket(bucket)
             upload_id = uuid.uuid4().hex
             meta = json.loads(call.body) if call.body.strip() else {}
+            # the session URL is the capability for its chunks: the token is checked here and at the end
+            name = str(meta.get("name") or call.args.get("name") or "")
+            self._authorize(call, "create", bucket, name)
             self._sessions[upload_id] = _Session(
                 bucket, call.header("X-Upload-Content-Type"), meta, call.args
             )
@@ -480,6 +537,23 @@ class FakeGcsServer(BackgroundServer):
         del self._sessions[upload_id]
         data, args = bytes(session.data), session.args
         return self._write(call, bucket, session.metadata, data, session.content_type, args, session.chunks)
+
+    def _sts_token(self, call: _Call) -> Response:
+        """STS's token exchange: a new token carrying the boundary in `options` (OAuth-style errors)."""
+        form = dict(parse_qsl(call.body.decode(errors="replace")))
+        if form.get("subject_token") in self._rules or form.get("subject_token") == VM_ACCESS_TOKEN:
+            # STS would narrow an enforced token further; the fake exchanges only unenforced ones
+            return _json({"error": "invalid_grant", "error_description": "the fake STS does not narrow a "
+                          "downscoped or VM token"}, 400)
+        try:
+            rules = fake_sts.exchange(form)
+        except fake_sts.BadBoundary as err:
+            return _json({"error": "invalid_request", "error_description": str(err)}, 400)
+        token = "sts-" + uuid.uuid4().hex
+        self._rules[token] = rules
+        self.boundaries[token] = json.loads(unquote(form["options"]))
+        return _json({"access_token": token, "issued_token_type": fake_sts.ACCESS_TOKEN, "token_type": "Bearer",
+                      "expires_in": 3600})
 
 
 def _page(items: list[dict[str, Any]], prefixes: list[str], token: str | None) -> dict[str, Any]:
@@ -529,11 +603,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-H", "--host", default="127.0.0.1")
     parser.add_argument("-p", "--port", type=int, default=0)
     parser.add_argument("--bucket", action="append", default=[], help="create this bucket (repeatable)")
+    parser.add_argument("--vm-reads", action="append", default=[], metavar="BUCKET/PREFIX",
+                        help="the VM's own token may read only here in that bucket (repeatable)")
     args = parser.parse_args(argv)
     stopped = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopped.set())
-    server = FakeGcsServer(args.host, args.port)
+    server = FakeGcsServer(args.host, args.port, vm_reads=tuple(args.vm_reads))
     server.start()
     try:
         for name in args.bucket:

@@ -3,7 +3,9 @@
 It answers the way the real one does where the agent depends on it: every request needs the header
 `Metadata-Flavor: Google` (403 otherwise) and every answer carries it; missing keys are 404; a trailing
 slash lists a directory; `instance/preempted` honours `wait_for_change=true` (with `last_etag` and
-`timeout_sec`) so a watcher blocks until the preemption notice instead of polling.
+`timeout_sec`) so a watcher blocks until the preemption notice instead of polling. With an issuer,
+`instance/service-accounts/default/identity?audience=...[&format=full]` answers an identity token signed by it
+(jobplane.local.google_identity), with the claims GCE puts there; without one, 404.
 Point the client at it with GCE_METADATA_HOST=<host:port>.
 """
 
@@ -15,8 +17,13 @@ import time
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
+from jobplane.local.google_identity import VM_SERVICE_ACCOUNT, LocalIdentityIssuer
 from jobplane.local.loopback import LoopbackServer
 
+# The VM's own access token: the GCS fake recognises it and lets it read only the agent bundles
+# (FakeGcsServer's vm_reads), as the VM's service account may on GCP.
+VM_ACCESS_TOKEN = "local-vm-token"
+_IDENTITY = "instance/service-accounts/default/identity"
 _PREFIX = "/computeMetadata/v1/"
 _MAX_WAIT_S = 60.0
 
@@ -37,10 +44,13 @@ class FakeGceMetadataServer(LoopbackServer):
         ip: str = "10.0.0.2",
         machine_type: str = "e2-small",
         preempted: bool = False,
+        issuer: LocalIdentityIssuer | None = None,
+        service_account: str = VM_SERVICE_ACCOUNT,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
         self.attributes = dict(attributes or {})
+        self.issuer, self.service_account = issuer, service_account
         self._values = {
             "instance/id": instance_id,
             "instance/name": name,
@@ -50,7 +60,8 @@ class FakeGceMetadataServer(LoopbackServer):
             "instance/network-interfaces/0/ip": ip,
             "project/project-id": project,
             # the VM's service account token, which a VM uses with the GCS JSON API (the bootstrap does)
-            "instance/service-accounts/default/token": '{"access_token": "local-vm-token", "expires_in": 3599, '
+            "instance/service-accounts/default/email": service_account,
+            "instance/service-accounts/default/token": f'{{"access_token": "{VM_ACCESS_TOKEN}", "expires_in": 3599, '
                                                        '"token_type": "Bearer"}',
         }
         self._preempted = preempted
@@ -84,6 +95,14 @@ class FakeGceMetadataServer(LoopbackServer):
 
     # -- HTTP ------------------------------------------------------------------------------------
 
+    def _identity(self, args: dict[str, str]) -> str | None:
+        if self.issuer is None or not args.get("audience"):
+            return None  # GCE answers 400 without an audience; 404 is as good a no here
+        return self.issuer.vm_identity(
+            audience=args["audience"], email=self.service_account, project=self._values["project/project-id"],
+            zone=self._values["instance/zone"].rsplit("/", 1)[-1], name=self._values["instance/name"],
+            instance_id=self._values["instance/id"], full=args.get("format") == "full")
+
     def _value(self, path: str) -> str | None:
         if path == "instance/preempted":
             return "TRUE" if self._preempted else "FALSE"
@@ -103,7 +122,7 @@ class FakeGceMetadataServer(LoopbackServer):
             path = url.path.removeprefix(_PREFIX)
             if args.get("wait_for_change") == "true" and path == "instance/preempted":
                 self._wait(args)
-            found = self._value(path)
+            found = self._identity(args) if path == _IDENTITY else self._value(path)
             if found is not None:
                 status, value = 200, found
         data = value.encode()

@@ -35,6 +35,7 @@ from jobplane.clouds.gce_metadata import gce_key
 from jobplane.local import rootfs
 from jobplane.local.fake_compute import FakeComputeServer
 from jobplane.local.gce_metadata_server import FakeGceMetadataServer
+from jobplane.local.google_identity import VM_SERVICE_ACCOUNT, LocalIdentityIssuer
 from jobplane.local.runner import KILL_GRACE, MARKER, InstanceRunner, Node
 
 log = logging.getLogger("local-cloud")
@@ -101,6 +102,12 @@ class Vm:
     ending: Ending | None = None
 
 
+def _service_account(resource: dict[str, Any]) -> str:
+    """The VM's service account as its identity tokens name it (GCE's "default" is the local VMs' account)."""
+    email = str((resource.get("serviceAccounts") or [{}])[0].get("email") or "default")
+    return VM_SERVICE_ACCOUNT if email == "default" else email
+
+
 def vm_id(resource: dict[str, Any]) -> str:
     return f"{resource['zone'].rsplit('/', 1)[-1]}/{resource['name']}"
 
@@ -124,11 +131,12 @@ class GceRunner(InstanceRunner):
 
     def __init__(self, compute: FakeComputeServer, state_dir: Path, instance_env: dict[str, str], cloud_id: str,
                  on_event: Event, images: Mapping[str, Path] | None = None,
-                 shutdown_budget: float = SHUTDOWN_BUDGET_S) -> None:
+                 shutdown_budget: float = SHUTDOWN_BUDGET_S, issuer: LocalIdentityIssuer | None = None) -> None:
         super().__init__(state_dir, instance_env, cloud_id, images, shims={"pgrep": PGREP})
         self.compute = compute
         self.on_event = on_event
         self.shutdown_budget = shutdown_budget
+        self.issuer = issuer  # signs each VM's identity tokens (None: its metadata server has none)
         self.vms: dict[str, Vm] = {}
 
     # ---- the tick ------------------------------------------------------------------------------------
@@ -160,7 +168,8 @@ class GceRunner(InstanceRunner):
         disks = res.get("disks") or [{}]
         image = disks[0].get("initializeParams", {}).get("sourceImage", "")
         metadata = FakeGceMetadataServer(instance_id=res["id"], name=name, zone=zone, project=self.compute.project,
-                                         attributes=items, ip=ip or "", machine_type=res["machineType"].rsplit("/")[-1])
+                                         attributes=items, ip=ip or "", machine_type=res["machineType"].rsplit("/")[-1],
+                                         issuer=self.issuer, service_account=_service_account(res))
         metadata.start()
         node = self.add_node(iid, labels.get(gce_key(TAG_JOB_ID)), rank, image, metadata)
         self.vms[iid] = Vm(items.get("shutdown-script", ""), max_run_deadline(res))

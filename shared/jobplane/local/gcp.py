@@ -5,6 +5,11 @@ points through functions-framework (jobplane.local.cloud_functions): bucket even
 delivered the way the trigger loop delivers the AWS ones; the job notifications they publish reach a Pub/Sub
 topic on loopback (jobplane.local.pubsub_topic). Every VM's networkIP is on loopback.
 
+Credentials go the way they go on GCP: each VM's metadata server signs identity tokens with the key of a local
+issuer (jobplane.local.google_identity, its certificates on loopback), the `vend` function verifies them and
+exchanges its token at the GCS fake's STS for one downscoped to the job's keys, and the GCS fake enforces that
+token's boundary, and lets the VM's own token read only the agent bundles.
+
 Images: the Ubuntu families stand for this machine; Debian 12's family is the stock Debian 12 image when it is
 built (jobplane.local.rootfs).
 """
@@ -17,13 +22,14 @@ import secrets
 from pathlib import Path
 from typing import IO, Any
 
-from jobplane import bundling, images
+from jobplane import bundling, images, keys
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, TAG_MANAGED
 from jobplane.clouds.gce_metadata import gce_key
 from jobplane.local import rootfs
 from jobplane.local.cloud import LocalCloud, ServiceProcess, free_port
-from jobplane.local.cloud_functions import CloudFunctions
+from jobplane.local.cloud_functions import CloudFunctions, HttpFunction
 from jobplane.local.fake_compute import DEFAULT_ZONES, FakeComputeServer
+from jobplane.local.google_identity import VM_SERVICE_ACCOUNT, LocalIdentityIssuer
 from jobplane.local.pubsub_topic import PubSubTopic
 from jobplane.local.triggers import Functions
 from jobplane.registry import Registry
@@ -41,10 +47,15 @@ class GcpLocalCloud(LocalCloud):
 
     def __init__(self, state_dir: Path, port: int = 0, tick: float = 1.0, **kwargs: Any) -> None:
         super().__init__(state_dir, port, tick, **kwargs)
-        self.gcs = ServiceProcess("jobplane.local.fake_gcs", port, "--bucket", self.bucket)
+        # the VMs' own token reads the agent bundles only (the local registry has no root)
+        self.gcs = ServiceProcess("jobplane.local.fake_gcs", port, "--bucket", self.bucket,
+                                  "--vm-reads", f"{self.bucket}/{keys.AGENT}")
         self.compute = FakeComputeServer(PROJECT, op_polls=0, consoles=self.state_dir / "instances",
                                          port=port + 1 if port else free_port())
         self.topic = PubSubTopic(TOPIC)
+        self.issuer = LocalIdentityIssuer()
+        self.vend_port = free_port()
+        self.vend: HttpFunction | None = None
 
     @property
     def exports(self) -> dict[str, str]:
@@ -55,8 +66,12 @@ class GcpLocalCloud(LocalCloud):
         self.gcs.start(self.state_dir / "gcs.log")
         self.compute.start()
         self.topic.start()
+        self.issuer.start()
 
     def stop_services(self) -> None:
+        if self.vend is not None:
+            self.vend.stop()
+        self.issuer.stop()
         self.topic.stop()
         self.compute.stop()
         self.gcs.stop()
@@ -67,12 +82,19 @@ class GcpLocalCloud(LocalCloud):
     def provision(self) -> tuple[Registry, str, dict[str, Path]]:
         from jobplane.clouds.gcs import GcsStore
 
-        # the functions publish job notifications there
-        os.environ.update({"JOBPLANE_NOTIFY_TOPIC": TOPIC, "PUBSUB_EMULATOR_HOST": self.topic.address})
+        # the functions publish job notifications there; vend verifies and exchanges tokens with the fakes
+        os.environ.update({"JOBPLANE_NOTIFY_TOPIC": TOPIC, "PUBSUB_EMULATOR_HOST": self.topic.address,
+                           "JOBPLANE_VEND_URL": f"http://127.0.0.1:{self.vend_port}/",
+                           "JOBPLANE_VM_SERVICE_ACCOUNT": VM_SERVICE_ACCOUNT,
+                           "JOBPLANE_GOOGLE_CERTS_URL": self.issuer.certs_url,
+                           "JOBPLANE_STS_URL": f"{self.gcs.url}/v1/token"})
         return Registry(GcsStore(self.bucket, project=PROJECT)), f"gcp:\n  project: {PROJECT}", local_images()
 
     def make_functions(self, log_stream: IO[str]) -> Functions:
-        return CloudFunctions(self.bucket, log_stream, on_result=self.console.invoked)
+        functions = CloudFunctions(self.bucket, log_stream, on_result=self.console.invoked)
+        self.vend = HttpFunction(functions.app("vend"), port=self.vend_port)  # the VMs call it over HTTP
+        self.vend.start()
+        return functions
 
     def notifications(self) -> list[dict[str, Any]]:
         return self.topic.pull()
@@ -80,7 +102,8 @@ class GcpLocalCloud(LocalCloud):
     def make_runner(self, instance_env: dict[str, str], images: dict[str, Path]) -> Any:
         from jobplane.local.gce_runner import GceRunner
 
-        return GceRunner(self.compute, self.state_dir, instance_env, self.cloud_id, self.console.vm, images)
+        return GceRunner(self.compute, self.state_dir, instance_env, self.cloud_id, self.console.vm, images,
+                         issuer=self.issuer)
 
     def instance_by_hand(self, managed: bool, job_id: str | None, attempt: int | None, user_data: str) -> str:
         labels = {gce_key(TAG_MANAGED): "true"} if managed else {"owner": "not-jobplane"}
