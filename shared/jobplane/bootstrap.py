@@ -62,6 +62,7 @@ class AgentSource:
 # it can fail ends in fail(), one console line and a best-effort report.
 INSTALL = r"""
 import hashlib, io, json, os, shutil, subprocess, sys, tarfile, time
+from urllib.parse import quote
 from urllib.request import Request, urlopen
 
 cfg = json.loads(os.environ["JOBPLANE_BOOT"])
@@ -79,10 +80,26 @@ def headers():
                   headers={"Metadata-Flavor": "Google"})
     return {"Authorization": "Bearer " + json.loads(urlopen(req, timeout=10).read().decode())["access_token"]}
 
-def call(url, data=None, method="GET", tries=7):
+def job_headers():
+    # on GCP the VM's own account may only read the agent bundles: a report goes with the job's own token,
+    # which the vending function gives for the VM's identity token (as the agent's credentials)
+    vend = os.environ.get("JOBPLANE_VEND_URL")
+    if cfg.get("auth") != "gce" or not vend:
+        return headers()
+    host = os.environ.get("GCE_METADATA_HOST") or "metadata.google.internal"
+    req = Request("http://%s/computeMetadata/v1/instance/service-accounts/default/identity?audience=%s&format=full"
+                  % (host, quote(vend, safe="")), headers={"Metadata-Flavor": "Google"})
+    identity = urlopen(req, timeout=10).read().decode()
+    ask = json.dumps({"identity_token": identity, "job_id": os.environ["JOBPLANE_JOB_ID"],
+                      "attempt": int(os.environ["JOBPLANE_ATTEMPT"])}).encode()
+    req = Request(vend, data=ask, method="POST",
+                  headers={"Content-Type": "application/json", "Authorization": "Bearer " + identity})
+    return {"Authorization": "Bearer " + json.loads(urlopen(req, timeout=30).read().decode())["access_token"]}
+
+def call(url, data=None, method="GET", tries=7, auth=headers):
     for n in range(tries):
         try:
-            req = Request(url, data=data, headers=headers(), method=method)
+            req = Request(url, data=data, headers=auth(), method=method)
             if data is not None:
                 req.add_header("Content-Type", "application/json")
             return urlopen(req, timeout=120).read()
@@ -98,7 +115,7 @@ def fail(msg):
     body = json.dumps({"version": 1, "message": msg, "python": sys.version.split()[0], "host": os.uname()[1],
                        "time": time.time()}).encode()  # jobplane.records.BootFailure
     try:
-        call(cfg["report"]["url"], body, cfg["report"]["method"], tries=3)
+        call(cfg["report"]["url"], body, cfg["report"]["method"], tries=3, auth=job_headers)
     except Exception as exc:
         say("could not report the failure to the registry: %s" % exc)
     sys.exit(1)

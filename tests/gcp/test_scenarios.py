@@ -187,13 +187,15 @@ def test_overlapping_rerun_invocations_launch_one_attempt(cloud: GcpCloud) -> No
     preempted(cloud, "spotty")
     barrier = threading.Barrier(5)
     results: list[list[str]] = []
+    # the apps are made one at a time: CPython 3.11 can fail compiling one source in several threads at once
+    # ("AST constructor recursion depth mismatch"), and a thread that died before the barrier stalls the rest
+    clients = [create_app("rerun", MAIN, "http").test_client() for _ in range(5)]
 
-    def rerun() -> None:
-        client = create_app("rerun", MAIN, "http").test_client()
-        barrier.wait()
+    def rerun(client: Any) -> None:
+        barrier.wait(60)
         results.append([a["result"] for a in client.post("/").get_json()["actions"]])
 
-    threads = [threading.Thread(target=rerun) for _ in range(5)]
+    threads = [threading.Thread(target=rerun, args=(client,)) for client in clients]
     for t in threads:
         t.start()
     for t in threads:

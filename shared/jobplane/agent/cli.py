@@ -8,6 +8,8 @@ through the unchanged bootstrap script:
   --ml-root          JOBPLANE_ML_ROOT (/opt/ml)
   --poweroff-cmd     JOBPLANE_POWEROFF_CMD ("shutdown -h now": on a VM that terminates it)
   --metadata-url     (else AWS_EC2_METADATA_SERVICE_ENDPOINT on EC2, GCE_METADATA_HOST on GCE)
+  --vend-url         JOBPLANE_VEND_URL: where to ask for the job's storage credentials (jobplane.decide.vend);
+                     unset, the registry is reached with the VM's own identity (tests, an older deployment)
   --log-interval, --heartbeat-interval, --checkpoint-interval, --poll-interval, --stop-grace,
   --cluster-timeout, --checkpoint-settle
                      JOBPLANE_AGENT_<FLAG NAME IN CAPITALS> (10, 30, 60, 5, spec, 900, 2 seconds)
@@ -63,14 +65,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         fallback = _env_float(name)
         p.add_argument("--" + name.replace("_", "-"), type=float,
                        default=fallback if fallback is not None else getattr(defaults, name))
+    p.add_argument("--vend-url", default=env("JOBPLANE_VEND_URL") or None,
+                   help="the credential vending function's URL (default: $JOBPLANE_VEND_URL)")
     args = p.parse_args(argv)
     if not args.bucket:
         p.error("no registry bucket: pass --bucket or set JOBPLANE_BUCKET")
+    if args.vend_url and (not args.job or args.attempt is None):
+        p.error("--vend-url needs --job and --attempt (JOBPLANE_JOB_ID, JOBPLANE_ATTEMPT): credentials are per job")
     return args
 
 
 def cloud_adapters(args: argparse.Namespace) -> tuple[Callable[[str], ObjectStore], Metadata]:
-    """(bucket -> store, metadata) for the cloud; SDKs are imported only for the cloud in use."""
+    """(bucket -> store, metadata) for the cloud; SDKs are imported only for the cloud in use. With a vending
+    URL the registry's bucket is reached with the job's own credentials (refreshed before they expire), any
+    other bucket (the platform's input data) with the VM's identity."""
     env = os.environ.get
     if args.cloud == "gcp":
         try:
@@ -79,13 +87,32 @@ def cloud_adapters(args: argparse.Namespace) -> tuple[Callable[[str], ObjectStor
             raise SystemExit(f"jobplane.agent: GCE metadata client unavailable ({exc})") from None
         from jobplane.clouds.gcs import GcsStore
 
-        project = env("GOOGLE_CLOUD_PROJECT")
-        return (lambda bucket: GcsStore(bucket, project=project)), GceMetadata(args.metadata_url, host=env(HOST_ENV))
+        project, host = env("GOOGLE_CLOUD_PROJECT"), env(HOST_ENV)
+        job_credentials = None
+        if args.vend_url:
+            from jobplane.clouds.gcp_vend import vended_credentials
+
+            job_credentials = vended_credentials(args.vend_url, args.job, args.attempt, host)
+
+        def gcs(bucket: str) -> ObjectStore:
+            if job_credentials is not None and bucket == args.bucket:
+                return GcsStore(bucket, project=project, credentials=job_credentials)
+            return GcsStore(bucket, project=project)
+        return gcs, GceMetadata(args.metadata_url, host=host)
     from jobplane.clouds.aws_imds import ENDPOINT_ENV, Ec2Metadata
     from jobplane.clouds.s3 import S3Store, s3_client
 
     client = s3_client(args.region)
-    return (lambda bucket: S3Store(bucket, client)), Ec2Metadata(args.metadata_url or env(ENDPOINT_ENV))
+    job_client = None
+    if args.vend_url:
+        from jobplane.clouds.aws_vend import vended_s3_client
+
+        deployment = f"{args.bucket}/{args.root.strip('/')}" if args.root.strip("/") else args.bucket
+        job_client = vended_s3_client(args.region, args.vend_url, args.job, args.attempt, deployment)
+
+    def s3(bucket: str) -> ObjectStore:
+        return S3Store(bucket, job_client if job_client is not None and bucket == args.bucket else client)
+    return s3, Ec2Metadata(args.metadata_url or env(ENDPOINT_ENV))
 
 
 def command_power_off(command: str) -> Callable[[], None]:

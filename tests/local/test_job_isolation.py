@@ -1,0 +1,88 @@
+"""A hostile job on the local AWS cloud (real moto with IAM enforced for STS sessions, the vending function
+behind its loopback URL, launcher, bootstrap and agent): its script takes the credentials its agent holds,
+the way anything with root on the VM can (the agent's own code, the VM role from IMDS, the vending URL), and
+turns them on another job's keys. Each try is refused; the same credentials work on its own keys."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from jobplane import keys
+from jobplane.local.demo import CloudProcess
+from jobplane.states import State
+from tests.local.conftest import cli_ok, submit, write_spec
+
+pytestmark = [pytest.mark.scenario, pytest.mark.timeout(420)]
+
+HOSTILE = """
+import json, os, sys
+env = os.environ
+sys.path.insert(0, os.path.join(env.get("JOBPLANE_AGENT_HOME", "/opt/jobplane"), "site"))
+from botocore.exceptions import ClientError
+from jobplane.clouds.aws_vend import vended_s3_client
+
+root = env.get("JOBPLANE_ROOT", "").strip("/")
+bucket, me, victim = env["JOBPLANE_BUCKET"], env["JOBPLANE_JOB_ID"], env["VICTIM"]
+s3 = vended_s3_client(env.get("JOBPLANE_REGION"), env["JOBPLANE_VEND_URL"], me, int(env["JOBPLANE_ATTEMPT"]),
+                      bucket + ("/" + root if root else ""))
+
+def key(k):
+    return (root + "/" if root else "") + k
+
+def attempt(what, call):
+    try:
+        call()
+        print(what, "ok", flush=True)
+    except ClientError as exc:
+        print(what, exc.response["Error"]["Code"], flush=True)
+
+own = json.loads(s3.get_object(Bucket=bucket, Key=key("jobs/%s/job.json" % me))["Body"].read())
+own_code = own["spec"]["code"].split("://", 1)[1].split("/", 1)[1]  # a URI: its key has the root already
+for who, code, ckpt in ((victim, env["VICTIM_CODE"], key(env["VICTIM_CKPT"])),
+                        (me, own_code, key("jobs/%s/checkpoints/probe.bin" % me))):
+    if who == me:
+        s3.put_object(Bucket=bucket, Key=ckpt, Body=b"mine")
+    attempt(who + " read code", lambda: s3.get_object(Bucket=bucket, Key=code)["Body"].read())
+    attempt(who + " read job.json", lambda: s3.get_object(Bucket=bucket, Key=key("jobs/%s/job.json" % who)))
+    attempt(who + " write log", lambda: s3.put_object(Bucket=bucket, Body=b"forged\\n",
+                                                      Key=key("jobs/%s/logs/1/0/00009999.log" % who)))
+    attempt(who + " write heartbeat", lambda: s3.put_object(Bucket=bucket, Body=b"{}",
+                                                            Key=key("heartbeats/%s/1/7" % who)))
+    attempt(who + " delete checkpoint", lambda: s3.delete_object(Bucket=bucket, Key=ckpt))
+"""
+
+
+def test_a_jobs_credentials_are_refused_on_another_jobs_keys_and_work_on_its_own(
+        cloud: CloudProcess, tmp_path: Path) -> None:
+    reg = cloud.registry()
+    (tmp_path / "victim").mkdir()
+    victim = submit(cloud, write_spec(tmp_path / "victim", "victim", "python3 train.py --steps 20 --checkpoint-every 10"
+                                      " --sleep 0.01", max_runtime="10m"))
+    assert cloud.cli("wait", victim, "--timeout", "240s", timeout=270).returncode == 0, cli_ok(cloud, "logs", victim)
+    record = reg.job(victim)
+    assert record.spec.code
+    ckpts = [k for k, _, _ in reg.listing(keys.checkpoints_prefix(victim)) if "/files/" in k]
+    assert ckpts, "the victim synced no checkpoint file"
+    victim_code = record.spec.code.split("://", 1)[1].split("/", 1)[1]
+    before = {k: reg.get_bytes(k) for k in ckpts}
+
+    code = tmp_path / "hostile"
+    code.mkdir()
+    (code / "hostile.py").write_text(textwrap.dedent(HOSTILE))
+    env = {"VICTIM": victim, "VICTIM_CODE": victim_code, "VICTIM_CKPT": ckpts[0]}
+    spec = write_spec(tmp_path, "hostile", "python3 hostile.py", max_runtime="10m", spot="false",
+                      env="{" + ", ".join(f"{k}: '{v}'" for k, v in env.items()) + "}")
+    hostile = submit(cloud, spec, code)
+    assert cloud.cli("wait", hostile, "--timeout", "240s", timeout=270).returncode == 0
+    out = cli_ok(cloud, "logs", hostile, "--attempt", "1")
+    for what in ("read code", "read job.json", "write log", "write heartbeat", "delete checkpoint"):
+        assert re.search(rf"^{victim} {what} AccessDenied$", out, re.M), out
+    for what in ("read code", "read job.json", "write log", "write heartbeat", "delete checkpoint"):
+        assert re.search(rf"^{hostile} {what} ok$", out, re.M), out
+    assert {k: reg.get_bytes(k) for k in ckpts} == before  # the victim's checkpoints are whole
+    assert "forged" not in cli_ok(cloud, "logs", victim)
+    assert reg.job(hostile).state == State.SUCCEEDED
