@@ -23,6 +23,7 @@ FIRST = (
     "tests/test_cli_jobs.py",
     "tests/test_store_conformance.py",
     "tests/local/test_gce_runner.py",
+    "tests/local/test_job_isolation.py",
     "tests/local/",
 )
 

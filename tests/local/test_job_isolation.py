@@ -1,7 +1,8 @@
-"""A hostile job on the local AWS cloud (real moto with IAM enforced for STS sessions, the vending function
-behind its loopback URL, launcher, bootstrap and agent): its script takes the credentials its agent holds,
-the way anything with root on the VM can (the agent's own code, the VM role from IMDS, the vending URL), and
-turns them on another job's keys. Each try is refused; the same credentials work on its own keys."""
+"""A hostile job on each local cloud (AWS: moto enforcing STS sessions; GCP: the GCS fake enforcing downscoped
+tokens; the real vending function, launcher, bootstrap and agent): its script takes the credentials its agent
+holds, the way anything with root on the VM can (the agent's own code, the VM's identity from the metadata
+server, the vending URL), and turns them on another job's keys. Each try is refused; the same credentials work
+on its own keys."""
 
 from __future__ import annotations
 
@@ -56,12 +57,56 @@ for who, code, ckpt in ((victim, env["VICTIM_CODE"], key(env["VICTIM_CKPT"])),
 """
 
 
+# The same tries on GCP, through the agent's GCS store with its vended (downscoped) token.
+HOSTILE_GCP = """
+import json, os, sys
+env = os.environ
+sys.path.insert(0, os.path.join(env.get("JOBPLANE_AGENT_HOME", "/opt/jobplane"), "site"))
+from jobplane.clouds.gce_metadata import HOST_ENV
+from jobplane.clouds.gcp_vend import vended_credentials
+from jobplane.clouds.gcs import GcsStore
+
+root = env.get("JOBPLANE_ROOT", "").strip("/")
+me, victim = env["JOBPLANE_JOB_ID"], env["VICTIM"]
+creds = vended_credentials(env["JOBPLANE_VEND_URL"], me, int(env["JOBPLANE_ATTEMPT"]), env.get(HOST_ENV))
+gcs = GcsStore(env["JOBPLANE_BUCKET"], project=env.get("GOOGLE_CLOUD_PROJECT"), credentials=creds)
+
+def key(k):
+    return (root + "/" if root else "") + k
+
+def attempt(what, call):
+    try:
+        call()
+        print(what, "ok", flush=True)
+    except Exception as exc:
+        print(what, "Forbidden" if "403" in str(exc) or "Forbidden" in type(exc).__name__ else repr(exc), flush=True)
+
+own = json.loads(gcs.get(key("jobs/%s/job.json" % me)).data)
+own_code = own["spec"]["code"].split("://", 1)[1].split("/", 1)[1]
+for who, code, ckpt in ((victim, env["VICTIM_CODE"], key(env["VICTIM_CKPT"])),
+                        (me, own_code, key("jobs/%s/checkpoints/probe.bin" % me))):
+    if who == me:
+        gcs.put(ckpt, b"mine")
+    attempt(who + " read code", lambda: gcs.get(code))
+    attempt(who + " read job.json", lambda: gcs.get(key("jobs/%s/job.json" % who)))
+    attempt(who + " write log", lambda: gcs.put(key("jobs/%s/logs/1/0/00009999.log" % who), b"forged\\n"))
+    attempt(who + " write heartbeat", lambda: gcs.put(key("heartbeats/%s/1/7" % who), b"{}"))
+    attempt(who + " delete checkpoint", lambda: gcs.delete(ckpt))
+"""
+
+
+@pytest.mark.parametrize(("which", "script", "refused", "extra"), [
+    ("cloud", HOSTILE, "AccessDenied", {}),
+    ("gcp", HOSTILE_GCP, "Forbidden", {"cloud": "gcp", "instance_type": "e2-standard-2"}),
+])
 def test_a_jobs_credentials_are_refused_on_another_jobs_keys_and_work_on_its_own(
-        cloud: CloudProcess, tmp_path: Path) -> None:
+        request: pytest.FixtureRequest, tmp_path: Path, which: str, script: str, refused: str,
+        extra: dict[str, str]) -> None:
+    cloud: CloudProcess = request.getfixturevalue(which)
     reg = cloud.registry()
     (tmp_path / "victim").mkdir()
     victim = submit(cloud, write_spec(tmp_path / "victim", "victim", "python3 train.py --steps 20 --checkpoint-every 10"
-                                      " --sleep 0.01", max_runtime="10m"))
+                                      " --sleep 0.01", max_runtime="10m", **extra))
     assert cloud.cli("wait", victim, "--timeout", "240s", timeout=270).returncode == 0, cli_ok(cloud, "logs", victim)
     record = reg.job(victim)
     assert record.spec.code
@@ -72,15 +117,15 @@ def test_a_jobs_credentials_are_refused_on_another_jobs_keys_and_work_on_its_own
 
     code = tmp_path / "hostile"
     code.mkdir()
-    (code / "hostile.py").write_text(textwrap.dedent(HOSTILE))
+    (code / "hostile.py").write_text(textwrap.dedent(script))
     env = {"VICTIM": victim, "VICTIM_CODE": victim_code, "VICTIM_CKPT": ckpts[0]}
     spec = write_spec(tmp_path, "hostile", "python3 hostile.py", max_runtime="10m", spot="false",
-                      env="{" + ", ".join(f"{k}: '{v}'" for k, v in env.items()) + "}")
+                      env="{" + ", ".join(f"{k}: '{v}'" for k, v in env.items()) + "}", **extra)
     hostile = submit(cloud, spec, code)
     assert cloud.cli("wait", hostile, "--timeout", "240s", timeout=270).returncode == 0
     out = cli_ok(cloud, "logs", hostile, "--attempt", "1")
     for what in ("read code", "read job.json", "write log", "write heartbeat", "delete checkpoint"):
-        assert re.search(rf"^{victim} {what} AccessDenied$", out, re.M), out
+        assert re.search(rf"^{victim} {what} {refused}$", out, re.M), out
     for what in ("read code", "read job.json", "write log", "write heartbeat", "delete checkpoint"):
         assert re.search(rf"^{hostile} {what} ok$", out, re.M), out
     assert {k: reg.get_bytes(k) for k in ckpts} == before  # the victim's checkpoints are whole
