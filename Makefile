@@ -15,7 +15,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[aws,gcp,cdk,dev,docs,examples,plot]'
 	touch $@
 
-test: lint typecheck docs pytest
+# The static checks run beside pytest, whose tests mostly wait (on local clouds, servers, subprocesses).
+test: $(STAMP) local-images
+	$(MAKE) --no-print-directory --output-sync=line -j4 lint typecheck docs pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -62,8 +64,8 @@ gcp-package: gcp-functions-zip
 gcp-functions-zip: $(STAMP)
 	$(BIN)/python -m infra.gcp.bundle build/gcp-functions.zip
 
-# AWS: `make synth` builds the Lambda bundle and the agent bundles (cached in build/cdk-assets; only the first
-# run needs PyPI) and writes cdk.out/ with cdk-nag enforced; no npm, no credentials. `make deploy` and
+# AWS: `make synth` builds the Lambda bundle and the agent bundles (cached in ~/.cache/jobplane/cdk-assets by a
+# hash of their inputs; only the first run needs PyPI) and writes cdk.out/ with cdk-nag enforced; no npm, no credentials. `make deploy` and
 # `make destroy` use the npm aws-cdk CLI through npx; pass extra flags with CDK_ARGS="-c jobplane:alarmEmail=...".
 CDK ?= npx --yes aws-cdk@2
 CDK_APP := $(BIN)/python app.py

@@ -262,13 +262,19 @@ def jobplane_problems(words: list[str]) -> list[str]:
 
 @cache
 def makefile() -> dict[str, list[str]]:
-    """Each Makefile target and its prerequisites."""
+    """Each Makefile target and its prerequisites, with the targets its recipe runs through `$(MAKE)`."""
     targets: dict[str, list[str]] = {}
+    current: list[str] = []
     for line in (ROOT / "Makefile").read_text().splitlines():
         if (m := re.match(r"^([A-Za-z0-9_.-]+(?: [A-Za-z0-9_.-]+)*)\s*:(?!=)(.*)$", line)) and \
                 not m.group(1).startswith("."):
-            for target in m.group(1).split():
+            current = m.group(1).split()
+            for target in current:
                 targets[target] = m.group(2).split()
+        elif line.startswith("\t") and "$(MAKE)" in line:
+            run = [w for w in line.split("$(MAKE)", 1)[1].split() if not w.startswith("-") and "=" not in w]
+            for target in current:
+                targets[target] += run
     return targets
 
 

@@ -12,8 +12,9 @@ manylinux2014_aarch64 --only-binary=:all:` pinned to the versions installed here
 Agent bundles (uploaded to system/agent/ at deploy time): one per VM Python and architecture, which the
 bootstrap fetches with python3 alone (jobplane.agent_bundle, jobplane.bundling).
 
-Both are cached under build/ (gitignored) by a hash of their inputs: only the first synth on a fresh
-machine needs PyPI.
+Both are cached outside the checkout (jobplane.local.cache_dir()/cdk-assets, beside the local cloud's wheels
+and image) by a hash of their inputs, so every clone on a machine shares them: only the first synth on a fresh
+machine needs PyPI, and builds them.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ from pathlib import Path
 
 from jobplane import bundling
 from jobplane.bundling import atomic_build, digest
+from jobplane.local import cache_dir
 
 ROOT = Path(__file__).resolve().parents[2]
-CACHE = ROOT / "build" / "cdk-assets"
+CACHE = cache_dir() / "cdk-assets"
 
 LAMBDA_PYTHON = "3.14"
 LAMBDA_PLATFORM = "manylinux2014_aarch64"
