@@ -57,6 +57,12 @@ for who, code, ckpt in ((victim, env["VICTIM_CODE"], key(env["VICTIM_CKPT"])),
 """
 
 
+# The victim: a job that saves a checkpoint and ends (its keys then all exist: code, record, logs, checkpoint).
+VICTIM = """import os, pathlib
+pathlib.Path(os.environ["JOBPLANE_CHECKPOINT_DIR"], "model.ckpt").write_bytes(b"weights")
+print("saved", flush=True)
+"""
+
 # The same tries on GCP, through the agent's GCS store with its vended (downscoped) token.
 HOSTILE_GCP = """
 import json, os, sys
@@ -104,21 +110,22 @@ def test_a_jobs_credentials_are_refused_on_another_jobs_keys_and_work_on_its_own
         extra: dict[str, str]) -> None:
     cloud: CloudProcess = request.getfixturevalue(which)
     reg = cloud.registry()
-    (tmp_path / "victim").mkdir()
-    victim = submit(cloud, write_spec(tmp_path / "victim", "victim", "python3 train.py --steps 20 --checkpoint-every 10"
-                                      " --sleep 0.01", max_runtime="10m", **extra))
+    victim_code = tmp_path / "victim"
+    victim_code.mkdir()
+    (victim_code / "save.py").write_text(VICTIM)
+    victim = submit(cloud, write_spec(tmp_path, "victim", "python3 save.py", max_runtime="10m", **extra), victim_code)
     assert cloud.cli("wait", victim, "--timeout", "240s", timeout=270).returncode == 0, cli_ok(cloud, "logs", victim)
     record = reg.job(victim)
     assert record.spec.code
     ckpts = [k for k, _, _ in reg.listing(keys.checkpoints_prefix(victim)) if "/files/" in k]
     assert ckpts, "the victim synced no checkpoint file"
-    victim_code = record.spec.code.split("://", 1)[1].split("/", 1)[1]
+    code_key = record.spec.code.split("://", 1)[1].split("/", 1)[1]
     before = {k: reg.get_bytes(k) for k in ckpts}
 
     code = tmp_path / "hostile"
     code.mkdir()
     (code / "hostile.py").write_text(textwrap.dedent(script))
-    env = {"VICTIM": victim, "VICTIM_CODE": victim_code, "VICTIM_CKPT": ckpts[0]}
+    env = {"VICTIM": victim, "VICTIM_CODE": code_key, "VICTIM_CKPT": ckpts[0]}
     spec = write_spec(tmp_path, "hostile", "python3 hostile.py", max_runtime="10m", spot="false",
                       env="{" + ", ".join(f"{k}: '{v}'" for k, v in env.items()) + "}", **extra)
     hostile = submit(cloud, spec, code)
