@@ -424,6 +424,15 @@ def test_describe_shows_the_jobs_vms_and_cancel_force_ends_them(cloud: Cloud, re
     assert cloud.vms() == [other]
 
 
+def test_describe_shows_the_retries_used_of_the_specs_max(cloud: Cloud, reg: Registry) -> None:
+    reg.create_job("flaky", parse_spec(cloud.spec("retry: {max: 2, on_exit_codes: [42]}\n"), job_id="flaky"))
+    reg.transition("flaky", State.LAUNCHING, attempt=1)
+    reg.transition("flaky", State.RUNNING)
+    reg.transition("flaky", State.LAUNCHING, attempt=2, retries=1, reason="retry 1 of 2: exit code 42 (rank 0)")
+    assert "retries  1 of 2" in run("describe", "flaky").stdout
+    assert json.loads(run("describe", "flaky", "--json").stdout)["job"]["retries"] == 1
+
+
 def test_validate_needs_no_registry(cloud: Cloud, tmp_path: Path) -> None:
     spec = tmp_path / "job.yaml"
     spec.write_text(cloud.spec())

@@ -392,7 +392,6 @@ def test_readme_is_short_and_its_links_resolve() -> None:
 NOTES = {
     "cloud": "the deployment's cloud; a spec for the other one is recorded INVALID",
     "region": "the deployment's region, if given; a spec for another is recorded INVALID",
-    "spot": "Spot VMs: a preempted attempt reruns from the newest checkpoint, up to `max_restarts` times",
     "env": "environment variables for `setup` and `run`; names starting with `JOBPLANE_` are reserved",
     "inputs": "data channels by name, downloaded to `/opt/ml/input/data/<name>` (`SM_CHANNEL_<NAME>`)",
     "checkpoint_dir": "synced to the bucket, restored on a rerun (`JOBPLANE_CHECKPOINT_DIR`)",

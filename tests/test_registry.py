@@ -23,7 +23,7 @@ DOCUMENTED_EDGES = {
     (State.QUEUED, State.LAUNCHING), (State.LAUNCHING, State.RUNNING), (State.RUNNING, State.SUCCEEDED),
     (State.RUNNING, State.FAILED), (State.RUNNING, State.PREEMPTED), (State.PREEMPTED, State.LAUNCHING),
     (State.QUEUED, State.WAITING_CAPACITY), (State.PREEMPTED, State.WAITING_CAPACITY),
-    (State.WAITING_CAPACITY, State.LAUNCHING), (State.QUEUED, State.INVALID),
+    (State.WAITING_CAPACITY, State.LAUNCHING), (State.QUEUED, State.INVALID), (State.RUNNING, State.LAUNCHING),
 }
 
 
@@ -162,6 +162,16 @@ def test_a_record_with_fields_this_version_does_not_know_still_reads() -> None:
     reg.store.put_if_match(reg.key(keys.job_record("j")), json.dumps(body).encode(), version)
     assert reg.job("j") == record
     assert reg.transition("j", State.LAUNCHING, attempt=1).attempt == 1
+
+
+def test_a_record_written_before_retries_were_counted_reads_with_none_used() -> None:
+    reg = registry()
+    reg.create_job("j", SPEC)
+    record, version = reg.get("j")
+    body = record.model_dump(mode="json", exclude={"retries"})
+    reg.store.put_if_match(reg.key(keys.job_record("j")), json.dumps(body).encode(), version)
+    assert reg.job("j").retries == 0
+    assert reg.transition("j", State.LAUNCHING, attempt=1, retries=1).retries == 1, "a known field: not refused"
 
 
 class Crash(Exception):

@@ -368,6 +368,8 @@ def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
             console.print(yaml.safe_dump(spec_to_json(view.spec), sort_keys=False).rstrip(), highlight=False)
         return
     console.print(f"[bold]{'instances':>14}[/bold]  {', '.join(record.instances) or '-'}")
+    if record.spec.retry is not None and record.spec.retry.max:  # the errors retried, apart from the restarts
+        console.print(f"[bold]{'retries':>14}[/bold]  {record.retries} of {record.spec.retry.max}", highlight=False)
     for used in record.usage:  # what each attempt ran on, and its estimated cost
         console.print(f"[bold]{'usage':>14}[/bold]  {cost.describe_attempt(used, now)} (estimated)", highlight=False)
     if checkpoint is not None or record.state == State.RUNNING:
@@ -527,12 +529,13 @@ def cancel(job_id: str, force: bool, **conn: str | None) -> None:
 @click.option("--since", type=DurationType(), help="Only instance time in this last stretch (24h, 7d); default: "
                                                    "all time.")
 @click.option("--by", default="job", show_default=True,
-              help="Group by job, owner, type (instance type), label (each key=value) or label:KEY.")
+              help="Group by job, owner, type (instance type), market (spot or on-demand, per attempt), label "
+                   "(each key=value) or label:KEY.")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
 @registry_options
 @cloud_errors
 def cost_cmd(since: int | None, by: str, as_json: bool, **conn: str | None) -> None:
-    """Estimated cost of jobs' instance time, summed by job, owner, instance type or label.
+    """Estimated cost of jobs' instance time, summed by job, owner, instance type, market or label.
 
     \b
     Each attempt's instances count from launch to the end of the attempt (at least a minute each), at the

@@ -26,7 +26,7 @@ SPOT_HISTORY = "spot price history"
 TABLE = "price table"
 POLICY = "policy"
 UNKNOWN = "unknown"
-GROUPS = ("job", "owner", "label", "type")  # and label:KEY
+GROUPS = ("job", "owner", "label", "type", "market")  # and label:KEY
 
 
 def hourly_price(cloud: str, instance_type: str, *, spot: bool, policy: Policy,
@@ -122,6 +122,8 @@ def group_keys(record: JobRecord, by: str) -> list[str]:
         return [record.owner]
     if by == "type":
         return sorted({u.instance_type for u in record.usage}) or ["-"]
+    if by == "market":  # summarize splits a job's cost by its attempts' markets
+        return sorted({u.market for u in record.usage}) or ["-"]
     labels = record.spec.labels
     if by == "label":
         return [f"{k}={v}" for k, v in sorted(labels.items())] or ["(no labels)"]
@@ -150,6 +152,8 @@ def summarize(records: Iterable[JobRecord], now: datetime, by: str = "job",
         if not record.usage or (since is not None and cost.instance_hours == 0):
             continue
         for key in group_keys(record, by):
-            totals[key] += cost
+            # by market, each attempt counts where it ran: a Spot job's on-demand fallback is on-demand money
+            totals[key] += cost if by != "market" else sum(
+                (attempt_cost(u, now, since) for u in record.usage if u.market == key), Cost())
             counts[key] += 1
     return sorted((Row(k, counts[k], c) for k, c in totals.items()), key=lambda r: (-r.cost.usd, r.group))

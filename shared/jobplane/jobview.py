@@ -81,7 +81,7 @@ def job_row(record: JobRecord, now: datetime) -> dict[str, Any]:
         "attempt": record.attempt,
         "nodes": spec.num_nodes,
         "instance_type": record.instance_type or ",".join(spec.instance_types),
-        "spot": spec.spot,
+        "spot": spec.uses_spot,
         "age": (now - record.created_at).total_seconds(),
         "runtime": runtime_seconds(record, now),
         "cost": cost_usd(record, now),
@@ -102,7 +102,7 @@ def view_row(view: JobView, now: datetime) -> dict[str, Any]:
         return job_row(view.record, now)
     spec = view.spec
     return {"id": view.id, "state": str(view.state), "attempt": 0, "nodes": spec.num_nodes if spec else None,
-            "instance_type": ",".join(spec.instance_types) if spec else "", "spot": spec.spot if spec else None,
+            "instance_type": ",".join(spec.instance_types) if spec else "", "spot": spec.uses_spot if spec else None,
             "age": (now - view.since).total_seconds(), "runtime": None, "cost": None, "restarts": 0,
             "reason": view.reason or ""}
 

@@ -226,18 +226,21 @@ def launch_attempt(
     metrics: Metrics,
     reason: str | None = None,
     policy: Policy,
+    retry: bool = False,
 ) -> JobRecord:
     """Claim the job (CAS to LAUNCHING), then launch it, wait for capacity, or fail it: snapshot, then
-    jobplane.decide.launch one step at a time, each step applied here."""
+    jobplane.decide.launch one step at a time, each step applied here. `retry`: the sweep retries an error
+    (the spec's retry:), counted in the record's retries instead of its restarts."""
     from jobplane.decide import launch as launch_decide  # only a run that launches decides a launch
 
     current = reg.job(job_id)
-    claimed = launch_decide.claim(current, expect=expect, expect_attempt=expect_attempt, reason=reason)
+    claimed = launch_decide.claim(current, expect=expect, expect_attempt=expect_attempt, reason=reason, retry=retry)
     if isinstance(claimed, launch_decide.Refused):
         raise TransitionRefused(job_id, current.state, State.LAUNCHING, claimed.why)
     record = reg.transition(job_id, State.LAUNCHING, now=now, reason=claimed.reason, expect={current.state},
                             expect_attempt=current.attempt, attempt=claimed.attempt, restarts=claimed.restarts,
-                            instances=[], instance_type=None, zone=None, launched_at=None)
+                            retries=claimed.retries, instances=[], instance_type=None, zone=None, launched_at=None,
+                            event={"retries": claimed.retries} if claimed.retries != current.retries else None)
     return _launch(reg, compute, record, now=now, metrics=metrics, policy=policy)
 
 
@@ -292,14 +295,15 @@ def _launch(reg: Registry, compute: Compute, record: JobRecord, *, now: datetime
             metrics.add_metric("LaunchCapacityErrors", "Count", 1)
             log.info("no capacity for %s in %s: %s", step.instance_type, step.zone or "any zone", exc,
                      extra={"job_id": job_id})
-            snap = snap.after(launch_decide.Tried(step.instance_type, step.zone, str(exc)))
+            snap = snap.after(launch_decide.Tried(step.instance_type, step.zone, str(exc), spot=step.spot))
             continue
         except LaunchRejected as exc:
-            snap = snap.after(launch_decide.Tried(step.instance_type, step.zone, str(exc), rejected=True))
+            snap = snap.after(launch_decide.Tried(step.instance_type, step.zone, str(exc), rejected=True,
+                                                  spot=step.spot))
             continue
         return _launched(reg, compute, record, request, [(i.id, i.private_ip, i.zone) for i in instances], now,
                          metrics, [f"{t.where}: {t.error}" for t in snap.tried],
-                         attempt_usage(compute, request, instances, policy, now), policy)
+                         attempt_usage(compute, request, instances, policy, now), policy, fallback=step.fallback)
     if isinstance(step, launch_decide.Wait):
         return _wait(reg, record, step, now)
     return _fail(reg, record, now, metrics, step.reason)
@@ -347,9 +351,9 @@ def _request(reg: Registry, compute: Compute, snap: launch_decide.LaunchSnapshot
                                                   agent=source)
     return LaunchRequest(
         job_id=record.id, attempt=record.attempt, num_nodes=spec.num_nodes, instance_type=step.instance_type,
-        zone=step.zone, image=step.image, spot=spec.spot, user_data=scripts[step.arch],
+        zone=step.zone, image=step.image, spot=step.spot, user_data=scripts[step.arch],
         max_runtime=policy.max_runtime(spec), disk_gb=spec.disk_gb, owner=record.owner,
-        labels=tuple(sorted(spec.labels.items())),
+        labels=tuple(sorted(spec.labels.items())), accelerator=step.accelerator,
     )
 
 
@@ -392,7 +396,8 @@ def agent_source(reg: Registry, variants: list[agent_bundle.Variant], cloud: str
 
 def _launched(reg: Registry, compute: Compute, record: JobRecord, request: LaunchRequest,
               instances: list[tuple[str, str | None, str | None]], now: datetime, metrics: Metrics,
-              errors: list[str], usage: AttemptUsage, policy: Policy) -> JobRecord:
+              errors: list[str], usage: AttemptUsage, policy: Policy, fallback: str | None = None) -> JobRecord:
+    """Record the attempt's VMs; `fallback`: why a Spot job's attempt runs on-demand (in its reason and event)."""
     from jobplane import records  # cluster.json: only a run that launched writes one
 
     ids = [i for i, _, _ in instances]
@@ -410,12 +415,14 @@ def _launched(reg: Registry, compute: Compute, record: JobRecord, request: Launc
     try:
         return reg.transition(
             record.id, State.LAUNCHING, now=now, expect={State.LAUNCHING}, expect_attempt=request.attempt,
-            reason=f"launched {len(ids)} x {request.instance_type} in {zone or 'any zone'}",
+            reason=f"launched {len(ids)} x {request.instance_type} in {zone or 'any zone'}"
+                   + (f" ({fallback})" if fallback else ""),
             event={"instances": ids, "instance_type": request.instance_type, "zone": zone, "image": request.image,
-                   "market": usage.market, "price": usage.price, "price_source": usage.price_source},
+                   "market": usage.market, "price": usage.price, "price_source": usage.price_source,
+                   **({"fallback": fallback} if fallback else {})},
             instances=ids, instance_type=request.instance_type, zone=zone, launched_at=now,
             usage=[*(u for u in record.usage if u.attempt != usage.attempt), usage],
-            first_launched_at=record.first_launched_at or now, waits=0, wait_until=None,
+            first_launched_at=record.first_launched_at or now, waits=0, wait_until=None, spot_refused_at=None,
             last_error="; ".join(errors) or None,
         )
     except TransitionRefused:
@@ -429,7 +436,7 @@ def _wait(reg: Registry, record: JobRecord, step: launch_decide.Wait, now: datet
     log.info("job %s waits until %s: %s", record.id, step.until, step.reason, extra={"job_id": record.id})
     return reg.transition(record.id, State.WAITING_CAPACITY, now=now, reason=step.reason, expect={State.LAUNCHING},
                           expect_attempt=record.attempt, waits=step.waits, wait_until=step.until,
-                          last_error=step.error)
+                          spot_refused_at=step.spot_refused_at, last_error=step.error)
 
 
 def _fail(reg: Registry, record: JobRecord, now: datetime, metrics: Metrics, reason: str) -> JobRecord:

@@ -29,7 +29,7 @@ def _data(record: JobRecord, now: datetime, event: str) -> dict[str, object]:
     return {
         "event": event, "job_id": record.id, "state": str(record.state), "reason": record.reason or "",
         "owner": record.owner, "attempt": record.attempt, "instance_type": record.instance_type or "",
-        "spot": record.spec.spot, "runtime_s": round(runtime) if runtime is not None else None,
+        "spot": record.spec.uses_spot, "runtime_s": round(runtime) if runtime is not None else None,
         "cost_usd": round(spent.usd, 6), "cost_unpriced_attempts": spent.unpriced, "cost_basis": cost.ESTIMATED,
         "logs": f"jobplane logs {record.id}", "labels": dict(record.spec.labels),
     }
@@ -43,7 +43,7 @@ def _text(headline: str, record: JobRecord, now: datetime) -> str:
     nodes = f"{record.spec.num_nodes} x {record.instance_type or ','.join(record.spec.instance_types)}"
     return "\n".join([
         headline,
-        f"owner {record.owner}, attempt {record.attempt}, {nodes}{' (Spot)' if record.spec.spot else ''}",
+        f"owner {record.owner}, attempt {record.attempt}, {nodes}{' (Spot)' if record.spec.uses_spot else ''}",
         f"runtime {human_duration(runtime_seconds(record, now))}, estimated cost {cost.money(spent)} "
         f"(instance time x hourly price)",
         f"logs: jobplane logs {record.id}",

@@ -31,9 +31,10 @@ class _Images(_Model):
             raise ValueError(problem)
         return value
 
-    def default_for(self, instance_type: str) -> str:
-        """The default image for this instance type (an older policy's lone default_image serves both)."""
-        if not images.has_gpu(self.cloud, instance_type):
+    def default_for(self, instance_type: str, gpu: bool = False) -> str:
+        """The default image for this instance type, or for GPUs attached to it (gpu: the spec's
+        `accelerators`); an older policy's lone default_image serves both."""
+        if not (gpu or images.has_gpu(self.cloud, instance_type)):
             return self.default_image
         if self.default_gpu_image:
             return self.default_gpu_image
@@ -113,7 +114,8 @@ class Policy(_Model):
 
     def image(self, spec: JobSpec, instance_type: str) -> str:
         """The image for one instance type of the spec: its own, else the cloud's CPU or GPU default."""
-        return spec.image or (self.aws if spec.cloud == "aws" else self.gcp).default_for(instance_type)
+        placement = self.aws if spec.cloud == "aws" else self.gcp
+        return spec.image or placement.default_for(instance_type, gpu=spec.accelerators is not None)
 
 
 DEFAULT_POLICY = Policy()

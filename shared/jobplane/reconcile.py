@@ -170,7 +170,7 @@ def with_preempted_bodies(reg: Registry, snap: Snapshot, only: Collection[str] |
 _METRICS = {
     Rule.ORPHAN: "OrphansTerminated", Rule.CAP_NO_JOB: "OrphansTerminated", Rule.STALLED: "Stalls",
     Rule.TIMED_OUT: "Timeouts", Rule.STOPPED: "Timeouts", Rule.RERUN: "Reruns", Rule.BOOT_RETRY: "Reruns",
-    Rule.IDLE: "IdleGpuJobs", Rule.IGNORED: "IgnoredFacts",
+    Rule.IDLE: "IdleGpuJobs", Rule.IGNORED: "IgnoredFacts", Rule.RETRY: "Reruns",
 }
 
 
@@ -271,7 +271,7 @@ def _apply_one(reg: Registry, compute: Compute | None, action: Action, *, now: d
 
         launcher.launch_attempt(reg, compute, job_id, now=now, expect=action.relaunch_expect,
                                 expect_attempt=action.expect_attempt, metrics=metrics, reason=action.reason,
-                                policy=policy)
+                                policy=policy, retry=action.retry)
     if action.resume_from and job_id and action.expect_attempt is not None:
         if compute is None:
             raise RuntimeError("no compute adapter to launch with")

@@ -108,7 +108,8 @@ class JobRecord(BaseModel):
     spec: JobSpec
     state: State
     attempt: int = 0  # 0 until the first launch
-    restarts: int = 0  # attempts after the first
+    restarts: int = 0  # attempts after the first for a preemption or a failed boot (spec max_restarts)
+    retries: int = 0  # attempts after the first for an error (spec retry.max); absent in older records: 0
     owner: str = "default"
     created_at: datetime
     updated_at: datetime
@@ -122,6 +123,7 @@ class JobRecord(BaseModel):
     exit_code: int | None = None
     wait_until: datetime | None = None  # WAITING_CAPACITY: earliest next try
     waits: int = 0  # consecutive failed tries, for the backoff
+    spot_refused_at: datetime | None = None  # the attempt's first refusal of Spot everywhere (spot.after counts)
     last_error: str | None = None
     notices: list[dict[str, Any]] = Field(default_factory=list)  # Spot interruption warnings seen
     usage: list[AttemptUsage] = Field(default_factory=list)  # what each launched attempt ran on (jobplane.cost)

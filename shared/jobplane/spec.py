@@ -12,13 +12,15 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     JsonValue,
+    Tag,
     ValidationError,
     WithJsonSchema,
 )
 
-from jobplane import images, yaml_input
+from jobplane import accelerators, images, yaml_input
 from jobplane.errors import FieldError, SpecError, from_validation_error
 from jobplane.keys import JOB_ID_PATTERN
 
@@ -227,6 +229,67 @@ class StopOn(_Model):
     nan: bool = Field(False, description="stop when any metric's value becomes NaN or Inf")
 
 
+MAX_EXIT_CODES = 32
+ExitCode = Annotated[int, Field(ge=1, le=255)]
+
+
+class Retry(_Model):
+    """Reruns of attempts that end in an error, counted apart from max_restarts (preemptions, failed boots).
+    Never on a stop_on match, a cancel, the uptime cap or a stop request."""
+
+    max: int = Field(0, ge=0, le=100, description="retries of the job at most; 0: off")
+    on_exit_codes: list[ExitCode] = Field(
+        default_factory=list, max_length=MAX_EXIT_CODES,
+        description="retry when a rank exits with one of these codes (1 to 255)")
+    on_lost: bool = Field(False, description="retry when a VM of a job without `spot` vanishes without an exit "
+                                             "report (a Spot job's is a preemption)")
+    on_stalled: bool = Field(False, description="retry when the attempt stalls (stall_timeout)")
+
+
+def _gpu_name(value: str) -> str:
+    if accelerators.model_of(value) is None:
+        raise ValueError(f"unknown GPU {value!r}: use one of {accelerators.known()} (any case), or a Compute Engine "
+                         "accelerator type (e.g. nvidia-tesla-t4)")
+    return value
+
+
+class Accelerators(_Model):
+    """GPUs per node. GCE: attached to an N1 type (T4, V100, P100, P4), or the GPUs an a2/a3/g2 type comes with;
+    EC2: the GPUs the instance type comes with (checked, never added)."""
+
+    type: Annotated[str, AfterValidator(_gpu_name)] = Field(
+        description=f"GPU: {', '.join(accelerators.GPUS)} (any case) or a GCE accelerator type (nvidia-tesla-t4)")
+    count: int = Field(1, ge=1, le=16, description="GPUs per node")
+
+    @property
+    def model(self) -> str | None:
+        return accelerators.model_of(self.type)
+
+
+AcceleratorsField = Annotated[
+    Accelerators,
+    BeforeValidator(accelerators.parse_short),
+    WithJsonSchema({"anyOf": [
+        {"type": "string", "pattern": accelerators.SHORT_FORM.pattern, "description": "TYPE or TYPE:COUNT, e.g. T4:1"},
+        Accelerators.model_json_schema(),
+    ]}),
+]
+
+
+class SpotOptions(_Model):
+    """Spot with a way out: after `after` of Spot refused in every zone and type, the attempt runs on-demand."""
+
+    fallback: Literal["on_demand"] = Field(description="on_demand (the one choice): launch the attempt on-demand "
+                                                       "once Spot has been refused for `after`")
+    after: Duration = Field(30 * 60, description="how long an attempt waits for Spot, counted from its first refusal "
+                                                  "(every zone and type refused)")
+
+
+def _spot_form(value: object) -> str:
+    # one member per form, so a bad mapping reports only its own fields (not "should be a valid boolean" too)
+    return "dict" if isinstance(value, dict | SpotOptions) else "bool"
+
+
 class JobSpec(_Model):
     """One training job. Unknown fields are errors."""
 
@@ -241,10 +304,19 @@ class JobSpec(_Model):
     image: str | None = Field(
         None, min_length=1, max_length=512,
         description=f"image alias ({', '.join(images.ALIASES)}), AMI id or resolve:ssm:<parameter> (aws), GCE image "
-                    "path (gcp); default: the policy's CPU or GPU image for the instance type")
+                    "path (gcp); default: the policy's CPU or GPU image for the instance type (GPU with "
+                    "`accelerators`)")
     num_nodes: int = Field(1, ge=1, le=1024, description="nodes launched together, all or nothing")
-    spot: bool = False
+    accelerators: AcceleratorsField | None = Field(
+        None, description="GPUs per node: {type, count} or TYPE:COUNT (T4:1); picks the policy's GPU image")
+    spot: Annotated[Annotated[bool, Tag("bool")] | Annotated[SpotOptions, Tag("dict")],
+                    Discriminator(_spot_form),
+                    WithJsonSchema({"anyOf": [{"type": "boolean"}, SpotOptions.model_json_schema()]})] = Field(
+        False, description="Spot VMs: a preempted attempt reruns from the newest checkpoint, up to `max_restarts` "
+                           "times; {fallback: on_demand, after: 20m} launches on-demand once Spot is refused that long")
     max_restarts: int = Field(3, ge=0, le=100, description="reruns after preemption or a failed boot")
+    retry: Retry | None = Field(None, description="retry attempts that end in these errors, from the newest "
+                                                  "checkpoint")
     max_runtime: Duration | None = Field(None, description="uptime cap per attempt; policy default if unset")
     max_wait: Duration | None = Field(None, description="total time to finish including Spot waits and reruns")
     stall_timeout: Duration | None = Field(None, description="no heartbeat or no new output for this long")
@@ -279,12 +351,25 @@ class JobSpec(_Model):
     def instance_types(self) -> list[str]:
         return [self.instance_type] if isinstance(self.instance_type, str) else list(self.instance_type)
 
+    @property
+    def uses_spot(self) -> bool:
+        """Attempts ask for Spot first (`spot: true` or the mapping)."""
+        return self.spot is not False
+
+    @property
+    def spot_fallback_after(self) -> int | None:
+        """Seconds of Spot refusals after which an attempt launches on-demand; None: it waits for Spot."""
+        return self.spot.after if isinstance(self.spot, SpotOptions) else None
+
 
 _ALLOWED = {
     "": list(JobSpec.model_fields),
     "inputs.*": list(InputChannel.model_fields),
     "metrics[*]": list(MetricDefinition.model_fields),
     "stop_on": list(StopOn.model_fields),
+    "retry": list(Retry.model_fields),
+    "accelerators": list(Accelerators.model_fields),
+    "spot": list(SpotOptions.model_fields),
 }
 
 
@@ -300,7 +385,31 @@ def known_fields(raw: dict[str, Any]) -> dict[str, Any]:
                           for m in out["metrics"]]
     if isinstance(out.get("stop_on"), dict):
         out["stop_on"] = {k: v for k, v in out["stop_on"].items() if k in _ALLOWED["stop_on"]}
+    for name in ("accelerators", "spot"):
+        if isinstance(out.get(name), dict):
+            out[name] = {k: v for k, v in out[name].items() if k in _ALLOWED[name]}
+    if isinstance(out.get("retry"), dict):
+        out["retry"] = {k: v for k, v in out["retry"].items() if k in _ALLOWED["retry"]}
     return out
+
+
+def _retry_checks(raw: dict[str, Any]) -> list[FieldError]:
+    """A code listed twice; retries asked for on nothing (a max with no trigger is surely a mistake)."""
+    retry = raw.get("retry")
+    if not isinstance(retry, dict):
+        return []
+    errors: list[FieldError] = []
+    codes = retry.get("on_exit_codes")
+    seen: dict[object, int] = {}
+    for i, code in enumerate(codes if isinstance(codes, list) else []):
+        if isinstance(code, int) and not isinstance(code, bool) and (first := seen.setdefault(code, i)) != i:
+            errors.append(FieldError(f"retry.on_exit_codes[{i}]", f"{code} is listed twice (also [{first}])"))
+    top = retry.get("max")
+    if isinstance(top, int) and not isinstance(top, bool) and top > 0 and not codes \
+            and retry.get("on_lost") is not True and retry.get("on_stalled") is not True:
+        errors.append(FieldError("retry.max", "retries on nothing: give on_exit_codes, on_lost: true or "
+                                              "on_stalled: true"))
+    return errors
 
 
 def _cross_checks(raw: dict[str, Any]) -> list[FieldError]:
@@ -328,6 +437,9 @@ def _cross_checks(raw: dict[str, Any]) -> list[FieldError]:
     instance_type = raw.get("instance_type")
     if isinstance(instance_type, list) and not instance_type:
         errors.append(FieldError("instance_type", "the list is empty: give at least one instance type"))
+    if raw.get("accelerators") is not None and isinstance(instance_type, str | list):
+        types = [instance_type] if isinstance(instance_type, str) else [t for t in instance_type if isinstance(t, str)]
+        errors += [FieldError(path, message) for path, message in accelerators.check(cloud, raw["accelerators"], types)]
     if isinstance(raw.get("labels"), dict):  # ownership is ours: a label must not pose as it (quotas count it)
         errors += [FieldError(f"labels.{k}", "the jobplane- prefix is reserved for the labels jobplane sets")
                    for k in raw["labels"] if isinstance(k, str) and k.lower().startswith("jobplane")]
@@ -372,7 +484,7 @@ def load_document(text: str | bytes, source: str = "spec") -> dict[str, Any]:
 def parse_spec(text: str | bytes, job_id: str | None = None, source: str = "spec") -> JobSpec:
     """Validate a spec document. job_id is the queue file's stem, when there is one."""
     raw = load_document(text, source)
-    errors = _cross_checks(raw) + _clashes(raw)
+    errors = _cross_checks(raw) + _clashes(raw) + _retry_checks(raw)
     if job_id is not None:
         problem = job_id_problem(job_id)
         if problem:

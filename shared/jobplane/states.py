@@ -31,7 +31,7 @@ TRANSITIONS: frozenset[tuple[State, State]] = frozenset(
         (_S.QUEUED, _S.WAITING_CAPACITY),  # over the owner's quota, or no capacity anywhere
         (_S.QUEUED, _S.INVALID),
         (_S.LAUNCHING, _S.RUNNING),  # first heartbeat seen
-        (_S.LAUNCHING, _S.LAUNCHING),  # boot timeout: terminate and retry as attempt + 1
+        (_S.LAUNCHING, _S.LAUNCHING),  # boot timeout, or a retry on an error: terminate, relaunch as attempt + 1
         (_S.LAUNCHING, _S.WAITING_CAPACITY),  # every zone / type refused
         (_S.LAUNCHING, _S.PREEMPTED),  # Spot reclaimed before the first heartbeat
         (_S.LAUNCHING, _S.SUCCEEDED),  # finished before a sweep saw it running
@@ -39,6 +39,7 @@ TRANSITIONS: frozenset[tuple[State, State]] = frozenset(
         (_S.RUNNING, _S.SUCCEEDED),
         (_S.RUNNING, _S.FAILED),
         (_S.RUNNING, _S.PREEMPTED),
+        (_S.RUNNING, _S.LAUNCHING),  # retry on an error (the spec's retry:): attempt + 1
         (_S.PREEMPTED, _S.LAUNCHING),  # rerun: attempt + 1
         (_S.PREEMPTED, _S.WAITING_CAPACITY),
         (_S.PREEMPTED, _S.FAILED),  # no restarts left, or max_wait exceeded

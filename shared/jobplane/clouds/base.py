@@ -183,6 +183,7 @@ class LaunchRequest:
     owner: str
     labels: tuple[tuple[str, str], ...] = ()
     name: str | None = None
+    accelerator: tuple[str, int] | None = None  # GCE accelerator type and count to attach (N1 types); EC2: none
 
 
 class CapacityError(Exception):

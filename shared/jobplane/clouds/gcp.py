@@ -4,7 +4,8 @@ One launch is one API call: insert for a single VM in a given zone, bulkInsert w
 num_nodes (all or nothing) otherwise; with no zone, a regional bulkInsert whose location policy
 ANY_SINGLE_ZONE lets GCE pick a zone with room. Every VM carries the ownership labels (also as metadata
 attributes, since the metadata server does not expose labels), Spot via provisioningModel SPOT, and the
-uptime cap natively as scheduling.maxRunDuration with instanceTerminationAction DELETE. requestId is a
+uptime cap natively as scheduling.maxRunDuration with instanceTerminationAction DELETE, and GPUs asked for on
+an N1 type as guestAccelerators (onHostMaintenance is TERMINATE on every VM, which GPUs require). requestId is a
 UUID derived from job, attempt, location and the minute, so a duplicated launch returns the first call's
 operation (see request_id).
 
@@ -51,6 +52,10 @@ CAPACITY_CODES = frozenset({
     "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
     "QUOTA_EXCEEDED",
 })
+# A GPU type the zone does not offer (or this project cannot see) is answered "The resource
+# 'projects/P/zones/Z/acceleratorTypes/T' was not found": another zone or type may have it, like capacity.
+ACCELERATOR_UNAVAILABLE = "ACCELERATOR_UNAVAILABLE"
+_NO_ACCELERATOR = re.compile(r"/acceleratorTypes/[^'\s]+' was not found")
 _RETRYABLE_HTTP = {429, 503}  # rate limited / backend unavailable before an operation even exists
 LABEL_MANAGED, LABEL_JOB_ID, LABEL_ATTEMPT = gce_key(TAG_MANAGED), gce_key(TAG_JOB_ID), gce_key(TAG_ATTEMPT)
 LABEL_RANK, LABEL_OWNER, LABEL_DEPLOYMENT = gce_key(TAG_RANK), gce_key(TAG_OWNER), gce_key(TAG_DEPLOYMENT)
@@ -260,8 +265,11 @@ class GceCompute:
         raise LaunchRejected("INCOMPLETE_LAUNCH", f"expected {request.num_nodes} VMs for {prefix}, "
                                                   f"found {len(instances)}")
 
-    def _common(self, request: LaunchRequest, disk_type: str, rank: int | None) -> dict[str, Any]:
-        """Fields an Instance and bulkInsert's InstanceProperties share."""
+    def _common(self, request: LaunchRequest, disk_type: str, rank: int | None,
+                accelerator_type: str = "{}") -> dict[str, Any]:
+        """Fields an Instance and bulkInsert's InstanceProperties share. accelerator_type formats the GPU's
+        name: zones/<zone>/acceleratorTypes/{} for an insert; bulkInsert's properties, like a template, take
+        the bare name."""
         v1, placement = self._v1, self.placement
         ownership = {LABEL_MANAGED: "true", LABEL_JOB_ID: request.job_id, LABEL_ATTEMPT: str(request.attempt),
                      LABEL_OWNER: request.owner}
@@ -276,9 +284,12 @@ class GceCompute:
         nic = v1.NetworkInterface(network=placement.network or "global/networks/default")
         if placement.subnetwork:
             nic.subnetwork = placement.subnetwork
+        gpus = [v1.AcceleratorConfig(accelerator_type=accelerator_type.format(request.accelerator[0]),
+                                     accelerator_count=request.accelerator[1])] if request.accelerator else []
         return {
             "labels": labels,
             "metadata": v1.Metadata(items=items),
+            "guest_accelerators": gpus,
             "disks": [v1.AttachedDisk(boot=True, auto_delete=True, initialize_params=v1.AttachedDiskInitializeParams(
                 source_image=request.image, disk_size_gb=request.disk_gb, disk_type=disk_type, labels=labels))],
             "network_interfaces": [nic],  # no external IP: the subnet's NAT / Private Google Access serve it
@@ -288,7 +299,7 @@ class GceCompute:
                 instance_termination_action="DELETE",
                 max_run_duration=v1.Duration(seconds=request.max_runtime),
                 # A host event must end the attempt visibly (the sweeper reruns it), not reboot it silently;
-                # GPUs and Spot cannot live-migrate anyway.
+                # GPUs and Spot cannot live-migrate anyway (GCE refuses MIGRATE with guestAccelerators).
                 on_host_maintenance="TERMINATE",
                 automatic_restart=False,
             ),
@@ -298,7 +309,8 @@ class GceCompute:
         zone = request.zone
         return self._v1.Instance(
             name=name, machine_type=f"zones/{zone}/machineTypes/{request.instance_type}",
-            **self._common(request, f"zones/{zone}/diskTypes/pd-balanced", rank=0))
+            **self._common(request, f"zones/{zone}/diskTypes/pd-balanced", rank=0,
+                           accelerator_type=f"zones/{zone}/acceleratorTypes/{{}}"))
 
     def _bulk(self, request: LaunchRequest, prefix: str) -> Any:
         v1 = self._v1
@@ -328,6 +340,8 @@ class GceCompute:
     def _classify(code: str, message: str) -> CapacityError | LaunchRejected:
         if code in CAPACITY_CODES:
             return CapacityError(code, message)
+        if _NO_ACCELERATOR.search(message):
+            return CapacityError(ACCELERATOR_UNAVAILABLE, message)
         return LaunchRejected(code or "UNKNOWN", message)
 
     def _call_error(self, err: Any) -> CapacityError | LaunchRejected:
@@ -336,6 +350,8 @@ class GceCompute:
         reason = str(getattr(err, "reason", "") or (details[0].get("reason", "") if details else ""))
         if err.code in _RETRYABLE_HTTP or reason in ("quotaExceeded", "rateLimitExceeded"):
             return CapacityError(reason or f"HTTP_{err.code}", str(err.message))
+        if _NO_ACCELERATOR.search(str(err.message)):
+            return CapacityError(ACCELERATOR_UNAVAILABLE, str(err.message))
         return LaunchRejected(reason or f"HTTP_{err.code}", str(err.message))
 
     # ---- listing -----------------------------------------------------------------------------------

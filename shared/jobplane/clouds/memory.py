@@ -215,7 +215,9 @@ class MemoryCompute:
         self._boot, self._shutdown = timedelta(seconds=boot), timedelta(seconds=shutdown)
         self._vms: dict[str, _Vm] = {}
         self._lock = threading.Lock()
-        self._failures: dict[tuple[str | None, str | None], tuple[type[CapacityError | LaunchRejected], str]] = {}
+        # (instance type, zone, Spot only) -> what a launch there raises; None: any type or zone
+        self._failures: dict[tuple[str | None, str | None, bool],
+                             tuple[type[CapacityError | LaunchRejected], str]] = {}
         self.launches: builtins.list[LaunchRequest] = []  # every request that made VMs, in order
         self.refused: builtins.list[str] = []  # ids terminate would not touch (unmanaged, protected or gone)
 
@@ -223,8 +225,10 @@ class MemoryCompute:
     def launch(self, request: LaunchRequest) -> builtins.list[Instance]:
         zone = request.zone or f"{self.region}a"
         with self._lock:
-            failure = next((self._failures[k] for k in ((request.instance_type, zone), (request.instance_type, None),
-                                                        (None, zone)) if k in self._failures), None)
+            itype = request.instance_type
+            keys = [(t, z, spot) for t, z in ((itype, zone), (itype, None), (None, zone), (None, None))
+                    for spot in (False, True) if request.spot or not spot]
+            failure = next((self._failures[k] for k in keys if k in self._failures), None)
             if failure is not None:
                 error, code = failure
                 raise error(code, f"no {request.instance_type} in {zone}")
@@ -288,14 +292,15 @@ class MemoryCompute:
             self._vms[instance_id].console = text
 
     def fail(self, instance_type: str | None = None, zone: str | None = None, *,
-             code: str = "InsufficientInstanceCapacity", rejected: bool = False) -> None:
-        """Launches of this type in this zone (None: any) raise CapacityError(code), or LaunchRejected."""
+             code: str = "InsufficientInstanceCapacity", rejected: bool = False, spot: bool = False) -> None:
+        """Launches of this type in this zone (None: any) raise CapacityError(code), or LaunchRejected; with
+        spot, only Spot launches do (on-demand capacity is there)."""
         with self._lock:
-            self._failures[(instance_type, zone)] = (LaunchRejected if rejected else CapacityError, code)
+            self._failures[(instance_type, zone, spot)] = (LaunchRejected if rejected else CapacityError, code)
 
-    def restore(self, instance_type: str | None = None, zone: str | None = None) -> None:
+    def restore(self, instance_type: str | None = None, zone: str | None = None, *, spot: bool = False) -> None:
         with self._lock:
-            self._failures.pop((instance_type, zone), None)
+            self._failures.pop((instance_type, zone, spot), None)
 
     def state(self, instance_id: str) -> str:
         """The VM's state now: pending, running, shutting-down or terminated."""

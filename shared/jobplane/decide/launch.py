@@ -8,6 +8,11 @@ its image, wait for capacity or quota with exponential backoff, or fail (max_wai
 for the type's architecture, the cloud refused the request itself). The launcher applies each step and
 feeds the cloud's answer back (LaunchSnapshot.after): a capacity error falls through to the next
 candidate, and when none is left the attempt waits (or fails once max_wait is spent).
+
+A Spot job tries Spot in every candidate first. With `spot: {fallback: on_demand, after: D}`, once Spot has
+been refused everywhere for D, counted from the attempt's first such refusal (JobRecord.spot_refused_at,
+cleared when an attempt launches), the same candidates are tried on-demand; the wait before then ends at
+exactly D, so the fallback is neither early nor late by a backoff step. Each attempt starts with Spot again.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from jobplane import agent_bundle, images
+from jobplane import accelerators, agent_bundle, images
 from jobplane.policy import Policy
 from jobplane.registry import JobRecord
 from jobplane.spec import JobSpec, format_duration
@@ -39,6 +44,7 @@ class Claim:
     attempt: int
     restarts: int
     reason: str
+    retries: int = 0
 
 
 @dataclass(frozen=True)
@@ -47,14 +53,17 @@ class Refused:
 
 
 def claim(record: JobRecord, *, expect: Collection[State], expect_attempt: int,
-          reason: str | None = None) -> Claim | Refused:
+          reason: str | None = None, retry: bool = False) -> Claim | Refused:
+    """`retry`: the new attempt retries an error (the spec's retry:), counted in retries, not restarts."""
     if record.state not in expect or record.attempt != expect_attempt:
         return Refused(f"state {record.state} attempt {record.attempt}, expected {'/'.join(sorted(expect))} "
                        f"attempt {expect_attempt}")
     bump = record.state != State.WAITING_CAPACITY or record.attempt == 0
     attempt = record.attempt + 1 if bump else record.attempt
-    restarts = record.restarts + (1 if bump and record.attempt >= 1 else 0)
-    return Claim(attempt, restarts, reason or f"launching attempt {attempt}")
+    rerun = bump and record.attempt >= 1
+    restarts = record.restarts + (1 if rerun and not retry else 0)
+    retries = record.retries + (1 if rerun and retry else 0)
+    return Claim(attempt, restarts, reason or f"launching attempt {attempt}", retries)
 
 
 # ---- the steps ---------------------------------------------------------------------------------------------
@@ -67,10 +76,11 @@ class Tried:
     zone: str | None
     error: str
     rejected: bool = False
+    spot: bool = False
 
     @property
     def where(self) -> str:
-        return f"{self.instance_type} in {self.zone or 'any zone'}"
+        return f"{self.instance_type}{' Spot' if self.spot else ''} in {self.zone or 'any zone'}"
 
 
 @dataclass(frozen=True)
@@ -94,6 +104,9 @@ class Launch:
     zone: str | None
     image: str  # what the cloud's launch call takes (an alias resolved for the type's architecture)
     arch: str  # which agent bundle the VMs fetch
+    spot: bool = False
+    accelerator: tuple[str, int] | None = None  # GCE guestAccelerators (type, count): N1 types only
+    fallback: str | None = None  # why a Spot job's attempt launches on-demand
 
 
 @dataclass(frozen=True)
@@ -102,6 +115,7 @@ class Wait:
     error: str
     waits: int  # consecutive waits of this attempt, this one included
     until: datetime  # the backstop retries from then on
+    spot_refused_at: datetime | None = None  # the attempt's first refusal of Spot everywhere, if any
 
 
 @dataclass(frozen=True)
@@ -123,17 +137,45 @@ def decide(snap: LaunchSnapshot, now: datetime) -> Step:
     rejected = next((t for t in snap.tried if t.rejected), None)
     if rejected is not None:
         return Fail(f"the cloud refused {rejected.where}: {rejected.error}")
-    tried = {(t.instance_type, t.zone) for t in snap.tried}
-    for itype, zone in candidates(spec):
-        if (itype, zone) in tried:
-            continue
-        arch = images.architecture(spec.cloud, itype)
-        if not agent_bundle.for_vm(snap.agents, spec.cloud, arch):
-            return Fail(f"instance_type: {itype} is an {arch} type and this deployment has no {spec.cloud} agent "
-                        f"bundle for {arch}")
-        return Launch(itype, zone, images.resolve(spec.cloud, policy.image(spec, itype), itype), arch)
-    return backoff(record, policy, now, reason="no capacity in any zone or instance type",
+    tried = {(t.instance_type, t.zone, t.spot) for t in snap.tried}
+    refused_at, fallback_at = spot_fallback(snap, now)
+    markets = [spec.uses_spot] + ([False] if fallback_at is not None and now >= fallback_at else [])
+    gpu, after = spec.accelerators, spec.spot_fallback_after
+    for spot in markets:
+        for itype, zone in candidates(spec):
+            if (itype, zone, spot) in tried:
+                continue
+            arch = images.architecture(spec.cloud, itype)
+            if not agent_bundle.for_vm(snap.agents, spec.cloud, arch):
+                return Fail(f"instance_type: {itype} is an {arch} type and this deployment has no {spec.cloud} "
+                            f"agent bundle for {arch}")
+            attach = accelerators.guest_accelerator(spec.cloud, gpu.model, gpu.count, itype) if gpu else None
+            why = (f"on-demand: Spot refused in every zone and type for {format_duration(after)}"
+                   if spec.uses_spot and not spot and after else None)
+            return Launch(itype, zone, images.resolve(spec.cloud, policy.image(spec, itype), itype), arch, spot=spot,
+                          accelerator=attach, fallback=why)
+    wait = backoff(record, policy, now, reason="no capacity in any zone or instance type",
                    error="; ".join(f"{t.where}: {t.error}" for t in snap.tried))
+    if isinstance(wait, Wait) and refused_at is not None:
+        # the backstop comes back exactly when the fallback is due, not a backoff step later
+        until = min(wait.until, fallback_at) if fallback_at is not None and fallback_at > now else wait.until
+        return replace(wait, until=until, spot_refused_at=refused_at)
+    return wait
+
+
+def spot_fallback(snap: LaunchSnapshot, now: datetime) -> tuple[datetime | None, datetime | None]:
+    """(since when this attempt's Spot requests have been refused everywhere, when it falls back to
+    on-demand): (None, None) while Spot has not been refused in every candidate yet; the second is None
+    when the spec has no fallback."""
+    spec = snap.record.spec
+    refused_at = snap.record.spot_refused_at
+    if refused_at is None and spec.uses_spot:
+        spot_tried = {(t.instance_type, t.zone) for t in snap.tried if t.spot}
+        refused_at = now if set(candidates(spec)) <= spot_tried else None
+    after = spec.spot_fallback_after
+    if refused_at is None or after is None:
+        return refused_at, None
+    return refused_at, refused_at + timedelta(seconds=after)
 
 
 def quota_problem(record: JobRecord, policy: Policy, owner_active: int) -> str | None:
@@ -153,4 +195,4 @@ def backoff(record: JobRecord, policy: Policy, now: datetime, *, reason: str, er
         return Fail(f"{reason} within max_wait {format_duration(max_wait)}: {error}")
     waits = record.waits + 1
     delay = timedelta(seconds=min(BACKOFF_BASE_S * 2 ** (waits - 1), BACKOFF_CAP_S))
-    return Wait(reason, error, waits, min(now + delay, deadline))
+    return Wait(reason, error, waits, min(now + delay, deadline), record.spot_refused_at)

@@ -11,6 +11,7 @@ from typing import Any
 from jobplane import keys, records
 from jobplane.clouds.base import Instance, Notice
 from jobplane.keys import Limits as Limits  # the parsed limits/ key, part of a Snapshot
+from jobplane.policy import Policy
 from jobplane.registry import ActiveMarker, Beat, IdleMark, JobRecord
 from jobplane.states import State
 
@@ -114,6 +115,7 @@ class Rule(StrEnum):
     CLEANUP = "cleanup"  # heartbeats / limits of jobs that are no longer live
     PREEMPTED = "preempted"  # rerun: the agent reported a preemption of a RUNNING job
     RERUN = "rerun"
+    RETRY = "retry"  # an attempt ended in an error the spec's retry: names: terminate, relaunch (a retry counted)
     RERUN_EXHAUSTED = "rerun-exhausted"
     CLEAR = "clear"  # a preempted-jobs/ marker nobody needs any more
     STOP = "stop"  # uptime cap - grace: ask the agent to checkpoint and stop
@@ -152,6 +154,7 @@ class Action:
     stop: bool = False
     stop_by: str = "uptime-cap"  # the stop request's `by`, which the agent copies into its exit report
     relaunch: bool = False  # launcher.launch_attempt(expect={to} or expect, expect_attempt)
+    retry: bool = False  # the relaunch retries an error: counted in the record's retries, not its restarts
     resume_from: str | None = None  # launcher.resume from the record with this event stamp (its launcher died)
     clear_preempted: bool = False
     delete_keys: tuple[str, ...] = ()
@@ -187,3 +190,8 @@ def alive(instance: Instance) -> bool:
 
 def age(now: datetime, then: datetime) -> float:
     return (now - then).total_seconds()
+
+
+def grace_for(cap: int, policy: Policy) -> int:
+    """How long before an attempt's uptime cap its agents are asked to stop (decide.uptime)."""
+    return min(policy.safety.stop_grace, cap // 10)

@@ -1,5 +1,5 @@
 """The sweeper's decisions: finished, a failed rank, started, stalled, boot timeout, lost ranks, orphans, ignored
-facts, housekeeping.
+facts, housekeeping; and, for an attempt that ends in an error the spec's retry: names, a retry (decide.retry).
 
 Two pure steps. `candidates` reads listings only and names the jobs that need a closer look; the
 caller fetches job.json and the exit reports of just those; `decide` turns the whole snapshot into
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from jobplane import keys, notify
@@ -28,6 +29,7 @@ from jobplane.decide.model import (
     ignore,
     trusted_mark,
 )
+from jobplane.decide.retry import Cause, exit_code, verdict
 from jobplane.decide.safety import limit_blast_radius, terminable
 from jobplane.metrics import EARLY_STOP
 from jobplane.policy import Policy
@@ -51,8 +53,8 @@ IDLE_BY = "idle-gpu"  # the `by` of an idle stop request, copied by the agent in
 _ORDER = [Rule.IGNORED, Rule.FINISHED, Rule.STOPPED, Rule.EARLY_STOP, Rule.IDLE_STOPPED, Rule.RANK_FAILED,
           Rule.STOP_PEERS, Rule.STARTED, Rule.RESUME_LAUNCH,
           Rule.LIMITS, Rule.IDLE, Rule.REPAIR,
-          Rule.REMARK, Rule.LOST, Rule.LOST_SPOT, Rule.STALLED, Rule.BOOT_FAILED, Rule.BOOT_RETRY, Rule.ORPHAN,
-          Rule.CLEANUP]
+          Rule.REMARK, Rule.LOST, Rule.LOST_SPOT, Rule.STALLED, Rule.RETRY, Rule.BOOT_FAILED, Rule.BOOT_RETRY,
+          Rule.ORPHAN, Rule.CLEANUP]
 CONSOLE_HINT = "the VM's console output is in `jobplane logs {job_id} --attempt {attempt}`"
 
 
@@ -159,14 +161,15 @@ def _job(record: JobRecord, index: Index, now: datetime, policy: Policy) -> list
     mark = snap.preempted.get(job_id)
     if mark is not None and trusted_mark(mark, record, instances):
         return out  # the agent reported a preemption: rerun's job
+    retry = _Retry(now, policy, stop_asked=policy.idle_gpu.action == "stop" and (job_id, n) in snap.idle_flags)
     action = (_resume(record, index.beats[job_id, n], now)
-              or _finished(record, exits, instances, policy)
-              or _rank_failed(record, exits, instances)
+              or _finished(record, exits, instances, policy, retry)
+              or _rank_failed(record, exits, instances, retry)
               or _bootstrap_failed(record, snap.boot_failures.get(job_id), index.beats[job_id, n], instances)
               or _started(record, index.beats[job_id, n], policy)
-              or _lost(record, exits, instances, now, policy)
+              or _lost(record, exits, instances, now, policy, retry)
               or _boot_timeout(record, index.beats[job_id, n], instances, now, policy)
-              or _stalled(record, exits, index.beats[job_id, n], instances, now, policy)
+              or _stalled(record, exits, index.beats[job_id, n], instances, now, policy, retry)
               or _stop_peers(record, exits))
     if action is None and record.state == State.RUNNING and (job_id, n) not in index.limits:
         action = Action(Rule.LIMITS, job_id, "record per-job limits for listing-only sweeps",
@@ -215,8 +218,29 @@ def _limits(record: JobRecord, policy: Policy) -> Limits:
     return Limits(record.id, record.attempt, spec.num_nodes, policy.stall_timeout(spec), policy.max_runtime(spec))
 
 
+@dataclass(frozen=True)
+class _Retry:
+    """The spec's retry: applied to an attempt's end (decide.retry): the failure as decided, or a retry."""
+
+    now: datetime
+    policy: Policy
+    stop_asked: bool  # an idle-GPU flag with action stop asked the attempt to stop
+
+    def __call__(self, record: JobRecord, cause: Cause, why: str, reports: Iterable[ExitReport],
+                 fail: Action) -> Action:
+        """`fail` unless the spec retries `cause`; then a retry (the attempt's VMs terminated as `fail` would,
+        and attempt + 1 launched), or `fail` saying why it was not retried."""
+        said = verdict(record, cause, reports, self.now, self.policy, stop_asked=self.stop_asked)
+        if said is None:
+            return fail
+        if not said.retry:
+            return replace(fail, reason=said.reason(fail.reason, record.attempt))
+        return claim(record, Rule.RETRY, said.reason(why, record.attempt), terminate=fail.terminate,
+                     relaunch=True, retry=True)
+
+
 def _finished(record: JobRecord, exits: dict[int, ExitReport], instances: list[Instance],
-              policy: Policy) -> Action | None:
+              policy: Policy, retry: _Retry) -> Action | None:
     ranks = range(record.spec.num_nodes)
     if not all(r in exits for r in ranks):
         return None
@@ -244,22 +268,29 @@ def _finished(record: JobRecord, exits: dict[int, ExitReport], instances: list[I
         return claim(record, Rule.FINISHED, "every rank exited 0", to=State.SUCCEEDED, terminate=leftovers,
                       updates={"exit_code": 0})
     why = f"rank {failed.rank} exited with code {failed.code}" + (f": {failed.error}" if failed.error else "")
-    return claim(record, Rule.FINISHED, why, to=State.FAILED, terminate=leftovers,
-                  updates={"exit_code": failed.code})
+    fail = claim(record, Rule.FINISHED, why, to=State.FAILED, terminate=leftovers, updates={"exit_code": failed.code})
+    hit = exit_code(record.spec, reports)
+    return fail if hit is None else retry(record, Cause.EXIT_CODE, f"exit code {hit.code} (rank {hit.rank})",
+                                          reports, fail)
 
 
-def _rank_failed(record: JobRecord, exits: dict[int, ExitReport], instances: list[Instance]) -> Action | None:
+def _rank_failed(record: JobRecord, exits: dict[int, ExitReport], instances: list[Instance],
+                 retry: _Retry) -> Action | None:
     """A rank of a multi-node attempt exited non-zero while others still run: they would wait in their next
     collective until its timeout, then the stall timeout or the uptime cap. The attempt ends now: the other
-    ranks are terminated and the job fails (max_restarts reruns preemptions and failed boots, not errors)."""
+    ranks are terminated and the job fails (max_restarts reruns preemptions and failed boots, not errors), or,
+    on a code the spec's retry: names, is retried."""
     failed = next((exits[r] for r in sorted(exits) if exits[r].reason == "exit" and exits[r].code != 0), None)
     running = [r for r in range(record.spec.num_nodes) if r not in exits]
     if failed is None or not running or any(e.reason == "preempted" for e in exits.values()):
         return None  # no failure, or every rank has exited (_finished), or rerun's
     why = (f"rank {failed.rank} exited with code {failed.code}" + (f": {failed.error}" if failed.error else "")
            + f"; ending the attempt (terminating rank {', '.join(map(str, running))})")
-    return claim(record, Rule.RANK_FAILED, why, to=State.FAILED, terminate=terminable(instances),
+    fail = claim(record, Rule.RANK_FAILED, why, to=State.FAILED, terminate=terminable(instances),
                  updates={"exit_code": failed.code})
+    hit = exit_code(record.spec, exits.values())
+    return fail if hit is None else retry(record, Cause.EXIT_CODE, f"exit code {hit.code} (rank {hit.rank})",
+                                          exits.values(), fail)
 
 
 def _early_stop(reports: Iterable[ExitReport]) -> ExitReport | None:
@@ -309,7 +340,7 @@ def _started(record: JobRecord, beats: list[Beat], policy: Policy) -> Action | N
 
 
 def _lost(record: JobRecord, exits: dict[int, ExitReport], instances: list[Instance], now: datetime,
-          policy: Policy) -> Action | None:
+          policy: Policy, retry: _Retry) -> Action | None:
     launched = record.launched_at or record.state_since
     if not record.instances or age(now, launched) < min(LOST_GRACE, policy.safety.orphan_grace):
         return None
@@ -324,7 +355,9 @@ def _lost(record: JobRecord, exits: dict[int, ExitReport], instances: list[Insta
         return claim(record, Rule.LOST_SPOT, f"Spot capacity lost: {what} gone", to=State.PREEMPTED,
                       terminate=survivors, mark_preempted=PreemptedMarker(attempt=record.attempt, rank=rank,
                                                                           instance_id=iid, by="sweeper"))
-    return claim(record, Rule.LOST, f"lost: {what} vanished", to=State.FAILED, terminate=survivors)
+    why = f"lost: {what} vanished"
+    return retry(record, Cause.LOST, why, exits.values(),
+                 claim(record, Rule.LOST, why, to=State.FAILED, terminate=survivors))
 
 
 def _boot_timeout(record: JobRecord, beats: list[Beat], instances: list[Instance],
@@ -344,7 +377,7 @@ def _boot_timeout(record: JobRecord, beats: list[Beat], instances: list[Instance
 
 
 def _stalled(record: JobRecord, exits: dict[int, ExitReport], beats: list[Beat], instances: list[Instance],
-             now: datetime, policy: Policy) -> Action | None:
+             now: datetime, policy: Policy, retry: _Retry) -> Action | None:
     if record.state != State.RUNNING:
         return None
     stall = policy.stall_timeout(record.spec)
@@ -359,8 +392,9 @@ def _stalled(record: JobRecord, exits: dict[int, ExitReport], beats: list[Beat],
         why = f"no new output for {_fmt(age(now, last_output))}"
     if why is None:
         return None
-    return claim(record, Rule.STALLED, f"{why} (stall_timeout {format_duration(stall)})", to=State.STALLED,
-                  terminate=terminable(instances))
+    why = f"{why} (stall_timeout {format_duration(stall)})"
+    return retry(record, Cause.STALLED, f"stalled: {why}", exits.values(),
+                 claim(record, Rule.STALLED, why, to=State.STALLED, terminate=terminable(instances)))
 
 
 def _idle(record: JobRecord, index: Index, now: datetime, policy: Policy) -> Action | None:

@@ -11,7 +11,7 @@ from collections import defaultdict
 from datetime import datetime
 
 from jobplane.clouds.base import Instance
-from jobplane.decide.model import Action, Rule, Snapshot, age, alive
+from jobplane.decide.model import Action, Rule, Snapshot, age, alive, grace_for
 from jobplane.decide.safety import limit_blast_radius, terminable
 from jobplane.decide.sweep import Index
 from jobplane.policy import Policy
@@ -34,10 +34,6 @@ def needs_record(snap: Snapshot) -> set[str]:
     index = Index(snap)
     return {i.job_id for i in snap.instances if i.job_id is not None and i.job_id in snap.active and alive(i)
             and (i.job_id, i.attempt) not in index.limits}
-
-
-def grace_for(cap: int, policy: Policy) -> int:
-    return min(policy.safety.stop_grace, cap // 10)
 
 
 def decide(snap: Snapshot, now: datetime, policy: Policy, *, force: bool = False) -> list[Action]:

@@ -5,8 +5,10 @@ AnonymousCredentials and client_options api_endpoint=<endpoint>: instances inser
 and regional) / get / delete / aggregatedList with a label filter, zone and region operations get /
 wait, aggregated operations with an operationType filter, and serial port 1's output. It enforces the rules
 the adapter could get wrong: resource names and labels, requestId UUIDs and their idempotency, count /
-minCount / namePattern, maxRunDuration needing a termination action, existing names (409). Every VM's
-networkIP is on loopback (127.102.0.0/16), so an address a local VM or its job sees is on this machine.
+minCount / namePattern, maxRunDuration needing a termination action, existing names (409), and
+guestAccelerators (an accelerator type the zone has, on an N1 machine type, onHostMaintenance TERMINATE: a GPU
+VM cannot live-migrate). Every VM's networkIP is on loopback (127.102.0.0/16), so an address a local VM or its
+job sees is on this machine.
 
 What GCE does on its own, for the local cloud's instance runner (jobplane.local.gce_runner): power_off (the
 guest shut down: TERMINATED), end (maxRunDuration reached: deleted or stopped as the VM's scheduling says),
@@ -61,6 +63,9 @@ DEFAULT_ZONES = {"us-central1": ["us-central1-a", "us-central1-b", "us-central1-
 LOOPBACK_SUBNET = ipaddress.ip_network("127.102.0.0/16")  # beside the AWS local cloud's 127.100.0.0/16
 PREEMPTED = "compute.instances.preempted"
 CONSOLE_BYTES = 1 << 20  # GCE keeps the last 1 MiB of serial port output
+_ACCELERATOR_TYPE = re.compile(r"(?:.*/)?zones/(?P<zone>[^/]+)/acceleratorTypes/(?P<name>[^/]+)|(?P<bare>[a-z0-9-]+)")
+# The N1-attachable GPUs every fake zone has unless a test says otherwise (accelerator_types)
+DEFAULT_ACCELERATORS = frozenset({"nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-tesla-p100", "nvidia-tesla-p4"})
 
 
 class _HttpError(Exception):
@@ -112,6 +117,8 @@ class FakeComputeServer(LoopbackServer):
         self.op_polls = op_polls
         self.clock = clock or (lambda: datetime.now(UTC))
         self.consoles = consoles
+        # zone -> the accelerator types it offers (acceleratorTypes.list); a zone not named has the defaults
+        self.accelerator_types: dict[str, frozenset[str]] = {}
         self.calls: Counter[str] = Counter()  # "insert", "bulkInsert", "aggregatedList", ... (tests, bench)
         super().__init__(host, port)
         self._lock = threading.Lock()
@@ -287,7 +294,7 @@ class FakeComputeServer(LoopbackServer):
         """The error code a launch in zone fails with, or None (tests inject capacity and quota errors)."""
         return None
 
-    def _validate(self, body: dict[str, Any]) -> None:
+    def _validate(self, body: dict[str, Any], zone: str) -> None:
         labels = body.get("labels", {})
         if len(labels) > 64:
             raise _HttpError(400, "invalid", "Labels: at most 64 labels")
@@ -301,6 +308,34 @@ class FakeComputeServer(LoopbackServer):
             raise _HttpError(400, "invalid", "maxRunDuration requires instanceTerminationAction")
         if scheduling.get("provisioningModel") == "SPOT" and scheduling.get("automaticRestart"):
             raise _HttpError(400, "invalid", "Spot VMs cannot have automaticRestart")
+        self._validate_accelerators(body, zone)
+
+    def _offers(self, zone: str, body: dict[str, Any]) -> bool:
+        """Whether the zone has every accelerator type the VM asks for."""
+        names = {str(a.get("acceleratorType", "")).rsplit("/", 1)[-1] for a in body.get("guestAccelerators") or []}
+        return names <= self.accelerator_types.get(zone, DEFAULT_ACCELERATORS)
+
+    def _validate_accelerators(self, body: dict[str, Any], zone: str) -> None:
+        """GCE's rules for guestAccelerators: a partial or full URL naming the VM's own zone (an instance
+        template or bulkInsert's instanceProperties: the bare name), a type the zone has (else 400 not
+        found, as GCE answers), a machine type that takes GPUs (N1 here), and no live migration."""
+        accelerators = body.get("guestAccelerators") or []
+        machine = body["machineType"].rsplit("/", 1)[-1]
+        for i, accelerator in enumerate(accelerators):
+            given, count = str(accelerator.get("acceleratorType", "")), int(accelerator.get("acceleratorCount", 0))
+            m = _ACCELERATOR_TYPE.fullmatch(given)
+            if m is None or (m["zone"] is not None and m["zone"] != zone) or count < 1:
+                raise _HttpError(400, "invalid", f"Invalid value for field 'resource.guestAccelerators[{i}]': "
+                                                 f"'{given}' x {count}")
+            name = m["name"] or m["bare"]
+            if name not in self.accelerator_types.get(zone, DEFAULT_ACCELERATORS):
+                raise _HttpError(400, "badRequest", f"The resource 'projects/{self.project}/zones/{zone}/"
+                                                    f"acceleratorTypes/{name}' was not found")
+            if not machine.startswith("n1-"):
+                raise _HttpError(400, "badRequest", f"[{name}, {machine}] features are not compatible for "
+                                                    "creating instance.")
+        if accelerators and body.get("scheduling", {}).get("onHostMaintenance", "MIGRATE") != "TERMINATE":
+            raise _HttpError(400, "badRequest", "Instances with guest accelerators do not support live migration.")
 
     def _create(self, zone: str, body: dict[str, Any], created: datetime | None = None) -> _Vm:
         name = body.get("name", "")
@@ -316,6 +351,10 @@ class FakeComputeServer(LoopbackServer):
             **body, "kind": "compute#instance", "id": str(vm_id), "status": "STAGING",
             "zone": self._url(f"zones/{zone}"), "machineType": self._url(f"zones/{zone}/machineTypes/{machine}"),
             "creationTimestamp": _rfc3339(created), "selfLink": self._url(f"zones/{zone}/instances/{name}"),
+            **({"guestAccelerators": [
+                {**a, "acceleratorType": self._url(f"zones/{zone}/acceleratorTypes/"
+                                                   + str(a["acceleratorType"]).rsplit("/", 1)[-1])}
+                for a in body["guestAccelerators"]]} if body.get("guestAccelerators") else {}),
             "networkInterfaces": [{**(body.get("networkInterfaces") or [{}])[0], "name": "nic0",
                                    "networkIP": str(LOOPBACK_SUBNET[next(self._addresses)])}],
         }
@@ -327,7 +366,7 @@ class FakeComputeServer(LoopbackServer):
         """Create every VM or none: an injected failure fails the whole operation."""
         error = self._capacity_error(zone)
         for body in bodies:
-            self._validate(body)
+            self._validate(body, zone)
         target = f"zones/{zone}/instances/{bodies[0]['name']}" if kind == "insert" else f"zones/{zone}/instances"
         if error is not None:
             return self._operation(kind, where, target, error)
@@ -387,10 +426,12 @@ class FakeComputeServer(LoopbackServer):
 
         def start() -> _Op:
             errors = []
-            for zone in zones:  # ANY_SINGLE_ZONE: all VMs in the first zone with room
+            for zone in zones:  # ANY_SINGLE_ZONE: all VMs in the first zone with room (and the GPUs asked for)
+                if not self._offers(zone, bodies[0]) and zone != zones[-1]:
+                    continue
                 if (error := self._capacity_error(zone)) is None:
                     for b in bodies:
-                        self._validate(b)
+                        self._validate(b, zone)
                     vms = [self._create(zone, b) for b in bodies]
                     return self._operation("bulkInsert", region, f"regions/{region}/instances", vms=vms)
                 errors.append(error)
