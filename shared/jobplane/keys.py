@@ -48,6 +48,15 @@ _N = r"(0|[1-9][0-9]*)"
 _STAMP = r"([0-9]{8}T[0-9]{6}\.[0-9]{6}Z-[0-9a-f]+)"
 
 
+def split_uri(uri: str) -> tuple[str, str]:
+    """s3://bucket/some/prefix or gs://... -> (bucket, "some/prefix")."""
+    scheme, sep, rest = uri.partition("://")
+    bucket, _, prefix = rest.partition("/")
+    if not sep or not scheme or not bucket:
+        raise ValueError(f"{uri!r} is not a bucket URI (s3://bucket/prefix or gs://bucket/prefix)")
+    return bucket, prefix
+
+
 # ---- building ----------------------------------------------------------------------------------------------
 def queue_entry(job_id: str, owner: str = DEFAULT_OWNER, ext: str = "yaml") -> str:
     """Where a job's drop goes: queue/<owner>/<job-id>.yaml, or queue/<job-id>.yaml for the default owner."""

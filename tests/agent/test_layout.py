@@ -14,10 +14,10 @@ from jobplane.agent.layout import (
     hyperparameters_file,
     relative_key,
     shard,
-    split_uri,
     user_env,
 )
 from jobplane.agent.transfer import safe_path
+from jobplane.keys import split_uri
 from jobplane.records import ClusterFile
 from jobplane.spec import JobSpec, parse_spec
 

@@ -43,7 +43,6 @@ from jobplane.agent.layout import (
     hyperparameters_file,
     resource_config,
     shard,
-    split_uri,
     user_env,
 )
 from jobplane.agent.output import OutputLog
@@ -276,7 +275,7 @@ class Agent:
             d.mkdir(parents=True, exist_ok=True)
         self._fetch_code(run.job_id, spec)
         for name, channel in spec.inputs.items():
-            bucket, prefix = split_uri(channel.uri)
+            bucket, prefix = keys.split_uri(channel.uri)
             store = self._store(bucket)
             found = {info.key: info for info in keys_under(store, prefix)}
             mine = shard(list(found), run.rank, cluster.num_nodes) if channel.distribution == "sharded" else list(found)
@@ -325,7 +324,7 @@ class Agent:
 
     def _fetch_code(self, job_id: str, spec: JobSpec) -> None:
         if spec.code:
-            bucket, key = split_uri(spec.code)
+            bucket, key = keys.split_uri(spec.code)
             store = self._store(bucket)
             if key.endswith(TARBALL_SUFFIXES):
                 fetch_tarball(store, key, self.layout.code_dir)

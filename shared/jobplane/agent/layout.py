@@ -160,15 +160,6 @@ def user_env(*, spec: JobSpec, job_id: str, attempt: int, rank: int, cluster: Cl
     return env
 
 
-def split_uri(uri: str) -> tuple[str, str]:
-    """s3://bucket/some/prefix or gs://... -> (bucket, "some/prefix")."""
-    scheme, sep, rest = uri.partition("://")
-    bucket, _, prefix = rest.partition("/")
-    if not sep or not scheme or not bucket:
-        raise ValueError(f"{uri!r} is not a bucket URI (s3://bucket/prefix or gs://bucket/prefix)")
-    return bucket, prefix
-
-
 def shard(keys: list[str], rank: int, num_nodes: int) -> list[str]:
     """ShardedByS3Key: the keys in sorted order, dealt round-robin; rank r gets keys r, r+n, r+2n..."""
     return sorted(keys)[rank::num_nodes]

@@ -67,8 +67,10 @@ def scope(bucket: str, root: str, record: JobRecord) -> Scope:
     base = root.strip("/") + "/" if root.strip("/") else ""
     job = record.id
     read_only = [base + keys.AGENT]
-    if record.spec.code and record.spec.code.split("://", 1)[-1].split("/", 1)[0] == bucket:
-        read_only.append(record.spec.code.split("://", 1)[1].split("/", 1)[1])
+    if record.spec.code:
+        code_bucket, code_key = keys.split_uri(record.spec.code)
+        if code_bucket == bucket:
+            read_only.append(code_key)
     return Scope(bucket=bucket,
                  read_write=(base + keys.JOBS + job + "/", base + keys.heartbeats_prefix(job)),
                  read_write_objects=(base + keys.preempted_marker(job),),
