@@ -19,63 +19,41 @@ from tests.local.conftest import cli_ok, submit, write_spec
 
 pytestmark = [pytest.mark.scenario, pytest.mark.timeout(420)]
 
-HOSTILE = """
-import json, os, sys
-env = os.environ
-sys.path.insert(0, os.path.join(env.get("JOBPLANE_AGENT_HOME", "/opt/jobplane"), "site"))
+# How the script gets the store its agent uses, and how a refusal reads, per cloud.
+AWS_STORE = """
 from botocore.exceptions import ClientError
 from jobplane.clouds.aws_vend import vended_s3_client
+from jobplane.clouds.s3 import S3Store
 
-root = env.get("JOBPLANE_ROOT", "").strip("/")
-bucket, me, victim = env["JOBPLANE_BUCKET"], env["JOBPLANE_JOB_ID"], env["VICTIM"]
-s3 = vended_s3_client(env.get("JOBPLANE_REGION"), env["JOBPLANE_VEND_URL"], me, int(env["JOBPLANE_ATTEMPT"]),
-                      bucket + ("/" + root if root else ""))
+store = S3Store(bucket, vended_s3_client(env.get("JOBPLANE_REGION"), env["JOBPLANE_VEND_URL"], me,
+                                         int(env["JOBPLANE_ATTEMPT"]), bucket + ("/" + root if root else "")))
 
-def key(k):
-    return (root + "/" if root else "") + k
-
-def attempt(what, call):
-    try:
-        call()
-        print(what, "ok", flush=True)
-    except ClientError as exc:
-        print(what, exc.response["Error"]["Code"], flush=True)
-
-own = json.loads(s3.get_object(Bucket=bucket, Key=key("jobs/%s/job.json" % me))["Body"].read())
-own_code = own["spec"]["code"].split("://", 1)[1].split("/", 1)[1]  # a URI: its key has the root already
-for who, code, ckpt in ((victim, env["VICTIM_CODE"], key(env["VICTIM_CKPT"])),
-                        (me, own_code, key("jobs/%s/checkpoints/probe.bin" % me))):
-    if who == me:
-        s3.put_object(Bucket=bucket, Key=ckpt, Body=b"mine")
-    attempt(who + " read code", lambda: s3.get_object(Bucket=bucket, Key=code)["Body"].read())
-    attempt(who + " read job.json", lambda: s3.get_object(Bucket=bucket, Key=key("jobs/%s/job.json" % who)))
-    attempt(who + " write log", lambda: s3.put_object(Bucket=bucket, Body=b"forged\\n",
-                                                      Key=key("jobs/%s/logs/1/0/00009999.log" % who)))
-    attempt(who + " write heartbeat", lambda: s3.put_object(Bucket=bucket, Body=b"{}",
-                                                            Key=key("heartbeats/%s/1/7" % who)))
-    attempt(who + " delete checkpoint", lambda: s3.delete_object(Bucket=bucket, Key=ckpt))
+def denial(exc):
+    return exc.response["Error"]["Code"] if isinstance(exc, ClientError) else repr(exc)
 """
 
-
-# The victim: a job that saves a checkpoint and ends (its keys then all exist: code, record, logs, checkpoint).
-VICTIM = """import os, pathlib
-pathlib.Path(os.environ["JOBPLANE_CHECKPOINT_DIR"], "model.ckpt").write_bytes(b"weights")
-print("saved", flush=True)
-"""
-
-# The same tries on GCP, through the agent's GCS store with its vended (downscoped) token.
-HOSTILE_GCP = """
-import json, os, sys
-env = os.environ
-sys.path.insert(0, os.path.join(env.get("JOBPLANE_AGENT_HOME", "/opt/jobplane"), "site"))
+GCP_STORE = """
 from jobplane.clouds.gce_metadata import HOST_ENV
 from jobplane.clouds.gcp_vend import vended_credentials
 from jobplane.clouds.gcs import GcsStore
 
-root = env.get("JOBPLANE_ROOT", "").strip("/")
-me, victim = env["JOBPLANE_JOB_ID"], env["VICTIM"]
 creds = vended_credentials(env["JOBPLANE_VEND_URL"], me, int(env["JOBPLANE_ATTEMPT"]), env.get(HOST_ENV))
-gcs = GcsStore(env["JOBPLANE_BUCKET"], project=env.get("GOOGLE_CLOUD_PROJECT"), credentials=creds)
+store = GcsStore(bucket, project=env.get("GOOGLE_CLOUD_PROJECT"), credentials=creds)
+
+def denial(exc):
+    return "Forbidden" if "403" in str(exc) or "Forbidden" in type(exc).__name__ else repr(exc)
+"""
+
+# The hostile script: the cloud's part, then the same tries on the victim's keys and on its own.
+HOSTILE = """
+import json, os, sys
+env = os.environ
+sys.path.insert(0, os.path.join(env.get("JOBPLANE_AGENT_HOME", "/opt/jobplane"), "site"))
+from jobplane.keys import split_uri
+
+root = env.get("JOBPLANE_ROOT", "").strip("/")
+bucket, me, victim = env["JOBPLANE_BUCKET"], env["JOBPLANE_JOB_ID"], env["VICTIM"]
+{store}
 
 def key(k):
     return (root + "/" if root else "") + k
@@ -85,25 +63,31 @@ def attempt(what, call):
         call()
         print(what, "ok", flush=True)
     except Exception as exc:
-        print(what, "Forbidden" if "403" in str(exc) or "Forbidden" in type(exc).__name__ else repr(exc), flush=True)
+        print(what, denial(exc), flush=True)
 
-own = json.loads(gcs.get(key("jobs/%s/job.json" % me)).data)
-own_code = own["spec"]["code"].split("://", 1)[1].split("/", 1)[1]
+own = json.loads(store.get(key("jobs/%s/job.json" % me)).data)
+own_code = split_uri(own["spec"]["code"])[1]  # a URI: its key has the root already
 for who, code, ckpt in ((victim, env["VICTIM_CODE"], key(env["VICTIM_CKPT"])),
                         (me, own_code, key("jobs/%s/checkpoints/probe.bin" % me))):
     if who == me:
-        gcs.put(ckpt, b"mine")
-    attempt(who + " read code", lambda: gcs.get(code))
-    attempt(who + " read job.json", lambda: gcs.get(key("jobs/%s/job.json" % who)))
-    attempt(who + " write log", lambda: gcs.put(key("jobs/%s/logs/1/0/00009999.log" % who), b"forged\\n"))
-    attempt(who + " write heartbeat", lambda: gcs.put(key("heartbeats/%s/1/7" % who), b"{}"))
-    attempt(who + " delete checkpoint", lambda: gcs.delete(ckpt))
+        store.put(ckpt, b"mine")
+    attempt(who + " read code", lambda: store.get(code))
+    attempt(who + " read job.json", lambda: store.get(key("jobs/%s/job.json" % who)))
+    attempt(who + " write log", lambda: store.put(key("jobs/%s/logs/1/0/00009999.log" % who), b"forged\\n"))
+    attempt(who + " write heartbeat", lambda: store.put(key("heartbeats/%s/1/7" % who), b"{{}}"))
+    attempt(who + " delete checkpoint", lambda: store.delete(ckpt))
 """
 
 
+# The victim: a job that saves a checkpoint and ends (its keys then all exist: code, record, logs, checkpoint).
+VICTIM = """import os, pathlib
+pathlib.Path(os.environ["JOBPLANE_CHECKPOINT_DIR"], "model.ckpt").write_bytes(b"weights")
+print("saved", flush=True)
+"""
+
 @pytest.mark.parametrize(("which", "script", "refused", "extra"), [
-    ("cloud", HOSTILE, "AccessDenied", {}),
-    ("gcp", HOSTILE_GCP, "Forbidden", {"cloud": "gcp", "instance_type": "e2-standard-2"}),
+    ("cloud", AWS_STORE, "AccessDenied", {}),
+    ("gcp", GCP_STORE, "Forbidden", {"cloud": "gcp", "instance_type": "e2-standard-2"}),
 ])
 def test_a_jobs_credentials_are_refused_on_another_jobs_keys_and_work_on_its_own(
         request: pytest.FixtureRequest, tmp_path: Path, which: str, script: str, refused: str,
@@ -119,12 +103,12 @@ def test_a_jobs_credentials_are_refused_on_another_jobs_keys_and_work_on_its_own
     assert record.spec.code
     ckpts = [k for k, _, _ in reg.listing(keys.checkpoints_prefix(victim)) if "/files/" in k]
     assert ckpts, "the victim synced no checkpoint file"
-    code_key = record.spec.code.split("://", 1)[1].split("/", 1)[1]
+    code_key = keys.split_uri(record.spec.code)[1]
     before = {k: reg.get_bytes(k) for k in ckpts}
 
     code = tmp_path / "hostile"
     code.mkdir()
-    (code / "hostile.py").write_text(textwrap.dedent(script))
+    (code / "hostile.py").write_text(textwrap.dedent(HOSTILE.format(store=script)))
     env = {"VICTIM": victim, "VICTIM_CODE": code_key, "VICTIM_CKPT": ckpts[0]}
     spec = write_spec(tmp_path, "hostile", "python3 hostile.py", max_runtime="10m", spot="false",
                       env="{" + ", ".join(f"{k}: '{v}'" for k, v in env.items()) + "}", **extra)
