@@ -48,6 +48,11 @@ _N = r"(0|[1-9][0-9]*)"
 _STAMP = r"([0-9]{8}T[0-9]{6}\.[0-9]{6}Z-[0-9a-f]+)"
 
 
+def root_prefix(root: str) -> str:
+    """A registry root ("team-x", "/team-x/", "") as the prefix its keys start with ("team-x/", "")."""
+    return root.strip("/") + "/" if root.strip("/") else ""
+
+
 def split_uri(uri: str) -> tuple[str, str]:
     """s3://bucket/some/prefix or gs://... -> (bucket, "some/prefix")."""
     scheme, sep, rest = uri.partition("://")

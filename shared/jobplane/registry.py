@@ -204,7 +204,7 @@ class Registry:
     def __init__(self, store: ObjectStore, root: str = "", listeners: Sequence[TransitionListener] = (), *,
                  vend_url: str | None = None) -> None:
         self.store = store
-        self.root = root.strip("/") + "/" if root.strip("/") else ""
+        self.root = keys.root_prefix(root)
         self.listeners = list(listeners)
         self.vend_url = vend_url  # where a job's agent asks for its job's credentials (jobplane.decide.vend)
 

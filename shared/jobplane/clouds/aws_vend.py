@@ -29,9 +29,9 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import CredentialProvider, Credentials, ReadOnlyCredentials, RefreshableCredentials
 from botocore.exceptions import ClientError
 
-from jobplane import keys
 from jobplane.clouds.base import CredentialsRefused
 from jobplane.clouds.s3 import s3_client
+from jobplane.decide.vend import job_prefixes
 from jobplane.vending.aws import ProofRejected, VendUnavailable
 
 log = logging.getLogger(__name__)
@@ -249,10 +249,7 @@ def vended_s3_client(region: str, vend_url: str, job_id: str, attempt: int, depl
     role before: S3 answers 403 instead when the caller may not list the whole bucket, and these credentials may
     list only the job's prefixes."""
     client = s3_client(region, vended_session(region, vend_url, job_id, attempt, deployment))
-    _, _, root = deployment.partition("/")
-    base = root.strip("/") + "/" if root.strip("/") else ""
-    own = (base + keys.JOBS + job_id + "/", base + keys.heartbeats_prefix(job_id))
-    missing = _MissingNotForbidden(own)
+    missing = _MissingNotForbidden(job_prefixes(deployment.partition("/")[2], job_id))
     for operation in ("GetObject", "HeadObject"):
         client.meta.events.register(f"before-parameter-build.s3.{operation}", missing.remember_key)
         client.meta.events.register(f"after-call.s3.{operation}", missing)

@@ -60,20 +60,25 @@ class Refusal:
     why: str
 
 
+def job_prefixes(root: str, job_id: str) -> tuple[str, str]:
+    """What a job's credentials may read and write whole: its record's folder and its heartbeats."""
+    base = keys.root_prefix(root)
+    return base + keys.JOBS + job_id + "/", base + keys.heartbeats_prefix(job_id)
+
+
 def scope(bucket: str, root: str, record: JobRecord) -> Scope:
     """The job's own keys: its record's folder (logs, metrics, checkpoints, artifacts, exit reports, stop
     request), its heartbeats and its preempted marker; read-only, the agent bundles and, when it lives in the
     registry's bucket, its code bundle. Input data comes from the platform's data buckets, not from here."""
-    base = root.strip("/") + "/" if root.strip("/") else ""
-    job = record.id
+    base = keys.root_prefix(root)
     read_only = [base + keys.AGENT]
     if record.spec.code:
         code_bucket, code_key = keys.split_uri(record.spec.code)
         if code_bucket == bucket:
             read_only.append(code_key)
     return Scope(bucket=bucket,
-                 read_write=(base + keys.JOBS + job + "/", base + keys.heartbeats_prefix(job)),
-                 read_write_objects=(base + keys.preempted_marker(job),),
+                 read_write=job_prefixes(root, record.id),
+                 read_write_objects=(base + keys.preempted_marker(record.id),),
                  read_only=tuple(read_only))
 
 
