@@ -33,6 +33,7 @@ from pathlib import Path
 from jobplane.agent.core import Agent, AgentConfig
 from jobplane.clouds.base import Metadata, ObjectStore
 from jobplane.registry import Registry
+from jobplane.settings import Settings
 
 DEFAULT_POWEROFF = "shutdown -h now"
 
@@ -107,7 +108,7 @@ def cloud_adapters(args: argparse.Namespace) -> tuple[Callable[[str], ObjectStor
     if args.vend_url:
         from jobplane.clouds.aws_vend import vended_s3_client
 
-        deployment = f"{args.bucket}/{args.root.strip('/')}" if args.root.strip("/") else args.bucket
+        deployment = Settings(args.bucket, args.root.strip("/")).deployment  # as the launcher tagged the VM
         job_client = vended_s3_client(args.region, args.vend_url, args.job, args.attempt, deployment)
 
     def s3(bucket: str) -> ObjectStore:
