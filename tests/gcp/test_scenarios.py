@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from functions_framework import create_app
@@ -39,6 +39,7 @@ from tests.gcp.conftest import BUCKET, DEPLOYMENT, PROJECT, REGION, GcpCloud
 from tests.gcp.test_functions import MAIN, finalized
 from tests.helpers import run_bootstrap, wait_for
 
+T = TypeVar("T")
 pytestmark = [pytest.mark.scenario, pytest.mark.timeout(180)]
 REPO = Path(__file__).parents[2]
 SPEC = "run: python3 train.py\ninstance_type: n2-standard-4\ncloud: gcp\nzones: [us-central1-a, us-central1-b]\n"
@@ -115,22 +116,29 @@ def test_failure_records_the_exit_code(cloud: GcpCloud) -> None:
     assert_vms_deleted(cloud)
 
 
-def test_duplicate_events_launch_once(cloud: GcpCloud) -> None:
-    key = keys.queue_entry("dup-job")
-    cloud.registry.store.put(cloud.registry.key(key), SPEC.encode(), "application/yaml")
-    barrier = threading.Barrier(10)
-    codes: list[int] = []
+def together(clients: list[Any], call: Callable[[Any], T]) -> list[T]:
+    """call(client) for each client, each from its own thread, released together. Make the apps before (one at
+    a time): CPython 3.11 can fail compiling in several threads at once ("AST constructor recursion depth
+    mismatch"), and a thread that died before the barrier would stall the others."""
+    barrier, results = threading.Barrier(len(clients)), list[T]()
 
-    def deliver() -> None:
-        client = create_app("launcher", MAIN, "cloudevent").test_client()
-        barrier.wait()
-        codes.append(client.post("/", **finalized("reg/" + key)).status_code)
+    def run(client: Any) -> None:
+        barrier.wait(60)
+        results.append(call(client))
 
-    threads = [threading.Thread(target=deliver) for _ in range(10)]
+    threads = [threading.Thread(target=run, args=(client,)) for client in clients]
     for t in threads:
         t.start()
     for t in threads:
         t.join(120)
+    return results
+
+
+def test_duplicate_events_launch_once(cloud: GcpCloud) -> None:
+    key = keys.queue_entry("dup-job")
+    cloud.registry.store.put(cloud.registry.key(key), SPEC.encode(), "application/yaml")
+    launchers = [create_app("launcher", MAIN, "cloudevent").test_client() for _ in range(10)]
+    codes = together(launchers, lambda client: client.post("/", **finalized("reg/" + key)).status_code)
     assert codes == [200] * 10
     record = cloud.registry.job("dup-job")
     assert record.attempt == 1 and vm_names(cloud) == [f"{OURS}dup-job-a1-0001"]
@@ -185,21 +193,8 @@ def preempted(cloud: GcpCloud, job_id: str, extra: str = "") -> None:
 
 def test_overlapping_rerun_invocations_launch_one_attempt(cloud: GcpCloud) -> None:
     preempted(cloud, "spotty")
-    barrier = threading.Barrier(5)
-    results: list[list[str]] = []
-    # the apps are made one at a time: CPython 3.11 can fail compiling one source in several threads at once
-    # ("AST constructor recursion depth mismatch"), and a thread that died before the barrier stalls the rest
-    clients = [create_app("rerun", MAIN, "http").test_client() for _ in range(5)]
-
-    def rerun(client: Any) -> None:
-        barrier.wait(60)
-        results.append([a["result"] for a in client.post("/").get_json()["actions"]])
-
-    threads = [threading.Thread(target=rerun, args=(client,)) for client in clients]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    reruns = [create_app("rerun", MAIN, "http").test_client() for _ in range(5)]
+    results = together(reruns, lambda client: [a["result"] for a in client.post("/").get_json()["actions"]])
     assert len(results) == 5 and sum(r.count("applied") for r in results) == 1, results
     after = cloud.registry.job("spotty")
     assert (after.state, after.attempt) == (State.LAUNCHING, 2) and vm_names(cloud) == [f"{OURS}spotty-a2-0001"]
