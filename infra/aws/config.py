@@ -36,6 +36,8 @@ class ControlPlaneConfig:
     notify_email: str | None = None  # subscribed to the job-notification topic (a job ended, idle GPUs)
     dashboard: bool = False  # a CloudWatch dashboard: $3/month, most of an idle deployment's bill
     data_buckets: tuple[str, ...] = ()  # buckets VMs may read job inputs from (read-only)
+    # ECR repositories (names in the stack's account and region, or ARNs) VMs may pull job containers from
+    container_repositories: tuple[str, ...] = ()
     # VM Pythons the agent bundles are built for, besides the image aliases' own (3.11, 3.12): add yours
     vm_pythons: tuple[str, ...] = ("3.11", "3.12")
     reserved_concurrency: bool = True  # 1 for the reconcilers; off for accounts at the 10-execution minimum
@@ -67,6 +69,7 @@ class ControlPlaneConfig:
             notify_email=get("notifyEmail"),
             dashboard=_as_bool(get("dashboard", False)),
             data_buckets=tuple(_as_list(get("dataBuckets", []))),
+            container_repositories=tuple(_as_list(get("containerRepositories", []))),
             vm_pythons=tuple(_as_list(get("vmPythonVersions", list(defaults.vm_pythons)))),
             reserved_concurrency=_as_bool(get("reservedConcurrency", True)),
             log_retention_days=int(get("logRetentionDays", defaults.log_retention_days)),

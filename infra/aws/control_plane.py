@@ -200,8 +200,13 @@ class JobplaneControlPlane(Construct):
 
     def _vm_policy(self) -> None:
         policy = iam.Policy(self, "VmPolicy", roles=[self.vm_role],
-                            statements=permissions.vm_statements(self.vend, self.config.data_buckets))
+                            statements=permissions.vm_statements(self.vend, self.config.data_buckets,
+                                                                 self.config.container_repositories))
         self._acknowledge_data_buckets(policy)
+        if self.config.container_repositories:
+            acknowledge(policy, "AwsSolutions-IAM5[Resource::*]",
+                        "ecr:GetAuthorizationToken supports no resource-level permissions; pulls are limited to "
+                        "the repositories in jobplane:containerRepositories.")
 
     def _acknowledge_data_buckets(self, policy: iam.Policy) -> None:
         for name in self.config.data_buckets:

@@ -162,11 +162,16 @@ def _statements(documents: Sequence[dict[str, Any]]) -> list[iam.PolicyStatement
     return [iam.PolicyStatement.from_json(statement) for statement in documents]
 
 
-def vm_statements(vend_function: lambda_.IFunction, data_buckets: Sequence[str]) -> list[iam.PolicyStatement]:
+def vm_statements(vend_function: lambda_.IFunction, data_buckets: Sequence[str],
+                  container_repositories: Sequence[str] = ()) -> list[iam.PolicyStatement]:
     """What a VM's own identity may do: ask the vending function, through its IAM-authenticated URL only, for its
-    job's credentials, and read the input-data buckets. Nothing in the registry: the bootstrap fetches the agent
-    through URLs the launcher presigned, and the agent works with its job's vended credentials."""
-    return _statements(aws_iam.vm_role_statements(vend_function.function_arn, cdk.Aws.PARTITION, data_buckets))
+    job's credentials, read the input-data buckets and pull job containers from the ECR repositories named.
+    Nothing in the registry: the bootstrap fetches the agent through URLs the launcher presigned, and the agent
+    works with its job's vended credentials."""
+    arns = [name if name.startswith("arn:") else
+            f"arn:{cdk.Aws.PARTITION}:ecr:{cdk.Aws.REGION}:{cdk.Aws.ACCOUNT_ID}:repository/{name}"
+            for name in container_repositories]
+    return _statements(aws_iam.vm_role_statements(vend_function.function_arn, cdk.Aws.PARTITION, data_buckets, arns))
 
 
 def job_statements(bucket: s3.IBucket, prefix: str, data_buckets: Sequence[str]) -> list[iam.PolicyStatement]:

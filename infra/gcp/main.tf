@@ -230,6 +230,16 @@ resource "google_storage_bucket_iam_member" "vms_data" {
   member   = google_service_account.vms.member
 }
 
+# Job containers (container: image:) from the Artifact Registry repositories listed: read-only.
+resource "google_artifact_registry_repository_iam_member" "vms_containers" {
+  for_each   = toset(var.container_repositories)
+  project    = var.project
+  location   = split("/", each.value)[0]
+  repository = split("/", each.value)[1]
+  role       = "roles/artifactregistry.reader"
+  member     = google_service_account.vms.member
+}
+
 resource "google_project_iam_member" "vms_log_writer" {
   project = var.project
   role    = "roles/logging.logWriter"

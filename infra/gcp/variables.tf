@@ -84,6 +84,16 @@ variable "data_buckets" {
   }
 }
 
+variable "container_repositories" {
+  description = "Artifact Registry repositories (LOCATION/REPOSITORY, in var.project) the job VMs may pull job containers from (container: image:), read-only."
+  type        = list(string)
+  default     = []
+  validation {
+    condition     = alltrue([for r in var.container_repositories : can(regex("^[a-z0-9-]+/[a-z]([a-z0-9-]{0,61}[a-z0-9])?$", r))])
+    error_message = "container_repositories holds LOCATION/REPOSITORY names such as us-central1/training, not image URLs."
+  }
+}
+
 variable "submitters" {
   description = "Who submits jobs as which owner: { owner = [members] }, e.g. { vision = [\"group:vision@example.com\"] }. Members create objects only in queue/<owner>/ and code/<owner>/ and read the registry."
   type        = map(list(string))

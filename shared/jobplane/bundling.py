@@ -75,8 +75,8 @@ def source_files(base: Path = PACKAGE) -> list[Path]:
 # its backends, the local cloud with its fakes and its moto helpers, this builder, the in-memory store of tests.
 NEVER_SHIPPED = ("cli.py", "backend.py", "bundling.py", "local/", "clouds/aws_local.py", "clouds/memory.py")
 # Each cloud's adapters: what is shipped for one cloud never carries the other's.
-ADAPTERS = {"aws": ("clouds/aws.py", "clouds/aws_imds.py", "clouds/aws_vend.py", "clouds/s3.py", "clouds/sns.py",
-                    "vending/aws_iam.py", "vending/aws.py"),
+ADAPTERS = {"aws": ("clouds/aws.py", "clouds/aws_ecr.py", "clouds/aws_imds.py", "clouds/aws_vend.py", "clouds/s3.py",
+                    "clouds/sns.py", "vending/aws_iam.py", "vending/aws.py"),
             "gcp": ("clouds/gcp.py", "clouds/gce_metadata.py", "clouds/gcs.py", "clouds/pubsub.py",
                     "clouds/gce_identity.py", "clouds/gcp_vend.py", "clouds/gcs_downscope.py", "vending/gcp.py")}
 

@@ -20,7 +20,7 @@ from pydantic import (
     WithJsonSchema,
 )
 
-from jobplane import accelerators, images, yaml_input
+from jobplane import accelerators, containers, images, yaml_input
 from jobplane.errors import FieldError, SpecError, from_validation_error
 from jobplane.keys import JOB_ID_PATTERN
 
@@ -290,6 +290,46 @@ def _spot_form(value: object) -> str:
     return "dict" if isinstance(value, dict | SpotOptions) else "bool"
 
 
+def _image_reference(value: str) -> str:
+    if problem := containers.reference_problem(value):
+        raise ValueError(problem)
+    return value
+
+
+def _run_option(value: str) -> str:
+    if problem := containers.option_problem(value):
+        raise ValueError(problem)
+    return value
+
+
+class Container(_Model):
+    """The image setup and run execute in, on the VM: its network and GPUs, the job's directories mounted at
+    their own paths, the job's variables passed. Pulled with the VM's identity (ECR, Artifact Registry) or
+    anonymously; never a secret in the spec."""
+
+    image: Annotated[str, AfterValidator(_image_reference)] = Field(
+        min_length=1, description="[REGISTRY/]NAME[:TAG][@sha256:DIGEST], e.g. pytorch/pytorch:2.4.0-cuda12.4-"
+                                  "cudnn9-runtime or ACCOUNT.dkr.ecr.REGION.amazonaws.com/train:v3")
+    args: list[Annotated[str, AfterValidator(_run_option)]] = Field(
+        default_factory=list, max_length=containers.MAX_OPTIONS,
+        description="extra options for the runtime's run (e.g. --shm-size=16g, --ipc=host); not those jobplane "
+                    "sets (--name, --network, --rm, --entrypoint, --workdir...)")
+
+
+def _container_form(value: object) -> object:
+    return {"image": value} if isinstance(value, str) else value
+
+
+ContainerField = Annotated[
+    Container,
+    BeforeValidator(_container_form),
+    WithJsonSchema({"anyOf": [
+        {"type": "string", "description": "the image alone: container: pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime"},
+        Container.model_json_schema(),
+    ]}),
+]
+
+
 class JobSpec(_Model):
     """One training job. Unknown fields are errors."""
 
@@ -306,6 +346,9 @@ class JobSpec(_Model):
         description=f"image alias ({', '.join(images.ALIASES)}), AMI id or resolve:ssm:<parameter> (aws), GCE image "
                     "path (gcp); default: the policy's CPU or GPU image for the instance type (GPU with "
                     "`accelerators`)")
+    container: ContainerField | None = Field(
+        None, description="run setup and run in this container image (podman or docker on the VM image); "
+                          "{image, args} or the image alone")
     num_nodes: int = Field(1, ge=1, le=1024, description="nodes launched together, all or nothing")
     accelerators: AcceleratorsField | None = Field(
         None, description="GPUs per node: {type, count} or TYPE:COUNT (T4:1); picks the policy's GPU image")
@@ -370,6 +413,7 @@ _ALLOWED = {
     "retry": list(Retry.model_fields),
     "accelerators": list(Accelerators.model_fields),
     "spot": list(SpotOptions.model_fields),
+    "container": list(Container.model_fields),
 }
 
 
@@ -385,7 +429,7 @@ def known_fields(raw: dict[str, Any]) -> dict[str, Any]:
                           for m in out["metrics"]]
     if isinstance(out.get("stop_on"), dict):
         out["stop_on"] = {k: v for k, v in out["stop_on"].items() if k in _ALLOWED["stop_on"]}
-    for name in ("accelerators", "spot"):
+    for name in ("accelerators", "spot", "container"):
         if isinstance(out.get(name), dict):
             out[name] = {k: v for k, v in out[name].items() if k in _ALLOWED[name]}
     if isinstance(out.get("retry"), dict):
@@ -432,7 +476,10 @@ def _cross_checks(raw: dict[str, Any]) -> list[FieldError]:
         elif not uri.startswith(scheme) or len(uri) <= len(scheme):
             errors.append(FieldError(path, f"{uri!r} must be a {scheme} URI for cloud {cloud!r}"))
     image = raw.get("image")
-    if isinstance(image, str) and image.strip() and (problem := images.image_problem(cloud, image.strip())):
+    if isinstance(image, str) and image.strip().startswith(containers.DOCKER_SCHEME):
+        errors.append(FieldError("image", f"{image.strip()!r} is a container image: give it as `container: "
+                                          f"{{image: {containers.normalize(image.strip())}}}` (`image:` is the VM's)"))
+    elif isinstance(image, str) and image.strip() and (problem := images.image_problem(cloud, image.strip())):
         errors.append(FieldError("image", problem))
     instance_type = raw.get("instance_type")
     if isinstance(instance_type, list) and not instance_type:

@@ -42,7 +42,7 @@ def test_identity_tags_and_rank_from_the_name(server: MetadataFake) -> None:
 def test_the_agent_takes_the_server_from_gce_metadata_host(server: MetadataFake,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GCE_METADATA_HOST", server.host)
-    _, metadata = cloud_adapters(parse_args(["--cloud", "gcp", "--bucket", "b"]))
+    _, metadata, _ = cloud_adapters(parse_args(["--cloud", "gcp", "--bucket", "b"]))
     assert metadata.instance_id() == "us-central1-b/train-1-a2-0003"
     assert GceMetadata(host=server.host).instance_id() == "us-central1-b/train-1-a2-0003"
 
@@ -92,3 +92,11 @@ def test_compute_fake_serves_each_vm_its_own_metadata(compute_fake: ComputeFake,
     compute_fake.preempt(instances[1].id, notice_only=True)
     assert watcher.preemption_notice() is not None
     assert len(gce.list_managed()) == 2  # notice only: the VM is still there for its ~30 s
+
+
+def test_artifact_registry_is_logged_in_to_with_the_vms_token_and_others_anonymously(server: MetadataFake) -> None:
+    md = GceMetadata(server.base_url)
+    user, password = md.registry_login("us-central1-docker.pkg.dev") or ("", "")
+    assert user == "oauth2accesstoken" and password and password == md.registry_login("gcr.io")[1]  # type: ignore[index]
+    assert md.registry_login("docker.io") is None and md.registry_login("ghcr.io") is None
+    assert md.registry_login("127.0.0.1:5000") is None

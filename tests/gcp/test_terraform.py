@@ -261,6 +261,18 @@ def test_vms_may_read_the_data_buckets_listed_and_only_read(tf: dict[str, dict[s
             ("my-datasets", "corp.data.bucket", "gs://my-datasets", "my-datasets/train")] == [True, True, False, False]
 
 
+def test_vms_may_pull_containers_from_the_repositories_listed_only(tf: dict[str, dict[str, Any]]) -> None:
+    variable = tf["variable"]["container_repositories"]
+    assert variable["type"] == "${list(string)}" and variable["default"] == []
+    pull = tf["resource"]["google_artifact_registry_repository_iam_member.vms_containers"]
+    assert pull["for_each"] == "${toset(var.container_repositories)}"
+    assert (pull["role"], pull["member"]) == ("roles/artifactregistry.reader", "${google_service_account.vms.member}")
+    [pattern] = re.findall(r'regex\("([^"]+)"', block(variable, "validation")["condition"])
+    assert [bool(re.fullmatch(pattern, name)) for name in
+            ("us-central1/training", "europe/ml-images", "us-central1-docker.pkg.dev/p/r", "training")] == \
+        [True, True, False, False]
+
+
 def test_terraform_validates_with_the_google_provider(tmp_path: Path) -> None:
     """Offline: `terraform init -plugin-dir` needs the hashicorp/google provider on disk (it cannot be
     downloaded here); JOBPLANE_TF_PLUGIN_DIR names a directory laid out as terraform's plugin cache."""

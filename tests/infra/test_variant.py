@@ -22,6 +22,7 @@ def variant(tmp_path_factory: pytest.TempPathFactory) -> Synth:
         "jobplane:vpcId": "vpc-0123abcd", "jobplane:subnetIds": ",".join(SUBNETS), "jobplane:root": "team-a",
         "jobplane:reservedConcurrency": "false", "jobplane:sweepSchedule": "rate(2 minutes)",
         "jobplane:bucketName": "acme-jobplane", "jobplane:dashboard": "true",
+        "jobplane:containerRepositories": "train",
     })
     return synthesize(tmp_path_factory.mktemp("cdk.out-variant"), context, nag=True)
 
@@ -78,3 +79,16 @@ def test_the_dashboard_when_asked_for_shows_every_control_plane_metric(variant: 
                    "Timeouts", "BlastRadiusRefusals", "SweepDuration", "LaunchCapacityErrors", "Errors",
                    "IdleGpuJobs", "NotificationsPublished", "NotificationsFailed"):
         assert metric in body, metric
+
+
+
+def test_vms_pull_job_containers_from_the_named_ecr_repositories_only(variant: Synth) -> None:
+    vm_role = variant.logical_id("AWS::IAM::Role", "VmRole")
+    sts = role_statements(variant.template, vm_role)
+    (pull,) = [s for s in sts if s.get("Sid") == "PullJobContainers"]
+    assert sorted(pull["Action"]) == ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage",
+                                      "ecr:GetDownloadUrlForLayer"]
+    assert pull["Resource"] == {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":ecr:", {"Ref": "AWS::Region"},
+                                                  ":", {"Ref": "AWS::AccountId"}, ":repository/train"]]}
+    assert allows(sts, Request("ecr:GetAuthorizationToken", "*"))
+    assert not any("ecr:PutImage" in json.dumps(s) or "ecr:*" in json.dumps(s) for s in sts)

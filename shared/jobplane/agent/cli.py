@@ -76,10 +76,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def cloud_adapters(args: argparse.Namespace) -> tuple[Callable[[str], ObjectStore], Metadata]:
-    """(bucket -> store, metadata) for the cloud; SDKs are imported only for the cloud in use. With a vending
-    URL the registry's bucket is reached with the job's own credentials (refreshed before they expire), any
-    other bucket (the platform's input data) with the VM's identity."""
+Login = Callable[[str], tuple[str, str] | None]
+
+
+def cloud_adapters(args: argparse.Namespace) -> tuple[Callable[[str], ObjectStore], Metadata, Login]:
+    """(bucket -> store, metadata, container registry login) for the cloud; SDKs are imported only for the
+    cloud in use. With a vending URL the registry's bucket is reached with the job's own credentials (refreshed
+    before they expire), any other bucket (the platform's input data) and the cloud's container registry with
+    the VM's identity."""
     env = os.environ.get
     if args.cloud == "gcp":
         try:
@@ -99,7 +103,9 @@ def cloud_adapters(args: argparse.Namespace) -> tuple[Callable[[str], ObjectStor
             if job_credentials is not None and bucket == args.bucket:
                 return GcsStore(bucket, project=project, credentials=job_credentials)
             return GcsStore(bucket, project=project)
-        return gcs, GceMetadata(args.metadata_url, host=host)
+        metadata = GceMetadata(args.metadata_url, host=host)
+        return gcs, metadata, metadata.registry_login
+    from jobplane.clouds.aws_ecr import ecr_login
     from jobplane.clouds.aws_imds import ENDPOINT_ENV, Ec2Metadata
     from jobplane.clouds.s3 import S3Store, s3_client
 
@@ -113,7 +119,7 @@ def cloud_adapters(args: argparse.Namespace) -> tuple[Callable[[str], ObjectStor
 
     def s3(bucket: str) -> ObjectStore:
         return S3Store(bucket, job_client if job_client is not None and bucket == args.bucket else client)
-    return s3, Ec2Metadata(args.metadata_url or env(ENDPOINT_ENV))
+    return s3, Ec2Metadata(args.metadata_url or env(ENDPOINT_ENV)), ecr_login()
 
 
 def command_power_off(command: str) -> Callable[[], None]:
@@ -139,10 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                              checkpoint_settle=args.checkpoint_settle)
     except ValueError as exc:
         raise SystemExit(f"jobplane.agent: {exc}") from None
-    stores, metadata = cloud_adapters(args)
+    stores, metadata, registry_login = cloud_adapters(args)
     registry = Registry(stores(args.bucket), args.root)
     agent = Agent(registry, metadata, config, environ=os.environ, power_off=command_power_off(args.poweroff_cmd),
-                  stores=stores, console=sys.stdout.buffer)
+                  stores=stores, console=sys.stdout.buffer, registry_login=registry_login)
     for sig in (signal.SIGTERM, signal.SIGINT):  # the VM shutting down (or ^C): stop the job, sync, report
         signal.signal(sig, agent.on_signal)
     return agent.run()

@@ -20,6 +20,7 @@ import os
 import shlex
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -32,9 +33,10 @@ from typing import BinaryIO, TypeVar
 
 from pydantic import ValidationError
 
-from jobplane import keys, metrics, records
+from jobplane import containers, keys, metrics, records
 from jobplane.agent import gpu
 from jobplane.agent.checkpoints import SETTLE
+from jobplane.agent.container import Container, find_runtime
 from jobplane.agent.idle import IdleMeter
 from jobplane.agent.keeper import Keeper, Node
 from jobplane.agent.layout import (
@@ -140,8 +142,10 @@ class Agent:
     def __init__(self, registry: Registry, metadata: Metadata, config: AgentConfig, *, environ: Mapping[str, str],
                  power_off: Callable[[], None], stores: Callable[[str], ObjectStore] | None = None,
                  console: BinaryIO | None = None,
-                 gpu_utilization: Callable[[], float | None] = gpu.gpu_utilization) -> None:
+                 gpu_utilization: Callable[[], float | None] = gpu.gpu_utilization,
+                 registry_login: Callable[[str], tuple[str, str] | None] | None = None) -> None:
         self.reg, self.md, self.cfg = registry, metadata, config
+        self.registry_login = registry_login  # container registry host -> (user, password) with the VM's identity
         self.environ = environ  # the agent's own environment (its entry point's), the base of the user's
         self.gpu_utilization = gpu_utilization
         self._idle: IdleMeter | None = None  # set once cluster.json says the policy watches idle GPUs
@@ -157,6 +161,7 @@ class Agent:
         self._keeper: Keeper | None = None  # checkpoints and artifacts, once prepared
         self._ended_ns: int | None = None  # when the user process ended (wall clock, to compare with mtimes)
         self._refused: str | None = None  # why the vending function refused this VM its job's credentials
+        self._container: Container | None = None  # where the job's phases run, once its image is pulled
 
     # ---- entry point -------------------------------------------------------------------------------------
     def _stop_early(self, why: str) -> None:
@@ -237,7 +242,7 @@ class Agent:
         if cluster.idle_window and cluster.idle_threshold is not None:
             self._idle = IdleMeter(cluster.idle_window, cluster.idle_threshold)
         env = self._prepare(run, record.spec, cluster)
-        failed = self._requirements(run, record.spec, env)
+        failed = self._pull(run, record.spec) or self._requirements(run, record.spec, env)
         if failed is not None:
             return failed
         for phase, command in (("setup", record.spec.setup), ("running", record.spec.run)):
@@ -245,7 +250,7 @@ class Agent:
                 continue
             run.phase = phase
             self.out.note(f"{phase}: {command.splitlines()[0][:200]}")
-            outcome = self._supervise(UserProcess(command, self.layout.code_dir, env, self.out), record.spec)
+            outcome = self._supervise(self._phase(command, env), record.spec)
             if outcome.reason != "exit" or outcome.code != 0:
                 return outcome
         return self._interrupt or Outcome(0, "exit")
@@ -290,9 +295,56 @@ class Agent:
         self._keeper = keeper  # from now on the checkpointer thread uploads changes
         lay.resource_config.write_text(json.dumps(resource_config(cluster, run.rank), indent=1))
         lay.hyperparameters.write_text(json.dumps(hyperparameters_file(spec), indent=1))
+        # in a container the job sees its own variables only: the image has its own PATH, home and tools
         return user_env(spec=spec, job_id=run.job_id, attempt=run.attempt, rank=run.rank, cluster=cluster,
                         layout=lay, num_gpus=gpu.gpu_count(), num_cpus=os.cpu_count() or 1,
-                        base=_user_base_env(self.environ))
+                        base={} if spec.container else _user_base_env(self.environ))
+
+    def _phase(self, command: str, env: dict[str, str]) -> UserProcess:
+        if self._container is not None:
+            return self._container.phase(command, self.layout.code_dir, env, self.out)
+        return UserProcess(command, self.layout.code_dir, env, self.out)
+
+    def _pull(self, run: _Run, spec: JobSpec) -> Outcome | None:
+        """The job's container image, pulled before anything runs in it: with the VM's identity where the
+        cloud's registry wants one (registry_login), else anonymously. A failure ends the job naming the field."""
+        if spec.container is None:
+            return None
+        image = containers.normalize(spec.container.image)
+        runtime = find_runtime(self.environ.get("PATH"))
+        if runtime is None:
+            return self._agent_error("container.image: this VM's image has no container runtime (podman or docker);"
+                                     " use an image with one (the GPU images ship docker) or bake it into yours")
+        run.phase = "pulling"
+        host = containers.registry_host(image)
+        login = self.registry_login(host) if self.registry_login is not None else None
+        if login is not None:
+            done = subprocess.run(containers.login_argv(runtime, host, login[0]), input=login[1].encode(),
+                                  capture_output=True, timeout=120, check=False)
+            self.out.note(f"container: logged in to {host} with this VM's identity (exit {done.returncode})")
+            if done.returncode != 0:
+                return self._agent_error(f"container.image: could not log in to {host}: "
+                                         f"{done.stderr.decode(errors='replace').strip()[:300]}")
+        self.out.note(f"container: pulling {image} with {Path(runtime).name}")
+        outcome = self._supervise(UserProcess(containers.pull_argv(runtime, image), self.layout.ml_root,
+                                              {"PATH": self.environ.get("PATH", os.defpath)}, self.out), spec)
+        if outcome.reason != "exit":
+            return outcome  # preempted or stopped meanwhile
+        if outcome.code != 0:
+            outcome.error = f"container.image: could not pull {image} ({Path(runtime).name} pull exited with code " \
+                            f"{outcome.code}; see the log)"
+            self.out.note(outcome.error)
+            return outcome
+        lay = self.layout
+        self._container = Container(runtime, image, containers.name_for(run.job_id, run.attempt, run.rank),
+                                    tuple(spec.container.args),
+                                    _outermost([lay.ml_root, lay.local(spec.checkpoint_dir),
+                                                lay.local(spec.artifacts_dir)]), gpu.gpu_count())
+        return None
+
+    def _agent_error(self, why: str) -> Outcome:
+        self.out.note(why)
+        return Outcome(AGENT_ERROR, "exit", error=why)
 
     def _requirements(self, run: _Run, spec: JobSpec, env: dict[str, str]) -> Outcome | None:
         """As on SageMaker: a requirements.txt in the code is installed before `setup`, with uv, into a job
@@ -301,6 +353,8 @@ class Agent:
         requirements = self.layout.code_dir / REQUIREMENTS
         if not requirements.is_file():
             return None
+        if self._container is not None:
+            return self._container_requirements(run, spec, env, requirements)
         venv = self.layout.job_env
         run.phase = "requirements"
         self.out.note(f"{REQUIREMENTS}: installing into {venv}")
@@ -320,6 +374,26 @@ class Agent:
                 return outcome
         env.update(VIRTUAL_ENV=str(venv), PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', os.defpath)}")
         self.out.note(f"{REQUIREMENTS}: installed; python3 and pip now mean {venv / 'bin'}")
+        return None
+
+    def _container_requirements(self, run: _Run, spec: JobSpec, env: dict[str, str], requirements: Path) -> \
+            Outcome | None:
+        """In a container, the image's own pip installs them into a directory on the VM that every phase
+        mounts and finds on PYTHONPATH (each phase is a fresh container)."""
+        assert self._container is not None
+        site = self.layout.job_env / "container-site"
+        run.phase = "requirements"
+        self.out.note(f"{REQUIREMENTS}: installing with the image's pip into {site}")
+        command = shlex.join(["python3", "-m", "pip", "install", "--no-input", "--target", str(site), "-r",
+                              str(requirements)])
+        outcome = self._supervise(self._container.phase(command, self.layout.code_dir, env, self.out), spec)
+        if outcome.reason == "exit" and outcome.code != 0:
+            outcome.error = f"{REQUIREMENTS}: could not install it in the container: pip exited with code " \
+                            f"{outcome.code} (see the log)"
+            self.out.note(outcome.error)
+        if outcome.reason != "exit" or outcome.code != 0:
+            return outcome
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), env.get("PYTHONPATH")) if p)
         return None
 
     def _fetch_code(self, job_id: str, spec: JobSpec) -> None:
@@ -607,6 +681,11 @@ def _user_base_env(environ: Mapping[str, str]) -> dict[str, str]:
     if kept:
         env["PYTHONPATH"] = os.pathsep.join(kept)
     return env
+
+
+def _outermost(paths: list[Path]) -> tuple[Path, ...]:
+    """The paths not inside another of them: one bind mount each."""
+    return tuple(sorted({p for p in paths if not any(p != q and p.is_relative_to(q) for q in paths)}))
 
 
 def _int(value: str | None) -> int | None:

@@ -19,21 +19,28 @@ def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def wait_stopped(pgid: int, timeout: float = 2.0) -> bool:
-    """Wait until every process of the group has stopped (a SIGSTOP takes effect when each next runs, and a
-    write in progress finishes first); False if one still runs after timeout."""
+def _stat(pid: str | int) -> list[str] | None:
+    """state ppid pgrp ... of a process (comm may hold spaces), or None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2:].split()
+
+
+def wait_stopped(pgid: int | None, timeout: float = 2.0, pids: Callable[[], list[int]] | None = None) -> bool:
+    """Wait until every process of the group (or every one `pids` lists) has stopped (a SIGSTOP takes effect
+    when each next runs, and a write in progress finishes first); False if one still runs after timeout."""
     deadline = time.monotonic() + timeout
     while True:
+        if pids is not None:
+            candidates: list[str | int] = list(pids())
+        else:
+            candidates = [e for e in os.listdir("/proc") if e.isdigit()] if os.path.isdir("/proc/self") else []
         running = False
-        for entry in os.listdir("/proc") if os.path.isdir("/proc/self") else []:
-            if not entry.isdigit():
-                continue
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2:].split()  # state ppid pgrp ...; comm may hold spaces
-            if int(fields[2]) == pgid and fields[0] not in "TtZXx":
+        for entry in candidates:
+            fields = _stat(entry)
+            if fields and (pids is not None or int(fields[2]) == pgid) and fields[0] not in "TtZXx":
                 running = True
                 break
         if not running:
@@ -44,9 +51,12 @@ def wait_stopped(pgid: int, timeout: float = 2.0) -> bool:
 
 
 class UserProcess:
-    def __init__(self, command: str, cwd: Path, env: dict[str, str], out: OutputLog) -> None:
+    """argv, or a shell command (bash -c), in a session of its own."""
+
+    def __init__(self, command: str | list[str], cwd: Path, env: dict[str, str], out: OutputLog) -> None:
         # A new session makes the shell a process-group leader: signals reach everything it started.
-        self._proc = subprocess.Popen(["bash", "-c", command], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+        argv = ["bash", "-c", command] if isinstance(command, str) else command
+        self._proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         self._pump = threading.Thread(target=self._read, args=(out,), name="output-pump", daemon=True)
         self._pump.start()
@@ -80,17 +90,24 @@ class UserProcess:
         return exit_code(code)
 
     def _signal(self, sig: signal.Signals, frozen: Callable[[], None] | None = None) -> None:
+        if frozen is None:
+            self._send(sig)
+            return
+        self._send(signal.SIGSTOP)
+        try:
+            self._wait_stopped()
+            frozen()
+        finally:  # a stopped process only acts on SIGTERM once continued; SIGKILL ends it either way
+            self._send(sig)
+            self._send(signal.SIGCONT)
+
+    def _send(self, sig: signal.Signals) -> None:
+        """Signal the job's processes: the session's group."""
         with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is already gone
-            if frozen is None:
-                os.killpg(self._proc.pid, sig)
-                return
-            os.killpg(self._proc.pid, signal.SIGSTOP)
-            try:
-                wait_stopped(self._proc.pid)
-                frozen()
-            finally:  # a stopped process only acts on SIGTERM once continued; SIGKILL ends it either way
-                os.killpg(self._proc.pid, sig)
-                os.killpg(self._proc.pid, signal.SIGCONT)
+            os.killpg(self._proc.pid, sig)
+
+    def _wait_stopped(self) -> None:
+        wait_stopped(self._proc.pid)
 
     def _finish(self) -> None:
         # Leftover background children would hold the pipe open and outlive the job: kill the group,

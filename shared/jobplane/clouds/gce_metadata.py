@@ -8,6 +8,7 @@ single VMs) as both labels and attributes. A bulk-inserted VM's rank is its name
 
 from __future__ import annotations
 
+import json
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -84,6 +85,16 @@ class GceMetadata:
         if not value:
             raise MetadataError("the metadata server gave no identity token")
         return value
+
+    def registry_login(self, host: str) -> tuple[str, str] | None:
+        """Artifact Registry (and Container Registry) take the VM's access token as a password; any other
+        registry is pulled from anonymously (None)."""
+        if not (host.endswith("-docker.pkg.dev") or host == "gcr.io" or host.endswith(".gcr.io")):
+            return None
+        value = self.get("instance/service-accounts/default/token")
+        if not value:
+            raise MetadataError("the metadata server gave no access token")
+        return "oauth2accesstoken", str(json.loads(value)["access_token"])
 
     def private_ip(self) -> str:
         return self._required("instance/network-interfaces/0/ip")

@@ -80,15 +80,24 @@ def job_role_statements(registry_arn: str, prefix: str, partition: str,
     return statements + ([data] if data else [])
 
 
-def vm_role_statements(vend_function_arn: str, partition: str, data_buckets: Sequence[str]) -> list[Statement]:
-    """The VM's own identity: ask the vending function (through its IAM-authenticated URL only) and read input
-    data. Nothing in the registry: the bootstrap fetches the agent through URLs the launcher presigned."""
+def vm_role_statements(vend_function_arn: str, partition: str, data_buckets: Sequence[str],
+                       container_repositories: Sequence[str] = ()) -> list[Statement]:
+    """The VM's own identity: ask the vending function (through its IAM-authenticated URL only), read input
+    data and pull job containers from the ECR repositories named (ARNs). Nothing in the registry: the bootstrap
+    fetches the agent through URLs the launcher presigned."""
     statements: list[Statement] = [
         {"Sid": "AskTheVendingFunctionForTheJobsCredentials", "Effect": "Allow",
          "Action": "lambda:InvokeFunctionUrl", "Resource": vend_function_arn,
          "Condition": {"StringEquals": {"lambda:FunctionUrlAuthType": "AWS_IAM"}}},
     ]
     data = data_bucket_statement(partition, data_buckets)
+    if container_repositories:
+        # GetAuthorizationToken has no resource-level permissions: "*" is the only possible resource
+        statements += [{"Sid": "LogInToEcr", "Effect": "Allow", "Action": "ecr:GetAuthorizationToken", "Resource": "*"},
+                       {"Sid": "PullJobContainers", "Effect": "Allow",
+                        "Action": ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer",
+                                   "ecr:BatchCheckLayerAvailability"],
+                        "Resource": list(container_repositories)}]
     return statements + ([data] if data else [])
 
 
