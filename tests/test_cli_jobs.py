@@ -27,7 +27,8 @@ from click.testing import CliRunner, Result
 from moto import mock_aws
 
 from jobplane import jobs, keys
-from jobplane.cli import StatusLine, cli
+from jobplane.cli import cli
+from jobplane.cli.follow import StatusLine
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_DEPLOYMENT, TAG_JOB_ID, TAG_MANAGED
 from jobplane.clouds.gce_metadata import gce_key
 from jobplane.clouds.gcp import deployment_label, name_prefix

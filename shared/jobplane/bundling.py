@@ -73,7 +73,7 @@ def source_files(base: Path = PACKAGE) -> list[Path]:
 
 # What no deployment ships (agent bundles, the Lambda asset, the Cloud Functions source): the CLI and what builds
 # its backends, the local cloud with its fakes and its moto helpers, this builder, the in-memory store of tests.
-NEVER_SHIPPED = ("cli.py", "backend.py", "bundling.py", "local/", "clouds/aws_local.py", "clouds/memory.py")
+NEVER_SHIPPED = ("cli/", "backend.py", "bundling.py", "local/", "clouds/aws_local.py", "clouds/memory.py")
 # Each cloud's adapters: what is shipped for one cloud never carries the other's.
 ADAPTERS = {"aws": ("clouds/aws.py", "clouds/aws_ecr.py", "clouds/aws_imds.py", "clouds/aws_vend.py", "clouds/s3.py",
                     "clouds/sns.py", "vending/aws_iam.py", "vending/aws.py"),

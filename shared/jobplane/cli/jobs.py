@@ -1,0 +1,233 @@
+"""The commands of a job's life: submit, ls, describe, logs, wait and cancel."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from jobplane import cost, jobs, jobview, metricview
+from jobplane.cli.connect import cloud_errors, connect, registry_options
+from jobplane.cli.follow import follow_job
+from jobplane.cli.params import DurationType, HyperparameterType
+from jobplane.jobview import COLUMNS, display, header, view_row
+from jobplane.registry import utcnow
+from jobplane.spec import spec_to_json
+from jobplane.states import State
+
+
+@click.command()
+@click.argument("spec_file", metavar="SPEC", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--code", "code_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Directory to tar, upload and unpack as the job's working directory.")
+@click.option("--id", "job_id", help="Job id (default: from the spec's name and the time).")
+@click.option("--hp", "hps", multiple=True, type=HyperparameterType(),
+              help="Set a hyperparameter, over the spec's (repeatable): --hp lr=0.02 --hp epochs=20.")
+@click.option("--owner", envvar="JOBPLANE_OWNER",
+              help="Submit as this owner: to queue/OWNER/ (env JOBPLANE_OWNER; default: the spec's owner).")
+@click.option("-f", "--follow", is_flag=True, help="Then follow it as `logs -f` does and exit with its outcome.")
+@click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between polls with -f.")
+@registry_options
+@cloud_errors
+def submit(spec_file: Path, code_dir: Path | None, job_id: str | None, hps: tuple[tuple[str, Any], ...],
+           owner: str | None, follow: bool, interval: float, **conn: str | None) -> None:
+    """Submit a job: upload its code (with a progress bar), then drop the spec into queue/.
+
+    \b
+    Prints the job id. From then on the job is listed, described and followed as QUEUED until the
+    launcher takes it (within seconds). With -f, follow it to the end as `logs -f` does, and exit 0
+    SUCCEEDED, 1 FAILED, 3 CANCELLED, 4 TIMED_OUT, 5 STALLED, 6 INVALID, 130 Ctrl-C (never stops the job).
+    With an owner (--owner, else the spec's), the spec goes to queue/OWNER/ and the code to code/OWNER/,
+    the places the platform's IAM lets that team write; quotas count by it.
+    Example:
+      jobplane submit examples/demo.yaml --code examples/train -f
+      jobplane submit examples/sagemaker.yaml --code examples/sagemaker --hp epochs=20 --hp lr=0.02
+    """
+    sub = jobs.plan_submission(spec_file, spec_file.read_text(), code_dir=code_dir, job_id=job_id,
+                               hyperparameters=dict(hps), owner=owner)
+    backend = connect(**conn)
+
+    def bundled(files: int, uri: str) -> None:
+        click.echo(f"code: {files} files from {sub.code_dir} -> {uri}", err=True)
+
+    job_id = jobs.submit(backend, sub, on_bundle=bundled)
+    click.echo(job_id)
+    if follow:
+        sys.exit(follow_job(backend, job_id, jobs.Goal.TERMINAL, interval=interval, logs=True))
+
+
+@click.command(name="ls")
+@click.option("--all", "include_done", is_flag=True, help="Include finished jobs and rejected (INVALID) drops.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@registry_options
+@cloud_errors
+def ls_cmd(include_done: bool, as_json: bool, **conn: str | None) -> None:
+    """List live jobs, queued ones included (or all with --all): state, attempt, nodes, type, spot, age,
+    runtime, estimated cost, restarts, reason.
+
+    \b
+    A job still in queue/ shows as QUEUED, its age the time it has waited. The cost is an estimate (~):
+    instance time at the price recorded at launch (`jobplane cost` sums it).
+    Example:
+      jobplane ls --all
+    """
+    rows = jobs.list_rows(connect(**conn).reg, include_done)
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    table = Table(box=None, header_style="bold")
+    for col in COLUMNS:
+        table.add_column(header(col), overflow="fold")
+    for row in rows:
+        table.add_row(*display(row))
+    Console(width=max(160, shutil.get_terminal_size().columns)).print(table)
+
+
+@click.command()
+@click.argument("job_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (record, events, instances).")
+@registry_options
+@cloud_errors
+def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
+    """Show a job: its record, event history and instances; a queued job's spec and time waited.
+
+    \b
+    Example:
+      jobplane describe demo-1122-113005-ab12
+    """
+    backend = connect(**conn)
+    view = jobs.find(backend.reg, job_id)
+    record = view.record
+    events = backend.reg.events(job_id) if record else []
+    trained = metricview.series(jobs.read_metrics(backend.reg, job_id)) if record else []
+    instances = [asdict(i) for i in backend.compute().list_managed()
+                 if i.job_id == job_id] if record and record.instances else []
+    now = utcnow()
+    checkpoint = jobs.newest_checkpoint(backend.reg, job_id) if record else None
+    if as_json:
+        job = record.model_dump(mode="json", exclude={"last_event"}) if record else {  # "events" has it
+            "id": view.id, "state": view.state, "since": view.since.isoformat(),
+            "waited": (now - view.since).total_seconds(), "reason": view.reason, "drop": view.drop,
+            "spec": spec_to_json(view.spec) if view.spec else None}
+        spent = cost.as_json(cost.job_cost(record, now)) if record else None
+        click.echo(json.dumps({"job": job, "events": events, "instances": instances, "cost": spent,
+                                "metrics": [metricview.summary(s) for s in trained],
+                                "checkpoint": asdict(checkpoint) if checkpoint else None}, indent=1, default=str))
+        return
+    console = Console()
+    for col, cell in zip(COLUMNS, display(view_row(view, now)), strict=True):
+        console.print(f"[bold]{col:>14}[/bold]  {cell}", highlight=False)
+    if record is None:
+        where = f"in {view.drop}, not yet taken by the launcher" if view.drop else "rejected, never recorded"
+        console.print(f"[bold]{'status':>14}[/bold]  {jobview.status(view, now).text} ({where})", highlight=False)
+        if view.spec:
+            console.print(f"[bold]{'spec':>14}[/bold]", highlight=False)
+            console.print(yaml.safe_dump(spec_to_json(view.spec), sort_keys=False).rstrip(), highlight=False)
+        return
+    console.print(f"[bold]{'instances':>14}[/bold]  {', '.join(record.instances) or '-'}")
+    if record.spec.retry is not None and record.spec.retry.max:  # the errors retried, apart from the restarts
+        console.print(f"[bold]{'retries':>14}[/bold]  {record.retries} of {record.spec.retry.max}", highlight=False)
+    for used in record.usage:  # what each attempt ran on, and its estimated cost
+        console.print(f"[bold]{'usage':>14}[/bold]  {cost.describe_attempt(used, now)} (estimated)", highlight=False)
+    if checkpoint is not None or record.state == State.RUNNING:
+        console.print(f"[bold]{'checkpoint':>14}[/bold]  {checkpoint.describe(now) if checkpoint else 'none yet'}",
+                      highlight=False)
+    for i, s in enumerate(trained):  # the last values; `jobplane metrics` has the rest
+        console.print(f"[bold]{'metrics' if i == 0 else '':>14}[/bold]  {s.name} {metricview.last_line(s)}",
+                      highlight=False)
+    table = Table("TIME", "EVENT", "DETAIL", box=None, header_style="bold", title="events", title_justify="left")
+    for ev in events:
+        detail = {k: v for k, v in ev.items() if k not in ("time", "kind", "spec")}
+        table.add_row(str(ev.get("time", ""))[:23], str(ev.get("kind", "")), json.dumps(detail, default=str))
+    console.print(table)
+    if instances:
+        itable = Table("INSTANCE", "STATE", "RANK", "ATTEMPT", "TYPE", "ZONE", box=None, header_style="bold")
+        for inst in instances:
+            itable.add_row(*(str(inst[k]) for k in ("id", "state", "rank", "attempt", "instance_type", "zone")))
+        console.print(itable)
+
+
+@click.command()
+@click.argument("job_id", metavar="ID")
+@click.option("-f", "--follow", is_flag=True,
+              help="Wait for the job to start, print its output as it comes, exit with its outcome.")
+@click.option("--rank", type=int, help="Only this node's output (default: every rank).")
+@click.option("--attempt", type=int, help="Only this attempt (default: every attempt).")
+@click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between polls with -f.")
+@registry_options
+@cloud_errors
+def logs(job_id: str, follow: bool, rank: int | None, attempt: int | None, interval: float,
+         **conn: str | None) -> None:
+    """Print a job's output (uploaded by its agent in chunks), optionally following it.
+
+    \b
+    Lines are prefixed [attempt/rank] when the job has several nodes or attempts. With -f, a status line
+    on stderr says where the job is (queued 3s, launching attempt 1, running on i-...) until it ends;
+    then it exits 0 SUCCEEDED, 1 FAILED, 3 CANCELLED, 4 TIMED_OUT, 5 STALLED, 6 INVALID, or 130 on
+    Ctrl-C (which stops following, never the job).
+    Example:
+      jobplane logs demo-1122-113005-ab12 -f
+    """
+    backend = connect(**conn)
+    if follow:
+        sys.exit(follow_job(backend, job_id, jobs.Goal.TERMINAL, interval=interval, logs=True, attempt=attempt,
+                            rank=rank))
+    view = jobs.find(backend.reg, job_id)
+    chunks = jobs.LogReader(backend.reg, job_id, attempt, rank).new()
+    for chunk in chunks:
+        tag = (view.num_nodes > 1 and rank is None) or (attempt is None and view.attempt > 1)
+        text = jobs.tagged(chunk) if tag else chunk.text
+        click.echo(text, nl=not text.endswith("\n") and bool(text))
+    if not chunks and not view.terminal:
+        click.echo(f"job {job_id}: {jobview.status(view, utcnow()).text}; no output yet (-f waits for it)", err=True)
+
+
+@click.command()
+@click.argument("job_id", metavar="ID")
+@click.option("--for", "goal", type=click.Choice([g.value for g in jobs.Goal]), default=jobs.Goal.TERMINAL.value,
+              show_default=True, help="running: until it runs (or already ended); terminal: until it ends.")
+@click.option("--timeout", type=DurationType(), help="Give up after this long (90s, 10m, 2h): exit 124.")
+@click.option("--interval", type=float, default=2.0, show_default=True, help="Seconds between polls.")
+@registry_options
+@cloud_errors
+def wait(job_id: str, goal: str, timeout: int | None, interval: float, **conn: str | None) -> None:
+    """Wait until a job runs or ends, showing its status on stderr; for scripts and CI pipelines.
+
+    \b
+    Exit codes: 0 SUCCEEDED (or running, with --for running), 1 FAILED, 3 CANCELLED, 4 TIMED_OUT,
+    5 STALLED, 6 INVALID, 124 --timeout passed first, 130 Ctrl-C (stops waiting, never the job).
+    Example:
+      jobplane wait demo-1122-113005-ab12 --for running --timeout 10m && jobplane logs demo-1122-113005-ab12 -f
+    """
+    sys.exit(follow_job(connect(**conn), job_id, jobs.Goal(goal), interval=interval, timeout=timeout))
+
+
+@click.command()
+@click.argument("job_id", metavar="ID")
+@click.option("--force", is_flag=True,
+              help="Also terminate the job's instances now, skipping the graceful stop and final sync.")
+@registry_options
+@cloud_errors
+def cancel(job_id: str, force: bool, **conn: str | None) -> None:
+    """Cancel a job: mark it CANCELLED and ask its agents to stop (they checkpoint, sync and power off).
+
+    \b
+    A job that has not started (queued, launching, waiting for capacity) never runs: any instance
+    launched for it is terminated at once. A running job's instances that do not stop are terminated by
+    the sweeper; --force terminates them at once.
+    Example:
+      jobplane cancel demo-1122-113005-ab12
+    """
+    backend = connect(**conn)
+    done = jobs.cancel(backend.reg, job_id, force=force, compute=backend.compute)
+    if done.terminated:
+        click.echo(f"terminated {', '.join(done.terminated)}", err=True)
+    click.echo(f"{job_id} CANCELLED" + (" before launch" if done.before_launch else ""))

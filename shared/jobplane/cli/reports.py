@@ -1,0 +1,106 @@
+"""The commands that sum up jobs: the training metrics a job printed, and the estimated cost of instance time."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import timedelta
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from jobplane import cost, jobs, metricview
+from jobplane.cli.connect import UserError, cloud_errors, connect, registry_options
+from jobplane.cli.params import DurationType
+from jobplane.registry import utcnow
+from jobplane.spec import format_duration
+
+
+@click.command(name="metrics")
+@click.argument("job_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON, every point included.")
+@click.option("--plot", "plot_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write a PNG line chart, one panel per metric (needs matplotlib: "
+                   "pip install 'jobplane[plot]').")
+@click.option("--rank", type=int, help="This node's metrics (default: each from the lowest rank that printed it).")
+@click.option("--attempt", type=int, help="Only this attempt (default: every attempt).")
+@registry_options
+@cloud_errors
+def metrics_cmd(job_id: str, as_json: bool, plot_file: Path | None, rank: int | None, attempt: int | None,
+                **conn: str | None) -> None:
+    """Show the training metrics a job's agents read from its output: last value, min, max, points, and
+    the trend across attempts (| between attempts, ! a NaN or Inf).
+
+    \b
+    The metrics are the spec's `metrics` (SageMaker's MetricDefinitions), else loss, accuracy,
+    learning_rate and step as the output prints them (`step 10 loss 0.5`, `loss=0.5`, `'loss': 0.5`).
+    Example:
+      jobplane metrics demo-1122-113005-ab12 --plot loss.png
+    """
+    backend = connect(**conn)
+    view = jobs.find(backend.reg, job_id)
+    trained = metricview.series(jobs.read_metrics(backend.reg, job_id, attempt, rank), rank)
+    if as_json:
+        click.echo(json.dumps({"job_id": job_id, "state": view.state,
+                               "metrics": [metricview.summary(s, points=True) for s in trained]}, indent=1))
+    elif trained:
+        table = Table(*metricview.COLUMNS, box=None, header_style="bold")
+        for s in trained:
+            table.add_row(*metricview.cells(s))
+        Console(width=max(120, shutil.get_terminal_size().columns)).print(table, highlight=False)
+    else:
+        click.echo(f"job {job_id} ({view.state}): no metrics yet" + (
+            "" if view.terminal else "; they come with its log chunks"), err=True)
+    if plot_file is not None:
+        if not trained:
+            raise UserError(f"no metrics to plot for {job_id}")
+        from jobplane.plot import PlotUnavailable, plot
+
+        try:
+            drawn = plot(trained, plot_file, f"{job_id} ({view.state})")
+        except PlotUnavailable as exc:
+            raise UserError(str(exc)) from None
+        click.echo(f"wrote {plot_file}: " + ", ".join(f"{name} {n} points" for name, n in drawn.items()), err=True)
+
+
+@click.command(name="cost")
+@click.option("--since", type=DurationType(), help="Only instance time in this last stretch (24h, 7d); default: "
+                                                   "all time.")
+@click.option("--by", default="job", show_default=True,
+              help="Group by job, owner, type (instance type), market (spot or on-demand, per attempt), label "
+                   "(each key=value) or label:KEY.")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
+@registry_options
+@cloud_errors
+def cost_cmd(since: int | None, by: str, as_json: bool, **conn: str | None) -> None:
+    """Estimated cost of jobs' instance time, summed by job, owner, instance type, market or label.
+
+    \b
+    Each attempt's instances count from launch to the end of the attempt (at least a minute each), at the
+    hourly price recorded at launch: EC2's Spot price history, else the policy's prices, else the price
+    table jobplane ships. Disks, addresses, data transfer and storage are not included: an estimate.
+    Examples:
+      jobplane cost --since 7d --by owner
+      jobplane cost --by label:team --json
+    """
+    if by not in cost.GROUPS and not by.startswith("label:"):
+        raise click.BadParameter(f"{by!r}: use one of {', '.join(cost.GROUPS)} or label:KEY", param_hint="--by")
+    now = utcnow()
+    start = now - timedelta(seconds=since) if since else None
+    rows = jobs.cost_rows(connect(**conn).reg, by, start, now)
+    if as_json:
+        click.echo(json.dumps([row.as_json(by) for row in rows], indent=1))
+        return
+    table = Table(box=None, header_style="bold", show_footer=bool(rows))
+    total = sum((row.cost for row in rows), cost.Cost())
+    for name, footer in ((by.upper(), "TOTAL" if by != "label" else ""), ("JOBS", ""),
+                         ("INSTANCE HOURS", f"{total.instance_hours:.2f}" if by != "label" else ""),
+                         ("EST. COST", cost.money(total) if by != "label" else "")):
+        table.add_column(name, footer=footer)
+    for row in rows:
+        table.add_row(row.group, str(row.jobs), f"{row.cost.instance_hours:.2f}", cost.money(row.cost))
+    Console().print(table)
+    click.echo(f"estimated: instance time x hourly price{f' over the last {format_duration(since)}' if since else ''}"
+               "; disks, addresses and transfer not included", err=True)

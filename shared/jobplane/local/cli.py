@@ -1,0 +1,152 @@
+"""`jobplane local ...`: start the local cloud, and do to it what a cloud does (preempt, kill, a stray instance,
+a function that stops running). Registered on the `jobplane` group by jobplane.cli; never deployed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+state_dir_option = click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+                                help="Where the local cloud keeps its state (env JOBPLANE_LOCAL_STATE; "
+                                     "default .jobplane).")
+
+
+@click.group()
+def local() -> None:
+    """Run the whole control plane on this machine: moto for AWS (or fakes of GCS and Compute Engine for
+    GCP), local processes as VMs.
+
+    \b
+    Example:
+      jobplane local up            # shell 1, until Ctrl-C (--cloud gcp: the GCP one)
+      source .jobplane/env.sh      # shell 2
+      jobplane submit examples/demo.yaml --code examples/train
+    """
+
+
+def control(state: Path | None, action: str, body: dict[str, Any]) -> Any:
+    from jobplane.local.control import ControlError, call, state_dir
+
+    try:
+        return call(state_dir(state), action, body)
+    except ControlError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def no_running_instance(job_id: str, rank: int | None) -> click.ClickException:
+    """The one-line error (exit 1) of a preempt or kill that finds nothing to hit."""
+    return click.ClickException(f"job {job_id} has no running instance"
+                                + (f" with rank {rank}" if rank is not None else ""))
+
+
+@local.command()
+@click.option("--cloud", type=click.Choice(["aws", "gcp"]), default="aws", show_default=True,
+              help="aws: moto, EC2 instances, Lambda handlers; gcp: the GCS and Compute Engine fakes, GCE VMs, Cloud "
+                   "Functions through functions-framework.")
+@click.option("--port", type=int, default=5055, show_default=True,
+              help="Port of the cloud's API: moto's, or the GCS fake's (Compute Engine's: the next one); 0: any free.")
+@click.option("--tick", type=float, default=1.0, show_default=True,
+              help="Seconds between runner/trigger passes; scheduled functions run every max(tick, 2) s.")
+@state_dir_option
+def up(cloud: str, port: int, tick: float, state_dir: Path | None) -> None:
+    """Start the local cloud in the foreground; print the exports a second shell needs. Ctrl-C stops it all.
+
+    \b
+    Example:
+      jobplane local up --cloud gcp --port 5055 --tick 1
+    """
+    from jobplane.local.cloud import up as run_up
+    from jobplane.local.control import state_dir as default_state_dir
+
+    try:
+        run_up(default_state_dir(state_dir), port, tick, cloud)
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@local.command()
+@click.argument("job_id", metavar="JOB")
+@click.option("--rank", type=int, help="Only this rank's instance (default: every instance of the job).")
+@click.option("--grace", type=float, default=10, show_default=True,
+              help="Seconds between the Spot notice and the end of the VM (EC2 gives 120, GCE about 30).")
+@state_dir_option
+def preempt(job_id: str, rank: int | None, grace: float, state_dir: Path | None) -> None:
+    """Reclaim a job's Spot VMs the way the cloud does: EC2's notice in IMDS and EventBridge, then termination;
+    GCE's instance/preempted and its shutdown-script, then deletion.
+
+    \b
+    Example:
+      jobplane local preempt demo-1122-113005-ab12 --grace 5
+    """
+    hit = control(state_dir, "preempt", {"job_id": job_id, "rank": rank, "grace": grace})
+    if not hit:
+        raise no_running_instance(job_id, rank)
+    for item in hit:
+        click.echo(f"{item['instance_id']} (rank {item['rank']}): notice {item['notice']}")
+
+
+@local.command()
+@click.argument("job_id", metavar="JOB")
+@click.option("--rank", type=int, help="Only this rank's instance (default: every instance of the job).")
+@state_dir_option
+def kill(job_id: str, rank: int | None, state_dir: Path | None) -> None:
+    """Kill a job's instance without warning, like a VM that dies: processes killed, instance terminated.
+
+    \b
+    Example:
+      jobplane local kill two-node-1122-113005-ab12 --rank 1
+    """
+    hit = control(state_dir, "kill", {"job_id": job_id, "rank": rank})
+    if not hit:
+        raise no_running_instance(job_id, rank)
+    click.echo(" ".join(hit))
+
+
+@local.command()
+@click.option("--unmanaged", is_flag=True, help="No jobplane:managed tag: jobplane must never touch it.")
+@click.option("--job", "job_id", help="Tag it with this job id (default: none, an orphan).")
+@click.option("--user-data", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Script the instance runs (default: none, the VM idles).")
+@state_dir_option
+def instance(unmanaged: bool, job_id: str | None, user_data: Path | None, state_dir: Path | None) -> None:
+    """Start an instance by hand (as a user would, outside jobplane); print its id.
+
+    \b
+    Example:
+      jobplane local instance              # managed but no job: the sweeper should reap it
+      jobplane local instance --unmanaged  # not ours: must survive every sweep
+    """
+    body = {"managed": not unmanaged, "job_id": job_id, "user_data": user_data.read_text() if user_data else ""}
+    click.echo(control(state_dir, "instances", body)["instance_id"])
+
+
+@local.command()
+@click.argument("function")
+@click.option("--resume", is_flag=True, help="Deliver its events and schedules again.")
+@state_dir_option
+def pause(function: str, resume: bool, state_dir: Path | None) -> None:
+    """Stop a function from running, as if it failed every time: see what the rest and the cloud do without it.
+
+    \b
+    Nothing is delivered to it (its events are not kept for later); the scheduled runs catch up on resume.
+    Example:
+      jobplane local pause uptime_cap      # GCE's own maxRunDuration is then the only uptime cap
+      jobplane local pause uptime_cap --resume
+    """
+    paused = control(state_dir, "pause", {"function": function, "paused": not resume})["paused"]
+    click.echo(f"paused: {', '.join(paused) or 'none'}")
+
+
+@local.command()
+@state_dir_option
+def status(state_dir: Path | None) -> None:
+    """Show the running local cloud's instances and function invocations as JSON.
+
+    \b
+    Example:
+      jobplane local status
+    """
+    click.echo(json.dumps(control(state_dir, "status", {}), indent=1))
