@@ -34,12 +34,14 @@ PYTEST_ARGS ?= -n 4 --dist loadscope
 pytest: $(STAMP) local-images
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-# The local cloud's stock Debian 12 image (debootstrap, python3 only) and the wheels its package index serves
-# its jobs' requirements.txt from (numpy, pip, setuptools, wheel), cached in ~/.cache/jobplane outside the repo:
-# a few minutes the first time, from Debian's mirror and PyPI. Never fails the build: the scenario tests that
-# need them skip, saying why.
+# The local cloud's stock Debian 12 image (debootstrap, python3 only), its Debian 12 + podman image (the stock one
+# plus Debian's podman), the OCI image of the stock one its container registry serves (jobplane/debian:12), and
+# the wheels its package index serves its jobs' requirements.txt from (numpy, pip, setuptools, wheel), cached in
+# ~/.cache/jobplane outside the repo: a few minutes the first time, from Debian's mirror and PyPI. Never fails the
+# build: the scenario tests that need them skip, saying why.
 local-images: local-index
 	$(BIN)/python -m jobplane.local.rootfs build
+	$(BIN)/python -m jobplane.local.oci_registry build
 
 local-index: $(STAMP)
 	$(BIN)/python -m jobplane.local.package_index fill

@@ -26,7 +26,8 @@ def errors(text: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("image", [
-    "python:3.12", "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime", "123456789012.dkr.ecr.us-east-1.amazonaws.com/train:v3",
+    "python:3.12", "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime",
+    "123456789012.dkr.ecr.us-east-1.amazonaws.com/train:v3",
     "us-central1-docker.pkg.dev/proj/repo/train@sha256:" + "a" * 64, "127.0.0.1:5000/jobplane/debian:12", "localhost/x",
     "docker://nvcr.io/nvidia/pytorch:24.08-py3"])
 def test_image_references_that_runtimes_take(image: str) -> None:

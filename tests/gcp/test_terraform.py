@@ -118,7 +118,8 @@ def test_roles_are_the_least_each_identity_needs(tf: dict[str, dict[str, Any]]) 
                                   "${google_project_iam_custom_role.functions_own_vms.name}",
                                   "roles/eventarc.eventReceiver", "roles/run.invoker", "roles/pubsub.publisher"}
     assert not [role for _, role in grants if role.startswith("roles/compute.")]  # no predefined Compute role
-    assert roles("vms") == {"roles/logging.logWriter", "roles/storage.objectViewer", "roles/run.invoker"}
+    assert roles("vms") == {"roles/logging.logWriter", "roles/storage.objectViewer", "roles/run.invoker",
+                            "roles/artifactregistry.reader"}  # on the container_repositories listed only
     assert roles("scheduler") == {"roles/run.invoker"}
     assert roles("builder") == {"roles/storage.objectViewer", "${each.value}"}
     assert tf["resource"]["google_project_iam_member.builder"]["for_each"] == \

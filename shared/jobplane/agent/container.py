@@ -62,6 +62,8 @@ def container_pids(name: str, proc: Path = Path("/proc")) -> list[int]:
 class ContainerProcess(UserProcess):
     """One phase run in the container `name` (the argv from containers.run_argv)."""
 
+    what = "the container's processes"
+
     def __init__(self, argv: list[str], name: str, runtime: str, cwd: Path, env: dict[str, str],
                  out: OutputLog) -> None:
         self.name, self.runtime = name, runtime
@@ -100,10 +102,11 @@ class Container:
     options: tuple[str, ...]
     mounts: tuple[Path, ...]
     gpus: int
+    path: str  # the VM's PATH, where the runtime's own helpers are
 
     def phase(self, command: str, workdir: Path, env: dict[str, str], out: OutputLog) -> ContainerProcess:
         names = containers.env_names(env)
         argv = containers.run_argv(self.runtime, image=self.image, name=self.name, command=command, workdir=workdir,
                                    mounts=self.mounts, env_names=names, options=self.options, gpus=self.gpus)
-        client_env = {**{k: env[k] for k in names}, "PATH": os.environ.get("PATH", os.defpath)}
+        client_env = {**{k: env[k] for k in names}, "PATH": self.path}
         return ContainerProcess(argv, self.name, self.runtime, workdir, client_env, out)

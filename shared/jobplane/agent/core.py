@@ -331,15 +331,16 @@ class Agent:
         if outcome.reason != "exit":
             return outcome  # preempted or stopped meanwhile
         if outcome.code != 0:
-            outcome.error = f"container.image: could not pull {image} ({Path(runtime).name} pull exited with code " \
-                            f"{outcome.code}; see the log)"
+            outcome.error = f"container.image: could not pull {image}: {self.out.last_line[:300]} " \
+                            f"({Path(runtime).name} pull exited with code {outcome.code})"
             self.out.note(outcome.error)
             return outcome
         lay = self.layout
         self._container = Container(runtime, image, containers.name_for(run.job_id, run.attempt, run.rank),
                                     tuple(spec.container.args),
                                     _outermost([lay.ml_root, lay.local(spec.checkpoint_dir),
-                                                lay.local(spec.artifacts_dir)]), gpu.gpu_count())
+                                                lay.local(spec.artifacts_dir)]), gpu.gpu_count(),
+                                    self.environ.get("PATH", os.defpath))
         return None
 
     def _agent_error(self, why: str) -> Outcome:
@@ -432,7 +433,7 @@ class Agent:
             if interrupt is not None:
                 grace = self._grace(spec, interrupt)
                 cause = f" ({interrupt.signal} received)" if interrupt.signal else ""
-                self.out.note(f"{interrupt.reason}{cause}: SIGTERM to the process group, {grace:.0f} s grace")
+                self.out.note(f"{interrupt.reason}{cause}: SIGTERM to {proc.what}, {grace:.0f} s grace")
                 interrupt.code = proc.terminate(grace, frozen=self._frozen)
                 self._ended_ns = time.time_ns()
                 return interrupt

@@ -24,6 +24,7 @@ class OutputLog:
         self.last_output_at: datetime | None = None  # last line from the user process
         self.step: int | None = None  # the last one seen goes into the heartbeat
         self._output_seq = 0  # bumps on every user line; the output mark compares it
+        self.last_line = ""  # the last line printed: why a tool the agent ran failed, for the exit report
 
     def watch(self, extractor: metrics.Extractor, on_stop: Callable[[str], None]) -> None:
         """Read the job's metrics with extractor from now on; on_stop(why) is called, from the thread that
@@ -41,6 +42,7 @@ class OutputLog:
             self._pending.append(line)
             self.last_output_at = now
             self._output_seq += 1
+            self.last_line = line.decode(errors="replace").strip()
             self.step = extractor.step
             self._points += [metrics.encode(p, now) for p in points]
         self._echo(line)

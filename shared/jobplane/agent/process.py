@@ -53,6 +53,8 @@ def wait_stopped(pgid: int | None, timeout: float = 2.0, pids: Callable[[], list
 class UserProcess:
     """argv, or a shell command (bash -c), in a session of its own."""
 
+    what = "the process group"  # whom its signals reach, as the job's log says
+
     def __init__(self, command: str | list[str], cwd: Path, env: dict[str, str], out: OutputLog) -> None:
         # A new session makes the shell a process-group leader: signals reach everything it started.
         argv = ["bash", "-c", command] if isinstance(command, str) else command

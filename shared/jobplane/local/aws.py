@@ -4,7 +4,8 @@ EventBridge routes (jobplane.local.triggers). Instances live in a VPC inside 127
 
 The image aliases resolve through the same public SSM parameters as on AWS: the local cloud plays their
 publishers, so Canonical's Ubuntu parameters name an AMI that runs on this machine and Debian's name the
-stock Debian 12 image when it is built.
+stock Debian 12 image when it is built. The Debian 12 + podman image, when built, has a parameter of its own
+(PODMAN_PARAMETER: a spec says `image: resolve:ssm:/jobplane/local/debian-12-podman`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's
 DATA_BUCKET = "jobplane-local-data"  # the platform's input data: read-only to jobs, as a data bucket on AWS
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing"}
+PODMAN_PARAMETER = "/jobplane/local/debian-12-podman"
 
 
 class AwsLocalCloud(LocalCloud):
@@ -152,4 +154,9 @@ def publish_images(aws: Any) -> dict[str, Path]:
         return {}
     debian = aws.register_image("debian-12-local", ec2_arch)
     aws.publish_image_parameter(images.ALIASES["debian-12"].aws[arch], debian)
-    return {debian: rootfs.image_dir()}
+    if problem := rootfs.podman_image_problem():
+        log.warning("image debian-12-podman is not available in this local cloud: %s", problem)
+        return {debian: rootfs.image_dir()}
+    podman = aws.register_image("debian-12-podman-local", ec2_arch)
+    aws.publish_image_parameter(PODMAN_PARAMETER, podman)
+    return {debian: rootfs.image_dir(), podman: rootfs.podman_image_dir()}

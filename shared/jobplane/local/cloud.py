@@ -12,7 +12,9 @@ address a job sees is on this machine. On exit every VM process, server and port
 Like a fresh deployment, the registry gets the agent bundle (this machine's variant) and a policy without
 images of its own, so jobs boot through the image aliases: Ubuntu's stand for this machine (the local cloud
 has no Ubuntu), and Debian's for the stock Debian 12 image when it is built (jobplane.local.rootfs). VMs
-install requirements.txt from a package index on loopback (jobplane.local.package_index), never from PyPI.
+install requirements.txt from a package index on loopback (jobplane.local.package_index), never from PyPI, and
+pull container images from a registry on loopback (jobplane.local.oci_registry; its jobplane/debian:12 reference
+is `oci_image` in the state file), never from a public one.
 """
 
 from __future__ import annotations
@@ -135,6 +137,7 @@ class LocalCloud:
         self.functions: Functions | None = None
         self.control: ControlServer | None = None
         self.index: Any = None
+        self.oci_registry: Any = None  # a LocalRegistry, once its image is built
         terminal = sys.stdout  # not whatever sys.stdout is when a thread prints: invocations redirect it
         self.console = Console(self._record, write=lambda text: print(text, file=terminal, flush=True))
         self.reg: Registry | None = None
@@ -202,6 +205,7 @@ class LocalCloud:
         clean(self.state_dir)
         self.index = PackageIndex()
         self.index.start()
+        self._start_oci_registry()
         self.log_stream = (self.state_dir / FUNCTIONS_LOG).open("a", buffering=1)
         functions = self.functions = self.make_functions(self.log_stream)
         self.triggers = TriggerLoop(reg, functions, self.schedule)
@@ -221,6 +225,15 @@ class LocalCloud:
         }).start()
         self._write_state()
 
+    def _start_oci_registry(self) -> None:
+        from jobplane.local import oci_registry
+
+        if problem := oci_registry.image_problem():
+            log.warning("no container registry in this local cloud: %s", problem)
+            return
+        self.oci_registry = oci_registry.LocalRegistry()
+        self.oci_registry.start()
+
     def _record(self, job_id: str) -> Any:
         from jobplane.registry import JobNotFound
 
@@ -232,6 +245,7 @@ class LocalCloud:
     def _write_state(self) -> None:
         state = {"pid": os.getpid(), "cloud": self.cloud, "cloud_id": self.cloud_id,
                  "control_url": self.control.url if self.control else None, "services": self.services(),
+                 "oci_image": self.oci_registry.reference() if self.oci_registry else None,
                  **self.exports}
         (self.state_dir / "env.sh").write_text("".join(f"export {k}={v}\n" for k, v in self.exports.items()))
         tmp = self.state_dir / (STATE_FILE + ".tmp")
@@ -262,6 +276,8 @@ class LocalCloud:
             self.runner.stop_all()
         if self.index is not None:
             self.index.stop()
+        if self.oci_registry is not None:
+            self.oci_registry.stop()
         self.stop_services()
         (self.state_dir / STATE_FILE).unlink(missing_ok=True)
         if self.log_stream is not None:

@@ -11,7 +11,7 @@ exchanges its token at the GCS fake's STS for one downscoped to the job's keys, 
 token's boundary, and lets the VM's own token read only the agent bundles.
 
 Images: the Ubuntu families stand for this machine; Debian 12's family is the stock Debian 12 image when it is
-built (jobplane.local.rootfs).
+built (jobplane.local.rootfs), and PODMAN_IMAGE the Debian 12 + podman image when that is.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ log = logging.getLogger("local-cloud")
 PROJECT = "jobplane-local"
 REGION = "us-central1"
 TOPIC = f"projects/{PROJECT}/topics/jobplane-jobs"
+PODMAN_IMAGE = f"projects/{PROJECT}/global/images/debian-12-podman"  # what a spec's `image:` names
 
 
 class GcpLocalCloud(LocalCloud):
@@ -116,9 +117,15 @@ class GcpLocalCloud(LocalCloud):
 
 
 def local_images() -> dict[str, Path]:
-    """Image family -> root fs: Debian 12's, when its image is built here (any other image is this machine)."""
+    """Image (family) -> root fs: Debian 12's and Debian 12 + podman's, when built here (any other image is this
+    machine)."""
     problem = rootfs.image_problem()
     if problem:
         log.warning("image debian-12 is not available in this local cloud: %s", problem)
         return {}
-    return {images.ALIASES["debian-12"].gcp[bundling.host_architecture()]: rootfs.image_dir()}
+    found = {images.ALIASES["debian-12"].gcp[bundling.host_architecture()]: rootfs.image_dir()}
+    if problem := rootfs.podman_image_problem():
+        log.warning("image debian-12-podman is not available in this local cloud: %s", problem)
+    else:
+        found[PODMAN_IMAGE] = rootfs.podman_image_dir()
+    return found
