@@ -38,10 +38,11 @@ class Ec2InstanceDetail(DictWrapper):
 
 
 class Ec2InstanceEvent(EventBridgeEvent):
-    """An EC2 state-change notification or Spot interruption warning (source aws.ec2)."""
+    """An EC2 state-change notification or Spot interruption warning (source aws.ec2). `detail` stays the
+    EventBridge event's plain dict; `instance` is the same detail, typed."""
 
     @property
-    def detail(self) -> Ec2InstanceDetail:  # type: ignore[override]
+    def instance(self) -> Ec2InstanceDetail:
         return Ec2InstanceDetail(self["detail"])
 
 

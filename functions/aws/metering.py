@@ -7,10 +7,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from functions.aws import common
+from jobplane.deployment import Deployment
 
 
 @contextmanager
-def api_calls(env: common.Env) -> Iterator[None]:
+def api_calls(env: Deployment) -> Iterator[None]:
     clients = [c for c in (env.registry.sdk_client, getattr(env.compute, "client", None),
                            getattr(env.notify.notifier, "client", None)) if c]
     count = [0]

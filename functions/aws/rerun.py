@@ -21,9 +21,9 @@ def handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
     warning = events.ec2_event(event, events.SPOT_WARNING)
     with metering.api_calls(env):
         if warning is not None:
-            iid = warning.detail.instance_id
+            iid = warning.instance.instance_id
             result = reconcile.record_spot_warning(env.registry, env.compute, iid, now=utcnow(),
-                                                   detail=warning.detail.raw_event)
+                                                   detail=warning.instance.raw_event)
             return {"instance_id": iid, "result": result}
         outcomes = reconcile.rerun(env.registry, env.compute, now=utcnow(), metrics=common.metrics,
                                    policy=env.policy, dry_run=events.flag(event, "dry_run"), jobs=[job] if job else [])

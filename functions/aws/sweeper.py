@@ -23,6 +23,6 @@ def handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
         outcomes = reconcile.sweep(
             env.registry, env.compute, now=utcnow(), metrics=common.metrics, policy=env.policy,
             dry_run=events.flag(event, "dry_run"), force=events.flag(event, "force"), jobs=[job] if job else [],
-            instance_ids=[changed.detail.instance_id] if changed else [], notify=env.notify,
+            instance_ids=[changed.instance.instance_id] if changed else [], notify=env.notify,
         )
     return reconcile.summary(outcomes)

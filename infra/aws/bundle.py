@@ -107,4 +107,8 @@ def agent_bundles(pythons: Sequence[str]) -> Path:
     key = digest(["aws", *pythons, *bundling.pins(),
                   *(f"{p.relative_to(bundling.PACKAGE)}\n".encode() + p.read_bytes()
                     for p in bundling.package_files("aws"))])
-    return atomic_build(CACHE / f"agent-{key}", lambda tmp: bundling.build_all(tmp, "aws", pythons))
+
+    def build(tmp: Path) -> None:
+        bundling.build_all(tmp, "aws", pythons)
+
+    return atomic_build(CACHE / f"agent-{key}", build)

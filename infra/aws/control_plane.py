@@ -9,7 +9,7 @@ you bring a VPC, one whose egress jobplane:network chooses (public subnets by de
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
@@ -37,10 +37,21 @@ LOG_CHUNK_TAG = LOG_OBJECT_TAG  # the agent tags every log chunk with it
 # worth little: retry briefly, then park it in the DLQ (the depth alarm shows something is wrong).
 EVENT_RETRIES = 2
 EVENT_MAX_AGE = cdk.Duration.hours(1)
+
+
+class FunctionLogging(TypedDict):
+    """The lambda_.Function arguments every function shares (typed, so mypy checks each against Function's)."""
+
+    tracing: lambda_.Tracing
+    logging_format: lambda_.LoggingFormat
+    application_log_level_v2: lambda_.ApplicationLogLevel
+    system_log_level_v2: lambda_.SystemLogLevel
+
+
 # Every function: traced, JSON logs at INFO (its own) and WARN (the platform's)
-LOGGING: dict[str, Any] = {"tracing": lambda_.Tracing.ACTIVE, "logging_format": lambda_.LoggingFormat.JSON,
-                           "application_log_level_v2": lambda_.ApplicationLogLevel.INFO,
-                           "system_log_level_v2": lambda_.SystemLogLevel.WARN}
+LOGGING = FunctionLogging(tracing=lambda_.Tracing.ACTIVE, logging_format=lambda_.LoggingFormat.JSON,
+                          application_log_level_v2=lambda_.ApplicationLogLevel.INFO,
+                          system_log_level_v2=lambda_.SystemLogLevel.WARN)
 UPLOADER_MEMORY_MB = 512  # one BucketDeployment singleton Lambda serves both uploads
 
 
@@ -332,7 +343,10 @@ class JobplaneControlPlane(Construct):
     def bucket_id(self) -> str:
         """The registry's logical id as cdk-nag prints it in findings (<Id.Arn>)."""
         stack = cdk.Stack.of(self)
-        return str(stack.resolve(stack.get_logical_id(self.bucket.node.default_child)))  # type: ignore[arg-type]
+        bucket = self.bucket.node.default_child  # the s3.CfnBucket an s3.Bucket always has
+        if not isinstance(bucket, cdk.CfnElement):
+            raise TypeError(f"the registry bucket's default child is a {type(bucket).__name__}, not a CfnElement")
+        return str(stack.resolve(stack.get_logical_id(bucket)))
 
     def _acknowledge_function_findings(self, role: iam.Role, policy: iam.Policy, spec: FunctionSpec) -> None:
         acknowledge(policy, "AwsSolutions-IAM5[Resource::*]",
