@@ -38,6 +38,7 @@ class ControlPlaneConfig:
     data_buckets: tuple[str, ...] = ()  # buckets VMs may read job inputs from (read-only)
     # ECR repositories (names in the stack's account and region, or ARNs) VMs may pull job containers from
     container_repositories: tuple[str, ...] = ()
+    ssh: bool = False  # VMs reachable through SSM Session Manager (`jobplane ssh`; the policy's access.ssh too)
     # VM Pythons the agent bundles are built for, besides the image aliases' own (3.11, 3.12): add yours
     vm_pythons: tuple[str, ...] = ("3.11", "3.12")
     reserved_concurrency: bool = True  # 1 for the reconcilers; off for accounts at the 10-execution minimum
@@ -70,6 +71,7 @@ class ControlPlaneConfig:
             dashboard=_as_bool(get("dashboard", False)),
             data_buckets=tuple(_as_list(get("dataBuckets", []))),
             container_repositories=tuple(_as_list(get("containerRepositories", []))),
+            ssh=_as_bool(get("ssh", False)),
             vm_pythons=tuple(_as_list(get("vmPythonVersions", list(defaults.vm_pythons)))),
             reserved_concurrency=_as_bool(get("reservedConcurrency", True)),
             log_retention_days=int(get("logRetentionDays", defaults.log_retention_days)),

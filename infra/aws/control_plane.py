@@ -212,12 +212,13 @@ class JobplaneControlPlane(Construct):
     def _vm_policy(self) -> None:
         policy = iam.Policy(self, "VmPolicy", roles=[self.vm_role],
                             statements=permissions.vm_statements(self.vend, self.config.data_buckets,
-                                                                 self.config.container_repositories))
+                                                                 self.config.container_repositories,
+                                                                 self.config.ssh))
         self._acknowledge_data_buckets(policy)
-        if self.config.container_repositories:
+        if self.config.container_repositories or self.config.ssh:
             acknowledge(policy, "AwsSolutions-IAM5[Resource::*]",
-                        "ecr:GetAuthorizationToken supports no resource-level permissions; pulls are limited to "
-                        "the repositories in jobplane:containerRepositories.")
+                        "ecr:GetAuthorizationToken and the SSM agent's Session Manager actions support no "
+                        "resource-level permissions; pulls are limited to jobplane:containerRepositories.")
 
     def _acknowledge_data_buckets(self, policy: iam.Policy) -> None:
         for name in self.config.data_buckets:

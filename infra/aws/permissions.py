@@ -163,7 +163,7 @@ def _statements(documents: Sequence[dict[str, Any]]) -> list[iam.PolicyStatement
 
 
 def vm_statements(vend_function: lambda_.IFunction, data_buckets: Sequence[str],
-                  container_repositories: Sequence[str] = ()) -> list[iam.PolicyStatement]:
+                  container_repositories: Sequence[str] = (), ssh: bool = False) -> list[iam.PolicyStatement]:
     """What a VM's own identity may do: ask the vending function, through its IAM-authenticated URL only, for its
     job's credentials, read the input-data buckets and pull job containers from the ECR repositories named.
     Nothing in the registry: the bootstrap fetches the agent through URLs the launcher presigned, and the agent
@@ -171,7 +171,8 @@ def vm_statements(vend_function: lambda_.IFunction, data_buckets: Sequence[str],
     arns = [name if name.startswith("arn:") else
             f"arn:{cdk.Aws.PARTITION}:ecr:{cdk.Aws.REGION}:{cdk.Aws.ACCOUNT_ID}:repository/{name}"
             for name in container_repositories]
-    return _statements(aws_iam.vm_role_statements(vend_function.function_arn, cdk.Aws.PARTITION, data_buckets, arns))
+    return _statements(aws_iam.vm_role_statements(vend_function.function_arn, cdk.Aws.PARTITION, data_buckets, arns,
+                                                  ssh))
 
 
 def job_statements(bucket: s3.IBucket, prefix: str, data_buckets: Sequence[str]) -> list[iam.PolicyStatement]:

@@ -357,6 +357,20 @@ resource "google_compute_firewall" "jobs_internal" {
   }
 }
 
+# `jobplane ssh` through IAP only, when asked for: no other source reaches a job VM from outside.
+resource "google_compute_firewall" "iap_ssh" {
+  count                   = var.ssh_via_iap ? 1 : 0
+  name                    = "jobplane-iap-ssh"
+  network                 = google_compute_network.jobs.id
+  direction               = "INGRESS"
+  source_ranges           = ["35.235.240.0/20"]
+  target_service_accounts = [google_service_account.vms.email]
+  allow {
+    protocol = "tcp"
+    ports    = ["22"]
+  }
+}
+
 # ---- functions ----------------------------------------------------------------------------------------
 resource "google_cloudfunctions2_function" "launcher" {
   name     = "jobplane-launcher"

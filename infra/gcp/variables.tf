@@ -94,6 +94,12 @@ variable "container_repositories" {
   }
 }
 
+variable "ssh_via_iap" {
+  description = "Let `jobplane ssh` reach job VMs through IAP TCP forwarding: a firewall rule admits IAP's range (35.235.240.0/20) on port 22, to the job VMs only. Who may tunnel is IAM's (roles/iap.tunnelResourceAccessor); the policy's access.ssh must be on too."
+  type        = bool
+  default     = false
+}
+
 variable "submitters" {
   description = "Who submits jobs as which owner: { owner = [members] }, e.g. { vision = [\"group:vision@example.com\"] }. Members create objects only in queue/<owner>/ and code/<owner>/ and read the registry."
   type        = map(list(string))

@@ -81,6 +81,13 @@ class IdleGpuPolicy(_Model):
                             "graceful stop (the job ends STALLED, the reason says idle GPU); off: not watched")
 
 
+class AccessPolicy(_Model):
+    """How people reach a running job's VMs. Who may is the platform team's IAM decision (docs/operations.md)."""
+
+    ssh: bool = Field(False, description="`jobplane ssh`: a shell in a job's VM (AWS: SSM Session Manager, GCP: IAP "
+                                         "TCP forwarding; the deployment must allow it too)")
+
+
 class Policy(_Model):
     allowed_instance_types: list[str] = Field(default_factory=lambda: ["*"], description="glob patterns")
     max_nodes_per_job: int = Field(16, ge=1)
@@ -94,6 +101,7 @@ class Policy(_Model):
     gcp: GcpPlacement = Field(default_factory=GcpPlacement)
     safety: SafetyPolicy = Field(default_factory=SafetyPolicy)
     idle_gpu: IdleGpuPolicy = Field(default_factory=IdleGpuPolicy)
+    access: AccessPolicy = Field(default_factory=AccessPolicy)
     # USD per instance-hour; these win over the price table jobplane ships (jobplane.prices)
     prices: dict[str, float] = Field(default_factory=dict, description="on-demand price per instance type")
     spot_prices: dict[str, float] = Field(default_factory=dict, description="Spot price per instance type, "

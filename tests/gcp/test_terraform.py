@@ -274,6 +274,21 @@ def test_vms_may_pull_containers_from_the_repositories_listed_only(tf: dict[str,
         [True, True, False, False]
 
 
+def test_no_inbound_rule_but_between_the_vms_and_iaps_range_when_ssh_is_asked_for(
+        tf: dict[str, dict[str, Any]]) -> None:
+    from jobplane.shell import IAP_RANGE
+
+    rules = {k: v for k, v in tf["resource"].items() if k.startswith("google_compute_firewall.")}
+    assert set(rules) == {"google_compute_firewall.jobs_internal", "google_compute_firewall.iap_ssh"}
+    internal = rules["google_compute_firewall.jobs_internal"]
+    assert internal["source_service_accounts"] == ["${google_service_account.vms.email}"]
+    assert "source_ranges" not in internal
+    iap = rules["google_compute_firewall.iap_ssh"]
+    assert iap["count"] == "${var.ssh_via_iap ? 1 : 0}" and tf["variable"]["ssh_via_iap"]["default"] is False
+    assert (iap["source_ranges"], iap["target_service_accounts"]) == ([IAP_RANGE], ["${google_service_account.vms.email}"])
+    assert block(iap, "allow") == {"protocol": "tcp", "ports": ["22"]}
+
+
 def test_terraform_validates_with_the_google_provider(tmp_path: Path) -> None:
     """Offline: `terraform init -plugin-dir` needs the hashicorp/google provider on disk (it cannot be
     downloaded here); JOBPLANE_TF_PLUGIN_DIR names a directory laid out as terraform's plugin cache."""

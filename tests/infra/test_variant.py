@@ -22,7 +22,7 @@ def variant(tmp_path_factory: pytest.TempPathFactory) -> Synth:
         "jobplane:vpcId": "vpc-0123abcd", "jobplane:subnetIds": ",".join(SUBNETS), "jobplane:root": "team-a",
         "jobplane:reservedConcurrency": "false", "jobplane:sweepSchedule": "rate(2 minutes)",
         "jobplane:bucketName": "acme-jobplane", "jobplane:dashboard": "true",
-        "jobplane:containerRepositories": "train",
+        "jobplane:containerRepositories": "train", "jobplane:ssh": "true",
     })
     return synthesize(tmp_path_factory.mktemp("cdk.out-variant"), context, nag=True)
 
@@ -92,3 +92,22 @@ def test_vms_pull_job_containers_from_the_named_ecr_repositories_only(variant: S
                                                   ":", {"Ref": "AWS::AccountId"}, ":repository/train"]]}
     assert allows(sts, Request("ecr:GetAuthorizationToken", "*"))
     assert not any("ecr:PutImage" in json.dumps(s) or "ecr:*" in json.dumps(s) for s in sts)
+
+
+def test_with_ssh_the_vm_role_alone_gets_session_manager_and_no_port_opens(variant: Synth) -> None:
+    vm_role = variant.logical_id("AWS::IAM::Role", "VmRole")
+    (session,) = [s for s in role_statements(variant.template, vm_role) if s.get("Sid") == "SessionManager"]
+    assert sorted(session["Action"]) == ["ssm:UpdateInstanceInformation", "ssmmessages:CreateControlChannel",
+                                         "ssmmessages:CreateDataChannel", "ssmmessages:OpenControlChannel",
+                                         "ssmmessages:OpenDataChannel"]
+    granting = [p["Properties"] for kind in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")
+                for p in variant.resources(kind).values()
+                if "ssmmessages:" in json.dumps(p["Properties"]["PolicyDocument"])]
+    assert [p["Roles"] for p in granting] == [[{"Ref": vm_role}]]  # one policy, on the VM role only
+    assert "ssm" not in json.dumps([r["Properties"].get("ManagedPolicyArns", [])  # AmazonSSMManagedInstanceCore
+                                    for r in variant.resources("AWS::IAM::Role").values()]).lower()
+    ingress = [r["Properties"] for r in variant.resources("AWS::EC2::SecurityGroupIngress").values()]
+    for sg in variant.resources("AWS::EC2::SecurityGroup").values():
+        ingress += sg["Properties"].get("SecurityGroupIngress", [])
+    assert ingress and all("SourceSecurityGroupId" in rule and "CidrIp" not in rule and "CidrIpv6" not in rule
+                           for rule in ingress), ingress  # only from the VMs themselves

@@ -216,6 +216,7 @@ class LocalCloud:
         self.control = ControlServer({
             "preempt": lambda b: self.runner.preempt(b["job_id"], b.get("rank"), float(b.get("grace", 10))),
             "kill": lambda b: self.runner.kill(b["job_id"], b.get("rank")),
+            "shell": lambda b: self.runner.shell(str(b["instance_id"])),
             "instances": lambda b: {"instance_id": self.instance_by_hand(
                 bool(b.get("managed", True)), b.get("job_id"), b.get("attempt"), b.get("user_data", ""))},
             "pause": lambda b: {"paused": functions.pause(str(b["function"]), bool(b.get("paused", True)))},
@@ -247,7 +248,9 @@ class LocalCloud:
                  "control_url": self.control.url if self.control else None, "services": self.services(),
                  "oci_image": self.oci_registry.reference() if self.oci_registry else None,
                  **self.exports}
-        (self.state_dir / "env.sh").write_text("".join(f"export {k}={v}\n" for k, v in self.exports.items()))
+        # and where the local cloud is, for the commands that reach its VMs (`jobplane ssh`, `jobplane local`)
+        shell = {**self.exports, "JOBPLANE_LOCAL_STATE": str(self.state_dir.resolve())}
+        (self.state_dir / "env.sh").write_text("".join(f"export {k}={v}\n" for k, v in shell.items()))
         tmp = self.state_dir / (STATE_FILE + ".tmp")
         tmp.write_text(json.dumps(state, indent=1))
         tmp.replace(self.state_dir / STATE_FILE)

@@ -217,7 +217,9 @@ class GceRunner(InstanceRunner):
     def _shutdown_command(self, node: Node) -> list[str] | None:
         if node.image is None:
             return ["bash", str(node.share / "shutdown-script")]
-        return rootfs.enter(node.proc.pid, node.env, "shutdown-script") if node.proc else None
+        if node.proc is None:
+            return None
+        return rootfs.enter(node.proc.pid, node.env, ["/bin/bash", f"{rootfs.SHARE}/shutdown-script"])
 
     def _continue(self, node: Node, ending: Ending) -> None:
         running = ending.script is not None and ending.script.poll() is None

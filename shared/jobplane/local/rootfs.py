@@ -193,9 +193,9 @@ def sandbox(rootfs: Path, instance: Path, env: dict[str, str], shims: dict[str, 
     return ["unshare", "--mount", "--pid", "--fork", "--propagation", "private", "sh", "-c", setup]
 
 
-def enter(sandbox_pid: int, env: dict[str, str], script: str) -> list[str] | None:
-    """The command that runs SHARE/<script> in a running instance of the image, as a process of that VM (its
-    namespaces, its root, only `env`); None once its first process is gone. sandbox_pid: what sandbox() ran."""
+def enter(sandbox_pid: int, env: dict[str, str], argv: list[str]) -> list[str] | None:
+    """The command that runs argv in a running instance of the image, as a process of that VM (its namespaces,
+    its root, only `env`); None once its first process is gone. sandbox_pid: what sandbox() ran."""
     try:
         first = Path(f"/proc/{sandbox_pid}/task/{sandbox_pid}/children").read_text().split()
     except OSError:
@@ -203,7 +203,7 @@ def enter(sandbox_pid: int, env: dict[str, str], script: str) -> list[str] | Non
     if not first:
         return None
     return ["nsenter", "--target", first[0], "--mount", "--pid", "--root", "--wd", "/usr/bin/env", "-i",
-            *(f"{k}={v}" for k, v in sorted(env.items())), "/bin/bash", f"{SHARE}/{script}"]
+            *(f"{k}={v}" for k, v in sorted(env.items())), *argv]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -268,6 +268,20 @@ class InstanceRunner:
     def died(self, node: Node) -> None:
         raise NotImplementedError
 
+    def shell(self, instance_id: str) -> dict[str, Any]:
+        """How `jobplane ssh` enters this VM: {argv, env, cwd} of a bash that is one of its processes (inside its
+        image, or on this machine with its environment and marker), to which `-c CMD` may be appended."""
+        with self.lock:
+            node = self.nodes.get(instance_id)
+            argv = None
+            if node is not None and node.proc is not None:
+                argv = rootfs.enter(node.proc.pid, node.env, ["/bin/bash"]) if node.image else ["bash"]
+            if node is None or argv is None:
+                return {"error": f"instance {instance_id} is not running in this local cloud"}
+            if node.image:
+                return {"argv": argv, "env": {"PATH": rootfs.PATH}, "cwd": "/"}
+            return {"argv": argv, "env": node.env, "cwd": str(node.root)}
+
     def status(self) -> list[dict[str, Any]]:
         with self.lock:
             return [{"instance_id": n.id, "job_id": n.job_id, "rank": n.rank, "root": str(n.root),

@@ -81,10 +81,11 @@ def job_role_statements(registry_arn: str, prefix: str, partition: str,
 
 
 def vm_role_statements(vend_function_arn: str, partition: str, data_buckets: Sequence[str],
-                       container_repositories: Sequence[str] = ()) -> list[Statement]:
+                       container_repositories: Sequence[str] = (), ssh: bool = False) -> list[Statement]:
     """The VM's own identity: ask the vending function (through its IAM-authenticated URL only), read input
-    data and pull job containers from the ECR repositories named (ARNs). Nothing in the registry: the bootstrap
-    fetches the agent through URLs the launcher presigned."""
+    data, pull job containers from the ECR repositories named (ARNs) and, with ssh, be reached through SSM
+    Session Manager (its agent dials out: no inbound port). Nothing in the registry: the bootstrap fetches the
+    agent through URLs the launcher presigned."""
     statements: list[Statement] = [
         {"Sid": "AskTheVendingFunctionForTheJobsCredentials", "Effect": "Allow",
          "Action": "lambda:InvokeFunctionUrl", "Resource": vend_function_arn,
@@ -98,6 +99,11 @@ def vm_role_statements(vend_function_arn: str, partition: str, data_buckets: Seq
                         "Action": ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer",
                                    "ecr:BatchCheckLayerAvailability"],
                         "Resource": list(container_repositories)}]
+    if ssh:  # what the SSM agent needs for Session Manager, nothing of Run Command or Parameter Store
+        statements.append({"Sid": "SessionManager", "Effect": "Allow", "Resource": "*",
+                           "Action": ["ssm:UpdateInstanceInformation", "ssmmessages:CreateControlChannel",
+                                      "ssmmessages:CreateDataChannel", "ssmmessages:OpenControlChannel",
+                                      "ssmmessages:OpenDataChannel"]})
     return statements + ([data] if data else [])
 
 

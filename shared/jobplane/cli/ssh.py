@@ -1,0 +1,71 @@
+"""`jobplane ssh`: a shell in a running job's VM, or one command there.
+
+The way in depends on where the registry is: the local cloud's VMs are entered directly (its control server
+says how), an AWS deployment's through SSM Session Manager (`aws ssm start-session`, with the Session Manager
+plugin), a GCP one's through IAP (`gcloud compute ssh --tunnel-through-iap`). The policy's `access.ssh` must
+allow it; the deployment must have given the VMs the way in (jobplane.shell).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import click
+
+from jobplane import jobs, shell
+from jobplane.cli.connect import UserError, cloud_errors, connect, registry_options
+from jobplane.settings import Settings
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.argument("job_id", metavar="ID")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.option("--rank", type=int, default=0, show_default=True, help="Which node of the job.")
+@registry_options
+@cloud_errors
+def ssh(job_id: str, command: tuple[str, ...], rank: int, **conn: str | None) -> None:
+    """Open a shell in a running job's VM, or run COMMAND there (after --).
+
+    \b
+    Example:
+      jobplane ssh demo-1122-113005-ab12                 # a shell on rank 0
+      jobplane ssh demo-1122-113005-ab12 --rank 1 -- nvidia-smi
+    """
+    backend = connect(**conn)
+    if not backend.reg.policy().access.ssh:
+        raise UserError("ssh is off in this deployment's policy: set `access: {ssh: true}` in config/policy.yaml "
+                        "(and let the VMs in: jobplane:ssh on AWS, ssh_via_iap on GCP)")
+    view = jobs.find(backend.reg, job_id)
+    if view.record is None:
+        raise UserError(f"job {job_id} is {view.state}: no VM yet")
+    try:
+        instance = shell.target(view.record, rank)
+    except shell.ShellError as exc:
+        raise UserError(str(exc)) from None
+    argv = list(command)
+    if os.environ.get("JOBPLANE_LOCAL_STATE"):
+        code = _local(instance, argv)
+    else:
+        settings = Settings.from_env(conn.get("bucket"), conn.get("cloud"), conn.get("region"))
+        way = (shell.iap_argv(instance, os.environ.get("GOOGLE_CLOUD_PROJECT"), argv) if settings.cloud == "gcp"
+               else shell.ssm_argv(instance, settings.region, argv))
+        if shutil.which(way[0]) is None:
+            raise UserError(f"{way[0]} is not installed: `jobplane ssh` runs {' '.join(way[:3])} ...")
+        code = subprocess.run(way, check=False).returncode
+    sys.exit(code)
+
+
+def _local(instance: str, command: list[str]) -> int:
+    from jobplane.local.control import ControlError, call, state_dir
+
+    try:
+        how = call(state_dir(), "shell", {"instance_id": instance})
+    except ControlError as exc:
+        raise UserError(str(exc)) from None
+    if "error" in how:
+        raise UserError(how["error"])
+    argv = how["argv"] + (["-c", " ".join(command)] if command else [])
+    return subprocess.run(argv, env=how["env"], cwd=how["cwd"], check=False).returncode

@@ -1,0 +1,57 @@
+"""`jobplane ssh` on the local cloud: a command in a running job's VM (inside its Debian 12 image, as one of its
+processes), refused while the policy's access.ssh is off, and for a rank the job does not have."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from jobplane import keys
+from jobplane.local import rootfs
+from jobplane.local.demo import CloudProcess
+from jobplane.states import State
+from tests.helpers import wait_for
+from tests.local.conftest import cli_ok, submit, write_spec
+
+pytestmark = [pytest.mark.scenario, pytest.mark.timeout(300)]
+
+
+@pytest.fixture
+def ssh_on(cloud: CloudProcess) -> Iterator[None]:
+    reg = cloud.registry()
+    policy = reg.get_bytes(keys.POLICY)
+    doc = yaml.safe_load(policy)
+    doc["access"] = {"ssh": True}
+    reg.store.put(keys.POLICY, yaml.safe_dump(doc).encode(), "application/yaml")
+    try:
+        yield
+    finally:
+        reg.store.put(keys.POLICY, policy, "application/yaml")
+
+
+def test_ssh_runs_a_command_in_the_jobs_vm_only_when_the_policy_allows_it(cloud: CloudProcess, tmp_path: Path,
+                                                                        request: pytest.FixtureRequest) -> None:
+    if problem := rootfs.image_problem():
+        pytest.skip(problem)
+    job_id = submit(cloud, write_spec(tmp_path, "held", "echo ready; sleep 300", spot="false", image="debian-12"))
+    reg = cloud.registry()
+    wait_for("the job to run", lambda: reg.exists(job_id) and reg.job(job_id).state == State.RUNNING
+             and "ready" in cloud.cli("logs", job_id).stdout, 120, every=1.0)
+    try:
+        off = cloud.cli("ssh", job_id, "--", "echo", "ok")
+        assert off.returncode == 1 and "ssh is off in this deployment's policy" in off.stderr, off
+        request.getfixturevalue("ssh_on")
+        on = cloud.cli("ssh", job_id, "--", "echo", "ok")
+        assert (on.returncode, on.stdout) == (0, "ok\n"), on.stderr
+        inside = cli_ok(cloud, "ssh", job_id, "--", "grep PRETTY_NAME /etc/os-release; echo $JOBPLANE_LOCAL_INSTANCE")
+        assert 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"' in inside  # the VM's image, not this machine
+        assert reg.job(job_id).instances[0] in inside  # one of the VM's processes: it ends with the VM
+        code = cloud.cli("ssh", job_id, "--", "exit", "7")
+        assert code.returncode == 7
+        other = cloud.cli("ssh", job_id, "--rank", "1", "--", "true")
+        assert other.returncode == 1 and "has ranks 0 to 0, not 1" in other.stderr
+    finally:
+        cli_ok(cloud, "cancel", job_id)
