@@ -20,7 +20,8 @@ from typing import Any, TypeVar
 
 from jobplane import keys, records
 from jobplane.clouds.base import LOG_OBJECT_TAG, Compute, NotFound, PreconditionFailed
-from jobplane.decide.model import Action, ExitReport, Ignored, PreemptedMark, Rule, Snapshot
+from jobplane.decide.model import Action, ExitReport, Ignored, PreemptedMark, Snapshot
+from jobplane.decide.rules import RULES
 from jobplane.notify import Notify
 from jobplane.policy import Policy
 from jobplane.registry import JobNotFound, JobRecord, Registry, TransitionRefused, UnreadableRecord
@@ -167,13 +168,6 @@ def with_preempted_bodies(reg: Registry, snap: Snapshot, only: Collection[str] |
 
 
 # ---- applying ----------------------------------------------------------------------------------------------
-_METRICS = {
-    Rule.ORPHAN: "OrphansTerminated", Rule.CAP_NO_JOB: "OrphansTerminated", Rule.STALLED: "Stalls",
-    Rule.TIMED_OUT: "Timeouts", Rule.STOPPED: "Timeouts", Rule.RERUN: "Reruns", Rule.BOOT_RETRY: "Reruns",
-    Rule.IDLE: "IdleGpuJobs", Rule.IGNORED: "IgnoredFacts", Rule.RETRY: "Reruns",
-}
-
-
 class AlreadyDone(Exception):
     """The action's flag exists: another run took this action."""
 
@@ -307,11 +301,9 @@ def _count(outcome: Outcome, metrics: Metrics) -> None:
         metrics.add_metric("ActionErrors", "Count", 1)
     if outcome.result != Result.APPLIED:
         return
-    name = _METRICS.get(action.rule)
-    if name == "OrphansTerminated":
-        metrics.add_metric(name, "Count", len(action.terminate))
-    elif name:
-        metrics.add_metric(name, "Count", 1)
+    facts = RULES[action.rule]  # the rule's metric (decide.rules), once or per termination
+    if facts.metric:
+        metrics.add_metric(facts.metric, "Count", len(action.terminate) if facts.per_termination else 1)
     if action.to == State.SUCCEEDED:
         metrics.add_metric("JobsSucceeded", "Count", 1)
     elif action.to == State.FAILED:

@@ -11,7 +11,7 @@ import pytest
 from jobplane.decide import sweep
 from jobplane.decide.launch import Claim, claim
 from jobplane.decide.model import ExitReport, Rule
-from jobplane.decide.retry import Cause, Verdict, exit_code, verdict
+from jobplane.decide.retry import Trigger, Verdict, exit_code, verdict
 from jobplane.policy import IdleGpuPolicy, Policy
 from jobplane.registry import JobRecord
 from jobplane.states import State
@@ -29,7 +29,7 @@ def rec(retries: int = 0, retry: dict[str, Any] | None = None, **kw: Any) -> Job
 class VerdictCase:
     name: str
     rec: JobRecord
-    cause: Cause
+    trigger: Trigger
     want: Verdict | None
     reports: tuple[ExitReport, ...] = ()
     policy: Policy = POLICY
@@ -37,30 +37,32 @@ class VerdictCase:
 
 
 VERDICTS = [
-    VerdictCase("no retry: in the spec -> the error stands", record(), Cause.EXIT_CODE, None),
-    VerdictCase("max 0 is off", rec(retry={**ALL, "max": 0}), Cause.LOST, None),
-    VerdictCase("a cause the spec does not name", rec(retry={"max": 2, "on_exit_codes": [42]}), Cause.STALLED, None),
-    VerdictCase("on_lost false", rec(retry={"max": 2, "on_stalled": True}), Cause.LOST, None),
-    VerdictCase("first retry", rec(), Cause.EXIT_CODE, Verdict(True, 1, 2)),
-    VerdictCase("second retry", rec(retries=1), Cause.STALLED, Verdict(True, 2, 2)),
-    VerdictCase("retries used up", rec(retries=2), Cause.LOST, Verdict(False, because="no retries left (retry.max 2)")),
-    VerdictCase("restarts used up do not matter", rec(restarts=3, max_restarts=3), Cause.LOST, Verdict(True, 1, 2)),
-    VerdictCase("max_wait spent", rec(created=7201, max_wait=7200), Cause.EXIT_CODE,
+    VerdictCase("no retry: in the spec -> the error stands", record(), Trigger.EXIT_CODE, None),
+    VerdictCase("max 0 is off", rec(retry={**ALL, "max": 0}), Trigger.LOST, None),
+    VerdictCase("a trigger the spec does not name", rec(retry={"max": 2, "on_exit_codes": [42]}), Trigger.STALLED,
+                None),
+    VerdictCase("on_lost false", rec(retry={"max": 2, "on_stalled": True}), Trigger.LOST, None),
+    VerdictCase("first retry", rec(), Trigger.EXIT_CODE, Verdict(True, 1, 2)),
+    VerdictCase("second retry", rec(retries=1), Trigger.STALLED, Verdict(True, 2, 2)),
+    VerdictCase("retries used up", rec(retries=2), Trigger.LOST,
+                Verdict(False, because="no retries left (retry.max 2)")),
+    VerdictCase("restarts used up do not matter", rec(restarts=3, max_restarts=3), Trigger.LOST, Verdict(True, 1, 2)),
+    VerdictCase("max_wait spent", rec(created=7201, max_wait=7200), Trigger.EXIT_CODE,
                 Verdict(False, because="max_wait 2h exceeded")),
     VerdictCase("inside the uptime cap's stop window (cap 1h, grace 6m)", rec(launched=3600 - 360, max_runtime=3600),
-                Cause.LOST, Verdict(False, because="attempt 1 was at its uptime cap (1h)")),
-    VerdictCase("just before the stop window", rec(launched=3600 - 361, max_runtime=3600), Cause.LOST,
+                Trigger.LOST, Verdict(False, because="attempt 1 was at its uptime cap (1h)")),
+    VerdictCase("just before the stop window", rec(launched=3600 - 361, max_runtime=3600), Trigger.LOST,
                 Verdict(True, 1, 2)),
-    VerdictCase("a rank stopped on a stop_on match", rec(), Cause.LOST, None,
+    VerdictCase("a rank stopped on a stop_on match", rec(), Trigger.LOST, None,
                 reports=(report(0, 42, "early-stop"),)),
-    VerdictCase("a rank stopped on a stop request", rec(), Cause.STALLED, None, reports=(report(0, 143, "stopped"),)),
-    VerdictCase("idle GPUs asked it to stop", rec(), Cause.LOST, None, stop_asked=True),
+    VerdictCase("a rank stopped on a stop request", rec(), Trigger.STALLED, None, reports=(report(0, 143, "stopped"),)),
+    VerdictCase("idle GPUs asked it to stop", rec(), Trigger.LOST, None, stop_asked=True),
 ]
 
 
 @pytest.mark.parametrize("case", VERDICTS, ids=[c.name for c in VERDICTS])
 def test_verdict(case: VerdictCase) -> None:
-    assert verdict(case.rec, case.cause, case.reports, NOW, case.policy, stop_asked=case.stop_asked) == case.want
+    assert verdict(case.rec, case.trigger, case.reports, NOW, case.policy, stop_asked=case.stop_asked) == case.want
 
 
 def test_the_reason_says_why_and_what_came_of_it() -> None:

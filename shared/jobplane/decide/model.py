@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
 from jobplane import keys, records
 from jobplane.clouds.base import Instance, Notice
+from jobplane.decide.rules import Rule as Rule  # the rules and their table (decide.rules), named from here too
 from jobplane.keys import Limits as Limits  # the parsed limits/ key, part of a Snapshot
 from jobplane.policy import Policy
 from jobplane.registry import ActiveMarker, Beat, IdleMark, JobRecord
@@ -94,37 +94,6 @@ class Snapshot:
     unreadable_records: frozenset[str] = frozenset()  # jobs whose job.json does not parse: left alone this run
 
 
-class Rule(StrEnum):
-    IGNORED = "ignored"  # a fact that does not parse or names no instance of the attempt: an event, once
-    STARTED = "started"  # LAUNCHING -> RUNNING: every rank has beaten
-    RESUME_LAUNCH = "resume-launch"  # LAUNCHING with no VM recorded past the grace: adopt its VMs or launch them
-    LIMITS = "limits"  # write the limits/ key of a RUNNING attempt
-    FINISHED = "finished"
-    RANK_FAILED = "rank-failed"  # a rank of a multi-node attempt exited non-zero: the attempt ends at once
-    STOPPED = "stopped"  # every rank exited on a stop request: the uptime cap's
-    EARLY_STOP = "early-stop"  # every rank exited and one on a stop_on match: FAILED with it, never rerun
-    STOP_PEERS = "stop-peers"  # a rank stopped on a stop_on match: ask the others to stop too
-    ORPHAN = "orphan"
-    STALLED = "stalled"
-    BOOT_RETRY = "boot-retry"
-    BOOT_FAILED = "boot-failed"
-    LOST_SPOT = "lost-spot"
-    LOST = "lost"
-    REPAIR = "repair"  # active/ markers disagree with job.json
-    REMARK = "remark"  # PREEMPTED without its preempted-jobs/ marker
-    CLEANUP = "cleanup"  # heartbeats / limits of jobs that are no longer live
-    PREEMPTED = "preempted"  # rerun: the agent reported a preemption of a RUNNING job
-    RERUN = "rerun"
-    RETRY = "retry"  # an attempt ended in an error the spec's retry: names: terminate, relaunch (a retry counted)
-    RERUN_EXHAUSTED = "rerun-exhausted"
-    CLEAR = "clear"  # a preempted-jobs/ marker nobody needs any more
-    STOP = "stop"  # uptime cap - grace: ask the agent to checkpoint and stop
-    TIMED_OUT = "timed-out"
-    CAP_NO_JOB = "cap-no-job"
-    IDLE = "idle-gpu"  # every rank's GPUs idle over the policy window: flag (warn), or flag and stop
-    IDLE_STOPPED = "idle-stopped"  # every rank exited on an idle-GPU stop request
-
-
 @dataclass(frozen=True)
 class Action:
     """One decision about one job (or one jobless instance). The applier runs the parts in this order:
@@ -180,7 +149,7 @@ def ignored_event(attempt: int, fact: Ignored) -> tuple[str, Mapping[str, Any]]:
 
 def ignore(job_id: str, attempt: int, fact: Ignored) -> Action:
     """Record once (the flag) that this run ignored a fact of the attempt, and why."""
-    return Action(Rule.IGNORED, job_id, f"ignored {fact.key}: {fact.why}",
+    return Action(Rule.IGNORED, job_id, Rule.IGNORED.reason(fact=fact.key, why=fact.why),
                   flag=keys.ignored_flag(job_id, attempt, fact.key), event=ignored_event(attempt, fact))
 
 

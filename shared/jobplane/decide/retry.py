@@ -21,6 +21,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from jobplane.decide.model import ExitReport, age, grace_for
+from jobplane.decide.rules import Rule
 from jobplane.metrics import EARLY_STOP
 from jobplane.policy import Policy
 from jobplane.registry import JobRecord
@@ -29,7 +30,7 @@ from jobplane.spec import JobSpec, format_duration
 STOPPED = frozenset({"stopped", EARLY_STOP})  # exit reasons of a stop on purpose: never an error to retry
 
 
-class Cause(StrEnum):
+class Trigger(StrEnum):
     """Which trigger of the spec's retry: an attempt's error answers."""
 
     EXIT_CODE = "exit code"
@@ -49,7 +50,7 @@ class Verdict:
     def reason(self, why: str, attempt: int) -> str:
         """The action's reason (and so the event's): why the attempt ended, and what came of it."""
         if self.retry:
-            return f"retry {self.number} of {self.of}: {why}; relaunching as attempt {attempt + 1}"
+            return Rule.RETRY.reason(number=self.number, of=self.of, why=why, next=attempt + 1)
         return f"{why}; not retried: {self.because}"
 
 
@@ -60,20 +61,20 @@ def exit_code(spec: JobSpec, reports: Iterable[ExitReport]) -> ExitReport | None
                 None)
 
 
-def _wants(spec: JobSpec, cause: Cause) -> bool:
+def _wants(spec: JobSpec, trigger: Trigger) -> bool:
     rule = spec.retry
     if rule is None or not rule.max:
         return False
-    return {Cause.EXIT_CODE: bool(rule.on_exit_codes), Cause.LOST: rule.on_lost,
-            Cause.STALLED: rule.on_stalled}[cause]
+    return {Trigger.EXIT_CODE: bool(rule.on_exit_codes), Trigger.LOST: rule.on_lost,
+            Trigger.STALLED: rule.on_stalled}[trigger]
 
 
-def verdict(record: JobRecord, cause: Cause, reports: Iterable[ExitReport], now: datetime, policy: Policy, *,
+def verdict(record: JobRecord, trigger: Trigger, reports: Iterable[ExitReport], now: datetime, policy: Policy, *,
             stop_asked: bool = False) -> Verdict | None:
-    """What comes of an attempt that ended in `cause`, given its exit reports so far. None: the spec retries
+    """What comes of an attempt that ended in `trigger`, given its exit reports so far. None: the spec retries
     no such error, or the attempt was stopped on purpose; the error stands as it would without retry:."""
     spec = record.spec
-    if not _wants(spec, cause) or stop_asked or any(e.reason in STOPPED for e in reports):
+    if not _wants(spec, trigger) or stop_asked or any(e.reason in STOPPED for e in reports):
         return None
     rule = spec.retry
     assert rule is not None  # _wants

@@ -29,7 +29,8 @@ from jobplane.decide.model import (
     ignore,
     trusted_mark,
 )
-from jobplane.decide.retry import Cause, exit_code, verdict
+from jobplane.decide.retry import Trigger, exit_code, verdict
+from jobplane.decide.rules import ORDER
 from jobplane.decide.safety import limit_blast_radius, terminable
 from jobplane.metrics import EARLY_STOP
 from jobplane.policy import Policy
@@ -49,12 +50,6 @@ REMARK_AFTER = 60
 # LastModified has one-second resolution, hence the slack.
 IDLE_SLACK_S = 2
 IDLE_BY = "idle-gpu"  # the `by` of an idle stop request, copied by the agent into its exit report
-# Least risky first: the blast-radius limit lets the head of the list through.
-_ORDER = [Rule.IGNORED, Rule.FINISHED, Rule.STOPPED, Rule.EARLY_STOP, Rule.IDLE_STOPPED, Rule.RANK_FAILED,
-          Rule.STOP_PEERS, Rule.STARTED, Rule.RESUME_LAUNCH,
-          Rule.LIMITS, Rule.IDLE, Rule.REPAIR,
-          Rule.REMARK, Rule.LOST, Rule.LOST_SPOT, Rule.STALLED, Rule.RETRY, Rule.BOOT_FAILED, Rule.BOOT_RETRY,
-          Rule.ORPHAN, Rule.CLEANUP]
 CONSOLE_HINT = "the VM's console output is in `jobplane logs {job_id} --attempt {attempt}`"
 
 
@@ -141,7 +136,7 @@ def decide(snap: Snapshot, now: datetime, policy: Policy, *, force: bool = False
     actions += _orphans(index, now, policy)
     actions += _remarks(snap, now, policy)
     actions += _cleanup(index, now, policy)
-    actions.sort(key=lambda a: _ORDER.index(a.rule))
+    actions.sort(key=lambda a: ORDER[a.rule])  # least risky first (decide.rules): the blast radius lets the head go
     return limit_blast_radius(actions, snap.instances, policy, force=force)
 
 
@@ -151,7 +146,7 @@ def _job(record: JobRecord, index: Index, now: datetime, policy: Policy) -> list
     want = [] if record.terminal else [(record.state, record.attempt)]
     out: list[Action] = []
     if [(m.state, m.attempt) for m in markers] != want:
-        out.append(Action(Rule.REPAIR, job_id, "active/ markers disagree with job.json", repair=True))
+        out.append(Action(Rule.REPAIR, job_id, Rule.REPAIR.reason(), repair=True))
     if record.state not in (State.LAUNCHING, State.RUNNING):
         return out
     n = record.attempt
@@ -172,7 +167,7 @@ def _job(record: JobRecord, index: Index, now: datetime, policy: Policy) -> list
               or _stalled(record, exits, index.beats[job_id, n], instances, now, policy, retry)
               or _stop_peers(record, exits))
     if action is None and record.state == State.RUNNING and (job_id, n) not in index.limits:
-        action = Action(Rule.LIMITS, job_id, "record per-job limits for listing-only sweeps",
+        action = Action(Rule.LIMITS, job_id, Rule.LIMITS.reason(),
                         write_limits=_limits(record, policy))
     elif action is None and record.state == State.RUNNING:
         action = _idle(record, index, now, policy)
@@ -191,8 +186,8 @@ def _resume(record: JobRecord, beats: list[Beat], now: datetime) -> Action | Non
     beating = set(range(record.spec.num_nodes)) <= {b.rank for b in beats if not b.output}
     if not beating and age(now, record.state_since) < LAUNCH_GRACE:
         return None
-    return claim(record, Rule.RESUME_LAUNCH, f"attempt {record.attempt} has no VM recorded "
-                 f"{_fmt(age(now, record.state_since))} after its claim: resuming its launch",
+    return claim(record, Rule.RESUME_LAUNCH, Rule.RESUME_LAUNCH.reason(attempt=record.attempt,
+                                                                        after=_fmt(age(now, record.state_since))),
                  resume_from=record.last_event.stamp)
 
 
@@ -226,11 +221,11 @@ class _Retry:
     policy: Policy
     stop_asked: bool  # an idle-GPU flag with action stop asked the attempt to stop
 
-    def __call__(self, record: JobRecord, cause: Cause, why: str, reports: Iterable[ExitReport],
+    def __call__(self, record: JobRecord, trigger: Trigger, why: str, reports: Iterable[ExitReport],
                  fail: Action) -> Action:
-        """`fail` unless the spec retries `cause`; then a retry (the attempt's VMs terminated as `fail` would,
+        """`fail` unless the spec retries `trigger`; then a retry (the attempt's VMs terminated as `fail` would,
         and attempt + 1 launched), or `fail` saying why it was not retried."""
-        said = verdict(record, cause, reports, self.now, self.policy, stop_asked=self.stop_asked)
+        said = verdict(record, trigger, reports, self.now, self.policy, stop_asked=self.stop_asked)
         if said is None:
             return fail
         if not said.retry:
@@ -253,25 +248,30 @@ def _finished(record: JobRecord, exits: dict[int, ExitReport], instances: list[I
     early = _early_stop(reports)
     if early is not None:
         on = f" (rank {early.rank})" if len(reports) > 1 else ""
-        return claim(record, Rule.EARLY_STOP, f"stopped: {early.error or 'a stop_on rule matched'}{on}",
+        return claim(record, Rule.EARLY_STOP, Rule.EARLY_STOP.reason(why=early.error or "a stop_on rule matched",
+                                                                     rank=on),
                       to=State.FAILED, terminate=leftovers, updates={"exit_code": early.code})
     idle_stop = next((e for e in reports if e.reason == "stopped" and e.stopped_by == IDLE_BY), None)
     if idle_stop is not None:
-        return claim(record, Rule.IDLE_STOPPED, f"stopped for idle GPUs: {idle_stop.stop_reason or 'idle_gpu'}",
+        return claim(record, Rule.IDLE_STOPPED, Rule.IDLE_STOPPED.reason(why=idle_stop.stop_reason or "idle_gpu"),
                       to=State.STALLED, terminate=leftovers)
     if any(e.reason == "stopped" for e in reports):
         cap = format_duration(policy.max_runtime(record.spec))
-        return claim(record, Rule.STOPPED, f"stopped at the uptime cap ({cap})", to=State.TIMED_OUT,
+        return claim(record, Rule.STOPPED, Rule.STOPPED.reason(cap=cap), to=State.TIMED_OUT,
                       terminate=leftovers)
     failed = next((e for e in reports if e.code != 0), None)
     if failed is None:
-        return claim(record, Rule.FINISHED, "every rank exited 0", to=State.SUCCEEDED, terminate=leftovers,
-                      updates={"exit_code": 0})
-    why = f"rank {failed.rank} exited with code {failed.code}" + (f": {failed.error}" if failed.error else "")
-    fail = claim(record, Rule.FINISHED, why, to=State.FAILED, terminate=leftovers, updates={"exit_code": failed.code})
+        return claim(record, Rule.FINISHED, Rule.FINISHED.reason(exited="every rank exited 0"), to=State.SUCCEEDED,
+                     terminate=leftovers, updates={"exit_code": 0})
+    fail = claim(record, Rule.FINISHED, Rule.FINISHED.reason(exited=_exited(failed)), to=State.FAILED,
+                 terminate=leftovers, updates={"exit_code": failed.code})
     hit = exit_code(record.spec, reports)
-    return fail if hit is None else retry(record, Cause.EXIT_CODE, f"exit code {hit.code} (rank {hit.rank})",
+    return fail if hit is None else retry(record, Trigger.EXIT_CODE, f"exit code {hit.code} (rank {hit.rank})",
                                           reports, fail)
+
+
+def _exited(report: ExitReport) -> str:
+    return f"rank {report.rank} exited with code {report.code}" + (f": {report.error}" if report.error else "")
 
 
 def _rank_failed(record: JobRecord, exits: dict[int, ExitReport], instances: list[Instance],
@@ -284,12 +284,11 @@ def _rank_failed(record: JobRecord, exits: dict[int, ExitReport], instances: lis
     running = [r for r in range(record.spec.num_nodes) if r not in exits]
     if failed is None or not running or any(e.reason == "preempted" for e in exits.values()):
         return None  # no failure, or every rank has exited (_finished), or rerun's
-    why = (f"rank {failed.rank} exited with code {failed.code}" + (f": {failed.error}" if failed.error else "")
-           + f"; ending the attempt (terminating rank {', '.join(map(str, running))})")
+    why = Rule.RANK_FAILED.reason(exited=_exited(failed), running=", ".join(map(str, running)))
     fail = claim(record, Rule.RANK_FAILED, why, to=State.FAILED, terminate=terminable(instances),
                  updates={"exit_code": failed.code})
     hit = exit_code(record.spec, exits.values())
-    return fail if hit is None else retry(record, Cause.EXIT_CODE, f"exit code {hit.code} (rank {hit.rank})",
+    return fail if hit is None else retry(record, Trigger.EXIT_CODE, f"exit code {hit.code} (rank {hit.rank})",
                                           exits.values(), fail)
 
 
@@ -305,8 +304,9 @@ def _stop_peers(record: JobRecord, exits: dict[int, ExitReport]) -> Action | Non
     running = [r for r in range(record.spec.num_nodes) if r not in exits]
     if early is None or not running or record.state != State.RUNNING:
         return None
-    return claim(record, Rule.STOP_PEERS, f"rank {early.rank} stopped ({early.error}): asking rank "
-                                          f"{', '.join(map(str, running))} to stop", stop=True, stop_by="sweeper")
+    return claim(record, Rule.STOP_PEERS, Rule.STOP_PEERS.reason(rank=early.rank, error=early.error,
+                                                                 running=", ".join(map(str, running))),
+                 stop=True, stop_by="sweeper")
 
 
 def _unstarted(record: JobRecord, beats: list[Beat]) -> list[int]:
@@ -326,7 +326,8 @@ def _bootstrap_failed(record: JobRecord, report: str | None, beats: list[Beat],
     if report is None or record.state != State.LAUNCHING:
         return None
     hint = CONSOLE_HINT.format(job_id=record.id, attempt=record.attempt)
-    return claim(record, Rule.BOOT_FAILED, f"the agent could not start: {report} ({hint})", to=State.FAILED,
+    return claim(record, Rule.BOOT_FAILED, Rule.BOOT_FAILED.reason(why=f"the agent could not start: {report} ({hint})"),
+                 to=State.FAILED,
                   terminate=terminable(instances), save_console=_consoles(record, _unstarted(record, beats)))
 
 
@@ -335,7 +336,7 @@ def _started(record: JobRecord, beats: list[Beat], policy: Policy) -> Action | N
         return None
     if not set(range(record.spec.num_nodes)) <= {b.rank for b in beats if not b.output}:
         return None
-    return claim(record, Rule.STARTED, "every rank has sent a heartbeat", to=State.RUNNING,
+    return claim(record, Rule.STARTED, Rule.STARTED.reason(), to=State.RUNNING,
                   write_limits=_limits(record, policy))
 
 
@@ -352,11 +353,11 @@ def _lost(record: JobRecord, exits: dict[int, ExitReport], instances: list[Insta
     survivors = terminable(i for i in instances if alive(i))
     if record.spec.spot:
         rank, iid = lost[0]
-        return claim(record, Rule.LOST_SPOT, f"Spot capacity lost: {what} gone", to=State.PREEMPTED,
+        return claim(record, Rule.LOST_SPOT, Rule.LOST_SPOT.reason(what=what), to=State.PREEMPTED,
                       terminate=survivors, mark_preempted=PreemptedMarker(attempt=record.attempt, rank=rank,
                                                                           instance_id=iid, by="sweeper"))
-    why = f"lost: {what} vanished"
-    return retry(record, Cause.LOST, why, exits.values(),
+    why = Rule.LOST.reason(what=what)
+    return retry(record, Trigger.LOST, why, exits.values(),
                  claim(record, Rule.LOST, why, to=State.FAILED, terminate=survivors))
 
 
@@ -370,9 +371,10 @@ def _boot_timeout(record: JobRecord, beats: list[Beat], instances: list[Instance
            f"{format_duration(timeout)} ({CONSOLE_HINT.format(job_id=record.id, attempt=record.attempt)})")
     doomed, consoles = terminable(instances), _consoles(record, missing)
     if record.restarts < record.spec.max_restarts:
-        return claim(record, Rule.BOOT_RETRY, f"{why}; retrying as attempt {record.attempt + 1}",
+        return claim(record, Rule.BOOT_RETRY, Rule.BOOT_RETRY.reason(why=why, next=record.attempt + 1),
                       terminate=doomed, relaunch=True, save_console=consoles)
-    return claim(record, Rule.BOOT_FAILED, f"{why}; no restarts left (max_restarts {record.spec.max_restarts})",
+    return claim(record, Rule.BOOT_FAILED,
+                 Rule.BOOT_FAILED.reason(why=f"{why}; no restarts left (max_restarts {record.spec.max_restarts})"),
                   to=State.FAILED, terminate=doomed, save_console=consoles)
 
 
@@ -392,8 +394,8 @@ def _stalled(record: JobRecord, exits: dict[int, ExitReport], beats: list[Beat],
         why = f"no new output for {_fmt(age(now, last_output))}"
     if why is None:
         return None
-    why = f"{why} (stall_timeout {format_duration(stall)})"
-    return retry(record, Cause.STALLED, f"stalled: {why}", exits.values(),
+    why = Rule.STALLED.reason(why=why, stall=format_duration(stall))
+    return retry(record, Trigger.STALLED, f"stalled: {why}", exits.values(),
                  claim(record, Rule.STALLED, why, to=State.STALLED, terminate=terminable(instances)))
 
 
@@ -404,9 +406,11 @@ def _idle(record: JobRecord, index: Index, now: datetime, policy: Policy) -> Act
     if rule.action == "off" or (record.id, n) in index.snap.idle_flags \
             or not index.idle_everywhere(record.id, n, record.spec.num_nodes):
         return None
-    why = f"GPU utilization under {rule.threshold:g}% on every rank for {format_duration(rule.window)}"
     stopping = rule.action == "stop"
-    return claim(record, Rule.IDLE, why + ("; stop requested" if stopping else ""), flag=keys.idle_flag(record.id, n),
+    why = Rule.IDLE.reason(threshold=rule.threshold, window=format_duration(rule.window), then="")
+    return claim(record, Rule.IDLE, Rule.IDLE.reason(threshold=rule.threshold, window=format_duration(rule.window),
+                                                     then="; stop requested" if stopping else ""),
+                 flag=keys.idle_flag(record.id, n),
                  event=(IDLE_BY, {"attempt": n, "reason": why, "action": rule.action,
                                   "threshold": rule.threshold, "window": rule.window}),
                  notice=notify.idle(record, why, stopping, now), stop=stopping, stop_by=IDLE_BY)
@@ -426,14 +430,14 @@ def _orphans(index: Index, now: datetime, policy: Policy) -> Iterable[Action]:
             why = f"job {inst.job_id} is not live"
         else:
             why = f"attempt {inst.attempt} is not job {inst.job_id}'s current attempt {current}"
-        yield Action(Rule.ORPHAN, inst.job_id, f"orphan {inst.id}: {why}", terminate=(inst.id,))
+        yield Action(Rule.ORPHAN, inst.job_id, Rule.ORPHAN.reason(instance=inst.id, why=why), terminate=(inst.id,))
 
 
 def _remarks(snap: Snapshot, now: datetime, policy: Policy) -> Iterable[Action]:
     for job_id, markers in snap.active.items():
         if len(markers) == 1 and markers[0].state == State.PREEMPTED and job_id not in snap.preempted \
                 and age(now, markers[0].since) > min(REMARK_AFTER, policy.safety.orphan_grace):
-            yield Action(Rule.REMARK, job_id, "PREEMPTED without a preempted-jobs/ marker: writing it again",
+            yield Action(Rule.REMARK, job_id, Rule.REMARK.reason(),
                          mark_preempted=PreemptedMarker(attempt=markers[0].attempt, by="sweeper"))
 
 
@@ -457,5 +461,5 @@ def _cleanup(index: Index, now: datetime, policy: Policy) -> Iterable[Action]:
         if attempt != index.current_attempt(job_id):
             stale[job_id].append(keys.idle_flag(job_id, attempt))
     for job_id, dead in sorted(stale.items()):
-        yield Action(Rule.CLEANUP, job_id, f"{len(dead)} heartbeat/limits keys of past attempts",
+        yield Action(Rule.CLEANUP, job_id, Rule.CLEANUP.reason(count=len(dead)),
                      delete_keys=tuple(dead))

@@ -47,17 +47,18 @@ def decide(snap: Snapshot, now: datetime, policy: Policy, *, force: bool = False
         uptime = max(age(now, i.launched_at) for i in instances)
         if job_id is None or attempt is None or attempt != index.current_attempt(job_id):
             ceiling = policy.max_runtime_ceiling
-            actions += [Action(Rule.CAP_NO_JOB, job_id, f"{i.id} has no live job and ran past the policy ceiling "
-                                                        f"{format_duration(ceiling)}", terminate=(i.id,))
+            actions += [Action(Rule.CAP_NO_JOB, job_id, Rule.CAP_NO_JOB.reason(instance=i.id,
+                                                                               ceiling=format_duration(ceiling)),
+                               terminate=(i.id,))
                         for i in instances if age(now, i.launched_at) >= ceiling]
             continue
         cap = cap_for(index, job_id, attempt, policy)
         if uptime >= cap:
-            actions.append(Action(Rule.TIMED_OUT, job_id, f"uptime cap {format_duration(cap)} reached",
+            actions.append(Action(Rule.TIMED_OUT, job_id, Rule.TIMED_OUT.reason(cap=format_duration(cap)),
                                   to=State.TIMED_OUT, expect=LIVE, expect_attempt=attempt,
                                   terminate=terminable(instances)))
         elif uptime >= cap - grace_for(cap, policy):
-            actions.append(Action(Rule.STOP, job_id, f"uptime cap {format_duration(cap)} in "
-                                                     f"{format_duration(max(1, int(cap - uptime)))}: stop requested",
+            actions.append(Action(Rule.STOP, job_id, Rule.STOP.reason(cap=format_duration(cap),
+                                                                      left=format_duration(max(1, int(cap - uptime)))),
                                   stop=True))
     return limit_blast_radius(actions, snap.instances, policy, force=force)
