@@ -12,7 +12,7 @@ export PYTHONDONTWRITEBYTECODE :=
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[aws,gcp,cdk,dev,docs,examples,plot]'
+	$(BIN)/python -m pip install --quiet -e '.[aws,gcp,cdk,dev,docs,examples,plot,ui]'
 	touch $@
 
 # The static checks run beside pytest, whose tests mostly wait (on local clouds, servers, subprocesses).

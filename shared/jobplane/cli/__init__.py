@@ -12,6 +12,7 @@ from __future__ import annotations
 import click
 
 from jobplane.cli import jobs, reports, specs, ssh
+from jobplane.cli.ui import ui
 from jobplane.local.cli import local
 
 
@@ -33,6 +34,7 @@ def cli() -> None:
 for command in (specs.validate, specs.schema, jobs.submit, jobs.ls_cmd, jobs.describe, jobs.logs, jobs.wait,
                 jobs.cancel, reports.metrics_cmd, reports.cost_cmd, ssh.ssh, local):
     cli.add_command(command)
+cli.add_command(ui)  # jobplane.cli.ui: the web dashboard
 
 
 def main() -> None:

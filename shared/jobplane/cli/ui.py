@@ -1,0 +1,57 @@
+"""`jobplane ui`: the web dashboard (jobplane.ui) on loopback, over the registry the other commands use, with the
+user's own credentials."""
+
+from __future__ import annotations
+
+import secrets
+import socket
+import webbrowser
+
+import click
+
+from jobplane.cli.connect import UserError, cloud_errors, connect, registry_options
+
+LOOPBACK = "127.0.0.1"
+
+
+@click.command()
+@click.option("--port", type=int, default=8765, show_default=True, help="Port to serve on (0: any free port).")
+@click.option("--host", default=None,
+              help=f"Interface to serve on (default {LOOPBACK}). Anything else exposes your registry to that "
+                   "network with your credentials: only behind your own access control.")
+@click.option("--open", "open_browser", is_flag=True, help="Open the dashboard in your web browser.")
+@registry_options
+@cloud_errors
+def ui(port: int, host: str | None, open_browser: bool, **conn: str | None) -> None:
+    """Serve the web dashboard: jobs, their logs, metrics and cost, live.
+
+    \b
+    Reads the same registry as the other commands, with your credentials; the only write it makes is a
+    cancel (a POST carrying the server's CSRF token). Served on 127.0.0.1 unless --host says otherwise.
+    Example:
+      jobplane ui --open
+    """
+    try:
+        import uvicorn
+
+        from jobplane.ui.server import create_app
+    except ImportError as exc:
+        raise UserError(f"the dashboard needs the ui extra: pip install 'jobplane[ui]' ({exc.name} is missing)") \
+            from None
+    if host is not None and host != LOOPBACK:
+        click.echo(f"warning: serving on {host}, not loopback: anyone who reaches it reads your registry and can "
+                   "cancel jobs with your credentials", err=True)
+    host = host or LOOPBACK
+    app = create_app(connect(**conn), csrf_token=secrets.token_urlsafe(32))
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        raise UserError(f"cannot serve on {host}:{port}: {exc.strerror} (--port 0 picks a free port)") from None
+    url = f"http://{f'[{host}]' if family == socket.AF_INET6 else host}:{sock.getsockname()[1]}/"
+    click.echo(f"jobplane ui: {url} (Ctrl-C stops it)", err=True)
+    if open_browser:
+        webbrowser.open(url)
+    uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False)).run(sockets=[sock])

@@ -1,0 +1,207 @@
+"""The dashboard's web app (Starlette): server-rendered pages (Jinja2, autoescaped), htmx fragments that poll for
+live updates, JSON for the charts and the log follower, and one write: cancel (POST + the process's CSRF token).
+
+Every page is built from the same registry reads as the CLI (jobplane.jobs, jobview, cost, metricview); nothing
+is written but a cancel. Served on loopback by `jobplane ui` (cli/ui.py).
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from jobplane import cost, jobs, jobview, keys
+from jobplane.jobs import Backend
+from jobplane.registry import JobNotFound, TransitionRefused, utcnow
+from jobplane.spec import job_id_problem
+from jobplane.states import TERMINAL
+from jobplane.ui import data
+
+HERE = Path(__file__).parent
+SORTABLE = ("id", "state", "attempt", "nodes", "instance_type", "age", "runtime", "cost", "restarts")
+PERIODS = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30), "all": None}
+COST_GROUPS = ("owner", "type", "market", "job")
+POLL = "every 2s"
+# Scripts and styles only from the app itself: a `<script>` that escaped escaping would still not run.
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+       "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
+
+
+def templates() -> Environment:
+    env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True))
+    env.filters["duration"] = jobview.human_duration
+    env.filters["money"] = lambda usd: cost.money(cost.Cost(usd=usd)) if usd is not None else "-"
+    env.filters["size"] = data.human_size
+    return env
+
+
+def create_app(backend: Backend, *, csrf_token: str | None = None) -> Starlette:
+    """The app over one registry. csrf_token: the token a cancel must carry (a new random one by default)."""
+    token = csrf_token or secrets.token_urlsafe(32)
+    env = templates()
+    board = data.Board(backend.reg)
+    reg = backend.reg
+
+    def page(name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+        html = env.get_template(name).render(csrf=token, **context)
+        return HTMLResponse(html, status_code, headers={"Content-Security-Policy": CSP,
+                                                        "X-Content-Type-Options": "nosniff",
+                                                        "Referrer-Policy": "no-referrer"})
+
+    def filters(request: Request) -> dict[str, Any]:
+        q = request.query_params
+        sort = q.get("sort", "age")
+        return {"state": q.get("state", ""), "owner": q.get("owner", ""), "label": q.get("label", ""),
+                "text": q.get("q", ""), "all": q.get("all", "") in ("1", "on", "true"),
+                "sort": sort if sort in SORTABLE else "age", "desc": q.get("desc", "") in ("1", "true")}
+
+    def table(f: dict[str, Any]) -> dict[str, Any]:
+        rows = board.rows(f["all"])
+        shown = [r for r in rows if r.matches(f["state"], f["owner"], f["label"], f["text"])]
+        col = f["sort"]
+
+        def key(r: data.Row) -> tuple[bool, Any]:
+            v = r.cells.get(col)
+            return (v is None, v if v is not None else 0)
+
+        shown.sort(key=key, reverse=f["desc"])
+        if f["desc"]:  # missing values last either way
+            shown.sort(key=lambda r: r.cells.get(col) is None)
+        return {"rows": shown, "total": len(rows), "counts": board.counts(), "f": f,
+                "owners": sorted({r.owner for r in rows}), "columns": jobview.COLUMNS, "header": jobview.header,
+                "display": jobview.display, "sortable": SORTABLE}
+
+    async def jobs_page(request: Request) -> Response:
+        return page("jobs.html", **await run_in_threadpool(table, filters(request)))
+
+    async def jobs_fragment(request: Request) -> Response:
+        return page("_jobs_table.html", **await run_in_threadpool(table, filters(request)))
+
+    def job_context(job_id: str) -> dict[str, Any]:
+        view = jobs.find(reg, job_id)
+        now = utcnow()
+        record = view.record
+        spec = data.spec_json(view)
+        context: dict[str, Any] = {
+            "view": view, "row": dict(zip(jobview.COLUMNS, jobview.display(jobview.view_row(view, now)), strict=True)),
+            "status": jobview.status(view, now).text, "live": not view.terminal,
+            "spec_yaml": yaml.safe_dump(spec, sort_keys=False) if spec else "",
+            "attempts": data.attempts(record, now) if record else [],
+            "events": data.timeline(reg.events(job_id)) if record else [],
+            "total_cost": cost.money(cost.job_cost(record, now)) if record else "-",
+            "nodes": view.num_nodes, "current_attempt": view.attempt}
+        return context
+
+    def files_context(job_id: str) -> dict[str, Any]:
+        out = {}
+        for area, prefix in (("checkpoints", keys.checkpoints_prefix(job_id)),
+                             ("artifacts", keys.artifacts_prefix(job_id))):
+            files, count, total = data.stored_files(reg, prefix)
+            out[area] = {"files": files, "count": count, "total": total}
+        return out
+
+    async def job_page(request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        try:
+            context = await run_in_threadpool(job_context, job_id)
+            files = await run_in_threadpool(files_context, job_id)
+        except JobNotFound:
+            return page("missing.html", 404, job_id=job_id)
+        return page("job.html", files=files, **context)
+
+    async def job_status(request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        try:
+            context = await run_in_threadpool(job_context, job_id)
+        except JobNotFound:
+            return page("missing.html", 404, job_id=job_id)
+        return page("_job_status.html", **context)
+
+    async def job_logs(request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        q = request.query_params
+        try:
+            attempt, rank = int(q.get("attempt", "1")), int(q.get("rank", "0"))
+            cursor = int(q["cursor"]) if q.get("cursor") not in (None, "") else None
+        except ValueError:
+            return PlainTextResponse("attempt, rank and cursor are numbers", 400)
+        if job_id_problem(job_id):
+            return PlainTextResponse("no such job", 404)
+        body = await run_in_threadpool(board.log_since, job_id, attempt, rank, cursor)
+        try:
+            view = await run_in_threadpool(jobs.find, reg, job_id)
+            body["live"] = view.state not in TERMINAL
+        except JobNotFound:
+            body["live"] = False
+        return JSONResponse(body)
+
+    async def job_metrics(request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        if job_id_problem(job_id):
+            return PlainTextResponse("no such job", 404)
+        return JSONResponse(await run_in_threadpool(data.metric_data, reg, job_id))
+
+    async def job_cancel(request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        form = await request.form()
+        sent = str(form.get("csrf", ""))
+        if not hmac.compare_digest(sent.encode(), token.encode()):
+            return PlainTextResponse("the form's CSRF token is missing or wrong: reload the page", 403)
+        origin = request.headers.get("origin")
+        if origin and origin.split("://", 1)[-1] != request.headers.get("host"):
+            return PlainTextResponse("a cancel must come from this dashboard's own pages", 403)
+        try:
+            await run_in_threadpool(lambda: jobs.cancel(reg, job_id, compute=backend.compute))
+        except JobNotFound:
+            return page("missing.html", 404, job_id=job_id)
+        except (jobs.JobError, TransitionRefused) as exc:
+            return PlainTextResponse(str(exc), 409)
+        return RedirectResponse(f"/jobs/{job_id}", 303)
+
+    async def compare_page(request: Request) -> Response:
+        ids = [i for i in request.query_params.getlist("id") if i and not job_id_problem(i)]
+        metric = request.query_params.get("metric", "")
+        rows = await run_in_threadpool(board.rows, True)
+        chosen = await run_in_threadpool(data.compare_data, reg, ids, metric) if ids else None
+        if chosen is not None and not metric and chosen["metrics"]:
+            metric = chosen["metrics"][0]
+            chosen = await run_in_threadpool(data.compare_data, reg, ids, metric)
+        return page("compare.html", rows=rows, ids=ids, metric=metric, chosen=chosen)
+
+    async def cost_page(request: Request) -> Response:
+        by = request.query_params.get("by", "owner")
+        label = request.query_params.get("label", "")
+        group = f"label:{label}" if by == "label" and label else (by if by in COST_GROUPS else "owner")
+        period = request.query_params.get("period", "7d")
+        span = PERIODS.get(period, PERIODS["7d"])
+        now = utcnow()
+        rows = await run_in_threadpool(jobs.cost_rows, reg, group, now - span if span else None, now)
+        top = max((r.cost.usd for r in rows), default=0.0)
+        return page("cost.html", rows=rows, by=by, label=label, period=period, periods=list(PERIODS),
+                    groups=(*COST_GROUPS, "label"), top=top or 1.0,
+                    total=sum((r.cost for r in rows), cost.Cost()))
+
+    return Starlette(routes=[
+        Route("/", jobs_page),
+        Route("/fragments/jobs", jobs_fragment),
+        Route("/jobs/{job_id}", job_page),
+        Route("/jobs/{job_id}/status", job_status),
+        Route("/jobs/{job_id}/logs", job_logs),
+        Route("/jobs/{job_id}/metrics.json", job_metrics),
+        Route("/jobs/{job_id}/cancel", job_cancel, methods=["POST"]),
+        Route("/compare", compare_page),
+        Route("/cost", cost_page),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ])

@@ -1,0 +1,168 @@
+"""The dashboard's server over an in-memory registry (no browser): what each page shows, escaping, the env values
+it hides, cancel's CSRF check, the log tail, and that a warm jobs page makes no per-job GET."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+pytest.importorskip("starlette", reason="the ui extra is not installed (pip install -e '.[ui]')")
+pytest.importorskip("httpx", reason="starlette's TestClient needs httpx (the dev extra)")
+
+with warnings.catch_warnings():  # starlette 1.x prefers httpx2 for its TestClient; httpx still works
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
+from jobplane import keys, metrics
+from jobplane.clouds.memory import MemoryCompute, MemoryStore
+from jobplane.jobs import Backend
+from jobplane.metrics import Point
+from jobplane.registry import Registry
+from jobplane.spec import parse_spec
+from jobplane.states import State
+from jobplane.ui import data
+from jobplane.ui.server import create_app
+
+pytestmark = pytest.mark.timeout(60)
+TOKEN = "test-token"
+EVIL = "<script>alert(1)</script>"
+SPEC = """\
+name: {name}
+instance_type: t3.micro
+run: python train.py
+env:
+  API_KEY: hunter2-secret
+labels:
+  team: vision
+"""
+
+
+def seed(reg: Registry, job_id: str, name: str = "demo", running: bool = True) -> None:
+    reg.create_job(job_id, parse_spec(SPEC.format(name=name), job_id))
+    if running:
+        reg.transition(job_id, State.LAUNCHING, expect=[State.QUEUED], attempt=1, instances=["i-1"])
+        reg.transition(job_id, State.RUNNING, expect=[State.LAUNCHING])
+
+
+def log(reg: Registry, job_id: str, seq: int, text: str, attempt: int = 1, rank: int = 0) -> None:
+    reg.store.put(reg.key(keys.log_chunk(job_id, attempt, rank, seq)), text.encode(), "text/plain")
+
+
+@pytest.fixture
+def store() -> MemoryStore:
+    return MemoryStore()
+
+
+@pytest.fixture
+def reg(store: MemoryStore) -> Registry:
+    return Registry(store, "root")
+
+
+@pytest.fixture
+def client(reg: Registry) -> TestClient:
+    backend = Backend(reg, "s3://memory", MemoryCompute, lambda key, path: None)
+    return TestClient(create_app(backend, csrf_token=TOKEN), base_url="http://127.0.0.1:8765")
+
+
+def test_the_jobs_page_lists_live_jobs_with_counts_and_filters(reg: Registry, client: TestClient) -> None:
+    seed(reg, "alpha")
+    seed(reg, "beta", running=False)
+    page = client.get("/").text
+    assert 'data-job="alpha"' in page and 'data-job="beta"' in page
+    assert re.search(r'data-state="RUNNING">running <b>1</b>', page)
+    assert re.search(r'data-state="QUEUED">queued <b>1</b>', page)
+    running = client.get("/fragments/jobs", params={"state": "RUNNING"}).text
+    assert 'data-job="alpha"' in running and 'data-job="beta"' not in running
+    assert 'data-job="alpha"' in client.get("/fragments/jobs", params={"label": "team=vision"}).text
+    assert 'data-job="alpha"' not in client.get("/fragments/jobs", params={"label": "team=nlp"}).text
+    assert 'data-job="beta"' not in client.get("/fragments/jobs", params={"q": "alph"}).text
+
+
+def test_script_in_a_name_a_log_and_a_metric_is_text(reg: Registry, client: TestClient) -> None:
+    seed(reg, "evil", name=EVIL)
+    log(reg, "evil", 0, f"step 1 {EVIL}\n")
+    reg.store.put(reg.key(keys.metrics_chunk("evil", 1, 0, 0)),
+                  metrics.encode(Point(EVIL, 1.0, 1), datetime.now(UTC)), "application/x-ndjson")
+    for page in (client.get("/").text, client.get("/jobs/evil").text):
+        assert EVIL not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    response = client.get("/jobs/evil")
+    assert "script-src 'self'" in response.headers["content-security-policy"]
+    logs = client.get("/jobs/evil/logs", params={"attempt": 1, "rank": 0})
+    assert logs.headers["content-type"] == "application/json" and EVIL in logs.json()["text"]  # the page sets text
+    assert EVIL in client.get("/jobs/evil/metrics.json").json()  # JSON, read by script; never HTML
+    compare = client.get("/compare", params={"id": "evil", "metric": EVIL}).text
+    assert EVIL not in compare and "\\u003cscript\\u003e" in compare  # the embedded JSON cannot close its tag
+
+
+def test_env_values_are_never_shown(reg: Registry, client: TestClient) -> None:
+    seed(reg, "alpha")
+    page = client.get("/jobs/alpha").text
+    assert "API_KEY" in page and "hunter2" not in page
+    assert data.mask_env({"env": {"A": "x"}, "container": {"env": {"B": "y"}}}) == {
+        "env": {"A": data.MASK}, "container": {"env": {"B": data.MASK}}}
+
+
+def test_cancel_needs_a_post_with_the_token(reg: Registry, client: TestClient) -> None:
+    seed(reg, "alpha")
+    assert client.get("/jobs/alpha/cancel").status_code == 405
+    assert client.post("/jobs/alpha/cancel", data={"csrf": "wrong"}).status_code == 403
+    assert client.post("/jobs/alpha/cancel", data={}).status_code == 403
+    assert client.post("/jobs/alpha/cancel", data={"csrf": TOKEN},
+                       headers={"origin": "http://evil.example"}).status_code == 403
+    assert reg.job("alpha").state == State.RUNNING
+    done = client.post("/jobs/alpha/cancel", data={"csrf": TOKEN}, follow_redirects=False)
+    assert done.status_code == 303 and done.headers["location"] == "/jobs/alpha"
+    assert reg.job("alpha").state == State.CANCELLED
+    assert 'name="csrf"' not in client.get("/jobs/alpha").text  # a finished job has no cancel button
+
+
+def test_a_first_log_view_is_its_tail_and_then_only_new_chunks(reg: Registry, client: TestClient) -> None:
+    seed(reg, "alpha")
+    line = "x" * 99 + "\n"
+    for seq in range(40):  # 40 chunks of 10 KB: 400 KB, more than the tail a first view gets
+        log(reg, "alpha", seq, f"chunk {seq}\n" + line * 100)
+    first = client.get("/jobs/alpha/logs", params={"attempt": 1, "rank": 0}).json()
+    assert first["skipped"] > 0 and len(first["text"]) <= data.LOG_TAIL_BYTES and first["cursor"] == 40
+    assert first["text"].startswith(f"chunk {first['skipped']}\n") and "chunk 39\n" in first["text"]
+    log(reg, "alpha", 40, "the newest line\n")
+    more = client.get("/jobs/alpha/logs", params={"attempt": 1, "rank": 0, "cursor": 40}).json()
+    assert more == {"text": "the newest line\n", "cursor": 41, "skipped": 0, "live": True}
+
+
+def test_a_warm_jobs_page_makes_no_per_job_get(reg: Registry, store: MemoryStore, client: TestClient) -> None:
+    for i in range(30):
+        seed(reg, f"job-{i}")
+    client.get("/")
+    before = dict(store.calls)
+    client.get("/", params={"all": "1"})
+    gets = store.calls.get("get", 0) - before.get("get", 0)
+    assert gets == 0, f"a warm jobs page made {gets} GETs"
+    reg.update("job-3", reason="changed")
+    before = dict(store.calls)
+    assert "changed" in client.get("/").text
+    assert store.calls.get("get", 0) - before.get("get", 0) == 1  # only the record whose listing entry changed
+
+
+def test_the_cost_page_groups_by_owner_and_label(reg: Registry, client: TestClient) -> None:
+    seed(reg, "alpha")
+    for by in ("owner", "type", "market", "job"):
+        assert client.get("/cost", params={"by": by, "period": "all"}).status_code == 200
+    page = client.get("/cost", params={"by": "label", "label": "team", "period": "30d"}).text
+    assert "TEAM" in page
+
+
+def test_an_unknown_job_is_a_404(client: TestClient) -> None:
+    assert client.get("/jobs/nope").status_code == 404
+    assert client.get("/jobs/Not_An_Id/logs").status_code == 404
+
+
+def test_the_timeline_names_each_transition(reg: Registry, client: TestClient) -> None:
+    seed(reg, "alpha")
+    later = datetime.now(UTC) + timedelta(seconds=1)
+    reg.transition("alpha", State.PREEMPTED, expect=[State.RUNNING], reason="spot interruption", now=later)
+    page = client.get("/jobs/alpha").text
+    states = re.findall(r'data-state="([A-Z_]*)"><time>', page)
+    assert states == ["QUEUED", "LAUNCHING", "RUNNING", "PREEMPTED"], states
