@@ -58,7 +58,7 @@ def create_app(backend: Backend, *, csrf_token: str | None = None) -> Starlette:
         html = env.get_template(name).render(csrf=token, **context)
         return HTMLResponse(html, status_code, headers={"Content-Security-Policy": CSP,
                                                         "X-Content-Type-Options": "nosniff",
-                                                        "Referrer-Policy": "no-referrer"})
+                                                        "Referrer-Policy": "same-origin"})
 
     def filters(request: Request) -> dict[str, Any]:
         q = request.query_params

@@ -77,6 +77,7 @@
     wrap.className = "chart";
     wrap.dataset.metric = title;
     wrap.dataset.points = String(points);
+    wrap.dataset.plotted = String(series.reduce((n, s) => n + s.filter((v) => v !== null).length, 0));
     const h = document.createElement("h3");
     h.textContent = title;
     wrap.appendChild(h);

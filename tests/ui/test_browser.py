@@ -1,0 +1,202 @@
+"""The dashboard in a real browser (Playwright driving Debian's headless Chromium, /usr/bin/chromium) against one
+local cloud: a running job in the list, its log followed live, its loss chart, a preemption in its history, a
+cancel from its page, and a job whose name, output and metric name are `<script>` shown as text.
+
+Screenshots of the jobs, a job's and the cost page go to build/ui-screenshots/. One cloud, three short jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jobplane.local.cloud import free_port
+from jobplane.local.demo import CloudProcess
+from jobplane.local.waiting import wait_for
+from tests.local.conftest import TRAIN, cli_ok, cloud, submit, write_spec  # noqa: F401  (cloud: the fixture)
+
+pytest.importorskip("starlette", reason="the ui extra is not installed (pip install -e '.[ui]')")
+playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
+
+pytestmark = [pytest.mark.scenario, pytest.mark.timeout(180)]
+CHROMIUM = Path(os.environ.get("JOBPLANE_CHROMIUM", "/usr/bin/chromium"))
+REPO = Path(__file__).resolve().parents[2]
+SHOTS = REPO / "build" / "ui-screenshots"
+EVIL = "<script>alert(1)</script>"
+EVIL_CODE = f"""\
+import time
+print({EVIL!r} + " value 1.5", flush=True)
+time.sleep(1)
+"""
+
+
+@pytest.fixture(scope="module")
+def ui(cloud: CloudProcess) -> Iterator[str]:  # noqa: F811
+    """`jobplane ui` on loopback over the local cloud's registry, as a user in a second shell starts it."""
+    port = free_port()
+    log = cloud.state_dir / "ui.log"
+    with log.open("ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "jobplane.cli", "ui", "--port", str(port)], env=cloud.env,
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO)
+    url = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        try:
+            with urllib.request.urlopen(url + "/", timeout=2) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    try:
+        wait_for("the dashboard", answers, 30, 0.2,
+                 abort=lambda: None if proc.poll() is None else f"jobplane ui exited {proc.returncode}: "
+                                                                 f"{log.read_text()[-2000:]}")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not CHROMIUM.exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}: `make test` installs Debian's (apt-get install chromium) as root")
+    with playwright.sync_playwright() as p:
+        try:
+            b = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-dev-shm-usage"])
+        except Exception as exc:  # a Chromium Playwright cannot drive
+            pytest.skip(f"Playwright could not start {CHROMIUM}: {str(exc).splitlines()[0]}")
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = context.new_page()
+    pg.set_default_timeout(20_000)
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    pg.on("dialog", lambda dialog: dialog.accept())  # a <script> that ran would alert; a cancel confirms
+    yield pg
+    context.close()
+    assert not errors, f"the page's scripts failed: {errors}"
+
+
+@pytest.fixture(scope="module")
+def jobs(cloud: CloudProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:  # noqa: F811
+    """The three jobs, submitted at once so they boot together: a Spot training run to follow and preempt, a
+    sleeper to cancel, and the `<script>` one."""
+    tmp = tmp_path_factory.mktemp("ui-jobs")
+    evil_code = tmp / "evil"
+    evil_code.mkdir()
+    (evil_code / "evil.py").write_text(EVIL_CODE)
+    evil = write_spec(tmp, "evil", "python3 evil.py", metrics=json.dumps([{"name": EVIL, "regex": r"value ([0-9.]+)"}]))
+    evil.write_text(evil.read_text().replace("name: evil", f"name: {json.dumps(EVIL)}", 1))
+    train = write_spec(tmp, "train", "python3 train.py --steps 150 --checkpoint-every 10 --sleep 0.2",
+                       max_restarts="2", owner="vision", labels="{team: vision}")
+    sleeper = write_spec(tmp, "sleeper", "sleep 600", spot="false")
+    return {"train": submit(cloud, train), "sleeper": submit(cloud, sleeper, evil_code),
+            "evil": submit(cloud, evil, evil_code)}
+
+
+def shot(page: Any, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def test_the_jobs_page_shows_a_running_job_live(ui: str, jobs: dict[str, str], page: Any) -> None:
+    page.goto(ui + "/")
+    row = page.locator(f'tr[data-job="{jobs["train"]}"]')
+    # no reload: htmx polls the table, so the job moves from QUEUED/LAUNCHING to RUNNING on the open page
+    playwright.expect(row.locator(".badge")).to_have_text("RUNNING", timeout=90_000)
+    playwright.expect(page.locator('.count[data-state="RUNNING"] b')).not_to_have_text("0")
+    page.select_option("select[name=owner]", "vision")
+    playwright.expect(page.locator(f'tr[data-job="{jobs["sleeper"]}"]')).to_have_count(0)
+    playwright.expect(row).to_have_count(1)
+    page.select_option("select[name=owner]", "")
+    playwright.expect(page.locator(f'tr[data-job="{jobs["sleeper"]}"]')).to_have_count(1)
+    shot(page, "jobs")
+
+
+def test_a_job_page_follows_its_log_and_charts_its_loss(ui: str, cloud: CloudProcess, jobs: dict[str, str],  # noqa: F811
+                                                        page: Any) -> None:
+    job = jobs["train"]
+    page.goto(f"{ui}/jobs/{job}")
+    log = page.locator("#log")
+    playwright.expect(log).to_contain_text("step 10 loss", timeout=60_000)
+    first = log.inner_text()
+    playwright.expect(log).to_contain_text("step 40 loss", timeout=30_000)  # came while the page was open
+    assert len(log.inner_text()) > len(first)
+    chart = page.locator('.chart[data-metric="loss"]')
+    playwright.expect(chart.locator("canvas")).to_have_count(1, timeout=30_000)
+    shot(page, "job")
+
+
+def test_a_preemption_shows_in_the_history_then_attempt_2(ui: str, cloud: CloudProcess,  # noqa: F811
+                                                          jobs: dict[str, str], page: Any) -> None:
+    job = jobs["train"]
+    page.goto(f"{ui}/jobs/{job}")
+    cli_ok(cloud, "local", "preempt", job, "--grace", "10")
+    timeline = page.locator("#timeline")
+    playwright.expect(timeline.locator('li[data-state="PREEMPTED"]')).to_have_count(1, timeout=60_000)
+    playwright.expect(page.locator('table.attempts tr[data-attempt="2"]')).to_have_count(1, timeout=60_000)
+    playwright.expect(timeline.locator("li").last).to_have_attribute("data-state", "RUNNING", timeout=60_000)
+    playwright.expect(page.locator("select[name=attempt]")).to_have_value("2")  # the log follows attempt 2
+    playwright.expect(page.locator("#log")).to_contain_text("resuming from step", timeout=60_000)
+    playwright.expect(page.locator("#state")).to_have_text("SUCCEEDED", timeout=90_000)
+    page.reload()  # the finished job's chart, every point in
+    loss = next(m for m in json.loads(cli_ok(cloud, "metrics", job, "--json"))["metrics"] if m["name"] == "loss")
+    chart = page.locator('.chart[data-metric="loss"]')
+    playwright.expect(chart).to_have_attribute("data-points", str(loss["count"]))
+    # one point per (attempt, step) on the chart: a step printed twice (train.py's last line repeats its last
+    # step's loss) shows its last value
+    distinct = {(attempt, step) for attempt, step, _, _ in loss["points"]}
+    playwright.expect(chart).to_have_attribute("data-plotted", str(len(distinct)))
+    assert loss["attempts"] == [1, 2]
+    page.check("#logscale")
+    playwright.expect(page.locator('.chart[data-metric="loss"] canvas')).to_have_count(1)
+    shot(page, "job-preempted")
+
+
+def test_cancel_from_the_page_ends_the_job_cancelled(ui: str, cloud: CloudProcess, jobs: dict[str, str],  # noqa: F811
+                                                     page: Any) -> None:
+    job = jobs["sleeper"]
+    page.goto(f"{ui}/jobs/{job}")
+    page.click("#cancel")  # confirmed by the dialog handler
+    playwright.expect(page.locator("#state")).to_have_text("CANCELLED", timeout=30_000)
+    playwright.expect(page.locator("#cancel")).to_have_count(0)
+
+
+def test_a_script_in_a_name_a_log_and_a_metric_is_shown_as_text(ui: str, jobs: dict[str, str], page: Any) -> None:
+    job = jobs["evil"]
+    page.goto(f"{ui}/jobs/{job}")
+    playwright.expect(page.locator("#state")).to_have_text("SUCCEEDED", timeout=90_000)
+    page.reload()
+    playwright.expect(page.locator("h1 .name")).to_have_text(EVIL)
+    playwright.expect(page.locator("#log")).to_contain_text(EVIL + " value 1.5", timeout=20_000)
+    playwright.expect(page.locator(f'.chart[data-metric="{EVIL}"] h3')).to_have_text(EVIL)
+    assert page.evaluate("document.querySelectorAll('script:not([src]):not([type])').length") == 0
+    page.goto(f"{ui}/?all=1")
+    playwright.expect(page.locator(f'tr[data-job="{job}"] .name')).to_have_text(EVIL)
+
+
+def test_the_cost_page_charts_cost_by_owner(ui: str, jobs: dict[str, str], page: Any) -> None:
+    page.goto(f"{ui}/cost?by=owner&period=24h")
+    playwright.expect(page.locator("table.cost tbody tr")).not_to_have_count(0)
+    playwright.expect(page.locator("#cost-chart .bar .label", has_text="vision")).to_have_count(1)
+    shot(page, "cost")
+    page.goto(f"{ui}/compare?id={jobs['train']}&id={jobs['evil']}&metric=loss")
+    playwright.expect(page.locator("#compare canvas")).to_have_count(1)
