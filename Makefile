@@ -31,7 +31,7 @@ docs: $(STAMP)
 
 # Four workers (tests/scheduling.py): most tests wait, so they overlap well even on two cores.
 PYTEST_ARGS ?= -n 4 --dist loadscope
-pytest: $(STAMP) local-images
+pytest: $(STAMP) local-images chromium
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # The local cloud's stock Debian 12 image (debootstrap, python3 only), its Debian 12 + podman image (the stock one
@@ -42,6 +42,14 @@ pytest: $(STAMP) local-images
 local-images: local-index
 	$(BIN)/python -m jobplane.local.rootfs build
 	$(BIN)/python -m jobplane.local.oci_registry build
+
+# Debian's Chromium, which tests/ui drives with Playwright (no browser download): installed when missing, as root
+# where apt-get exists. Never fails the build: without it the browser tests skip, saying why.
+.PHONY: chromium
+chromium:
+	@test -x /usr/bin/chromium || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; } \
+	  >/dev/null 2>&1; } || echo "no /usr/bin/chromium (not root, no apt-get, or the install failed): tests/ui's browser tests skip"
 
 local-index: $(STAMP)
 	$(BIN)/python -m jobplane.local.package_index fill

@@ -50,8 +50,10 @@ def no_running_instance(job_id: str, rank: int | None) -> click.ClickException:
               help="Port of the cloud's API: moto's, or the GCS fake's (Compute Engine's: the next one); 0: any free.")
 @click.option("--tick", type=float, default=1.0, show_default=True,
               help="Seconds between runner/trigger passes; scheduled functions run every max(tick, 2) s.")
+@click.option("--ui-port", type=int, default=8765, show_default=True,
+              help="Port of the dashboard (`jobplane ui`) started beside it on 127.0.0.1; 0: any free, -1: none.")
 @state_dir_option
-def up(cloud: str, port: int, tick: float, state_dir: Path | None) -> None:
+def up(cloud: str, port: int, tick: float, ui_port: int, state_dir: Path | None) -> None:
     """Start the local cloud in the foreground; print the exports a second shell needs. Ctrl-C stops it all.
 
     \b
@@ -60,11 +62,18 @@ def up(cloud: str, port: int, tick: float, state_dir: Path | None) -> None:
     """
     from jobplane.local.cloud import up as run_up
     from jobplane.local.control import state_dir as default_state_dir
+    from jobplane.ui.beside import Beside
 
+    directory = default_state_dir(state_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    ui = Beside(directory, ui_port) if ui_port >= 0 else None
     try:
-        run_up(default_state_dir(state_dir), port, tick, cloud)
+        run_up(directory, port, tick, cloud)
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
+    finally:
+        if ui is not None:
+            ui.stop()
 
 
 @local.command()

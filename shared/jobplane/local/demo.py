@@ -44,6 +44,7 @@ from jobplane.local.control import STATE_FILE
 from jobplane.local.runner import marked_pids
 from jobplane.local.waiting import WaitTimeout, wait_for
 from jobplane.settings import Settings
+from jobplane.ui.beside import ui_url
 
 REPO = Path(__file__).resolve().parents[3]
 # The specs each cloud's demo submits (examples/train is their code).
@@ -64,8 +65,9 @@ ENDPOINTS = ("AWS_ENDPOINT_URL", "STORAGE_EMULATOR_HOST", "JOBPLANE_COMPUTE_ENDP
 class CloudProcess:
     """`jobplane local up` in a child process: what a user runs in their first shell (tests use it too)."""
 
-    def __init__(self, state_dir: Path, tick: float = 1.0, cloud: str = "aws") -> None:
+    def __init__(self, state_dir: Path, tick: float = 1.0, cloud: str = "aws", ui: bool = False) -> None:
         self.state_dir = state_dir
+        self.ui = ui  # the dashboard beside it (`local up --ui-port 0`); tests start their own when they want one
         self.tick = tick
         self.cloud = cloud
         self.proc: subprocess.Popen[bytes] | None = None
@@ -77,7 +79,8 @@ class CloudProcess:
         with (self.state_dir / "local-cloud.log").open("ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "jobplane.cli", "local", "up", "--cloud", self.cloud, "--port", "0",
-                 "--tick", str(self.tick), "--state-dir", str(self.state_dir)], stdout=out, stderr=subprocess.STDOUT,
+                 "--tick", str(self.tick), "--state-dir", str(self.state_dir), "--ui-port", "0" if self.ui else "-1"],
+                stdout=out, stderr=subprocess.STDOUT,
                 env=env, stdin=subprocess.DEVNULL)
         proc, log = self.proc, self.state_dir / "local-cloud.log"
         try:
@@ -264,6 +267,8 @@ class Demo:
         if not job_id:
             self.check("submit -f printed the job id", False, f"exit code {code}, no output")
             return
+        if url := ui_url(self.cloud.state_dir):
+            print(f"the job's page on the dashboard: {url}/jobs/{job_id}", flush=True)
         self.cloud.cli("ls", "--all", echo=True)
         reg = self.cloud.registry()
         record = reg.job(job_id)
@@ -415,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     state_dir = args.state_dir or Path(tempfile.mkdtemp(prefix="jobplane-demo-"))
     print(f"starting the local {args.cloud} cloud (state in {state_dir}) ...", flush=True)
-    cloud = CloudProcess(state_dir, cloud=args.cloud)
+    cloud = CloudProcess(state_dir, cloud=args.cloud, ui=True)
     demo = Demo(cloud, args.timeout)
     try:
         cloud.start()
