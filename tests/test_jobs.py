@@ -1,5 +1,6 @@
-"""Job operations over an in-memory registry: a queued job is a job, status lines, exit codes, following to a
-goal on a fake clock, cancelling a queued job. The launcher interplay on moto is in tests/launcher/test_cancel.py."""
+"""Job operations over an in-memory registry: a queued job is a job, status lines, following to a goal on a fake
+clock, cancelling a queued job, artifacts by their manifests. The launcher interplay on moto is in
+tests/launcher/test_cancel.py."""
 
 from __future__ import annotations
 
@@ -189,12 +190,32 @@ def test_follow_waits_through_queue_and_launch_then_streams_to_the_end(reg: Regi
                                                                        ending: State) -> None:
     drop(reg, "story")
     view, statuses, chunks = run_follow(reg, clock, "story", jobs.Goal.TERMINAL, story(reg, clock, "story", ending))
-    assert view.state == ending and jobs.exit_code(view.state) == (0 if ending == State.SUCCEEDED else 1)
+    assert view.state == ending
     assert statuses[0] == "queued 0s: waiting for the launcher" and statuses[1] == "launching attempt 1"
     assert statuses[-1] == "running attempt 1 on i-1, i-2"  # the ending is the caller's to report
     assert [(c.attempt, c.rank, c.text) for c in chunks] == [(1, 0, "rank 0 starts\n"), (1, 1, "rank 1 says hi\n"),
                                                              (1, 0, "step 1\n")]
     assert jobs.tagged(chunks[1]) == "[1/1] rank 1 says hi\n"
+
+
+def test_following_yields_the_chunks_and_returns_the_view(reg: Registry, clock: Clock) -> None:
+    drop(reg, "gen")
+    steps, statuses = story(reg, clock, "gen", State.SUCCEEDED), list[str]()
+
+    def sleep(seconds: float) -> None:
+        clock.t += seconds
+        if steps:
+            steps.pop(0)()
+
+    how = jobs.Follow(on_status=lambda s: statuses.append(s.text), logs=jobs.LogReader(reg, "gen"), sleep=sleep,
+                      clock=clock.monotonic, now=clock.now)
+    following = jobs.following(reg, "gen", jobs.Goal.TERMINAL, how)
+    texts = []
+    with pytest.raises(StopIteration) as done:
+        while True:
+            texts.append(next(following).text)
+    assert texts == ["rank 0 starts\n", "rank 1 says hi\n", "step 1\n"] and done.value.value.state == State.SUCCEEDED
+    assert statuses[0] == "queued 0s: waiting for the launcher"
 
 
 def test_follow_to_running_stops_there(reg: Registry, clock: Clock) -> None:
@@ -254,3 +275,54 @@ def test_submit_plan_checks_the_spec_before_anything_is_uploaded(tmp_path) -> No
         jobs.plan_submission(spec, SPEC.replace("num_nodes: 2", "num_nodes: 0"))
     with pytest.raises(jobs.JobError, match="is not a directory"):
         jobs.plan_submission(spec, SPEC + "code: nowhere\n")
+
+
+def test_a_spec_problem_names_its_field_and_the_file(tmp_path) -> None:
+    spec = tmp_path / "job.yaml"
+    with pytest.raises(jobs.SpecInvalid) as bad:
+        jobs.plan_submission(spec, SPEC.replace("num_nodes: 2", "num_nodes: 0") + "code: nowhere\n")
+    assert bad.value.source == str(spec) and str(bad.value).startswith(f"{spec}: code: 'nowhere' is not a directory")
+    with pytest.raises(jobs.SpecInvalid) as bad:
+        jobs.plan_submission(spec, SPEC.replace("num_nodes: 2", "num_nodes: 0"))
+    assert [e.path for e in bad.value.errors] == ["num_nodes"]
+    assert jobs.plan_submission(spec, SPEC).drawn and not jobs.plan_submission(spec, SPEC, job_id="given").drawn
+    assert not jobs.plan_submission(spec, SPEC + "id: in-spec\n").drawn
+
+
+# ---- artifacts ------------------------------------------------------------------------------------------------
+def publish(reg: Registry, job_id: str, area: str, files: dict[str, bytes]) -> None:
+    """What the agent's publish() leaves: the files under artifacts/<area>/, then the area's manifest."""
+    entries = {}
+    for rel, data in files.items():
+        version = reg.store.put(reg.key(f"{keys.artifacts_prefix(job_id)}{area}/{rel}"), data)
+        entries[rel] = {"key": rel, "size": len(data), "version": version}
+    reg.put_json(f"{keys.artifacts_prefix(job_id)}{area}.manifest.json",
+                 {"written_at": T0.isoformat(), "files": entries})
+
+
+def test_artifacts_are_what_the_manifests_name_and_download_where_their_paths_say(reg: Registry, tmp_path) -> None:
+    publish(reg, "made", "model", {"result.json": b"{}", "weights/w.npz": b"123"})
+    publish(reg, "made", "rank-1/output", {"log.txt": b"rank 1"})
+    reg.put(f"{keys.artifacts_prefix('made')}output/half-uploaded.bin", b"x")  # no manifest yet: not an artifact
+    found = jobs.artifacts(reg, "made")
+    assert [(a.path, a.size) for a in found] == [("model/result.json", 2), ("model/weights/w.npz", 3),
+                                                 ("rank-1/output/log.txt", 6)]
+    assert found[0].written_at == T0
+    written = jobs.download(reg, found, tmp_path / "out")
+    assert [p.relative_to(tmp_path / "out").as_posix() for p in written] == [a.path for a in found]
+    assert (tmp_path / "out" / "model" / "weights" / "w.npz").read_bytes() == b"123"
+
+
+def test_an_artifact_path_out_of_the_destination_is_refused_before_any_download(reg: Registry, tmp_path) -> None:
+    publish(reg, "hostile", "model", {"ok.txt": b"fine", "../../../escape.txt": b"gotcha"})
+    with pytest.raises(jobs.JobError, match="outside"):
+        jobs.download(reg, jobs.artifacts(reg, "hostile"), tmp_path / "out")
+    assert not (tmp_path / "out").exists() and not list(tmp_path.rglob("escape.txt"))
+
+
+def test_an_artifact_replaced_after_its_manifest_was_read_is_not_downloaded(reg: Registry, tmp_path) -> None:
+    publish(reg, "moving", "model", {"a.txt": b"first"})
+    found = jobs.artifacts(reg, "moving")
+    reg.put(f"{keys.artifacts_prefix('moving')}model/a.txt", b"second")
+    with pytest.raises(jobs.JobError, match="replaced or deleted"):
+        jobs.download(reg, found, tmp_path)

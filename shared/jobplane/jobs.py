@@ -1,5 +1,6 @@
 """Job operations over a registry: submit a drop, find a job (recorded, still in queue/, or rejected), list
-rows, read log chunks, follow a job to a goal, cancel (a queued job too).
+jobs, read log chunks, metrics and artifacts, follow a job to a goal, cancel (a queued job too). The public face
+of these is jobplane.sdk; the CLI is built on that.
 
 A queued job is a job. The launcher creates a job's record before it deletes the drop (and writes a
 rejection before it deletes a bad one), so at every instant one of drop, record or rejection exists, and
@@ -16,7 +17,7 @@ import secrets
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -48,6 +49,14 @@ Upload = Callable[[str, Path], None]  # (registry-relative key, local file)
 
 class JobError(Exception):
     """A job operation the user asked for cannot be done; the message says why in one line."""
+
+
+class SpecInvalid(JobError):
+    """A spec that cannot be submitted, with every problem found (each naming its field)."""
+
+    def __init__(self, source: str | None, errors: list[FieldError]) -> None:
+        super().__init__((f"{source}: " if source else "") + "; ".join(map(str, errors)))
+        self.source, self.errors = source, errors
 
 
 @dataclass(frozen=True)
@@ -124,13 +133,20 @@ def _rejected(reg: Registry, job_id: str) -> JobView | None:
 
 
 def list_rows(reg: Registry, include_done: bool, now: datetime | None = None) -> list[dict[str, Any]]:
-    """`jobplane ls`: live jobs (or every job), drops still in queue/ and, with include_done, rejected ones."""
+    """`jobplane ls`'s rows, longest waiting first: live jobs (or every job), drops still in queue/ and, with
+    include_done, rejected ones."""
     now = now or utcnow()
+    return sorted((view_row(view, now) for view in list_views(reg, include_done)), key=lambda r: r["age"],
+                  reverse=True)
+
+
+def list_views(reg: Registry, include_done: bool) -> list[JobView]:
+    """Live jobs (or every job) by id, then drops still in queue/ and, with include_done, rejected ones."""
     ids = recorded_ids(reg) if include_done else set(reg.active())
-    rows = []
+    views = []
     for job_id in sorted(ids):
         try:
-            rows.append(view_row(JobView.of(reg.job(job_id)), now))
+            views.append(JobView.of(reg.job(job_id)))
         except JobNotFound:
             continue  # finished between the listing and the read
     queued = set()
@@ -140,18 +156,16 @@ def list_rows(reg: Registry, include_done: bool, now: datetime | None = None) ->
         if not job_id or job_id in ids or job_id in queued:
             continue
         try:
-            view = queued_view(job_id, key, reg.get_bytes(key), modified)
+            views.append(queued_view(job_id, key, reg.get_bytes(key), modified))
         except NotFound:
             continue  # the launcher took it since the listing; the next ls shows its record
         queued.add(job_id)
-        rows.append(view_row(view, now))
     if include_done:
         for key, modified, _ in reg.listing(keys.REJECTED):
             rejected = keys.parse_rejected_error(key)
             if rejected and rejected not in ids | queued:  # a recorded INVALID job shows once
-                view = JobView(rejected, State.INVALID, modified, reason=rejected_reason(reg.get_json(key)))
-                rows.append(view_row(view, now))
-    return sorted(rows, key=lambda r: r["age"], reverse=True)
+                views.append(JobView(rejected, State.INVALID, modified, reason=rejected_reason(reg.get_json(key))))
+    return views
 
 
 def recorded_ids(reg: Registry) -> set[str]:
@@ -174,18 +188,21 @@ def cost_rows(reg: Registry, by: str = "job", since: datetime | None = None,
 @dataclass(frozen=True)
 class Submission:
     """A checked spec ready to drop: its id, the document to write, the code directory to bundle, and the owner
-    whose queue/<owner>/ it goes to."""
+    whose queue/<owner>/ it goes to. drawn: the id was made up from the spec's name and the time (neither given
+    nor in the spec), so another may be drawn."""
 
     job_id: str
     doc: dict[str, Any]
     code_dir: Path | None
     owner: str = keys.DEFAULT_OWNER
+    drawn: bool = False
 
 
 def plan_submission(spec_file: Path, text: str, *, code_dir: Path | None = None, job_id: str | None = None,
                     now: datetime | None = None, hyperparameters: Mapping[str, Any] | None = None,
                     owner: str | None = None) -> Submission:
-    """Check a spec the way the launcher will, before anything is uploaded; JobError says what is wrong.
+    """Check a spec the way the launcher will, before anything is uploaded: SpecInvalid names each problem's
+    field (JobError: --id or --owner contradicts the spec).
 
     `code: ./src` in the spec means the same as --code ./src (relative to the spec's directory).
     hyperparameters (`submit --hp name=value`) override or add to the spec's, in the spec that is dropped.
@@ -195,16 +212,17 @@ def plan_submission(spec_file: Path, text: str, *, code_dir: Path | None = None,
     try:
         doc = load_document(text, spec_file.name)
     except SpecError as exc:
-        raise JobError(f"{spec_file}: " + "; ".join(map(str, exc.errors))) from None
+        raise SpecInvalid(str(spec_file), exc.errors) from None
     given = doc.get("hyperparameters")
     if hyperparameters and (given is None or isinstance(given, dict)):  # else validation names the field
         doc["hyperparameters"] = {**(given or {}), **hyperparameters}
     if code_dir is None and isinstance(doc.get("code"), str) and "://" not in doc["code"]:
         code_dir = (spec_file.parent / doc["code"]).resolve()
         if not code_dir.is_dir():
-            raise JobError(f"{spec_file}: code: {doc['code']!r} is not a directory")
+            raise SpecInvalid(str(spec_file), [FieldError("code", f"{doc['code']!r} is not a directory")])
     if code_dir is not None:  # validated with a stand-in now, set to the bundle's real URI on submit
         doc["code"] = URI_SCHEMES.get(str(doc.get("cloud", "aws")), "s3://") + "placeholder/code.tar.gz"
+    drawn = not (job_id or doc.get("id"))
     job_id = job_id or doc.get("id") or readable_job_id(str(doc.get("name") or spec_file.stem), now or utcnow(),
                                                         secrets.token_hex(2))
     if doc.get("id") not in (None, job_id):
@@ -217,22 +235,23 @@ def plan_submission(spec_file: Path, text: str, *, code_dir: Path | None = None,
     try:
         parse_spec(yaml.safe_dump(doc), job_id=job_id, source=spec_file.name)
     except SpecError as exc:
-        raise JobError(f"{spec_file}: " + "; ".join(str(e) for e in exc.errors)) from None
-    return Submission(job_id, {**doc, "id": job_id}, code_dir, str(owner))
+        raise SpecInvalid(str(spec_file), exc.errors) from None
+    return Submission(job_id, {**doc, "id": job_id}, code_dir, str(owner), drawn)
 
 
-def submit(backend: Backend, sub: Submission, on_bundle: Callable[[int, str], None] | None = None) -> str:
+def submit(backend: Backend, sub: Submission, on_bundle: Callable[[int, str], None] | None = None) -> JobView:
     """Upload the code bundle to code/<owner>/, then drop the spec into queue/ (queue/<owner>/), create-only.
     From then on the job exists. Both places are the owner's own, so IAM can confine a team to them.
 
-    on_bundle(files, uri) is told what was uploaded. Returns the job id.
+    on_bundle(files, uri) is told what was uploaded. Returns the job as queued.
     """
     reg, job_id, doc = backend.reg, sub.job_id, dict(sub.doc)
     cloud = str(doc.get("cloud", "aws"))
     if not backend.url.startswith(URI_SCHEMES.get(cloud, "?")):  # the launcher would record it INVALID
         default = "" if "cloud" in doc else " (the default)"
-        raise JobError(f"cloud: {cloud!r}{default} is not the cloud of the registry {backend.url}: submit it to a "
-                       f"registry on {cloud}, or set cloud: in the spec")
+        raise SpecInvalid(None, [FieldError("cloud", f"{cloud!r}{default} is not the cloud of the registry "
+                                            f"{backend.url}: submit it to a registry on {cloud}, or set cloud: in "
+                                            "the spec")])
     if reg.exists(job_id):
         raise JobExists(job_id)
     if _queued(reg, job_id) is not None:
@@ -245,12 +264,12 @@ def submit(backend: Backend, sub: Submission, on_bundle: Callable[[int, str], No
         doc["code"] = f"{backend.url}/{reg.key(keys.code_upload(sub.owner, job_id))}"
         if on_bundle:
             on_bundle(files, doc["code"])
+    key, data = keys.queue_entry(job_id, sub.owner), yaml.safe_dump(doc, sort_keys=False).encode()
     try:
-        reg.put_if_absent(keys.queue_entry(job_id, sub.owner), yaml.safe_dump(doc, sort_keys=False).encode(),
-                                "application/yaml")
+        reg.put_if_absent(key, data, "application/yaml")
     except PreconditionFailed:
         raise JobError(f"job {job_id!r} is already queued") from None
-    return job_id
+    return queued_view(job_id, key, data, utcnow())
 
 
 def make_bundle(directory: Path, out: Path) -> int:
@@ -350,6 +369,65 @@ def tagged(chunk: Chunk) -> str:
     return "".join(f"[{chunk.attempt}/{chunk.rank}] {line}" for line in chunk.text.splitlines(keepends=True))
 
 
+# ---- artifacts ---------------------------------------------------------------------------------------------
+ARTIFACT_MANIFEST = ".manifest.json"  # beside each area the agent publishes: artifacts/model.manifest.json
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One file a job's agent uploaded when its process ended, as the area's manifest names it: the model
+    directory (SM_MODEL_DIR) as model/, output/data as output/, a rank other than 0's under rank-<n>/."""
+
+    path: str  # relative to the job's artifacts: model/result.json, rank-1/output/log.txt
+    size: int
+    version: str  # the object's version when it was uploaded (a download checks it)
+    key: str  # the object's registry key
+    written_at: datetime | None  # when its manifest was written
+
+
+def artifacts(reg: Registry, job_id: str) -> list[Artifact]:
+    """Every artifact the job's manifests name, by path. An area whose manifest is missing (its upload did not
+    finish) or does not parse has none."""
+    base = keys.artifacts_prefix(job_id)
+    found = []
+    for key, _, _ in reg.listing(base):
+        if not key.endswith(ARTIFACT_MANIFEST):
+            continue
+        area = key[len(base):-len(ARTIFACT_MANIFEST)]
+        try:
+            body = reg.get_json(key)
+            files = dict(body["files"])
+            written = datetime.fromisoformat(body["written_at"]) if body.get("written_at") else None
+        except (NotFound, ValueError, KeyError, TypeError):
+            continue
+        for rel, entry in files.items():
+            try:
+                found.append(Artifact(f"{area}/{rel}", int(entry["size"]), str(entry.get("version") or ""),
+                                      f"{base}{area}/{entry.get('key') or rel}", written))
+            except (KeyError, TypeError, ValueError):
+                continue
+    return sorted(found, key=lambda a: a.path)
+
+
+def download(reg: Registry, wanted: Iterable[Artifact], dest: Path) -> list[Path]:
+    """Each artifact to dest/<its path>, checked against the version its manifest names. A path that would land
+    outside dest (the manifest is the job's own writing) is refused before anything is downloaded."""
+    root = dest.resolve()
+    planned = [(a, root / a.path) for a in wanted]
+    for artifact, path in planned:
+        if not path.resolve().is_relative_to(root):
+            raise JobError(f"artifact {artifact.path!r} would be written outside {dest}: not downloaded")
+    for artifact, path in planned:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        store, key = reg.location(artifact.key)
+        try:
+            store.download_file(key, path, version=artifact.version or None, size=artifact.size)
+        except (NotFound, PreconditionFailed):
+            raise JobError(f"artifact {artifact.path} was replaced or deleted since its manifest was read; list "
+                           "the artifacts again") from None
+    return [path for _, path in planned]
+
+
 # ---- following ---------------------------------------------------------------------------------------------
 class Goal(StrEnum):
     RUNNING = "running"  # RUNNING, or already past it (terminal)
@@ -378,7 +456,7 @@ class WaitTimedOut(JobError):
     def __init__(self, view: JobView, goal: Goal, waited: float) -> None:
         super().__init__(f"timed out after {waited:.0f}s waiting for {view.id} to be {goal}: it is {view.state}"
                          + (f" ({view.reason})" if view.reason else ""))
-        self.view = view
+        self.view, self.goal, self.waited = view, goal, waited
 
 
 @dataclass
@@ -397,8 +475,22 @@ class Follow:
 
 
 def follow(reg: Registry, job_id: str, goal: Goal, how: Follow) -> JobView:
-    """Poll the job until it reaches goal, reporting its status (and new log chunks) on the way; the view
-    that reached the goal is returned, not reported.
+    """Poll the job until it reaches goal, reporting its status (and new log chunks, to how.on_chunk) on the
+    way; the view that reached the goal is returned, not reported. See following()."""
+    steps = following(reg, job_id, goal, how)
+    while True:
+        try:
+            chunk = next(steps)
+        except StopIteration as done:
+            view: JobView = done.value
+            return view
+        if how.on_chunk is not None:
+            how.on_chunk(chunk)
+
+
+def following(reg: Registry, job_id: str, goal: Goal, how: Follow) -> Generator[Chunk, None, JobView]:
+    """follow() as a generator: yields the new log chunks (with how.logs) as they come, reports the status to
+    how.on_status on each poll, and returns the view that reached the goal.
 
     JobNotFound if it does not exist (neither recorded, queued nor rejected); WaitTimedOut past how.timeout.
     With logs, a finished job is drained: its last chunks land just before its agents' exit reports.
@@ -406,7 +498,7 @@ def follow(reg: Registry, job_id: str, goal: Goal, how: Follow) -> JobView:
     started = how.clock()
     view = find(reg, job_id)
     while True:
-        _emit(how)
+        yield from _new(how)
         if reached(goal, view.state):
             break
         how.on_status(status(view, how.now()))
@@ -419,16 +511,14 @@ def follow(reg: Registry, job_id: str, goal: Goal, how: Follow) -> JobView:
         deadline = how.clock() + DRAIN_TIMEOUT
         compute = how.compute() if how.compute else None
         while not drained(reg, view.record, compute) and how.clock() < deadline:
-            _emit(how)
+            yield from _new(how)
             how.sleep(how.interval)
-        _emit(how)
+        yield from _new(how)
     return view
 
 
-def _emit(how: Follow) -> None:
-    if how.logs is not None and how.on_chunk is not None:
-        for chunk in how.logs.new():
-            how.on_chunk(chunk)
+def _new(how: Follow) -> list[Chunk]:
+    return how.logs.new() if how.logs is not None else []
 
 
 def drained(reg: Registry, record: JobRecord | None, compute: Compute | None) -> bool:

@@ -58,7 +58,7 @@ def submit(spec_file: Path, code_dir: Path | None, job_id: str | None, hps: tupl
     def bundled(files: int, uri: str) -> None:
         click.echo(f"code: {files} files from {sub.code_dir} -> {uri}", err=True)
 
-    job_id = jobs.submit(backend, sub, on_bundle=bundled)
+    job_id = jobs.submit(backend, sub, on_bundle=bundled).id
     click.echo(job_id)
     if follow:
         sys.exit(follow_job(backend, job_id, jobs.Goal.TERMINAL, interval=interval, logs=True))
