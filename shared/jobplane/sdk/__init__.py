@@ -1,0 +1,39 @@
+"""jobplane's Python SDK: submit jobs to a registry, watch them, read their output, metrics, cost and artifacts,
+cancel them. The `jobplane` command is built on it (tests/test_cli_sdk_boundary.py keeps it so).
+
+    from jobplane import Client
+
+    client = Client("s3://my-bucket")              # or Client() for JOBPLANE_BUCKET, as the CLI
+    job = client.submit("examples/demo.yaml", code="examples/train", hyperparameters={"lr": 0.02})
+    job.wait(600)                                  # State.SUCCEEDED, or how it ended; Timeout past 600 s
+    job.metrics()["loss"].last
+    for line in job.logs():
+        print(line)
+
+Every error it raises on purpose is a JobplaneError: JobNotFound, InvalidSpec (with the field errors),
+Timeout, Refused, ConfigurationError (BackendError for the VM API).
+"""
+
+from jobplane.errors import FieldError
+from jobplane.jobs import Artifact, Cancelled, Checkpoint, Submission
+from jobplane.jobview import JobView, Status
+from jobplane.metrics import Sample
+from jobplane.sdk.client import Client, UploadProgress, prepare
+from jobplane.sdk.errors import (
+    BackendError,
+    ConfigurationError,
+    InvalidSpec,
+    JobExists,
+    JobNotFound,
+    JobplaneError,
+    Refused,
+    Timeout,
+)
+from jobplane.sdk.job import Job, LogLine, Metric
+from jobplane.states import State
+
+__all__ = [
+    "Artifact", "BackendError", "Cancelled", "Checkpoint", "Client", "ConfigurationError", "FieldError", "InvalidSpec",
+    "Job", "JobExists", "JobNotFound", "JobView", "JobplaneError", "LogLine", "Metric", "Refused", "Sample", "State",
+    "Status", "Submission", "Timeout", "UploadProgress", "prepare",
+]

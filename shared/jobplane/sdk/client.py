@@ -1,0 +1,230 @@
+"""The registry a client submits jobs to and looks them up in: one Settings (the context the CLI builds from its
+options and the environment), connected on first use."""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import os
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from jobplane import backend, cost, jobs
+from jobplane.clouds.base import Compute
+from jobplane.errors import FieldError
+from jobplane.registry import Registry
+from jobplane.sdk.errors import ConfigurationError, InvalidSpec, Refused, translated
+from jobplane.sdk.job import Job
+from jobplane.settings import Settings, parse_registry
+from jobplane.states import LIVE, State
+
+UploadProgress = backend.Progress  # a context around one upload that yields advance(bytes sent since last call)
+SpecSource = str | os.PathLike[str] | Mapping[str, Any] | jobs.Submission
+ID_TRIES = 32  # fresh ids to draw when the ones drawn are being submitted by this process already
+
+# The jobs this process is submitting, per deployment: a job id is held from its plan until its drop is written,
+# so two threads never upload code under one id (the registry's checks cannot see a submission in flight).
+_submitting: set[tuple[str, str]] = set()
+_submitting_lock = threading.Lock()
+
+
+def prepare(spec: str | os.PathLike[str] | Mapping[str, Any], *, code: str | os.PathLike[str] | None = None,
+            hyperparameters: Mapping[str, Any] | None = None, owner: str | None = None,
+            id: str | None = None) -> jobs.Submission:
+    """Check a spec the way the launcher will, without a registry, and return what submit() would drop.
+
+    spec is a YAML file's path or the spec as a mapping; a relative `code:` in it is relative to the file's
+    directory (to the working directory for a mapping). code is the directory to upload as the job's working
+    directory; hyperparameters override or add to the spec's; owner submits to queue/<owner>/. id names the job
+    (default: from the spec's `id`, else its name and the time). InvalidSpec names each problem's field;
+    OSError if the file cannot be read.
+    """
+    if isinstance(spec, Mapping):
+        path, text = Path("<spec>"), yaml.safe_dump(dict(spec), sort_keys=False)
+    else:
+        path = Path(spec)
+        text = path.read_text()
+    code_dir = Path(code) if code is not None else None
+    if code_dir is not None and not code_dir.is_dir():
+        raise InvalidSpec([FieldError("code", f"{str(code_dir)!r} is not a directory")])
+    with translated():
+        return jobs.plan_submission(path, text, code_dir=code_dir, job_id=id, hyperparameters=hyperparameters,
+                                    owner=owner)
+
+
+class Client:
+    """A jobplane registry: `Client("s3://my-bucket")`, `Client("gs://my-bucket/team-a")`, or `Client()` for the
+    one the CLI would use (`JOBPLANE_BUCKET`, `JOBPLANE_ROOT`, `JOBPLANE_CLOUD`, `JOBPLANE_REGION`).
+
+    bucket is `s3://BUCKET[/ROOT]`, `gs://BUCKET[/ROOT]` or a bare bucket name, whose cloud is `cloud`
+    ("aws" or "gcp"; default `JOBPLANE_CLOUD`, else aws). root is the registry's prefix in the bucket (default:
+    the URL's path, else `JOBPLANE_ROOT`), region the deployment's. progress is entered around each code upload
+    with the bundle's path and yields advance(bytes sent since the last call), for a progress bar.
+
+    The cloud SDKs find their credentials and endpoints as usual (boto3's chain and `AWS_ENDPOINT_URL`;
+    Application Default Credentials and `STORAGE_EMULATOR_HOST`). Nothing is reached until first used;
+    ConfigurationError at once if the registry is not named. A client may be shared by threads.
+    """
+
+    def __init__(self, bucket: str | None = None, *, root: str | None = None, region: str | None = None,
+                 cloud: str | None = None, progress: UploadProgress | None = None) -> None:
+        try:
+            settings = Settings.from_env(bucket, cloud, region)
+            in_url = parse_registry(bucket)[2] if bucket else None
+        except RuntimeError as exc:
+            raise ConfigurationError(str(exc)) from None
+        if root is not None:
+            if in_url is not None and in_url != root.strip("/"):
+                raise ConfigurationError(f"the registry {bucket} has the root {in_url!r}, not {root!r}: drop root= "
+                                         "or the URL's path")
+            settings = dataclasses.replace(settings, root=root.strip("/"))
+        self._setup(settings, progress)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, progress: UploadProgress | None = None) -> Client:
+        """A client of the registry these settings name (jobplane.settings.Settings, as the entry points read
+        them from the environment)."""
+        client = cls.__new__(cls)
+        client._setup(settings, progress)
+        return client
+
+    def _setup(self, settings: Settings, progress: UploadProgress | None) -> None:
+        self._settings, self._progress = settings, progress or backend.no_progress
+        self._lock = threading.Lock()
+        self._backend: jobs.Backend | None = None
+        self._adapter: Compute | None = None
+
+    # ---- the context ----------------------------------------------------------------------------------------
+    @property
+    def settings(self) -> Settings:
+        """What names the registry: bucket, root, cloud, region (and the GCP project and endpoints)."""
+        return self._settings
+
+    @property
+    def cloud(self) -> str:
+        """"aws" or "gcp"."""
+        return self._settings.cloud
+
+    @property
+    def url(self) -> str:
+        """The registry: s3://BUCKET[/ROOT] or gs://BUCKET[/ROOT]."""
+        return self._settings.url + (f"/{self._settings.root}" if self._settings.root else "")
+
+    def _connected(self) -> jobs.Backend:
+        with self._lock:
+            if self._backend is None:
+                self._backend = backend.connect(self._settings, self._progress)
+            return self._backend
+
+    @property
+    def _registry(self) -> Registry:
+        return self._connected().reg
+
+    def _compute(self) -> Compute:
+        """The deployment's Compute adapter, made once (its SDK client is not made safely by two threads)."""
+        made = self._connected()
+        with self._lock:
+            if self._adapter is None:
+                with translated():
+                    self._adapter = made.compute()
+            return self._adapter
+
+    # ---- jobs -----------------------------------------------------------------------------------------------
+    def submit(self, spec: SpecSource, *, code: str | os.PathLike[str] | None = None,
+               hyperparameters: Mapping[str, Any] | None = None, owner: str | None = None, id: str | None = None,
+               on_code: Callable[[int, str], None] | None = None) -> Job:
+        """Submit a job: upload its code (a tar.gz of `code`, or of the spec's relative `code:`), then drop its
+        spec into queue/ (queue/<owner>/). From then on the job exists: it is QUEUED until the launcher takes it.
+
+        spec is a YAML file's path, the spec as a mapping, or what prepare() returned (then give nothing else).
+        hyperparameters override or add to the spec's (`{"lr": 0.02}`). owner submits to queue/<owner>/ and
+        code/<owner>/ (default: the spec's `owner:`). id names the job (default: the spec's `id`, else its
+        name and the time, unique in this process). on_code(files, uri) is told what was uploaded.
+
+        InvalidSpec names each problem's field (a spec for another cloud than the registry's included);
+        JobExists or Refused if the id is taken.
+        """
+        if isinstance(spec, jobs.Submission):
+            if code is not None or hyperparameters is not None or owner is not None or id is not None:
+                raise TypeError("submit(prepared): code, hyperparameters, owner and id were given to prepare()")
+            plan = spec
+            if not self._hold(plan.job_id):
+                raise Refused(f"job {plan.job_id!r} is already queued")
+        else:
+            plan = self._plan(spec, code, hyperparameters, owner, id)
+        try:
+            with translated():
+                return Job(self, jobs.submit(self._connected(), plan, on_bundle=on_code))
+        finally:
+            with _submitting_lock:
+                _submitting.discard((self._settings.deployment, plan.job_id))
+
+    def _plan(self, spec: str | os.PathLike[str] | Mapping[str, Any], code: str | os.PathLike[str] | None,
+              hyperparameters: Mapping[str, Any] | None, owner: str | None, job_id: str | None) -> jobs.Submission:
+        """prepare(), with an id nobody in this process is submitting: a drawn one is drawn again."""
+        for _ in range(ID_TRIES):
+            plan = prepare(spec, code=code, hyperparameters=hyperparameters, owner=owner, id=job_id)
+            if self._hold(plan.job_id):
+                return plan
+            if not plan.drawn:
+                break
+        raise Refused(f"job {plan.job_id!r} is already queued")
+
+    def _hold(self, job_id: str) -> bool:
+        with _submitting_lock:
+            held = (self._settings.deployment, job_id)
+            if held in _submitting:
+                return False
+            _submitting.add(held)
+            return True
+
+    def get(self, job_id: str) -> Job:
+        """The job with this id, recorded, still in queue/ or rejected; JobNotFound if there is none."""
+        with translated():
+            return Job(self, jobs.find(self._registry, job_id))
+
+    def list(self, *, state: State | str | Iterable[State | str] | None = None, owner: str | None = None,
+             label: str | Mapping[str, str] | None = None, include_finished: bool = False) -> list[Job]:
+        """Live jobs, queued ones included; with include_finished (or a `state` that is not live) finished and
+        rejected ones too. Live jobs by id, then drops in queue/, then rejected drops.
+
+        state keeps the jobs in it (a state or several); owner those of one owner; label those carrying a label
+        ("team=nlp", "team" for any value, or a mapping of several).
+        """
+        states = None if state is None else {State(s) for s in ([state] if isinstance(state, str) else state)}
+        everything = include_finished or bool(states and states - LIVE)
+        with translated():
+            views = jobs.list_views(self._registry, everything)
+        wanted = _label_filter(label)
+        return [Job(self, v) for v in views
+                if (states is None or v.state in states) and (owner is None or (v.spec and v.spec.owner == owner))
+                and (wanted is None or (v.spec is not None and wanted(v.spec.labels)))]
+
+    def cost(self, *, by: str = "job", since: datetime | None = None,
+             now: datetime | None = None) -> builtins.list[cost.Row]:
+        """Every recorded job's estimated cost (instance time after `since`), summed by group and dearest first:
+        by "job", "owner", "type" (instance type), "market" (spot or on-demand, per attempt), "label" (each
+        key=value) or "label:KEY". Each row has `.group`, `.jobs` and `.cost` (`.usd`, `.instance_hours`)."""
+        if by not in cost.GROUPS and not by.startswith("label:"):
+            raise ValueError(f"by={by!r}: use one of {', '.join(cost.GROUPS)} or label:KEY")
+        with translated():
+            return jobs.cost_rows(self._registry, by, since, now)
+
+    def __repr__(self) -> str:
+        return f"Client({self.url!r})"
+
+
+def _label_filter(label: str | Mapping[str, str] | None) -> Callable[[Mapping[str, str]], bool] | None:
+    if label is None:
+        return None
+    if isinstance(label, str):
+        key, sep, value = label.partition("=")
+        return lambda labels: key in labels and (not sep or labels[key] == value)
+    wanted = dict(label)
+    return lambda labels: all(labels.get(k) == v for k, v in wanted.items())
+

@@ -1,0 +1,233 @@
+"""A job, as a handle: its state, waiting for it, its output, metrics, cost, artifacts, and cancelling it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from jobplane import cost, jobs, metricview
+from jobplane.clouds.base import Instance
+from jobplane.jobview import JobView, Status
+from jobplane.metrics import Sample
+from jobplane.registry import utcnow
+from jobplane.sdk.errors import translated
+from jobplane.states import State
+
+if TYPE_CHECKING:
+    from jobplane.sdk.client import Client
+
+Goal = Literal["terminal", "running"]
+StatusCallback = Callable[[Status], None]
+
+
+class LogLine(str):
+    """One line of a job's output (without its line break), with the attempt and rank that printed it. It is a
+    str: print it, search it, compare it."""
+
+    attempt: int
+    rank: int
+
+    def __new__(cls, text: str, attempt: int, rank: int) -> LogLine:
+        line = super().__new__(cls, text)
+        line.attempt, line.rank = attempt, rank
+        return line
+
+
+def _lines(chunk: jobs.Chunk) -> Iterator[LogLine]:
+    """The chunk's lines, split at line feeds only (a carriage return stays in its line, as a terminal shows it).
+    A chunk's last line may lack its line feed: the agent cuts its output into chunks by time and size."""
+    text = chunk.text.removesuffix("\n")
+    if text or chunk.text:
+        for line in text.split("\n"):
+            yield LogLine(line, chunk.attempt, chunk.rank)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One training metric as one rank printed it, attempt after attempt: the job's spec's `metrics`, else
+    loss, accuracy, learning_rate and step as the output printed them."""
+
+    series: metricview.Series
+
+    @property
+    def name(self) -> str:
+        return self.series.name
+
+    @property
+    def rank(self) -> int:
+        """The rank whose points these are: the one asked for, else the lowest that printed the metric."""
+        return self.series.rank
+
+    @property
+    def points(self) -> list[Sample]:
+        """Every point in the order printed: `.value`, `.step` (None before the output showed one),
+        `.attempt`, `.time` (when the agent read it)."""
+        return list(self.series.samples)
+
+    @property
+    def values(self) -> list[float]:
+        return self.series.values()
+
+    @property
+    def last(self) -> float:
+        """The newest value (NaN or Inf included: a divergence is not hidden)."""
+        return self.series.last.value
+
+    @property
+    def min(self) -> float | None:
+        """The smallest finite value; None if every value was NaN or Inf."""
+        return min(self.series.finite, default=None)
+
+    @property
+    def max(self) -> float | None:
+        """The largest finite value; None if every value was NaN or Inf."""
+        return max(self.series.finite, default=None)
+
+    def __repr__(self) -> str:
+        last = self.last if math.isfinite(self.last) else str(self.last)
+        return f"Metric({self.name!r}, last={last}, min={self.min}, max={self.max}, points={len(self.series.samples)})"
+
+
+class Job:
+    """A job in the registry, by id. `view` is what was read last (refresh() reads it again); `state` reads it
+    again each time; every other method reads what it returns from the registry when called.
+
+    Jobs come from Client.submit, Client.get and Client.list; a Job may be used from several threads.
+    """
+
+    def __init__(self, client: Client, view: JobView) -> None:
+        self._client, self._view = client, view
+
+    @property
+    def id(self) -> str:
+        return self._view.id
+
+    @property
+    def view(self) -> JobView:
+        """The job as last read: `state`, `since`, `spec`, `record` (None until the launcher has taken the
+        drop), `reason`, `attempt`, `num_nodes`, `terminal`."""
+        return self._view
+
+    @property
+    def state(self) -> State:
+        """The job's state now (reads the registry): QUEUED, LAUNCHING, RUNNING, ..., SUCCEEDED, FAILED."""
+        return self.refresh()._view.state
+
+    @property
+    def reason(self) -> str | None:
+        """Why the job is in its state, as last read (the reason of an ending, a capacity wait, a rejection)."""
+        return self._view.reason
+
+    def refresh(self) -> Job:
+        """Read the job again (its record, else its drop in queue/, else its rejection); returns the job."""
+        with translated():
+            self._view = jobs.find(self._client._registry, self.id)
+        return self
+
+    def wait(self, timeout: float | None = None, for_: Goal = "terminal", *, interval: float = 2.0,
+             on_status: StatusCallback | None = None) -> State:
+        """Wait until the job ends (for_="terminal") or runs (for_="running": RUNNING, or already ended) and
+        return its state then; a job that ends without succeeding is returned, not raised.
+
+        Timeout (the job goes on) if `timeout` seconds pass first. on_status is told where the job is at each
+        poll (`.text`: "queued 3s: waiting for the launcher", "running attempt 1 on i-0abc"), every `interval`
+        seconds, until it reaches the goal.
+        """
+        how = jobs.Follow(on_status=on_status or _ignore, interval=interval, timeout=timeout)
+        with translated():
+            self._view = jobs.follow(self._client._registry, self.id, jobs.Goal(for_), how)
+        return self._view.state
+
+    def logs(self, follow: bool = False, *, attempt: int | None = None, rank: int | None = None,
+             interval: float = 1.0, timeout: float | None = None,
+             on_status: StatusCallback | None = None) -> Iterator[LogLine]:
+        """The job's output, line by line, in (attempt, rank, order printed) order; optionally only one attempt
+        and/or rank. Each line knows its `.attempt` and `.rank`.
+
+        Without follow, the lines uploaded so far. With follow, the lines as they come until the job ends and its
+        agents' last output is in (a queued job is waited for), polling every `interval` seconds and telling
+        on_status where the job is; Timeout past `timeout` seconds. Stopping the iteration never stops the job.
+        """
+        reader = jobs.LogReader(self._client._registry, self.id, attempt, rank)
+        if not follow:
+            with translated():
+                chunks = reader.new()
+            for chunk in chunks:
+                yield from _lines(chunk)
+            return
+        how = jobs.Follow(on_status=on_status or _ignore, logs=reader, compute=self._client._compute,
+                          interval=interval, timeout=timeout)
+        with translated():
+            steps = jobs.following(self._client._registry, self.id, jobs.Goal.TERMINAL, how)
+            while True:
+                try:
+                    chunk = next(steps)
+                except StopIteration as done:
+                    self._view = done.value
+                    return
+                yield from _lines(chunk)
+
+    def metrics(self, *, attempt: int | None = None, rank: int | None = None) -> dict[str, Metric]:
+        """Each metric by name, in the order first printed: `.points`, `.last`, `.min`, `.max`. Each comes from
+        `rank` if given, else from the lowest rank that printed it; optionally only one attempt."""
+        with translated():
+            samples = jobs.read_metrics(self._client._registry, self.id, attempt, rank)
+        return {s.name: Metric(s) for s in metricview.series(samples, rank)}
+
+    def cost(self, now: datetime | None = None) -> cost.Cost:
+        """The estimated cost so far (reads the record again): `.usd`, `.instance_hours`, `.unpriced` (attempts
+        whose hourly price is unknown), `.running` (still growing). Instance time at the hourly price recorded
+        at launch; disks, addresses and transfer are not included. Zero before the job launched anything."""
+        record = self.refresh()._view.record
+        return cost.job_cost(record, now or utcnow()) if record else cost.Cost()
+
+    def cancel(self, force: bool = False) -> jobs.Cancelled:
+        """Cancel the job: it is marked CANCELLED and its agents are asked to stop (they checkpoint, sync and
+        power off); a job that has not started never runs. force also terminates its VMs at once.
+
+        Returns `.record` (CANCELLED), `.before_launch`, `.terminated` (the VMs terminated now). Refused if the
+        job has already ended."""
+        with translated():
+            done = jobs.cancel(self._client._registry, self.id, force=force, compute=self._client._compute)
+        self._view = JobView.of(done.record)
+        return done
+
+    def artifacts(self) -> list[jobs.Artifact]:
+        """The files the job's agents uploaded when its process ended, by `.path`: model/... (SM_MODEL_DIR),
+        output/... (output/data), a rank other than 0's under rank-<n>/; with `.size`."""
+        with translated():
+            return jobs.artifacts(self._client._registry, self.id)
+
+    def download(self, dest: str | Path = ".", *, prefix: str = "") -> list[Path]:
+        """Download the job's artifacts (those whose path starts with `prefix`, e.g. "model/") to dest/<path>;
+        returns the files written."""
+        with translated():
+            wanted = [a for a in jobs.artifacts(self._client._registry, self.id) if a.path.startswith(prefix)]
+            return jobs.download(self._client._registry, wanted, Path(dest))
+
+    def events(self) -> list[dict[str, object]]:
+        """The job's history, oldest first: each transition (`kind`, `time`, its detail) and each stop request,
+        termination and safety refusal the functions recorded."""
+        with translated():
+            return self._client._registry.events(self.id)
+
+    def instances(self) -> list[Instance]:
+        """The job's VMs the cloud lists now (every attempt's, in every state but gone)."""
+        with translated():
+            return [i for i in self._client._compute().list_managed() if i.job_id == self.id]
+
+    def checkpoint(self) -> jobs.Checkpoint | None:
+        """The newest checkpoint in the bucket (what a next attempt would restore), or None."""
+        with translated():
+            return jobs.newest_checkpoint(self._client._registry, self.id)
+
+    def __repr__(self) -> str:
+        return f"<Job {self.id} {self._view.state}>"
+
+
+def _ignore(status: Status) -> None:
+    pass
