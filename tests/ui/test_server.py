@@ -166,3 +166,10 @@ def test_the_timeline_names_each_transition(reg: Registry, client: TestClient) -
     page = client.get("/jobs/alpha").text
     states = re.findall(r'data-state="([A-Z_]*)"><time>', page)
     assert states == ["QUEUED", "LAUNCHING", "RUNNING", "PREEMPTED"], states
+
+
+def test_a_page_renders_at_most_its_limit_of_rows_and_says_how_many_match(reg: Registry, client: TestClient) -> None:
+    for i in range(3):
+        seed(reg, f"job-{i}")
+    page = client.get("/", params={"limit": 2}).text
+    assert page.count('<tr data-job="') == 2 and "2 of 3 shown (3 match" in page

@@ -33,7 +33,7 @@ HERE = Path(__file__).parent
 SORTABLE = ("id", "state", "attempt", "nodes", "instance_type", "age", "runtime", "cost", "restarts")
 PERIODS = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30), "all": None}
 COST_GROUPS = ("owner", "type", "market", "job")
-POLL = "every 2s"
+PAGE_ROWS = 500  # rows a jobs page renders (the counts cover them all): filters narrow, ?limit= shows more
 # Scripts and styles only from the app itself: a `<script>` that escaped escaping would still not run.
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
        "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
@@ -65,7 +65,8 @@ def create_app(backend: Backend, *, csrf_token: str | None = None) -> Starlette:
         sort = q.get("sort", "age")
         return {"state": q.get("state", ""), "owner": q.get("owner", ""), "label": q.get("label", ""),
                 "text": q.get("q", ""), "all": q.get("all", "") in ("1", "on", "true"),
-                "sort": sort if sort in SORTABLE else "age", "desc": q.get("desc", "") in ("1", "true")}
+                "sort": sort if sort in SORTABLE else "age", "desc": q.get("desc", "") in ("1", "true"),
+                "limit": int(q["limit"]) if q.get("limit", "").isdigit() else PAGE_ROWS}
 
     def table(f: dict[str, Any]) -> dict[str, Any]:
         rows = board.rows(f["all"])
@@ -79,7 +80,7 @@ def create_app(backend: Backend, *, csrf_token: str | None = None) -> Starlette:
         shown.sort(key=key, reverse=f["desc"])
         if f["desc"]:  # missing values last either way
             shown.sort(key=lambda r: r.cells.get(col) is None)
-        return {"rows": shown, "total": len(rows), "counts": board.counts(), "f": f,
+        return {"rows": shown[:f["limit"]], "matched": len(shown), "total": len(rows), "counts": board.counts(), "f": f,
                 "owners": sorted({r.owner for r in rows}), "columns": jobview.COLUMNS, "header": jobview.header,
                 "display": jobview.display, "sortable": SORTABLE}
 

@@ -1,0 +1,133 @@
+"""The dashboard's jobs page at scale: time to first byte and to the whole page, and the store calls one page view
+makes, over N recorded jobs in the in-memory registry (jobplane.clouds.memory.MemoryStore, which counts its calls).
+
+Seeds N jobs (a fifth RUNNING, the rest SUCCEEDED, each with its events and active/ marker), serves the app with
+uvicorn on loopback, and fetches the jobs page over HTTP: the first view (every record read once), then warm views
+(records cached by their listing entry: listings only), the default page (live jobs) and ?all=1 (every job), and
+the fragment htmx polls every 2 s.
+
+    .venv/bin/python bench/ui.py                 # N = 100, 1000, 5000
+    .venv/bin/python bench/ui.py --n 100 1000
+
+Writes bench/results/ui.json (and prints it, plus a markdown table for the README).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import statistics
+import sys
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+sys.path[:0] = [str(Path(__file__).resolve().parent)]  # bench/report.py, as the other benchmarks import it
+
+from report import save  # noqa: E402
+
+from jobplane.clouds.memory import MemoryCompute, MemoryStore  # noqa: E402
+from jobplane.jobs import Backend  # noqa: E402
+from jobplane.local.cloud import free_port  # noqa: E402
+from jobplane.registry import Registry  # noqa: E402
+from jobplane.spec import parse_spec  # noqa: E402
+from jobplane.states import State  # noqa: E402
+from jobplane.ui.server import create_app  # noqa: E402
+
+SPEC = ("name: bench\ninstance_type: t3.micro\nspot: true\nrun: python train.py\nowner: team-{team}\n"
+        "labels: {{project: p{team}}}\n")
+WARM_VIEWS = 5
+
+
+def seed(n: int) -> tuple[MemoryStore, Registry]:
+    store = MemoryStore()
+    reg = Registry(store, "bench")
+    t0 = datetime.now(UTC) - timedelta(hours=2)
+    for i in range(n):
+        job_id = f"bench-{i:05d}"
+        now = t0 + timedelta(seconds=i)
+        reg.create_job(job_id, parse_spec(SPEC.format(team=i % 7), job_id), now=now)
+        reg.transition(job_id, State.LAUNCHING, expect=[State.QUEUED], attempt=1, instances=[f"i-{i:08x}"],
+                       instance_type="t3.micro", now=now + timedelta(seconds=5))
+        reg.transition(job_id, State.RUNNING, expect=[State.LAUNCHING], now=now + timedelta(seconds=30))
+        if i % 5:
+            reg.transition(job_id, State.SUCCEEDED, expect=[State.RUNNING], reason="every rank exited 0",
+                           now=now + timedelta(minutes=10))
+    return store, reg
+
+
+def fetch(port: int, path: str) -> tuple[float, float, int]:
+    """(seconds to the first byte of the response, seconds to its last byte, its size)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    started = time.perf_counter()
+    conn.request("GET", path)
+    response = conn.getresponse()
+    first = response.read(1)
+    ttfb = time.perf_counter() - started
+    body = first + response.read()
+    total = time.perf_counter() - started
+    conn.close()
+    assert response.status == 200, (path, response.status)
+    return ttfb, total, len(body)
+
+
+def view(store: MemoryStore, port: int, path: str) -> dict[str, Any]:
+    before = dict(store.calls)
+    ttfb, total, size = fetch(port, path)
+    calls = {op: count - before.get(op, 0) for op, count in store.calls.items() if count != before.get(op, 0)}
+    return {"ttfb_ms": round(ttfb * 1000, 1), "full_ms": round(total * 1000, 1), "bytes": size, "calls": calls}
+
+
+def warm(store: MemoryStore, port: int, path: str) -> dict[str, Any]:
+    views = [view(store, port, path) for _ in range(WARM_VIEWS)]
+    return {"ttfb_ms": round(statistics.median(v["ttfb_ms"] for v in views), 1),
+            "full_ms": round(statistics.median(v["full_ms"] for v in views), 1), "bytes": views[-1]["bytes"],
+            "calls": views[-1]["calls"]}
+
+
+def measure(n: int) -> dict[str, Any]:
+    store, reg = seed(n)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(Backend(reg, "s3://memory", MemoryCompute,
+                                                               lambda key, path: None)),
+                                           host="127.0.0.1", port=port, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    try:
+        return {"jobs": n, "cold_all": view(store, port, "/?all=1"), "warm_all": warm(store, port, "/?all=1"),
+                "warm_live": warm(store, port, "/"), "warm_poll": warm(store, port, "/fragments/jobs")}
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    lines = ["| jobs | first view, every job: full page, GETs, LISTs | next views, every job | next views, live jobs "
+             "| the htmx poll |", "|---|---|---|---|---|"]
+    for r in results:
+        cells = [f"{r['jobs']:,}"]
+        for name in ("cold_all", "warm_all", "warm_live", "warm_poll"):
+            v = r[name]
+            cells.append(f"{v['full_ms']:.0f} ms, {v['calls'].get('get', 0):,}, {v['calls'].get('list', 0)}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, nargs="+", default=[100, 1000, 5000])
+    args = parser.parse_args(argv)
+    results = [measure(n) for n in args.n]
+    save("ui", {"bench": "ui", "measured_at": datetime.now(UTC).isoformat(), "results": results})
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
