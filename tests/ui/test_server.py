@@ -4,6 +4,7 @@ it hides, cancel's CSRF check, the log tail, and that a warm jobs page makes no 
 from __future__ import annotations
 
 import re
+import socket
 import warnings
 from datetime import UTC, datetime, timedelta
 
@@ -173,3 +174,37 @@ def test_a_page_renders_at_most_its_limit_of_rows_and_says_how_many_match(reg: R
         seed(reg, f"job-{i}")
     page = client.get("/", params={"limit": 2}).text
     assert page.count('<tr data-job="') == 2 and "2 of 3 shown (3 match" in page
+
+
+def test_the_step_is_the_x_axis_not_a_chart(reg: Registry, client: TestClient) -> None:
+    seed(reg, "alpha")
+    points = [Point("step", 10.0, 10), Point("loss", 0.5, 10), Point("step", 20.0, 20), Point("loss", 0.25, 20)]
+    reg.store.put(reg.key(keys.metrics_chunk("alpha", 1, 0, 0)),
+                  b"".join(metrics.encode(p, datetime.now(UTC)) for p in points), "application/x-ndjson")
+    charts = client.get("/jobs/alpha/metrics.json").json()
+    assert list(charts) == ["loss"]
+    assert charts["loss"] | {"rank": 0} == {"x": [10.0, 20.0], "attempts": [1], "points": 2, "rank": 0,
+                                            "series": [[0.5, 0.25]]}
+
+
+def test_jobplane_ui_serves_on_loopback_and_warns_for_another_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    import uvicorn
+    from click.testing import CliRunner
+
+    from jobplane.cli import cli
+
+    bound: list[tuple[str, int]] = []
+    def run(self: uvicorn.Server, sockets: list[socket.socket]) -> None:
+        bound.append(sockets[0].getsockname()[:2])
+        sockets[0].close()
+
+    monkeypatch.setattr(uvicorn.Server, "run", run)
+    monkeypatch.setenv("JOBPLANE_BUCKET", "s3://jobplane-ui-test")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    done = CliRunner().invoke(cli, ["ui", "--port", "0"])
+    assert done.exit_code == 0, done.output
+    assert bound[0][0] == "127.0.0.1" and f"http://127.0.0.1:{bound[0][1]}/" in done.output
+    assert "warning" not in done.output
+    done = CliRunner().invoke(cli, ["ui", "--port", "0", "--host", "0.0.0.0"])
+    assert done.exit_code == 0, done.output
+    assert bound[1][0] == "0.0.0.0" and "warning: serving on 0.0.0.0, not loopback" in done.output

@@ -19,6 +19,7 @@ from typing import Any
 from jobplane import cost, jobs, keys, metricview
 from jobplane.clouds.base import NotFound
 from jobplane.jobview import JobView, rejected_reason, view_row
+from jobplane.metrics import STEP
 from jobplane.registry import JobRecord, Registry, utcnow
 from jobplane.spec import spec_to_json
 from jobplane.states import State
@@ -270,9 +271,12 @@ def human_size(size: float) -> str:
 
 def metric_data(reg: Registry, job_id: str) -> dict[str, Any]:
     """Each metric (from the lowest rank that printed it) as uPlot's aligned data: x = step (or the point's
-    index when it has none), one series per attempt so attempts show apart."""
+    index when it has none), one series per attempt so attempts show apart. The step itself is the x axis, not a
+    chart."""
     out: dict[str, Any] = {}
     for s in metricview.series(jobs.read_metrics(reg, job_id)):
+        if s.name == STEP:
+            continue
         by_attempt: dict[int, dict[float, float | None]] = {}
         for i, sample in enumerate(s.samples):
             x = float(sample.step) if sample.step is not None else float(i)
