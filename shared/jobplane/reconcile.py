@@ -20,6 +20,23 @@ from typing import Any, TypeVar
 
 from jobplane import keys, records
 from jobplane.clouds.base import LOG_OBJECT_TAG, Compute, NotFound, PreconditionFailed
+from jobplane.decide.effects import (
+    ClearPreempted,
+    DeleteKeys,
+    Effect,
+    Flag,
+    MarkPreempted,
+    Note,
+    Publish,
+    Relaunch,
+    RepairMarkers,
+    RequestStop,
+    ResumeLaunch,
+    SaveConsole,
+    Terminate,
+    Transition,
+    WriteLimits,
+)
 from jobplane.decide.model import Action, ExitReport, Ignored, PreemptedMark, Snapshot
 from jobplane.decide.rules import RULES
 from jobplane.notify import Notify
@@ -225,58 +242,65 @@ def _history(reg: Registry, action: Action, kind: str, body: dict[str, Any], now
 
 def _apply_one(reg: Registry, compute: Compute | None, action: Action, *, now: datetime, metrics: Metrics,
                policy: Policy, notify: Notify | None = None) -> None:
-    job_id = action.job_id
-    if action.to is not None and job_id:
-        reg.transition(job_id, action.to, now=now, reason=action.reason, expect=action.expect,
-                       expect_attempt=action.expect_attempt, **action.updates)
-    if action.flag is not None:
-        try:
-            reg.put_if_absent(action.flag, b"", "text/plain")
-        except PreconditionFailed:
-            raise AlreadyDone(f"{action.flag} exists: flagged by another run") from None
-    if action.event is not None and job_id:
-        reg.record_event(job_id, action.event[0], dict(action.event[1]), now=now)
-    if action.notice is not None and notify is not None:
-        notify.publish(action.notice)
-    if action.repair and job_id:
-        reg.repair_markers(job_id)
-    if action.save_console and job_id and action.expect_attempt is not None:
-        if compute is None:
-            raise RuntimeError("no compute adapter to read console output with")
-        for rank, instance_id in action.save_console:
-            save_console(reg, compute, job_id, action.expect_attempt, rank, instance_id)
-    if action.terminate:
-        if compute is None:
-            raise RuntimeError("no compute adapter to terminate with")
-        compute.terminate(list(action.terminate))
-        _history(reg, action, "terminated", {"instances": list(action.terminate)}, now)
-    if action.mark_preempted is not None and job_id:
-        reg.mark_preempted(job_id, action.mark_preempted)
-    if action.write_limits is not None:
-        reg.put(action.write_limits.key, b"", "text/plain")
-    if action.stop and job_id:
-        reg.put_json(keys.stop_request(job_id),
-                     records.StopRequest(time=now, by=action.stop_by, reason=action.reason).body())
-        _history(reg, action, "stop-requested", {"by": action.stop_by}, now)
-    if action.relaunch and job_id and action.expect_attempt is not None:
-        if compute is None:
-            raise RuntimeError("no compute adapter to relaunch with")
-        from jobplane import launcher  # only a relaunch or a resume launches: uptime-cap never does
+    for effect in action.effects:  # in effects.ORDER: a refused transition or a taken flag skips the rest
+        _effect(reg, compute, action, effect, now=now, metrics=metrics, policy=policy, notify=notify)
 
-        launcher.launch_attempt(reg, compute, job_id, now=now, expect=action.relaunch_expect,
-                                expect_attempt=action.expect_attempt, metrics=metrics, reason=action.reason,
-                                policy=policy, retry=action.retry)
-    if action.resume_from and job_id and action.expect_attempt is not None:
-        if compute is None:
-            raise RuntimeError("no compute adapter to launch with")
-        from jobplane import launcher  # only a relaunch or a resume launches: uptime-cap never does
 
-        launcher.resume(reg, compute, job_id, attempt=action.expect_attempt, stamp=action.resume_from, now=now,
-                        metrics=metrics, policy=policy)
-    if action.clear_preempted and job_id:
-        reg.clear_preempted(job_id)
-    for key in action.delete_keys:
-        reg.delete(key)
+def _effect(reg: Registry, compute: Compute | None, action: Action, effect: Effect, *, now: datetime,
+            metrics: Metrics, policy: Policy, notify: Notify | None) -> None:
+    job_id, attempt = action.job_id, action.expect_attempt
+    match effect:
+        case Transition(to=to, updates=updates) if job_id:
+            reg.transition(job_id, to, now=now, reason=action.reason, expect=action.expect, expect_attempt=attempt,
+                           **updates)
+        case Flag(key=key):
+            try:
+                reg.put_if_absent(key, b"", "text/plain")
+            except PreconditionFailed:
+                raise AlreadyDone(f"{key} exists: flagged by another run") from None
+        case Note(kind=kind, body=body) if job_id:
+            reg.record_event(job_id, kind, dict(body), now=now)
+        case Publish(notice=notice) if notify is not None:
+            notify.publish(notice)
+        case RepairMarkers() if job_id:
+            reg.repair_markers(job_id)
+        case SaveConsole(vms=vms) if vms and job_id and attempt is not None:
+            for rank, instance_id in vms:
+                save_console(reg, _needs(compute, "read console output with"), job_id, attempt, rank, instance_id)
+        case Terminate(instances=instances) if instances:
+            _needs(compute, "terminate with").terminate(list(instances))
+            _history(reg, action, "terminated", {"instances": list(instances)}, now)
+        case MarkPreempted(marker=marker) if job_id:
+            reg.mark_preempted(job_id, marker)
+        case WriteLimits(limits=limits):
+            reg.put(limits.key, b"", "text/plain")
+        case RequestStop(by=by) if job_id:
+            reg.put_json(keys.stop_request(job_id), records.StopRequest(time=now, by=by, reason=action.reason).body())
+            _history(reg, action, "stop-requested", {"by": by}, now)
+        case Relaunch(retry=retry) if job_id and attempt is not None:
+            launching = _needs(compute, "relaunch with")
+            from jobplane import launcher  # only a relaunch or a resume launches: uptime-cap never does
+
+            launcher.launch_attempt(reg, launching, job_id, now=now, expect=action.relaunch_expect,
+                                    expect_attempt=attempt, metrics=metrics, reason=action.reason, policy=policy,
+                                    retry=retry)
+        case ResumeLaunch(stamp=stamp) if job_id and attempt is not None:
+            launching = _needs(compute, "launch with")
+            from jobplane import launcher  # only a relaunch or a resume launches: uptime-cap never does
+
+            launcher.resume(reg, launching, job_id, attempt=attempt, stamp=stamp, now=now, metrics=metrics,
+                            policy=policy)
+        case ClearPreempted() if job_id:
+            reg.clear_preempted(job_id)
+        case DeleteKeys(keys=dead):
+            for key in dead:
+                reg.delete(key)
+
+
+def _needs(compute: Compute | None, what: str) -> Compute:
+    if compute is None:
+        raise RuntimeError(f"no compute adapter to {what}")
+    return compute
 
 
 def save_console(reg: Registry, compute: Compute, job_id: str, attempt: int, rank: int, instance_id: str) -> None:

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 from jobplane import reconcile
 from jobplane.clouds.memory import MemoryStore
+from jobplane.decide.effects import RequestStop, Terminate, Transition
 from jobplane.decide.model import Action, Rule
 from jobplane.reconcile import Result
 from jobplane.registry import Registry
@@ -27,11 +28,12 @@ def registry() -> Registry:
 def test_each_outcome_is_a_result_with_its_detail_and_its_metric() -> None:
     reg, metrics = registry(), CountingMetrics()
     actions = [
-        Action(Rule.ORPHAN, "j", "orphan i-1", terminate=("i-1",)),
-        Action(Rule.ORPHAN, "j", "orphan i-2", terminate=("i-2",)).refuse(BLAST),
-        Action(Rule.STALLED, "j", "no output for 30m", to=State.STALLED, expect=frozenset({State.RUNNING}),
+        Action(Rule.ORPHAN, "j", "orphan i-1", (Terminate(("i-1",)),)),
+        Action(Rule.ORPHAN, "j", "orphan i-2", (Terminate(("i-2",)),)).refuse(BLAST),
+        Action(Rule.STALLED, "j", "no output for 30m", (Transition(State.STALLED),), expect=frozenset({State.RUNNING}),
                expect_attempt=1),
-        Action(Rule.ORPHAN, None, "orphan i-3: managed instance without a job id", terminate=("i-3",)).refuse(BLAST),
+        Action(Rule.ORPHAN, None, "orphan i-3: managed instance without a job id",
+               (Terminate(("i-3",)),)).refuse(BLAST),
     ]
 
     outcomes = reconcile.apply(reg, None, actions, now=NOW, metrics=metrics, dry_run=False, policy=reg.policy())
@@ -54,7 +56,7 @@ def test_each_outcome_is_a_result_with_its_detail_and_its_metric() -> None:
 def test_dry_run_is_reported_and_leaves_the_job_and_its_history_alone() -> None:
     reg, metrics = registry(), CountingMetrics()
     before = reg.events("j")
-    stop = Action(Rule.STOP, "j", "uptime cap 1h in 10m: stop requested", stop=True)
+    stop = Action(Rule.STOP, "j", "uptime cap 1h in 10m: stop requested", (RequestStop(),))
 
     (outcome,) = reconcile.apply(reg, None, [stop], now=NOW, metrics=metrics, dry_run=True, policy=reg.policy())
 
@@ -64,7 +66,7 @@ def test_dry_run_is_reported_and_leaves_the_job_and_its_history_alone() -> None:
 
 def test_a_stop_request_is_written_and_recorded_on_the_job() -> None:
     reg = registry()
-    stop = Action(Rule.STOP_PEERS, "j", "rank 0 stopped early: asking rank 1 to stop", stop=True, stop_by="sweeper")
+    stop = Action(Rule.STOP_PEERS, "j", "rank 0 stopped early: asking rank 1 to stop", (RequestStop(by="sweeper"),))
 
     (outcome,) = reconcile.apply(reg, None, [stop], now=NOW, metrics=CountingMetrics(), dry_run=False,
                                  policy=reg.policy())
@@ -79,7 +81,7 @@ def test_a_refused_mass_termination_writes_a_bounded_history() -> None:
     jobs = [f"j{n:02d}" for n in range(reconcile.REFUSAL_EVENTS + 5)]
     for job_id in jobs:
         reg.create_job(job_id, parse_spec("instance_type: t3.micro\nrun: python3 train.py\n", job_id), NOW)
-    actions = [Action(Rule.ORPHAN, job_id, f"orphan i-{job_id}", terminate=(f"i-{job_id}",)).refuse(BLAST)
+    actions = [Action(Rule.ORPHAN, job_id, f"orphan i-{job_id}", (Terminate((f"i-{job_id}",)),)).refuse(BLAST)
                for job_id in jobs]
 
     outcomes = reconcile.apply(reg, None, actions, now=NOW, metrics=metrics, dry_run=False, policy=reg.policy())

@@ -10,6 +10,7 @@ import pytest
 
 from jobplane import keys
 from jobplane.decide import sweep
+from jobplane.decide.effects import DeleteKeys, Flag, Note, Publish, RequestStop
 from jobplane.decide.model import Rule, Snapshot
 from jobplane.policy import IdleGpuPolicy, Policy
 from jobplane.registry import IdleMark
@@ -59,12 +60,15 @@ def decide(policy: Policy, nodes: int = 1, **over: Any) -> list[Any]:
 
 def test_warn_flags_the_attempt_once_with_an_event_a_notice_and_no_stop() -> None:
     (action,) = decide(WARN, nodes=2)
-    assert action.rule == Rule.IDLE and action.to is None and not action.stop and not action.terminate
-    assert action.flag == keys.idle_flag("j", 1) and action.expect_attempt == 1
+    assert action.rule == Rule.IDLE and action.to is None and not action.get(RequestStop) and not action.terminate
+    assert action.get(Flag) == Flag(keys.idle_flag("j", 1)) and action.expect_attempt == 1
     assert action.reason == "GPU utilization under 5% on every rank for 30m"
-    kind, body = action.event
-    assert kind == "idle-gpu" and body["action"] == "warn" and body["window"] == 1800
-    notice = action.notice
+    note = action.get(Note)
+    assert note is not None and note.kind == "idle-gpu"
+    assert note.body["action"] == "warn" and note.body["window"] == 1800
+    published = action.get(Publish)
+    assert published is not None
+    notice = published.notice
     assert notice.subject == "jobplane: j has idle GPUs" and notice.data["event"] == "idle-gpu"
     assert notice.data["owner"] == "vision" and notice.data["logs"] == "jobplane logs j"
     assert "it keeps running" in notice.text and "jobplane logs j" in notice.text
@@ -72,8 +76,9 @@ def test_warn_flags_the_attempt_once_with_an_event_a_notice_and_no_stop() -> Non
 
 def test_stop_also_asks_the_agents_to_stop_as_idle_gpu() -> None:
     (action,) = decide(STOP)
-    assert action.rule == Rule.IDLE and action.stop and action.stop_by == "idle-gpu" and not action.terminate
-    assert action.reason.endswith("; stop requested") and "it is being stopped" in action.notice.text
+    assert action.rule == Rule.IDLE and action.get(RequestStop) == RequestStop(by="idle-gpu") and not action.terminate
+    published = action.get(Publish)
+    assert action.reason.endswith("; stop requested") and published and "it is being stopped" in published.notice.text
 
 
 def test_flagged_attempts_and_the_off_policy_are_left_alone() -> None:
@@ -101,4 +106,5 @@ def test_cleanup_drops_idle_marks_and_flags_of_past_attempts() -> None:
                     idle_flags=frozenset({("j", 1), ("j", 2)}))
     (cleanup,) = sweep.decide(snap, T, WARN)
     assert cleanup.rule == Rule.CLEANUP
-    assert set(cleanup.delete_keys) == {keys.idle_mark("j", 1, 0), keys.idle_flag("j", 1)}
+    (deleted,) = cleanup.effects
+    assert isinstance(deleted, DeleteKeys) and set(deleted.keys) == {keys.idle_mark("j", 1, 0), keys.idle_flag("j", 1)}

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from jobplane.decide import rerun, uptime
+from jobplane.decide.effects import ClearPreempted, Note, Relaunch, RequestStop, Terminate, Transition
 from jobplane.decide.model import Action, PreemptedMark, Rule, Snapshot
 from jobplane.policy import Policy
 from jobplane.registry import JobRecord
@@ -72,30 +73,33 @@ def test_rerun(case: RerunCase) -> None:
     snap = snapshot(records=[case.rec] if case.rec else [], instances=tuple(inst(iid=i) for i in case.listed),
                     preempted=[PreemptedMark("j", ago(5), case.mark_attempt, iid)])
     (action,) = rerun.decide(snap, NOW, POLICY)
-    assert (action.rule, action.to, action.relaunch, action.clear_preempted) == (case.rule, case.to, case.relaunch,
-                                                                                 True)
+    assert (action.rule, action.to, bool(action.get(Relaunch)), bool(action.get(ClearPreempted))) == (
+        case.rule, case.to, case.relaunch, True)
     assert case.reason in action.reason
-    if case.rec is not None and (action.to is not None or action.relaunch):
+    if case.rec is not None and (action.to is not None or action.get(Relaunch)):
         assert action.expect == {case.rec.state} and action.expect_attempt == case.rec.attempt
     if case.rule == Rule.IGNORED:
-        assert action.event is not None and action.event[0] == "ignored-fact", action
-        assert action.event[1]["key"] == "preempted-jobs/j" and case.reason in action.event[1]["why"]
+        note = action.get(Note)
+        assert note is not None and note.kind == "ignored-fact", action
+        assert note.body["key"] == "preempted-jobs/j" and case.reason in note.body["why"]
 
 
 def test_rerun_ignores_a_marker_that_does_not_parse_for_a_running_job() -> None:
     mark = PreemptedMark("j", ago(5), problem="preempted marker: field 'attempt': Field required")
     (action,) = rerun.decide(snapshot(records=[record(spot=True)], preempted=[mark]), NOW, POLICY)
-    assert (action.rule, action.to, action.relaunch, action.clear_preempted) == (Rule.IGNORED, None, False, True)
-    assert action.event is not None and "field 'attempt'" in action.event[1]["why"]
+    assert (action.rule, action.to, action.get(Relaunch), action.get(ClearPreempted)) == (
+        Rule.IGNORED, None, None, ClearPreempted())
+    note = action.get(Note)
+    assert note is not None and "field 'attempt'" in note.body["why"]
 
 
 def test_rerun_notes_a_marker_that_does_not_parse_on_a_preempted_job_and_reruns_it() -> None:
     mark = PreemptedMark("j", ago(5), problem="preempted marker: not valid JSON")
     (action,) = rerun.decide(snapshot(records=[record(state=State.PREEMPTED, spot=True)], preempted=[mark]), NOW,
                              POLICY)
-    assert (action.rule, action.relaunch, action.clear_preempted) == (Rule.RERUN, True, True)
-    assert action.event == ("ignored-fact", {"attempt": 1, "key": "preempted-jobs/j",
-                                             "why": "preempted marker: not valid JSON"})
+    assert (action.rule, action.get(Relaunch), action.get(ClearPreempted)) == (Rule.RERUN, Relaunch(), ClearPreempted())
+    assert action.get(Note) == Note("ignored-fact", {"attempt": 1, "key": "preempted-jobs/j",
+                                                     "why": "preempted marker: not valid JSON"})
 
 
 def test_rerun_relaunches_from_preempted_whatever_state_it_saw() -> None:
@@ -167,13 +171,14 @@ def test_timed_out_terminates_every_rank_and_claims_the_attempt() -> None:
     parts["instances"] = (inst(rank=0, age=8 * H), inst(rank=1, age=8 * H - 5))
     parts["limits"] = (limits(nodes=2, cap=8 * H),)
     (action,) = uptime.decide(Snapshot(**parts), NOW, POLICY)
-    assert action == Action(Rule.TIMED_OUT, "j", "uptime cap 8h reached", to=State.TIMED_OUT, expect=LIVE,
-                            expect_attempt=1, terminate=("i-j-1-0", "i-j-1-1"))
+    assert action == Action(Rule.TIMED_OUT, "j", "uptime cap 8h reached",
+                            (Transition(State.TIMED_OUT), Terminate(("i-j-1-0", "i-j-1-1"))), expect=LIVE,
+                            expect_attempt=1)
 
 
 def test_stop_request_is_a_stop_and_nothing_else() -> None:
     (action,) = uptime.decide(_running(8 * H - 60), NOW, POLICY)
-    assert action.stop and not action.terminate and action.to is None
+    assert action.effects == (RequestStop(),)
 
 
 def test_uptime_respects_the_blast_radius() -> None:

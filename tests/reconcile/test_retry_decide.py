@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from jobplane.decide import sweep
+from jobplane.decide.effects import Relaunch
 from jobplane.decide.launch import Claim, claim
 from jobplane.decide.model import ExitReport, Rule
 from jobplane.decide.retry import Trigger, Verdict, exit_code, verdict
@@ -156,7 +157,7 @@ def test_sweep(case: SweepCase) -> None:
     (action,) = [a for a in sweep.decide(snap, NOW, case.policy) if a.rule not in (Rule.REPAIR, Rule.CLEANUP)]
     assert (action.rule, action.to) == (case.rule, case.to), action.reason
     assert case.reason in action.reason
-    assert action.relaunch == action.retry == (case.rule == Rule.RETRY)
+    assert action.get(Relaunch) == (Relaunch(retry=True) if case.rule == Rule.RETRY else None)
     assert action.expect == {case.rec.state} and action.expect_attempt == 1, "applied only to the attempt it saw"
     if case.terminate is not None:
         assert action.terminate == case.terminate

@@ -9,6 +9,15 @@ import pytest
 
 from jobplane import keys
 from jobplane.decide import sweep
+from jobplane.decide.effects import (
+    DeleteKeys,
+    MarkPreempted,
+    Relaunch,
+    RequestStop,
+    SaveConsole,
+    Transition,
+    WriteLimits,
+)
 from jobplane.decide.model import Action, Ignored, PreemptedMark, Rule, Snapshot
 from jobplane.policy import Policy
 from jobplane.registry import Beat
@@ -240,37 +249,39 @@ def test_decide_job_rules(case: Case) -> None:
 
 def test_an_early_stop_records_the_exit_code_and_asks_peers_to_stop_until_they_report() -> None:
     (failed,) = sweep.decide(_job(exits={"j": [report(0, 143, "early-stop", NAN)]}), NOW, POLICY)
-    assert failed.updates == {"exit_code": 143} and not failed.relaunch and failed.mark_preempted is None
+    assert failed.get(Transition) == Transition(State.FAILED, {"exit_code": 143})
+    assert failed.get(Relaunch) is None and failed.get(MarkPreempted) is None
     (ask,) = sweep.decide(_job({"nodes": 2}, exits={"j": [report(1, 0, "early-stop", NAN)]}), NOW, POLICY)
-    assert ask.stop and ask.to is None and not ask.terminate
+    assert ask.effects == (RequestStop(by="sweeper"),)
 
 
 def test_transitions_carry_what_the_run_saw() -> None:
     (action,) = sweep.decide(_job({"nodes": 2}, {"instances": ()}, exits={"j": [report(0, 0), report(1, 3)]}),
                              NOW, POLICY)
-    assert action.expect == {State.RUNNING} and action.expect_attempt == 1 and action.updates == {"exit_code": 3}
+    assert action.expect == {State.RUNNING} and action.expect_attempt == 1
+    assert action.get(Transition) == Transition(State.FAILED, {"exit_code": 3})
 
 
 def test_vms_whose_agent_never_started_have_their_console_saved() -> None:
     """Only the ranks without a heartbeat: their console output says why."""
     launching = {"state": State.LAUNCHING, "launched": 901, "nodes": 3}
     (timeout,) = sweep.decide(_job(launching, {"beats": tuple(beats(ranks=1))}), NOW, POLICY)
-    assert timeout.rule == Rule.BOOT_RETRY and timeout.save_console == ((1, "i-j-1-1"), (2, "i-j-1-2"))
+    assert timeout.rule == Rule.BOOT_RETRY and timeout.get(SaveConsole) == SaveConsole(((1, "i-j-1-1"), (2, "i-j-1-2")))
     failed = _job({**launching, "launched": 60}, {"beats": ()}, boot_failures={"j": "no python3"})
     (boot,) = sweep.decide(failed, NOW, POLICY)
-    assert boot.save_console == ((0, "i-j-1-0"), (1, "i-j-1-1"), (2, "i-j-1-2"))
+    assert boot.get(SaveConsole) == SaveConsole(((0, "i-j-1-0"), (1, "i-j-1-1"), (2, "i-j-1-2")))
 
 
 def test_started_writes_the_jobs_own_limits() -> None:
     (action,) = sweep.decide(_job({"state": State.LAUNCHING, "nodes": 2, "stall_timeout": 300, "max_runtime": 3600}),
                              NOW, POLICY)
-    assert action.write_limits == limits(nodes=2, stall=300, cap=3600)
+    assert action.get(WriteLimits) == WriteLimits(limits(nodes=2, stall=300, cap=3600))
 
 
 def test_lost_spot_marker_names_the_attempt_and_instance() -> None:
     (action,) = sweep.decide(_job(TWO_SPOT, {"instances": (inst(rank=0),)}), NOW, POLICY)
-    assert action.mark_preempted is not None
-    assert action.mark_preempted.attempt == 1 and action.mark_preempted.instance_id == "i-j-1-1"
+    mark = action.get(MarkPreempted)
+    assert mark is not None and mark.marker.attempt == 1 and mark.marker.instance_id == "i-j-1-1"
 
 
 # ---- orphans, markers, housekeeping: from listings, no record needed ------------------------------------
@@ -315,7 +326,8 @@ def test_cleanup_deletes_keys_of_ended_jobs_and_past_attempts() -> None:
         instances=(inst("j", 2),),
     )
     actions = sweep.decide(snap, NOW, POLICY)
-    assert {a.job_id: set(a.delete_keys) for a in actions if a.rule == Rule.CLEANUP} == {
+    assert {a.job_id: set(e.keys) for a in actions if a.rule == Rule.CLEANUP for e in a.effects
+            if isinstance(e, DeleteKeys)} == {
         "done": {keys.heartbeat("done", 1, 0), keys.output_mark("done", 1, 0), limits("done").key},
         "j": {keys.heartbeat("j", 1, 0), keys.output_mark("j", 1, 0), limits("j", 1).key},
     }

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import TypeVar
 
 from jobplane import keys, records
-from jobplane.clouds.base import Instance, Notice
+from jobplane.clouds.base import Instance
+from jobplane.decide.effects import ORDER, Effect, Flag, Note, Terminate, Transition
 from jobplane.decide.rules import Rule as Rule  # the rules and their table (decide.rules), named from here too
 from jobplane.keys import Limits as Limits  # the parsed limits/ key, part of a Snapshot
 from jobplane.policy import Policy
@@ -94,63 +96,106 @@ class Snapshot:
     unreadable_records: frozenset[str] = frozenset()  # jobs whose job.json does not parse: left alone this run
 
 
+# An idle mark is current when written with its rank's newest heartbeat (the agent writes it just after):
+# LastModified has one-second resolution, hence the slack.
+IDLE_SLACK_S = 2
+
+
+class Index:
+    """The snapshot's listings grouped by (job, attempt)."""
+
+    def __init__(self, snap: Snapshot) -> None:
+        self.snap = snap
+        self.beats: defaultdict[tuple[str, int], list[Beat]] = defaultdict(list)
+        for b in snap.beats:
+            self.beats[b.job_id, b.attempt].append(b)
+        self.instances: defaultdict[tuple[str | None, int | None], list[Instance]] = defaultdict(list)
+        for i in snap.instances:
+            self.instances[i.job_id, i.attempt].append(i)
+        self.limits = {(lim.job_id, lim.attempt): lim for lim in snap.limits}
+        self.idle: defaultdict[tuple[str, int], list[IdleMark]] = defaultdict(list)
+        for mark in snap.idle:
+            self.idle[mark.job_id, mark.attempt].append(mark)
+
+    def idle_everywhere(self, job_id: str, attempt: int, nodes: int) -> bool:
+        """Every rank's newest heartbeat came with an idle mark: its mean GPU use over the window was low."""
+        for rank in range(nodes):
+            marks = [m.at for m in self.idle[job_id, attempt] if m.rank == rank]
+            beats = [b.at for b in self.beats[job_id, attempt] if b.rank == rank and not b.output]
+            if not marks or not beats or age(max(beats), max(marks)) > IDLE_SLACK_S:
+                return False
+        return True
+
+    def current_attempt(self, job_id: str | None) -> int | None:
+        """The attempt whose instances may live: the record's if fetched, else the newest marker's."""
+        if job_id is None:
+            return None
+        record = self.snap.records.get(job_id)
+        if record is not None:
+            return None if record.terminal else record.attempt
+        markers = self.snap.active.get(job_id)
+        return max(m.attempt for m in markers) if markers else None
+
+
+E = TypeVar("E", bound=Effect)
+
+
 @dataclass(frozen=True)
 class Action:
-    """One decision about one job (or one jobless instance). The applier runs the parts in this order:
-
-    transition (CAS with expect/expect_attempt; if refused, the rest is skipped: another run acted), create
-    the flag key (create-only; if it exists, the rest is skipped: another run flagged it), record the event,
-    publish the notice, repair markers, save the console output of VMs whose agent never started (before
-    they go), terminate, mark preempted, write limits, stop request, relaunch, clear the preempted marker,
-    delete keys.
-    """
+    """One decision about one job (or one jobless instance): its rule, its reason and its effects, which the
+    applier runs in effects.ORDER. `expect` and `expect_attempt` are what the run saw of the job: its transition
+    is a CAS on them, and its relaunch, resume and saved consoles are of that attempt."""
 
     rule: Rule
     job_id: str | None
     reason: str
-    to: State | None = None
+    effects: tuple[Effect, ...] = ()
     expect: frozenset[State] = frozenset()
     expect_attempt: int | None = None
-    updates: Mapping[str, Any] = field(default_factory=dict)  # extra job.json fields with the transition
-    flag: str | None = None  # a key created once: the run that creates it does the rest
-    event: tuple[str, Mapping[str, Any]] | None = None  # (kind, body) added to the job's history
-    notice: Notice | None = None  # published to the deployment's notification topic
-    repair: bool = False
-    save_console: tuple[tuple[int, str], ...] = ()  # (rank, instance id) of expect_attempt
-    terminate: tuple[str, ...] = ()
-    mark_preempted: records.PreemptedMarker | None = None
-    write_limits: Limits | None = None
-    stop: bool = False
-    stop_by: str = "uptime-cap"  # the stop request's `by`, which the agent copies into its exit report
-    relaunch: bool = False  # launcher.launch_attempt(expect={to} or expect, expect_attempt)
-    retry: bool = False  # the relaunch retries an error: counted in the record's retries, not its restarts
-    resume_from: str | None = None  # launcher.resume from the record with this event stamp (its launcher died)
-    clear_preempted: bool = False
-    delete_keys: tuple[str, ...] = ()
     refused: str | None = None  # why the safety limits refused it; a refused action is only reported
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "effects", tuple(sorted(self.effects, key=lambda e: ORDER.index(type(e)))))
 
     def refuse(self, why: str) -> Action:
         return replace(self, refused=why)
 
+    def get(self, kind: type[E]) -> E | None:
+        """The action's effect of this kind, if it has one."""
+        return next((e for e in self.effects if isinstance(e, kind)), None)
+
+    @property
+    def to(self) -> State | None:
+        """The state its transition moves the job to, if it has one."""
+        transition = self.get(Transition)
+        return transition.to if transition else None
+
+    @property
+    def terminate(self) -> tuple[str, ...]:
+        """The instances it terminates (what the blast-radius limit counts)."""
+        terminate = self.get(Terminate)
+        return terminate.instances if terminate else ()
+
     @property
     def relaunch_expect(self) -> frozenset[State]:
+        """What a relaunch claims the job from: the state its transition left, else the one the run saw."""
         return frozenset({self.to}) if self.to else self.expect
 
 
-def claim(record: JobRecord, rule: Rule, reason: str, **parts: Any) -> Action:
+def claim(record: JobRecord, rule: Rule, reason: str, *effects: Effect) -> Action:
     """An action on a job as this run saw it: applied only if its state and attempt are still what we saw."""
-    return Action(rule, record.id, reason, expect=frozenset({record.state}), expect_attempt=record.attempt, **parts)
+    return Action(rule, record.id, reason, effects, expect=frozenset({record.state}), expect_attempt=record.attempt)
 
 
-def ignored_event(attempt: int, fact: Ignored) -> tuple[str, Mapping[str, Any]]:
+def ignored_event(attempt: int, fact: Ignored) -> Note:
     """The job event saying a fact was ignored, and why."""
-    return "ignored-fact", {"attempt": attempt, "key": fact.key, "why": fact.why}
+    return Note("ignored-fact", {"attempt": attempt, "key": fact.key, "why": fact.why})
 
 
 def ignore(job_id: str, attempt: int, fact: Ignored) -> Action:
     """Record once (the flag) that this run ignored a fact of the attempt, and why."""
     return Action(Rule.IGNORED, job_id, Rule.IGNORED.reason(fact=fact.key, why=fact.why),
-                  flag=keys.ignored_flag(job_id, attempt, fact.key), event=ignored_event(attempt, fact))
+                  (Flag(keys.ignored_flag(job_id, attempt, fact.key)), ignored_event(attempt, fact)))
 
 
 def alive(instance: Instance) -> bool:

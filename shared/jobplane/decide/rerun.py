@@ -15,6 +15,7 @@ from datetime import datetime
 
 from jobplane import keys
 from jobplane.clouds.base import Instance
+from jobplane.decide.effects import ClearPreempted, Relaunch, Terminate, Transition
 from jobplane.decide.model import (
     Action,
     Ignored,
@@ -43,38 +44,41 @@ def _one(mark: PreemptedMark, record: JobRecord | None, instances: Sequence[Inst
          policy: Policy) -> Action:
     job_id = mark.job_id
     if record is None:
-        return Action(Rule.CLEAR, job_id, Rule.CLEAR.reason(why="no such job"), clear_preempted=True)
+        return _clear(job_id, "no such job")
     if record.terminal:
-        return Action(Rule.CLEAR, job_id, Rule.CLEAR.reason(why=f"job already {record.state}"), clear_preempted=True)
+        return _clear(job_id, f"job already {record.state}")
     if mark.attempt is not None and mark.attempt < record.attempt:
-        return Action(Rule.CLEAR, job_id, Rule.CLEAR.reason(why=f"attempt {mark.attempt} already rerun as "
-                                                                f"{record.attempt}"), clear_preempted=True)
+        return _clear(job_id, f"attempt {mark.attempt} already rerun as {record.attempt}")
     if record.state not in (State.RUNNING, State.LAUNCHING, State.PREEMPTED):
-        return Action(Rule.CLEAR, job_id, Rule.CLEAR.reason(why=f"attempt {record.attempt} is {record.state}"),
-                      clear_preempted=True)
+        return _clear(job_id, f"attempt {record.attempt} is {record.state}")
     if record.state != State.PREEMPTED and not trusted_mark(mark, record, instances):
         # every VM may write any job's marker: only one of this attempt's may preempt it
         why = mark.problem or (f"names {mark.instance_id or 'no instance'} of attempt {mark.attempt}, not an instance "
                                f"of attempt {record.attempt}")
-        return Action(Rule.IGNORED, job_id, Rule.IGNORED.reason(fact="preempted marker", why=why), clear_preempted=True,
-                      event=ignored_event(record.attempt, Ignored(keys.preempted_marker(job_id), why)))
+        return Action(Rule.IGNORED, job_id, Rule.IGNORED.reason(fact="preempted marker", why=why),
+                      (ClearPreempted(), ignored_event(record.attempt, Ignored(keys.preempted_marker(job_id), why))))
     # A PREEMPTED job's marker only queues it here (a function made the transition): a body that does not
     # parse is noted on the job, and the rerun goes on.
-    noted = (ignored_event(record.attempt, Ignored(keys.preempted_marker(job_id), mark.problem))
-             if mark.problem else None)
+    noted = ((ignored_event(record.attempt, Ignored(keys.preempted_marker(job_id), mark.problem)),)
+             if mark.problem else ())
     # A RUNNING job the agent reported goes through PREEMPTED (recorded, with its event) before the rerun.
-    via = State.PREEMPTED if record.state != State.PREEMPTED else None
+    via = (Transition(State.PREEMPTED),) if record.state != State.PREEMPTED else ()
     spec = record.spec
-    survivors = terminable(i for i in instances if i.job_id == job_id and i.attempt == record.attempt
-                           and i.state in ("pending", "running"))
+    survivors = Terminate(terminable(i for i in instances if i.job_id == job_id and i.attempt == record.attempt
+                                     and i.state in ("pending", "running")))
     if record.restarts >= spec.max_restarts:
         return claim(record, Rule.RERUN_EXHAUSTED,
                      Rule.RERUN_EXHAUSTED.reason(why=f"no restarts left (max_restarts {spec.max_restarts})"),
-                      to=State.FAILED, clear_preempted=True, event=noted, terminate=survivors)
+                     Transition(State.FAILED), ClearPreempted(), *noted, survivors)
     max_wait = policy.max_wait(spec)
     if age(now, record.created_at) > max_wait:
         return claim(record, Rule.RERUN_EXHAUSTED,
                      Rule.RERUN_EXHAUSTED.reason(why=f"max_wait {format_duration(max_wait)} exceeded"),
-                      to=State.FAILED, clear_preempted=True, event=noted, terminate=survivors)
-    return claim(record, Rule.RERUN, Rule.RERUN.reason(next=record.attempt + 1), to=via, relaunch=True,
-                  clear_preempted=True, event=noted, terminate=survivors)
+                     Transition(State.FAILED), ClearPreempted(), *noted, survivors)
+    return claim(record, Rule.RERUN, Rule.RERUN.reason(next=record.attempt + 1), *via, Relaunch(), ClearPreempted(),
+                 *noted, survivors)
+
+
+def _clear(job_id: str, why: str) -> Action:
+    """A marker nobody needs any more: why it is stale."""
+    return Action(Rule.CLEAR, job_id, Rule.CLEAR.reason(why=why), (ClearPreempted(),))

@@ -9,16 +9,32 @@ actions, filtered by the blast-radius limit.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
 from jobplane import keys, notify
 from jobplane.clouds.base import Instance
+from jobplane.decide.effects import (
+    DeleteKeys,
+    Flag,
+    MarkPreempted,
+    Note,
+    Publish,
+    Relaunch,
+    RepairMarkers,
+    RequestStop,
+    ResumeLaunch,
+    SaveConsole,
+    Terminate,
+    Transition,
+    WriteLimits,
+)
 from jobplane.decide.model import (
     Action,
     ExitReport,
     Ignored,
+    Index,
     Limits,
     Rule,
     Snapshot,
@@ -35,7 +51,7 @@ from jobplane.decide.safety import limit_blast_radius, terminable
 from jobplane.metrics import EARLY_STOP
 from jobplane.policy import Policy
 from jobplane.records import PreemptedMarker
-from jobplane.registry import Beat, IdleMark, JobRecord
+from jobplane.registry import Beat, JobRecord
 from jobplane.spec import format_duration
 from jobplane.states import State
 
@@ -46,51 +62,12 @@ LOST_GRACE = 120
 # A PREEMPTED job whose preempted-jobs/ marker is still missing this long (or the orphan grace) after the
 # transition lost it to a crash between the two writes: the sweep writes it again.
 REMARK_AFTER = 60
-# An idle mark is current when written with its rank's newest heartbeat (the agent writes it just after):
-# LastModified has one-second resolution, hence the slack.
-IDLE_SLACK_S = 2
 IDLE_BY = "idle-gpu"  # the `by` of an idle stop request, copied by the agent into its exit report
 CONSOLE_HINT = "the VM's console output is in `jobplane logs {job_id} --attempt {attempt}`"
 
 
 def _fmt(seconds: float) -> str:
     return format_duration(max(1, int(seconds)))
-
-
-class Index:
-    """The snapshot's listings grouped by (job, attempt)."""
-
-    def __init__(self, snap: Snapshot) -> None:
-        self.snap = snap
-        self.beats: defaultdict[tuple[str, int], list[Beat]] = defaultdict(list)
-        for b in snap.beats:
-            self.beats[b.job_id, b.attempt].append(b)
-        self.instances: defaultdict[tuple[str | None, int | None], list[Instance]] = defaultdict(list)
-        for i in snap.instances:
-            self.instances[i.job_id, i.attempt].append(i)
-        self.limits = {(lim.job_id, lim.attempt): lim for lim in snap.limits}
-        self.idle: defaultdict[tuple[str, int], list[IdleMark]] = defaultdict(list)
-        for mark in snap.idle:
-            self.idle[mark.job_id, mark.attempt].append(mark)
-
-    def idle_everywhere(self, job_id: str, attempt: int, nodes: int) -> bool:
-        """Every rank's newest heartbeat came with an idle mark: its mean GPU use over the window was low."""
-        for rank in range(nodes):
-            marks = [m.at for m in self.idle[job_id, attempt] if m.rank == rank]
-            beats = [b.at for b in self.beats[job_id, attempt] if b.rank == rank and not b.output]
-            if not marks or not beats or age(max(beats), max(marks)) > IDLE_SLACK_S:
-                return False
-        return True
-
-    def current_attempt(self, job_id: str | None) -> int | None:
-        """The attempt whose instances may live: the record's if fetched, else the newest marker's."""
-        if job_id is None:
-            return None
-        record = self.snap.records.get(job_id)
-        if record is not None:
-            return None if record.terminal else record.attempt
-        markers = self.snap.active.get(job_id)
-        return max(m.attempt for m in markers) if markers else None
 
 
 def candidates(snap: Snapshot, now: datetime, policy: Policy) -> set[str]:
@@ -140,13 +117,45 @@ def decide(snap: Snapshot, now: datetime, policy: Policy, *, force: bool = False
     return limit_blast_radius(actions, snap.instances, policy, force=force)
 
 
+@dataclass(frozen=True)
+class Seen:
+    """One LAUNCHING or RUNNING job as this sweep sees it: what each of its decisions (DECISIONS) reads."""
+
+    record: JobRecord
+    exits: dict[int, ExitReport]  # the attempt's trusted exit reports, by rank
+    beats: list[Beat]  # the attempt's heartbeats and output marks
+    instances: list[Instance]  # the cloud's listing of the attempt's VMs
+    index: Index
+    now: datetime
+    policy: Policy
+
+    @property
+    def stop_asked(self) -> bool:
+        """An idle-GPU flag with action stop asked the attempt to stop."""
+        return self.policy.idle_gpu.action == "stop" and (self.record.id, self.record.attempt) in \
+            self.index.snap.idle_flags
+
+    def retry(self, trigger: Trigger, why: str, reports: Iterable[ExitReport], fail: Action) -> Action:
+        """The spec's retry: applied to an attempt's end (decide.retry): `fail` unless the spec retries
+        `trigger`; then a retry (the attempt's VMs terminated as `fail` would, and attempt + 1 launched), or
+        `fail` saying why it was not retried."""
+        record = self.record
+        said = verdict(record, trigger, reports, self.now, self.policy, stop_asked=self.stop_asked)
+        if said is None:
+            return fail
+        if not said.retry:
+            return replace(fail, reason=said.reason(fail.reason, record.attempt))
+        return claim(record, Rule.RETRY, said.reason(why, record.attempt), Terminate(fail.terminate),
+                     Relaunch(retry=True))
+
+
 def _job(record: JobRecord, index: Index, now: datetime, policy: Policy) -> list[Action]:
     snap, job_id = index.snap, record.id
     markers = snap.active.get(job_id, ())
     want = [] if record.terminal else [(record.state, record.attempt)]
     out: list[Action] = []
     if [(m.state, m.attempt) for m in markers] != want:
-        out.append(Action(Rule.REPAIR, job_id, Rule.REPAIR.reason(), repair=True))
+        out.append(Action(Rule.REPAIR, job_id, Rule.REPAIR.reason(), (RepairMarkers(),)))
     if record.state not in (State.LAUNCHING, State.RUNNING):
         return out
     n = record.attempt
@@ -156,39 +165,27 @@ def _job(record: JobRecord, index: Index, now: datetime, policy: Policy) -> list
     mark = snap.preempted.get(job_id)
     if mark is not None and trusted_mark(mark, record, instances):
         return out  # the agent reported a preemption: rerun's job
-    retry = _Retry(now, policy, stop_asked=policy.idle_gpu.action == "stop" and (job_id, n) in snap.idle_flags)
-    action = (_resume(record, index.beats[job_id, n], now)
-              or _finished(record, exits, instances, policy, retry)
-              or _rank_failed(record, exits, instances, retry)
-              or _bootstrap_failed(record, snap.boot_failures.get(job_id), index.beats[job_id, n], instances)
-              or _started(record, index.beats[job_id, n], policy)
-              or _lost(record, exits, instances, now, policy, retry)
-              or _boot_timeout(record, index.beats[job_id, n], instances, now, policy)
-              or _stalled(record, exits, index.beats[job_id, n], instances, now, policy, retry)
-              or _stop_peers(record, exits))
-    if action is None and record.state == State.RUNNING and (job_id, n) not in index.limits:
-        action = Action(Rule.LIMITS, job_id, Rule.LIMITS.reason(),
-                        write_limits=_limits(record, policy))
-    elif action is None and record.state == State.RUNNING:
-        action = _idle(record, index, now, policy)
+    seen = Seen(record, exits, index.beats[job_id, n], instances, index, now, policy)
+    action = next((a for decision in DECISIONS if (a := decision(seen)) is not None), None)
     return [*out, action] if action else out
 
 
 LAUNCH_GRACE = 600  # s: longer than any launcher run (Lambda 120 s; the GCP launcher waits up to 540 s)
 
 
-def _resume(record: JobRecord, beats: list[Beat], now: datetime) -> Action | None:
+def _resume(job: Seen) -> Action | None:
     """A claim with no VM recorded long after it, or whose VMs already beat: the launcher died between its
     claim and the launch, or after RunInstances and before recording the VMs (a timeout). Resume that
     attempt (adopting its VMs if they exist); it costs no restart."""
+    record, now = job.record, job.now
     if record.state != State.LAUNCHING or record.instances or record.last_event is None:
         return None
-    beating = set(range(record.spec.num_nodes)) <= {b.rank for b in beats if not b.output}
+    beating = set(range(record.spec.num_nodes)) <= {b.rank for b in job.beats if not b.output}
     if not beating and age(now, record.state_since) < LAUNCH_GRACE:
         return None
     return claim(record, Rule.RESUME_LAUNCH, Rule.RESUME_LAUNCH.reason(attempt=record.attempt,
                                                                         after=_fmt(age(now, record.state_since))),
-                 resume_from=record.last_event.stamp)
+                 ResumeLaunch(record.last_event.stamp))
 
 
 def _trusted(record: JobRecord, snap: Snapshot, instances: list[Instance]) -> tuple[dict[int, ExitReport],
@@ -213,29 +210,8 @@ def _limits(record: JobRecord, policy: Policy) -> Limits:
     return Limits(record.id, record.attempt, spec.num_nodes, policy.stall_timeout(spec), policy.max_runtime(spec))
 
 
-@dataclass(frozen=True)
-class _Retry:
-    """The spec's retry: applied to an attempt's end (decide.retry): the failure as decided, or a retry."""
-
-    now: datetime
-    policy: Policy
-    stop_asked: bool  # an idle-GPU flag with action stop asked the attempt to stop
-
-    def __call__(self, record: JobRecord, trigger: Trigger, why: str, reports: Iterable[ExitReport],
-                 fail: Action) -> Action:
-        """`fail` unless the spec retries `trigger`; then a retry (the attempt's VMs terminated as `fail` would,
-        and attempt + 1 launched), or `fail` saying why it was not retried."""
-        said = verdict(record, trigger, reports, self.now, self.policy, stop_asked=self.stop_asked)
-        if said is None:
-            return fail
-        if not said.retry:
-            return replace(fail, reason=said.reason(fail.reason, record.attempt))
-        return claim(record, Rule.RETRY, said.reason(why, record.attempt), terminate=fail.terminate,
-                     relaunch=True, retry=True)
-
-
-def _finished(record: JobRecord, exits: dict[int, ExitReport], instances: list[Instance],
-              policy: Policy, retry: _Retry) -> Action | None:
+def _finished(job: Seen) -> Action | None:
+    record, exits = job.record, job.exits
     ranks = range(record.spec.num_nodes)
     if not all(r in exits for r in ranks):
         return None
@@ -244,176 +220,191 @@ def _finished(record: JobRecord, exits: dict[int, ExitReport], instances: list[I
         return None  # the preempted-jobs/ marker follows the exit report: rerun's job
     # every VM of the job goes, powered-off ones too: a stopped GCE VM (or EC2 with stop-on-shutdown)
     # still bills its disk
-    leftovers = terminable(instances)
+    leftovers = Terminate(terminable(job.instances))
     early = _early_stop(reports)
     if early is not None:
         on = f" (rank {early.rank})" if len(reports) > 1 else ""
         return claim(record, Rule.EARLY_STOP, Rule.EARLY_STOP.reason(why=early.error or "a stop_on rule matched",
                                                                      rank=on),
-                      to=State.FAILED, terminate=leftovers, updates={"exit_code": early.code})
+                     Transition(State.FAILED, {"exit_code": early.code}), leftovers)
     idle_stop = next((e for e in reports if e.reason == "stopped" and e.stopped_by == IDLE_BY), None)
     if idle_stop is not None:
         return claim(record, Rule.IDLE_STOPPED, Rule.IDLE_STOPPED.reason(why=idle_stop.stop_reason or "idle_gpu"),
-                      to=State.STALLED, terminate=leftovers)
+                     Transition(State.STALLED), leftovers)
     if any(e.reason == "stopped" for e in reports):
-        cap = format_duration(policy.max_runtime(record.spec))
-        return claim(record, Rule.STOPPED, Rule.STOPPED.reason(cap=cap), to=State.TIMED_OUT,
-                      terminate=leftovers)
+        cap = format_duration(job.policy.max_runtime(record.spec))
+        return claim(record, Rule.STOPPED, Rule.STOPPED.reason(cap=cap), Transition(State.TIMED_OUT), leftovers)
     failed = next((e for e in reports if e.code != 0), None)
     if failed is None:
-        return claim(record, Rule.FINISHED, Rule.FINISHED.reason(exited="every rank exited 0"), to=State.SUCCEEDED,
-                     terminate=leftovers, updates={"exit_code": 0})
-    fail = claim(record, Rule.FINISHED, Rule.FINISHED.reason(exited=_exited(failed)), to=State.FAILED,
-                 terminate=leftovers, updates={"exit_code": failed.code})
+        return claim(record, Rule.FINISHED, Rule.FINISHED.reason(exited="every rank exited 0"),
+                     Transition(State.SUCCEEDED, {"exit_code": 0}), leftovers)
+    fail = claim(record, Rule.FINISHED, Rule.FINISHED.reason(exited=_exited(failed)),
+                 Transition(State.FAILED, {"exit_code": failed.code}), leftovers)
     hit = exit_code(record.spec, reports)
-    return fail if hit is None else retry(record, Trigger.EXIT_CODE, f"exit code {hit.code} (rank {hit.rank})",
-                                          reports, fail)
+    return fail if hit is None else job.retry(Trigger.EXIT_CODE, f"exit code {hit.code} (rank {hit.rank})",
+                                              reports, fail)
 
 
 def _exited(report: ExitReport) -> str:
     return f"rank {report.rank} exited with code {report.code}" + (f": {report.error}" if report.error else "")
 
 
-def _rank_failed(record: JobRecord, exits: dict[int, ExitReport], instances: list[Instance],
-                 retry: _Retry) -> Action | None:
+def _rank_failed(job: Seen) -> Action | None:
     """A rank of a multi-node attempt exited non-zero while others still run: they would wait in their next
     collective until its timeout, then the stall timeout or the uptime cap. The attempt ends now: the other
     ranks are terminated and the job fails (max_restarts reruns preemptions and failed boots, not errors), or,
     on a code the spec's retry: names, is retried."""
+    record, exits = job.record, job.exits
     failed = next((exits[r] for r in sorted(exits) if exits[r].reason == "exit" and exits[r].code != 0), None)
     running = [r for r in range(record.spec.num_nodes) if r not in exits]
     if failed is None or not running or any(e.reason == "preempted" for e in exits.values()):
         return None  # no failure, or every rank has exited (_finished), or rerun's
     why = Rule.RANK_FAILED.reason(exited=_exited(failed), running=", ".join(map(str, running)))
-    fail = claim(record, Rule.RANK_FAILED, why, to=State.FAILED, terminate=terminable(instances),
-                 updates={"exit_code": failed.code})
+    fail = claim(record, Rule.RANK_FAILED, why, Transition(State.FAILED, {"exit_code": failed.code}),
+                 Terminate(terminable(job.instances)))
     hit = exit_code(record.spec, exits.values())
-    return fail if hit is None else retry(record, Trigger.EXIT_CODE, f"exit code {hit.code} (rank {hit.rank})",
-                                          exits.values(), fail)
+    return fail if hit is None else job.retry(Trigger.EXIT_CODE, f"exit code {hit.code} (rank {hit.rank})",
+                                              exits.values(), fail)
 
 
 def _early_stop(reports: Iterable[ExitReport]) -> ExitReport | None:
     return next((e for e in reports if e.reason == EARLY_STOP), None)
 
 
-def _stop_peers(record: JobRecord, exits: dict[int, ExitReport]) -> Action | None:
+def _stop_peers(job: Seen) -> Action | None:
     """A rank stopped on a stop_on match while others run (a rank that prints no loss would wait in its next
     collective until a timeout): they get a stop request, so they checkpoint and exit too. Asked again each
     sweep until every rank has reported; a repeated request is harmless."""
-    early = _early_stop(exits.values())
-    running = [r for r in range(record.spec.num_nodes) if r not in exits]
+    record = job.record
+    early = _early_stop(job.exits.values())
+    running = [r for r in range(record.spec.num_nodes) if r not in job.exits]
     if early is None or not running or record.state != State.RUNNING:
         return None
     return claim(record, Rule.STOP_PEERS, Rule.STOP_PEERS.reason(rank=early.rank, error=early.error,
                                                                  running=", ".join(map(str, running))),
-                 stop=True, stop_by="sweeper")
+                 RequestStop(by="sweeper"))
 
 
-def _unstarted(record: JobRecord, beats: list[Beat]) -> list[int]:
+def _unstarted(job: Seen) -> list[int]:
     """Ranks whose agent has not sent a heartbeat."""
-    beaten = {b.rank for b in beats if not b.output}
-    return [r for r in range(record.spec.num_nodes) if r not in beaten]
+    beaten = {b.rank for b in job.beats if not b.output}
+    return [r for r in range(job.record.spec.num_nodes) if r not in beaten]
 
 
-def _consoles(record: JobRecord, ranks: list[int]) -> tuple[tuple[int, str], ...]:
-    return tuple((r, record.instances[r]) for r in ranks if r < len(record.instances))
+def _consoles(record: JobRecord, ranks: list[int]) -> SaveConsole:
+    return SaveConsole(tuple((r, record.instances[r]) for r in ranks if r < len(record.instances)))
 
 
-def _bootstrap_failed(record: JobRecord, report: str | None, beats: list[Beat],
-                      instances: list[Instance]) -> Action | None:
+def _bootstrap_failed(job: Seen) -> Action | None:
     """A VM's bootstrap said why the agent cannot start (no bundle for its Python, download or checksum
     failure): retrying the same image would fail the same way, so the job fails now, with that reason."""
+    record = job.record
+    report = job.index.snap.boot_failures.get(record.id)
     if report is None or record.state != State.LAUNCHING:
         return None
     hint = CONSOLE_HINT.format(job_id=record.id, attempt=record.attempt)
     return claim(record, Rule.BOOT_FAILED, Rule.BOOT_FAILED.reason(why=f"the agent could not start: {report} ({hint})"),
-                 to=State.FAILED,
-                  terminate=terminable(instances), save_console=_consoles(record, _unstarted(record, beats)))
+                 Transition(State.FAILED), Terminate(terminable(job.instances)), _consoles(record, _unstarted(job)))
 
 
-def _started(record: JobRecord, beats: list[Beat], policy: Policy) -> Action | None:
-    if record.state != State.LAUNCHING:
+def _started(job: Seen) -> Action | None:
+    record = job.record
+    if record.state != State.LAUNCHING or _unstarted(job):
         return None
-    if not set(range(record.spec.num_nodes)) <= {b.rank for b in beats if not b.output}:
-        return None
-    return claim(record, Rule.STARTED, Rule.STARTED.reason(), to=State.RUNNING,
-                  write_limits=_limits(record, policy))
+    return claim(record, Rule.STARTED, Rule.STARTED.reason(), Transition(State.RUNNING),
+                 WriteLimits(_limits(record, job.policy)))
 
 
-def _lost(record: JobRecord, exits: dict[int, ExitReport], instances: list[Instance], now: datetime,
-          policy: Policy, retry: _Retry) -> Action | None:
+def _lost(job: Seen) -> Action | None:
+    record, now = job.record, job.now
     launched = record.launched_at or record.state_since
-    if not record.instances or age(now, launched) < min(LOST_GRACE, policy.safety.orphan_grace):
+    if not record.instances or age(now, launched) < min(LOST_GRACE, job.policy.safety.orphan_grace):
         return None
-    live = {i.id for i in instances if alive(i)}
-    lost = [(r, iid) for r, iid in enumerate(record.instances) if iid not in live and r not in exits]
+    live = {i.id for i in job.instances if alive(i)}
+    lost = [(r, iid) for r, iid in enumerate(record.instances) if iid not in live and r not in job.exits]
     if not lost:
         return None
     what = ", ".join(f"rank {r} ({iid})" for r, iid in lost)
-    survivors = terminable(i for i in instances if alive(i))
+    survivors = Terminate(terminable(i for i in job.instances if alive(i)))
     if record.spec.spot:
         rank, iid = lost[0]
-        return claim(record, Rule.LOST_SPOT, Rule.LOST_SPOT.reason(what=what), to=State.PREEMPTED,
-                      terminate=survivors, mark_preempted=PreemptedMarker(attempt=record.attempt, rank=rank,
-                                                                          instance_id=iid, by="sweeper"))
+        return claim(record, Rule.LOST_SPOT, Rule.LOST_SPOT.reason(what=what), Transition(State.PREEMPTED),
+                     survivors, MarkPreempted(PreemptedMarker(attempt=record.attempt, rank=rank, instance_id=iid,
+                                                              by="sweeper")))
     why = Rule.LOST.reason(what=what)
-    return retry(record, Trigger.LOST, why, exits.values(),
-                 claim(record, Rule.LOST, why, to=State.FAILED, terminate=survivors))
+    return job.retry(Trigger.LOST, why, job.exits.values(),
+                     claim(record, Rule.LOST, why, Transition(State.FAILED), survivors))
 
 
-def _boot_timeout(record: JobRecord, beats: list[Beat], instances: list[Instance],
-                  now: datetime, policy: Policy) -> Action | None:
-    timeout = policy.boot_timeout(record.spec)
-    if record.state != State.LAUNCHING or age(now, record.launched_at or record.state_since) <= timeout:
+def _boot_timeout(job: Seen) -> Action | None:
+    record = job.record
+    timeout = job.policy.boot_timeout(record.spec)
+    if record.state != State.LAUNCHING or age(job.now, record.launched_at or record.state_since) <= timeout:
         return None
-    missing = _unstarted(record, beats)
+    missing = _unstarted(job)
     why = (f"the agent never started: no heartbeat from rank {', '.join(map(str, missing))} within boot_timeout "
            f"{format_duration(timeout)} ({CONSOLE_HINT.format(job_id=record.id, attempt=record.attempt)})")
-    doomed, consoles = terminable(instances), _consoles(record, missing)
+    doomed, consoles = Terminate(terminable(job.instances)), _consoles(record, missing)
     if record.restarts < record.spec.max_restarts:
         return claim(record, Rule.BOOT_RETRY, Rule.BOOT_RETRY.reason(why=why, next=record.attempt + 1),
-                      terminate=doomed, relaunch=True, save_console=consoles)
+                     doomed, Relaunch(), consoles)
     return claim(record, Rule.BOOT_FAILED,
                  Rule.BOOT_FAILED.reason(why=f"{why}; no restarts left (max_restarts {record.spec.max_restarts})"),
-                  to=State.FAILED, terminate=doomed, save_console=consoles)
+                 Transition(State.FAILED), doomed, consoles)
 
 
-def _stalled(record: JobRecord, exits: dict[int, ExitReport], beats: list[Beat], instances: list[Instance],
-             now: datetime, policy: Policy, retry: _Retry) -> Action | None:
+def _stalled(job: Seen) -> Action | None:
+    record, now = job.record, job.now
     if record.state != State.RUNNING:
         return None
-    stall = policy.stall_timeout(record.spec)
+    stall = job.policy.stall_timeout(record.spec)
     why = None
     for rank in range(record.spec.num_nodes):
-        last = max((b.at for b in beats if b.rank == rank and not b.output), default=record.state_since)
-        if rank not in exits and age(now, last) > stall:
+        last = max((b.at for b in job.beats if b.rank == rank and not b.output), default=record.state_since)
+        if rank not in job.exits and age(now, last) > stall:
             why = f"no heartbeat from rank {rank} for {_fmt(age(now, last))}"
             break
-    last_output = max((b.at for b in beats if b.output), default=record.state_since)
+    last_output = max((b.at for b in job.beats if b.output), default=record.state_since)
     if why is None and age(now, last_output) > stall:
         why = f"no new output for {_fmt(age(now, last_output))}"
     if why is None:
         return None
     why = Rule.STALLED.reason(why=why, stall=format_duration(stall))
-    return retry(record, Trigger.STALLED, f"stalled: {why}", exits.values(),
-                 claim(record, Rule.STALLED, why, to=State.STALLED, terminate=terminable(instances)))
+    return job.retry(Trigger.STALLED, f"stalled: {why}", job.exits.values(),
+                     claim(record, Rule.STALLED, why, Transition(State.STALLED), Terminate(terminable(job.instances))))
 
 
-def _idle(record: JobRecord, index: Index, now: datetime, policy: Policy) -> Action | None:
+def _write_limits(job: Seen) -> Action | None:
+    """A RUNNING attempt without its limits/ key (a crash between the transition and the key): write it."""
+    record = job.record
+    if record.state != State.RUNNING or (record.id, record.attempt) in job.index.limits:
+        return None
+    return Action(Rule.LIMITS, record.id, Rule.LIMITS.reason(), (WriteLimits(_limits(record, job.policy)),))
+
+
+def _idle(job: Seen) -> Action | None:
     """Idle GPUs on every rank over the policy window: flag the attempt once (event, metric, notification) and,
     with idle_gpu.action stop, ask the agents to stop (they checkpoint; the job then ends STALLED)."""
-    rule, n = policy.idle_gpu, record.attempt
-    if rule.action == "off" or (record.id, n) in index.snap.idle_flags \
-            or not index.idle_everywhere(record.id, n, record.spec.num_nodes):
+    record, rule, n = job.record, job.policy.idle_gpu, job.record.attempt
+    if record.state != State.RUNNING or rule.action == "off" or (record.id, n) in job.index.snap.idle_flags \
+            or not job.index.idle_everywhere(record.id, n, record.spec.num_nodes):
         return None
     stopping = rule.action == "stop"
     why = Rule.IDLE.reason(threshold=rule.threshold, window=format_duration(rule.window), then="")
     return claim(record, Rule.IDLE, Rule.IDLE.reason(threshold=rule.threshold, window=format_duration(rule.window),
                                                      then="; stop requested" if stopping else ""),
-                 flag=keys.idle_flag(record.id, n),
-                 event=(IDLE_BY, {"attempt": n, "reason": why, "action": rule.action,
-                                  "threshold": rule.threshold, "window": rule.window}),
-                 notice=notify.idle(record, why, stopping, now), stop=stopping, stop_by=IDLE_BY)
+                 Flag(keys.idle_flag(record.id, n)),
+                 Note(IDLE_BY, {"attempt": n, "reason": why, "action": rule.action, "threshold": rule.threshold,
+                                "window": rule.window}),
+                 Publish(notify.idle(record, why, stopping, job.now)),
+                 *((RequestStop(by=IDLE_BY),) if stopping else ()))
+
+
+# A live job's decisions, by precedence: the first that decides anything is its action this sweep (where an
+# action stands among all the sweep's actions is its rule's risk order, decide.rules).
+DECISIONS: tuple[Callable[[Seen], Action | None], ...] = (
+    _resume, _finished, _rank_failed, _bootstrap_failed, _started, _lost, _boot_timeout, _stalled, _stop_peers,
+    _write_limits, _idle)
 
 
 def _orphans(index: Index, now: datetime, policy: Policy) -> Iterable[Action]:
@@ -430,7 +421,7 @@ def _orphans(index: Index, now: datetime, policy: Policy) -> Iterable[Action]:
             why = f"job {inst.job_id} is not live"
         else:
             why = f"attempt {inst.attempt} is not job {inst.job_id}'s current attempt {current}"
-        yield Action(Rule.ORPHAN, inst.job_id, Rule.ORPHAN.reason(instance=inst.id, why=why), terminate=(inst.id,))
+        yield Action(Rule.ORPHAN, inst.job_id, Rule.ORPHAN.reason(instance=inst.id, why=why), (Terminate((inst.id,)),))
 
 
 def _remarks(snap: Snapshot, now: datetime, policy: Policy) -> Iterable[Action]:
@@ -438,7 +429,7 @@ def _remarks(snap: Snapshot, now: datetime, policy: Policy) -> Iterable[Action]:
         if len(markers) == 1 and markers[0].state == State.PREEMPTED and job_id not in snap.preempted \
                 and age(now, markers[0].since) > min(REMARK_AFTER, policy.safety.orphan_grace):
             yield Action(Rule.REMARK, job_id, Rule.REMARK.reason(),
-                         mark_preempted=PreemptedMarker(attempt=markers[0].attempt, by="sweeper"))
+                         (MarkPreempted(PreemptedMarker(attempt=markers[0].attempt, by="sweeper")),))
 
 
 def _cleanup(index: Index, now: datetime, policy: Policy) -> Iterable[Action]:
@@ -461,5 +452,4 @@ def _cleanup(index: Index, now: datetime, policy: Policy) -> Iterable[Action]:
         if attempt != index.current_attempt(job_id):
             stale[job_id].append(keys.idle_flag(job_id, attempt))
     for job_id, dead in sorted(stale.items()):
-        yield Action(Rule.CLEANUP, job_id, Rule.CLEANUP.reason(count=len(dead)),
-                     delete_keys=tuple(dead))
+        yield Action(Rule.CLEANUP, job_id, Rule.CLEANUP.reason(count=len(dead)), (DeleteKeys(tuple(dead)),))

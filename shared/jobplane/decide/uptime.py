@@ -11,9 +11,9 @@ from collections import defaultdict
 from datetime import datetime
 
 from jobplane.clouds.base import Instance
-from jobplane.decide.model import Action, Rule, Snapshot, age, alive, grace_for
+from jobplane.decide.effects import RequestStop, Terminate, Transition
+from jobplane.decide.model import Action, Index, Rule, Snapshot, age, alive, grace_for
 from jobplane.decide.safety import limit_blast_radius, terminable
-from jobplane.decide.sweep import Index
 from jobplane.policy import Policy
 from jobplane.spec import format_duration
 from jobplane.states import LIVE, State
@@ -49,16 +49,16 @@ def decide(snap: Snapshot, now: datetime, policy: Policy, *, force: bool = False
             ceiling = policy.max_runtime_ceiling
             actions += [Action(Rule.CAP_NO_JOB, job_id, Rule.CAP_NO_JOB.reason(instance=i.id,
                                                                                ceiling=format_duration(ceiling)),
-                               terminate=(i.id,))
+                               (Terminate((i.id,)),))
                         for i in instances if age(now, i.launched_at) >= ceiling]
             continue
         cap = cap_for(index, job_id, attempt, policy)
         if uptime >= cap:
             actions.append(Action(Rule.TIMED_OUT, job_id, Rule.TIMED_OUT.reason(cap=format_duration(cap)),
-                                  to=State.TIMED_OUT, expect=LIVE, expect_attempt=attempt,
-                                  terminate=terminable(instances)))
+                                  (Transition(State.TIMED_OUT), Terminate(terminable(instances))), expect=LIVE,
+                                  expect_attempt=attempt))
         elif uptime >= cap - grace_for(cap, policy):
             actions.append(Action(Rule.STOP, job_id, Rule.STOP.reason(cap=format_duration(cap),
                                                                       left=format_duration(max(1, int(cap - uptime)))),
-                                  stop=True))
+                                  (RequestStop(),)))
     return limit_blast_radius(actions, snap.instances, policy, force=force)
