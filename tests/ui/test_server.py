@@ -17,7 +17,7 @@ with warnings.catch_warnings():  # starlette 1.x prefers httpx2 for its TestClie
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
-from jobplane import keys, metrics
+from jobplane import jobs, keys, metrics
 from jobplane.clouds.memory import MemoryCompute, MemoryStore
 from jobplane.jobs import Backend
 from jobplane.metrics import Point
@@ -208,3 +208,18 @@ def test_jobplane_ui_serves_on_loopback_and_warns_for_another_host(monkeypatch: 
     done = CliRunner().invoke(cli, ["ui", "--port", "0", "--host", "0.0.0.0"])
     assert done.exit_code == 0, done.output
     assert bound[1][0] == "0.0.0.0" and "warning: serving on 0.0.0.0, not loopback" in done.output
+
+
+def test_the_table_has_the_facts_jobplane_ls_has(reg: Registry) -> None:
+    seed(reg, "alpha")
+    seed(reg, "beta", running=False)
+    seed(reg, "gamma")
+    reg.transition("gamma", State.SUCCEEDED, expect=[State.RUNNING], reason="every rank exited 0")
+    reg.put_if_absent(keys.queue_entry("delta", "vision"), SPEC.format(name="delta").encode(), "application/yaml")
+    reg.put_json(keys.rejected_error("epsilon"), {"reason": "duplicate id"})
+    now = datetime.now(UTC)
+    board = data.Board(reg)
+    for include_done in (False, True):
+        ours = {row.id: row.cells for row in board.rows(include_done, now)}
+        ls = {row["id"]: row for row in jobs.list_rows(reg, include_done, now)}
+        assert ours == ls
