@@ -28,7 +28,7 @@ from moto import mock_aws
 
 from jobplane import jobs, keys
 from jobplane.cli import cli
-from jobplane.cli.follow import StatusLine
+from jobplane.cli.follow import EXIT_INTERRUPTED, EXIT_WAIT_TIMED_OUT, StatusLine, exit_code, tagged
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_DEPLOYMENT, TAG_JOB_ID, TAG_MANAGED
 from jobplane.clouds.gce_metadata import gce_key
 from jobplane.clouds.gcp import deployment_label, name_prefix
@@ -37,6 +37,7 @@ from jobplane.jobview import JobView, Status
 from jobplane.local.fake_compute import FakeComputeServer
 from jobplane.local.fake_gcs import FakeGcsServer
 from jobplane.registry import Registry
+from jobplane.sdk.job import _lines
 from jobplane.spec import parse_spec
 from jobplane.states import State
 from tests.helpers import wait_for
@@ -450,3 +451,38 @@ def test_a_bare_bucket_name_takes_its_cloud_from_cloud(cloud: Cloud, monkeypatch
     other = "aws" if cloud.name == "gcp" else "gcp"
     wrong = run("ls", "--bucket", f"{'gs' if cloud.name == 'gcp' else 's3'}://{BUCKET}", "--cloud", other)
     assert wrong.exit_code == 1 and f"is on {cloud.name}, not {other}" in wrong.stderr
+
+
+# ---- exit codes and the output's lines ----------------------------------------------------------------------------
+def test_exit_codes_tell_endings_apart() -> None:
+    assert exit_code(State.SUCCEEDED) == 0
+    assert exit_code(State.RUNNING) == 0  # wait --for running
+    endings = [State.FAILED, State.CANCELLED, State.TIMED_OUT, State.STALLED, State.INVALID]
+    codes = [exit_code(s) for s in endings]
+    assert 0 not in codes and len(set(codes)) == len(codes)
+    assert EXIT_WAIT_TIMED_OUT not in codes and EXIT_INTERRUPTED not in codes
+
+
+@pytest.mark.parametrize("text", ["", "\n", "a\n", "a", "a\nb", "a\n\n", "\n\nb\n", "a\rb\n", "a\r\n", "a\r",
+                                  "10%\r20%\r30%\n", "x\x0cy\u2028z\n", "tail without newline"])
+def test_log_lines_print_as_their_chunks_did(text: str) -> None:
+    """The CLI prints the SDK's lines; what it prints is what printing each chunk printed: the chunk, with a line
+    feed after one that lacks it, and tagged, each of its splitlines() prefixed."""
+    lines = list(_lines(jobs.Chunk(2, 1, text)))
+    newline = "\n" if text and not text.endswith("\n") else ""
+    assert "".join(line + "\n" for line in lines) == text + newline
+    old_tagged = "".join(f"[2/1] {part}" for part in text.splitlines(keepends=True)) + newline
+    assert "".join(tagged(line) for line in lines) == old_tagged
+    assert all((line.attempt, line.rank) == (2, 1) for line in lines)
+
+
+@pytest.mark.parametrize("cloud", ["gcp"], indirect=True)
+def test_without_a_gcp_project_a_command_that_looks_at_vms_says_what_to_set(
+        cloud: Cloud, reg: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GOOGLE_CLOUD_PROJECT")
+    reg.create_job("vm", parse_spec(cloud.spec(), job_id="vm"))
+    reg.transition("vm", State.LAUNCHING, attempt=1, instances=["us-central1-a/vm-1"])
+    result = run("describe", "vm")
+    assert result.exit_code == 1
+    assert result.stderr.strip() == ("Error: BackendError: on GCP set GOOGLE_CLOUD_PROJECT (or the policy's "
+                                     "gcp.project) and JOBPLANE_REGION (or --region)")

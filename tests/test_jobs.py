@@ -131,15 +131,6 @@ def test_a_waiting_status_keeps_its_phase_as_seconds_pass() -> None:
     assert status(view, T0).text != status(view, T0 + timedelta(seconds=30)).text
 
 
-def test_exit_codes_tell_endings_apart() -> None:
-    assert jobs.exit_code(State.SUCCEEDED) == 0
-    assert jobs.exit_code(State.RUNNING) == 0  # wait --for running
-    endings = [State.FAILED, State.CANCELLED, State.TIMED_OUT, State.STALLED, State.INVALID]
-    codes = [jobs.exit_code(s) for s in endings]
-    assert 0 not in codes and len(set(codes)) == len(codes)
-    assert jobs.EXIT_WAIT_TIMED_OUT not in codes and jobs.EXIT_INTERRUPTED not in codes
-
-
 def test_goals() -> None:
     assert jobs.reached(jobs.Goal.RUNNING, State.RUNNING) and jobs.reached(jobs.Goal.RUNNING, State.FAILED)
     assert not jobs.reached(jobs.Goal.RUNNING, State.LAUNCHING)
@@ -195,7 +186,6 @@ def test_follow_waits_through_queue_and_launch_then_streams_to_the_end(reg: Regi
     assert statuses[-1] == "running attempt 1 on i-1, i-2"  # the ending is the caller's to report
     assert [(c.attempt, c.rank, c.text) for c in chunks] == [(1, 0, "rank 0 starts\n"), (1, 1, "rank 1 says hi\n"),
                                                              (1, 0, "step 1\n")]
-    assert jobs.tagged(chunks[1]) == "[1/1] rank 1 says hi\n"
 
 
 def test_following_yields_the_chunks_and_returns_the_view(reg: Registry, clock: Clock) -> None:

@@ -20,7 +20,8 @@ Progress = Callable[[Path], AbstractContextManager[Callable[[int], None]]]
 
 
 class BackendError(RuntimeError):
-    """What a command needs to reach the cloud is not set; the message says what to set."""
+    """What reaching the cloud's VM API needs is not set; the message says what to set (jobplane.sdk raises it as
+    its own BackendError)."""
 
 
 @contextlib.contextmanager
@@ -51,7 +52,7 @@ def compute(settings: Settings, reg: Registry) -> Compute:
         try:
             return GceCompute.from_settings(settings, reg.policy().gcp)
         except ValueError as exc:
-            raise BackendError(f"{exc} (or --region)") from None
+            raise BackendError(str(exc)) from None
     from jobplane.clouds.aws import Ec2Compute
 
     return Ec2Compute(region=settings.region, deployment=settings.deployment)

@@ -364,11 +364,6 @@ def newest_checkpoint(reg: Registry, job_id: str) -> Checkpoint | None:
                       step if isinstance(step, int) else None)
 
 
-def tagged(chunk: Chunk) -> str:
-    """The chunk's lines prefixed [attempt/rank], for jobs with several nodes or attempts."""
-    return "".join(f"[{chunk.attempt}/{chunk.rank}] {line}" for line in chunk.text.splitlines(keepends=True))
-
-
 # ---- artifacts ---------------------------------------------------------------------------------------------
 ARTIFACT_MANIFEST = ".manifest.json"  # beside each area the agent publishes: artifacts/model.manifest.json
 
@@ -434,22 +429,11 @@ class Goal(StrEnum):
     TERMINAL = "terminal"
 
 
-# What `logs -f`, `submit -f` and `wait` exit with: 0 only for SUCCEEDED (or a job that reached RUNNING, for
-# `wait --for running`), one code per other ending so a script can tell them apart.
-EXIT_CODES = {State.SUCCEEDED: 0, State.FAILED: 1, State.CANCELLED: 3, State.TIMED_OUT: 4, State.STALLED: 5,
-              State.INVALID: 6}
-EXIT_WAIT_TIMED_OUT = 124  # as GNU timeout(1)
-EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT
 DRAIN_TIMEOUT = 60.0  # after the job ends, how long to wait for its agents' last chunks
 
 
 def reached(goal: Goal, state: State) -> bool:
     return state in TERMINAL or (goal == Goal.RUNNING and state == State.RUNNING)
-
-
-def exit_code(state: State) -> int:
-    """0 for SUCCEEDED (and for a live job: the goal was RUNNING), else the ending's own code."""
-    return EXIT_CODES.get(state, 0)
 
 
 class WaitTimedOut(JobError):

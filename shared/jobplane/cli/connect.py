@@ -1,5 +1,9 @@
-"""How a registry command reaches the registry: the options that name it, connecting to it on its cloud, and
-the errors a user can cause or meet there, as one line."""
+"""How a registry command reaches the registry: the options that name it, a jobplane.sdk Client of it, and the
+errors a user can cause or meet there, as one line.
+
+The commands reach the registry only through the SDK (tests/test_cli_sdk_boundary.py). connect() is for the
+commands not on the SDK yet (ssh, ui): the registry and its cloud's adapters as jobplane.backend builds them.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +12,16 @@ import functools
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 from click.core import ParameterSource
 from rich.console import Console
 
-from jobplane import jobs
-from jobplane.registry import JobExists, JobNotFound, TransitionRefused
-from jobplane.settings import Settings
+from jobplane import sdk
+
+if TYPE_CHECKING:
+    from jobplane import jobs
 
 
 class UserError(click.ClickException):
@@ -41,20 +46,22 @@ def registry_options(func: F) -> F:
     return func
 
 
-def connect(bucket: str | None, cloud: str | None, region: str | None, endpoint: str | None) -> jobs.Backend:
-    """The registry the options name, on its cloud: S3 and EC2, or GCS and Compute Engine (jobplane.backend)."""
-    from jobplane import backend
-
-    try:
-        settings = Settings.from_env(bucket, cloud, region)
-    except RuntimeError as exc:
-        raise UserError(str(exc)) from None
-    if settings.cloud == "aws" and endpoint:
-        os.environ["AWS_ENDPOINT_URL"] = endpoint
+def client(bucket: str | None, cloud: str | None, region: str | None, endpoint: str | None) -> sdk.Client:
+    """The registry the options name, on its cloud: S3 and EC2, or GCS and Compute Engine."""
+    named = sdk.Client(bucket, cloud=cloud, region=region, progress=upload_progress)
+    if named.cloud == "aws" and endpoint:
+        os.environ["AWS_ENDPOINT_URL"] = endpoint  # before the client reaches anything: boto3 reads it then
     elif endpoint and click.get_current_context().get_parameter_source("endpoint") == ParameterSource.COMMANDLINE:
         raise UserError("--endpoint is for AWS; on GCP set STORAGE_EMULATOR_HOST (GCS) and JOBPLANE_COMPUTE_ENDPOINT "
                         "(the Compute Engine API)")
-    return backend.connect(settings, upload_progress)
+    return named
+
+
+def connect(bucket: str | None, cloud: str | None, region: str | None, endpoint: str | None) -> jobs.Backend:
+    """For the commands not on the SDK yet (ssh, ui): the registry and its cloud's adapters (jobplane.backend)."""
+    from jobplane import backend
+
+    return backend.connect(client(bucket, cloud, region, endpoint).settings, upload_progress)
 
 
 @contextlib.contextmanager
@@ -79,13 +86,26 @@ def cloud_errors(func: F) -> F:
             return func(*args, **kwargs)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
-        except (JobNotFound, JobExists, TransitionRefused, jobs.JobError) as exc:
+        except sdk.BackendError as exc:
+            raise UserError(f"BackendError: {exc} (or --region)") from None
+        except sdk.JobplaneError as exc:
             raise UserError(str(exc)) from None
         except Exception as exc:  # the cloud SDKs' errors without importing an SDK here
             name = type(exc).__name__
+            if below_the_sdk(exc, "BackendError"):
+                raise UserError(f"BackendError: {exc} (or --region)") from None
+            if below_the_sdk(exc, "JobNotFound", "JobExists", "TransitionRefused", "JobError"):
+                raise UserError(str(exc)) from None
             if name in ("NoCredentialsError", "EndpointConnectionError", "ClientError", "NoSuchBucket",
-                        "ParamValidationError", "ConnectionClosedError", "NoRegionError", "BackendError") \
+                        "ParamValidationError", "ConnectionClosedError", "NoRegionError") \
                     or type(exc).__module__.startswith(SDK_ERRORS):
                 raise UserError(f"{name}: {exc}") from None
             raise
     return cast(F, wrapper)
+
+
+def below_the_sdk(exc: Exception, *names: str) -> bool:
+    """The error is (or derives from) one of these errors of the layers below the SDK (jobplane.registry, .jobs,
+    .backend), which the commands not on the SDK yet (ssh, ui) meet without its translation."""
+    return any(c.__name__ in names and c.__module__ in ("jobplane.registry", "jobplane.jobs", "jobplane.backend")
+               for c in type(exc).__mro__)

@@ -9,8 +9,21 @@ from typing import TextIO
 
 import click
 
-from jobplane import jobs
+from jobplane import sdk
 from jobplane.jobview import Status
+from jobplane.states import State
+
+# What `logs -f`, `submit -f` and `wait` exit with: 0 only for SUCCEEDED (or a job that reached RUNNING, for
+# `wait --for running`), one code per other ending so a script can tell them apart.
+EXIT_CODES = {State.SUCCEEDED: 0, State.FAILED: 1, State.CANCELLED: 3, State.TIMED_OUT: 4, State.STALLED: 5,
+              State.INVALID: 6}
+EXIT_WAIT_TIMED_OUT = 124  # as GNU timeout(1)
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT
+
+
+def exit_code(state: State) -> int:
+    """0 for SUCCEEDED (and for a live job: the goal was RUNNING), else the ending's own code."""
+    return EXIT_CODES.get(state, 0)
 
 
 class StatusLine:
@@ -51,33 +64,39 @@ class StatusLine:
         self.text = ""
 
 
-def follow_job(backend: jobs.Backend, job_id: str, goal: jobs.Goal, *, interval: float, timeout: float | None = None,
+def follow_job(client: sdk.Client, job_id: str, goal: str, *, interval: float, timeout: float | None = None,
                logs: bool = False, attempt: int | None = None, rank: int | None = None) -> int:
-    """Follow a job to goal with a status line (and its output with logs); return the exit code to use.
+    """Follow a job to goal ("running" or "terminal") with a status line (and its output with logs, to the end);
+    return the exit code to use.
 
     Ctrl-C stops following, never the job."""
     line = StatusLine()
     try:
-        first = jobs.find(backend.reg, job_id)  # a job that does not exist is an error at once
-        many_nodes = first.num_nodes > 1 and rank is None
-        reran = attempt is None and first.attempt > 1
-
-        def on_chunk(chunk: jobs.Chunk) -> None:
-            tag = many_nodes or (attempt is None and (reran or chunk.attempt > 1))
-            line.above(jobs.tagged(chunk) if tag else chunk.text)
-
-        how = jobs.Follow(on_status=line.show, on_chunk=on_chunk,
-                          logs=jobs.LogReader(backend.reg, job_id, attempt, rank) if logs else None,
-                          compute=backend.compute, interval=interval, timeout=timeout)
-        view = jobs.follow(backend.reg, job_id, goal, how)
+        job = client.get(job_id)  # a job that does not exist is an error at once
+        if logs:
+            many_nodes = job.view.num_nodes > 1 and rank is None
+            reran = attempt is None and job.view.attempt > 1
+            for text in job.logs(follow=True, attempt=attempt, rank=rank, interval=interval, timeout=timeout,
+                                 on_status=line.show):
+                tag = many_nodes or (attempt is None and (reran or text.attempt > 1))
+                line.above(tagged(text) if tag else text + "\n")
+        else:
+            job.wait(timeout, "running" if goal == "running" else "terminal", interval=interval, on_status=line.show)
     except KeyboardInterrupt:
         line.end()
         click.echo(f"stopped following {job_id}; the job goes on (`jobplane cancel {job_id}` stops it)", err=True)
-        return jobs.EXIT_INTERRUPTED
-    except jobs.WaitTimedOut as exc:
+        return EXIT_INTERRUPTED
+    except sdk.Timeout as exc:
         line.end()
         click.echo(f"Error: {exc}", err=True)
-        return jobs.EXIT_WAIT_TIMED_OUT
+        return EXIT_WAIT_TIMED_OUT
     line.end()
+    view = job.view
     click.echo(f"job {job_id} {view.state}" + (f": {view.reason}" if view.reason else ""), err=True)
-    return jobs.exit_code(view.state)
+    return exit_code(view.state)
+
+
+def tagged(line: sdk.LogLine) -> str:
+    """The line prefixed [attempt/rank] (each part of it a terminal shows as a line), for jobs with several nodes
+    or attempts."""
+    return "".join(f"[{line.attempt}/{line.rank}] {part}" for part in (line + "\n").splitlines(keepends=True))

@@ -6,6 +6,7 @@ import json
 import shutil
 import sys
 from dataclasses import asdict
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +15,19 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from jobplane import cost, jobs, jobview, metricview
-from jobplane.cli.connect import cloud_errors, connect, registry_options
-from jobplane.cli.follow import follow_job
+from jobplane import cost, jobview, metricview, sdk
+from jobplane.cli.connect import client, cloud_errors, registry_options
+from jobplane.cli.follow import follow_job, tagged
 from jobplane.cli.params import DurationType, HyperparameterType
 from jobplane.jobview import COLUMNS, display, header, view_row
-from jobplane.registry import utcnow
 from jobplane.spec import spec_to_json
 from jobplane.states import State
+
+GOALS = ("running", "terminal")  # wait --for
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
 
 
 @click.command()
@@ -51,17 +57,16 @@ def submit(spec_file: Path, code_dir: Path | None, job_id: str | None, hps: tupl
       jobplane submit examples/demo.yaml --code examples/train -f
       jobplane submit examples/sagemaker.yaml --code examples/sagemaker --hp epochs=20 --hp lr=0.02
     """
-    sub = jobs.plan_submission(spec_file, spec_file.read_text(), code_dir=code_dir, job_id=job_id,
-                               hyperparameters=dict(hps), owner=owner)
-    backend = connect(**conn)
+    prepared = sdk.prepare(spec_file, code=code_dir, id=job_id, hyperparameters=dict(hps), owner=owner)
+    registry = client(**conn)
 
     def bundled(files: int, uri: str) -> None:
-        click.echo(f"code: {files} files from {sub.code_dir} -> {uri}", err=True)
+        click.echo(f"code: {files} files from {prepared.code_dir} -> {uri}", err=True)
 
-    job_id = jobs.submit(backend, sub, on_bundle=bundled).id
-    click.echo(job_id)
+    job = registry.submit(prepared, on_code=bundled)
+    click.echo(job.id)
     if follow:
-        sys.exit(follow_job(backend, job_id, jobs.Goal.TERMINAL, interval=interval, logs=True))
+        sys.exit(follow_job(registry, job.id, "terminal", interval=interval, logs=True))
 
 
 @click.command(name="ls")
@@ -79,7 +84,9 @@ def ls_cmd(include_done: bool, as_json: bool, **conn: str | None) -> None:
     Example:
       jobplane ls --all
     """
-    rows = jobs.list_rows(connect(**conn).reg, include_done)
+    registry, now = client(**conn), utcnow()
+    rows = sorted((view_row(job.view, now) for job in registry.list(include_finished=include_done)),
+                  key=lambda r: r["age"], reverse=True)
     if as_json:
         click.echo(json.dumps(rows, indent=1))
         return
@@ -103,22 +110,21 @@ def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
     Example:
       jobplane describe demo-1122-113005-ab12
     """
-    backend = connect(**conn)
-    view = jobs.find(backend.reg, job_id)
+    job = client(**conn).get(job_id)
+    view = job.view
     record = view.record
-    events = backend.reg.events(job_id) if record else []
-    trained = metricview.series(jobs.read_metrics(backend.reg, job_id)) if record else []
-    instances = [asdict(i) for i in backend.compute().list_managed()
-                 if i.job_id == job_id] if record and record.instances else []
+    events = job.events() if record else []
+    trained = [m.series for m in job.metrics().values()] if record else []
+    instances = [asdict(i) for i in job.instances()] if record and record.instances else []
     now = utcnow()
-    checkpoint = jobs.newest_checkpoint(backend.reg, job_id) if record else None
+    checkpoint = job.checkpoint() if record else None
     if as_json:
-        job = record.model_dump(mode="json", exclude={"last_event"}) if record else {  # "events" has it
+        shown = record.model_dump(mode="json", exclude={"last_event"}) if record else {  # "events" has it
             "id": view.id, "state": view.state, "since": view.since.isoformat(),
             "waited": (now - view.since).total_seconds(), "reason": view.reason, "drop": view.drop,
             "spec": spec_to_json(view.spec) if view.spec else None}
         spent = cost.as_json(cost.job_cost(record, now)) if record else None
-        click.echo(json.dumps({"job": job, "events": events, "instances": instances, "cost": spent,
+        click.echo(json.dumps({"job": shown, "events": events, "instances": instances, "cost": spent,
                                 "metrics": [metricview.summary(s) for s in trained],
                                 "checkpoint": asdict(checkpoint) if checkpoint else None}, indent=1, default=str))
         return
@@ -176,23 +182,23 @@ def logs(job_id: str, follow: bool, rank: int | None, attempt: int | None, inter
     Example:
       jobplane logs demo-1122-113005-ab12 -f
     """
-    backend = connect(**conn)
+    registry = client(**conn)
     if follow:
-        sys.exit(follow_job(backend, job_id, jobs.Goal.TERMINAL, interval=interval, logs=True, attempt=attempt,
-                            rank=rank))
-    view = jobs.find(backend.reg, job_id)
-    chunks = jobs.LogReader(backend.reg, job_id, attempt, rank).new()
-    for chunk in chunks:
-        tag = (view.num_nodes > 1 and rank is None) or (attempt is None and view.attempt > 1)
-        text = jobs.tagged(chunk) if tag else chunk.text
-        click.echo(text, nl=not text.endswith("\n") and bool(text))
-    if not chunks and not view.terminal:
+        sys.exit(follow_job(registry, job_id, "terminal", interval=interval, logs=True, attempt=attempt, rank=rank))
+    job = registry.get(job_id)
+    view = job.view
+    tag = (view.num_nodes > 1 and rank is None) or (attempt is None and view.attempt > 1)
+    printed = False
+    for line in job.logs(attempt=attempt, rank=rank):
+        click.echo(tagged(line) if tag else line + "\n", nl=False)
+        printed = True
+    if not printed and not view.terminal:
         click.echo(f"job {job_id}: {jobview.status(view, utcnow()).text}; no output yet (-f waits for it)", err=True)
 
 
 @click.command()
 @click.argument("job_id", metavar="ID")
-@click.option("--for", "goal", type=click.Choice([g.value for g in jobs.Goal]), default=jobs.Goal.TERMINAL.value,
+@click.option("--for", "goal", type=click.Choice(GOALS), default="terminal",
               show_default=True, help="running: until it runs (or already ended); terminal: until it ends.")
 @click.option("--timeout", type=DurationType(), help="Give up after this long (90s, 10m, 2h): exit 124.")
 @click.option("--interval", type=float, default=2.0, show_default=True, help="Seconds between polls.")
@@ -207,7 +213,7 @@ def wait(job_id: str, goal: str, timeout: int | None, interval: float, **conn: s
     Example:
       jobplane wait demo-1122-113005-ab12 --for running --timeout 10m && jobplane logs demo-1122-113005-ab12 -f
     """
-    sys.exit(follow_job(connect(**conn), job_id, jobs.Goal(goal), interval=interval, timeout=timeout))
+    sys.exit(follow_job(client(**conn), job_id, goal, interval=interval, timeout=timeout))
 
 
 @click.command()
@@ -226,8 +232,7 @@ def cancel(job_id: str, force: bool, **conn: str | None) -> None:
     Example:
       jobplane cancel demo-1122-113005-ab12
     """
-    backend = connect(**conn)
-    done = jobs.cancel(backend.reg, job_id, force=force, compute=backend.compute)
+    done = client(**conn).get(job_id).cancel(force=force)
     if done.terminated:
         click.echo(f"terminated {', '.join(done.terminated)}", err=True)
     click.echo(f"{job_id} CANCELLED" + (" before launch" if done.before_launch else ""))

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import json
 import shutil
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from jobplane import cost, jobs, metricview
-from jobplane.cli.connect import UserError, cloud_errors, connect, registry_options
+from jobplane import cost, metricview
+from jobplane.cli.connect import UserError, client, cloud_errors, registry_options
 from jobplane.cli.params import DurationType
-from jobplane.registry import utcnow
 from jobplane.spec import format_duration
 
 
@@ -39,9 +38,9 @@ def metrics_cmd(job_id: str, as_json: bool, plot_file: Path | None, rank: int | 
     Example:
       jobplane metrics demo-1122-113005-ab12 --plot loss.png
     """
-    backend = connect(**conn)
-    view = jobs.find(backend.reg, job_id)
-    trained = metricview.series(jobs.read_metrics(backend.reg, job_id, attempt, rank), rank)
+    job = client(**conn).get(job_id)
+    view = job.view
+    trained = [m.series for m in job.metrics(attempt=attempt, rank=rank).values()]
     if as_json:
         click.echo(json.dumps({"job_id": job_id, "state": view.state,
                                "metrics": [metricview.summary(s, points=True) for s in trained]}, indent=1))
@@ -87,9 +86,9 @@ def cost_cmd(since: int | None, by: str, as_json: bool, **conn: str | None) -> N
     """
     if by not in cost.GROUPS and not by.startswith("label:"):
         raise click.BadParameter(f"{by!r}: use one of {', '.join(cost.GROUPS)} or label:KEY", param_hint="--by")
-    now = utcnow()
+    now = datetime.now(UTC)
     start = now - timedelta(seconds=since) if since else None
-    rows = jobs.cost_rows(connect(**conn).reg, by, start, now)
+    rows = client(**conn).cost(by=by, since=start, now=now)
     if as_json:
         click.echo(json.dumps([row.as_json(by) for row in rows], indent=1))
         return
