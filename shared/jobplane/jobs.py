@@ -522,6 +522,9 @@ def drained(reg: Registry, record: JobRecord | None, compute: Compute | None) ->
 # ---- cancelling --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Cancelled:
+    """What a cancel did: the record it left (CANCELLED), whether the job had started (its agents stop
+    gracefully) or not (before_launch: it never runs), and the VMs it terminated at once."""
+
     record: JobRecord
     started: bool  # it was RUNNING (or past it): its agents stop gracefully
     terminated: tuple[str, ...] = ()

@@ -40,7 +40,7 @@ def prepare(spec: str | os.PathLike[str] | Mapping[str, Any], *, code: str | os.
 
     spec is a YAML file's path or the spec as a mapping; a relative `code:` in it is relative to the file's
     directory (to the working directory for a mapping). code is the directory to upload as the job's working
-    directory; hyperparameters override or add to the spec's; owner submits to queue/<owner>/. id names the job
+    directory; hyperparameters override or add to the spec's; owner submits to `queue/<owner>/`. id names the job
     (default: from the spec's `id`, else its name and the time). InvalidSpec names each problem's field;
     OSError if the file cannot be read.
     """
@@ -139,11 +139,11 @@ class Client:
                hyperparameters: Mapping[str, Any] | None = None, owner: str | None = None, id: str | None = None,
                on_code: Callable[[int, str], None] | None = None) -> Job:
         """Submit a job: upload its code (a tar.gz of `code`, or of the spec's relative `code:`), then drop its
-        spec into queue/ (queue/<owner>/). From then on the job exists: it is QUEUED until the launcher takes it.
+        spec into `queue/` (`queue/<owner>/`). From then on the job exists: it is QUEUED until the launcher takes it.
 
         spec is a YAML file's path, the spec as a mapping, or what prepare() returned (then give nothing else).
-        hyperparameters override or add to the spec's (`{"lr": 0.02}`). owner submits to queue/<owner>/ and
-        code/<owner>/ (default: the spec's `owner:`). id names the job (default: the spec's `id`, else its
+        hyperparameters override or add to the spec's (`{"lr": 0.02}`). owner submits to `queue/<owner>/` and
+        `code/<owner>/` (default: the spec's `owner:`). id names the job (default: the spec's `id`, else its
         name and the time, unique in this process). on_code(files, uri) is told what was uploaded.
 
         InvalidSpec names each problem's field (a spec for another cloud than the registry's included);

@@ -55,6 +55,7 @@ class Metric:
 
     @property
     def name(self) -> str:
+        """The metric's name: loss, or the name its definition in the spec gives."""
         return self.series.name
 
     @property
@@ -70,6 +71,7 @@ class Metric:
 
     @property
     def values(self) -> list[float]:
+        """Every value in the order printed, attempt after attempt."""
         return self.series.values()
 
     @property
@@ -104,6 +106,7 @@ class Job:
 
     @property
     def id(self) -> str:
+        """The job's id: its name, the time it was submitted and 4 hex digits, unless one was given."""
         return self._view.id
 
     @property
@@ -197,13 +200,13 @@ class Job:
         return done
 
     def artifacts(self) -> list[jobs.Artifact]:
-        """The files the job's agents uploaded when its process ended, by `.path`: model/... (SM_MODEL_DIR),
-        output/... (output/data), a rank other than 0's under rank-<n>/; with `.size`."""
+        """The files the job's agents uploaded when its process ended, by `.path`: `model/...` (SM_MODEL_DIR),
+        `output/...` (output/data), a rank other than 0's under `rank-<n>/`; with `.size`."""
         with translated():
             return jobs.artifacts(self._client._registry, self.id)
 
     def download(self, dest: str | Path = ".", *, prefix: str = "") -> list[Path]:
-        """Download the job's artifacts (those whose path starts with `prefix`, e.g. "model/") to dest/<path>;
+        """Download the job's artifacts (those whose path starts with `prefix`, e.g. "model/") to `dest/<path>`;
         returns the files written."""
         with translated():
             wanted = [a for a in jobs.artifacts(self._client._registry, self.id) if a.path.startswith(prefix)]
