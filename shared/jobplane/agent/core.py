@@ -1,8 +1,8 @@
 """The agent: runs one node of one attempt of one job, and reports what happened.
 
 Cloud-neutral: it sees the registry (any ObjectStore), the VM's Metadata and a power_off callable.
-Three threads: the main thread prepares, supervises the user process and reports; a background
-thread writes heartbeats, ships log chunks and polls for a Spot notice or a stop request; a third
+Three threads: the main thread prepares (agent/environment.py), supervises the user process and reports; a
+background thread writes heartbeats, ships log chunks and polls for a Spot notice or a stop request; a third
 uploads complete checkpoint files and their manifest (jobplane.agent.checkpoints). Every
 registry write is retried and no failure skips the exit report or the power-off.
 
@@ -14,42 +14,28 @@ the user process is stopped the same graceful way at once, and the exit report s
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import shlex
-import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import partial
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
 from pydantic import ValidationError
 
-from jobplane import containers, keys, metrics, records
+from jobplane import keys, metrics, records
 from jobplane.agent import gpu
 from jobplane.agent.checkpoints import SETTLE
-from jobplane.agent.container import Container, find_runtime
+from jobplane.agent.environment import Environment
 from jobplane.agent.idle import IdleMeter
 from jobplane.agent.keeper import Keeper, Node
-from jobplane.agent.layout import (
-    Cluster,
-    Layout,
-    hyperparameters_file,
-    resource_config,
-    shard,
-    user_env,
-)
+from jobplane.agent.layout import Cluster, Layout
 from jobplane.agent.output import OutputLog
 from jobplane.agent.process import UserProcess
-from jobplane.agent.transfer import TARBALL_SUFFIXES, fetch, fetch_tarball, keys_under
+from jobplane.agent.run import AGENT_ERROR, Outcome, Run
 from jobplane.clouds.base import (
     LOG_OBJECT_TAG,
     TAG_ATTEMPT,
@@ -67,9 +53,6 @@ from jobplane.spec import JobSpec
 log = logging.getLogger("jobplane.agent")
 T = TypeVar("T")
 
-AGENT_ERROR = 125  # exit code when the agent itself could not run the job (like `docker run`)
-REQUIREMENTS = "requirements.txt"
-AGENT_SITE = str(Path(__file__).resolve().parents[2])  # where this agent's packages are (the bundle's site/)
 _TICK = 0.2  # how often the main thread looks at the user process
 MAX_CHUNK = 4 << 20  # bytes per log or metrics object: a chatty job writes more objects, never huge ones
 # After SIGTERM the VM is assumed gone this soon: GCE hard-stops a Spot VM 30 s after its soft off (a
@@ -86,6 +69,8 @@ def grace_within(requested: float, left: float | None) -> float:
     if left is None:
         return requested
     return min(requested, max(MIN_GRACE_S, left - min(FINAL_SYNC_S, left / 2)))
+
+
 @dataclass(frozen=True)
 class AgentConfig:
     """Intervals are upper bounds from the contract (logs 10 s, heartbeat 30 s, checkpoints 60 s,
@@ -113,31 +98,6 @@ class AgentConfig:
                 raise ValueError(f"{name} must be > 0 and at most {cap} s, got {value}")
 
 
-@dataclass
-class Outcome:
-    code: int | None
-    reason: records.ExitReason
-    notice: dict[str, str] | None = None
-    error: str | None = None
-    signal: str | None = None  # "SIGTERM" when a signal asked the agent to stop
-    deadline: float | None = None  # time.monotonic() by which the VM is gone, when a signal says so
-    stopped_by: str | None = None  # the stop request's `by` (uptime-cap, idle-gpu, cli), for the exit report
-    stop_reason: str | None = None
-
-
-@dataclass
-class _Run:
-    """What the agent learned about its job, filled in as it goes."""
-
-    job_id: str
-    attempt: int
-    rank: int
-    instance_id: str
-    spec: JobSpec | None = None
-    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
-    phase: str = "starting"
-
-
 class Agent:
     def __init__(self, registry: Registry, metadata: Metadata, config: AgentConfig, *, environ: Mapping[str, str],
                  power_off: Callable[[], None], stores: Callable[[str], ObjectStore] | None = None,
@@ -145,14 +105,13 @@ class Agent:
                  gpu_utilization: Callable[[], float | None] = gpu.gpu_utilization,
                  registry_login: Callable[[str], tuple[str, str] | None] | None = None) -> None:
         self.reg, self.md, self.cfg = registry, metadata, config
-        self.registry_login = registry_login  # container registry host -> (user, password) with the VM's identity
-        self.environ = environ  # the agent's own environment (its entry point's), the base of the user's
         self.gpu_utilization = gpu_utilization
         self._idle: IdleMeter | None = None  # set once cluster.json says the policy watches idle GPUs
         self.power_off = power_off
-        self.stores = stores
         self.layout = Layout(config.ml_root)
         self.out = OutputLog(console)
+        self.environment = Environment(registry, self.layout, self.out, environ=environ, supervise=self._supervise,
+                                       retry=self._retry, stores=stores, registry_login=registry_login)
         self._interrupt: Outcome | None = None
         self._interrupted = threading.Event()
         self._stop_background = threading.Event()
@@ -161,7 +120,6 @@ class Agent:
         self._keeper: Keeper | None = None  # checkpoints and artifacts, once prepared
         self._ended_ns: int | None = None  # when the user process ended (wall clock, to compare with mtimes)
         self._refused: str | None = None  # why the vending function refused this VM its job's credentials
-        self._container: Container | None = None  # where the job's phases run, once its image is pulled
 
     # ---- entry point -------------------------------------------------------------------------------------
     def _stop_early(self, why: str) -> None:
@@ -208,14 +166,14 @@ class Agent:
         return 0 if reported else 1
 
     # ---- identity ---------------------------------------------------------------------------------------
-    def _identify(self) -> _Run | None:
+    def _identify(self) -> Run | None:
         deadline = time.monotonic() + self.cfg.identity_timeout
         while True:
             try:
                 job_id = self.cfg.job_id or self.md.tag(TAG_JOB_ID)
                 attempt = self.cfg.attempt if self.cfg.attempt is not None else _int(self.md.tag(TAG_ATTEMPT))
                 if job_id and attempt is not None:
-                    return _Run(job_id, attempt, self.md.rank(), self.md.instance_id())
+                    return Run(job_id, attempt, self.md.rank(), self.md.instance_id(), started_at=datetime.now(UTC))
                 problem = f"instance has no {TAG_JOB_ID} / {TAG_ATTEMPT} tags (pass --job / --attempt)"
             except Exception as exc:
                 problem = f"metadata: {exc}"
@@ -226,7 +184,7 @@ class Agent:
             time.sleep(min(5.0, self.cfg.poll_interval))
 
     # ---- the job ----------------------------------------------------------------------------------------
-    def _work(self, run: _Run) -> Outcome:
+    def _work(self, run: Run) -> Outcome:
         record = self._retry("read job.json", lambda: self.reg.job(run.job_id))
         run.spec = record.spec
         self.out.watch(metrics.Extractor(record.spec.metrics, record.spec.stop_on), self._stop_early)
@@ -241,8 +199,14 @@ class Agent:
         run.phase = "preparing"
         if cluster.idle_window and cluster.idle_threshold is not None:
             self._idle = IdleMeter(cluster.idle_window, cluster.idle_threshold)
-        env = self._prepare(run, record.spec, cluster)
-        failed = self._pull(run, record.spec) or self._requirements(run, record.spec, env)
+        self.environment.fetch(run, record.spec, cluster)
+        keeper = Keeper(self.reg, self.layout, record.spec, Node(run.job_id, run.attempt, run.rank),
+                        interval=self.cfg.checkpoint_interval, settle=self.cfg.checkpoint_settle, say=self.out.note,
+                        step=lambda: self.out.step)
+        keeper.restore(self._retry)
+        self._keeper = keeper  # from now on the checkpointer thread uploads changes
+        env = self.environment.configure(run, record.spec, cluster)
+        failed = self.environment.pull(run, record.spec) or self.environment.requirements(run, record.spec, env)
         if failed is not None:
             return failed
         for phase, command in (("setup", record.spec.setup), ("running", record.spec.run)):
@@ -250,12 +214,12 @@ class Agent:
                 continue
             run.phase = phase
             self.out.note(f"{phase}: {command.splitlines()[0][:200]}")
-            outcome = self._supervise(self._phase(command, env), record.spec)
+            outcome = self._supervise(self.environment.phase(command, env), record.spec)
             if outcome.reason != "exit" or outcome.code != 0:
                 return outcome
         return self._interrupt or Outcome(0, "exit")
 
-    def _wait_cluster(self, run: _Run) -> Cluster | None:
+    def _wait_cluster(self, run: Run) -> Cluster | None:
         deadline = time.monotonic() + self.cfg.cluster_timeout
         key = keys.cluster(run.job_id, run.attempt)
         while self._interrupt is None:  # set by a poll (which also sets _interrupted) or a signal
@@ -272,152 +236,6 @@ class Agent:
                 raise TimeoutError(f"{key} did not appear within {self.cfg.cluster_timeout:.0f} s")
             self._interrupted.wait(min(1.0, self.cfg.poll_interval))
         return None
-
-    def _prepare(self, run: _Run, spec: JobSpec, cluster: Cluster) -> dict[str, str]:
-        lay = self.layout
-        for d in (lay.code_dir, lay.config_dir, lay.output_data_dir, lay.local(spec.artifacts_dir),
-                  lay.local(spec.checkpoint_dir)):
-            d.mkdir(parents=True, exist_ok=True)
-        self._fetch_code(run.job_id, spec)
-        for name, channel in spec.inputs.items():
-            bucket, prefix = keys.split_uri(channel.uri)
-            store = self._store(bucket)
-            found = {info.key: info for info in keys_under(store, prefix)}
-            mine = shard(list(found), run.rank, cluster.num_nodes) if channel.distribution == "sharded" else list(found)
-            # a retry skips what already arrived (the state file remembers each file's size and version)
-            moved = self._retry(f"input {name}", partial(fetch, store, [found[k] for k in mine], prefix,
-                                                         lay.channel_dir(name), lay.input_dir / ".jobplane" / name))
-            self.out.note(f"input {name}: {len(mine)} of {len(found)} objects: {moved.summary()}")
-        keeper = Keeper(self.reg, lay, spec, Node(run.job_id, run.attempt, run.rank),
-                        interval=self.cfg.checkpoint_interval, settle=self.cfg.checkpoint_settle, say=self.out.note,
-                        step=lambda: self.out.step)
-        keeper.restore(self._retry)
-        self._keeper = keeper  # from now on the checkpointer thread uploads changes
-        lay.resource_config.write_text(json.dumps(resource_config(cluster, run.rank), indent=1))
-        lay.hyperparameters.write_text(json.dumps(hyperparameters_file(spec), indent=1))
-        # in a container the job sees its own variables only: the image has its own PATH, home and tools
-        return user_env(spec=spec, job_id=run.job_id, attempt=run.attempt, rank=run.rank, cluster=cluster,
-                        layout=lay, num_gpus=gpu.gpu_count(), num_cpus=os.cpu_count() or 1,
-                        base={} if spec.container else _user_base_env(self.environ))
-
-    def _phase(self, command: str, env: dict[str, str]) -> UserProcess:
-        if self._container is not None:
-            return self._container.phase(command, self.layout.code_dir, env, self.out)
-        return UserProcess(command, self.layout.code_dir, env, self.out)
-
-    def _pull(self, run: _Run, spec: JobSpec) -> Outcome | None:
-        """The job's container image, pulled before anything runs in it: with the VM's identity where the
-        cloud's registry wants one (registry_login), else anonymously. A failure ends the job naming the field."""
-        if spec.container is None:
-            return None
-        image = containers.normalize(spec.container.image)
-        runtime = find_runtime(self.environ.get("PATH"))
-        if runtime is None:
-            return self._agent_error("container.image: this VM's image has no container runtime (podman or docker);"
-                                     " use an image with one (the GPU images ship docker) or bake it into yours")
-        run.phase = "pulling"
-        host = containers.registry_host(image)
-        login = self.registry_login(host) if self.registry_login is not None else None
-        if login is not None:
-            done = subprocess.run(containers.login_argv(runtime, host, login[0]), input=login[1].encode(),
-                                  capture_output=True, timeout=120, check=False)
-            self.out.note(f"container: logged in to {host} with this VM's identity (exit {done.returncode})")
-            if done.returncode != 0:
-                return self._agent_error(f"container.image: could not log in to {host}: "
-                                         f"{done.stderr.decode(errors='replace').strip()[:300]}")
-        self.out.note(f"container: pulling {image} with {Path(runtime).name}")
-        outcome = self._supervise(UserProcess(containers.pull_argv(runtime, image), self.layout.ml_root,
-                                              {"PATH": self.environ.get("PATH", os.defpath)}, self.out), spec)
-        if outcome.reason != "exit":
-            return outcome  # preempted or stopped meanwhile
-        if outcome.code != 0:
-            outcome.error = f"container.image: could not pull {image}: {self.out.last_line[:300]} " \
-                            f"({Path(runtime).name} pull exited with code {outcome.code})"
-            self.out.note(outcome.error)
-            return outcome
-        lay = self.layout
-        self._container = Container(runtime, image, containers.name_for(run.job_id, run.attempt, run.rank),
-                                    tuple(spec.container.args),
-                                    _outermost([lay.ml_root, lay.local(spec.checkpoint_dir),
-                                                lay.local(spec.artifacts_dir)]), gpu.gpu_count(),
-                                    self.environ.get("PATH", os.defpath))
-        return None
-
-    def _agent_error(self, why: str) -> Outcome:
-        self.out.note(why)
-        return Outcome(AGENT_ERROR, "exit", error=why)
-
-    def _requirements(self, run: _Run, spec: JobSpec, env: dict[str, str]) -> Outcome | None:
-        """As on SageMaker: a requirements.txt in the code is installed before `setup`, with uv, into a job
-        environment (seeded with pip, and seeing the image's own packages) that `python3` and `pip` in setup
-        and run then mean. Its output goes to the job's log; a failure ends the job naming the file."""
-        requirements = self.layout.code_dir / REQUIREMENTS
-        if not requirements.is_file():
-            return None
-        if self._container is not None:
-            return self._container_requirements(run, spec, env, requirements)
-        venv = self.layout.job_env
-        run.phase = "requirements"
-        self.out.note(f"{REQUIREMENTS}: installing into {venv}")
-        uv = _uv()
-        uv_env = {**env, "UV_CACHE_DIR": env.get("UV_CACHE_DIR") or str(self.layout.ml_root / ".cache" / "uv")}
-        steps = (("create the job environment", [uv, "venv", "--seed", "--system-site-packages", "--python",
-                                                 sys.executable, str(venv)]),
-                 ("install it", [uv, "pip", "install", "--python", str(venv / "bin" / "python"), "-r",
-                                 str(requirements)]))
-        for what, argv in steps:
-            outcome = self._supervise(UserProcess(shlex.join(argv), self.layout.code_dir, uv_env, self.out), spec)
-            if outcome.reason != "exit":
-                return outcome  # preempted or stopped meanwhile
-            if outcome.code != 0:
-                outcome.error = f"{REQUIREMENTS}: could not {what}: uv exited with code {outcome.code} (see the log)"
-                self.out.note(outcome.error)
-                return outcome
-        env.update(VIRTUAL_ENV=str(venv), PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', os.defpath)}")
-        self.out.note(f"{REQUIREMENTS}: installed; python3 and pip now mean {venv / 'bin'}")
-        return None
-
-    def _container_requirements(self, run: _Run, spec: JobSpec, env: dict[str, str], requirements: Path) -> \
-            Outcome | None:
-        """In a container, the image's own pip installs them into a directory on the VM that every phase
-        mounts and finds on PYTHONPATH (each phase is a fresh container)."""
-        assert self._container is not None
-        site = self.layout.job_env / "container-site"
-        run.phase = "requirements"
-        self.out.note(f"{REQUIREMENTS}: installing with the image's pip into {site}")
-        command = shlex.join(["python3", "-m", "pip", "install", "--no-input", "--target", str(site), "-r",
-                              str(requirements)])
-        outcome = self._supervise(self._container.phase(command, self.layout.code_dir, env, self.out), spec)
-        if outcome.reason == "exit" and outcome.code != 0:
-            outcome.error = f"{REQUIREMENTS}: could not install it in the container: pip exited with code " \
-                            f"{outcome.code} (see the log)"
-            self.out.note(outcome.error)
-        if outcome.reason != "exit" or outcome.code != 0:
-            return outcome
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), env.get("PYTHONPATH")) if p)
-        return None
-
-    def _fetch_code(self, job_id: str, spec: JobSpec) -> None:
-        if spec.code:
-            bucket, key = keys.split_uri(spec.code)
-            store = self._store(bucket)
-            if key.endswith(TARBALL_SUFFIXES):
-                fetch_tarball(store, key, self.layout.code_dir)
-            else:
-                fetch(store, keys_under(store, key), key, self.layout.code_dir)
-            self.out.note(f"code from {spec.code}")
-            return
-        try:
-            size = fetch_tarball(*self.reg.location(keys.code_bundle(job_id)), self.layout.code_dir)
-        except NotFound:
-            self.out.note("no code bundle: running in an empty code directory")
-            return
-        self.out.note(f"code bundle unpacked into {self.layout.code_dir} ({size} bytes)")
-
-    def _store(self, bucket: str) -> ObjectStore:
-        if self.stores is None:
-            raise RuntimeError(f"no object store for bucket {bucket!r}: the agent was built without `stores`")
-        return self.stores(bucket)
 
     def _supervise(self, proc: UserProcess, spec: JobSpec) -> Outcome:
         while True:
@@ -448,10 +266,10 @@ class Agent:
         return grace_within(requested, _seconds_left(interrupt))
 
     # ---- background: heartbeats, logs, notice / stop polling ------------------------------------------
-    def _background(self, run: _Run) -> None:
+    def _background(self, run: Run) -> None:
         due = dict.fromkeys(("poll", "logs", "beat"), 0.0)
         every = {"poll": self.cfg.poll_interval, "logs": self.cfg.log_interval, "beat": self.cfg.heartbeat_interval}
-        actions: dict[str, Callable[[_Run], None]] = {"poll": self._poll, "logs": self._ship_logs,
+        actions: dict[str, Callable[[Run], None]] = {"poll": self._poll, "logs": self._ship_logs,
                                                       "beat": self._heartbeat}
         while not self._stop_background.is_set():
             for name, action in actions.items():
@@ -465,7 +283,7 @@ class Agent:
                     due[name] = time.monotonic() + every[name]
             self._stop_background.wait(max(0.05, min(due.values()) - time.monotonic()))
 
-    def _poll(self, run: _Run) -> None:
+    def _poll(self, run: Run) -> None:
         if self._interrupt is not None:
             return
         notice = self.md.preemption_notice()
@@ -491,7 +309,7 @@ class Agent:
             log.warning("%s", exc)
             return records.StopRequest(time=datetime.now(UTC), by="unknown", reason=str(exc))
 
-    def _ship_logs(self, run: _Run) -> None:
+    def _ship_logs(self, run: Run) -> None:
         """The output since the last flush as log chunks, then its metric points as metrics chunks."""
         data = self.out.take()
         while data:
@@ -515,7 +333,7 @@ class Agent:
                 raise
             points = points[n:]
 
-    def _put_chunk(self, run: _Run, stream: str, data: bytes) -> None:
+    def _put_chunk(self, run: Run, stream: str, data: bytes) -> None:
         """Chunks are create-only: a restarted agent skips past, never overwrites, old ones. Both streams carry
         the log tag, so the bucket's log lifecycle rule expires them together."""
         chunk, content_type = ((keys.log_chunk, "text/plain") if stream == "logs"
@@ -529,7 +347,7 @@ class Agent:
             except PreconditionFailed:
                 self._seq[stream] += 1
 
-    def _heartbeat(self, run: _Run) -> None:
+    def _heartbeat(self, run: Run) -> None:
         last = self.out.last_output_at
         utilization = self.gpu_utilization()
         beat = records.Heartbeat(time=datetime.now(UTC), instance_id=run.instance_id, rank=run.rank,
@@ -588,7 +406,7 @@ class Agent:
         self.out.note(f"{outcome.signal}: {outcome.reason}" + (f" {outcome.notice}" if outcome.notice else ""))
         return outcome
 
-    def _finish(self, run: _Run, outcome: Outcome) -> bool:
+    def _finish(self, run: Run, outcome: Outcome) -> bool:
         ended = datetime.now(UTC)
         keeper = self._keeper
         if keeper is not None:
@@ -642,7 +460,7 @@ class Agent:
         return False
 
 
-def _report(run: _Run, outcome: Outcome, ended: datetime) -> records.ExitReport:
+def _report(run: Run, outcome: Outcome, ended: datetime) -> records.ExitReport:
     stopped = outcome.reason == "stopped"
     return records.ExitReport(code=outcome.code, started_at=run.started_at, ended_at=ended, reason=outcome.reason,
                               instance_id=run.instance_id, error=outcome.error or None,
@@ -662,31 +480,6 @@ def _seconds_left(interrupt: Outcome) -> float | None:
         return (datetime.fromisoformat(when.replace("Z", "+00:00")) - datetime.now(UTC)).total_seconds()
     except ValueError:
         return None
-
-
-def _uv() -> str:
-    """The uv binary: the one in the agent bundle (or this environment), else whatever is on PATH."""
-    try:
-        from uv import find_uv_bin
-
-        return str(find_uv_bin())
-    except (ImportError, FileNotFoundError):
-        return shutil.which("uv") or "uv"
-
-
-def _user_base_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The agent's environment for the user's processes, less the bundle's PYTHONPATH entry: the agent's
-    packages (pydantic, boto3...) must not shadow the job's own."""
-    env = dict(environ)
-    kept = [p for p in env.pop("PYTHONPATH", "").split(os.pathsep) if p and os.path.realpath(p) != AGENT_SITE]
-    if kept:
-        env["PYTHONPATH"] = os.pathsep.join(kept)
-    return env
-
-
-def _outermost(paths: list[Path]) -> tuple[Path, ...]:
-    """The paths not inside another of them: one bind mount each."""
-    return tuple(sorted({p for p in paths if not any(p != q and p.is_relative_to(q) for q in paths)}))
 
 
 def _int(value: str | None) -> int | None:
