@@ -4,6 +4,7 @@ a function that stops running). Registered on the `jobplane` group by jobplane.c
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,7 @@ def up(cloud: str, port: int, tick: float, ui_port: int, state_dir: Path | None)
 
     directory = default_state_dir(state_dir)
     directory.mkdir(parents=True, exist_ok=True)
-    ui = Beside(directory, ui_port) if ui_port >= 0 else None
+    ui = Beside(directory, ui_port, os.environ) if ui_port >= 0 else None
     try:
         run_up(directory, port, tick, cloud)
     except RuntimeError as exc:

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 
 from jobplane.local.cloud import free_port
@@ -30,8 +31,10 @@ def ui_url(state_dir: Path) -> str | None:
 class Beside:
     """`jobplane ui --port PORT` started in a thread once the local cloud in state_dir (this process's) is up."""
 
-    def __init__(self, state_dir: Path, port: int, timeout: float = 120) -> None:
+    def __init__(self, state_dir: Path, port: int, environment: Mapping[str, str], timeout: float = 120) -> None:
+        """environment: the process's (the entry point reads it), to which the local cloud's exports are added."""
         self.state_dir, self.port, self.timeout = state_dir, port, timeout
+        self.environment = dict(environment)
         self.proc: subprocess.Popen[bytes] | None = None
         self.stopping = threading.Event()
         (state_dir / UI_URL_FILE).unlink(missing_ok=True)
@@ -58,7 +61,7 @@ class Beside:
             print("dashboard: not started (pip install 'jobplane[ui]' for `jobplane ui`)", flush=True)
             return
         port = self.port or free_port()
-        env = {**os.environ, **{k: str(v) for k, v in state.items() if k.isupper()}}
+        env = {**self.environment, **{k: str(v) for k, v in state.items() if k.isupper()}}
         with (self.state_dir / "ui.log").open("ab") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "jobplane.cli", "ui", "--port", str(port)], env=env,
                                          stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
