@@ -86,7 +86,7 @@ def browser() -> Iterator[Any]:
 def page(browser: Any) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     pg = context.new_page()
-    pg.set_default_timeout(20_000)
+    pg.set_default_timeout(45_000)  # a loaded 2-core machine (the whole suite) is slow to answer
     errors: list[str] = []
     pg.on("pageerror", lambda exc: errors.append(str(exc)))
     pg.on("dialog", lambda dialog: dialog.accept())  # a <script> that ran would alert; a cancel confirms

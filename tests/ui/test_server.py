@@ -223,3 +223,13 @@ def test_the_table_has_the_facts_jobplane_ls_has(reg: Registry) -> None:
         ours = {row.id: row.cells for row in board.rows(include_done, now)}
         ls = {row["id"]: row for row in jobs.list_rows(reg, include_done, now)}
         assert ours == ls
+
+
+def test_a_request_naming_another_host_is_refused(reg: Registry, client: TestClient) -> None:
+    """A page on a name rebound to 127.0.0.1 (DNS rebinding) sends its own name as Host: nothing is served to it."""
+    seed(reg, "alpha")
+    for path in ("/", "/jobs/alpha", "/jobs/alpha/logs", "/jobs/alpha/metrics.json"):
+        assert client.get(path, headers={"host": "evil.example:8765"}).status_code == 400, path
+    assert client.post("/jobs/alpha/cancel", data={"csrf": TOKEN}, headers={"host": "evil.example"}).status_code == 400
+    assert client.get("/", headers={"host": "localhost:8765"}).status_code == 200
+    assert reg.job("alpha").state == State.RUNNING

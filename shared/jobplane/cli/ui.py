@@ -34,7 +34,7 @@ def ui(port: int, host: str | None, open_browser: bool, **conn: str | None) -> N
     try:
         import uvicorn
 
-        from jobplane.ui.server import create_app
+        from jobplane.ui.server import LOOPBACK_NAMES, create_app
     except ImportError as exc:
         raise UserError(f"the dashboard needs the ui extra: pip install 'jobplane[ui]' ({exc.name} is missing)") \
             from None
@@ -42,7 +42,9 @@ def ui(port: int, host: str | None, open_browser: bool, **conn: str | None) -> N
         click.echo(f"warning: serving on {host}, not loopback: anyone who reaches it reads your registry and can "
                    "cancel jobs with your credentials", err=True)
     host = host or LOOPBACK
-    app = create_app(connect(**conn), csrf_token=secrets.token_urlsafe(32))
+    # on loopback, only requests naming loopback (no DNS rebinding); elsewhere the names it is reached by are unknown
+    app = create_app(connect(**conn), csrf_token=secrets.token_urlsafe(32),
+                     allowed_hosts=LOOPBACK_NAMES if host in LOOPBACK_NAMES else ("*",))
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hmac
 import secrets
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ import yaml
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -47,8 +50,14 @@ def templates() -> Environment:
     return env
 
 
-def create_app(backend: Backend, *, csrf_token: str | None = None) -> Starlette:
-    """The app over one registry. csrf_token: the token a cancel must carry (a new random one by default)."""
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def create_app(backend: Backend, *, csrf_token: str | None = None,
+               allowed_hosts: Sequence[str] = LOOPBACK_NAMES) -> Starlette:
+    """The app over one registry. csrf_token: the token a cancel must carry (a new random one by default).
+    allowed_hosts: the names a request's Host header may carry; any other is refused (400), so a web page whose
+    name was rebound to 127.0.0.1 (DNS rebinding) cannot read the dashboard. ("*",): any, for --host."""
     token = csrf_token or secrets.token_urlsafe(32)
     env = templates()
     board = data.Board(backend.reg)
@@ -194,7 +203,8 @@ def create_app(backend: Backend, *, csrf_token: str | None = None) -> Starlette:
                     groups=(*COST_GROUPS, "label"), top=top or 1.0,
                     total=sum((r.cost for r in rows), cost.Cost()))
 
-    return Starlette(routes=[
+    return Starlette(middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts),
+                                            www_redirect=False)], routes=[
         Route("/", jobs_page),
         Route("/fragments/jobs", jobs_fragment),
         Route("/jobs/{job_id}", job_page),
