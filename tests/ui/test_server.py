@@ -233,3 +233,16 @@ def test_a_request_naming_another_host_is_refused(reg: Registry, client: TestCli
     assert client.post("/jobs/alpha/cancel", data={"csrf": TOKEN}, headers={"host": "evil.example"}).status_code == 400
     assert client.get("/", headers={"host": "localhost:8765"}).status_code == 200
     assert reg.job("alpha").state == State.RUNNING
+
+
+def test_the_table_sorts_by_a_column_either_way(reg: Registry, client: TestClient) -> None:
+    for job_id in ("bravo", "alpha", "charlie"):
+        seed(reg, job_id)
+
+    def order(**params: str) -> list[str]:
+        return re.findall(r'<tr data-job="([a-z-]+)"', client.get("/fragments/jobs", params=params).text)
+
+    assert order(sort="id") == ["alpha", "bravo", "charlie"]
+    assert order(sort="id", desc="1") == ["charlie", "bravo", "alpha"]
+    assert order(sort="age") == ["charlie", "alpha", "bravo"]  # the newest first
+    assert order(sort="not-a-column") == order(sort="age")
