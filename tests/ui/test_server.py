@@ -246,3 +246,13 @@ def test_the_table_sorts_by_a_column_either_way(reg: Registry, client: TestClien
     assert order(sort="id", desc="1") == ["charlie", "bravo", "alpha"]
     assert order(sort="age") == ["charlie", "alpha", "bravo"]  # the newest first
     assert order(sort="not-a-column") == order(sort="age")
+
+
+def test_the_files_panel_follows_a_running_jobs_checkpoints(reg: Registry, client: TestClient) -> None:
+    seed(reg, "alpha")
+    assert 'hx-get="/jobs/alpha/files"' in client.get("/jobs/alpha").text
+    reg.store.put(reg.key(keys.checkpoints_prefix("alpha") + "files/0/00000001-a1/ckpt-10.npz"), b"x" * 2048)
+    panel = client.get("/jobs/alpha/files").text
+    assert "files/0/00000001-a1/ckpt-10.npz" in panel and "2.0 KB" in panel and "1 objects" in panel
+    reg.transition("alpha", State.SUCCEEDED, expect=[State.RUNNING])
+    assert "hx-get" not in client.get("/jobs/alpha/files").text  # a finished job's files stop being polled

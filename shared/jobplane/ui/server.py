@@ -139,6 +139,17 @@ def create_app(backend: Backend, *, csrf_token: str | None = None,
             return page("missing.html", 404, job_id=job_id)
         return page("_job_status.html", **context)
 
+    async def job_files(request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        if job_id_problem(job_id):
+            return PlainTextResponse("no such job", 404)
+        try:
+            view = await run_in_threadpool(jobs.find, reg, job_id)
+        except JobNotFound:
+            return page("missing.html", 404, job_id=job_id)
+        files = await run_in_threadpool(files_context, job_id)
+        return page("_job_files.html", view=view, live=not view.terminal, files=files)
+
     async def job_logs(request: Request) -> Response:
         job_id = request.path_params["job_id"]
         q = request.query_params
@@ -209,6 +220,7 @@ def create_app(backend: Backend, *, csrf_token: str | None = None,
         Route("/fragments/jobs", jobs_fragment),
         Route("/jobs/{job_id}", job_page),
         Route("/jobs/{job_id}/status", job_status),
+        Route("/jobs/{job_id}/files", job_files),
         Route("/jobs/{job_id}/logs", job_logs),
         Route("/jobs/{job_id}/metrics.json", job_metrics),
         Route("/jobs/{job_id}/cancel", job_cancel, methods=["POST"]),
