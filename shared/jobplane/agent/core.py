@@ -2,9 +2,10 @@
 
 Cloud-neutral: it sees the registry (any ObjectStore), the VM's Metadata and a power_off callable.
 Three threads: the main thread prepares (agent/environment.py), supervises the user process and reports; a
-background thread writes heartbeats, ships log chunks and polls for a Spot notice or a stop request; a third
-uploads complete checkpoint files and their manifest (jobplane.agent.checkpoints). Every
-registry write is retried and no failure skips the exit report or the power-off.
+background thread writes heartbeats, ships log chunks and polls for a Spot notice or a stop request
+(agent/background.py); a third uploads complete checkpoint files and their manifest
+(jobplane.agent.checkpoints). Every registry write is retried and no failure skips the exit report or the
+power-off.
 
 SIGTERM or SIGINT (`on_signal`, installed by the entry point) is a stop request too: the VM is shutting
 down (GCE's shutdown script, EC2's OS shutdown), often before the next poll has seen the notice. So is a
@@ -28,6 +29,7 @@ from pydantic import ValidationError
 
 from jobplane import keys, metrics, records
 from jobplane.agent import gpu
+from jobplane.agent.background import Background
 from jobplane.agent.checkpoints import SETTLE
 from jobplane.agent.environment import Environment
 from jobplane.agent.idle import IdleMeter
@@ -37,14 +39,12 @@ from jobplane.agent.output import OutputLog
 from jobplane.agent.process import UserProcess
 from jobplane.agent.run import AGENT_ERROR, Outcome, Run
 from jobplane.clouds.base import (
-    LOG_OBJECT_TAG,
     TAG_ATTEMPT,
     TAG_JOB_ID,
     CredentialsRefused,
     Metadata,
     NotFound,
     ObjectStore,
-    PreconditionFailed,
 )
 from jobplane.metrics import EARLY_STOP
 from jobplane.registry import Registry
@@ -54,7 +54,6 @@ log = logging.getLogger("jobplane.agent")
 T = TypeVar("T")
 
 _TICK = 0.2  # how often the main thread looks at the user process
-MAX_CHUNK = 4 << 20  # bytes per log or metrics object: a chatty job writes more objects, never huge ones
 # After SIGTERM the VM is assumed gone this soon: GCE hard-stops a Spot VM 30 s after its soft off (a
 # Standard one after 120 s) and the guest spends a few of those reaching the shutdown script.
 SIGNAL_BUDGET_S = 25.0
@@ -106,7 +105,6 @@ class Agent:
                  registry_login: Callable[[str], tuple[str, str] | None] | None = None) -> None:
         self.reg, self.md, self.cfg = registry, metadata, config
         self.gpu_utilization = gpu_utilization
-        self._idle: IdleMeter | None = None  # set once cluster.json says the policy watches idle GPUs
         self.power_off = power_off
         self.layout = Layout(config.ml_root)
         self.out = OutputLog(console)
@@ -115,8 +113,6 @@ class Agent:
         self._interrupt: Outcome | None = None
         self._interrupted = threading.Event()
         self._stop_background = threading.Event()
-        self._seq = {"logs": 0, "metrics": 0}  # next chunk number of each stream
-        self._marked_output = 0
         self._keeper: Keeper | None = None  # checkpoints and artifacts, once prepared
         self._ended_ns: int | None = None  # when the user process ended (wall clock, to compare with mtimes)
         self._refused: str | None = None  # why the vending function refused this VM its job's credentials
@@ -145,12 +141,17 @@ class Agent:
         if run is None:
             self._power_off()
             return 2
-        threads = [threading.Thread(target=self._background, args=(run,), name="agent-background", daemon=True),
+        background = Background(self.reg, self.md, self.out, run, poll_interval=self.cfg.poll_interval,
+                                log_interval=self.cfg.log_interval, heartbeat_interval=self.cfg.heartbeat_interval,
+                                interrupted=lambda: self._interrupt is not None, interrupt=self._interrupt_by,
+                                lose_access=self._lose_access, gpu_utilization=self.gpu_utilization)
+        threads = [threading.Thread(target=background.run, args=(self._stop_background,),
+                                    name="agent-background", daemon=True),
                    threading.Thread(target=self._checkpointer, name="agent-checkpoints", daemon=True)]
         for thread in threads:
             thread.start()
         try:
-            outcome = self._work(run)
+            outcome = self._work(run, background)
         except CredentialsRefused as exc:
             self._lose_access(exc)
             outcome = self._interrupt or Outcome(None, "stopped")
@@ -161,9 +162,15 @@ class Agent:
         self._stop_background.set()
         for thread in threads:
             thread.join(timeout=60)
-        reported = self._finish(run, self._after_signal(outcome))
+        reported = self._finish(run, background, self._after_signal(outcome))
         self._power_off()
         return 0 if reported else 1
+
+    def _interrupt_by(self, outcome: Outcome) -> None:
+        """The background loop found a Spot notice or a stop request (and said so in the log): the main thread,
+        woken at once, stops the user process."""
+        self._interrupt = outcome
+        self._interrupted.set()
 
     # ---- identity ---------------------------------------------------------------------------------------
     def _identify(self) -> Run | None:
@@ -184,7 +191,7 @@ class Agent:
             time.sleep(min(5.0, self.cfg.poll_interval))
 
     # ---- the job ----------------------------------------------------------------------------------------
-    def _work(self, run: Run) -> Outcome:
+    def _work(self, run: Run, background: Background) -> Outcome:
         record = self._retry("read job.json", lambda: self.reg.job(run.job_id))
         run.spec = record.spec
         self.out.watch(metrics.Extractor(record.spec.metrics, record.spec.stop_on), self._stop_early)
@@ -198,7 +205,7 @@ class Agent:
             return self._interrupt or Outcome(None, "stopped")
         run.phase = "preparing"
         if cluster.idle_window and cluster.idle_threshold is not None:
-            self._idle = IdleMeter(cluster.idle_window, cluster.idle_threshold)
+            background.idle = IdleMeter(cluster.idle_window, cluster.idle_threshold)
         self.environment.fetch(run, record.spec, cluster)
         keeper = Keeper(self.reg, self.layout, record.spec, Node(run.job_id, run.attempt, run.rank),
                         interval=self.cfg.checkpoint_interval, settle=self.cfg.checkpoint_settle, say=self.out.note,
@@ -265,109 +272,6 @@ class Agent:
         requested = float(self.cfg.stop_grace if self.cfg.stop_grace is not None else spec.stop_grace)
         return grace_within(requested, _seconds_left(interrupt))
 
-    # ---- background: heartbeats, logs, notice / stop polling ------------------------------------------
-    def _background(self, run: Run) -> None:
-        due = dict.fromkeys(("poll", "logs", "beat"), 0.0)
-        every = {"poll": self.cfg.poll_interval, "logs": self.cfg.log_interval, "beat": self.cfg.heartbeat_interval}
-        actions: dict[str, Callable[[Run], None]] = {"poll": self._poll, "logs": self._ship_logs,
-                                                      "beat": self._heartbeat}
-        while not self._stop_background.is_set():
-            for name, action in actions.items():
-                if time.monotonic() >= due[name]:
-                    try:
-                        action(run)
-                    except CredentialsRefused as exc:
-                        self._lose_access(exc)
-                    except Exception as exc:  # one failed write must not end the heartbeats
-                        log.warning("background %s failed: %s", name, exc)
-                    due[name] = time.monotonic() + every[name]
-            self._stop_background.wait(max(0.05, min(due.values()) - time.monotonic()))
-
-    def _poll(self, run: Run) -> None:
-        if self._interrupt is not None:
-            return
-        notice = self.md.preemption_notice()
-        if notice is not None:
-            self._interrupt = Outcome(None, "preempted", notice=notice)
-        elif (stop := self._stop_request(run.job_id)) is not None:
-            self._interrupt = Outcome(None, "stopped", stopped_by=stop.by, stop_reason=stop.reason)
-        if self._interrupt is not None:
-            asked = f"stop requested{f' by {self._interrupt.stopped_by}' if self._interrupt.stopped_by else ''}"
-            self.out.note(f"{self._interrupt.reason}: {notice or asked}")
-            self._interrupted.set()
-
-    def _stop_request(self, job_id: str) -> records.StopRequest | None:
-        """control/stop (who asked and why); None while there is none. One that does not parse still asks
-        this node to stop (anonymously): stopping is the safe reading of a request nobody can read."""
-        try:
-            body = self.reg.get_bytes(keys.stop_request(job_id))
-        except NotFound:
-            return None
-        try:
-            return records.StopRequest.parse(body)
-        except records.RecordError as exc:
-            log.warning("%s", exc)
-            return records.StopRequest(time=datetime.now(UTC), by="unknown", reason=str(exc))
-
-    def _ship_logs(self, run: Run) -> None:
-        """The output since the last flush as log chunks, then its metric points as metrics chunks."""
-        data = self.out.take()
-        while data:
-            piece, rest = data[:MAX_CHUNK], data[MAX_CHUNK:]
-            try:
-                self._put_chunk(run, "logs", piece)
-            except Exception:
-                self.out.give_back(data)  # nothing is lost: the next flush retries from here
-                raise
-            data = rest
-        points = self.out.take_points()
-        while points:
-            n = size = 0
-            while n < len(points) and (n == 0 or size + len(points[n]) <= MAX_CHUNK):  # whole lines only
-                size += len(points[n])
-                n += 1
-            try:
-                self._put_chunk(run, "metrics", b"".join(points[:n]))
-            except Exception:
-                self.out.give_back_points(points)
-                raise
-            points = points[n:]
-
-    def _put_chunk(self, run: Run, stream: str, data: bytes) -> None:
-        """Chunks are create-only: a restarted agent skips past, never overwrites, old ones. Both streams carry
-        the log tag, so the bucket's log lifecycle rule expires them together."""
-        chunk, content_type = ((keys.log_chunk, "text/plain") if stream == "logs"
-                               else (keys.metrics_chunk, "application/x-ndjson"))
-        while True:
-            key = chunk(run.job_id, run.attempt, run.rank, self._seq[stream])
-            try:
-                self.reg.put_if_absent(key, data, content_type, tags=dict([LOG_OBJECT_TAG]))
-                self._seq[stream] += 1
-                return
-            except PreconditionFailed:
-                self._seq[stream] += 1
-
-    def _heartbeat(self, run: Run) -> None:
-        last = self.out.last_output_at
-        utilization = self.gpu_utilization()
-        beat = records.Heartbeat(time=datetime.now(UTC), instance_id=run.instance_id, rank=run.rank,
-                                 attempt=run.attempt, phase=run.phase, last_output_at=last, gpu_util=utilization,
-                                 step=self.out.step)
-        self.reg.put_json(keys.heartbeat(run.job_id, run.attempt, run.rank), beat.body())
-        meter = self._idle
-        if meter is not None:  # after the heartbeat: the sweeper takes a mark as current when it is not older
-            meter.add(time.monotonic(), utilization if run.phase == "running" else None)
-            mean = meter.idle(time.monotonic())
-            if mean is not None:
-                self.reg.put_json(keys.idle_mark(run.job_id, run.attempt, run.rank),
-                                  records.IdleMark(time=beat.time, mean_gpu_util=round(mean, 2), window=meter.window,
-                                                   threshold=meter.threshold).body())
-        seq = self.out.output_seq
-        if seq != self._marked_output and last is not None:
-            self.reg.put_json(keys.output_mark(run.job_id, run.attempt, run.rank),
-                              records.OutputMark(time=last, step=self.out.step).body())
-            self._marked_output = seq
-
     def _checkpointer(self) -> None:
         """Periodic checkpoint upload, in its own thread so a large upload never delays a notice."""
         while not self._stop_background.wait(self.cfg.checkpoint_interval):
@@ -406,7 +310,7 @@ class Agent:
         self.out.note(f"{outcome.signal}: {outcome.reason}" + (f" {outcome.notice}" if outcome.notice else ""))
         return outcome
 
-    def _finish(self, run: Run, outcome: Outcome) -> bool:
+    def _finish(self, run: Run, background: Background, outcome: Outcome) -> bool:
         ended = datetime.now(UTC)
         keeper = self._keeper
         if keeper is not None:
@@ -416,8 +320,8 @@ class Agent:
                 self._try("artifacts upload", lambda: keeper.artifacts(cut_ns))
         self.out.note(f"finished: reason={outcome.reason} code={outcome.code}")
         # a run shorter than the heartbeat interval still leaves its last output time and step behind
-        self._try("final heartbeat", lambda: self._heartbeat(run))
-        self._try("final log sync", lambda: self._ship_logs(run))
+        self._try("final heartbeat", background.heartbeat)
+        self._try("final log sync", background.ship_logs)
         # the records are built inside _try too: whatever goes wrong, the power-off still follows
         if outcome.reason == "preempted":
             self._try("preempted marker", lambda: self.reg.mark_preempted(run.job_id, records.PreemptedMarker(

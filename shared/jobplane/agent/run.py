@@ -1,5 +1,5 @@
-"""What the agent learns about its node's run as it goes, and how the run ended: shared by the core (agent/core.py)
-and the job's environment (agent/environment.py)."""
+"""What the agent learns about its node's run as it goes, and how the run ended: shared by the core (agent/core.py),
+its background loop (agent/background.py) and the job's environment (agent/environment.py)."""
 
 from __future__ import annotations
 
