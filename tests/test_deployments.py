@@ -19,6 +19,7 @@ from jobplane.clouds.gcp import GceCompute, deployment_label, deployment_prefix,
 from jobplane.clouds.memory import MemoryStore
 from jobplane.clouds.s3 import S3Store
 from jobplane.decide.model import Rule
+from jobplane.decide.rules import LaunchCause
 from jobplane.policy import AwsPlacement
 from jobplane.registry import Registry, utcnow
 from jobplane.settings import Settings
@@ -48,7 +49,7 @@ def side_by_side(prod: tuple[Registry, Compute], staging: tuple[Registry, Comput
     (reg, compute), (other_reg, other) = prod, staging
     reg.create_job("train", parse_spec(SPEC.format(itype=itype), "train"))
     record = launcher.launch_attempt(reg, compute, "train", now=utcnow(), expect={State.QUEUED}, expect_attempt=0,
-                                     metrics=CountingMetrics(), policy=reg.policy())
+                                     metrics=CountingMetrics(), policy=reg.policy(), cause=LaunchCause.SUBMITTED)
     assert record.state == State.LAUNCHING and len(record.instances) == 1
     vm = record.instances[0]
     assert [i.id for i in compute.list_managed()] == [vm] and other.list_managed() == []

@@ -11,6 +11,7 @@ import pytest
 
 from jobplane import keys, records
 from jobplane.clouds.memory import MemoryStore
+from jobplane.decide.rules import LaunchCause, Rule
 from jobplane.registry import JobExists, JobNotFound, Registry, TransitionRefused, UnknownField
 from jobplane.spec import parse_spec
 from jobplane.states import LIVE, TERMINAL, TRANSITIONS, State
@@ -172,6 +173,31 @@ def test_a_record_written_before_retries_were_counted_reads_with_none_used() -> 
     reg.store.put_if_match(reg.key(keys.job_record("j")), json.dumps(body).encode(), version)
     assert reg.job("j").retries == 0
     assert reg.transition("j", State.LAUNCHING, attempt=1, retries=1).retries == 1, "a known field: not refused"
+
+
+def test_a_transition_records_its_cause_beside_the_reason_on_the_record_and_its_event() -> None:
+    reg = registry()
+    reg.create_job("j", SPEC)
+    reg.transition("j", State.LAUNCHING, attempt=1, reason="launching attempt 1", cause=LaunchCause.SUBMITTED)
+    record = reg.transition("j", State.RUNNING, reason="every rank has sent a heartbeat", cause=Rule.STARTED)
+    assert (record.cause, reg.job("j").cause) == ("started", "started")
+    assert [(e["kind"], e.get("cause")) for e in reg.events("j")] == [
+        ("created", None), ("launching", "submitted"), ("running", "started")]
+    assert reg.transition("j", State.CANCELLED, reason="cancelled by the user").cause is None, "each transition's own"
+    assert "cause" not in reg.events("j")[-1]
+
+
+def test_a_record_written_before_causes_were_recorded_reads_with_none() -> None:
+    reg = registry()
+    reg.create_job("j", SPEC)
+    reg.transition("j", State.LAUNCHING, attempt=1, cause=LaunchCause.SUBMITTED)
+    record, version = reg.get("j")
+    body = record.model_dump(mode="json", exclude={"cause"})
+    reg.store.put_if_match(reg.key(keys.job_record("j")), json.dumps(body).encode(), version)
+    assert reg.job("j").cause is None
+    body = {**body, "cause": "a-cause-from-a-newer-version"}
+    reg.store.put_if_match(reg.key(keys.job_record("j")), json.dumps(body).encode(), reg.get("j")[1])
+    assert reg.job("j").cause == "a-cause-from-a-newer-version", "read as it is, never unreadable"
 
 
 class Crash(Exception):

@@ -31,6 +31,7 @@ from jobplane.clouds.base import (
     NotFound,
     SpotPrices,
 )
+from jobplane.decide.rules import Cause, LaunchCause, Rule
 from jobplane.errors import FieldError, SpecError
 from jobplane.policy import Policy, check_against_deployment, check_against_policy
 from jobplane.registry import JobExists, JobRecord, Registry, TransitionRefused
@@ -119,7 +120,8 @@ def handle_drop(reg: Registry, compute: Compute, key: str, *, now: datetime, met
         return _invalid(reg, key, job_id, data, problems, now, metrics)
     try:
         outcome = _of(key, launch_attempt(reg, compute, job_id, now=now, expect={State.QUEUED}, expect_attempt=0,
-                                          metrics=metrics, reason="launching attempt 1", policy=policy))
+                                          metrics=metrics, reason="launching attempt 1", policy=policy,
+                                          cause=LaunchCause.SUBMITTED))
     except TransitionRefused as exc:
         outcome = Outcome(key, Result.EXISTS, str(exc))  # another delivery of this drop claimed it first
         reg.repair_markers(job_id)  # that delivery may have died before its marker: the sweep must see the job
@@ -150,7 +152,8 @@ def _invalid(reg: Registry, key: str, job_id: str, data: bytes, errors: list[Fie
     _write_rejection(reg, key, job_id, data, errors, now)
     try:
         reg.transition(job_id, State.INVALID, now=now, expect={State.QUEUED}, expect_attempt=0,
-                       reason="; ".join(map(str, errors)), event={"errors": [e.as_dict() for e in errors]})
+                       reason="; ".join(map(str, errors)), cause=LaunchCause.INVALID,
+                       event={"errors": [e.as_dict() for e in errors]})
         metrics.add_metric("JobsRejected", "Count", 1)
     except TransitionRefused:
         pass  # another delivery recorded it
@@ -200,7 +203,8 @@ def _retry_waiting(reg: Registry, compute: Compute, job_id: str, *, now: datetim
     try:
         return _of(job_id, launch_attempt(reg, compute, job_id, now=now, expect={State.WAITING_CAPACITY},
                                           expect_attempt=attempt, metrics=metrics,
-                                          reason="capacity wait over: retrying", policy=policy))
+                                          reason="capacity wait over: retrying", policy=policy,
+                                          cause=LaunchCause.WAIT_OVER))
     except TransitionRefused as exc:
         return Outcome(job_id, Result.CLAIMED, str(exc))
 
@@ -226,20 +230,23 @@ def launch_attempt(
     metrics: Metrics,
     reason: str | None = None,
     policy: Policy,
+    cause: Cause,
     retry: bool = False,
 ) -> JobRecord:
     """Claim the job (CAS to LAUNCHING), then launch it, wait for capacity, or fail it: snapshot, then
-    jobplane.decide.launch one step at a time, each step applied here. `retry`: the sweep retries an error
-    (the spec's retry:), counted in the record's retries instead of its restarts."""
+    jobplane.decide.launch one step at a time, each step applied here. `cause`: what asks for the attempt (a new
+    drop, a wait that is over, a reconciler's rule). `retry`: the sweep retries an error (the spec's retry:),
+    counted in the record's retries instead of its restarts."""
     from jobplane.decide import launch as launch_decide  # only a run that launches decides a launch
 
     current = reg.job(job_id)
     claimed = launch_decide.claim(current, expect=expect, expect_attempt=expect_attempt, reason=reason, retry=retry)
     if isinstance(claimed, launch_decide.Refused):
         raise TransitionRefused(job_id, current.state, State.LAUNCHING, claimed.why)
-    record = reg.transition(job_id, State.LAUNCHING, now=now, reason=claimed.reason, expect={current.state},
-                            expect_attempt=current.attempt, attempt=claimed.attempt, restarts=claimed.restarts,
-                            retries=claimed.retries, instances=[], instance_type=None, zone=None, launched_at=None,
+    record = reg.transition(job_id, State.LAUNCHING, now=now, reason=claimed.reason, cause=cause,
+                            expect={current.state}, expect_attempt=current.attempt, attempt=claimed.attempt,
+                            restarts=claimed.restarts, retries=claimed.retries, instances=[], instance_type=None,
+                            zone=None, launched_at=None,
                             event={"retries": claimed.retries} if claimed.retries != current.retries else None)
     return _launch(reg, compute, record, now=now, metrics=metrics, policy=policy)
 
@@ -270,8 +277,9 @@ def resume(reg: Registry, compute: Compute, job_id: str, *, attempt: int, stamp:
     if found:  # part of an all-or-nothing launch: not a cluster
         compute.terminate([i.id for i in found])
     record = reg.transition(job_id, State.LAUNCHING, now=now, expect={State.LAUNCHING}, expect_attempt=attempt,
-                            expect_event=stamp, reason=f"resuming the launch of attempt {attempt}: its launcher "
-                                                       "stopped before it recorded any VM", state_since=now)
+                            expect_event=stamp, cause=Rule.RESUME_LAUNCH, state_since=now,
+                            reason=f"resuming the launch of attempt {attempt}: its launcher stopped before it recorded "
+                                   "any VM")
     return _launch(reg, compute, record, now=now, metrics=metrics, policy=policy)
 
 
@@ -306,7 +314,7 @@ def _launch(reg: Registry, compute: Compute, record: JobRecord, *, now: datetime
                          attempt_usage(compute, request, instances, policy, now), policy, fallback=step.fallback)
     if isinstance(step, launch_decide.Wait):
         return _wait(reg, record, step, now)
-    return _fail(reg, record, now, metrics, step.reason)
+    return _fail(reg, record, now, metrics, step)
 
 
 def snapshot(reg: Registry, compute: Compute, record: JobRecord, policy: Policy) -> launch_decide.LaunchSnapshot:
@@ -415,6 +423,7 @@ def _launched(reg: Registry, compute: Compute, record: JobRecord, request: Launc
     try:
         return reg.transition(
             record.id, State.LAUNCHING, now=now, expect={State.LAUNCHING}, expect_attempt=request.attempt,
+            cause=LaunchCause.LAUNCHED,
             reason=f"launched {len(ids)} x {request.instance_type} in {zone or 'any zone'}"
                    + (f" ({fallback})" if fallback else ""),
             event={"instances": ids, "instance_type": request.instance_type, "zone": zone, "image": request.image,
@@ -434,13 +443,14 @@ def _launched(reg: Registry, compute: Compute, record: JobRecord, request: Launc
 
 def _wait(reg: Registry, record: JobRecord, step: launch_decide.Wait, now: datetime) -> JobRecord:
     log.info("job %s waits until %s: %s", record.id, step.until, step.reason, extra={"job_id": record.id})
-    return reg.transition(record.id, State.WAITING_CAPACITY, now=now, reason=step.reason, expect={State.LAUNCHING},
-                          expect_attempt=record.attempt, waits=step.waits, wait_until=step.until,
-                          spot_refused_at=step.spot_refused_at, last_error=step.error)
+    return reg.transition(record.id, State.WAITING_CAPACITY, now=now, reason=step.reason, cause=step.cause,
+                          expect={State.LAUNCHING}, expect_attempt=record.attempt, waits=step.waits,
+                          wait_until=step.until, spot_refused_at=step.spot_refused_at, last_error=step.error)
 
 
-def _fail(reg: Registry, record: JobRecord, now: datetime, metrics: Metrics, reason: str) -> JobRecord:
+def _fail(reg: Registry, record: JobRecord, now: datetime, metrics: Metrics, step: launch_decide.Fail) -> JobRecord:
+    reason = step.reason
     metrics.add_metric("JobsFailed", "Count", 1)
     log.warning("job %s failed: %s", record.id, reason, extra={"job_id": record.id})
-    return reg.transition(record.id, State.FAILED, now=now, reason=reason, expect={State.LAUNCHING},
+    return reg.transition(record.id, State.FAILED, now=now, reason=reason, cause=step.cause, expect={State.LAUNCHING},
                           expect_attempt=record.attempt, last_error=reason)

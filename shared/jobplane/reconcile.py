@@ -251,8 +251,8 @@ def _effect(reg: Registry, compute: Compute | None, action: Action, effect: Effe
     job_id, attempt = action.job_id, action.expect_attempt
     match effect:
         case Transition(to=to, updates=updates) if job_id:
-            reg.transition(job_id, to, now=now, reason=action.reason, expect=action.expect, expect_attempt=attempt,
-                           **updates)
+            reg.transition(job_id, to, now=now, reason=action.reason, cause=action.rule, expect=action.expect,
+                           expect_attempt=attempt, **updates)
         case Flag(key=key):
             try:
                 reg.put_if_absent(key, b"", "text/plain")
@@ -283,7 +283,7 @@ def _effect(reg: Registry, compute: Compute | None, action: Action, effect: Effe
 
             launcher.launch_attempt(reg, launching, job_id, now=now, expect=action.relaunch_expect,
                                     expect_attempt=attempt, metrics=metrics, reason=action.reason, policy=policy,
-                                    retry=retry)
+                                    cause=action.rule, retry=retry)
         case ResumeLaunch(stamp=stamp) if job_id and attempt is not None:
             launching = _needs(compute, "launch with")
             from jobplane import launcher  # only a relaunch or a resume launches: uptime-cap never does

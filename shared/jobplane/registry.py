@@ -32,6 +32,7 @@ from jobplane.usage import AttemptUsage, close
 
 if TYPE_CHECKING:
     from jobplane import records  # its models are built at import; the registry only names one in a signature
+    from jobplane.decide.rules import Cause
 
 CAS_RETRIES = 20
 log = logging.getLogger("jobplane.registry")
@@ -119,7 +120,10 @@ class JobRecord(BaseModel):
     instances: list[str] = Field(default_factory=list)  # current attempt, by rank
     instance_type: str | None = None
     zone: str | None = None
-    reason: str | None = None
+    reason: str | None = None  # why its last transition happened, for people
+    # ... and what made it, to act on: a decide.rules Rule or LaunchCause value (None before causes were recorded,
+    # or from a writer that names none). A str, so a newer version's cause still reads.
+    cause: str | None = None
     exit_code: int | None = None
     wait_until: datetime | None = None  # WAITING_CAPACITY: earliest next try
     waits: int = 0  # consecutive failed tries, for the backoff
@@ -329,12 +333,14 @@ class Registry:
         expect_attempt: int | None = None,
         expect_event: str | None = None,
         event: dict[str, Any] | None = None,
+        cause: Cause | None = None,
         **updates: Any,
     ) -> JobRecord:
         """Move a job to `to` by compare-and-swap, retrying on conflict.
 
         expect / expect_attempt say what the caller saw; if the job has moved on (another function won
-        the race), the transition is refused instead of being applied twice.
+        the race), the transition is refused instead of being applied twice. `reason` (prose) and `cause` (the
+        rule or launcher decision that made it) go on the record and its event.
         """
         _check_fields(job_id, updates)
         now = now or utcnow()
@@ -354,8 +360,10 @@ class Registry:
                 raise TransitionRefused(job_id, current.state, to)
             stamp = _stamp_after(current.last_event, now)
             body = {"time": now.isoformat(), "kind": kind, "from": current.state, "to": to,
-                    "attempt": updates.get("attempt", current.attempt), "reason": reason, **(event or {})}
-            fields: dict[str, Any] = {"state": to, "updated_at": now, "reason": reason, **updates,
+                    "attempt": updates.get("attempt", current.attempt), "reason": reason,
+                    **({"cause": str(cause)} if cause else {}), **(event or {})}
+            fields: dict[str, Any] = {"state": to, "updated_at": now, "reason": reason,
+                                      "cause": str(cause) if cause else None, **updates,
                                       "last_event": LastEvent(stamp=stamp, kind=kind, body=body)}
             if to != current.state or fields.get("attempt", current.attempt) != current.attempt:
                 fields["state_since"] = now

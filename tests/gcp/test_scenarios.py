@@ -205,7 +205,8 @@ def test_no_restarts_left_fails_the_preempted_job(cloud: GcpCloud) -> None:
     preempted(cloud, "no-retry", "max_restarts: 0\n")
     call("rerun")
     final = cloud.registry.job("no-retry")
-    assert final.state == State.FAILED and "restart" in (final.reason or "")
+    assert (final.state, final.cause, final.reason) == (State.FAILED, Rule.RERUN_EXHAUSTED,
+                                                        "preempted; no restarts left (max_restarts 0)")
     assert vm_names(cloud) == []
 
 
@@ -222,7 +223,8 @@ def test_uptime_cap_asks_to_stop_then_times_out(cloud: GcpCloud) -> None:
     (cap,) = reconcile.uptime_cap(cloud.registry, cloud.compute, now=later(61), metrics=metrics,
                                   policy=cloud.registry.policy())
     final = cloud.registry.job("runaway")
-    assert cap.result == "applied" and final.state == State.TIMED_OUT and "1h" in (final.reason or "")
+    assert cap.result == "applied" and (final.state, final.cause) == (State.TIMED_OUT, Rule.TIMED_OUT)
+    assert final.reason == "uptime cap 1h reached"
     assert vm_names(cloud) == [] and metrics.totals["Timeouts"] == 1
 
 
@@ -430,7 +432,8 @@ def test_a_vm_whose_bootstrap_fails_fails_the_job_at_once_with_its_serial_consol
     response = create_app("launcher", MAIN, "cloudevent").test_client().post("/", **finalized("reg/" + key))
     assert response.status_code == 200
     failed = cloud.registry.job("no-agent")
-    assert failed.state == State.FAILED
+    assert (failed.state, failed.cause) == (State.FAILED, Rule.BOOT_FAILED)
+    # the bootstrap's own words and where its console output is: a message for people, checked as such
     assert failed.reason.startswith("the agent could not start: cannot download the agent bundle gcp-py3.")
     assert "HTTP Error 404" in failed.reason and "`jobplane logs no-agent --attempt 1`" in failed.reason
     console = cloud.registry.get_bytes(keys.console_log("no-agent", 1, 0)).decode()

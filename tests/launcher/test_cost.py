@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from jobplane import cost, keys, launcher, reconcile, records
 from jobplane.cli import cli
 from jobplane.clouds.aws import Ec2Compute
+from jobplane.decide.rules import Rule
 from jobplane.policy import AwsPlacement, Policy
 from jobplane.registry import JobRecord
 from jobplane.states import State
@@ -121,7 +122,7 @@ def test_a_rerun_ends_the_first_attempts_time_and_starts_the_next(moto_aws: Moto
     launch(moto_aws, "twice", ON_DEMAND, "bob", t0)
     rerun = launcher.launch_attempt(moto_aws.registry, moto_aws.compute, "twice", now=t0 + timedelta(minutes=20),
                                     expect={State.LAUNCHING}, expect_attempt=1, metrics=CountingMetrics(),
-                                    policy=moto_aws.registry.policy())
+                                    policy=moto_aws.registry.policy(), cause=Rule.BOOT_RETRY)
     first, second = rerun.usage
     assert first.instances[0].end == t0 + timedelta(minutes=20) and second.instances[0].end is None
     assert second.attempt == 2 and second.instances[0].start == t0 + timedelta(minutes=20)

@@ -11,6 +11,7 @@ import pytest
 from jobplane import images
 from jobplane.agent_bundle import Variant
 from jobplane.decide.launch import Claim, Fail, Launch, LaunchSnapshot, Refused, Step, Tried, Wait, claim, decide
+from jobplane.decide.rules import LaunchCause
 from jobplane.policy import Policy
 from jobplane.registry import JobRecord
 from jobplane.spec import JobSpec
@@ -73,6 +74,13 @@ ALL_FULL = tuple(no_capacity(t, z) for t in ("g5.xlarge", "g6.xlarge") for z in 
 ALL_FULL_ERROR = "; ".join(f"{t} in {z}: no {t}" for t in ("g5.xlarge", "g6.xlarge")
                            for z in ("us-east-1a", "us-east-1b"))
 NO_CAPACITY = "no capacity in any zone or instance type"
+
+
+def full(waits: int, minutes: int) -> Wait:
+    """The wait after every candidate was full: the `waits`-th in a row, for `minutes`."""
+    return Wait(NO_CAPACITY, ALL_FULL_ERROR, waits, NOW + timedelta(minutes=minutes), cause=LaunchCause.NO_CAPACITY)
+
+
 QUOTA = ("owner 'default' has 63 active instances; 2 more would exceed the quota of 64 "
          "(max_active_instances_per_owner)")
 
@@ -92,30 +100,34 @@ QUOTA = ("owner 'default' has 63 active instances; 2 more would exceed the quota
                  Launch("c7g.large", None, UBUNTU_ARM, images.AARCH64), id="an alias resolved for Graviton"),
     pytest.param(dict(instance_type="t3.micro", image="ami-0123456789abcdef0"), dict(),
                  Launch("t3.micro", None, "ami-0123456789abcdef0", images.X86_64), id="a raw image as given"),
-    pytest.param(GPU_ZONES, dict(tried=ALL_FULL), Wait(NO_CAPACITY, ALL_FULL_ERROR, 1, NOW + timedelta(minutes=1)),
+    pytest.param(GPU_ZONES, dict(tried=ALL_FULL), full(1, 1),
                  id="every candidate full: a minute's wait"),
     pytest.param(dict(**GPU_ZONES, waits=3), dict(tried=ALL_FULL),
-                 Wait(NO_CAPACITY, ALL_FULL_ERROR, 4, NOW + timedelta(minutes=8)), id="the wait doubles per try"),
+                 full(4, 8), id="the wait doubles per try"),
     pytest.param(dict(**GPU_ZONES, waits=9), dict(tried=ALL_FULL),
-                 Wait(NO_CAPACITY, ALL_FULL_ERROR, 10, NOW + timedelta(minutes=30)), id="the wait is capped"),
+                 full(10, 30), id="the wait is capped"),
     pytest.param(dict(**GPU_ZONES, waits=5, max_wait="1h", age=timedelta(minutes=50)), dict(tried=ALL_FULL),
-                 Wait(NO_CAPACITY, ALL_FULL_ERROR, 6, NOW + timedelta(minutes=10)), id="the wait ends at max_wait"),
+                 full(6, 10), id="the wait ends at max_wait"),
     pytest.param(dict(**GPU_ZONES, max_wait="1h", age=timedelta(hours=1)), dict(tried=ALL_FULL),
-                 Fail(f"{NO_CAPACITY} within max_wait 1h: {ALL_FULL_ERROR}"), id="max_wait spent: failed"),
-    pytest.param(dict(num_nodes=2), dict(owner_active=63), Wait(QUOTA, QUOTA, 1, NOW + timedelta(minutes=1)),
+                 Fail(f"{NO_CAPACITY} within max_wait 1h: {ALL_FULL_ERROR}", LaunchCause.MAX_WAIT),
+                 id="max_wait spent: failed"),
+    pytest.param(dict(num_nodes=2), dict(owner_active=63), Wait(QUOTA, QUOTA, 1, NOW + timedelta(minutes=1),
+                                                                cause=LaunchCause.OVER_QUOTA),
                  id="over the owner's quota: a wait"),
     pytest.param(dict(num_nodes=2), dict(owner_active=62), Launch("t3.micro", None, UBUNTU_X86, images.X86_64),
                  id="exactly the owner's quota: a launch"),
     pytest.param(dict(num_nodes=2, max_wait="1h", age=timedelta(hours=2)), dict(owner_active=63),
-                 Fail(f"{QUOTA} within max_wait 1h: {QUOTA}"), id="over the quota past max_wait: failed"),
+                 Fail(f"{QUOTA} within max_wait 1h: {QUOTA}", LaunchCause.MAX_WAIT),
+                 id="over the quota past max_wait: failed"),
     pytest.param(dict(), dict(agents=(), agent_problem="agent/manifest.json is missing"),
                  Fail("no agent bundle in this deployment: agent/manifest.json is missing; deploy it (cdk deploy, "
-                      "or make gcp-package and terraform apply)"), id="no agent manifest"),
+                      "or make gcp-package and terraform apply)", LaunchCause.NO_AGENT), id="no agent manifest"),
     pytest.param(dict(instance_type=["t3.micro", "c7g.large"]), dict(tried=(no_capacity("t3.micro"),)),
                  Fail("instance_type: c7g.large is an aarch64 type and this deployment has no aws agent bundle "
-                      "for aarch64"), id="no agent bundle for the next type's architecture"),
+                      "for aarch64", LaunchCause.NO_AGENT), id="no agent bundle for the next type's architecture"),
     pytest.param(GPU_ZONES, dict(tried=(Tried("g5.xlarge", "us-east-1a", "bad AMI", rejected=True),)),
-                 Fail("the cloud refused g5.xlarge in us-east-1a: bad AMI"), id="refused outright: failed"),
+                 Fail("the cloud refused g5.xlarge in us-east-1a: bad AMI", LaunchCause.REJECTED),
+                 id="refused outright: failed"),
 ])
 def test_each_step_of_a_launch(job: dict[str, Any], seen: dict[str, Any], want: Step) -> None:
     snap = LaunchSnapshot(record(**job), Policy(), **{"agents": (X86,), **seen})
@@ -129,4 +141,4 @@ def test_the_cloud_answers_fed_back_walk_the_candidates_then_wait() -> None:
         walked.append((step.instance_type, step.zone))
         snap = snap.after(no_capacity(step.instance_type, step.zone))
     assert walked == [(t.instance_type, t.zone) for t in ALL_FULL]
-    assert step == Wait(NO_CAPACITY, ALL_FULL_ERROR, 1, NOW + timedelta(minutes=1))
+    assert step == full(1, 1)

@@ -12,6 +12,7 @@ import pytest
 
 from jobplane import keys, launcher
 from jobplane.decide import launch as launch_decide
+from jobplane.decide.rules import LaunchCause, Rule
 from jobplane.records import ClusterFile, IdleWatch
 from jobplane.registry import TransitionRefused, utcnow
 from jobplane.spec import parse_spec
@@ -129,14 +130,15 @@ def test_second_wait_backs_off_longer_and_max_wait_fails(moto_aws: MotoAws) -> N
     assert (said.subject, said.result) == ("patient", launcher.Result.FAILED)
     assert said.detail and said.detail.startswith("no capacity in any zone or instance type within max_wait 1h")
     failed = moto_aws.registry.job("patient")
-    assert failed.state == State.FAILED and "max_wait 1h" in (failed.reason or "")
+    assert (failed.state, failed.cause, failed.reason) == (State.FAILED, LaunchCause.MAX_WAIT, said.detail)
     assert moto_aws.instances() == []
 
 
 def test_launch_rejected_fails_the_job(moto_aws: MotoAws) -> None:
     assert drop_and_handle(moto_aws, "bad-image", SPEC + "image: ami-0000000000000dead\n") == "failed"
     record = moto_aws.registry.job("bad-image")
-    assert record.state == State.FAILED and "InvalidAMIID" in (record.reason or "")
+    assert record.state == State.FAILED and record.cause == LaunchCause.REJECTED
+    assert "InvalidAMIID" in (record.reason or ""), "the cloud's own words, for people"
     assert moto_aws.instances() == [] and moto_aws.metrics.totals["JobsFailed"] == 1
 
 
@@ -158,7 +160,8 @@ def test_policy_violation_records_an_invalid_job(moto_aws: MotoAws) -> None:
     assert drop_and_handle(moto_aws, "too-big") == "invalid"
 
     record = moto_aws.registry.job("too-big")
-    assert record.state == State.INVALID and "instance_type[0]" in (record.reason or "")
+    assert record.state == State.INVALID and record.cause == LaunchCause.INVALID
+    assert "instance_type[0]" in (record.reason or ""), "the reason names the field, for people"
     doc = moto_aws.registry.get_json(keys.rejected_error("too-big"))
     assert [e["field"] for e in doc["errors"]] == ["instance_type[0]", "instance_type[1]"]
     assert list(moto_aws.registry.listing(keys.active_prefix("too-big"))) == []
@@ -254,8 +257,9 @@ def test_owner_quota_makes_the_job_wait(moto_aws: MotoAws) -> None:
     assert drop_and_handle(moto_aws, "first") == "launched"  # alice: 2 instances
     assert drop_and_handle(moto_aws, "second") == "waiting"  # 2 + 2 > 3
     record = moto_aws.registry.job("second")
-    assert record.state == State.WAITING_CAPACITY
-    assert "owner 'alice' has 2 active instances" in (record.reason or "") and "quota of 3" in (record.reason or "")
+    assert (record.state, record.cause) == (State.WAITING_CAPACITY, LaunchCause.OVER_QUOTA)
+    assert record.reason == ("owner 'alice' has 2 active instances; 2 more would exceed the quota of 3 "
+                             "(max_active_instances_per_owner)")
     assert drop_and_handle(moto_aws, "bobs", SPEC.replace("owner: alice", "owner: bob"), owner="bob") == "launched"
     assert len(moto_aws.calls.run_instances) == 2
 
@@ -280,10 +284,10 @@ def test_launch_attempt_claims_by_cas_and_bumps_attempts(moto_aws: MotoAws) -> N
     reg.transition("rerun-me", State.PREEMPTED, now=now)
     with pytest.raises(TransitionRefused):
         launcher.launch_attempt(reg, moto_aws.compute, "rerun-me", now=now, expect={State.PREEMPTED},
-                                expect_attempt=5, metrics=moto_aws.metrics, policy=reg.policy())
+                                expect_attempt=5, metrics=moto_aws.metrics, policy=reg.policy(), cause=Rule.RERUN)
     record = launcher.launch_attempt(reg, moto_aws.compute, "rerun-me", now=now, expect={State.PREEMPTED},
                                      expect_attempt=1, metrics=moto_aws.metrics, reason="rerun after preemption",
-                                     policy=reg.policy())
+                                     policy=reg.policy(), cause=Rule.RERUN)
     assert record.state == State.LAUNCHING and record.attempt == 2 and record.restarts == 1
     assert reg.get_json(keys.cluster("rerun-me", 2))["attempt"] == 2
     tags = {t["Key"]: t["Value"] for i in moto_aws.instances() for t in i["Tags"]

@@ -12,6 +12,7 @@ from click.testing import CliRunner, Result
 
 from jobplane import jobs, keys, launcher
 from jobplane.cli import cli
+from jobplane.decide.rules import LaunchCause
 from jobplane.registry import utcnow
 from jobplane.states import State
 from tests.moto_aws import BUCKET, MotoAws
@@ -66,7 +67,9 @@ def test_quotas_count_by_the_drops_owner_whatever_the_spec_leaves_out(moto_aws: 
     moto_aws.set_policy(f"max_active_instances_per_owner: 1\naws:\n  default_image: {moto_aws.image}\n")
     assert handle(moto_aws, moto_aws.drop("a-1", SPEC, owner="team-a")) == "launched"
     assert handle(moto_aws, moto_aws.drop("a-2", SPEC, owner="team-a")) == "waiting"
-    assert "owner 'team-a' has 1 active instances" in (moto_aws.registry.job("a-2").reason or "")
+    waiting = moto_aws.registry.job("a-2")
+    assert waiting.cause == LaunchCause.OVER_QUOTA and waiting.reason == (
+        "owner 'team-a' has 1 active instances; 1 more would exceed the quota of 1 (max_active_instances_per_owner)")
     assert handle(moto_aws, moto_aws.drop("b-1", SPEC, owner="team-b")) == "launched"
     assert handle(moto_aws, moto_aws.drop("d-1", SPEC)) == "launched"  # owner default has its own quota
 

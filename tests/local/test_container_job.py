@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from jobplane.decide.rules import Rule
 from jobplane.local import oci_registry, rootfs
 from jobplane.local.aws import PODMAN_PARAMETER
 from jobplane.local.demo import CloudProcess, wait_for_no_instances
@@ -92,7 +93,8 @@ def test_an_image_the_registry_does_not_have_fails_the_job_naming_container_imag
     job_id = submit(cloud, container_spec(tmp_path, "boxed-missing", missing), code(tmp_path))
     done = cloud.cli("wait", job_id, "--timeout", "180s", timeout=200)
     record = cloud.registry().job(job_id)
-    assert done.returncode != 0 and record.state == State.FAILED, record.reason
+    assert done.returncode != 0 and (record.state, record.cause) == (State.FAILED, Rule.FINISHED), record.reason
+    # the agent's error quoting podman: a message for people, checked as such
     assert f"container.image: could not pull {missing}: Error: " in (record.reason or ""), record.reason
     assert "no-such-image: name unknown (podman pull exited with code 125)" in (record.reason or ""), record.reason
     assert "os-release" not in cli_ok(cloud, "logs", job_id)

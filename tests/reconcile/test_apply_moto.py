@@ -18,6 +18,7 @@ import pytest
 from jobplane import keys, launcher, reconcile, records
 from jobplane.clouds.base import TAG_DEPLOYMENT, TAG_JOB_ID, TAG_MANAGED
 from jobplane.decide.model import Rule
+from jobplane.decide.rules import LaunchCause
 from jobplane.local.moto_server import CONSOLES_ENV
 from jobplane.reconcile import Result
 from jobplane.registry import JobRecord, utcnow
@@ -37,7 +38,8 @@ def later(minutes: float) -> datetime:
 def launch(c: MotoAws, job_id: str, spec: str = SPEC) -> JobRecord:
     c.registry.create_job(job_id, parse_spec(spec, job_id))
     return launcher.launch_attempt(c.registry, c.compute, job_id, now=utcnow(), expect={State.QUEUED},
-                                   expect_attempt=0, metrics=c.metrics, policy=c.registry.policy())
+                                   expect_attempt=0, metrics=c.metrics, policy=c.registry.policy(),
+                                   cause=LaunchCause.SUBMITTED)
 
 
 def sweep(c: MotoAws, *, now: datetime, **kwargs: Any) -> list[reconcile.Outcome]:
@@ -301,7 +303,10 @@ def test_a_vm_whose_agent_never_started_leaves_its_console_output_in_the_logs(
     (tmp_path / instance_id / "console.log").write_text("jobplane-bootstrap: FAILED: no python3 on this image\n")
     (failed,) = sweep(moto_aws, now=later(16))
     assert failed.action.rule == Rule.BOOT_FAILED and failed.result == "applied"
-    assert "`jobplane logs silent --attempt 1`" in moto_aws.registry.job("silent").reason
+    record = moto_aws.registry.job("silent")
+    assert (record.cause, record.reason) == (Rule.BOOT_FAILED, "the agent never started: no heartbeat from rank 0 "
+                                             "within boot_timeout 15m (the VM's console output is in `jobplane logs "
+                                             "silent --attempt 1`); no restarts left (max_restarts 0)")
     saved = moto_aws.registry.get_bytes(keys.console_log("silent", 1, 0)).decode()
     header = f"---- console output of {instance_id} (rank 0, attempt 1), saved by the sweeper ----"
     assert saved.splitlines() == [header, "jobplane-bootstrap: FAILED: no python3 on this image"]

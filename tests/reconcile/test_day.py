@@ -29,7 +29,9 @@ def test_a_job_that_goes_quiet_is_stalled_and_its_vm_terminated(day: Day) -> Non
     day.at("12:33")
     assert day.vms("quiet") == {1: ["terminated"]}
     assert day.history("quiet") == ["12:00 LAUNCHING", "12:01 RUNNING", "12:32 STALLED"]
-    assert "no new output" in (day.job("quiet").reason or "") and day.metrics.totals["Stalls"] == 1
+    quiet = day.job("quiet")
+    assert (quiet.cause, quiet.reason) == (Rule.STALLED, "no new output for 31m (stall_timeout 30m)")
+    assert day.metrics.totals["Stalls"] == 1
 
 
 def test_a_preempted_spot_job_without_restarts_left_fails(day: Day) -> None:  # noqa: F811
@@ -38,7 +40,8 @@ def test_a_preempted_spot_job_without_restarts_left_fails(day: Day) -> None:  # 
     day.preempted("once")
     assert rules(day.rerun(jobs=["once"]))[-1] == (Rule.RERUN_EXHAUSTED, "applied")
     final = day.job("once")
-    assert final.state == State.FAILED and "no restarts left" in (final.reason or "")
+    assert (final.state, final.cause) == (State.FAILED, Rule.RERUN_EXHAUSTED)
+    assert final.reason == "preempted; no restarts left (max_restarts 0)"
     assert day.history("once")[-1] == "12:40 FAILED" and day.vms("once") == {1: ["shutting-down"]}
     assert day.reg.preempted() == {} and day.compute.launches[-1].attempt == 1, "no second attempt"
 

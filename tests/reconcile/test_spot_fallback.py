@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from jobplane import cost
 from jobplane.decide.model import Rule
+from jobplane.decide.rules import LaunchCause
 from jobplane.states import State
 from tests.reconcile.day import MORNING, Day, day  # noqa: F401  (the fixture)
 from tests.reconcile.test_day import rules
@@ -39,9 +40,11 @@ def test_spot_refused_everywhere_launches_on_demand_at_exactly_after(day: Day) -
     launched = day.job("thrifty")
     assert launched.state == State.LAUNCHING and markets(day) == [False]
     assert launched.spot_refused_at is None and launched.wait_until is None
-    assert "(on-demand: Spot refused in every zone and type for 20m)" in (launched.reason or "")
+    fallback = "on-demand: Spot refused in every zone and type for 20m"
+    assert (launched.cause, launched.reason) == (LaunchCause.LAUNCHED, f"launched 1 x t3.micro in {launched.zone} "
+                                                                       f"({fallback})")
     event = next(e for e in day.reg.events("thrifty") if e.get("market"))
-    assert event["market"] == "on-demand" and "Spot refused" in event["fallback"]
+    assert (event["market"], event["fallback"], event["cause"]) == ("on-demand", fallback, LaunchCause.LAUNCHED)
     [used] = launched.usage
     assert used.market == "on-demand" and used.price_source == "price table"
     assert " on-demand in " in cost.describe_attempt(used, day.clock())  # describe's usage line

@@ -18,10 +18,11 @@ exactly D, so the fallback is neither early nor late by a backoff step. Each att
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from jobplane import accelerators, agent_bundle, images
+from jobplane.decide.rules import LaunchCause
 from jobplane.policy import Policy
 from jobplane.registry import JobRecord
 from jobplane.spec import JobSpec, format_duration
@@ -116,11 +117,13 @@ class Wait:
     waits: int  # consecutive waits of this attempt, this one included
     until: datetime  # the backstop retries from then on
     spot_refused_at: datetime | None = None  # the attempt's first refusal of Spot everywhere, if any
+    cause: LaunchCause = field(kw_only=True)  # NO_CAPACITY or OVER_QUOTA
 
 
 @dataclass(frozen=True)
 class Fail:
     reason: str
+    cause: LaunchCause
 
 
 Step = Launch | Wait | Fail
@@ -131,12 +134,12 @@ def decide(snap: LaunchSnapshot, now: datetime) -> Step:
     spec = record.spec
     over = quota_problem(record, policy, snap.owner_active)
     if over:
-        return backoff(record, policy, now, reason=over, error=over)
+        return backoff(record, policy, now, reason=over, error=over, cause=LaunchCause.OVER_QUOTA)
     if snap.agent_problem is not None:
-        return Fail(f"no agent bundle in this deployment: {snap.agent_problem}; {DEPLOY_AGENT}")
+        return Fail(f"no agent bundle in this deployment: {snap.agent_problem}; {DEPLOY_AGENT}", LaunchCause.NO_AGENT)
     rejected = next((t for t in snap.tried if t.rejected), None)
     if rejected is not None:
-        return Fail(f"the cloud refused {rejected.where}: {rejected.error}")
+        return Fail(f"the cloud refused {rejected.where}: {rejected.error}", LaunchCause.REJECTED)
     tried = {(t.instance_type, t.zone, t.spot) for t in snap.tried}
     refused_at, fallback_at = spot_fallback(snap, now)
     markets = [spec.uses_spot] + ([False] if fallback_at is not None and now >= fallback_at else [])
@@ -148,14 +151,14 @@ def decide(snap: LaunchSnapshot, now: datetime) -> Step:
             arch = images.architecture(spec.cloud, itype)
             if not agent_bundle.for_vm(snap.agents, spec.cloud, arch):
                 return Fail(f"instance_type: {itype} is an {arch} type and this deployment has no {spec.cloud} "
-                            f"agent bundle for {arch}")
+                            f"agent bundle for {arch}", LaunchCause.NO_AGENT)
             attach = accelerators.guest_accelerator(spec.cloud, gpu.model, gpu.count, itype) if gpu else None
             why = (f"on-demand: Spot refused in every zone and type for {format_duration(after)}"
                    if spec.uses_spot and not spot and after else None)
             return Launch(itype, zone, images.resolve(spec.cloud, policy.image(spec, itype), itype), arch, spot=spot,
                           accelerator=attach, fallback=why)
     wait = backoff(record, policy, now, reason="no capacity in any zone or instance type",
-                   error="; ".join(f"{t.where}: {t.error}" for t in snap.tried))
+                   error="; ".join(f"{t.where}: {t.error}" for t in snap.tried), cause=LaunchCause.NO_CAPACITY)
     if isinstance(wait, Wait) and refused_at is not None:
         # the backstop comes back exactly when the fallback is due, not a backoff step later
         until = min(wait.until, fallback_at) if fallback_at is not None and fallback_at > now else wait.until
@@ -187,12 +190,13 @@ def quota_problem(record: JobRecord, policy: Policy, owner_active: int) -> str |
             f"{limit} (max_active_instances_per_owner)")
 
 
-def backoff(record: JobRecord, policy: Policy, now: datetime, *, reason: str, error: str) -> Wait | Fail:
+def backoff(record: JobRecord, policy: Policy, now: datetime, *, reason: str, error: str,
+            cause: LaunchCause) -> Wait | Fail:
     """Wait exponentially longer per consecutive try, or fail once max_wait (counted from submission) is spent."""
     max_wait = policy.max_wait(record.spec)
     deadline = record.created_at + timedelta(seconds=max_wait)
     if now >= deadline:
-        return Fail(f"{reason} within max_wait {format_duration(max_wait)}: {error}")
+        return Fail(f"{reason} within max_wait {format_duration(max_wait)}: {error}", LaunchCause.MAX_WAIT)
     waits = record.waits + 1
     delay = timedelta(seconds=min(BACKOFF_BASE_S * 2 ** (waits - 1), BACKOFF_CAP_S))
-    return Wait(reason, error, waits, min(now + delay, deadline), record.spot_refused_at)
+    return Wait(reason, error, waits, min(now + delay, deadline), record.spot_refused_at, cause=cause)

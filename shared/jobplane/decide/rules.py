@@ -1,6 +1,10 @@
 """The rules the reconcilers decide by, and what is known of each in one table (RULES): where it stands in the
 sweep's risk order, the metric an applied action counts, and the wording of its reason. The sweep's order and
 the applier's metric names are derived from it, so a new rule is one member, one row and its decision.
+
+A transition's cause (JobRecord.cause and its event's `cause`, beside the prose reason) is the rule that made it,
+or the launcher's decision (LaunchCause): a stable value to act on where the reason is for people. No imports
+beyond the standard library: the registry and the launcher's cold start load this module.
 """
 
 from __future__ import annotations
@@ -8,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Final
+from typing import Final, TypeAlias
 
 
 class Rule(StrEnum):
@@ -91,6 +95,22 @@ RULES: Final[Mapping[Rule, Facts]] = {
 }
 if set(RULES) != set(Rule):  # a rule without a row would be unordered, uncounted and unworded
     raise RuntimeError(f"rules without a row in RULES: {sorted(set(Rule) - set(RULES))}")
+
+class LaunchCause(StrEnum):
+    """Why the launcher moved a job (its transitions that no reconciler's rule asked for)."""
+
+    SUBMITTED = "submitted"  # a queue drop's first claim
+    WAIT_OVER = "capacity-wait-over"  # a capacity or quota wait is over: claimed again
+    LAUNCHED = "launched"  # the attempt's VMs are recorded (launched, or adopted after its launcher died)
+    NO_CAPACITY = "no-capacity"  # every zone and instance type refused: WAITING_CAPACITY
+    OVER_QUOTA = "over-quota"  # the owner's instance quota: WAITING_CAPACITY
+    MAX_WAIT = "max-wait"  # still no capacity (or quota) at max_wait: FAILED
+    NO_AGENT = "no-agent-bundle"  # the deployment has no agent bundle for the VMs: FAILED
+    REJECTED = "launch-rejected"  # the cloud refused the request itself (an image, an account quota): FAILED
+    INVALID = "invalid"  # the spec breaks the policy or the deployment: INVALID
+
+
+Cause: TypeAlias = Rule | LaunchCause
 
 ORDER: Final[Mapping[Rule, int]] = {rule: n for n, rule in enumerate(RULES)}
 METRICS: Final[Mapping[Rule, str]] = {rule: facts.metric for rule, facts in RULES.items() if facts.metric}
