@@ -133,7 +133,7 @@ def make_wheel(directory: Path, name: str, version: str, source: str) -> Path:
 # the other cloud's adapters, the local cloud and every fake, the CLI. Spelled out here, not taken from
 # jobplane.bundling, so a test of what bundling ships does not just repeat its rule.
 NOT_SHIPPED = ("jobplane/local/", "jobplane/clouds/memory.py", "jobplane/clouds/aws_local.py", "jobplane/cli/",
-               "jobplane/backend.py", "jobplane/bundling.py")
+               "jobplane/backend.py", "jobplane/bundling.py", "jobplane/ui/", "jobplane/sdk/", "jobplane/shell.py")
 OTHER_CLOUD = {"aws": ("jobplane/clouds/gcp.py", "jobplane/clouds/gcs.py", "jobplane/clouds/gce_metadata.py",
                        "jobplane/clouds/pubsub.py", "jobplane/clouds/gce_identity.py", "jobplane/clouds/gcp_vend.py",
                        "jobplane/clouds/gcs_downscope.py", "jobplane/vending/gcp.py"),

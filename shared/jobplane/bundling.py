@@ -71,9 +71,11 @@ def source_files(base: Path = PACKAGE) -> list[Path]:
     return sorted(p for p in base.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
 
 
-# What no deployment ships (agent bundles, the Lambda asset, the Cloud Functions source): the CLI and what builds
-# its backends, the local cloud with its fakes and its moto helpers, this builder, the in-memory store of tests.
-NEVER_SHIPPED = ("cli/", "backend.py", "bundling.py", "local/", "clouds/aws_local.py", "clouds/memory.py")
+# What no deployment ships (agent bundles, the Lambda asset, the Cloud Functions source): the CLI, the SDK, the
+# dashboard and what builds their backends, the local cloud with its fakes and its moto helpers, this builder, the
+# in-memory store of tests.
+NEVER_SHIPPED = ("cli/", "backend.py", "bundling.py", "local/", "clouds/aws_local.py", "clouds/memory.py", "ui/",
+                 "sdk/", "shell.py")
 # Each cloud's adapters: what is shipped for one cloud never carries the other's.
 ADAPTERS = {"aws": ("clouds/aws.py", "clouds/aws_ecr.py", "clouds/aws_imds.py", "clouds/aws_vend.py", "clouds/s3.py",
                     "clouds/sns.py", "vending/aws_iam.py", "vending/aws.py"),

@@ -285,7 +285,8 @@ def test_no_inbound_rule_but_between_the_vms_and_iaps_range_when_ssh_is_asked_fo
     assert "source_ranges" not in internal
     iap = rules["google_compute_firewall.iap_ssh"]
     assert iap["count"] == "${var.ssh_via_iap ? 1 : 0}" and tf["variable"]["ssh_via_iap"]["default"] is False
-    assert (iap["source_ranges"], iap["target_service_accounts"]) == ([IAP_RANGE], ["${google_service_account.vms.email}"])
+    assert iap["source_ranges"] == [IAP_RANGE]
+    assert iap["target_service_accounts"] == ["${google_service_account.vms.email}"]
     assert block(iap, "allow") == {"protocol": "tcp", "ports": ["22"]}
 
 

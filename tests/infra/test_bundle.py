@@ -52,8 +52,11 @@ for name in handlers:
 def later(path):
     tree = ast.parse(open(path).read())
     top = {id(node) for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))}
+    # an `if TYPE_CHECKING:` block is read by type checkers only: no run imports it
+    typing_only = {id(inner) for node in tree.body
+                   if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test) for inner in ast.walk(node)}
     for node in ast.walk(tree):
-        if id(node) in top or node is tree:
+        if id(node) in top or id(node) in typing_only or node is tree:
             continue
         if isinstance(node, ast.Import):
             yield from ((alias.name, None) for alias in node.names)
