@@ -6,18 +6,17 @@ Each of the three runs when it is due, and is next due its interval after it ret
 logged and tried again when next due, so a failed write never ends the heartbeats. `step` runs what is due
 and says how long until the next; `run` is the thread's loop around it. What the loop finds that ends the
 run (a notice, a stop request) it hands to the core through `interrupt`; a refusal of the job's credentials
-through `lose_access`.
+through `lose_access`. Every time it reads goes through the agent's clock, so tests drive it step by step.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 from jobplane import keys, records
+from jobplane.agent.clock import Clock
 from jobplane.agent.idle import IdleMeter
 from jobplane.agent.output import OutputLog
 from jobplane.agent.run import Outcome, Run
@@ -31,18 +30,18 @@ MIN_WAIT = 0.05  # the loop never waits less between two looks at what is due
 
 
 class Background:
-    def __init__(self, reg: Registry, md: Metadata, out: OutputLog, run: Run, *,
+    def __init__(self, reg: Registry, md: Metadata, out: OutputLog, run: Run, *, clock: Clock,
                  poll_interval: float, log_interval: float, heartbeat_interval: float,
                  interrupted: Callable[[], bool], interrupt: Callable[[Outcome], None],
                  lose_access: Callable[[CredentialsRefused], None],
                  gpu_utilization: Callable[[], float | None]) -> None:
-        self.reg, self.md, self.out, self.run_info = reg, md, out, run
+        self.reg, self.md, self.out, self.run_info, self.clock = reg, md, out, run, clock
         self.interrupted = interrupted  # the core already has a reason to stop (a signal, stop_on, this loop)
         self.interrupt = interrupt  # this loop found one: a notice or a stop request
         self.lose_access, self.gpu_utilization = lose_access, gpu_utilization
         self.idle: IdleMeter | None = None  # set once cluster.json says the policy watches idle GPUs
         self.every = {"poll": poll_interval, "logs": log_interval, "beat": heartbeat_interval}
-        self.due = dict.fromkeys(self.every, 0.0)  # time.monotonic() at which each is next due
+        self.due = dict.fromkeys(self.every, 0.0)  # the clock's monotonic() at which each is next due
         self.seq = {"logs": 0, "metrics": 0}  # next chunk number of each stream
         self._marked_output = 0
         self._actions: dict[str, Callable[[], None]] = {"poll": self.poll, "logs": self.ship_logs,
@@ -51,20 +50,20 @@ class Background:
     def run(self, stop: threading.Event) -> None:
         """The thread's loop: until stop is set, what is due, then a wait until the next is."""
         while not stop.is_set():
-            stop.wait(max(MIN_WAIT, self.step()))
+            self.clock.wait(stop, max(MIN_WAIT, self.step()))
 
     def step(self) -> float:
         """Run what is due, in the order poll, logs, heartbeat; return the seconds until the next is due."""
         for name, action in self._actions.items():
-            if time.monotonic() >= self.due[name]:
+            if self.clock.monotonic() >= self.due[name]:
                 try:
                     action()
                 except CredentialsRefused as exc:
                     self.lose_access(exc)
                 except Exception as exc:  # one failed write must not end the heartbeats
                     log.warning("background %s failed: %s", name, exc)
-                self.due[name] = time.monotonic() + self.every[name]
-        return min(self.due.values()) - time.monotonic()
+                self.due[name] = self.clock.monotonic() + self.every[name]
+        return min(self.due.values()) - self.clock.monotonic()
 
     # ---- notice / stop polling --------------------------------------------------------------------------
     def poll(self) -> None:
@@ -92,7 +91,7 @@ class Background:
             return records.StopRequest.parse(body)
         except records.RecordError as exc:
             log.warning("%s", exc)
-            return records.StopRequest(time=datetime.now(UTC), by="unknown", reason=str(exc))
+            return records.StopRequest(time=self.clock(), by="unknown", reason=str(exc))
 
     # ---- log and metrics chunks -------------------------------------------------------------------------
     def ship_logs(self) -> None:
@@ -139,14 +138,14 @@ class Background:
         run = self.run_info
         last = self.out.last_output_at
         utilization = self.gpu_utilization()
-        beat = records.Heartbeat(time=datetime.now(UTC), instance_id=run.instance_id, rank=run.rank,
+        beat = records.Heartbeat(time=self.clock(), instance_id=run.instance_id, rank=run.rank,
                                  attempt=run.attempt, phase=run.phase, last_output_at=last, gpu_util=utilization,
                                  step=self.out.step)
         self.reg.put_json(keys.heartbeat(run.job_id, run.attempt, run.rank), beat.body())
         meter = self.idle
         if meter is not None:  # after the heartbeat: the sweeper takes a mark as current when it is not older
-            meter.add(time.monotonic(), utilization if run.phase == "running" else None)
-            mean = meter.idle(time.monotonic())
+            meter.add(self.clock.monotonic(), utilization if run.phase == "running" else None)
+            mean = meter.idle(self.clock.monotonic())
             if mean is not None:
                 self.reg.put_json(keys.idle_mark(run.job_id, run.attempt, run.rank),
                                   records.IdleMark(time=beat.time, mean_gpu_util=round(mean, 2), window=meter.window,

@@ -59,6 +59,7 @@ from pathlib import Path
 
 from jobplane.agent.transfer import (
     Moved,
+    Sleep,
     Stat,
     parallel,
     retried,
@@ -152,14 +153,15 @@ def complete(local: Path, settle: float, *, final: bool = False, leave_out: Mapp
 
 
 def upload(store: ObjectStore, local: Path, files: dict[str, Stat], key_of: Callable[[str], str],
-           deadline: float | None = None) -> tuple[dict[str, Entry], Moved, dict[str, BaseException]]:
+           deadline: float | None = None, sleep: Sleep = time.sleep,
+           ) -> tuple[dict[str, Entry], Moved, dict[str, BaseException]]:
     """Upload files (newest first, in parallel); an entry per file uploaded whole and unchanged meanwhile, and
     the error of each file that was not (_Changed: rewritten during its upload)."""
     started = time.monotonic()
 
     def one(rel: str) -> Entry:
         path = local / rel
-        version = retried(f"upload {rel}", lambda: store.upload_file(key_of(rel), path))
+        version = retried(f"upload {rel}", lambda: store.upload_file(key_of(rel), path), sleep=sleep)
         if stat_of(path) != files[rel]:
             raise _Changed(rel)
         return Entry(key_of(rel), files[rel][0], version)
@@ -187,8 +189,10 @@ class CheckpointSync:
     def __init__(self, store: ObjectStore, local: Path, prefix: str, *, rank: int = 0, attempt: int = 0,
                  settle: float = SETTLE, clock: Callable[[], datetime] = lambda: datetime.now(UTC),
                  writers: Writers = writing, say: Callable[[str], None] = log.warning,
-                 step: Callable[[], int | None] = lambda: None, overdue_after: float | None = None) -> None:
+                 step: Callable[[], int | None] = lambda: None, overdue_after: float | None = None,
+                 sleep: Sleep = time.sleep) -> None:
         self.clock = clock  # the store's time, for the age of an earlier life's leftovers
+        self.sleep = sleep  # a retry's pause
         self.store, self.local, self.prefix = store, local, prefix
         self.rank, self.attempt, self.settle = rank, attempt, settle
         self.writers, self.say, self.step, self.overdue_after = writers, say, step, overdue_after
@@ -246,7 +250,7 @@ class CheckpointSync:
         def one(rel: str, entry: Entry) -> int:
             path = safe_path(self.local, rel)
             retried(f"restore {rel}", lambda: self.store.download_file(
-                self._key(entry.key), path, version=entry.version, size=entry.size))
+                self._key(entry.key), path, version=entry.version, size=entry.size), sleep=self.sleep)
             if path.stat().st_size != entry.size:
                 raise RuntimeError(f"restored {rel} has {path.stat().st_size} bytes, its manifest says {entry.size}")
             return entry.size
@@ -299,7 +303,7 @@ class CheckpointSync:
 
         self._unnamed |= {key_of(rel) for rel in changed}  # an upload discarded or cut short leaves an object
         entries, moved, errors = upload(self.store, self.local, changed, key_of,
-                                        None if deadline is None else deadline - _MANIFEST_TIME)
+                                        None if deadline is None else deadline - _MANIFEST_TIME, self.sleep)
         uploaded = {rel: (changed[rel], entry) for rel, entry in entries.items()}
         rewritten = [] if final else [rel for rel, exc in errors.items() if isinstance(exc, _Changed)]
         for rel in rewritten:
@@ -349,7 +353,8 @@ class CheckpointSync:
                         log.warning("copying %s to upload it failed: %s", rel, exc)
                         return None
                     if stat_of(path) == before:
-                        version = retried(f"upload {rel}", partial(self.store.upload_file, key, copy))
+                        version = retried(f"upload {rel}", partial(self.store.upload_file, key, copy),
+                                          sleep=self.sleep)
                         return before, Entry(key, before[0], version)
             finally:
                 copy.unlink(missing_ok=True)
@@ -397,11 +402,11 @@ class CheckpointSync:
             key, data = self._manifest_key(seq), json.dumps(body, indent=1).encode()
             try:
                 self._known.add(key)
-                retried(f"manifest {seq}", partial(self.store.put_if_absent, key, data))
+                retried(f"manifest {seq}", partial(self.store.put_if_absent, key, data), sleep=self.sleep)
                 break
             except PreconditionFailed:  # another life got there first (never overwrite it), or our own write
                 with contextlib.suppress(NotFound):  # landed and its response was lost: the resend found it
-                    if retried(f"manifest {seq} check", partial(self.store.get, key)).data == data:
+                    if retried(f"manifest {seq} check", partial(self.store.get, key), sleep=self.sleep).data == data:
                         break
                 seq += 1
         self.seq, self._named = seq, files
@@ -435,17 +440,18 @@ class CheckpointSync:
 
 
 def publish(store: ObjectStore, local: Path, prefix: str, *, leave_out: Mapping[str, str] | None = None,
-            cut_ns: int | None = None, deadline: float | None = None) -> Moved:
+            cut_ns: int | None = None, deadline: float | None = None, sleep: Sleep = time.sleep) -> Moved:
     """Upload a finished directory (artifacts) to prefix<path>, then prefix.manifest.json; delete objects
     under prefix the manifest does not name (an earlier attempt's). Raises if any file failed."""
     ready = complete(local, 0.0, final=True, leave_out=leave_out, cut_ns=cut_ns)
-    entries, moved, _ = upload(store, local, ready.files, lambda rel: prefix + rel, deadline)
+    entries, moved, _ = upload(store, local, ready.files, lambda rel: prefix + rel, deadline, sleep)
     if moved.failed:
         raise RuntimeError(f"uploading {len(moved.failed)} files of {local} failed, e.g. {moved.failed[0]}")
     files = {rel: asdict(Entry(rel, e.size, e.version)) for rel, e in sorted(entries.items())}
     manifest = {"written_at": datetime.now(UTC).isoformat(), "files": files}
     retried("artifacts manifest", lambda: store.put(prefix.rstrip("/") + ".manifest.json",
-                                                    json.dumps(manifest, indent=1).encode(), "application/json"))
+                                                    json.dumps(manifest, indent=1).encode(), "application/json"),
+            sleep=sleep)
     keep = {prefix + rel for rel in entries}
     stale = [info.key for info in store.list(prefix) if info.key not in keep]
     _, errors = parallel(((key, partial(store.delete, key)) for key in stale), workers(store))

@@ -1,11 +1,10 @@
 """The agent: runs one node of one attempt of one job, and reports what happened.
 
-Cloud-neutral: it sees the registry (any ObjectStore), the VM's Metadata and a power_off callable.
-Three threads: the main thread prepares (agent/environment.py), supervises the user process and reports; a
-background thread writes heartbeats, ships log chunks and polls for a Spot notice or a stop request
-(agent/background.py); a third uploads complete checkpoint files and their manifest
-(jobplane.agent.checkpoints). Every registry write is retried and no failure skips the exit report or the
-power-off.
+Cloud-neutral: it sees the registry (any ObjectStore), the VM's Metadata, a power_off callable and a clock
+(agent/clock.py). Three threads: the main thread prepares (agent/environment.py), supervises the user process
+and reports; a background thread writes heartbeats, ships log chunks and polls for a Spot notice or a stop
+request (agent/background.py); a third uploads complete checkpoint files and their manifest
+(jobplane.agent.keeper). Every registry write is retried and no failure skips the exit report or the power-off.
 
 SIGTERM or SIGINT (`on_signal`, installed by the entry point) is a stop request too: the VM is shutting
 down (GCE's shutdown script, EC2's OS shutdown), often before the next poll has seen the notice. So is a
@@ -21,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
@@ -31,6 +30,7 @@ from jobplane import keys, metrics, records
 from jobplane.agent import gpu
 from jobplane.agent.background import Background
 from jobplane.agent.checkpoints import SETTLE
+from jobplane.agent.clock import SYSTEM, Clock
 from jobplane.agent.environment import Environment
 from jobplane.agent.idle import IdleMeter
 from jobplane.agent.keeper import Keeper, Node
@@ -102,14 +102,15 @@ class Agent:
                  power_off: Callable[[], None], stores: Callable[[str], ObjectStore] | None = None,
                  console: BinaryIO | None = None,
                  gpu_utilization: Callable[[], float | None] = gpu.gpu_utilization,
-                 registry_login: Callable[[str], tuple[str, str] | None] | None = None) -> None:
-        self.reg, self.md, self.cfg = registry, metadata, config
+                 registry_login: Callable[[str], tuple[str, str] | None] | None = None,
+                 clock: Clock = SYSTEM) -> None:
+        self.reg, self.md, self.cfg, self.clock = registry, metadata, config, clock
         self.gpu_utilization = gpu_utilization
         self.power_off = power_off
         self.layout = Layout(config.ml_root)
-        self.out = OutputLog(console)
+        self.out = OutputLog(console, clock=clock)
         self.environment = Environment(registry, self.layout, self.out, environ=environ, supervise=self._supervise,
-                                       retry=self._retry, stores=stores, registry_login=registry_login)
+                                       retry=self._retry, stores=stores, registry_login=registry_login, clock=clock)
         self._interrupt: Outcome | None = None
         self._interrupted = threading.Event()
         self._stop_background = threading.Event()
@@ -133,7 +134,7 @@ class Agent:
         the handler runs between any two bytecodes of the main thread, even inside a lock it holds."""
         if self._interrupt is None:
             self._interrupt = Outcome(None, "stopped", signal=signal.Signals(signum).name,
-                                      deadline=time.monotonic() + SIGNAL_BUDGET_S)
+                                      deadline=self.clock.monotonic() + SIGNAL_BUDGET_S)
 
     def run(self) -> int:
         """Run the node to the end and power off. Returns 0 once the exit report is written."""
@@ -141,10 +142,11 @@ class Agent:
         if run is None:
             self._power_off()
             return 2
-        background = Background(self.reg, self.md, self.out, run, poll_interval=self.cfg.poll_interval,
-                                log_interval=self.cfg.log_interval, heartbeat_interval=self.cfg.heartbeat_interval,
-                                interrupted=lambda: self._interrupt is not None, interrupt=self._interrupt_by,
-                                lose_access=self._lose_access, gpu_utilization=self.gpu_utilization)
+        background = Background(
+            self.reg, self.md, self.out, run, clock=self.clock, poll_interval=self.cfg.poll_interval,
+            log_interval=self.cfg.log_interval, heartbeat_interval=self.cfg.heartbeat_interval,
+            interrupted=lambda: self._interrupt is not None, interrupt=self._interrupt_by,
+            lose_access=self._lose_access, gpu_utilization=self.gpu_utilization)
         threads = [threading.Thread(target=background.run, args=(self._stop_background,),
                                     name="agent-background", daemon=True),
                    threading.Thread(target=self._checkpointer, name="agent-checkpoints", daemon=True)]
@@ -174,21 +176,21 @@ class Agent:
 
     # ---- identity ---------------------------------------------------------------------------------------
     def _identify(self) -> Run | None:
-        deadline = time.monotonic() + self.cfg.identity_timeout
+        deadline = self.clock.monotonic() + self.cfg.identity_timeout
         while True:
             try:
                 job_id = self.cfg.job_id or self.md.tag(TAG_JOB_ID)
                 attempt = self.cfg.attempt if self.cfg.attempt is not None else _int(self.md.tag(TAG_ATTEMPT))
                 if job_id and attempt is not None:
-                    return Run(job_id, attempt, self.md.rank(), self.md.instance_id(), started_at=datetime.now(UTC))
+                    return Run(job_id, attempt, self.md.rank(), self.md.instance_id(), started_at=self.clock())
                 problem = f"instance has no {TAG_JOB_ID} / {TAG_ATTEMPT} tags (pass --job / --attempt)"
             except Exception as exc:
                 problem = f"metadata: {exc}"
-            if time.monotonic() > deadline or self._interrupt is not None:
+            if self.clock.monotonic() > deadline or self._interrupt is not None:
                 log.error("cannot tell which job this node runs: %s", problem)
                 return None
             log.warning("%s; retrying", problem)
-            time.sleep(min(5.0, self.cfg.poll_interval))
+            self.clock.sleep(min(5.0, self.cfg.poll_interval))
 
     # ---- the job ----------------------------------------------------------------------------------------
     def _work(self, run: Run, background: Background) -> Outcome:
@@ -209,7 +211,7 @@ class Agent:
         self.environment.fetch(run, record.spec, cluster)
         keeper = Keeper(self.reg, self.layout, record.spec, Node(run.job_id, run.attempt, run.rank),
                         interval=self.cfg.checkpoint_interval, settle=self.cfg.checkpoint_settle, say=self.out.note,
-                        step=lambda: self.out.step)
+                        step=lambda: self.out.step, clock=self.clock)
         keeper.restore(self._retry)
         self._keeper = keeper  # from now on the checkpointer thread uploads changes
         env = self.environment.configure(run, record.spec, cluster)
@@ -227,7 +229,7 @@ class Agent:
         return self._interrupt or Outcome(0, "exit")
 
     def _wait_cluster(self, run: Run) -> Cluster | None:
-        deadline = time.monotonic() + self.cfg.cluster_timeout
+        deadline = self.clock.monotonic() + self.cfg.cluster_timeout
         key = keys.cluster(run.job_id, run.attempt)
         while self._interrupt is None:  # set by a poll (which also sets _interrupted) or a signal
             body: bytes | None = None
@@ -239,9 +241,9 @@ class Agent:
                 log.warning("reading %s: %s", key, exc)
             if body is not None:
                 return Cluster.parse(body, run.rank)  # a malformed cluster.json is an error, not a wait
-            if time.monotonic() > deadline:
+            if self.clock.monotonic() > deadline:
                 raise TimeoutError(f"{key} did not appear within {self.cfg.cluster_timeout:.0f} s")
-            self._interrupted.wait(min(1.0, self.cfg.poll_interval))
+            self.clock.wait(self._interrupted, min(1.0, self.cfg.poll_interval))
         return None
 
     def _supervise(self, proc: UserProcess, spec: JobSpec) -> Outcome:
@@ -249,7 +251,7 @@ class Agent:
             code = proc.poll()
             interrupt = self._interrupt  # read once: a signal or the poll may set it at any moment
             if code is not None:
-                self._ended_ns = time.time_ns()
+                self._ended_ns = time.time_ns()  # the files' clock: compared with their mtimes
                 # a shutdown signals the whole service, user code too; a stop_on match stands whatever the code
                 if interrupt is not None and (code != 0 or interrupt.reason == EARLY_STOP):
                     interrupt.code = code
@@ -260,9 +262,9 @@ class Agent:
                 cause = f" ({interrupt.signal} received)" if interrupt.signal else ""
                 self.out.note(f"{interrupt.reason}{cause}: SIGTERM to {proc.what}, {grace:.0f} s grace")
                 interrupt.code = proc.terminate(grace, frozen=self._frozen)
-                self._ended_ns = time.time_ns()
+                self._ended_ns = time.time_ns()  # the files' clock: compared with their mtimes
                 return interrupt
-            self._interrupted.wait(_TICK)
+            self.clock.wait(self._interrupted, _TICK)
 
     def _frozen(self) -> None:
         if self._keeper is not None:
@@ -270,11 +272,23 @@ class Agent:
 
     def _grace(self, spec: JobSpec, interrupt: Outcome) -> float:
         requested = float(self.cfg.stop_grace if self.cfg.stop_grace is not None else spec.stop_grace)
-        return grace_within(requested, _seconds_left(interrupt))
+        return grace_within(requested, self._seconds_left(interrupt))
+
+    def _seconds_left(self, interrupt: Outcome) -> float | None:
+        """Seconds until the VM goes away: the signal's budget, else the notice's time; None when unknown."""
+        if interrupt.deadline is not None:
+            return interrupt.deadline - self.clock.monotonic()
+        when = (interrupt.notice or {}).get("time")
+        if not when:
+            return None
+        try:
+            return (datetime.fromisoformat(when.replace("Z", "+00:00")) - self.clock()).total_seconds()
+        except ValueError:
+            return None
 
     def _checkpointer(self) -> None:
         """Periodic checkpoint upload, in its own thread so a large upload never delays a notice."""
-        while not self._stop_background.wait(self.cfg.checkpoint_interval):
+        while not self.clock.wait(self._stop_background, self.cfg.checkpoint_interval):
             if self._keeper is None:
                 continue  # not prepared yet
             try:
@@ -311,7 +325,7 @@ class Agent:
         return outcome
 
     def _finish(self, run: Run, background: Background, outcome: Outcome) -> bool:
-        ended = datetime.now(UTC)
+        ended = self.clock()
         keeper = self._keeper
         if keeper is not None:
             cut_ns = keeper.torn_after(outcome.code, self._ended_ns)
@@ -345,7 +359,7 @@ class Agent:
                 if attempt == self.cfg.retry_attempts or isinstance(exc, ValidationError | CredentialsRefused):
                     raise  # not a blip
                 log.warning("%s failed (try %d): %s", what, attempt, exc)
-                time.sleep(min(30.0, self.cfg.retry_pause * 2 ** (attempt - 1)))
+                self.clock.sleep(min(30.0, self.cfg.retry_pause * 2 ** (attempt - 1)))
         raise AssertionError("unreachable")
 
     def _try(self, what: str, fn: Callable[[], object]) -> bool:
@@ -371,19 +385,6 @@ def _report(run: Run, outcome: Outcome, ended: datetime) -> records.ExitReport:
                               stopped_by=outcome.stopped_by if stopped else None,
                               stop_reason=outcome.stop_reason if stopped and outcome.stopped_by else None,
                               notice=outcome.notice or None)
-
-
-def _seconds_left(interrupt: Outcome) -> float | None:
-    """Seconds until the VM goes away: the signal's budget, else the notice's time; None when unknown."""
-    if interrupt.deadline is not None:
-        return interrupt.deadline - time.monotonic()
-    when = (interrupt.notice or {}).get("time")
-    if not when:
-        return None
-    try:
-        return (datetime.fromisoformat(when.replace("Z", "+00:00")) - datetime.now(UTC)).total_seconds()
-    except ValueError:
-        return None
 
 
 def _int(value: str | None) -> int | None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from jobplane import containers, keys
 from jobplane.agent import gpu
+from jobplane.agent.clock import SYSTEM, Clock
 from jobplane.agent.container import Container, find_runtime
 from jobplane.agent.layout import Cluster, Layout, hyperparameters_file, resource_config, shard, user_env
 from jobplane.agent.output import OutputLog
@@ -36,12 +37,13 @@ class Environment:
                  supervise: Callable[[UserProcess, JobSpec], Outcome],
                  retry: Callable[[str, Callable[[], Moved]], Moved],
                  stores: Callable[[str], ObjectStore] | None = None,
-                 registry_login: Callable[[str], tuple[str, str] | None] | None = None) -> None:
+                 registry_login: Callable[[str], tuple[str, str] | None] | None = None, clock: Clock = SYSTEM) -> None:
         self.reg, self.layout, self.out = reg, layout, out
         self.environ = environ  # the agent's own environment (its entry point's), the base of the user's
         self.supervise, self.retry, self.stores = supervise, retry, stores
         self.registry_login = registry_login  # container registry host -> (user, password) with the VM's identity
         self.container: Container | None = None  # where the job's phases run, once its image is pulled
+        self.sleep = clock.sleep  # a download retry's pause
 
     # ---- code, inputs, config -----------------------------------------------------------------------------
     def fetch(self, run: Run, spec: JobSpec, cluster: Cluster) -> None:
@@ -58,7 +60,8 @@ class Environment:
             mine = shard(list(found), run.rank, cluster.num_nodes) if channel.distribution == "sharded" else list(found)
             # a retry skips what already arrived (the state file remembers each file's size and version)
             moved = self.retry(f"input {name}", partial(fetch, store, [found[k] for k in mine], prefix,
-                                                        lay.channel_dir(name), lay.input_dir / ".jobplane" / name))
+                                                        lay.channel_dir(name), lay.input_dir / ".jobplane" / name,
+                                                        sleep=self.sleep))
             self.out.note(f"input {name}: {len(mine)} of {len(found)} objects: {moved.summary()}")
 
     def configure(self, run: Run, spec: JobSpec, cluster: Cluster) -> dict[str, str]:
@@ -76,13 +79,13 @@ class Environment:
             bucket, key = keys.split_uri(spec.code)
             store = self._store(bucket)
             if key.endswith(TARBALL_SUFFIXES):
-                fetch_tarball(store, key, self.layout.code_dir)
+                fetch_tarball(store, key, self.layout.code_dir, sleep=self.sleep)
             else:
-                fetch(store, keys_under(store, key), key, self.layout.code_dir)
+                fetch(store, keys_under(store, key), key, self.layout.code_dir, sleep=self.sleep)
             self.out.note(f"code from {spec.code}")
             return
         try:
-            size = fetch_tarball(*self.reg.location(keys.code_bundle(job_id)), self.layout.code_dir)
+            size = fetch_tarball(*self.reg.location(keys.code_bundle(job_id)), self.layout.code_dir, sleep=self.sleep)
         except NotFound:
             self.out.note("no code bundle: running in an empty code directory")
             return

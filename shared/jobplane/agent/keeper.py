@@ -18,11 +18,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 from jobplane import keys, records
 from jobplane.agent.checkpoints import SETTLE, CheckpointSync, age, publish
+from jobplane.agent.clock import SYSTEM, Clock
 from jobplane.agent.layout import Layout
 from jobplane.agent.transfer import Moved
 from jobplane.agent.writers import under, writing
@@ -45,13 +46,15 @@ class Node:
 
 class Keeper:
     def __init__(self, reg: Registry, layout: Layout, spec: JobSpec, node: Node, *, interval: float,
-                 settle: float = SETTLE, say: Callable[[str], None], step: Callable[[], int | None]) -> None:
-        self.reg, self.node, self.interval, self.say = reg, node, interval, say
+                 settle: float = SETTLE, say: Callable[[str], None], step: Callable[[], int | None],
+                 clock: Clock = SYSTEM) -> None:
+        self.reg, self.node, self.interval, self.say, self.clock = reg, node, interval, say, clock
         self.checkpoint_dir = layout.local(spec.checkpoint_dir)
         self.artifact_dirs = [layout.local(spec.artifacts_dir), layout.output_data_dir]
         store, prefix = reg.location(keys.checkpoints_prefix(node.job_id))
         self.sync = CheckpointSync(store, self.checkpoint_dir, prefix, rank=node.rank, attempt=node.attempt,
-                                   settle=settle, say=say, step=step, overdue_after=2 * interval)
+                                   settle=settle, clock=clock, say=say, step=step, overdue_after=2 * interval,
+                                   sleep=clock.sleep)
         self.writing: set[str] = set()  # absolute paths held open for writing at any signal the agent sent
         self.froze = False  # the processes were frozen before a signal, and the kernel could tell what was open
         self.blind = False  # once, it could not
@@ -61,7 +64,7 @@ class Keeper:
         restored = retry("restore checkpoints", self.sync.restore)
         if restored.files and self.sync.restored_from is not None:
             key, written = self.sync.restored_from
-            old = f", {age((datetime.now(UTC) - written).total_seconds())} old" if written else ""
+            old = f", {age((self.clock() - written).total_seconds())} old" if written else ""
             self.say(f"restored {restored.files} checkpoint files into {self.checkpoint_dir} (manifest"
                      f" {key.rsplit('/', 2)[-2]}/{key.rsplit('/', 1)[-1]}{old}: {restored.summary()})")
         elif self.node.attempt > 1:
@@ -120,7 +123,8 @@ class Keeper:
         if notice and notice.get("time"):
             try:
                 at = datetime.fromisoformat(notice["time"].replace("Z", "+00:00"))
-                deadline = time.monotonic() + sync_budget((at - datetime.now(UTC)).total_seconds())
+                # a deadline in the uploads' own time (time.monotonic, agent/checkpoints.py)
+                deadline = time.monotonic() + sync_budget((at - self.clock()).total_seconds())
             except ValueError:
                 pass
         moved = self.sync.sync(final=True, leave_out=self.left_out(self.checkpoint_dir), cut_ns=cut_ns,
@@ -138,7 +142,7 @@ class Keeper:
             for rel, why in sorted(leave_out.items()):
                 if (local / rel).is_file():
                     self.say(f"artifact {rel} left out: {why}")
-            n += publish(store, local, prefix, leave_out=leave_out, cut_ns=cut_ns).files
+            n += publish(store, local, prefix, leave_out=leave_out, cut_ns=cut_ns, sleep=self.clock.sleep).files
         return n
 
 

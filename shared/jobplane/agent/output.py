@@ -14,8 +14,10 @@ from jobplane import metrics
 class OutputLog:
     """Thread-safe: the pump thread writes, the shipping thread takes."""
 
-    def __init__(self, console: BinaryIO | None) -> None:
+    def __init__(self, console: BinaryIO | None,
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self._console = console
+        self._clock = clock  # the wall time of each line (the agent's clock)
         self._lock = threading.Lock()
         self._pending: list[bytes] = []
         self._points: list[bytes] = []  # encoded metric points, one JSON line each
@@ -34,7 +36,7 @@ class OutputLog:
 
     def user(self, line: bytes) -> None:
         """A line the user process printed."""
-        now = datetime.now(UTC)
+        now = self._clock()
         with self._lock:
             extractor, on_stop = self._extractor, self._on_stop
         points, stop = extractor.line(line.decode(errors="replace"))  # one pump thread at a time calls this
@@ -51,7 +53,7 @@ class OutputLog:
 
     def note(self, text: str) -> None:
         """A line from the agent itself (kept in the job's logs, not counted as user output)."""
-        line = f"[jobplane-agent {datetime.now(UTC):%H:%M:%S}] {text}\n".encode()
+        line = f"[jobplane-agent {self._clock():%H:%M:%S}] {text}\n".encode()
         with self._lock:
             self._pending.append(line)
         self._echo(line)

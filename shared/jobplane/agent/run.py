@@ -32,6 +32,6 @@ class Outcome:
     notice: dict[str, str] | None = None
     error: str | None = None
     signal: str | None = None  # "SIGTERM" when a signal asked the agent to stop
-    deadline: float | None = None  # time.monotonic() by which the VM is gone, when a signal says so
+    deadline: float | None = None  # the clock's monotonic() by which the VM is gone, when a signal says so
     stopped_by: str | None = None  # the stop request's `by` (uptime-cap, idle-gpu, cli), for the exit report
     stop_reason: str | None = None

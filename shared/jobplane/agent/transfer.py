@@ -28,6 +28,7 @@ from jobplane.clouds.base import NotFound, ObjectInfo, ObjectStore, Precondition
 log = logging.getLogger("jobplane.agent")
 T = TypeVar("T")
 
+Sleep = Callable[[float], None]  # the agent's clock's sleep: a retry's pause
 TARBALL_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 FILE_TRIES = 3  # per file, on top of the SDK's retries of each request
 
@@ -52,7 +53,7 @@ def workers(store: ObjectStore) -> int:
     return max(4, 2 * store.limits.concurrency)
 
 
-def retried(what: str, fn: Callable[[], T], tries: int = FILE_TRIES) -> T:
+def retried(what: str, fn: Callable[[], T], tries: int = FILE_TRIES, *, sleep: Sleep = time.sleep) -> T:
     """fn(), tried again on errors a retry can fix (not a missing object or a changed version)."""
     for attempt in range(1, tries + 1):
         try:
@@ -63,7 +64,7 @@ def retried(what: str, fn: Callable[[], T], tries: int = FILE_TRIES) -> T:
             if attempt == tries:
                 raise
             log.warning("%s failed (try %d of %d): %s", what, attempt, tries, exc)
-            time.sleep(0.5 * attempt)
+            sleep(0.5 * attempt)
     raise AssertionError("unreachable")
 
 
@@ -116,7 +117,7 @@ def parallel(jobs: Iterable[tuple[str, Callable[[], T]]], threads: int, deadline
 
 # ---- downloads -------------------------------------------------------------------------------------------
 def fetch(store: ObjectStore, objects: list[ObjectInfo], prefix: str, dest: Path,
-          state_file: Path | None = None) -> Moved:
+          state_file: Path | None = None, *, sleep: Sleep = time.sleep) -> Moved:
     """Download objects into dest/<key relative to prefix>, in parallel.
 
     With a state file (one per channel), a file already present with the size and version it was downloaded
@@ -135,7 +136,7 @@ def fetch(store: ObjectStore, objects: list[ObjectInfo], prefix: str, dest: Path
 
     def job(info: ObjectInfo, path: Path) -> tuple[int, str]:
         version = retried(f"download {info.key}", lambda: store.download_file(
-            info.key, path, version=info.version or None, size=info.size))
+            info.key, path, version=info.version or None, size=info.size), sleep=sleep)
         return info.size, version
 
     try:
@@ -185,11 +186,11 @@ def _save_state(path: Path | None, state: dict[str, list[int | str]]) -> None:
     tmp.replace(path)
 
 
-def fetch_tarball(store: ObjectStore, key: str, dest: Path) -> int:
+def fetch_tarball(store: ObjectStore, key: str, dest: Path, *, sleep: Sleep = time.sleep) -> int:
     """Stream a (gzipped) tarball to a temporary file and unpack it; returns its size in bytes."""
     with tempfile.TemporaryDirectory(prefix="jobplane-bundle-") as tmp:
         local = Path(tmp) / "bundle"
-        retried(f"download {key}", lambda: store.download_file(key, local))
+        retried(f"download {key}", lambda: store.download_file(key, local), sleep=sleep)
         unpack(local, dest)
         return local.stat().st_size
 
