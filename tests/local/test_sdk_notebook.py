@@ -1,8 +1,8 @@
 """The SDK as a notebook uses it, against the local AWS cloud, in this process: the environment `source
 .jobplane/env.sh` sets (as before starting Jupyter), then Client(). The demo job with its code and a
-hyperparameter runs to SUCCEEDED; its loss fell, its logs are its lines, its artifact and cost are there. Beside
-it, 20 tiny jobs submitted at once from a thread pool (under three owners, so no owner's quota of 8 makes any of
-them wait) all run, each its own: distinct ids, each printing its own id.
+hyperparameter runs to SUCCEEDED; its loss fell, its logs are its lines, its artifact and cost are there. Once it
+runs, 20 tiny jobs submitted at once from a thread pool (under three owners, so no owner's quota of 8 makes any of
+them wait) all run beside it, each its own: distinct ids, each printing its own id.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ def test_a_notebook_runs_the_demo_and_twenty_jobs_at_once(cloud: CloudProcess, t
     assert job.view.state == State.QUEUED and job.view.spec is not None
     assert job.view.spec.hyperparameters == {"lr": 0.02} and job.view.spec.owner == "demo"
 
+    assert job.wait(300, "running", interval=1) in (State.RUNNING, State.SUCCEEDED), job.reason  # booted alone
     with ThreadPoolExecutor(max_workers=20) as pool:
         tiny = list(pool.map(lambda i: client.submit(TINY, owner=f"team-{i % 3}"), range(20)))
     assert len({t.id for t in tiny}) == 20
@@ -46,7 +47,8 @@ def test_a_notebook_runs_the_demo_and_twenty_jobs_at_once(cloud: CloudProcess, t
     assert loss.last < loss.points[0].value and loss.min == loss.last and len(loss.points) > 10
     lines = list(job.logs())
     assert "starting from step 0" in lines and any(line.startswith("step 200 loss ") for line in lines)
-    assert all((line.attempt, line.rank) == (1, 0) for line in lines)
+    attempts = set(range(1, job.view.attempt + 1))  # a boot slowed past its timeout by the load is tried again
+    assert {line.rank for line in lines} == {0} and {line.attempt for line in lines} <= attempts
     assert [a.path for a in job.artifacts()] == ["model/result.json"]
     (result,) = job.download(tmp_path)
     assert json.loads(result.read_text())["steps"] == 200
