@@ -1,4 +1,5 @@
-"""Fixtures for running the real agent as a subprocess against moto (S3) and the fake IMDS."""
+"""Fixtures for running the real agent as a subprocess against moto (S3) and the fake IMDS; and for driving its
+background loop step by step in memory, on a manual clock."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +21,19 @@ import boto3
 import pytest
 
 from jobplane import keys
+from jobplane.agent.background import MIN_WAIT, Background
 from jobplane.agent.checkpoints import CheckpointSync
-from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, TAG_MANAGED, NotFound
+from jobplane.agent.output import OutputLog
+from jobplane.agent.run import Outcome, Run
+from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, TAG_MANAGED, CredentialsRefused, NotFound
+from jobplane.clouds.memory import MemoryStore
 from jobplane.clouds.s3 import S3Store
 from jobplane.local.imds import FakeImds, ImdsInstance
 from jobplane.records import ClusterFile
 from jobplane.registry import Registry
 from jobplane.spec import JobSpec
 from jobplane.states import State
+from tests.agent.clock import ManualClock
 
 BUCKET = "jobplane-agent-test"
 ROOT = "reg"  # a non-empty registry root, so every key the agent writes must honour it
@@ -182,3 +190,133 @@ def json_line(text: str, marker: str) -> Any:
         if marker in line:
             return json.loads(line.split(marker, 1)[1])
     raise AssertionError(f"{marker!r} not in output:\n{text}")
+
+
+# ---- the background loop in memory ---------------------------------------------------------------------------
+class FlakyStore(MemoryStore):
+    """Writes to keys containing a fragment fail the given number of times (-1: forever), then succeed: with an
+    OSError, the way a network fails, or with `error` when one is set (CredentialsRefused, say)."""
+
+    def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
+        super().__init__(clock)
+        self.failures: dict[str, int] = {}
+        self.error: Exception | None = None
+        self._flaky_lock = threading.Lock()
+
+    def _maybe_fail(self, key: str) -> None:
+        with self._flaky_lock:
+            for fragment, left in self.failures.items():
+                if fragment in key and left != 0:
+                    self.failures[fragment] = left - 1
+                    raise self.error or OSError(f"injected: connection reset writing {key}")
+
+    def put(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> str:
+        self._maybe_fail(key)
+        return super().put(key, data, content_type)
+
+    def put_if_absent(self, key: str, data: bytes, content_type: str = "application/json",
+                      tags: Mapping[str, str] | None = None) -> str:
+        self._maybe_fail(key)
+        return super().put_if_absent(key, data, content_type, tags)
+
+
+class FakeMetadata:
+    """The VM's metadata as the background loop asks it: a Spot notice once the test sets one."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+        self.notice: dict[str, str] | None = None
+        self.asked: list[float] = []  # when the loop asked for a notice
+        self.on_ask: Callable[[], None] = lambda: None
+
+    def instance_id(self) -> str:
+        return "i-loop"
+
+    def rank(self) -> int:
+        return 0
+
+    def tag(self, key: str) -> str | None:
+        return None
+
+    def preemption_notice(self) -> dict[str, str] | None:
+        self.asked.append(self.clock.monotonic())
+        self.on_ask()
+        return self.notice
+
+
+class Traced(Background):
+    """The loop, saying when it ran what."""
+
+    trace: list[tuple[float, str]]
+
+    def poll(self) -> None:
+        self.trace.append((self.clock.monotonic(), "poll"))
+        super().poll()
+
+    def ship_logs(self) -> None:
+        self.trace.append((self.clock.monotonic(), "logs"))
+        super().ship_logs()
+
+    def heartbeat(self) -> None:
+        self.trace.append((self.clock.monotonic(), "beat"))
+        super().heartbeat()
+
+
+@dataclass
+class Loop:
+    """A node's background loop on a manual clock, over an in-memory registry that keeps the clock's time."""
+
+    clock: ManualClock
+    store: FlakyStore
+    reg: Registry
+    md: FakeMetadata
+    out: OutputLog
+    run: Run
+    background: Traced
+    interrupts: list[Outcome]
+    refused: list[CredentialsRefused]
+    gpu: list[float | None]  # what nvidia-smi says now: gpu[0]
+
+    def until(self, seconds: float) -> None:
+        """Drive the loop as its thread would (a step, then a wait until the next is due) until the clock's
+        monotonic() reads `seconds`: what is due then has run."""
+        while True:
+            wait = max(MIN_WAIT, self.background.step())
+            if self.clock.monotonic() + wait > seconds:
+                self.clock.advance(max(0.0, seconds - self.clock.monotonic()))
+                return
+            self.clock.advance(wait)
+
+    def json(self, key: str) -> Any:
+        return self.reg.get_json(key)
+
+    def written_at(self, key: str) -> float:
+        """When the object was last written, on the clock's monotonic() scale."""
+        return (self.store.get(self.reg.key(key)).last_modified - self.clock.start).total_seconds()
+
+    def chunks(self, stream: str = "logs") -> list[bytes]:
+        prefix = (keys.logs_prefix if stream == "logs" else keys.metrics_prefix)("loop-job", 1, 0)
+        return [self.reg.get_bytes(k) for k, _, _ in self.reg.listing(prefix)]
+
+
+def make_loop(*, poll: float = 5.0, logs: float = 10.0, beat: float = 30.0, phase: str = "running") -> Loop:
+    """The contract's intervals by default: on a manual clock they cost nothing."""
+    clock = ManualClock()
+    store = FlakyStore(clock)
+    reg = Registry(store, "reg")
+    md = FakeMetadata(clock)
+    out = OutputLog(None, clock=clock)
+    run = Run("loop-job", 1, 0, "i-loop", started_at=clock(), phase=phase)
+    interrupts: list[Outcome] = []
+    refused: list[CredentialsRefused] = []
+    gpu: list[float | None] = [None]
+    background = Traced(reg, md, out, run, clock=clock, poll_interval=poll, log_interval=logs, heartbeat_interval=beat,
+                        interrupted=lambda: bool(interrupts), interrupt=interrupts.append, lose_access=refused.append,
+                        gpu_utilization=lambda: gpu[0])
+    background.trace = []
+    return Loop(clock, store, reg, md, out, run, background, interrupts, refused, gpu)
+
+
+@pytest.fixture
+def loop() -> Loop:
+    return make_loop()

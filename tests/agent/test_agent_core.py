@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,33 +25,9 @@ from jobplane.records import ClusterFile, ExitReport
 from jobplane.registry import Registry
 from jobplane.spec import JobSpec
 from jobplane.states import State
+from tests.agent.conftest import FlakyStore
 
 pytestmark = pytest.mark.timeout(30)
-
-
-class FlakyStore(MemoryStore):
-    """Writes to keys containing a fragment fail (OSError) the given number of times, then succeed."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.failures: dict[str, int] = {}
-        self._flaky_lock = threading.Lock()
-
-    def _maybe_fail(self, key: str) -> None:
-        with self._flaky_lock:
-            for fragment, left in self.failures.items():
-                if fragment in key and left != 0:
-                    self.failures[fragment] = left - 1
-                    raise OSError(f"injected: connection reset writing {key}")
-
-    def put(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> str:
-        self._maybe_fail(key)
-        return super().put(key, data, content_type)
-
-    def put_if_absent(self, key: str, data: bytes, content_type: str = "application/json",
-                      tags: Mapping[str, str] | None = None) -> str:
-        self._maybe_fail(key)
-        return super().put_if_absent(key, data, content_type, tags)
 
 
 @pytest.fixture
