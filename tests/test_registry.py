@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from itertools import product
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from jobplane import keys, records
+from jobplane import history, keys, records
 from jobplane.clouds.memory import MemoryStore
 from jobplane.decide.rules import LaunchCause, Rule
-from jobplane.registry import JobExists, JobNotFound, Registry, TransitionRefused, UnknownField
+from jobplane.registry import JobExists, JobNotFound, JobRecord, Registry, TransitionRefused, UnknownField, Updates
 from jobplane.spec import parse_spec
 from jobplane.states import LIVE, TERMINAL, TRANSITIONS, State
 from tests.helpers import race
 
+ROOT = Path(__file__).resolve().parents[1]
 SPEC = parse_spec("run: python3 train.py\ninstance_type: g5.xlarge\nowner: ml\n")
 
 # The table as docs/architecture.md states it, plus the edges the reconcilers need (documented in states.py).
@@ -155,6 +161,33 @@ def test_an_update_naming_no_field_is_refused_and_changes_nothing() -> None:
     assert [e["kind"] for e in reg.events("j")] == ["created"]
 
 
+def test_updates_names_only_fields_of_the_record_a_write_may_set() -> None:
+    kept = {"id", "spec", "state", "owner", "created_at", "updated_at", "reason", "cause", "last_event"}
+    assert set(Updates.__annotations__) == set(JobRecord.model_fields) - kept
+
+
+MISSPELT = """
+from jobplane.decide.effects import Transition
+from jobplane.registry import Registry
+from jobplane.states import State
+
+
+def write(reg: Registry) -> None:
+    reg.transition("j", State.LAUNCHING, lauched_at=None)
+    reg.update("j", exit_code="zero")
+    Transition(State.FAILED, {"exit_cod": 1})
+"""
+
+
+def test_mypy_refuses_a_field_a_write_may_not_set_before_anything_runs(tmp_path: Path) -> None:
+    (tmp_path / "misspelt.py").write_text(MISSPELT)
+    found = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-error-summary", "--cache-dir",
+                            str(tmp_path / "cache"), str(tmp_path / "misspelt.py")], capture_output=True, text=True,
+                           env={**os.environ, "MYPYPATH": str(ROOT / "shared")}, cwd=tmp_path, timeout=120)
+    codes = re.findall(r"misspelt.py:(\d+): error: .*\[([a-z-]+)\]$", found.stdout, re.M)
+    assert codes == [("8", "call-arg"), ("9", "arg-type"), ("10", "typeddict-unknown-key")], found.stdout
+
+
 def test_a_record_with_fields_this_version_does_not_know_still_reads() -> None:
     reg = registry()
     reg.create_job("j", SPEC)
@@ -227,7 +260,7 @@ def test_a_crash_between_the_cas_and_the_event_loses_no_event(monkeypatch: pytes
     with monkeypatch.context() as crashing:
         refused = crash_on_event_writes(reg, crashing, "launching")
         with pytest.raises(Crash):
-            reg.transition("j", State.LAUNCHING, attempt=1, instances=["i-1"], event={"zone": "z"})
+            reg.transition("j", State.LAUNCHING, attempt=1, instances=["i-1"], event=history.Retried(retries=0))
     assert refused and reg.job("j").state == State.LAUNCHING
     assert [e["kind"] for e in reg.events("j")] == ["created"], "the crash lost the event object"
     assert reg.job("j").last_event is not None and reg.job("j").last_event.kind == "launching"
@@ -235,7 +268,7 @@ def test_a_crash_between_the_cas_and_the_event_loses_no_event(monkeypatch: pytes
     events = reg.events("j")
     assert [e["kind"] for e in events] == ["created", "launching", "running"]
     assert events[1] | {"time": None} == {"time": None, "kind": "launching", "from": "QUEUED", "to": "LAUNCHING",
-                                          "attempt": 1, "reason": None, "zone": "z"}
+                                          "attempt": 1, "reason": None, "retries": 0}
 
 
 def test_a_crash_after_the_last_transition_is_completed_by_whoever_reads_the_record(

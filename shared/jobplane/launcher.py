@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from jobplane import keys
+from jobplane import history, keys
 from jobplane.clouds.base import (
     TAG_OWNER,
     CapacityError,
@@ -153,7 +153,7 @@ def _invalid(reg: Registry, key: str, job_id: str, data: bytes, errors: list[Fie
     try:
         reg.transition(job_id, State.INVALID, now=now, expect={State.QUEUED}, expect_attempt=0,
                        reason="; ".join(map(str, errors)), cause=LaunchCause.INVALID,
-                       event={"errors": [e.as_dict() for e in errors]})
+                       event=history.Rejected(errors=[e.as_dict() for e in errors]))
         metrics.add_metric("JobsRejected", "Count", 1)
     except TransitionRefused:
         pass  # another delivery recorded it
@@ -247,7 +247,8 @@ def launch_attempt(
                             expect={current.state}, expect_attempt=current.attempt, attempt=claimed.attempt,
                             restarts=claimed.restarts, retries=claimed.retries, instances=[], instance_type=None,
                             zone=None, launched_at=None,
-                            event={"retries": claimed.retries} if claimed.retries != current.retries else None)
+                            event=history.Retried(retries=claimed.retries) if claimed.retries != current.retries
+                            else None)
     return _launch(reg, compute, record, now=now, metrics=metrics, policy=policy)
 
 
@@ -426,9 +427,9 @@ def _launched(reg: Registry, compute: Compute, record: JobRecord, request: Launc
             cause=LaunchCause.LAUNCHED,
             reason=f"launched {len(ids)} x {request.instance_type} in {zone or 'any zone'}"
                    + (f" ({fallback})" if fallback else ""),
-            event={"instances": ids, "instance_type": request.instance_type, "zone": zone, "image": request.image,
-                   "market": usage.market, "price": usage.price, "price_source": usage.price_source,
-                   **({"fallback": fallback} if fallback else {})},
+            event=history.Launched(instances=ids, instance_type=request.instance_type, zone=zone, image=request.image,
+                                   market=usage.market, price=usage.price, price_source=usage.price_source,
+                                   fallback=fallback or None),
             instances=ids, instance_type=request.instance_type, zone=zone, launched_at=now,
             usage=[*(u for u in record.usage if u.attempt != usage.attempt), usage],
             first_launched_at=record.first_launched_at or now, waits=0, wait_until=None, spot_refused_at=None,

@@ -18,7 +18,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, TypeVar
 
-from jobplane import keys, records
+from jobplane import history, keys, records
 from jobplane.clouds.base import LOG_OBJECT_TAG, Compute, NotFound, PreconditionFailed
 from jobplane.decide.effects import (
     ClearPreempted,
@@ -201,7 +201,8 @@ def apply(reg: Registry, compute: Compute | None, actions: Iterable[Action], *, 
                            notify=notify)
         if outcome.result == Result.REFUSED and refusals < REFUSAL_EVENTS:
             refusals += 1  # the log and the metric still count every refusal
-            _history(reg, action, "refused", {"refused": action.refused, "instances": list(action.terminate)}, now)
+            _history(reg, action, history.Refused(rule=str(action.rule), reason=action.reason, refused=action.refused,
+                                                  instances=list(action.terminate)), now)
         _count(outcome, metrics)
         outcomes.append(outcome)
     return outcomes
@@ -228,16 +229,16 @@ def _outcome(reg: Registry, compute: Compute | None, action: Action, *, now: dat
     return Outcome(action, Result.APPLIED)
 
 
-def _history(reg: Registry, action: Action, kind: str, body: dict[str, Any], now: datetime) -> None:
+def _history(reg: Registry, action: Action, event: history.Applied, now: datetime) -> None:
     """Add what the applier did (or refused to do) to the job's events. An action decided without the job's
     record (an orphan, a capped VM, a stop) may name a job that has none: its events go only where one is."""
     job_id = action.job_id
     if not job_id or (action.expect_attempt is None and not reg.exists(job_id)):
         return
     try:
-        reg.record_event(job_id, kind, {"rule": str(action.rule), "reason": action.reason, **body}, now=now)
+        reg.record_event(job_id, event, now=now)
     except Exception:  # the history is worth a log line, never the action itself
-        log.exception("could not record a %s event", kind, extra={"job_id": job_id})
+        log.exception("could not record a %s event", event.kind, extra={"job_id": job_id})
 
 
 def _apply_one(reg: Registry, compute: Compute | None, action: Action, *, now: datetime, metrics: Metrics,
@@ -258,8 +259,8 @@ def _effect(reg: Registry, compute: Compute | None, action: Action, effect: Effe
                 reg.put_if_absent(key, b"", "text/plain")
             except PreconditionFailed:
                 raise AlreadyDone(f"{key} exists: flagged by another run") from None
-        case Note(kind=kind, body=body) if job_id:
-            reg.record_event(job_id, kind, dict(body), now=now)
+        case Note(event=event) if job_id:
+            reg.record_event(job_id, event, now=now)
         case Publish(notice=notice) if notify is not None:
             notify.publish(notice)
         case RepairMarkers() if job_id:
@@ -269,14 +270,15 @@ def _effect(reg: Registry, compute: Compute | None, action: Action, effect: Effe
                 save_console(reg, _needs(compute, "read console output with"), job_id, attempt, rank, instance_id)
         case Terminate(instances=instances) if instances:
             _needs(compute, "terminate with").terminate(list(instances))
-            _history(reg, action, "terminated", {"instances": list(instances)}, now)
+            _history(reg, action, history.Terminated(rule=str(action.rule), reason=action.reason,
+                                                     instances=list(instances)), now)
         case MarkPreempted(marker=marker) if job_id:
             reg.mark_preempted(job_id, marker)
         case WriteLimits(limits=limits):
             reg.put(limits.key, b"", "text/plain")
         case RequestStop(by=by) if job_id:
             reg.put_json(keys.stop_request(job_id), records.StopRequest(time=now, by=by, reason=action.reason).body())
-            _history(reg, action, "stop-requested", {"by": by}, now)
+            _history(reg, action, history.StopRequested(rule=str(action.rule), reason=action.reason, by=by), now)
         case Relaunch(retry=retry) if job_id and attempt is not None:
             launching = _needs(compute, "relaunch with")
             from jobplane import launcher  # only a relaunch or a resume launches: uptime-cap never does
@@ -391,10 +393,10 @@ def record_spot_warning(reg: Registry, compute: Compute, instance_id: str, *, no
     record = reg.job(job_id)
     if any(n.get("instance_id") == instance_id for n in record.notices):
         return "duplicate"
-    notice = {"instance_id": instance_id, "attempt": inst.attempt, "rank": inst.rank,
-              "action": (detail or {}).get("instance-action"), "received_at": now.isoformat()}
-    reg.update(job_id, now=now, notices=[*record.notices, notice])
-    reg.record_event(job_id, "spot-warning", notice, now=now)
+    warning = history.SpotWarning(instance_id=instance_id, attempt=inst.attempt, rank=inst.rank,
+                                  action=(detail or {}).get("instance-action"), received_at=now.isoformat())
+    reg.update(job_id, now=now, notices=[*record.notices, warning.body()])
+    reg.record_event(job_id, warning, now=now)
     log.warning("Spot interruption warning for %s (rank %s of attempt %s)", instance_id, inst.rank, inst.attempt,
                 extra={"job_id": job_id})
     return "recorded"

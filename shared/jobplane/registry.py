@@ -19,16 +19,19 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
-from jobplane import keys
+from jobplane import history, keys
 from jobplane.clouds.base import Blob, NotFound, ObjectStore, PreconditionFailed, VmUrls
+from jobplane.history import LastEvent
+from jobplane.jobrecord import JobRecord as JobRecord  # job.json and what a write may set: named from here too
+from jobplane.jobrecord import Updates as Updates
 from jobplane.policy import DEFAULT_POLICY, Policy, parse_policy
 from jobplane.spec import JobSpec, known_fields
-from jobplane.states import LIVE, TERMINAL, State, allowed
-from jobplane.usage import AttemptUsage, close
+from jobplane.states import LIVE, State, allowed
+from jobplane.usage import close
 
 if TYPE_CHECKING:
     from jobplane import records  # its models are built at import; the registry only names one in a signature
@@ -85,59 +88,6 @@ class UnknownField(RegistryError):
         self.job_id, self.names = job_id, sorted(names)
 
 
-class LastEvent(BaseModel):
-    """The event of the write that made a record (its creation or its last transition), carried in job.json
-    until it is surely in the history: its key is fixed before the CAS, so writing it again is harmless."""
-
-    model_config = ConfigDict(frozen=True)
-
-    stamp: str
-    kind: str
-    body: dict[str, Any]
-
-    def key(self, job_id: str) -> str:
-        return keys.event(job_id, self.stamp, self.kind)
-
-
-class JobRecord(BaseModel):
-    """jobs/<id>/job.json. Reading ignores fields it does not know (records written by an older or newer
-    version); writing through Registry.transition / update refuses them (UnknownField)."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    id: str
-    spec: JobSpec
-    state: State
-    attempt: int = 0  # 0 until the first launch
-    restarts: int = 0  # attempts after the first for a preemption or a failed boot (spec max_restarts)
-    retries: int = 0  # attempts after the first for an error (spec retry.max); absent in older records: 0
-    owner: str = "default"
-    created_at: datetime
-    updated_at: datetime
-    state_since: datetime
-    first_launched_at: datetime | None = None
-    launched_at: datetime | None = None  # current attempt
-    instances: list[str] = Field(default_factory=list)  # current attempt, by rank
-    instance_type: str | None = None
-    zone: str | None = None
-    reason: str | None = None  # why its last transition happened, for people
-    # ... and what made it, to act on: a decide.rules Rule or LaunchCause value (None before causes were recorded,
-    # or from a writer that names none). A str, so a newer version's cause still reads.
-    cause: str | None = None
-    exit_code: int | None = None
-    wait_until: datetime | None = None  # WAITING_CAPACITY: earliest next try
-    waits: int = 0  # consecutive failed tries, for the backoff
-    spot_refused_at: datetime | None = None  # the attempt's first refusal of Spot everywhere (spot.after counts)
-    last_error: str | None = None
-    notices: list[dict[str, Any]] = Field(default_factory=list)  # Spot interruption warnings seen
-    usage: list[AttemptUsage] = Field(default_factory=list)  # what each launched attempt ran on (jobplane.cost)
-    last_event: LastEvent | None = None  # the event of the write that made this record (see the module doc)
-
-    @property
-    def terminal(self) -> bool:
-        return self.state in TERMINAL
-
-
 @dataclass(frozen=True)
 class ActiveMarker:
     job_id: str
@@ -178,15 +128,6 @@ def utcnow() -> datetime:
 
 def _dump(model: BaseModel) -> bytes:
     return model.model_dump_json(exclude_none=True, indent=1).encode()
-
-
-def _stamp_after(previous: LastEvent | None, now: datetime) -> str:
-    """The new event's stamp, sorting after the previous event's so the history lists in CAS order, even when
-    both writes used one `now` (create and claim in one launcher run) or this writer's clock is behind."""
-    stamp = keys.stamp(now)
-    if previous is None or stamp > previous.stamp:
-        return stamp
-    return previous.stamp + stamp[-1]  # one more hex digit: the key sorts right after the previous one
 
 
 def _check_fields(job_id: str, updates: Collection[str]) -> None:
@@ -286,8 +227,9 @@ class Registry:
         """Create-only: a second create of the same id raises JobExists and changes nothing."""
         now = now or utcnow()
         spec = spec if spec.id == job_id else spec.model_copy(update={"id": job_id})
-        created = LastEvent(stamp=keys.stamp(now), kind="created", body={
-            "time": now.isoformat(), "kind": "created", "state": State.QUEUED, "spec": spec.model_dump(mode="json")})
+        event = history.Created(state=State.QUEUED, spec=spec.model_dump(mode="json"))
+        created = LastEvent(stamp=keys.stamp(now), kind=event.kind,
+                            body={"time": now.isoformat(), "kind": event.kind, **event.body()})
         record = JobRecord(id=job_id, spec=spec, state=State.QUEUED, owner=spec.owner,
                            created_at=now, updated_at=now, state_since=now, last_event=created)
         try:
@@ -332,19 +274,18 @@ class Registry:
         expect: Collection[State] | None = None,
         expect_attempt: int | None = None,
         expect_event: str | None = None,
-        event: dict[str, Any] | None = None,
+        event: history.Detail | None = None,
         cause: Cause | None = None,
-        **updates: Any,
+        **updates: Unpack[Updates],
     ) -> JobRecord:
         """Move a job to `to` by compare-and-swap, retrying on conflict.
 
         expect / expect_attempt say what the caller saw; if the job has moved on (another function won
         the race), the transition is refused instead of being applied twice. `reason` (prose) and `cause` (the
-        rule or launcher decision that made it) go on the record and its event.
+        rule or launcher decision that made it) go on the record and its event; `event` adds to the event.
         """
-        _check_fields(job_id, updates)
+        _check_fields(job_id, updates)  # mypy checks the names a caller writes; this, the ones it builds
         now = now or utcnow()
-        kind = to.lower().replace("_", "-")
         completed: LastEvent | None = None
         for tries in range(CAS_RETRIES):
             current, version = self.get(job_id)
@@ -358,13 +299,12 @@ class Registry:
                 raise TransitionRefused(job_id, current.state, to, "the record changed since it was read")
             if not allowed(current.state, to):
                 raise TransitionRefused(job_id, current.state, to)
-            stamp = _stamp_after(current.last_event, now)
-            body = {"time": now.isoformat(), "kind": kind, "from": current.state, "to": to,
-                    "attempt": updates.get("attempt", current.attempt), "reason": reason,
-                    **({"cause": str(cause)} if cause else {}), **(event or {})}
-            fields: dict[str, Any] = {"state": to, "updated_at": now, "reason": reason,
-                                      "cause": str(cause) if cause else None, **updates,
-                                      "last_event": LastEvent(stamp=stamp, kind=kind, body=body)}
+            said = history.Transitioned(source=current.state, to=to, attempt=updates.get("attempt", current.attempt),
+                                        reason=reason, cause=str(cause) if cause else None)
+            body = {"time": now.isoformat(), "kind": said.kind, **said.body(), **(event.body() if event else {})}
+            last = LastEvent(stamp=history.stamp_after(current.last_event, now), kind=said.kind, body=body)
+            fields: dict[str, Any] = {"state": to, "updated_at": now, "reason": reason, "cause": said.cause,
+                                      **updates, "last_event": last}
             if to != current.state or fields.get("attempt", current.attempt) != current.attempt:
                 fields["state_since"] = now
             new = JobRecord.model_validate({**current.model_dump(), **fields})
@@ -396,7 +336,7 @@ class Registry:
             except Exception:  # a listener (a notification) must never undo or repeat a transition
                 log.exception("transition listener failed for %s", new.id, extra={"job_id": new.id})
 
-    def update(self, job_id: str, *, now: datetime | None = None, **updates: Any) -> JobRecord:
+    def update(self, job_id: str, *, now: datetime | None = None, **updates: Unpack[Updates]) -> JobRecord:
         """CAS-update fields without a state change (e.g. recording a Spot warning)."""
         _check_fields(job_id, updates)
         now = now or utcnow()
@@ -440,8 +380,8 @@ class Registry:
             self.put_if_absent(flag, b"{}")
         except PreconditionFailed:
             return  # noted already
-        self.put_json(key, {"time": now.isoformat(), "kind": "unreadable-record", "version": error.version,
-                            "problem": error.problem})
+        self.put_json(key, {"time": now.isoformat(), "kind": "unreadable-record",
+                            **history.UnreadableRecord(version=error.version, problem=error.problem).body()})
 
     # ---- events ------------------------------------------------------------------------------------
     def complete_history(self, record: JobRecord) -> None:
@@ -452,10 +392,11 @@ class Registry:
             body = record.last_event.model_dump(mode="json")["body"]  # as job.json has it: the same bytes each time
             self.put_if_absent(record.last_event.key(record.id), json.dumps(body, indent=1).encode())
 
-    def record_event(self, job_id: str, kind: str, body: dict[str, Any], now: datetime | None = None) -> None:
+    def record_event(self, job_id: str, event: history.Event, now: datetime | None = None) -> None:
         """An event that goes with no write of job.json (a flag, a refusal): written at once, nothing to lose."""
         now = now or utcnow()
-        self.put_json(keys.event(job_id, keys.stamp(now), kind), {"time": now.isoformat(), "kind": kind, **body})
+        self.put_json(keys.event(job_id, keys.stamp(now), event.kind),
+                      {"time": now.isoformat(), "kind": event.kind, **event.body()})
 
     def events(self, job_id: str) -> list[dict[str, Any]]:
         return [self.get_json(k) for k, _, _ in self.listing(keys.events_prefix(job_id))]

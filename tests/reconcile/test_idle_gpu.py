@@ -12,6 +12,7 @@ from jobplane import keys
 from jobplane.decide import sweep
 from jobplane.decide.effects import DeleteKeys, Flag, Note, Publish, RequestStop
 from jobplane.decide.model import Rule, Snapshot
+from jobplane.history import IdleGpu
 from jobplane.policy import IdleGpuPolicy, Policy
 from jobplane.registry import IdleMark
 from jobplane.states import State
@@ -63,9 +64,7 @@ def test_warn_flags_the_attempt_once_with_an_event_a_notice_and_no_stop() -> Non
     assert action.rule == Rule.IDLE and action.to is None and not action.get(RequestStop) and not action.terminate
     assert action.get(Flag) == Flag(keys.idle_flag("j", 1)) and action.expect_attempt == 1
     assert action.reason == "GPU utilization under 5% on every rank for 30m"
-    note = action.get(Note)
-    assert note is not None and note.kind == "idle-gpu"
-    assert note.body["action"] == "warn" and note.body["window"] == 1800
+    assert action.get(Note) == Note(IdleGpu(attempt=1, reason=action.reason, action="warn", threshold=5, window=1800))
     published = action.get(Publish)
     assert published is not None
     notice = published.notice

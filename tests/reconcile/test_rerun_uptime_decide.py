@@ -9,6 +9,7 @@ import pytest
 from jobplane.decide import rerun, uptime
 from jobplane.decide.effects import ClearPreempted, Note, Relaunch, RequestStop, Terminate, Transition
 from jobplane.decide.model import Action, PreemptedMark, Rule, Snapshot
+from jobplane.history import IgnoredFact
 from jobplane.policy import Policy
 from jobplane.registry import JobRecord
 from jobplane.states import LIVE, State
@@ -81,9 +82,9 @@ def test_rerun(case: RerunCase) -> None:
         assert action.expect == {case.rec.state} and action.expect_attempt == case.rec.attempt
     if case.rule == Rule.IGNORED:
         note = action.get(Note)
-        assert note is not None and note.kind == "ignored-fact", action
-        assert note.body["key"] == "preempted-jobs/j"
-        assert action.reason == Rule.IGNORED.reason(fact="preempted marker", why=note.body["why"])
+        assert note is not None and isinstance(note.event, IgnoredFact), action
+        assert (note.event.attempt, note.event.key) == (case.rec.attempt, "preempted-jobs/j")
+        assert action.reason == Rule.IGNORED.reason(fact="preempted marker", why=note.event.why)
 
 
 def test_rerun_ignores_a_marker_that_does_not_parse_for_a_running_job() -> None:
@@ -91,8 +92,7 @@ def test_rerun_ignores_a_marker_that_does_not_parse_for_a_running_job() -> None:
     (action,) = rerun.decide(snapshot(records=[record(spot=True)], preempted=[mark]), NOW, POLICY)
     assert (action.rule, action.to, action.get(Relaunch), action.get(ClearPreempted)) == (
         Rule.IGNORED, None, None, ClearPreempted())
-    note = action.get(Note)
-    assert note is not None and "field 'attempt'" in note.body["why"]
+    assert action.get(Note) == Note(IgnoredFact(attempt=1, key="preempted-jobs/j", why=mark.problem))
 
 
 def test_rerun_notes_a_marker_that_does_not_parse_on_a_preempted_job_and_reruns_it() -> None:
@@ -100,8 +100,8 @@ def test_rerun_notes_a_marker_that_does_not_parse_on_a_preempted_job_and_reruns_
     (action,) = rerun.decide(snapshot(records=[record(state=State.PREEMPTED, spot=True)], preempted=[mark]), NOW,
                              POLICY)
     assert (action.rule, action.get(Relaunch), action.get(ClearPreempted)) == (Rule.RERUN, Relaunch(), ClearPreempted())
-    assert action.get(Note) == Note("ignored-fact", {"attempt": 1, "key": "preempted-jobs/j",
-                                                     "why": "preempted marker: not valid JSON"})
+    assert action.get(Note) == Note(IgnoredFact(attempt=1, key="preempted-jobs/j",
+                                                why="preempted marker: not valid JSON"))
 
 
 def test_rerun_relaunches_from_preempted_whatever_state_it_saw() -> None:

@@ -9,12 +9,12 @@ VMs whose agent never started is saved before they are terminated.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
-from jobplane import records
+from jobplane import history, records
 from jobplane.clouds.base import Notice
+from jobplane.jobrecord import Updates
 from jobplane.keys import Limits
 from jobplane.states import State
 
@@ -24,7 +24,7 @@ class Transition:
     """CAS job.json to `to`, expecting the state and attempt the run saw (Action.expect, expect_attempt)."""
 
     to: State
-    updates: Mapping[str, Any] = field(default_factory=dict)  # other job.json fields the transition sets
+    updates: Updates = field(default_factory=lambda: Updates())  # other job.json fields the transition sets
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,7 @@ class Flag:
 class Note:
     """Add an event to the job's history."""
 
-    kind: str
-    body: Mapping[str, Any]
+    event: history.Event
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TypeVar
 
-from jobplane import keys, records
+from jobplane import history, keys, records
 from jobplane.clouds.base import Instance
 from jobplane.decide.effects import ORDER, Effect, Flag, Note, Terminate, Transition
 from jobplane.decide.rules import Rule as Rule  # the rules and their table (decide.rules), named from here too
@@ -189,7 +189,7 @@ def claim(record: JobRecord, rule: Rule, reason: str, *effects: Effect) -> Actio
 
 def ignored_event(attempt: int, fact: Ignored) -> Note:
     """The job event saying a fact was ignored, and why."""
-    return Note("ignored-fact", {"attempt": attempt, "key": fact.key, "why": fact.why})
+    return Note(history.IgnoredFact(attempt=attempt, key=fact.key, why=fact.why))
 
 
 def ignore(job_id: str, attempt: int, fact: Ignored) -> Action:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from jobplane import keys, notify
+from jobplane import history, keys, notify
 from jobplane.clouds.base import Instance
 from jobplane.decide.effects import (
     DeleteKeys,
@@ -394,8 +394,8 @@ def _idle(job: Seen) -> Action | None:
     return claim(record, Rule.IDLE, Rule.IDLE.reason(threshold=rule.threshold, window=format_duration(rule.window),
                                                      then="; stop requested" if stopping else ""),
                  Flag(keys.idle_flag(record.id, n)),
-                 Note(IDLE_BY, {"attempt": n, "reason": why, "action": rule.action, "threshold": rule.threshold,
-                                "window": rule.window}),
+                 Note(history.IdleGpu(attempt=n, reason=why, action=rule.action, threshold=rule.threshold,
+                                      window=rule.window)),
                  Publish(notify.idle(record, why, stopping, job.now)),
                  *((RequestStop(by=IDLE_BY),) if stopping else ()))
 
