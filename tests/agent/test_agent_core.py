@@ -1,5 +1,7 @@
 """The agent core in-process: failures of the registry, the cluster or the job never skip the exit report
-or the power-off. The store is the real in-memory store, wrapped to fail writes the way a network does."""
+or the power-off. The store is the real in-memory store, wrapped to fail writes the way a network does. What only
+waits (for the instance's tags, for cluster.json, between retries) runs on a manual clock: nothing sleeps; what
+runs a user process runs on the real one."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import pytest
 
 from jobplane import keys
 from jobplane.agent import Agent, AgentConfig
+from jobplane.agent.clock import SYSTEM, Clock
 from jobplane.agent.core import grace_within
 from jobplane.agent.keeper import sync_budget
 from jobplane.clouds.aws_imds import Ec2Metadata
@@ -25,6 +28,7 @@ from jobplane.records import ClusterFile, ExitReport
 from jobplane.registry import Registry
 from jobplane.spec import JobSpec
 from jobplane.states import State
+from tests.agent.clock import ManualClock
 from tests.agent.conftest import FlakyStore
 
 pytestmark = pytest.mark.timeout(30)
@@ -36,13 +40,13 @@ def imds() -> Iterator[FakeImds]:
         yield fake
 
 
-def make_agent(store: FlakyStore, imds: FakeImds, tmp_path: Path, powered: list[str],
+def make_agent(store: FlakyStore, imds: FakeImds, tmp_path: Path, powered: list[str], clock: Clock = SYSTEM,
                **overrides: float) -> Agent:
     config = AgentConfig(ml_root=tmp_path / "ml", log_interval=0.2, heartbeat_interval=0.2,
                          checkpoint_interval=0.3, poll_interval=0.2, retry_attempts=6, retry_pause=0.01,
                          **overrides)  # type: ignore[arg-type]
     return Agent(Registry(store), Ec2Metadata(imds.url), config, environ=os.environ,
-                 power_off=lambda: powered.append("off"))
+                 power_off=lambda: powered.append("off"), clock=clock)
 
 
 def seed(reg: Registry, run: str, *, attempt: int = 1, cluster: bool = True) -> None:
@@ -73,15 +77,21 @@ def test_a_registry_that_never_recovers_still_powers_off(imds: FakeImds, tmp_pat
     store, powered = FlakyStore(), []
     seed(Registry(store), "echo hi")
     store.failures = {"jobs/": -1, "heartbeats/": -1}  # every write fails forever
-    assert make_agent(store, imds, tmp_path, powered).run() == 1  # no report could be written
+    clock = ManualClock()  # every retry's pause passes at once
+    assert make_agent(store, imds, tmp_path, powered, clock).run() == 1  # no report could be written
     assert powered == ["off"]
+    # the heartbeat, logs, artifacts and exit report each given up after six tries, 0.01 s to 0.16 s apart; the
+    # artifacts manifest tried three times (0.5 s, 1 s apart) in each
+    assert clock.waits.count(0.16) == 4 and clock.waits.count(1.0) == 6
 
 
 def test_missing_cluster_is_an_agent_error_naming_the_key(imds: FakeImds, tmp_path: Path) -> None:
     store, powered = FlakyStore(), []
     reg = Registry(store)
     seed(reg, "echo never", cluster=False)
-    assert make_agent(store, imds, tmp_path, powered, cluster_timeout=0.5).run() == 0
+    clock = ManualClock()
+    assert make_agent(store, imds, tmp_path, powered, clock, cluster_timeout=0.5).run() == 0
+    assert clock.waits == [0.2, 0.2, 0.2]  # a look every poll interval, until past the timeout
     report = reg.get_json(keys.exit_report("core-job", 1, 0))
     assert report["code"] == 125 and report["reason"] == "exit"
     assert "attempts/1/cluster.json did not appear" in report["error"]
@@ -101,9 +111,11 @@ def test_a_node_of_an_older_attempt_stands_down(imds: FakeImds, tmp_path: Path) 
 
 def test_without_job_tags_the_agent_powers_off_without_running(tmp_path: Path) -> None:
     store, powered = FlakyStore(), []
+    clock = ManualClock()
     with FakeImds(ImdsInstance("i-untagged")) as bare:
-        agent = make_agent(store, bare, tmp_path, powered, identity_timeout=0.3)
+        agent = make_agent(store, bare, tmp_path, powered, clock, identity_timeout=0.3)
         assert agent.run() == 2
+    assert clock.waits == [0.2, 0.2]  # asked again every poll interval, until past the timeout
     assert powered == ["off"]
     assert list(store.list("")) == []
 

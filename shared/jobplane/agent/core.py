@@ -206,8 +206,7 @@ class Agent:
         if cluster is None:
             return self._interrupt or Outcome(None, "stopped")
         run.phase = "preparing"
-        if cluster.idle_window and cluster.idle_threshold is not None:
-            background.idle = IdleMeter(cluster.idle_window, cluster.idle_threshold)
+        background.idle = IdleMeter.watching(cluster.idle_window, cluster.idle_threshold)
         self.environment.fetch(run, record.spec, cluster)
         keeper = Keeper(self.reg, self.layout, record.spec, Node(run.job_id, run.attempt, run.rank),
                         interval=self.cfg.checkpoint_interval, settle=self.cfg.checkpoint_settle, say=self.out.note,
@@ -341,7 +340,7 @@ class Agent:
             self._try("preempted marker", lambda: self.reg.mark_preempted(run.job_id, records.PreemptedMarker(
                 attempt=run.attempt, rank=run.rank, notice=outcome.notice, instance_id=run.instance_id)))
         key = keys.exit_report(run.job_id, run.attempt, run.rank)
-        return self._try("exit report", lambda: self.reg.put_json(key, _report(run, outcome, ended).body()))
+        return self._try("exit report", lambda: self.reg.put_json(key, exit_report(run, outcome, ended).body()))
 
     def _power_off(self) -> None:
         log.info("powering off")
@@ -378,7 +377,8 @@ class Agent:
         return False
 
 
-def _report(run: Run, outcome: Outcome, ended: datetime) -> records.ExitReport:
+def exit_report(run: Run, outcome: Outcome, ended: datetime) -> records.ExitReport:
+    """The node's exit report: who asked it to stop and why only when it stopped (stop_reason only with a `by`)."""
     stopped = outcome.reason == "stopped"
     return records.ExitReport(code=outcome.code, started_at=run.started_at, ended_at=ended, reason=outcome.reason,
                               instance_id=run.instance_id, error=outcome.error or None,

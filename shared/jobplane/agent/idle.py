@@ -30,6 +30,11 @@ class IdleMeter:
         while self.samples and self.samples[0][0] < at - self.window:
             self.samples.popleft()
 
+    @classmethod
+    def watching(cls, window: float | None, threshold: float | None) -> IdleMeter | None:
+        """The meter cluster.json's idle-GPU watch asks for (its window and threshold); None when there is none."""
+        return cls(window, threshold) if window and threshold is not None else None
+
     def idle(self, at: float) -> float | None:
         """The mean utilization over the window when it is under the threshold and the readings cover the whole
         window; None otherwise."""
