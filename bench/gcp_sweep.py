@@ -31,6 +31,7 @@ from jobplane.clouds.base import Blob, ObjectInfo
 from jobplane.clouds.gcp import GceCompute
 from jobplane.clouds.gcs import GcsStore
 from jobplane.decide.model import Limits
+from jobplane.deployment import Context
 from jobplane.local.fake_compute import FakeComputeServer
 from jobplane.local.fake_gcs import FakeGcsServer
 from jobplane.policy import DEFAULT_POLICY
@@ -114,8 +115,8 @@ def measure(n: int) -> dict[str, Any]:
             compute.list_managed()
             return len(records)
 
-        for name, run in (("sweep", lambda: reconcile.sweep(reg, compute, now=datetime.now(UTC),
-                                                            metrics=CountingMetrics(), policy=reg.policy())),
+        for name, run in (("sweep", lambda: reconcile.sweep(Context(reg, compute, reg.policy(), CountingMetrics()),
+                                                            now=datetime.now(UTC))),
                           ("naive", naive)):
             store.calls.clear()
             store.job_record_gets = 0

@@ -40,6 +40,7 @@ from jobplane.clouds.aws import Ec2Compute  # noqa: E402
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, TAG_MANAGED  # noqa: E402
 from jobplane.clouds.s3 import S3Store  # noqa: E402
 from jobplane.decide.model import Limits  # noqa: E402
+from jobplane.deployment import Context  # noqa: E402
 from jobplane.policy import DEFAULT_POLICY  # noqa: E402
 from jobplane.registry import JobRecord, Registry  # noqa: E402
 from jobplane.spec import JobSpec  # noqa: E402
@@ -137,8 +138,8 @@ def measure(n: int) -> dict[str, Any]:
 
         out: dict[str, Any] = {"n": n, "seed_seconds": round(seeded, 1)}
         for name, run in (
-            ("sweep", lambda: reconcile.sweep(reg, compute, now=datetime.now(UTC), metrics=CountingMetrics(),
-                                              policy=reg.policy())),
+            ("sweep", lambda: reconcile.sweep(Context(reg, compute, reg.policy(), CountingMetrics()),
+                                              now=datetime.now(UTC))),
             ("naive", lambda: naive(reg, compute)),
         ):
             counter = CallCounter()

@@ -16,6 +16,7 @@ from moto import mock_aws
 from jobplane import keys
 from jobplane.clouds.aws import Ec2Compute
 from jobplane.clouds.s3 import S3Store
+from jobplane.deployment import Context
 from jobplane.policy import AwsPlacement
 from jobplane.registry import Registry
 from jobplane.telemetry import CountingMetrics
@@ -56,6 +57,10 @@ class MotoAws:
     calls: Ec2Calls
     metrics: CountingMetrics
     image: str
+
+    def context(self, metrics: CountingMetrics | None = None, **over: Any) -> Context:
+        """A run's context over this registry and adapter, with the policy as it is now (and these metrics)."""
+        return Context(self.registry, self.compute, self.registry.policy(), metrics or self.metrics, **over)
 
     def set_policy(self, text: str) -> None:
         self.s3.put_object(Bucket=BUCKET, Key="config/policy.yaml", Body=text.encode())

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
 
 import pytest
 
@@ -20,6 +19,7 @@ from jobplane.clouds.memory import MemoryStore
 from jobplane.clouds.s3 import S3Store
 from jobplane.decide.model import Rule
 from jobplane.decide.rules import LaunchCause
+from jobplane.deployment import Context
 from jobplane.policy import AwsPlacement
 from jobplane.registry import Registry, utcnow
 from jobplane.settings import Settings
@@ -48,15 +48,15 @@ def side_by_side(prod: tuple[Registry, Compute], staging: tuple[Registry, Comput
     """prod runs a job; staging (no jobs) sweeps and caps a day later, then asks to terminate prod's VM."""
     (reg, compute), (other_reg, other) = prod, staging
     reg.create_job("train", parse_spec(SPEC.format(itype=itype), "train"))
-    record = launcher.launch_attempt(reg, compute, "train", now=utcnow(), expect={State.QUEUED}, expect_attempt=0,
-                                     metrics=CountingMetrics(), policy=reg.policy(), cause=LaunchCause.SUBMITTED)
+    record = launcher.launch_attempt(Context(reg, compute, reg.policy(), CountingMetrics()), "train", now=utcnow(),
+                                     expect={State.QUEUED}, expect_attempt=0, cause=LaunchCause.SUBMITTED)
     assert record.state == State.LAUNCHING and len(record.instances) == 1
     vm = record.instances[0]
     assert [i.id for i in compute.list_managed()] == [vm] and other.list_managed() == []
 
     a_day_later = utcnow() + timedelta(days=1)
-    kwargs: dict[str, Any] = {"now": a_day_later, "metrics": CountingMetrics(), "policy": other_reg.policy()}
-    outcomes = reconcile.sweep(other_reg, other, **kwargs) + reconcile.uptime_cap(other_reg, other, **kwargs)
+    staging = Context(other_reg, other, other_reg.policy(), CountingMetrics())
+    outcomes = reconcile.sweep(staging, now=a_day_later) + reconcile.uptime_cap(staging, now=a_day_later)
     assert outcomes == [], "staging sees nothing of prod's"
     other.terminate([vm])  # a bug handing staging prod's id: the adapter re-checks the tag
     assert [i.id for i in compute.list_managed()] == [vm], "prod's VM is alive"
@@ -64,7 +64,7 @@ def side_by_side(prod: tuple[Registry, Compute], staging: tuple[Registry, Comput
     # prod's own sweep still does its job: the VM of a job prod no longer runs is its orphan
     reg.update("train", now=utcnow(), instances=[])  # as if its record had lost the VM
     reg.transition("train", State.FAILED, now=utcnow(), reason="test")
-    mine = reconcile.sweep(reg, compute, now=a_day_later, metrics=CountingMetrics(), policy=reg.policy())
+    mine = reconcile.sweep(Context(reg, compute, reg.policy(), CountingMetrics()), now=a_day_later)
     assert [(o.action.rule, o.result) for o in mine] == [(Rule.ORPHAN, "applied")]
     assert [i.id for i in compute.list_managed() if i.state in ("pending", "running")] == []
     return vm

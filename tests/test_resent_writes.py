@@ -18,6 +18,7 @@ from jobplane.clouds.gcs import GcsStore
 from jobplane.clouds.memory import MemoryCompute
 from jobplane.clouds.s3 import S3Store
 from jobplane.decide.model import Rule
+from jobplane.deployment import Context
 from jobplane.local.fake_gcs import FakeGcsServer
 from jobplane.registry import JobRecord, Registry, utcnow
 from jobplane.states import State
@@ -78,7 +79,7 @@ def test_a_resent_write_is_ours_the_job_launches_and_its_end_is_announced(store:
     key = keys.queue_entry("train", keys.DEFAULT_OWNER, "yaml")
     reg.put(key, SPEC.encode())
 
-    outcome = launcher.handle_drop(reg, compute, key, now=utcnow(), metrics=metrics, policy=reg.policy())
+    outcome = launcher.handle_drop(Context(reg, compute, reg.policy(), metrics), key, now=utcnow())
 
     record: JobRecord = reg.job("train")
     assert outcome.result == "launched" and record.state == State.LAUNCHING and len(record.instances) == 1
@@ -86,8 +87,8 @@ def test_a_resent_write_is_ours_the_job_launches_and_its_end_is_announced(store:
     assert lossy.resent >= 2, "the create and the claim were both resent"
     reg.put_json(keys.exit_report("train", 1, 0), records.ExitReport(code=0, instance_id=record.instances[0]).body())
     compute.reclaim(record.instances[0])
-    (done,) = reconcile.sweep(reg, compute, now=utcnow() + timedelta(minutes=2), metrics=metrics,
-                              policy=reg.policy(), jobs=["train"])
+    (done,) = reconcile.sweep(Context(reg, compute, reg.policy(), metrics), now=utcnow() + timedelta(minutes=2),
+                              jobs=["train"])
     assert (done.action.rule, done.result) == (Rule.FINISHED, "applied")
     assert reg.job("train").state == State.SUCCEEDED
     assert [new for _, new in told].count(State.SUCCEEDED) == 1, "announced once, by the run that made it"

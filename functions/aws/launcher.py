@@ -23,13 +23,11 @@ def handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
         env = common.environment()
         # what the invocation has left, less one launch's worth: the run ends before Lambda would kill it
         budget = context.get_remaining_time_in_millis() / 1000 - LAUNCH_RESERVE_S
-        return launcher.summary(launcher.backstop(env.registry, env.compute, now=utcnow(), metrics=common.metrics,
-                                                  policy=env.policy, budget=max(budget, 0.0)))
+        return launcher.summary(launcher.backstop(env.context(), now=utcnow(), budget=max(budget, 0.0)))
     key = events.registry_key(event, Settings.from_env())
     drop = keys.parse_drop(key) if key else None
     if key is None or drop is None:
         return launcher.summary([launcher.Outcome(key or "", launcher.Result.IGNORED)])
     common.logger.append_keys(job_id=drop.job_id, owner=drop.owner)
     env = common.environment()
-    return launcher.summary([launcher.handle_drop(env.registry, env.compute, key, now=utcnow(),
-                                                  metrics=common.metrics, policy=env.policy)])
+    return launcher.summary([launcher.handle_drop(env.context(), key, now=utcnow())])

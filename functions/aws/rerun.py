@@ -25,6 +25,6 @@ def handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
             result = reconcile.record_spot_warning(env.registry, env.compute, iid, now=utcnow(),
                                                    detail=warning.instance.raw_event)
             return {"instance_id": iid, "result": result}
-        outcomes = reconcile.rerun(env.registry, env.compute, now=utcnow(), metrics=common.metrics,
-                                   policy=env.policy, dry_run=events.flag(event, "dry_run"), jobs=[job] if job else [])
+        outcomes = reconcile.rerun(env.context(dry_run=events.flag(event, "dry_run")), now=utcnow(),
+                                   jobs=[job] if job else [])
     return reconcile.summary(outcomes)

@@ -21,8 +21,7 @@ def handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
     changed = events.ec2_event(event, events.STATE_CHANGE)
     with metering.api_calls(env):
         outcomes = reconcile.sweep(
-            env.registry, env.compute, now=utcnow(), metrics=common.metrics, policy=env.policy,
-            dry_run=events.flag(event, "dry_run"), force=events.flag(event, "force"), jobs=[job] if job else [],
-            instance_ids=[changed.instance.instance_id] if changed else [], notify=env.notify,
+            env.context(dry_run=events.flag(event, "dry_run")), now=utcnow(), force=events.flag(event, "force"),
+            jobs=[job] if job else [], instance_ids=[changed.instance.instance_id] if changed else [],
         )
     return reconcile.summary(outcomes)

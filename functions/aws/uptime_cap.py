@@ -18,7 +18,6 @@ from jobplane.registry import utcnow
 def handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
     env = common.environment()
     with metering.api_calls(env):
-        outcomes = reconcile.uptime_cap(env.registry, env.compute, now=utcnow(), metrics=common.metrics,
-                                        policy=env.policy, dry_run=events.flag(event, "dry_run"),
+        outcomes = reconcile.uptime_cap(env.context(dry_run=events.flag(event, "dry_run")), now=utcnow(),
                                         force=events.flag(event, "force"))
     return reconcile.summary(outcomes)

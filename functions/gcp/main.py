@@ -120,18 +120,15 @@ def launcher(event: CloudEvent) -> None:
         return  # heartbeats, logs, checkpoints: every object write in the bucket fires this trigger
     env, log = environment(), logging.getLogger("jobplane")
     if key.startswith(keys.QUEUE):
-        outcome = launching.handle_drop(env.registry, env.compute, key, now=utcnow(), metrics=metrics,
-                                          policy=env.policy)
+        outcome = launching.handle_drop(env.context(), key, now=utcnow())
         drop = keys.parse_drop(key)
         log.info("%s: %s", key, outcome.result, extra={"job_id": drop.job_id if drop else None,
                                                        "result": launching.summary([outcome])})
         return
     if key.startswith(keys.PREEMPTED):
-        outcomes = reconcile.rerun(env.registry, env.compute, now=utcnow(), metrics=metrics, policy=env.policy,
-                                   jobs=[job_id] if job_id else [])
+        outcomes = reconcile.rerun(env.context(), now=utcnow(), jobs=[job_id] if job_id else [])
     else:
-        outcomes = reconcile.sweep(env.registry, env.compute, now=utcnow(), metrics=metrics, policy=env.policy,
-                                   jobs=[job_id] if job_id else [], notify=env.notify)
+        outcomes = reconcile.sweep(env.context(), now=utcnow(), jobs=[job_id] if job_id else [])
     summary = reconcile.summary(outcomes)
     log.info("%s: %s", key, summary, extra={"job_id": job_id, "result": summary})
 
@@ -139,32 +136,27 @@ def launcher(event: CloudEvent) -> None:
 @functions_framework.http
 def launcher_backstop(request: flask.Request) -> flask.Response:
     env = environment()
-    return flask.jsonify(launching.summary(launching.backstop(env.registry, env.compute, now=utcnow(),
-                                                              metrics=metrics, policy=env.policy,
-                                                              budget=BACKSTOP_BUDGET_S)))
+    return flask.jsonify(launching.summary(launching.backstop(env.context(), now=utcnow(), budget=BACKSTOP_BUDGET_S)))
 
 
 @functions_framework.http
 def sweeper(request: flask.Request) -> flask.Response:
     env, opts = environment(), _options(request)
-    outcomes = reconcile.sweep(env.registry, env.compute, now=utcnow(), metrics=metrics, policy=env.policy,
-                               dry_run=opts["dry_run"], force=opts["force"], notify=env.notify)
+    outcomes = reconcile.sweep(env.context(dry_run=opts["dry_run"]), now=utcnow(), force=opts["force"])
     return flask.jsonify(reconcile.summary(outcomes))
 
 
 @functions_framework.http
 def rerun(request: flask.Request) -> flask.Response:
     env, opts = environment(), _options(request)
-    outcomes = reconcile.rerun(env.registry, env.compute, now=utcnow(), metrics=metrics, policy=env.policy,
-                               dry_run=opts["dry_run"])
+    outcomes = reconcile.rerun(env.context(dry_run=opts["dry_run"]), now=utcnow())
     return flask.jsonify(reconcile.summary(outcomes))
 
 
 @functions_framework.http
 def uptime_cap(request: flask.Request) -> flask.Response:
     env, opts = environment(), _options(request)
-    outcomes = reconcile.uptime_cap(env.registry, env.compute, now=utcnow(), metrics=metrics, policy=env.policy,
-                                    dry_run=opts["dry_run"], force=opts["force"])
+    outcomes = reconcile.uptime_cap(env.context(dry_run=opts["dry_run"]), now=utcnow(), force=opts["force"])
     return flask.jsonify(reconcile.summary(outcomes))
 
 

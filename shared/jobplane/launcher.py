@@ -32,11 +32,11 @@ from jobplane.clouds.base import (
     SpotPrices,
 )
 from jobplane.decide.rules import Cause, LaunchCause, Rule
+from jobplane.deployment import Context
 from jobplane.errors import FieldError, SpecError
 from jobplane.policy import Policy, check_against_deployment, check_against_policy
 from jobplane.registry import JobExists, JobRecord, Registry, TransitionRefused
 from jobplane.states import State
-from jobplane.telemetry import Metrics
 from jobplane.usage import AttemptUsage, InstanceSpan
 
 if TYPE_CHECKING:  # imported where a launch uses them: a cold start, or a cron run with nothing to launch, never does
@@ -89,9 +89,9 @@ def summary(results: Iterable[Outcome]) -> dict[str, Any]:
 
 
 # ---- drops -----------------------------------------------------------------------------------------------
-def handle_drop(reg: Registry, compute: Compute, key: str, *, now: datetime, metrics: Metrics,
-                policy: Policy) -> Outcome:
+def handle_drop(ctx: Context, key: str, *, now: datetime) -> Outcome:
     """Turn one queue/ object (key relative to the registry root) into a job; say what happened."""
+    reg = ctx.registry
     drop = keys.parse_drop(key)
     if drop is None:
         return Outcome(key, Result.IGNORED)
@@ -105,23 +105,23 @@ def handle_drop(reg: Registry, compute: Compute, key: str, *, now: datetime, met
     try:
         spec = drops.read_spec(drop, data)
     except SpecError as exc:
-        return _reject(reg, key, job_id, data, exc.errors, now, metrics)
-    problems = check_against_policy(spec, policy) + check_against_deployment(spec, compute.cloud, compute.region)
+        return _reject(ctx, key, job_id, data, exc.errors, now)
+    compute = ctx.cloud("launch with")
+    problems = check_against_policy(spec, ctx.policy) + check_against_deployment(spec, compute.cloud, compute.region)
     try:
         reg.create_job(job_id, spec, now)
     except JobExists:
         existing = reg.job(job_id)
         if existing.spec != spec:
-            return _reject(reg, key, job_id, data, [FieldError("id", f"job {job_id!r} already exists "
+            return _reject(ctx, key, job_id, data, [FieldError("id", f"job {job_id!r} already exists "
                            f"(state {existing.state}); job ids are never reused: pick another id")],
-                           now, metrics, result=Result.DUPLICATE)
+                           now, result=Result.DUPLICATE)
         # the same spec again: a redelivered event (or an identical re-drop); the record decides the rest
     if problems:
-        return _invalid(reg, key, job_id, data, problems, now, metrics)
+        return _invalid(ctx, key, job_id, data, problems, now)
     try:
-        outcome = _of(key, launch_attempt(reg, compute, job_id, now=now, expect={State.QUEUED}, expect_attempt=0,
-                                          metrics=metrics, reason="launching attempt 1", policy=policy,
-                                          cause=LaunchCause.SUBMITTED))
+        outcome = _of(key, launch_attempt(ctx, job_id, now=now, expect={State.QUEUED}, expect_attempt=0,
+                                          reason="launching attempt 1", cause=LaunchCause.SUBMITTED))
     except TransitionRefused as exc:
         outcome = Outcome(key, Result.EXISTS, str(exc))  # another delivery of this drop claimed it first
         reg.repair_markers(job_id)  # that delivery may have died before its marker: the sweep must see the job
@@ -137,24 +137,24 @@ def _write_rejection(reg: Registry, key: str, job_id: str, data: bytes, errors: 
     log.warning("rejected %s: %s", key, "; ".join(map(str, errors)), extra={"job_id": job_id})
 
 
-def _reject(reg: Registry, key: str, job_id: str, data: bytes, errors: list[FieldError], now: datetime,
-            metrics: Metrics, result: Result = Result.REJECTED) -> Outcome:
+def _reject(ctx: Context, key: str, job_id: str, data: bytes, errors: list[FieldError], now: datetime,
+            result: Result = Result.REJECTED) -> Outcome:
     """Keep the drop and its reasons under rejected/, then consume it. Nothing is launched."""
-    _write_rejection(reg, key, job_id, data, errors, now)
-    reg.delete(key)
-    metrics.add_metric("JobsRejected", "Count", 1)
+    _write_rejection(ctx.registry, key, job_id, data, errors, now)
+    ctx.registry.delete(key)
+    ctx.metrics.add_metric("JobsRejected", "Count", 1)
     return Outcome(key, result, "; ".join(map(str, errors)))
 
 
-def _invalid(reg: Registry, key: str, job_id: str, data: bytes, errors: list[FieldError], now: datetime,
-             metrics: Metrics) -> Outcome:
+def _invalid(ctx: Context, key: str, job_id: str, data: bytes, errors: list[FieldError], now: datetime) -> Outcome:
     """A well-formed spec the policy refuses: rejected/ as above, and the job recorded as INVALID."""
+    reg = ctx.registry
     _write_rejection(reg, key, job_id, data, errors, now)
     try:
         reg.transition(job_id, State.INVALID, now=now, expect={State.QUEUED}, expect_attempt=0,
                        reason="; ".join(map(str, errors)), cause=LaunchCause.INVALID,
                        event=history.Rejected(errors=[e.as_dict() for e in errors]))
-        metrics.add_metric("JobsRejected", "Count", 1)
+        ctx.metrics.add_metric("JobsRejected", "Count", 1)
     except TransitionRefused:
         pass  # another delivery recorded it
     reg.delete(key)
@@ -162,12 +162,12 @@ def _invalid(reg: Registry, key: str, job_id: str, data: bytes, errors: list[Fie
 
 
 # ---- the cron backstop -----------------------------------------------------------------------------------
-def backstop(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, min_age: int = 60,
-             policy: Policy, budget: float | None = None) -> list[Outcome]:
+def backstop(ctx: Context, *, now: datetime, min_age: int = 60, budget: float | None = None) -> list[Outcome]:
     """Catch what events missed: queue entries older than min_age s, and capacity waits that are over.
 
     budget: seconds this run may spend (its function's remaining time less a launch's worth): no new item is
     started after it, so the run ends on its own and the next cron run goes on where it stopped."""
+    reg = ctx.registry
     outcomes: list[Outcome] = []
     deadline = None if budget is None else time.monotonic() + budget
 
@@ -175,35 +175,33 @@ def backstop(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics
         if deadline is None or time.monotonic() < deadline:
             return False
         log.warning("backstop: time budget spent, %d items done; the next run goes on", len(outcomes))
-        metrics.add_metric("BackstopBudgetSpent", "Count", 1)
+        ctx.metrics.add_metric("BackstopBudgetSpent", "Count", 1)
         return True
 
     for key, modified, _ in list(reg.listing(keys.QUEUE)):
         if out_of_time():
             return outcomes
         if now - modified >= timedelta(seconds=min_age):
-            outcomes.append(_guarded(key, handle_drop, reg, compute, key, now=now, metrics=metrics, policy=policy))
+            outcomes.append(_guarded(key, handle_drop, ctx, key, now=now))
     for job_id, markers in reg.active().items():
         if [m.state for m in markers] != [State.WAITING_CAPACITY]:
             continue  # not waiting (or markers need a repair, which the sweeper does)
         if out_of_time():
             return outcomes
-        outcome = _guarded(job_id, _retry_waiting, reg, compute, job_id, now=now, metrics=metrics, policy=policy)
+        outcome = _guarded(job_id, _retry_waiting, ctx, job_id, now=now)
         if outcome.result != Result.NOT_DUE:
             outcomes.append(outcome)
     return outcomes
 
 
-def _retry_waiting(reg: Registry, compute: Compute, job_id: str, *, now: datetime, metrics: Metrics,
-                   policy: Policy) -> Outcome:
-    record = reg.job(job_id)  # a GET only for waiting jobs; one that does not parse is this job's error only
+def _retry_waiting(ctx: Context, job_id: str, *, now: datetime) -> Outcome:
+    record = ctx.registry.job(job_id)  # a GET only for waiting jobs; one that does not parse is this job's error only
     if record.state != State.WAITING_CAPACITY or (record.wait_until and record.wait_until > now):
         return Outcome(job_id, Result.NOT_DUE)
     attempt = record.attempt
     try:
-        return _of(job_id, launch_attempt(reg, compute, job_id, now=now, expect={State.WAITING_CAPACITY},
-                                          expect_attempt=attempt, metrics=metrics,
-                                          reason="capacity wait over: retrying", policy=policy,
+        return _of(job_id, launch_attempt(ctx, job_id, now=now, expect={State.WAITING_CAPACITY},
+                                          expect_attempt=attempt, reason="capacity wait over: retrying",
                                           cause=LaunchCause.WAIT_OVER))
     except TransitionRefused as exc:
         return Outcome(job_id, Result.CLAIMED, str(exc))
@@ -219,26 +217,15 @@ def _guarded(subject: str, fn: Callable[..., Outcome], *args: Any, **kwargs: Any
 
 
 # ---- one attempt -----------------------------------------------------------------------------------------
-def launch_attempt(
-    reg: Registry,
-    compute: Compute,
-    job_id: str,
-    *,
-    now: datetime,
-    expect: Collection[State],
-    expect_attempt: int,
-    metrics: Metrics,
-    reason: str | None = None,
-    policy: Policy,
-    cause: Cause,
-    retry: bool = False,
-) -> JobRecord:
+def launch_attempt(ctx: Context, job_id: str, *, now: datetime, expect: Collection[State], expect_attempt: int,
+                   cause: Cause, reason: str | None = None, retry: bool = False) -> JobRecord:
     """Claim the job (CAS to LAUNCHING), then launch it, wait for capacity, or fail it: snapshot, then
     jobplane.decide.launch one step at a time, each step applied here. `cause`: what asks for the attempt (a new
     drop, a wait that is over, a reconciler's rule). `retry`: the sweep retries an error (the spec's retry:),
     counted in the record's retries instead of its restarts."""
     from jobplane.decide import launch as launch_decide  # only a run that launches decides a launch
 
+    reg, compute = ctx.registry, ctx.cloud("launch with")
     current = reg.job(job_id)
     claimed = launch_decide.claim(current, expect=expect, expect_attempt=expect_attempt, reason=reason, retry=retry)
     if isinstance(claimed, launch_decide.Refused):
@@ -249,15 +236,15 @@ def launch_attempt(
                             zone=None, launched_at=None,
                             event=history.Retried(retries=claimed.retries) if claimed.retries != current.retries
                             else None)
-    return _launch(reg, compute, record, now=now, metrics=metrics, policy=policy)
+    return _launch(ctx, compute, record, now=now)
 
 
-def resume(reg: Registry, compute: Compute, job_id: str, *, attempt: int, stamp: str, now: datetime,
-           metrics: Metrics, policy: Policy) -> JobRecord:
+def resume(ctx: Context, job_id: str, *, attempt: int, stamp: str, now: datetime) -> JobRecord:
     """Finish the launch of a claimed attempt whose launcher died (the sweep's RESUME_LAUNCH, from the record
     whose event stamp is `stamp`): adopt the attempt's VMs if RunInstances ran (record them, write their
     cluster.json; harmless twice), else claim the record again by its stamp (one of overlapping runs wins) and
     launch them. Same attempt, no restart counted; a resume that dies too is resumed by a later sweep."""
+    reg, compute, policy = ctx.registry, ctx.cloud("launch with"), ctx.policy
     record = reg.job(job_id)
     if record.state != State.LAUNCHING or record.attempt != attempt or record.instances \
             or record.last_event is None or record.last_event.stamp != stamp:
@@ -273,24 +260,23 @@ def resume(reg: Registry, compute: Compute, job_id: str, *, attempt: int, stamp:
                                 disk_gb=spec.disk_gb, owner=record.owner)
         log.warning("job %s attempt %d: adopting %s launched before the launcher stopped", job_id, attempt,
                     [i.id for i in found], extra={"job_id": job_id})
-        return _launched(reg, compute, record, request, [(i.id, i.private_ip, i.zone) for i in found], now, metrics,
-                         [], attempt_usage(compute, request, found, policy, now), policy)
+        return _launched(ctx, compute, record, request, [(i.id, i.private_ip, i.zone) for i in found], now, [],
+                         attempt_usage(compute, request, found, policy, now))
     if found:  # part of an all-or-nothing launch: not a cluster
         compute.terminate([i.id for i in found])
     record = reg.transition(job_id, State.LAUNCHING, now=now, expect={State.LAUNCHING}, expect_attempt=attempt,
                             expect_event=stamp, cause=Rule.RESUME_LAUNCH, state_since=now,
                             reason=f"resuming the launch of attempt {attempt}: its launcher stopped before it recorded "
                                    "any VM")
-    return _launch(reg, compute, record, now=now, metrics=metrics, policy=policy)
+    return _launch(ctx, compute, record, now=now)
 
 
-def _launch(reg: Registry, compute: Compute, record: JobRecord, *, now: datetime, metrics: Metrics,
-            policy: Policy) -> JobRecord:
+def _launch(ctx: Context, compute: Compute, record: JobRecord, *, now: datetime) -> JobRecord:
     """Launch a claimed attempt: snapshot, then jobplane.decide.launch one step at a time."""
     from jobplane.decide import launch as launch_decide  # only a run that launches decides a launch
 
-    job_id = record.id
-    snap = snapshot(reg, compute, record, policy)
+    reg, job_id = ctx.registry, record.id
+    snap = snapshot(reg, compute, record, ctx.policy)
     scripts: dict[str, str] = {}  # per CPU architecture: each fetches its own agent bundle
     while isinstance(step := launch_decide.decide(snap, now), launch_decide.Launch):
         current = reg.job(job_id)  # cancelled since the claim? then no VM is asked for
@@ -301,7 +287,7 @@ def _launch(reg: Registry, compute: Compute, record: JobRecord, *, now: datetime
         try:
             instances = compute.launch(request)
         except CapacityError as exc:
-            metrics.add_metric("LaunchCapacityErrors", "Count", 1)
+            ctx.metrics.add_metric("LaunchCapacityErrors", "Count", 1)
             log.info("no capacity for %s in %s: %s", step.instance_type, step.zone or "any zone", exc,
                      extra={"job_id": job_id})
             snap = snap.after(launch_decide.Tried(step.instance_type, step.zone, str(exc), spot=step.spot))
@@ -310,12 +296,12 @@ def _launch(reg: Registry, compute: Compute, record: JobRecord, *, now: datetime
             snap = snap.after(launch_decide.Tried(step.instance_type, step.zone, str(exc), rejected=True,
                                                   spot=step.spot))
             continue
-        return _launched(reg, compute, record, request, [(i.id, i.private_ip, i.zone) for i in instances], now,
-                         metrics, [f"{t.where}: {t.error}" for t in snap.tried],
-                         attempt_usage(compute, request, instances, policy, now), policy, fallback=step.fallback)
+        return _launched(ctx, compute, record, request, [(i.id, i.private_ip, i.zone) for i in instances], now,
+                         [f"{t.where}: {t.error}" for t in snap.tried],
+                         attempt_usage(compute, request, instances, ctx.policy, now), fallback=step.fallback)
     if isinstance(step, launch_decide.Wait):
         return _wait(reg, record, step, now)
-    return _fail(reg, record, now, metrics, step)
+    return _fail(ctx, record, now, step)
 
 
 def snapshot(reg: Registry, compute: Compute, record: JobRecord, policy: Policy) -> launch_decide.LaunchSnapshot:
@@ -403,22 +389,23 @@ def agent_source(reg: Registry, variants: list[agent_bundle.Variant], cloud: str
     return bootstrap.AgentSource(bundles, url, method, reg.vm_auth, vend_url=reg.vend_url)
 
 
-def _launched(reg: Registry, compute: Compute, record: JobRecord, request: LaunchRequest,
-              instances: list[tuple[str, str | None, str | None]], now: datetime, metrics: Metrics,
-              errors: list[str], usage: AttemptUsage, policy: Policy, fallback: str | None = None) -> JobRecord:
+def _launched(ctx: Context, compute: Compute, record: JobRecord, request: LaunchRequest,
+              instances: list[tuple[str, str | None, str | None]], now: datetime, errors: list[str],
+              usage: AttemptUsage, fallback: str | None = None) -> JobRecord:
     """Record the attempt's VMs; `fallback`: why a Spot job's attempt runs on-demand (in its reason and event)."""
     from jobplane import records  # cluster.json: only a run that launched writes one
 
+    reg = ctx.registry
     ids = [i for i, _, _ in instances]
     hosts = [ip or "" for _, ip, _ in instances]
     zone = instances[0][2] or request.zone
-    idle = policy.idle_gpu  # the agents average GPU use over its window and mark idle ranks (jobplane.agent.idle)
+    idle = ctx.policy.idle_gpu  # the agents average GPU use over its window and mark idle ranks (jobplane.agent.idle)
     reg.put_json(keys.cluster(record.id, request.attempt), records.ClusterFile(
         job_id=record.id, attempt=request.attempt, hosts=hosts, instances=ids, master_addr=hosts[0],
         master_port=record.spec.master_port, num_nodes=request.num_nodes, instance_type=request.instance_type,
         zone=zone, idle_gpu=records.IdleWatch(window=idle.window, threshold=idle.threshold)
         if idle.action != "off" else None).body())
-    metrics.add_metric("JobsLaunched", "Count", 1)
+    ctx.metrics.add_metric("JobsLaunched", "Count", 1)
     log.info("job %s attempt %d: %d x %s in %s", record.id, request.attempt, len(ids), request.instance_type,
              zone, extra={"job_id": record.id})
     try:
@@ -449,9 +436,9 @@ def _wait(reg: Registry, record: JobRecord, step: launch_decide.Wait, now: datet
                           wait_until=step.until, spot_refused_at=step.spot_refused_at, last_error=step.error)
 
 
-def _fail(reg: Registry, record: JobRecord, now: datetime, metrics: Metrics, step: launch_decide.Fail) -> JobRecord:
+def _fail(ctx: Context, record: JobRecord, now: datetime, step: launch_decide.Fail) -> JobRecord:
     reason = step.reason
-    metrics.add_metric("JobsFailed", "Count", 1)
+    ctx.metrics.add_metric("JobsFailed", "Count", 1)
     log.warning("job %s failed: %s", record.id, reason, extra={"job_id": record.id})
-    return reg.transition(record.id, State.FAILED, now=now, reason=reason, cause=step.cause, expect={State.LAUNCHING},
-                          expect_attempt=record.attempt, last_error=reason)
+    return ctx.registry.transition(record.id, State.FAILED, now=now, reason=reason, cause=step.cause,
+                                   expect={State.LAUNCHING}, expect_attempt=record.attempt, last_error=reason)

@@ -39,8 +39,7 @@ from jobplane.decide.effects import (
 )
 from jobplane.decide.model import Action, ExitReport, Ignored, PreemptedMark, Snapshot
 from jobplane.decide.rules import RULES
-from jobplane.notify import Notify
-from jobplane.policy import Policy
+from jobplane.deployment import Context
 from jobplane.registry import JobNotFound, JobRecord, Registry, TransitionRefused, UnreadableRecord
 from jobplane.states import State
 from jobplane.telemetry import Metrics
@@ -192,33 +191,32 @@ class AlreadyDone(Exception):
 REFUSAL_EVENTS = 20  # per run: a refused mass termination (every VM an orphan) writes no more history than this
 
 
-def apply(reg: Registry, compute: Compute | None, actions: Iterable[Action], *, now: datetime, metrics: Metrics,
-          dry_run: bool, policy: Policy, notify: Notify | None = None) -> list[Outcome]:
+def apply(ctx: Context, actions: Iterable[Action], *, now: datetime) -> list[Outcome]:
     outcomes: list[Outcome] = []
     refusals = 0
     for action in actions:
-        outcome = _outcome(reg, compute, action, now=now, metrics=metrics, dry_run=dry_run, policy=policy,
-                           notify=notify)
+        outcome = _outcome(ctx, action, now=now)
         if outcome.result == Result.REFUSED and refusals < REFUSAL_EVENTS:
             refusals += 1  # the log and the metric still count every refusal
-            _history(reg, action, history.Refused(rule=str(action.rule), reason=action.reason, refused=action.refused,
-                                                  instances=list(action.terminate)), now)
-        _count(outcome, metrics)
+            _history(ctx.registry, action, history.Refused(rule=str(action.rule), reason=action.reason,
+                                                           refused=action.refused, instances=list(action.terminate)),
+                     now)
+        _count(outcome, ctx.metrics)
         outcomes.append(outcome)
     return outcomes
 
 
-def _outcome(reg: Registry, compute: Compute | None, action: Action, *, now: datetime, metrics: Metrics,
-             dry_run: bool, policy: Policy, notify: Notify | None) -> Outcome:
+def _outcome(ctx: Context, action: Action, *, now: datetime) -> Outcome:
     extra = {"job_id": action.job_id, "rule": str(action.rule)}
     if action.refused:
         log.warning("refused %s: %s (%s)", action.rule, action.reason, action.refused, extra=extra)
         return Outcome(action, Result.REFUSED, action.refused)
-    if dry_run:
+    if ctx.looking:
         log.info("dry-run: would %s: %s", action.rule, action.reason, extra=extra)
         return Outcome(action, Result.DRY_RUN)
     try:
-        _apply_one(reg, compute, action, now=now, metrics=metrics, policy=policy, notify=notify)
+        for effect in action.effects:  # in effects.ORDER: a refused transition or a taken flag skips the rest
+            _effect(ctx, action, effect, now=now)
     except (TransitionRefused, AlreadyDone) as exc:
         log.info("skipped %s: %s", action.rule, exc, extra=extra)  # another run acted first
         return Outcome(action, Result.SKIPPED, str(exc))
@@ -241,15 +239,8 @@ def _history(reg: Registry, action: Action, event: history.Applied, now: datetim
         log.exception("could not record a %s event", event.kind, extra={"job_id": job_id})
 
 
-def _apply_one(reg: Registry, compute: Compute | None, action: Action, *, now: datetime, metrics: Metrics,
-               policy: Policy, notify: Notify | None = None) -> None:
-    for effect in action.effects:  # in effects.ORDER: a refused transition or a taken flag skips the rest
-        _effect(reg, compute, action, effect, now=now, metrics=metrics, policy=policy, notify=notify)
-
-
-def _effect(reg: Registry, compute: Compute | None, action: Action, effect: Effect, *, now: datetime,
-            metrics: Metrics, policy: Policy, notify: Notify | None) -> None:
-    job_id, attempt = action.job_id, action.expect_attempt
+def _effect(ctx: Context, action: Action, effect: Effect, *, now: datetime) -> None:
+    reg, job_id, attempt = ctx.registry, action.job_id, action.expect_attempt
     match effect:
         case Transition(to=to, updates=updates) if job_id:
             reg.transition(job_id, to, now=now, reason=action.reason, cause=action.rule, expect=action.expect,
@@ -261,15 +252,15 @@ def _effect(reg: Registry, compute: Compute | None, action: Action, effect: Effe
                 raise AlreadyDone(f"{key} exists: flagged by another run") from None
         case Note(event=event) if job_id:
             reg.record_event(job_id, event, now=now)
-        case Publish(notice=notice) if notify is not None:
-            notify.publish(notice)
+        case Publish(notice=notice) if ctx.notify is not None:
+            ctx.notify.publish(notice)
         case RepairMarkers() if job_id:
             reg.repair_markers(job_id)
         case SaveConsole(vms=vms) if vms and job_id and attempt is not None:
             for rank, instance_id in vms:
-                save_console(reg, _needs(compute, "read console output with"), job_id, attempt, rank, instance_id)
+                save_console(reg, ctx.cloud("read console output with"), job_id, attempt, rank, instance_id)
         case Terminate(instances=instances) if instances:
-            _needs(compute, "terminate with").terminate(list(instances))
+            ctx.cloud("terminate with").terminate(list(instances))
             _history(reg, action, history.Terminated(rule=str(action.rule), reason=action.reason,
                                                      instances=list(instances)), now)
         case MarkPreempted(marker=marker) if job_id:
@@ -280,29 +271,21 @@ def _effect(reg: Registry, compute: Compute | None, action: Action, effect: Effe
             reg.put_json(keys.stop_request(job_id), records.StopRequest(time=now, by=by, reason=action.reason).body())
             _history(reg, action, history.StopRequested(rule=str(action.rule), reason=action.reason, by=by), now)
         case Relaunch(retry=retry) if job_id and attempt is not None:
-            launching = _needs(compute, "relaunch with")
+            ctx.cloud("relaunch with")
             from jobplane import launcher  # only a relaunch or a resume launches: uptime-cap never does
 
-            launcher.launch_attempt(reg, launching, job_id, now=now, expect=action.relaunch_expect,
-                                    expect_attempt=attempt, metrics=metrics, reason=action.reason, policy=policy,
-                                    cause=action.rule, retry=retry)
+            launcher.launch_attempt(ctx, job_id, now=now, expect=action.relaunch_expect, expect_attempt=attempt,
+                                    reason=action.reason, cause=action.rule, retry=retry)
         case ResumeLaunch(stamp=stamp) if job_id and attempt is not None:
-            launching = _needs(compute, "launch with")
+            ctx.cloud("launch with")
             from jobplane import launcher  # only a relaunch or a resume launches: uptime-cap never does
 
-            launcher.resume(reg, launching, job_id, attempt=attempt, stamp=stamp, now=now, metrics=metrics,
-                            policy=policy)
+            launcher.resume(ctx, job_id, attempt=attempt, stamp=stamp, now=now)
         case ClearPreempted() if job_id:
             reg.clear_preempted(job_id)
         case DeleteKeys(keys=dead):
             for key in dead:
                 reg.delete(key)
-
-
-def _needs(compute: Compute | None, what: str) -> Compute:
-    if compute is None:
-        raise RuntimeError(f"no compute adapter to {what}")
-    return compute
 
 
 def save_console(reg: Registry, compute: Compute, job_id: str, attempt: int, rank: int, instance_id: str) -> None:
@@ -337,49 +320,44 @@ def _count(outcome: Outcome, metrics: Metrics) -> None:
 
 
 # ---- the three reconcilers ---------------------------------------------------------------------------------
-def sweep(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, policy: Policy,
-          dry_run: bool = False, force: bool = False, jobs: Collection[str] = (),
-          instance_ids: Collection[str] = (), notify: Notify | None = None) -> list[Outcome]:
+def sweep(ctx: Context, *, now: datetime, force: bool = False, jobs: Collection[str] = (),
+          instance_ids: Collection[str] = ()) -> list[Outcome]:
     """One sweep. `jobs` / `instance_ids` (from an exit-report or instance state-change event) are looked at
-    closely even if their listings look healthy. `notify` publishes idle-GPU flags (a job's end is announced
-    by the registry's transition listener)."""
+    closely even if their listings look healthy. The context's notifier publishes idle-GPU flags (a job's end
+    is announced by the registry's transition listener)."""
     from jobplane.decide import sweep as sweep_decide  # each reconciler imports its own rules, not the others'
 
-    started = time.monotonic()
-    snap = listings(reg, compute)
+    reg, policy, started = ctx.registry, ctx.policy, time.monotonic()
+    snap = listings(reg, ctx.compute)
     named = {i.job_id for i in snap.instances if i.id in instance_ids and i.job_id}
     snap = replace(snap, forced=frozenset({*jobs, *named}))
-    snap = with_records(reg, snap, sweep_decide.candidates(snap, now, policy), metrics=metrics)
+    snap = with_records(reg, snap, sweep_decide.candidates(snap, now, policy), metrics=ctx.metrics)
     snap = with_preempted_bodies(reg, snap, only=set(snap.records))
-    outcomes = apply(reg, compute, sweep_decide.decide(snap, now, policy, force=force), now=now, metrics=metrics,
-                     dry_run=dry_run or policy.safety.dry_run, policy=policy, notify=notify)
-    metrics.add_metric("SweepDuration", "Milliseconds", (time.monotonic() - started) * 1000)
+    outcomes = apply(ctx, sweep_decide.decide(snap, now, policy, force=force), now=now)
+    ctx.metrics.add_metric("SweepDuration", "Milliseconds", (time.monotonic() - started) * 1000)
     return outcomes
 
 
-def rerun(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, policy: Policy,
-          dry_run: bool = False, jobs: Collection[str] = ()) -> list[Outcome]:
+def rerun(ctx: Context, *, now: datetime, jobs: Collection[str] = ()) -> list[Outcome]:
     """Relaunch (or fail) every preempted job, or just `jobs` when an event named them."""
     from jobplane.decide import rerun as rerun_decide  # each reconciler imports its own rules, not the others'
 
+    reg = ctx.registry
     marks = {job_id: PreemptedMark(job_id, at) for job_id, at in reg.preempted().items()
              if not jobs or job_id in jobs}
     # the cloud's listing, to check the markers against (job.json's instances cover VMs already gone)
-    instances = tuple(compute.list_managed()) if marks else ()
+    instances = tuple(ctx.cloud("list instances with").list_managed()) if marks else ()
     snap = with_preempted_bodies(reg, Snapshot(preempted=marks, instances=instances))
-    snap = with_records(reg, snap, snap.preempted, exits=False, metrics=metrics)
-    return apply(reg, compute, rerun_decide.decide(snap, now, policy), now=now, metrics=metrics,
-                 dry_run=dry_run or policy.safety.dry_run, policy=policy)
+    snap = with_records(reg, snap, snap.preempted, exits=False, metrics=ctx.metrics)
+    return apply(ctx, rerun_decide.decide(snap, now, ctx.policy), now=now)
 
 
-def uptime_cap(reg: Registry, compute: Compute, *, now: datetime, metrics: Metrics, policy: Policy,
-               dry_run: bool = False, force: bool = False) -> list[Outcome]:
+def uptime_cap(ctx: Context, *, now: datetime, force: bool = False) -> list[Outcome]:
     from jobplane.decide import uptime as uptime_decide  # each reconciler imports its own rules, not the others'
 
-    snap = listings(reg, compute)
-    snap = with_records(reg, snap, uptime_decide.needs_record(snap), exits=False, metrics=metrics)
-    return apply(reg, compute, uptime_decide.decide(snap, now, policy, force=force), now=now, metrics=metrics,
-                 dry_run=dry_run or policy.safety.dry_run, policy=policy)
+    snap = listings(ctx.registry, ctx.compute)
+    snap = with_records(ctx.registry, snap, uptime_decide.needs_record(snap), exits=False, metrics=ctx.metrics)
+    return apply(ctx, uptime_decide.decide(snap, now, ctx.policy, force=force), now=now)
 
 
 def record_spot_warning(reg: Registry, compute: Compute, instance_id: str, *, now: datetime,

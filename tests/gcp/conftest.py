@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
 from jobplane.clouds.gcp import GceCompute
 from jobplane.clouds.gcs import GcsStore
+from jobplane.deployment import Context
 from jobplane.local.fake_gcs import FakeGcsServer
 from jobplane.policy import GcpPlacement
 from jobplane.registry import Registry
+from jobplane.telemetry import CountingMetrics, Metrics
 from tests.gcp.fakes import ComputeFake
 from tests.helpers import publish_agent_manifest
 
@@ -57,6 +60,10 @@ class GcpCloud:
     compute: GceCompute
     gcs_fake: FakeGcsServer
     registry: Registry
+
+    def context(self, metrics: Metrics | None = None, **over: Any) -> Context:
+        """A run's context over this registry and adapter, with the policy as it is now."""
+        return Context(self.registry, self.compute, self.registry.policy(), metrics or CountingMetrics(), **over)
 
 
 @pytest.fixture

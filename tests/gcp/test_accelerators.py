@@ -32,8 +32,7 @@ def submit(cloud: GcpCloud, job_id: str, spec: str) -> JobRecord:
     cloud.registry.put_json("config/policy.yaml", policy)
     key = keys.queue_entry(job_id)
     cloud.registry.put(key, spec.encode(), "application/yaml")
-    launcher.handle_drop(cloud.registry, cloud.compute, key, now=utcnow(), metrics=CountingMetrics(),
-                         policy=cloud.registry.policy())
+    launcher.handle_drop(cloud.context(metrics=CountingMetrics()), key, now=utcnow())
     return cloud.registry.job(job_id)
 
 

@@ -159,8 +159,7 @@ def test_capacity_errors_try_the_next_zone_then_wait_then_the_backstop_launches(
     cloud.compute_fake.restore_zone("us-central1-a")
     cloud.compute_fake.restore_zone("us-central1-b")
     cloud.compute.clock = lambda: time.time() + 120  # the retry comes after the backoff, in a later minute
-    launcher.backstop(cloud.registry, cloud.compute, now=waiting.wait_until + timedelta(seconds=1),
-                      metrics=CountingMetrics(), policy=cloud.registry.policy())
+    launcher.backstop(cloud.context(metrics=CountingMetrics()), now=waiting.wait_until + timedelta(seconds=1))
     again = cloud.registry.job("no-room")
     assert again.state == State.LAUNCHING and again.attempt == 1 and f"{OURS}no-room-a1-0001" in vm_names(cloud)
 
@@ -172,8 +171,7 @@ def test_spot_vm_gone_is_preempted_and_rerun_as_the_next_attempt(cloud: GcpCloud
     cloud.compute_fake.preempt(record.instances[0])  # no agent marker: the VM just vanished
     assert [p.instance_id for p in cloud.compute.preempted()] == record.instances
     metrics = CountingMetrics()
-    (lost,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(3), metrics=metrics,
-                              policy=cloud.registry.policy())
+    (lost,) = reconcile.sweep(cloud.context(metrics=metrics), now=later(3))
     assert lost.action.rule == Rule.LOST_SPOT and cloud.registry.job("spot-gone").state == State.PREEMPTED
     assert [a["result"] for a in call("rerun")["actions"]] == ["applied"]
     after = cloud.registry.job("spot-gone")
@@ -217,11 +215,9 @@ def test_uptime_cap_asks_to_stop_then_times_out(cloud: GcpCloud) -> None:
     beat(cloud, record)
     call("sweeper")
     metrics = CountingMetrics()
-    (stop,) = reconcile.uptime_cap(cloud.registry, cloud.compute, now=later(55), metrics=metrics,
-                                   policy=cloud.registry.policy())
+    (stop,) = reconcile.uptime_cap(cloud.context(metrics=metrics), now=later(55))
     assert stop.action.rule == Rule.STOP and cloud.registry.get_json(keys.stop_request("runaway"))
-    (cap,) = reconcile.uptime_cap(cloud.registry, cloud.compute, now=later(61), metrics=metrics,
-                                  policy=cloud.registry.policy())
+    (cap,) = reconcile.uptime_cap(cloud.context(metrics=metrics), now=later(61))
     final = cloud.registry.job("runaway")
     assert cap.result == "applied" and (final.state, final.cause) == (State.TIMED_OUT, Rule.TIMED_OUT)
     assert final.reason == "uptime cap 1h reached"
@@ -239,18 +235,14 @@ def test_orphan_is_deleted_after_the_grace_and_foreign_vms_are_untouched(cloud: 
     cloud.compute_fake.add_instance("us-central1-a", "not-managed", {
         "jobplane-managed": "false", "jobplane-job-id": "ghost"})
     metrics = CountingMetrics()
-    assert reconcile.sweep(cloud.registry, cloud.compute, now=later(5), metrics=metrics,
-                           policy=cloud.registry.policy()) == []
-    (orphan,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(11), metrics=metrics,
-                                policy=cloud.registry.policy())
+    assert reconcile.sweep(cloud.context(metrics=metrics), now=later(5)) == []
+    (orphan,) = reconcile.sweep(cloud.context(metrics=metrics), now=later(11))
     assert orphan.action.rule == Rule.ORPHAN and orphan.result == "applied"
     assert vm_names(cloud) == ["jobplane-abcdef-ghost-a1-0001", "not-managed", "web-server"]
     assert metrics.totals["OrphansTerminated"] == 1
     far = later(60 * 24 * 30)
-    assert reconcile.sweep(cloud.registry, cloud.compute, now=far, metrics=metrics, force=True,
-                           policy=cloud.registry.policy()) == []
-    assert reconcile.uptime_cap(cloud.registry, cloud.compute, now=far, metrics=metrics, force=True,
-                                policy=cloud.registry.policy()) == []
+    assert reconcile.sweep(cloud.context(metrics=metrics), now=far, force=True) == []
+    assert reconcile.uptime_cap(cloud.context(metrics=metrics), now=far, force=True) == []
 
 
 def test_silent_job_is_stalled_and_deleted(cloud: GcpCloud) -> None:
@@ -258,8 +250,7 @@ def test_silent_job_is_stalled_and_deleted(cloud: GcpCloud) -> None:
     beat(cloud, record)
     call("sweeper")
     metrics = CountingMetrics()
-    (stalled,) = reconcile.sweep(cloud.registry, cloud.compute, now=later(6), metrics=metrics,
-                                 policy=cloud.registry.policy())
+    (stalled,) = reconcile.sweep(cloud.context(metrics=metrics), now=later(6))
     assert stalled.action.rule == Rule.STALLED and cloud.registry.job("quiet").state == State.STALLED
     assert vm_names(cloud) == [] and metrics.totals["Stalls"] == 1
 

@@ -21,8 +21,7 @@ GONE = ("shutting-down", "terminated")
 
 
 def handle(moto_aws: MotoAws, key: str) -> launcher.Result:
-    return launcher.handle_drop(moto_aws.registry, moto_aws.compute, key, now=utcnow(), metrics=moto_aws.metrics,
-                                policy=moto_aws.registry.policy()).result
+    return launcher.handle_drop(moto_aws.context(), key, now=utcnow()).result
 
 
 def cancel(moto_aws: MotoAws, job_id: str) -> jobs.Cancelled:

@@ -72,15 +72,13 @@ def finish(moto_aws: MotoAws, job_id: str, code: int, at: datetime) -> JobRecord
     for rank in range(record.spec.num_nodes):
         moto_aws.registry.put_json(keys.exit_report(job_id, record.attempt, rank),
                                 records.ExitReport(code=code, instance_id=record.instances[rank]).body())
-    reconcile.sweep(moto_aws.registry, moto_aws.compute, now=at, metrics=CountingMetrics(), jobs=[job_id],
-                    policy=moto_aws.registry.policy())
+    reconcile.sweep(moto_aws.context(metrics=CountingMetrics()), now=at, jobs=[job_id])
     return moto_aws.registry.job(job_id)
 
 
 def launch(moto_aws: MotoAws, job_id: str, text: str, owner: str, at: datetime) -> JobRecord:
     key = moto_aws.drop(job_id, text, owner=owner)
-    assert launcher.handle_drop(moto_aws.registry, moto_aws.compute, key, now=at,
-                                metrics=CountingMetrics(), policy=moto_aws.registry.policy()).result == "launched"
+    assert launcher.handle_drop(moto_aws.context(metrics=CountingMetrics()), key, now=at).result == "launched"
     return moto_aws.registry.job(job_id)
 
 
@@ -120,9 +118,9 @@ def test_an_on_demand_job_costs_the_table_price_or_the_policys(moto_aws: MotoAws
 def test_a_rerun_ends_the_first_attempts_time_and_starts_the_next(moto_aws: MotoAws) -> None:
     t0 = datetime.now(UTC)
     launch(moto_aws, "twice", ON_DEMAND, "bob", t0)
-    rerun = launcher.launch_attempt(moto_aws.registry, moto_aws.compute, "twice", now=t0 + timedelta(minutes=20),
-                                    expect={State.LAUNCHING}, expect_attempt=1, metrics=CountingMetrics(),
-                                    policy=moto_aws.registry.policy(), cause=Rule.BOOT_RETRY)
+    rerun = launcher.launch_attempt(moto_aws.context(metrics=CountingMetrics()), "twice",
+                                    now=t0 + timedelta(minutes=20), expect={State.LAUNCHING}, expect_attempt=1,
+                                    cause=Rule.BOOT_RETRY)
     first, second = rerun.usage
     assert first.instances[0].end == t0 + timedelta(minutes=20) and second.instances[0].end is None
     assert second.attempt == 2 and second.instances[0].start == t0 + timedelta(minutes=20)

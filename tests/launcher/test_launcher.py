@@ -13,6 +13,7 @@ import pytest
 from jobplane import keys, launcher
 from jobplane.decide import launch as launch_decide
 from jobplane.decide.rules import LaunchCause, Rule
+from jobplane.deployment import Context
 from jobplane.records import ClusterFile, IdleWatch
 from jobplane.registry import TransitionRefused, utcnow
 from jobplane.spec import parse_spec
@@ -35,8 +36,7 @@ labels: {team: vision}
 def drop_and_handle(moto_aws: MotoAws, job_id: str, text: str = SPEC, ext: str = "yaml",
                     owner: str = "alice") -> launcher.Result:
     key = moto_aws.drop(job_id, text, ext, owner)
-    return launcher.handle_drop(moto_aws.registry, moto_aws.compute, key, now=utcnow(), metrics=moto_aws.metrics,
-                                policy=moto_aws.registry.policy()).result
+    return launcher.handle_drop(moto_aws.context(), key, now=utcnow()).result
 
 
 def queue_keys(moto_aws: MotoAws) -> list[str]:
@@ -103,12 +103,10 @@ def test_no_capacity_anywhere_waits_then_backstop_retries_same_attempt(moto_aws:
     assert moto_aws.instances() == [] and len(moto_aws.calls.run_instances) == 4
 
     # before wait_until nothing happens; after it, with capacity back, the same attempt launches
-    assert launcher.backstop(moto_aws.registry, moto_aws.compute, now=utcnow(), metrics=moto_aws.metrics,
-                             policy=moto_aws.registry.policy()) == []
+    assert launcher.backstop(moto_aws.context(), now=utcnow()) == []
     moto_aws.calls.no_capacity.clear()
     later = record.wait_until + timedelta(seconds=1)
-    outcomes = launcher.backstop(moto_aws.registry, moto_aws.compute, now=later, metrics=moto_aws.metrics,
-                                 policy=moto_aws.registry.policy())
+    outcomes = launcher.backstop(moto_aws.context(), now=later)
     assert [(r.subject, r.result) for r in outcomes] == [("waiter", "launched")]
     record = moto_aws.registry.job("waiter")
     assert record.state == State.LAUNCHING and record.attempt == 1 and record.waits == 0
@@ -119,14 +117,12 @@ def test_second_wait_backs_off_longer_and_max_wait_fails(moto_aws: MotoAws) -> N
     assert drop_and_handle(moto_aws, "patient", "instance_type: t3.micro\nrun: x\nmax_wait: 1h\n") == "waiting"
     first = moto_aws.registry.job("patient")
     now = first.wait_until + timedelta(seconds=1)  # type: ignore[operator]
-    launcher.backstop(moto_aws.registry, moto_aws.compute, now=now, metrics=moto_aws.metrics,
-                      policy=moto_aws.registry.policy())
+    launcher.backstop(moto_aws.context(), now=now)
     second = moto_aws.registry.job("patient")
     assert second.waits == 2 and second.wait_until - now >= timedelta(seconds=2 * launch_decide.BACKOFF_BASE_S - 1)  # type: ignore[operator]
 
     past = first.created_at + timedelta(hours=1, seconds=1)
-    (said,) = launcher.backstop(moto_aws.registry, moto_aws.compute, now=past, metrics=moto_aws.metrics,
-                                policy=moto_aws.registry.policy())
+    (said,) = launcher.backstop(moto_aws.context(), now=past)
     assert (said.subject, said.result) == ("patient", launcher.Result.FAILED)
     assert said.detail and said.detail.startswith("no capacity in any zone or instance type within max_wait 1h")
     failed = moto_aws.registry.job("patient")
@@ -194,10 +190,9 @@ def test_queue_entry_names(moto_aws: MotoAws) -> None:
     assert drop_and_handle(moto_aws, "Bad_Id", "instance_type: t3.micro\nrun: x\n") == "rejected"
     assert moto_aws.registry.get_json(keys.rejected_error("Bad_Id"))["errors"][0]["field"] == "id"
     reg, compute, m = moto_aws.registry, moto_aws.compute, moto_aws.metrics
-    assert launcher.handle_drop(reg, compute, "jobs/x/job.json", now=utcnow(), metrics=m,
-                                policy=reg.policy()).result == "ignored"
-    assert launcher.handle_drop(reg, compute, "queue/team-a/", now=utcnow(), metrics=m,
-                                policy=reg.policy()).result == "ignored"  # a folder
+    ctx = Context(reg, compute, reg.policy(), m)
+    assert launcher.handle_drop(ctx, "jobs/x/job.json", now=utcnow()).result == "ignored"
+    assert launcher.handle_drop(ctx, "queue/team-a/", now=utcnow()).result == "ignored"  # a folder
     assert len(moto_aws.calls.run_instances) == 2
 
 
@@ -216,8 +211,8 @@ def test_duplicate_id_is_rejected_and_existing_job_untouched(moto_aws: MotoAws) 
 def test_redelivery_and_identical_redrop_are_no_ops(moto_aws: MotoAws) -> None:
     key = moto_aws.drop("again", SPEC, owner="alice")
     reg, compute, m = moto_aws.registry, moto_aws.compute, moto_aws.metrics
-    assert launcher.handle_drop(reg, compute, key, now=utcnow(), metrics=m, policy=reg.policy()).result == "launched"
-    assert launcher.handle_drop(reg, compute, key, now=utcnow(), metrics=m, policy=reg.policy()).result == "gone"
+    assert launcher.handle_drop(Context(reg, compute, reg.policy(), m), key, now=utcnow()).result == "launched"
+    assert launcher.handle_drop(Context(reg, compute, reg.policy(), m), key, now=utcnow()).result == "gone"
     assert drop_and_handle(moto_aws, "again") == "exists"
     assert len(moto_aws.calls.run_instances) == 1 and queue_keys(moto_aws) == []
     assert not any(k.startswith(keys.REJECTED) for k, _, _ in reg.listing(""))
@@ -232,8 +227,7 @@ def test_same_event_ten_times_concurrently_gives_one_job_and_one_run_instances(m
     def deliver() -> None:
         try:
             start.wait()
-            outcomes.append(launcher.handle_drop(moto_aws.registry, moto_aws.compute, key, now=utcnow(),
-                                                 metrics=moto_aws.metrics, policy=moto_aws.registry.policy()).result)
+            outcomes.append(launcher.handle_drop(moto_aws.context(), key, now=utcnow()).result)
         except BaseException as exc:  # surfaced below
             errors.append(exc)
 
@@ -268,10 +262,8 @@ def test_backstop_picks_up_old_queue_entries_only(moto_aws: MotoAws) -> None:
     moto_aws.drop("late", SPEC, owner="alice")
     moto_aws.drop("plain", "instance_type: t3.micro\nrun: x\n")
     now = utcnow()
-    assert launcher.backstop(moto_aws.registry, moto_aws.compute, now=now, metrics=moto_aws.metrics,
-                             policy=moto_aws.registry.policy()) == []
-    outcomes = launcher.backstop(moto_aws.registry, moto_aws.compute, now=now + timedelta(seconds=61),
-                                 metrics=moto_aws.metrics, policy=moto_aws.registry.policy())
+    assert launcher.backstop(moto_aws.context(), now=now) == []
+    outcomes = launcher.backstop(moto_aws.context(), now=now + timedelta(seconds=61))
     assert [(r.subject, r.result) for r in outcomes] == [("queue/alice/late.yaml", "launched"),
                                                          ("queue/plain.yaml", "launched")]
     assert moto_aws.registry.job("late").owner == "alice" and moto_aws.registry.job("plain").owner == "default"
@@ -283,11 +275,10 @@ def test_launch_attempt_claims_by_cas_and_bumps_attempts(moto_aws: MotoAws) -> N
     reg.transition("rerun-me", State.RUNNING, now=now)
     reg.transition("rerun-me", State.PREEMPTED, now=now)
     with pytest.raises(TransitionRefused):
-        launcher.launch_attempt(reg, moto_aws.compute, "rerun-me", now=now, expect={State.PREEMPTED},
-                                expect_attempt=5, metrics=moto_aws.metrics, policy=reg.policy(), cause=Rule.RERUN)
-    record = launcher.launch_attempt(reg, moto_aws.compute, "rerun-me", now=now, expect={State.PREEMPTED},
-                                     expect_attempt=1, metrics=moto_aws.metrics, reason="rerun after preemption",
-                                     policy=reg.policy(), cause=Rule.RERUN)
+        launcher.launch_attempt(moto_aws.context(), "rerun-me", now=now, expect={State.PREEMPTED}, expect_attempt=5,
+                                cause=Rule.RERUN)
+    record = launcher.launch_attempt(moto_aws.context(), "rerun-me", now=now, expect={State.PREEMPTED},
+                                     expect_attempt=1, reason="rerun after preemption", cause=Rule.RERUN)
     assert record.state == State.LAUNCHING and record.attempt == 2 and record.restarts == 1
     assert reg.get_json(keys.cluster("rerun-me", 2))["attempt"] == 2
     tags = {t["Key"]: t["Value"] for i in moto_aws.instances() for t in i["Tags"]

@@ -23,8 +23,7 @@ SPEC = "instance_type: t3.micro\nrun: python3 train.py\n"
 
 
 def handle(moto_aws: MotoAws, key: str) -> launcher.Result:
-    return launcher.handle_drop(moto_aws.registry, moto_aws.compute, key, now=utcnow(), metrics=moto_aws.metrics,
-                                policy=moto_aws.registry.policy()).result
+    return launcher.handle_drop(moto_aws.context(), key, now=utcnow()).result
 
 
 def rejection(moto_aws: MotoAws, job_id: str) -> list[dict[str, str]]:

@@ -15,6 +15,7 @@ import pytest
 
 from jobplane import keys, launcher, reconcile, records
 from jobplane.clouds.memory import Clock, MemoryCompute, MemoryStore
+from jobplane.deployment import Context
 from jobplane.registry import JobRecord, Registry
 from jobplane.states import State
 from jobplane.telemetry import CountingMetrics
@@ -41,8 +42,7 @@ class Day:
         text += "".join(f"{k}: {v}\n" for k, v in fields.items())
         key = keys.queue_entry(job_id, keys.DEFAULT_OWNER, "yaml")
         self.store.put(self.reg.key(key), text.encode())
-        return launcher.handle_drop(self.reg, self.compute, key, now=self.clock(), metrics=self.metrics,
-                                    policy=self.reg.policy()).result
+        return launcher.handle_drop(self.context(), key, now=self.clock()).result
 
     def started(self, job_id: str, spec: str = "", **fields: Any) -> JobRecord:
         """Submitted now; a minute later every rank beats and the sweep sees the job RUNNING."""
@@ -83,20 +83,20 @@ class Day:
 
     # ---- the functions, as their cron or event runs them ------------------------------------------
     def sweep(self, **kwargs: Any) -> list[reconcile.Outcome]:
-        return reconcile.sweep(self.reg, self.compute, now=self.clock(), metrics=self.metrics,
-                               policy=self.reg.policy(), **kwargs)
+        return reconcile.sweep(self.context(), now=self.clock(), **kwargs)
 
     def rerun(self, **kwargs: Any) -> list[reconcile.Outcome]:
-        return reconcile.rerun(self.reg, self.compute, now=self.clock(), metrics=self.metrics,
-                               policy=self.reg.policy(), **kwargs)
+        return reconcile.rerun(self.context(), now=self.clock(), **kwargs)
 
     def uptime_cap(self, **kwargs: Any) -> list[reconcile.Outcome]:
-        return reconcile.uptime_cap(self.reg, self.compute, now=self.clock(), metrics=self.metrics,
-                                    policy=self.reg.policy(), **kwargs)
+        return reconcile.uptime_cap(self.context(), now=self.clock(), **kwargs)
 
     def backstop(self) -> list[launcher.Outcome]:
-        return launcher.backstop(self.reg, self.compute, now=self.clock(), metrics=self.metrics, min_age=0,
-                                 policy=self.reg.policy())
+        return launcher.backstop(self.context(), now=self.clock(), min_age=0)
+
+    def context(self) -> Context:
+        """What the functions run with: this day's registry and cloud, the policy as it is now."""
+        return Context(self.reg, self.compute, self.reg.policy(), self.metrics)
 
     # ---- what a user and the cloud console show ----------------------------------------------------
     def job(self, job_id: str) -> JobRecord:

@@ -37,22 +37,20 @@ def later(minutes: float) -> datetime:
 
 def launch(c: MotoAws, job_id: str, spec: str = SPEC) -> JobRecord:
     c.registry.create_job(job_id, parse_spec(spec, job_id))
-    return launcher.launch_attempt(c.registry, c.compute, job_id, now=utcnow(), expect={State.QUEUED},
-                                   expect_attempt=0, metrics=c.metrics, policy=c.registry.policy(),
+    return launcher.launch_attempt(c.context(), job_id, now=utcnow(), expect={State.QUEUED}, expect_attempt=0,
                                    cause=LaunchCause.SUBMITTED)
 
 
-def sweep(c: MotoAws, *, now: datetime, **kwargs: Any) -> list[reconcile.Outcome]:
-    return reconcile.sweep(c.registry, c.compute, now=now, metrics=c.metrics, policy=c.registry.policy(), **kwargs)
+def sweep(c: MotoAws, *, now: datetime, dry_run: bool = False, **kwargs: Any) -> list[reconcile.Outcome]:
+    return reconcile.sweep(c.context(dry_run=dry_run), now=now, **kwargs)
 
 
 def uptime_cap(c: MotoAws, *, now: datetime, **kwargs: Any) -> list[reconcile.Outcome]:
-    return reconcile.uptime_cap(c.registry, c.compute, now=now, metrics=c.metrics, policy=c.registry.policy(),
-                                **kwargs)
+    return reconcile.uptime_cap(c.context(), now=now, **kwargs)
 
 
 def rerun(c: MotoAws, *, now: datetime, **kwargs: Any) -> list[reconcile.Outcome]:
-    return reconcile.rerun(c.registry, c.compute, now=now, metrics=c.metrics, policy=c.registry.policy(), **kwargs)
+    return reconcile.rerun(c.context(), now=now, **kwargs)
 
 
 def beat(c: MotoAws, record: JobRecord) -> None:

@@ -9,6 +9,7 @@ from jobplane import reconcile
 from jobplane.clouds.memory import MemoryStore
 from jobplane.decide.effects import RequestStop, Terminate, Transition
 from jobplane.decide.model import Action, Rule
+from jobplane.deployment import Context
 from jobplane.reconcile import Result
 from jobplane.registry import Registry
 from jobplane.spec import parse_spec
@@ -36,7 +37,7 @@ def test_each_outcome_is_a_result_with_its_detail_and_its_metric() -> None:
                (Terminate(("i-3",)),)).refuse(BLAST),
     ]
 
-    outcomes = reconcile.apply(reg, None, actions, now=NOW, metrics=metrics, dry_run=False, policy=reg.policy())
+    outcomes = reconcile.apply(Context(reg, None, reg.policy(), metrics, dry_run=False), actions, now=NOW)
 
     assert [(o.result, o.detail) for o in outcomes] == [
         (Result.ERROR, "RuntimeError: no compute adapter to terminate with"),
@@ -58,7 +59,7 @@ def test_dry_run_is_reported_and_leaves_the_job_and_its_history_alone() -> None:
     before = reg.events("j")
     stop = Action(Rule.STOP, "j", "uptime cap 1h in 10m: stop requested", (RequestStop(),))
 
-    (outcome,) = reconcile.apply(reg, None, [stop], now=NOW, metrics=metrics, dry_run=True, policy=reg.policy())
+    (outcome,) = reconcile.apply(Context(reg, None, reg.policy(), metrics, dry_run=True), [stop], now=NOW)
 
     assert (outcome.result, outcome.detail) == (Result.DRY_RUN, None)
     assert reg.events("j") == before and dict(metrics.totals) == {}
@@ -68,8 +69,7 @@ def test_a_stop_request_is_written_and_recorded_on_the_job() -> None:
     reg = registry()
     stop = Action(Rule.STOP_PEERS, "j", "rank 0 stopped early: asking rank 1 to stop", (RequestStop(by="sweeper"),))
 
-    (outcome,) = reconcile.apply(reg, None, [stop], now=NOW, metrics=CountingMetrics(), dry_run=False,
-                                 policy=reg.policy())
+    (outcome,) = reconcile.apply(Context(reg, None, reg.policy(), CountingMetrics(), dry_run=False), [stop], now=NOW)
 
     assert outcome.result == Result.APPLIED
     (event,) = [e for e in reg.events("j") if e["kind"] == "stop-requested"]
@@ -84,7 +84,7 @@ def test_a_refused_mass_termination_writes_a_bounded_history() -> None:
     actions = [Action(Rule.ORPHAN, job_id, f"orphan i-{job_id}", (Terminate((f"i-{job_id}",)),)).refuse(BLAST)
                for job_id in jobs]
 
-    outcomes = reconcile.apply(reg, None, actions, now=NOW, metrics=metrics, dry_run=False, policy=reg.policy())
+    outcomes = reconcile.apply(Context(reg, None, reg.policy(), metrics, dry_run=False), actions, now=NOW)
 
     assert [o.result for o in outcomes] == [Result.REFUSED] * len(jobs)
     assert metrics.totals["BlastRadiusRefusals"] == len(jobs), "every refusal is counted"

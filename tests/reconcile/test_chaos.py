@@ -34,6 +34,7 @@ from jobplane.agent import transfer
 from jobplane.agent.checkpoints import CheckpointSync
 from jobplane.clouds.base import TAG_DEPLOYMENT, Blob, Instance, LaunchRequest, ObjectInfo, StoreError
 from jobplane.clouds.memory import Clock, MemoryCompute, MemoryStore
+from jobplane.deployment import Context
 from jobplane.registry import JobNotFound, Registry
 from jobplane.states import State
 from jobplane.telemetry import CountingMetrics
@@ -259,14 +260,17 @@ class ChaosDay:
             self.store.armed = False
 
     def functions(self, d: Deployment, minute: int) -> None:
-        now, policy = self.clock(), d.reg.policy
-        kw: dict[str, Any] = {"now": now, "metrics": d.metrics}
-        self.run(lambda: reconcile.sweep(d.reg, d.compute, policy=policy(), **kw))
-        self.run(lambda: reconcile.rerun(d.reg, d.compute, policy=policy(), **kw))
+        now = self.clock()
+
+        def ctx() -> Context:  # made in the run: its policy read may meet the store's faults too
+            return Context(d.reg, d.compute, d.reg.policy(), d.metrics)
+
+        self.run(lambda: reconcile.sweep(ctx(), now=now))
+        self.run(lambda: reconcile.rerun(ctx(), now=now))
         if minute % 5 == 0:
-            self.run(lambda: launcher.backstop(d.reg, d.compute, min_age=60, policy=policy(), **kw))
+            self.run(lambda: launcher.backstop(ctx(), now=now, min_age=60))
         if minute % 10 == 0:
-            self.run(lambda: reconcile.uptime_cap(d.reg, d.compute, policy=policy(), **kw))
+            self.run(lambda: reconcile.uptime_cap(ctx(), now=now))
 
     def deliver(self, fn: Callable[[], object]) -> None:
         """An event: lost (the cron catches up), delivered once, or twice."""
@@ -291,7 +295,7 @@ class ChaosDay:
                     self.notes.append(f"{d.name}/{s.job_id}: cancel at minute {minute} refused: {exc}")
 
     def _drop_event(self, d: Deployment, key: str) -> object:
-        return launcher.handle_drop(d.reg, d.compute, key, now=self.clock(), metrics=d.metrics, policy=d.reg.policy())
+        return launcher.handle_drop(Context(d.reg, d.compute, d.reg.policy(), d.metrics), key, now=self.clock())
 
     @staticmethod
     def _compute(d: Deployment) -> Any:
@@ -380,8 +384,8 @@ class ChaosDay:
         life.done = True
         self.cloud.reclaim(inst.id)  # the agent powers the VM off
         job_id = inst.job_id or ""
-        self.deliver(lambda: reconcile.sweep(d.reg, d.compute, now=self.clock(), metrics=d.metrics,
-                                             policy=d.reg.policy(), jobs=[job_id]))
+        self.deliver(lambda: reconcile.sweep(Context(d.reg, d.compute, d.reg.policy(), d.metrics), now=self.clock(),
+                                             jobs=[job_id]))
 
     def _report(self, d: Deployment, inst: Instance, code: int, reason: str) -> None:
         report = records.ExitReport(code=code, reason=reason, instance_id=inst.id)

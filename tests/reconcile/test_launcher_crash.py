@@ -71,7 +71,7 @@ def test_the_backstop_stops_at_its_time_budget_and_the_next_run_goes_on(day: Day
     for n in range(3):
         day.store.put(day.reg.key(keys.queue_entry(f"late-{n}", keys.DEFAULT_OWNER, "yaml")),
                       b"run: python3 train.py\ninstance_type: t3.micro\n")
-    kwargs: dict[str, Any] = {"now": day.clock(), "metrics": day.metrics, "min_age": 0, "policy": day.reg.policy()}
-    assert launcher.backstop(day.reg, day.compute, budget=0, **kwargs) == []
+    assert launcher.backstop(day.context(), now=day.clock(), min_age=0, budget=0) == []
     assert day.metrics.totals["BackstopBudgetSpent"] == 1
-    assert [o.result for o in launcher.backstop(day.reg, day.compute, budget=60, **kwargs)] == ["launched"] * 3
+    launched = launcher.backstop(day.context(), now=day.clock(), min_age=0, budget=60)
+    assert [o.result for o in launched] == ["launched"] * 3

@@ -14,6 +14,7 @@ import pytest
 from functions.aws import common, launcher, sweeper
 from jobplane import keys, reconcile
 from jobplane.decide import sweep as sweep_decide
+from jobplane.deployment import Context as RunContext
 from jobplane.notify import Notify
 from jobplane.registry import Registry, utcnow
 from jobplane.settings import Settings
@@ -120,8 +121,8 @@ def test_overlapping_reconcilers_announce_an_end_exactly_once(moto_aws: MotoAws,
         reg = Registry(moto_aws.registry.store, listeners=[notify.transition])
         snap = reconcile.with_records(reg, reconcile.listings(reg, moto_aws.compute), ["raced"])
         runs.append((reg, sweep_decide.decide(snap, utcnow(), reg.policy())))
-    results = [reconcile.apply(reg, moto_aws.compute, actions, now=utcnow(), metrics=CountingMetrics(), dry_run=False,
-                               policy=reg.policy()) for reg, actions in runs]
+    results = [reconcile.apply(RunContext(reg, moto_aws.compute, reg.policy(), CountingMetrics()), actions,
+                               now=utcnow()) for reg, actions in runs]
     assert [o.result for o in results[0]] == [reconcile.Result.APPLIED]
     assert all(o.result == reconcile.Result.SKIPPED for res in results[1:] for o in res)
     assert [data(m)["state"] for m in inbox.take()] == ["SUCCEEDED"]
