@@ -154,6 +154,9 @@ class Job:
         Without follow, the lines uploaded so far. With follow, the lines as they come until the job ends and its
         agents' last output is in (a queued job is waited for), polling every `interval` seconds and telling
         on_status where the job is; Timeout past `timeout` seconds. Stopping the iteration never stops the job.
+
+        The agent uploads output by time and size, so a line still being printed when a piece went up comes in
+        two parts (as `jobplane logs` prints it); a carriage return stays inside its line.
         """
         reader = jobs.LogReader(self._client._registry, self.id, attempt, rank)
         if not follow:
