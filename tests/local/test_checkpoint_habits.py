@@ -25,7 +25,7 @@ signal.signal(signal.SIGTERM, signal.SIG_IGN)
 path = pathlib.Path(os.environ["JOBPLANE_CHECKPOINT_DIR"]) / "checkpoint.json"
 step = json.loads(path.read_text())["step"] if path.exists() else 0
 print(f"resuming from step {step}", flush=True)
-end = step + 4 if step else 60  # a resumed run trains a few more steps: attempt 1 is the one under test
+end = step + 4 if step else int(os.environ.get("STEPS", "60"))  # a resumed run trains a few steps more
 while step < end:
     time.sleep(0.5)
     step += 1

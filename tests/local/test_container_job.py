@@ -20,13 +20,20 @@ from jobplane.local.demo import CloudProcess, wait_for_no_instances
 from jobplane.local.gcp import PODMAN_IMAGE
 from jobplane.states import State
 from tests.local.conftest import cli_ok, submit, write_spec
-from tests.local.test_checkpoint_habits import before_the_notice, logs, preempt, resumed_at, wait_saved
+from tests.local.test_checkpoint_habits import (
+    JSON_EVERY_HALF_SECOND,
+    before_the_notice,
+    logs,
+    preempt,
+    resumed_at,
+    wait_saved,
+)
 
 pytestmark = [pytest.mark.scenario, pytest.mark.timeout(420)]
 
+# what the job sees in its container, then the JSON habit: a checkpoint rewritten in place, SIGTERM ignored
 TRAIN = """
-import json, os, pathlib, signal, time
-signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only the SIGKILL after the grace ends it
+import os, pathlib
 release = dict(line.split("=", 1) for line in open("/etc/os-release").read().split("\\n") if "=" in line)
 print("os-release:", release["PRETTY_NAME"].strip('"'), flush=True)
 print("pid 1:", open("/proc/1/cmdline").read().split("\\0")[0], flush=True)
@@ -34,17 +41,7 @@ print("podman here:", any(os.path.exists(p + "/podman") for p in os.environ["PAT
 print("SM_MODEL_DIR:", os.environ["SM_MODEL_DIR"], os.path.isdir(os.environ["SM_MODEL_DIR"]), flush=True)
 ckpt = pathlib.Path(os.environ["JOBPLANE_CHECKPOINT_DIR"])
 print("checkpoint dir:", ckpt, ckpt.is_dir(), flush=True)
-path = ckpt / "checkpoint.json"
-step = json.loads(path.read_text())["step"] if path.exists() else 0
-print(f"resuming from step {step}", flush=True)
-end = step + 3 if step else int(os.environ.get("STEPS", "60"))
-while step < end:
-    time.sleep(0.5)
-    step += 1
-    with open(path, "w") as f:
-        f.write(json.dumps({"step": step}))
-    print(f"saved step {step}", flush=True)
-"""
+""" + JSON_EVERY_HALF_SECOND
 
 
 @pytest.fixture(autouse=True)

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from jobplane.agent.process import marked_pids
 from jobplane.clouds.base import LaunchRequest
 from jobplane.clouds.gcp import GceCompute
 from jobplane.local import fake_compute
 from jobplane.local.fake_compute import FakeComputeServer
 from jobplane.local.gce_runner import GceRunner
 from jobplane.local.loopback import on_loopback
-from jobplane.local.runner import marked_pids
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.timeout(120)

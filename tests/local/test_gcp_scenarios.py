@@ -9,8 +9,8 @@ import urllib.request
 
 import pytest
 
+from jobplane.agent.process import marked_pids
 from jobplane.local.demo import CloudProcess, wait_for_no_instances
-from jobplane.local.runner import marked_pids
 from jobplane.states import State
 from tests.helpers import wait_for
 from tests.local.conftest import cli_ok, submit, write_spec

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from jobplane import containers
 from jobplane.agent.output import OutputLog
-from jobplane.agent.process import UserProcess, wait_stopped
+from jobplane.agent.process import UserProcess, marked_pids, wait_stopped
 
 REMOVE_TIMEOUT_S = 30.0
 
@@ -36,26 +36,21 @@ def find_runtime(path: str | None = None) -> str | None:
 def container_pids(name: str, proc: Path = Path("/proc")) -> list[int]:
     """The processes of container `name`, its init excepted: they carry the marker and live in another PID
     namespace than ours (the runtime's client and monitor carry the marker too, in ours)."""
-    needle = f"{containers.MARKER}={name}".encode()
     try:
         ours = os.readlink(proc / "self" / "ns" / "pid")
     except OSError:
         return []
     found = []
-    for entry in os.listdir(proc):
-        if not entry.isdigit():
-            continue
+    for pid in marked_pids(f"{containers.MARKER}={name}", proc):
         try:
-            if needle not in (proc / entry / "environ").read_bytes().split(b"\0"):
+            if os.readlink(proc / str(pid) / "ns" / "pid") == ours:
                 continue
-            if os.readlink(proc / entry / "ns" / "pid") == ours:
-                continue
-            nspid = next(line for line in (proc / entry / "status").read_text().splitlines()
+            nspid = next(line for line in (proc / str(pid) / "status").read_text().splitlines()
                          if line.startswith("NSpid:"))
         except (OSError, StopIteration):
             continue  # gone, or not ours to read
         if nspid.split()[-1] != "1":
-            found.append(int(entry))
+            found.append(pid)
     return found
 
 

@@ -19,6 +19,23 @@ def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def marked_pids(marker: str, proc: Path = Path("/proc")) -> list[int]:
+    """Pids of the processes we can read whose environment holds `marker` (NAME=value), this one excepted: a
+    variable every descendant inherits finds them even after they left the session."""
+    needle = marker.encode()
+    found = []
+    for entry in os.listdir(proc):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            environ = (proc / entry / "environ").read_bytes()
+        except OSError:
+            continue  # gone, or not ours to read
+        if needle in environ.split(b"\0"):
+            found.append(int(entry))
+    return found
+
+
 def _stat(pid: str | int) -> list[str] | None:
     """state ppid pgrp ... of a process (comm may hold spaces), or None once it is gone."""
     try:

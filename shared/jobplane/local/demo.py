@@ -39,9 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from jobplane import backend, keys
+from jobplane.agent.process import marked_pids
 from jobplane.clouds.base import Instance
 from jobplane.local.control import STATE_FILE
-from jobplane.local.runner import marked_pids
 from jobplane.local.waiting import WaitTimeout, wait_for
 from jobplane.settings import Settings
 from jobplane.ui.beside import ui_url

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from jobplane.agent.process import marked_pids
 from jobplane.local import rootfs
 from jobplane.local.loopback import on_loopback
 
@@ -60,22 +61,6 @@ def write_shims(directory: Path, extra: Mapping[str, str] | None = None) -> Path
         path.write_text(text)
         path.chmod(0o755)
     return directory
-
-
-def marked_pids(marker: str) -> list[int]:
-    """Pids of our processes whose environment carries marker (e.g. JOBPLANE_LOCAL_INSTANCE=i-123)."""
-    needle = marker.encode()
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            environ = Path(f"/proc/{entry}/environ").read_bytes()
-        except OSError:
-            continue  # gone, or not ours
-        if needle in environ.split(b"\0"):
-            pids.append(int(entry))
-    return pids
 
 
 def kill_marked(marker: str, grace: float = KILL_GRACE) -> int:
