@@ -62,6 +62,8 @@ def test_run_and_setup_are_bounded_and_so_is_the_stop_grace() -> None:
     assert fields(BASE + "stop_grace: 100000d\n") == ["stop_grace"]
     assert fields(BASE + "stop_grace: 61m\n") == ["stop_grace"]
     assert parse_spec(BASE + "stop_grace: 1h\n", "j").stop_grace == 3600
+    assert fields(BASE + "debug_hold: 25h\n") == ["debug_hold"]  # held VMs bill: a day at most
+    assert parse_spec(BASE + "debug_hold: 30m\n", "j").debug_hold == 1800
 
 
 def test_labels_in_jobplanes_namespace_are_refused() -> None:

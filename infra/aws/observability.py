@@ -21,7 +21,7 @@ PANELS = {
     "Jobs by outcome state": ["JobsLaunched", "JobsSucceeded", "JobsFailed", "JobsRejected"],
     "Launches and capacity": ["JobsLaunched", "LaunchCapacityErrors"],
     "Preemptions and reruns": ["Reruns"],
-    "Orphans, stalls, timeouts": ["OrphansTerminated", "Stalls", "Timeouts"],
+    "Orphans, stalls, timeouts, debug holds": ["OrphansTerminated", "Stalls", "Timeouts", "HeldTerminated"],
     "Safety: refusals, ignored facts, errors": ["BlastRadiusRefusals", "IgnoredFacts", "ActionErrors"],
     "Cloud API calls": ["ApiCalls"],
     "Idle GPUs and notifications": ["IdleGpuJobs", "NotificationsPublished", "NotificationsFailed"],

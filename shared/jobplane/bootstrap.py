@@ -5,8 +5,8 @@ Only where the registry is (cloud, bucket, root, region), which job and attempt 
 agent comes from and where it asks for its job's credentials reach the script, each through shlex.quote.
 Nothing from the spec's setup, run, env, name or labels does: the agent reads those from the registry. The
 script
-  1. schedules `shutdown -h +N` at the uptime cap, a backstop that holds even if the agent dies
-     (EC2 terminates on shutdown; GCE also enforces max_run_duration natively);
+  1. schedules `shutdown -h +N` at the uptime cap (plus the spec's debug_hold), a backstop that holds even if the
+     agent dies (EC2 terminates on shutdown; GCE also enforces max_run_duration natively);
   2. with python3's standard library only, picks the agent bundle built for the image's python3, downloads
      it with retries (AWS: URLs the launcher presigned; GCP: the GCS JSON API with the VM's own
      service-account token from the metadata server), checks its sha256 and unpacks it into /opt/jobplane;
@@ -203,8 +203,9 @@ def render(*, cloud: str, bucket: str, root: str, region: str | None, job_id: st
 
 
 def uptime_minutes(spec: JobSpec, policy: Policy) -> int:
-    """The cap in whole minutes, rounded up so the backstop never fires before the graceful path."""
-    return max(1, math.ceil(policy.max_runtime(spec) / 60))
+    """The VM's lifetime (the uptime cap, plus a debug hold) in whole minutes, rounded up so the backstop never
+    fires before the graceful path."""
+    return max(1, math.ceil(policy.vm_lifetime(spec) / 60))
 
 
 def render_for(spec: JobSpec, *, job_id: str, attempt: int, policy: Policy, bucket: str, root: str,

@@ -45,6 +45,7 @@ class JobRecord(BaseModel):
     waits: int = 0  # consecutive failed tries, for the backoff
     spot_refused_at: datetime | None = None  # the attempt's first refusal of Spot everywhere (spot.after counts)
     last_error: str | None = None
+    held_until: datetime | None = None  # a FAILED attempt's VMs kept for a look (spec debug_hold) until then
     notices: list[dict[str, Any]] = Field(default_factory=list)  # Spot interruption warnings seen
     usage: list[AttemptUsage] = Field(default_factory=list)  # what each launched attempt ran on (jobplane.cost)
     last_event: LastEvent | None = None  # the event of the write that made this record (jobplane.registry's module doc)
@@ -73,5 +74,6 @@ class Updates(TypedDict, total=False):
     waits: int
     spot_refused_at: datetime | None
     last_error: str | None
+    held_until: datetime | None
     notices: list[dict[str, Any]]
     usage: list[AttemptUsage]

@@ -43,6 +43,17 @@ def runtime_seconds(record: JobRecord, now: datetime) -> float | None:
     return (end - record.first_launched_at).total_seconds()
 
 
+def held(record: JobRecord, now: datetime) -> str | None:
+    """A FAILED attempt's debug hold, as `describe` shows it: until when its VMs are kept, or that it is over."""
+    until = record.held_until
+    if until is None:
+        return None
+    when = f"held until {until:%Y-%m-%d %H:%M:%S} UTC"
+    if now >= until:
+        return f"{when} (over: its VMs are terminated by the next sweep, if not already)"
+    return f"{when} ({human_duration((until - now).total_seconds())} left): `jobplane ssh {record.id}` to look"
+
+
 @dataclass(frozen=True)
 class JobView:
     """A job as a user sees it: its record; or, before the launcher has recorded it, its drop in queue/

@@ -13,6 +13,8 @@ Deliberate shapes, so a sweep needs listings only (no per-job GET):
 - `heartbeats/<id>/<attempt>/<rank>.idle`: rewritten by the agent with each heartbeat while the rank's mean
   GPU utilization over the policy's window is under its threshold; `limits/<id>/<attempt>/idle-flagged`,
   created once by the sweeper that flagged the attempt idle. Both are seen in listings the sweep makes anyway.
+- `limits/<id>/<attempt>/held-until-<epoch s>`: a FAILED attempt whose VMs its spec's `debug_hold` keeps for a
+  look, and until when: the sweep spares them (no orphan) and terminates them at that time, from its listing.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ POLICY = "config/policy.yaml"
 DEFAULT_OWNER = "default"  # the owner of a drop straight under queue/ (a single-team deployment)
 AGENT = f"{SYSTEM}agent/"  # the agent bundles and their manifest (jobplane.agent_bundle)
 IDLE_FLAGGED = "idle-flagged"
+HELD_UNTIL = "held-until-"
 
 # What parsers accept for a key's parts: one path segment (a job id), a number as builders write it.
 _ID = r"([^/]+)"
@@ -207,6 +210,10 @@ def limits_mark(job_id: str, attempt: int, nodes: int, stall: int, cap: int) -> 
     return f"{LIMITS}{job_id}/{attempt}/nodes-{nodes}.stall-{stall}.cap-{cap}"
 
 
+def held_mark(job_id: str, attempt: int, until: datetime) -> str:
+    return f"{LIMITS}{job_id}/{attempt}/{HELD_UNTIL}{int(until.timestamp())}"
+
+
 def idle_flag(job_id: str, attempt: int) -> str:
     return f"{LIMITS}{job_id}/{attempt}/{IDLE_FLAGGED}"
 
@@ -275,6 +282,19 @@ class Limits:
         return limits_mark(self.job_id, self.attempt, self.nodes, self.stall, self.cap)
 
 
+@dataclass(frozen=True)
+class Held:
+    """A FAILED attempt whose VMs are kept until `until` (the spec's debug_hold), carried by a key name."""
+
+    job_id: str
+    attempt: int
+    until: datetime
+
+    @property
+    def key(self) -> str:
+        return held_mark(self.job_id, self.attempt, self.until)
+
+
 def _parser(pattern: str) -> Callable[[str], tuple[str, ...] | None]:
     """The groups of a key that is all of `pattern`, or None."""
     compiled = re.compile(pattern)
@@ -293,6 +313,7 @@ _preempted = _parser(rf"{PREEMPTED}{_ID}")
 _heartbeat = _parser(rf"{HEARTBEATS}{_ID}/{_N}/{_N}(?:\.(output|idle))?")
 _limits = _parser(rf"{LIMITS}{_ID}/{_N}/nodes-{_N}\.stall-{_N}\.cap-{_N}")
 _idle_flag = _parser(rf"{LIMITS}{_ID}/{_N}/{IDLE_FLAGGED}")
+_held = _parser(rf"{LIMITS}{_ID}/{_N}/{HELD_UNTIL}{_N}")
 _exit = _parser(rf"{JOBS}{_ID}/attempts/{_N}/nodes/{_N}/exit\.json")
 _boot_failure = _parser(rf"{JOBS}{_ID}/attempts/{_N}/boot-failure\.json")
 _node_file = _parser(rf"{JOBS}{_ID}/(logs|metrics)/{_N}/{_N}/([^/]+)")
@@ -350,6 +371,11 @@ def parse_idle_flag(key: str) -> AttemptKey | None:
     """(job, attempt) of a limits/<id>/<attempt>/idle-flagged key."""
     parts = _idle_flag(key)
     return AttemptKey(parts[0], int(parts[1])) if parts else None
+
+
+def parse_held(key: str) -> Held | None:
+    parts = _held(key)
+    return Held(parts[0], int(parts[1]), datetime.fromtimestamp(int(parts[2]), UTC)) if parts else None
 
 
 def parse_exit_report(key: str) -> NodeKey | None:

@@ -256,7 +256,7 @@ def resume(ctx: Context, job_id: str, *, attempt: int, stamp: str, now: datetime
         first = found[0]
         request = LaunchRequest(job_id=job_id, attempt=attempt, num_nodes=len(found),
                                 instance_type=first.instance_type or "", zone=first.zone, image="(adopted)",
-                                spot=first.spot, user_data="", max_runtime=policy.max_runtime(spec),
+                                spot=first.spot, user_data="", max_runtime=policy.vm_lifetime(spec),
                                 disk_gb=spec.disk_gb, owner=record.owner)
         log.warning("job %s attempt %d: adopting %s launched before the launcher stopped", job_id, attempt,
                     [i.id for i in found], extra={"job_id": job_id})
@@ -347,7 +347,7 @@ def _request(reg: Registry, compute: Compute, snap: launch_decide.LaunchSnapshot
     return LaunchRequest(
         job_id=record.id, attempt=record.attempt, num_nodes=spec.num_nodes, instance_type=step.instance_type,
         zone=step.zone, image=step.image, spot=step.spot, user_data=scripts[step.arch],
-        max_runtime=policy.max_runtime(spec), disk_gb=spec.disk_gb, owner=record.owner,
+        max_runtime=policy.vm_lifetime(spec), disk_gb=spec.disk_gb, owner=record.owner,
         labels=tuple(sorted(spec.labels.items())), accelerator=step.accelerator,
     )
 

@@ -111,6 +111,11 @@ class Policy(_Model):
     def max_runtime(self, spec: JobSpec) -> int:
         return min(spec.max_runtime or self.default_max_runtime, self.max_runtime_ceiling)
 
+    def vm_lifetime(self, spec: JobSpec) -> int:
+        """How long a VM may live, its own backstop (EC2: the bootstrap's shutdown; GCE: maxRunDuration): the
+        uptime cap, plus the debug hold a FAILED attempt may keep it for."""
+        return self.max_runtime(spec) + (spec.debug_hold or 0)
+
     def max_wait(self, spec: JobSpec) -> int:
         return spec.max_wait or self.default_max_wait
 

@@ -24,7 +24,9 @@ from jobplane.decide.effects import (
     ClearPreempted,
     DeleteKeys,
     Effect,
+    EndHold,
     Flag,
+    Hold,
     MarkPreempted,
     Note,
     Publish,
@@ -81,6 +83,7 @@ def listings(reg: Registry, compute: Compute | None) -> Snapshot:
         instances=tuple(compute.list_managed()) if compute is not None else (),
         idle=tuple(idle),
         idle_flags=frozenset(flag for key in limit_keys if (flag := keys.parse_idle_flag(key))),
+        held=tuple(held for key in limit_keys if (held := keys.parse_held(key))),
     )
 
 
@@ -263,6 +266,10 @@ def _effect(ctx: Context, action: Action, effect: Effect, *, now: datetime) -> N
             ctx.cloud("terminate with").terminate(list(instances))
             _history(reg, action, history.Terminated(rule=str(action.rule), reason=action.reason,
                                                      instances=list(instances)), now)
+        case Hold(held=held):
+            reg.put(held.key, b"", "text/plain")
+        case EndHold() if job_id:
+            reg.close_usage(job_id, now=now)
         case MarkPreempted(marker=marker) if job_id:
             reg.mark_preempted(job_id, marker)
         case WriteLimits(limits=limits):

@@ -84,12 +84,15 @@ class PreemptedMarker(Record):
     notice: dict[str, Any] | None = None
 
 
+HOLD_BY: Final = "debug-hold"  # a stop request's `by` when a held attempt's other ranks stop: their VMs stay up
+
+
 class StopRequest(Record):
     """jobs/<id>/control/stop: asks every agent of the job to checkpoint and stop."""
 
     what: ClassVar[str] = "stop request"
     time: datetime
-    by: str  # cli | uptime-cap | idle-gpu | sweeper: the agent copies it into its exit report
+    by: str  # cli | uptime-cap | idle-gpu | sweeper | debug-hold: the agent copies it into its exit report
     reason: str | None = None
 
 

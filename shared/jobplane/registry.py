@@ -308,8 +308,9 @@ class Registry:
             if to != current.state or fields.get("attempt", current.attempt) != current.attempt:
                 fields["state_since"] = now
             new = JobRecord.model_validate({**current.model_dump(), **fields})
-            if any(u.open for u in new.usage):  # leaving an attempt ends its instances' billed time
-                keep = new.attempt if new.state in (State.LAUNCHING, State.RUNNING) else None
+            if any(u.open for u in new.usage):  # leaving an attempt ends its instances' billed time ...
+                held = new.held_until is not None and new.held_until > now  # ... unless a debug hold keeps them
+                keep = new.attempt if new.state in (State.LAUNCHING, State.RUNNING) or held else None
                 new = new.model_copy(update={"usage": close(new.usage, keep, now)})
             if current.last_event != completed:  # the event of the write before ours: it may have died after its CAS
                 self.complete_history(current)
@@ -343,6 +344,22 @@ class Registry:
         for tries in range(CAS_RETRIES):
             current, version = self.get(job_id)
             new = JobRecord.model_validate({**current.model_dump(), "updated_at": now, **updates})
+            try:
+                self.store.put_if_match(self.key(keys.job_record(job_id)), _dump(new), version)
+                return new
+            except PreconditionFailed:
+                if self._landed(job_id, new):
+                    return new
+                backoff(tries + 1)
+        raise RegistryError(f"job {job_id}: gave up after {CAS_RETRIES} conflicting writes")
+
+    def close_usage(self, job_id: str, *, now: datetime) -> JobRecord:
+        """End, at `now`, the billed time of the instances the record still counts: a debug hold's end."""
+        for tries in range(CAS_RETRIES):
+            current, version = self.get(job_id)
+            if not any(u.open for u in current.usage):
+                return current
+            new = current.model_copy(update={"usage": close(current.usage, None, now), "updated_at": now})
             try:
                 self.store.put_if_match(self.key(keys.job_record(job_id)), _dump(new), version)
                 return new

@@ -10,8 +10,10 @@ jobplane:managed; iap.tunnelInstances.accessViaIAP).
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 from jobplane.registry import JobRecord
+from jobplane.states import State
 
 IAP_RANGE = "35.235.240.0/20"  # where IAP TCP forwarding connects from (Google's documented range)
 
@@ -20,10 +22,13 @@ class ShellError(Exception):
     """Why no shell can be opened (one line, for the CLI)."""
 
 
-def target(record: JobRecord, rank: int) -> str:
-    """The instance of the job's current attempt that runs `rank`."""
-    if record.terminal:
-        raise ShellError(f"job {record.id} is {record.state}: its VMs are gone")
+def target(record: JobRecord, rank: int, now: datetime) -> str:
+    """The instance of the job's current attempt that runs `rank`: a live job's, or a FAILED one's that its
+    debug_hold keeps."""
+    if record.terminal and (record.held_until is None or now >= record.held_until):
+        hint = " (a spec's `debug_hold: 30m` keeps a failed attempt's VMs for a look)" \
+            if record.state == State.FAILED and record.held_until is None else ""
+        raise ShellError(f"job {record.id} is {record.state}: its VMs are gone{hint}")
     if not record.instances:
         raise ShellError(f"job {record.id} is {record.state}: no VM yet (attempt {record.attempt})")
     if not 0 <= rank < len(record.instances):

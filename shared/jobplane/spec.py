@@ -54,6 +54,7 @@ def format_duration(seconds: int) -> str:
 
 
 MAX_STOP_GRACE = 3600  # seconds; a Spot notice gives 2 minutes (EC2) or 30 s (GCE) anyway
+MAX_DEBUG_HOLD = 24 * 3600  # seconds a FAILED attempt's VMs may be kept for a look: they bill all along
 MAX_SCRIPT = 64 * 1024  # characters of `run` / `setup`: job.json and every event repeat the spec
 
 Duration = Annotated[
@@ -366,6 +367,10 @@ class JobSpec(_Model):
     boot_timeout: Duration | None = Field(None, description="first heartbeat must arrive within this")
     stop_grace: Duration = Field(60, le=MAX_STOP_GRACE,
                                  description="SIGTERM to SIGKILL grace on stop or preemption (at most 1h)")
+    debug_hold: Duration | None = Field(None, le=MAX_DEBUG_HOLD,
+                                        description="keep a FAILED attempt's VMs this long for `jobplane ssh` (at "
+                                                    "most 24h); the sweeper terminates them at the end, and the "
+                                                    "held time is costed")
     code: str | None = Field(None, description="s3:// or gs:// URI of a code tarball or prefix")
     setup: str | None = Field(None, max_length=MAX_SCRIPT, description="shell run once before `run` (at most 64 KiB)")
     run: str = Field(..., min_length=1, max_length=MAX_SCRIPT,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,14 +18,16 @@ import pytest
 from jobplane import keys
 from jobplane.agent import Agent, AgentConfig
 from jobplane.agent.clock import SYSTEM, Clock
-from jobplane.agent.core import grace_within
+from jobplane.agent.core import HOLD_MARGIN_S, grace_within
 from jobplane.agent.keeper import sync_budget
+from jobplane.agent.run import AGENT_ERROR, Outcome, hold_for
 from jobplane.clouds.aws_imds import Ec2Metadata
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, CredentialsRefused
 from jobplane.clouds.memory import MemoryStore
 from jobplane.local.imds import FakeImds, ImdsInstance
 from jobplane.local.waiting import wait_for
-from jobplane.records import ClusterFile, ExitReport
+from jobplane.metrics import EARLY_STOP
+from jobplane.records import HOLD_BY, ClusterFile, ExitReport
 from jobplane.registry import Registry
 from jobplane.spec import JobSpec
 from jobplane.states import State
@@ -49,8 +52,8 @@ def make_agent(store: FlakyStore, imds: FakeImds, tmp_path: Path, powered: list[
                  power_off=lambda: powered.append("off"), clock=clock)
 
 
-def seed(reg: Registry, run: str, *, attempt: int = 1, cluster: bool = True) -> None:
-    reg.create_job("core-job", JobSpec(instance_type="t3.micro", run=run))
+def seed(reg: Registry, run: str, *, attempt: int = 1, cluster: bool = True, debug_hold: int | None = None) -> None:
+    reg.create_job("core-job", JobSpec(instance_type="t3.micro", run=run, debug_hold=debug_hold))
     reg.transition("core-job", State.LAUNCHING, attempt=attempt)
     if cluster:
         reg.put_json(keys.cluster("core-job", attempt), ClusterFile(job_id="core-job", attempt=attempt,
@@ -199,3 +202,48 @@ def test_refused_credentials_stop_the_job_and_power_off_without_retrying(imds: F
     assert "storage credentials refused: attempt 1 of job core-job is over" in out
     assert "exit report impossible: the job's storage credentials were refused" in out
     assert store.refusals < 10  # each step tried once at most: no retry loop against a refusal
+
+
+@pytest.mark.parametrize(("run", "held"), [("echo oops; exit 3", True), ("echo fine", False)])
+def test_a_debug_hold_keeps_a_failed_node_up_for_the_hold_and_a_margin(imds: FakeImds, tmp_path: Path, run: str,
+                                                                        held: bool) -> None:
+    store, console = FlakyStore(), io.BytesIO()
+    reg = Registry(store)
+    seed(reg, run, debug_hold=1800)
+    clock = ManualClock()  # the hold passes at once; the user process still runs in real time
+    off: list[float] = []
+    agent = Agent(reg, Ec2Metadata(imds.url), AgentConfig(ml_root=tmp_path / "ml", poll_interval=0.2),
+                  environ=os.environ, power_off=lambda: off.append(clock.monotonic()), console=console, clock=clock)
+    assert agent.run() == 0
+    report = ExitReport.parse(reg.get_bytes(keys.exit_report("core-job", 1, 0)))
+    assert report.code == (3 if held else 0)
+    note = "debug_hold 30m: this VM stays up for `jobplane ssh core-job` until the hold ends"
+    assert (note in console.getvalue().decode()) is held
+    assert len(off) == 1
+    # the manual clock moves with every tick of the agent's main thread while the process runs (a few minutes'
+    # worth): far less than the hold, which the report went before (the sweeper holds the VM from it)
+    assert (off[0] >= 1800 + HOLD_MARGIN_S) is held and off[0] < 1800 + HOLD_MARGIN_S + HOLD_MARGIN_S
+
+
+def test_a_signal_ends_a_hold(imds: FakeImds, tmp_path: Path) -> None:
+    clock = ManualClock()
+    agent = make_agent(FlakyStore(), imds, tmp_path, [], clock)
+    agent.on_signal(signal.SIGTERM)  # the VM is being terminated: the sweeper's end of the hold
+    agent._hold(1800)
+    assert clock.waits == []
+
+
+@pytest.mark.parametrize(("outcome", "held"), [
+    (Outcome(3, "exit"), True),
+    (Outcome(AGENT_ERROR, "exit", error="could not fetch the code"), True),
+    (Outcome(None, EARLY_STOP, error="loss is nan"), True),
+    (Outcome(None, "stopped", stopped_by=HOLD_BY), True),  # a peer failed: the sweeper holds this VM too
+    (Outcome(0, "exit"), False),
+    (Outcome(None, "stopped", stopped_by="cli"), False),  # a cancel
+    (Outcome(None, "stopped", stopped_by="uptime-cap"), False),
+    (Outcome(143, "preempted"), False),  # the cloud takes the VM anyway
+])
+def test_which_ends_a_debug_hold_keeps_the_vm_up_for(outcome: Outcome, held: bool) -> None:
+    spec = JobSpec(instance_type="t3.micro", run="python3 train.py", debug_hold="30m")
+    assert hold_for(spec, outcome) == (1800 if held else 0)
+    assert hold_for(spec.model_copy(update={"debug_hold": None}), outcome) == 0

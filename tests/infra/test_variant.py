@@ -75,8 +75,8 @@ def test_schedules_come_from_context(variant: Synth) -> None:
 def test_the_dashboard_when_asked_for_shows_every_control_plane_metric(variant: Synth) -> None:
     (dashboard,) = variant.resources("AWS::CloudWatch::Dashboard").values()
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
-    for metric in ("JobsLaunched", "JobsSucceeded", "JobsFailed", "Reruns", "OrphansTerminated", "Stalls",
-                   "Timeouts", "BlastRadiusRefusals", "SweepDuration", "LaunchCapacityErrors", "Errors",
+    for metric in ("JobsLaunched", "JobsSucceeded", "JobsFailed", "Reruns", "OrphansTerminated", "HeldTerminated",
+                   "Stalls", "Timeouts", "BlastRadiusRefusals", "SweepDuration", "LaunchCapacityErrors", "Errors",
                    "IdleGpuJobs", "NotificationsPublished", "NotificationsFailed"):
         assert metric in body, metric
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from jobplane import agent_bundle, bundling, keys
-from jobplane.bootstrap import MAX_USER_DATA, AgentSource, Fetch, render, render_for
+from jobplane.bootstrap import MAX_USER_DATA, AgentSource, Fetch, render, render_for, uptime_minutes
 from jobplane.clouds.base import NotFound
 from jobplane.clouds.s3 import S3Store, s3_client
 from jobplane.launcher import agent_source
@@ -208,3 +208,12 @@ def test_the_vms_are_told_where_to_ask_for_their_jobs_credentials(registry: Regi
     vending = Registry(registry.store, "team", vend_url="http://127.0.0.1:9/vend")
     assert "\nexport JOBPLANE_VEND_URL=http://127.0.0.1:9/vend\n" in script_for(vending)
     assert "\nexport JOBPLANE_VEND_URL=''\n" in script_for(registry)  # none: the VM's own identity
+
+
+def test_a_debug_hold_extends_the_vms_own_backstop_by_the_hold() -> None:
+    spec = JobSpec(instance_type="t3.micro", run="python3 train.py", max_runtime="2h", debug_hold="30m")
+    assert DEFAULT_POLICY.vm_lifetime(spec) == 9000 and uptime_minutes(spec, DEFAULT_POLICY) == 150
+    script = render_for(spec, job_id="held", attempt=1, policy=DEFAULT_POLICY, bucket="jobplane-bucket", root="",
+                        region="us-east-1", agent=SOURCE)
+    assert 'shutdown -h +150 "jobplane: uptime cap of 150 minutes"' in script
+    assert uptime_minutes(spec.model_copy(update={"debug_hold": None}), DEFAULT_POLICY) == 120

@@ -1,5 +1,6 @@
 """`jobplane ssh` on the local cloud: a command in a running job's VM (inside its Debian 12 image, as one of its
-processes), refused while the policy's access.ssh is off, and for a rank the job does not have."""
+processes), refused while the policy's access.ssh is off, and for a rank the job does not have; a failed job's VM
+while its debug_hold lasts."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import yaml
 from jobplane import keys
 from jobplane.local import rootfs
 from jobplane.local.demo import CloudProcess
+from jobplane.registry import utcnow
 from jobplane.states import State
 from tests.helpers import wait_for
 from tests.local.conftest import cli_ok, submit, write_spec
@@ -55,3 +57,29 @@ def test_ssh_runs_a_command_in_the_jobs_vm_only_when_the_policy_allows_it(cloud:
         assert other.returncode == 1 and "has ranks 0 to 0, not 1" in other.stderr
     finally:
         cli_ok(cloud, "cancel", job_id)
+
+
+def test_a_failed_job_s_debug_hold_keeps_its_vm_for_a_look_then_the_sweeper_ends_it(cloud: CloudProcess,
+                                                                                    tmp_path: Path,
+                                                                                    ssh_on: None) -> None:
+    if problem := rootfs.image_problem():
+        pytest.skip(problem)
+    job_id = submit(cloud, write_spec(tmp_path, "broke", "echo broke; exit 3", spot="false", image="debian-12",
+                                      debug_hold="40s"))
+    reg = cloud.registry()
+    wait_for("the job to fail", lambda: reg.exists(job_id) and reg.job(job_id).state == State.FAILED, 120, every=0.5)
+    failed = reg.job(job_id)
+    assert failed.held_until is not None and "VMs held for debugging until" in (failed.reason or "")
+    assert "held until" in cli_ok(cloud, "describe", job_id)
+    (vm,) = failed.instances
+    # past the local cloud's 20 s orphan grace and a few sweeps, the VM (its agent did not power off) still answers
+    wait_for("the VM to be older than the orphan grace", lambda: any(
+        i.id == vm and (utcnow() - i.launched_at).total_seconds() > 25 for i in cloud.vms()), 60)
+    assert cli_ok(cloud, "ssh", job_id, "--", "echo", "still here") == "still here\n"
+    wait_for("the sweeper to end the hold", lambda: any(
+        e["kind"] == "terminated" and e.get("rule") == "hold-over" for e in reg.events(job_id)), 120, every=1.0)
+    gone = cloud.cli("ssh", job_id, "--", "true")
+    assert gone.returncode == 1 and f"job {job_id} is FAILED: its VMs are gone" in gone.stderr
+    ended = reg.job(job_id)
+    assert not any(u.open for u in ended.usage) and ended.usage[0].instances[0].end is not None
+    assert ended.usage[0].instances[0].end >= failed.held_until  # the hold is billed

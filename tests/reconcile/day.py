@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from jobplane import keys, launcher, reconcile, records
+from jobplane.agent.run import Outcome, hold_for
 from jobplane.clouds.memory import Clock, MemoryCompute, MemoryStore
 from jobplane.deployment import Context
 from jobplane.registry import JobRecord, Registry
@@ -64,11 +65,13 @@ class Day:
             self.reg.put_json(keys.output_mark(job_id, record.attempt, 0), {"time": self.clock().isoformat()})
 
     def exits(self, job_id: str, rank: int, code: int, reason: str = "exit", **extra: Any) -> None:
-        """The rank's agent writes its exit report and powers the VM off."""
+        """The rank's agent writes its exit report and powers the VM off, unless (the agent's own rule) the spec's
+        debug_hold keeps it up."""
         record = self.job(job_id)
         report = records.ExitReport(code=code, reason=reason, instance_id=record.instances[rank], **extra)
         self.reg.put_json(keys.exit_report(job_id, record.attempt, rank), report.body())
-        self.compute.reclaim(record.instances[rank])
+        if not hold_for(record.spec, Outcome(code, reason, stopped_by=report.stopped_by)):
+            self.compute.reclaim(record.instances[rank])
 
     def preempted(self, job_id: str, rank: int = 0) -> None:
         """The cloud reclaims a Spot VM; its agent saw the notice, reported it and marked the job preempted."""

@@ -37,7 +37,7 @@ from jobplane.agent.keeper import Keeper, Node
 from jobplane.agent.layout import Cluster, Layout
 from jobplane.agent.output import OutputLog
 from jobplane.agent.process import UserProcess
-from jobplane.agent.run import AGENT_ERROR, Outcome, Run
+from jobplane.agent.run import AGENT_ERROR, Outcome, Run, hold_for
 from jobplane.clouds.base import (
     TAG_ATTEMPT,
     TAG_JOB_ID,
@@ -48,7 +48,7 @@ from jobplane.clouds.base import (
 )
 from jobplane.metrics import EARLY_STOP
 from jobplane.registry import Registry
-from jobplane.spec import JobSpec
+from jobplane.spec import JobSpec, format_duration
 
 log = logging.getLogger("jobplane.agent")
 T = TypeVar("T")
@@ -59,6 +59,8 @@ _TICK = 0.2  # how often the main thread looks at the user process
 SIGNAL_BUDGET_S = 25.0
 FINAL_SYNC_S = 30.0  # at most this much of the time left is kept for the final sync and the report
 MIN_GRACE_S = 5.0
+HOLD_MARGIN_S = 600  # a held VM outlives its hold by at most this if no sweep ends it
+_HOLD_TICK = 1.0  # how often a held agent looks for a signal
 
 
 def grace_within(requested: float, left: float | None) -> float:
@@ -116,6 +118,7 @@ class Agent:
         self._stop_background = threading.Event()
         self._keeper: Keeper | None = None  # checkpoints and artifacts, once prepared
         self._ended_ns: int | None = None  # when the user process ended (wall clock, to compare with mtimes)
+        self._signalled = False  # a signal arrived: a debug hold ends (the VM is going)
         self._refused: str | None = None  # why the vending function refused this VM its job's credentials
 
     # ---- entry point -------------------------------------------------------------------------------------
@@ -132,6 +135,7 @@ class Agent:
 
         It only records the request; the main thread acts on it within a tick. No I/O and no locks here:
         the handler runs between any two bytecodes of the main thread, even inside a lock it holds."""
+        self._signalled = True
         if self._interrupt is None:
             self._interrupt = Outcome(None, "stopped", signal=signal.Signals(signum).name,
                                       deadline=self.clock.monotonic() + SIGNAL_BUDGET_S)
@@ -164,9 +168,25 @@ class Agent:
         self._stop_background.set()
         for thread in threads:
             thread.join(timeout=60)
-        reported = self._finish(run, background, self._after_signal(outcome))
+        outcome = self._after_signal(outcome)
+        hold = hold_for(run.spec, outcome)
+        if hold:
+            self.out.note(f"debug_hold {format_duration(hold)}: this VM stays up for `jobplane ssh {run.job_id}` "
+                          "until the hold ends (the sweeper terminates it then)")
+        reported = self._finish(run, background, outcome)
+        self._hold(hold)
         self._power_off()
         return 0 if reported else 1
+
+    def _hold(self, seconds: int) -> None:
+        """Keep the VM up for a look: the sweeper terminates it at the hold's end, recorded in job.json; past
+        that (and a margin for a late sweep), or at a signal, the agent powers off itself."""
+        if not seconds:
+            return
+        log.info("debug hold: up for %d s more at most", seconds + HOLD_MARGIN_S)
+        end = self.clock.monotonic() + seconds + HOLD_MARGIN_S
+        while not self._signalled and (left := end - self.clock.monotonic()) > 0:
+            self.clock.sleep(min(left, _HOLD_TICK))
 
     def _interrupt_by(self, outcome: Outcome) -> None:
         """The background loop found a Spot notice or a stop request (and said so in the log): the main thread,

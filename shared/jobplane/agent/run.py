@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from jobplane import records
+from jobplane.metrics import EARLY_STOP
 from jobplane.spec import JobSpec
 
 AGENT_ERROR = 125  # exit code when the agent itself could not run the job (like `docker run`)
@@ -35,3 +36,15 @@ class Outcome:
     deadline: float | None = None  # the clock's monotonic() by which the VM is gone, when a signal says so
     stopped_by: str | None = None  # the stop request's `by` (uptime-cap, idle-gpu, cli), for the exit report
     stop_reason: str | None = None
+
+
+def hold_for(spec: JobSpec | None, outcome: Outcome) -> int:
+    """Seconds this node's VM stays up after its exit report for a look (`jobplane ssh`): the spec's debug_hold
+    when the attempt failed here (the job exited non-zero, the agent failed, a stop_on rule matched) or a failed
+    peer's hold asked it to stop; else 0. The sweeper terminates it at the hold's end; this is the VM's own
+    backstop."""
+    if spec is None or not spec.debug_hold:
+        return 0
+    failed = outcome.reason == "exit" and outcome.code not in (0, None)
+    stopped = outcome.reason == EARLY_STOP or outcome.stopped_by == records.HOLD_BY
+    return spec.debug_hold if failed or stopped else 0

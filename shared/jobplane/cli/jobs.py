@@ -139,6 +139,8 @@ def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
             console.print(yaml.safe_dump(spec_to_json(view.spec), sort_keys=False).rstrip(), highlight=False)
         return
     console.print(f"[bold]{'instances':>14}[/bold]  {', '.join(record.instances) or '-'}")
+    if (hold := jobview.held(record, now)) is not None:  # a FAILED attempt's VMs kept for a look
+        console.print(f"[bold]{'debug hold':>14}[/bold]  {hold}", highlight=False)
     if record.spec.retry is not None and record.spec.retry.max:  # the errors retried, apart from the restarts
         console.print(f"[bold]{'retries':>14}[/bold]  {record.retries} of {record.spec.retry.max}", highlight=False)
     for used in record.usage:  # what each attempt ran on, and its estimated cost

@@ -17,6 +17,7 @@ import click
 
 from jobplane import jobs, shell
 from jobplane.cli.connect import UserError, cloud_errors, connect, registry_options
+from jobplane.registry import utcnow
 from jobplane.settings import Settings
 
 
@@ -27,7 +28,7 @@ from jobplane.settings import Settings
 @registry_options
 @cloud_errors
 def ssh(job_id: str, command: tuple[str, ...], rank: int, **conn: str | None) -> None:
-    """Open a shell in a running job's VM, or run COMMAND there (after --).
+    """Open a shell in a running job's VM (or a failed one's its `debug_hold` keeps), or run COMMAND there (after --).
 
     \b
     Example:
@@ -42,7 +43,7 @@ def ssh(job_id: str, command: tuple[str, ...], rank: int, **conn: str | None) ->
     if view.record is None:
         raise UserError(f"job {job_id} is {view.state}: no VM yet")
     try:
-        instance = shell.target(view.record, rank)
+        instance = shell.target(view.record, rank, utcnow())
     except shell.ShellError as exc:
         raise UserError(str(exc)) from None
     argv = list(command)

@@ -178,7 +178,7 @@ class LaunchRequest:
     image: str
     spot: bool
     user_data: str
-    max_runtime: int  # seconds; GCE enforces it natively, EC2 through the bootstrap's shutdown backstop
+    max_runtime: int  # seconds a VM may live (policy.vm_lifetime): GCE enforces it natively, EC2 by the bootstrap
     disk_gb: int
     owner: str
     labels: tuple[tuple[str, str], ...] = ()

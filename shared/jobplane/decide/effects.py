@@ -2,9 +2,9 @@
 applier (jobplane.reconcile) matches on each. No I/O here.
 
 An action's effects run in the order of ORDER, however the decision listed them: the transition first (a
-refused CAS means another run acted, and the rest is skipped), then the flag (one that exists means another
-run took the action), the event and the notice, and what changes the world after that; the console output of
-VMs whose agent never started is saved before they are terminated.
+refused CAS means another run acted, and the rest is skipped) and a debug hold's key, then the flag (one that
+exists means another run took the action), the event and the notice, and what changes the world after that; the
+console output of VMs whose agent never started is saved before they are terminated.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Final
 from jobplane import history, records
 from jobplane.clouds.base import Notice
 from jobplane.jobrecord import Updates
-from jobplane.keys import Limits
+from jobplane.keys import Held, Limits
 from jobplane.states import State
 
 
@@ -66,6 +66,18 @@ class Terminate:
 
 
 @dataclass(frozen=True)
+class Hold:
+    """Write the attempt's held-until key: its VMs stay up for a look (the spec's debug_hold) until then."""
+
+    held: Held
+
+
+@dataclass(frozen=True)
+class EndHold:
+    """End the billed time job.json still counts for a held attempt's VMs (terminated with it)."""
+
+
+@dataclass(frozen=True)
 class MarkPreempted:
     """Write the job's preempted-jobs/ marker, which queues it for rerun."""
 
@@ -111,8 +123,8 @@ class DeleteKeys:
     keys: tuple[str, ...]
 
 
-Effect = (Transition | Flag | Note | Publish | RepairMarkers | SaveConsole | Terminate | MarkPreempted | WriteLimits
-          | RequestStop | Relaunch | ResumeLaunch | ClearPreempted | DeleteKeys)
-ORDER: Final[tuple[type[Effect], ...]] = (Transition, Flag, Note, Publish, RepairMarkers, SaveConsole, Terminate,
-                                          MarkPreempted, WriteLimits, RequestStop, Relaunch, ResumeLaunch,
+Effect = (Transition | Hold | Flag | Note | Publish | RepairMarkers | SaveConsole | Terminate | EndHold | MarkPreempted
+          | WriteLimits | RequestStop | Relaunch | ResumeLaunch | ClearPreempted | DeleteKeys)
+ORDER: Final[tuple[type[Effect], ...]] = (Transition, Hold, Flag, Note, Publish, RepairMarkers, SaveConsole, Terminate,
+                                          EndHold, MarkPreempted, WriteLimits, RequestStop, Relaunch, ResumeLaunch,
                                           ClearPreempted, DeleteKeys)

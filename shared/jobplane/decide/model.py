@@ -12,6 +12,7 @@ from jobplane import history, keys, records
 from jobplane.clouds.base import Instance
 from jobplane.decide.effects import ORDER, Effect, Flag, Note, Terminate, Transition
 from jobplane.decide.rules import Rule as Rule  # the rules and their table (decide.rules), named from here too
+from jobplane.keys import Held as Held  # the parsed held-until key, part of a Snapshot
 from jobplane.keys import Limits as Limits  # the parsed limits/ key, part of a Snapshot
 from jobplane.policy import Policy
 from jobplane.registry import ActiveMarker, Beat, IdleMark, JobRecord
@@ -94,6 +95,7 @@ class Snapshot:
     idle: tuple[IdleMark, ...] = ()  # ranks whose GPUs sat idle (heartbeats listing)
     idle_flags: frozenset[tuple[str, int]] = frozenset()  # (job, attempt) flagged idle already (limits listing)
     unreadable_records: frozenset[str] = frozenset()  # jobs whose job.json does not parse: left alone this run
+    held: tuple[Held, ...] = ()  # FAILED attempts whose VMs a debug hold keeps (limits listing)
 
 
 # An idle mark is current when written with its rank's newest heartbeat (the agent writes it just after):

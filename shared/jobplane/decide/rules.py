@@ -44,6 +44,7 @@ class Rule(StrEnum):
     CAP_NO_JOB = "cap-no-job"
     IDLE = "idle-gpu"  # every rank's GPUs idle over the policy window: flag (warn), or flag and stop
     IDLE_STOPPED = "idle-stopped"  # every rank exited on an idle-GPU stop request
+    HOLD_OVER = "hold-over"  # a FAILED attempt's debug hold is over: terminate the VMs it kept
 
     def reason(self, **fields: object) -> str:
         """This rule's reason, its table row's template filled in."""
@@ -82,6 +83,8 @@ RULES: Final[Mapping[Rule, Facts]] = {
     Rule.RETRY: Facts("retry {number} of {of}: {why}; relaunching as attempt {next}", "Reruns"),
     Rule.BOOT_FAILED: Facts("{why}"),  # the bootstrap's report, or a boot timeout with no restarts left
     Rule.BOOT_RETRY: Facts("{why}; retrying as attempt {next}", "Reruns"),
+    Rule.HOLD_OVER: Facts("debug hold of attempt {attempt} over at {until}: terminating {instances}",
+                          "HeldTerminated", per_termination=True),
     Rule.ORPHAN: Facts("orphan {instance}: {why}", "OrphansTerminated", per_termination=True),
     Rule.CLEANUP: Facts("{count} heartbeat/limits keys of past attempts"),
     Rule.PREEMPTED: Facts("the agent reported a preemption"),

@@ -11,13 +11,15 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from jobplane import history, keys, notify
 from jobplane.clouds.base import Instance
 from jobplane.decide.effects import (
     DeleteKeys,
+    EndHold,
     Flag,
+    Hold,
     MarkPreempted,
     Note,
     Publish,
@@ -33,6 +35,7 @@ from jobplane.decide.effects import (
 from jobplane.decide.model import (
     Action,
     ExitReport,
+    Held,
     Ignored,
     Index,
     Limits,
@@ -50,7 +53,7 @@ from jobplane.decide.rules import ORDER
 from jobplane.decide.safety import limit_blast_radius, terminable
 from jobplane.metrics import EARLY_STOP
 from jobplane.policy import Policy
-from jobplane.records import PreemptedMarker
+from jobplane.records import HOLD_BY, PreemptedMarker
 from jobplane.registry import Beat, JobRecord
 from jobplane.spec import format_duration
 from jobplane.states import State
@@ -111,6 +114,7 @@ def decide(snap: Snapshot, now: datetime, policy: Policy, *, force: bool = False
     for job_id in sorted(snap.records):
         actions += _job(snap.records[job_id], index, now, policy)
     actions += _orphans(index, now, policy)
+    actions += _holds_over(index, now)
     actions += _remarks(snap, now, policy)
     actions += _cleanup(index, now, policy)
     actions.sort(key=lambda a: ORDER[a.rule])  # least risky first (decide.rules): the blast radius lets the head go
@@ -167,7 +171,28 @@ def _job(record: JobRecord, index: Index, now: datetime, policy: Policy) -> list
         return out  # the agent reported a preemption: rerun's job
     seen = Seen(record, exits, index.beats[job_id, n], instances, index, now, policy)
     action = next((a for decision in DECISIONS if (a := decision(seen)) is not None), None)
+    if action is not None and action.to == State.FAILED and record.spec.debug_hold:
+        action = _held(seen, action, record.spec.debug_hold)
     return [*out, action] if action else out
+
+
+def _held(job: Seen, fail: Action, hold: int) -> Action:
+    """A FAILED attempt whose spec asks for a debug hold: its VMs stay up until now + hold for a look (`jobplane
+    ssh`), instead of being terminated; ranks still running are asked to stop (their agents keep their VMs up
+    too). The held-until key spares them from the orphan rule; _holds_over ends the hold."""
+    record = job.record
+    until = job.now + timedelta(seconds=hold)
+    transition = fail.get(Transition)
+    assert transition is not None  # fail moves the job to FAILED
+    updates = transition.updates.copy()
+    updates["held_until"] = until
+    running = [r for r in range(record.spec.num_nodes) if r not in job.exits]
+    kept = tuple(e for e in fail.effects if not isinstance(e, Transition | Terminate))
+    effects = (Transition(State.FAILED, updates), Hold(Held(record.id, record.attempt, until)), *kept,
+               *((RequestStop(by=HOLD_BY),) if running and job.instances else ()))
+    reason = f"{fail.reason}; VMs held for debugging until {until:%Y-%m-%d %H:%M:%S} UTC (debug_hold " \
+             f"{format_duration(hold)})"
+    return replace(fail, reason=reason, effects=effects)
 
 
 LAUNCH_GRACE = 600  # s: longer than any launcher run (Lambda 120 s; the GCP launcher waits up to 540 s)
@@ -409,9 +434,12 @@ DECISIONS: tuple[Callable[[Seen], Action | None], ...] = (
 
 def _orphans(index: Index, now: datetime, policy: Policy) -> Iterable[Action]:
     grace = policy.safety.orphan_grace
+    held = {(h.job_id, h.attempt) for h in index.snap.held}
     for inst in index.snap.instances:
         if not terminable([inst]) or age(now, inst.launched_at) < grace:
             continue  # unmanaged, protected, gone, or possibly a launch in flight
+        if (inst.job_id, inst.attempt) in held:
+            continue  # a FAILED attempt's debug hold keeps it: _holds_over ends it
         current = index.current_attempt(inst.job_id)
         if current is not None and inst.attempt == current:
             continue
@@ -422,6 +450,19 @@ def _orphans(index: Index, now: datetime, policy: Policy) -> Iterable[Action]:
         else:
             why = f"attempt {inst.attempt} is not job {inst.job_id}'s current attempt {current}"
         yield Action(Rule.ORPHAN, inst.job_id, Rule.ORPHAN.reason(instance=inst.id, why=why), (Terminate((inst.id,)),))
+
+
+def _holds_over(index: Index, now: datetime) -> Iterable[Action]:
+    """Debug holds whose time is up: the VMs they kept are terminated (by the same rules as any: ownership tags,
+    the blast-radius limit), job.json stops counting their time, and the held-until key goes."""
+    for held in index.snap.held:
+        if now < held.until:
+            continue
+        doomed = terminable(index.instances[held.job_id, held.attempt])  # a stopped VM still bills its disk
+        reason = Rule.HOLD_OVER.reason(attempt=held.attempt, until=f"{held.until:%Y-%m-%d %H:%M:%S} UTC",
+                                       instances=", ".join(doomed) or "nothing (its VMs are gone)")
+        yield Action(Rule.HOLD_OVER, held.job_id, reason, (Terminate(doomed), EndHold(), DeleteKeys((held.key,))),
+                     expect_attempt=held.attempt)
 
 
 def _remarks(snap: Snapshot, now: datetime, policy: Policy) -> Iterable[Action]:

@@ -42,9 +42,12 @@ def decide(snap: Snapshot, now: datetime, policy: Policy, *, force: bool = False
     for inst in snap.instances:
         if alive(inst) and terminable([inst]):
             groups[inst.job_id, inst.attempt].append(inst)
+    held = {(h.job_id, h.attempt) for h in snap.held if now < h.until}  # the sweeper ends a debug hold
     actions: list[Action] = []
     for (job_id, attempt), instances in sorted(groups.items(), key=lambda g: (g[0][0] or "", g[0][1] or 0)):
         uptime = max(age(now, i.launched_at) for i in instances)
+        if (job_id, attempt) in held:
+            continue
         if job_id is None or attempt is None or attempt != index.current_attempt(job_id):
             ceiling = policy.max_runtime_ceiling
             actions += [Action(Rule.CAP_NO_JOB, job_id, Rule.CAP_NO_JOB.reason(instance=i.id,

@@ -125,6 +125,13 @@ class Job:
         """Why the job is in its state, as last read (the reason of an ending, a capacity wait, a rejection)."""
         return self._view.reason
 
+    @property
+    def held_until(self) -> datetime | None:
+        """Until when a FAILED attempt's VMs are kept for a look (the spec's `debug_hold`), as last read; None
+        without a hold. `jobplane ssh` reaches them until then."""
+        record = self._view.record
+        return record.held_until if record else None
+
     def refresh(self) -> Job:
         """Read the job again (its record, else its drop in queue/, else its rejection); returns the job."""
         with translated():
