@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from jobplane.errors import SpecError
-from jobplane.spec import StopOn, format_duration, hp_string, job_id_problem, parse_duration, parse_spec
+from jobplane.spec import StopOn, format_duration, job_id_problem, parse_duration, parse_spec
+from jobplane.specfields import hp_string
 
 BASE = "run: python3 train.py\ninstance_type: g5.xlarge\n"
 

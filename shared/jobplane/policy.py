@@ -169,6 +169,10 @@ def check_against_policy(spec: JobSpec, policy: Policy) -> list[FieldError]:
     if spec.num_nodes > policy.max_active_instances_per_owner:
         errors.append(FieldError("num_nodes", f"{spec.num_nodes} nodes can never fit the owner quota of "
                                               f"{policy.max_active_instances_per_owner} active instances"))
+    if spec.sweep is not None and spec.sweep.max_parallel * spec.num_nodes > policy.max_active_instances_per_owner:
+        errors.append(FieldError("sweep.max_parallel", f"{spec.sweep.max_parallel} trials of {spec.num_nodes} "
+                                                       f"node(s) at once can never fit the owner quota of "
+                                                       f"{policy.max_active_instances_per_owner} active instances"))
     return errors
 
 

@@ -9,20 +9,20 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Discriminator,
     Field,
-    JsonValue,
     Tag,
     ValidationError,
     WithJsonSchema,
 )
 
-from jobplane import accelerators, containers, images, yaml_input
+from jobplane import accelerators, containers, images, sweepspec, yaml_input
 from jobplane.errors import FieldError, SpecError, from_validation_error
 from jobplane.keys import JOB_ID_PATTERN
+from jobplane.specfields import HpName, HpValue, MetricName, hp_variable
+from jobplane.specfields import SpecModel as _Model
+from jobplane.specfields import pattern_str as _pattern_str
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION_RE = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
@@ -70,17 +70,6 @@ Duration = Annotated[
         }
     ),
 ]
-
-
-def _pattern_str(pattern: str, what: str) -> Any:
-    compiled = re.compile(pattern)
-
-    def check(value: object) -> object:
-        if isinstance(value, str) and not compiled.match(value):
-            raise ValueError(f"{value!r} is not a valid {what}")
-        return value
-
-    return BeforeValidator(check)
 
 
 def job_id_problem(job_id: str) -> str | None:
@@ -163,46 +152,10 @@ def _regex(groups: int | None) -> AfterValidator:
     return AfterValidator(check)
 
 
-# SageMaker's MetricDefinition: a name of 1-255 characters (its pattern is `.+`; control characters, which would
-# break one-line output, are refused here) and a regex of 1-500 characters whose one capture group is the value.
-METRIC_NAME = r"^[^\x00-\x1f\x7f]{1,255}$"
-MetricName = Annotated[
-    str, _pattern_str(METRIC_NAME, "metric name (1-255 characters, no control characters; e.g. train:loss)"),
-    Field(json_schema_extra={"pattern": METRIC_NAME}),
-]
 MetricRegex = Annotated[str, Field(min_length=1, max_length=500), _regex(1)]
 StopPattern = Annotated[str, Field(min_length=1, max_length=500), _regex(None)]
-# Hyperparameter names become SM_HP_<NAME> (upper-cased, as SageMaker does) and keys of hyperparameters.json.
-HP_NAME = r"^[A-Za-z_][A-Za-z0-9_.-]{0,255}$"
-HpName = Annotated[
-    str, _pattern_str(HP_NAME, "hyperparameter name (a letter or _, then letters, digits, _ . -; at most 256)"),
-    Field(json_schema_extra={"pattern": HP_NAME}),
-]
-HP_VALUE_MAX = 2500  # SageMaker's limit on a hyperparameter's value, as a string
-
-
-def hp_string(value: JsonValue) -> str:
-    """A hyperparameter's value as SageMaker hands it over (hyperparameters.json, SM_HP_*): a string as it is,
-    anything else as JSON (10 -> "10", 0.01 -> "0.01", true -> "true", [64, 32] -> "[64,32]")."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-def _hp_value(value: JsonValue) -> JsonValue:
-    if len(hp_string(value)) > HP_VALUE_MAX:
-        raise ValueError(f"the value is {len(hp_string(value))} characters as a string; at most {HP_VALUE_MAX}")
-    return value
-
-
-HpValue = Annotated[JsonValue, AfterValidator(_hp_value)]
-
 Cloud = Literal["aws", "gcp"]
 URI_SCHEMES: dict[str, str] = {"aws": "s3://", "gcp": "gs://"}
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
 
 
 class InputChannel(_Model):
@@ -394,6 +347,8 @@ class JobSpec(_Model):
         "default"
     )
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=32)
+    sweep: sweepspec.SweepSpec | None = Field(
+        None, description="a hyperparameter search: the rest of the spec is every trial's template")
 
     @property
     def instance_types(self) -> list[str]:
@@ -419,6 +374,7 @@ _ALLOWED = {
     "accelerators": list(Accelerators.model_fields),
     "spot": list(SpotOptions.model_fields),
     "container": list(Container.model_fields),
+    **sweepspec.ALLOWED,
 }
 
 
@@ -439,6 +395,8 @@ def known_fields(raw: dict[str, Any]) -> dict[str, Any]:
             out[name] = {k: v for k, v in out[name].items() if k in _ALLOWED[name]}
     if isinstance(out.get("retry"), dict):
         out["retry"] = {k: v for k, v in out["retry"].items() if k in _ALLOWED["retry"]}
+    if "sweep" in out:
+        out["sweep"] = sweepspec.known_fields(out["sweep"])
     return out
 
 
@@ -515,7 +473,7 @@ def _clashes(raw: dict[str, Any]) -> list[FieldError]:
             errors.append(FieldError(f"metrics[{i}].name", f"{name!r} is defined twice (also metrics[{first}])"))
     variables: dict[str, str] = {}
     for key in hps if isinstance(hps, dict) else {}:
-        if isinstance(key, str) and (first_key := variables.setdefault(f"SM_HP_{key}".upper(), key)) != key:
+        if isinstance(key, str) and (first_key := variables.setdefault(hp_variable(key), key)) != key:
             errors.append(FieldError(f"hyperparameters.{key}", f"becomes SM_HP_{key.upper()}, as {first_key!r} does"))
     return errors
 
@@ -548,6 +506,7 @@ def parse_spec(text: str | bytes, job_id: str | None = None, source: str = "spec
     except ValidationError as exc:
         errors = from_validation_error(exc, _ALLOWED) + errors
         raise SpecError(errors) from None
+    errors += sweepspec.problems(spec, job_id)
     if errors:
         raise SpecError(errors)
     if job_id is not None and spec.id is None:

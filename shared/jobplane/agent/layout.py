@@ -19,7 +19,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from jobplane.records import ClusterFile, RecordError
-from jobplane.spec import JobSpec, hp_string
+from jobplane.spec import JobSpec
+from jobplane.specfields import hp_string
 
 SAGEMAKER_ROOT = PurePosixPath("/opt/ml")
 GROUP = "homogeneousCluster"

@@ -1,0 +1,65 @@
+"""Field types the spec's models share (spec.py's job, sweepspec.py's sweep section): the strict base model,
+patterned strings, hyperparameter names and values, metric names."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
+
+
+class SpecModel(BaseModel):
+    """Unknown fields are errors; a parsed spec never changes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+
+
+def pattern_str(pattern: str, what: str) -> Any:
+    compiled = re.compile(pattern)
+
+    def check(value: object) -> object:
+        if isinstance(value, str) and not compiled.match(value):
+            raise ValueError(f"{value!r} is not a valid {what}")
+        return value
+
+    return BeforeValidator(check)
+
+
+# SageMaker's MetricDefinition: a name of 1-255 characters (its pattern is `.+`; control characters, which would
+# break one-line output, are refused here) and a regex of 1-500 characters whose one capture group is the value.
+METRIC_NAME = r"^[^\x00-\x1f\x7f]{1,255}$"
+MetricName = Annotated[
+    str, pattern_str(METRIC_NAME, "metric name (1-255 characters, no control characters; e.g. train:loss)"),
+    Field(json_schema_extra={"pattern": METRIC_NAME}),
+]
+# Hyperparameter names become SM_HP_<NAME> (upper-cased, as SageMaker does) and keys of hyperparameters.json.
+HP_NAME = r"^[A-Za-z_][A-Za-z0-9_.-]{0,255}$"
+HpName = Annotated[
+    str, pattern_str(HP_NAME, "hyperparameter name (a letter or _, then letters, digits, _ . -; at most 256)"),
+    Field(json_schema_extra={"pattern": HP_NAME}),
+]
+HP_VALUE_MAX = 2500  # SageMaker's limit on a hyperparameter's value, as a string
+
+
+def hp_string(value: JsonValue) -> str:
+    """A hyperparameter's value as SageMaker hands it over (hyperparameters.json, SM_HP_*): a string as it is,
+    anything else as JSON (10 -> "10", 0.01 -> "0.01", true -> "true", [64, 32] -> "[64,32]")."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _hp_value(value: JsonValue) -> JsonValue:
+    if len(hp_string(value)) > HP_VALUE_MAX:
+        raise ValueError(f"the value is {len(hp_string(value))} characters as a string; at most {HP_VALUE_MAX}")
+    return value
+
+
+HpValue = Annotated[JsonValue, AfterValidator(_hp_value)]
+
+
+def hp_variable(name: str) -> str:
+    """The environment variable a hyperparameter becomes: two names with one variable clash."""
+    return f"SM_HP_{name}".upper()
