@@ -1,0 +1,192 @@
+"""A sweep's decision: which trials to propose next, which live ones to stop early, whether it is done and which
+trial is best. Pure: the trials' views in (their parameters, states and objective curves), a Plan out.
+
+Everything is derived from the views each time: a random trial's parameters are a function of (seed, number), a
+grid trial's of its number, so a run that repeats the decision (after losing a CAS, or a crash) proposes the
+same trials again. The sweep's record keeps what was proposed; the CAS on it keeps two runs from both adding.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from jobplane.spec import job_id_problem
+from jobplane.specfields import HpValue
+from jobplane.states import TERMINAL, State
+from jobplane.sweepspec import SweepSpec, trial_suffix
+
+MEDIAN_MIN_PEERS = 3  # the median rule judges a trial only against at least this many other trials at its step
+ASHA_ETA = 3  # asha's reduction factor: rungs at after_step * 3^k, the top third of each rung goes on
+
+
+@dataclass(frozen=True)
+class TrialView:
+    number: int  # 1-based: trial 3 of sweep S is job f"{S}-t003" (trial_id(S, 3))
+    job_id: str
+    params: Mapping[str, HpValue]  # as proposed
+    state: State | None  # None: proposed, no job record yet (its drop is queued or being written)
+    curve: tuple[tuple[int, float], ...]  # (step, value) of the objective metric on rank 0, all attempts, step order
+    final: float | None  # the objective of a SUCCEEDED trial: its last point's value; else None
+
+    @property
+    def live(self) -> bool:
+        return self.state is None or self.state not in TERMINAL
+
+
+@dataclass(frozen=True)
+class Proposal:
+    number: int
+    params: dict[str, HpValue]
+
+
+@dataclass(frozen=True)
+class EarlyStop:
+    job_id: str
+    reason: str  # names the rule and the values compared
+
+
+@dataclass(frozen=True)
+class Plan:
+    propose: tuple[Proposal, ...]  # next trials, numbers continuing from len(trials)+1
+    stop: tuple[EarlyStop, ...]  # live trials to stop early
+    done: bool  # max_trials proposed and every trial terminal
+    best: TrialView | None  # by `final` and the goal (ties: lower number); None if no trial has one
+
+
+def trial_id(sweep_id: str, number: int) -> str:
+    """Trial `number`'s job id; a sweep id the spec accepted always leaves room for it."""
+    job_id = sweep_id + trial_suffix(number)
+    if problem := job_id_problem(job_id):
+        raise ValueError(problem)
+    return job_id
+
+
+def plan(sweep: SweepSpec, trials: Sequence[TrialView]) -> Plan:
+    trials = sorted(trials, key=lambda t: t.number)
+    live = sum(t.live for t in trials)
+    count = max(0, min(sweep.max_parallel - live, sweep.trial_count - len(trials)))
+    numbers = range(len(trials) + 1, len(trials) + 1 + count)
+    propose = tuple(Proposal(n, parameters(sweep, n, trials)) for n in numbers)
+    stop = tuple(_early_stops(sweep, trials))
+    done = not propose and len(trials) >= sweep.trial_count and live == 0
+    return Plan(propose=propose, stop=stop, done=done, best=best(sweep, trials))
+
+
+def parameters(sweep: SweepSpec, number: int, trials: Sequence[TrialView] = ()) -> dict[str, HpValue]:
+    """Trial `number`'s parameters by the sweep's strategy (trials: those before it, for bayesian)."""
+    if sweep.strategy == "grid":
+        return grid_point(sweep, number)
+    return random_point(sweep, number)
+
+
+def _names(sweep: SweepSpec) -> list[str]:
+    # sorted, so a record that stored the parameters in another order (JSON with sort_keys) proposes the same
+    return sorted(sweep.parameters)
+
+
+def random_point(sweep: SweepSpec, number: int) -> dict[str, HpValue]:
+    """Independent draws from a generator seeded by (seed, number) alone."""
+    rng = random.Random(f"jobplane-sweep:{sweep.seed}:{number}")
+    return {name: sweep.parameters[name].sample(rng) for name in _names(sweep)}
+
+
+def grid_point(sweep: SweepSpec, number: int) -> dict[str, HpValue]:
+    """The number-th combination (1-based) in a fixed order: parameters by name, the last one varying fastest."""
+    names = _names(sweep)
+    sizes = [sweep.parameters[name].size for name in names]
+    if None in sizes:
+        raise ValueError("a grid needs every parameter finite")
+    index = number - 1
+    point: dict[str, HpValue] = {}
+    for name, size in reversed(list(zip(names, sizes, strict=True))):
+        assert size is not None
+        index, i = divmod(index, size)
+        point[name] = sweep.parameters[name].point(i)
+    if index:
+        raise ValueError(f"trial {number} is past the grid's {sweep.grid_size} combinations")
+    return {name: point[name] for name in names}
+
+
+def badness(sweep: SweepSpec) -> Callable[[float], float]:
+    """A value as a loss (lower is better) by the goal; NaN worst of all."""
+    sign = 1.0 if sweep.objective.goal == "minimize" else -1.0
+    return lambda value: math.inf if math.isnan(value) else sign * value
+
+
+def best(sweep: SweepSpec, trials: Sequence[TrialView]) -> TrialView | None:
+    """The trial with the best finite `final`; ties go to the lower number."""
+    key = badness(sweep)
+    scored = [t for t in trials if t.final is not None and math.isfinite(t.final)]
+    return min(scored, key=lambda t: (key(t.final or 0.0), t.number), default=None)
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def _early_stops(sweep: SweepSpec, trials: Sequence[TrialView]) -> list[EarlyStop]:
+    rule = sweep.early_stop
+    if rule is None:
+        return []
+    judged = [t for t in trials if t.state is not None and t.live and t.curve and t.curve[-1][0] >= rule.after_step]
+    decide = _median if rule.rule == "median" else _asha
+    return [stop for t in judged if (stop := decide(sweep, t, trials)) is not None]
+
+
+def _median(sweep: SweepSpec, trial: TrialView, trials: Sequence[TrialView]) -> EarlyStop | None:
+    """Stop the trial if its best value so far, at its latest step s, is worse than the median of the other trials'
+    running averages of the objective up to s (those that reached s; at least MEDIAN_MIN_PEERS of them)."""
+    key = badness(sweep)
+    step = trial.curve[-1][0]
+    mine = min((v for _, v in trial.curve), key=key)
+    averages = [statistics.fmean(key(v) for s, v in t.curve if s <= step) for t in trials
+                if t.number != trial.number and t.curve and t.curve[-1][0] >= step]
+    if len(averages) < MEDIAN_MIN_PEERS:
+        return None
+    median = statistics.median(averages)
+    if not key(mine) > median:
+        return None
+    shown = median if sweep.objective.goal == "minimize" else -median
+    metric = sweep.objective.metric
+    return EarlyStop(trial.job_id, f"early stop (median rule): {metric} best {_fmt(mine)} by step {step} is worse "
+                                   f"than the median {_fmt(shown)} of {len(averages)} other trials' running averages "
+                                   f"up to step {step}")
+
+
+def _at(trial: TrialView, step: int) -> float:
+    """The trial's value when it reached this step: its first point at or past it."""
+    return next(v for s, v in trial.curve if s >= step)
+
+
+def rungs(after_step: int, step: int) -> list[int]:
+    """ASHA's rungs up to step, highest first: after_step * ASHA_ETA**k."""
+    out = [after_step]
+    while out[-1] * ASHA_ETA <= step and after_step > 0:
+        out.append(out[-1] * ASHA_ETA)
+    return out[::-1]
+
+
+def _asha(sweep: SweepSpec, trial: TrialView, trials: Sequence[TrialView]) -> EarlyStop | None:
+    """Asynchronous successive halving: at the highest rung the trial reached that at least ASHA_ETA trials reached,
+    stop it unless it is in the top 1/ASHA_ETA of them by their values when they reached it."""
+    assert sweep.early_stop is not None
+    key = badness(sweep)
+    for rung in rungs(sweep.early_stop.after_step, trial.curve[-1][0]):
+        there = [t for t in trials if t.curve and t.curve[-1][0] >= rung]
+        if len(there) < ASHA_ETA:
+            continue
+        keep = len(there) // ASHA_ETA
+        mine = _at(trial, rung)
+        values = sorted((_at(t, rung) for t in there), key=key)
+        better = sum(key(v) < key(mine) for v in values)
+        if better < keep:
+            return None
+        metric = sweep.objective.metric
+        return EarlyStop(trial.job_id, f"early stop (asha): {metric} {_fmt(mine)} at rung step {rung} is not in the "
+                                       f"top 1/{ASHA_ETA} ({keep} of the {len(there)} trials that reached it): "
+                                       f"{better} did better, the top {keep} reached {_fmt(values[keep - 1])}")
+    return None
