@@ -6,8 +6,9 @@ Lambda asset (one directory shared by the four functions, so CDK uploads it once
     + the dependencies the python3.14 runtime lacks, as arm64 wheels from PyPI.
 The runtime ships boto3/botocore and their dependencies; everything else is bundled, Powertools included
 (no public layer: the bundle is then the whole truth, and the bundled-import test can prove it complete).
-pydantic v2 has a compiled core, so dependencies are fetched with `pip download --platform
-manylinux2014_aarch64 --only-binary=:all:` pinned to the versions installed here (what the tests ran).
+pydantic v2 has a compiled core (and optuna needs numpy), so dependencies are fetched with `pip download
+--platform manylinux2014_aarch64 --platform manylinux_2_28_aarch64 --only-binary=:all:` pinned to the versions
+installed here (what the tests ran).
 
 Agent bundles (uploaded to system/agent/ at deploy time): one per VM Python and architecture, which the
 bootstrap fetches with python3 alone (jobplane.agent_bundle, jobplane.bundling).
@@ -22,6 +23,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from collections.abc import Sequence
 from importlib import metadata
@@ -35,12 +37,14 @@ ROOT = Path(__file__).resolve().parents[2]
 CACHE = cache_dir() / "cdk-assets"
 
 LAMBDA_PYTHON = "3.14"
-LAMBDA_PLATFORM = "manylinux2014_aarch64"
+# The python3.14 runtime is Amazon Linux 2023 (glibc 2.34): older wheels say manylinux2014, numpy's say 2_28.
+LAMBDA_PLATFORMS = ("manylinux2014_aarch64", "manylinux_2_28_aarch64")
 
 # Shipped by the Lambda Python runtime (boto3 and its dependency closure): never bundled.
 RUNTIME_PROVIDED = frozenset({"boto3", "botocore", "s3transfer", "jmespath", "python_dateutil", "six", "urllib3"})
 # What the handlers import beyond the standard library and the runtime.
-LAMBDA_REQUIREMENTS = ("pydantic", "pydantic_core", "PyYAML", "aws-lambda-powertools")
+LAMBDA_REQUIREMENTS = ("pydantic", "pydantic_core", "PyYAML", "aws-lambda-powertools",
+                       "optuna")  # a bayesian sweep's proposals (decide.trials)
 
 
 def _pinned(requirement: str) -> str:
@@ -53,11 +57,16 @@ def _pinned(requirement: str) -> str:
     return f"{name}{'[' + extra if extra else ''}=={version}"
 
 
-def _pip_download(dest: Path, requirements: Sequence[str], platform: str, python: str) -> None:
-    # One platform per call: given several, pip stops at the first wheel matching any of them.
-    cmd = [sys.executable, "-m", "pip", "download", "-qq", "--disable-pip-version-check", "--dest", str(dest),
-           "--only-binary=:all:", "--implementation", "cp", "--python-version", python, "--platform", platform]
-    subprocess.run([*cmd, *requirements], check=True, stdout=subprocess.DEVNULL)
+def _pip_download(dest: Path, requirements: Sequence[str], platforms: Sequence[str], python: str) -> None:
+    # Platforms of one architecture only: given several, pip takes the first wheel matching any of them. The
+    # dependencies' versions are the ones installed here too (the constraints), as the requirements' are.
+    with tempfile.NamedTemporaryFile("w", suffix=".txt") as constraints:
+        constraints.write("\n".join(bundling.pins()) + "\n")
+        constraints.flush()
+        cmd = [sys.executable, "-m", "pip", "download", "-qq", "--disable-pip-version-check", "--dest", str(dest),
+               "--only-binary=:all:", "--implementation", "cp", "--python-version", python, "--constraint",
+               constraints.name, *(f"--platform={platform}" for platform in platforms)]
+        subprocess.run([*cmd, *requirements], check=True, stdout=subprocess.DEVNULL)
 
 
 def _dist_name(wheel: Path) -> str:
@@ -67,11 +76,11 @@ def _dist_name(wheel: Path) -> str:
 def lambda_dependencies() -> Path:
     """Unpacked arm64/python3.14 site directory with every bundled third-party package."""
     requirements = [_pinned(r) for r in LAMBDA_REQUIREMENTS]
-    key = digest([LAMBDA_PLATFORM, LAMBDA_PYTHON, *requirements, *sorted(RUNTIME_PROVIDED)])
+    key = digest([*LAMBDA_PLATFORMS, LAMBDA_PYTHON, *requirements, *sorted(RUNTIME_PROVIDED), *bundling.pins()])
 
     def build(tmp: Path) -> None:
         wheels = tmp / "wheels"
-        _pip_download(wheels, requirements, LAMBDA_PLATFORM, LAMBDA_PYTHON)
+        _pip_download(wheels, requirements, LAMBDA_PLATFORMS, LAMBDA_PYTHON)
         site = tmp / "site"
         for wheel in sorted(wheels.glob("*.whl")):
             if _dist_name(wheel) not in RUNTIME_PROVIDED:

@@ -155,6 +155,7 @@ def test_the_function_zip_imports_from_itself_without_aws(tmp_path: Path) -> Non
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=tmp_path, check=True, timeout=120)
     requirements = (tmp_path / "requirements.txt").read_text()
     assert "google-cloud-compute" in requirements and "boto3" not in requirements
+    assert "optuna" in requirements  # a bayesian sweep's proposals, in the sweeper
 
 
 # ---- Compute Engine: the custom roles hold exactly what the adapter's API calls need --------------------

@@ -2,9 +2,9 @@
 
 The check runs in a clean interpreter (-I -S: no site-packages, no PYTHONPATH, no project on sys.path)
 whose path is the asset directory plus a stand-in for what the Lambda runtime provides (boto3 and its
-dependencies). The bundle's pydantic_core extension is built for the target (arm64, CPython 3.14), so the
-one compiled module this host cannot load is mapped to the host's build of the same pydantic_core
-version; a separate assertion checks that the bundled one is the target build.
+dependencies). The bundle's compiled modules (pydantic_core's, numpy's) are built for the target (arm64,
+CPython 3.14), so each one this host cannot load is mapped to the host's build of the same version; a separate
+assertion checks that the bundled ones are the target builds.
 """
 
 from __future__ import annotations
@@ -25,25 +25,41 @@ from tests.infra.conftest import ROOT, Synth
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(600)]  # a cold cache downloads wheels
 
 HANDLERS = ("launcher", "sweeper", "rerun", "uptime_cap")
+# What a run imports beyond what loading a handler does, checked as if a handler had loaded it: a bayesian
+# sweep's proposals import optuna (and numpy) in the sweeper.
+LATER_ROOTS = ("jobplane.decide.trials", "optuna")
 RUNTIME_MODULES = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "six", "urllib3")
 
 PROBE = r"""
-import ast, importlib, importlib.abc, importlib.util, json, sys
-asset, runtime, host_core, handlers = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(",")
+import ast, glob, importlib, importlib.abc, importlib.machinery, importlib.util, json, os, sys
+asset, runtime, host_site = sys.argv[1:4]
+handlers, extra = sys.argv[4].split(","), sys.argv[5].split(",")
 sys.path[:0] = [asset, runtime]
 
-class HostCore(importlib.abc.MetaPathFinder):
+# A compiled module the bundle holds built for the target loads as this host's build of the same version.
+class HostBuilds(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name == "pydantic_core._pydantic_core":
-            return importlib.util.spec_from_file_location(name, host_core)
+        *parents, leaf = name.split(".")
+        if not glob.glob(os.path.join(asset, *parents, glob.escape(leaf) + ".*-aarch64-linux-gnu.so")):
+            return None
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            if os.path.exists(host := os.path.join(host_site, *parents, leaf + suffix)):
+                result["host_builds"][name] = host
+                return importlib.util.spec_from_file_location(name, host)
         return None
 
-sys.meta_path.insert(0, HostCore())
-result = {"handlers": {}, "modules": {}}
+result = {"handlers": {}, "modules": {}, "host_builds": {}}
+sys.meta_path.insert(0, HostBuilds())
 for name in handlers:
     try:
         module = importlib.import_module(f"functions.aws.{name}")
         result["handlers"][name] = "ok" if callable(getattr(module, "handler", None)) else "no handler()"
+    except Exception as exc:
+        result["handlers"][name] = f"{type(exc).__name__}: {exc}"
+for name in extra:
+    try:
+        importlib.import_module(name)
+        result["handlers"][name] = "ok"
     except Exception as exc:
         result["handlers"][name] = f"{type(exc).__name__}: {exc}"
 
@@ -113,12 +129,13 @@ def runtime_standin(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def probe(synth: Synth, runtime_standin: Path) -> dict[str, dict[str, str | None]]:
     host_core = importlib.util.find_spec("pydantic_core._pydantic_core")
     assert host_core and host_core.origin
+    host_site = Path(host_core.origin).parents[1]  # where this host's builds of compiled modules are
     env = {"PATH": os.environ.get("PATH", ""), "JOBPLANE_BUCKET": "registry", "AWS_REGION": "us-east-1",
            "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
            "POWERTOOLS_SERVICE_NAME": "jobplane", "POWERTOOLS_METRICS_NAMESPACE": "jobplane"}
     proc = subprocess.run(
         [sys.executable, "-I", "-S", "-B", "-c", PROBE, str(lambda_asset_dir(synth)), str(runtime_standin),
-         host_core.origin, ",".join(handler_names())],
+         str(host_site), ",".join(handler_names()), ",".join(LATER_ROOTS)],
         capture_output=True, text=True, env=env, cwd="/", timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
@@ -142,8 +159,10 @@ def test_every_imported_module_comes_from_the_bundle_runtime_or_stdlib(
         synth: Synth, runtime_standin: Path, probe: dict[str, dict[str, str | None]]) -> None:
     asset = str(lambda_asset_dir(synth))
     stdlib = os.path.dirname(os.__file__)
+    assert {"pydantic_core._pydantic_core", "numpy._core._multiarray_umath"} <= set(probe["host_builds"])
+    assert [probe["handlers"][name] for name in LATER_ROOTS] == ["ok"] * len(LATER_ROOTS)
     for name, origin in probe["modules"].items():
-        if origin is None or origin.startswith(stdlib) or name == "pydantic_core._pydantic_core":
+        if origin is None or origin.startswith(stdlib) or probe["host_builds"].get(name) == origin:
             continue
         top = name.split(".")[0]
         if top in RUNTIME_MODULES:
@@ -159,6 +178,7 @@ def test_bundle_holds_the_target_builds_and_no_runtime_gcp_code_local_cloud_or_f
     asset = lambda_asset_dir(synth)
     tag = "cpython-" + LAMBDA_PYTHON.replace(".", "")
     assert list((asset / "pydantic_core").glob(f"_pydantic_core.{tag}-aarch64-linux-gnu.so"))
+    assert list((asset / "numpy" / "_core").glob(f"_multiarray_umath.{tag}-aarch64-linux-gnu.so"))
     ours = sorted(p.relative_to(asset).as_posix() for p in asset.rglob("*")
                   if p.is_file() and p.relative_to(asset).parts[0] in ("jobplane", "functions"))
     assert "jobplane/clouds/aws.py" in ours and "jobplane/launcher.py" in ours

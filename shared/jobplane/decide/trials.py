@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from jobplane.spec import job_id_problem
 from jobplane.specfields import HpValue
 from jobplane.states import TERMINAL, State
-from jobplane.sweepspec import SweepSpec, trial_suffix
+from jobplane.sweepspec import Distribution, SweepSpec, trial_suffix
 
 MEDIAN_MIN_PEERS = 3  # the median rule judges a trial only against at least this many other trials at its step
+BAYES_STARTUP = 10  # bayesian proposes as random until this many trials have finished (optuna's n_startup_trials)
 ASHA_ETA = 3  # asha's reduction factor: rungs at after_step * 3^k, the top third of each rung goes on
 
 
@@ -69,8 +70,12 @@ def plan(sweep: SweepSpec, trials: Sequence[TrialView]) -> Plan:
     trials = sorted(trials, key=lambda t: t.number)
     live = sum(t.live for t in trials)
     count = max(0, min(sweep.max_parallel - live, sweep.trial_count - len(trials)))
-    numbers = range(len(trials) + 1, len(trials) + 1 + count)
-    propose = tuple(Proposal(n, parameters(sweep, n, trials)) for n in numbers)
+    proposals: list[Proposal] = []
+    for number in range(len(trials) + 1, len(trials) + 1 + count):
+        # a bayesian proposal sees the ones before it in this plan as live trials, and keeps away from them
+        pending = [TrialView(p.number, "", p.params, None, (), None) for p in proposals]
+        proposals.append(Proposal(number, parameters(sweep, number, [*trials, *pending])))
+    propose = tuple(proposals)
     stop = tuple(_early_stops(sweep, trials))
     done = not propose and len(trials) >= sweep.trial_count and live == 0
     return Plan(propose=propose, stop=stop, done=done, best=best(sweep, trials))
@@ -80,6 +85,8 @@ def parameters(sweep: SweepSpec, number: int, trials: Sequence[TrialView] = ()) 
     """Trial `number`'s parameters by the sweep's strategy (trials: those before it, for bayesian)."""
     if sweep.strategy == "grid":
         return grid_point(sweep, number)
+    if sweep.strategy == "bayesian" and sum(_observed(t) for t in trials) >= BAYES_STARTUP:
+        return bayesian_point(sweep, number, trials)
     return random_point(sweep, number)
 
 
@@ -109,6 +116,88 @@ def grid_point(sweep: SweepSpec, number: int) -> dict[str, HpValue]:
     if index:
         raise ValueError(f"trial {number} is past the grid's {sweep.grid_size} combinations")
     return {name: point[name] for name in names}
+
+
+def _observed(trial: TrialView) -> bool:
+    return trial.final is not None and math.isfinite(trial.final)
+
+
+def bayesian_point(sweep: SweepSpec, number: int, trials: Sequence[TrialView]) -> dict[str, HpValue]:
+    """optuna's TPE, rebuilt from the trials each call (nothing is kept between runs) and seeded by (seed, number):
+    finished trials by their final objective, trials stopped early by their curves (as optuna's pruned trials),
+    live ones by their parameters alone (the constant liar keeps proposals apart while they run)."""
+    import optuna  # only a sweeper running a bayesian sweep pays for the import
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    spaces = {name: _Space(sweep.parameters[name]) for name in _names(sweep)}
+    distributions = {name: space.optuna for name, space in spaces.items()}
+    seed = random.Random(f"jobplane-tpe:{sweep.seed}:{number}").getrandbits(31)
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=BAYES_STARTUP, constant_liar=True)
+    study = optuna.create_study(direction=sweep.objective.goal, sampler=sampler)
+    for trial in trials:
+        indexes = {name: space.index(trial.params.get(name)) for name, space in spaces.items()}
+        if None in indexes.values():
+            continue  # a value the space does not hold (a hand-edited record): it tells TPE nothing
+        params = {name: i for name, i in indexes.items() if i is not None}
+        curve = {step: value for step, value in trial.curve if math.isfinite(value)}
+        if trial.live:
+            frozen = optuna.trial.create_trial(state=optuna.trial.TrialState.RUNNING, params=params,
+                                               distributions=distributions)
+        elif trial.final is not None and math.isfinite(trial.final):
+            frozen = optuna.trial.create_trial(value=trial.final, params=params, distributions=distributions)
+        elif curve:
+            frozen = optuna.trial.create_trial(state=optuna.trial.TrialState.PRUNED, params=params,
+                                               distributions=distributions, intermediate_values=curve)
+        else:
+            continue  # failed with nothing to learn from
+        study.add_trial(frozen)
+    asked = study.ask(distributions)
+    return {name: space.value(asked.params[name]) for name, space in spaces.items()}
+
+
+class _Space:
+    """One parameter as optuna samples it: ranges as they are, a choice by its index (a value may be any JSON) and a
+    range with steps by the index of its step (in log space for loguniform, as the values are)."""
+
+    def __init__(self, distribution: Distribution) -> None:
+        import optuna
+
+        self.distribution = d = distribution
+        self.optuna: optuna.distributions.BaseDistribution
+        if d.choice is not None:
+            self.optuna = optuna.distributions.CategoricalDistribution(list(range(len(d.choice))))
+        elif d.integer is not None:
+            self.optuna = optuna.distributions.IntDistribution(*d.integer)
+        elif d.steps is not None:
+            self.optuna = optuna.distributions.IntDistribution(0, d.steps - 1)
+        elif d.uniform is not None:
+            self.optuna = optuna.distributions.FloatDistribution(*d.uniform)
+        else:
+            assert d.loguniform is not None
+            self.optuna = optuna.distributions.FloatDistribution(*d.loguniform, log=True)
+
+    def index(self, value: HpValue | None) -> int | float | None:
+        """Where value sits in the space (optuna's internal value), or None when it is not one of its values."""
+        d = self.distribution
+        if d.choice is not None:
+            return next((i for i, c in enumerate(d.choice) if c == value and type(c) is type(value)), None)
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            return None
+        if d.steps is not None:
+            return next((i for i in range(d.steps) if d.point(i) == value), None)
+        if d.integer is not None:
+            return int(value) if value == int(value) and d.integer[0] <= value <= d.integer[1] else None
+        lo, hi = d.uniform or d.loguniform or (0.0, 0.0)
+        return float(value) if lo <= value <= hi else None
+
+    def value(self, sampled: object) -> HpValue:
+        d = self.distribution
+        assert isinstance(sampled, int | float)
+        if d.choice is not None:
+            return d.choice[int(sampled)]
+        if d.steps is not None:
+            return d.point(int(sampled))
+        return int(sampled) if d.integer is not None else float(sampled)
 
 
 def badness(sweep: SweepSpec) -> Callable[[float], float]:
