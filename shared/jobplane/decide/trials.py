@@ -2,8 +2,9 @@
 trial is best. Pure: the trials' views in (their parameters, states and objective curves), a Plan out.
 
 Everything is derived from the views each time: a random trial's parameters are a function of (seed, number), a
-grid trial's of its number, so a run that repeats the decision (after losing a CAS, or a crash) proposes the
-same trials again. The sweep's record keeps what was proposed; the CAS on it keeps two runs from both adding.
+grid trial's of its number, a bayesian one's of (seed, number) and the trials so far (optuna's TPE, rebuilt on
+every call), so a run that repeats the decision (after losing a CAS, or a crash) proposes the same trials again.
+The sweep's record keeps what was proposed; the CAS on it keeps two runs from both adding.
 """
 
 from __future__ import annotations
