@@ -71,24 +71,20 @@ def plan(sweep: SweepSpec, trials: Sequence[TrialView]) -> Plan:
     trials = sorted(trials, key=lambda t: t.number)
     live = sum(t.live for t in trials)
     count = max(0, min(sweep.max_parallel - live, sweep.trial_count - len(trials)))
-    proposals: list[Proposal] = []
-    for number in range(len(trials) + 1, len(trials) + 1 + count):
-        # a bayesian proposal sees the ones before it in this plan as live trials, and keeps away from them
-        pending = [TrialView(p.number, "", p.params, None, (), None) for p in proposals]
-        proposals.append(Proposal(number, parameters(sweep, number, [*trials, *pending])))
-    propose = tuple(proposals)
+    numbers = range(len(trials) + 1, len(trials) + 1 + count)
+    propose = tuple(Proposal(n, params) for n, params in zip(numbers, proposals(sweep, numbers, trials), strict=True))
     stop = tuple(_early_stops(sweep, trials))
     done = not propose and len(trials) >= sweep.trial_count and live == 0
     return Plan(propose=propose, stop=stop, done=done, best=best(sweep, trials))
 
 
-def parameters(sweep: SweepSpec, number: int, trials: Sequence[TrialView] = ()) -> dict[str, HpValue]:
-    """Trial `number`'s parameters by the sweep's strategy (trials: those before it, for bayesian)."""
+def proposals(sweep: SweepSpec, numbers: Sequence[int], trials: Sequence[TrialView]) -> list[dict[str, HpValue]]:
+    """The parameters of the trials numbered `numbers`, proposed together after `trials`, by the sweep's strategy."""
     if sweep.strategy == "grid":
-        return grid_point(sweep, number)
+        return [grid_point(sweep, n) for n in numbers]
     if sweep.strategy == "bayesian" and sum(_observed(t) for t in trials) >= BAYES_STARTUP:
-        return bayesian_point(sweep, number, trials)
-    return random_point(sweep, number)
+        return bayesian_points(sweep, numbers, trials)
+    return [random_point(sweep, n) for n in numbers]
 
 
 def _names(sweep: SweepSpec) -> list[str]:
@@ -123,18 +119,17 @@ def _observed(trial: TrialView) -> bool:
     return trial.final is not None and math.isfinite(trial.final)
 
 
-def bayesian_point(sweep: SweepSpec, number: int, trials: Sequence[TrialView]) -> dict[str, HpValue]:
-    """optuna's TPE, rebuilt from the trials each call (nothing is kept between runs) and seeded by (seed, number):
-    finished trials by their final objective, trials stopped early by their curves (as optuna's pruned trials),
-    live ones by their parameters alone (the constant liar keeps proposals apart while they run)."""
+def bayesian_points(sweep: SweepSpec, numbers: Sequence[int], trials: Sequence[TrialView]) -> list[dict[str, HpValue]]:
+    """optuna's TPE over a study rebuilt from the trials (nothing is kept between runs): finished trials by their
+    final objective, trials stopped early by their curves (as optuna's pruned trials), live ones by their parameters
+    alone. Each proposal is seeded by (seed, number) and stays in the study as a live trial, so the constant liar
+    keeps the next one away from it as from the trials already running."""
     import optuna  # only a sweeper running a bayesian sweep pays for the import
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     spaces = {name: _Space(sweep.parameters[name]) for name in _names(sweep)}
     distributions = {name: space.optuna for name, space in spaces.items()}
-    seed = random.Random(f"jobplane-tpe:{sweep.seed}:{number}").getrandbits(31)
-    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=BAYES_STARTUP, constant_liar=True)
-    study = optuna.create_study(direction=sweep.objective.goal, sampler=sampler)
+    study = optuna.create_study(direction=sweep.objective.goal)
     for trial in trials:
         indexes = {name: space.index(trial.params.get(name)) for name, space in spaces.items()}
         if None in indexes.values():
@@ -152,8 +147,13 @@ def bayesian_point(sweep: SweepSpec, number: int, trials: Sequence[TrialView]) -
         else:
             continue  # failed with nothing to learn from
         study.add_trial(frozen)
-    asked = study.ask(distributions)
-    return {name: space.value(asked.params[name]) for name, space in spaces.items()}
+    out = []
+    for number in numbers:
+        seed = random.Random(f"jobplane-tpe:{sweep.seed}:{number}").getrandbits(31)
+        study.sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=BAYES_STARTUP, constant_liar=True)
+        asked = study.ask(distributions)
+        out.append({name: space.value(asked.params[name]) for name, space in spaces.items()})
+    return out
 
 
 class _Space:
