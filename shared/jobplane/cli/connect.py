@@ -2,7 +2,7 @@
 errors a user can cause or meet there, as one line.
 
 The commands reach the registry only through the SDK (tests/test_cli_sdk_boundary.py). connect() is for the
-commands not on the SDK yet (ssh, ui): the registry and its cloud's adapters as jobplane.backend builds them.
+command not on the SDK yet (ui): the registry and its cloud's adapters as jobplane.backend builds them.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def client(bucket: str | None, cloud: str | None, region: str | None, endpoint: 
 
 
 def connect(bucket: str | None, cloud: str | None, region: str | None, endpoint: str | None) -> jobs.Backend:
-    """For the commands not on the SDK yet (ssh, ui): the registry and its cloud's adapters (jobplane.backend)."""
+    """For the command not on the SDK yet (ui): the registry and its cloud's adapters (jobplane.backend)."""
     from jobplane import backend
 
     return backend.connect(client(bucket, cloud, region, endpoint).settings, upload_progress)
@@ -106,6 +106,6 @@ def cloud_errors(func: F) -> F:
 
 def below_the_sdk(exc: Exception, *names: str) -> bool:
     """The error is (or derives from) one of these errors of the layers below the SDK (jobplane.registry, .jobs,
-    .backend), which the commands not on the SDK yet (ssh, ui) meet without its translation."""
+    .backend), which the command not on the SDK yet (ui) meet without its translation."""
     return any(c.__name__ in names and c.__module__ in ("jobplane.registry", "jobplane.jobs", "jobplane.backend")
                for c in type(exc).__mro__)

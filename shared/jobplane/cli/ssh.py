@@ -15,10 +15,8 @@ import sys
 
 import click
 
-from jobplane import jobs, shell
-from jobplane.cli.connect import UserError, cloud_errors, connect, registry_options
-from jobplane.registry import utcnow
-from jobplane.settings import Settings
+from jobplane import sdk, shell
+from jobplane.cli.connect import UserError, client, cloud_errors, registry_options
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -35,22 +33,16 @@ def ssh(job_id: str, command: tuple[str, ...], rank: int, **conn: str | None) ->
       jobplane ssh demo-1122-113005-ab12                 # a shell on rank 0
       jobplane ssh demo-1122-113005-ab12 --rank 1 -- nvidia-smi
     """
-    backend = connect(**conn)
-    if not backend.reg.policy().access.ssh:
-        raise UserError("ssh is off in this deployment's policy: set `access: {ssh: true}` in config/policy.yaml "
-                        "(and let the VMs in: jobplane:ssh on AWS, ssh_via_iap on GCP)")
-    view = jobs.find(backend.reg, job_id)
-    if view.record is None:
-        raise UserError(f"job {job_id} is {view.state}: no VM yet")
     try:
-        instance = shell.target(view.record, rank, utcnow())
-    except shell.ShellError as exc:
+        sdk_client = client(**conn)
+        instance = sdk_client.get(job_id).shell_target(rank)
+    except sdk.Refused as exc:
         raise UserError(str(exc)) from None
     argv = list(command)
     if os.environ.get("JOBPLANE_LOCAL_STATE"):
         code = _local(instance, argv)
     else:
-        settings = Settings.from_env(conn.get("bucket"), conn.get("cloud"), conn.get("region"))
+        settings = sdk_client.settings
         way = (shell.iap_argv(instance, os.environ.get("GOOGLE_CLOUD_PROJECT"), argv) if settings.cloud == "gcp"
                else shell.ssm_argv(instance, settings.region, argv))
         if shutil.which(way[0]) is None:

@@ -9,12 +9,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from jobplane import cost, jobs, metricview
+from jobplane import cost, jobs, metricview, shell
 from jobplane.clouds.base import Instance
 from jobplane.jobview import JobView, Status
 from jobplane.metrics import Sample
 from jobplane.registry import utcnow
-from jobplane.sdk.errors import translated
+from jobplane.sdk.errors import Refused, translated
 from jobplane.states import State
 
 if TYPE_CHECKING:
@@ -232,6 +232,21 @@ class Job:
         """The job's VMs the cloud lists now (every attempt's, in every state but gone)."""
         with translated():
             return [i for i in self._client._compute().list_managed() if i.job_id == self.id]
+
+    def shell_target(self, rank: int = 0) -> str:
+        """The instance `jobplane ssh` enters for `rank`: of a live job's current attempt, or of a FAILED one's
+        its `debug_hold` keeps. Refused if the deployment's policy has `access.ssh` off, or there is no such VM."""
+        with translated():
+            if not self._client._registry.policy().access.ssh:
+                raise Refused("ssh is off in this deployment's policy: set `access: {ssh: true}` in "
+                              "config/policy.yaml (and let the VMs in: jobplane:ssh on AWS, ssh_via_iap on GCP)")
+            record = self.refresh()._view.record
+            if record is None:
+                raise Refused(f"job {self.id} is {self._view.state}: no VM yet")
+            try:
+                return shell.target(record, rank, utcnow())
+            except shell.ShellError as exc:
+                raise Refused(str(exc)) from None
 
     def checkpoint(self) -> jobs.Checkpoint | None:
         """The newest checkpoint in the bucket (what a next attempt would restore), or None."""
