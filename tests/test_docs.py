@@ -109,6 +109,9 @@ NOT_RUN_HERE: dict[str, NotRun] = {
     ".venv/bin/python bench/metrics_extract.py": NotRun(
         "a benchmark (200,000 lines, best of several runs)",
         "tests/test_metrics.py::test_default_metrics_line_by_line"),
+    ".venv/bin/python bench/trials_plan.py": NotRun(
+        "a benchmark (plans over 100, 500 and 900 finished trials, best of three)",
+        "tests/test_sweep_trials.py::test_bayesian_concentrates_near_the_optimum_better_than_random"),
     ".venv/bin/python bench/cold_start.py --rounds 11": NotRun(
         "a benchmark (11 rounds of fresh interpreters, as bench/results/cold-start.json was measured)",
         "tests/launcher/test_cold_start.py::test_a_handler_imports_only_what_every_run_needs"),

@@ -169,6 +169,8 @@ def test_the_median_rule_waits_for_after_step_and_enough_peers_and_stops_only_li
     ended = [view(4, state, curve(5.0, 5.0)) for state in (State.FAILED, State.CANCELLED)]
     assert plan(MEDIAN, [*peers, *ended]).stop == ()
     assert plan(MEDIAN, [*peers, view(4, None)]).stop == ()  # proposed, no record: nothing to stop
+    sparse = view(5, State.SUCCEEDED, [(500, 0.1)], final=0.1)  # nothing up to step 200: no running average there
+    assert plan(MEDIAN, [*peers[:2], sparse, view(4, State.RUNNING, curve(5.0, 5.0))]).stop == ()
     nan = view(4, State.RUNNING, curve(math.nan, math.nan))  # a diverged trial is the worst of all
     [stop] = plan(MEDIAN, [*peers, nan]).stop
     assert stop.reason.startswith("early stop (median rule): val:loss best nan by step 200 is worse than the "

@@ -9,6 +9,8 @@ The sweep's record keeps what was proposed; the CAS on it keeps two runs from bo
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import random
 import statistics
@@ -218,38 +220,64 @@ def _fmt(value: float) -> str:
     return f"{value:.4g}"
 
 
+class _Curve:
+    """A trial's objective points as the rules read them (in step order): its badness summed up to each point, so a
+    running average or a value at a step is a bisection away, whatever the number of trials and points."""
+
+    def __init__(self, trial: TrialView, key: Callable[[float], float]) -> None:
+        self.trial = trial
+        self.steps = [step for step, _ in trial.curve]
+        self.values = [value for _, value in trial.curve]
+        self.sums = list(itertools.accumulate(key(value) for value in self.values))
+
+    @property
+    def last(self) -> int:
+        return self.steps[-1]
+
+    def spans(self, step: int) -> bool:
+        """It has points up to step and at or past it."""
+        return self.steps[0] <= step <= self.steps[-1]
+
+    def running_average(self, step: int) -> float:
+        """The mean badness of its points up to step (one that spans it)."""
+        count = bisect.bisect_right(self.steps, step)
+        return self.sums[count - 1] / count
+
+    def at(self, step: int) -> float:
+        """Its value when it reached this step: its first point at or past it."""
+        return self.values[bisect.bisect_left(self.steps, step)]
+
+
 def _early_stops(sweep: SweepSpec, trials: Sequence[TrialView]) -> list[EarlyStop]:
     rule = sweep.early_stop
     if rule is None:
         return []
-    judged = [t for t in trials if t.state is not None and t.live and t.curve and t.curve[-1][0] >= rule.after_step]
-    decide = _median if rule.rule == "median" else _asha
-    return [stop for t in judged if (stop := decide(sweep, t, trials)) is not None]
-
-
-def _median(sweep: SweepSpec, trial: TrialView, trials: Sequence[TrialView]) -> EarlyStop | None:
-    """Stop the trial if its best value so far, at its latest step s, is worse than the median of the other trials'
-    running averages of the objective up to s (those that reached s; at least MEDIAN_MIN_PEERS of them)."""
+    if not any(t.state is not None and t.live and t.curve and t.curve[-1][0] >= rule.after_step for t in trials):
+        return []  # nothing to judge: no need to read every curve
     key = badness(sweep)
-    step = trial.curve[-1][0]
-    mine = min((v for _, v in trial.curve), key=key)
-    averages = [statistics.fmean(key(v) for s, v in t.curve if s <= step) for t in trials
-                if t.number != trial.number and t.curve and t.curve[-1][0] >= step]
+    curves = [_Curve(t, key) for t in trials if t.curve]
+    judged = [c for c in curves if c.trial.state is not None and c.trial.live and c.last >= rule.after_step]
+    decide = _median if rule.rule == "median" else _asha
+    return [stop for c in judged if (stop := decide(sweep, c, curves)) is not None]
+
+
+def _median(sweep: SweepSpec, mine: _Curve, curves: Sequence[_Curve]) -> EarlyStop | None:
+    """Stop the trial if its best value so far, at its latest step s, is worse than the median of the other trials'
+    running averages of the objective up to s (those with points up to s and at or past it; at least
+    MEDIAN_MIN_PEERS of them)."""
+    key = badness(sweep)
+    step = mine.last
+    best_so_far = min(mine.values, key=key)
+    averages = [c.running_average(step) for c in curves if c is not mine and c.spans(step)]
     if len(averages) < MEDIAN_MIN_PEERS:
         return None
     median = statistics.median(averages)
-    if not key(mine) > median:
+    if not key(best_so_far) > median:
         return None
     shown = median if sweep.objective.goal == "minimize" else -median
-    metric = sweep.objective.metric
-    return EarlyStop(trial.job_id, f"early stop (median rule): {metric} best {_fmt(mine)} by step {step} is worse "
-                                   f"than the median {_fmt(shown)} of {len(averages)} other trials' running averages "
-                                   f"up to step {step}")
-
-
-def _at(trial: TrialView, step: int) -> float:
-    """The trial's value when it reached this step: its first point at or past it."""
-    return next(v for s, v in trial.curve if s >= step)
+    return EarlyStop(mine.trial.job_id, f"early stop (median rule): {sweep.objective.metric} best "
+                                        f"{_fmt(best_so_far)} by step {step} is worse than the median {_fmt(shown)} "
+                                        f"of {len(averages)} other trials' running averages up to step {step}")
 
 
 def rungs(after_step: int, step: int) -> list[int]:
@@ -260,23 +288,23 @@ def rungs(after_step: int, step: int) -> list[int]:
     return out[::-1]
 
 
-def _asha(sweep: SweepSpec, trial: TrialView, trials: Sequence[TrialView]) -> EarlyStop | None:
+def _asha(sweep: SweepSpec, mine: _Curve, curves: Sequence[_Curve]) -> EarlyStop | None:
     """Asynchronous successive halving: at the highest rung the trial reached that at least ASHA_ETA trials reached,
     stop it unless it is in the top 1/ASHA_ETA of them by their values when they reached it."""
     assert sweep.early_stop is not None
     key = badness(sweep)
-    for rung in rungs(sweep.early_stop.after_step, trial.curve[-1][0]):
-        there = [t for t in trials if t.curve and t.curve[-1][0] >= rung]
+    for rung in rungs(sweep.early_stop.after_step, mine.last):
+        there = [c for c in curves if c.last >= rung]
         if len(there) < ASHA_ETA:
             continue
         keep = len(there) // ASHA_ETA
-        mine = _at(trial, rung)
-        values = sorted((_at(t, rung) for t in there), key=key)
-        better = sum(key(v) < key(mine) for v in values)
+        value = mine.at(rung)
+        values = sorted((c.at(rung) for c in there), key=key)
+        better = sum(key(v) < key(value) for v in values)
         if better < keep:
             return None
-        metric = sweep.objective.metric
-        return EarlyStop(trial.job_id, f"early stop (asha): {metric} {_fmt(mine)} at rung step {rung} is not in the "
-                                       f"top 1/{ASHA_ETA} ({keep} of the {len(there)} trials that reached it): "
-                                       f"{better} did better, the top {keep} reached {_fmt(values[keep - 1])}")
+        return EarlyStop(mine.trial.job_id, f"early stop (asha): {sweep.objective.metric} {_fmt(value)} at rung step "
+                                            f"{rung} is not in the top 1/{ASHA_ETA} ({keep} of the {len(there)} "
+                                            f"trials that reached it): {better} did better, the top {keep} reached "
+                                            f"{_fmt(values[keep - 1])}")
     return None
