@@ -1,8 +1,9 @@
 """Cloud Functions (gen2) entry points: the same launcher and reconcilers as on AWS, over GCS and GCE.
 
 launcher          CloudEvent google.cloud.storage.object.v1.finalized (the registry bucket): queue/ drops
-                  launch; exit reports get a targeted sweep and preempted-jobs/ markers a rerun, as the
-                  AWS EventBridge rules do (GCS triggers are bucket-wide, so one function routes them)
+                  launch; exit reports get a targeted sweep (and their sweep's reconcile) and preempted-jobs/
+                  markers a rerun, as the AWS EventBridge rules do (GCS triggers are bucket-wide, so one
+                  function routes them)
 launcher_backstop HTTP, Cloud Scheduler: queue/ entries events missed, capacity waits that are over
 sweeper, rerun, uptime_cap   HTTP, Cloud Scheduler with an OIDC token (the functions allow no
                   unauthenticated calls); an optional JSON body {"dry_run": true, "force": true}.
@@ -30,9 +31,10 @@ from jobplane.clouds import gce_identity, gcs_downscope
 from jobplane.clouds.gcp import GceCompute
 from jobplane.clouds.gcs import GcsStore
 from jobplane.clouds.pubsub import PubSubNotifier
-from jobplane.deployment import Deployment
+from jobplane.deployment import Context, Deployment
 from jobplane.registry import utcnow
 from jobplane.settings import Settings
+from jobplane.sweeps import run as sweeps
 from jobplane.telemetry import LogMetrics
 from jobplane.vending import gcp as gcp_vending
 
@@ -126,10 +128,9 @@ def launcher(event: CloudEvent) -> None:
                                                        "result": launching.summary([outcome])})
         return
     if key.startswith(keys.PREEMPTED):
-        outcomes = reconcile.rerun(env.context(), now=utcnow(), jobs=[job_id] if job_id else [])
+        summary = reconcile.summary(reconcile.rerun(env.context(), now=utcnow(), jobs=[job_id] if job_id else []))
     else:
-        outcomes = reconcile.sweep(env.context(), now=utcnow(), jobs=[job_id] if job_id else [])
-    summary = reconcile.summary(outcomes)
+        summary = _sweep(env.context(), jobs=[job_id] if job_id else [])
     log.info("%s: %s", key, summary, extra={"job_id": job_id, "result": summary})
 
 
@@ -139,11 +140,19 @@ def launcher_backstop(request: flask.Request) -> flask.Response:
     return flask.jsonify(launching.summary(launching.backstop(env.context(), now=utcnow(), budget=BACKSTOP_BUDGET_S)))
 
 
+def _sweep(ctx: Context, *, force: bool = False, jobs: list[str] | None = None) -> dict[str, Any]:
+    """The sweeper's work: the job sweep, then the sweep reconcile (jobplane.sweeps), so a trial the job sweep
+    ended is replaced in the same run; an event's run reconciles only the sweep whose trial it names."""
+    now = utcnow()
+    outcomes = reconcile.sweep(ctx, now=now, force=force, jobs=jobs or [])
+    swept = sweeps.reconcile(ctx, now=now, jobs=jobs or [])
+    return {**reconcile.summary(outcomes), **(sweeps.summary(swept) if swept else {})}
+
+
 @functions_framework.http
 def sweeper(request: flask.Request) -> flask.Response:
     env, opts = environment(), _options(request)
-    outcomes = reconcile.sweep(env.context(dry_run=opts["dry_run"]), now=utcnow(), force=opts["force"])
-    return flask.jsonify(reconcile.summary(outcomes))
+    return flask.jsonify(_sweep(env.context(dry_run=opts["dry_run"]), force=opts["force"]))
 
 
 @functions_framework.http

@@ -39,6 +39,8 @@ HEARTBEATS = "heartbeats/"
 SYSTEM = "system/"
 LIMITS = "limits/"
 CODE = "code/"
+SWEEPS = "sweeps/"
+ACTIVE_SWEEPS = "active-sweeps/"
 POLICY = "config/policy.yaml"
 DEFAULT_OWNER = "default"  # the owner of a drop straight under queue/ (a single-team deployment)
 AGENT = f"{SYSTEM}agent/"  # the agent bundles and their manifest (jobplane.agent_bundle)
@@ -218,6 +220,16 @@ def idle_flag(job_id: str, attempt: int) -> str:
     return f"{LIMITS}{job_id}/{attempt}/{IDLE_FLAGGED}"
 
 
+def sweep_record(sweep_id: str) -> str:
+    """A sweep's record (jobplane.sweeps.record), created create-only and updated by compare-and-swap."""
+    return f"{SWEEPS}{sweep_id}/sweep.json"
+
+
+def active_sweep(sweep_id: str) -> str:
+    """Exists while the sweep is RUNNING: one listing of active-sweeps/ gives the sweep reconcile its work."""
+    return f"{ACTIVE_SWEEPS}{sweep_id}"
+
+
 # ---- parsing -----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Drop:
@@ -318,6 +330,8 @@ _exit = _parser(rf"{JOBS}{_ID}/attempts/{_N}/nodes/{_N}/exit\.json")
 _boot_failure = _parser(rf"{JOBS}{_ID}/attempts/{_N}/boot-failure\.json")
 _node_file = _parser(rf"{JOBS}{_ID}/(logs|metrics)/{_N}/{_N}/([^/]+)")
 _rejected_error = _parser(rf"{REJECTED}([^/.]+)\.error\.json")
+_sweep_record = _parser(rf"{SWEEPS}{_ID}/sweep\.json")
+_active_sweep = _parser(rf"{ACTIVE_SWEEPS}{_ID}")
 
 
 def parse_drop(key: str) -> Drop | None:
@@ -399,6 +413,18 @@ def parse_node_file(key: str, area: str) -> NodeKey | None:
 def parse_rejected_error(key: str) -> str | None:
     """The job of rejected/<id>.error.json."""
     parts = _rejected_error(key)
+    return parts[0] if parts else None
+
+
+def parse_sweep_record(key: str) -> str | None:
+    """The sweep of sweeps/<id>/sweep.json."""
+    parts = _sweep_record(key)
+    return parts[0] if parts else None
+
+
+def parse_active_sweep(key: str) -> str | None:
+    """The sweep of an active-sweeps/<id> marker."""
+    parts = _active_sweep(key)
     return parts[0] if parts else None
 
 

@@ -36,6 +36,7 @@ from jobplane.deployment import Context
 from jobplane.errors import FieldError, SpecError
 from jobplane.policy import Policy, check_against_deployment, check_against_policy
 from jobplane.registry import JobExists, JobRecord, Registry, TransitionRefused
+from jobplane.spec import JobSpec
 from jobplane.states import State
 from jobplane.usage import AttemptUsage, InstanceSpan
 
@@ -62,6 +63,7 @@ class Result(StrEnum):
     CLAIMED = "claimed"  # a capacity wait another run retried first
     GONE = "gone"  # the entry was consumed already
     IGNORED = "ignored"  # not a queue entry
+    SWEEP = "sweep"  # a sweep's spec: the sweep recorded, its first trials dropped
     ERROR = "error"  # the backstop caught an exception and went on with the others
     NOT_DUE = "not-due"  # a capacity wait whose time has not come (not reported)
 
@@ -108,6 +110,8 @@ def handle_drop(ctx: Context, key: str, *, now: datetime) -> Outcome:
         return _reject(ctx, key, job_id, data, exc.errors, now)
     compute = ctx.cloud("launch with")
     problems = check_against_policy(spec, ctx.policy) + check_against_deployment(spec, compute.cloud, compute.region)
+    if spec.sweep is not None:
+        return _sweep(ctx, key, job_id, data, spec, problems, now)
     try:
         reg.create_job(job_id, spec, now)
     except JobExists:
@@ -127,6 +131,28 @@ def handle_drop(ctx: Context, key: str, *, now: datetime) -> Outcome:
         reg.repair_markers(job_id)  # that delivery may have died before its marker: the sweep must see the job
     reg.delete(key)
     return outcome
+
+
+def _sweep(ctx: Context, key: str, sweep_id: str, data: bytes, spec: JobSpec, problems: list[FieldError],
+           now: datetime) -> Outcome:
+    """A spec with a `sweep:` section: record the sweep (create-only) and run its reconcile once, which drops its
+    first trials; a spec the policy refuses is rejected as a job's would be (no record: a sweep is not a job)."""
+    from jobplane.sweeps import record, run, store  # only a sweep's drop needs them
+
+    reg = ctx.registry
+    if problems:
+        return _reject(ctx, key, sweep_id, data, problems, now, result=Result.INVALID)
+    try:
+        if reg.exists(sweep_id):
+            raise store.SweepExists(sweep_id)
+        store.create(reg, record.SweepRecord.new(sweep_id, spec, now))
+    except store.SweepExists:
+        return _reject(ctx, key, sweep_id, data, [FieldError("id", f"{sweep_id!r} is already a job's or another "
+                       "sweep's id; ids are never reused: pick another id")], now, result=Result.DUPLICATE)
+    outcomes = run.reconcile_one(ctx, sweep_id, now=now)
+    reg.delete(key)
+    proposed = [o.trial for o in outcomes if o.result == run.Result.PROPOSED]
+    return Outcome(key, Result.SWEEP, f"sweep {sweep_id} recorded; trials dropped: {', '.join(map(str, proposed))}")
 
 
 def _write_rejection(reg: Registry, key: str, job_id: str, data: bytes, errors: list[FieldError],

@@ -175,6 +175,10 @@ class Registry:
         """Create-only: PreconditionFailed if the key exists (the first writer wins)."""
         self.store.put_if_absent(self.key(key), data, content_type, tags=tags)
 
+    def put_if_match(self, key: str, data: bytes, version: str, content_type: str = "application/json") -> None:
+        """Compare-and-swap: PreconditionFailed unless the object is still at `version` (get_object's)."""
+        self.store.put_if_match(self.key(key), data, version, content_type)
+
     def location(self, key: str) -> tuple[ObjectStore, str]:
         """The store and the full key (or prefix) of `key`, for code that moves files itself in parts and in
         parallel (checkpoint and artifact sync, code and bundle downloads)."""

@@ -19,6 +19,7 @@ from jobplane.clouds.memory import Clock, MemoryCompute, MemoryStore
 from jobplane.deployment import Context
 from jobplane.registry import JobRecord, Registry
 from jobplane.states import State
+from jobplane.sweeps import run as sweeps
 from jobplane.telemetry import CountingMetrics
 from tests.helpers import publish_agent_manifest
 
@@ -32,6 +33,7 @@ class Day:
     compute: MemoryCompute
     reg: Registry
     metrics: CountingMetrics = field(default_factory=CountingMetrics)
+    swept: list[sweeps.Outcome] = field(default_factory=list)  # what the last sweeper run did to sweeps
 
     def at(self, hhmm: str) -> None:
         self.clock.at(hhmm)
@@ -86,7 +88,10 @@ class Day:
 
     # ---- the functions, as their cron or event runs them ------------------------------------------
     def sweep(self, **kwargs: Any) -> list[reconcile.Outcome]:
-        return reconcile.sweep(self.context(), now=self.clock(), **kwargs)
+        """The sweeper's invocation: the job sweep, then the sweep reconcile (its outcomes in `swept`)."""
+        outcomes = reconcile.sweep(self.context(), now=self.clock(), **kwargs)
+        self.swept = sweeps.reconcile(self.context(), now=self.clock(), jobs=kwargs.get("jobs", ()))
+        return outcomes
 
     def rerun(self, **kwargs: Any) -> list[reconcile.Outcome]:
         return reconcile.rerun(self.context(), now=self.clock(), **kwargs)

@@ -45,6 +45,7 @@ class Rule(StrEnum):
     IDLE = "idle-gpu"  # every rank's GPUs idle over the policy window: flag (warn), or flag and stop
     IDLE_STOPPED = "idle-stopped"  # every rank exited on an idle-GPU stop request
     HOLD_OVER = "hold-over"  # a FAILED attempt's debug hold is over: terminate the VMs it kept
+    SWEEP_STOP = "sweep-early-stop"  # a sweep's early-stop rule stopped a live trial: CANCELLED (jobplane.sweeps)
 
     def reason(self, **fields: object) -> str:
         """This rule's reason, its table row's template filled in."""
@@ -95,6 +96,7 @@ RULES: Final[Mapping[Rule, Facts]] = {
     Rule.TIMED_OUT: Facts("uptime cap {cap} reached", "Timeouts"),
     Rule.CAP_NO_JOB: Facts("{instance} has no live job and ran past the policy ceiling {ceiling}", "OrphansTerminated",
                            per_termination=True),
+    Rule.SWEEP_STOP: Facts("{why}"),  # the rule, and the values it compared (decide.trials)
 }
 if set(RULES) != set(Rule):  # a rule without a row would be unordered, uncounted and unworded
     raise RuntimeError(f"rules without a row in RULES: {sorted(set(Rule) - set(RULES))}")

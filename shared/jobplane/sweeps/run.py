@@ -1,0 +1,272 @@
+"""The sweep reconcile: for each sweep with work left, read its record and its trials, decide
+(jobplane.decide.trials.plan, pure) and apply. It runs in the sweeper's invocation after the job sweep (so a trial
+that sweep saw end is replaced in the same run), on the schedule, and once for a new sweep when the launcher
+records it.
+
+Applying, in an order a crash anywhere can resume from:
+1. The record by compare-and-swap: proposals appended, trials seen to end with their outcome, early stops, the
+   best so far, the end. A run that loses the race re-reads and decides again on the winner's record, so two
+   runs never propose one trial number twice, nor more than max_trials.
+2. The proposed trials' queue drops, create-only. A trial of the record with no job, no drop and no rejection
+   (its proposer died after step 1) gets its drop written again.
+3. The early stops the record names whose trial is still live: a stop request and a CAS to CANCELLED, with the
+   rule's reason and the cause `sweep-early-stop`.
+4. The marker goes once the sweep has ended (or, cancelled, once no trial is live).
+Dry-run (the invocation's or the policy's) decides and reports, and writes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+import yaml
+
+from jobplane import keys, records
+from jobplane.clouds.base import NotFound, PreconditionFailed
+from jobplane.decide import trials as decide
+from jobplane.decide.rules import Rule
+from jobplane.deployment import Context
+from jobplane.registry import JobExists, JobNotFound, Registry, TransitionRefused, UnreadableRecord
+from jobplane.spec import JobSpec
+from jobplane.states import LIVE, State
+from jobplane.sweeps import store
+from jobplane.sweeps.record import SweepRecord, SweepState, Trial
+
+log = logging.getLogger("jobplane.sweeps")
+
+
+class Result(StrEnum):
+    PROPOSED = "proposed"  # a trial added to the record and its drop written
+    DROPPED_AGAIN = "dropped-again"  # a proposed trial had no job, drop or rejection: its drop written again
+    STOPPED = "stopped"  # a live trial stopped by the early-stop rule
+    CANCELLED = "cancelled"  # a trial of a cancelled sweep
+    ENDED = "ended"  # the sweep ended: COMPLETED or FAILED (the detail says which and why)
+    DRY_RUN = "dry-run"  # what a run that acts would have done
+    ERROR = "error"  # this sweep's run raised; the other sweeps go on
+
+
+@dataclass(frozen=True)
+class Outcome:
+    sweep_id: str
+    result: Result
+    trial: str | None = None  # the trial's job id
+    detail: str | None = None
+
+
+def summary(outcomes: Iterable[Outcome]) -> dict[str, Any]:
+    """What a handler adds to its answer: one line per thing done to a sweep."""
+    return {"sweeps": [{"sweep": o.sweep_id, "result": str(o.result), "trial": o.trial, "detail": o.detail}
+                       for o in outcomes]}
+
+
+def belongs(job_id: str, sweep_id: str) -> bool:
+    """Whether job_id is a trial id of that sweep (decide.trials.trial_id's shape)."""
+    return re.fullmatch(re.escape(sweep_id) + r"-t[0-9]{3,}", job_id) is not None
+
+
+def reconcile(ctx: Context, *, now: datetime, jobs: Collection[str] = ()) -> list[Outcome]:
+    """Every sweep with an active-sweeps/ marker; with `jobs` (the jobs an event named), only their sweeps."""
+    outcomes: list[Outcome] = []
+    for sweep_id in store.live(ctx.registry):
+        if jobs and not any(belongs(job_id, sweep_id) for job_id in jobs):
+            continue
+        try:
+            outcomes += reconcile_one(ctx, sweep_id, now=now)
+        except Exception as exc:  # one sweep's trouble (a record that does not parse) is that sweep's only
+            log.exception("sweep %s: reconcile failed", sweep_id)
+            ctx.metrics.add_metric("SweepErrors", "Count", 1)
+            outcomes.append(Outcome(sweep_id, Result.ERROR, detail=f"{type(exc).__name__}: {exc}"))
+    return outcomes
+
+
+def reconcile_one(ctx: Context, sweep_id: str, *, now: datetime) -> list[Outcome]:
+    reg = ctx.registry
+    record = store.get(reg, sweep_id)[0]
+    if record.state == SweepState.CANCELLED:
+        return finish_cancel(ctx, record, now=now)
+    if not record.live:
+        if not ctx.looking:
+            store.retire(reg, sweep_id)
+        return []
+    if ctx.looking:
+        views = trial_views(reg, record)
+        return _would(record, record.advanced(views, decide.plan(record.sweep, views), now))
+    seen: list[decide.TrialView] = []
+
+    def change(current: SweepRecord) -> SweepRecord:
+        if not current.live:
+            return current
+        seen[:] = trial_views(reg, current)
+        return current.advanced(seen, decide.plan(current.sweep, seen), now)
+
+    new, wrote = store.update(reg, sweep_id, change)
+    if new.state == SweepState.CANCELLED:  # cancelled while this run looked
+        return finish_cancel(ctx, new, now=now)
+    if not new.live:  # ended: by this run's write, or by an overlapping run's (then `seen` is of an older record)
+        store.retire(reg, sweep_id)
+        return [Outcome(sweep_id, Result.ENDED, detail=f"{new.state}: {new.reason}")] if wrote else []
+    read = {v.job_id: v for v in seen}
+    outcomes = _drops(ctx, new, read)
+    for job_id, reason in sorted(new.stopped.items()):
+        view = read.get(job_id)
+        if view is not None and view.state is not None and view.state in LIVE and stop_trial(ctx, job_id, reason,
+                                                                                              now=now):
+            ctx.metrics.add_metric("SweepTrialsStopped", "Count", 1)
+            outcomes.append(Outcome(sweep_id, Result.STOPPED, job_id, reason))
+    return outcomes
+
+
+def _drops(ctx: Context, record: SweepRecord, views: dict[str, decide.TrialView]) -> list[Outcome]:
+    """Write the drops of the trials this run proposed, and again of any proposed trial that has neither a job,
+    a drop nor a rejection."""
+    reg, outcomes = ctx.registry, []
+    for trial in record.trials:
+        view = views.get(trial.job_id)
+        if view is not None and view.state is not None:
+            continue  # its job exists
+        new = view is None  # proposed by this run (the record read before had no such trial)
+        key, data = trial_drop(record, trial)
+        if not new and (_exists(reg, key) or reg.exists(trial.job_id) or _exists(reg, keys.rejected_error(
+                trial.job_id))):
+            continue  # the drop is there, or the launcher took it (its record or rejection is there)
+        try:
+            reg.put_if_absent(key, data, "application/yaml")
+        except PreconditionFailed:
+            continue  # an overlapping run wrote it
+        if new:
+            ctx.metrics.add_metric("SweepTrialsProposed", "Count", 1)
+        outcomes.append(Outcome(record.id, Result.PROPOSED if new else Result.DROPPED_AGAIN, trial.job_id,
+                                _params_text(trial)))
+    return outcomes
+
+
+def _exists(reg: Registry, key: str) -> bool:
+    try:
+        reg.get_object(key)
+        return True
+    except NotFound:
+        return False
+
+
+def _params_text(trial: Trial) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(trial.params.items()))
+
+
+def trial_drop(record: SweepRecord, trial: Trial) -> tuple[str, bytes]:
+    """The trial's queue key (its owner's folder) and the drop's bytes."""
+    return (keys.queue_entry(trial.job_id, record.owner),
+            yaml.safe_dump(record.trial_doc(trial), sort_keys=False).encode())
+
+
+def trial_spec(record: SweepRecord, trial: Trial) -> JobSpec:
+    """The trial's spec exactly as the launcher reads it from its drop."""
+    from jobplane import drops  # a drop's owner rules: only a cancelled sweep's trials need them
+
+    key, data = trial_drop(record, trial)
+    drop = keys.parse_drop(key)
+    assert drop is not None  # queue_entry builds a drop's key
+    return drops.read_spec(drop, data)
+
+
+# ---- reading a sweep's trials ------------------------------------------------------------------------------
+def trial_views(reg: Registry, record: SweepRecord) -> list[decide.TrialView]:
+    """What the decision sees of each trial: its job's state (None while it has no job record), its objective's
+    curve and, if it SUCCEEDED, its final value. A trial recorded as ended is not read again, except for its curve
+    when an early-stop rule compares curves."""
+    sweep = record.sweep
+    metric, curves = sweep.objective.metric, sweep.early_stop is not None
+    views = []
+    for trial in record.trials:
+        if trial.state is not None:
+            curve = objective_curve(reg, trial.job_id, metric)[0] if curves else ()
+            views.append(decide.TrialView(trial.number, trial.job_id, trial.params, trial.state, curve,
+                                          trial.objective))
+            continue
+        state = _job_state(reg, record.id, trial.job_id)
+        curve, last = objective_curve(reg, trial.job_id, metric) if state is not None else ((), None)
+        views.append(decide.TrialView(trial.number, trial.job_id, trial.params, state, curve,
+                                      last if state == State.SUCCEEDED else None))
+    return views
+
+
+def _job_state(reg: Registry, sweep_id: str, job_id: str) -> State | None:
+    """The trial's job's state; None while it has none (its drop is queued, or being written); INVALID when the
+    launcher rejected its drop, or when the id is another job's (never this sweep's trial)."""
+    try:
+        job = reg.job(job_id)
+    except JobNotFound:
+        return State.INVALID if _exists(reg, keys.rejected_error(job_id)) else None
+    except UnreadableRecord:
+        return None  # the job's problem (the sweeper notes it); it still counts as live here
+    return job.state if job.spec.labels.get("sweep") == sweep_id else State.INVALID
+
+
+def objective_curve(reg: Registry, job_id: str, metric: str) -> tuple[tuple[tuple[int, float], ...], float | None]:
+    """Rank 0's points of the metric, attempt after attempt: (step, value) in step order, a step printed again by
+    a later attempt (a rerun from a checkpoint) taking that attempt's value; and the last value printed."""
+    from jobplane import jobs  # the reader `jobplane metrics` uses: a run with no live sweep never loads it
+
+    samples = [s for s in jobs.read_metrics(reg, job_id, rank=0) if s.name == metric]
+    by_step = {s.step: s.value for s in samples if s.step is not None}
+    return tuple(sorted(by_step.items())), samples[-1].value if samples else None
+
+
+# ---- stopping ----------------------------------------------------------------------------------------------
+def stop_trial(ctx: Context, job_id: str, reason: str, *, now: datetime) -> bool:
+    """Stop a live trial as a cancel does (its agents checkpoint, sync and stop; VMs of an attempt not yet
+    running are terminated at once), CANCELLED with the rule's reason. False if it had ended meanwhile."""
+    from jobplane import jobs  # only a stop needs what a cancel stops by
+
+    reg = ctx.registry
+    reg.put_json(keys.stop_request(job_id), records.StopRequest(time=now, by="sweep", reason=reason).body())
+    try:
+        record = reg.transition(job_id, State.CANCELLED, now=now, expect=jobs.NOT_STARTED, reason=reason,
+                                cause=Rule.SWEEP_STOP)
+        if record.instances and ctx.compute is not None:
+            ctx.compute.terminate(list(record.instances))
+    except TransitionRefused:
+        try:
+            reg.transition(job_id, State.CANCELLED, now=now, expect=LIVE, reason=reason, cause=Rule.SWEEP_STOP)
+        except TransitionRefused:
+            return False
+    return True
+
+
+def finish_cancel(ctx: Context, record: SweepRecord, *, now: datetime) -> list[Outcome]:
+    """A cancelled sweep's trials that have not ended are cancelled (one with no job yet gets its record, then is
+    cancelled, so its drop, written late by a run that proposed it before the cancel, is never launched); the
+    marker goes once none is left."""
+    if ctx.looking:
+        return [Outcome(record.id, Result.DRY_RUN, t.job_id, "would cancel") for t in record.trials if t.state is None]
+    from jobplane import jobs  # a cancel: only a cancelled sweep's run does one
+
+    reg, outcomes = ctx.registry, []
+    for trial in record.trials:
+        if trial.state is not None:
+            continue
+        with contextlib.suppress(JobExists):
+            reg.create_job(trial.job_id, trial_spec(record, trial), now)
+        try:
+            jobs.cancel(reg, trial.job_id, compute=(lambda: ctx.cloud("terminate with")) if ctx.compute else None)
+        except (jobs.JobError, JobNotFound):
+            continue  # it had ended
+        outcomes.append(Outcome(record.id, Result.CANCELLED, trial.job_id, record.reason))
+    store.retire(reg, record.id)
+    return outcomes
+
+
+def _would(old: SweepRecord, new: SweepRecord) -> list[Outcome]:
+    out = [Outcome(old.id, Result.DRY_RUN, t.job_id, f"would propose {_params_text(t)}")
+           for t in new.trials[len(old.trials):]]
+    out += [Outcome(old.id, Result.DRY_RUN, job_id, f"would stop: {reason}")
+            for job_id, reason in sorted(new.stopped.items()) if job_id not in old.stopped]
+    if not new.live:
+        out.append(Outcome(old.id, Result.DRY_RUN, None, f"would end {new.state}: {new.reason}"))
+    return out

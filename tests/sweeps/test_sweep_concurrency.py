@@ -1,0 +1,116 @@
+"""Two sweep reconcile runs at once, many times, over a store that enforces compare-and-swap: the record's CAS is
+what keeps them from proposing one trial twice or more than max_trials (the loser re-reads and decides again).
+
+The store widens the race on purpose: a read of sweep.json yields the thread, so both runs usually decide on the
+same version, and the test checks that they did collide (writes refused) and that nothing came of it: every trial
+number once, each trial's drop written once, never more than max_trials, never more than max_parallel live."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from collections.abc import Mapping
+from datetime import datetime
+
+import pytest
+
+from jobplane import drops, keys, launcher
+from jobplane.clouds.base import Blob, PreconditionFailed
+from jobplane.clouds.memory import Clock, MemoryCompute, MemoryStore
+from jobplane.deployment import Context
+from jobplane.registry import Registry
+from jobplane.states import TERMINAL, State
+from jobplane.sweeps import run, store
+from jobplane.telemetry import CountingMetrics
+from tests.helpers import publish_agent_manifest, race
+from tests.reconcile.day import MORNING
+from tests.sweeps.helpers import sweep_spec
+
+pytestmark = pytest.mark.timeout(120)
+MAX_TRIALS, MAX_PARALLEL, ROUNDS = 12, 3, 30
+
+
+class RacyStore(MemoryStore):
+    """A MemoryStore whose reads of a sweep record let the other thread in, and which counts the drops written
+    per key and the record writes it refused."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__(clock)
+        self.drops: Counter[str] = Counter()
+        self.refused = 0
+
+    def get(self, key: str) -> Blob:
+        blob = super().get(key)
+        if key.endswith("/sweep.json"):
+            time.sleep(0.001)
+        return blob
+
+    def put_if_absent(self, key: str, data: bytes, content_type: str = "application/json",
+                      tags: Mapping[str, str] | None = None) -> str:
+        version = super().put_if_absent(key, data, content_type, tags)
+        if key.startswith(keys.QUEUE):
+            self.drops[key] += 1
+        return version
+
+    def put_if_match(self, key: str, data: bytes, version: str, content_type: str = "application/json") -> str:
+        try:
+            return super().put_if_match(key, data, version, content_type)
+        except PreconditionFailed:
+            self.refused += 1
+            raise
+
+
+def two_at_once(ctx: Context, now: datetime) -> list[run.Outcome]:
+    """Two sweep reconcile runs released together; both must finish (a refused write never escapes a run)."""
+    outcomes: list[run.Outcome] = []
+    assert sorted(race(2, lambda _: outcomes.extend(run.reconcile(ctx, now=now)), PreconditionFailed)) == [0, 1]
+    return outcomes
+
+
+def end_some(reg: Registry, rng: random.Random) -> None:
+    """The launcher takes the queued trials' drops (recording each job), and some live trials end."""
+    for key, _, _ in list(reg.listing(keys.QUEUE)):
+        drop = keys.parse_drop(key)
+        assert drop is not None
+        reg.create_job(drop.job_id, drops.read_spec(drop, reg.get_bytes(key)))
+        reg.delete(key)
+    for job_id in sorted(reg.active()):
+        if rng.random() < 0.6:
+            reg.transition(job_id, State.CANCELLED, reason="ended", expect={State.QUEUED})
+
+
+@pytest.mark.parametrize("seed", range(ROUNDS))
+def test_two_runs_at_once_never_propose_a_trial_twice_nor_too_many(seed: int) -> None:
+    clock = Clock(MORNING)
+    racy = RacyStore(clock)
+    reg = Registry(racy)
+    publish_agent_manifest(reg, "aws")
+    ctx = Context(reg, MemoryCompute(clock), reg.policy(), CountingMetrics())
+    rng = random.Random(seed)
+    text = "run: python3 train.py\ninstance_type: t3.micro\n" + sweep_spec(max_trials=MAX_TRIALS,
+                                                                          max_parallel=MAX_PARALLEL)
+    reg.put(keys.queue_entry("s"), text.encode())
+    assert launcher.handle_drop(ctx, keys.queue_entry("s"), now=clock()).result == "sweep"
+    proposed: list[str] = []
+    for _ in range(4 * MAX_TRIALS):
+        end_some(reg, rng)
+        outcomes = two_at_once(ctx, clock())
+        proposed += [o.trial for o in outcomes if o.result == run.Result.PROPOSED and o.trial]
+        assert all(o.result == run.Result.PROPOSED or o.result == run.Result.ENDED for o in outcomes), outcomes
+        record = store.get(reg, "s")[0]
+        numbers = [t.number for t in record.trials]
+        assert numbers == list(range(1, len(numbers) + 1))
+        assert len(numbers) <= MAX_TRIALS
+        live = [t for t in record.trials if not (reg.exists(t.job_id) and reg.job(t.job_id).state in TERMINAL)]
+        assert len(live) <= MAX_PARALLEL, live
+        if not record.live:
+            break
+        clock.advance(60)
+    record = store.get(reg, "s")[0]
+    assert record.state == "FAILED"  # every trial ended CANCELLED: none reported the objective
+    assert len(record.trials) == MAX_TRIALS
+    assert sorted(proposed) == sorted(set(proposed))  # each trial proposed by one run only
+    assert set(racy.drops) == {keys.queue_entry(t.job_id) for t in record.trials}
+    assert set(racy.drops.values()) == {1}  # each drop written once
+    assert racy.refused > 0  # the runs did collide (the store let them read the same version)
