@@ -213,8 +213,8 @@ def test_every_command_reaches_the_registry_and_the_cloud_through_the_sdk(
     ship(reg, "seen", 1, 0, 0, falling(range(10, 30, 10)))
     for command in (["ls"], ["ls", "--all", "--json"], ["describe", "seen"], ["describe", "seen", "--json"],
                     ["logs", "seen"], ["metrics", "seen"], ["metrics", "seen", "--json"], ["cost"],
-                    ["cost", "--json", "--by", "owner"], ["cancel", "seen", "--force"], ["logs", "seen", "-f"],
-                    ["wait", "seen"]):
+                    ["cost", "--json", "--by", "owner"], ["sweep", "ls", "--all", "--json"],
+                    ["cancel", "seen", "--force"], ["logs", "seen", "-f"], ["wait", "seen"]):
         result = run(*command)
         assert result.exit_code in (0, 3), (command, result.output)
     assert json.loads(run("ls", "--all", "--json").stdout)[0]["state"] == "CANCELLED"

@@ -1,8 +1,8 @@
 """`jobplane ...`: the command line for ML engineers and platform teams.
 
 The group and its entry point. The commands live by what they work on: specs.py (spec files, no registry),
-jobs.py (a job's life: submit, ls, describe, logs, wait, cancel), reports.py (metrics, cost), ssh.py (a shell
-in a job's VM) and
+jobs.py (a job's life: submit, ls, describe, logs, wait, cancel), sweeps.py (`sweep ls|describe|cancel`),
+reports.py (metrics, cost), ssh.py (a shell in a job's VM) and
 jobplane.local.cli (`jobplane local`, the local cloud); connect.py is how they reach the registry, follow.py
 how they follow a job, params.py their option types.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import click
 
-from jobplane.cli import jobs, reports, specs, ssh
+from jobplane.cli import jobs, reports, specs, ssh, sweeps
 from jobplane.cli.ui import ui
 from jobplane.local.cli import local
 
@@ -32,7 +32,7 @@ def cli() -> None:
 
 
 for command in (specs.validate, specs.schema, jobs.submit, jobs.ls_cmd, jobs.describe, jobs.logs, jobs.wait,
-                jobs.cancel, reports.metrics_cmd, reports.cost_cmd, ssh.ssh, local):
+                jobs.cancel, sweeps.sweep, reports.metrics_cmd, reports.cost_cmd, ssh.ssh, local):
     cli.add_command(command)
 cli.add_command(ui)  # jobplane.cli.ui: the web dashboard
 

@@ -16,9 +16,10 @@ from rich.console import Console
 from rich.table import Table
 
 from jobplane import cost, jobview, metricview, sdk
-from jobplane.cli.connect import client, cloud_errors, registry_options
+from jobplane.cli.connect import UserError, client, cloud_errors, registry_options
 from jobplane.cli.follow import follow_job, tagged
 from jobplane.cli.params import DurationType, HyperparameterType
+from jobplane.cli.sweeps import grouped
 from jobplane.jobview import COLUMNS, display, header, view_row
 from jobplane.spec import spec_to_json
 from jobplane.states import State
@@ -63,8 +64,12 @@ def submit(spec_file: Path, code_dir: Path | None, job_id: str | None, hps: tupl
     def bundled(files: int, uri: str) -> None:
         click.echo(f"code: {files} files from {prepared.code_dir} -> {uri}", err=True)
 
+    if follow and prepared.doc.get("sweep") is not None:
+        raise UserError("-f follows a job; a sweep's trials are jobs: follow it with `jobplane sweep describe ID`")
     job = registry.submit(prepared, on_code=bundled)
     click.echo(job.id)
+    if prepared.doc.get("sweep") is not None:
+        click.echo(f"a sweep: its trials are {job.id}-t001, ... (jobplane sweep describe {job.id})", err=True)
     if follow:
         sys.exit(follow_job(registry, job.id, "terminal", interval=interval, logs=True))
 
@@ -72,21 +77,24 @@ def submit(spec_file: Path, code_dir: Path | None, job_id: str | None, hps: tupl
 @click.command(name="ls")
 @click.option("--all", "include_done", is_flag=True, help="Include finished jobs and rejected (INVALID) drops.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--trials", is_flag=True, help="List each trial of a sweep (default: one line per sweep).")
 @registry_options
 @cloud_errors
-def ls_cmd(include_done: bool, as_json: bool, **conn: str | None) -> None:
+def ls_cmd(include_done: bool, as_json: bool, trials: bool, **conn: str | None) -> None:
     """List live jobs, queued ones included (or all with --all): state, attempt, nodes, type, spot, age,
     runtime, estimated cost, restarts, reason.
 
     \b
     A job still in queue/ shows as QUEUED, its age the time it has waited. The cost is an estimate (~):
-    instance time at the price recorded at launch (`jobplane cost` sums it).
+    instance time at the price recorded at launch (`jobplane cost` sums it). The trials of a sweep show
+    as one SWEEP line (their count by state, nodes and cost summed) unless --trials.
     Example:
       jobplane ls --all
     """
     registry, now = client(**conn), utcnow()
-    rows = sorted((view_row(job.view, now) for job in registry.list(include_finished=include_done)),
-                  key=lambda r: r["age"], reverse=True)
+    listed = [(None if trials or job.view.spec is None else job.view.spec.labels.get("sweep"), view_row(job.view, now))
+              for job in registry.list(include_finished=include_done)]
+    rows = sorted(grouped(listed), key=lambda r: r["age"], reverse=True)
     if as_json:
         click.echo(json.dumps(rows, indent=1))
         return

@@ -10,8 +10,10 @@ cancel them. The `jobplane` command is built on it (tests/test_cli_sdk_boundary.
     for line in job.logs():
         print(line)
 
-Every error it raises on purpose is a JobplaneError: JobNotFound, InvalidSpec (with the field errors),
-Timeout, Refused, ConfigurationError (BackendError for the VM API).
+A spec with a `sweep:` section submits a sweep: `client.sweep(id)` follows it (its trials are jobs).
+
+Every error it raises on purpose is a JobplaneError: JobNotFound, SweepNotFound, InvalidSpec (with the field
+errors), Timeout, Refused, ConfigurationError (BackendError for the VM API).
 """
 
 from jobplane.errors import FieldError
@@ -27,13 +29,15 @@ from jobplane.sdk.errors import (
     JobNotFound,
     JobplaneError,
     Refused,
+    SweepNotFound,
     Timeout,
 )
 from jobplane.sdk.job import Job, LogLine, Metric
+from jobplane.sdk.sweep import Sweep, TrialRow
 from jobplane.states import State
 
 __all__ = [
     "Artifact", "BackendError", "Cancelled", "Checkpoint", "Client", "ConfigurationError", "FieldError", "InvalidSpec",
     "Job", "JobExists", "JobNotFound", "JobView", "JobplaneError", "LogLine", "Metric", "Refused", "Sample", "State",
-    "Status", "Submission", "Timeout", "UploadProgress", "prepare",
+    "Status", "Submission", "Sweep", "SweepNotFound", "Timeout", "TrialRow", "UploadProgress", "prepare",
 ]

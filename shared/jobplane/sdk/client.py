@@ -20,8 +20,10 @@ from jobplane.errors import FieldError
 from jobplane.registry import Registry
 from jobplane.sdk.errors import ConfigurationError, InvalidSpec, Refused, translated
 from jobplane.sdk.job import Job
+from jobplane.sdk.sweep import Sweep
 from jobplane.settings import Settings, parse_registry
 from jobplane.states import LIVE, State
+from jobplane.sweeps import ops
 
 UploadProgress = backend.Progress  # a context around one upload that yields advance(bytes sent since last call)
 SpecSource = str | os.PathLike[str] | Mapping[str, Any] | jobs.Submission
@@ -204,6 +206,17 @@ class Client:
         return [Job(self, v) for v in views
                 if (states is None or v.state in states) and (owner is None or (v.spec and v.spec.owner == owner))
                 and (wanted is None or (v.spec is not None and wanted(v.spec.labels)))]
+
+    # ---- sweeps ---------------------------------------------------------------------------------------------
+    def sweeps(self, *, include_finished: bool = False) -> builtins.list[Sweep]:
+        """The sweeps still at work (RUNNING, or cancelled with trials being stopped), or every sweep; by id."""
+        with translated():
+            return [Sweep(self, r) for r in ops.records(self._registry, include_finished)]
+
+    def sweep(self, sweep_id: str) -> Sweep:
+        """The sweep with this id; SweepNotFound if there is none (a spec still in queue/ is a drop: get(id))."""
+        with translated():
+            return Sweep(self, ops.records_one(self._registry, sweep_id))
 
     def cost(self, *, by: str = "job", since: datetime | None = None,
              now: datetime | None = None) -> builtins.list[cost.Row]:

@@ -12,6 +12,7 @@ from jobplane.registry import JobExists as _JobExists
 from jobplane.registry import JobNotFound as _JobNotFound
 from jobplane.registry import TransitionRefused
 from jobplane.states import State
+from jobplane.sweeps import store
 
 
 class JobplaneError(Exception):
@@ -34,6 +35,14 @@ class JobNotFound(JobplaneError, LookupError):
     def __init__(self, job_id: str) -> None:
         super().__init__(f"no job {job_id!r}")
         self.job_id = job_id
+
+
+class SweepNotFound(JobplaneError, LookupError):
+    """No sweep has this id (its spec may still be in queue/, or was rejected: `Client.get(id)` says)."""
+
+    def __init__(self, sweep_id: str) -> None:
+        super().__init__(f"no sweep {sweep_id!r}")
+        self.sweep_id = sweep_id
 
 
 class JobExists(JobplaneError):
@@ -75,6 +84,8 @@ def translated() -> Iterator[None]:
         yield
     except _JobNotFound as exc:
         raise JobNotFound(exc.job_id) from None
+    except store.SweepNotFound as exc:
+        raise SweepNotFound(exc.sweep_id) from None
     except _JobExists as exc:
         raise JobExists(exc.job_id, str(exc)) from None
     except jobs.SpecInvalid as exc:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from jobplane import keys, records
-from jobplane.clouds.base import NotFound, PreconditionFailed
+from jobplane.clouds.base import Compute, NotFound, PreconditionFailed
 from jobplane.decide import trials as decide
 from jobplane.decide.rules import Rule
 from jobplane.deployment import Context
@@ -90,7 +90,9 @@ def reconcile_one(ctx: Context, sweep_id: str, *, now: datetime) -> list[Outcome
     reg = ctx.registry
     record = store.get(reg, sweep_id)[0]
     if record.state == SweepState.CANCELLED:
-        return finish_cancel(ctx, record, now=now)
+        if ctx.looking:
+            return [Outcome(sweep_id, Result.DRY_RUN, t.job_id, "would cancel") for t in record.trials if not t.state]
+        return finish_cancel(reg, record, _terminating(ctx), now=now)
     if not record.live:
         if not ctx.looking:
             store.retire(reg, sweep_id)
@@ -108,7 +110,7 @@ def reconcile_one(ctx: Context, sweep_id: str, *, now: datetime) -> list[Outcome
 
     new, wrote = store.update(reg, sweep_id, change)
     if new.state == SweepState.CANCELLED:  # cancelled while this run looked
-        return finish_cancel(ctx, new, now=now)
+        return finish_cancel(reg, new, _terminating(ctx), now=now)
     if not new.live:  # ended: by this run's write, or by an overlapping run's (then `seen` is of an older record)
         store.retire(reg, sweep_id)
         return [Outcome(sweep_id, Result.ENDED, detail=f"{new.state}: {new.reason}")] if wrote else []
@@ -239,27 +241,30 @@ def stop_trial(ctx: Context, job_id: str, reason: str, *, now: datetime) -> bool
     return True
 
 
-def finish_cancel(ctx: Context, record: SweepRecord, *, now: datetime) -> list[Outcome]:
-    """A cancelled sweep's trials that have not ended are cancelled (one with no job yet gets its record, then is
-    cancelled, so its drop, written late by a run that proposed it before the cancel, is never launched); the
-    marker goes once none is left."""
-    if ctx.looking:
-        return [Outcome(record.id, Result.DRY_RUN, t.job_id, "would cancel") for t in record.trials if t.state is None]
+def finish_cancel(reg: Registry, record: SweepRecord, compute: Callable[[], Compute] | None, *,
+                  now: datetime) -> list[Outcome]:
+    """A cancelled sweep's trials that have not ended are cancelled as `jobplane cancel` does (one with no job yet
+    gets its record first, so its drop, written late by a run that proposed it before the cancel, is never
+    launched; VMs of an attempt that had not started are terminated with `compute`); then the marker goes."""
     from jobplane import jobs  # a cancel: only a cancelled sweep's run does one
 
-    reg, outcomes = ctx.registry, []
+    outcomes = []
     for trial in record.trials:
         if trial.state is not None:
             continue
         with contextlib.suppress(JobExists):
             reg.create_job(trial.job_id, trial_spec(record, trial), now)
         try:
-            jobs.cancel(reg, trial.job_id, compute=(lambda: ctx.cloud("terminate with")) if ctx.compute else None)
+            jobs.cancel(reg, trial.job_id, compute=compute)
         except (jobs.JobError, JobNotFound):
             continue  # it had ended
         outcomes.append(Outcome(record.id, Result.CANCELLED, trial.job_id, record.reason))
     store.retire(reg, record.id)
     return outcomes
+
+
+def _terminating(ctx: Context) -> Callable[[], Compute] | None:
+    return (lambda: ctx.cloud("terminate with")) if ctx.compute is not None else None
 
 
 def _would(old: SweepRecord, new: SweepRecord) -> list[Outcome]:

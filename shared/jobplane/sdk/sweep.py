@@ -1,0 +1,76 @@
+"""A sweep, as a handle: its state, its trials (best first) with their parameters, objective, state and cost, its
+best trial, its total cost, cancelling it. Its trials are jobs: `client.get(trial.job_id)` for the rest."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from jobplane import cost
+from jobplane.sdk.errors import translated
+from jobplane.sweeps import ops
+from jobplane.sweeps.record import Best, SweepRecord, SweepState
+
+if TYPE_CHECKING:
+    from jobplane.sdk.client import Client
+
+TrialRow = ops.TrialRow
+
+
+class Sweep:
+    """`client.sweep("s")`. `record` is sweeps/<id>/sweep.json as last read (refresh() reads it again)."""
+
+    def __init__(self, client: Client, record: SweepRecord) -> None:
+        self._client, self._record = client, record
+
+    @property
+    def id(self) -> str:
+        """The sweep's id: its trials are jobs `<id>-t001`, `<id>-t002`, ..."""
+        return self._record.id
+
+    @property
+    def record(self) -> SweepRecord:
+        """The sweep's record: spec (with its sweep: section), state, trials as proposed, early stops, best."""
+        return self._record
+
+    @property
+    def state(self) -> SweepState:
+        """RUNNING, then COMPLETED (or FAILED: no trial reported the objective), or CANCELLED; as last read."""
+        return self._record.state
+
+    @property
+    def best(self) -> Best | None:
+        """The best trial so far (the sweep's result once COMPLETED): `.job_id`, `.params`, `.objective`,
+        `.artifacts` (its model's key, jobs/<id>/artifacts/model/)."""
+        return self._record.best
+
+    def refresh(self) -> Sweep:
+        """Read the record again; returns the sweep."""
+        with translated():
+            self._record = ops.records_one(self._client._registry, self.id)
+        return self
+
+    def describe(self, now: datetime | None = None) -> ops.SweepDetail:
+        """The record read again with every trial's job: `.trials` (TrialRow: number, job_id, params, state,
+        objective, final, cost, reason; best first), `.cost` (their estimated cost summed), `.live`."""
+        with translated():
+            detail = ops.describe(self._client._registry, self.id, now)
+        self._record = detail.record
+        return detail
+
+    def trials(self) -> list[TrialRow]:
+        """Its trials, best first (describe().trials)."""
+        return self.describe().trials
+
+    def cost(self, now: datetime | None = None) -> cost.Cost:
+        """The trials' estimated cost, summed (instance time at the prices recorded at launch)."""
+        return self.describe(now).cost
+
+    def cancel(self) -> Sweep:
+        """No more trials; the live ones are cancelled as `Job.cancel()` cancels a job. Refused if it had ended."""
+        with translated():
+            self._record = ops.cancel(self._client._registry, self.id, self._client._compute)
+        return self
+
+    def __repr__(self) -> str:
+        return f"Sweep({self.id!r}, {self.state}, {len(self._record.trials)} trials)"

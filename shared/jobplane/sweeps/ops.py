@@ -1,0 +1,108 @@
+"""The sweep operations the SDK offers (jobplane.sdk.sweep; the CLI is built on that): list sweeps, describe one
+(its trials with their parameters, objective, state and estimated cost, best first), cancel one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from jobplane import cost, jobs
+from jobplane.clouds.base import Compute
+from jobplane.registry import JobNotFound, Registry, UnreadableRecord, utcnow
+from jobplane.specfields import HpValue
+from jobplane.states import TERMINAL, State
+from jobplane.sweeps import run, store
+from jobplane.sweeps.record import SweepRecord, SweepState, Trial
+
+
+class SweepEnded(jobs.JobError):
+    """A cancel of a sweep that has ended."""
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    """One trial as `jobplane sweep describe` shows it. `state` None: its drop waits for the launcher. `objective`:
+    the final value of a SUCCEEDED trial, else the latest one printed (None before any)."""
+
+    number: int
+    job_id: str
+    params: dict[str, HpValue]
+    state: State | None
+    objective: float | None
+    final: bool  # objective is the trial's result (it SUCCEEDED), not a value on the way
+    cost: cost.Cost
+    reason: str | None  # how its job ended, or why it is where it is (an early stop's rule and values)
+
+
+@dataclass(frozen=True)
+class SweepDetail:
+    record: SweepRecord
+    trials: list[TrialRow]  # best first: finished by objective and goal, then the others by number
+
+    @property
+    def cost(self) -> cost.Cost:
+        """The trials' estimated cost, summed (jobplane.cost)."""
+        return sum((t.cost for t in self.trials), cost.Cost())
+
+    @property
+    def live(self) -> int:
+        """Trials not ended: queued (no job yet) or live."""
+        return sum(1 for t in self.trials if t.state is None or t.state not in TERMINAL)
+
+
+def records(reg: Registry, include_finished: bool = False) -> list[SweepRecord]:
+    """The sweeps with work left (one listing of active-sweeps/), or every sweep; by id."""
+    found = []
+    for sweep_id in store.all_ids(reg) if include_finished else store.live(reg):
+        with contextlib.suppress(store.SweepNotFound):
+            found.append(store.get(reg, sweep_id)[0])
+    return found
+
+
+def records_one(reg: Registry, sweep_id: str) -> SweepRecord:
+    return store.get(reg, sweep_id)[0]
+
+
+def describe(reg: Registry, sweep_id: str, now: datetime | None = None) -> SweepDetail:
+    """The sweep and each trial's job: one GET of job.json per trial, and the metrics of the trials still live."""
+    now = now or utcnow()
+    record = store.get(reg, sweep_id)[0]
+    rows = [_row(reg, record, trial, now) for trial in record.trials]
+    sign = -1 if record.sweep.objective.goal == "maximize" else 1
+    rows.sort(key=lambda r: (not r.final or r.objective is None or math.isnan(r.objective),
+                             sign * r.objective if r.final and r.objective is not None else 0.0, r.number))
+    return SweepDetail(record, rows)
+
+
+def _row(reg: Registry, record: SweepRecord, trial: Trial, now: datetime) -> TrialRow:
+    try:
+        job = reg.job(trial.job_id)
+    except (JobNotFound, UnreadableRecord):  # its drop waits for the launcher (or its record is the sweeper's problem)
+        return TrialRow(trial.number, trial.job_id, trial.params, trial.state, trial.objective,
+                        trial.state == State.SUCCEEDED, cost.Cost(), None)
+    objective = trial.objective if trial.state == State.SUCCEEDED else \
+        run.objective_curve(reg, trial.job_id, record.sweep.objective.metric)[1]
+    return TrialRow(trial.number, trial.job_id, trial.params, job.state, objective, job.state == State.SUCCEEDED,
+                    cost.job_cost(job, now), job.reason)
+
+
+def cancel(reg: Registry, sweep_id: str, compute: Callable[[], Compute] | None,
+           now: datetime | None = None) -> SweepRecord:
+    """Cancel the sweep: CANCELLED by compare-and-swap (no run proposes a trial after it), then every trial that
+    has not ended is cancelled as `jobplane cancel` cancels a job. SweepEnded if it had ended already."""
+    now = now or utcnow()
+
+    def cancelled(current: SweepRecord) -> SweepRecord:
+        if not current.live:
+            raise SweepEnded(f"sweep {sweep_id} is already {current.state}" + (f": {current.reason}"
+                                                                              if current.reason else ""))
+        return current.model_copy(update={"state": SweepState.CANCELLED, "reason": "cancelled by the user",
+                                          "updated_at": now})
+
+    record = store.update(reg, sweep_id, cancelled)[0]
+    run.finish_cancel(reg, record, compute, now=now)
+    return record

@@ -1,0 +1,105 @@
+"""`jobplane sweep ls | describe | cancel`, `jobplane ls` grouping a sweep's trials, and `jobplane cost --by
+label:sweep`, through click on both clouds (tests/test_cli_jobs.py's registries). The CLI submits the sweep's spec;
+the launcher (the real one) records it and drops its first trials; the trials then run as test_cli_jobs' driver
+runs a job: records written as the launcher and the sweeper write them, with a price, so each has a cost."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from jobplane import cost, drops, keys, launcher
+from jobplane.clouds.memory import MemoryCompute
+from jobplane.deployment import Context
+from jobplane.registry import Registry, utcnow
+from jobplane.states import State
+from jobplane.sweeps import store
+from jobplane.telemetry import CountingMetrics
+from jobplane.usage import AttemptUsage, InstanceSpan
+from tests.test_cli_jobs import Cloud, cloud, reg, run  # noqa: F401  (the registry fixtures)
+from tests.test_cli_metrics import falling, ship
+
+pytestmark = pytest.mark.timeout(120)
+SWEEP = ("sweep:\n  parameters:\n    lr: {loguniform: [0.0001, 0.1]}\n    batch: {choice: [32, 64]}\n"
+         "  max_trials: 5\n  max_parallel: 2\n  objective: {metric: loss, goal: minimize}\n  seed: 3\n")
+
+
+def accepted(cloud: Cloud, sweep_id: str) -> None:  # noqa: F811
+    """The launcher takes the sweep's drop: the sweep is recorded and its first trials dropped."""
+    region = "us-central1" if cloud.name == "gcp" else "us-east-1"
+    ctx = Context(cloud.reg, MemoryCompute(cloud=cloud.name, region=region), cloud.reg.policy(), CountingMetrics())
+    assert launcher.handle_drop(ctx, keys.queue_entry(sweep_id), now=utcnow()).result == "sweep"
+
+
+def running(reg: Registry, job_id: str, price: float) -> None:  # noqa: F811
+    """The launcher takes the trial's drop and launches it an hour ago at `price` an hour; it runs."""
+    key = keys.queue_entry(job_id)
+    drop = keys.parse_drop(key)
+    assert drop is not None
+    reg.create_job(job_id, drops.read_spec(drop, reg.get_bytes(key)))
+    reg.delete(key)
+    started = utcnow() - timedelta(hours=1)
+    usage = AttemptUsage(attempt=1, instance_type="t3.micro", market="spot", price=price, price_source="policy",
+                         instances=[InstanceSpan(id=f"i-{job_id}", start=started)])
+    reg.transition(job_id, State.LAUNCHING, expect={State.QUEUED}, attempt=1, instances=[f"i-{job_id}"],
+                   usage=[usage])
+    reg.transition(job_id, State.RUNNING)
+
+
+def test_a_sweep_is_listed_described_costed_and_cancelled(cloud: Cloud, reg: Registry,  # noqa: F811
+                                                          tmp_path: Path) -> None:
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(cloud.spec(SWEEP))
+    submitted = run("submit", str(spec), "--id", "lr")
+    assert submitted.exit_code == 0, submitted.output
+    assert submitted.stdout == "lr\n" and "jobplane sweep describe lr" in submitted.stderr
+    assert run("submit", str(spec), "--id", "lr2", "-f").exit_code == 1  # a sweep is not followed as a job
+    accepted(cloud, "lr")
+    running(reg, "lr-t001", 0.5)
+    running(reg, "lr-t002", 0.25)
+    ship(reg, "lr-t001", 1, 0, 0, falling(range(10, 40, 10)))  # loss 8 * 0.97^step; the last at step 30
+
+    rows = json.loads(run("ls", "--json").stdout)
+    assert [(r["id"], r["state"], r["trials"]) for r in rows] == [("lr", "SWEEP", 2)]
+    assert rows[0]["cost"] == pytest.approx(0.75, rel=0.01) and "2 RUNNING" in rows[0]["reason"]
+    assert sorted(r["id"] for r in json.loads(run("ls", "--trials", "--json").stdout)) == ["lr-t001", "lr-t002"]
+    assert "SWEEP" in run("ls").stdout
+
+    swept = json.loads(run("sweep", "ls", "--json").stdout)
+    assert [(s["id"], s["state"], s["trials"], s["max_trials"]) for s in swept] == [("lr", "RUNNING", 2, 5)]
+    assert "lr" in run("sweep", "ls").stdout
+
+    described = json.loads(run("sweep", "describe", "lr", "--json").stdout)
+    assert described["sweep"]["state"] == "RUNNING"
+    assert [t["job_id"] for t in described["trials"]] == ["lr-t001", "lr-t002"]
+    first = described["trials"][0]
+    assert first["objective"] == pytest.approx(8 * 0.97 ** 30) and not first["final"]
+    assert set(first["params"]) == {"lr", "batch"} and first["state"] == "RUNNING"
+    assert described["cost"]["usd"] == pytest.approx(0.75, rel=0.01) and described["cost"]["basis"] == "estimated"
+    table = run("sweep", "describe", "lr")
+    assert table.exit_code == 0, table.output
+    assert "lr-t001" in table.stdout and "LOSS" in table.stdout and "BATCH" in table.stdout
+    assert cost.money(cost.Cost(usd=described["cost"]["usd"])) in table.stdout
+
+    by_sweep = json.loads(run("cost", "--by", "label:sweep", "--json").stdout)
+    assert [(r["label:sweep"], r["jobs"]) for r in by_sweep] == [("lr", 2)]
+    assert by_sweep[0]["usd"] == pytest.approx(0.75, rel=0.01)
+
+    cancelled = run("sweep", "cancel", "lr")
+    assert cancelled.exit_code == 0, cancelled.output
+    assert cancelled.stdout == "lr CANCELLED (2 trials proposed)\n"
+    assert [reg.job(j).state for j in ("lr-t001", "lr-t002")] == [State.CANCELLED, State.CANCELLED]
+    assert store.get(reg, "lr")[0].state == "CANCELLED" and store.live(reg) == []
+    again = run("sweep", "cancel", "lr")
+    assert again.exit_code == 1 and "already CANCELLED" in again.output
+    assert json.loads(run("sweep", "ls", "--json").stdout) == []
+    assert [s["id"] for s in json.loads(run("sweep", "ls", "--all", "--json").stdout)] == ["lr"]
+
+
+def test_an_unknown_sweep_is_one_clear_error(reg: Registry) -> None:  # noqa: F811
+    for command in (["sweep", "describe", "nope"], ["sweep", "cancel", "nope"]):
+        result = run(*command)
+        assert result.exit_code == 1 and "no sweep 'nope'" in result.output, (command, result.output)
