@@ -34,6 +34,8 @@ from jobplane.clouds.memory import MemoryCompute, MemoryStore  # noqa: E402
 from jobplane.jobs import Backend  # noqa: E402
 from jobplane.local.cloud import free_port  # noqa: E402
 from jobplane.registry import Registry  # noqa: E402
+from jobplane.sdk import Client  # noqa: E402
+from jobplane.settings import Settings  # noqa: E402
 from jobplane.spec import parse_spec  # noqa: E402
 from jobplane.states import State  # noqa: E402
 from jobplane.ui.server import create_app  # noqa: E402
@@ -92,9 +94,10 @@ def warm(store: MemoryStore, port: int, path: str) -> dict[str, Any]:
 def measure(n: int) -> dict[str, Any]:
     store, reg = seed(n)
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(Backend(reg, "s3://memory", MemoryCompute,
-                                                               lambda key, path: None)),
-                                           host="127.0.0.1", port=port, log_level="warning", access_log=False))
+    client = Client.from_settings(Settings(bucket="memory", root=reg.root),
+                                  connected=Backend(reg, "s3://memory", MemoryCompute, lambda key, path: None))
+    server = uvicorn.Server(uvicorn.Config(create_app(client), host="127.0.0.1", port=port, log_level="warning",
+                                           access_log=False))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     while not server.started:

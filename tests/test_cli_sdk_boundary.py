@@ -1,10 +1,12 @@
 """The CLI reaches the registry only through jobplane.sdk.
 
 Statically: every module a file of shared/jobplane/cli/ imports (at the top, in a function, under TYPE_CHECKING,
-or by importlib) is on the allow-list below, each entry with why it cannot reach a registry; no CLI file touches
-a private attribute (an SDK object's registry is `_registry`); and none of the allowed jobplane modules imports
-what builds a store or a cloud client. At run time: every registry, backend and Compute call the commands make has
-an SDK frame between it and the command's.
+or by importlib) is on the allow-list below, each entry with why it cannot reach a registry; so is every module
+the dashboard `jobplane ui` serves imports (jobplane.ui's server and what it imports of jobplane.ui), with the web
+libraries beside; no file of either touches a private attribute (an SDK object's registry is `_registry`); and
+none of the allowed jobplane modules imports what builds a store or a cloud client. At run time: every registry,
+backend and Compute call the commands make (and the dashboard's pages, each page asked for) has an SDK frame
+between it and the command's or the dashboard's.
 
 The allow-list: the SDK; the CLI's own modules; the standard library; click and rich (the command line and the
 terminal); PyYAML (printing a spec, reading --hp values); and jobplane modules that only parse or format values
@@ -18,7 +20,9 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import re
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -51,15 +55,21 @@ ALLOWED = {
     "jobplane.local.cli": "`jobplane local`: the local cloud's group, which talks to `local up` by its control "
                           "socket, not to a registry",
     "jobplane.local.control": "ssh on the local cloud: how `local up` enters a VM, asked by its control socket",
+    "jobplane.ui": "the dashboard `jobplane ui` serves: its pages read the registry through the Client it is given "
+                   "(its modules are held to this list too, UI_ALLOWED beside)",
+    "uvicorn": "serves the dashboard",
     "click": "the command line",
     "rich": "tables, the upload progress bar",
     "yaml": "describe prints a spec as YAML; --hp values",
 }
-# CLI files not on the SDK yet, and what they import beside the allow-list. An entry no longer needed fails.
-PENDING = {
-    "connect.py": {"jobplane.backend", "jobplane.jobs"},  # connect(), for ui.py below
-    "ui.py": {"jobplane.ui.server", "uvicorn"},
+# What the dashboard's modules may import beside ALLOWED.
+UI_ALLOWED = {
+    "starlette": "the web app: routes, requests, responses, static files",
+    "jinja2": "the pages' templates",
+    "jobplane.jobrecord": "job.json's model: the record of a job view the SDK returned",
+    "jobplane.metrics": "STEP, the metric a chart's x axis is",
 }
+UI = ROOT / "shared" / "jobplane" / "ui"
 # What builds a store or a cloud client: none of the allowed jobplane modules may import it.
 BUILDERS = ("jobplane.backend", "jobplane.clouds", "jobplane.settings", "jobplane.jobs", "jobplane.sdk", "boto3",
             "botocore", "google")
@@ -80,7 +90,8 @@ def imported(source: str, package: str = "jobplane.cli") -> set[str]:
                 base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
             if base == "__future__":
                 continue
-            found |= {f"{base}.{alias.name}" if base in ("jobplane", "jobplane.cli") else base for alias in node.names}
+            found |= {f"{base}.{alias.name}" if base in ("jobplane", "jobplane.cli", "jobplane.ui") else base
+                      for alias in node.names}
         elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
                 and isinstance(node.args[0].value, str) and (
                 (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
@@ -89,9 +100,10 @@ def imported(source: str, package: str = "jobplane.cli") -> set[str]:
     return found
 
 
-def allowed(module: str) -> bool:
+def allowed(module: str, beside: dict[str, str] | None = None) -> bool:
     top = module.split(".")[0]
-    return top in sys.stdlib_module_names or any(module == a or module.startswith(a + ".") for a in ALLOWED)
+    return top in sys.stdlib_module_names or any(module == a or module.startswith(a + ".")
+                                                 for a in (*ALLOWED, *(beside or {})))
 
 
 def private_uses(source: str) -> list[int]:
@@ -112,6 +124,20 @@ def cli_files() -> dict[str, str]:
     return {p.name: p.read_text() for p in sorted(CLI.glob("*.py"))}
 
 
+def ui_files() -> dict[str, str]:
+    """The dashboard's modules `jobplane ui` imports: jobplane.ui.server and, in turn, what it imports of
+    jobplane.ui (not jobplane.ui.beside, which `jobplane local up` runs it with)."""
+    found: dict[str, str] = {}
+    todo = sorted(m for text in cli_files().values() for m in imported(text) if m.startswith("jobplane.ui."))
+    while todo:
+        module = todo.pop()
+        name = module.removeprefix("jobplane.ui.") + ".py"
+        if name not in found and (UI / name).exists():
+            found[name] = (UI / name).read_text()
+            todo += [m for m in imported(found[name], "jobplane.ui") if m.startswith("jobplane.ui.")]
+    return found
+
+
 # ---- the checks ---------------------------------------------------------------------------------------------
 def test_the_scanner_sees_every_way_of_importing() -> None:
     source = ("import json\nfrom jobplane import jobs, sdk\nfrom jobplane.registry import Registry\n"
@@ -128,22 +154,29 @@ def test_the_scanner_sees_every_way_of_importing() -> None:
 
 def test_the_cli_imports_only_the_sdk_and_what_formats_or_parses() -> None:
     files = cli_files()
-    assert {"__init__.py", "jobs.py", "reports.py", "connect.py", "follow.py"} <= set(files)
-    wrong = {name: sorted(m for m in imported(text) if not allowed(m) and m not in PENDING.get(name, set()))
-             for name, text in files.items()}
+    assert {"__init__.py", "jobs.py", "reports.py", "connect.py", "follow.py", "ui.py"} <= set(files)
+    wrong = {name: sorted(m for m in imported(text) if not allowed(m)) for name, text in files.items()}
     assert {name: mods for name, mods in wrong.items() if mods} == {}, \
         "a CLI file imports what may reach the registry: go through jobplane.sdk (or say why in ALLOWED)"
-    stale = {name: sorted(extra - imported(files[name])) for name, extra in PENDING.items() if name in files}
-    assert {name: mods for name, mods in stale.items() if mods} == {}, "drop what is no longer imported from PENDING"
 
 
-def test_no_cli_file_touches_a_private_attribute() -> None:
-    found = {name: lines for name, text in cli_files().items() if (lines := private_uses(text))}
+def test_the_dashboard_imports_only_the_sdk_and_what_formats_or_serves() -> None:
+    files = ui_files()
+    assert {"server.py", "data.py"} <= set(files) and "beside.py" not in files
+    wrong = {name: sorted(m for m in imported(text, "jobplane.ui") if not allowed(m, UI_ALLOWED))
+             for name, text in files.items()}
+    assert {name: mods for name, mods in wrong.items() if mods} == {}, \
+        "a dashboard module imports what may reach the registry: go through jobplane.sdk (or say why in UI_ALLOWED)"
+
+
+def test_no_cli_or_dashboard_file_touches_a_private_attribute() -> None:
+    found = {name: lines for name, text in (cli_files() | {f"ui/{n}": t for n, t in ui_files().items()}).items()
+             if (lines := private_uses(text))}
     assert found == {}
 
 
-@pytest.mark.parametrize("module", sorted(m for m in ALLOWED if m.startswith("jobplane.") and m not in
-                                          ("jobplane.sdk", "jobplane.cli")))
+@pytest.mark.parametrize("module", sorted(m for m in (*ALLOWED, *UI_ALLOWED) if m.startswith("jobplane.") and m not in
+                                          ("jobplane.sdk", "jobplane.cli", "jobplane.ui")))
 def test_no_allowed_module_imports_what_builds_a_store(module: str) -> None:
     path = ROOT / "shared" / (module.replace(".", "/") + ".py")
     builders = sorted(m for m in imported(path.read_text(), module.rpartition('.')[0]) if m.startswith(BUILDERS))
@@ -155,13 +188,13 @@ Calls = list[tuple[str, bool]]
 
 
 def through_the_sdk(frame: Any) -> bool:
-    """From the call outwards: an SDK frame comes before any CLI frame (a call from neither, a test's driver say,
-    passes)."""
+    """From the call outwards: an SDK frame comes before any CLI or dashboard frame (a call from neither, a test's
+    driver say, passes)."""
     while frame is not None:
         name = str(frame.f_globals.get("__name__", ""))
         if name.startswith("jobplane.sdk"):
             return True
-        if name.startswith("jobplane.cli"):
+        if name.startswith(("jobplane.cli", "jobplane.ui")):
             return False
         frame = frame.f_back
     return True
@@ -192,17 +225,50 @@ def watched(monkeypatch: pytest.MonkeyPatch) -> Iterator[Calls]:
 
 
 def test_the_check_at_run_time_catches_a_command_that_reaches_around_the_sdk(watched: Calls) -> None:
-    around: dict[str, Any] = {"__name__": "jobplane.cli.sneaky", "sdk": sdk}
-    exec("def sneaky(reg):\n    return reg.key('x')\n", around)
-    around["sneaky"](Registry(None, ""))  # type: ignore[arg-type]
-    assert watched == [("Registry.key", False)]
+    for module in ("jobplane.cli.sneaky", "jobplane.ui.sneaky"):
+        around: dict[str, Any] = {"__name__": module, "sdk": sdk}
+        exec("def sneaky(reg):\n    return reg.key('x')\n", around)
+        around["sneaky"](Registry(None, ""))  # type: ignore[arg-type]
+    assert watched == [("Registry.key", False)] * 2
+
+
+PAGES = ("/", "/?all=1", "/fragments/jobs", "/jobs/seen", "/jobs/seen/status", "/jobs/seen/files",
+         "/jobs/seen/logs?attempt=1&rank=0", "/jobs/seen/metrics.json", "/compare?id=seen", "/cost?period=all")
+
+
+def browse(monkeypatch: pytest.MonkeyPatch, cancel: str) -> dict[str, int]:
+    """`jobplane ui`, its server replaced by a client that asks for each of PAGES and cancels a job from its page;
+    the status of each answer."""
+    import uvicorn
+
+    with warnings.catch_warnings():  # starlette 1.x prefers httpx2 for its TestClient; httpx still works
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
+
+    answers: dict[str, int] = {}
+
+    def serve(self: uvicorn.Server, sockets: list[Any]) -> None:
+        sockets[0].close()
+        with TestClient(self.config.app, base_url="http://127.0.0.1:8765") as web:
+            answers.update({path: web.get(path).status_code for path in PAGES})
+            page = web.get(f"/jobs/{cancel}")
+            token = re.search(r'name="csrf" value="([^"]+)"', page.text)
+            assert token, page.text
+            done = web.post(f"/jobs/{cancel}/cancel", data={"csrf": token[1]}, follow_redirects=False)
+            answers["cancel"] = done.status_code
+
+    monkeypatch.setattr(uvicorn.Server, "run", serve)
+    result = run("ui", "--port", "0")
+    assert result.exit_code == 0, result.output
+    return answers
 
 
 @pytest.mark.parametrize("cloud", ["aws", "gcp"], indirect=True)
 def test_every_command_reaches_the_registry_and_the_cloud_through_the_sdk(
-        cloud: Cloud, reg: Registry, watched: Calls, tmp_path: Path) -> None:  # noqa: F811
-    spec, code = tmp_path / "job.yaml", tmp_path / "src"
+        cloud: Cloud, reg: Registry, watched: Calls, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    spec, code, later = tmp_path / "job.yaml", tmp_path / "src", tmp_path / "later.yaml"
     spec.write_text(cloud.spec("id: seen\n"))
+    later.write_text(cloud.spec("id: later\n"))
     code.mkdir()
     (code / "train.py").write_text("print('hi')\n")
     driver = Driver(reg, "seen", None)
@@ -217,7 +283,9 @@ def test_every_command_reaches_the_registry_and_the_cloud_through_the_sdk(
                     ["cancel", "seen", "--force"], ["logs", "seen", "-f"], ["wait", "seen"]):
         result = run(*command)
         assert result.exit_code in (0, 3), (command, result.output)
-    assert json.loads(run("ls", "--all", "--json").stdout)[0]["state"] == "CANCELLED"
+    assert run("submit", str(later)).exit_code == 0  # stays QUEUED: the dashboard cancels it
+    assert browse(monkeypatch, cancel="later") == {**dict.fromkeys(PAGES, 200), "cancel": 303}
+    assert {job["state"] for job in json.loads(run("ls", "--all", "--json").stdout)} == {"CANCELLED"}
     from_cli = [what for what, ok in watched if not ok]
     assert from_cli == [], f"reached without the SDK: {sorted(set(from_cli))}"
     reached = {what for what, _ in watched}

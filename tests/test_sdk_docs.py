@@ -21,6 +21,7 @@ PAGE = Path(__file__).resolve().parents[1] / "docs" / "sdk.md"
 NOT_IN_THE_REFERENCE = {"State", "JobView", "Status", "Sample", "FieldError", "Submission", "UploadProgress"}
 # What the examples call things, and what those are.
 NAMES: dict[str, Any] = {"client": sdk.Client, "job": sdk.Job, "loss": sdk.Metric, "sdk": sdk, "found": sdk.Sweep,
+                         "watch": sdk.Watch, "out": sdk.Output("", 0, 0),
                          "exc": sdk.InvalidSpec([sdk.FieldError("run", "required")]),
                          "error": sdk.FieldError("run", "required")}
 
@@ -38,7 +39,7 @@ def test_the_reference_names_everything_the_sdk_exports() -> None:
     assert all(hasattr(sdk, name) for name in rendered())
 
 
-@pytest.mark.parametrize("name", ["Client", "Job", "Metric", "LogLine", "JobplaneError", "Sweep"])
+@pytest.mark.parametrize("name", ["Client", "Job", "Metric", "LogLine", "JobplaneError", "Sweep", "Watch"])
 def test_every_public_member_has_a_docstring(name: str) -> None:
     cls = getattr(sdk, name)
     missing = [member for member, value in vars(cls).items() if not member.startswith("_")

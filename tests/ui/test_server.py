@@ -17,11 +17,13 @@ with warnings.catch_warnings():  # starlette 1.x prefers httpx2 for its TestClie
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
-from jobplane import jobs, keys, metrics
+from jobplane import jobs, keys, metrics, sdk
 from jobplane.clouds.memory import MemoryCompute, MemoryStore
 from jobplane.jobs import Backend
 from jobplane.metrics import Point
 from jobplane.registry import Registry
+from jobplane.sdk.watch import TAIL_BYTES
+from jobplane.settings import Settings
 from jobplane.spec import parse_spec
 from jobplane.states import State
 from jobplane.ui import data
@@ -62,10 +64,15 @@ def reg(store: MemoryStore) -> Registry:
     return Registry(store, "root")
 
 
+def over(reg: Registry) -> sdk.Client:
+    """An SDK client of the in-memory registry."""
+    return sdk.Client.from_settings(Settings(bucket="memory", root=reg.root),
+                                    connected=Backend(reg, "s3://memory", MemoryCompute, lambda key, path: None))
+
+
 @pytest.fixture
 def client(reg: Registry) -> TestClient:
-    backend = Backend(reg, "s3://memory", MemoryCompute, lambda key, path: None)
-    return TestClient(create_app(backend, csrf_token=TOKEN), base_url="http://127.0.0.1:8765")
+    return TestClient(create_app(over(reg), csrf_token=TOKEN), base_url="http://127.0.0.1:8765")
 
 
 def test_the_jobs_page_lists_live_jobs_with_counts_and_filters(reg: Registry, client: TestClient) -> None:
@@ -126,7 +133,7 @@ def test_a_first_log_view_is_its_tail_and_then_only_new_chunks(reg: Registry, cl
     for seq in range(40):  # 40 chunks of 10 KB: 400 KB, more than the tail a first view gets
         log(reg, "alpha", seq, f"chunk {seq}\n" + line * 100)
     first = client.get("/jobs/alpha/logs", params={"attempt": 1, "rank": 0}).json()
-    assert first["skipped"] > 0 and len(first["text"]) <= data.LOG_TAIL_BYTES and first["cursor"] == 40
+    assert first["skipped"] > 0 and len(first["text"]) <= TAIL_BYTES and first["cursor"] == 40
     assert first["text"].startswith(f"chunk {first['skipped']}\n") and "chunk 39\n" in first["text"]
     log(reg, "alpha", 40, "the newest line\n")
     more = client.get("/jobs/alpha/logs", params={"attempt": 1, "rank": 0, "cursor": 40}).json()
@@ -218,9 +225,9 @@ def test_the_table_has_the_facts_jobplane_ls_has(reg: Registry) -> None:
     reg.put_if_absent(keys.queue_entry("delta", "vision"), SPEC.format(name="delta").encode(), "application/yaml")
     reg.put_json(keys.rejected_error("epsilon"), {"reason": "duplicate id"})
     now = datetime.now(UTC)
-    board = data.Board(reg)
+    watch = over(reg).watch()
     for include_done in (False, True):
-        ours = {row.id: row.cells for row in board.rows(include_done, now)}
+        ours = {row.id: row.cells for row in data.rows(watch, include_done, now)}
         ls = {row["id"]: row for row in jobs.list_rows(reg, include_done, now)}
         assert ours == ls
 

@@ -1,8 +1,7 @@
 """How a registry command reaches the registry: the options that name it, a jobplane.sdk Client of it, and the
 errors a user can cause or meet there, as one line.
 
-The commands reach the registry only through the SDK (tests/test_cli_sdk_boundary.py). connect() is for the
-command not on the SDK yet (ui): the registry and its cloud's adapters as jobplane.backend builds them.
+The commands reach the registry only through the SDK (tests/test_cli_sdk_boundary.py).
 """
 
 from __future__ import annotations
@@ -12,16 +11,13 @@ import functools
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import click
 from click.core import ParameterSource
 from rich.console import Console
 
 from jobplane import sdk
-
-if TYPE_CHECKING:
-    from jobplane import jobs
 
 
 class UserError(click.ClickException):
@@ -57,13 +53,6 @@ def client(bucket: str | None, cloud: str | None, region: str | None, endpoint: 
     return named
 
 
-def connect(bucket: str | None, cloud: str | None, region: str | None, endpoint: str | None) -> jobs.Backend:
-    """For the command not on the SDK yet (ui): the registry and its cloud's adapters (jobplane.backend)."""
-    from jobplane import backend
-
-    return backend.connect(client(bucket, cloud, region, endpoint).settings, upload_progress)
-
-
 @contextlib.contextmanager
 def upload_progress(path: Path) -> Iterator[Callable[[int], None]]:
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
@@ -92,10 +81,6 @@ def cloud_errors(func: F) -> F:
             raise UserError(str(exc)) from None
         except Exception as exc:  # the cloud SDKs' errors without importing an SDK here
             name = type(exc).__name__
-            if below_the_sdk(exc, "BackendError"):
-                raise UserError(f"BackendError: {exc} (or --region)") from None
-            if below_the_sdk(exc, "JobNotFound", "JobExists", "TransitionRefused", "JobError"):
-                raise UserError(str(exc)) from None
             if name in ("NoCredentialsError", "EndpointConnectionError", "ClientError", "NoSuchBucket",
                         "ParamValidationError", "ConnectionClosedError", "NoRegionError") \
                     or type(exc).__module__.startswith(SDK_ERRORS):
@@ -103,9 +88,3 @@ def cloud_errors(func: F) -> F:
             raise
     return cast(F, wrapper)
 
-
-def below_the_sdk(exc: Exception, *names: str) -> bool:
-    """The error is (or derives from) one of these errors of the layers below the SDK (jobplane.registry, .jobs,
-    .backend), which the command not on the SDK yet (ui) meet without its translation."""
-    return any(c.__name__ in names and c.__module__ in ("jobplane.registry", "jobplane.jobs", "jobplane.backend")
-               for c in type(exc).__mro__)

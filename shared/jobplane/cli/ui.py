@@ -1,5 +1,5 @@
-"""`jobplane ui`: the web dashboard (jobplane.ui) on loopback, over the registry the other commands use, with the
-user's own credentials."""
+"""`jobplane ui`: the web dashboard (jobplane.ui) on loopback, over the registry the other commands use (an SDK
+Client of it), with the user's own credentials."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import webbrowser
 
 import click
 
-from jobplane.cli.connect import UserError, cloud_errors, connect, registry_options
+from jobplane.cli.connect import UserError, client, cloud_errors, registry_options
 
 LOOPBACK = "127.0.0.1"
 
@@ -43,7 +43,7 @@ def ui(port: int, host: str | None, open_browser: bool, **conn: str | None) -> N
                    "cancel jobs with your credentials", err=True)
     host = host or LOOPBACK
     # on loopback, only requests naming loopback (no DNS rebinding); elsewhere the names it is reached by are unknown
-    app = create_app(connect(**conn), csrf_token=secrets.token_urlsafe(32),
+    app = create_app(client(**conn), csrf_token=secrets.token_urlsafe(32),
                      allowed_hosts=LOOPBACK_NAMES if host in LOOPBACK_NAMES else ("*",))
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)

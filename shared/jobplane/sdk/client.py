@@ -21,6 +21,7 @@ from jobplane.registry import Registry
 from jobplane.sdk.errors import ConfigurationError, InvalidSpec, Refused, translated
 from jobplane.sdk.job import Job
 from jobplane.sdk.sweep import Sweep
+from jobplane.sdk.watch import Watch
 from jobplane.settings import Settings, parse_registry
 from jobplane.states import LIVE, State
 from jobplane.sweeps import ops
@@ -88,17 +89,21 @@ class Client:
         self._setup(settings, progress)
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, progress: UploadProgress | None = None) -> Client:
+    def from_settings(cls, settings: Settings, *, progress: UploadProgress | None = None,
+                      connected: jobs.Backend | None = None) -> Client:
         """A client of the registry these settings name (jobplane.settings.Settings, as the entry points read
-        them from the environment)."""
+        them from the environment). connected: that registry and its cloud's adapters already built
+        (jobplane.jobs.Backend), used instead of connecting on first use: an in-memory registry in tests and
+        benchmarks."""
         client = cls.__new__(cls)
-        client._setup(settings, progress)
+        client._setup(settings, progress, connected)
         return client
 
-    def _setup(self, settings: Settings, progress: UploadProgress | None) -> None:
+    def _setup(self, settings: Settings, progress: UploadProgress | None,
+               connected: jobs.Backend | None = None) -> None:
         self._settings, self._progress = settings, progress or backend.no_progress
         self._lock = threading.Lock()
-        self._backend: jobs.Backend | None = None
+        self._backend: jobs.Backend | None = connected
         self._adapter: Compute | None = None
 
     # ---- the context ----------------------------------------------------------------------------------------
@@ -217,6 +222,11 @@ class Client:
         """The sweep with this id; SweepNotFound if there is none (a spec still in queue/ is a drop: get(id))."""
         with translated():
             return Sweep(self, ops.records_one(self._registry, sweep_id))
+
+    def watch(self) -> Watch:
+        """The registry's jobs and their output for looking at again and again (a dashboard, a monitoring loop):
+        each look reads only what the registry's listings say changed since the previous one."""
+        return Watch(self)
 
     def cost(self, *, by: str = "job", since: datetime | None = None,
              now: datetime | None = None) -> builtins.list[cost.Row]:

@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from jobplane import cost, jobs, metricview, shell
+from jobplane import cost, jobs, keys, metricview, shell
 from jobplane.clouds.base import Instance
 from jobplane.jobview import JobView, Status
 from jobplane.metrics import Sample
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from jobplane.sdk.client import Client
 
 Goal = Literal["terminal", "running"]
+Area = Literal["checkpoints", "artifacts"]
 StatusCallback = Callable[[Status], None]
 
 
@@ -94,6 +95,16 @@ class Metric:
         return f"Metric({self.name!r}, last={last}, min={self.min}, max={self.max}, points={len(self.series.samples)})"
 
 
+@dataclass(frozen=True)
+class Stored:
+    """What the bucket holds under one of a job's areas (checkpoints/ or artifacts/), as listed: `files`, the
+    first objects by key, each (path under the area, size in bytes); `count` and `size`, of every object."""
+
+    files: list[tuple[str, int]]
+    count: int
+    size: int
+
+
 class Job:
     """A job in the registry, by id. `view` is what was read last (refresh() reads it again); `state` reads it
     again each time; every other method reads what it returns from the registry when called.
@@ -124,6 +135,14 @@ class Job:
     def reason(self) -> str | None:
         """Why the job is in its state, as last read (the reason of an ending, a capacity wait, a rejection)."""
         return self._view.reason
+
+    @property
+    def owner(self) -> str:
+        """Whose job it is, as last read: its record's owner, else its spec's, else "default" (a drop straight
+        under queue/ whose spec the launcher will reject)."""
+        if self._view.record is not None:
+            return self._view.record.owner
+        return self._view.spec.owner if self._view.spec is not None else keys.DEFAULT_OWNER
 
     @property
     def held_until(self) -> datetime | None:
@@ -247,6 +266,21 @@ class Job:
                 return shell.target(record, rank, utcnow())
             except shell.ShellError as exc:
                 raise Refused(str(exc)) from None
+
+    def stored(self, area: Area, limit: int = 200) -> Stored:
+        """The objects under the job's checkpoints/ or artifacts/ as the bucket lists them (files, manifests,
+        every rank's and attempt's), whatever their state: the first `limit` by key, and the count and size of
+        all. artifacts() is what the agents finished uploading."""
+        prefix = {"checkpoints": keys.checkpoints_prefix, "artifacts": keys.artifacts_prefix}[area](self.id)
+        files: list[tuple[str, int]] = []
+        count = total = 0
+        with translated():
+            for key, _, size in self._client._registry.listing(prefix):
+                count += 1
+                total += size
+                if len(files) < limit:
+                    files.append((key.removeprefix(prefix), size))
+        return Stored(files, count, total)
 
     def checkpoint(self) -> jobs.Checkpoint | None:
         """The newest checkpoint in the bucket (what a next attempt would restore), or None."""

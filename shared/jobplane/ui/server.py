@@ -1,8 +1,9 @@
 """The dashboard's web app (Starlette): server-rendered pages (Jinja2, autoescaped), htmx fragments that poll for
 live updates, JSON for the charts and the log follower, and one write: cancel (POST + the process's CSRF token).
 
-Every page is built from the same registry reads as the CLI (jobplane.jobs, jobview, cost, metricview); nothing
-is written but a cancel. Served on loopback by `jobplane ui` (cli/ui.py).
+Every page is read through the SDK (jobplane.sdk.Client: a Watch for the jobs table and the output, Job and
+Client for the rest) and formatted as the CLI formats it (jobview, cost, metricview); nothing is written but a
+cancel. Served on loopback by `jobplane ui` (cli/ui.py).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import hmac
 import secrets
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +26,8 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from jobplane import cost, jobs, jobview, keys
-from jobplane.jobs import Backend
-from jobplane.registry import JobNotFound, TransitionRefused, utcnow
+from jobplane import cost, jobview, sdk
 from jobplane.spec import job_id_problem
-from jobplane.states import TERMINAL
 from jobplane.ui import data
 
 HERE = Path(__file__).parent
@@ -53,15 +51,18 @@ def templates() -> Environment:
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
-def create_app(backend: Backend, *, csrf_token: str | None = None,
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def create_app(client: sdk.Client, *, csrf_token: str | None = None,
                allowed_hosts: Sequence[str] = LOOPBACK_NAMES) -> Starlette:
-    """The app over one registry. csrf_token: the token a cancel must carry (a new random one by default).
+    """The app over the registry of one client. csrf_token: the token a cancel must carry (a new random one by default).
     allowed_hosts: the names a request's Host header may carry; any other is refused (400), so a web page whose
     name was rebound to 127.0.0.1 (DNS rebinding) cannot read the dashboard. ("*",): any, for --host."""
     token = csrf_token or secrets.token_urlsafe(32)
     env = templates()
-    board = data.Board(backend.reg)
-    reg = backend.reg
+    watch = client.watch()
 
     def page(name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
         html = env.get_template(name).render(csrf=token, **context)
@@ -78,7 +79,7 @@ def create_app(backend: Backend, *, csrf_token: str | None = None,
                 "limit": int(q["limit"]) if q.get("limit", "").isdigit() else PAGE_ROWS}
 
     def table(f: dict[str, Any]) -> dict[str, Any]:
-        rows = board.rows(f["all"])
+        rows = data.rows(watch, f["all"], utcnow())
         shown = [r for r in rows if r.matches(f["state"], f["owner"], f["label"], f["text"])]
         col = f["sort"]
 
@@ -89,7 +90,8 @@ def create_app(backend: Backend, *, csrf_token: str | None = None,
         shown.sort(key=key, reverse=f["desc"])
         if f["desc"]:  # missing values last either way
             shown.sort(key=lambda r: r.cells.get(col) is None)
-        return {"rows": shown[:f["limit"]], "matched": len(shown), "total": len(rows), "counts": board.counts(), "f": f,
+        counts = {str(state): n for state, n in watch.counts().items()}
+        return {"rows": shown[:f["limit"]], "matched": len(shown), "total": len(rows), "counts": counts, "f": f,
                 "owners": sorted({r.owner for r in rows}), "columns": jobview.COLUMNS, "header": jobview.header,
                 "display": jobview.display, "sortable": SORTABLE}
 
@@ -100,7 +102,8 @@ def create_app(backend: Backend, *, csrf_token: str | None = None,
         return page("_jobs_table.html", **await run_in_threadpool(table, filters(request)))
 
     def job_context(job_id: str) -> dict[str, Any]:
-        view = jobs.find(reg, job_id)
+        job = client.get(job_id)
+        view = job.view
         now = utcnow()
         record = view.record
         spec = data.spec_json(view)
@@ -109,25 +112,21 @@ def create_app(backend: Backend, *, csrf_token: str | None = None,
             "status": jobview.status(view, now).text, "live": not view.terminal,
             "spec_yaml": yaml.safe_dump(spec, sort_keys=False) if spec else "",
             "attempts": data.attempts(record, now) if record else [],
-            "events": data.timeline(reg.events(job_id)) if record else [],
+            "events": data.timeline(job.events()) if record else [],
             "total_cost": cost.money(cost.job_cost(record, now)) if record else "-",
             "nodes": view.num_nodes, "current_attempt": view.attempt}
         return context
 
-    def files_context(job_id: str) -> dict[str, Any]:
-        out = {}
-        for area, prefix in (("checkpoints", keys.checkpoints_prefix(job_id)),
-                             ("artifacts", keys.artifacts_prefix(job_id))):
-            files, count, total = data.stored_files(reg, prefix)
-            out[area] = {"files": files, "count": count, "total": total}
-        return out
+    def files_context(job_id: str) -> dict[str, sdk.Stored]:
+        job = client.get(job_id)
+        return {"checkpoints": job.stored("checkpoints"), "artifacts": job.stored("artifacts")}
 
     async def job_page(request: Request) -> Response:
         job_id = request.path_params["job_id"]
         try:
             context = await run_in_threadpool(job_context, job_id)
             files = await run_in_threadpool(files_context, job_id)
-        except JobNotFound:
+        except sdk.JobNotFound:
             return page("missing.html", 404, job_id=job_id)
         return page("job.html", files=files, **context)
 
@@ -135,7 +134,7 @@ def create_app(backend: Backend, *, csrf_token: str | None = None,
         job_id = request.path_params["job_id"]
         try:
             context = await run_in_threadpool(job_context, job_id)
-        except JobNotFound:
+        except sdk.JobNotFound:
             return page("missing.html", 404, job_id=job_id)
         return page("_job_status.html", **context)
 
@@ -144,10 +143,10 @@ def create_app(backend: Backend, *, csrf_token: str | None = None,
         if job_id_problem(job_id):
             return PlainTextResponse("no such job", 404)
         try:
-            view = await run_in_threadpool(jobs.find, reg, job_id)
-        except JobNotFound:
+            view = (await run_in_threadpool(client.get, job_id)).view
+            files = await run_in_threadpool(files_context, job_id)
+        except sdk.JobNotFound:
             return page("missing.html", 404, job_id=job_id)
-        files = await run_in_threadpool(files_context, job_id)
         return page("_job_files.html", view=view, live=not view.terminal, files=files)
 
     async def job_logs(request: Request) -> Response:
@@ -160,19 +159,22 @@ def create_app(backend: Backend, *, csrf_token: str | None = None,
             return PlainTextResponse("attempt, rank and cursor are numbers", 400)
         if job_id_problem(job_id):
             return PlainTextResponse("no such job", 404)
-        body = await run_in_threadpool(board.log_since, job_id, attempt, rank, cursor)
+        out = await run_in_threadpool(watch.output, job_id, attempt, rank, cursor)
         try:
-            view = await run_in_threadpool(jobs.find, reg, job_id)
-            body["live"] = view.state not in TERMINAL
-        except JobNotFound:
-            body["live"] = False
-        return JSONResponse(body)
+            live = not (await run_in_threadpool(client.get, job_id)).view.terminal
+        except sdk.JobNotFound:
+            live = False
+        return JSONResponse({"text": out.text, "cursor": out.cursor, "skipped": out.skipped, "live": live})
 
     async def job_metrics(request: Request) -> Response:
         job_id = request.path_params["job_id"]
         if job_id_problem(job_id):
             return PlainTextResponse("no such job", 404)
-        return JSONResponse(await run_in_threadpool(data.metric_data, reg, job_id))
+        try:
+            job = await run_in_threadpool(client.get, job_id)
+        except sdk.JobNotFound:
+            return PlainTextResponse("no such job", 404)
+        return JSONResponse(await run_in_threadpool(data.metric_data, job))
 
     async def job_cancel(request: Request) -> Response:
         job_id = request.path_params["job_id"]
@@ -184,21 +186,21 @@ def create_app(backend: Backend, *, csrf_token: str | None = None,
         if origin and origin.split("://", 1)[-1] != request.headers.get("host"):
             return PlainTextResponse("a cancel must come from this dashboard's own pages", 403)
         try:
-            await run_in_threadpool(lambda: jobs.cancel(reg, job_id, compute=backend.compute))
-        except JobNotFound:
+            await run_in_threadpool(lambda: client.get(job_id).cancel())
+        except sdk.JobNotFound:
             return page("missing.html", 404, job_id=job_id)
-        except (jobs.JobError, TransitionRefused) as exc:
+        except sdk.Refused as exc:
             return PlainTextResponse(str(exc), 409)
         return RedirectResponse(f"/jobs/{job_id}", 303)
 
     async def compare_page(request: Request) -> Response:
         ids = [i for i in request.query_params.getlist("id") if i and not job_id_problem(i)]
         metric = request.query_params.get("metric", "")
-        rows = await run_in_threadpool(board.rows, True)
-        chosen = await run_in_threadpool(data.compare_data, reg, ids, metric) if ids else None
+        rows = await run_in_threadpool(data.rows, watch, True, utcnow())
+        chosen = await run_in_threadpool(data.compare_data, client, ids, metric) if ids else None
         if chosen is not None and not metric and chosen["metrics"]:
             metric = chosen["metrics"][0]
-            chosen = await run_in_threadpool(data.compare_data, reg, ids, metric)
+            chosen = await run_in_threadpool(data.compare_data, client, ids, metric)
         return page("compare.html", rows=rows, ids=ids, metric=metric, chosen=chosen)
 
     async def cost_page(request: Request) -> Response:
@@ -208,7 +210,7 @@ def create_app(backend: Backend, *, csrf_token: str | None = None,
         period = request.query_params.get("period", "7d")
         span = PERIODS.get(period, PERIODS["7d"])
         now = utcnow()
-        rows = await run_in_threadpool(jobs.cost_rows, reg, group, now - span if span else None, now)
+        rows = await run_in_threadpool(lambda: client.cost(by=group, since=now - span if span else None, now=now))
         top = max((r.cost.usd for r in rows), default=0.0)
         return page("cost.html", rows=rows, by=by, label=label, period=period, periods=list(PERIODS),
                     groups=(*COST_GROUPS, "label"), top=top or 1.0,
