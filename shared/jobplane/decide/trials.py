@@ -70,6 +70,7 @@ def trial_id(sweep_id: str, number: int) -> str:
 
 
 def plan(sweep: SweepSpec, trials: Sequence[TrialView]) -> Plan:
+    """What a sweep does next, from its trials alone (every trial proposed so far, with or without a job record)."""
     trials = sorted(trials, key=lambda t: t.number)
     live = sum(t.live for t in trials)
     count = max(0, min(sweep.max_parallel - live, sweep.trial_count - len(trials)))
@@ -141,7 +142,7 @@ def bayesian_points(sweep: SweepSpec, numbers: Sequence[int], trials: Sequence[T
         if trial.live:
             frozen = optuna.trial.create_trial(state=optuna.trial.TrialState.RUNNING, params=params,
                                                distributions=distributions)
-        elif trial.final is not None and math.isfinite(trial.final):
+        elif _observed(trial):
             frozen = optuna.trial.create_trial(value=trial.final, params=params, distributions=distributions)
         elif curve:
             frozen = optuna.trial.create_trial(state=optuna.trial.TrialState.PRUNED, params=params,
@@ -212,7 +213,7 @@ def badness(sweep: SweepSpec) -> Callable[[float], float]:
 def best(sweep: SweepSpec, trials: Sequence[TrialView]) -> TrialView | None:
     """The trial with the best finite `final`; ties go to the lower number."""
     key = badness(sweep)
-    scored = [t for t in trials if t.final is not None and math.isfinite(t.final)]
+    scored = [t for t in trials if _observed(t)]
     return min(scored, key=lambda t: (key(t.final or 0.0), t.number), default=None)
 
 
