@@ -68,6 +68,7 @@ UI_ALLOWED = {
     "jinja2": "the pages' templates",
     "jobplane.jobrecord": "job.json's model: the record of a job view the SDK returned",
     "jobplane.metrics": "STEP, the metric a chart's x axis is",
+    "jobplane.sweeps.record": "a sweep's record: the model of what Sweep.record returns",
 }
 UI = ROOT / "shared" / "jobplane" / "ui"
 # What builds a store or a cloud client: none of the allowed jobplane modules may import it.
@@ -233,7 +234,8 @@ def test_the_check_at_run_time_catches_a_command_that_reaches_around_the_sdk(wat
 
 
 PAGES = ("/", "/?all=1", "/fragments/jobs", "/jobs/seen", "/jobs/seen/status", "/jobs/seen/files",
-         "/jobs/seen/logs?attempt=1&rank=0", "/jobs/seen/metrics.json", "/compare?id=seen", "/cost?period=all")
+         "/jobs/seen/logs?attempt=1&rank=0", "/jobs/seen/metrics.json", "/compare?id=seen", "/cost?period=all",
+         "/sweeps?all=1")
 
 
 def browse(monkeypatch: pytest.MonkeyPatch, cancel: str) -> dict[str, int]:

@@ -1,8 +1,10 @@
 """The dashboard in a real browser (Playwright driving Debian's headless Chromium, /usr/bin/chromium) against one
 local cloud: a running job in the list, its log followed live, its loss chart, a preemption in its history, a
-cancel from its page, and a job whose name, output and metric name are `<script>` shown as text.
+cancel from its page, a job whose name, output and metric name are `<script>` shown as text, and a sweep's page
+with its trials and a scatter per parameter.
 
-Screenshots of the jobs, a job's and the cost page go to build/ui-screenshots/. One cloud, three short jobs.
+Screenshots of the jobs, a job's, the cost and the sweep page go to build/ui-screenshots/. One cloud, three short
+jobs and a sweep of three short trials.
 """
 
 from __future__ import annotations
@@ -36,6 +38,27 @@ EVIL_CODE = f"""\
 import time
 print({EVIL!r} + " value 1.5", flush=True)
 time.sleep(1)
+"""
+# A trial whose final loss is a known function of its lr (least at 1e-2) and warmup, printed as train.py prints.
+SWEEP_CODE = """\
+import math, os, time
+lr, warmup = float(os.environ["SM_HP_LR"]), int(os.environ["SM_HP_WARMUP"])
+final = 0.05 + (math.log10(lr) + 2) ** 2 + warmup / 1000
+for step in range(1, 6):
+    print(f"step {step * 10} loss {final + 1 / step:.4f}", flush=True)
+    time.sleep(0.2)
+print(f"step 60 loss {final:.4f}", flush=True)
+"""
+SWEEP = """\
+sweep:
+  parameters:
+    lr: {loguniform: [0.0001, 1.0]}
+    warmup: {int: [0, 500]}
+  strategy: random
+  max_trials: 3
+  max_parallel: 3
+  objective: {metric: loss, goal: minimize}
+  seed: 11
 """
 
 
@@ -109,8 +132,13 @@ def jobs(cloud: CloudProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[
     train = write_spec(tmp, "train", "python3 train.py --steps 150 --checkpoint-every 10 --sleep 0.2",
                        max_restarts="2", owner="vision", labels="{team: vision}")
     sleeper = write_spec(tmp, "sleeper", "sleep 600", spot="false")
+    sweep_code = tmp / "sweep"
+    sweep_code.mkdir()
+    (sweep_code / "trial.py").write_text(SWEEP_CODE)
+    search = write_spec(tmp, "search", "python3 trial.py", spot="false")
+    search.write_text(search.read_text() + SWEEP)
     return {"train": submit(cloud, train), "sleeper": submit(cloud, sleeper, evil_code),
-            "evil": submit(cloud, evil, evil_code)}
+            "evil": submit(cloud, evil, evil_code), "sweep": submit(cloud, search, sweep_code)}
 
 
 def shot(page: Any, name: str) -> None:
@@ -204,3 +232,31 @@ def test_the_cost_page_charts_cost_by_owner(ui: str, jobs: dict[str, str], page:
     shot(page, "cost")
     page.goto(f"{ui}/compare?id={jobs['train']}&id={jobs['evil']}&metric=loss")
     playwright.expect(page.locator("#compare canvas")).to_have_count(1)
+
+
+def test_a_sweep_page_charts_each_parameter_against_the_objective(ui: str, jobs: dict[str, str], page: Any) -> None:
+    sweep = jobs["sweep"]
+
+    def recorded() -> bool:  # the launcher records the sweep from its drop
+        try:
+            with urllib.request.urlopen(f"{ui}/sweeps/{sweep}", timeout=5) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    wait_for("the sweep's record", recorded, 90, 0.5)
+    page.goto(f"{ui}/sweeps/{sweep}")
+    # no reload: the page follows a live sweep until its three trials have ended and the sweeper named the best
+    playwright.expect(page.locator("#state")).to_have_text("COMPLETED", timeout=150_000)
+    playwright.expect(page.locator("table.trials tbody tr")).to_have_count(3)
+    for parameter in ("lr", "warmup"):
+        chart = page.locator(f'figure.scatter[data-parameter="{parameter}"]')
+        playwright.expect(chart.locator("circle.dot")).to_have_count(3)
+        playwright.expect(chart.locator("circle.dot.best")).to_have_count(1)
+    playwright.expect(page.locator('figure.scatter[data-parameter="lr"]')).to_have_attribute("data-log-x", "1")
+    best = page.locator("table.trials tbody tr").first
+    playwright.expect(best).to_have_class("best")
+    playwright.expect(best.locator(".badge")).to_have_text("SUCCEEDED")
+    shot(page, "sweep")
+    page.goto(f"{ui}/sweeps?all=1")
+    playwright.expect(page.locator(f'tr[data-sweep="{sweep}"] .badge')).to_have_text("COMPLETED")

@@ -5,29 +5,19 @@ from __future__ import annotations
 
 import re
 import socket
-import warnings
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-pytest.importorskip("starlette", reason="the ui extra is not installed (pip install -e '.[ui]')")
-pytest.importorskip("httpx", reason="starlette's TestClient needs httpx (the dev extra)")
-
-with warnings.catch_warnings():  # starlette 1.x prefers httpx2 for its TestClient; httpx still works
-    warnings.simplefilter("ignore")
-    from starlette.testclient import TestClient
-
-from jobplane import jobs, keys, metrics, sdk
+from jobplane import jobs, keys, metrics
 from jobplane.clouds.memory import MemoryCompute, MemoryStore
-from jobplane.jobs import Backend
 from jobplane.metrics import Point
 from jobplane.registry import Registry
 from jobplane.sdk.watch import TAIL_BYTES
-from jobplane.settings import Settings
 from jobplane.spec import parse_spec
 from jobplane.states import State
 from jobplane.ui import data
-from jobplane.ui.server import create_app
+from tests.ui.apps import TestClient, over, served
 
 pytestmark = pytest.mark.timeout(60)
 TOKEN = "test-token"
@@ -64,15 +54,9 @@ def reg(store: MemoryStore) -> Registry:
     return Registry(store, "root")
 
 
-def over(reg: Registry) -> sdk.Client:
-    """An SDK client of the in-memory registry."""
-    return sdk.Client.from_settings(Settings(bucket="memory", root=reg.root),
-                                    connected=Backend(reg, "s3://memory", MemoryCompute, lambda key, path: None))
-
-
 @pytest.fixture
 def client(reg: Registry) -> TestClient:
-    return TestClient(create_app(over(reg), csrf_token=TOKEN), base_url="http://127.0.0.1:8765")
+    return served(over(reg, MemoryCompute), csrf_token=TOKEN)
 
 
 def test_the_jobs_page_lists_live_jobs_with_counts_and_filters(reg: Registry, client: TestClient) -> None:
@@ -225,7 +209,7 @@ def test_the_table_has_the_facts_jobplane_ls_has(reg: Registry) -> None:
     reg.put_if_absent(keys.queue_entry("delta", "vision"), SPEC.format(name="delta").encode(), "application/yaml")
     reg.put_json(keys.rejected_error("epsilon"), {"reason": "duplicate id"})
     now = datetime.now(UTC)
-    watch = over(reg).watch()
+    watch = over(reg, MemoryCompute).watch()
     for include_done in (False, True):
         ours = {row.id: row.cells for row in data.rows(watch, include_done, now)}
         ls = {row["id"]: row for row in jobs.list_rows(reg, include_done, now)}

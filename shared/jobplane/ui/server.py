@@ -27,8 +27,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from jobplane import cost, jobview, sdk
-from jobplane.spec import job_id_problem
-from jobplane.ui import data
+from jobplane.spec import job_id_problem, spec_to_json
+from jobplane.ui import data, sweeps
 
 HERE = Path(__file__).parent
 SORTABLE = ("id", "state", "attempt", "nodes", "instance_type", "age", "runtime", "cost", "restarts")
@@ -203,6 +203,35 @@ def create_app(client: sdk.Client, *, csrf_token: str | None = None,
             chosen = await run_in_threadpool(data.compare_data, client, ids, metric)
         return page("compare.html", rows=rows, ids=ids, metric=metric, chosen=chosen)
 
+    async def sweeps_page(request: Request) -> Response:
+        everything = request.query_params.get("all", "") in ("1", "on", "true")
+        now = utcnow()
+        found = await run_in_threadpool(client.sweeps, include_finished=everything)
+        return page("sweeps.html", rows=[sweeps.sweep_row(s, now) for s in found], all=everything)
+
+    def sweep_context(sweep_id: str) -> dict[str, Any]:
+        found = client.sweep(sweep_id)
+        detail = found.describe()
+        record = detail.record
+        live = record.live or detail.live > 0
+        spec_yaml = yaml.safe_dump(data.mask_env(spec_to_json(record.spec)), sort_keys=False)
+        best = {k: sweeps.value_text(v) for k, v in record.best.params.items()} if record.best else {}
+        return {"sweep": found, "record": record, "spec": record.sweep, "live": live, "total": detail.cost,
+                "spec_yaml": spec_yaml, "best_params": best,
+                "names": list(record.sweep.parameters), "trials": sweeps.trial_rows(record, detail.trials),
+                "charts": sweeps.scatters(record, detail.trials), "pending": detail.live}
+
+    async def sweep_page(request: Request) -> Response:
+        sweep_id = request.path_params["sweep_id"]
+        if job_id_problem(sweep_id):
+            return page("missing.html", 404, sweep_id=sweep_id)
+        try:
+            context = await run_in_threadpool(sweep_context, sweep_id)
+        except sdk.SweepNotFound:
+            return page("missing.html", 404, sweep_id=sweep_id)
+        name = "_sweep_body.html" if request.url.path.endswith("/body") else "sweep.html"
+        return page(name, **context)
+
     async def cost_page(request: Request) -> Response:
         by = request.query_params.get("by", "owner")
         label = request.query_params.get("label", "")
@@ -228,5 +257,8 @@ def create_app(client: sdk.Client, *, csrf_token: str | None = None,
         Route("/jobs/{job_id}/cancel", job_cancel, methods=["POST"]),
         Route("/compare", compare_page),
         Route("/cost", cost_page),
+        Route("/sweeps", sweeps_page),
+        Route("/sweeps/{sweep_id}", sweep_page),
+        Route("/sweeps/{sweep_id}/body", sweep_page),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ])
