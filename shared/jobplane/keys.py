@@ -225,6 +225,11 @@ def sweep_record(sweep_id: str) -> str:
     return f"{SWEEPS}{sweep_id}/sweep.json"
 
 
+def sweep_curve(sweep_id: str, job_id: str) -> str:
+    """A trial's objective curve as read so far (jobplane.sweeps.curves), so a run reads only newer metric chunks."""
+    return f"{SWEEPS}{sweep_id}/curves/{job_id}.json"
+
+
 def active_sweep(sweep_id: str) -> str:
     """Exists while the sweep is RUNNING: one listing of active-sweeps/ gives the sweep reconcile its work."""
     return f"{ACTIVE_SWEEPS}{sweep_id}"

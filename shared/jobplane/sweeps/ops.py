@@ -15,7 +15,7 @@ from jobplane.clouds.base import Compute
 from jobplane.registry import JobNotFound, Registry, UnreadableRecord, utcnow
 from jobplane.specfields import HpValue
 from jobplane.states import TERMINAL, State
-from jobplane.sweeps import run, store
+from jobplane.sweeps import curves, run, store
 from jobplane.sweeps.record import SweepRecord, SweepState, Trial
 
 
@@ -85,7 +85,7 @@ def _row(reg: Registry, record: SweepRecord, trial: Trial, now: datetime) -> Tri
         return TrialRow(trial.number, trial.job_id, trial.params, trial.state, trial.objective,
                         trial.state == State.SUCCEEDED, cost.Cost(), None)
     objective = trial.objective if trial.state == State.SUCCEEDED else \
-        run.objective_curve(reg, trial.job_id, record.sweep.objective.metric)[1]
+        curves.read(reg, record.id, trial.job_id, record.sweep.objective.metric, now, job=job, save=False)[1]
     return TrialRow(trial.number, trial.job_id, trial.params, job.state, objective, job.state == State.SUCCEEDED,
                     cost.job_cost(job, now), job.reason)
 

@@ -33,10 +33,10 @@ from jobplane.clouds.base import Compute, NotFound, PreconditionFailed
 from jobplane.decide import trials as decide
 from jobplane.decide.rules import Rule
 from jobplane.deployment import Context
-from jobplane.registry import JobExists, JobNotFound, Registry, TransitionRefused, UnreadableRecord
+from jobplane.registry import JobExists, JobNotFound, JobRecord, Registry, TransitionRefused, UnreadableRecord
 from jobplane.spec import JobSpec
 from jobplane.states import LIVE, State
-from jobplane.sweeps import store
+from jobplane.sweeps import curves, store
 from jobplane.sweeps.record import SweepRecord, SweepState, Trial
 
 log = logging.getLogger("jobplane.sweeps")
@@ -98,14 +98,14 @@ def reconcile_one(ctx: Context, sweep_id: str, *, now: datetime) -> list[Outcome
             store.retire(reg, sweep_id)
         return []
     if ctx.looking:
-        views = trial_views(reg, record)
+        views = trial_views(reg, record, now)
         return _would(record, record.advanced(views, decide.plan(record.sweep, views), now))
     seen: list[decide.TrialView] = []
 
     def change(current: SweepRecord) -> SweepRecord:
         if not current.live:
             return current
-        seen[:] = trial_views(reg, current)
+        seen[:] = trial_views(reg, current, now)
         return current.advanced(seen, decide.plan(current.sweep, seen), now)
 
     new, wrote = store.update(reg, sweep_id, change)
@@ -178,46 +178,36 @@ def trial_spec(record: SweepRecord, trial: Trial) -> JobSpec:
 
 
 # ---- reading a sweep's trials ------------------------------------------------------------------------------
-def trial_views(reg: Registry, record: SweepRecord) -> list[decide.TrialView]:
+def trial_views(reg: Registry, record: SweepRecord, now: datetime) -> list[decide.TrialView]:
     """What the decision sees of each trial: its job's state (None while it has no job record), its objective's
-    curve and, if it SUCCEEDED, its final value. A trial recorded as ended is not read again, except for its curve
-    when an early-stop rule compares curves."""
+    curve when an early-stop rule compares curves, and, if it SUCCEEDED, its final value. A trial recorded as
+    ended is not read again (its curve comes from a cache that no longer changes: jobplane.sweeps.curves)."""
     sweep = record.sweep
-    metric, curves = sweep.objective.metric, sweep.early_stop is not None
+    metric, compared = sweep.objective.metric, sweep.early_stop is not None
     views = []
     for trial in record.trials:
-        if trial.state is not None:
-            curve = objective_curve(reg, trial.job_id, metric)[0] if curves else ()
-            views.append(decide.TrialView(trial.number, trial.job_id, trial.params, trial.state, curve,
-                                          trial.objective))
-            continue
-        state = _job_state(reg, record.id, trial.job_id)
-        curve, last = objective_curve(reg, trial.job_id, metric) if state is not None else ((), None)
-        views.append(decide.TrialView(trial.number, trial.job_id, trial.params, state, curve,
-                                      last if state == State.SUCCEEDED else None))
+        state, job = (trial.state, None) if trial.state is not None else _trial_job(reg, record.id, trial.job_id)
+        final = trial.objective
+        curve: curves.Curve = ()
+        if state is not None and state != State.INVALID and (compared or (state == State.SUCCEEDED
+                                                                          and trial.state is None)):
+            curve, last = curves.read(reg, record.id, trial.job_id, metric, now, job=job)
+            final = last if state == State.SUCCEEDED else None
+        views.append(decide.TrialView(trial.number, trial.job_id, trial.params, state, curve if compared else (),
+                                      final))
     return views
 
 
-def _job_state(reg: Registry, sweep_id: str, job_id: str) -> State | None:
-    """The trial's job's state; None while it has none (its drop is queued, or being written); INVALID when the
-    launcher rejected its drop, or when the id is another job's (never this sweep's trial)."""
+def _trial_job(reg: Registry, sweep_id: str, job_id: str) -> tuple[State | None, JobRecord | None]:
+    """The trial's job's state and record; None while it has none (its drop is queued, or being written); INVALID
+    when the launcher rejected its drop, or when the id is another job's (never this sweep's trial)."""
     try:
         job = reg.job(job_id)
     except JobNotFound:
-        return State.INVALID if _exists(reg, keys.rejected_error(job_id)) else None
+        return (State.INVALID if _exists(reg, keys.rejected_error(job_id)) else None), None
     except UnreadableRecord:
-        return None  # the job's problem (the sweeper notes it); it still counts as live here
-    return job.state if job.spec.labels.get("sweep") == sweep_id else State.INVALID
-
-
-def objective_curve(reg: Registry, job_id: str, metric: str) -> tuple[tuple[tuple[int, float], ...], float | None]:
-    """Rank 0's points of the metric, attempt after attempt: (step, value) in step order, a step printed again by
-    a later attempt (a rerun from a checkpoint) taking that attempt's value; and the last value printed."""
-    from jobplane import jobs  # the reader `jobplane metrics` uses: a run with no live sweep never loads it
-
-    samples = [s for s in jobs.read_metrics(reg, job_id, rank=0) if s.name == metric]
-    by_step = {s.step: s.value for s in samples if s.step is not None}
-    return tuple(sorted(by_step.items())), samples[-1].value if samples else None
+        return None, None  # the job's problem (the sweeper notes it); it still counts as live here
+    return (job.state, job) if job.spec.labels.get("sweep") == sweep_id else (State.INVALID, None)
 
 
 # ---- stopping ----------------------------------------------------------------------------------------------
