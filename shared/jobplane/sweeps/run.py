@@ -7,8 +7,8 @@ Applying, in an order a crash anywhere can resume from:
 1. The record by compare-and-swap: proposals appended, trials seen to end with their outcome, early stops, the
    best so far, the end. A run that loses the race re-reads and decides again on the winner's record, so two
    runs never propose one trial number twice, nor more than max_trials.
-2. The proposed trials' queue drops, create-only. A trial of the record with no job, no drop and no rejection
-   (its proposer died after step 1) gets its drop written again.
+2. The proposed trials' queue drops, create-only. A trial of the record with no job, no drop and no rejection a
+   minute after it was proposed (its proposer died after step 1) gets its drop written again.
 3. The early stops the record names whose trial is still live: a stop request and a CAS to CANCELLED, with the
    rule's reason and the cause `sweep-early-stop`.
 4. The marker goes once the sweep has ended (or, cancelled, once no trial is live).
@@ -22,7 +22,7 @@ import logging
 import re
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -40,6 +40,7 @@ from jobplane.sweeps import curves, store
 from jobplane.sweeps.record import SweepRecord, SweepState, Trial
 
 log = logging.getLogger("jobplane.sweeps")
+DROP_GRACE = timedelta(minutes=1)  # a proposer writes its drops right after its record: one missing later, it died
 
 
 class Result(StrEnum):
@@ -115,7 +116,7 @@ def reconcile_one(ctx: Context, sweep_id: str, *, now: datetime) -> list[Outcome
         store.retire(reg, sweep_id)
         return [Outcome(sweep_id, Result.ENDED, detail=f"{new.state}: {new.reason}")] if wrote else []
     read = {v.job_id: v for v in seen}
-    outcomes = _drops(ctx, new, read)
+    outcomes = _drops(ctx, new, read, now)
     for job_id, reason in sorted(new.stopped.items()):
         view = read.get(job_id)
         if view is not None and view.state is not None and view.state in LIVE and stop_trial(ctx, job_id, reason,
@@ -125,15 +126,17 @@ def reconcile_one(ctx: Context, sweep_id: str, *, now: datetime) -> list[Outcome
     return outcomes
 
 
-def _drops(ctx: Context, record: SweepRecord, views: dict[str, decide.TrialView]) -> list[Outcome]:
-    """Write the drops of the trials this run proposed, and again of any proposed trial that has neither a job,
-    a drop nor a rejection."""
+def _drops(ctx: Context, record: SweepRecord, views: dict[str, decide.TrialView], now: datetime) -> list[Outcome]:
+    """Write the drops of the trials this run proposed, and again of any proposed over DROP_GRACE ago that has
+    neither a job, a drop nor a rejection (its proposer died between its write and its drops)."""
     reg, outcomes = ctx.registry, []
     for trial in record.trials:
         view = views.get(trial.job_id)
         if view is not None and view.state is not None:
             continue  # its job exists
         new = view is None  # proposed by this run (the record read before had no such trial)
+        if not new and now - trial.proposed_at < DROP_GRACE:
+            continue  # its proposer is writing its drop
         key, data = trial_drop(record, trial)
         if not new and (_exists(reg, key) or reg.exists(trial.job_id) or _exists(reg, keys.rejected_error(
                 trial.job_id))):
