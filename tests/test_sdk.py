@@ -12,6 +12,7 @@ import sys
 import tarfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from itertools import count
 from pathlib import Path
 
@@ -124,6 +125,21 @@ def test_twenty_submissions_from_threads_get_twenty_ids_each_with_its_own_code(
             member = tar.extractfile("which.txt")
             assert member is not None and member.read().decode() == i, f"{job_id} has another job's code"
     assert sorted(j.id for j in client.list()) == sorted(submitted.values())
+
+
+def test_a_drawn_id_a_finished_submission_took_is_drawn_again(cloud: Cloud, reg: Registry,  # noqa: F811
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same second and the same 4 hex digits as a job already queued (by this process a moment ago, or by
+    another): the id is drawn again, nothing is uploaded over the queued job's code. An id the caller gave is not."""
+    digits = iter(["0000", "0000", "0001"])
+    monkeypatch.setattr("secrets.token_hex", lambda n: next(digits))
+    monkeypatch.setattr("jobplane.jobs.utcnow", lambda: datetime(2026, 11, 25, 12, 0, 5, tzinfo=UTC))
+    client = Client()
+    spec = yaml.safe_load(cloud.spec()) | {"name": "same"}
+    first, second = client.submit(spec), client.submit(spec)
+    assert (first.id, second.id) == ("same-1125-120005-0000", "same-1125-120005-0001")
+    with pytest.raises(sdk.Refused, match="already queued"):
+        client.submit(spec, id=first.id)
 
 
 # ---- watching -------------------------------------------------------------------------------------------------

@@ -239,6 +239,14 @@ def plan_submission(spec_file: Path, text: str, *, code_dir: Path | None = None,
     return Submission(job_id, {**doc, "id": job_id}, code_dir, str(owner), drawn)
 
 
+class AlreadyQueued(JobError):
+    """The id is in queue/ already: nothing was uploaded or dropped."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id!r} is already queued")
+        self.job_id = job_id
+
+
 def submit(backend: Backend, sub: Submission, on_bundle: Callable[[int, str], None] | None = None) -> JobView:
     """Upload the code bundle to code/<owner>/, then drop the spec into queue/ (queue/<owner>/), create-only.
     From then on the job exists. Both places are the owner's own, so IAM can confine a team to them.
@@ -255,7 +263,7 @@ def submit(backend: Backend, sub: Submission, on_bundle: Callable[[int, str], No
     if reg.exists(job_id):
         raise JobExists(job_id)
     if _queued(reg, job_id) is not None:
-        raise JobError(f"job {job_id!r} is already queued")
+        raise AlreadyQueued(job_id)
     if sub.code_dir is not None:
         with tempfile.TemporaryDirectory() as tmp:
             bundle = Path(tmp) / "code.tar.gz"

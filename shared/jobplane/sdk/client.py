@@ -17,6 +17,7 @@ import yaml
 from jobplane import backend, cost, jobs
 from jobplane.clouds.base import Compute
 from jobplane.errors import FieldError
+from jobplane.registry import JobExists as JobExistsBelow
 from jobplane.registry import Registry
 from jobplane.sdk.errors import ConfigurationError, InvalidSpec, Refused, translated
 from jobplane.sdk.job import Job
@@ -166,10 +167,23 @@ class Client:
             plan = self._plan(spec, code, hyperparameters, owner, id)
         try:
             with translated():
-                return Job(self, jobs.submit(self._connected(), plan, on_bundle=on_code))
+                for _ in range(ID_TRIES):
+                    try:
+                        return Job(self, jobs.submit(self._connected(), plan, on_bundle=on_code))
+                    except (JobExistsBelow, jobs.AlreadyQueued):
+                        if not plan.drawn or isinstance(spec, jobs.Submission):
+                            raise
+                    # a drawn id a job submitted a moment ago (in this second, by this process or another) has
+                    # already: nothing was uploaded or dropped, so draw another
+                    self._release(plan.job_id)
+                    plan = self._plan(spec, code, hyperparameters, owner, id)
+                raise jobs.AlreadyQueued(plan.job_id)
         finally:
-            with _submitting_lock:
-                _submitting.discard((self._settings.deployment, plan.job_id))
+            self._release(plan.job_id)
+
+    def _release(self, job_id: str) -> None:
+        with _submitting_lock:
+            _submitting.discard((self._settings.deployment, job_id))
 
     def _plan(self, spec: str | os.PathLike[str] | Mapping[str, Any], code: str | os.PathLike[str] | None,
               hyperparameters: Mapping[str, Any] | None, owner: str | None, job_id: str | None) -> jobs.Submission:
