@@ -14,7 +14,10 @@ import pytest
 
 # One unit each, in this order, before everything else (longest first, from `pytest --durations`).
 FIRST = (
+    "tests/local/test_sweep_scenario.py",
     "tests/infra/",
+    "tests/ui/test_browser.py",
+    "tests/local/test_sdk_notebook.py",
     "tests/local/test_checkpoint_habits.py",
     "tests/local/test_reconcile_scenarios.py",
     "tests/reconcile/test_chaos.py",
