@@ -131,7 +131,9 @@ def jobs(cloud: CloudProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[
     evil.write_text(evil.read_text().replace("name: evil", f"name: {json.dumps(EVIL)}", 1))
     train = write_spec(tmp, "train", "python3 train.py --steps 150 --checkpoint-every 10 --sleep 0.2",
                        max_restarts="2", owner="vision", labels="{team: vision}")
-    sleeper = write_spec(tmp, "sleeper", "sleep 600", spot="false")
+    # silent: without a long stall_timeout the local policy's 60 s would end it STALLED (no cancel button) before
+    # the cancel test's turn on a loaded machine
+    sleeper = write_spec(tmp, "sleeper", "sleep 1500", spot="false", stall_timeout="25m", max_runtime="30m")
     sweep_code = tmp / "sweep"
     sweep_code.mkdir()
     (sweep_code / "trial.py").write_text(SWEEP_CODE)
