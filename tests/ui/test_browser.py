@@ -129,7 +129,9 @@ def jobs(cloud: CloudProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[
     (evil_code / "evil.py").write_text(EVIL_CODE)
     evil = write_spec(tmp, "evil", "python3 evil.py", metrics=json.dumps([{"name": EVIL, "regex": r"value ([0-9.]+)"}]))
     evil.write_text(evil.read_text().replace("name: evil", f"name: {json.dumps(EVIL)}", 1))
-    train = write_spec(tmp, "train", "python3 train.py --steps 150 --checkpoint-every 10 --sleep 0.2",
+    # a minute of training: still running when the preemption test's turn comes after the slow pages of a loaded
+    # machine (at 30 s it had once finished by then)
+    train = write_spec(tmp, "train", "python3 train.py --steps 300 --checkpoint-every 10 --sleep 0.2",
                        max_restarts="2", owner="vision", labels="{team: vision}")
     # silent: without a long stall_timeout the local policy's 60 s would end it STALLED (no cancel button) before
     # the cancel test's turn on a loaded machine
@@ -179,10 +181,12 @@ def test_a_job_page_follows_its_log_and_charts_its_loss(ui: str, cloud: CloudPro
     shot(page, "job")
 
 
+@pytest.mark.timeout(360)  # a preemption, a second boot and the rest of the run, on a loaded machine
 def test_a_preemption_shows_in_the_history_then_attempt_2(ui: str, cloud: CloudProcess,  # noqa: F811
                                                           jobs: dict[str, str], page: Any) -> None:
     job = jobs["train"]
     page.goto(f"{ui}/jobs/{job}")
+    assert json.loads(cli_ok(cloud, "describe", job, "--json"))["job"]["state"] == "RUNNING", "nothing to preempt"
     cli_ok(cloud, "local", "preempt", job, "--grace", "10")
     timeline = page.locator("#timeline")
     playwright.expect(timeline.locator('li[data-state="PREEMPTED"]')).to_have_count(1, timeout=60_000)
@@ -190,7 +194,7 @@ def test_a_preemption_shows_in_the_history_then_attempt_2(ui: str, cloud: CloudP
     playwright.expect(timeline.locator("li").last).to_have_attribute("data-state", "RUNNING", timeout=60_000)
     playwright.expect(page.locator("select[name=attempt]")).to_have_value("2")  # the log follows attempt 2
     playwright.expect(page.locator("#log")).to_contain_text("resuming from step", timeout=60_000)
-    playwright.expect(page.locator("#state")).to_have_text("SUCCEEDED", timeout=90_000)
+    playwright.expect(page.locator("#state")).to_have_text("SUCCEEDED", timeout=180_000)
     page.reload()  # the finished job's chart, every point in
     loss = next(m for m in json.loads(cli_ok(cloud, "metrics", job, "--json"))["metrics"] if m["name"] == "loss")
     chart = page.locator('.chart[data-metric="loss"]')
