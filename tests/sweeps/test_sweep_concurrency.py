@@ -7,7 +7,9 @@ number once, each trial's drop written once, never more than max_trials, never m
 
 from __future__ import annotations
 
+import contextlib
 import random
+import threading
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -39,10 +41,16 @@ class RacyStore(MemoryStore):
         super().__init__(clock)
         self.drops: Counter[str] = Counter()
         self.refused = 0
+        self.gate: threading.Barrier | None = None  # both runs' first read of the record meet here
+        self.met: set[int] = set()
 
     def get(self, key: str) -> Blob:
         blob = super().get(key)
         if key.endswith("/sweep.json"):
+            if self.gate is not None and threading.get_ident() not in self.met:
+                self.met.add(threading.get_ident())
+                with contextlib.suppress(threading.BrokenBarrierError):  # the other run read no record
+                    self.gate.wait(timeout=1)
             time.sleep(0.001)
         return blob
 
@@ -61,8 +69,10 @@ class RacyStore(MemoryStore):
             raise
 
 
-def two_at_once(ctx: Context, now: datetime) -> list[run.Outcome]:
-    """Two sweep reconcile runs released together; both must finish (a refused write never escapes a run)."""
+def two_at_once(ctx: Context, racy: RacyStore, now: datetime) -> list[run.Outcome]:
+    """Two sweep reconcile runs released together, their first reads of the record made at once (so they decide
+    on one version, however loaded the machine); both must finish (a refused write never escapes a run)."""
+    racy.gate, racy.met = threading.Barrier(2), set()
     outcomes: list[run.Outcome] = []
     assert sorted(race(2, lambda _: outcomes.extend(run.reconcile(ctx, now=now)), PreconditionFailed)) == [0, 1]
     return outcomes
@@ -95,7 +105,7 @@ def test_two_runs_at_once_never_propose_a_trial_twice_nor_too_many(seed: int) ->
     proposed: list[str] = []
     for _ in range(4 * MAX_TRIALS):
         end_some(reg, rng)
-        outcomes = two_at_once(ctx, clock())
+        outcomes = two_at_once(ctx, racy, clock())
         proposed += [o.trial for o in outcomes if o.result == run.Result.PROPOSED and o.trial]
         assert all(o.result == run.Result.PROPOSED or o.result == run.Result.ENDED for o in outcomes), outcomes
         record = store.get(reg, "s")[0]
