@@ -54,6 +54,10 @@ class JobRecord(BaseModel):
     def terminal(self) -> bool:
         return self.state in TERMINAL
 
+    def held(self, now: datetime) -> bool:
+        """A debug hold keeps this FAILED attempt's VMs at `now`."""
+        return self.held_until is not None and now < self.held_until
+
 
 class Updates(TypedDict, total=False):
     """The job.json fields a transition or an update may set besides its state, reason and cause, with their types:

@@ -262,8 +262,12 @@ class Registry:
         return self.get(job_id)[0]
 
     def exists(self, job_id: str) -> bool:
+        return self.has(keys.job_record(job_id))
+
+    def has(self, key: str) -> bool:
+        """Whether an object is at key (one GET)."""
         try:
-            self.store.get(self.key(keys.job_record(job_id)))
+            self.store.get(self.key(key))
             return True
         except NotFound:
             return False
@@ -312,9 +316,8 @@ class Registry:
             if to != current.state or fields.get("attempt", current.attempt) != current.attempt:
                 fields["state_since"] = now
             new = JobRecord.model_validate({**current.model_dump(), **fields})
-            if any(u.open for u in new.usage):  # leaving an attempt ends its instances' billed time ...
-                held = new.held_until is not None and new.held_until > now  # ... unless a debug hold keeps them
-                keep = new.attempt if new.state in (State.LAUNCHING, State.RUNNING) or held else None
+            if any(u.open for u in new.usage):  # leaving an attempt ends its instances' billed time, unless a
+                keep = new.attempt if new.state in (State.LAUNCHING, State.RUNNING) or new.held(now) else None  # hold
                 new = new.model_copy(update={"usage": close(new.usage, keep, now)})
             if current.last_event != completed:  # the event of the write before ours: it may have died after its CAS
                 self.complete_history(current)

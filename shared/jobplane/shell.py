@@ -25,7 +25,7 @@ class ShellError(Exception):
 def target(record: JobRecord, rank: int, now: datetime) -> str:
     """The instance of the job's current attempt that runs `rank`: a live job's, or a FAILED one's that its
     debug_hold keeps."""
-    if record.terminal and (record.held_until is None or now >= record.held_until):
+    if record.terminal and not record.held(now):
         hint = " (a spec's `debug_hold: 30m` keeps a failed attempt's VMs for a look)" \
             if record.state == State.FAILED and record.held_until is None else ""
         raise ShellError(f"job {record.id} is {record.state}: its VMs are gone{hint}")

@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from jobplane import keys, records
-from jobplane.clouds.base import Compute, NotFound, PreconditionFailed
+from jobplane.clouds.base import Compute, PreconditionFailed
 from jobplane.decide import trials as decide
 from jobplane.decide.rules import Rule
 from jobplane.deployment import Context
@@ -138,7 +138,7 @@ def _drops(ctx: Context, record: SweepRecord, views: dict[str, decide.TrialView]
         if not new and now - trial.proposed_at < DROP_GRACE:
             continue  # its proposer is writing its drop
         key, data = trial_drop(record, trial)
-        if not new and (_exists(reg, key) or reg.exists(trial.job_id) or _exists(reg, keys.rejected_error(
+        if not new and (reg.has(key) or reg.exists(trial.job_id) or reg.has(keys.rejected_error(
                 trial.job_id))):
             continue  # the drop is there, or the launcher took it (its record or rejection is there)
         try:
@@ -150,14 +150,6 @@ def _drops(ctx: Context, record: SweepRecord, views: dict[str, decide.TrialView]
         outcomes.append(Outcome(record.id, Result.PROPOSED if new else Result.DROPPED_AGAIN, trial.job_id,
                                 _params_text(trial)))
     return outcomes
-
-
-def _exists(reg: Registry, key: str) -> bool:
-    try:
-        reg.get_object(key)
-        return True
-    except NotFound:
-        return False
 
 
 def _params_text(trial: Trial) -> str:
@@ -207,7 +199,7 @@ def _trial_job(reg: Registry, sweep_id: str, job_id: str) -> tuple[State | None,
     try:
         job = reg.job(job_id)
     except JobNotFound:
-        return (State.INVALID if _exists(reg, keys.rejected_error(job_id)) else None), None
+        return (State.INVALID if reg.has(keys.rejected_error(job_id)) else None), None
     except UnreadableRecord:
         return None, None  # the job's problem (the sweeper notes it); it still counts as live here
     return (job.state, job) if job.spec.labels.get("sweep") == sweep_id else (State.INVALID, None)

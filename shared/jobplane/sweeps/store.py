@@ -73,11 +73,7 @@ def get(reg: Registry, sweep_id: str) -> tuple[SweepRecord, str]:
 
 
 def exists(reg: Registry, sweep_id: str) -> bool:
-    try:
-        reg.get_object(keys.sweep_record(sweep_id))
-        return True
-    except NotFound:
-        return False
+    return reg.has(keys.sweep_record(sweep_id))
 
 
 def update(reg: Registry, sweep_id: str, change: Callable[[SweepRecord], SweepRecord]) -> tuple[SweepRecord, bool]:
