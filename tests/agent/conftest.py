@@ -143,7 +143,7 @@ class World:
     def checkpoint(self, job_id: str) -> dict[str, bytes]:
         """What a next attempt would restore: the files the newest manifests name, as restore fetches them."""
         dest = Path(tempfile.mkdtemp(dir=self.tmp, prefix="restore-"))
-        CheckpointSync(self.reg.store, dest, self.reg.key(keys.checkpoints_prefix(job_id))).restore()
+        CheckpointSync(self.reg.store, dest, self.reg.key(keys.checkpoints_prefix(job_id))).restore(announce=False)
         return {p.relative_to(dest).as_posix(): p.read_bytes() for p in sorted(dest.rglob("*")) if p.is_file()}
 
     def save_checkpoint(self, job_id: str, files: dict[str, bytes]) -> None:

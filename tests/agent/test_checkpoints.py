@@ -34,7 +34,8 @@ def publish_by_rename(path: Path, data: bytes) -> None:
 
 
 def restore(store: MemoryStore, dest: Path, rank: int = 0) -> dict[str, bytes]:
-    CheckpointSync(store, dest, PREFIX, rank=rank).restore()
+    """What the next attempt would restore (a look: it writes nothing)."""
+    CheckpointSync(store, dest, PREFIX, rank=rank).restore(announce=False)
     return {p.relative_to(dest).as_posix(): p.read_bytes() for p in sorted(dest.rglob("*")) if p.is_file()}
 
 

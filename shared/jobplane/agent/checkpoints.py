@@ -23,12 +23,20 @@ deletes the objects no longer named (old versions, files deleted locally): super
 the files. A sync cut short leaves the previous manifest in force.
 
 Two lives of one rank can overlap (a rerun starts attempt n+1 while a rank of attempt n still runs its final
-sync): file keys carry the attempt, so they never collide, and a life deletes nothing while a manifest it did
-not write and had not seen at its restore exists (another life is writing); an earlier life's leftovers are
-deleted only when they are older than LEFTOVER_AGE, when that life is surely gone.
+sync): file keys carry the attempt, so they never collide, and a life's clean-up never takes what the other
+names, in whatever order they interleave:
+- a restore announces itself first: it writes its own manifest naming what it restored (the objects it now
+  stands on) before it downloads them;
+- a life deletes nothing while a manifest it did not write and had not seen at its restore exists (another life
+  is writing), nor once the job has moved on to a later attempt (`superseded`: the agent reads job.json; a
+  rerun's claim comes before its VMs boot);
+- the first manifest after a restore checks that the restored objects it names from an earlier life are still
+  in the bucket (a delete that raced the restore), and uploads any that are not again;
+- an earlier life's leftovers are deleted only when they are older than LEFTOVER_AGE, when it is surely gone.
 
-Restore reads the newest manifest of each rank and downloads exactly its files,
-verifying size and version: a file deleted locally is not in the manifest and never comes back. Every node
+Restore reads the newest manifest of each rank whose objects are all in the bucket (one naming a missing object
+is passed over, and the log says so) and downloads exactly its files, verifying size and version: a file
+deleted locally is not in the manifest and never comes back. Every node
 receives the union of the ranks' manifests (rank 0's copy wins where two ranks wrote the same path), the
 way SageMaker copies the whole checkpoint prefix to every instance.
 
@@ -56,6 +64,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from jobplane.agent.transfer import (
     Moved,
@@ -69,7 +78,7 @@ from jobplane.agent.transfer import (
     workers,
 )
 from jobplane.agent.writers import under, writing
-from jobplane.clouds.base import NotFound, ObjectStore, PreconditionFailed
+from jobplane.clouds.base import NotFound, ObjectInfo, ObjectStore, PreconditionFailed
 
 log = logging.getLogger("jobplane.agent")
 
@@ -190,12 +199,13 @@ class CheckpointSync:
                  settle: float = SETTLE, clock: Callable[[], datetime] = lambda: datetime.now(UTC),
                  writers: Writers = writing, say: Callable[[str], None] = log.warning,
                  step: Callable[[], int | None] = lambda: None, overdue_after: float | None = None,
-                 sleep: Sleep = time.sleep) -> None:
+                 sleep: Sleep = time.sleep, superseded: Callable[[], bool] = lambda: False) -> None:
         self.clock = clock  # the store's time, for the age of an earlier life's leftovers
         self.sleep = sleep  # a retry's pause
         self.store, self.local, self.prefix = store, local, prefix
         self.rank, self.attempt, self.settle = rank, attempt, settle
         self.writers, self.say, self.step, self.overdue_after = writers, say, step, overdue_after
+        self.superseded = superseded  # the job has moved on to a later attempt: this life deletes nothing
         self.restored_from: tuple[str, datetime | None] | None = None  # the newest manifest restored, its time
         self._versions: dict[str, tuple[datetime | None, int | None]] = {}  # in the bucket: uploaded when, at step
         self._waiting: dict[str, tuple[float, str]] = {}  # newest version not in the bucket: since (monotonic), why
@@ -208,44 +218,71 @@ class CheckpointSync:
         self._unnamed: set[str] = set()  # this rank's objects the newest manifest may not name: deleted after it
         self._known: set[str] = set()  # manifests this life wrote or saw at its restore: any other is another life's
         self._ages: dict[str, datetime] = {}  # LastModified of what the restore listed
+        self._reused: set[str] = set()  # files named as restored from another life's objects, not yet checked
         self._lock = threading.Lock()  # the periodic and the final sync may overlap
 
     def _key(self, rel_key: str) -> str:
         return self.prefix + rel_key
 
     # ---- restore ------------------------------------------------------------------------------------------
-    def newest_manifests(self) -> dict[int, tuple[int, str]]:
-        """rank -> (seq, key) of each rank's newest manifest."""
-        newest: dict[int, tuple[int, str]] = {}
-        for info in self.store.list(self.prefix + "manifests/"):
+    def _whole_manifests(self, listed: list[ObjectInfo], present: set[str]) -> dict[int, tuple[int, str, Any]]:
+        """rank -> (seq, key, body) of each rank's newest manifest whose objects are all in the bucket. One that
+        names a missing object (a life's delete raced another's manifest) is passed over for the one before."""
+        by_rank: dict[int, list[tuple[int, str]]] = {}
+        for info in listed:
             if (m := _SEQ.search(info.key)) is not None:
-                rank, seq = int(m[1]), int(m[2])
-                newest[rank] = max(newest.get(rank, (0, "")), (seq, info.key))
-        return newest
+                by_rank.setdefault(int(m[1]), []).append((int(m[2]), info.key))
+        whole: dict[int, tuple[int, str, Any]] = {}
+        for rank, found in by_rank.items():
+            for seq, key in sorted(found, reverse=True):
+                try:
+                    body = json.loads(self.store.get(key).data)
+                except NotFound:  # deleted since the listing: superseded
+                    continue
+                gone = sorted(rel for rel, entry in body["files"].items() if self._key(entry["key"]) not in present)
+                if not gone:
+                    whole[rank] = (seq, key, body)
+                    break
+                self.say(f"checkpoint manifest {rank}/{seq:08d} names {len(gone)} missing objects (e.g. {gone[0]}):"
+                         " restoring the one before it")
+        return whole
 
-    def restore(self) -> Moved:
-        """Download the union of every rank's newest manifest into the local directory."""
+    def _reset(self) -> None:
+        """Forget what an earlier try of restore learned."""
+        self.restored_from, self.seq = None, 0
+        self._versions, self._mine, self._theirs, self._named = {}, {}, {}, {}
+        self._known, self._ages, self._reused = set(), {}, set()
+
+    def restore(self, *, announce: bool = True) -> Moved:
+        """Download the union of every rank's newest whole manifest into the local directory. announce: this
+        life will sync (not a look): its own manifest first, naming the objects it restores (see the module)."""
+        self._reset()
+        listed = list(self.store.list(self.prefix))
+        present = {info.key for info in listed}
         chosen: dict[str, tuple[int, Entry]] = {}
-        for rank, (seq, key) in sorted(self.newest_manifests().items(), reverse=True):  # rank 0 last: it wins
-            body = json.loads(self.store.get(key).data)
+        restored: tuple[int | None, datetime | None] = (None, None)  # this rank's manifest: its step and time
+        for rank, (seq, key, body) in sorted(self._whole_manifests(listed, present).items(), reverse=True):
             files = {rel: Entry(**{k: v for k, v in fields.items() if k in ("key", "size", "version")})
                      for rel, fields in body["files"].items()}
-            if rank == self.rank:
-                self.seq, self._named = seq, files
             written = _when(body.get("written_at"))
             if self.restored_from is None or (written or _EPOCH) > (self.restored_from[1] or _EPOCH):
                 self.restored_from = (key, written)
             step = body.get("step") if isinstance(body.get("step"), int) else None
+            if rank == self.rank:  # rank 0 last: it wins
+                self.seq, self._named, restored = seq, files, (step, written)
             self._versions.update(dict.fromkeys(files, (written, step)))
             chosen.update({rel: (rank, entry) for rel, entry in files.items()})
         started = time.monotonic()
         # what an earlier life of this rank left unnamed (a sync cut short): deleted after the next manifest, if
         # that life is surely gone (its objects are much older than the newest); a recent one may still sync
-        listed = [info for area in (f"files/{self.rank}/", f"manifests/{self.rank}/")
-                  for info in self.store.list(self._key(area))]
-        self._known = {info.key for info in listed if "/manifests/" in info.key}
-        self._ages = {info.key: info.last_modified for info in listed}
-        self._unnamed |= {info.key for info in listed if info.last_modified < self.clock() - LEFTOVER_AGE}
+        mine = [info for info in listed if info.key.startswith((self._key(f"files/{self.rank}/"),
+                                                                 self._key(f"manifests/{self.rank}/")))]
+        self._known = {info.key for info in mine if "/manifests/" in info.key}
+        self._ages = {info.key: info.last_modified for info in mine}
+        self._unnamed |= {info.key for info in mine if info.last_modified < self.clock() - LEFTOVER_AGE}
+        if announce and self._named:  # it stands on those objects now: an earlier life must not delete them
+            self._write_manifest(self.seq + 1, dict(self._named), *restored)
+            self._reused = {rel for rel, entry in self._named.items() if f"-a{self.attempt}/" not in entry.key}
 
         def one(rel: str, entry: Entry) -> int:
             path = safe_path(self.local, rel)
@@ -292,8 +329,9 @@ class CheckpointSync:
                          writers=self.writers, empty_before=self._empty, stop=stop)
         self._empty = frozenset(rel for rel, st in ready.files.items() if st[0] == 0) | frozenset(
             rel for rel, why in ready.held.items() if why == EMPTY)
-        changed = {rel: st for rel, st in ready.files.items()
-                   if self._theirs.get(rel) != st and (rel not in self._mine or self._mine[rel][0] != st)}
+        gone = self._gone() if self._reused else set()
+        changed = {rel: st for rel, st in ready.files.items() if rel in gone or (
+            self._theirs.get(rel) != st and (rel not in self._mine or self._mine[rel][0] != st))}
         seq = self.seq + 1
         if stop is not None and stop.is_set() and not final:
             changed = {}  # the final sync takes over; do not start uploads it would wait for
@@ -317,8 +355,10 @@ class CheckpointSync:
             self._mine[rel] = (st, Entry(entry.key.removeprefix(self.prefix), entry.size, entry.version))
             self._theirs.pop(rel, None)
             self._versions[rel] = (when, step)
-        # a file deleted locally leaves the manifest; one present but incomplete keeps its last complete copy
-        self._mine = {rel: kept for rel, kept in self._mine.items() if rel in ready.present}
+        # a file deleted locally leaves the manifest; one present but incomplete keeps its last complete copy,
+        # unless that copy is gone from the bucket
+        self._mine = {rel: kept for rel, kept in self._mine.items()
+                      if rel in ready.present and (rel not in gone or rel in uploaded)}
         self._theirs = {rel: st for rel, st in self._theirs.items() if rel in ready.present}
         files = {rel: entry for rel, (_, entry) in self._mine.items()}
         if files != self._named:
@@ -330,6 +370,17 @@ class CheckpointSync:
                               for rel, exc in errors.items()} | dict.fromkeys(changed.keys() - uploaded.keys()
                                                                              - errors.keys(), late), final)
         return moved
+
+    def _gone(self) -> set[str]:
+        """Once, at the first sync after a restore: the restored files whose objects an earlier life's delete took
+        from the bucket meanwhile (it may have raced the restore). Uploaded again; never named as they were."""
+        reused, self._reused = self._reused, set()
+        present = {info.key for info in self.store.list(self._key(f"files/{self.rank}/"))}
+        gone = {rel for rel in reused if rel in self._mine and self._key(self._mine[rel][1].key) not in present}
+        if gone:
+            self.say(f"{len(gone)} restored checkpoint files were deleted from the bucket meanwhile (e.g."
+                     f" {sorted(gone)[0]}): uploading them again")
+        return gone
 
     def _upload_copy(self, rel: str, key: str) -> tuple[Stat, Entry] | None:
         """A file rewritten in place while it was uploaded (saved every second or faster): upload a private copy
@@ -391,13 +442,14 @@ class CheckpointSync:
     def _manifest_key(self, seq: int) -> str:
         return self._key(f"manifests/{self.rank}/{seq:08d}.json")
 
-    def _write_manifest(self, seq: int, files: dict[str, Entry], step: int | None = None) -> None:
+    def _write_manifest(self, seq: int, files: dict[str, Entry], step: int | None = None,
+                        written_at: datetime | None = None) -> None:
         self._unnamed |= {self._key(entry.key) for entry in self._named.values()}
         if self.seq:
             self._unnamed.add(self._manifest_key(self.seq))
         while True:
             body = {"seq": seq, "rank": self.rank, "attempt": self.attempt,
-                    "written_at": datetime.now(UTC).isoformat(), "step": step,
+                    "written_at": (written_at or datetime.now(UTC)).isoformat(), "step": step,
                     "files": {rel: asdict(entry) for rel, entry in sorted(files.items())}}
             key, data = self._manifest_key(seq), json.dumps(body, indent=1).encode()
             try:
@@ -416,6 +468,9 @@ class CheckpointSync:
         manifests), known without listing the bucket; a failed delete is tried again after the next manifest."""
         self._unnamed -= {self._key(entry.key) for entry in self._named.values()} | {self._manifest_key(self.seq)}
         if not self._unnamed:
+            return
+        if self.superseded():  # a later attempt may have restored these objects: its life collects them
+            log.warning("job moved on from attempt %d: not deleting old checkpoint objects", self.attempt)
             return
         others = {info.key for info in self.store.list(self._key(f"manifests/{self.rank}/"))} - self._known
         if others:  # another life of this rank is writing: what it names is not ours to judge

@@ -54,10 +54,13 @@ class Keeper:
         store, prefix = reg.location(keys.checkpoints_prefix(node.job_id))
         self.sync = CheckpointSync(store, self.checkpoint_dir, prefix, rank=node.rank, attempt=node.attempt,
                                    settle=settle, clock=clock, say=say, step=step, overdue_after=2 * interval,
-                                   sleep=clock.sleep)
+                                   sleep=clock.sleep, superseded=self._superseded)
         self.writing: set[str] = set()  # absolute paths held open for writing at any signal the agent sent
         self.froze = False  # the processes were frozen before a signal, and the kernel could tell what was open
         self.blind = False  # once, it could not
+
+    def _superseded(self) -> bool:
+        return moved_on(self.reg, self.node.job_id, self.node.attempt)
 
     # ---- the start ----------------------------------------------------------------------------------------
     def restore(self, retry: Callable[[str, Callable[[], Moved]], Moved]) -> Moved:
@@ -144,6 +147,19 @@ class Keeper:
                     self.say(f"artifact {rel} left out: {why}")
             n += publish(store, local, prefix, leave_out=leave_out, cut_ns=cut_ns, sleep=self.clock.sleep).files
         return n
+
+
+def moved_on(reg: Registry, job_id: str, attempt: int) -> bool:
+    """The job has moved on to a later attempt, whose VMs may have restored this life's objects (a rerun's claim
+    is written before its VMs boot). Where job.json cannot be read, assume so: keep everything, try later."""
+    try:
+        body = reg.get_json(keys.job_record(job_id))
+    except NotFound:
+        return False
+    except Exception as exc:  # a blip: deleting can wait for the next sync
+        log.warning("reading job.json before deleting old checkpoint objects: %s", exc)
+        return True
+    return isinstance(body, dict) and int(body.get("attempt") or 0) > attempt
 
 
 FINAL_RESERVE = 10.0  # seconds of a Spot notice kept after the final checkpoint sync (logs, exit report)
