@@ -351,7 +351,8 @@ class ChaosDay:
             sync = CheckpointSync(self.store, local, d.reg.key(keys.checkpoints_prefix(inst.job_id)),  # type: ignore[arg-type]
                                   rank=inst.rank, attempt=inst.attempt, settle=0.0, clock=self.clock,
                                   writers=set,  # a simulated agent writes between syncs, never during one
-                                  superseded=partial(moved_on, d.reg, inst.job_id, inst.attempt))
+                                  superseded=partial(moved_on, d.reg, inst.job_id, inst.attempt),
+                                  sleep=lambda _s: None)  # a retry's pause: on this clock it need not wait
             try:
                 sync.restore()
             except (Unavailable, RuntimeError):

@@ -91,6 +91,15 @@ def parallel(jobs: Iterable[tuple[str, Callable[[], T]]], threads: int, deadline
     abandoned to their threads, so a caller racing a Spot notice returns on time."""
     results: dict[str, T] = {}
     errors: dict[str, BaseException] = {}
+    jobs = list(jobs)
+    if len(jobs) <= 1 and deadline is None:  # no pool for one job: most syncs move a file or two
+        for name, fn in jobs:
+            try:
+                if (one := fn()) is not None:
+                    results[name] = one
+            except Exception as failed:
+                errors[name] = failed
+        return results, errors
     pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="transfer")
 
     def guarded(fn: Callable[[], T]) -> Callable[[], T | None]:
