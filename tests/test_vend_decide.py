@@ -26,7 +26,7 @@ def test_an_instance_of_the_live_attempt_gets_its_jobs_keys_only() -> None:
     assert isinstance(granted, Grant) and granted.job_id == "a" and granted.attempt == 1
     assert granted.scope.read_write == ("jobs/a/", "heartbeats/a/")
     assert granted.scope.read_write_objects == ("preempted-jobs/a",)
-    assert granted.scope.read_only == ("system/agent/",)
+    assert granted.scope.read_only == ("system/agent/",) and granted.scope.read_only_objects == ()
 
 
 def test_a_vm_the_launcher_has_not_recorded_yet_is_known_by_its_tags() -> None:
@@ -49,8 +49,14 @@ def test_refused(rec: object, caller: Caller, why: str) -> None:
     assert isinstance(refused, Refusal) and why in refused.why, refused
 
 
-def test_the_scope_follows_the_root_and_names_a_code_bundle_in_the_registry_only() -> None:
-    in_registry = record("a", code="s3://reg/code/team/a.tar.gz")
-    assert scope("reg", "team-x/", in_registry).read_only == ("team-x/system/agent/", "code/team/a.tar.gz")
-    assert scope("reg", "", record("a", code="s3://datasets/code.tar.gz")).read_only == ("system/agent/",)
-    assert scope("reg", "team-x", record("a")).read_write == ("team-x/jobs/a/", "team-x/heartbeats/a/")
+def test_the_scope_follows_the_root_and_names_the_code_bundle_as_one_object() -> None:
+    granted = scope("reg", "team-x/", "a", "team-x/code/team/a.tar.gz")
+    assert granted.read_write == ("team-x/jobs/a/", "team-x/heartbeats/a/")
+    assert granted.read_only == ("team-x/system/agent/",)
+    assert granted.read_only_objects == ("team-x/code/team/a.tar.gz",)
+    assert scope("reg", "", "a").read_only_objects == ()
+    # the code bundle a record names, as decide finds it (decide.vend.code_object; tests/test_vend_code.py)
+    own = ask(record("a", owner="team", code="s3://reg/code/team/a.tar.gz"), Caller("i-a-1-0", "a", 1, tags=tags()))
+    assert isinstance(own, Grant) and own.scope.read_only_objects == ("code/team/a.tar.gz",)
+    elsewhere = ask(record("a", code="s3://datasets/code.tar.gz"), Caller("i-a-1-0", "a", 1, tags=tags()))
+    assert isinstance(elsewhere, Grant) and elsewhere.scope.read_only_objects == ()

@@ -46,6 +46,7 @@ DEFAULT_OWNER = "default"  # the owner of a drop straight under queue/ (a single
 AGENT = f"{SYSTEM}agent/"  # the agent bundles and their manifest (jobplane.agent_bundle)
 IDLE_FLAGGED = "idle-flagged"
 HELD_UNTIL = "held-until-"
+TARBALL_SUFFIXES = (".tar.gz", ".tgz", ".tar")  # a `code:` key ending so is one bundle to unpack, else a folder
 
 # What parsers accept for a key's parts: one path segment (a job id), a number as builders write it.
 _ID = r"([^/]+)"
@@ -109,9 +110,14 @@ def event(job_id: str, stamp: str, kind: str) -> str:
     return f"{JOBS}{job_id}/events/{stamp}-{kind}.json"
 
 
+def code_folder(owner: str) -> str:
+    """An owner's code bundles: the one registry folder, besides its own jobs/<id>/code/, a job reads code from."""
+    return f"{CODE}{owner}/"
+
+
 def code_upload(owner: str, job_id: str) -> str:
     """Where `jobplane submit` puts a job's code bundle: under its owner's code/<owner>/, like its drop."""
-    return f"{CODE}{owner}/{job_id}.tar.gz"
+    return f"{code_folder(owner)}{job_id}.tar.gz"
 
 
 def attempt_prefix(job_id: str, attempt: int) -> str:

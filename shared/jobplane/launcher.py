@@ -109,7 +109,8 @@ def handle_drop(ctx: Context, key: str, *, now: datetime) -> Outcome:
     except SpecError as exc:
         return _reject(ctx, key, job_id, data, exc.errors, now)
     compute = ctx.cloud("launch with")
-    problems = check_against_policy(spec, ctx.policy) + check_against_deployment(spec, compute.cloud, compute.region)
+    problems = (check_against_policy(spec, ctx.policy) + check_against_deployment(spec, compute.cloud, compute.region)
+                + _code_problems(spec, reg, None if spec.sweep is not None else job_id))
     if spec.sweep is not None:
         return _sweep(ctx, key, job_id, data, spec, problems, now)
     try:
@@ -131,6 +132,15 @@ def handle_drop(ctx: Context, key: str, *, now: datetime) -> Outcome:
         reg.repair_markers(job_id)  # that delivery may have died before its marker: the sweep must see the job
     reg.delete(key)
     return outcome
+
+
+def _code_problems(spec: JobSpec, reg: Registry, job_id: str | None) -> list[FieldError]:
+    """A `code:` in the registry's bucket is the job's own bundle, the one object its credentials will read
+    (decide.vend.code_object), or the spec is refused naming `code`. job_id None: a sweep's spec."""
+    from jobplane.decide import vend
+
+    found = vend.code_object(spec.code, bucket=reg.bucket or "", root=reg.root, owner=spec.owner, job_id=job_id)
+    return [FieldError("code", found.why)] if isinstance(found, vend.Refusal) else []
 
 
 def _sweep(ctx: Context, key: str, sweep_id: str, data: bytes, spec: JobSpec, problems: list[FieldError],

@@ -127,3 +127,44 @@ def test_a_label_posing_as_an_owner_is_refused_and_never_fills_that_owners_quota
             "jobplane:managed": "true", "jobplane:deployment": BUCKET, "jobplane:job-id": "old",
             "jobplane:owner": "alice", "jobplane-owner": "bob"}.items()]}])
     assert handle(moto_aws, moto_aws.drop("bobs", SPEC, owner="bob")) == "launched", "bob has no VM yet"
+
+
+CODES = [  # (a spec's code:, what becomes of team-a's job), in one registry
+    (f"s3://{BUCKET}/code/", "invalid"),  # every team's bundles
+    (f"s3://{BUCKET}/", "invalid"),  # the whole registry
+    (f"s3://{BUCKET}/code/team-b/theirs.tar.gz", "invalid"),
+    (f"s3://{BUCKET}/jobs/theirs/code/code.tar.gz", "invalid"),
+    (f"s3://{BUCKET}/code/team-a/{'x' * 200}.tar.gz", "invalid"),  # its credentials' policy would not fit AWS's
+    (f"s3://{BUCKET}/code/team-a/mine-5.tar.gz", "launched"),  # where submit --code uploads it
+    (f"s3://{BUCKET}/code/team-a/shared/v2.tar.gz", "launched"),
+    (f"s3://{BUCKET}/jobs/mine-7/code/code.tar.gz", "launched"),  # job mine-7's own keys (it is CODES[7])
+    ("s3://datasets/code/mine.tar.gz", "launched"),  # another bucket: the VM's own identity reads it, or cannot
+]
+
+
+def test_a_code_key_in_the_registry_must_be_the_jobs_own_or_the_job_is_invalid_naming_code(moto_aws: MotoAws) -> None:
+    for n, (code, result) in enumerate(CODES):
+        job = f"mine-{n}"
+        assert handle(moto_aws, moto_aws.drop(job, SPEC + f"code: {code}\n", owner="team-a")) == result, code
+        record = moto_aws.registry.job(job)
+        if result == "invalid":
+            assert record.state == State.INVALID and (record.reason or "").startswith(f"code: {code}")
+            (error,) = rejection(moto_aws, job)
+            assert error["field"] == "code" and "code/team-a/" in error["message"]  # says where its code goes
+            assert moto_aws.registry.get_bytes(keys.rejected_spec(job))
+        else:
+            assert record.state == State.LAUNCHING and record.spec.code == code
+    assert len(moto_aws.calls.run_instances) == [r for _, r in CODES].count("launched")
+
+
+def test_a_sweeps_code_in_the_registry_is_its_owners_bundle_which_every_trial_reads(moto_aws: MotoAws) -> None:
+    sweep = ("sweep:\n  parameters:\n    lr: {loguniform: [0.0001, 0.1]}\n  max_trials: 2\n  max_parallel: 1\n"
+             "  objective: {metric: loss, goal: minimize}\n")
+    inside = SPEC + sweep + f"code: s3://{BUCKET}/jobs/sw/code/code.tar.gz\n"  # no trial's own keys
+    assert handle(moto_aws, moto_aws.drop("sw", inside, owner="team-a")) == "invalid"
+    (error,) = rejection(moto_aws, "sw")
+    assert error["field"] == "code" and "a sweep's trials each have their own keys" in error["message"]
+    bundle = SPEC + sweep + f"code: s3://{BUCKET}/code/team-a/sw2.tar.gz\n"
+    assert handle(moto_aws, moto_aws.drop("sw2", bundle, owner="team-a")) == "sweep"
+    (trial,) = [k for k, _, _ in moto_aws.registry.listing(keys.QUEUE)]
+    assert handle(moto_aws, trial) == "launched"

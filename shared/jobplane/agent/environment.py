@@ -23,7 +23,7 @@ from jobplane.agent.layout import Cluster, Layout, hyperparameters_file, resourc
 from jobplane.agent.output import OutputLog
 from jobplane.agent.process import UserProcess
 from jobplane.agent.run import AGENT_ERROR, Outcome, Run
-from jobplane.agent.transfer import TARBALL_SUFFIXES, Moved, fetch, fetch_tarball, keys_under
+from jobplane.agent.transfer import Moved, fetch, fetch_tarball, keys_under
 from jobplane.clouds.base import NotFound, ObjectStore
 from jobplane.registry import Registry
 from jobplane.spec import JobSpec
@@ -78,7 +78,7 @@ class Environment:
         if spec.code:
             bucket, key = keys.split_uri(spec.code)
             store = self._store(bucket)
-            if key.endswith(TARBALL_SUFFIXES):
+            if key.endswith(keys.TARBALL_SUFFIXES):
                 fetch_tarball(store, key, self.layout.code_dir, sleep=self.sleep)
             else:
                 fetch(store, keys_under(store, key), key, self.layout.code_dir, sleep=self.sleep)

@@ -29,7 +29,6 @@ log = logging.getLogger("jobplane.agent")
 T = TypeVar("T")
 
 Sleep = Callable[[float], None]  # the agent's clock's sleep: a retry's pause
-TARBALL_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 FILE_TRIES = 3  # per file, on top of the SDK's retries of each request
 
 

@@ -50,7 +50,7 @@ def boundary(scope: Scope) -> dict[str, Any]:
     resource = f"//storage.googleapis.com/projects/_/buckets/{scope.bucket}"
     rules = []
     for role, prefixes, objects in ((READ_WRITE_ROLE, scope.read_write, scope.read_write_objects),
-                                    (READ_ONLY_ROLE, scope.read_only, ())):
+                                    (READ_ONLY_ROLE, scope.read_only, scope.read_only_objects)):
         if prefixes or objects:
             rules.append({"availableResource": resource, "availablePermissions": [f"inRole:{role}"],
                           "availabilityCondition": {"title": f"job keys ({role.rsplit('.', 1)[-1]})",

@@ -9,6 +9,7 @@ tags): credentials limited to that job's keys (`scope`) for the attempt the VM s
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -22,6 +23,10 @@ from jobplane.states import State
 LIVE_FOR_AGENTS = frozenset({State.LAUNCHING, State.RUNNING})
 # Short enough that a finished attempt's VM loses access soon, long enough that a refresh is rare.
 CREDENTIAL_SECONDS = 3600
+# A code bundle's name under code/<owner>/: path segments of these characters. Bounded so that the AWS session
+# policy naming it stays under AWS's size limit.
+MAX_CODE_NAME = 128
+_CODE_NAME = re.compile(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*")
 
 
 @dataclass(frozen=True)
@@ -38,12 +43,14 @@ class Caller:
 @dataclass(frozen=True)
 class Scope:
     """The keys (relative to the bucket, root included) a job's credentials reach. Everything under
-    `read_write` prefixes and the `read_write_objects`; `read_only` prefixes and objects to read."""
+    `read_write` prefixes and the `read_write_objects`; to read, everything under `read_only` prefixes and the
+    `read_only_objects` (each exactly that object: never a prefix, never listed)."""
 
     bucket: str
     read_write: tuple[str, ...]
     read_write_objects: tuple[str, ...]
     read_only: tuple[str, ...]
+    read_only_objects: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -66,26 +73,60 @@ def job_prefixes(root: str, job_id: str) -> tuple[str, str]:
     return base + keys.JOBS + job_id + "/", base + keys.heartbeats_prefix(job_id)
 
 
-def scope(bucket: str, root: str, record: JobRecord) -> Scope:
-    """The job's own keys: its record's folder (logs, metrics, checkpoints, artifacts, exit reports, stop
-    request), its heartbeats and its preempted marker; read-only, the agent bundles and, when it lives in the
-    registry's bucket, its code bundle. Input data comes from the platform's data buckets, not from here."""
+def code_object(code: str | None, *, bucket: str, root: str, owner: str, job_id: str | None) -> str | Refusal | None:
+    """The one registry object a job's credentials must read its code from; None when they need none; or why
+    the spec's `code:` names registry keys that are not the job's to read.
+
+    None: no `code:` (the agent reads jobs/<id>/code/code.tar.gz), code in another bucket (the VM's own identity
+    reads it: the platform's data buckets), or code under the job's own jobs/<id>/code/ (its credentials reach
+    it already). The object: a tarball under its owner's code/<owner>/, where `submit --code` uploads (a sweep's
+    trials share the sweep's). Anything else in the registry's bucket is refused: the code/ folder, another
+    owner's bundles, another job's or the control plane's keys, another root's. job_id None: a sweep's spec,
+    whose trials each have keys of their own."""
+    if not code:
+        return None
+    try:
+        code_bucket, key = keys.split_uri(code)
+    except ValueError as exc:
+        return Refusal(str(exc))
+    if code_bucket != bucket:
+        return None
     base = keys.root_prefix(root)
-    read_only = [base + keys.AGENT]
-    if record.spec.code:
-        code_bucket, code_key = keys.split_uri(record.spec.code)
-        if code_bucket == bucket:
-            read_only.append(code_key)
+    own, folder = (base + keys.code_prefix(job_id) if job_id else None), base + keys.code_folder(owner)
+    if own and key.startswith(own):
+        return None
+    where = f"{folder}<name>.tar.gz" + (f" or under {own}" if own else " (a sweep's trials each have their own keys)")
+    if not key.startswith(folder):
+        return Refusal(f"{code} is in the registry but is not this job's own code: give {where}, where "
+                       f"`jobplane submit --code` uploads it")
+    name = key[len(folder):]
+    if (not _CODE_NAME.fullmatch(name) or {".", ".."} & set(name.split("/"))
+            or not name.endswith(keys.TARBALL_SUFFIXES)):
+        return Refusal(f"{code}: a code bundle in the registry is one tarball ({', '.join(keys.TARBALL_SUFFIXES)}) "
+                       f"named with letters, digits, '.', '_', '-' and '/': {where}")
+    if len(name) > MAX_CODE_NAME:
+        return Refusal(f"{code}: its name after {folder} is {len(name)} characters, over {MAX_CODE_NAME} (the "
+                       f"job's credentials must stay within AWS's session policy size)")
+    return key
+
+
+def scope(bucket: str, root: str, job_id: str, code: str | None = None) -> Scope:
+    """The job's own keys: its record's folder (logs, metrics, checkpoints, artifacts, exit reports, stop
+    request), its heartbeats and its preempted marker; read-only, the agent bundles and its code bundle's one
+    object (`code_object`). Input data comes from the platform's data buckets, not from here."""
+    base = keys.root_prefix(root)
     return Scope(bucket=bucket,
-                 read_write=job_prefixes(root, record.id),
-                 read_write_objects=(base + keys.preempted_marker(record.id),),
-                 read_only=tuple(read_only))
+                 read_write=job_prefixes(root, job_id),
+                 read_write_objects=(base + keys.preempted_marker(job_id),),
+                 read_only=(base + keys.AGENT,),
+                 read_only_objects=(code,) if code else ())
 
 
 def decide(record: JobRecord | None, caller: Caller, *, bucket: str, root: str, deployment: str) -> Grant | Refusal:
     """Credentials for `caller`'s job, or why not. Refused: a body naming another instance than the one the
     cloud proved, an unknown job, a job or attempt that is over, an instance that is not one of the attempt's
-    (neither recorded at launch nor tagged by this deployment for this job and attempt)."""
+    (neither recorded at launch nor tagged by this deployment for this job and attempt), a `code:` that is not
+    the job's own (`code_object`: a record accepted before the launcher checked it)."""
     if caller.claimed_instance_id is not None and caller.claimed_instance_id != caller.instance_id:
         return Refusal(f"the request names instance {caller.claimed_instance_id} but was signed by "
                        f"{caller.instance_id}")
@@ -102,4 +143,7 @@ def decide(record: JobRecord | None, caller: Caller, *, bucket: str, root: str, 
               and tags.get(TAG_JOB_ID) == record.id and tags.get(TAG_ATTEMPT) == str(record.attempt))
     if caller.instance_id not in record.instances and not tagged:
         return Refusal(f"{caller.instance_id} is not an instance of job {record.id} attempt {record.attempt}")
-    return Grant(record.id, record.attempt, caller.instance_id, scope(bucket, root, record))
+    code = code_object(record.spec.code, bucket=bucket, root=root, owner=record.spec.owner, job_id=record.id)
+    if isinstance(code, Refusal):
+        return Refusal(f"job {record.id}'s code: {code.why}")
+    return Grant(record.id, record.attempt, caller.instance_id, scope(bucket, root, record.id, code))

@@ -124,10 +124,11 @@ def trust(principal: dict[str, Any]) -> Document:
 
 
 def session_policy(scope: Scope, partition: str, data_buckets: Sequence[str] = ()) -> Document:
-    """The session policy of one job's credentials: its keys read-write, the read-only ones, listings only
-    under its own prefixes, and the input-data buckets read-only. Raises ValueError if a key holds an IAM
-    wildcard (it would widen the grant) or the policy is over AWS's size limit."""
-    entries = (*scope.read_write, *scope.read_write_objects, *scope.read_only)
+    """The session policy of one job's credentials: its keys read-write, the read-only ones (an object exactly
+    that object, never listed), listings only under its own prefixes, and the input-data buckets read-only.
+    Raises ValueError if a key holds an IAM wildcard (it would widen the grant) or the policy is over AWS's size
+    limit."""
+    entries = (*scope.read_write, *scope.read_write_objects, *scope.read_only, *scope.read_only_objects)
     if any(c in entry for entry in entries for c in "*?$"):
         raise ValueError(f"a scope key holds an IAM wildcard or variable: {entries}")
     registry = bucket_arn(partition, scope.bucket)
@@ -135,12 +136,13 @@ def session_policy(scope: Scope, partition: str, data_buckets: Sequence[str] = (
     def resource(key: str) -> str:  # a prefix ends in "/": everything under it; otherwise the one object
         return f"{registry}/{key}*" if key.endswith("/") else f"{registry}/{key}"
 
-    listable = [key + "*" if key.endswith("/") else key for key in entries]
+    listable = [key + "*" if key.endswith("/") else key
+                for key in (*scope.read_write, *scope.read_write_objects, *scope.read_only)]
     statements: list[Statement] = [
         {"Sid": "TheJobsOwnKeys", "Effect": "Allow", "Action": list(SESSION_OBJECT_ACTIONS),
          "Resource": [resource(k) for k in (*scope.read_write, *scope.read_write_objects)]},
         {"Sid": "ReadOnlyKeys", "Effect": "Allow", "Action": "s3:GetObject",
-         "Resource": [resource(k) for k in scope.read_only]},
+         "Resource": [resource(k) for k in scope.read_only] + [f"{registry}/{k}" for k in scope.read_only_objects]},
         {"Sid": "ListOnlyTheJobsKeys", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": registry,
          "Condition": {"StringLike": {"s3:prefix": listable}}},
     ]
