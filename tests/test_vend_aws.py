@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,12 +20,14 @@ import pytest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
+from jobplane import keys
 from jobplane.clouds.aws_local import LocalAws
 from jobplane.clouds.aws_vend import proof
-from jobplane.decide.vend import Scope
+from jobplane.decide.vend import MAX_CODE_NAME, Refusal, Scope, code_object, scope
 from jobplane.local.aws import CREDENTIALS, create_roles
 from jobplane.local.function_url import FunctionUrl, event
 from jobplane.local.imds import FakeImds, ImdsInstance
+from jobplane.spec import LABEL_KEY
 from jobplane.states import State
 from jobplane.vending import aws_iam
 from tests.helpers import LambdaContext
@@ -188,6 +191,46 @@ def test_the_session_policy_names_only_the_jobs_keys() -> None:
     assert len(aws_iam.packed(policy)) <= aws_iam.SESSION_POLICY_LIMIT
     with pytest.raises(ValueError, match="wildcard"):
         aws_iam.session_policy(Scope("reg", ("jobs/*/",), (), ()), "aws")
+
+
+# ---- the session policy's size (AWS refuses one over 2,048 characters) ----------------------------------------
+def test_a_session_policy_over_awss_limit_is_a_refusal_that_says_why(cloud: Cloud,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deployment the synth check would refuse (aws_iam.check_fits): vend answered with an error the agent
+    took for a transient one, forever; now a 403, final for the agent, that says why."""
+    trial = "t" * 57 + "-t0001"  # a sweep trial's 63 characters
+    cloud.instances[trial] = cloud.aws.run(managed=True, job_id=trial, attempt=1)
+    cloud.put_record(trial)
+    monkeypatch.setenv("JOBPLANE_DATA_BUCKETS", ",".join(f"imagenet-shards-{n}-{'x' * 44}" for n in range(6)))
+    status, body = ask(request(cloud, trial))
+    assert status == 403, body
+    assert body["refused"].startswith(f"job {trial}'s credentials cannot be granted: its session policy would be ")
+    assert f"over AWS's {aws_iam.SESSION_POLICY_LIMIT}" in body["refused"] and "data buckets" in body["refused"]
+
+
+def test_the_worst_case_is_the_longest_session_policy_an_accepted_job_gets() -> None:
+    """What the synth check sizes is what vend builds for the longest id, owner and code name a spec may have."""
+    longest, root, data = aws_iam.LONGEST_ID, "team-x", ("my-datasets", "more-data")
+    assert re.fullmatch(keys.JOB_ID_PATTERN, longest) and not re.fullmatch(keys.JOB_ID_PATTERN, longest + "o")
+    assert re.fullmatch(LABEL_KEY, longest) and not re.fullmatch(LABEL_KEY, longest + "o")  # the owner's pattern
+    bucket = "b" * aws_iam.MAX_BUCKET_NAME
+    name = "c" * (MAX_CODE_NAME - len(".tar.gz")) + ".tar.gz"
+    code = code_object(f"s3://{bucket}/team-x/code/{longest}/{name}", bucket=bucket, root=root, owner=longest,
+                       job_id=longest)
+    assert isinstance(code, str)
+    policy = aws_iam.policy_document(scope(bucket, root, longest, code), aws_iam.LONGEST_PARTITION, data)
+    assert len(aws_iam.packed(policy)) == aws_iam.worst_case_policy_size(None, root, data) <= 2048
+    assert isinstance(code_object(f"s3://{bucket}/team-x/code/{longest}/c{name}", bucket=bucket, root=root,
+                                  owner=longest, job_id=longest), Refusal)  # a longer name is refused at launch
+
+
+def test_a_deployment_whose_data_buckets_could_overflow_a_session_policy_is_refused() -> None:
+    aws_iam.check_fits(None, "", ("d" * 63,))  # S3's longest names: the registry's and one data bucket
+    aws_iam.check_fits("acme-jobplane", "team-a", tuple(f"imagenet-shards-{n}" for n in range(6)))
+    six = tuple(f"imagenet-shards-{n}-{'x' * 44}" for n in range(6))
+    with pytest.raises(ValueError, match=r"^6 data buckets make a job's session policy up to 2\d{3} characters, "
+                                         r"over AWS's 2048: name fewer \(or shorter\) data buckets$"):
+        aws_iam.check_fits(None, "", six)
 
 
 # ---- the agent's end, in a VM's process ------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from infra.aws.observability import Observability
 from jobplane import keys
 from jobplane.clouds.base import LOG_OBJECT_TAG
 from jobplane.policy import Policy
+from jobplane.vending import aws_iam
 
 LOG_CHUNK_TAG = LOG_OBJECT_TAG  # the agent tags every log chunk with it
 # Events only say "look at this job now" and every cron run reconciles everything, so a stale event is
@@ -84,6 +85,10 @@ class JobplaneControlPlane(Construct):
         self.node.set_context("@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy", True)
         self.config = config
         prefix = config.key_prefix
+        try:  # every job's credentials must be vendable: AWS caps the session policy that narrows them
+            aws_iam.check_fits(config.bucket_name, prefix, config.data_buckets)
+        except ValueError as exc:
+            raise ValueError(f"jobplane:dataBuckets: {exc}") from None
         self.access_logs = self._access_log_bucket()
         self.bucket = self._registry_bucket()
         # what the functions tag every VM with and IAM requires for a launch or a terminate (Settings.deployment)

@@ -24,7 +24,7 @@ LIVE_FOR_AGENTS = frozenset({State.LAUNCHING, State.RUNNING})
 # Short enough that a finished attempt's VM loses access soon, long enough that a refresh is rare.
 CREDENTIAL_SECONDS = 3600
 # A code bundle's name under code/<owner>/: path segments of these characters. Bounded so that the AWS session
-# policy naming it stays under AWS's size limit.
+# policy naming it stays under AWS's size limit (vending.aws_iam.worst_case_policy_size: the synth's check).
 MAX_CODE_NAME = 128
 _CODE_NAME = re.compile(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*")
 

@@ -129,6 +129,7 @@ def create_roles(aws: Any, bucket: str, data_buckets: tuple[str, ...] = ()) -> R
     that."""
     from jobplane.vending import aws_iam
 
+    aws_iam.check_fits(bucket, "", data_buckets)  # as the CDK app does: every job's credentials can be vended
     registry = aws_iam.bucket_arn("aws", bucket)
     vend_fn = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:jobplane-vend"
     vend_role = aws.create_role("jobplane-vend", aws_iam.trust({"Service": "lambda.amazonaws.com"}),

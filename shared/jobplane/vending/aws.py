@@ -3,8 +3,9 @@ learn from STS who signed its proof, check that identity is this deployment's VM
 tags and the job's record, let `decide.vend` answer, and mint credentials narrowed to the job's keys.
 
 Answers (a function URL's JSON body): 200 {AccessKeyId, SecretAccessKey, SessionToken, Expiration}; 403
-{"refused": why}, final for the agent (CredentialsRefused); 400 {"error", "field"} for a request that does not
-parse; 503 {"error"} when STS or EC2 did not answer (the agent tries again). Every decision is logged.
+{"refused": why}, final for the agent (CredentialsRefused), also for a grant AWS would refuse (a session policy
+over its size limit); 400 {"error", "field"} for a request that does not parse; 503 {"error"} when STS or EC2
+did not answer (the agent tries again). Every decision is logged.
 """
 
 from __future__ import annotations
@@ -146,7 +147,10 @@ def vend(body: str | bytes, settings: VendSettings, cloud: VendCloud, registry: 
                      bucket=settings.bucket, root=settings.root, deployment=settings.deployment)
     if not isinstance(verdict, Grant):
         return _refused(log, where, verdict.why)
-    policy = aws_iam.packed(aws_iam.session_policy(verdict.scope, settings.partition, settings.data_buckets))
+    try:
+        policy = aws_iam.packed(aws_iam.session_policy(verdict.scope, settings.partition, settings.data_buckets))
+    except ValueError as exc:  # no retry would make it fit: a verdict, not a failure
+        return _refused(log, where, f"job {verdict.job_id}'s credentials cannot be granted: {exc}")
     credentials = cloud.credentials(settings.job_role_arn, session_name(verdict.job_id, verdict.attempt), policy,
                                     verdict.seconds)
     log.info("vend: granted", extra={**where, "expiration": credentials["Expiration"],

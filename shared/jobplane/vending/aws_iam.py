@@ -16,6 +16,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from jobplane import keys
+from jobplane.decide import vend
 from jobplane.decide.vend import Scope
 
 Statement = dict[str, Any]
@@ -23,6 +25,11 @@ Document = dict[str, Any]
 VERSION = "2012-10-17"
 # AWS refuses a session policy whose plain text is longer (AssumeRole's Policy parameter).
 SESSION_POLICY_LIMIT = 2048
+# The longest of each name a session policy holds, to size the worst case: a job id or an owner (63 characters,
+# keys.JOB_ID_PATTERN and the spec's owner pattern), an S3 bucket, the partition (aws-us-gov).
+LONGEST_ID = "o" * 63
+MAX_BUCKET_NAME = 63
+LONGEST_PARTITION = "aws-us-gov"
 
 # Registry areas an agent reads and writes (relative to the registry root): the job role's grants.
 AGENT_READ = ("jobs/*/job.json", "jobs/*/code/*", "code/*", "jobs/*/checkpoints/*", "jobs/*/attempts/*/cluster.json",
@@ -124,10 +131,18 @@ def trust(principal: dict[str, Any]) -> Document:
 
 
 def session_policy(scope: Scope, partition: str, data_buckets: Sequence[str] = ()) -> Document:
-    """The session policy of one job's credentials: its keys read-write, the read-only ones (an object exactly
-    that object, never listed), listings only under its own prefixes, and the input-data buckets read-only.
-    Raises ValueError if a key holds an IAM wildcard (it would widen the grant) or the policy is over AWS's size
-    limit."""
+    """The session policy of one job's credentials (`policy_document`). Raises ValueError if a key holds an IAM
+    wildcard (it would widen the grant) or the policy is over AWS's size limit."""
+    policy = policy_document(scope, partition, data_buckets)
+    if len(packed(policy)) > SESSION_POLICY_LIMIT:
+        raise ValueError(f"its session policy would be {len(packed(policy))} characters, over AWS's "
+                         f"{SESSION_POLICY_LIMIT} (the job's id and code name, the deployment's root and data buckets)")
+    return policy
+
+
+def policy_document(scope: Scope, partition: str, data_buckets: Sequence[str] = ()) -> Document:
+    """A job's keys read-write, the read-only ones (an object exactly that object), listings only under its own
+    prefixes, and the input-data buckets read-only; whatever its size. ValueError for an IAM wildcard in a key."""
     entries = (*scope.read_write, *scope.read_write_objects, *scope.read_only, *scope.read_only_objects)
     if any(c in entry for entry in entries for c in "*?$"):
         raise ValueError(f"a scope key holds an IAM wildcard or variable: {entries}")
@@ -147,11 +162,25 @@ def session_policy(scope: Scope, partition: str, data_buckets: Sequence[str] = (
          "Condition": {"StringLike": {"s3:prefix": listable}}},
     ]
     data = data_bucket_statement(partition, data_buckets)
-    policy = document(statements + ([data] if data else []))
-    if len(packed(policy)) > SESSION_POLICY_LIMIT:
-        raise ValueError(f"the session policy is {len(packed(policy))} characters, over AWS's "
-                         f"{SESSION_POLICY_LIMIT}: fewer data buckets")
-    return policy
+    return document(statements + ([data] if data else []))
+
+
+def worst_case_policy_size(bucket: str | None, root: str, data_buckets: Sequence[str]) -> int:
+    """The size of the longest session policy a job this deployment accepts can need: the longest job id, owner
+    and code bundle name (keys.JOB_ID_PATTERN, the spec's owner, decide.vend.MAX_CODE_NAME) in the longest
+    partition, with this bucket (S3's longest name when CloudFormation names it), root and data buckets."""
+    name = "c" * (vend.MAX_CODE_NAME - len(".tar.gz")) + ".tar.gz"
+    code = keys.root_prefix(root) + keys.code_folder(LONGEST_ID) + name
+    longest = vend.scope(bucket or "b" * MAX_BUCKET_NAME, root, LONGEST_ID, code)
+    return len(packed(policy_document(longest, LONGEST_PARTITION, data_buckets)))
+
+
+def check_fits(bucket: str | None, root: str, data_buckets: Sequence[str]) -> None:
+    """ValueError naming the data buckets when some job's credentials could not be vended on this deployment."""
+    size = worst_case_policy_size(bucket, root, data_buckets)
+    if size > SESSION_POLICY_LIMIT:
+        raise ValueError(f"{len(data_buckets)} data buckets make a job's session policy up to {size} characters, "
+                         f"over AWS's {SESSION_POLICY_LIMIT}: name fewer (or shorter) data buckets")
 
 
 def packed(policy: Document) -> str:
