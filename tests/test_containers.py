@@ -56,6 +56,35 @@ def test_errors_name_the_field(text: str, field: str, words: str) -> None:
     assert field in found and words in found[field], found
 
 
+@pytest.mark.parametrize(("arg", "owned"), [
+    ("-itd", "-i"), ("-dt", "-d"), ("-td", "-t"), ("-d=true", "-d"),  # detached: the runtime returns at once
+    ("-w/elsewhere", "-w"), ("-w=/elsewhere", "-w"), ("--workdir=/elsewhere", "--workdir"), ("--detach", "--detach"),
+    ("--detach=true", "--detach"), ("-Pd", "-d"),
+])
+def test_owned_options_are_found_in_clusters_and_with_attached_values(arg: str, owned: str) -> None:
+    found = errors(f"container: {{image: python, args: [--shm-size=1g, '{arg}']}}\n")
+    assert found == {"container.args[1]": f"{owned} is set by jobplane (the job's container is named, removed, on "
+                                          "the VM's network, runs setup and run in its working directory, and the "
+                                          "job ends when it exits)"}
+
+
+@pytest.mark.parametrize("arg", ["-eFOO=1", "-edt=1", "-e=DEBUG", "-p8080:80", "-v/data:/data", "-P", "-uroot",
+                                 "--shm-size=16g", "--env=FOO=d"])
+def test_a_value_attached_to_a_short_option_is_not_read_as_options(arg: str) -> None:
+    spec = parse_spec(BASE + f"container: {{image: python, args: ['{arg}']}}\n")
+    assert spec.container is not None and spec.container.args == [arg]
+
+
+@pytest.mark.parametrize(("arg", "words"), [
+    ("-e", "-e needs its value in the same argument (-eVALUE): the next one is jobplane's"),
+    ("-Pv", "-v needs its value in the same argument"),
+    ("--", "'--' ends the runtime's options"),
+])
+def test_an_option_that_would_take_jobplanes_next_argument_is_refused(arg: str, words: str) -> None:
+    found = errors(f"container: {{image: python, args: ['{arg}']}}\n")
+    assert words in found["container.args[0]"], found
+
+
 def test_the_json_schema_has_both_forms() -> None:
     from jobplane.spec import json_schema
 

@@ -33,6 +33,11 @@ MAX_REFERENCE = 512
 OWNED_OPTIONS = ("--name", "--rm", "--network", "--net", "--pull", "--init", "--detach", "-d", "--entrypoint",
                  "--interactive", "-i", "--tty", "-t", "--workdir", "-w", "--env-host", "--sig-proxy")
 MAX_OPTIONS = 32
+# Short options that take a value in both runtimes' run (-a -c -e -h -l -m -p -u -v -w): in a cluster the rest of
+# the argument after one is its value (-eFOO=1, -itw/x). Any other letter is read as a flag, so an owned one
+# (-d, -i, -t, -w) is found wherever a cluster hides it (-itd, -dt); a letter read wrongly as a flag can only refuse
+# more, never let an owned option through.
+SHORT_WITH_VALUE = frozenset("acehlmpuvw")
 
 
 def reference_problem(image: str) -> str | None:
@@ -79,13 +84,28 @@ def fully_qualified(image: str) -> str:
 
 def option_problem(option: str) -> str | None:
     """Why a runtime option from `container.args` is refused, or None."""
-    if not option.startswith("-"):
+    if not option.startswith("-") or option == "-":
         return f"{option!r} is not an option: args are the runtime's run options (e.g. --shm-size=16g, --ipc=host)"
-    name = option.split("=", 1)[0]
-    if name in OWNED_OPTIONS:
-        return f"{name} is set by jobplane (the job's container is named, removed, on the VM's network, runs setup " \
-               "and run in its working directory)"
+    if option == "--":
+        return "'--' ends the runtime's options: jobplane's own (the entrypoint, the image) must follow"
+    names = [option.split("=", 1)[0]] if option.startswith("--") else _short_names(option)
+    if owned := next((name for name in names if name in OWNED_OPTIONS), None):
+        return f"{owned} is set by jobplane (the job's container is named, removed, on the VM's network, runs setup " \
+               "and run in its working directory, and the job ends when it exits)"
+    if not option.startswith("--") and names[-1][1] in SHORT_WITH_VALUE and len(option) == len(names) + 1:
+        return f"{names[-1]} needs its value in the same argument ({names[-1]}VALUE): the next one is jobplane's"
     return None
+
+
+def _short_names(option: str) -> list[str]:
+    """The options a short-option argument gives, as the runtimes read it: -itd is -i -t -d; -eFOO=1 is -e with the
+    value FOO=1; -w=/x and -w/x are -w with a value."""
+    names: list[str] = []
+    for letter in option[1:]:
+        names.append(f"-{letter}")
+        if letter in SHORT_WITH_VALUE or letter == "=":
+            break
+    return names
 
 
 def name_for(job_id: str, attempt: int, rank: int) -> str:
