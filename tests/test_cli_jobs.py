@@ -18,7 +18,7 @@ import tarfile
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import boto3
@@ -426,13 +426,23 @@ def test_describe_shows_the_jobs_vms_and_cancel_force_ends_them(cloud: Cloud, re
     assert cloud.vms() == [other]
 
 
-def test_describe_shows_the_retries_used_of_the_specs_max(cloud: Cloud, reg: Registry) -> None:
+def test_describe_shows_the_retries_used_and_the_jobs_lifetime_under_the_policy(cloud: Cloud, reg: Registry) -> None:
     reg.create_job("flaky", parse_spec(cloud.spec("retry: {max: 2, on_exit_codes: [42]}\n"), job_id="flaky"))
     reg.transition("flaky", State.LAUNCHING, attempt=1)
     reg.transition("flaky", State.RUNNING)
     reg.transition("flaky", State.LAUNCHING, attempt=2, retries=1, reason="retry 1 of 2: exit code 42 (rank 0)")
     assert "retries  1 of 2" in run("describe", "flaky").stdout
     assert json.loads(run("describe", "flaky", "--json").stdout)["job"]["retries"] == 1
+    # the policy lowered since the job was accepted: 1 + 3 restarts + 2 retries would be 6 attempts, 2d of max_wait
+    reg.put(keys.POLICY, b"max_attempts_per_job: 3\nmax_wait_ceiling: 1d\ndefault_max_runtime: 2h\n", "text/yaml")
+    created = reg.job("flaky").created_at
+    shown = run("describe", "flaky").stdout
+    assert "attempts  2 of at most 3 (policy max_attempts_per_job 3)" in shown, shown
+    assert f"last start  {created + timedelta(days=1):%Y-%m-%d %H:%M} UTC (max_wait 1d)" in shown
+    assert f"ends by  {created + timedelta(days=1, hours=2):%Y-%m-%d %H:%M} UTC (each attempt at most 2h)" in shown
+    life = json.loads(run("describe", "flaky", "--json").stdout)["lifetime"]
+    assert (life["attempts"], life["max_attempts"], life["max_attempts_per_job"], life["max_wait"],
+            life["max_runtime"]) == (2, 3, 3, 86400, 7200)
 
 
 def test_validate_needs_no_registry(cloud: Cloud, tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ import pytest
 from markdown.extensions.toc import slugify  # type: ignore[import-untyped]  # no stubs; mkdocs makes anchors with it
 
 from jobplane.cli import cli
-from jobplane.spec import json_schema
+from jobplane.spec import format_duration, json_schema
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -476,6 +476,14 @@ def limits(node: dict[str, Any], defs: dict[str, Any]) -> list[str]:
     return said
 
 
+def ceiling(node: dict[str, Any], defs: dict[str, Any]) -> list[str]:
+    """A duration's ceiling (jobplane.spec.AtMost puts it on the form in seconds), as a spec would write it."""
+    node = deref(node, defs)
+    if node.get("type") == "integer" and "maximum" in node:
+        return [f"at most {format_duration(node['maximum'])}"]
+    return next((said for a in node.get("anyOf", []) if (said := ceiling(a, defs))), [])
+
+
 def default_of(node: dict[str, Any], required: bool) -> str:
     if required:
         return "**required**"
@@ -492,7 +500,7 @@ def field_table() -> str:
     for path, (node, required) in schema_fields(schema).items():
         # the schema's prose as text (`<NAME>` is no HTML tag), the notes and limits as written
         described = node.get("description", "").replace("<", "&lt;").replace(">", "&gt;") or NOTES.get(path, "")
-        said = [described, *([] if type_of(node, defs) == "duration" else limits(node, defs))]
+        said = [described, *(ceiling(node, defs) if type_of(node, defs) == "duration" else limits(node, defs))]
         text = "; ".join(s for s in said if s).replace("|", "\\|")
         rows.append(f"| `{path}` | {type_of(node, defs)} | {default_of(node, required)} | {text} |")
     return "\n".join([BEGIN, "", *rows, "", END])

@@ -30,6 +30,7 @@ from jobplane.clouds.base import (
     LaunchRequest,
     NotFound,
     SpotPrices,
+    StoreError,
 )
 from jobplane.decide.rules import Cause, LaunchCause, Rule
 from jobplane.deployment import Context
@@ -314,12 +315,12 @@ def _launch(ctx: Context, compute: Compute, record: JobRecord, *, now: datetime)
     reg, job_id = ctx.registry, record.id
     snap = snapshot(reg, compute, record, ctx.policy)
     scripts: dict[str, str] = {}  # per CPU architecture: each fetches its own agent bundle
-    while isinstance(step := launch_decide.decide(snap, now), launch_decide.Launch):
+    while isinstance(planned := _next(reg, compute, snap, now, scripts), tuple):
+        step, request = planned
         current = reg.job(job_id)  # cancelled since the claim? then no VM is asked for
         if current.state != State.LAUNCHING or current.attempt != record.attempt:
             log.info("job %s moved on to %s before launch", job_id, current.state, extra={"job_id": job_id})
             return current
-        request = _request(reg, compute, snap, step, scripts)
         try:
             instances = compute.launch(request)
         except CapacityError as exc:
@@ -335,9 +336,27 @@ def _launch(ctx: Context, compute: Compute, record: JobRecord, *, now: datetime)
         return _launched(ctx, compute, record, request, [(i.id, i.private_ip, i.zone) for i in instances], now,
                          [f"{t.where}: {t.error}" for t in snap.tried],
                          attempt_usage(compute, request, instances, ctx.policy, now), fallback=step.fallback)
-    if isinstance(step, launch_decide.Wait):
-        return _wait(reg, record, step, now)
-    return _fail(ctx, record, now, step)
+    if isinstance(planned, launch_decide.Wait):
+        return _wait(reg, record, planned, now)
+    return _fail(ctx, record, now, planned)
+
+
+def _next(reg: Registry, compute: Compute, snap: launch_decide.LaunchSnapshot, now: datetime, scripts: dict[str, str],
+          ) -> tuple[launch_decide.Launch, LaunchRequest] | launch_decide.Wait | launch_decide.Fail:
+    """The next step, with the cloud's request when it is a launch; or Fail with the error that deciding or
+    rendering it raised (a bug, a value out of range): that is pure and would raise again on every resume, leaving
+    the job in LAUNCHING with no VM for ever. The store's errors go up: a later sweep resumes the launch."""
+    from jobplane.decide import launch as launch_decide  # only a run that launches decides a launch
+
+    try:
+        step = launch_decide.decide(snap, now)
+        return (step, _request(reg, compute, snap, step, scripts)) if isinstance(step, launch_decide.Launch) else step
+    except StoreError:
+        raise
+    except Exception as exc:
+        log.exception("job %s: its launch could not be decided", snap.record.id, extra={"job_id": snap.record.id})
+        return launch_decide.Fail(f"the launch of attempt {snap.record.attempt} could not be decided: "
+                                  f"{type(exc).__name__}: {exc}", LaunchCause.LAUNCH_ERROR)
 
 
 def snapshot(reg: Registry, compute: Compute, record: JobRecord, policy: Policy) -> launch_decide.LaunchSnapshot:

@@ -3,13 +3,27 @@
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from jobplane import images
 from jobplane.errors import FieldError, SpecError, from_validation_error
-from jobplane.spec import Duration, JobSpec, format_duration, load_document
+from jobplane.spec import (
+    DAY,
+    MAX_ATTEMPTS,
+    MAX_BOOT_TIMEOUT,
+    MAX_RUNTIME,
+    MAX_STALL_TIMEOUT,
+    MAX_WAIT,
+    AtMost,
+    Duration,
+    JobSpec,
+    format_duration,
+    load_document,
+)
+
+Grace = Annotated[Duration, AtMost(DAY)]  # the safety graces and the idle-GPU window: a day at most
 
 
 class _Model(BaseModel):
@@ -67,14 +81,14 @@ class SafetyPolicy(_Model):
     dry_run: bool = Field(False, description="decide and log, apply nothing")
     max_terminations_per_run: int = Field(20, ge=0)
     max_terminations_percent: int = Field(50, ge=0, le=100, description="of managed instances, per run")
-    orphan_grace: Duration = Field(600, description="never terminate an orphan younger than this")
-    stop_grace: Duration = Field(600, description="stop request this long before the uptime cap")
+    orphan_grace: Grace = Field(600, description="never terminate an orphan younger than this")
+    stop_grace: Grace = Field(600, description="stop request this long before the uptime cap")
 
 
 class IdleGpuPolicy(_Model):
     """A RUNNING job whose GPUs sit idle: every rank's mean GPU utilization over `window` under `threshold`."""
 
-    window: Duration = Field(30 * 60, description="the agent averages each rank's GPU utilization over this")
+    window: Grace = Field(30 * 60, description="the agent averages each rank's GPU utilization over this")
     threshold: float = Field(5.0, ge=0, le=100, description="percent: a mean under it is idle")
     action: Literal["warn", "stop", "off"] = Field(
         "warn", description="warn: an event, a metric and a notification, once per attempt; stop: that, then a "
@@ -91,11 +105,17 @@ class AccessPolicy(_Model):
 class Policy(_Model):
     allowed_instance_types: list[str] = Field(default_factory=lambda: ["*"], description="glob patterns")
     max_nodes_per_job: int = Field(16, ge=1)
-    default_max_runtime: Duration = 24 * 3600
-    max_runtime_ceiling: Duration = 7 * 86400
-    default_max_wait: Duration = 2 * 86400
-    default_stall_timeout: Duration = 30 * 60
-    default_boot_timeout: Duration = 15 * 60
+    default_max_runtime: Annotated[Duration, AtMost(MAX_RUNTIME)] = 24 * 3600
+    max_runtime_ceiling: Annotated[Duration, AtMost(MAX_RUNTIME)] = 7 * DAY
+    default_max_wait: Annotated[Duration, AtMost(MAX_WAIT)] = 2 * DAY
+    max_wait_ceiling: Annotated[Duration, AtMost(MAX_WAIT)] = Field(
+        14 * DAY, description="a spec's max_wait above it is refused; no attempt of a job starts after it")
+    max_attempts_per_job: int = Field(
+        20, ge=1, le=MAX_ATTEMPTS, description="attempts of one job at most (its first, reruns after preemptions and "
+                                               "failed boots, retries): a spec whose max_restarts and retry.max ask "
+                                               "for more is refused")
+    default_stall_timeout: Annotated[Duration, AtMost(MAX_STALL_TIMEOUT)] = 30 * 60
+    default_boot_timeout: Annotated[Duration, AtMost(MAX_BOOT_TIMEOUT)] = 15 * 60
     max_active_instances_per_owner: int = Field(64, ge=0)
     aws: AwsPlacement = Field(default_factory=AwsPlacement)
     gcp: GcpPlacement = Field(default_factory=GcpPlacement)
@@ -117,7 +137,13 @@ class Policy(_Model):
         return self.max_runtime(spec) + (spec.debug_hold or 0)
 
     def max_wait(self, spec: JobSpec) -> int:
-        return spec.max_wait or self.default_max_wait
+        """Counted from submission: no attempt starts after it (a spec recorded before the ceiling included)."""
+        return min(spec.max_wait or self.default_max_wait, self.max_wait_ceiling)
+
+    def max_attempts(self, spec: JobSpec) -> int:
+        """Attempts the job may have in all: its first, max_restarts reruns and retry.max retries, within the
+        policy's max_attempts_per_job (lowered since the job was accepted, it still holds)."""
+        return min(spec.attempts, self.max_attempts_per_job)
 
     def stall_timeout(self, spec: JobSpec) -> int:
         return spec.stall_timeout or self.default_stall_timeout
@@ -166,6 +192,15 @@ def check_against_policy(spec: JobSpec, policy: Policy) -> list[FieldError]:
     if spec.max_runtime and spec.max_runtime > policy.max_runtime_ceiling:
         errors.append(FieldError("max_runtime", f"{format_duration(spec.max_runtime)} exceeds the policy "
                                                 f"ceiling of {format_duration(policy.max_runtime_ceiling)}"))
+    if spec.max_wait and spec.max_wait > policy.max_wait_ceiling:
+        errors.append(FieldError("max_wait", f"{format_duration(spec.max_wait)} exceeds the policy ceiling of "
+                                             f"{format_duration(policy.max_wait_ceiling)} (max_wait_ceiling)"))
+    if spec.attempts > policy.max_attempts_per_job:
+        retries = spec.retry.max if spec.retry is not None else 0
+        errors.append(FieldError(
+            "max_restarts" if 1 + spec.max_restarts > policy.max_attempts_per_job else "retry.max",
+            f"max_restarts {spec.max_restarts} and retry.max {retries} allow {spec.attempts} attempts; the policy "
+            f"allows {policy.max_attempts_per_job} (max_attempts_per_job)"))
     if spec.num_nodes > policy.max_active_instances_per_owner:
         errors.append(FieldError("num_nodes", f"{spec.num_nodes} nodes can never fit the owner quota of "
                                               f"{policy.max_active_instances_per_owner} active instances"))

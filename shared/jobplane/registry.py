@@ -29,7 +29,7 @@ from jobplane.history import LastEvent
 from jobplane.jobrecord import JobRecord as JobRecord  # job.json and what a write may set: named from here too
 from jobplane.jobrecord import Updates as Updates
 from jobplane.policy import DEFAULT_POLICY, Policy, parse_policy
-from jobplane.spec import JobSpec, known_fields
+from jobplane.spec import STORED, JobSpec, known_fields
 from jobplane.states import LIVE, State, allowed
 from jobplane.usage import close
 
@@ -254,7 +254,7 @@ class Registry:
             data = json.loads(blob.data)
             if isinstance(data, dict) and isinstance(data.get("spec"), dict):
                 data["spec"] = known_fields(data["spec"])  # a newer version's fields: ignored, as JobRecord's are
-            return JobRecord.model_validate(data), blob.version
+            return JobRecord.model_validate(data, context=STORED), blob.version
         except ValueError as exc:  # JSON or validation (pydantic's ValidationError is a ValueError)
             raise UnreadableRecord(job_id, blob.version, str(exc).replace("\n", " ")[:500]) from None
 
@@ -315,7 +315,7 @@ class Registry:
                                       **updates, "last_event": last}
             if to != current.state or fields.get("attempt", current.attempt) != current.attempt:
                 fields["state_since"] = now
-            new = JobRecord.model_validate({**current.model_dump(), **fields})
+            new = JobRecord.model_validate({**current.model_dump(), **fields}, context=STORED)
             if any(u.open for u in new.usage):  # leaving an attempt ends its instances' billed time, unless a
                 keep = new.attempt if new.state in (State.LAUNCHING, State.RUNNING) or new.held(now) else None  # hold
                 new = new.model_copy(update={"usage": close(new.usage, keep, now)})
@@ -350,7 +350,7 @@ class Registry:
         now = now or utcnow()
         for tries in range(CAS_RETRIES):
             current, version = self.get(job_id)
-            new = JobRecord.model_validate({**current.model_dump(), "updated_at": now, **updates})
+            new = JobRecord.model_validate({**current.model_dump(), "updated_at": now, **updates}, context=STORED)
             try:
                 self.store.put_if_match(self.key(keys.job_record(job_id)), _dump(new), version)
                 return new

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Final, Literal
 
 import yaml
 from pydantic import (
@@ -12,10 +14,15 @@ from pydantic import (
     BeforeValidator,
     Discriminator,
     Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
     Tag,
     ValidationError,
+    ValidationInfo,
     WithJsonSchema,
 )
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, core_schema
 
 from jobplane import accelerators, containers, images, sweepspec, yaml_input
 from jobplane.errors import FieldError, SpecError, from_validation_error
@@ -53,9 +60,24 @@ def format_duration(seconds: int) -> str:
     return f"{seconds}s"
 
 
-MAX_STOP_GRACE = 3600  # seconds; a Spot notice gives 2 minutes (EC2) or 30 s (GCE) anyway
-MAX_DEBUG_HOLD = 24 * 3600  # seconds a FAILED attempt's VMs may be kept for a look: they bill all along
 MAX_SCRIPT = 64 * 1024  # characters of `run` / `setup`: job.json and every event repeat the spec
+
+# Every duration has a ceiling: a value past it is refused naming its field, and no time a decision computes from
+# one (created_at + max_wait, a refusal + spot.after) can leave the calendar (a datetime past the year 9999 raises).
+DAY = 86400
+MAX_RUNTIME = 30 * DAY  # an attempt's uptime cap; the policy's max_runtime_ceiling is lower (7d by default)
+MAX_WAIT = 90 * DAY  # a job's whole wait (capacity, reruns); the policy's max_wait_ceiling is lower (14d by default)
+MAX_SPOT_WAIT = 7 * DAY  # spot.after: Spot refused everywhere this long, then on-demand
+MAX_STALL_TIMEOUT = 7 * DAY  # silence (no heartbeat, no output) before a job is called stalled
+MAX_BOOT_TIMEOUT = DAY  # the VM fetches its agent by URLs that live this long and 10 minutes (7 days at most)
+MAX_STOP_GRACE = 3600  # a Spot notice gives 2 minutes (EC2) or 30 s (GCE) anyway
+MAX_DEBUG_HOLD = DAY  # a FAILED attempt's VMs kept for a look: they bill all along
+STORED: Final[Mapping[str, bool]] = {"stored": True}  # the validation context of a spec read back from a record
+
+
+def _stored(info: ValidationInfo) -> bool:
+    return isinstance(info.context, Mapping) and bool(info.context.get("stored"))
+
 
 Duration = Annotated[
     int,
@@ -70,6 +92,30 @@ Duration = Annotated[
         }
     ),
 ]
+
+
+@dataclass(frozen=True)
+class AtMost:
+    """A duration's ceiling, as `Annotated[Duration, AtMost(MAX_WAIT)]`: a new spec (or policy) over it is refused
+    naming the field; a spec read back from a record (context STORED) is read as it was accepted, so a job recorded
+    before a ceiling stays readable, and the decisions bound what they take from it."""
+
+    seconds: int
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.with_info_after_validator_function(self._check, handler(source))
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        out = dict(handler(schema))
+        seconds, text = out["anyOf"]
+        out["anyOf"] = [{**seconds, "maximum": self.seconds}, text]
+        out["description"] = f"{out['description']}; at most {format_duration(self.seconds)}"
+        return out
+
+    def _check(self, value: int, info: ValidationInfo) -> int:
+        if value > self.seconds and not _stored(info):
+            raise ValueError(f"{format_duration(value)} is more than the ceiling of {format_duration(self.seconds)}")
+        return value
 
 
 def job_id_problem(job_id: str) -> str | None:
@@ -184,6 +230,9 @@ class StopOn(_Model):
 
 
 MAX_EXIT_CODES = 32
+MAX_RESTARTS = 100
+MAX_RETRIES = 100
+MAX_ATTEMPTS = 1 + MAX_RESTARTS + MAX_RETRIES  # what a spec may ask for; the policy's max_attempts_per_job is lower
 ExitCode = Annotated[int, Field(ge=1, le=255)]
 
 
@@ -191,7 +240,7 @@ class Retry(_Model):
     """Reruns of attempts that end in an error, counted apart from max_restarts (preemptions, failed boots).
     Never on a stop_on match, a cancel, the uptime cap or a stop request."""
 
-    max: int = Field(0, ge=0, le=100, description="retries of the job at most; 0: off")
+    max: int = Field(0, ge=0, le=MAX_RETRIES, description="retries of the job at most; 0: off")
     on_exit_codes: list[ExitCode] = Field(
         default_factory=list, max_length=MAX_EXIT_CODES,
         description="retry when a rank exits with one of these codes (1 to 255)")
@@ -235,8 +284,9 @@ class SpotOptions(_Model):
 
     fallback: Literal["on_demand"] = Field(description="on_demand (the one choice): launch the attempt on-demand "
                                                        "once Spot has been refused for `after`")
-    after: Duration = Field(30 * 60, description="how long an attempt waits for Spot, counted from its first refusal "
-                                                  "(every zone and type refused)")
+    after: Annotated[Duration, AtMost(MAX_SPOT_WAIT)] = Field(
+        30 * 60, description="how long an attempt waits for Spot, counted from its first refusal (every zone and type "
+                             "refused)")
 
 
 def _spot_form(value: object) -> str:
@@ -311,19 +361,23 @@ class JobSpec(_Model):
                     WithJsonSchema({"anyOf": [{"type": "boolean"}, SpotOptions.model_json_schema()]})] = Field(
         False, description="Spot VMs: a preempted attempt reruns from the newest checkpoint, up to `max_restarts` "
                            "times; {fallback: on_demand, after: 20m} launches on-demand once Spot is refused that long")
-    max_restarts: int = Field(3, ge=0, le=100, description="reruns after preemption or a failed boot")
+    max_restarts: int = Field(3, ge=0, le=MAX_RESTARTS, description="reruns after preemption or a failed boot")
     retry: Retry | None = Field(None, description="retry attempts that end in these errors, from the newest "
                                                   "checkpoint")
-    max_runtime: Duration | None = Field(None, description="uptime cap per attempt; policy default if unset")
-    max_wait: Duration | None = Field(None, description="total time to finish including Spot waits and reruns")
-    stall_timeout: Duration | None = Field(None, description="no heartbeat or no new output for this long")
-    boot_timeout: Duration | None = Field(None, description="first heartbeat must arrive within this")
-    stop_grace: Duration = Field(60, le=MAX_STOP_GRACE,
-                                 description="SIGTERM to SIGKILL grace on stop or preemption (at most 1h)")
-    debug_hold: Duration | None = Field(None, le=MAX_DEBUG_HOLD,
-                                        description="keep a FAILED attempt's VMs this long for `jobplane ssh` (at "
-                                                    "most 24h); the sweeper terminates them at the end, and the "
-                                                    "held time is costed")
+    max_runtime: Annotated[Duration, AtMost(MAX_RUNTIME)] | None = Field(
+        None, description="uptime cap per attempt; policy default if unset, never over its max_runtime_ceiling")
+    max_wait: Annotated[Duration, AtMost(MAX_WAIT)] | None = Field(
+        None, description="total time to finish, counted from submission, including capacity waits and reruns: no "
+                          "attempt starts after it; policy default if unset, never over its max_wait_ceiling")
+    stall_timeout: Annotated[Duration, AtMost(MAX_STALL_TIMEOUT)] | None = Field(
+        None, description="no heartbeat or no new output for this long")
+    boot_timeout: Annotated[Duration, AtMost(MAX_BOOT_TIMEOUT)] | None = Field(
+        None, description="first heartbeat must arrive within this")
+    stop_grace: Annotated[Duration, AtMost(MAX_STOP_GRACE)] = Field(
+        60, description="SIGTERM to SIGKILL grace on stop or preemption")
+    debug_hold: Annotated[Duration, AtMost(MAX_DEBUG_HOLD)] | None = Field(
+        None, description="keep a FAILED attempt's VMs this long for `jobplane ssh`; the sweeper terminates them at "
+                          "the end, and the held time is costed")
     code: str | None = Field(None, description="s3:// or gs:// URI of a code tarball or prefix")
     setup: str | None = Field(None, max_length=MAX_SCRIPT, description="shell run once before `run` (at most 64 KiB)")
     run: str = Field(..., min_length=1, max_length=MAX_SCRIPT,
@@ -353,6 +407,12 @@ class JobSpec(_Model):
     @property
     def instance_types(self) -> list[str]:
         return [self.instance_type] if isinstance(self.instance_type, str) else list(self.instance_type)
+
+    @property
+    def attempts(self) -> int:
+        """The attempts this spec allows at most: the first, max_restarts reruns and retry.max retries (the
+        policy's max_attempts_per_job may allow fewer)."""
+        return 1 + self.max_restarts + (self.retry.max if self.retry is not None else 0)
 
     @property
     def uses_spot(self) -> bool:

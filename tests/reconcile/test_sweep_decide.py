@@ -187,6 +187,17 @@ CASES = [
          to=State.FAILED, terminate=("i-j-1-0",),
          reason="the agent never started: no heartbeat from rank 0 within boot_timeout 15m (the VM's console output "
                 "is in `jobplane logs j --attempt 1`); no restarts left (max_restarts 3)"),
+    Case("boot timeout, restarts left but the policy's attempts used up -> FAILED",
+         _job({"state": State.LAUNCHING, "launched": 901, "attempt": 3, "restarts": 2}, {"beats": ()}),
+         rules=[Rule.BOOT_FAILED], to=State.FAILED, terminate=("i-j-3-0",), pol=Policy(max_attempts_per_job=3),
+         reason="the agent never started: no heartbeat from rank 0 within boot_timeout 15m (the VM's console output "
+                "is in `jobplane logs j --attempt 3`); attempt 3 was the last the policy allows "
+                "(max_attempts_per_job 3)"),
+    Case("boot timeout past max_wait -> FAILED: no attempt starts after it",
+         _job({"state": State.LAUNCHING, "launched": 901, "created": 7201, "max_wait": 7200}, {"beats": ()}),
+         rules=[Rule.BOOT_FAILED], to=State.FAILED, terminate=("i-j-1-0",),
+         reason="the agent never started: no heartbeat from rank 0 within boot_timeout 15m (the VM's console output "
+                "is in `jobplane logs j --attempt 1`); max_wait 2h exceeded"),
     Case("boot timeout counts from the launch, per job",
          _job({"state": State.LAUNCHING, "launched": 200, "boot_timeout": 120}, {"beats": ()}),
          rules=[Rule.BOOT_RETRY], to=None, terminate=("i-j-1-0",),

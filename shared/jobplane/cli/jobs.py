@@ -21,7 +21,7 @@ from jobplane.cli.follow import follow_job, tagged
 from jobplane.cli.params import DurationType, HyperparameterType
 from jobplane.cli.sweeps import grouped
 from jobplane.jobview import COLUMNS, display, header, view_row
-from jobplane.spec import spec_to_json
+from jobplane.spec import format_duration, spec_to_json
 from jobplane.states import State
 
 GOALS = ("running", "terminal")  # wait --for
@@ -126,6 +126,7 @@ def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
     instances = [asdict(i) for i in job.instances()] if record and record.instances else []
     now = utcnow()
     checkpoint = job.checkpoint() if record else None
+    life = job.lifetime() if record else None
     if as_json:
         shown = record.model_dump(mode="json", exclude={"last_event"}) if record else {  # "events" has it
             "id": view.id, "state": view.state, "since": view.since.isoformat(),
@@ -134,7 +135,8 @@ def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
         spent = cost.as_json(cost.job_cost(record, now)) if record else None
         click.echo(json.dumps({"job": shown, "events": events, "instances": instances, "cost": spent,
                                 "metrics": [metricview.summary(s) for s in trained],
-                                "checkpoint": asdict(checkpoint) if checkpoint else None}, indent=1, default=str))
+                                "checkpoint": asdict(checkpoint) if checkpoint else None,
+                                "lifetime": asdict(life) if life else None}, indent=1, default=str))
         return
     console = Console()
     for col, cell in zip(COLUMNS, display(view_row(view, now)), strict=True):
@@ -151,6 +153,13 @@ def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
         console.print(f"[bold]{'debug hold':>14}[/bold]  {hold}", highlight=False)
     if record.spec.retry is not None and record.spec.retry.max:  # the errors retried, apart from the restarts
         console.print(f"[bold]{'retries':>14}[/bold]  {record.retries} of {record.spec.retry.max}", highlight=False)
+    if life is not None:  # the policy's bounds on the job's whole life
+        console.print(f"[bold]{'attempts':>14}[/bold]  {life.attempts} of at most {life.max_attempts} (policy "
+                      f"max_attempts_per_job {life.max_attempts_per_job})", highlight=False)
+        console.print(f"[bold]{'last start':>14}[/bold]  {life.last_start:%Y-%m-%d %H:%M} UTC (max_wait "
+                      f"{format_duration(life.max_wait)})", highlight=False)
+        console.print(f"[bold]{'ends by':>14}[/bold]  {life.ends_by:%Y-%m-%d %H:%M} UTC (each attempt at most "
+                      f"{format_duration(life.max_runtime)})", highlight=False)
     for used in record.usage:  # what each attempt ran on, and its estimated cost
         console.print(f"[bold]{'usage':>14}[/bold]  {cost.describe_attempt(used, now)} (estimated)", highlight=False)
     if checkpoint is not None or record.state == State.RUNNING:

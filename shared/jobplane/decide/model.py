@@ -208,6 +208,13 @@ def age(now: datetime, then: datetime) -> float:
     return (now - then).total_seconds()
 
 
+def attempts_spent(record: JobRecord, policy: Policy) -> str:
+    """Why no attempt follows this one when the policy's ceiling on attempts is what stops it (rerun, retry, a
+    failed boot); the spec's own max_restarts and retry.max are checked, and said, first."""
+    return f"attempt {record.attempt} was the last the policy allows (max_attempts_per_job " \
+           f"{policy.max_attempts_per_job})"
+
+
 def grace_for(cap: int, policy: Policy) -> int:
     """How long before an attempt's uptime cap its agents are asked to stop (decide.uptime)."""
     return min(policy.safety.stop_grace, cap // 10)

@@ -1,11 +1,11 @@
 """Rerun's decisions: what to do with each preempted-jobs/<id> marker.
 
-Restarts left and max_wait not exceeded -> relaunch (the launcher claims the job by CAS, so overlapping
-runs launch one attempt); otherwise FAILED with the reason. The marker is cleared only after the new
-attempt is recorded, or once it is stale (the job moved past that attempt, or ended). A marker for a
-RUNNING or LAUNCHING job must name an instance of its current attempt; any other is cleared with an event.
-The ranks of the preempted attempt still alive are terminated with the relaunch (or the failure), before the
-new attempt starts: two lives of one rank must never write checkpoints side by side for long.
+Restarts left, attempts left (the policy's max_attempts_per_job) and max_wait not exceeded -> relaunch (the
+launcher claims the job by CAS, so overlapping runs launch one attempt); otherwise FAILED with the reason. The
+marker is cleared only after the new attempt is recorded, or once it is stale (the job moved past that attempt, or
+ended). A marker for a RUNNING or LAUNCHING job must name an instance of its current attempt; any other is cleared
+with an event. The ranks of the preempted attempt still alive are terminated with the relaunch (or the failure),
+before the new attempt starts: two lives of one rank must never write checkpoints side by side for long.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from jobplane.decide.model import (
     Rule,
     Snapshot,
     age,
+    attempts_spent,
     claim,
     ignored_event,
     trusted_mark,
@@ -69,6 +70,9 @@ def _one(mark: PreemptedMark, record: JobRecord | None, instances: Sequence[Inst
     if record.restarts >= spec.max_restarts:
         return claim(record, Rule.RERUN_EXHAUSTED,
                      Rule.RERUN_EXHAUSTED.reason(why=f"no restarts left (max_restarts {spec.max_restarts})"),
+                     Transition(State.FAILED), ClearPreempted(), *noted, survivors)
+    if record.attempt >= policy.max_attempts(spec):
+        return claim(record, Rule.RERUN_EXHAUSTED, Rule.RERUN_EXHAUSTED.reason(why=attempts_spent(record, policy)),
                      Transition(State.FAILED), ClearPreempted(), *noted, survivors)
     max_wait = policy.max_wait(spec)
     if age(now, record.created_at) > max_wait:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from jobplane.decide.model import ExitReport, age, grace_for
+from jobplane.decide.model import ExitReport, age, attempts_spent, grace_for
 from jobplane.decide.rules import Rule
 from jobplane.metrics import EARLY_STOP
 from jobplane.policy import Policy
@@ -80,6 +80,8 @@ def verdict(record: JobRecord, trigger: Trigger, reports: Iterable[ExitReport], 
     assert rule is not None  # _wants
     if record.retries >= rule.max:
         return Verdict(False, because=f"no retries left (retry.max {rule.max})")
+    if record.attempt >= policy.max_attempts(spec):
+        return Verdict(False, because=attempts_spent(record, policy))
     max_wait = policy.max_wait(spec)
     if age(now, record.created_at) > max_wait:
         return Verdict(False, because=f"max_wait {format_duration(max_wait)} exceeded")

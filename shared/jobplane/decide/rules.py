@@ -112,6 +112,7 @@ class LaunchCause(StrEnum):
     MAX_WAIT = "max-wait"  # still no capacity (or quota) at max_wait: FAILED
     NO_AGENT = "no-agent-bundle"  # the deployment has no agent bundle for the VMs: FAILED
     REJECTED = "launch-rejected"  # the cloud refused the request itself (an image, an account quota): FAILED
+    LAUNCH_ERROR = "launch-error"  # deciding the launch raised (a bug, a value out of range): FAILED with the error
     INVALID = "invalid"  # the spec breaks the policy or the deployment: INVALID
 
 

@@ -44,6 +44,7 @@ from jobplane.decide.model import (
     age,
     alive,
     attempt_instances,
+    attempts_spent,
     claim,
     ignore,
     trusted_mark,
@@ -370,11 +371,16 @@ def _boot_timeout(job: Seen) -> Action | None:
     why = (f"the agent never started: no heartbeat from rank {', '.join(map(str, missing))} within boot_timeout "
            f"{format_duration(timeout)} ({CONSOLE_HINT.format(job_id=record.id, attempt=record.attempt)})")
     doomed, consoles = Terminate(terminable(job.instances)), _consoles(record, missing)
-    if record.restarts < record.spec.max_restarts:
+    if record.restarts >= record.spec.max_restarts:
+        spent = f"no restarts left (max_restarts {record.spec.max_restarts})"
+    elif record.attempt >= job.policy.max_attempts(record.spec):
+        spent = attempts_spent(record, job.policy)
+    elif age(job.now, record.created_at) > (max_wait := job.policy.max_wait(record.spec)):
+        spent = f"max_wait {format_duration(max_wait)} exceeded"  # no attempt starts after it, as a rerun's
+    else:
         return claim(record, Rule.BOOT_RETRY, Rule.BOOT_RETRY.reason(why=why, next=record.attempt + 1),
                      doomed, Relaunch(), consoles)
-    return claim(record, Rule.BOOT_FAILED,
-                 Rule.BOOT_FAILED.reason(why=f"{why}; no restarts left (max_restarts {record.spec.max_restarts})"),
+    return claim(record, Rule.BOOT_FAILED, Rule.BOOT_FAILED.reason(why=f"{why}; {spent}"),
                  Transition(State.FAILED), doomed, consoles)
 
 

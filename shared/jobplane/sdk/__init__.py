@@ -32,14 +32,14 @@ from jobplane.sdk.errors import (
     SweepNotFound,
     Timeout,
 )
-from jobplane.sdk.job import Job, LogLine, Metric, Stored
+from jobplane.sdk.job import Job, Lifetime, LogLine, Metric, Stored
 from jobplane.sdk.sweep import Sweep, TrialRow
 from jobplane.sdk.watch import Output, Watch
 from jobplane.states import State
 
 __all__ = [
     "Artifact", "BackendError", "Cancelled", "Checkpoint", "Client", "ConfigurationError", "FieldError", "InvalidSpec",
-    "Job", "JobExists", "JobNotFound", "JobView", "JobplaneError", "LogLine", "Metric", "Output", "Refused", "Sample",
-    "State", "Status", "Stored", "Submission", "Sweep", "SweepNotFound", "Timeout", "TrialRow", "UploadProgress",
-    "Watch", "prepare",
+    "Job", "JobExists", "JobNotFound", "JobView", "JobplaneError", "Lifetime", "LogLine", "Metric", "Output", "Refused",
+    "Sample", "State", "Status", "Stored", "Submission", "Sweep", "SweepNotFound", "Timeout", "TrialRow",
+    "UploadProgress", "Watch", "prepare",
 ]

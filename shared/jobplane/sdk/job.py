@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -103,6 +103,22 @@ class Stored:
     files: list[tuple[str, int]]
     count: int
     size: int
+
+
+@dataclass(frozen=True)
+class Lifetime:
+    """How long a job may live, under the deployment's policy as it is now: `attempts` so far, of at most
+    `max_attempts` (its first, max_restarts reruns and retry.max retries, within the policy's
+    `max_attempts_per_job`); no attempt starts after `last_start` (submission + `max_wait`; None until the launcher
+    has recorded the job), and each runs at most `max_runtime` seconds, so the job is over by `ends_by`."""
+
+    attempts: int
+    max_attempts: int
+    max_attempts_per_job: int
+    max_wait: int
+    max_runtime: int
+    last_start: datetime | None
+    ends_by: datetime | None
 
 
 class Job:
@@ -281,6 +297,22 @@ class Job:
                 if len(files) < limit:
                     files.append((key.removeprefix(prefix), size))
         return Stored(files, count, total)
+
+    def lifetime(self) -> Lifetime:
+        """Its bounds as the policy has them now (reads the policy): attempts so far and at most, the last time an
+        attempt may start, how long each may run. A job not yet recorded is measured from its spec."""
+        with translated():
+            policy = self._client._registry.policy()
+        view = self._view
+        record = view.record
+        spec = record.spec if record is not None else view.spec
+        if spec is None:
+            raise Refused(f"job {self.id} was rejected: it has no spec to measure")
+        max_wait, max_runtime = policy.max_wait(spec), policy.max_runtime(spec)
+        last = record.created_at + timedelta(seconds=max_wait) if record is not None else None
+        return Lifetime(attempts=record.attempt if record is not None else 0, max_attempts=policy.max_attempts(spec),
+                        max_attempts_per_job=policy.max_attempts_per_job, max_wait=max_wait, max_runtime=max_runtime,
+                        last_start=last, ends_by=last + timedelta(seconds=max_runtime) if last else None)
 
     def checkpoint(self) -> jobs.Checkpoint | None:
         """The newest checkpoint in the bucket (what a next attempt would restore), or None."""

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from jobplane import keys
 from jobplane.clouds.base import NotFound, PreconditionFailed
 from jobplane.registry import CAS_RETRIES, Registry, RegistryError, backoff
-from jobplane.spec import known_fields
+from jobplane.spec import STORED, known_fields
 from jobplane.sweeps.record import SweepRecord
 
 log = logging.getLogger("jobplane.sweeps")
@@ -67,7 +67,7 @@ def get(reg: Registry, sweep_id: str) -> tuple[SweepRecord, str]:
         data = json.loads(blob.data)
         if isinstance(data, dict) and isinstance(data.get("spec"), dict):
             data["spec"] = known_fields(data["spec"])  # a newer version's spec fields: ignored
-        return SweepRecord.model_validate(data), blob.version
+        return SweepRecord.model_validate(data, context=STORED), blob.version
     except ValueError as exc:
         raise UnreadableSweep(sweep_id, str(exc).replace("\n", " ")[:500]) from None
 
