@@ -179,3 +179,13 @@ def test_max_parallel_above_the_owner_quota_is_a_policy_error() -> None:
     [error] = check_against_policy(spec, parse_policy("max_active_instances_per_owner: 64\n"))
     assert str(error) == ("sweep.max_parallel: 20 trials of 4 node(s) at once can never fit the owner quota of 64 "
                           "active instances")
+
+
+def test_debug_hold_is_refused_in_a_sweep_naming_the_field() -> None:
+    """A held FAILED trial has ended for the sweep, which proposes the next while the hold keeps its VMs up (a day
+    at most): the sweep's VMs would exceed max_parallel. One trial's failure is looked at as a job of its own."""
+    doc = sweep_doc("parameters: {n: {int: [1, 3]}}\nmax_trials: 3", head=BASE + METRICS + "debug_hold: 30m\n")
+    assert errors_of(doc) == ["debug_hold: not in a sweep: a failed trial's held VMs would run beside the next "
+                              "trials, past sweep.max_parallel; submit the failed trial's parameters as a job with "
+                              "debug_hold to look at it"]
+    assert parse_spec(BASE + METRICS + "debug_hold: 30m\n").debug_hold == 1800  # a job's own stays

@@ -232,6 +232,10 @@ def problems(spec: JobSpec, job_id: str | None) -> list[FieldError]:
         elif (other := fixed.get(variable) or swept.setdefault(variable, name)) != name:
             where = "hyperparameters" if variable in fixed else "sweep.parameters"
             errors.append(FieldError(f"sweep.parameters.{name}", f"becomes {variable}, as {other!r} in {where} does"))
+    if spec.debug_hold is not None:  # a held FAILED trial has ended for the sweep, but its VMs run on for up to a day
+        errors.append(FieldError("debug_hold", "not in a sweep: a failed trial's held VMs would run beside the next "
+                                               "trials, past sweep.max_parallel; submit the failed trial's parameters "
+                                               "as a job with debug_hold to look at it"))
     if len(spec.hyperparameters) + len(sweep.parameters) > MAX_PARAMETERS:
         errors.append(FieldError("sweep.parameters", f"{len(sweep.parameters)} swept and {len(spec.hyperparameters)} "
                                                      f"fixed hyperparameters: a trial takes at most {MAX_PARAMETERS}"))
