@@ -1,6 +1,7 @@
 """`jobplane ssh` on the local cloud: a command in a running job's VM (inside its Debian 12 image, as one of its
 processes), refused while the policy's access.ssh is off, and for a rank the job does not have; a failed job's VM
-while its debug_hold lasts."""
+while its debug_hold lasts. A second local cloud started with ssh on (`local up --policy`) beside this one is its
+own: its own moto and policy, and one on this cloud's port fails naming it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import yaml
 
 from jobplane import keys
 from jobplane.local import rootfs
-from jobplane.local.demo import CloudProcess
+from jobplane.local.demo import REPO, CloudProcess
+from jobplane.policy import parse_policy
 from jobplane.registry import utcnow
 from jobplane.states import State
 from tests.helpers import wait_for
@@ -83,3 +85,33 @@ def test_a_failed_job_s_debug_hold_keeps_its_vm_for_a_look_then_the_sweeper_ends
     ended = reg.job(job_id)
     assert not any(u.open for u in ended.usage) and ended.usage[0].instances[0].end is not None
     assert ended.usage[0].instances[0].end >= failed.held_until  # the hold is billed
+
+
+def test_a_second_local_cloud_beside_is_its_own_and_one_on_a_busy_port_fails_naming_it(cloud: CloudProcess,
+                                                                                      tmp_path: Path) -> None:
+    """About 4 s: one more cloud up and down (a second `local up` on a busy port once used the first's moto as its
+    own, overwrote its policy and ran its jobs' VMs a second time)."""
+    reg = cloud.registry()
+    policy = reg.get_bytes(keys.POLICY)
+    port = int(cloud.state["AWS_ENDPOINT_URL"].rsplit(":", 1)[1])
+    busy = CloudProcess(tmp_path / "busy", port=port)
+    try:
+        with pytest.raises(RuntimeError, match="local up exited 1"):
+            busy.start()
+    finally:
+        busy.stop()
+    said = (tmp_path / "busy" / "local-cloud.log").read_text()
+    assert f"port {port} on 127.0.0.1 is in use (by another local cloud?)" in said and "--port 0" in said, said
+    # beside it, with docs/local.md's policy file (ssh on)
+    second = CloudProcess(tmp_path / "second", policy=REPO / "examples" / "local" / "policy-ssh.yaml")
+    try:
+        second.start()
+        assert second.state["AWS_ENDPOINT_URL"] != cloud.state["AWS_ENDPOINT_URL"]
+        assert second.state["services"]["moto"] != cloud.state["services"]["moto"]
+        assert parse_policy(second.registry().get_bytes(keys.POLICY)).access.ssh
+        second.registry().put("second-only", b"x")
+        assert not reg.has("second-only")
+    finally:
+        second.stop()
+        assert not second.leftovers()
+    assert reg.get_bytes(keys.POLICY) == policy and not parse_policy(policy).access.ssh

@@ -20,9 +20,11 @@ LOOPBACK = "127.0.0.1"
               help=f"Interface to serve on (default {LOOPBACK}). Anything else exposes your registry to that "
                    "network with your credentials: only behind your own access control.")
 @click.option("--open", "open_browser", is_flag=True, help="Open the dashboard in your web browser.")
+@click.option("--fd", type=int, default=None, hidden=True,
+              help="Serve on this inherited listening socket (`jobplane local up`'s dashboard: the port it bound).")
 @registry_options
 @cloud_errors
-def ui(port: int, host: str | None, open_browser: bool, **conn: str | None) -> None:
+def ui(port: int, host: str | None, open_browser: bool, fd: int | None, **conn: str | None) -> None:
     """Serve the web dashboard: jobs, their logs, metrics and cost, live.
 
     \b
@@ -46,12 +48,15 @@ def ui(port: int, host: str | None, open_browser: bool, **conn: str | None) -> N
     app = create_app(client(**conn), csrf_token=secrets.token_urlsafe(32),
                      allowed_hosts=LOOPBACK_NAMES if host in LOOPBACK_NAMES else ("*",))
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        raise UserError(f"cannot serve on {host}:{port}: {exc.strerror} (--port 0 picks a free port)") from None
+    if fd is not None:
+        sock = socket.socket(fileno=fd)  # bound and listening already
+    else:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise UserError(f"cannot serve on {host}:{port}: {exc.strerror} (--port 0 picks a free port)") from None
     url = f"http://{f'[{host}]' if family == socket.AF_INET6 else host}:{sock.getsockname()[1]}/"
     click.echo(f"jobplane ui: {url} (Ctrl-C stops it)", err=True)
     if open_browser:

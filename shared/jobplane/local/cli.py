@@ -53,28 +53,47 @@ def no_running_instance(job_id: str, rank: int | None) -> click.ClickException:
               help="Seconds between runner/trigger passes; scheduled functions run every max(tick, 2) s.")
 @click.option("--ui-port", type=int, default=8765, show_default=True,
               help="Port of the dashboard (`jobplane ui`) started beside it on 127.0.0.1; 0: any free, -1: none.")
+@click.option("--policy", "policy_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Policy fields (config/policy.yaml's) over the local cloud's, e.g. `access: {ssh: true}` for "
+                   "`jobplane ssh`; a section it names is merged field by field.")
 @state_dir_option
-def up(cloud: str, port: int, tick: float, ui_port: int, state_dir: Path | None) -> None:
+def up(cloud: str, port: int, tick: float, ui_port: int, policy_file: Path | None, state_dir: Path | None) -> None:
     """Start the local cloud in the foreground; print the exports a second shell needs. Ctrl-C stops it all.
 
     \b
     Example:
       jobplane local up --cloud gcp --port 5055 --tick 1
+      jobplane local up --policy ssh.yaml   # ssh.yaml: access: {ssh: true}
     """
     from jobplane.local.cloud import up as run_up
     from jobplane.local.control import state_dir as default_state_dir
     from jobplane.ui.beside import Beside
 
+    policy = read_policy(policy_file) if policy_file is not None else None
     directory = default_state_dir(state_dir)
     directory.mkdir(parents=True, exist_ok=True)
     ui = Beside(directory, ui_port, os.environ) if ui_port >= 0 else None
     try:
-        run_up(directory, port, tick, cloud)
+        run_up(directory, port, tick, cloud, policy)
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
     finally:
         if ui is not None:
             ui.stop()
+
+
+def read_policy(path: Path) -> dict[str, Any]:
+    """`local up --policy FILE`'s fields, checked over the local policy before anything starts."""
+    from jobplane.errors import SpecError
+    from jobplane.local.cloud import local_policy
+    from jobplane.spec import load_document
+
+    try:
+        fields = load_document(path.read_bytes(), "policy")
+        local_policy("", fields)
+    except SpecError as exc:
+        raise click.ClickException("; ".join(f"{path}: {err}" for err in exc.errors)) from None
+    return fields
 
 
 @local.command()

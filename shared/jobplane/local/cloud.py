@@ -19,6 +19,7 @@ is `oci_image` in the state file), never from a public one.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -32,9 +33,12 @@ import time
 import urllib.error
 import urllib.request
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
+
+import yaml
 
 from jobplane import agent_bundle, bundling, keys
 from jobplane.local import cache_dir
@@ -42,6 +46,7 @@ from jobplane.local.console import Console, ConsoleHandler, notified_line
 from jobplane.local.control import STATE_FILE, ControlServer
 from jobplane.local.triggers import Functions, TriggerLoop
 from jobplane.local.waiting import WaitTimeout, wait_for
+from jobplane.policy import parse_policy
 from jobplane.registry import Registry
 
 log = logging.getLogger("local-cloud")  # not under "jobplane": the functions' loggers own that
@@ -67,27 +72,82 @@ safety:
 """
 
 
+def local_policy(placement: str, overrides: Mapping[str, Any] | None = None) -> str:
+    """The local cloud's policy: LOCAL_POLICY with the cloud's placement, and the fields of `local up --policy FILE`
+    over it (a value it sets wins; a section it names, such as `safety:`, is merged field by field). A bad field
+    raises SpecError naming it."""
+    text = LOCAL_POLICY.format(placement=placement)
+    if overrides:
+        doc = _merged(yaml.safe_load(text), overrides)
+        text = (text.splitlines(keepends=True)[0] + "# with the fields of `jobplane local up --policy`\n"
+                + yaml.safe_dump(doc, sort_keys=False))
+    parse_policy(text)
+    return text
+
+
+def _merged(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        below = out.get(key)
+        out[key] = _merged(below, value) if isinstance(value, dict) and isinstance(below, dict) else value
+    return out
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
+class PortInUse(RuntimeError):
+    """A port the local cloud was told to serve on is taken (by another local cloud?)."""
+
+    def __init__(self, port: int, option: str = "--port") -> None:
+        super().__init__(f"port {port} on 127.0.0.1 is in use (by another local cloud?): choose another {option}, "
+                         f"or {option} 0 for a free one")
+        self.port = port
+
+
+def listening_socket(port: int, option: str = "--port") -> socket.socket:
+    """A socket listening on 127.0.0.1:port (0: a free one), to hand to the server that will answer there. From
+    here on the port is this process's and that server's: whatever answers on it is ours, never another's. A
+    port some other socket listens on raises PortInUse naming it and the option that chose it."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port left in TIME_WAIT by our last run is free
+    try:
+        sock.bind(("127.0.0.1", port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise PortInUse(port, option) from None
+        raise
+    return sock
+
+
 class ServiceProcess:
     """An API emulator in its own process (moto's server, the GCS fake): the runner, the functions and the VMs
-    share no GIL with it."""
+    share no GIL with it. It serves on a socket this process binds and hands it (`--fd`), so a busy port fails
+    the start naming it, and the server that answers is the one we started."""
 
     def __init__(self, module: str, port: int = 0, *args: str) -> None:
         self.module, self.args = module, args
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.port = port  # 0: a free one, chosen at start
         self.proc: subprocess.Popen[bytes] | None = None
 
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
     def start(self, log_path: Path, env: dict[str, str] | None = None, timeout: float = 30) -> ServiceProcess:
-        with log_path.open("ab") as out:
-            command = [sys.executable, "-m", self.module, "-H", "127.0.0.1", "-p", str(self.port), *self.args]
+        with listening_socket(self.port) as sock, log_path.open("ab") as out:
+            self.port = sock.getsockname()[1]
+            fd = sock.fileno()
+            command = [sys.executable, "-m", self.module, "-H", "127.0.0.1", "-p", str(self.port), "--fd", str(fd),
+                       *self.args]
             self.proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env={**os.environ, **(env or {})})
+                                         env={**os.environ, **(env or {})}, pass_fds=(fd,))
+        # closed here: the child holds the only copy, so the port is free again the moment it exits
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
         def answers() -> bool:
@@ -125,8 +185,10 @@ class LocalCloud:
     hidden_env: tuple[str, ...] = ()  # never a VM's: the other cloud's variables, and those only the functions use
 
     def __init__(self, state_dir: Path, port: int = 0, tick: float = 1.0, bucket: str = BUCKET,
-                 schedule: float | None = None) -> None:
+                 schedule: float | None = None, policy: Mapping[str, Any] | None = None) -> None:
+        """policy: fields over the local policy's (`local up --policy FILE`), checked by local_policy."""
         self.state_dir = state_dir.resolve()
+        self.policy = dict(policy or {})
         self.port = port
         self.tick = tick
         self.schedule = schedule if schedule is not None else max(tick, 2.0)
@@ -201,7 +263,7 @@ class LocalCloud:
         reg, placement, images = self.provision()
         self.reg = reg
         publish_agent(reg, self.cloud)
-        reg.put(keys.POLICY, LOCAL_POLICY.format(placement=placement).encode(), "application/yaml")
+        reg.put(keys.POLICY, local_policy(placement, self.policy).encode(), "application/yaml")
         clean(self.state_dir)
         self.index = PackageIndex()
         self.index.start()
@@ -294,24 +356,25 @@ def publish_agent(reg: Registry, cloud: str) -> None:
     reg.put(keys.agent_file(agent_bundle.MANIFEST), agent_bundle.manifest([variant]))
 
 
-def make(cloud: str, state_dir: Path, port: int = 0, tick: float = 1.0) -> LocalCloud:
+def make(cloud: str, state_dir: Path, port: int = 0, tick: float = 1.0,
+         policy: Mapping[str, Any] | None = None) -> LocalCloud:
     if cloud == "gcp":
         from jobplane.local.gcp import GcpLocalCloud
 
-        return GcpLocalCloud(state_dir, port=port, tick=tick)
+        return GcpLocalCloud(state_dir, port=port, tick=tick, policy=policy)
     from jobplane.local.aws import AwsLocalCloud
 
-    return AwsLocalCloud(state_dir, port=port, tick=tick)
+    return AwsLocalCloud(state_dir, port=port, tick=tick, policy=policy)
 
 
-def up(state_dir: Path, port: int, tick: float, cloud: str = "aws") -> None:
+def up(state_dir: Path, port: int, tick: float, cloud: str = "aws", policy: Mapping[str, Any] | None = None) -> None:
     """Run until SIGINT/SIGTERM, then leave nothing behind."""
     state_dir.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         filename=state_dir / FUNCTIONS_LOG)
     logging.getLogger("botocore").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message="No application metrics to publish")
-    local = make(cloud, state_dir, port, tick)
+    local = make(cloud, state_dir, port, tick, policy)
     logging.getLogger("local-cloud").addHandler(ConsoleHandler(local.console))
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

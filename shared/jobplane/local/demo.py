@@ -65,9 +65,12 @@ ENDPOINTS = ("AWS_ENDPOINT_URL", "STORAGE_EMULATOR_HOST", "JOBPLANE_COMPUTE_ENDP
 class CloudProcess:
     """`jobplane local up` in a child process: what a user runs in their first shell (tests use it too)."""
 
-    def __init__(self, state_dir: Path, tick: float = 1.0, cloud: str = "aws", ui: bool = False) -> None:
+    def __init__(self, state_dir: Path, tick: float = 1.0, cloud: str = "aws", ui: bool = False, port: int = 0,
+                 policy: Path | None = None) -> None:
         self.state_dir = state_dir
         self.ui = ui  # the dashboard beside it (`local up --ui-port 0`); tests start their own when they want one
+        self.port = port  # the cloud's API (`local up --port`): any free one unless a test asks for a busy one
+        self.policy = policy  # `local up --policy`
         self.tick = tick
         self.cloud = cloud
         self.proc: subprocess.Popen[bytes] | None = None
@@ -78,8 +81,9 @@ class CloudProcess:
         env = {k: v for k, v in os.environ.items() if k not in ENDPOINTS}
         with (self.state_dir / "local-cloud.log").open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "jobplane.cli", "local", "up", "--cloud", self.cloud, "--port", "0",
-                 "--tick", str(self.tick), "--state-dir", str(self.state_dir), "--ui-port", "0" if self.ui else "-1"],
+                [sys.executable, "-m", "jobplane.cli", "local", "up", "--cloud", self.cloud, "--port", str(self.port),
+                 "--tick", str(self.tick), "--state-dir", str(self.state_dir), "--ui-port", "0" if self.ui else "-1",
+                 *(["--policy", str(self.policy)] if self.policy else [])],
                 stdout=out, stderr=subprocess.STDOUT,
                 env=env, stdin=subprocess.DEVNULL)
         proc, log = self.proc, self.state_dir / "local-cloud.log"

@@ -175,8 +175,11 @@ class FakeGcsServer(BackgroundServer):
 
     name = "fake-gcs"
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, vm_reads: tuple[str, ...] = ()) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, vm_reads: tuple[str, ...] = (),
+                 fd: int | None = None) -> None:
+        """fd: a listening socket to serve on instead of binding host:port (one a parent process bound)."""
         super().__init__(host, port)
+        self._fd = fd
         self._vm_rules = fake_sts.read_only(vm_reads)
         self.boundaries: dict[str, dict[str, Any]] = {}  # minted token -> the boundary (STS options) it carries
         self._rules: dict[str, tuple[fake_sts.Rule, ...]] = {}
@@ -192,7 +195,8 @@ class FakeGcsServer(BackgroundServer):
     # -- lifecycle -------------------------------------------------------------------------------
 
     def make_server(self) -> BaseWSGIServer:
-        return make_server(self._host, self._port, self._wsgi, threaded=True, request_handler=_QuietHandler)
+        return make_server(self._host, self._port, self._wsgi, threaded=True, request_handler=_QuietHandler,
+                           fd=self._fd)
 
     @property
     def endpoint(self) -> str:
@@ -605,11 +609,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bucket", action="append", default=[], help="create this bucket (repeatable)")
     parser.add_argument("--vm-reads", action="append", default=[], metavar="BUCKET/PREFIX",
                         help="the VM's own token may read only here in that bucket (repeatable)")
+    parser.add_argument("--fd", type=int, default=None, help="serve on this inherited listening socket")
     args = parser.parse_args(argv)
     stopped = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopped.set())
-    server = FakeGcsServer(args.host, args.port, vm_reads=tuple(args.vm_reads))
+    server = FakeGcsServer(args.host, args.port, vm_reads=tuple(args.vm_reads), fd=args.fd)
     server.start()
     try:
         for name in args.bucket:

@@ -16,6 +16,7 @@ built (jobplane.local.rootfs), and PODMAN_IMAGE the Debian 12 + podman image whe
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import secrets
@@ -26,7 +27,7 @@ from jobplane import bundling, images, keys
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, TAG_MANAGED
 from jobplane.clouds.gce_metadata import gce_key
 from jobplane.local import rootfs
-from jobplane.local.cloud import LocalCloud, ServiceProcess, free_port
+from jobplane.local.cloud import LocalCloud, PortInUse, ServiceProcess, free_port
 from jobplane.local.cloud_functions import CloudFunctions, HttpFunction
 from jobplane.local.fake_compute import DEFAULT_ZONES, FakeComputeServer
 from jobplane.local.google_identity import VM_SERVICE_ACCOUNT, LocalIdentityIssuer
@@ -52,7 +53,7 @@ class GcpLocalCloud(LocalCloud):
         self.gcs = ServiceProcess("jobplane.local.fake_gcs", port, "--bucket", self.bucket,
                                   "--vm-reads", f"{self.bucket}/{keys.AGENT}")
         self.compute = FakeComputeServer(PROJECT, op_polls=0, consoles=self.state_dir / "instances",
-                                         port=port + 1 if port else free_port())
+                                         port=port + 1 if port else 0)
         self.topic = PubSubTopic(TOPIC)
         self.issuer = LocalIdentityIssuer()
         self.vend_port = free_port()
@@ -65,7 +66,12 @@ class GcpLocalCloud(LocalCloud):
 
     def start_services(self) -> None:
         self.gcs.start(self.state_dir / "gcs.log")
-        self.compute.start()
+        try:
+            self.compute.start()
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:  # --port's next one
+                raise PortInUse(self.gcs.port + 1) from None
+            raise
         self.topic.start()
         self.issuer.start()
 

@@ -19,7 +19,7 @@
   either wins), evaluated by jobplane.local.iam_policy with the s3:prefix of a listing. A GET or HEAD of a
   missing key is a 403, not a 404, for a session that may not list the whole bucket, as on S3. moto's own
   enforcement stays off: the local cloud's static keys (functions, CLI, tests) are not checked.
-`python -m jobplane.local.moto_server -H HOST -p PORT` runs moto's own server with these applied.
+`python -m jobplane.local.moto_server -H HOST -p PORT [--fd FD]` runs moto's own server with these applied.
 """
 
 from __future__ import annotations
@@ -212,11 +212,24 @@ def patch_moto() -> None:
     enforce_sts_sessions()
 
 
-def main() -> None:
-    patch_moto()
-    from moto.server import main as moto_main
+def main(argv: list[str] | None = None) -> None:
+    """moto's server (as `moto_server -H HOST -p PORT`), patched; with --fd, on a listening socket the parent
+    bound and passed (jobplane.local.cloud.ServiceProcess), so the port is known to be this server's."""
+    import argparse
 
-    moto_main()
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+    from werkzeug.serving import make_server
+
+    parser = argparse.ArgumentParser(prog="python -m jobplane.local.moto_server", description=main.__doc__)
+    parser.add_argument("-H", "--host", default="127.0.0.1")
+    parser.add_argument("-p", "--port", type=int, default=5000)
+    parser.add_argument("--fd", type=int, default=None, help="serve on this inherited listening socket")
+    args = parser.parse_args(argv)
+    patch_moto()
+    app = DomainDispatcherApplication(create_backend_app)
+    server = make_server(args.host, args.port, app, threaded=True, request_handler=MotoRequestHandler, fd=args.fd)
+    os.environ.setdefault("MOTO_PORT", str(server.server_address[1]))  # moto's own URLs (SQS queues) name it
+    server.serve_forever()
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
 """The dashboard beside `jobplane local up`: once the local cloud has written its state file, `jobplane ui` runs
 as a child process over its registry (the exports a second shell would source), and its URL is printed and kept
-in the state directory (UI_URL_FILE) for `make demo` to point at."""
+in the state directory (UI_URL_FILE) for `make demo` to point at. Its port is bound here at once and handed to
+the child, so a busy one is said at start, and the URL printed is never another local cloud's dashboard."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -14,7 +16,7 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
-from jobplane.local.cloud import free_port
+from jobplane.local.cloud import PortInUse, listening_socket
 from jobplane.local.control import STATE_FILE
 
 UI_URL_FILE = "ui-url"
@@ -33,12 +35,18 @@ class Beside:
 
     def __init__(self, state_dir: Path, port: int, environment: Mapping[str, str], timeout: float = 120) -> None:
         """environment: the process's (the entry point reads it), to which the local cloud's exports are added."""
-        self.state_dir, self.port, self.timeout = state_dir, port, timeout
+        self.state_dir, self.timeout = state_dir, timeout
         self.environment = dict(environment)
         self.proc: subprocess.Popen[bytes] | None = None
         self.stopping = threading.Event()
         (state_dir / UI_URL_FILE).unlink(missing_ok=True)
         self.thread = threading.Thread(target=self._run, name="jobplane-ui", daemon=True)
+        self.sock: socket.socket | None = None
+        try:
+            self.sock = listening_socket(port, "--ui-port")
+        except PortInUse as exc:
+            print(f"dashboard: not started: {exc}", flush=True)
+            return
         self.thread.start()
 
     def _state(self) -> dict[str, object] | None:
@@ -60,10 +68,12 @@ class Beside:
         except ImportError:
             print("dashboard: not started (pip install 'jobplane[ui]' for `jobplane ui`)", flush=True)
             return
-        port = self.port or free_port()
+        assert self.sock is not None
+        port, fd = self.sock.getsockname()[1], self.sock.fileno()
         env = {**self.environment, **{k: str(v) for k, v in state.items() if k.isupper()}}
-        with (self.state_dir / "ui.log").open("ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "jobplane.cli", "ui", "--port", str(port)], env=env,
+        with self.sock, (self.state_dir / "ui.log").open("ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "jobplane.cli", "ui", "--port", str(port), "--fd",
+                                          str(fd)], env=env, pass_fds=(fd,),
                                          stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         url = f"http://127.0.0.1:{port}"
         while not self.stopping.is_set() and self.proc.poll() is None and time.monotonic() < deadline:
@@ -81,7 +91,10 @@ class Beside:
 
     def stop(self) -> None:
         self.stopping.set()
-        self.thread.join(5)
+        if self.thread.is_alive():
+            self.thread.join(5)
+        if self.sock is not None:
+            self.sock.close()  # never handed over (the cloud did not start), or handed and closed already
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
