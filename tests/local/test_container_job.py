@@ -7,6 +7,7 @@ runs to the end through GCP's bootstrap and agent."""
 
 from __future__ import annotations
 
+import json
 import re
 import textwrap
 from pathlib import Path
@@ -65,7 +66,8 @@ def code(tmp_path: Path) -> Path:
 
 def test_a_container_job_is_preempted_and_resumes_from_its_checkpoint_in_a_new_container(
         cloud: CloudProcess, tmp_path: Path) -> None:
-    image = cloud.state["oci_image"]
+    image = json.loads(cli_ok(cloud, "local", "status"))["oci_image"]  # where a user finds it, and local up says it
+    assert image == cloud.state["oci_image"] and image in (cloud.state_dir / "local-cloud.log").read_text()
     job_id = submit(cloud, container_spec(tmp_path, "boxed", image), code(tmp_path))
     wait_saved(cloud, job_id, 6)
     preempt(cloud, job_id)

@@ -172,7 +172,8 @@ def pause(function: str, resume: bool, state_dir: Path | None) -> None:
 @local.command()
 @state_dir_option
 def status(state_dir: Path | None) -> None:
-    """Show the running local cloud's instances and function invocations as JSON.
+    """Show the running local cloud's instances, function invocations and the reference of the container image
+    its registry serves (oci_image: what a `container:` job names here; it changes with each `local up`) as JSON.
 
     \b
     Example:

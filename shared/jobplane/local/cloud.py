@@ -14,7 +14,7 @@ images of its own, so jobs boot through the image aliases: Ubuntu's stand for th
 has no Ubuntu), and Debian's for the stock Debian 12 image when it is built (jobplane.local.rootfs). VMs
 install requirements.txt from a package index on loopback (jobplane.local.package_index), never from PyPI, and
 pull container images from a registry on loopback (jobplane.local.oci_registry; its jobplane/debian:12 reference
-is `oci_image` in the state file), never from a public one.
+is printed at start, and is `oci_image` in the state file and in `jobplane local status`), never from a public one.
 """
 
 from __future__ import annotations
@@ -282,7 +282,8 @@ class LocalCloud:
             "instances": lambda b: {"instance_id": self.instance_by_hand(
                 bool(b.get("managed", True)), b.get("job_id"), b.get("attempt"), b.get("user_data", ""))},
             "pause": lambda b: {"paused": functions.pause(str(b["function"]), bool(b.get("paused", True)))},
-            "status": lambda b: {"cloud": self.cloud, "instances": self.runner.status(),
+            "status": lambda b: {"cloud": self.cloud, "oci_image": self.oci_image,
+                                 "instances": self.runner.status(),
                                  "invocations": functions.invocations, "errors": functions.errors,
                                  "paused": sorted(functions.paused), "missing": sorted(functions.missing)},
         }).start()
@@ -297,6 +298,12 @@ class LocalCloud:
         self.oci_registry = oci_registry.LocalRegistry()
         self.oci_registry.start()
 
+    @property
+    def oci_image(self) -> str | None:
+        """The reference a `container:` job names for the image the cloud's registry serves; its port, so the
+        reference, changes with each start."""
+        return self.oci_registry.reference() if self.oci_registry else None
+
     def _record(self, job_id: str) -> Any:
         from jobplane.registry import JobNotFound
 
@@ -308,7 +315,7 @@ class LocalCloud:
     def _write_state(self) -> None:
         state = {"pid": os.getpid(), "cloud": self.cloud, "cloud_id": self.cloud_id,
                  "control_url": self.control.url if self.control else None, "services": self.services(),
-                 "oci_image": self.oci_registry.reference() if self.oci_registry else None,
+                 "oci_image": self.oci_image,
                  **self.exports}
         # and where the local cloud is, for the commands that reach its VMs (`jobplane ssh`, `jobplane local`)
         shell = {**self.exports, "JOBPLANE_LOCAL_STATE": str(self.state_dir.resolve())}
@@ -388,6 +395,9 @@ def up(state_dir: Path, port: int, tick: float, cloud: str = "aws", policy: Mapp
         print(f"export {key}={value}", flush=True)
     print(f"(or: source {local.state_dir / 'env.sh'})  Ctrl-C stops everything.", flush=True)
     print(f"function logs and metrics: {local.state_dir / FUNCTIONS_LOG}", flush=True)
+    if local.oci_image:
+        print(f"container image (a `container:` job's image here; also in `jobplane local status`): {local.oci_image}",
+              flush=True)
     try:
         local.run()
     finally:
