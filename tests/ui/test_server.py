@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import socket
 from datetime import UTC, datetime, timedelta
+from urllib.parse import urlencode
 
 import pytest
 
@@ -71,6 +72,27 @@ def test_the_jobs_page_lists_live_jobs_with_counts_and_filters(reg: Registry, cl
     assert 'data-job="alpha"' in client.get("/fragments/jobs", params={"label": "team=vision"}).text
     assert 'data-job="alpha"' not in client.get("/fragments/jobs", params={"label": "team=nlp"}).text
     assert 'data-job="beta"' not in client.get("/fragments/jobs", params={"q": "alph"}).text
+
+
+def test_the_filters_put_the_page_s_own_url_in_the_address_bar(reg: Registry, client: TestClient) -> None:
+    """htmx pushes the URL the filters ask (hx-push-url="true"): reloaded or bookmarked, it must be the page with
+    its navigation and styles, not a bare table. The answer holds the table the form swaps in."""
+    seed(reg, "alpha")
+    seed(reg, "beta", running=False)
+    form = re.search(r'<form id="filters"[^>]*>', client.get("/").text)
+    assert form is not None
+    attrs = dict(re.findall(r'([\w-]+)="([^"]*)"', form.group(0)))
+    asked = attrs["hx-get"] + "?" + urlencode({"state": "RUNNING", "owner": "", "label": "", "q": "", "sort": "age",
+                                               "desc": ""})
+    answer = client.get(asked, headers={"HX-Request": "true", "HX-Trigger": "filters"}).text
+    table = re.search(r'<section id="jobs".*?</section>', answer, re.S)
+    assert attrs["hx-target"] == attrs.get("hx-select", attrs["hx-target"]) == "#jobs" and table is not None
+    assert 'data-job="alpha"' in table.group(0) and 'data-job="beta"' not in table.group(0)
+    pushed = asked if attrs["hx-push-url"] == "true" else attrs["hx-push-url"]
+    reloaded = client.get(pushed).text
+    assert "<nav>" in reloaded and 'href="/static/app.css"' in reloaded
+    assert "<option selected>RUNNING</option>" in reloaded
+    assert 'data-job="alpha"' in reloaded and 'data-job="beta"' not in reloaded
 
 
 def test_script_in_a_name_a_log_and_a_metric_is_text(reg: Registry, client: TestClient) -> None:
