@@ -1,10 +1,10 @@
 """The dashboard's jobs page at scale: time to first byte and to the whole page, and the store calls one page view
 makes, over N recorded jobs in the in-memory registry (jobplane.clouds.memory.MemoryStore, which counts its calls).
 
-Seeds N jobs (a fifth RUNNING, the rest SUCCEEDED, each with its events and active/ marker), serves the app with
-uvicorn on loopback, and fetches the jobs page over HTTP: the first view (every record read once), then warm views
-(records cached by their listing entry: listings only), the default page (live jobs) and ?all=1 (every job), and
-the fragment htmx polls every 2 s.
+Seeds N jobs (a fifth RUNNING, the rest SUCCEEDED three days ago, each with its events and active/ marker), serves
+the app with uvicorn on loopback, and fetches the jobs page over HTTP: the first view (every record read once), then
+warm views (records cached by their listing entry: listings only), the default page (live jobs, and those that
+ended in the last day: none here) and ?all=1 (every job), and the fragment htmx polls every 2 s.
 
     .venv/bin/python bench/ui.py                 # N = 100, 1000, 5000
     .venv/bin/python bench/ui.py --n 100 1000
@@ -48,7 +48,7 @@ WARM_VIEWS = 5
 def seed(n: int) -> tuple[MemoryStore, Registry]:
     store = MemoryStore()
     reg = Registry(store, "bench")
-    t0 = datetime.now(UTC) - timedelta(hours=2)
+    t0 = datetime.now(UTC) - timedelta(days=3)  # the ended jobs ended before the first page's last day
     for i in range(n):
         job_id = f"bench-{i:05d}"
         now = t0 + timedelta(seconds=i)

@@ -238,6 +238,27 @@ def test_the_table_has_the_facts_jobplane_ls_has(reg: Registry) -> None:
         assert ours == ls
 
 
+def test_the_first_page_keeps_the_jobs_that_ended_in_the_last_day_muted(reg: Registry, client: TestClient) -> None:
+    """A user who submits, waits and then opens the dashboard finds the job; a day on, only "older finished too"
+    shows it."""
+    seed(reg, "alpha")
+    seed(reg, "gamma")
+    reg.transition("gamma", State.SUCCEEDED, expect=[State.RUNNING], reason="every rank exited 0")
+    reg.put_json(keys.rejected_error("epsilon"), {"reason": "duplicate id"})
+    page = client.get("/").text
+    assert '<tr data-job="alpha" class="state-RUNNING">' in page
+    assert '<tr data-job="gamma" class="state-SUCCEEDED ended">' in page
+    assert '<tr data-job="epsilon" class="state-INVALID ended">' in page
+    assert 'data-job="gamma"' in client.get("/fragments/jobs", params={"state": "SUCCEEDED"}).text
+    assert 'data-job="gamma"' not in client.get("/fragments/jobs", params={"state": "RUNNING"}).text
+    watch = over(reg, MemoryCompute).watch()
+    tomorrow = datetime.now(UTC) + data.RECENT + timedelta(minutes=1)
+    assert [row.id for row in data.rows(watch, False, tomorrow, data.RECENT)] == ["alpha"]
+    assert {row.id for row in data.rows(watch, True, tomorrow, data.RECENT)} == {"alpha", "gamma", "epsilon"}
+    nothing = client.get("/", params={"q": "no-such-job"}).text
+    assert "No jobs running, queued or ended in the last 24 h (tick “older finished too” for the rest)." in nothing
+
+
 def test_a_request_naming_another_host_is_refused(reg: Registry, client: TestClient) -> None:
     """A page on a name rebound to 127.0.0.1 (DNS rebinding) sends its own name as Host: nothing is served to it."""
     seed(reg, "alpha")

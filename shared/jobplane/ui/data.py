@@ -2,13 +2,14 @@
 
 The jobs table is `jobplane ls` (jobview.view_row, the same facts), plus each job's owner, labels and name for
 the filters, from a Watch (Client.watch): a page view makes listings, and reads only the records whose listing
-entry changed since the previous view (bench/ui.py counts the calls).
+entry changed since the previous view (bench/ui.py counts the calls). Its first page also shows the jobs that
+ended within RECENT, so a job that ends while nobody looks is still there when someone does.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from jobplane import cost, sdk
@@ -18,6 +19,7 @@ from jobplane.metrics import STEP
 from jobplane.spec import spec_to_json
 
 MASK = "••••••"  # what an env value shows as: spec env values may be secrets
+RECENT = timedelta(hours=24)  # the first page's ended jobs: this recent (SageMaker's console, `sky jobs queue` too)
 
 
 def mask_env(doc: Any) -> Any:
@@ -38,6 +40,7 @@ class Row:
     owner: str
     labels: dict[str, str]
     name: str
+    ended: bool = False  # shown muted
 
     @property
     def id(self) -> str:
@@ -66,12 +69,22 @@ class Row:
 
 def record_row(job: sdk.Job, now: datetime) -> Row:
     spec = job.view.spec
-    return Row(view_row(job.view, now), job.owner, dict(spec.labels) if spec else {}, (spec.name or "") if spec else "")
+    return Row(view_row(job.view, now), job.owner, dict(spec.labels) if spec else {}, (spec.name or "") if spec else "",
+               job.view.terminal)
 
 
-def rows(watch: sdk.Watch, include_done: bool, now: datetime) -> list[Row]:
-    """The table's rows (what `jobplane ls [--all]` lists), the newest first."""
-    return sorted((record_row(job, now) for job in watch.jobs(include_done)), key=lambda r: r.cells["age"])
+def ended_at(view: JobView) -> datetime:
+    """When an ended job ended: its record's last write (the end's, or a later close of its usage), or its rejection."""
+    return view.record.updated_at if view.record is not None else view.since
+
+
+def rows(watch: sdk.Watch, include_done: bool, now: datetime, recent: timedelta = timedelta(0)) -> list[Row]:
+    """The table's rows, the newest first: what `jobplane ls [--all]` lists, and without include_done the jobs that
+    ended within `recent` too."""
+    listed = watch.jobs(include_done or recent > timedelta(0))
+    if not include_done:
+        listed = [job for job in listed if not job.view.terminal or ended_at(job.view) > now - recent]
+    return sorted((record_row(job, now) for job in listed), key=lambda r: r.cells["age"])
 
 
 # ---- a job's page ----------------------------------------------------------------------------------------

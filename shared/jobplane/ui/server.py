@@ -79,7 +79,7 @@ def create_app(client: sdk.Client, *, csrf_token: str | None = None,
                 "limit": int(q["limit"]) if q.get("limit", "").isdigit() else PAGE_ROWS}
 
     def table(f: dict[str, Any]) -> dict[str, Any]:
-        rows = data.rows(watch, f["all"], utcnow())
+        rows = data.rows(watch, f["all"], utcnow(), data.RECENT)
         shown = [r for r in rows if r.matches(f["state"], f["owner"], f["label"], f["text"])]
         col = f["sort"]
 
@@ -93,7 +93,8 @@ def create_app(client: sdk.Client, *, csrf_token: str | None = None,
         counts = {str(state): n for state, n in watch.counts().items()}
         return {"rows": shown[:f["limit"]], "matched": len(shown), "total": len(rows), "counts": counts, "f": f,
                 "owners": sorted({r.owner for r in rows}), "columns": jobview.COLUMNS, "header": jobview.header,
-                "display": jobview.display, "sortable": SORTABLE}
+                "display": jobview.display, "sortable": SORTABLE,
+                "recent": f"{data.RECENT // timedelta(hours=1)} h"}
 
     async def jobs_page(request: Request) -> Response:
         return page("jobs.html", **await run_in_threadpool(table, filters(request)))
