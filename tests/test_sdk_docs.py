@@ -7,16 +7,24 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
+import os
 import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from jobplane import sdk
+from jobplane.agent.layout import hyperparameter_env
+from jobplane.spec import parse_spec
 
 pytestmark = pytest.mark.timeout(60)
-PAGE = Path(__file__).resolve().parents[1] / "docs" / "sdk.md"
+REPO = Path(__file__).resolve().parents[1]
+PAGE = REPO / "docs" / "sdk.md"
 # Exported for type hints and what the SDK's values hold; the page says where they are met, not a section each.
 NOT_IN_THE_REFERENCE = {"State", "JobView", "Status", "Sample", "FieldError", "Submission", "UploadProgress"}
 # What the examples call things, and what those are.
@@ -73,3 +81,33 @@ def _called(func: ast.expr) -> Any:
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in NAMES:
         return getattr(NAMES[func.value.id], func.attr, None)
     return None
+
+
+def test_the_learning_rates_the_examples_pass_the_demo_job_change_its_result(tmp_path: Path) -> None:
+    """The notebook's and the "many jobs at once" learning rates, each run as the demo job's agent runs it (its
+    spec's run command, in examples/train, the hyperparameters in the environment as the agent sets them), end at
+    different losses: the script trains with them (it once read only --lr and LEARNING_RATE, so all ended alike)."""
+    pytest.importorskip("numpy", reason="the demo's script needs numpy")
+    rates: list[float] = []
+    for block in python_blocks():
+        for node in ast.walk(ast.parse(block)):
+            if isinstance(node, ast.keyword) and node.arg == "hyperparameters" and isinstance(node.value, ast.Dict):
+                rates += [v.value for k, v in zip(node.value.keys, node.value.values, strict=True)
+                          if isinstance(k, ast.Constant) and k.value == "lr" and isinstance(v, ast.Constant)]
+            if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "rates":
+                rates += ast.literal_eval(node.value)
+    assert len(rates) >= 5, rates  # the notebook's one, the pool's four
+    demo = parse_spec((REPO / "examples" / "demo.yaml").read_text())
+    losses, said = {}, {}
+    for lr in sorted(set(rates)):
+        out = tmp_path / str(lr)
+        env = {**os.environ, **hyperparameter_env(demo.model_copy(update={"hyperparameters": {"lr": lr}})),
+               "JOBPLANE_CHECKPOINT_DIR": str(out / "checkpoints"), "JOBPLANE_ARTIFACTS_DIR": str(out / "model")}
+        command = [sys.executable, *shlex.split(demo.run)[1:], "--sleep", "0"]  # the steps without their pause
+        done = subprocess.run(command, cwd=REPO / "examples" / "train", env=env, capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 0, done.stderr
+        losses[lr] = json.loads((out / "model" / "result.json").read_text())["loss"]
+        said[lr] = done.stdout
+    assert len(set(losses.values())) == len(losses), losses
+    assert all(f"learning rate {lr:g}\n" in text for lr, text in said.items())

@@ -4,7 +4,9 @@ Prints step and loss, checkpoints every N steps into $JOBPLANE_CHECKPOINT_DIR (a
 file, then rename it), and resumes from the newest checkpoint there. On SIGTERM (a Spot notice, a stop
 request, the VM shutting down) it saves the current step and exits, so a preemption loses nothing.
 --diverge-at S blows the weights up at step S (the loss is NaN from there on, as after an overflow) to try
-a spec's stop_on.
+a spec's stop_on. The learning rate is --lr, else the spec's hyperparameter lr (SM_HP_LR, as jobplane and
+SageMaker set it; `hyperparameters={"lr": ...}` in the SDK, `--hp lr=...` on the command line), else
+$LEARNING_RATE, else 0.05.
 
     python3 train.py --steps 300 --checkpoint-every 25 --sleep 0.05
 """
@@ -48,12 +50,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--checkpoint-every", type=int, default=25)
-    parser.add_argument("--lr", type=float, default=float(os.environ.get("LEARNING_RATE", "0.05")))
+    parser.add_argument("--lr", type=float,
+                        default=float(os.environ.get("SM_HP_LR") or os.environ.get("LEARNING_RATE") or "0.05"))
     parser.add_argument("--sleep", type=float, default=0.05, help="seconds per step, so a demo can preempt")
     parser.add_argument("--diverge-at", type=int, default=0, help="make the loss NaN from this step on")
     args = parser.parse_args()
 
     ckpt_dir = Path(os.environ.get("JOBPLANE_CHECKPOINT_DIR", "checkpoints"))
+    print(f"learning rate {args.lr:g}", flush=True)
     x, y, true_w = data()
     w, start = np.zeros(FEATURES), 0
     latest = newest_checkpoint(ckpt_dir)
