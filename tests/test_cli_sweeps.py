@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from jobplane import cost, drops, keys, launcher
+from jobplane import cost, drops, keys, launcher, sdk
 from jobplane.clouds.memory import MemoryCompute
 from jobplane.deployment import Context
 from jobplane.registry import Registry, utcnow
+from jobplane.sdk import Client
 from jobplane.states import State
-from jobplane.sweeps import store
+from jobplane.sweeps import ops, store
 from jobplane.telemetry import CountingMetrics
 from jobplane.usage import AttemptUsage, InstanceSpan
 from tests.test_cli_jobs import Cloud, cloud, reg, run  # noqa: F401  (the registry fixtures)
@@ -103,3 +104,32 @@ def test_an_unknown_sweep_is_one_clear_error(reg: Registry) -> None:  # noqa: F8
     for command in (["sweep", "describe", "nope"], ["sweep", "cancel", "nope"]):
         result = run(*command)
         assert result.exit_code == 1 and "no sweep 'nope'" in result.output, (command, result.output)
+
+
+def test_a_sweep_just_submitted_is_waited_for_or_said_to_be_still_in_queue(cloud: Cloud, reg: Registry,  # noqa: F811
+                                                                           tmp_path: Path) -> None:
+    """Before the launcher records it (seconds after the submit) a sweep is a drop in queue/: `sweep describe`
+    and Client.sweep say so instead of "no sweep", and Client.sweep(id, wait=...) waits for it."""
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(cloud.spec(SWEEP))
+    assert run("submit", str(spec), "--id", "lr").exit_code == 0
+    described = run("sweep", "describe", "lr")
+    assert described.exit_code == 1
+    assert "no sweep 'lr' yet: its spec is still in queue/, and the launcher records it within seconds" in \
+        described.output
+    with pytest.raises(sdk.SweepNotFound) as caught:
+        Client().sweep("lr")
+    assert caught.value.queued
+    looks: list[float] = []
+
+    def launcher_meanwhile(seconds: float) -> None:  # the wait's pause: the launcher takes the drop then
+        looks.append(seconds)
+        accepted(cloud, "lr")
+
+    assert ops.find(reg, "lr", wait=60, interval=2, sleep=launcher_meanwhile).state == "RUNNING" and looks == [2]
+    assert Client().sweep("lr", wait=60).id == "lr"
+    with pytest.raises(sdk.SweepNotFound, match=r"^no sweep 'lr-t001' \(lr-t001 is a job, not a sweep\)$"):
+        Client().sweep("lr-t001", wait=60)  # a trial's drop: a job's, never waited for
+    reg.put_json(keys.rejected_error("bad"), {"reason": "sweep.max_trials: above the policy's 50"})
+    with pytest.raises(sdk.SweepNotFound, match=r"\(its spec was rejected: sweep.max_trials: above the policy's 50\)"):
+        Client().sweep("bad", wait=60)

@@ -232,10 +232,12 @@ class Client:
         with translated():
             return [Sweep(self, r) for r in ops.records(self._registry, include_finished)]
 
-    def sweep(self, sweep_id: str) -> Sweep:
-        """The sweep with this id; SweepNotFound if there is none (a spec still in queue/ is a drop: get(id))."""
+    def sweep(self, sweep_id: str, *, wait: float = 0, interval: float = 1.0) -> Sweep:
+        """The sweep with this id. One just submitted is a drop in queue/ until the launcher records it (within
+        seconds): with `wait`, up to that many seconds are waited for it, looking every `interval`. SweepNotFound
+        if there is none (then), saying what the id is instead: still in queue/ (`.queued`), rejected, a job."""
         with translated():
-            return Sweep(self, ops.records_one(self._registry, sweep_id))
+            return Sweep(self, ops.find(self._registry, sweep_id, wait, interval))
 
     def watch(self) -> Watch:
         """The registry's jobs and their output for looking at again and again (a dashboard, a monitoring loop):

@@ -38,11 +38,12 @@ class JobNotFound(JobplaneError, LookupError):
 
 
 class SweepNotFound(JobplaneError, LookupError):
-    """No sweep has this id (its spec may still be in queue/, or was rejected: `Client.get(id)` says)."""
+    """No sweep has this id; the message says what the id is instead: a spec still in queue/ (`queued`: the
+    launcher records it within seconds; `Client.sweep(id, wait=...)` waits), a rejected one (and why), a job."""
 
-    def __init__(self, sweep_id: str) -> None:
-        super().__init__(f"no sweep {sweep_id!r}")
-        self.sweep_id = sweep_id
+    def __init__(self, sweep_id: str, why: str = "", queued: bool = False) -> None:
+        super().__init__(f"no sweep {sweep_id!r}" + (f" {why}" if why else ""))
+        self.sweep_id, self.queued = sweep_id, queued
 
 
 class JobExists(JobplaneError):
@@ -85,7 +86,7 @@ def translated() -> Iterator[None]:
     except _JobNotFound as exc:
         raise JobNotFound(exc.job_id) from None
     except store.SweepNotFound as exc:
-        raise SweepNotFound(exc.sweep_id) from None
+        raise SweepNotFound(exc.sweep_id, exc.why, exc.queued) from None
     except _JobExists as exc:
         raise JobExists(exc.job_id, str(exc)) from None
     except jobs.SpecInvalid as exc:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -65,6 +66,38 @@ def records(reg: Registry, include_finished: bool = False) -> list[SweepRecord]:
 
 def records_one(reg: Registry, sweep_id: str) -> SweepRecord:
     return store.get(reg, sweep_id)[0]
+
+
+def find(reg: Registry, sweep_id: str, wait: float = 0, interval: float = 1.0, *,
+         clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> SweepRecord:
+    """The sweep's record. A sweep just submitted is a drop in queue/ until the launcher records it (seconds): it
+    is waited for up to `wait` seconds. SweepNotFound otherwise, saying why: its spec still in queue/ (`queued`),
+    rejected (and why), a job's id, or nothing of that id."""
+    deadline = clock() + wait
+    while True:
+        with contextlib.suppress(store.SweepNotFound):
+            return records_one(reg, sweep_id)
+        why, queued = _why_not(reg, sweep_id)
+        if not why:  # a drop recorded and deleted between the two reads: the record is there now
+            with contextlib.suppress(store.SweepNotFound):
+                return records_one(reg, sweep_id)
+        left = deadline - clock()
+        if not queued or left <= 0:
+            raise store.SweepNotFound(sweep_id, why, queued)
+        sleep(min(interval, left))
+
+
+def _why_not(reg: Registry, sweep_id: str) -> tuple[str, bool]:
+    """What the id is, if not a sweep's record, and whether it is a drop the launcher may still make a sweep."""
+    try:
+        view = jobs.find(reg, sweep_id)
+    except JobNotFound:
+        return "", False
+    if view.drop is not None and (view.spec is None or view.spec.sweep is not None):
+        return "yet: its spec is still in queue/, and the launcher records it within seconds", True
+    if view.state == State.INVALID:
+        return f"(its spec was rejected: {view.reason})", False
+    return f"({sweep_id} is a job, not a sweep)", False
 
 
 def describe(reg: Registry, sweep_id: str, now: datetime | None = None) -> SweepDetail:

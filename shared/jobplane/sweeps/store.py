@@ -27,9 +27,11 @@ class SweepExists(RegistryError):
 
 
 class SweepNotFound(RegistryError):
-    def __init__(self, sweep_id: str) -> None:
-        super().__init__(f"no sweep {sweep_id!r}")
-        self.sweep_id = sweep_id
+    """why: what the id is instead, when it is something (ops.find says); queued: its spec is still in queue/."""
+
+    def __init__(self, sweep_id: str, why: str = "", queued: bool = False) -> None:
+        super().__init__(f"no sweep {sweep_id!r}" + (f" {why}" if why else ""))
+        self.sweep_id, self.why, self.queued = sweep_id, why, queued
 
 
 class UnreadableSweep(RegistryError):
