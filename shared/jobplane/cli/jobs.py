@@ -39,7 +39,8 @@ def utcnow() -> datetime:
 @click.option("--hp", "hps", multiple=True, type=HyperparameterType(),
               help="Set a hyperparameter, over the spec's (repeatable): --hp lr=0.02 --hp epochs=20.")
 @click.option("--owner", envvar="JOBPLANE_OWNER",
-              help="Submit as this owner: to queue/OWNER/ (env JOBPLANE_OWNER; default: the spec's owner).")
+              help="Submit as this owner: to queue/OWNER/ (env JOBPLANE_OWNER; default: the spec's owner). A spec "
+                   "that names another owner is refused: neither wins, the two must agree.")
 @click.option("-f", "--follow", is_flag=True, help="Then follow it as `logs -f` does and exit with its outcome.")
 @click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between polls with -f.")
 @registry_options
@@ -52,8 +53,8 @@ def submit(spec_file: Path, code_dir: Path | None, job_id: str | None, hps: tupl
     Prints the job id. From then on the job is listed, described and followed as QUEUED until the
     launcher takes it (within seconds). With -f, follow it to the end as `logs -f` does, and exit 0
     SUCCEEDED, 1 FAILED, 3 CANCELLED, 4 TIMED_OUT, 5 STALLED, 6 INVALID, 130 Ctrl-C (never stops the job).
-    With an owner (--owner, else the spec's), the spec goes to queue/OWNER/ and the code to code/OWNER/,
-    the places the platform's IAM lets that team write; quotas count by it.
+    With an owner (--owner or the spec's; if both, they must agree), the spec goes to queue/OWNER/ and the
+    code to code/OWNER/, the places the platform's IAM lets that team write; quotas count by it.
     Example:
       jobplane submit examples/demo.yaml --code examples/train -f
       jobplane submit examples/sagemaker.yaml --code examples/sagemaker --hp epochs=20 --hp lr=0.02
