@@ -97,6 +97,9 @@ def test_a_sweep_is_listed_described_costed_and_cancelled(cloud: Cloud, reg: Reg
     again = run("sweep", "cancel", "lr")
     assert again.exit_code == 1 and "already CANCELLED" in again.output
     assert json.loads(run("sweep", "ls", "--json").stdout) == []
+    ended = run("ls", "--trials")  # the trials ended with the sweep: an empty table, and where they are
+    assert ended.exit_code == 0 and ended.stderr == "no live jobs or trials: --all lists the ended ones too\n"
+    assert "lr-t001" in run("ls", "--trials", "--all").stdout
     assert [s["id"] for s in json.loads(run("sweep", "ls", "--all", "--json").stdout)] == ["lr"]
 
 

@@ -105,6 +105,8 @@ def ls_cmd(include_done: bool, as_json: bool, trials: bool, **conn: str | None) 
     for row in rows:
         table.add_row(*display(row))
     Console(width=max(160, shutil.get_terminal_size().columns)).print(table)
+    if not rows and not include_done:
+        click.echo(f"no live {'jobs or trials' if trials else 'jobs'}: --all lists the ended ones too", err=True)
 
 
 @click.command()
