@@ -55,6 +55,8 @@ def test_user_env_ours_win_and_channels_are_named_like_sagemaker(tmp_path: Path)
     assert json.loads(env["SM_CHANNELS"]) == ["train-set"]
     assert env["SM_CURRENT_HOST"] == "10.0.0.2" and env["SM_NUM_GPUS"] == "4"
     assert json.loads(env["SM_RESOURCE_CONFIG"])["current_instance_type"] == "g5.xlarge"
+    seen = (Path(__file__).resolve().parents[2] / "docs" / "spec.md").read_text().split("## What the training code")[1]
+    assert [name for name in env if name.startswith("JOBPLANE_") and f"`{name}`" not in seen] == []  # all named
 
 
 def test_hyperparameters_reach_the_script_as_sagemaker_hands_them_over(tmp_path: Path) -> None:
