@@ -118,6 +118,19 @@ def agent_bundles(pythons: Sequence[str]) -> Path:
                     for p in bundling.package_files("aws"))])
 
     def build(tmp: Path) -> None:
-        bundling.build_all(tmp, "aws", pythons)
+        bundling.build_all(tmp, "aws", pythons, deps_cache=CACHE)
 
     return atomic_build(CACHE / f"agent-{key}", build)
+
+
+def main() -> None:
+    """`python -m infra.aws.bundle`: build what a synth of the default stack needs into the cache (the wheels
+    from PyPI, the Lambda asset, the agent bundles), so the first synth after it only packs."""
+    from infra.aws.config import ControlPlaneConfig
+
+    print(f"Lambda asset at {lambda_asset()}")
+    print(f"agent bundles at {agent_bundles(ControlPlaneConfig().vm_pythons)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -149,28 +149,42 @@ def pack(site: Path, dest: Path, cloud: str, python: str, arch: str) -> Variant:
     return Variant(cloud, python, arch, hashlib.sha256(data).hexdigest(), len(data))
 
 
-def build_from_index(out: Path, cloud: str, python: str, arch: str, constraints: Path) -> Variant:
-    """One variant from PyPI wheels for the target Python and architecture (any host can build any)."""
+def build_from_index(out: Path, cloud: str, python: str, arch: str, constraints: Path,
+                     deps_cache: Path | None = None) -> Variant:
+    """One variant from PyPI wheels for the target Python and architecture (any host can build any). With
+    deps_cache, the wheels' unpacked site is kept there by its inputs, so a change to jobplane alone only packs."""
     with tempfile.TemporaryDirectory() as tmp:
         site = Path(tmp) / SITE
-        subprocess.run(
-            [sys.executable, "-m", "pip", "install", "-qq", "--disable-pip-version-check", "--no-compile",
-             "--target", str(site), "--only-binary=:all:", "--implementation", "cp", "--python-version", python,
-             "--platform", PLATFORMS[arch], "--constraint", str(constraints), *REQUIREMENTS[cloud]],
-            check=True, stdout=subprocess.DEVNULL)
+        if deps_cache is None:
+            _install(site, cloud, python, arch, constraints)
+        else:
+            key = digest([cloud, python, arch, constraints.read_text(), *REQUIREMENTS[cloud]])
+            deps = atomic_build(deps_cache / f"agent-deps-{cloud}-{python}-{arch}-{key}",
+                                lambda d: _install(d / SITE, cloud, python, arch, constraints))
+            shutil.copytree(deps / SITE, site, symlinks=True)
         _copy_package(site, cloud)
         prune(site)
         return pack(site, out / agent_bundle.file_name(cloud, python, arch), cloud, python, arch)
 
 
-def build_all(out: Path, cloud: str, pythons: Sequence[str] = (), archs: Sequence[str] = images.ARCHITECTURES) -> Path:
+def _install(site: Path, cloud: str, python: str, arch: str, constraints: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-qq", "--disable-pip-version-check", "--no-compile",
+         "--target", str(site), "--only-binary=:all:", "--implementation", "cp", "--python-version", python,
+         "--platform", PLATFORMS[arch], "--constraint", str(constraints), *REQUIREMENTS[cloud]],
+        check=True, stdout=subprocess.DEVNULL)
+
+
+def build_all(out: Path, cloud: str, pythons: Sequence[str] = (), archs: Sequence[str] = images.ARCHITECTURES,
+              deps_cache: Path | None = None) -> Path:
     """Every variant for these Pythons (plus those of the image aliases) and architectures, and the manifest."""
     versions = sorted({*images.python_versions(), *pythons}, key=lambda v: tuple(map(int, v.split("."))))
     out.mkdir(parents=True, exist_ok=True)
     constraints = out / "constraints.txt"
     constraints.write_text("\n".join(pins()) + "\n")
     try:
-        variants = [build_from_index(out, cloud, python, arch, constraints) for python in versions for arch in archs]
+        variants = [build_from_index(out, cloud, python, arch, constraints, deps_cache)
+                    for python in versions for arch in archs]
     finally:
         constraints.unlink()
     (out / agent_bundle.MANIFEST).write_bytes(agent_bundle.manifest(variants))
