@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: test lint typecheck docs pytest demo local-images local-index
+.PHONY: test check lint typecheck docs pytest pytest-check demo local-images local-index
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,8 +16,16 @@ $(STAMP): pyproject.toml
 	touch $@
 
 # The static checks run beside pytest, whose tests mostly wait (on local clouds, servers, subprocesses).
-test: $(STAMP) local-images
+test: $(STAMP) local-images cdk-assets
 	$(MAKE) --no-print-directory --output-sync=line -j4 lint typecheck docs pytest
+
+# The loop while working, under a minute: ruff, mypy and the check tier (the pure tests and the days on the manual
+# clock: every decision, reconcile rule, spec and record test; tests/budgets.json says which units those are).
+check: $(STAMP)
+	$(MAKE) --no-print-directory --output-sync=line -j3 lint typecheck pytest-check
+
+pytest-check: $(STAMP)
+	$(BIN)/pytest -n 2 --dist loadscope --tier check -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -29,7 +37,8 @@ typecheck: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site
 
-# Four workers (tests/scheduling.py): most tests wait, so they overlap well even on two cores.
+# Four workers (tests/scheduling.py): most tests wait, so they overlap well even on two cores. The run ends with the
+# slowest units beside their budgets (tests/budgets.json).
 PYTEST_ARGS ?= -n 4 --dist loadscope
 pytest: $(STAMP) local-images chromium
 	$(BIN)/pytest $(PYTEST_ARGS)
@@ -50,6 +59,12 @@ chromium:
 	@test -x /usr/bin/chromium || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; } \
 	  >/dev/null 2>&1; } || echo "no /usr/bin/chromium (not root, no apt-get, or the install failed): tests/ui's browser tests skip"
+
+# The CDK stack's Lambda asset and agent bundles (and the PyPI wheels they are built from), cached by their inputs in
+# ~/.cache/jobplane/cdk-assets: the first time needs PyPI; afterwards a change to jobplane only repacks them.
+.PHONY: cdk-assets
+cdk-assets: $(STAMP)
+	$(BIN)/python -m infra.aws.bundle
 
 local-index: $(STAMP)
 	$(BIN)/python -m jobplane.local.package_index fill
