@@ -1,7 +1,7 @@
 """The SDK as a notebook uses it, against the local AWS cloud, in this process: the environment `source
 .jobplane/env.sh` sets (as before starting Jupyter), then Client(). The demo job with its code and a
 hyperparameter runs to SUCCEEDED, trained at that learning rate; its loss fell, its logs are its lines, its
-artifact and cost are there. Once it runs, 20 tiny jobs submitted at once from a thread pool (under three owners,
+artifact and cost are there. Once it runs, 9 tiny jobs submitted at once from a thread pool (under three owners,
 so no owner's quota of 8 makes any of them wait) all run beside it, each its own: distinct ids, each printing its
 own id.
 """
@@ -21,13 +21,16 @@ from jobplane.sdk import State
 
 pytestmark = pytest.mark.scenario
 
-# 20 agents booting at once on a loaded 2-core machine may take longer than the policy's 60 s to beat first
+# 9 agents booting at once on a loaded 2-core machine may take longer than the policy's 60 s to beat first
 TINY = {"name": "tiny", "instance_type": "t3.micro", "spot": True, "run": "echo hi from $JOBPLANE_JOB_ID",
         "boot_timeout": "5m", "labels": {"suite": "notebook"}}
+# A burst from threads, as a notebook's pool sends it: twenty in-process threads get twenty ids in tests/test_sdk.py;
+# here the jobs also boot and run at once, each its own, which nine show as well as twenty (and at half the CPU).
+BURST = 9
 
 
 @pytest.mark.timeout(400)
-def test_a_notebook_runs_the_demo_and_twenty_jobs_at_once(cloud: CloudProcess, tmp_path: Path,
+def test_a_notebook_runs_the_demo_and_a_burst_of_jobs_at_once(cloud: CloudProcess, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in cloud.exported.items():
         monkeypatch.setenv(name, value)
@@ -39,9 +42,9 @@ def test_a_notebook_runs_the_demo_and_twenty_jobs_at_once(cloud: CloudProcess, t
     assert job.view.spec.hyperparameters == {"lr": 0.02} and job.view.spec.owner == "demo"
 
     assert job.wait(300, "running", interval=1) in (State.RUNNING, State.SUCCEEDED), job.reason  # booted alone
-    with ThreadPoolExecutor(max_workers=20) as pool:
-        tiny = list(pool.map(lambda i: client.submit(TINY, owner=f"team-{i % 3}"), range(20)))
-    assert len({t.id for t in tiny}) == 20
+    with ThreadPoolExecutor(max_workers=BURST) as pool:
+        tiny = list(pool.map(lambda i: client.submit(TINY, owner=f"team-{i % 3}"), range(BURST)))
+    assert len({t.id for t in tiny}) == BURST
 
     assert job.wait(300, interval=1) is State.SUCCEEDED, job.reason
     loss = job.metrics()["loss"]

@@ -1,15 +1,18 @@
-"""A sweep on the local cloud (issue 26's scenario): examples/sweep/sweep.yaml, a 12-trial random search over the
-learning rate of a script whose final loss is (log10(lr) + 2)^2 + 0.05, three trials at a time, the median rule
-on. The real launcher records it, the real sweeper's runs (on its schedule and on the trials' exit reports) propose
-the trials and stop the losing ones; real VMs run the trials. Checked from the registry: exactly 12 trials, never
-more than 3 live at once (from the trials' event times), at least one clearly bad trial stopped early with the
-rule's reason, and the best trial's lr within half a decade of 0.01; and what `jobplane sweep describe` says."""
+"""A sweep on the local cloud (issue 26's scenario): examples/sweep/sweep.yaml, a random search over the learning
+rate of a script whose final loss is (log10(lr) + 2)^2 + 0.05, three trials at a time, the median rule on, cut
+from the example's 12 trials to 6 (two rounds of three prove what four did; seed 3's first six draw the best lr
+and a clearly bad one). The real launcher records it, the real sweeper's runs (on its schedule and on the trials'
+exit reports) propose the trials and stop the losing ones; real VMs run the trials. Checked from the registry:
+exactly 6 trials, never more than 3 live at once (from the trials' event times), at least one clearly bad trial
+stopped early with the rule's reason, and the best trial's lr within half a decade of 0.01; and what
+`jobplane sweep describe` says."""
 
 from __future__ import annotations
 
 import json
 import math
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,10 +50,15 @@ def most_at_once(spans: list[tuple[datetime, datetime]]) -> int:
     return most
 
 
-@pytest.mark.timeout(1200)
-def test_a_random_sweep_runs_12_trials_3_at_a_time_stops_a_bad_one_and_finds_the_best_lr(
-        cloud: CloudProcess) -> None:
-    submitted = cloud.cli("submit", str(EXAMPLE / "sweep.yaml"), "--code", str(EXAMPLE), "--id", "lr-search")
+TRIALS = 6
+
+
+@pytest.mark.timeout(600)
+def test_a_random_sweep_runs_6_trials_3_at_a_time_stops_a_bad_one_and_finds_the_best_lr(
+        cloud: CloudProcess, tmp_path: Path) -> None:
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text((EXAMPLE / "sweep.yaml").read_text().replace("max_trials: 12", f"max_trials: {TRIALS}"))
+    submitted = cloud.cli("submit", str(spec), "--code", str(EXAMPLE), "--id", "lr-search")
     assert submitted.returncode == 0, submitted.stderr
     assert submitted.stdout.strip() == "lr-search" and "jobplane sweep describe lr-search" in submitted.stderr
     reg = cloud.registry()
@@ -58,10 +66,10 @@ def test_a_random_sweep_runs_12_trials_3_at_a_time_stops_a_bad_one_and_finds_the
     def ended() -> bool:
         return store.exists(reg, "lr-search") and not store.get(reg, "lr-search")[0].live
 
-    wait_for("the sweep to end", ended, timeout=1000, every=2)
+    wait_for("the sweep to end", ended, timeout=500, every=2)
     record = store.get(reg, "lr-search")[0]
     assert record.state == SweepState.COMPLETED, record.reason
-    assert [t.job_id for t in record.trials] == [f"lr-search-t{n:03d}" for n in range(1, 13)]
+    assert [t.job_id for t in record.trials] == [f"lr-search-t{n:03d}" for n in range(1, TRIALS + 1)]
     jobs = {t.job_id: reg.job(t.job_id) for t in record.trials}
     assert all(job.state in TERMINAL for job in jobs.values())
     assert all(job.spec.labels == {"project": "demo", "sweep": "lr-search", "trial": str(t.number)}
@@ -85,7 +93,7 @@ def test_a_random_sweep_runs_12_trials_3_at_a_time_stops_a_bad_one_and_finds_the
     assert best.objective == min(t.objective for t in succeeded if t.objective is not None)
 
     described = json.loads(cli_ok(cloud, "sweep", "describe", "lr-search", "--json"))
-    assert described["trials"][0]["job_id"] == best.job_id and len(described["trials"]) == 12
+    assert described["trials"][0]["job_id"] == best.job_id and len(described["trials"]) == TRIALS
     assert described["cost"]["instance_hours"] > 0
     assert "lr-search" in cli_ok(cloud, "ls", "--all")
     assert wait_for_no_instances(cloud, 120) == []
