@@ -9,7 +9,9 @@ script
      agent dies (EC2 terminates on shutdown; GCE also enforces max_run_duration natively);
   2. with python3's standard library only, picks the agent bundle built for the image's python3, downloads
      it with retries (AWS: URLs the launcher presigned; GCP: the GCS JSON API with the VM's own
-     service-account token from the metadata server), checks its sha256 and unpacks it into /opt/jobplane;
+     service-account token from the metadata server), checks its sha256 and unpacks it into /opt/jobplane
+     (BUNDLE_MARKER there names it: an image baked with that very bundle, or a disk that booted before, skips
+     the download);
   3. runs `python3 -m jobplane.agent` from there, which takes its settings from the JOBPLANE_* variables.
 A failure before the agent runs prints one line "jobplane-bootstrap: FAILED: ..." (the cloud keeps it in
 the VM's console output) and, where the network allows, writes it to the attempt's boot-failure object,
@@ -31,6 +33,7 @@ from jobplane.spec import JobSpec
 MAX_USER_DATA = 16 * 1024  # EC2's limit on user-data (before base64)
 AGENT_HOME = "/opt/jobplane"
 FAILED = "jobplane-bootstrap: FAILED:"
+BUNDLE_MARKER = ".bundle-sha256"  # in the agent's home: the sha256 of the bundle unpacked there (INSTALL's name)
 
 
 class Fetch(NamedTuple):
@@ -126,6 +129,14 @@ if bundle is None:
     fail("python3 on this image is %s; this deployment's agent runs on Python %s: use an image with one of "
          "them (e.g. image: ubuntu-24.04)" % (version, ", ".join(sorted(cfg["bundles"])) or "(none)"))
 try:
+    with open(os.path.join(home, ".bundle-sha256")) as f:
+        there = f.read().strip()
+except OSError:
+    there = ""
+if there == bundle["sha256"]:  # an image baked with this very bundle (or a disk that booted before)
+    say("agent %s already in %s (same sha256): not downloaded" % (bundle["name"], home))
+    sys.exit(0)
+try:
     data = call(bundle["url"])
 except Exception as exc:
     fail("cannot download the agent bundle %s: %s" % (bundle["name"], exc))
@@ -139,6 +150,8 @@ try:
             tar.extractall(staging, filter="data")
         else:
             tar.extractall(staging)
+    with open(os.path.join(staging, ".bundle-sha256"), "w") as f:
+        f.write(bundle["sha256"])
     shutil.rmtree(home, ignore_errors=True)
     os.rename(staging, home)
 except Exception as exc:

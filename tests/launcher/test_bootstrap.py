@@ -19,11 +19,12 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from jobplane import agent_bundle, bundling, keys
-from jobplane.bootstrap import MAX_USER_DATA, AgentSource, Fetch, render, render_for, uptime_minutes
+from jobplane.bootstrap import BUNDLE_MARKER, MAX_USER_DATA, AgentSource, Fetch, render, render_for, uptime_minutes
 from jobplane.clouds.base import NotFound
 from jobplane.clouds.s3 import S3Store, s3_client
 from jobplane.launcher import agent_source
 from jobplane.local import cache_dir
+from jobplane.local.baked_agent import bake, unpacked
 from jobplane.policy import DEFAULT_POLICY
 from jobplane.records import BootFailure
 from jobplane.registry import Registry
@@ -143,6 +144,26 @@ def test_the_script_fetches_checks_unpacks_and_starts_the_agent(registry: Regist
     assert (home / "site" / "bin" / "uv").stat().st_mode & 0o111
     with pytest.raises(NotFound):
         registry.get_bytes(keys.boot_failure("job-7", 2))
+
+
+def test_a_home_that_holds_this_bundle_boots_without_downloading_it(registry: Registry, tmp_path: Path) -> None:
+    """A disk that booted before, or an image baked with the bundle (`local up --baked-agent` makes its VMs' homes
+    so): the marker names the bundle's sha256 and the bootstrap goes straight to the agent, even with the bundle
+    gone from the registry; a home of another bundle is replaced by a download."""
+    assert run_bootstrap(script_for(registry), tmp_path / "disk").returncode == 0  # unpacks, and marks the home
+    (variant,) = agent_bundle.parse_manifest(registry.get_bytes(keys.agent_file(agent_bundle.MANIFEST)))
+    path, _ = bundling.local_variant("aws", cache_dir())
+    bake(unpacked(path, variant.sha256, cache_dir()), tmp_path / "image" / "opt-jobplane")
+    registry.delete(keys.agent_file(variant.name))  # a download now fails
+    for vm in ("disk", "image"):
+        done = run_bootstrap(script_for(registry), tmp_path / vm)
+        assert done.returncode == 0, done.stdout + done.stderr
+        home = tmp_path / vm / "opt-jobplane"
+        assert f"agent {variant.name} already in {home} (same sha256): not downloaded" in done.stdout
+        assert f"agent import: {home}/site/jobplane/__init__.py job-7" in done.stdout
+    (tmp_path / "disk" / "opt-jobplane" / BUNDLE_MARKER).write_text("0" * 64)  # an older bundle's home
+    stale = run_bootstrap(script_for(registry), tmp_path / "disk")
+    assert stale.returncode == 1 and f"cannot download the agent bundle {variant.name}" in stale.stdout
 
 
 def _no_bundle_for_this_python(reg: Registry, v: agent_bundle.Variant) -> tuple[list[agent_bundle.Variant], str]:

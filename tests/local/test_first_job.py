@@ -7,6 +7,7 @@ console output, which `jobplane logs` prints."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,16 @@ from jobplane.local import rootfs
 from jobplane.local.demo import CloudProcess, wait_for_no_instances
 from jobplane.states import State
 from tests.helpers import wait_for
-from tests.local.conftest import write_spec
+from tests.local.conftest import running, write_spec
 
 pytestmark = pytest.mark.scenario
+
+
+@pytest.fixture(scope="module")
+def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CloudProcess]:
+    """This module's VMs run the whole bootstrap (no baked agent): it is what the module tests."""
+    yield from running(tmp_path_factory, "aws", baked_agent=False)
+
 
 # Run on the image: what it lacks (checked with its own python3, not the job environment's), what power
 # commands it has, and then numpy from the job environment.

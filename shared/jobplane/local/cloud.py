@@ -41,7 +41,7 @@ from typing import IO, Any
 import yaml
 
 from jobplane import agent_bundle, bundling, keys
-from jobplane.local import cache_dir
+from jobplane.local import baked_agent, cache_dir
 from jobplane.local.console import Console, ConsoleHandler, notified_line
 from jobplane.local.control import STATE_FILE, ControlServer
 from jobplane.local.triggers import Functions, TriggerLoop
@@ -185,10 +185,13 @@ class LocalCloud:
     hidden_env: tuple[str, ...] = ()  # never a VM's: the other cloud's variables, and those only the functions use
 
     def __init__(self, state_dir: Path, port: int = 0, tick: float = 1.0, bucket: str = BUCKET,
-                 schedule: float | None = None, policy: Mapping[str, Any] | None = None) -> None:
-        """policy: fields over the local policy's (`local up --policy FILE`), checked by local_policy."""
+                 schedule: float | None = None, policy: Mapping[str, Any] | None = None,
+                 baked_agent: bool = False) -> None:
+        """policy: fields over the local policy's (`local up --policy FILE`), checked by local_policy. baked_agent:
+        the VMs' images hold the agent already (`local up --baked-agent`, jobplane.local.baked_agent)."""
         self.state_dir = state_dir.resolve()
         self.policy = dict(policy or {})
+        self.baked_agent = baked_agent
         self.port = port
         self.tick = tick
         self.schedule = schedule if schedule is not None else max(tick, 2.0)
@@ -262,7 +265,7 @@ class LocalCloud:
         os.environ.update({**self.exports, "JOBPLANE_ROOT": ""})
         reg, placement, images = self.provision()
         self.reg = reg
-        publish_agent(reg, self.cloud)
+        bundle, variant = publish_agent(reg, self.cloud)
         reg.put(keys.POLICY, local_policy(placement, self.policy).encode(), "application/yaml")
         clean(self.state_dir)
         self.index = PackageIndex()
@@ -275,6 +278,8 @@ class LocalCloud:
                         if not k.startswith(("JOBPLANE_", "POWERTOOLS_", *self.hidden_env))}
         instance_env.update(UV_INDEX_URL=self.index.url, PIP_INDEX_URL=self.index.url, UV_PYTHON_DOWNLOADS="never")
         self.runner = self.make_runner(instance_env, images)
+        if self.baked_agent:
+            self.runner.baked_agent = baked_agent.unpacked(bundle, variant.sha256, cache_dir())
         self.control = ControlServer({
             "preempt": lambda b: self.runner.preempt(b["job_id"], b.get("rank"), float(b.get("grace", 10))),
             "kill": lambda b: self.runner.kill(b["job_id"], b.get("rank")),
@@ -356,32 +361,35 @@ class LocalCloud:
             self.log_stream.close()
 
 
-def publish_agent(reg: Registry, cloud: str) -> None:
-    """This machine's agent bundle for the cloud and its manifest, where a deployment puts them."""
+def publish_agent(reg: Registry, cloud: str) -> tuple[Path, agent_bundle.Variant]:
+    """This machine's agent bundle for the cloud and its manifest, where a deployment puts them; returns the
+    bundle's file and its manifest entry."""
     path, variant = bundling.local_variant(cloud, cache_dir())
     reg.put(keys.agent_file(variant.name), path.read_bytes())
     reg.put(keys.agent_file(agent_bundle.MANIFEST), agent_bundle.manifest([variant]))
+    return path, variant
 
 
 def make(cloud: str, state_dir: Path, port: int = 0, tick: float = 1.0,
-         policy: Mapping[str, Any] | None = None) -> LocalCloud:
+         policy: Mapping[str, Any] | None = None, baked_agent: bool = False) -> LocalCloud:
     if cloud == "gcp":
         from jobplane.local.gcp import GcpLocalCloud
 
-        return GcpLocalCloud(state_dir, port=port, tick=tick, policy=policy)
+        return GcpLocalCloud(state_dir, port=port, tick=tick, policy=policy, baked_agent=baked_agent)
     from jobplane.local.aws import AwsLocalCloud
 
-    return AwsLocalCloud(state_dir, port=port, tick=tick, policy=policy)
+    return AwsLocalCloud(state_dir, port=port, tick=tick, policy=policy, baked_agent=baked_agent)
 
 
-def up(state_dir: Path, port: int, tick: float, cloud: str = "aws", policy: Mapping[str, Any] | None = None) -> None:
+def up(state_dir: Path, port: int, tick: float, cloud: str = "aws", policy: Mapping[str, Any] | None = None,
+       baked_agent: bool = False) -> None:
     """Run until SIGINT/SIGTERM, then leave nothing behind."""
     state_dir.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         filename=state_dir / FUNCTIONS_LOG)
     logging.getLogger("botocore").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message="No application metrics to publish")
-    local = make(cloud, state_dir, port, tick, policy)
+    local = make(cloud, state_dir, port, tick, policy, baked_agent)
     logging.getLogger("local-cloud").addHandler(ConsoleHandler(local.console))
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

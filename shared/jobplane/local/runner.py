@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from jobplane.agent.process import marked_pids
+from jobplane.bootstrap import AGENT_HOME
 from jobplane.local import rootfs
+from jobplane.local.baked_agent import bake
 from jobplane.local.loopback import on_loopback
 
 log = logging.getLogger("local-cloud")  # not under "jobplane": the functions' loggers own that
@@ -127,6 +129,11 @@ class Node:
     notes: list[str] = field(default_factory=list)
 
     @property
+    def agent_home(self) -> Path:
+        """Where a VM on this machine keeps its agent (a VM in an image: the image's /opt/jobplane)."""
+        return self.root / "opt" / "jobplane"
+
+    @property
     def marker(self) -> str:
         return f"{MARKER}={self.id}"
 
@@ -151,6 +158,7 @@ class InstanceRunner:
         self.nodes: dict[str, Node] = {}
         self.done: set[str] = set()  # VMs that ran and are gone; never started again
         self.lock = threading.RLock()
+        self.baked_agent: Path | None = None  # the agent tree every VM's image holds (`local up --baked-agent`)
 
     # ---- booting ------------------------------------------------------------------------------------
     def add_node(self, iid: str, job_id: str | None, rank: int, image: str, metadata: Any) -> Node:
@@ -178,6 +186,8 @@ class InstanceRunner:
     def start(self, node: Node, script: str, ours: dict[str, str]) -> None:
         """Run the VM's startup script; ours: what the cloud tells this VM (its metadata server...)."""
         (node.share / "user-data").write_text(script)
+        if self.baked_agent is not None:  # in the image: its overlay's upper layer; on this machine: its own home
+            bake(self.baked_agent, node.root / "upper" / AGENT_HOME.lstrip("/") if node.image else node.agent_home)
         ours = {**AGENT_ENV, **ours, MARKER: node.id, "JOBPLANE_LOCAL_CLOUD": self.cloud_id, **NETWORK_ENV}
         if node.image:
             node.env = {**{k: v for k, v in self.instance_env.items() if k.startswith(self.vm_env_prefixes)},
@@ -201,7 +211,7 @@ class InstanceRunner:
             (node.root / sub).mkdir(exist_ok=True)
         return {**self.instance_env, **ours, "HOME": str(node.root / "home"),
                 "TMPDIR": str(node.root / "tmp"), "JOBPLANE_ML_ROOT": str(node.root / "opt" / "ml"),
-                "JOBPLANE_AGENT_HOME": str(node.root / "opt" / "jobplane"),
+                "JOBPLANE_AGENT_HOME": str(node.agent_home),
                 "JOBPLANE_LOCAL_POWER_LOG": str(node.power_log),
                 "PATH": os.pathsep.join([str(self.shims), str(Path(sys.executable).parent),
                                          self.instance_env.get("PATH", os.defpath)])}
