@@ -41,6 +41,7 @@ from jobplane.sdk.job import _lines
 from jobplane.spec import parse_spec
 from jobplane.states import State
 from tests.helpers import wait_for
+from tests.moto_aws import MOTO_AMI
 
 pytestmark = pytest.mark.timeout(120)
 BUCKET = "jobplane-cli"
@@ -75,7 +76,7 @@ def cloud(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> It
         with mock_aws():
             s3, ec2 = boto3.client("s3", region_name="us-east-1"), boto3.client("ec2", region_name="us-east-1")
             s3.create_bucket(Bucket=BUCKET)
-            ami = ec2.describe_images()["Images"][0]["ImageId"]
+            ami = MOTO_AMI  # one of moto's own (listing them all costs a second a test)
 
             def start_ec2(job_id: str, attempt: int) -> str:
                 tags = {TAG_MANAGED: "true", TAG_DEPLOYMENT: BUCKET, TAG_JOB_ID: job_id, TAG_ATTEMPT: str(attempt)}
