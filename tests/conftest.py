@@ -42,35 +42,15 @@ def moto_server() -> Iterator[str]:
     It runs in its own process rather than as ThreadedMotoServer: in-process, the server and a test's
     client threads share one GIL, and a 16-thread CAS race runs several times slower.
     """
-    import subprocess
     import sys
 
-    import requests
-
-    from jobplane.local.waiting import wait_for
+    from tests.helpers import http_server
 
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jobplane.local.moto_server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
     url = f"http://127.0.0.1:{port}"
-    def answers() -> bool:
-        try:
-            return requests.get(f"{url}/moto-api/", timeout=1) is not None
-        except requests.ConnectionError:
-            return False
-
-    try:
-        wait_for(f"the moto server on {url}", answers, 60, 0.1,
-                 abort=lambda: None if proc.poll() is None else f"it exited {proc.returncode}")
+    with http_server(f"the moto server on {url}", [sys.executable, "-m", "jobplane.local.moto_server", "-H",
+                                                   "127.0.0.1", "-p", str(port)], f"{url}/moto-api/"):
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 @pytest.fixture

@@ -5,8 +5,10 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -157,3 +159,36 @@ def foreign_sdk_imports(files: dict[str, str], cloud: str) -> list[str]:
     sdk = r"google" if cloud == "aws" else r"boto3|botocore"
     pattern = re.compile(rf"^\s*(from|import)\s+({sdk})\b|import_module\(\"({sdk})\b", re.M)
     return [name for name, text in files.items() if pattern.search(text)]
+
+
+@contextmanager
+def http_server(what: str, argv: Sequence[str], probe: str, timeout: float = 60) -> Iterator[subprocess.Popen[bytes]]:
+    """Run argv, a server, until the block ends (terminated, killed after 10 s): first wait until a GET of the URL
+    `probe` gets any answer, failing at once, with the end of its stderr, if it exits before."""
+    import requests
+
+    with tempfile.TemporaryFile() as stderr:
+        proc = subprocess.Popen(list(argv), stdout=subprocess.DEVNULL, stderr=stderr)
+
+        def answers() -> bool:
+            try:
+                return requests.get(probe, timeout=1) is not None
+            except requests.ConnectionError:
+                return False
+
+        def exited() -> str | None:
+            if proc.poll() is None:
+                return None
+            stderr.seek(0)
+            return f"it exited {proc.returncode}: {stderr.read()[-500:].decode(errors='replace')}"
+
+        try:
+            wait_for(what, answers, timeout, 0.05, abort=exited)
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

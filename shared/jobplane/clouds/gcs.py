@@ -49,6 +49,15 @@ def _utc(ts: datetime | None) -> datetime:
     return ts.astimezone(UTC) if ts.tzinfo else ts.replace(tzinfo=UTC)
 
 
+def _check_served(key: str, blob: Any, generation: int) -> None:
+    """Refuse what a read pinned with ifGenerationMatch returned for another generation. GCS itself answers such a
+    read 412, so there this never fires; an emulator that ignores the precondition on reads (fake-gcs-server)
+    serves the live object instead, and says which in x-goog-generation or the metadata."""
+    served = blob.generation
+    if served is not None and int(served) != generation:
+        raise PreconditionFailed(f"{key}: generation {generation} asked for, {served} served")
+
+
 class GcsStore:
     """One bucket. With STORAGE_EMULATOR_HOST set, the default client talks to that emulator anonymously.
     project: the client's (GOOGLE_CLOUD_PROJECT, from Settings); objects in a bucket do not depend on it.
@@ -98,8 +107,10 @@ class GcsStore:
             try:
                 # Pin the download to the generation whose metadata we hold, so bytes, version and
                 # last_modified all describe the same write.
-                data = self._bucket.blob(key).download_as_bytes(if_generation_match=generation)
-            except self._api_errors.PreconditionFailed:
+                reader = self._bucket.blob(key)
+                data = reader.download_as_bytes(if_generation_match=generation)
+                _check_served(key, reader, generation)
+            except (self._api_errors.PreconditionFailed, PreconditionFailed):
                 if time.monotonic() > deadline:
                     raise StoreError(
                         f"{key} was rewritten during every read for {_READ_DEADLINE_S}s"
@@ -192,10 +203,14 @@ class GcsStore:
             if size is not None and size <= self.limits.part_size:
                 blob = self._bucket.blob(key)  # one GET; its headers carry the generation
                 blob.download_to_filename(str(tmp), retry=self._retry, **pinned)
+                if version:
+                    _check_served(key, blob, int(version))
             else:
                 blob = self._bucket.get_blob(key, **pinned)  # size and generation
                 if blob is None:
                     raise NotFound(key)
+                if version:
+                    _check_served(key, blob, int(version))
                 # every ranged GET is pinned to this generation: a rewrite midway fails with 412
                 pinned = {"if_generation_match": int(blob.generation)}
                 if int(blob.size or 0) <= self.limits.part_size:
