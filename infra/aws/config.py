@@ -41,7 +41,9 @@ class ControlPlaneConfig:
     ssh: bool = False  # VMs reachable through SSM Session Manager (`jobplane ssh`; the policy's access.ssh too)
     # VM Pythons the agent bundles are built for, besides the image aliases' own (3.11, 3.12): add yours
     vm_pythons: tuple[str, ...] = ("3.11", "3.12")
-    reserved_concurrency: bool = True  # 1 for the reconcilers; off for accounts at the 10-execution minimum
+    # reserved concurrency, 33 in all (1 per reconciler, launcher 10, vend 20): off where the account's limit is under
+    # 133 (Lambda keeps 100 unreserved), as for a new account's 10
+    reserved_concurrency: bool = True
     log_retention_days: int = 30  # Lambda log groups
     log_chunk_days: int = 90  # registry log chunks tagged jobplane:object=log expire after this
 

@@ -54,6 +54,9 @@ LOGGING = FunctionLogging(tracing=lambda_.Tracing.ACTIVE, logging_format=lambda_
                           application_log_level_v2=lambda_.ApplicationLogLevel.INFO,
                           system_log_level_v2=lambda_.SystemLogLevel.WARN)
 UPLOADER_MEMORY_MB = 512  # one BucketDeployment singleton Lambda serves both uploads
+# The vend function's reserved concurrency, as on GCP (max_instance_count): a refresh per VM per hour and a burst
+# when a big job boots (the agent retries a 429), and no flood of VM requests takes the account's concurrency.
+VEND_RESERVED = 20
 
 
 @dataclass(frozen=True)
@@ -62,12 +65,15 @@ class FunctionSpec:
     timeout_s: int
     launches: bool  # RunInstances + PassRole
     terminates: bool
-    # 1 where overlapping runs would only repeat the same reconcile (claims are CAS-safe anyway)
-    reserved: int | None
+    # Reserved concurrency, the most runs at once (and kept for it): 1 where overlapping runs would only repeat the
+    # same reconcile (claims are CAS-safe anyway); the launcher's drops run in parallel, 10 at most, as on GCP (its
+    # max_instance_count), so a flood of drops waits in Lambda's async retries instead of taking the account's
+    # concurrency from everything else.
+    reserved: int
 
 
 FUNCTIONS = (
-    FunctionSpec("launcher", 120, launches=True, terminates=False, reserved=None),
+    FunctionSpec("launcher", 120, launches=True, terminates=False, reserved=10),
     FunctionSpec("sweeper", 300, launches=False, terminates=True, reserved=1),
     FunctionSpec("rerun", 300, launches=True, terminates=True, reserved=1),
     FunctionSpec("uptime_cap", 120, launches=False, terminates=True, reserved=1),
@@ -121,13 +127,18 @@ class JobplaneControlPlane(Construct):
 
     # ---- storage ------------------------------------------------------------------------------------
     def _access_log_bucket(self) -> s3.Bucket:
+        # Versioned, so a log deleted or overwritten before its year is up (by mistake, or to hide a trail) can
+        # still be read for 30 days; logs are never rewritten, so that costs nothing otherwise.
         logs_bucket = s3.Bucket(
             self, "AccessLogs",
+            versioned=True,
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             enforce_ssl=True,
             encryption=s3.BucketEncryption.S3_MANAGED,
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
-            lifecycle_rules=[s3.LifecycleRule(id="ExpireAccessLogs", expiration=cdk.Duration.days(365))],
+            lifecycle_rules=[s3.LifecycleRule(id="ExpireAccessLogs", expiration=cdk.Duration.days(365),
+                                              noncurrent_version_expiration=cdk.Duration.days(30)),
+                             s3.LifecycleRule(id="DropExpiredDeleteMarkers", expired_object_delete_marker=True)],
             removal_policy=cdk.RemovalPolicy.RETAIN,
         )
         acknowledge(logs_bucket, "AwsSolutions-S1",
@@ -268,6 +279,7 @@ class JobplaneControlPlane(Construct):
                          "JOBPLANE_JOB_ROLE_ARN": job_role.role_arn,
                          "JOBPLANE_DATA_BUCKETS": ",".join(self.config.data_buckets)},
             log_group=log_group,
+            reserved_concurrent_executions=VEND_RESERVED if self.config.reserved_concurrency else None,
             description="jobplane vend: a job's storage credentials for its own VMs",
             **LOGGING,
         )

@@ -64,6 +64,11 @@ resource "google_storage_bucket" "registry" {
     enabled = true
   }
 
+  logging {
+    log_bucket        = google_storage_bucket.access_logs.name
+    log_object_prefix = "registry"
+  }
+
   lifecycle_rule {
     condition {
       days_since_noncurrent_time = var.noncurrent_version_days
@@ -74,12 +79,72 @@ resource "google_storage_bucket" "registry" {
   }
 }
 
+# The functions' source zips. Versioned, so a zip replaced under its name (its name is its content's hash: only on
+# purpose) is kept for 30 days to compare with.
 resource "google_storage_bucket" "sources" {
   name                        = "${local.bucket}-sources"
   location                    = var.region
   uniform_bucket_level_access = true
   public_access_prevention    = "enforced"
   force_destroy               = true
+
+  versioning {
+    enabled = true
+  }
+
+  logging {
+    log_bucket        = google_storage_bucket.access_logs.name
+    log_object_prefix = "sources"
+  }
+
+  lifecycle_rule {
+    condition {
+      days_since_noncurrent_time = 30
+    }
+    action {
+      type = "Delete"
+    }
+  }
+}
+
+# Usage logs of the registry and the sources bucket (every request: who, what object, when; hourly files), kept a
+# year, as the AWS stack keeps its server access logs. Versioned, so a log deleted before its year is up can still
+# be read for 30 days. Its own requests are not logged: that would loop.
+resource "google_storage_bucket" "access_logs" {
+  name                        = "${local.bucket}-logs"
+  location                    = var.region
+  uniform_bucket_level_access = true
+  public_access_prevention    = "enforced"
+  force_destroy               = false
+
+  versioning {
+    enabled = true
+  }
+
+  lifecycle_rule {
+    condition {
+      age = 365
+    }
+    action {
+      type = "Delete"
+    }
+  }
+
+  lifecycle_rule {
+    condition {
+      days_since_noncurrent_time = 30
+    }
+    action {
+      type = "Delete"
+    }
+  }
+}
+
+# Cloud Storage writes usage logs as this Google group, and needs nothing more than creating them.
+resource "google_storage_bucket_iam_member" "access_logs_writer" {
+  bucket = google_storage_bucket.access_logs.name
+  role   = "roles/storage.objectCreator"
+  member = "group:cloud-storage-analytics@google.com"
 }
 
 resource "google_storage_bucket_object" "function_source" {
@@ -323,12 +388,21 @@ resource "google_compute_network" "jobs" {
   depends_on              = [google_project_service.apis]
 }
 
+# Private Google Access: the VMs, which have no external IP, reach Google's APIs and the vend function (an internal
+# caller for its ingress setting) without the NAT. Flow logs of every connection, as the AWS VPC's, aggregated
+# over 5 minutes: Cloud Logging bills what they write, and a training job's connections are few and long.
 resource "google_compute_subnetwork" "jobs" {
   name                     = "jobplane-${var.region}"
   region                   = var.region
   network                  = google_compute_network.jobs.id
   ip_cidr_range            = var.subnet_cidr
   private_ip_google_access = true
+
+  log_config {
+    aggregation_interval = "INTERVAL_5_MIN"
+    flow_sampling        = 1.0
+    metadata             = "INCLUDE_ALL_METADATA"
+  }
 }
 
 resource "google_compute_router" "jobs" {
@@ -372,6 +446,10 @@ resource "google_compute_firewall" "iap_ssh" {
 }
 
 # ---- functions ----------------------------------------------------------------------------------------
+# Every function's ingress is ALLOW_INTERNAL_ONLY: its callers are all inside the project. Cloud Run counts Eventarc
+# (the launcher's trigger) and Cloud Scheduler (the HTTP functions) of the same project as internal sources, and
+# requests from the project's VPC networks (the job VMs calling vend, through Private Google Access). Nothing on the
+# internet reaches a function, whatever IAM would say.
 resource "google_cloudfunctions2_function" "launcher" {
   name     = "jobplane-launcher"
   location = var.region
@@ -392,6 +470,7 @@ resource "google_cloudfunctions2_function" "launcher" {
     available_memory      = "512M"
     timeout_seconds       = 540
     max_instance_count    = 10
+    ingress_settings      = "ALLOW_INTERNAL_ONLY"
     service_account_email = google_service_account.functions.email
     environment_variables = local.env
   }
@@ -432,7 +511,7 @@ resource "google_cloudfunctions2_function" "http" {
     available_memory      = each.value[0]
     timeout_seconds       = each.value[1]
     max_instance_count    = 1 # one reconciler run at a time; CAS keeps overlapping runs safe anyway
-    ingress_settings      = "ALLOW_ALL"
+    ingress_settings      = "ALLOW_INTERNAL_ONLY"
     service_account_email = google_service_account.functions.email
     environment_variables = local.env
   }
@@ -463,7 +542,7 @@ resource "google_cloudfunctions2_function" "vend" {
     available_memory      = "512M"
     timeout_seconds       = 60
     max_instance_count    = 20 # a refresh per VM per hour, and a burst when a big job boots
-    ingress_settings      = "ALLOW_ALL"
+    ingress_settings      = "ALLOW_INTERNAL_ONLY"
     service_account_email = google_service_account.functions.email
     environment_variables = merge(local.env, { JOBPLANE_VM_SERVICE_ACCOUNT = google_service_account.vms.email })
   }

@@ -14,7 +14,7 @@ output "queue_uri" {
 }
 
 output "function_uris" {
-  description = "HTTP functions (OIDC-authenticated; invoked by Cloud Scheduler)."
+  description = "HTTP functions (OIDC-authenticated; invoked by Cloud Scheduler, internal ingress only: run one now with gcloud scheduler jobs run jobplane-<name>)."
   value       = { for k, f in google_cloudfunctions2_function.http : k => f.service_config[0].uri }
 }
 

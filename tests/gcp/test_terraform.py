@@ -86,6 +86,39 @@ def test_registry_bucket_is_versioned_uniform_and_never_public(tf: dict[str, dic
     assert members and not [m for m in members if "allUsers" in m or "allAuthenticatedUsers" in m]
 
 
+def test_registry_and_sources_log_every_request_to_a_versioned_log_bucket_kept_a_year(
+        tf: dict[str, dict[str, Any]]) -> None:
+    logs = tf["resource"]["google_storage_bucket.access_logs"]
+    for name, prefix in (("registry", "registry"), ("sources", "sources")):
+        bucket = tf["resource"][f"google_storage_bucket.{name}"]
+        assert block(bucket, "logging") == {"log_bucket": "${google_storage_bucket.access_logs.name}",
+                                            "log_object_prefix": prefix}
+        assert block(bucket, "versioning")["enabled"] is True
+    assert "logging" not in logs  # its own requests: that would loop
+    assert block(logs, "versioning")["enabled"] is True
+    assert logs["uniform_bucket_level_access"] is True and logs["public_access_prevention"] == "enforced"
+    conditions = [block(rule, "condition") for rule in logs["lifecycle_rule"]]
+    assert conditions == [{"age": 365}, {"days_since_noncurrent_time": 30}]
+    writer = tf["resource"]["google_storage_bucket_iam_member.access_logs_writer"]
+    assert (writer["role"], writer["member"]) == ("roles/storage.objectCreator",
+                                                  "group:cloud-storage-analytics@google.com")
+
+
+def test_every_function_takes_requests_from_inside_the_project_only(tf: dict[str, dict[str, Any]]) -> None:
+    """Eventarc, Cloud Scheduler and the job VMs (through Private Google Access) are internal callers."""
+    functions = {k: v for k, v in tf["resource"].items() if k.startswith("google_cloudfunctions2_function.")}
+    assert set(functions) == {f"google_cloudfunctions2_function.{n}" for n in ("launcher", "http", "vend")}
+    for name, fn in functions.items():
+        assert block(fn, "service_config")["ingress_settings"] == "ALLOW_INTERNAL_ONLY", name
+    assert tf["resource"]["google_compute_subnetwork.jobs"]["private_ip_google_access"] is True
+
+
+def test_the_job_subnet_logs_every_flow(tf: dict[str, dict[str, Any]]) -> None:
+    flows = block(tf["resource"]["google_compute_subnetwork.jobs"], "log_config")
+    assert flows == {"aggregation_interval": "INTERVAL_5_MIN", "flow_sampling": 1.0,
+                     "metadata": "INCLUDE_ALL_METADATA"}
+
+
 def test_launcher_is_triggered_by_finalized_objects_of_the_registry(tf: dict[str, dict[str, Any]]) -> None:
     fn = tf["resource"]["google_cloudfunctions2_function.launcher"]
     trigger = block(fn, "event_trigger")

@@ -29,7 +29,7 @@ class Synth:
         return {k: v for k, v in self.template["Resources"].items() if v["Type"] == kind}
 
     def functions(self) -> dict[str, dict[str, Any]]:
-        """Our four functions by module name (launcher, sweeper, rerun, uptime_cap)."""
+        """Our five functions by module name (launcher, sweeper, rerun, uptime_cap, vend)."""
         out = {}
         for fn in self.resources("AWS::Lambda::Function").values():
             handler = fn["Properties"].get("Handler", "")

@@ -56,6 +56,15 @@ def test_registry_bucket_is_versioned_private_encrypted_logged_and_emits_events(
     assert synth.template["Resources"][bid]["DeletionPolicy"] == "Retain"
 
 
+def test_access_logs_are_versioned_and_kept_a_year(synth: Synth) -> None:
+    props = synth.template["Resources"][synth.logical_id("AWS::S3::Bucket", "AccessLogs")]["Properties"]
+    assert props["VersioningConfiguration"] == {"Status": "Enabled"}  # a deleted log can still be read 30 days
+    rules = {r["Id"]: r for r in props["LifecycleConfiguration"]["Rules"]}
+    assert rules["ExpireAccessLogs"]["ExpirationInDays"] == 365
+    assert rules["ExpireAccessLogs"]["NoncurrentVersionExpiration"] == {"NoncurrentDays": 30}
+    assert rules["DropExpiredDeleteMarkers"]["ExpiredObjectDeleteMarker"] is True
+
+
 def test_bucket_policies_deny_plain_http(synth: Synth) -> None:
     for policy in synth.resources("AWS::S3::BucketPolicy").values():
         denies = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Deny"]
@@ -93,11 +102,11 @@ def test_four_functions_and_vend_arm64_newest_python_json_logs_xray_dlq(synth: S
         assert p["LoggingConfig"]["LogGroup"]["Ref"] in synth.resources("AWS::Logs::LogGroup")
 
 
-def test_reserved_concurrency_one_for_reconcilers_only(synth: Synth) -> None:
-    fns = synth.functions()
-    for name in ("sweeper", "rerun", "uptime_cap"):
-        assert fns[name]["Properties"]["ReservedConcurrentExecutions"] == 1, name
-    assert "ReservedConcurrentExecutions" not in fns["launcher"]["Properties"]  # drops run in parallel
+def test_every_function_has_reserved_concurrency_bounding_its_runs(synth: Synth) -> None:
+    """One run at a time for each reconciler; drops in parallel, but a flood of them (or of VMs asking vend) takes
+    at most 10 (20) of the account's concurrency, as GCP's max_instance_count bounds the same functions."""
+    reserved = {name: fn["Properties"].get("ReservedConcurrentExecutions") for name, fn in synth.functions().items()}
+    assert reserved == {"launcher": 10, "sweeper": 1, "rerun": 1, "uptime_cap": 1, "vend": 20}
 
 
 def test_async_invocations_retry_briefly_then_dead_letter(synth: Synth) -> None:
