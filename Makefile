@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: test check lint typecheck docs pytest pytest-check demo local-images local-index
+.PHONY: test check lint typecheck docs checkov pytest pytest-check demo local-images local-index
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 
 # The static checks run beside pytest, whose tests mostly wait (on local clouds, servers, subprocesses).
 test: $(STAMP) local-images cdk-assets
-	$(MAKE) --no-print-directory --output-sync=line -j4 lint typecheck docs pytest
+	$(MAKE) --no-print-directory --output-sync=line -j5 lint typecheck docs checkov pytest
 
 # The loop while working, under a minute: ruff, mypy and the check tier (the pure tests and the days on the manual
 # clock: every decision, reconcile rule, spec and record test; tests/budgets.json says which units those are).
@@ -36,6 +36,24 @@ typecheck: $(STAMP)
 # The docs/ site (mkdocs.yml): --strict fails on a broken link or a page missing from the nav.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site
+
+# checkov, a scanner we did not write, over the synthesized AWS template (as `make synth` writes it, here into
+# build/checkov/) and the GCP Terraform: a failing check not accepted, with its reason, in infra/checkov-skips.yaml
+# fails the build (infra/checkov_gate.py). checkov runs from a venv of its own (infra/checkov-requirements.txt says
+# why), installed from PyPI on the first run.
+CHECKOV_VENV := .venv-checkov
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
+$(CHECKOV_STAMP): infra/checkov-requirements.txt
+	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet -r infra/checkov-requirements.txt
+	touch $@
+
+checkov: $(STAMP) $(CHECKOV_STAMP)
+	rm -rf build/checkov
+	CDK_OUTDIR=build/checkov/cdk.out $(CDK_APP) > /dev/null
+	$(BIN)/python -m infra.checkov_gate --checkov $(CHECKOV_VENV)/bin/checkov \
+	  --template build/checkov/cdk.out/Jobplane.template.json --terraform infra/gcp
 
 # Four workers (tests/scheduling.py): most tests wait, so they overlap well even on two cores. The run ends with the
 # slowest units beside their budgets (tests/budgets.json).
