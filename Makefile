@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# checkov's own venv (see `checkov:` below)
+CHECKOV_VENV := .venv-checkov
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PYTHONDONTWRITEBYTECODE :=
 
@@ -15,8 +18,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[aws,gcp,cdk,dev,docs,examples,plot,ui]'
 	touch $@
 
-# The static checks run beside pytest, whose tests mostly wait (on local clouds, servers, subprocesses).
-test: $(STAMP) local-images cdk-assets
+# The static checks run beside pytest, whose tests mostly wait (on local clouds, servers, subprocesses). What they
+# need installed or built comes first: the venvs, the local cloud's images, the CDK assets.
+test: $(STAMP) $(CHECKOV_STAMP) local-images cdk-assets
 	$(MAKE) --no-print-directory --output-sync=line -j5 lint typecheck docs checkov pytest
 
 # The loop while working, under a minute: ruff, mypy and the check tier (the pure tests and the days on the manual
@@ -41,8 +45,6 @@ docs: $(STAMP)
 # build/checkov/) and the GCP Terraform: a failing check not accepted, with its reason, in infra/checkov-skips.yaml
 # fails the build (infra/checkov_gate.py). checkov runs from a venv of its own (infra/checkov-requirements.txt says
 # why), installed from PyPI on the first run.
-CHECKOV_VENV := .venv-checkov
-CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 $(CHECKOV_STAMP): infra/checkov-requirements.txt
 	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
 	$(CHECKOV_VENV)/bin/python -m pip install --quiet --upgrade pip
