@@ -26,7 +26,10 @@ for _var in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "GOOGLE_APPLICATION_CREDENTIALS"
 
 # In-process moto (mock_aws) too: atomic S3 conditional writes, public SSM parameters (see jobplane.local.moto_server).
 patch_moto()
-pytest_plugins = ["tests.moto_aws", "tests.scheduling"]  # moto_aws for every test package; how xdist spreads the suite
+# The fixtures more than one module uses, for every test package (none imports a fixture), and how xdist spreads the
+# suite: moto_aws (in-process moto), day (a day on the manual clock), registry_cloud and reg (a registry on each
+# cloud, for the CLI and the SDK).
+pytest_plugins = ["tests.moto_aws", "tests.reconcile.day", "tests.registry_clouds", "tests.scheduling"]
 
 
 def free_port() -> int:

@@ -9,14 +9,21 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobplane.local.triggers import LambdaContext
 from jobplane.local.waiting import wait_for
 
 # The one wait and the one Lambda context (the local cloud's), for tests that import their helpers from here.
 __all__ = ["LambdaContext", "wait_for"]
+
+if TYPE_CHECKING:
+    from jobplane.metrics import Point
+    from jobplane.registry import Registry
+
+WRITTEN = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)  # when the agent writes below say they were written
 
 
 def table(*rows: dict[str, Any]) -> Any:
@@ -106,6 +113,37 @@ def publish_agent_manifest(reg: Any, cloud: str) -> None:
     variants = [agent_bundle.Variant(cloud, python, arch, "0" * 64, 1)
                 for python in images.python_versions() for arch in images.ARCHITECTURES]
     reg.store.put(reg.key(keys.agent_file(agent_bundle.MANIFEST)), agent_bundle.manifest(variants))
+
+
+# ---- what an agent writes ----------------------------------------------------------------------------------------
+def ship(reg: Registry, job_id: str, attempt: int, rank: int, seq: int, points: list[Point]) -> None:
+    """A metrics chunk as the agent ships it, each point stamped WRITTEN + its step in seconds."""
+    from jobplane import keys, metrics
+
+    data = b"".join(metrics.encode(p, WRITTEN + timedelta(seconds=p.step or 0)) for p in points)
+    reg.store.put_if_absent(reg.key(keys.metrics_chunk(job_id, attempt, rank, seq)), data, "application/x-ndjson")
+
+
+def falling(steps: range, attempt_start: float = 8.0) -> list[Point]:
+    """A step and a loss that falls 3% a step, at each of steps."""
+    from jobplane.metrics import Point
+
+    out = []
+    for step in steps:
+        out += [Point("step", float(step), step), Point("loss", attempt_start * 0.97 ** step, step)]
+    return out
+
+
+def publish(reg: Registry, job_id: str, area: str, files: dict[str, bytes]) -> None:
+    """What the agent's publish() leaves: the files under artifacts/<area>/, then the area's manifest."""
+    from jobplane import keys
+
+    entries = {}
+    for rel, data in files.items():
+        version = reg.store.put(reg.key(f"{keys.artifacts_prefix(job_id)}{area}/{rel}"), data)
+        entries[rel] = {"key": rel, "size": len(data), "version": version}
+    reg.put_json(f"{keys.artifacts_prefix(job_id)}{area}.manifest.json",
+                 {"written_at": WRITTEN.isoformat(), "files": entries})
 
 
 def make_wheel(directory: Path, name: str, version: str, source: str) -> Path:

@@ -1,10 +1,10 @@
 """The job commands end to end through click, on both clouds: a registry in moto's S3 (in-process) with EC2, and
 one on the GCS fake with the Compute Engine fake (loopback servers, the real google-cloud clients), named by
-s3:// and gs:// URLs. Queued jobs are jobs for describe / ls / logs, `logs -f` and `submit -f` exit with the
-job's outcome, `wait` stops at its goal or its timeout, `cancel --force` ends the job's VMs, `submit --code`
-uploads to the registry's own bucket. A driver thread plays the launcher, agents and sweeper by writing what
-they write; it moves the job on conditions it reads (never on time), so every interleaving with the CLI's
-polls ends the same."""
+s3:// and gs:// URLs (tests/registry_clouds.py). Queued jobs are jobs for describe / ls / logs, `logs -f` and
+`submit -f` exit with the job's outcome, `wait` stops at its goal or its timeout, `cancel --force` ends the job's
+VMs, `submit --code` uploads to the registry's own bucket. A driver thread plays the launcher, agents and sweeper
+by writing what they write; it moves the job on conditions it reads (never on time), so every interleaving with
+the CLI's polls ends the same."""
 
 from __future__ import annotations
 
@@ -17,102 +17,24 @@ import sys
 import tarfile
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import boto3
 import pytest
-from click.testing import CliRunner, Result
-from moto import mock_aws
 
 from jobplane import jobs, keys
-from jobplane.cli import cli
 from jobplane.cli.follow import EXIT_INTERRUPTED, EXIT_WAIT_TIMED_OUT, StatusLine, exit_code, tagged
-from jobplane.clouds.base import TAG_ATTEMPT, TAG_DEPLOYMENT, TAG_JOB_ID, TAG_MANAGED
-from jobplane.clouds.gce_metadata import gce_key
-from jobplane.clouds.gcp import deployment_label, name_prefix
-from jobplane.clouds.s3 import S3Store
 from jobplane.jobview import JobView, Status
-from jobplane.local.fake_compute import FakeComputeServer
 from jobplane.local.fake_gcs import FakeGcsServer
 from jobplane.registry import Registry
 from jobplane.sdk.job import _lines
 from jobplane.spec import parse_spec
 from jobplane.states import State
-from tests.helpers import wait_for
-from tests.moto_aws import MOTO_AMI
+from tests.cli.helpers import run
+from tests.registry_clouds import BUCKET, GCP_ENV, SPEC, Driver, RegistryCloud, drop
 
 pytestmark = pytest.mark.timeout(120)
-BUCKET = "jobplane-cli"
-SPEC = "name: demo\ninstance_type: t3.micro\nspot: true\nrun: python3 train.py\n"
-GCP_ENV = {"GOOGLE_CLOUD_PROJECT": "jobplane-cli", "JOBPLANE_REGION": "us-central1"}
-
-
-@dataclass
-class Cloud:
-    """A registry on one cloud, the environment the CLI finds it by, and VMs made the way the launcher tags them."""
-
-    name: str
-    reg: Registry
-    env: dict[str, str]
-    start_vm: Callable[[str, int], str]  # (job id, attempt) -> instance id
-    vms: Callable[[], list[str]]  # ids of the VMs alive
-
-    def spec(self, extra: str = "") -> str:
-        """SPEC for this cloud (an e2-small on GCP)."""
-        text = SPEC.replace("t3.micro", "e2-small") + "cloud: gcp\n" if self.name == "gcp" else SPEC
-        return text + extra
-
-
-@pytest.fixture(params=["aws", "gcp"])
-def cloud(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cloud]:
-    for name in ("JOBPLANE_CLOUD", "JOBPLANE_ROOT", "JOBPLANE_REGION", "AWS_ENDPOINT_URL"):
-        monkeypatch.delenv(name, raising=False)
-    if request.param == "aws":
-        env = {"JOBPLANE_BUCKET": f"s3://{BUCKET}", "AWS_REGION": "us-east-1"}
-        for name, value in env.items():
-            monkeypatch.setenv(name, value)
-        with mock_aws():
-            s3, ec2 = boto3.client("s3", region_name="us-east-1"), boto3.client("ec2", region_name="us-east-1")
-            s3.create_bucket(Bucket=BUCKET)
-            ami = MOTO_AMI  # one of moto's own (listing them all costs a second a test)
-
-            def start_ec2(job_id: str, attempt: int) -> str:
-                tags = {TAG_MANAGED: "true", TAG_DEPLOYMENT: BUCKET, TAG_JOB_ID: job_id, TAG_ATTEMPT: str(attempt)}
-                return str(ec2.run_instances(ImageId=ami, MinCount=1, MaxCount=1, TagSpecifications=[{
-                    "ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
-                )["Instances"][0]["InstanceId"])
-
-            def running_ec2() -> list[str]:
-                pages = ec2.describe_instances(Filters=[{"Name": "instance-state-name", "Values": ["running"]}])
-                return [i["InstanceId"] for r in pages["Reservations"] for i in r["Instances"]]
-
-            yield Cloud("aws", Registry(S3Store(BUCKET, s3)), env, start_ec2, running_ec2)
-        return
-    from jobplane.clouds.gcs import GcsStore
-
-    with FakeGcsServer() as gcs, FakeComputeServer(GCP_ENV["GOOGLE_CLOUD_PROJECT"]) as compute:
-        gcs.create_bucket(BUCKET)
-        env = {"JOBPLANE_BUCKET": f"gs://{BUCKET}", "STORAGE_EMULATOR_HOST": gcs.endpoint,
-               "JOBPLANE_COMPUTE_ENDPOINT": compute.endpoint, **GCP_ENV}
-        for name, value in env.items():
-            monkeypatch.setenv(name, value)
-
-        def start_gce(job_id: str, attempt: int) -> str:
-            labels = {gce_key(TAG_MANAGED): "true", gce_key(TAG_DEPLOYMENT): deployment_label(BUCKET),
-                      gce_key(TAG_JOB_ID): job_id, gce_key(TAG_ATTEMPT): str(attempt)}
-            return compute.add_instance("us-central1-a", f"{name_prefix(job_id, attempt, BUCKET)}-0001", labels)
-
-        def running_gce() -> list[str]:
-            return [f"{vm['zone'].rsplit('/', 1)[-1]}/{vm['name']}" for vm in compute.instances()]
-
-        yield Cloud("gcp", Registry(GcsStore(BUCKET)), env, start_gce, running_gce)
-
-
-@pytest.fixture
-def reg(cloud: Cloud) -> Registry:
-    return cloud.reg
 
 
 @pytest.fixture
@@ -129,51 +51,6 @@ def first_status(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
 
     monkeypatch.setattr(jobs, "status", status)
     return shown
-
-
-def run(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args))
-
-
-def drop(reg: Registry, job_id: str, text: str = SPEC) -> None:
-    reg.store.put(keys.queue_entry(job_id), text.encode(), "application/yaml")
-
-
-class Driver(threading.Thread):
-    """Takes the job from queue/ once it is there, runs it with some output, and ends it as told."""
-
-    def __init__(self, reg: Registry, job_id: str, ending: State | None, after: threading.Event | None = None) -> None:
-        super().__init__(daemon=True)
-        self.reg, self.job_id, self.ending = reg, job_id, ending
-        self.after = after or threading.Event()
-        if after is None:
-            self.after.set()
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            job_id = self.job_id
-            wait_for(f"{job_id} in queue/", lambda: any(True for _ in self.reg.listing(keys.queue_entry(job_id))), 60)
-            wait_for("the CLI to show a first status", self.after.is_set, 60)
-            reg = self.reg
-            reg.create_job(job_id, parse_spec(reg.get_bytes(keys.queue_entry(job_id)), job_id=job_id))
-            reg.transition(job_id, State.LAUNCHING, expect={State.QUEUED}, attempt=1, instances=["i-0abc"])
-            reg.delete(keys.queue_entry(job_id))
-            reg.transition(job_id, State.RUNNING)
-            reg.store.put(keys.log_chunk(job_id, 1, 0, 0), b"step 1 loss 0.5\n")
-            if self.ending is None:
-                return
-            reg.store.put(keys.log_chunk(job_id, 1, 0, 1), b"step 2 loss 0.1\n")
-            reg.put_json(keys.exit_report(job_id, 1, 0), {"code": 0 if self.ending == State.SUCCEEDED else 1})
-            reg.transition(job_id, self.ending, reason="every rank exited" if self.ending == State.SUCCEEDED
-                           else "rank 0 exited 1")
-        except BaseException as exc:
-            self.error = exc
-
-    def finish(self) -> None:
-        self.join(60)
-        assert not self.is_alive(), "the driver did not finish in 60 s"
-        assert self.error is None, repr(self.error)
 
 
 # ---- a queued job is a job ----------------------------------------------------------------------------------
@@ -222,9 +99,10 @@ def test_logs_follow_waits_for_a_queued_job_and_exits_with_its_outcome(reg: Regi
                                                                          else "rank 0 exited 1"))
 
 
-def test_submit_follow_submits_then_follows_to_the_end(cloud: Cloud, reg: Registry, tmp_path: Path) -> None:
+def test_submit_follow_submits_then_follows_to_the_end(
+        registry_cloud: RegistryCloud, reg: Registry, tmp_path: Path) -> None:
     spec = tmp_path / "job.yaml"
-    spec.write_text(cloud.spec("id: sub-follow\n"))
+    spec.write_text(registry_cloud.spec("id: sub-follow\n"))
     driver = Driver(reg, "sub-follow", State.SUCCEEDED)
     driver.start()
     result = run("submit", str(spec), "-f", "--interval", "0.05")
@@ -380,38 +258,40 @@ def test_on_a_terminal_the_status_line_is_rewritten_in_place_below_the_output(
 
 
 # ---- the registry's own cloud -------------------------------------------------------------------------------
-def test_submit_code_uploads_to_the_registrys_bucket_and_names_it_by_its_scheme(cloud: Cloud, tmp_path: Path) -> None:
+def test_submit_code_uploads_to_the_registrys_bucket_and_names_it_by_its_scheme(
+        registry_cloud: RegistryCloud, tmp_path: Path) -> None:
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "train.py").write_text("print('hi')\n")
     spec = tmp_path / "job.yaml"
-    spec.write_text(cloud.spec("id: with-code\n"))
+    spec.write_text(registry_cloud.spec("id: with-code\n"))
     result = run("submit", str(spec), "--code", str(tmp_path / "src"))
     assert result.exit_code == 0, result.output
-    scheme = "gs" if cloud.name == "gcp" else "s3"
+    scheme = "gs" if registry_cloud.name == "gcp" else "s3"
     uploaded = keys.code_upload(keys.DEFAULT_OWNER, "with-code")
     uri = f"{scheme}://{BUCKET}/{uploaded}"
     assert result.stdout == "with-code\n" and f"code: 1 files from {tmp_path / 'src'} -> {uri}" in result.stderr
-    drop = parse_spec(cloud.reg.get_bytes(keys.queue_entry("with-code")), job_id="with-code")
+    drop = parse_spec(registry_cloud.reg.get_bytes(keys.queue_entry("with-code")), job_id="with-code")
     assert drop.code == uri
-    with tarfile.open(fileobj=io.BytesIO(cloud.reg.get_bytes(uploaded))) as tar:
+    with tarfile.open(fileobj=io.BytesIO(registry_cloud.reg.get_bytes(uploaded))) as tar:
         assert tar.getnames() == ["train.py"]
 
 
-def test_a_spec_for_the_other_cloud_is_refused_before_anything_is_uploaded(cloud: Cloud, tmp_path: Path) -> None:
-    other = "aws" if cloud.name == "gcp" else "gcp"
+def test_a_spec_for_the_other_cloud_is_refused_before_anything_is_uploaded(
+        registry_cloud: RegistryCloud, tmp_path: Path) -> None:
+    other = "aws" if registry_cloud.name == "gcp" else "gcp"
     spec = tmp_path / "job.yaml"
     spec.write_text(SPEC + (f"cloud: {other}\n" if other == "gcp" else ""))
     (tmp_path / "src").mkdir()
     result = run("submit", str(spec), "--code", str(tmp_path / "src"))
     assert result.exit_code == 1
     assert f"Error: cloud: '{other}'" in result.stderr and "is not the cloud of the registry" in result.stderr
-    assert list(cloud.reg.listing("")) == []
+    assert list(registry_cloud.reg.listing("")) == []
 
 
-def test_describe_shows_the_jobs_vms_and_cancel_force_ends_them(cloud: Cloud, reg: Registry) -> None:
-    reg.create_job("forced", parse_spec(cloud.spec(), job_id="forced"))
-    vm = cloud.start_vm("forced", 1)
-    other = cloud.start_vm("bystander", 1)
+def test_describe_shows_the_jobs_vms_and_cancel_force_ends_them(registry_cloud: RegistryCloud, reg: Registry) -> None:
+    reg.create_job("forced", parse_spec(registry_cloud.spec(), job_id="forced"))
+    vm = registry_cloud.start_vm("forced", 1)
+    other = registry_cloud.start_vm("bystander", 1)
     reg.transition("forced", State.LAUNCHING, attempt=1, instances=[vm])
     reg.transition("forced", State.RUNNING)
     described = json.loads(run("describe", "forced", "--json").stdout)
@@ -424,11 +304,12 @@ def test_describe_shows_the_jobs_vms_and_cancel_force_ends_them(cloud: Cloud, re
     assert result.exit_code == 0, result.output
     assert result.stdout == "forced CANCELLED\n" and result.stderr == f"terminated {vm}\n"
     assert reg.job("forced").state == State.CANCELLED and reg.get_json(keys.stop_request("forced"))["by"] == "cli"
-    assert cloud.vms() == [other]
+    assert registry_cloud.vms() == [other]
 
 
-def test_describe_shows_the_retries_used_and_the_jobs_lifetime_under_the_policy(cloud: Cloud, reg: Registry) -> None:
-    reg.create_job("flaky", parse_spec(cloud.spec("retry: {max: 2, on_exit_codes: [42]}\n"), job_id="flaky"))
+def test_describe_shows_the_retries_used_and_the_jobs_lifetime_under_the_policy(
+        registry_cloud: RegistryCloud, reg: Registry) -> None:
+    reg.create_job("flaky", parse_spec(registry_cloud.spec("retry: {max: 2, on_exit_codes: [42]}\n"), job_id="flaky"))
     reg.transition("flaky", State.LAUNCHING, attempt=1)
     reg.transition("flaky", State.RUNNING)
     reg.transition("flaky", State.LAUNCHING, attempt=2, retries=1, reason="retry 1 of 2: exit code 42 (rank 0)")
@@ -446,22 +327,23 @@ def test_describe_shows_the_retries_used_and_the_jobs_lifetime_under_the_policy(
             life["max_runtime"]) == (2, 3, 3, 86400, 7200)
 
 
-def test_validate_needs_no_registry(cloud: Cloud, tmp_path: Path) -> None:
+def test_validate_needs_no_registry(registry_cloud: RegistryCloud, tmp_path: Path) -> None:
     spec = tmp_path / "job.yaml"
-    spec.write_text(cloud.spec())
+    spec.write_text(registry_cloud.spec())
     result = run("validate", str(spec))
     assert result.exit_code == 0 and result.stdout == f"{spec}: ok\n"
 
 
-def test_a_bare_bucket_name_takes_its_cloud_from_cloud(cloud: Cloud, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_bare_bucket_name_takes_its_cloud_from_cloud(
+        registry_cloud: RegistryCloud, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("JOBPLANE_BUCKET")
-    drop(cloud.reg, "bare")
-    listed = run("ls", "--json", "--bucket", BUCKET, "--cloud", cloud.name)
+    drop(registry_cloud.reg, "bare")
+    listed = run("ls", "--json", "--bucket", BUCKET, "--cloud", registry_cloud.name)
     assert listed.exit_code == 0, listed.output
     assert [r["id"] for r in json.loads(listed.stdout)] == ["bare"]
-    other = "aws" if cloud.name == "gcp" else "gcp"
-    wrong = run("ls", "--bucket", f"{'gs' if cloud.name == 'gcp' else 's3'}://{BUCKET}", "--cloud", other)
-    assert wrong.exit_code == 1 and f"is on {cloud.name}, not {other}" in wrong.stderr
+    other = "aws" if registry_cloud.name == "gcp" else "gcp"
+    wrong = run("ls", "--bucket", f"{'gs' if registry_cloud.name == 'gcp' else 's3'}://{BUCKET}", "--cloud", other)
+    assert wrong.exit_code == 1 and f"is on {registry_cloud.name}, not {other}" in wrong.stderr
 
 
 # ---- exit codes and the output's lines ----------------------------------------------------------------------------
@@ -487,11 +369,11 @@ def test_log_lines_print_as_their_chunks_did(text: str) -> None:
     assert all((line.attempt, line.rank) == (2, 1) for line in lines)
 
 
-@pytest.mark.parametrize("cloud", ["gcp"], indirect=True)
+@pytest.mark.parametrize("registry_cloud", ["gcp"], indirect=True)
 def test_without_a_gcp_project_a_command_that_looks_at_vms_says_what_to_set(
-        cloud: Cloud, reg: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+        registry_cloud: RegistryCloud, reg: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GOOGLE_CLOUD_PROJECT")
-    reg.create_job("vm", parse_spec(cloud.spec(), job_id="vm"))
+    reg.create_job("vm", parse_spec(registry_cloud.spec(), job_id="vm"))
     reg.transition("vm", State.LAUNCHING, attempt=1, instances=["us-central1-a/vm-1"])
     result = run("describe", "vm")
     assert result.exit_code == 1

@@ -6,46 +6,25 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import yaml
 
-from jobplane import keys, metrics
+from jobplane import keys
 from jobplane.metrics import Point
 from jobplane.registry import Registry
-from jobplane.spec import parse_spec
-from jobplane.states import State
-from tests.test_cli_jobs import Cloud, cloud, reg, run  # noqa: F401  (the registry fixtures, on both clouds)
+from tests.cli.helpers import run
+from tests.helpers import falling, ship
+from tests.registry_clouds import RegistryCloud, recorded
 
 pytestmark = pytest.mark.timeout(120)
-T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
-
-
-def recorded(cloud: Cloud, job_id: str, **state: object) -> None:  # noqa: F811
-    cloud.reg.create_job(job_id, parse_spec(cloud.spec(), job_id))
-    cloud.reg.transition(job_id, State.LAUNCHING, expect=[State.QUEUED], attempt=1, instances=["i-1"])
-    if state:
-        cloud.reg.update(job_id, **state)
-
-
-def ship(reg: Registry, job_id: str, attempt: int, rank: int, seq: int, points: list[Point]) -> None:  # noqa: F811
-    data = b"".join(metrics.encode(p, T0 + timedelta(seconds=p.step or 0)) for p in points)
-    reg.store.put_if_absent(reg.key(keys.metrics_chunk(job_id, attempt, rank, seq)), data, "application/x-ndjson")
-
-
-def falling(steps: range, attempt_start: float = 8.0) -> list[Point]:
-    out = []
-    for step in steps:
-        out += [Point("step", float(step), step), Point("loss", attempt_start * 0.97 ** step, step)]
-    return out
 
 
 @pytest.fixture
-def trained(cloud: Cloud, reg: Registry) -> str:  # noqa: F811
+def trained(registry_cloud: RegistryCloud, reg: Registry) -> str:
     """A job preempted at step 120 that resumed from step 100 on attempt 2 and diverged at step 160."""
-    recorded(cloud, "trained")
+    recorded(registry_cloud, "trained")
     ship(reg, "trained", 1, 0, 0, falling(range(10, 70, 10)))
     ship(reg, "trained", 1, 0, 1, [*falling(range(70, 130, 10)), Point("accuracy", 0.8, 120)])
     ship(reg, "trained", 2, 0, 0, [*falling(range(100, 160, 10)), Point("loss", math.nan, 160)])
@@ -94,8 +73,8 @@ def test_describe_shows_each_metrics_last_value(trained: str) -> None:
     assert [m["name"] for m in doc["metrics"]] == ["step", "loss", "accuracy"] and "points" not in doc["metrics"][0]
 
 
-def test_a_job_without_metrics_says_so(cloud: Cloud, tmp_path: Path) -> None:  # noqa: F811
-    recorded(cloud, "quiet")
+def test_a_job_without_metrics_says_so(registry_cloud: RegistryCloud, tmp_path: Path) -> None:
+    recorded(registry_cloud, "quiet")
     result = run("metrics", "quiet")
     assert result.exit_code == 0 and "job quiet (LAUNCHING): no metrics yet; they come with its log chunks" in \
         result.output
@@ -121,9 +100,9 @@ def test_plot_without_matplotlib_is_one_clear_line(trained: str, tmp_path: Path,
     assert result.output.strip().endswith("Error: --plot needs matplotlib: pip install 'jobplane[plot]'")
 
 
-def test_submit_hp_overrides_the_spec_in_the_drop(cloud: Cloud, reg: Registry, tmp_path: Path) -> None:  # noqa: F811
+def test_submit_hp_overrides_the_spec_in_the_drop(registry_cloud: RegistryCloud, reg: Registry, tmp_path: Path) -> None:
     spec = tmp_path / "hp.yaml"
-    spec.write_text(cloud.spec("hyperparameters: {epochs: 10, lr: 0.01}\n"))
+    spec.write_text(registry_cloud.spec("hyperparameters: {epochs: 10, lr: 0.01}\n"))
     result = run("submit", str(spec), "--id", "hp-job", "--hp", "lr=0.02", "--hp", "optimizer=adam")
     assert result.exit_code == 0, result.output
     drop = yaml.safe_load(reg.get_bytes(keys.queue_entry("hp-job")))

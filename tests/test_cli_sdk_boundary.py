@@ -32,8 +32,9 @@ import yaml
 
 from jobplane import backend, sdk
 from jobplane.registry import Registry
-from tests.test_cli_jobs import Cloud, Driver, cloud, reg, run  # noqa: F401  (the registry fixtures)
-from tests.test_cli_metrics import falling, ship
+from tests.cli.helpers import run
+from tests.helpers import falling, ship
+from tests.registry_clouds import Driver, RegistryCloud
 
 pytestmark = pytest.mark.timeout(120)
 ROOT = Path(__file__).resolve().parents[1]
@@ -265,12 +266,13 @@ def browse(monkeypatch: pytest.MonkeyPatch, cancel: str) -> dict[str, int]:
     return answers
 
 
-@pytest.mark.parametrize("cloud", ["aws", "gcp"], indirect=True)
+@pytest.mark.parametrize("registry_cloud", ["aws", "gcp"], indirect=True)
 def test_every_command_reaches_the_registry_and_the_cloud_through_the_sdk(
-        cloud: Cloud, reg: Registry, watched: Calls, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+        registry_cloud: RegistryCloud, reg: Registry, watched: Calls, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     spec, code, later = tmp_path / "job.yaml", tmp_path / "src", tmp_path / "later.yaml"
-    spec.write_text(cloud.spec("id: seen\n"))
-    later.write_text(cloud.spec("id: later\n"))
+    spec.write_text(registry_cloud.spec("id: seen\n"))
+    later.write_text(registry_cloud.spec("id: later\n"))
     code.mkdir()
     (code / "train.py").write_text("print('hi')\n")
     driver = Driver(reg, "seen", None)

@@ -20,22 +20,23 @@ from jobplane.states import State
 from jobplane.sweeps import ops, store
 from jobplane.telemetry import CountingMetrics
 from jobplane.usage import AttemptUsage, InstanceSpan
-from tests.test_cli_jobs import Cloud, cloud, reg, run  # noqa: F401  (the registry fixtures)
-from tests.test_cli_metrics import falling, ship
+from tests.cli.helpers import run
+from tests.helpers import falling, ship
+from tests.registry_clouds import RegistryCloud
 
 pytestmark = pytest.mark.timeout(120)
 SWEEP = ("sweep:\n  parameters:\n    lr: {loguniform: [0.0001, 0.1]}\n    batch: {choice: [32, 64]}\n"
          "  max_trials: 5\n  max_parallel: 2\n  objective: {metric: loss, goal: minimize}\n  seed: 3\n")
 
 
-def accepted(cloud: Cloud, sweep_id: str) -> None:  # noqa: F811
+def accepted(cloud: RegistryCloud, sweep_id: str) -> None:
     """The launcher takes the sweep's drop: the sweep is recorded and its first trials dropped."""
     region = "us-central1" if cloud.name == "gcp" else "us-east-1"
     ctx = Context(cloud.reg, MemoryCompute(cloud=cloud.name, region=region), cloud.reg.policy(), CountingMetrics())
     assert launcher.handle_drop(ctx, keys.queue_entry(sweep_id), now=utcnow()).result == "sweep"
 
 
-def running(reg: Registry, job_id: str, price: float) -> None:  # noqa: F811
+def running(reg: Registry, job_id: str, price: float) -> None:
     """The launcher takes the trial's drop and launches it an hour ago at `price` an hour; it runs."""
     key = keys.queue_entry(job_id)
     drop = keys.parse_drop(key)
@@ -50,15 +51,15 @@ def running(reg: Registry, job_id: str, price: float) -> None:  # noqa: F811
     reg.transition(job_id, State.RUNNING)
 
 
-def test_a_sweep_is_listed_described_costed_and_cancelled(cloud: Cloud, reg: Registry,  # noqa: F811
+def test_a_sweep_is_listed_described_costed_and_cancelled(registry_cloud: RegistryCloud, reg: Registry,
                                                           tmp_path: Path) -> None:
     spec = tmp_path / "sweep.yaml"
-    spec.write_text(cloud.spec(SWEEP))
+    spec.write_text(registry_cloud.spec(SWEEP))
     submitted = run("submit", str(spec), "--id", "lr")
     assert submitted.exit_code == 0, submitted.output
     assert submitted.stdout == "lr\n" and "jobplane sweep describe lr" in submitted.stderr
     assert run("submit", str(spec), "--id", "lr2", "-f").exit_code == 1  # a sweep is not followed as a job
-    accepted(cloud, "lr")
+    accepted(registry_cloud, "lr")
     running(reg, "lr-t001", 0.5)
     running(reg, "lr-t002", 0.25)
     ship(reg, "lr-t001", 1, 0, 0, falling(range(10, 40, 10)))  # loss 8 * 0.97^step; the last at step 30
@@ -103,18 +104,18 @@ def test_a_sweep_is_listed_described_costed_and_cancelled(cloud: Cloud, reg: Reg
     assert [s["id"] for s in json.loads(run("sweep", "ls", "--all", "--json").stdout)] == ["lr"]
 
 
-def test_an_unknown_sweep_is_one_clear_error(reg: Registry) -> None:  # noqa: F811
+def test_an_unknown_sweep_is_one_clear_error(reg: Registry) -> None:
     for command in (["sweep", "describe", "nope"], ["sweep", "cancel", "nope"]):
         result = run(*command)
         assert result.exit_code == 1 and "no sweep 'nope'" in result.output, (command, result.output)
 
 
-def test_a_sweep_just_submitted_is_waited_for_or_said_to_be_still_in_queue(cloud: Cloud, reg: Registry,  # noqa: F811
+def test_a_sweep_just_submitted_is_waited_for_or_said_to_be_still_in_queue(registry_cloud: RegistryCloud, reg: Registry,
                                                                            tmp_path: Path) -> None:
     """Before the launcher records it (seconds after the submit) a sweep is a drop in queue/: `sweep describe`
     and Client.sweep say so instead of "no sweep", and Client.sweep(id, wait=...) waits for it."""
     spec = tmp_path / "sweep.yaml"
-    spec.write_text(cloud.spec(SWEEP))
+    spec.write_text(registry_cloud.spec(SWEEP))
     assert run("submit", str(spec), "--id", "lr").exit_code == 0
     described = run("sweep", "describe", "lr")
     assert described.exit_code == 1
@@ -127,7 +128,7 @@ def test_a_sweep_just_submitted_is_waited_for_or_said_to_be_still_in_queue(cloud
 
     def launcher_meanwhile(seconds: float) -> None:  # the wait's pause: the launcher takes the drop then
         looks.append(seconds)
-        accepted(cloud, "lr")
+        accepted(registry_cloud, "lr")
 
     assert ops.find(reg, "lr", wait=60, interval=2, sleep=launcher_meanwhile).state == "RUNNING" and looks == [2]
     assert Client().sweep("lr", wait=60).id == "lr"

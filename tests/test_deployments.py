@@ -29,7 +29,7 @@ from jobplane.telemetry import CountingMetrics
 from tests.gcp.conftest import PLACEMENT, PROJECT, REGION
 from tests.gcp.fakes import ComputeFake
 from tests.helpers import publish_agent_manifest
-from tests.moto_aws import BUCKET, MotoAws, moto_aws  # noqa: F401  (the fixture)
+from tests.moto_aws import BUCKET, MotoAws
 
 pytestmark = pytest.mark.timeout(120)
 SPEC = "run: python3 train.py\ninstance_type: {itype}\n"
@@ -70,7 +70,7 @@ def side_by_side(prod: tuple[Registry, Compute], staging: tuple[Registry, Comput
     return vm
 
 
-def test_on_ec2_each_deployment_sweeps_only_its_own_vms(moto_aws: MotoAws) -> None:  # noqa: F811
+def test_on_ec2_each_deployment_sweeps_only_its_own_vms(moto_aws: MotoAws) -> None:
     regs = []
     for settings in (PROD, STAGING):
         reg = Registry(S3Store(BUCKET, moto_aws.s3), settings.root)

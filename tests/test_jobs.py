@@ -15,6 +15,7 @@ from jobplane.jobview import JobView, status, view_row
 from jobplane.registry import JobNotFound, Registry
 from jobplane.spec import parse_spec
 from jobplane.states import State
+from tests.helpers import WRITTEN, publish
 
 T0 = datetime(2026, 11, 22, 11, 30, 0, tzinfo=UTC)
 SPEC = "name: demo\ninstance_type: t3.micro\nnum_nodes: 2\nspot: true\nrun: python3 train.py\n"
@@ -280,16 +281,6 @@ def test_a_spec_problem_names_its_field_and_the_file(tmp_path) -> None:
 
 
 # ---- artifacts ------------------------------------------------------------------------------------------------
-def publish(reg: Registry, job_id: str, area: str, files: dict[str, bytes]) -> None:
-    """What the agent's publish() leaves: the files under artifacts/<area>/, then the area's manifest."""
-    entries = {}
-    for rel, data in files.items():
-        version = reg.store.put(reg.key(f"{keys.artifacts_prefix(job_id)}{area}/{rel}"), data)
-        entries[rel] = {"key": rel, "size": len(data), "version": version}
-    reg.put_json(f"{keys.artifacts_prefix(job_id)}{area}.manifest.json",
-                 {"written_at": T0.isoformat(), "files": entries})
-
-
 def test_artifacts_are_what_the_manifests_name_and_download_where_their_paths_say(reg: Registry, tmp_path) -> None:
     publish(reg, "made", "model", {"result.json": b"{}", "weights/w.npz": b"123"})
     publish(reg, "made", "rank-1/output", {"log.txt": b"rank 1"})
@@ -297,7 +288,7 @@ def test_artifacts_are_what_the_manifests_name_and_download_where_their_paths_sa
     found = jobs.artifacts(reg, "made")
     assert [(a.path, a.size) for a in found] == [("model/result.json", 2), ("model/weights/w.npz", 3),
                                                  ("rank-1/output/log.txt", 6)]
-    assert found[0].written_at == T0
+    assert found[0].written_at == WRITTEN
     written = jobs.download(reg, found, tmp_path / "out")
     assert [p.relative_to(tmp_path / "out").as_posix() for p in written] == [a.path for a in found]
     assert (tmp_path / "out" / "model" / "weights" / "w.npz").read_bytes() == b"123"

@@ -24,7 +24,7 @@ from jobplane.registry import JobRecord, Registry, utcnow
 from jobplane.states import State
 from jobplane.telemetry import CountingMetrics
 from tests.helpers import publish_agent_manifest
-from tests.moto_aws import BUCKET, MotoAws, moto_aws  # noqa: F401  (the fixture)
+from tests.moto_aws import BUCKET, MotoAws
 
 pytestmark = pytest.mark.timeout(120)
 SPEC = "run: python3 train.py\ninstance_type: t3.micro\n"

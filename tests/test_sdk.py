@@ -24,9 +24,8 @@ from jobplane import keys, metrics, sdk
 from jobplane.metrics import Point
 from jobplane.registry import Registry
 from jobplane.sdk import Client, State
-from tests.test_cli_jobs import Cloud, Driver, cloud, reg  # noqa: F401  (the registry fixtures, on both clouds)
-from tests.test_cli_metrics import falling, recorded, ship
-from tests.test_jobs import publish
+from tests.helpers import falling, publish, ship
+from tests.registry_clouds import Driver, RegistryCloud, recorded
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -56,20 +55,21 @@ def test_what_a_deployment_runs_imports_jobplane_without_the_sdk() -> None:
 
 
 # ---- submitting -----------------------------------------------------------------------------------------------
-def test_submit_a_file_a_mapping_or_a_prepared_spec(cloud: Cloud, reg: Registry, tmp_path: Path) -> None:  # noqa: F811
+def test_submit_a_file_a_mapping_or_a_prepared_spec(
+        registry_cloud: RegistryCloud, reg: Registry, tmp_path: Path) -> None:
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "train.py").write_text("print('hi')\n")
     spec = tmp_path / "job.yaml"
-    spec.write_text(cloud.spec("hyperparameters: {epochs: 10}\nlabels: {team: nlp}\n"))
+    spec.write_text(registry_cloud.spec("hyperparameters: {epochs: 10}\nlabels: {team: nlp}\n"))
     client, uploaded = Client(), list[tuple[int, str]]()
     job = client.submit(spec, code=tmp_path / "src", hyperparameters={"lr": 0.02}, owner="nlp", id="from-file",
                         on_code=lambda files, uri: uploaded.append((files, uri)))
     assert (job.id, job.view.state, job.view.drop) == ("from-file", State.QUEUED, "queue/nlp/from-file.yaml")
     assert job.view.spec is not None and job.view.spec.hyperparameters == {"epochs": 10, "lr": 0.02}
-    scheme = "gs" if cloud.name == "gcp" else "s3"
+    scheme = "gs" if registry_cloud.name == "gcp" else "s3"
     assert uploaded == [(1, f"{scheme}://jobplane-cli/{keys.code_upload('nlp', 'from-file')}")]
 
-    as_mapping = yaml.safe_load(cloud.spec())
+    as_mapping = yaml.safe_load(registry_cloud.spec())
     mapped = client.submit({**as_mapping, "name": "mapped"})
     assert mapped.id.startswith("mapped-") and client.get(mapped.id).state == State.QUEUED
     prepared = sdk.prepare(spec, id="prepared")
@@ -83,14 +83,15 @@ def test_submit_a_file_a_mapping_or_a_prepared_spec(cloud: Cloud, reg: Registry,
     assert len(client.list(state="QUEUED")) == 3 and client.list(state=[State.SUCCEEDED]) == []
 
 
-def test_a_bad_spec_is_invalid_with_its_field_errors_before_anything_is_uploaded(cloud: Cloud, tmp_path: Path) -> None:  # noqa: F811
+def test_a_bad_spec_is_invalid_with_its_field_errors_before_anything_is_uploaded(
+        registry_cloud: RegistryCloud, tmp_path: Path) -> None:
     client = Client()
     with pytest.raises(sdk.InvalidSpec) as bad:
-        client.submit(yaml.safe_load(cloud.spec()) | {"num_nodes": 0, "max_runtime": "soon"})
+        client.submit(yaml.safe_load(registry_cloud.spec()) | {"num_nodes": 0, "max_runtime": "soon"})
     assert sorted(e.path for e in bad.value.errors) == ["max_runtime", "num_nodes"]
     assert isinstance(bad.value, ValueError) and bad.value.source == "<spec>"
-    other = "aws" if cloud.name == "gcp" else "gcp"
-    spec = yaml.safe_load(cloud.spec()) | {"cloud": other}
+    other = "aws" if registry_cloud.name == "gcp" else "gcp"
+    spec = yaml.safe_load(registry_cloud.spec()) | {"cloud": other}
     spec.pop("instance_type")
     with pytest.raises(sdk.InvalidSpec) as wrong_cloud:
         client.submit(spec | {"instance_type": "e2-small" if other == "gcp" else "t3.micro"}, code=tmp_path)
@@ -102,14 +103,14 @@ def test_a_bad_spec_is_invalid_with_its_field_errors_before_anything_is_uploaded
 
 
 def test_twenty_submissions_from_threads_get_twenty_ids_each_with_its_own_code(
-        cloud: Cloud, reg: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+        registry_cloud: RegistryCloud, reg: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ids are drawn from the name, the second and 4 hex digits: here the digits repeat on purpose, so threads in
     the same second draw the same ids. The client draws again for an id another thread is submitting, so no
     bundle is uploaded over another's."""
     drawn = count()
     monkeypatch.setattr("secrets.token_hex", lambda n: f"{next(drawn) // 3:04x}")  # each id drawn three times
     client = Client()
-    spec = yaml.safe_load(cloud.spec()) | {"name": "many"}
+    spec = yaml.safe_load(registry_cloud.spec()) | {"name": "many"}
 
     def one(i: int) -> str:
         code = tmp_path / f"code-{i}"
@@ -127,7 +128,7 @@ def test_twenty_submissions_from_threads_get_twenty_ids_each_with_its_own_code(
     assert sorted(j.id for j in client.list()) == sorted(submitted.values())
 
 
-def test_a_drawn_id_a_finished_submission_took_is_drawn_again(cloud: Cloud, reg: Registry,  # noqa: F811
+def test_a_drawn_id_a_finished_submission_took_is_drawn_again(registry_cloud: RegistryCloud, reg: Registry,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """The same second and the same 4 hex digits as a job already queued (by this process a moment ago, or by
     another): the id is drawn again, nothing is uploaded over the queued job's code. An id the caller gave is not."""
@@ -135,7 +136,7 @@ def test_a_drawn_id_a_finished_submission_took_is_drawn_again(cloud: Cloud, reg:
     monkeypatch.setattr("secrets.token_hex", lambda n: next(digits))
     monkeypatch.setattr("jobplane.jobs.utcnow", lambda: datetime(2026, 11, 25, 12, 0, 5, tzinfo=UTC))
     client = Client()
-    spec = yaml.safe_load(cloud.spec()) | {"name": "same"}
+    spec = yaml.safe_load(registry_cloud.spec()) | {"name": "same"}
     first, second = client.submit(spec), client.submit(spec)
     assert (first.id, second.id) == ("same-1125-120005-0000", "same-1125-120005-0001")
     with pytest.raises(sdk.Refused, match="already queued"):
@@ -143,9 +144,9 @@ def test_a_drawn_id_a_finished_submission_took_is_drawn_again(cloud: Cloud, reg:
 
 
 # ---- watching -------------------------------------------------------------------------------------------------
-def test_wait_follow_logs_metrics_and_cancel(cloud: Cloud, reg: Registry) -> None:  # noqa: F811
+def test_wait_follow_logs_metrics_and_cancel(registry_cloud: RegistryCloud, reg: Registry) -> None:
     client = Client()
-    job = client.submit(yaml.safe_load(cloud.spec()), id="watched")
+    job = client.submit(yaml.safe_load(registry_cloud.spec()), id="watched")
     driver = Driver(reg, "watched", None)  # takes it, runs it with one line of output, never ends it
     driver.start()
     statuses: list[str] = []
@@ -171,9 +172,10 @@ def test_wait_follow_logs_metrics_and_cancel(cloud: Cloud, reg: Registry) -> Non
     assert [e["kind"] for e in job.events()][-1] == "cancelled"
 
 
-def test_logs_follow_yields_the_lines_as_they_come_then_the_final_state(cloud: Cloud, reg: Registry) -> None:  # noqa: F811
+def test_logs_follow_yields_the_lines_as_they_come_then_the_final_state(
+        registry_cloud: RegistryCloud, reg: Registry) -> None:
     client = Client()
-    job = client.submit(yaml.safe_load(cloud.spec()), id="streamed")
+    job = client.submit(yaml.safe_load(registry_cloud.spec()), id="streamed")
     driver = Driver(reg, "streamed", State.SUCCEEDED)
     driver.start()
     lines = [(str(line), line.attempt) for line in job.logs(follow=True, interval=0.05)]
@@ -182,8 +184,8 @@ def test_logs_follow_yields_the_lines_as_they_come_then_the_final_state(cloud: C
     assert job.view.state == State.SUCCEEDED and job.reason == "every rank exited"
 
 
-def test_artifacts_list_and_download(cloud: Cloud, reg: Registry, tmp_path: Path) -> None:  # noqa: F811
-    recorded(cloud, "made")
+def test_artifacts_list_and_download(registry_cloud: RegistryCloud, reg: Registry, tmp_path: Path) -> None:
+    recorded(registry_cloud, "made")
     publish(reg, "made", "model", {"result.json": b'{"loss": 0.01}'})
     publish(reg, "made", "output", {"log.txt": b"done"})
     job = Client().get("made")
@@ -193,7 +195,7 @@ def test_artifacts_list_and_download(cloud: Cloud, reg: Registry, tmp_path: Path
     assert not (tmp_path / "output").exists()
 
 
-def test_an_unknown_job_is_job_not_found(cloud: Cloud) -> None:  # noqa: F811
+def test_an_unknown_job_is_job_not_found(registry_cloud: RegistryCloud) -> None:
     client = Client()
     with pytest.raises(sdk.JobNotFound) as missing:
         client.get("nope")
@@ -201,17 +203,18 @@ def test_an_unknown_job_is_job_not_found(cloud: Cloud) -> None:  # noqa: F811
     assert isinstance(missing.value, LookupError) and isinstance(missing.value, sdk.JobplaneError)
 
 
-def test_a_metric_that_diverged_keeps_its_nan_last_and_finite_min_max(cloud: Cloud, reg: Registry) -> None:  # noqa: F811
-    recorded(cloud, "nan")
+def test_a_metric_that_diverged_keeps_its_nan_last_and_finite_min_max(
+        registry_cloud: RegistryCloud, reg: Registry) -> None:
+    recorded(registry_cloud, "nan")
     ship(reg, "nan", 1, 0, 0, [Point("loss", 2.0, 1), Point("loss", 1.0, 2), Point("loss", float("nan"), 3)])
     loss = Client().get("nan").metrics()["loss"]
     assert str(loss.last) == "nan" and (loss.min, loss.max) == (1.0, 2.0) and "last=nan" in repr(loss)
     assert metrics.STEP not in Client().get("nan").metrics()
 
 
-def test_a_client_and_its_jobs_are_shared_by_threads(cloud: Cloud, reg: Registry) -> None:  # noqa: F811
+def test_a_client_and_its_jobs_are_shared_by_threads(registry_cloud: RegistryCloud, reg: Registry) -> None:
     """The Compute adapter is made once, whichever thread asks first."""
-    recorded(cloud, "shared")
+    recorded(registry_cloud, "shared")
     client, seen = Client(), list[int]()
     barrier = threading.Barrier(6)
 

@@ -14,7 +14,7 @@ from jobplane.errors import SpecError
 from jobplane.policy import Policy, check_against_policy, parse_policy
 from jobplane.registry import JobRecord
 from jobplane.spec import MAX_SCRIPT, format_duration, parse_spec
-from tests.reconcile.day import Day, day  # noqa: F401  (the fixture)
+from tests.reconcile.day import Day
 
 BASE = "run: python3 train.py\ninstance_type: t3.micro\n"
 
@@ -74,7 +74,7 @@ def test_labels_in_jobplanes_namespace_are_refused() -> None:
         "labels.jobplane-owner", "labels.jobplane-rank"]
 
 
-def test_the_launcher_rejects_a_bomb_drop_and_keeps_it_with_the_reason(day: Day) -> None:  # noqa: F811
+def test_the_launcher_rejects_a_bomb_drop_and_keeps_it_with_the_reason(day: Day) -> None:
     key = keys.queue_entry("boom", keys.DEFAULT_OWNER, "yaml")
     day.store.put(day.reg.key(key), bomb(9).encode())
     assert day.backstop()[0].result == "rejected"

@@ -14,7 +14,7 @@ from jobplane.agent.checkpoints import CheckpointSync
 from jobplane.clouds.memory import MemoryStore
 from jobplane.decide.model import Rule
 from tests.agent.test_checkpoints import PREFIX, restore
-from tests.reconcile.day import Day, day  # noqa: F401  (the fixture)
+from tests.reconcile.day import Day
 
 
 def save(local: Path, step: int) -> None:
@@ -204,7 +204,7 @@ def test_two_lives_in_any_order_leave_a_newest_manifest_that_restores_whole(tmp_
         assert all(data in lives.written[name] for name, data in got.items()), f"seed {seed}: {done} gave {got}"
 
 
-def test_a_rerun_ends_the_preempted_attempts_surviving_ranks_with_the_relaunch(day: Day) -> None:  # noqa: F811
+def test_a_rerun_ends_the_preempted_attempts_surviving_ranks_with_the_relaunch(day: Day) -> None:
     day.started("pair", spot="true", num_nodes=2)  # 12:00 launched, 12:01 RUNNING
     day.at("12:30")
     day.preempted("pair", rank=0)  # rank 0 got the notice; rank 1's VM runs on

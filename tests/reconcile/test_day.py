@@ -7,14 +7,14 @@ from jobplane.decide.model import Rule
 from jobplane.reconcile import Outcome
 from jobplane.states import State
 from tests.helpers import race
-from tests.reconcile.day import Day, day  # noqa: F401  (the fixture)
+from tests.reconcile.day import Day
 
 
 def rules(outcomes: list[Outcome]) -> list[tuple[str, str]]:
     return [(o.action.rule, o.result) for o in outcomes]
 
 
-def test_a_job_that_goes_quiet_is_stalled_and_its_vm_terminated(day: Day) -> None:  # noqa: F811
+def test_a_job_that_goes_quiet_is_stalled_and_its_vm_terminated(day: Day) -> None:
     assert day.submit("quiet", stall_timeout="30m") == "launched"
     day.at("12:01")
     day.beat("quiet")
@@ -34,7 +34,7 @@ def test_a_job_that_goes_quiet_is_stalled_and_its_vm_terminated(day: Day) -> Non
     assert day.metrics.totals["Stalls"] == 1
 
 
-def test_a_preempted_spot_job_without_restarts_left_fails(day: Day) -> None:  # noqa: F811
+def test_a_preempted_spot_job_without_restarts_left_fails(day: Day) -> None:
     day.started("once", spot="true", max_restarts=0)  # 12:00 launched, 12:01 RUNNING
     day.at("12:40")
     day.preempted("once")
@@ -46,7 +46,7 @@ def test_a_preempted_spot_job_without_restarts_left_fails(day: Day) -> None:  # 
     assert day.reg.preempted() == {} and day.compute.launches[-1].attempt == 1, "no second attempt"
 
 
-def test_a_lost_rank_of_a_two_node_spot_job_tears_the_attempt_down_and_reruns_it(day: Day) -> None:  # noqa: F811
+def test_a_lost_rank_of_a_two_node_spot_job_tears_the_attempt_down_and_reruns_it(day: Day) -> None:
     day.started("pair", spot="true", num_nodes=2)  # 12:00 launched, 12:01 RUNNING
     day.at("12:30")
     day.compute.reclaim(day.job("pair").instances[1])  # no notice reached the agent: the VM is just gone
@@ -67,7 +67,7 @@ def test_a_lost_rank_of_a_two_node_spot_job_tears_the_attempt_down_and_reruns_it
     assert "Spot capacity lost: rank 1" in lost[0]["reason"]
 
 
-def test_five_overlapping_rerun_runs_launch_exactly_one_attempt(day: Day) -> None:  # noqa: F811
+def test_five_overlapping_rerun_runs_launch_exactly_one_attempt(day: Day) -> None:
     day.started("spotty", spot="true")  # 12:00 launched, 12:01 RUNNING
     day.at("12:40")
     day.preempted("spotty")
@@ -78,7 +78,7 @@ def test_five_overlapping_rerun_runs_launch_exactly_one_attempt(day: Day) -> Non
     assert day.reg.preempted() == {} and day.metrics.totals["Reruns"] == 1
 
 
-def test_a_runaway_job_is_asked_to_stop_then_timed_out(day: Day) -> None:  # noqa: F811
+def test_a_runaway_job_is_asked_to_stop_then_timed_out(day: Day) -> None:
     day.started("long", max_runtime="1h")  # 12:00 launched, 12:01 RUNNING
     day.at("12:53")
     assert day.uptime_cap() == []
@@ -93,7 +93,7 @@ def test_a_runaway_job_is_asked_to_stop_then_timed_out(day: Day) -> None:  # noq
     assert day.vms("long") == {1: ["shutting-down"]} and day.metrics.totals["Timeouts"] == 1
 
 
-def test_a_leaked_vm_is_terminated_after_the_grace_and_an_untagged_one_never(day: Day) -> None:  # noqa: F811
+def test_a_leaked_vm_is_terminated_after_the_grace_and_an_untagged_one_never(day: Day) -> None:
     leaked = day.compute.add("ghost", 1)
     untagged = day.compute.add(managed=False)
     day.at("12:05")
@@ -106,7 +106,7 @@ def test_a_leaked_vm_is_terminated_after_the_grace_and_an_untagged_one_never(day
     assert day.compute.state(untagged) == "running" and day.compute.refused == []
 
 
-def test_a_vm_that_never_boots_is_retried_as_a_restart(day: Day) -> None:  # noqa: F811
+def test_a_vm_that_never_boots_is_retried_as_a_restart(day: Day) -> None:
     day.submit("slow")
     first = day.job("slow").instances
     day.at("12:15")
@@ -118,7 +118,7 @@ def test_a_vm_that_never_boots_is_retried_as_a_restart(day: Day) -> None:  # noq
     assert day.vms("slow") == {1: ["shutting-down"], 2: ["pending"]} and after.instances != first
 
 
-def test_no_capacity_waits_then_launches_once_the_zone_has_room(day: Day) -> None:  # noqa: F811
+def test_no_capacity_waits_then_launches_once_the_zone_has_room(day: Day) -> None:
     day.compute.fail("t3.micro")
     assert day.submit("patient") == "waiting"
     assert day.job("patient").state == State.WAITING_CAPACITY and day.compute.launches == []

@@ -9,7 +9,7 @@ from jobplane import cost, jobview, keys
 from jobplane.decide.model import Rule
 from jobplane.records import HOLD_BY, StopRequest
 from jobplane.states import State
-from tests.reconcile.day import MORNING, Day, day  # noqa: F401  (the fixture)
+from tests.reconcile.day import MORNING, Day
 from tests.reconcile.test_day import rules
 
 
@@ -17,7 +17,7 @@ def held_keys(of: Day) -> list[str]:
     return [key for key, _, _ in of.reg.listing(keys.LIMITS) if keys.parse_held(key)]
 
 
-def test_a_failed_job_with_a_30m_debug_hold_keeps_its_vm_30_minutes_then_it_is_terminated(day: Day) -> None:  # noqa: F811
+def test_a_failed_job_with_a_30m_debug_hold_keeps_its_vm_30_minutes_then_it_is_terminated(day: Day) -> None:
     day.started("held", debug_hold="30m", max_runtime="2h")  # 12:00 launched, 12:01 RUNNING
     day.at("12:10")
     day.exits("held", 0, code=3, error="ValueError: bad shape")
@@ -57,7 +57,7 @@ def test_a_failed_job_with_a_30m_debug_hold_keeps_its_vm_30_minutes_then_it_is_t
     assert day.sweep() == [] and day.vms("held") == {1: ["terminated"]}
 
 
-def test_a_failed_rank_holds_every_vm_of_its_attempt_and_asks_the_others_to_stop(day: Day) -> None:  # noqa: F811
+def test_a_failed_rank_holds_every_vm_of_its_attempt_and_asks_the_others_to_stop(day: Day) -> None:
     day.started("pair", num_nodes=2, debug_hold="15m")
     day.at("12:05")
     day.exits("pair", 1, code=1)
@@ -73,7 +73,7 @@ def test_a_failed_rank_holds_every_vm_of_its_attempt_and_asks_the_others_to_stop
     assert day.vms("pair") == {1: ["shutting-down", "shutting-down"]}
 
 
-def test_no_hold_for_a_job_that_succeeds_or_is_retried(day: Day) -> None:  # noqa: F811
+def test_no_hold_for_a_job_that_succeeds_or_is_retried(day: Day) -> None:
     day.started("fine", debug_hold="30m")
     day.started("flaky", "retry: {on_exit_codes: [42], max: 1}\n", debug_hold="30m")
     day.at("12:05")
@@ -86,7 +86,7 @@ def test_no_hold_for_a_job_that_succeeds_or_is_retried(day: Day) -> None:  # noq
     assert held_keys(day) == [] and day.vms("flaky")[1] == ["shutting-down"]
 
 
-def test_the_end_of_a_hold_terminates_only_what_jobplane_owns_and_within_the_blast_radius(day: Day) -> None:  # noqa: F811
+def test_the_end_of_a_hold_terminates_only_what_jobplane_owns_and_within_the_blast_radius(day: Day) -> None:
     day.started("held", debug_hold="10m")
     day.at("12:05")
     day.exits("held", 0, code=1)

@@ -13,7 +13,7 @@ from jobplane import keys, launcher
 from jobplane.clouds.memory import MemoryCompute
 from jobplane.decide.model import Rule
 from jobplane.states import State
-from tests.reconcile.day import Day, day  # noqa: F401  (the fixture)
+from tests.reconcile.day import Day
 
 
 class Died(BaseException):
@@ -24,7 +24,7 @@ def rules(outcomes: list[Any]) -> list[tuple[str, str]]:
     return [(o.action.rule, o.result) for o in outcomes]
 
 
-def crash_after(monkeypatch: pytest.MonkeyPatch, day: Day, where: str) -> None:  # noqa: F811
+def crash_after(monkeypatch: pytest.MonkeyPatch, day: Day, where: str) -> None:
     """Kill the launcher right after the claim ("claim") or right after RunInstances ("run")."""
     if where == "claim":
         monkeypatch.setattr(launcher, "_launch", lambda *a, **k: (_ for _ in ()).throw(Died()))
@@ -39,7 +39,7 @@ def crash_after(monkeypatch: pytest.MonkeyPatch, day: Day, where: str) -> None: 
 
 
 @pytest.mark.parametrize("where", ["claim", "run"])
-def test_a_launch_cut_short_is_resumed_by_the_sweep_without_a_restart(day: Day, where: str,  # noqa: F811
+def test_a_launch_cut_short_is_resumed_by_the_sweep_without_a_restart(day: Day, where: str,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     with monkeypatch.context() as m:
         crash_after(m, day, where)
@@ -67,7 +67,7 @@ def test_a_launch_cut_short_is_resumed_by_the_sweep_without_a_restart(day: Day, 
     assert rules(day.sweep()) == [(Rule.STARTED, "applied")]
 
 
-def test_the_backstop_stops_at_its_time_budget_and_the_next_run_goes_on(day: Day) -> None:  # noqa: F811
+def test_the_backstop_stops_at_its_time_budget_and_the_next_run_goes_on(day: Day) -> None:
     for n in range(3):
         day.store.put(day.reg.key(keys.queue_entry(f"late-{n}", keys.DEFAULT_OWNER, "yaml")),
                       b"run: python3 train.py\ninstance_type: t3.micro\n")

@@ -17,7 +17,7 @@ from jobplane.decide.rules import LaunchCause
 from jobplane.registry import JobRecord
 from jobplane.spec import SpotOptions, parse_spec
 from jobplane.states import State
-from tests.reconcile.day import Day, day  # noqa: F401  (the fixture)
+from tests.reconcile.day import Day
 
 HUGE = 3_000_000 * 86400  # 3000000d: created_at + this is past the year 9999
 
@@ -26,7 +26,7 @@ def rules(outcomes: list[Any]) -> list[tuple[str, str]]:
     return [(o.action.rule, o.result) for o in outcomes if o.action.rule != Rule.CLEANUP]
 
 
-def wedged_before_the_fix(day: Day, job_id: str, **huge: Any) -> JobRecord:  # noqa: F811
+def wedged_before_the_fix(day: Day, job_id: str, **huge: Any) -> JobRecord:
     """A job an older version accepted with these durations, claimed by a launcher that then raised: LAUNCHING,
     attempt 1, no VM (what `max_wait: 3000000d` left behind once the job had to wait)."""
     spec = parse_spec("run: python3 train.py\ninstance_type: t3.micro\nspot: {fallback: on_demand}\n", job_id=job_id)
@@ -38,7 +38,7 @@ def wedged_before_the_fix(day: Day, job_id: str, **huge: Any) -> JobRecord:  # n
                               attempt=1, reason="launching attempt 1", cause=LaunchCause.SUBMITTED)
 
 
-def test_a_huge_max_wait_is_refused_at_submission_naming_the_field(day: Day) -> None:  # noqa: F811
+def test_a_huge_max_wait_is_refused_at_submission_naming_the_field(day: Day) -> None:
     day.compute.fail("t3.micro")  # it would have to wait: the decision that overflowed
     assert day.submit("huge", max_wait="3000000d") == "rejected"
     assert not day.reg.exists("huge"), "never recorded, never claimed"
@@ -48,7 +48,7 @@ def test_a_huge_max_wait_is_refused_at_submission_naming_the_field(day: Day) -> 
     assert day.job("within").reason == "max_wait: 30d exceeds the policy ceiling of 14d (max_wait_ceiling)"
 
 
-def test_a_launch_that_cannot_be_decided_ends_failed_with_the_error_not_wedged(day: Day) -> None:  # noqa: F811
+def test_a_launch_that_cannot_be_decided_ends_failed_with_the_error_not_wedged(day: Day) -> None:
     wedged_before_the_fix(day, "old", after=HUGE)  # Spot refused everywhere: refused_at + after overflows
     day.compute.fail("t3.micro", spot=True)
     day.at("12:11")  # past the launch grace: the sweep resumes the launch, which decides again
@@ -63,7 +63,7 @@ def test_a_launch_that_cannot_be_decided_ends_failed_with_the_error_not_wedged(d
     assert day.compute.instances(job_id="old") == [], "no VM was ever asked for"
 
 
-def test_a_recorded_max_wait_past_the_ceiling_is_held_to_it(day: Day) -> None:  # noqa: F811
+def test_a_recorded_max_wait_past_the_ceiling_is_held_to_it(day: Day) -> None:
     wedged_before_the_fix(day, "patient", max_wait=HUGE)
     assert day.job("patient").spec.max_wait == HUGE, "read back as it was accepted"
     day.compute.fail("t3.micro", spot=True)
@@ -79,7 +79,7 @@ def test_a_recorded_max_wait_past_the_ceiling_is_held_to_it(day: Day) -> None:  
                                                                   "max_wait 14d: ")
 
 
-def test_the_policy_ends_a_job_at_its_ceiling_on_attempts(day: Day) -> None:  # noqa: F811
+def test_the_policy_ends_a_job_at_its_ceiling_on_attempts(day: Day) -> None:
     """max_attempts_per_job lowered after the job was accepted still holds: preemptions, a failed boot and a
     retried error each take one attempt, and none follows the last."""
     day.started("spotty", "spot: true\nretry: {max: 5, on_exit_codes: [42]}\n", max_restarts=5)

@@ -11,7 +11,7 @@ from jobplane.agent.checkpoints import CheckpointSync
 from jobplane.decide.model import Rule
 from jobplane.reconcile import Outcome
 from jobplane.states import State
-from tests.reconcile.day import Day, day  # noqa: F401  (the fixture)
+from tests.reconcile.day import Day
 
 ON_42 = "retry: {max: 2, on_exit_codes: [42]}\n"
 
@@ -20,13 +20,13 @@ def rules(outcomes: list[Outcome]) -> list[tuple[str, str]]:
     return [(o.action.rule, o.result) for o in outcomes if o.action.rule != Rule.CLEANUP]
 
 
-def retries(day: Day, job_id: str) -> list[dict[str, object]]:  # noqa: F811
+def retries(day: Day, job_id: str) -> list[dict[str, object]]:
     """The events of the claims that retried the job (the launch that follows records its VMs in another)."""
     return [e for e in day.reg.events(job_id) if "retries" in e]
 
 
 def test_exit_code_42_is_retried_and_the_second_attempt_resumes_from_the_checkpoint_and_succeeds(
-        day: Day, tmp_path: Path) -> None:  # noqa: F811
+        day: Day, tmp_path: Path) -> None:
     day.started("flaky", ON_42, max_restarts=0)  # 12:00 launched, 12:01 RUNNING; no restarts: retries are apart
     store, prefix = day.reg.location(keys.checkpoints_prefix("flaky"))
     first = tmp_path / "attempt1"
@@ -59,7 +59,7 @@ def test_exit_code_42_is_retried_and_the_second_attempt_resumes_from_the_checkpo
                                     "13:10 SUCCEEDED 2"]
 
 
-def test_an_exit_code_not_listed_fails_the_job_and_nothing_reruns(day: Day) -> None:  # noqa: F811
+def test_an_exit_code_not_listed_fails_the_job_and_nothing_reruns(day: Day) -> None:
     day.started("buggy", ON_42)
     day.at("12:30")
     day.exits("buggy", 0, 1)
@@ -70,7 +70,7 @@ def test_an_exit_code_not_listed_fails_the_job_and_nothing_reruns(day: Day) -> N
     assert [r.attempt for r in day.compute.launches] == [1]
 
 
-def test_the_last_retry_used_the_next_error_fails_saying_so(day: Day) -> None:  # noqa: F811
+def test_the_last_retry_used_the_next_error_fails_saying_so(day: Day) -> None:
     day.started("twice", "retry: {max: 1, on_exit_codes: [42]}\n")
     day.at("12:30")
     day.exits("twice", 0, 42)
@@ -86,7 +86,7 @@ def test_the_last_retry_used_the_next_error_fails_saying_so(day: Day) -> None:  
     assert final.reason == "rank 0 exited with code 42; not retried: no retries left (retry.max 1)"
 
 
-def test_a_vanished_on_demand_vm_is_retried_with_on_lost(day: Day) -> None:  # noqa: F811
+def test_a_vanished_on_demand_vm_is_retried_with_on_lost(day: Day) -> None:
     day.started("gone", "retry: {max: 1, on_lost: true}\n", max_restarts=0)
     day.at("12:30")
     first = day.job("gone").instances[0]
@@ -112,7 +112,7 @@ def test_a_vanished_on_demand_vm_is_retried_with_on_lost(day: Day) -> None:  # n
                                    "13:03 FAILED 2"]
 
 
-def test_a_stall_is_retried_once_then_the_job_ends_stalled(day: Day) -> None:  # noqa: F811
+def test_a_stall_is_retried_once_then_the_job_ends_stalled(day: Day) -> None:
     day.started("quiet", "retry: {max: 1, on_stalled: true}\n", stall_timeout="30m", max_restarts=0)
     for hhmm in ("12:11", "12:21", "12:31"):  # the agent beats; the user process prints nothing more
         day.at(hhmm)
@@ -143,7 +143,7 @@ def test_a_stall_is_retried_once_then_the_job_ends_stalled(day: Day) -> None:  #
 EVERYTHING = "retry: {max: 3, on_exit_codes: [42, 143], on_lost: true, on_stalled: true}\n"
 
 
-def test_a_stop_on_match_is_never_retried(day: Day) -> None:  # noqa: F811
+def test_a_stop_on_match_is_never_retried(day: Day) -> None:
     day.started("nan", EVERYTHING + "stop_on: {nan: true}\n")
     day.at("12:30")
     day.exits("nan", 0, 42, reason="early-stop", error="train:loss became nan at step 110")
@@ -152,7 +152,7 @@ def test_a_stop_on_match_is_never_retried(day: Day) -> None:  # noqa: F811
     assert (final.state, final.retries) == (State.FAILED, 0) and [r.attempt for r in day.compute.launches] == [1]
 
 
-def test_a_cancelled_job_is_never_retried(day: Day) -> None:  # noqa: F811
+def test_a_cancelled_job_is_never_retried(day: Day) -> None:
     day.started("unwanted", EVERYTHING)
     day.at("12:30")
     jobs.cancel(day.reg, "unwanted")
@@ -162,7 +162,7 @@ def test_a_cancelled_job_is_never_retried(day: Day) -> None:  # noqa: F811
     assert day.job("unwanted").state == State.CANCELLED and [r.attempt for r in day.compute.launches] == [1]
 
 
-def test_the_uptime_cap_is_never_retried_neither_its_stop_nor_its_backstop(day: Day) -> None:  # noqa: F811
+def test_the_uptime_cap_is_never_retried_neither_its_stop_nor_its_backstop(day: Day) -> None:
     day.started("long", EVERYTHING, max_runtime="1h")  # 12:00 launched, 12:01 RUNNING
     day.at("12:54")
     assert rules(day.uptime_cap()) == [(Rule.STOP, "applied")]
@@ -181,7 +181,7 @@ def test_the_uptime_cap_is_never_retried_neither_its_stop_nor_its_backstop(day: 
     assert [r.attempt for r in day.compute.launches] == [1, 1], "no second attempt of either"
 
 
-def test_restarts_and_retries_are_counted_apart(day: Day) -> None:  # noqa: F811
+def test_restarts_and_retries_are_counted_apart(day: Day) -> None:
     day.started("both", "retry: {max: 1, on_exit_codes: [42]}\n", spot="true", max_restarts=1)
     day.at("12:20")
     day.preempted("both")

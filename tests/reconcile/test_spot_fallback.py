@@ -10,7 +10,7 @@ from jobplane import cost
 from jobplane.decide.model import Rule
 from jobplane.decide.rules import LaunchCause
 from jobplane.states import State
-from tests.reconcile.day import MORNING, Day, day  # noqa: F401  (the fixture)
+from tests.reconcile.day import MORNING, Day
 from tests.reconcile.test_day import rules
 
 FALLBACK = "spot: {fallback: on_demand, after: 20m}\n"
@@ -20,7 +20,7 @@ def markets(d: Day) -> list[bool]:
     return [r.spot for r in d.compute.launches]
 
 
-def test_spot_refused_everywhere_launches_on_demand_at_exactly_after(day: Day) -> None:  # noqa: F811
+def test_spot_refused_everywhere_launches_on_demand_at_exactly_after(day: Day) -> None:
     day.compute.fail(spot=True)  # no Spot in any zone or type; on-demand capacity is there
     assert day.submit("thrifty", FALLBACK) == "waiting"
     waiting = day.job("thrifty")
@@ -63,7 +63,7 @@ def test_spot_refused_everywhere_launches_on_demand_at_exactly_after(day: Day) -
     assert [u.market for u in second.usage] == ["on-demand", "spot"]
 
 
-def test_a_rerun_after_a_preemption_asks_for_spot_and_waits_its_own_after(day: Day) -> None:  # noqa: F811
+def test_a_rerun_after_a_preemption_asks_for_spot_and_waits_its_own_after(day: Day) -> None:
     day.started("resumer", FALLBACK)  # 12:00 launched on Spot, 12:01 RUNNING
     assert markets(day) == [True] and day.job("resumer").spot_refused_at is None
     day.at("12:30")
@@ -96,7 +96,7 @@ def test_a_rerun_after_a_preemption_asks_for_spot_and_waits_its_own_after(day: D
     assert round(rows["spot"].cost.instance_hours, 3) == 0.5
 
 
-def test_spot_true_still_waits_for_spot(day: Day) -> None:  # noqa: F811
+def test_spot_true_still_waits_for_spot(day: Day) -> None:
     day.compute.fail(spot=True)
     assert day.submit("patient", spot="true") == "waiting"
     for hhmm in ("12:01", "12:03", "12:07", "12:15", "12:31", "13:01", "13:31"):

@@ -9,10 +9,10 @@ import json
 from jobplane import keys
 from jobplane.decide.model import Rule
 from jobplane.states import State
-from tests.reconcile.day import Day, day  # noqa: F401  (the fixture)
+from tests.reconcile.day import Day
 
 
-def rewrite(day: Day, job_id: str, change: dict[str, object] | None = None,  # noqa: F811
+def rewrite(day: Day, job_id: str, change: dict[str, object] | None = None,
             raw: bytes | None = None) -> None:
     """Someone (a newer version, a hand edit, a torn write) rewrote job.json."""
     key = day.reg.key(keys.job_record(job_id))
@@ -28,7 +28,7 @@ def rewrite(day: Day, job_id: str, change: dict[str, object] | None = None,  # n
     day.store.put(key, raw)
 
 
-def test_a_record_from_a_newer_version_is_read_and_the_job_goes_on(day: Day) -> None:  # noqa: F811
+def test_a_record_from_a_newer_version_is_read_and_the_job_goes_on(day: Day) -> None:
     day.started("newer")  # 12:00 launched, 12:01 RUNNING
     rewrite(day, "newer", {"spec.priority": 5, "spec.stop_on": {"future": True}, "scheduler_hint": "x"})
     record = day.job("newer")
@@ -39,7 +39,7 @@ def test_a_record_from_a_newer_version_is_read_and_the_job_goes_on(day: Day) -> 
     assert day.job("newer").state == State.SUCCEEDED
 
 
-def test_unparsable_records_leave_their_jobs_alone_and_every_other_job_goes_on(day: Day) -> None:  # noqa: F811
+def test_unparsable_records_leave_their_jobs_alone_and_every_other_job_goes_on(day: Day) -> None:
     day.started("good")
     day.started("torn")
     day.started("mangled")

@@ -10,11 +10,11 @@ from jobplane import keys, reconcile
 from jobplane.states import State
 from jobplane.sweeps import run, store
 from jobplane.sweeps.record import SweepState
-from tests.reconcile.day import Day, day  # noqa: F401  (the fixture)
+from tests.reconcile.day import Day
 from tests.sweeps.helpers import finish, launch_drops, prints, queued, record, start, sweep_spec
 
 
-def test_a_sweep_proposes_trials_as_earlier_ones_end_and_names_the_best(day: Day) -> None:  # noqa: F811
+def test_a_sweep_proposes_trials_as_earlier_ones_end_and_names_the_best(day: Day) -> None:
     assert day.submit("s", sweep_spec(max_trials=4, max_parallel=2)) == "sweep"
     assert queued(day) == ["s-t001", "s-t002"]
     assert not day.reg.exists("s")  # a sweep is not a job
@@ -55,7 +55,7 @@ def test_a_sweep_proposes_trials_as_earlier_ones_end_and_names_the_best(day: Day
     assert day.swept == []
 
 
-def test_the_median_rule_stops_a_losing_trial_with_its_reason(day: Day) -> None:  # noqa: F811
+def test_the_median_rule_stops_a_losing_trial_with_its_reason(day: Day) -> None:
     day.submit("s", sweep_spec(max_trials=4, max_parallel=4,
                                early_stop="  early_stop: {rule: median, after_step: 100}\n"))
     launch_drops(day)
@@ -76,7 +76,7 @@ def test_the_median_rule_stops_a_losing_trial_with_its_reason(day: Day) -> None:
     assert day.swept == []
 
 
-def test_a_preempted_spot_trial_is_rerun_and_counts_once(day: Day) -> None:  # noqa: F811
+def test_a_preempted_spot_trial_is_rerun_and_counts_once(day: Day) -> None:
     day.submit("s", sweep_spec(max_trials=3, max_parallel=2, extra="spot: true\n"))
     launch_drops(day)
     start(day, "s-t001", "s-t002")
@@ -102,7 +102,7 @@ def test_a_preempted_spot_trial_is_rerun_and_counts_once(day: Day) -> None:  # n
                                      "12:02 RUNNING 2", "12:02 SUCCEEDED 2"]
 
 
-def test_a_proposal_whose_drop_was_never_written_is_dropped_by_the_next_run(day: Day) -> None:  # noqa: F811
+def test_a_proposal_whose_drop_was_never_written_is_dropped_by_the_next_run(day: Day) -> None:
     day.submit("s", sweep_spec(max_trials=4, max_parallel=2))
     for key in [k for k, _, _ in day.reg.listing(keys.QUEUE)]:
         day.reg.delete(key)  # as if the run that proposed them died after its compare-and-swap
@@ -120,14 +120,14 @@ def test_a_proposal_whose_drop_was_never_written_is_dropped_by_the_next_run(day:
     assert day.swept == [] and queued(day) == []
 
 
-def test_a_sweep_the_deployment_refuses_is_rejected_naming_the_field(day: Day) -> None:  # noqa: F811
+def test_a_sweep_the_deployment_refuses_is_rejected_naming_the_field(day: Day) -> None:
     assert day.submit("s", sweep_spec(extra="cloud: gcp\n")) == "invalid"
     error = day.reg.get_json(keys.rejected_error("s"))
     assert [e["field"] for e in error["errors"]] == ["cloud"]
     assert not store.exists(day.reg, "s") and queued(day) == [] and not day.reg.exists("s")
 
 
-def test_a_sweep_id_is_never_a_jobs_nor_another_sweeps(day: Day) -> None:  # noqa: F811
+def test_a_sweep_id_is_never_a_jobs_nor_another_sweeps(day: Day) -> None:
     day.started("taken")
     assert day.submit("taken", sweep_spec()) == "duplicate"
     assert day.submit("s", sweep_spec()) == "sweep"
@@ -136,7 +136,7 @@ def test_a_sweep_id_is_never_a_jobs_nor_another_sweeps(day: Day) -> None:  # noq
     assert len(record(day, "s").trials) == 2
 
 
-def test_a_dry_run_says_what_it_would_do_and_writes_nothing(day: Day) -> None:  # noqa: F811
+def test_a_dry_run_says_what_it_would_do_and_writes_nothing(day: Day) -> None:
     day.submit("s", sweep_spec(max_trials=4, max_parallel=2))
     launch_drops(day)
     start(day, "s-t001", "s-t002")

@@ -24,7 +24,7 @@ import pytest
 from jobplane.local.cloud import free_port
 from jobplane.local.demo import CloudProcess
 from jobplane.local.waiting import wait_for
-from tests.local.conftest import TRAIN, cli_ok, cloud, submit, write_spec  # noqa: F401  (cloud: the fixture)
+from tests.local.conftest import cli_ok, running, submit, write_spec
 
 pytest.importorskip("starlette", reason="the ui extra is not installed (pip install -e '.[ui]')")
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
@@ -63,7 +63,13 @@ sweep:
 
 
 @pytest.fixture(scope="module")
-def ui(cloud: CloudProcess) -> Iterator[str]:  # noqa: F811
+def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CloudProcess]:
+    """This module's local AWS cloud, as each of tests/local/'s modules has its own."""
+    yield from running(tmp_path_factory, "aws")
+
+
+@pytest.fixture(scope="module")
+def ui(cloud: CloudProcess) -> Iterator[str]:
     """`jobplane ui` on loopback over the local cloud's registry, as a user in a second shell starts it."""
     port = free_port()
     log = cloud.state_dir / "ui.log"
@@ -120,7 +126,7 @@ def page(browser: Any) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def jobs(cloud: CloudProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:  # noqa: F811
+def jobs(cloud: CloudProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The three jobs, submitted at once so they boot together: a Spot training run to follow and preempt, a
     sleeper to cancel, and the `<script>` one."""
     tmp = tmp_path_factory.mktemp("ui-jobs")
@@ -164,7 +170,7 @@ def test_the_jobs_page_shows_a_running_job_live(ui: str, jobs: dict[str, str], p
     shot(page, "jobs")
 
 
-def test_a_job_page_follows_its_log_and_charts_its_loss(ui: str, cloud: CloudProcess, jobs: dict[str, str],  # noqa: F811
+def test_a_job_page_follows_its_log_and_charts_its_loss(ui: str, cloud: CloudProcess, jobs: dict[str, str],
                                                         page: Any) -> None:
     job = jobs["train"]
     page.goto(f"{ui}/jobs/{job}")
@@ -182,7 +188,7 @@ def test_a_job_page_follows_its_log_and_charts_its_loss(ui: str, cloud: CloudPro
 
 
 @pytest.mark.timeout(360)  # a preemption, a second boot and the rest of the run, on a loaded machine
-def test_a_preemption_shows_in_the_history_then_attempt_2(ui: str, cloud: CloudProcess,  # noqa: F811
+def test_a_preemption_shows_in_the_history_then_attempt_2(ui: str, cloud: CloudProcess,
                                                           jobs: dict[str, str], page: Any) -> None:
     job = jobs["train"]
     page.goto(f"{ui}/jobs/{job}")
@@ -209,7 +215,7 @@ def test_a_preemption_shows_in_the_history_then_attempt_2(ui: str, cloud: CloudP
     shot(page, "job-preempted")
 
 
-def test_cancel_from_the_page_ends_the_job_cancelled(ui: str, cloud: CloudProcess, jobs: dict[str, str],  # noqa: F811
+def test_cancel_from_the_page_ends_the_job_cancelled(ui: str, cloud: CloudProcess, jobs: dict[str, str],
                                                      page: Any) -> None:
     job = jobs["sleeper"]
     page.goto(f"{ui}/jobs/{job}")

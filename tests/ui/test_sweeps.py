@@ -11,7 +11,7 @@ import pytest
 
 from jobplane import sdk
 from jobplane.ui import sweeps
-from tests.reconcile.day import Day, day  # noqa: F401  (the fixture)
+from tests.reconcile.day import Day
 from tests.sweeps.helpers import finish, launch_drops, prints, start, sweep_spec
 from tests.ui.apps import TestClient, over, served
 
@@ -22,16 +22,16 @@ PARAMETERS = ("    lr: {loguniform: [0.0001, 0.1]}\n"
               "    warmup: {int: [0, 100]}\n")
 
 
-def client_of(day: Day) -> sdk.Client:  # noqa: F811
+def client_of(day: Day) -> sdk.Client:
     return over(day.reg, lambda: day.compute)
 
 
 @pytest.fixture
-def web(day: Day) -> TestClient:  # noqa: F811
+def web(day: Day) -> TestClient:
     return served(client_of(day))
 
 
-def four_trials(day: Day) -> dict[str, float]:  # noqa: F811
+def four_trials(day: Day) -> dict[str, float]:
     """Sweep s: trials 1 to 3 finish with a final loss, trial 4 runs and has printed one; the losses by job."""
     spec = "env:\n  API_KEY: hunter2-secret\n" + sweep_spec(max_trials=4, max_parallel=4, parameters=PARAMETERS)
     assert day.submit("s", spec) == "sweep"
@@ -46,7 +46,7 @@ def four_trials(day: Day) -> dict[str, float]:  # noqa: F811
     return losses | {"s-t004": 0.9}
 
 
-def test_the_sweeps_page_lists_sweeps_at_work_and_ended_ones_when_asked(day: Day, web: TestClient) -> None:  # noqa: F811
+def test_the_sweeps_page_lists_sweeps_at_work_and_ended_ones_when_asked(day: Day, web: TestClient) -> None:
     four_trials(day)
     page = web.get("/sweeps").text
     row = re.search(r'<tr data-sweep="s">(.*?)</tr>', page, re.S)
@@ -59,7 +59,7 @@ def test_the_sweeps_page_lists_sweeps_at_work_and_ended_ones_when_asked(day: Day
     assert 'data-sweep="s"' in ended and "COMPLETED" in ended and "4 trials: 4 SUCCEEDED; best s-t002" in ended
 
 
-def test_a_sweep_page_shows_its_trials_best_first_and_a_scatter_per_parameter(day: Day, web: TestClient) -> None:  # noqa: F811
+def test_a_sweep_page_shows_its_trials_best_first_and_a_scatter_per_parameter(day: Day, web: TestClient) -> None:
     losses = four_trials(day)
     response = web.get("/sweeps/s")
     assert response.status_code == 200
@@ -88,7 +88,7 @@ def test_a_sweep_page_shows_its_trials_best_first_and_a_scatter_per_parameter(da
     assert lr.log_y is False  # 0.05 to 2.5: less than two decades
 
 
-def test_a_choice_is_an_axis_of_its_values_in_order_and_shown_as_text(day: Day, web: TestClient) -> None:  # noqa: F811
+def test_a_choice_is_an_axis_of_its_values_in_order_and_shown_as_text(day: Day, web: TestClient) -> None:
     four_trials(day)
     page = web.get("/sweeps/s").text
     assert EVIL not in page and "&lt;script&gt;" in page
@@ -100,7 +100,7 @@ def test_a_choice_is_an_axis_of_its_values_in_order_and_shown_as_text(day: Day, 
         assert dot.x == places[str(trial.params["opt"])[:sweeps.CHOICE_LABEL]]
 
 
-def test_an_unknown_sweep_is_a_404_and_the_body_is_a_fragment(day: Day, web: TestClient) -> None:  # noqa: F811
+def test_an_unknown_sweep_is_a_404_and_the_body_is_a_fragment(day: Day, web: TestClient) -> None:
     assert web.get("/sweeps/nope").status_code == 404 and "No sweep nope" in web.get("/sweeps/nope").text
     assert web.get("/sweeps/Not_An_Id").status_code == 404
     four_trials(day)
@@ -108,7 +108,7 @@ def test_an_unknown_sweep_is_a_404_and_the_body_is_a_fragment(day: Day, web: Tes
     assert body.lstrip().startswith('<div id="sweep-body"') and "<html" not in body
 
 
-def test_a_trial_page_links_to_its_sweep(day: Day, web: TestClient) -> None:  # noqa: F811
+def test_a_trial_page_links_to_its_sweep(day: Day, web: TestClient) -> None:
     four_trials(day)
     assert 'href="/sweeps/s"' in web.get("/jobs/s-t001").text
 
