@@ -20,6 +20,8 @@ from jobplane.local.waiting import wait_for
 __all__ = ["LambdaContext", "wait_for"]
 
 if TYPE_CHECKING:
+    import pytest
+
     from jobplane.metrics import Point
     from jobplane.registry import Registry
 
@@ -113,6 +115,29 @@ def publish_agent_manifest(reg: Any, cloud: str) -> None:
     variants = [agent_bundle.Variant(cloud, python, arch, "0" * 64, 1)
                 for python in images.python_versions() for arch in images.ARCHITECTURES]
     reg.store.put(reg.key(keys.agent_file(agent_bundle.MANIFEST)), agent_bundle.manifest(variants))
+
+
+class Crash(Exception):
+    """The function dies here (injected)."""
+
+
+def crash_on_event_writes(reg: Registry, monkeypatch: pytest.MonkeyPatch, kind: str) -> list[str]:
+    """Make the create-only write of a `kind` event object die, as a function killed after its CAS would;
+    returns the keys it refused."""
+    from jobplane import keys
+
+    refused: list[str] = []
+    store, write = reg.store, reg.store.put_if_absent
+
+    def dying(key: str, *args: Any, **kwargs: Any) -> str:
+        event = keys.parse_event(key.removeprefix(reg.root))
+        if event and event.kind == kind:
+            refused.append(key)
+            raise Crash(key)
+        return write(key, *args, **kwargs)
+
+    monkeypatch.setattr(store, "put_if_absent", dying)
+    return refused
 
 
 # ---- what an agent writes ----------------------------------------------------------------------------------------

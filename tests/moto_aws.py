@@ -1,6 +1,7 @@
 """moto_aws: in-process moto (mock_aws) S3 + EC2 with a registry, the EC2 adapter, and a seam that records every
 RunInstances call and lets a test refuse some (instance type, zone) pairs the way EC2 does when it has no
-capacity. The one in-process moto fixture; tests/conftest.py's moto_server is moto over HTTP."""
+capacity; then what the control plane and the agents do on it (a launch, beats, exit reports, the functions'
+events). The one in-process moto fixture; tests/conftest.py's moto_server is moto over HTTP."""
 
 from __future__ import annotations
 
@@ -13,12 +14,16 @@ import pytest
 from botocore.awsrequest import AWSResponse
 from moto import mock_aws
 
-from jobplane import keys
+from jobplane import keys, launcher, records
 from jobplane.clouds.aws import Ec2Compute
 from jobplane.clouds.s3 import S3Store
+from jobplane.decide.rules import LaunchCause
 from jobplane.deployment import Context
+from jobplane.local import triggers
 from jobplane.policy import AwsPlacement
-from jobplane.registry import Registry
+from jobplane.registry import JobRecord, Registry, utcnow
+from jobplane.spec import parse_spec
+from jobplane.states import State
 from jobplane.telemetry import CountingMetrics
 from tests.helpers import publish_agent_manifest
 
@@ -94,3 +99,33 @@ def moto_aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[MotoAws]:
         cloud.set_policy(f"aws:\n  default_image: {image}\n")
         publish_agent_manifest(registry, "aws")
         yield cloud
+
+
+# ---- the control plane and its agents on it ---------------------------------------------------------------------
+SPEC = "run: python3 train.py\ninstance_type: t3.micro\n"
+SCHEDULED = triggers.scheduled("sweeper", REGION)  # the event of the sweeper's schedule
+
+
+def created(key: str) -> dict[str, Any]:
+    """The event of an object created in the registry's bucket."""
+    return triggers.object_created(BUCKET, key, 10, REGION)
+
+
+def launch(c: MotoAws, job_id: str, spec: str = SPEC) -> JobRecord:
+    """The job recorded and its first attempt launched, as the launcher does on the drop's event."""
+    c.registry.create_job(job_id, parse_spec(spec, job_id))
+    return launcher.launch_attempt(c.context(), job_id, now=utcnow(), expect={State.QUEUED}, expect_attempt=0,
+                                   cause=LaunchCause.SUBMITTED)
+
+
+def beat(c: MotoAws, record: JobRecord) -> None:
+    """Every rank of the attempt beats, and rank 0's user process printed."""
+    for rank in range(record.spec.num_nodes):
+        c.registry.put_json(keys.heartbeat(record.id, record.attempt, rank), {"time": utcnow().isoformat()})
+    c.registry.put_json(keys.output_mark(record.id, record.attempt, 0), {"time": utcnow().isoformat()})
+
+
+def report_exit(c: MotoAws, record: JobRecord, code: int, rank: int = 0, **more: Any) -> None:
+    """The exit report the agent on that rank's VM writes."""
+    c.registry.put_json(keys.exit_report(record.id, record.attempt, rank),
+                        records.ExitReport(code=code, instance_id=record.instances[rank], **more).body())

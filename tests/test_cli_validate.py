@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_spec import BAD_SPECS
+from tests.specs import BAD_SPECS
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))

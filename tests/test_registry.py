@@ -7,7 +7,6 @@ import tomllib
 from datetime import UTC, datetime, timedelta
 from itertools import product
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,7 +16,7 @@ from jobplane.decide.rules import LaunchCause, Rule
 from jobplane.registry import JobExists, JobNotFound, JobRecord, Registry, TransitionRefused, UnknownField, Updates
 from jobplane.spec import parse_spec
 from jobplane.states import LIVE, TERMINAL, TRANSITIONS, State
-from tests.helpers import race
+from tests.helpers import Crash, crash_on_event_writes, race
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = parse_spec("run: python3 train.py\ninstance_type: g5.xlarge\nowner: ml\n")
@@ -214,27 +213,6 @@ def test_a_record_written_before_causes_were_recorded_reads_with_none() -> None:
     body = {**body, "cause": "a-cause-from-a-newer-version"}
     reg.store.put_if_match(reg.key(keys.job_record("j")), json.dumps(body).encode(), reg.get("j")[1])
     assert reg.job("j").cause == "a-cause-from-a-newer-version", "read as it is, never unreadable"
-
-
-class Crash(Exception):
-    """The function dies here (injected)."""
-
-
-def crash_on_event_writes(reg: Registry, monkeypatch: pytest.MonkeyPatch, kind: str) -> list[str]:
-    """Make the create-only write of a `kind` event object die, as a function killed after its CAS would;
-    returns the keys it refused."""
-    refused: list[str] = []
-    store, write = reg.store, reg.store.put_if_absent
-
-    def dying(key: str, *args: Any, **kwargs: Any) -> str:
-        event = keys.parse_event(key.removeprefix(reg.root))
-        if event and event.kind == kind:
-            refused.append(key)
-            raise Crash(key)
-        return write(key, *args, **kwargs)
-
-    monkeypatch.setattr(store, "put_if_absent", dying)
-    return refused
 
 
 def test_a_crash_between_the_cas_and_the_event_loses_no_event(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,7 +19,7 @@ from jobplane.states import State
 from jobplane.telemetry import CountingMetrics
 from tests.gcp.conftest import PLACEMENT, PROJECT, GcpCloud
 from tests.gcp.fakes import ComputeFake
-from tests.gcp.test_gce_adapter import request
+from tests.gcp.helpers import request
 
 pytestmark = pytest.mark.timeout(120)
 GPU_IMAGE = images.resolve("gcp", images.DEFAULT_GPU, "n1-standard-8")  # the accelerator image family

@@ -7,7 +7,6 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from functions_framework import create_app
@@ -16,27 +15,9 @@ from jobplane import keys
 from jobplane.clouds.gcp import AGENT_MATCH, SHUTDOWN_SCRIPT, deployment_label, name_prefix
 from jobplane.states import State
 from tests.gcp.conftest import BUCKET, DEPLOYMENT, GcpCloud
+from tests.gcp.helpers import MAIN, SPOT_SPEC, drop, finalized
 
 pytestmark = pytest.mark.timeout(120)
-MAIN = str(Path(__file__).parents[2] / "functions" / "gcp" / "main.py")
-SPEC = "run: python3 train.py\ninstance_type: n2-standard-4\ncloud: gcp\nzones: [us-central1-a]\nspot: true\n"
-
-
-def finalized(name: str, bucket: str = BUCKET) -> dict[str, Any]:
-    """A binary-mode CloudEvent as Eventarc delivers google.cloud.storage.object.v1.finalized."""
-    return {
-        "headers": {"ce-id": "1234", "ce-specversion": "1.0",
-                    "ce-source": f"//storage.googleapis.com/projects/_/buckets/{bucket}",
-                    "ce-type": "google.cloud.storage.object.v1.finalized", "ce-subject": f"objects/{name}",
-                    "Content-Type": "application/json"},
-        "data": json.dumps({"bucket": bucket, "name": name, "generation": "1"}),
-    }
-
-
-def drop(cloud: GcpCloud, job_id: str, spec: str = SPEC) -> str:
-    key = keys.queue_entry(job_id)
-    cloud.registry.store.put(cloud.registry.key(key), spec.encode(), "application/yaml")
-    return "reg/" + key
 
 
 def test_a_queue_drop_launches_the_job_once_even_when_delivered_twice(cloud: GcpCloud) -> None:
@@ -92,8 +73,8 @@ def test_an_invalid_drop_is_rejected_with_its_reason(cloud: GcpCloud) -> None:
 
 @pytest.mark.parametrize(("spec", "field"), [
     ("run: x\ninstance_type: t3.micro\n", "cloud"),  # cloud defaults to aws
-    (SPEC.replace("zones: [us-central1-a]", "region: europe-west4"), "region"),
-    (SPEC.replace("us-central1-a", "europe-west4-a"), "zones[0]"),
+    (SPOT_SPEC.replace("zones: [us-central1-a]", "region: europe-west4"), "region"),
+    (SPOT_SPEC.replace("us-central1-a", "europe-west4-a"), "zones[0]"),
 ])
 def test_a_spec_for_another_cloud_or_region_is_recorded_invalid(cloud: GcpCloud, spec: str, field: str) -> None:
     client = create_app("launcher", MAIN, "cloudevent").test_client()

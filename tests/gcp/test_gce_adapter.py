@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from jobplane.clouds.base import CapacityError, LaunchRejected, LaunchRequest
+from jobplane.clouds.base import CapacityError, LaunchRejected
 from jobplane.clouds.gcp import (
     SHUTDOWN_SCRIPT,
     VM_NAME_PREFIX,
@@ -23,16 +23,9 @@ from jobplane.clouds.gcp import (
 )
 from tests.gcp.conftest import IMAGE, PLACEMENT, PROJECT, REGION
 from tests.gcp.fakes import ComputeFake
+from tests.gcp.helpers import request
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def request(job_id: str = "train-1", *, nodes: int = 1, zone: str | None = "us-central1-a", spot: bool = True,
-            attempt: int = 1, image: str = IMAGE) -> LaunchRequest:
-    return LaunchRequest(job_id=job_id, attempt=attempt, num_nodes=nodes, instance_type="g2-standard-8",
-                         zone=zone, image=image, spot=spot, user_data="#!/bin/bash\necho boot\n",
-                         max_runtime=7200, disk_gb=200, owner="alice",
-                         labels=(("team", "vision"), ("jobplane-managed", "false")))
 
 
 def vms(fake: ComputeFake, job_id: str) -> list[dict[str, Any]]:

@@ -4,7 +4,6 @@ Compute fakes, publishing to a Pub/Sub stand-in that checks each publish as the 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from functions_framework import create_app
@@ -16,10 +15,9 @@ from jobplane.registry import utcnow
 from jobplane.states import State
 from tests.gcp.conftest import PROJECT, GcpCloud
 from tests.gcp.fake_pubsub import FakePubSub
-from tests.gcp.test_functions import drop, finalized
+from tests.gcp.helpers import MAIN, drop, finalized
 
 pytestmark = pytest.mark.timeout(120)
-MAIN = str(Path(__file__).parents[2] / "functions" / "gcp" / "main.py")
 TOPIC = f"projects/{PROJECT}/topics/jobplane-jobs"
 
 

@@ -36,13 +36,12 @@ from jobplane.registry import JobRecord, utcnow
 from jobplane.states import State
 from jobplane.telemetry import CountingMetrics
 from tests.gcp.conftest import BUCKET, DEPLOYMENT, PROJECT, REGION, GcpCloud
-from tests.gcp.test_functions import MAIN, finalized
+from tests.gcp.helpers import MAIN, SPEC, beat, call, exit_report, finalized
 from tests.helpers import run_bootstrap, wait_for
 
 T = TypeVar("T")
 pytestmark = [pytest.mark.scenario, pytest.mark.timeout(180)]
 REPO = Path(__file__).parents[2]
-SPEC = "run: python3 train.py\ninstance_type: n2-standard-4\ncloud: gcp\nzones: [us-central1-a, us-central1-b]\n"
 OURS = deployment_prefix(DEPLOYMENT)  # the start of every VM name of the deployment under test
 
 
@@ -57,28 +56,6 @@ def submit(cloud: GcpCloud, job_id: str, spec: str = SPEC) -> JobRecord:
     response = create_app("launcher", MAIN, "cloudevent").test_client().post("/", **finalized("reg/" + key))
     assert response.status_code == 200
     return cloud.registry.job(job_id)
-
-
-def call(target: str) -> dict[str, Any]:
-    response = create_app(target, MAIN, "http").test_client().post("/")
-    assert response.status_code == 200, response.data
-    body: dict[str, Any] = response.get_json()
-    return body
-
-
-def beat(cloud: GcpCloud, record: JobRecord) -> None:
-    """What a healthy agent writes: a heartbeat per rank and an output mark."""
-    for rank in range(record.spec.num_nodes):
-        cloud.registry.put_json(keys.heartbeat(record.id, record.attempt, rank), {"time": utcnow().isoformat()})
-        cloud.registry.put_json(keys.output_mark(record.id, record.attempt, rank), {"time": utcnow().isoformat()})
-
-
-def exit_report(cloud: GcpCloud, record: JobRecord, code: int, rank: int = 0) -> None:
-    """What the agent does at the end: the exit report, then power-off (GCE keeps the VM, TERMINATED)."""
-    now = utcnow()
-    cloud.registry.put_json(keys.exit_report(record.id, record.attempt, rank), records.ExitReport(
-        code=code, started_at=now, ended_at=now, instance_id=record.instances[rank]).body())
-    cloud.compute_fake.power_off(record.instances[rank])
 
 
 def vm_names(cloud: GcpCloud) -> list[str]:

@@ -17,8 +17,7 @@ from jobplane.states import State
 from jobplane.sweeps import store
 from jobplane.sweeps.record import SweepState
 from tests.gcp.conftest import GcpCloud
-from tests.gcp.test_functions import MAIN, finalized
-from tests.gcp.test_scenarios import SPEC, beat, call, exit_report
+from tests.gcp.helpers import MAIN, SPEC, beat, call, exit_report, finalized
 
 pytestmark = [pytest.mark.scenario, pytest.mark.timeout(180)]
 SWEEP = ("sweep:\n  parameters:\n    lr: {loguniform: [0.0001, 0.1]}\n  max_trials: 3\n  max_parallel: 2\n"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,9 +26,9 @@ from jobplane.local.google_identity import LocalIdentityIssuer
 from jobplane.registry import utcnow
 from jobplane.states import State
 from tests.gcp.conftest import BUCKET, PLACEMENT, PROJECT, GcpCloud
+from tests.gcp.helpers import MAIN
 
 pytestmark = pytest.mark.timeout(120)
-MAIN = str(Path(__file__).parents[2] / "functions" / "gcp" / "main.py")
 SPEC = "run: python3 train.py\ninstance_type: n2-standard-4\ncloud: gcp\nzones: [us-central1-a]\n"
 AUDIENCE = "https://us-central1-jobplane-local.cloudfunctions.net/jobplane-vend"
 VM_ACCOUNT = str(PLACEMENT.service_account)

@@ -124,6 +124,11 @@ class Day:
         return out
 
 
+def rules(outcomes: list[reconcile.Outcome]) -> list[tuple[str, str]]:
+    """What a run did, rule by rule: (rule, result) of each outcome."""
+    return [(o.action.rule, o.result) for o in outcomes]
+
+
 @pytest.fixture
 def day() -> Iterator[Day]:
     clock = Clock(MORNING)

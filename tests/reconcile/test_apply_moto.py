@@ -15,30 +15,21 @@ from typing import Any
 
 import pytest
 
-from jobplane import keys, launcher, reconcile, records
+from jobplane import keys, reconcile, records
 from jobplane.clouds.base import TAG_DEPLOYMENT, TAG_JOB_ID, TAG_MANAGED
 from jobplane.decide.model import Rule
-from jobplane.decide.rules import LaunchCause
 from jobplane.local.moto_server import CONSOLES_ENV
 from jobplane.reconcile import Result
-from jobplane.registry import JobRecord, utcnow
-from jobplane.spec import parse_spec
+from jobplane.registry import utcnow
 from jobplane.states import State
-from tests.moto_aws import BUCKET, MotoAws
-from tests.test_registry import crash_on_event_writes
+from tests.helpers import crash_on_event_writes
+from tests.moto_aws import BUCKET, SPEC, MotoAws, beat, launch, report_exit
 
 pytestmark = pytest.mark.timeout(120)
-SPEC = "run: python3 train.py\ninstance_type: t3.micro\n"
 
 
 def later(minutes: float) -> datetime:
     return utcnow() + timedelta(minutes=minutes)
-
-
-def launch(c: MotoAws, job_id: str, spec: str = SPEC) -> JobRecord:
-    c.registry.create_job(job_id, parse_spec(spec, job_id))
-    return launcher.launch_attempt(c.context(), job_id, now=utcnow(), expect={State.QUEUED}, expect_attempt=0,
-                                   cause=LaunchCause.SUBMITTED)
 
 
 def sweep(c: MotoAws, *, now: datetime, dry_run: bool = False, **kwargs: Any) -> list[reconcile.Outcome]:
@@ -51,18 +42,6 @@ def uptime_cap(c: MotoAws, *, now: datetime, **kwargs: Any) -> list[reconcile.Ou
 
 def rerun(c: MotoAws, *, now: datetime, **kwargs: Any) -> list[reconcile.Outcome]:
     return reconcile.rerun(c.context(), now=now, **kwargs)
-
-
-def beat(c: MotoAws, record: JobRecord) -> None:
-    for rank in range(record.spec.num_nodes):
-        c.registry.put_json(keys.heartbeat(record.id, record.attempt, rank), {"time": utcnow().isoformat()})
-    c.registry.put_json(keys.output_mark(record.id, record.attempt, 0), {"time": utcnow().isoformat()})
-
-
-def report_exit(c: MotoAws, record: JobRecord, code: int, rank: int = 0, **more: Any) -> None:
-    """The exit report the agent on that rank's VM writes."""
-    c.registry.put_json(keys.exit_report(record.id, record.attempt, rank),
-                        records.ExitReport(code=code, instance_id=record.instances[rank], **more).body())
 
 
 def run_raw(c: MotoAws, count: int = 1, tags: dict[str, str] | None = None) -> list[str]:

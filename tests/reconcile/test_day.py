@@ -4,14 +4,9 @@ user, the agents and the cloud did and what the functions' runs made of it."""
 from __future__ import annotations
 
 from jobplane.decide.model import Rule
-from jobplane.reconcile import Outcome
 from jobplane.states import State
 from tests.helpers import race
-from tests.reconcile.day import Day
-
-
-def rules(outcomes: list[Outcome]) -> list[tuple[str, str]]:
-    return [(o.action.rule, o.result) for o in outcomes]
+from tests.reconcile.day import Day, rules
 
 
 def test_a_job_that_goes_quiet_is_stalled_and_its_vm_terminated(day: Day) -> None:

@@ -9,8 +9,7 @@ from jobplane import cost, jobview, keys
 from jobplane.decide.model import Rule
 from jobplane.records import HOLD_BY, StopRequest
 from jobplane.states import State
-from tests.reconcile.day import MORNING, Day
-from tests.reconcile.test_day import rules
+from tests.reconcile.day import MORNING, Day, rules
 
 
 def held_keys(of: Day) -> list[str]:

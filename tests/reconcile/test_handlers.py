@@ -16,17 +16,9 @@ from jobplane.local.ec2_runner import spot_warning, state_change
 from jobplane.states import State
 from tests.helpers import LambdaContext as Context
 from tests.helpers import wait_for
-from tests.moto_aws import BUCKET, REGION, MotoAws
-from tests.reconcile.test_apply_moto import SPEC, beat, launch, report_exit
+from tests.moto_aws import REGION, SCHEDULED, SPEC, MotoAws, beat, created, launch, report_exit
 
 pytestmark = pytest.mark.timeout(120)
-
-
-SCHEDULED = triggers.scheduled("sweeper", REGION)
-
-
-def created(key: str) -> dict[str, Any]:
-    return triggers.object_created(BUCKET, key, 10, REGION)
 
 
 def rules(result: dict[str, Any]) -> list[tuple[str, str | None, str]]:

@@ -21,9 +21,7 @@ from jobplane.settings import Settings
 from jobplane.states import State
 from jobplane.telemetry import CountingMetrics
 from tests.helpers import LambdaContext as Context
-from tests.moto_aws import REGION, MotoAws
-from tests.reconcile.test_apply_moto import SPEC, beat, launch, report_exit
-from tests.reconcile.test_handlers import SCHEDULED, created
+from tests.moto_aws import REGION, SCHEDULED, SPEC, MotoAws, beat, created, launch, report_exit
 
 pytestmark = pytest.mark.timeout(120)
 

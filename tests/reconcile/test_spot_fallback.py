@@ -10,8 +10,7 @@ from jobplane import cost
 from jobplane.decide.model import Rule
 from jobplane.decide.rules import LaunchCause
 from jobplane.states import State
-from tests.reconcile.day import MORNING, Day
-from tests.reconcile.test_day import rules
+from tests.reconcile.day import MORNING, Day, rules
 
 FALLBACK = "spot: {fallback: on_demand, after: 20m}\n"
 
