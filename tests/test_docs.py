@@ -111,7 +111,7 @@ NOT_RUN_HERE: dict[str, NotRun] = {
         "tests/test_metrics.py::test_default_metrics_line_by_line"),
     ".venv/bin/python bench/trials_plan.py": NotRun(
         "a benchmark (plans over 100, 500 and 900 finished trials, best of three)",
-        "tests/test_sweep_trials.py::test_bayesian_concentrates_near_the_optimum_better_than_random"),
+        "tests/decide/test_sweep_trials.py::test_bayesian_concentrates_near_the_optimum_better_than_random"),
     ".venv/bin/python bench/sweep_reconcile.py": NotRun(
         "a benchmark (sweeps of 12 and 100 trials with 36 and 360 metric chunks each)",
         "tests/sweeps/test_sweep_curves.py::test_a_curve_is_read_chunk_by_chunk_once_and_not_at_all_once_complete"),

@@ -24,8 +24,9 @@ pytestmark = pytest.mark.scenario
 # 9 agents booting at once on a loaded 2-core machine may take longer than the policy's 60 s to beat first
 TINY = {"name": "tiny", "instance_type": "t3.micro", "spot": True, "run": "echo hi from $JOBPLANE_JOB_ID",
         "boot_timeout": "5m", "labels": {"suite": "notebook"}}
-# A burst from threads, as a notebook's pool sends it: twenty in-process threads get twenty ids in tests/test_sdk.py;
-# here the jobs also boot and run at once, each its own, which nine show as well as twenty (and at half the CPU).
+# A burst from threads, as a notebook's pool sends it: twenty in-process threads get twenty ids in
+# tests/sdk/test_sdk.py; here the jobs also boot and run at once, each its own, which nine show as well as twenty
+# (and at half the CPU).
 BURST = 9
 
 

@@ -1,7 +1,7 @@
 """The reconcilers on moto (in-process S3 + EC2), for what rests on EC2's and S3's own behaviour: requests a
 healthy job costs, tags, termination protection, dry runs and blast radius on real instances, console output.
-Scenarios over time are told in memory (test_day.py); test_compute_conformance.py holds MemoryCompute to
-EC2's semantics.
+Scenarios over time are told in memory (test_day.py); tests/clouds/test_compute_conformance.py holds
+MemoryCompute to EC2's semantics.
 
 Instances' LaunchTime and listings' LastModified are wall-clock; a test moves time forward by passing a
 later `now`, as a later cron run would see it.

@@ -1,7 +1,7 @@
 """How a registry command reaches the registry: the options that name it, a jobplane.sdk Client of it, and the
 errors a user can cause or meet there, as one line.
 
-The commands reach the registry only through the SDK (tests/test_cli_sdk_boundary.py).
+The commands reach the registry only through the SDK (tests/cli/test_cli_sdk_boundary.py).
 """
 
 from __future__ import annotations

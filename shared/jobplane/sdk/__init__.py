@@ -1,5 +1,5 @@
 """jobplane's Python SDK: submit jobs to a registry, watch them, read their output, metrics, cost and artifacts,
-cancel them. The `jobplane` command is built on it (tests/test_cli_sdk_boundary.py keeps it so).
+cancel them. The `jobplane` command is built on it (tests/cli/test_cli_sdk_boundary.py keeps it so).
 
     from jobplane import Client
 

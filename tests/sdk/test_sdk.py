@@ -1,7 +1,7 @@
 """jobplane.sdk over a registry on each cloud (moto's S3 and EC2 in-process; the GCS and Compute Engine fakes):
 naming a registry, submitting (a file, a mapping, a prepared spec; from 20 threads at once), finding and listing
 jobs, waiting and following with a driver playing the launcher and agents, metrics, artifacts, cancelling, and
-the typed errors. The CLI on top of it is tests/test_cli_*.py; a real job through it, tests/local/test_sdk_notebook.py.
+the typed errors. The CLI on top of it is tests/cli/; a real job through it, tests/local/test_sdk_notebook.py.
 """
 
 from __future__ import annotations

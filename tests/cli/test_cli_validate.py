@@ -11,7 +11,7 @@ import pytest
 
 from tests.specs import BAD_SPECS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 JOBPLANE = [sys.executable, "-m", "jobplane.cli"]
 

@@ -1,7 +1,7 @@
 """`jobplane sweep ls | describe | cancel`, `jobplane ls` grouping a sweep's trials, and `jobplane cost --by
-label:sweep`, through click on both clouds (tests/test_cli_jobs.py's registries). The CLI submits the sweep's spec;
-the launcher (the real one) records it and drops its first trials; the trials then run as test_cli_jobs' driver
-runs a job: records written as the launcher and the sweeper write them, with a price, so each has a cost."""
+label:sweep`, through click on both clouds (tests/registry_clouds.py). The CLI submits the sweep's spec;
+the launcher (the real one) records it and drops its first trials; the trials then run as test_cli_jobs' jobs
+do: records written as the launcher and the sweeper write them, with a price, so each has a cost."""
 
 from __future__ import annotations
 

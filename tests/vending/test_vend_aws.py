@@ -30,8 +30,8 @@ from jobplane.local.imds import FakeImds, ImdsInstance
 from jobplane.spec import LABEL_KEY
 from jobplane.states import State
 from jobplane.vending import aws_iam
+from tests.decide.helpers import record
 from tests.helpers import LambdaContext
-from tests.reconcile.helpers import record
 
 pytestmark = pytest.mark.timeout(180)
 

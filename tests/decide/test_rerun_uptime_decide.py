@@ -13,7 +13,7 @@ from jobplane.history import IgnoredFact
 from jobplane.policy import Policy
 from jobplane.registry import JobRecord
 from jobplane.states import LIVE, State
-from tests.reconcile.helpers import NOW, POLICY, ago, healthy, inst, limits, marker, policy, record, snapshot
+from tests.decide.helpers import NOW, POLICY, ago, healthy, inst, limits, marker, policy, record, snapshot
 
 
 # ---- rerun ---------------------------------------------------------------------------------------------------

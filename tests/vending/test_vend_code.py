@@ -12,7 +12,7 @@ from jobplane.clouds.gcs_downscope import boundary
 from jobplane.decide.vend import MAX_CODE_NAME, Caller, Grant, Refusal, code_object, decide
 from jobplane.local import fake_sts, iam_policy
 from jobplane.vending import aws_iam
-from tests.reconcile.helpers import record
+from tests.decide.helpers import record
 
 BUCKET = "reg"
 OWNER = "team-a"

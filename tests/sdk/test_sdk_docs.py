@@ -23,7 +23,7 @@ from jobplane.agent.layout import hyperparameter_env
 from jobplane.spec import parse_spec
 
 pytestmark = pytest.mark.timeout(60)
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "sdk.md"
 # Exported for type hints and what the SDK's values hold; the page says where they are met, not a section each.
 NOT_IN_THE_REFERENCE = {"State", "JobView", "Status", "Sample", "FieldError", "Submission", "UploadProgress"}

@@ -16,7 +16,7 @@ from jobplane.decide.retry import Trigger, Verdict, exit_code, verdict
 from jobplane.policy import IdleGpuPolicy, Policy
 from jobplane.registry import JobRecord
 from jobplane.states import State
-from tests.reconcile.helpers import NOW, POLICY, beats, healthy, inst, marker, record, report, snapshot
+from tests.decide.helpers import NOW, POLICY, beats, healthy, inst, marker, record, report, snapshot
 
 ALL = {"max": 2, "on_exit_codes": [42, 43], "on_lost": True, "on_stalled": True}
 

@@ -16,8 +16,8 @@ from jobplane.history import IdleGpu
 from jobplane.policy import IdleGpuPolicy, Policy
 from jobplane.registry import IdleMark
 from jobplane.states import State
-from tests.reconcile.helpers import NOW as T
-from tests.reconcile.helpers import Candidate, ago, beats, healthy, inst, limits, marker, record, report, snapshot
+from tests.decide.helpers import NOW as T
+from tests.decide.helpers import Candidate, ago, beats, healthy, inst, limits, marker, record, report, snapshot
 
 WARN = Policy(idle_gpu=IdleGpuPolicy(window=1800, threshold=5, action="warn"))
 STOP = Policy(idle_gpu=IdleGpuPolicy(window=1800, threshold=5, action="stop"))

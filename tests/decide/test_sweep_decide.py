@@ -22,7 +22,7 @@ from jobplane.decide.model import Action, Ignored, PreemptedMark, Rule, Snapshot
 from jobplane.policy import Policy
 from jobplane.registry import Beat
 from jobplane.states import State
-from tests.reconcile.helpers import (
+from tests.decide.helpers import (
     NOW,
     POLICY,
     Candidate,

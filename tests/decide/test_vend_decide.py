@@ -8,7 +8,7 @@ import pytest
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_DEPLOYMENT, TAG_JOB_ID, TAG_MANAGED
 from jobplane.decide.vend import Caller, Grant, Refusal, decide, scope
 from jobplane.states import State
-from tests.reconcile.helpers import record
+from tests.decide.helpers import record
 
 DEPLOYMENT = "reg"
 
@@ -55,7 +55,7 @@ def test_the_scope_follows_the_root_and_names_the_code_bundle_as_one_object() ->
     assert granted.read_only == ("team-x/system/agent/",)
     assert granted.read_only_objects == ("team-x/code/team/a.tar.gz",)
     assert scope("reg", "", "a").read_only_objects == ()
-    # the code bundle a record names, as decide finds it (decide.vend.code_object; tests/test_vend_code.py)
+    # the code bundle a record names, as decide finds it (decide.vend.code_object; tests/vending/test_vend_code.py)
     own = ask(record("a", owner="team", code="s3://reg/code/team/a.tar.gz"), Caller("i-a-1-0", "a", 1, tags=tags()))
     assert isinstance(own, Grant) and own.scope.read_only_objects == ("code/team/a.tar.gz",)
     elsewhere = ask(record("a", code="s3://datasets/code.tar.gz"), Caller("i-a-1-0", "a", 1, tags=tags()))

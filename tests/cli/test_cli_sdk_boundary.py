@@ -37,7 +37,7 @@ from tests.helpers import falling, ship
 from tests.registry_clouds import Driver, RegistryCloud
 
 pytestmark = pytest.mark.timeout(120)
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CLI = ROOT / "shared" / "jobplane" / "cli"
 
 ALLOWED = {
