@@ -103,7 +103,7 @@ VM_PYTHONS ?=
 .PHONY: gcp-package gcp-functions-zip
 gcp-package: gcp-functions-zip
 	rm -rf build/agent
-	$(BIN)/python -m jobplane.bundling --cloud gcp --out build/agent $(foreach v,$(VM_PYTHONS),--python $(v))
+	$(BIN)/python -m jobplane.boot.bundling --cloud gcp --out build/agent $(foreach v,$(VM_PYTHONS),--python $(v))
 	@echo "built build/gcp-functions.zip and build/agent/"
 
 gcp-functions-zip: $(STAMP)

@@ -34,11 +34,11 @@ import gcp_sweep  # noqa: E402  (bench/gcp_sweep.py: the counting store and the 
 import report  # noqa: E402
 from functions_framework import create_app  # noqa: E402
 
-from jobplane import keys  # noqa: E402
 from jobplane.clouds.gcs import GcsStore  # noqa: E402
 from jobplane.local.fake_compute import FakeComputeServer  # noqa: E402
 from jobplane.local.fake_gcs import FakeGcsServer  # noqa: E402
-from jobplane.registry import Registry  # noqa: E402
+from jobplane.model import keys  # noqa: E402
+from jobplane.store.registry import Registry  # noqa: E402
 
 MAIN = ROOT / "functions" / "gcp" / "main.py"
 SCHEDULED = ("launcher_backstop", "sweeper", "rerun", "uptime_cap")

@@ -26,19 +26,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from jobplane import keys, reconcile
 from jobplane.clouds.base import Blob, ObjectInfo
 from jobplane.clouds.gcp import GceCompute
 from jobplane.clouds.gcs import GcsStore
+from jobplane.control import reconcile
 from jobplane.decide.model import Limits
-from jobplane.deployment import Context
+from jobplane.deployment.context import Context
+from jobplane.deployment.telemetry import CountingMetrics
 from jobplane.local.fake_compute import FakeComputeServer
 from jobplane.local.fake_gcs import FakeGcsServer
-from jobplane.policy import DEFAULT_POLICY
-from jobplane.registry import JobRecord, Registry
-from jobplane.spec import JobSpec
-from jobplane.states import State
-from jobplane.telemetry import CountingMetrics
+from jobplane.model import keys
+from jobplane.model.policy import DEFAULT_POLICY
+from jobplane.model.spec import JobSpec
+from jobplane.model.states import State
+from jobplane.store.registry import JobRecord, Registry
 
 BUCKET, PROJECT, REGION, ZONE = "jobplane-bench", "jobplane-bench", "us-central1", "us-central1-a"
 

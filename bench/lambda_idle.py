@@ -39,8 +39,8 @@ import boto3  # noqa: E402
 from moto import mock_aws  # noqa: E402
 
 from functions.aws import common, launcher, rerun, sweeper, uptime_cap  # noqa: E402
-from jobplane import keys  # noqa: E402
-from jobplane.registry import Registry  # noqa: E402
+from jobplane.model import keys  # noqa: E402
+from jobplane.store.registry import Registry  # noqa: E402
 
 HANDLERS = {"launcher": launcher.handler, "sweeper": sweeper.handler, "rerun": rerun.handler,
             "uptime_cap": uptime_cap.handler}

@@ -3,7 +3,7 @@
 A synthetic log of a chatty training job (data-loader chatter, tqdm progress bars, `step N loss X lr Y`
 lines, Hugging Face style dicts, the odd 20 kB tensor dump) is fed line by line through:
   baseline   what the agent did before: the `step N` regex on the raw bytes
-  defaults   jobplane.metrics.Extractor with the default metrics (loss, accuracy, learning_rate, step)
+  defaults   jobplane.model.metrics.Extractor with the default metrics (loss, accuracy, learning_rate, step)
   stop_on    the defaults plus stop_on: nan and three patterns
   maximum    40 metric definitions and 20 stop patterns, the most a spec may have
   agent      OutputLog.user with the defaults and stop_on: decode, extract, encode the points, the locks
@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from jobplane.agent.output import OutputLog
-from jobplane.metrics import MAX_LINE, Extractor
-from jobplane.spec import MetricDefinition, StopOn
+from jobplane.model.metrics import MAX_LINE, Extractor
+from jobplane.model.spec import MetricDefinition, StopOn
 
 OLD_STEP = re.compile(rb"\bstep\b\s*[:=]?\s*(\d+)", re.IGNORECASE)  # the agent's only regex before metrics
 PATTERNS = ["CUDA out of memory", r"Traceback \(most recent call last\)", r"NCCL (?:error|timeout)"]

@@ -35,17 +35,18 @@ from moto.core import DEFAULT_ACCOUNT_ID  # noqa: E402
 from moto.ec2.models import ec2_backends  # noqa: E402
 from moto.s3.models import s3_backends  # noqa: E402
 
-from jobplane import keys, reconcile  # noqa: E402
 from jobplane.clouds.aws import Ec2Compute  # noqa: E402
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, TAG_MANAGED  # noqa: E402
 from jobplane.clouds.s3 import S3Store  # noqa: E402
+from jobplane.control import reconcile  # noqa: E402
 from jobplane.decide.model import Limits  # noqa: E402
-from jobplane.deployment import Context  # noqa: E402
-from jobplane.policy import DEFAULT_POLICY  # noqa: E402
-from jobplane.registry import JobRecord, Registry  # noqa: E402
-from jobplane.spec import JobSpec  # noqa: E402
-from jobplane.states import State  # noqa: E402
-from jobplane.telemetry import CountingMetrics  # noqa: E402
+from jobplane.deployment.context import Context  # noqa: E402
+from jobplane.deployment.telemetry import CountingMetrics  # noqa: E402
+from jobplane.model import keys  # noqa: E402
+from jobplane.model.policy import DEFAULT_POLICY  # noqa: E402
+from jobplane.model.spec import JobSpec  # noqa: E402
+from jobplane.model.states import State  # noqa: E402
+from jobplane.store.registry import JobRecord, Registry  # noqa: E402
 
 BUCKET = "jobplane-bench"
 REGION = "us-east-1"

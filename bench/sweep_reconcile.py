@@ -25,17 +25,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import report  # bench/report.py: where a result goes
 
-from jobplane import keys, metrics
 from jobplane.clouds.memory import Clock, MemoryStore
 from jobplane.decide.trials import random_point, trial_id
-from jobplane.deployment import Context
-from jobplane.metrics import Point
-from jobplane.registry import Registry
-from jobplane.spec import parse_spec
-from jobplane.states import State
+from jobplane.deployment.context import Context
+from jobplane.deployment.telemetry import CountingMetrics
+from jobplane.model import keys, metrics
+from jobplane.model.metrics import Point
+from jobplane.model.spec import parse_spec
+from jobplane.model.states import State
+from jobplane.store.registry import Registry
 from jobplane.sweeps import run, store
 from jobplane.sweeps.record import SweepRecord, Trial
-from jobplane.telemetry import CountingMetrics
 
 START = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 SPEC = """run: python3 train.py

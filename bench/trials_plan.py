@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from jobplane.decide.trials import TrialView, plan, random_point, trial_id
-from jobplane.spec import parse_spec
-from jobplane.states import State
-from jobplane.sweepspec import SweepSpec
+from jobplane.model.spec import parse_spec
+from jobplane.model.states import State
+from jobplane.model.sweepspec import SweepSpec
 
 SPEC = """run: python3 train.py
 instance_type: g5.xlarge

@@ -31,13 +31,13 @@ sys.path[:0] = [str(Path(__file__).resolve().parent)]  # bench/report.py, as the
 from report import save  # noqa: E402
 
 from jobplane.clouds.memory import MemoryCompute, MemoryStore  # noqa: E402
-from jobplane.jobs import Backend  # noqa: E402
 from jobplane.local.cloud import free_port  # noqa: E402
-from jobplane.registry import Registry  # noqa: E402
+from jobplane.model.spec import parse_spec  # noqa: E402
+from jobplane.model.states import State  # noqa: E402
+from jobplane.ops.jobs import Backend  # noqa: E402
 from jobplane.sdk import Client  # noqa: E402
 from jobplane.settings import Settings  # noqa: E402
-from jobplane.spec import parse_spec  # noqa: E402
-from jobplane.states import State  # noqa: E402
+from jobplane.store.registry import Registry  # noqa: E402
 from jobplane.ui.server import create_app  # noqa: E402
 
 SPEC = ("name: bench\ninstance_type: t3.micro\nspot: true\nrun: python train.py\nowner: team-{team}\n"

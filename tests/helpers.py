@@ -22,8 +22,8 @@ __all__ = ["LambdaContext", "wait_for"]
 if TYPE_CHECKING:
     import pytest
 
-    from jobplane.metrics import Point
-    from jobplane.registry import Registry
+    from jobplane.model.metrics import Point
+    from jobplane.store.registry import Registry
 
 WRITTEN = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)  # when the agent writes below say they were written
 
@@ -110,7 +110,8 @@ def run_bootstrap(script: str, tmp_path: Path, python: Path | None = None,
 def publish_agent_manifest(reg: Any, cloud: str) -> None:
     """The manifest a deployment uploads with its agent bundles (x86_64 and aarch64, every alias's Python),
     for tests whose VMs never boot: the launcher reads only the manifest."""
-    from jobplane import agent_bundle, images, keys
+    from jobplane.boot import agent_bundle
+    from jobplane.model import images, keys
 
     variants = [agent_bundle.Variant(cloud, python, arch, "0" * 64, 1)
                 for python in images.python_versions() for arch in images.ARCHITECTURES]
@@ -124,7 +125,7 @@ class Crash(Exception):
 def crash_on_event_writes(reg: Registry, monkeypatch: pytest.MonkeyPatch, kind: str) -> list[str]:
     """Make the create-only write of a `kind` event object die, as a function killed after its CAS would;
     returns the keys it refused."""
-    from jobplane import keys
+    from jobplane.model import keys
 
     refused: list[str] = []
     store, write = reg.store, reg.store.put_if_absent
@@ -143,7 +144,7 @@ def crash_on_event_writes(reg: Registry, monkeypatch: pytest.MonkeyPatch, kind: 
 # ---- what an agent writes ----------------------------------------------------------------------------------------
 def ship(reg: Registry, job_id: str, attempt: int, rank: int, seq: int, points: list[Point]) -> None:
     """A metrics chunk as the agent ships it, each point stamped WRITTEN + its step in seconds."""
-    from jobplane import keys, metrics
+    from jobplane.model import keys, metrics
 
     data = b"".join(metrics.encode(p, WRITTEN + timedelta(seconds=p.step or 0)) for p in points)
     reg.store.put_if_absent(reg.key(keys.metrics_chunk(job_id, attempt, rank, seq)), data, "application/x-ndjson")
@@ -151,7 +152,7 @@ def ship(reg: Registry, job_id: str, attempt: int, rank: int, seq: int, points: 
 
 def falling(steps: range, attempt_start: float = 8.0) -> list[Point]:
     """A step and a loss that falls 3% a step, at each of steps."""
-    from jobplane.metrics import Point
+    from jobplane.model.metrics import Point
 
     out = []
     for step in steps:
@@ -161,7 +162,7 @@ def falling(steps: range, attempt_start: float = 8.0) -> list[Point]:
 
 def publish(reg: Registry, job_id: str, area: str, files: dict[str, bytes]) -> None:
     """What the agent's publish() leaves: the files under artifacts/<area>/, then the area's manifest."""
-    from jobplane import keys
+    from jobplane.model import keys
 
     entries = {}
     for rel, data in files.items():
@@ -196,9 +197,9 @@ def make_wheel(directory: Path, name: str, version: str, source: str) -> Path:
 
 # What a deployment on one cloud must never ship (agent bundles, the Lambda asset, the Cloud Functions zip):
 # the other cloud's adapters, the local cloud and every fake, the CLI. Spelled out here, not taken from
-# jobplane.bundling, so a test of what bundling ships does not just repeat its rule.
+# jobplane.boot.bundling, so a test of what bundling ships does not just repeat its rule.
 NOT_SHIPPED = ("jobplane/local/", "jobplane/clouds/memory.py", "jobplane/clouds/aws_local.py", "jobplane/cli/",
-               "jobplane/backend.py", "jobplane/bundling.py", "jobplane/ui/", "jobplane/sdk/", "jobplane/shell.py")
+               "jobplane/ops/backend.py", "jobplane/boot/bundling.py", "jobplane/ui/", "jobplane/sdk/")
 OTHER_CLOUD = {"aws": ("jobplane/clouds/gcp.py", "jobplane/clouds/gcs.py", "jobplane/clouds/gce_metadata.py",
                        "jobplane/clouds/pubsub.py", "jobplane/clouds/gce_identity.py", "jobplane/clouds/gcp_vend.py",
                        "jobplane/clouds/gcs_downscope.py", "jobplane/vending/gcp.py"),

@@ -14,17 +14,18 @@ import pytest
 from botocore.awsrequest import AWSResponse
 from moto import mock_aws
 
-from jobplane import keys, launcher, records
 from jobplane.clouds.aws import Ec2Compute
 from jobplane.clouds.s3 import S3Store
+from jobplane.control import launcher
 from jobplane.decide.rules import LaunchCause
-from jobplane.deployment import Context
+from jobplane.deployment.context import Context
+from jobplane.deployment.telemetry import CountingMetrics
 from jobplane.local import triggers
-from jobplane.policy import AwsPlacement
-from jobplane.registry import JobRecord, Registry, utcnow
-from jobplane.spec import parse_spec
-from jobplane.states import State
-from jobplane.telemetry import CountingMetrics
+from jobplane.model import keys, records
+from jobplane.model.policy import AwsPlacement
+from jobplane.model.spec import parse_spec
+from jobplane.model.states import State
+from jobplane.store.registry import JobRecord, Registry, utcnow
 from tests.helpers import publish_agent_manifest
 
 BUCKET = "jobplane-test"

@@ -15,16 +15,16 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from jobplane import keys
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_DEPLOYMENT, TAG_JOB_ID, TAG_MANAGED
 from jobplane.clouds.gce_metadata import gce_key
 from jobplane.clouds.gcp import deployment_label, name_prefix
 from jobplane.clouds.s3 import S3Store
 from jobplane.local.fake_compute import FakeComputeServer
 from jobplane.local.fake_gcs import FakeGcsServer
-from jobplane.registry import Registry
-from jobplane.spec import parse_spec
-from jobplane.states import State
+from jobplane.model import keys
+from jobplane.model.spec import parse_spec
+from jobplane.model.states import State
+from jobplane.store.registry import Registry
 from tests.helpers import wait_for
 from tests.moto_aws import MOTO_AMI
 

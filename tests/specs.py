@@ -1,5 +1,6 @@
 """Specs the spec tests share: BASE, the least a valid spec says, and BAD_SPECS, specs each refused with the error
-that names its field (parse_spec's in tests/test_spec.py; `jobplane validate`'s in tests/cli/test_cli_validate.py)."""
+that names its field (parse_spec's in tests/model/test_spec.py; `jobplane validate`'s in
+tests/cli/test_cli_validate.py)."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ import pytest
 from markdown.extensions.toc import slugify  # type: ignore[import-untyped]  # no stubs; mkdocs makes anchors with it
 
 from jobplane.cli import cli
-from jobplane.spec import format_duration, json_schema
+from jobplane.model.spec import format_duration, json_schema
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -63,7 +63,7 @@ NOT_RUN_HERE: dict[str, NotRun] = {
         "tests/infra/test_template.py::test_registry_bucket_is_versioned_private_encrypted_logged_and_emits_events"),
     "aws s3 cp job.yaml s3://BUCKET/queue/TEAM/": NotRun(
         "writes to a real bucket",
-        "tests/launcher/test_owners.py::test_the_drops_folder_is_the_owner_on_the_record_and_the_instances"),
+        "tests/control/launcher/test_owners.py::test_the_drops_folder_is_the_owner_on_the_record_and_the_instances"),
     "aws s3 rb s3://BUCKET --force": NotRun(
         "deletes a real bucket",
         "tests/infra/test_template.py::test_registry_bucket_is_versioned_private_encrypted_logged_and_emits_events"),
@@ -96,19 +96,19 @@ NOT_RUN_HERE: dict[str, NotRun] = {
     # Benchmarks: minutes of load each, and they rewrite bench/results/; the tests check what they measure
     ".venv/bin/python bench/sweep.py": NotRun(
         "a benchmark (N = 100, 1,000, 5,000 jobs in moto)",
-        "tests/reconcile/test_apply_moto.py::test_lifecycle_started_then_healthy_then_finished"),
+        "tests/control/reconcile/test_apply_moto.py::test_lifecycle_started_then_healthy_then_finished"),
     ".venv/bin/python bench/gcp_sweep.py": NotRun(
         "a benchmark (N = 100, 1,000 jobs on the GCS and Compute fakes)",
         "tests/gcp/test_functions.py::test_scheduled_functions_answer_with_their_actions"),
     ".venv/bin/python bench/lambda_idle.py": NotRun(
         "a benchmark (20 warm runs of each handler)",
-        "tests/reconcile/test_handlers.py::test_sweeper_cron_then_exit_report_event"),
+        "tests/control/reconcile/test_handlers.py::test_sweeper_cron_then_exit_report_event"),
     ".venv/bin/python bench/gcp_idle.py": NotRun(
         "a benchmark (20 warm runs of each function)",
         "tests/gcp/test_functions.py::test_scheduled_functions_answer_with_their_actions"),
     ".venv/bin/python bench/metrics_extract.py": NotRun(
         "a benchmark (200,000 lines, best of several runs)",
-        "tests/test_metrics.py::test_default_metrics_line_by_line"),
+        "tests/model/test_metrics.py::test_default_metrics_line_by_line"),
     ".venv/bin/python bench/trials_plan.py": NotRun(
         "a benchmark (plans over 100, 500 and 900 finished trials, best of three)",
         "tests/decide/test_sweep_trials.py::test_bayesian_concentrates_near_the_optimum_better_than_random"),
@@ -117,7 +117,7 @@ NOT_RUN_HERE: dict[str, NotRun] = {
         "tests/sweeps/test_sweep_curves.py::test_a_curve_is_read_chunk_by_chunk_once_and_not_at_all_once_complete"),
     ".venv/bin/python bench/cold_start.py --rounds 11": NotRun(
         "a benchmark (11 rounds of fresh interpreters, as bench/results/cold-start.json was measured)",
-        "tests/launcher/test_cold_start.py::test_a_handler_imports_only_what_every_run_needs"),
+        "tests/control/launcher/test_cold_start.py::test_a_handler_imports_only_what_every_run_needs"),
     ".venv/bin/python bench/transfer.py": NotRun(
         "a benchmark (6 GiB and 10,000 files on S3 and GCS, each tool three times; installs the AWS CLI from PyPI)",
         "tests/agent/test_transfer.py::test_a_channel_downloads_in_parallel_and_a_rerun_fetches_only_what_changed"),
@@ -394,7 +394,7 @@ def test_readme_is_short_and_its_links_resolve() -> None:
 
 
 # ---- docs/spec.md's field table, from the JSON Schema --------------------------------------------------------
-# Fields the schema gives no description yet (say it in shared/jobplane/spec.py and drop it here).
+# Fields the schema gives no description yet (say it in shared/jobplane/model/spec.py and drop it here).
 NOTES = {
     "cloud": "the deployment's cloud; a spec for the other one is recorded INVALID",
     "region": "the deployment's region, if given; a spec for another is recorded INVALID",
@@ -444,7 +444,7 @@ def type_of(node: dict[str, Any], defs: dict[str, Any]) -> str:
     node = deref(node, defs)
     alternatives = [a for a in node.get("anyOf", []) if a.get("type") != "null"]
     if {a.get("type") for a in alternatives} == {"integer", "string"} and "[smhd]" in str(alternatives):
-        return "duration"  # jobplane.spec.Duration: 3600, "90s", "30m", "8h", "2d"
+        return "duration"  # jobplane.model.spec.Duration: 3600, "90s", "30m", "8h", "2d"
     if alternatives:
         return " or ".join(dict.fromkeys(type_of(a, defs) for a in alternatives))
     if "enum" in node:
@@ -477,7 +477,7 @@ def limits(node: dict[str, Any], defs: dict[str, Any]) -> list[str]:
 
 
 def ceiling(node: dict[str, Any], defs: dict[str, Any]) -> list[str]:
-    """A duration's ceiling (jobplane.spec.AtMost puts it on the form in seconds), as a spec would write it."""
+    """A duration's ceiling (jobplane.model.spec.AtMost puts it on the form in seconds), as a spec would write it."""
     node = deref(node, defs)
     if node.get("type") == "integer" and "maximum" in node:
         return [f"at most {format_duration(node['maximum'])}"]

@@ -57,7 +57,7 @@ def test_bad_registries_say_what_is_wrong(named: str, cloud: str | None, message
 
 # The modules that may read the process environment: settings, and the entry points (the CLI, the agent's,
 # the VM's startup script, the local cloud's processes). Everything else takes what it needs as arguments.
-ENV_READERS = ("settings.py", "cli/", "agent/cli.py", "bootstrap.py", "local/")
+ENV_READERS = ("settings.py", "cli/", "agent/cli.py", "boot/bootstrap.py", "local/")
 
 
 ENV_NAMES = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}

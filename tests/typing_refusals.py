@@ -3,14 +3,14 @@ a wrong type for a field of an update, a misspelt field of a reconcile effect's 
 
 Not a test module: `make typecheck` checks it (pyproject's [tool.mypy] modules). Each line carries the ignore of
 the exact error mypy gives; strict mode warns of an unused ignore, so the check fails if mypy ever stops refusing
-one of them (or refuses it for another reason). tests/test_registry.py keeps it in that list.
+one of them (or refuses it for another reason). tests/store/test_registry.py keeps it in that list.
 """
 
 from __future__ import annotations
 
 from jobplane.decide.effects import Transition
-from jobplane.registry import Registry
-from jobplane.states import State
+from jobplane.model.states import State
+from jobplane.store.registry import Registry
 
 
 def write(reg: Registry) -> None:

@@ -1,8 +1,8 @@
 """What every AWS handler builds from its environment: settings, registry, EC2 adapter, policy, telemetry
-(jobplane.deployment, over this cloud's adapters).
+(jobplane.deployment.context, over this cloud's adapters).
 
 Logger(service="jobplane") is the stdlib "jobplane" logger itself, so every core module's log line
-(jobplane.launcher, jobplane.aws, ...) propagates to it and comes out as Powertools JSON, with the
+(jobplane.control.launcher, jobplane.aws, ...) propagates to it and comes out as Powertools JSON, with the
 job_id each line passes in `extra`.
 """
 
@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from aws_lambda_powertools import Logger, Metrics
 
-from jobplane import deployment
 from jobplane.clouds.aws import Ec2Compute, ec2_client
 from jobplane.clouds.s3 import S3Store, s3_client
-from jobplane.deployment import Deployment as Env
-from jobplane.policy import Policy
+from jobplane.deployment.context import Adapters, build
+from jobplane.deployment.context import Deployment as Env
+from jobplane.model.policy import Policy
 from jobplane.settings import Settings
 
 if TYPE_CHECKING:
@@ -63,10 +63,10 @@ def _compute(settings: Settings, policy: Policy) -> Ec2Compute:
     return Ec2Compute(policy.aws, settings.region, clients(settings).ec2, deployment=settings.deployment)
 
 
-ADAPTERS = deployment.Adapters(store=lambda settings: S3Store(settings.bucket, clients(settings).s3),
+ADAPTERS = Adapters(store=lambda settings: S3Store(settings.bucket, clients(settings).s3),
                                compute=_compute, notifier=notifier)
 
 
 def environment() -> Env:
     """Fresh per invocation (the policy may have changed)."""
-    return deployment.build(Settings.from_env(), ADAPTERS, metrics)
+    return build(Settings.from_env(), ADAPTERS, metrics)

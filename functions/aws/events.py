@@ -12,7 +12,7 @@ from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, S3Eve
 from aws_lambda_powertools.utilities.data_classes.common import DictWrapper
 
 from functions.aws import common
-from jobplane import keys
+from jobplane.model import keys
 from jobplane.settings import Settings
 
 SCHEDULED = "Scheduled Event"

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from functions.aws import common
-from jobplane.deployment import Deployment
+from jobplane.deployment.context import Deployment
 
 
 @contextmanager

@@ -8,8 +8,8 @@ from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, event
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.aws import common, events, metering
-from jobplane import reconcile
-from jobplane.registry import utcnow
+from jobplane.control import reconcile
+from jobplane.store.registry import utcnow
 
 
 @common.metrics.log_metrics

@@ -17,8 +17,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from functions.aws import common
 from jobplane.clouds.aws_vend import VendAws
 from jobplane.clouds.s3 import S3Store
-from jobplane.registry import Registry
 from jobplane.settings import Settings
+from jobplane.store.registry import Registry
 from jobplane.vending.aws import VendSettings, vend
 
 _cloud: dict[tuple[str | None, str, str | None], VendAws] = {}  # reused across invocations, like the clients

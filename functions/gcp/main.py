@@ -25,17 +25,18 @@ import flask
 import functions_framework
 from cloudevents.http import CloudEvent
 
-from jobplane import deployment, keys, reconcile
-from jobplane import launcher as launching
 from jobplane.clouds import gce_identity, gcs_downscope
 from jobplane.clouds.gcp import GceCompute
 from jobplane.clouds.gcs import GcsStore
 from jobplane.clouds.pubsub import PubSubNotifier
-from jobplane.deployment import Context, Deployment
-from jobplane.registry import utcnow
+from jobplane.control import launcher as launching
+from jobplane.control import reconcile
+from jobplane.deployment.context import Adapters, Context, Deployment, build
+from jobplane.deployment.telemetry import LogMetrics
+from jobplane.model import keys
 from jobplane.settings import Settings
+from jobplane.store.registry import utcnow
 from jobplane.sweeps import run as sweeps
-from jobplane.telemetry import LogMetrics
 from jobplane.vending import gcp as gcp_vending
 
 metrics = LogMetrics()
@@ -91,13 +92,13 @@ def _notifier(settings: Settings) -> PubSubNotifier | None:
 # The backstop function times out at 540 s (infra/gcp); an insert operation may take up to 300 s of that.
 BACKSTOP_BUDGET_S = 200
 
-ADAPTERS = deployment.Adapters(store=_store, notifier=_notifier,
+ADAPTERS = Adapters(store=_store, notifier=_notifier,
                                compute=lambda settings, policy: GceCompute.from_settings(settings, policy.gcp))
 
 
 def environment() -> Deployment:
     """Fresh per invocation (the policy may have changed)."""
-    return deployment.build(Settings.from_env(), ADAPTERS, metrics)
+    return build(Settings.from_env(), ADAPTERS, metrics)
 
 
 def registry_key(data: dict[str, Any], settings: Settings) -> str | None:

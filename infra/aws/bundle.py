@@ -1,7 +1,7 @@
 """Build the Lambda code asset and the agent bundles at synth time, without Docker.
 
 Lambda asset (one directory shared by the four functions, so CDK uploads it once):
-    functions/aws/*.py + shared/jobplane as shipped on AWS (jobplane.bundling.shipped: no GCP adapter, no CLI,
+    functions/aws/*.py + shared/jobplane as shipped on AWS (jobplane.boot.bundling.shipped: no GCP adapter, no CLI,
     no local cloud or fake)
     + the dependencies the python3.14 runtime lacks, as arm64 wheels from PyPI.
 The runtime ships boto3/botocore and their dependencies; everything else is bundled, Powertools included
@@ -11,7 +11,7 @@ pydantic v2 has a compiled core (and optuna needs numpy), so dependencies are fe
 installed here (what the tests ran).
 
 Agent bundles (uploaded to system/agent/ at deploy time): one per VM Python and architecture, which the
-bootstrap fetches with python3 alone (jobplane.agent_bundle, jobplane.bundling).
+bootstrap fetches with python3 alone (jobplane.boot.agent_bundle, jobplane.boot.bundling).
 
 Both are cached outside the checkout (jobplane.local.cache_dir()/cdk-assets, beside the local cloud's wheels
 and image) by a hash of their inputs, so every clone on a machine shares them: only the first synth on a fresh
@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
-from jobplane import bundling
-from jobplane.bundling import atomic_build, digest
+from jobplane.boot import bundling
+from jobplane.boot.bundling import atomic_build, digest
 from jobplane.local import cache_dir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,7 +94,7 @@ def lambda_asset() -> Path:
     """The directory every jobplane Lambda is deployed from (handler = functions.aws.<name>.handler)."""
     deps = lambda_dependencies()
     # functions/aws and what jobplane ships on AWS: no GCP adapter (an AWS handler never imports google), no
-    # CLI, no local cloud or fake (jobplane.bundling.shipped)
+    # CLI, no local cloud or fake (jobplane.boot.bundling.shipped)
     handlers = [ROOT / "functions" / "__init__.py", *bundling.source_files(ROOT / "functions" / "aws")]
     sources = [*handlers, *bundling.package_files("aws")]
     key = digest([str(deps), *(f"{p.relative_to(ROOT)}\n{p.read_text()}" for p in sources)])
@@ -112,7 +112,7 @@ def lambda_asset() -> Path:
 
 def agent_bundles(pythons: Sequence[str]) -> Path:
     """system/agent/: the agent bundle for every VM Python (these plus the image aliases') and architecture,
-    and their manifest (jobplane.bundling; built from PyPI wheels once per set of inputs)."""
+    and their manifest (jobplane.boot.bundling; built from PyPI wheels once per set of inputs)."""
     key = digest(["aws", *pythons, *bundling.pins(),
                   *(f"{p.relative_to(bundling.PACKAGE)}\n".encode() + p.read_bytes()
                     for p in bundling.package_files("aws"))])

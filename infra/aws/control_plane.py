@@ -28,9 +28,9 @@ from infra.aws.config import ControlPlaneConfig
 from infra.aws.nag import acknowledge
 from infra.aws.notifications import JobNotifications
 from infra.aws.observability import Observability
-from jobplane import keys
 from jobplane.clouds.base import LOG_OBJECT_TAG
-from jobplane.policy import Policy
+from jobplane.model import keys
+from jobplane.model.policy import Policy
 from jobplane.vending import aws_iam
 
 LOG_CHUNK_TAG = LOG_OBJECT_TAG  # the agent tags every log chunk with it

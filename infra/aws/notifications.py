@@ -1,5 +1,5 @@
 """The job-notification topic: the functions publish when a job ends or is flagged for idle GPUs
-(jobplane.notify); subscribe e-mail (jobplane:notifyEmail), chat or a queue to it. Only the functions may
+(jobplane.deployment.notify); subscribe e-mail (jobplane:notifyEmail), chat or a queue to it. Only the functions may
 publish."""
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ def launch_statements(vm_role: iam.IRole, subnets: Sequence[str], security_group
     ]
 
 
-# Image aliases resolve through SSM parameters (jobplane.images): the vendors' public ones, and a team's own
+# Image aliases resolve through SSM parameters (jobplane.model.images): the vendors' public ones, and a team's own
 # given as resolve:ssm:<name>. Both are read-only; public parameters have an empty account field.
 IMAGE_PARAMETERS = {
     "arn:<AWS::Partition>:ssm:<AWS::Region>::parameter/aws/service/*":
@@ -103,7 +103,7 @@ def image_parameters_statement() -> iam.PolicyStatement:
 
 
 def spot_price_statement() -> iam.PolicyStatement:
-    """The Spot price in effect when a launcher starts Spot VMs, for the job's cost (jobplane.cost). Like every
+    """The Spot price in effect when a launcher starts Spot VMs, for the job's cost (jobplane.views.cost). Like every
     EC2 Describe* call it supports no resource-level permissions."""
     return iam.PolicyStatement(sid="ReadSpotPricesAtLaunch", actions=["ec2:DescribeSpotPriceHistory"],
                                resources=["*"])

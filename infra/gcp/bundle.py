@@ -1,5 +1,5 @@
 """The Cloud Functions source zip: functions/gcp/main.py as main.py, infra/gcp/requirements.txt, and the
-jobplane package as shipped on GCP (jobplane.bundling.shipped: no AWS adapter, no CLI, no local cloud or fake).
+jobplane package as shipped on GCP (jobplane.boot.bundling.shipped: no AWS adapter, no CLI, no local cloud or fake).
 Deterministic (sorted entries, fixed times), so the same sources give the same zip and the same object name
 in terraform (its content hash), and an unchanged deployment is not rebuilt.
 
@@ -12,7 +12,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from jobplane import bundling
+from jobplane.boot import bundling
 
 ROOT = Path(__file__).resolve().parents[2]
 STAMP = (2020, 1, 1, 0, 0, 0)

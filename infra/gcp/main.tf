@@ -358,7 +358,7 @@ resource "google_storage_bucket_iam_member" "submitters_read" {
 }
 
 # ---- job notifications --------------------------------------------------------------------------------
-# The functions publish when a job ends or is flagged for idle GPUs (jobplane.notify); only they may.
+# The functions publish when a job ends or is flagged for idle GPUs (jobplane.deployment.notify); only they may.
 resource "google_pubsub_topic" "notifications" {
   name       = "jobplane-jobs"
   depends_on = [google_project_service.apis]

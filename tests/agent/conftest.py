@@ -20,7 +20,6 @@ from typing import Any
 import boto3
 import pytest
 
-from jobplane import keys
 from jobplane.agent.background import MIN_WAIT, Background
 from jobplane.agent.checkpoints import CheckpointSync
 from jobplane.agent.output import OutputLog
@@ -29,10 +28,11 @@ from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, TAG_MANAGED, Credentia
 from jobplane.clouds.memory import MemoryStore
 from jobplane.clouds.s3 import S3Store
 from jobplane.local.imds import FakeImds, ImdsInstance
-from jobplane.records import ClusterFile
-from jobplane.registry import Registry
-from jobplane.spec import JobSpec
-from jobplane.states import State
+from jobplane.model import keys
+from jobplane.model.records import ClusterFile
+from jobplane.model.spec import JobSpec
+from jobplane.model.states import State
+from jobplane.store.registry import Registry
 from tests.agent.clock import ManualClock
 
 BUCKET = "jobplane-agent-test"

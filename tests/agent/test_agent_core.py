@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from jobplane import keys
 from jobplane.agent import Agent, AgentConfig
 from jobplane.agent.clock import SYSTEM, Clock
 from jobplane.agent.core import HOLD_MARGIN_S, grace_within
@@ -26,11 +25,12 @@ from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, CredentialsRefused
 from jobplane.clouds.memory import MemoryStore
 from jobplane.local.imds import FakeImds, ImdsInstance
 from jobplane.local.waiting import wait_for
-from jobplane.metrics import EARLY_STOP
-from jobplane.records import HOLD_BY, ClusterFile, ExitReport
-from jobplane.registry import Registry
-from jobplane.spec import JobSpec
-from jobplane.states import State
+from jobplane.model import keys
+from jobplane.model.metrics import EARLY_STOP
+from jobplane.model.records import HOLD_BY, ClusterFile, ExitReport
+from jobplane.model.spec import JobSpec
+from jobplane.model.states import State
+from jobplane.store.registry import Registry
 from tests.agent.clock import ManualClock
 from tests.agent.conftest import FlakyStore
 

@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 import boto3
 import pytest
 
-from jobplane import keys, metrics
-from jobplane.records import ExitReport, Heartbeat, PreemptedMarker, StopRequest
+from jobplane.model import keys, metrics
+from jobplane.model.records import ExitReport, Heartbeat, PreemptedMarker, StopRequest
 from tests.agent.conftest import ROOT, World, console_of, json_line
 from tests.helpers import wait_for
 

@@ -10,12 +10,12 @@ import threading
 
 import pytest
 
-from jobplane import keys, metrics
 from jobplane.agent import background as background_module
 from jobplane.agent.background import MIN_WAIT
 from jobplane.agent.run import Outcome
 from jobplane.clouds.base import CredentialsRefused
-from jobplane.records import Heartbeat, OutputMark, StopRequest
+from jobplane.model import keys, metrics
+from jobplane.model.records import Heartbeat, OutputMark, StopRequest
 from tests.agent.conftest import Loop, make_loop
 
 pytestmark = pytest.mark.timeout(5)

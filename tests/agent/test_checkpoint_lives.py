@@ -14,7 +14,7 @@ from jobplane.agent.checkpoints import CheckpointSync
 from jobplane.clouds.memory import MemoryStore
 from jobplane.decide.model import Rule
 from tests.agent.test_checkpoints import PREFIX, restore
-from tests.reconcile.day import Day
+from tests.control.reconcile.day import Day
 
 
 def save(local: Path, step: int) -> None:

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from jobplane import keys, records
 from jobplane.agent.checkpoints import OPEN, CheckpointSync
 from jobplane.agent.keeper import Keeper, Node
 from jobplane.agent.layout import Layout
@@ -26,8 +25,9 @@ from jobplane.agent.output import OutputLog
 from jobplane.agent.process import UserProcess
 from jobplane.agent.writers import open_for_writing, writing
 from jobplane.clouds.memory import MemoryStore
-from jobplane.registry import Registry
-from jobplane.spec import JobSpec
+from jobplane.model import keys, records
+from jobplane.model.spec import JobSpec
+from jobplane.store.registry import Registry
 from tests.agent.test_checkpoints import PREFIX, manifests, restore
 from tests.helpers import wait_for
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from jobplane import keys
 from jobplane.agent.checkpoints import LEFTOVER_AGE, CheckpointSync, publish
 from jobplane.agent.writers import writing
 from jobplane.clouds.memory import MemoryStore
+from jobplane.model import keys
 from tests.agent.conftest import World, console_of
 from tests.helpers import wait_for
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobplane import keys
+from jobplane.model import keys
 from tests.agent.conftest import World, console_of
 
 pytestmark = pytest.mark.timeout(60)

@@ -9,12 +9,12 @@ from datetime import timedelta
 
 import pytest
 
-from jobplane import keys
 from jobplane.agent.core import exit_report
 from jobplane.agent.idle import IdleMeter
 from jobplane.agent.layout import Cluster
 from jobplane.agent.run import Outcome
-from jobplane.records import ClusterFile, Heartbeat, IdleMark, IdleWatch, StopRequest
+from jobplane.model import keys
+from jobplane.model.records import ClusterFile, Heartbeat, IdleMark, IdleWatch, StopRequest
 from tests.agent.conftest import Loop, make_loop
 
 pytestmark = pytest.mark.timeout(5)

@@ -17,9 +17,9 @@ from jobplane.agent.layout import (
     user_env,
 )
 from jobplane.agent.transfer import safe_path
-from jobplane.keys import split_uri
-from jobplane.records import ClusterFile
-from jobplane.spec import JobSpec, parse_spec
+from jobplane.model.keys import split_uri
+from jobplane.model.records import ClusterFile
+from jobplane.model.spec import JobSpec, parse_spec
 
 
 def test_paths_move_under_a_scratch_root_but_not_on_a_vm(tmp_path: Path) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from jobplane import keys
 from jobplane.local.package_index import PackageIndex, wheel_dir
+from jobplane.model import keys
 from tests.agent.conftest import World, console_of
 from tests.helpers import make_wheel
 

@@ -23,14 +23,15 @@ from pathlib import Path
 import boto3
 import pytest
 
-from jobplane import jobs, keys
 from jobplane.cli.follow import EXIT_INTERRUPTED, EXIT_WAIT_TIMED_OUT, StatusLine, exit_code, tagged
-from jobplane.jobview import JobView, Status
 from jobplane.local.fake_gcs import FakeGcsServer
-from jobplane.registry import Registry
+from jobplane.model import keys
+from jobplane.model.spec import parse_spec
+from jobplane.model.states import State
+from jobplane.ops import jobs
 from jobplane.sdk.job import _lines
-from jobplane.spec import parse_spec
-from jobplane.states import State
+from jobplane.store.registry import Registry
+from jobplane.views.jobview import JobView, Status
 from tests.cli.helpers import run
 from tests.registry_clouds import BUCKET, GCP_ENV, SPEC, Driver, RegistryCloud, drop
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobplane import keys
-from jobplane.metrics import Point
-from jobplane.registry import Registry
+from jobplane.model import keys
+from jobplane.model.metrics import Point
+from jobplane.store.registry import Registry
 from tests.cli.helpers import run
 from tests.helpers import falling, ship
 from tests.registry_clouds import RegistryCloud, recorded

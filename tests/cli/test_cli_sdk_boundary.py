@@ -30,8 +30,9 @@ from typing import Any
 import pytest
 import yaml
 
-from jobplane import backend, sdk
-from jobplane.registry import Registry
+from jobplane import sdk
+from jobplane.ops import backend
+from jobplane.store.registry import Registry
 from tests.cli.helpers import run
 from tests.helpers import falling, ship
 from tests.registry_clouds import Driver, RegistryCloud
@@ -43,16 +44,15 @@ CLI = ROOT / "shared" / "jobplane" / "cli"
 ALLOWED = {
     "jobplane.sdk": "the SDK: every read and write of the registry, every call to the cloud",
     "jobplane.cli": "the CLI's own modules: connect (options, errors), follow (status line), params, the commands",
-    "jobplane.jobview": "rows, table cells and status lines of a job view the SDK returned",
-    "jobplane.metricview": "metric series (Metric.series) as table cells, summaries and sparklines",
-    "jobplane.plot": "metrics --plot: a PNG of metric series, with matplotlib",
-    "jobplane.cost": "a cost as money, JSON or an attempt's line; the groups `cost --by` takes",
-    "jobplane.spec": "validate and schema: parsing a spec file; spec_to_json and durations as text",
-    "jobplane.policy": "validate --policy: parsing a policy file and checking specs against it",
-    "jobplane.errors": "validate: the field errors it prints",
-    "jobplane.yaml_input": "--hp values read as bounded YAML",
-    "jobplane.states": "State: exit codes, what describe shows",
-    "jobplane.shell": "ssh: the argv of `aws ssm start-session` or `gcloud compute ssh` for the instance the SDK named",
+    "jobplane.views.jobview": "rows, table cells and status lines of a job view the SDK returned",
+    "jobplane.views.metricview": "metric series (Metric.series) as table cells, summaries and sparklines",
+    "jobplane.views.plot": "metrics --plot: a PNG of metric series, with matplotlib",
+    "jobplane.views.cost": "a cost as money, JSON or an attempt's line; the groups `cost --by` takes",
+    "jobplane.model.spec": "validate and schema: parsing a spec file; spec_to_json and durations as text",
+    "jobplane.model.policy": "validate --policy: parsing a policy file and checking specs against it",
+    "jobplane.model.errors": "validate: the field errors it prints",
+    "jobplane.model.yaml_input": "--hp values read as bounded YAML",
+    "jobplane.model.states": "State: exit codes, what describe shows",
     "jobplane.local.cli": "`jobplane local`: the local cloud's group, which talks to `local up` by its control "
                           "socket, not to a registry",
     "jobplane.local.control": "ssh on the local cloud: how `local up` enters a VM, asked by its control socket",
@@ -67,13 +67,13 @@ ALLOWED = {
 UI_ALLOWED = {
     "starlette": "the web app: routes, requests, responses, static files",
     "jinja2": "the pages' templates",
-    "jobplane.jobrecord": "job.json's model: the record of a job view the SDK returned",
-    "jobplane.metrics": "STEP, the metric a chart's x axis is",
+    "jobplane.model.jobrecord": "job.json's model: the record of a job view the SDK returned",
+    "jobplane.model.metrics": "STEP, the metric a chart's x axis is",
     "jobplane.sweeps.record": "a sweep's record: the model of what Sweep.record returns",
 }
 UI = ROOT / "shared" / "jobplane" / "ui"
 # What builds a store or a cloud client: none of the allowed jobplane modules may import it.
-BUILDERS = ("jobplane.backend", "jobplane.clouds", "jobplane.settings", "jobplane.jobs", "jobplane.sdk", "boto3",
+BUILDERS = ("jobplane.ops", "jobplane.clouds", "jobplane.settings", "jobplane.sdk", "boto3",
             "botocore", "google")
 
 
@@ -92,14 +92,20 @@ def imported(source: str, package: str = "jobplane.cli") -> set[str]:
                 base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
             if base == "__future__":
                 continue
-            found |= {f"{base}.{alias.name}" if base in ("jobplane", "jobplane.cli", "jobplane.ui") else base
-                      for alias in node.names}
+            found |= {module_of(base, alias.name) for alias in node.names}
         elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
                 and isinstance(node.args[0].value, str) and (
                 (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
                 or (isinstance(node.func, ast.Name) and node.func.id in ("import_module", "__import__"))):
             found.add(node.args[0].value)
     return found
+
+
+def module_of(base: str, name: str) -> str:
+    """What `from base import name` imports: the module base.name where the package has one, else base."""
+    path = ROOT / "shared" / (f"{base}.{name}".replace(".", "/"))
+    return f"{base}.{name}" if base.startswith("jobplane") and (path.with_suffix(".py").exists() or path.is_dir()) \
+        else base
 
 
 def allowed(module: str, beside: dict[str, str] | None = None) -> bool:
@@ -128,7 +134,7 @@ def cli_files() -> dict[str, str]:
 
 def ui_files() -> dict[str, str]:
     """The dashboard's modules `jobplane ui` imports: jobplane.ui.server and, in turn, what it imports of
-    jobplane.ui (not jobplane.ui.beside, which `jobplane local up` runs it with)."""
+    jobplane.ui (not jobplane.local.dashboard, which `jobplane local up` runs it with)."""
     found: dict[str, str] = {}
     todo = sorted(m for text in cli_files().values() for m in imported(text) if m.startswith("jobplane.ui."))
     while todo:
@@ -142,15 +148,16 @@ def ui_files() -> dict[str, str]:
 
 # ---- the checks ---------------------------------------------------------------------------------------------
 def test_the_scanner_sees_every_way_of_importing() -> None:
-    source = ("import json\nfrom jobplane import jobs, sdk\nfrom jobplane.registry import Registry\n"
-              "from . import follow\nfrom .connect import client\n"
-              "if TYPE_CHECKING:\n    from jobplane import backend\n"
+    source = ("import json\nfrom jobplane import sdk\nfrom jobplane.ops import jobs\n"
+              "from jobplane.store.registry import Registry\nfrom . import follow\nfrom .connect import client\n"
+              "if TYPE_CHECKING:\n    from jobplane.ops import backend\n"
               "def f():\n    import boto3\n    importlib.import_module('jobplane.settings')\n"
               "    __import__('google')\n")
-    assert imported(source) == {"json", "jobplane.jobs", "jobplane.sdk", "jobplane.registry", "jobplane.cli.follow",
-                                "jobplane.cli.connect", "jobplane.backend", "boto3", "jobplane.settings", "google"}
+    assert imported(source) == {"json", "jobplane.ops.jobs", "jobplane.sdk", "jobplane.store.registry",
+                                "jobplane.cli.follow", "jobplane.cli.connect", "jobplane.ops.backend", "boto3",
+                                "jobplane.settings", "google"}
     assert [m for m in sorted(imported(source)) if not allowed(m)] == [
-        "boto3", "google", "jobplane.backend", "jobplane.jobs", "jobplane.registry", "jobplane.settings"]
+        "boto3", "google", "jobplane.ops.backend", "jobplane.ops.jobs", "jobplane.settings", "jobplane.store.registry"]
     assert private_uses("self._x\ncls._y\nclient._registry.get(1)\nx.__name__\ngetattr(job, '_client')\n") == [3, 5]
 
 
@@ -204,7 +211,7 @@ def through_the_sdk(frame: Any) -> bool:
 
 @pytest.fixture
 def watched(monkeypatch: pytest.MonkeyPatch) -> Iterator[Calls]:
-    """Every public Registry method, jobplane.backend's builders and every Compute adapter method, recording
+    """Every public Registry method, jobplane.ops.backend's builders and every Compute adapter method, recording
     (what, whether the SDK was between it and the CLI)."""
     calls: Calls = []
 

@@ -11,15 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from jobplane import cost, drops, keys, launcher, sdk
+from jobplane import sdk
 from jobplane.clouds.memory import MemoryCompute
-from jobplane.deployment import Context
-from jobplane.registry import Registry, utcnow
+from jobplane.control import launcher
+from jobplane.deployment.context import Context
+from jobplane.deployment.telemetry import CountingMetrics
+from jobplane.model import drops, keys
+from jobplane.model.states import State
+from jobplane.model.usage import AttemptUsage, InstanceSpan
 from jobplane.sdk import Client
-from jobplane.states import State
+from jobplane.store.registry import Registry, utcnow
 from jobplane.sweeps import ops, store
-from jobplane.telemetry import CountingMetrics
-from jobplane.usage import AttemptUsage, InstanceSpan
+from jobplane.views import cost
 from tests.cli.helpers import run
 from tests.helpers import falling, ship
 from tests.registry_clouds import RegistryCloud

@@ -7,10 +7,10 @@ import base64
 import boto3
 import pytest
 
-from jobplane import images
 from jobplane.clouds.aws import Ec2Compute, client_token
 from jobplane.clouds.base import CapacityError, LaunchRejected, LaunchRequest
-from jobplane.policy import AwsPlacement
+from jobplane.model import images
+from jobplane.model.policy import AwsPlacement
 from tests.moto_aws import REGION, MotoAws
 
 pytestmark = pytest.mark.timeout(120)

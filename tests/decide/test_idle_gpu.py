@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from jobplane import keys
 from jobplane.decide import sweep
 from jobplane.decide.effects import DeleteKeys, Flag, Note, Publish, RequestStop
 from jobplane.decide.model import Rule, Snapshot
-from jobplane.history import IdleGpu
-from jobplane.policy import IdleGpuPolicy, Policy
-from jobplane.registry import IdleMark
-from jobplane.states import State
+from jobplane.model import keys
+from jobplane.model.history import IdleGpu
+from jobplane.model.policy import IdleGpuPolicy, Policy
+from jobplane.model.states import State
+from jobplane.store.registry import IdleMark
 from tests.decide.helpers import NOW as T
 from tests.decide.helpers import Candidate, ago, beats, healthy, inst, limits, marker, record, report, snapshot
 

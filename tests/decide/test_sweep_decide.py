@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from jobplane import keys
 from jobplane.decide import sweep
 from jobplane.decide.effects import (
     DeleteKeys,
@@ -19,9 +18,10 @@ from jobplane.decide.effects import (
     WriteLimits,
 )
 from jobplane.decide.model import Action, Ignored, PreemptedMark, Rule, Snapshot
-from jobplane.policy import Policy
-from jobplane.registry import Beat
-from jobplane.states import State
+from jobplane.model import keys
+from jobplane.model.policy import Policy
+from jobplane.model.states import State
+from jobplane.store.registry import Beat
 from tests.decide.helpers import (
     NOW,
     POLICY,

@@ -22,10 +22,10 @@ from jobplane.decide.trials import (
     rungs,
     trial_id,
 )
-from jobplane.spec import parse_spec
-from jobplane.specfields import HpValue
-from jobplane.states import State
-from jobplane.sweepspec import SweepSpec
+from jobplane.model.spec import parse_spec
+from jobplane.model.specfields import HpValue
+from jobplane.model.states import State
+from jobplane.model.sweepspec import SweepSpec
 
 HEAD = "run: python3 train.py\ninstance_type: g5.xlarge\nmetrics: [{name: 'val:loss', regex: 'loss (\\S+)'}]\n"
 

@@ -7,7 +7,7 @@ import pytest
 
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_DEPLOYMENT, TAG_JOB_ID, TAG_MANAGED
 from jobplane.decide.vend import Caller, Grant, Refusal, decide, scope
-from jobplane.states import State
+from jobplane.model.states import State
 from tests.decide.helpers import record
 
 DEPLOYMENT = "reg"

@@ -11,11 +11,11 @@ import pytest
 
 from jobplane.clouds.gcp import GceCompute
 from jobplane.clouds.gcs import GcsStore
-from jobplane.deployment import Context
+from jobplane.deployment.context import Context
+from jobplane.deployment.telemetry import CountingMetrics, Metrics
 from jobplane.local.fake_gcs import FakeGcsServer
-from jobplane.policy import GcpPlacement
-from jobplane.registry import Registry
-from jobplane.telemetry import CountingMetrics, Metrics
+from jobplane.model.policy import GcpPlacement
+from jobplane.store.registry import Registry
 from tests.gcp.fakes import ComputeFake
 from tests.helpers import publish_agent_manifest
 

@@ -10,9 +10,9 @@ from typing import Any
 
 from functions_framework import create_app
 
-from jobplane import keys, records
 from jobplane.clouds.base import LaunchRequest
-from jobplane.registry import JobRecord, utcnow
+from jobplane.model import keys, records
+from jobplane.store.registry import JobRecord, utcnow
 from tests.gcp.conftest import BUCKET, IMAGE, GcpCloud
 
 # the functions' source; a job on two zones, and a Spot job on one (what drop() drops unless told)

@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 
-from jobplane import images, keys, launcher
 from jobplane.clouds.base import CapacityError, LaunchRejected
 from jobplane.clouds.gcp import ACCELERATOR_UNAVAILABLE, GceCompute
-from jobplane.registry import JobRecord, utcnow
-from jobplane.states import State
-from jobplane.telemetry import CountingMetrics
+from jobplane.control import launcher
+from jobplane.deployment.telemetry import CountingMetrics
+from jobplane.model import images, keys
+from jobplane.model.states import State
+from jobplane.store.registry import JobRecord, utcnow
 from tests.gcp.conftest import PLACEMENT, PROJECT, GcpCloud
 from tests.gcp.fakes import ComputeFake
 from tests.gcp.helpers import request

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from jobplane import bundling
+from jobplane.boot import bundling
 from jobplane.local import cache_dir
 from tests.helpers import foreign_sdk_imports, unwanted
 

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from jobplane import bundling, keys
-from jobplane.bootstrap import render
-from jobplane.launcher import agent_source
+from jobplane.boot import bundling
+from jobplane.boot.bootstrap import render
+from jobplane.control.launcher import agent_source
 from jobplane.local import cache_dir
+from jobplane.model import keys
 from tests.gcp.conftest import BUCKET, GcpCloud
 from tests.gcp.fakes import MetadataFake
 from tests.helpers import run_bootstrap

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from functions_framework import create_app
 
-from jobplane import keys
 from jobplane.clouds.gcp import AGENT_MATCH, SHUTDOWN_SCRIPT, deployment_label, name_prefix
-from jobplane.states import State
+from jobplane.model import keys
+from jobplane.model.states import State
 from tests.gcp.conftest import BUCKET, DEPLOYMENT, GcpCloud
 from tests.gcp.helpers import MAIN, SPOT_SPEC, drop, finalized
 

@@ -8,11 +8,11 @@ from collections.abc import Iterator
 import pytest
 from functions_framework import create_app
 
-from jobplane import keys, records
 from jobplane.clouds.base import Notice
 from jobplane.clouds.pubsub import PubSubError, PubSubNotifier
-from jobplane.registry import utcnow
-from jobplane.states import State
+from jobplane.model import keys, records
+from jobplane.model.states import State
+from jobplane.store.registry import utcnow
 from tests.gcp.conftest import PROJECT, GcpCloud
 from tests.gcp.fake_pubsub import FakePubSub
 from tests.gcp.helpers import MAIN, drop, finalized

@@ -29,12 +29,13 @@ from typing import Any, TypeVar
 import pytest
 from functions_framework import create_app
 
-from jobplane import keys, launcher, reconcile, records
 from jobplane.clouds.gcp import deployment_label, deployment_prefix, shutdown_script
+from jobplane.control import launcher, reconcile
 from jobplane.decide.model import Rule
-from jobplane.registry import JobRecord, utcnow
-from jobplane.states import State
-from jobplane.telemetry import CountingMetrics
+from jobplane.deployment.telemetry import CountingMetrics
+from jobplane.model import keys, records
+from jobplane.model.states import State
+from jobplane.store.registry import JobRecord, utcnow
 from tests.gcp.conftest import BUCKET, DEPLOYMENT, PROJECT, REGION, GcpCloud
 from tests.gcp.helpers import MAIN, SPEC, beat, call, exit_report, finalized
 from tests.helpers import run_bootstrap, wait_for

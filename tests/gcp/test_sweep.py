@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from functions_framework import create_app
 
-from jobplane import keys, metrics
-from jobplane.metrics import Point
-from jobplane.registry import utcnow
-from jobplane.states import State
+from jobplane.model import keys, metrics
+from jobplane.model.metrics import Point
+from jobplane.model.states import State
+from jobplane.store.registry import utcnow
 from jobplane.sweeps import store
 from jobplane.sweeps.record import SweepState
 from tests.gcp.conftest import GcpCloud

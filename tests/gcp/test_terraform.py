@@ -19,9 +19,9 @@ from typing import Any
 import hcl2
 import pytest
 
-from jobplane import images, keys
 from jobplane.clouds.base import LaunchRequest
 from jobplane.clouds.gcp import GceCompute, deployment_prefix
+from jobplane.model import images, keys
 from tests.gcp.fakes import ComputeFake
 from tests.helpers import foreign_sdk_imports, unwanted
 
@@ -310,7 +310,7 @@ def test_vms_may_pull_containers_from_the_repositories_listed_only(tf: dict[str,
 
 def test_no_inbound_rule_but_between_the_vms_and_iaps_range_when_ssh_is_asked_for(
         tf: dict[str, dict[str, Any]]) -> None:
-    from jobplane.shell import IAP_RANGE
+    from jobplane.sdk.shell import IAP_RANGE
 
     rules = {k: v for k, v in tf["resource"].items() if k.startswith("google_compute_firewall.")}
     assert set(rules) == {"google_compute_firewall.jobs_internal", "google_compute_firewall.iap_ssh"}
@@ -349,7 +349,7 @@ def test_agent_bundles_are_uploaded_and_new_policies_boot_the_image_aliases(tf: 
     assert (tf["variable"]["default_image"]["default"], tf["variable"]["default_gpu_image"]["default"]) == (
         images.DEFAULT_CPU, images.DEFAULT_GPU)
     makefile = (REPO / "Makefile").read_text()
-    assert "-m jobplane.bundling --cloud gcp --out build/agent" in makefile
+    assert "-m jobplane.boot.bundling --cloud gcp --out build/agent" in makefile
 
 
 # ---- owners and notifications -----------------------------------------------------------------------------

@@ -15,7 +15,6 @@ from functions_framework import create_app
 from google.api_core.exceptions import Forbidden
 from google.oauth2.credentials import Credentials
 
-from jobplane import keys
 from jobplane.clouds.base import CredentialsRefused, PreconditionFailed
 from jobplane.clouds.gcp_vend import vended_credentials
 from jobplane.clouds.gcs import GcsStore
@@ -23,8 +22,9 @@ from jobplane.local.cloud_functions import HttpFunction
 from jobplane.local.fake_gcs import FakeGcsServer
 from jobplane.local.gce_metadata_server import VM_ACCESS_TOKEN, FakeGceMetadataServer
 from jobplane.local.google_identity import LocalIdentityIssuer
-from jobplane.registry import utcnow
-from jobplane.states import State
+from jobplane.model import keys
+from jobplane.model.states import State
+from jobplane.store.registry import utcnow
 from tests.gcp.conftest import BUCKET, PLACEMENT, PROJECT, GcpCloud
 from tests.gcp.helpers import MAIN
 

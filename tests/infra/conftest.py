@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from jobplane.policy import Policy, parse_policy
+from jobplane.model.policy import Policy, parse_policy
 from tests.infra.iam_eval import resolve
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from jobplane import agent_bundle, bundling, images
+from jobplane.boot import agent_bundle, bundling
+from jobplane.model import images
 from tests.helpers import find_python, unwanted
 from tests.infra.conftest import Synth
 

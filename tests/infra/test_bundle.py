@@ -151,7 +151,7 @@ def test_handler_imports_from_the_bundle_alone(probe: dict[str, dict[str, str | 
 
 def test_what_a_run_imports_later_imports_from_the_bundle_too(probe: dict[str, dict[str, str | None]]) -> None:
     later = probe["later"]
-    assert "jobplane.bootstrap" in later and "jobplane.decide.launch" in later  # a launch's, imported when it runs
+    assert "jobplane.boot.bootstrap" in later and "jobplane.decide.launch" in later  # a launch's, imported when it runs
     assert {name: why for name, why in later.items() if why != "ok"} == {}
 
 
@@ -181,7 +181,7 @@ def test_bundle_holds_the_target_builds_and_no_runtime_gcp_code_local_cloud_or_f
     assert list((asset / "numpy" / "_core").glob(f"_multiarray_umath.{tag}-aarch64-linux-gnu.so"))
     ours = sorted(p.relative_to(asset).as_posix() for p in asset.rglob("*")
                   if p.is_file() and p.relative_to(asset).parts[0] in ("jobplane", "functions"))
-    assert "jobplane/clouds/aws.py" in ours and "jobplane/launcher.py" in ours
+    assert "jobplane/clouds/aws.py" in ours and "jobplane/control/launcher.py" in ours
     assert unwanted(ours, "aws") == []
     assert not [n for n in ours if n.startswith("functions/") and not n.startswith("functions/aws/")
                 and n != "functions/__init__.py"]

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from jobplane import agent_bundle, images
+from jobplane.boot import agent_bundle
+from jobplane.model import images
 from tests.infra.conftest import ALARM_EMAIL, DATA_BUCKET, NOTIFY_EMAIL, Synth, cdk_context
 from tests.infra.iam_eval import Request, allows, managed_policy_statements, resolve, role_statements
 

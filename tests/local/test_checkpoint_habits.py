@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from jobplane import jobs
 from jobplane.local.demo import CloudProcess, poll
-from jobplane.states import State
+from jobplane.model.states import State
+from jobplane.ops import jobs
 from tests.local.conftest import cli_ok, submit, write_spec
 
 pytestmark = [pytest.mark.scenario, pytest.mark.timeout(420)]

@@ -10,10 +10,10 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from jobplane.cli import cli
-from jobplane.jobs import make_bundle
-from jobplane.jobview import display, human_duration, readable_job_id, rejected_reason, rejected_row
-from jobplane.keys import JOB_ID_PATTERN
 from jobplane.local.runner import parse_power
+from jobplane.model.keys import JOB_ID_PATTERN
+from jobplane.ops.jobs import make_bundle
+from jobplane.views.jobview import display, human_duration, readable_job_id, rejected_reason, rejected_row
 
 NOW = datetime(2026, 11, 22, 11, 30, 5, tzinfo=UTC)
 

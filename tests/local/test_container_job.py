@@ -19,7 +19,7 @@ from jobplane.local import oci_registry, rootfs
 from jobplane.local.aws import PODMAN_PARAMETER
 from jobplane.local.demo import CloudProcess, wait_for_no_instances
 from jobplane.local.gcp import PODMAN_IMAGE
-from jobplane.states import State
+from jobplane.model.states import State
 from tests.local.conftest import cli_ok, submit, write_spec
 from tests.local.test_checkpoint_habits import (
     JSON_EVERY_HALF_SECOND,

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobplane import agent_bundle, images, keys
+from jobplane.boot import agent_bundle
 from jobplane.local import rootfs
 from jobplane.local.demo import CloudProcess, wait_for_no_instances
-from jobplane.states import State
+from jobplane.model import images, keys
+from jobplane.model.states import State
 from tests.helpers import wait_for
 from tests.local.conftest import running, write_spec
 

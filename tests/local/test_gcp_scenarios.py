@@ -11,7 +11,7 @@ import pytest
 
 from jobplane.agent.process import marked_pids
 from jobplane.local.demo import CloudProcess, wait_for_no_instances
-from jobplane.states import State
+from jobplane.model.states import State
 from tests.helpers import wait_for
 from tests.local.conftest import cli_ok, submit, write_spec
 

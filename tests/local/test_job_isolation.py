@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from jobplane import keys
 from jobplane.local.demo import CloudProcess
-from jobplane.states import State
+from jobplane.model import keys
+from jobplane.model.states import State
 from tests.local.conftest import cli_ok, submit, write_spec
 
 pytestmark = [pytest.mark.scenario, pytest.mark.timeout(420)]
@@ -49,7 +49,7 @@ HOSTILE = """
 import json, os, sys
 env = os.environ
 sys.path.insert(0, os.path.join(env.get("JOBPLANE_AGENT_HOME", "/opt/jobplane"), "site"))
-from jobplane.keys import split_uri
+from jobplane.model.keys import split_uri
 
 root = env.get("JOBPLANE_ROOT", "").strip("/")
 bucket, me, victim = env["JOBPLANE_BUCKET"], env["JOBPLANE_JOB_ID"], env["VICTIM"]

@@ -19,7 +19,7 @@ from jobplane.clouds.aws_local import LOOPBACK_VPC, LocalAws
 from jobplane.clouds.base import TAG_JOB_ID, TAG_MANAGED, LaunchRequest
 from jobplane.local.ec2_runner import Ec2Runner
 from jobplane.local.loopback import on_loopback
-from jobplane.policy import AwsPlacement
+from jobplane.model.policy import AwsPlacement
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.timeout(120)

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from jobplane import keys
 from jobplane.local.demo import CloudProcess
 from jobplane.local.loopback import on_loopback
-from jobplane.registry import Registry
-from jobplane.states import State
+from jobplane.model import keys
+from jobplane.model.states import State
+from jobplane.store.registry import Registry
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.scenario

@@ -16,10 +16,10 @@ import pytest
 
 from jobplane.local.cloud import PortInUse, ServiceProcess, local_policy
 from jobplane.local.control import STATE_FILE
+from jobplane.local.dashboard import UI_URL_FILE, Beside
 from jobplane.local.loopback import LoopbackServer
-from jobplane.policy import parse_policy
-from jobplane.spec import SpecError
-from jobplane.ui.beside import UI_URL_FILE, Beside
+from jobplane.model.policy import parse_policy
+from jobplane.model.spec import SpecError
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -2,7 +2,7 @@
 when its Spot VM is reclaimed and a next attempt that resumes from it, and an agent that honours the uptime
 cap's stop request and powers its VM off. Real moto, bootstrap, agents and instance processes, and the real
 handlers fired by the local cloud's trigger loop. The reconcilers' decisions over time (stalls, orphans,
-lost ranks, reruns, exhausted restarts, overlapping runs) are told in memory in tests/reconcile/test_day.py.
+lost ranks, reruns, exhausted restarts, overlapping runs) are told in memory in tests/control/reconcile/test_day.py.
 
 One local cloud serves the module. The runaway job starts up front, so its cap runs out while the other test
 works.
@@ -15,13 +15,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from jobplane import keys
 from jobplane.clouds.aws_local import RawInstance
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID
 from jobplane.decide.rules import Rule
 from jobplane.local.demo import CloudProcess, exit_report
-from jobplane.registry import JobNotFound, JobRecord, Registry
-from jobplane.states import State
+from jobplane.model import keys
+from jobplane.model.states import State
+from jobplane.store.registry import JobNotFound, JobRecord, Registry
 from tests.helpers import wait_for
 from tests.local.conftest import cli_ok, submit, write_spec
 

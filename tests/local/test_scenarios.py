@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from jobplane import keys
 from jobplane.agent.process import marked_pids
 from jobplane.local.demo import wait_for_no_instances
-from jobplane.states import State
+from jobplane.model import keys
+from jobplane.model.states import State
 from tests.helpers import wait_for
 from tests.local.conftest import submit, write_spec
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobplane import keys
 from jobplane.local import rootfs
 from jobplane.local.demo import REPO, CloudProcess
-from jobplane.policy import parse_policy
-from jobplane.registry import utcnow
-from jobplane.states import State
+from jobplane.model import keys
+from jobplane.model.policy import parse_policy
+from jobplane.model.states import State
+from jobplane.store.registry import utcnow
 from tests.helpers import wait_for
 from tests.local.conftest import cli_ok, submit, write_spec
 

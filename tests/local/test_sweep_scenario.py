@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from jobplane.local.demo import REPO, CloudProcess, wait_for_no_instances
-from jobplane.states import TERMINAL, State
+from jobplane.model.states import TERMINAL, State
 from jobplane.sweeps import store
 from jobplane.sweeps.record import SweepState
 from tests.helpers import wait_for

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from jobplane import keys
 from jobplane.clouds.s3 import S3Store
 from jobplane.local.aws import DATA_BUCKET
 from jobplane.local.demo import REPO, CloudProcess, exit_report, wait_for_no_instances
-from jobplane.states import State
+from jobplane.model import keys
+from jobplane.model.states import State
 from tests.local.conftest import TRAIN, cli_ok
 
 pytestmark = pytest.mark.scenario

@@ -20,10 +20,11 @@ import pytest
 import yaml
 
 import jobplane
-from jobplane import keys, metrics, sdk
-from jobplane.metrics import Point
-from jobplane.registry import Registry
+from jobplane import sdk
+from jobplane.model import keys, metrics
+from jobplane.model.metrics import Point
 from jobplane.sdk import Client, State
+from jobplane.store.registry import Registry
 from tests.helpers import falling, publish, ship
 from tests.registry_clouds import Driver, RegistryCloud, recorded
 
@@ -48,8 +49,8 @@ def test_a_client_names_its_registry_as_the_cli_does(monkeypatch: pytest.MonkeyP
 
 
 def test_what_a_deployment_runs_imports_jobplane_without_the_sdk() -> None:
-    probe = "import sys, jobplane, jobplane.registry, jobplane.jobs; print(sorted(m for m in sys.modules if " \
-            "m.startswith(('jobplane.sdk', 'jobplane.backend', 'jobplane.cli'))))"
+    probe = "import sys, jobplane, jobplane.store.registry, jobplane.ops.jobs; print(sorted(m for m in sys.modules " \
+            "if m.startswith(('jobplane.sdk', 'jobplane.ops.backend', 'jobplane.cli'))))"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
 
@@ -134,7 +135,7 @@ def test_a_drawn_id_a_finished_submission_took_is_drawn_again(registry_cloud: Re
     another): the id is drawn again, nothing is uploaded over the queued job's code. An id the caller gave is not."""
     digits = iter(["0000", "0000", "0001"])
     monkeypatch.setattr("secrets.token_hex", lambda n: next(digits))
-    monkeypatch.setattr("jobplane.jobs.utcnow", lambda: datetime(2026, 11, 25, 12, 0, 5, tzinfo=UTC))
+    monkeypatch.setattr("jobplane.ops.jobs.utcnow", lambda: datetime(2026, 11, 25, 12, 0, 5, tzinfo=UTC))
     client = Client()
     spec = yaml.safe_load(registry_cloud.spec()) | {"name": "same"}
     first, second = client.submit(spec), client.submit(spec)

@@ -20,7 +20,7 @@ import pytest
 
 from jobplane import sdk
 from jobplane.agent.layout import hyperparameter_env
-from jobplane.spec import parse_spec
+from jobplane.model.spec import parse_spec
 
 pytestmark = pytest.mark.timeout(60)
 REPO = Path(__file__).resolve().parents[2]

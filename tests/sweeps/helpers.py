@@ -1,16 +1,16 @@
-"""A sweep's day in memory (tests/reconcile/day.py): trials launched from their drops, printing their objective,
+"""A sweep's day in memory (tests/control/reconcile/day.py): trials launched from their drops, printing their objective,
 ending, preempted, as the launcher, the agents and the sweeper would make them."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-from jobplane import keys, metrics
-from jobplane.metrics import Point
-from jobplane.states import State
+from jobplane.model import keys, metrics
+from jobplane.model.metrics import Point
+from jobplane.model.states import State
 from jobplane.sweeps import store
 from jobplane.sweeps.record import SweepRecord
-from tests.reconcile.day import Day
+from tests.control.reconcile.day import Day
 
 
 def sweep_spec(*, max_trials: int = 4, max_parallel: int = 2, early_stop: str = "", extra: str = "",

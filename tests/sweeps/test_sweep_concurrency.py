@@ -17,16 +17,17 @@ from datetime import datetime
 
 import pytest
 
-from jobplane import drops, keys, launcher
 from jobplane.clouds.base import Blob, PreconditionFailed
 from jobplane.clouds.memory import Clock, MemoryCompute, MemoryStore
-from jobplane.deployment import Context
-from jobplane.registry import Registry
-from jobplane.states import TERMINAL, State
+from jobplane.control import launcher
+from jobplane.deployment.context import Context
+from jobplane.deployment.telemetry import CountingMetrics
+from jobplane.model import drops, keys
+from jobplane.model.states import TERMINAL, State
+from jobplane.store.registry import Registry
 from jobplane.sweeps import run, store
-from jobplane.telemetry import CountingMetrics
+from tests.control.reconcile.day import MORNING
 from tests.helpers import publish_agent_manifest, race
-from tests.reconcile.day import MORNING
 from tests.sweeps.helpers import sweep_spec
 
 pytestmark = pytest.mark.timeout(120)

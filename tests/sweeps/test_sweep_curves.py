@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from jobplane import keys
 from jobplane.clouds.base import Blob, ObjectInfo
 from jobplane.clouds.memory import Clock, MemoryCompute, MemoryStore
-from jobplane.registry import Registry
+from jobplane.model import keys
+from jobplane.store.registry import Registry
 from jobplane.sweeps import curves
+from tests.control.reconcile.day import MORNING, Day
 from tests.helpers import publish_agent_manifest
-from tests.reconcile.day import MORNING, Day
 from tests.sweeps.helpers import prints
 
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from jobplane import keys, reconcile
-from jobplane.states import State
+from jobplane.control import reconcile
+from jobplane.model import keys
+from jobplane.model.states import State
 from jobplane.sweeps import run, store
 from jobplane.sweeps.record import SweepState
-from tests.reconcile.day import Day
+from tests.control.reconcile.day import Day
 from tests.sweeps.helpers import finish, launch_drops, prints, queued, record, start, sweep_spec
 
 

@@ -18,9 +18,9 @@ with warnings.catch_warnings():  # starlette 1.x prefers httpx2 for its TestClie
 
 from jobplane import sdk
 from jobplane.clouds.base import Compute
-from jobplane.jobs import Backend
-from jobplane.registry import Registry
+from jobplane.ops.jobs import Backend
 from jobplane.settings import Settings
+from jobplane.store.registry import Registry
 from jobplane.ui.server import create_app
 
 

@@ -10,13 +10,14 @@ from urllib.parse import urlencode
 
 import pytest
 
-from jobplane import jobs, keys, metrics
 from jobplane.clouds.memory import MemoryCompute, MemoryStore
-from jobplane.metrics import Point
-from jobplane.registry import Registry
+from jobplane.model import keys, metrics
+from jobplane.model.metrics import Point
+from jobplane.model.spec import parse_spec
+from jobplane.model.states import State
+from jobplane.ops import jobs
 from jobplane.sdk.watch import TAIL_BYTES
-from jobplane.spec import parse_spec
-from jobplane.states import State
+from jobplane.store.registry import Registry
 from jobplane.ui import data
 from tests.ui.apps import TestClient, over, served
 

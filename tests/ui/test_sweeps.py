@@ -1,6 +1,7 @@
-"""The dashboard's sweep pages over a sweep run by the real launcher and sweeper in memory (tests/reconcile/day.py):
-the sweeps table, a sweep's trials best first, one scatter per parameter with its dots where their values put
-them (a log axis for a loguniform parameter, a choice's values in order), and the scales under them."""
+"""The dashboard's sweep pages over a sweep run by the real launcher and sweeper in memory
+(tests/control/reconcile/day.py): the sweeps table, a sweep's trials best first, one scatter per parameter with its
+dots where their values put them (a log axis for a loguniform parameter, a choice's values in order), and the scales
+under them."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from jobplane import sdk
 from jobplane.ui import sweeps
-from tests.reconcile.day import Day
+from tests.control.reconcile.day import Day
 from tests.sweeps.helpers import finish, launch_drops, prints, start, sweep_spec
 from tests.ui.apps import TestClient, over, served
 

@@ -20,15 +20,15 @@ import pytest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
-from jobplane import keys
 from jobplane.clouds.aws_local import LocalAws
 from jobplane.clouds.aws_vend import proof
 from jobplane.decide.vend import MAX_CODE_NAME, Refusal, Scope, code_object, scope
 from jobplane.local.aws import CREDENTIALS, create_roles
 from jobplane.local.function_url import FunctionUrl, event
 from jobplane.local.imds import FakeImds, ImdsInstance
-from jobplane.spec import LABEL_KEY
-from jobplane.states import State
+from jobplane.model import keys
+from jobplane.model.spec import LABEL_KEY
+from jobplane.model.states import State
 from jobplane.vending import aws_iam
 from tests.decide.helpers import record
 from tests.helpers import LambdaContext

@@ -15,13 +15,13 @@ import logging
 import threading
 from collections.abc import Callable
 
-from jobplane import keys, records
 from jobplane.agent.clock import Clock
 from jobplane.agent.idle import IdleMeter
 from jobplane.agent.output import OutputLog
 from jobplane.agent.run import Outcome, Run
 from jobplane.clouds.base import LOG_OBJECT_TAG, CredentialsRefused, Metadata, NotFound, PreconditionFailed
-from jobplane.registry import Registry
+from jobplane.model import keys, records
+from jobplane.store.registry import Registry
 
 log = logging.getLogger("jobplane.agent")
 

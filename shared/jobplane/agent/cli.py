@@ -32,8 +32,8 @@ from pathlib import Path
 
 from jobplane.agent.core import Agent, AgentConfig
 from jobplane.clouds.base import Metadata, ObjectStore
-from jobplane.registry import Registry
 from jobplane.settings import Settings
+from jobplane.store.registry import Registry
 
 DEFAULT_POWEROFF = "shutdown -h now"
 

@@ -3,7 +3,7 @@
 A phase is `<runtime> run` in a session of its own, as a shell command would be; what differs is whom a signal
 reaches. The runtime's monitor (conmon, containerd-shim) lives in a session of its own and would outlive a
 signal to the client's group, so the job's processes are the container's own, found by the marker variable
-each of them carries (jobplane.containers.MARKER), in a PID namespace other than the agent's: they are frozen,
+each of them carries (jobplane.model.containers.MARKER), in a PID namespace other than the agent's: they are frozen,
 signalled and killed exactly as a job's process group is without a container. The container's init (PID 1
 inside) is left to pass its child's exit on; the client exits when the container does.
 """
@@ -18,9 +18,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobplane import containers
 from jobplane.agent.output import OutputLog
 from jobplane.agent.process import UserProcess, marked_pids, wait_stopped
+from jobplane.model import containers
 
 REMOVE_TIMEOUT_S = 30.0
 

@@ -26,7 +26,6 @@ from typing import BinaryIO, TypeVar
 
 from pydantic import ValidationError
 
-from jobplane import keys, metrics, records
 from jobplane.agent import gpu
 from jobplane.agent.background import Background
 from jobplane.agent.checkpoints import SETTLE
@@ -46,9 +45,10 @@ from jobplane.clouds.base import (
     NotFound,
     ObjectStore,
 )
-from jobplane.metrics import EARLY_STOP
-from jobplane.registry import Registry
-from jobplane.spec import JobSpec, format_duration
+from jobplane.model import keys, metrics, records
+from jobplane.model.metrics import EARLY_STOP
+from jobplane.model.spec import JobSpec, format_duration
+from jobplane.store.registry import Registry
 
 log = logging.getLogger("jobplane.agent")
 T = TypeVar("T")

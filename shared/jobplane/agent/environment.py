@@ -15,7 +15,6 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 
-from jobplane import containers, keys
 from jobplane.agent import gpu
 from jobplane.agent.clock import SYSTEM, Clock
 from jobplane.agent.container import Container, find_runtime
@@ -25,8 +24,9 @@ from jobplane.agent.process import UserProcess
 from jobplane.agent.run import AGENT_ERROR, Outcome, Run
 from jobplane.agent.transfer import Moved, fetch, fetch_tarball, keys_under
 from jobplane.clouds.base import NotFound, ObjectStore
-from jobplane.registry import Registry
-from jobplane.spec import JobSpec
+from jobplane.model import containers, keys
+from jobplane.model.spec import JobSpec
+from jobplane.store.registry import Registry
 
 REQUIREMENTS = "requirements.txt"
 AGENT_SITE = str(Path(__file__).resolve().parents[2])  # where this agent's packages are (the bundle's site/)

@@ -21,15 +21,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from jobplane import keys, records
 from jobplane.agent.checkpoints import SETTLE, CheckpointSync, age, publish
 from jobplane.agent.clock import SYSTEM, Clock
 from jobplane.agent.layout import Layout
 from jobplane.agent.transfer import Moved
 from jobplane.agent.writers import under, writing
 from jobplane.clouds.base import NotFound
-from jobplane.registry import Registry
-from jobplane.spec import JobSpec
+from jobplane.model import keys, records
+from jobplane.model.spec import JobSpec
+from jobplane.store.registry import Registry
 
 log = logging.getLogger("jobplane.agent")
 MID_WRITE = "open for writing when the job's processes were stopped, so it may be half-written"

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from jobplane.records import ClusterFile, RecordError
-from jobplane.spec import JobSpec
-from jobplane.specfields import hp_string
+from jobplane.model.records import ClusterFile, RecordError
+from jobplane.model.spec import JobSpec
+from jobplane.model.specfields import hp_string
 
 SAGEMAKER_ROOT = PurePosixPath("/opt/ml")
 GROUP = "homogeneousCluster"
@@ -83,7 +83,7 @@ class Cluster:
 
     @classmethod
     def parse(cls, body: bytes | str, rank: int) -> Cluster:
-        """cluster.json as the launcher wrote it (jobplane.records.ClusterFile), for the node of this rank."""
+        """cluster.json as the launcher wrote it (jobplane.model.records.ClusterFile), for the node of this rank."""
         try:
             file = ClusterFile.parse(body)
         except RecordError as exc:

@@ -1,5 +1,5 @@
 """The user process's output: echoed to the agent's console as it arrives, buffered for log chunks, and read
-for metric points and stop rules (jobplane.metrics) on the way."""
+for metric points and stop rules (jobplane.model.metrics) on the way."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import BinaryIO
 
-from jobplane import metrics
+from jobplane.model import metrics
 
 
 class OutputLog:

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from jobplane import records
-from jobplane.metrics import EARLY_STOP
-from jobplane.spec import JobSpec
+from jobplane.model import records
+from jobplane.model.metrics import EARLY_STOP
+from jobplane.model.spec import JobSpec
 
 AGENT_ERROR = 125  # exit code when the agent itself could not run the job (like `docker run`)
 

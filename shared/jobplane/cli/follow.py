@@ -10,8 +10,8 @@ from typing import TextIO
 import click
 
 from jobplane import sdk
-from jobplane.jobview import Status
-from jobplane.states import State
+from jobplane.model.states import State
+from jobplane.views.jobview import Status
 
 # What `logs -f`, `submit -f` and `wait` exit with: 0 only for SUCCEEDED (or a job that reached RUNNING, for
 # `wait --for running`), one code per other ending so a script can tell them apart.

@@ -15,14 +15,15 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from jobplane import cost, jobview, metricview, sdk
+from jobplane import sdk
 from jobplane.cli.connect import UserError, client, cloud_errors, registry_options
 from jobplane.cli.follow import follow_job, tagged
 from jobplane.cli.params import DurationType, HyperparameterType
 from jobplane.cli.sweeps import grouped
-from jobplane.jobview import COLUMNS, display, header, view_row
-from jobplane.spec import format_duration, spec_to_json
-from jobplane.states import State
+from jobplane.model.spec import format_duration, spec_to_json
+from jobplane.model.states import State
+from jobplane.views import cost, jobview, metricview
+from jobplane.views.jobview import COLUMNS, display, header, view_row
 
 GOALS = ("running", "terminal")  # wait --for
 

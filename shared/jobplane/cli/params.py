@@ -7,8 +7,8 @@ from typing import Any
 import click
 import yaml
 
-from jobplane import yaml_input
-from jobplane.spec import parse_duration
+from jobplane.model import yaml_input
+from jobplane.model.spec import parse_duration
 
 
 class HyperparameterType(click.ParamType):  # type: ignore[type-arg]

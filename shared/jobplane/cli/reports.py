@@ -11,10 +11,10 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from jobplane import cost, metricview
 from jobplane.cli.connect import UserError, client, cloud_errors, registry_options
 from jobplane.cli.params import DurationType
-from jobplane.spec import format_duration
+from jobplane.model.spec import format_duration
+from jobplane.views import cost, metricview
 
 
 @click.command(name="metrics")
@@ -55,7 +55,7 @@ def metrics_cmd(job_id: str, as_json: bool, plot_file: Path | None, rank: int | 
     if plot_file is not None:
         if not trained:
             raise UserError(f"no metrics to plot for {job_id}")
-        from jobplane.plot import PlotUnavailable, plot
+        from jobplane.views.plot import PlotUnavailable, plot
 
         try:
             drawn = plot(trained, plot_file, f"{job_id} ({view.state})")

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
-from jobplane.errors import FieldError, SpecError
-from jobplane.policy import DEFAULT_POLICY, Policy, check_against_policy, parse_policy
-from jobplane.spec import json_schema_text, parse_spec
+from jobplane.model.errors import FieldError, SpecError
+from jobplane.model.policy import DEFAULT_POLICY, Policy, check_against_policy, parse_policy
+from jobplane.model.spec import json_schema_text, parse_spec
 
 
 @click.command()

@@ -3,7 +3,7 @@
 The way in depends on where the registry is: the local cloud's VMs are entered directly (its control server
 says how), an AWS deployment's through SSM Session Manager (`aws ssm start-session`, with the Session Manager
 plugin), a GCP one's through IAP (`gcloud compute ssh --tunnel-through-iap`). The policy's `access.ssh` must
-allow it; the deployment must have given the VMs the way in (jobplane.shell).
+allow it; the deployment must have given the VMs the way in (jobplane.sdk.shell).
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import sys
 
 import click
 
-from jobplane import sdk, shell
+from jobplane import sdk
 from jobplane.cli.connect import UserError, client, cloud_errors, registry_options
+from jobplane.sdk import shell
 
 
 @click.command(context_settings={"ignore_unknown_options": True})

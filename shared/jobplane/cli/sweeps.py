@@ -13,9 +13,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from jobplane import cost
 from jobplane.cli.connect import client, cloud_errors, registry_options
-from jobplane.jobview import human_duration
+from jobplane.views import cost
+from jobplane.views.jobview import human_duration
 
 ENDED = ("SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT", "STALLED", "INVALID")
 

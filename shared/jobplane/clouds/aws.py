@@ -35,8 +35,8 @@ from jobplane.clouds.base import (
     LaunchRejected,
     LaunchRequest,
 )
-from jobplane.images import SSM_PREFIX
-from jobplane.policy import AwsPlacement
+from jobplane.model.images import SSM_PREFIX
+from jobplane.model.policy import AwsPlacement
 
 log = logging.getLogger("jobplane.aws")
 

@@ -39,7 +39,7 @@ from jobplane.clouds.base import (
     LaunchRequest,
 )
 from jobplane.clouds.gce_metadata import gce_key
-from jobplane.policy import GcpPlacement
+from jobplane.model.policy import GcpPlacement
 from jobplane.settings import Settings
 
 log = logging.getLogger("jobplane.gcp")

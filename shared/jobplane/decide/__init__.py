@@ -1,8 +1,8 @@
 """Pure decisions of the reconcilers: plain data in (Snapshot), plain data out (Action). No I/O.
 
-The same code runs on AWS and GCP; jobplane.reconcile builds snapshots and applies actions. The
+The same code runs on AWS and GCP; jobplane.control.reconcile builds snapshots and applies actions. The
 launcher's decision (decide.launch) is the same shape over its own snapshot: a claimed job in, one step
-(launch a candidate, wait, fail) out; jobplane.launcher applies each step and feeds the cloud's answer back.
+(launch a candidate, wait, fail) out; jobplane.control.launcher applies each step and feeds the cloud's answer back.
 
 How a sweep applies per-job timeouts without a GET per healthy job
 -------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """What an action does, as small typed effects: a decision lists the ones it wants (decide.model.Action) and the
-applier (jobplane.reconcile) matches on each. No I/O here.
+applier (jobplane.control.reconcile) matches on each. No I/O here.
 
 An action's effects run in the order of ORDER, however the decision listed them: the transition first (a
 refused CAS means another run acted, and the rest is skipped) and a debug hold's key, then the flag (one that
@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final
 
-from jobplane import history, records
 from jobplane.clouds.base import Notice
-from jobplane.jobrecord import Updates
-from jobplane.keys import Held, Limits
-from jobplane.states import State
+from jobplane.model import history, records
+from jobplane.model.jobrecord import Updates
+from jobplane.model.keys import Held, Limits
+from jobplane.model.states import State
 
 
 @dataclass(frozen=True)

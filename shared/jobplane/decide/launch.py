@@ -21,12 +21,13 @@ from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from jobplane import accelerators, agent_bundle, images
+from jobplane.boot import agent_bundle
 from jobplane.decide.rules import LaunchCause
-from jobplane.policy import Policy
-from jobplane.registry import JobRecord
-from jobplane.spec import JobSpec, format_duration
-from jobplane.states import State
+from jobplane.model import accelerators, images
+from jobplane.model.policy import Policy
+from jobplane.model.spec import JobSpec, format_duration
+from jobplane.model.states import State
+from jobplane.store.registry import JobRecord
 
 BACKOFF_BASE_S = 60  # first capacity wait; doubles per consecutive failed try
 BACKOFF_CAP_S = 30 * 60

@@ -8,22 +8,22 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TypeVar
 
-from jobplane import history, keys, records
 from jobplane.clouds.base import Instance
 from jobplane.decide.effects import ORDER, Effect, Flag, Note, Terminate, Transition
 from jobplane.decide.rules import Rule as Rule  # the rules and their table (decide.rules), named from here too
-from jobplane.keys import Held as Held  # the parsed held-until key, part of a Snapshot
-from jobplane.keys import Limits as Limits  # the parsed limits/ key, part of a Snapshot
-from jobplane.policy import Policy
-from jobplane.registry import ActiveMarker, Beat, IdleMark, JobRecord
-from jobplane.states import State
+from jobplane.model import history, keys, records
+from jobplane.model.keys import Held as Held  # the parsed held-until key, part of a Snapshot
+from jobplane.model.keys import Limits as Limits  # the parsed limits/ key, part of a Snapshot
+from jobplane.model.policy import Policy
+from jobplane.model.states import State
+from jobplane.store.registry import ActiveMarker, Beat, IdleMark, JobRecord
 
 ALIVE = frozenset({"pending", "running"})  # an instance in any other state is gone or going
 
 
 @dataclass(frozen=True)
 class ExitReport:
-    """attempts/<n>/nodes/<rank>/exit.json as the agent wrote it (jobplane.records.ExitReport), with its rank."""
+    """attempts/<n>/nodes/<rank>/exit.json as the agent wrote it (jobplane.model.records.ExitReport), with its rank."""
 
     rank: int
     code: int  # -1 when the report has none (the node stood down before running anything)

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from jobplane import keys
 from jobplane.clouds.base import Instance
 from jobplane.decide.effects import ClearPreempted, Relaunch, Terminate, Transition
 from jobplane.decide.model import (
@@ -29,10 +28,11 @@ from jobplane.decide.model import (
     trusted_mark,
 )
 from jobplane.decide.safety import terminable
-from jobplane.policy import Policy
-from jobplane.registry import JobRecord
-from jobplane.spec import format_duration
-from jobplane.states import State
+from jobplane.model import keys
+from jobplane.model.policy import Policy
+from jobplane.model.spec import format_duration
+from jobplane.model.states import State
+from jobplane.store.registry import JobRecord
 
 
 def decide(snap: Snapshot, now: datetime, policy: Policy) -> list[Action]:

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from jobplane.clouds.base import Instance
 from jobplane.decide.model import Action, alive
-from jobplane.policy import Policy
+from jobplane.model.policy import Policy
 
 
 def terminable(instances: Iterable[Instance]) -> tuple[str, ...]:

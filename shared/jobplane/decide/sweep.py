@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from jobplane import history, keys, notify
 from jobplane.clouds.base import Instance
 from jobplane.decide.effects import (
     DeleteKeys,
@@ -52,12 +51,14 @@ from jobplane.decide.model import (
 from jobplane.decide.retry import Trigger, exit_code, verdict
 from jobplane.decide.rules import ORDER
 from jobplane.decide.safety import limit_blast_radius, terminable
-from jobplane.metrics import EARLY_STOP
-from jobplane.policy import Policy
-from jobplane.records import HOLD_BY, PreemptedMarker
-from jobplane.registry import Beat, JobRecord
-from jobplane.spec import format_duration
-from jobplane.states import State
+from jobplane.deployment import notify
+from jobplane.model import history, keys
+from jobplane.model.metrics import EARLY_STOP
+from jobplane.model.policy import Policy
+from jobplane.model.records import HOLD_BY, PreemptedMarker
+from jobplane.model.spec import format_duration
+from jobplane.model.states import State
+from jobplane.store.registry import Beat, JobRecord
 
 # A just-launched instance may be missing from DescribeInstances for a moment (eventual consistency):
 # an attempt's instances are "lost" only once the launch is older than this (or the orphan grace, if

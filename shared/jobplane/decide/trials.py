@@ -17,10 +17,10 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from jobplane.spec import job_id_problem
-from jobplane.specfields import HpValue
-from jobplane.states import TERMINAL, State
-from jobplane.sweepspec import Distribution, SweepSpec, trial_suffix
+from jobplane.model.spec import job_id_problem
+from jobplane.model.specfields import HpValue
+from jobplane.model.states import TERMINAL, State
+from jobplane.model.sweepspec import Distribution, SweepSpec, trial_suffix
 
 MEDIAN_MIN_PEERS = 3  # the median rule judges a trial only against at least this many other trials at its step
 BAYES_STARTUP = 10  # bayesian proposes as random until this many trials have finished (optuna's n_startup_trials)

@@ -13,10 +13,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from jobplane import keys
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_DEPLOYMENT, TAG_JOB_ID, TAG_MANAGED
-from jobplane.registry import JobRecord
-from jobplane.states import State
+from jobplane.model import keys
+from jobplane.model.states import State
+from jobplane.store.registry import JobRecord
 
 # An agent serves a job from its first heartbeat to its exit report; the launcher may not have recorded the
 # VM yet when it asks (the tags say whose it is then). Any other state has no agent that needs to write.

@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from jobplane import bundling, images
+from jobplane.boot import bundling
 from jobplane.local import rootfs
 from jobplane.local.cloud import LocalCloud, ServiceProcess
 from jobplane.local.moto_server import CONSOLES_ENV
 from jobplane.local.triggers import Functions, LambdaFunctions
-from jobplane.registry import Registry
+from jobplane.model import images
+from jobplane.store.registry import Registry
 
 log = logging.getLogger("local-cloud")
 

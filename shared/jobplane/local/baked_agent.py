@@ -2,7 +2,7 @@
 
 Each VM's agent home (/opt/jobplane) holds the agent bundle unpacked, its modules compiled, and the bootstrap's
 marker naming the bundle's sha256, so the bootstrap finds it there and skips the download, the check and the
-unpack (jobplane.bootstrap.BUNDLE_MARKER), as it would on an image made from a VM that had booted. The tree is
+unpack (jobplane.boot.bootstrap.BUNDLE_MARKER), as it would on an image made from a VM that had booted. The tree is
 unpacked once per bundle into the cache and hard-linked into each VM's home: a boot costs a few milliseconds
 instead of a download, a 30 MB unpack and compiling the agent's imports (about 2 CPU seconds). Without the flag
 every VM runs the whole bootstrap, as on a stock image.
@@ -16,8 +16,8 @@ import shutil
 import tarfile
 from pathlib import Path
 
-from jobplane.bootstrap import BUNDLE_MARKER
-from jobplane.bundling import atomic_build
+from jobplane.boot.bootstrap import BUNDLE_MARKER
+from jobplane.boot.bundling import atomic_build
 
 
 def unpacked(bundle: Path, sha256: str, cache: Path) -> Path:

@@ -71,7 +71,7 @@ def up(cloud: str, port: int, tick: float, ui_port: int, policy_file: Path | Non
     """
     from jobplane.local.cloud import up as run_up
     from jobplane.local.control import state_dir as default_state_dir
-    from jobplane.ui.beside import Beside
+    from jobplane.local.dashboard import Beside
 
     policy = read_policy(policy_file) if policy_file is not None else None
     directory = default_state_dir(state_dir)
@@ -88,9 +88,9 @@ def up(cloud: str, port: int, tick: float, ui_port: int, policy_file: Path | Non
 
 def read_policy(path: Path) -> dict[str, Any]:
     """`local up --policy FILE`'s fields, checked over the local policy before anything starts."""
-    from jobplane.errors import SpecError
     from jobplane.local.cloud import local_policy
-    from jobplane.spec import load_document
+    from jobplane.model.errors import SpecError
+    from jobplane.model.spec import load_document
 
     try:
         fields = load_document(path.read_bytes(), "policy")

@@ -40,14 +40,15 @@ from typing import IO, Any
 
 import yaml
 
-from jobplane import agent_bundle, bundling, keys
+from jobplane.boot import agent_bundle, bundling
 from jobplane.local import baked_agent, cache_dir
 from jobplane.local.console import Console, ConsoleHandler, notified_line
 from jobplane.local.control import STATE_FILE, ControlServer
 from jobplane.local.triggers import Functions, TriggerLoop
 from jobplane.local.waiting import WaitTimeout, wait_for
-from jobplane.policy import parse_policy
-from jobplane.registry import Registry
+from jobplane.model import keys
+from jobplane.model.policy import parse_policy
+from jobplane.store.registry import Registry
 
 log = logging.getLogger("local-cloud")  # not under "jobplane": the functions' loggers own that
 
@@ -310,7 +311,7 @@ class LocalCloud:
         return self.oci_registry.reference() if self.oci_registry else None
 
     def _record(self, job_id: str) -> Any:
-        from jobplane.registry import JobNotFound
+        from jobplane.store.registry import JobNotFound
 
         try:
             return self.reg.job(job_id) if self.reg is not None else None

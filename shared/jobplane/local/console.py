@@ -24,10 +24,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from jobplane import keys
+from jobplane.control.reconcile import Result
 from jobplane.decide.model import Rule
-from jobplane.reconcile import Result
-from jobplane.registry import JobRecord
+from jobplane.model import keys
+from jobplane.store.registry import JobRecord
 
 # Reconciler rules worth a line, by the word a person would use; the others (limits, repairs, cleanups)
 # are bookkeeping.

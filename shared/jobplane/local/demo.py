@@ -38,13 +38,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobplane import backend, keys
 from jobplane.agent.process import marked_pids
 from jobplane.clouds.base import Instance
 from jobplane.local.control import STATE_FILE
+from jobplane.local.dashboard import ui_url
 from jobplane.local.waiting import WaitTimeout, wait_for
+from jobplane.model import keys
+from jobplane.ops import backend
 from jobplane.settings import Settings
-from jobplane.ui.beside import ui_url
 
 REPO = Path(__file__).resolve().parents[3]
 # The specs each cloud's demo submits (examples/train is their code).
@@ -299,7 +300,7 @@ class Demo:
 
     def costed(self, record: Any) -> None:
         """The finished job's estimated cost, and the notification its end published (the console shows it)."""
-        from jobplane import cost
+        from jobplane.views import cost
 
         used = record.usage[-1] if record.usage else None
         self.check("cost estimated", used is not None and used.price is not None,

@@ -2,7 +2,7 @@
 
 gcp-storage-emulator ignores ifGenerationMatch and fake-gcs-server skips it on reads and deletes, yet the
 registry's single-writer rule rests on exactly those checks, so this fake answers 412 wherever GCS would
-(tests/test_store_conformance.py runs the store suite on both, and says where they differ). It speaks
+(tests/clouds/test_store_conformance.py runs the store suite on both, and says where they differ). It speaks
 what google-cloud-storage sends: bucket get/create, object metadata, media and range downloads (what
 transfer_manager's sliced downloads use), multipart, media and resumable uploads, paged listing and delete.
 Point the client at it with STORAGE_EMULATOR_HOST=<endpoint>, or run it alone:

@@ -23,7 +23,7 @@ import secrets
 from pathlib import Path
 from typing import IO, Any
 
-from jobplane import bundling, images, keys
+from jobplane.boot import bundling
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, TAG_MANAGED
 from jobplane.clouds.gce_metadata import gce_key
 from jobplane.local import rootfs
@@ -33,7 +33,8 @@ from jobplane.local.fake_compute import DEFAULT_ZONES, FakeComputeServer
 from jobplane.local.google_identity import VM_SERVICE_ACCOUNT, LocalIdentityIssuer
 from jobplane.local.pubsub_topic import PubSubTopic
 from jobplane.local.triggers import Functions
-from jobplane.registry import Registry
+from jobplane.model import images, keys
+from jobplane.store.registry import Registry
 
 log = logging.getLogger("local-cloud")
 

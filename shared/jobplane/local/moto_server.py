@@ -118,7 +118,7 @@ def local_spot_market() -> None:
     from moto.core.utils import utcnow
     from moto.ec2.responses.spot_instances import SpotInstances
 
-    from jobplane import prices
+    from jobplane.model import prices
 
     def describe(original: Any) -> Any:
         def history(self: Any) -> Any:

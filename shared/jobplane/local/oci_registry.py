@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import IO, Any, cast
 from urllib.parse import urlsplit
 
-from jobplane.bundling import atomic_build, host_architecture
-from jobplane.images import AARCH64
+from jobplane.boot.bundling import atomic_build, host_architecture
 from jobplane.local import cache_dir, install_step, rootfs
 from jobplane.local.loopback import LoopbackServer
+from jobplane.model.images import AARCH64
 
 NAME, TAG = "jobplane/debian", "12"
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"

@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import unquote
 
-from jobplane.bundling import PLATFORMS, host_architecture
+from jobplane.boot.bundling import PLATFORMS, host_architecture
 from jobplane.local import cache_dir, install_step
 from jobplane.local.loopback import LoopbackServer
 from jobplane.local.rootfs import PYTHON

@@ -26,7 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jobplane.bundling import atomic_build
+from jobplane.boot.bundling import atomic_build
 from jobplane.local import cache_dir, install_step
 
 SUITE = "bookworm"

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from jobplane.agent.process import marked_pids
-from jobplane.bootstrap import AGENT_HOME
+from jobplane.boot.bootstrap import AGENT_HOME
 from jobplane.local import rootfs
 from jobplane.local.baked_agent import bake
 from jobplane.local.loopback import on_loopback

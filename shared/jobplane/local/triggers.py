@@ -26,8 +26,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from jobplane import keys
-from jobplane.registry import Registry
+from jobplane.model import keys
+from jobplane.store.registry import Registry
 
 log = logging.getLogger("local-cloud")  # not under "jobplane": the functions' loggers own that
 

@@ -16,10 +16,10 @@ Every error it raises on purpose is a JobplaneError: JobNotFound, SweepNotFound,
 errors), Timeout, Refused, ConfigurationError (BackendError for the VM API).
 """
 
-from jobplane.errors import FieldError
-from jobplane.jobs import Artifact, Cancelled, Checkpoint, Submission
-from jobplane.jobview import JobView, Status
-from jobplane.metrics import Sample
+from jobplane.model.errors import FieldError
+from jobplane.model.metrics import Sample
+from jobplane.model.states import State
+from jobplane.ops.jobs import Artifact, Cancelled, Checkpoint, Submission
 from jobplane.sdk.client import Client, UploadProgress, prepare
 from jobplane.sdk.errors import (
     BackendError,
@@ -35,7 +35,7 @@ from jobplane.sdk.errors import (
 from jobplane.sdk.job import Job, Lifetime, LogLine, Metric, Stored
 from jobplane.sdk.sweep import Sweep, TrialRow
 from jobplane.sdk.watch import Output, Watch
-from jobplane.states import State
+from jobplane.views.jobview import JobView, Status
 
 __all__ = [
     "Artifact", "BackendError", "Cancelled", "Checkpoint", "Client", "ConfigurationError", "FieldError", "InvalidSpec",

@@ -14,18 +14,19 @@ from typing import Any
 
 import yaml
 
-from jobplane import backend, cost, jobs
 from jobplane.clouds.base import Compute
-from jobplane.errors import FieldError
-from jobplane.registry import JobExists as JobExistsBelow
-from jobplane.registry import Registry
+from jobplane.model.errors import FieldError
+from jobplane.model.states import LIVE, State
+from jobplane.ops import backend, jobs
 from jobplane.sdk.errors import ConfigurationError, InvalidSpec, Refused, translated
 from jobplane.sdk.job import Job
 from jobplane.sdk.sweep import Sweep
 from jobplane.sdk.watch import Watch
 from jobplane.settings import Settings, parse_registry
-from jobplane.states import LIVE, State
+from jobplane.store.registry import JobExists as JobExistsBelow
+from jobplane.store.registry import Registry
 from jobplane.sweeps import ops
+from jobplane.views import cost
 
 UploadProgress = backend.Progress  # a context around one upload that yields advance(bytes sent since last call)
 SpecSource = str | os.PathLike[str] | Mapping[str, Any] | jobs.Submission
@@ -94,7 +95,7 @@ class Client:
                       connected: jobs.Backend | None = None) -> Client:
         """A client of the registry these settings name (jobplane.settings.Settings, as the entry points read
         them from the environment). connected: that registry and its cloud's adapters already built
-        (jobplane.jobs.Backend), used instead of connecting on first use: an in-memory registry in tests and
+        (jobplane.ops.jobs.Backend), used instead of connecting on first use: an in-memory registry in tests and
         benchmarks."""
         client = cls.__new__(cls)
         client._setup(settings, progress, connected)

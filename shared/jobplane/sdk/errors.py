@@ -6,12 +6,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from jobplane import backend, jobs
-from jobplane.errors import FieldError
-from jobplane.registry import JobExists as _JobExists
-from jobplane.registry import JobNotFound as _JobNotFound
-from jobplane.registry import TransitionRefused
-from jobplane.states import State
+from jobplane.model.errors import FieldError
+from jobplane.model.states import State
+from jobplane.ops import backend, jobs
+from jobplane.store.registry import JobExists as _JobExists
+from jobplane.store.registry import JobNotFound as _JobNotFound
+from jobplane.store.registry import TransitionRefused
 from jobplane.sweeps import store
 
 

@@ -9,13 +9,16 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from jobplane import cost, jobs, keys, metricview, shell
 from jobplane.clouds.base import Instance
-from jobplane.jobview import JobView, Status
-from jobplane.metrics import Sample
-from jobplane.registry import utcnow
+from jobplane.model import keys
+from jobplane.model.metrics import Sample
+from jobplane.model.states import State
+from jobplane.ops import jobs
+from jobplane.sdk import shell
 from jobplane.sdk.errors import Refused, translated
-from jobplane.states import State
+from jobplane.store.registry import utcnow
+from jobplane.views import cost, metricview
+from jobplane.views.jobview import JobView, Status
 
 if TYPE_CHECKING:
     from jobplane.sdk.client import Client

@@ -6,10 +6,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from jobplane import cost
 from jobplane.sdk.errors import translated
 from jobplane.sweeps import ops
 from jobplane.sweeps.record import Best, SweepRecord, SweepState
+from jobplane.views import cost
 
 if TYPE_CHECKING:
     from jobplane.sdk.client import Client

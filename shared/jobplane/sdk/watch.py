@@ -14,14 +14,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from jobplane import jobs, keys
 from jobplane.clouds.base import NotFound
-from jobplane.jobrecord import JobRecord
-from jobplane.jobview import JobView, rejected_reason
-from jobplane.registry import JobNotFound, UnreadableRecord
+from jobplane.model import keys
+from jobplane.model.jobrecord import JobRecord
+from jobplane.model.states import LIVE, State
+from jobplane.ops import jobs
 from jobplane.sdk.errors import translated
 from jobplane.sdk.job import Job
-from jobplane.states import LIVE, State
+from jobplane.store.registry import JobNotFound, UnreadableRecord
+from jobplane.views.jobview import JobView, rejected_reason
 
 if TYPE_CHECKING:
     from jobplane.sdk.client import Client

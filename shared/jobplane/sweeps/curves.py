@@ -13,10 +13,10 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ValidationError
 
-from jobplane import keys
 from jobplane.clouds.base import NotFound
-from jobplane.registry import JobNotFound, JobRecord, Registry, UnreadableRecord
-from jobplane.states import TERMINAL, State
+from jobplane.model import keys
+from jobplane.model.states import TERMINAL, State
+from jobplane.store.registry import JobNotFound, JobRecord, Registry, UnreadableRecord
 
 # After an end that no exit report made (a stop, a cap, a stall), the agent may still ship its last chunk.
 LATE_CHUNKS = timedelta(minutes=10)
@@ -64,7 +64,7 @@ def _job(reg: Registry, job_id: str) -> JobRecord | None:
 
 def _catch_up(reg: Registry, cached: Cached, job: JobRecord, metric: str, now: datetime) -> Cached:
     """Read the chunks of rank 0 written since the cache's last, attempt by attempt up to the job's current."""
-    from jobplane.metrics import decode  # only a run with a live sweep reads metrics
+    from jobplane.model.metrics import decode  # only a run with a live sweep reads metrics
 
     complete = job.state in TERMINAL and (job.state in (State.SUCCEEDED, State.FAILED)  # after the exit reports
                                           or now - job.state_since > LATE_CHUNKS)

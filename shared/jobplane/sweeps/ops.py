@@ -11,13 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from jobplane import cost, jobs
 from jobplane.clouds.base import Compute
-from jobplane.registry import JobNotFound, Registry, UnreadableRecord, utcnow
-from jobplane.specfields import HpValue
-from jobplane.states import TERMINAL, State
+from jobplane.model.specfields import HpValue
+from jobplane.model.states import TERMINAL, State
+from jobplane.ops import jobs
+from jobplane.store.registry import JobNotFound, Registry, UnreadableRecord, utcnow
 from jobplane.sweeps import curves, run, store
 from jobplane.sweeps.record import SweepRecord, SweepState, Trial
+from jobplane.views import cost
 
 
 class SweepEnded(jobs.JobError):
@@ -46,7 +47,7 @@ class SweepDetail:
 
     @property
     def cost(self) -> cost.Cost:
-        """The trials' estimated cost, summed (jobplane.cost)."""
+        """The trials' estimated cost, summed (jobplane.views.cost)."""
         return sum((t.cost for t in self.trials), cost.Cost())
 
     @property

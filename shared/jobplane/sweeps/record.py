@@ -18,12 +18,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from jobplane import keys
 from jobplane.decide.trials import Plan, TrialView, trial_id
-from jobplane.spec import JobSpec, spec_to_json
-from jobplane.specfields import HpValue
-from jobplane.states import TERMINAL, State
-from jobplane.sweepspec import SweepSpec
+from jobplane.model import keys
+from jobplane.model.spec import JobSpec, spec_to_json
+from jobplane.model.specfields import HpValue
+from jobplane.model.states import TERMINAL, State
+from jobplane.model.sweepspec import SweepSpec
 
 FORMAT = 1  # the record's format version
 

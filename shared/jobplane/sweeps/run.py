@@ -28,14 +28,14 @@ from typing import Any
 
 import yaml
 
-from jobplane import keys, records
 from jobplane.clouds.base import Compute, PreconditionFailed
 from jobplane.decide import trials as decide
 from jobplane.decide.rules import Rule
-from jobplane.deployment import Context
-from jobplane.registry import JobExists, JobNotFound, JobRecord, Registry, TransitionRefused, UnreadableRecord
-from jobplane.spec import JobSpec
-from jobplane.states import LIVE, State
+from jobplane.deployment.context import Context
+from jobplane.model import keys, records
+from jobplane.model.spec import JobSpec
+from jobplane.model.states import LIVE, State
+from jobplane.store.registry import JobExists, JobNotFound, JobRecord, Registry, TransitionRefused, UnreadableRecord
 from jobplane.sweeps import curves, store
 from jobplane.sweeps.record import SweepRecord, SweepState, Trial
 
@@ -164,7 +164,7 @@ def trial_drop(record: SweepRecord, trial: Trial) -> tuple[str, bytes]:
 
 def trial_spec(record: SweepRecord, trial: Trial) -> JobSpec:
     """The trial's spec exactly as the launcher reads it from its drop."""
-    from jobplane import drops  # a drop's owner rules: only a cancelled sweep's trials need them
+    from jobplane.model import drops  # a drop's owner rules: only a cancelled sweep's trials need them
 
     key, data = trial_drop(record, trial)
     drop = keys.parse_drop(key)
@@ -209,7 +209,7 @@ def _trial_job(reg: Registry, sweep_id: str, job_id: str) -> tuple[State | None,
 def stop_trial(ctx: Context, job_id: str, reason: str, *, now: datetime) -> bool:
     """Stop a live trial as a cancel does (its agents checkpoint, sync and stop; VMs of an attempt not yet
     running are terminated at once), CANCELLED with the rule's reason. False if it had ended meanwhile."""
-    from jobplane import jobs  # only a stop needs what a cancel stops by
+    from jobplane.ops import jobs  # only a stop needs what a cancel stops by
 
     reg = ctx.registry
     reg.put_json(keys.stop_request(job_id), records.StopRequest(time=now, by="sweep", reason=reason).body())
@@ -231,7 +231,7 @@ def finish_cancel(reg: Registry, record: SweepRecord, compute: Callable[[], Comp
     """A cancelled sweep's trials that have not ended are cancelled as `jobplane cancel` does (one with no job yet
     gets its record first, so its drop, written late by a run that proposed it before the cancel, is never
     launched; VMs of an attempt that had not started are terminated with `compute`); then the marker goes."""
-    from jobplane import jobs  # a cancel: only a cancelled sweep's run does one
+    from jobplane.ops import jobs  # a cancel: only a cancelled sweep's run does one
 
     outcomes = []
     for trial in record.trials:

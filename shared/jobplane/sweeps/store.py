@@ -11,10 +11,10 @@ import logging
 import secrets
 from collections.abc import Callable
 
-from jobplane import keys
 from jobplane.clouds.base import NotFound, PreconditionFailed
-from jobplane.registry import CAS_RETRIES, Registry, RegistryError, backoff
-from jobplane.spec import STORED, known_fields
+from jobplane.model import keys
+from jobplane.model.spec import STORED, known_fields
+from jobplane.store.registry import CAS_RETRIES, Registry, RegistryError, backoff
 from jobplane.sweeps.record import SweepRecord
 
 log = logging.getLogger("jobplane.sweeps")

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from jobplane import cost, sdk
-from jobplane.jobrecord import JobRecord
-from jobplane.jobview import JobView, view_row
-from jobplane.metrics import STEP
-from jobplane.spec import spec_to_json
+from jobplane import sdk
+from jobplane.model.jobrecord import JobRecord
+from jobplane.model.metrics import STEP
+from jobplane.model.spec import spec_to_json
+from jobplane.views import cost
+from jobplane.views.jobview import JobView, view_row
 
 MASK = "••••••"  # what an env value shows as: spec env values may be secrets
 RECENT = timedelta(hours=24)  # the first page's ended jobs: this recent (SageMaker's console, `sky jobs queue` too)

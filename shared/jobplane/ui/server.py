@@ -26,9 +26,10 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from jobplane import cost, jobview, sdk
-from jobplane.spec import job_id_problem, spec_to_json
+from jobplane import sdk
+from jobplane.model.spec import job_id_problem, spec_to_json
 from jobplane.ui import data, sweeps
+from jobplane.views import cost, jobview
 
 HERE = Path(__file__).parent
 SORTABLE = ("id", "state", "attempt", "nodes", "instance_type", "age", "runtime", "cost", "restarts")

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from jobplane import cost, sdk
-from jobplane.jobview import human_duration
-from jobplane.states import TERMINAL
+from jobplane import sdk
+from jobplane.model.states import TERMINAL
 from jobplane.sweeps.record import SweepRecord
+from jobplane.views import cost
+from jobplane.views.jobview import human_duration
 
 # A chart's size in SVG units, and its plot area's margins (the axes' labels go in them).
 WIDTH, HEIGHT = 300, 200

@@ -15,9 +15,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from jobplane import keys
 from jobplane.decide.vend import Caller, Grant, decide
-from jobplane.registry import JobNotFound, JobRecord, Registry, UnreadableRecord
+from jobplane.model import keys
+from jobplane.store.registry import JobNotFound, JobRecord, Registry, UnreadableRecord
 from jobplane.vending import aws_iam
 
 MAX_BODY = 64 * 1024

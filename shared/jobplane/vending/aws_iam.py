@@ -16,9 +16,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from jobplane import keys
 from jobplane.decide import vend
 from jobplane.decide.vend import Scope
+from jobplane.model import keys
 
 Statement = dict[str, Any]
 Document = dict[str, Any]

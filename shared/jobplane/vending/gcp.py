@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from jobplane import keys
 from jobplane.clouds.base import Instance
 from jobplane.clouds.gce_identity import GOOGLE_CERTS_URL, NotProven, ProvenVm
 from jobplane.clouds.gcp import deployment_label, ownership_tags
 from jobplane.clouds.gcs_downscope import GOOGLE_STS_URL, Downscoped
 from jobplane.decide import vend as deciding
 from jobplane.decide.vend import Scope
-from jobplane.registry import JobNotFound, JobRecord, Registry, UnreadableRecord
+from jobplane.model import keys
+from jobplane.store.registry import JobNotFound, JobRecord, Registry, UnreadableRecord
 
 log = logging.getLogger("jobplane.vend")
 

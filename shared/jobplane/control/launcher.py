@@ -1,0 +1,499 @@
+"""Launcher: queue/ drops become job records, and attempts become VMs (docs/architecture.md).
+
+Idempotency rests on the registry, not on the cloud: job.json is created create-only, and every attempt
+is claimed by a CAS transition to LAUNCHING before any VM is asked for, so redelivered events, the cron
+backstop and overlapping reruns never launch one attempt twice.
+
+Order for a drop: create the record, launch, then delete the queue entry. If a run dies in between, the
+entry is still there and the backstop finishes the job (the record exists, the claim decides who launches).
+A cancel that lands after the claim is seen by a re-read before each RunInstances, or by the refused
+transition that records the VMs, which then terminates them at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from jobplane.clouds.base import (
+    TAG_OWNER,
+    CapacityError,
+    Compute,
+    Instance,
+    LaunchRejected,
+    LaunchRequest,
+    NotFound,
+    SpotPrices,
+    StoreError,
+)
+from jobplane.decide.rules import Cause, LaunchCause, Rule
+from jobplane.deployment.context import Context
+from jobplane.model import history, keys
+from jobplane.model.errors import FieldError, SpecError
+from jobplane.model.policy import Policy, check_against_deployment, check_against_policy
+from jobplane.model.spec import JobSpec
+from jobplane.model.states import State
+from jobplane.model.usage import AttemptUsage, InstanceSpan
+from jobplane.store.registry import JobExists, JobRecord, Registry, TransitionRefused
+
+if TYPE_CHECKING:  # imported where a launch uses them: a cold start, or a cron run with nothing to launch, never does
+    from jobplane.boot import agent_bundle, bootstrap
+    from jobplane.decide import launch as launch_decide
+
+log = logging.getLogger("jobplane.launcher")
+
+URL_MARGIN_S = 10 * 60  # a VM's agent and report URLs outlive its boot timeout by this much
+
+
+class Result(StrEnum):
+    """What the launcher did with a queue entry or a capacity wait (the wire value is the string)."""
+
+    LAUNCHED = "launched"
+    WAITING = "waiting"  # for capacity or the owner's quota; the backstop retries
+    FAILED = "failed"
+    MOVED_ON = "moved-on"  # cancelled (or moved on) while it launched: no VM is kept
+    REJECTED = "rejected"  # unreadable spec, a bad name, or an owner that is not the drop's (jobplane.model.drops)
+    INVALID = "invalid"  # breaks the policy: recorded as an INVALID job
+    DUPLICATE = "duplicate"  # the id belongs to another job
+    EXISTS = "exists"  # handled already (another delivery of the drop claimed it)
+    CLAIMED = "claimed"  # a capacity wait another run retried first
+    GONE = "gone"  # the entry was consumed already
+    IGNORED = "ignored"  # not a queue entry
+    SWEEP = "sweep"  # a sweep's spec: the sweep recorded, its first trials dropped
+    ERROR = "error"  # the backstop caught an exception and went on with the others
+    NOT_DUE = "not-due"  # a capacity wait whose time has not come (not reported)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one queue entry or waiting job (named and shaped like reconcile.Outcome for an action)."""
+
+    subject: str  # the queue key of a drop, or the job id of a capacity wait
+    result: Result
+    detail: str | None = None  # the job's reason (launched, waiting, failed), the rejection's, or the error
+
+
+_BY_STATE = {State.LAUNCHING: Result.LAUNCHED, State.WAITING_CAPACITY: Result.WAITING, State.FAILED: Result.FAILED}
+
+
+def _of(subject: str, record: JobRecord) -> Outcome:
+    result = _BY_STATE.get(record.state, Result.MOVED_ON)
+    return Outcome(subject, result, record.reason if result != Result.MOVED_ON else f"now {record.state}")
+
+
+def summary(results: Iterable[Outcome]) -> dict[str, Any]:
+    """What a handler returns: one line per queue entry or waiting job."""
+    return {"outcomes": [{"subject": r.subject, "result": str(r.result), "detail": r.detail} for r in results]}
+
+
+# ---- drops -----------------------------------------------------------------------------------------------
+def handle_drop(ctx: Context, key: str, *, now: datetime) -> Outcome:
+    """Turn one queue/ object (key relative to the registry root) into a job; say what happened."""
+    reg = ctx.registry
+    drop = keys.parse_drop(key)
+    if drop is None:
+        return Outcome(key, Result.IGNORED)
+    job_id = drop.job_id
+    try:
+        data = reg.get_bytes(key)
+    except NotFound:
+        return Outcome(key, Result.GONE)
+    from jobplane.model import drops  # a drop's spec (yaml_input, the owner rules): only a queue entry needs it
+
+    try:
+        spec = drops.read_spec(drop, data)
+    except SpecError as exc:
+        return _reject(ctx, key, job_id, data, exc.errors, now)
+    compute = ctx.cloud("launch with")
+    problems = (check_against_policy(spec, ctx.policy) + check_against_deployment(spec, compute.cloud, compute.region)
+                + _code_problems(spec, reg, None if spec.sweep is not None else job_id))
+    if spec.sweep is not None:
+        return _sweep(ctx, key, job_id, data, spec, problems, now)
+    try:
+        reg.create_job(job_id, spec, now)
+    except JobExists:
+        existing = reg.job(job_id)
+        if existing.spec != spec:
+            return _reject(ctx, key, job_id, data, [FieldError("id", f"job {job_id!r} already exists "
+                           f"(state {existing.state}); job ids are never reused: pick another id")],
+                           now, result=Result.DUPLICATE)
+        # the same spec again: a redelivered event (or an identical re-drop); the record decides the rest
+    if problems:
+        return _invalid(ctx, key, job_id, data, problems, now)
+    try:
+        outcome = _of(key, launch_attempt(ctx, job_id, now=now, expect={State.QUEUED}, expect_attempt=0,
+                                          reason="launching attempt 1", cause=LaunchCause.SUBMITTED))
+    except TransitionRefused as exc:
+        outcome = Outcome(key, Result.EXISTS, str(exc))  # another delivery of this drop claimed it first
+        reg.repair_markers(job_id)  # that delivery may have died before its marker: the sweep must see the job
+    reg.delete(key)
+    return outcome
+
+
+def _code_problems(spec: JobSpec, reg: Registry, job_id: str | None) -> list[FieldError]:
+    """A `code:` in the registry's bucket is the job's own bundle, the one object its credentials will read
+    (decide.vend.code_object), or the spec is refused naming `code`. job_id None: a sweep's spec."""
+    from jobplane.decide import vend
+
+    found = vend.code_object(spec.code, bucket=reg.bucket or "", root=reg.root, owner=spec.owner, job_id=job_id)
+    return [FieldError("code", found.why)] if isinstance(found, vend.Refusal) else []
+
+
+def _sweep(ctx: Context, key: str, sweep_id: str, data: bytes, spec: JobSpec, problems: list[FieldError],
+           now: datetime) -> Outcome:
+    """A spec with a `sweep:` section: record the sweep (create-only) and run its reconcile once, which drops its
+    first trials; a spec the policy refuses is rejected as a job's would be (no record: a sweep is not a job)."""
+    from jobplane.sweeps import record, run, store  # only a sweep's drop needs them
+
+    reg = ctx.registry
+    if problems:
+        return _reject(ctx, key, sweep_id, data, problems, now, result=Result.INVALID)
+    try:
+        if reg.exists(sweep_id):
+            raise store.SweepExists(sweep_id)
+        store.create(reg, record.SweepRecord.new(sweep_id, spec, now))
+    except store.SweepExists:
+        return _reject(ctx, key, sweep_id, data, [FieldError("id", f"{sweep_id!r} is already a job's or another "
+                       "sweep's id; ids are never reused: pick another id")], now, result=Result.DUPLICATE)
+    outcomes = run.reconcile_one(ctx, sweep_id, now=now)
+    reg.delete(key)
+    proposed = [o.trial for o in outcomes if o.result == run.Result.PROPOSED]
+    return Outcome(key, Result.SWEEP, f"sweep {sweep_id} recorded; trials dropped: {', '.join(map(str, proposed))}")
+
+
+def _write_rejection(reg: Registry, key: str, job_id: str, data: bytes, errors: list[FieldError],
+                     now: datetime) -> None:
+    reg.put(keys.rejected_spec(job_id), data, "application/yaml")
+    reg.put_json(keys.rejected_error(job_id), {"errors": [e.as_dict() for e in errors], "time": now.isoformat(),
+                                               "source_key": key})
+    log.warning("rejected %s: %s", key, "; ".join(map(str, errors)), extra={"job_id": job_id})
+
+
+def _reject(ctx: Context, key: str, job_id: str, data: bytes, errors: list[FieldError], now: datetime,
+            result: Result = Result.REJECTED) -> Outcome:
+    """Keep the drop and its reasons under rejected/, then consume it. Nothing is launched."""
+    _write_rejection(ctx.registry, key, job_id, data, errors, now)
+    ctx.registry.delete(key)
+    ctx.metrics.add_metric("JobsRejected", "Count", 1)
+    return Outcome(key, result, "; ".join(map(str, errors)))
+
+
+def _invalid(ctx: Context, key: str, job_id: str, data: bytes, errors: list[FieldError], now: datetime) -> Outcome:
+    """A well-formed spec the policy refuses: rejected/ as above, and the job recorded as INVALID."""
+    reg = ctx.registry
+    _write_rejection(reg, key, job_id, data, errors, now)
+    try:
+        reg.transition(job_id, State.INVALID, now=now, expect={State.QUEUED}, expect_attempt=0,
+                       reason="; ".join(map(str, errors)), cause=LaunchCause.INVALID,
+                       event=history.Rejected(errors=[e.as_dict() for e in errors]))
+        ctx.metrics.add_metric("JobsRejected", "Count", 1)
+    except TransitionRefused:
+        pass  # another delivery recorded it
+    reg.delete(key)
+    return Outcome(key, Result.INVALID, "; ".join(map(str, errors)))
+
+
+# ---- the cron backstop -----------------------------------------------------------------------------------
+def backstop(ctx: Context, *, now: datetime, min_age: int = 60, budget: float | None = None) -> list[Outcome]:
+    """Catch what events missed: queue entries older than min_age s, and capacity waits that are over.
+
+    budget: seconds this run may spend (its function's remaining time less a launch's worth): no new item is
+    started after it, so the run ends on its own and the next cron run goes on where it stopped."""
+    reg = ctx.registry
+    outcomes: list[Outcome] = []
+    deadline = None if budget is None else time.monotonic() + budget
+
+    def out_of_time() -> bool:
+        if deadline is None or time.monotonic() < deadline:
+            return False
+        log.warning("backstop: time budget spent, %d items done; the next run goes on", len(outcomes))
+        ctx.metrics.add_metric("BackstopBudgetSpent", "Count", 1)
+        return True
+
+    for key, modified, _ in list(reg.listing(keys.QUEUE)):
+        if out_of_time():
+            return outcomes
+        if now - modified >= timedelta(seconds=min_age):
+            outcomes.append(_guarded(key, handle_drop, ctx, key, now=now))
+    for job_id, markers in reg.active().items():
+        if [m.state for m in markers] != [State.WAITING_CAPACITY]:
+            continue  # not waiting (or markers need a repair, which the sweeper does)
+        if out_of_time():
+            return outcomes
+        outcome = _guarded(job_id, _retry_waiting, ctx, job_id, now=now)
+        if outcome.result != Result.NOT_DUE:
+            outcomes.append(outcome)
+    return outcomes
+
+
+def _retry_waiting(ctx: Context, job_id: str, *, now: datetime) -> Outcome:
+    record = ctx.registry.job(job_id)  # a GET only for waiting jobs; one that does not parse is this job's error only
+    if record.state != State.WAITING_CAPACITY or (record.wait_until and record.wait_until > now):
+        return Outcome(job_id, Result.NOT_DUE)
+    attempt = record.attempt
+    try:
+        return _of(job_id, launch_attempt(ctx, job_id, now=now, expect={State.WAITING_CAPACITY},
+                                          expect_attempt=attempt, reason="capacity wait over: retrying",
+                                          cause=LaunchCause.WAIT_OVER))
+    except TransitionRefused as exc:
+        return Outcome(job_id, Result.CLAIMED, str(exc))
+
+
+def _guarded(subject: str, fn: Callable[..., Outcome], *args: Any, **kwargs: Any) -> Outcome:
+    """One bad job must not stop the backstop from serving the others."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:
+        log.exception("backstop failed on %s", subject, extra={"job_id": subject})
+        return Outcome(subject, Result.ERROR, f"{type(exc).__name__}: {exc}")
+
+
+# ---- one attempt -----------------------------------------------------------------------------------------
+def launch_attempt(ctx: Context, job_id: str, *, now: datetime, expect: Collection[State], expect_attempt: int,
+                   cause: Cause, reason: str | None = None, retry: bool = False) -> JobRecord:
+    """Claim the job (CAS to LAUNCHING), then launch it, wait for capacity, or fail it: snapshot, then
+    jobplane.decide.launch one step at a time, each step applied here. `cause`: what asks for the attempt (a new
+    drop, a wait that is over, a reconciler's rule). `retry`: the sweep retries an error (the spec's retry:),
+    counted in the record's retries instead of its restarts."""
+    from jobplane.decide import launch as launch_decide  # only a run that launches decides a launch
+
+    reg, compute = ctx.registry, ctx.cloud("launch with")
+    current = reg.job(job_id)
+    claimed = launch_decide.claim(current, expect=expect, expect_attempt=expect_attempt, reason=reason, retry=retry)
+    if isinstance(claimed, launch_decide.Refused):
+        raise TransitionRefused(job_id, current.state, State.LAUNCHING, claimed.why)
+    record = reg.transition(job_id, State.LAUNCHING, now=now, reason=claimed.reason, cause=cause,
+                            expect={current.state}, expect_attempt=current.attempt, attempt=claimed.attempt,
+                            restarts=claimed.restarts, retries=claimed.retries, instances=[], instance_type=None,
+                            zone=None, launched_at=None,
+                            event=history.Retried(retries=claimed.retries) if claimed.retries != current.retries
+                            else None)
+    return _launch(ctx, compute, record, now=now)
+
+
+def resume(ctx: Context, job_id: str, *, attempt: int, stamp: str, now: datetime) -> JobRecord:
+    """Finish the launch of a claimed attempt whose launcher died (the sweep's RESUME_LAUNCH, from the record
+    whose event stamp is `stamp`): adopt the attempt's VMs if RunInstances ran (record them, write their
+    cluster.json; harmless twice), else claim the record again by its stamp (one of overlapping runs wins) and
+    launch them. Same attempt, no restart counted; a resume that dies too is resumed by a later sweep."""
+    reg, compute, policy = ctx.registry, ctx.cloud("launch with"), ctx.policy
+    record = reg.job(job_id)
+    if record.state != State.LAUNCHING or record.attempt != attempt or record.instances \
+            or record.last_event is None or record.last_event.stamp != stamp:
+        return record  # moved on meanwhile
+    found = sorted((i for i in compute.list_managed() if i.job_id == job_id and i.attempt == attempt
+                    and i.state in ("pending", "running")), key=lambda i: (i.rank or 0, i.id))
+    spec = record.spec
+    if found and len(found) == spec.num_nodes:
+        first = found[0]
+        request = LaunchRequest(job_id=job_id, attempt=attempt, num_nodes=len(found),
+                                instance_type=first.instance_type or "", zone=first.zone, image="(adopted)",
+                                spot=first.spot, user_data="", max_runtime=policy.vm_lifetime(spec),
+                                disk_gb=spec.disk_gb, owner=record.owner)
+        log.warning("job %s attempt %d: adopting %s launched before the launcher stopped", job_id, attempt,
+                    [i.id for i in found], extra={"job_id": job_id})
+        return _launched(ctx, compute, record, request, [(i.id, i.private_ip, i.zone) for i in found], now, [],
+                         attempt_usage(compute, request, found, policy, now))
+    if found:  # part of an all-or-nothing launch: not a cluster
+        compute.terminate([i.id for i in found])
+    record = reg.transition(job_id, State.LAUNCHING, now=now, expect={State.LAUNCHING}, expect_attempt=attempt,
+                            expect_event=stamp, cause=Rule.RESUME_LAUNCH, state_since=now,
+                            reason=f"resuming the launch of attempt {attempt}: its launcher stopped before it recorded "
+                                   "any VM")
+    return _launch(ctx, compute, record, now=now)
+
+
+def _launch(ctx: Context, compute: Compute, record: JobRecord, *, now: datetime) -> JobRecord:
+    """Launch a claimed attempt: snapshot, then jobplane.decide.launch one step at a time."""
+    from jobplane.decide import launch as launch_decide  # only a run that launches decides a launch
+
+    reg, job_id = ctx.registry, record.id
+    snap = snapshot(reg, compute, record, ctx.policy)
+    scripts: dict[str, str] = {}  # per CPU architecture: each fetches its own agent bundle
+    while isinstance(planned := _next(reg, compute, snap, now, scripts), tuple):
+        step, request = planned
+        current = reg.job(job_id)  # cancelled since the claim? then no VM is asked for
+        if current.state != State.LAUNCHING or current.attempt != record.attempt:
+            log.info("job %s moved on to %s before launch", job_id, current.state, extra={"job_id": job_id})
+            return current
+        try:
+            instances = compute.launch(request)
+        except CapacityError as exc:
+            ctx.metrics.add_metric("LaunchCapacityErrors", "Count", 1)
+            log.info("no capacity for %s in %s: %s", step.instance_type, step.zone or "any zone", exc,
+                     extra={"job_id": job_id})
+            snap = snap.after(launch_decide.Tried(step.instance_type, step.zone, str(exc), spot=step.spot))
+            continue
+        except LaunchRejected as exc:
+            snap = snap.after(launch_decide.Tried(step.instance_type, step.zone, str(exc), rejected=True,
+                                                  spot=step.spot))
+            continue
+        return _launched(ctx, compute, record, request, [(i.id, i.private_ip, i.zone) for i in instances], now,
+                         [f"{t.where}: {t.error}" for t in snap.tried],
+                         attempt_usage(compute, request, instances, ctx.policy, now), fallback=step.fallback)
+    if isinstance(planned, launch_decide.Wait):
+        return _wait(reg, record, planned, now)
+    return _fail(ctx, record, now, planned)
+
+
+def _next(reg: Registry, compute: Compute, snap: launch_decide.LaunchSnapshot, now: datetime, scripts: dict[str, str],
+          ) -> tuple[launch_decide.Launch, LaunchRequest] | launch_decide.Wait | launch_decide.Fail:
+    """The next step, with the cloud's request when it is a launch; or Fail with the error that deciding or
+    rendering it raised (a bug, a value out of range): that is pure and would raise again on every resume, leaving
+    the job in LAUNCHING with no VM for ever. The store's errors go up: a later sweep resumes the launch."""
+    from jobplane.decide import launch as launch_decide  # only a run that launches decides a launch
+
+    try:
+        step = launch_decide.decide(snap, now)
+        return (step, _request(reg, compute, snap, step, scripts)) if isinstance(step, launch_decide.Launch) else step
+    except StoreError:
+        raise
+    except Exception as exc:
+        log.exception("job %s: its launch could not be decided", snap.record.id, extra={"job_id": snap.record.id})
+        return launch_decide.Fail(f"the launch of attempt {snap.record.attempt} could not be decided: "
+                                  f"{type(exc).__name__}: {exc}", LaunchCause.LAUNCH_ERROR)
+
+
+def snapshot(reg: Registry, compute: Compute, record: JobRecord, policy: Policy) -> launch_decide.LaunchSnapshot:
+    """What a launch decides on: the owner's live VMs (one managed-instance listing) and the agent manifest."""
+    from jobplane.boot import agent_bundle  # only a launch reads the manifest
+    from jobplane.decide import launch as launch_decide  # only a run that launches decides a launch
+
+    try:
+        agents = tuple(agent_bundle.parse_manifest(reg.get_bytes(keys.agent_file(agent_bundle.MANIFEST))))
+        problem = None
+    except (NotFound, ValueError) as exc:
+        agents = ()
+        problem = (f"{keys.AGENT}{agent_bundle.MANIFEST} "
+                   + ("is missing" if isinstance(exc, NotFound) else f"is unreadable ({exc})"))
+    return launch_decide.LaunchSnapshot(record, policy, owner_active=owner_active(compute, record), agents=agents,
+                                        agent_problem=problem)
+
+
+def owner_active(compute: Compute, record: JobRecord) -> int:
+    """The owner's live managed VMs of other jobs, counted by the cloud's own ownership key only: the tag on
+    EC2, the label on GCE (a spec label `jobplane-owner` on EC2 is refused, and never counts)."""
+    key = TAG_OWNER if compute.cloud == "aws" else TAG_OWNER.replace(":", "-")
+    return sum(1 for inst in compute.list_managed()
+               if inst.job_id != record.id and dict(inst.tags).get(key) == record.owner)
+
+
+def _request(reg: Registry, compute: Compute, snap: launch_decide.LaunchSnapshot, step: launch_decide.Launch,
+             scripts: dict[str, str]) -> LaunchRequest:
+    """The cloud's request for one decided launch; the VM's script is rendered once per architecture."""
+    from jobplane.boot import bootstrap  # only a launch renders the VM's script
+
+    record, policy, spec = snap.record, snap.policy, snap.record.spec
+    if step.arch not in scripts:
+        source = agent_source(reg, list(snap.agents), spec.cloud, step.arch, record.id, record.attempt,
+                              expires=policy.boot_timeout(spec) + URL_MARGIN_S)
+        if source is None:  # decide launches only architectures the manifest has a bundle for
+            raise RuntimeError(f"no {spec.cloud} agent bundle for {step.arch}")
+        if reg.bucket is None:
+            raise RuntimeError("the registry's store names no bucket: a VM could not reach it")
+        scripts[step.arch] = bootstrap.render_for(spec, job_id=record.id, attempt=record.attempt, policy=policy,
+                                                  bucket=reg.bucket, root=reg.root, region=compute.region,
+                                                  agent=source)
+    return LaunchRequest(
+        job_id=record.id, attempt=record.attempt, num_nodes=spec.num_nodes, instance_type=step.instance_type,
+        zone=step.zone, image=step.image, spot=step.spot, user_data=scripts[step.arch],
+        max_runtime=policy.vm_lifetime(spec), disk_gb=spec.disk_gb, owner=record.owner,
+        labels=tuple(sorted(spec.labels.items())), accelerator=step.accelerator,
+    )
+
+
+def attempt_usage(compute: Compute, request: LaunchRequest, instances: list[Instance], policy: Policy,
+                  now: datetime) -> AttemptUsage:
+    """What this attempt runs on and its hourly price (jobplane.views.cost): a Spot launch asks the cloud for the price
+    in effect now; a failed lookup never fails the launch, the price is then taken as the policy's or unknown."""
+    from jobplane.views import cost  # the price table: only a launch (or an adopted one) prices an attempt
+
+    zone = next((i.zone for i in instances if i.zone), request.zone)
+    observed = None
+    if request.spot and zone and isinstance(compute, SpotPrices):
+        try:
+            observed = compute.spot_price(request.instance_type, zone)
+        except Exception as exc:
+            log.warning("Spot price of %s in %s: %s", request.instance_type, zone, exc,
+                        extra={"job_id": request.job_id})
+    price, source = cost.hourly_price(compute.cloud, request.instance_type, spot=request.spot, policy=policy,
+                                      observed_spot=observed)
+    return AttemptUsage(attempt=request.attempt, instance_type=request.instance_type, zone=zone,
+                        market="spot" if request.spot else "on-demand", price=price, price_source=source,
+                        instances=[InstanceSpan(id=i.id, start=now) for i in instances])
+
+
+def agent_source(reg: Registry, variants: list[agent_bundle.Variant], cloud: str, arch: str, job_id: str,
+                 attempt: int, *, expires: int) -> bootstrap.AgentSource | None:
+    """Where VMs of this architecture fetch the agent (one URL per Python version) and report a failed boot;
+    None when the deployment has no bundle for them."""
+    from jobplane.boot import agent_bundle, bootstrap  # only a launch fetches the agent
+
+    chosen = agent_bundle.for_vm(variants, cloud, arch)
+    if not chosen:
+        return None
+    bundles = {python: bootstrap.Fetch(v.name, reg.vm_request(keys.agent_file(v.name), write=False,
+                                                              expires=expires)[1], v.sha256)
+               for python, v in chosen.items()}
+    method, url = reg.vm_request(keys.boot_failure(job_id, attempt), write=True, expires=expires)
+    return bootstrap.AgentSource(bundles, url, method, reg.vm_auth, vend_url=reg.vend_url)
+
+
+def _launched(ctx: Context, compute: Compute, record: JobRecord, request: LaunchRequest,
+              instances: list[tuple[str, str | None, str | None]], now: datetime, errors: list[str],
+              usage: AttemptUsage, fallback: str | None = None) -> JobRecord:
+    """Record the attempt's VMs; `fallback`: why a Spot job's attempt runs on-demand (in its reason and event)."""
+    from jobplane.model import records  # cluster.json: only a run that launched writes one
+
+    reg = ctx.registry
+    ids = [i for i, _, _ in instances]
+    hosts = [ip or "" for _, ip, _ in instances]
+    zone = instances[0][2] or request.zone
+    idle = ctx.policy.idle_gpu  # the agents average GPU use over its window and mark idle ranks (jobplane.agent.idle)
+    reg.put_json(keys.cluster(record.id, request.attempt), records.ClusterFile(
+        job_id=record.id, attempt=request.attempt, hosts=hosts, instances=ids, master_addr=hosts[0],
+        master_port=record.spec.master_port, num_nodes=request.num_nodes, instance_type=request.instance_type,
+        zone=zone, idle_gpu=records.IdleWatch(window=idle.window, threshold=idle.threshold)
+        if idle.action != "off" else None).body())
+    ctx.metrics.add_metric("JobsLaunched", "Count", 1)
+    log.info("job %s attempt %d: %d x %s in %s", record.id, request.attempt, len(ids), request.instance_type,
+             zone, extra={"job_id": record.id})
+    try:
+        return reg.transition(
+            record.id, State.LAUNCHING, now=now, expect={State.LAUNCHING}, expect_attempt=request.attempt,
+            cause=LaunchCause.LAUNCHED,
+            reason=f"launched {len(ids)} x {request.instance_type} in {zone or 'any zone'}"
+                   + (f" ({fallback})" if fallback else ""),
+            event=history.Launched(instances=ids, instance_type=request.instance_type, zone=zone, image=request.image,
+                                   market=usage.market, price=usage.price, price_source=usage.price_source,
+                                   fallback=fallback or None),
+            instances=ids, instance_type=request.instance_type, zone=zone, launched_at=now,
+            usage=[*(u for u in record.usage if u.attempt != usage.attempt), usage],
+            first_launched_at=record.first_launched_at or now, waits=0, wait_until=None, spot_refused_at=None,
+            last_error="; ".join(errors) or None,
+        )
+    except TransitionRefused:
+        # cancelled (or moved on) while RunInstances ran: nobody wants these VMs, so they go at once
+        log.warning("job %s moved on during launch; terminating %s", record.id, ids, extra={"job_id": record.id})
+        compute.terminate(ids)
+        return reg.job(record.id)
+
+
+def _wait(reg: Registry, record: JobRecord, step: launch_decide.Wait, now: datetime) -> JobRecord:
+    log.info("job %s waits until %s: %s", record.id, step.until, step.reason, extra={"job_id": record.id})
+    return reg.transition(record.id, State.WAITING_CAPACITY, now=now, reason=step.reason, cause=step.cause,
+                          expect={State.LAUNCHING}, expect_attempt=record.attempt, waits=step.waits,
+                          wait_until=step.until, spot_refused_at=step.spot_refused_at, last_error=step.error)
+
+
+def _fail(ctx: Context, record: JobRecord, now: datetime, step: launch_decide.Fail) -> JobRecord:
+    reason = step.reason
+    ctx.metrics.add_metric("JobsFailed", "Count", 1)
+    log.warning("job %s failed: %s", record.id, reason, extra={"job_id": record.id})
+    return ctx.registry.transition(record.id, State.FAILED, now=now, reason=reason, cause=step.cause,
+                                   expect={State.LAUNCHING}, expect_attempt=record.attempt, last_error=reason)

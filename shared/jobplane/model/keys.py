@@ -1,0 +1,447 @@
+"""Registry key layout (docs/architecture.md). Every key the control plane or an agent touches is built here,
+and every key a listing or an event hands back is parsed here: `parse_*` gives the parts of a key of that kind,
+or None for any other key (a foreign key, a folder placeholder, a key of another version).
+
+Deliberate shapes, so a sweep needs listings only (no per-job GET):
+- `active/<id>/<STATE>.<attempt>`: the marker's key carries the state and attempt, so one listing of
+  `active/` gives the sweep its whole working set. The `active/<id>` prefix exists iff the job is live.
+- `heartbeats/<id>/<attempt>/<rank>` (liveness = LastModified) and `.../<rank>.output` (rewritten only
+  when the user process printed something new): one listing of `heartbeats/` covers every job.
+- `limits/<id>/<attempt>/nodes-<n>.stall-<s>.cap-<s>`: a RUNNING job's node count, stall timeout and
+  uptime cap in the key name, written by the sweeper when the job starts, so the sweep and the uptime cap
+  apply per-job timeouts from a listing (see jobplane.decide).
+- `heartbeats/<id>/<attempt>/<rank>.idle`: rewritten by the agent with each heartbeat while the rank's mean
+  GPU utilization over the policy's window is under its threshold; `limits/<id>/<attempt>/idle-flagged`,
+  created once by the sweeper that flagged the attempt idle. Both are seen in listings the sweep makes anyway.
+- `limits/<id>/<attempt>/held-until-<epoch s>`: a FAILED attempt whose VMs its spec's `debug_hold` keeps for a
+  look, and until when: the sweep spares them (no orphan) and terminates them at that time, from its listing.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import NamedTuple
+
+from jobplane.model.states import State
+
+JOB_ID_PATTERN = r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$"
+
+QUEUE = "queue/"
+REJECTED = "rejected/"
+JOBS = "jobs/"
+ACTIVE = "active/"
+PREEMPTED = "preempted-jobs/"
+HEARTBEATS = "heartbeats/"
+SYSTEM = "system/"
+LIMITS = "limits/"
+CODE = "code/"
+SWEEPS = "sweeps/"
+ACTIVE_SWEEPS = "active-sweeps/"
+POLICY = "config/policy.yaml"
+DEFAULT_OWNER = "default"  # the owner of a drop straight under queue/ (a single-team deployment)
+AGENT = f"{SYSTEM}agent/"  # the agent bundles and their manifest (jobplane.boot.agent_bundle)
+IDLE_FLAGGED = "idle-flagged"
+HELD_UNTIL = "held-until-"
+TARBALL_SUFFIXES = (".tar.gz", ".tgz", ".tar")  # a `code:` key ending so is one bundle to unpack, else a folder
+
+# What parsers accept for a key's parts: one path segment (a job id), a number as builders write it.
+_ID = r"([^/]+)"
+_N = r"(0|[1-9][0-9]*)"
+_STAMP = r"([0-9]{8}T[0-9]{6}\.[0-9]{6}Z-[0-9a-f]+)"
+
+
+def root_prefix(root: str) -> str:
+    """A registry root ("team-x", "/team-x/", "") as the prefix its keys start with ("team-x/", "")."""
+    return root.strip("/") + "/" if root.strip("/") else ""
+
+
+def split_uri(uri: str) -> tuple[str, str]:
+    """s3://bucket/some/prefix or gs://... -> (bucket, "some/prefix")."""
+    scheme, sep, rest = uri.partition("://")
+    bucket, _, prefix = rest.partition("/")
+    if not sep or not scheme or not bucket:
+        raise ValueError(f"{uri!r} is not a bucket URI (s3://bucket/prefix or gs://bucket/prefix)")
+    return bucket, prefix
+
+
+# ---- building ----------------------------------------------------------------------------------------------
+def queue_entry(job_id: str, owner: str = DEFAULT_OWNER, ext: str = "yaml") -> str:
+    """Where a job's drop goes: queue/<owner>/<job-id>.yaml, or queue/<job-id>.yaml for the default owner."""
+    return f"{QUEUE}{job_id}.{ext}" if owner == DEFAULT_OWNER else f"{QUEUE}{owner}/{job_id}.{ext}"
+
+
+def rejected_spec(job_id: str, ext: str = "yaml") -> str:
+    return f"{REJECTED}{job_id}.{ext}"
+
+
+def rejected_error(job_id: str) -> str:
+    return f"{REJECTED}{job_id}.error.json"
+
+
+def _in_job(rest: str) -> Callable[[str], str]:
+    """The builder of jobs/<id>/<rest>: the keys of a job that name nothing but the job."""
+
+    def build(job_id: str) -> str:
+        return f"{JOBS}{job_id}/{rest}"
+
+    return build
+
+
+job_prefix = _in_job("")
+job_record = _in_job("job.json")
+events_prefix = _in_job("events/")
+code_prefix = _in_job("code/")
+code_bundle = _in_job("code/code.tar.gz")
+checkpoints_prefix = _in_job("checkpoints/")
+artifacts_prefix = _in_job("artifacts/")
+stop_request = _in_job("control/stop")
+
+
+def stamp(now: datetime, token: str | None = None) -> str:
+    """An event's sortable, unique-enough stamp: 20261122T050421.123456Z-ab12 (token: 4 random hex digits)."""
+    return now.astimezone(UTC).strftime("%Y%m%dT%H%M%S.%fZ") + "-" + (token or secrets.token_hex(2))
+
+
+def event(job_id: str, stamp: str, kind: str) -> str:
+    return f"{JOBS}{job_id}/events/{stamp}-{kind}.json"
+
+
+def code_folder(owner: str) -> str:
+    """An owner's code bundles: the one registry folder, besides its own jobs/<id>/code/, a job reads code from."""
+    return f"{CODE}{owner}/"
+
+
+def code_upload(owner: str, job_id: str) -> str:
+    """Where `jobplane submit` puts a job's code bundle: under its owner's code/<owner>/, like its drop."""
+    return f"{code_folder(owner)}{job_id}.tar.gz"
+
+
+def attempt_prefix(job_id: str, attempt: int) -> str:
+    return f"{JOBS}{job_id}/attempts/{attempt}/"
+
+
+def cluster(job_id: str, attempt: int) -> str:
+    return f"{attempt_prefix(job_id, attempt)}cluster.json"
+
+
+def boot_failure(job_id: str, attempt: int) -> str:
+    """Written by a VM's bootstrap (through a URL the launcher made) when the agent could not start."""
+    return f"{attempt_prefix(job_id, attempt)}boot-failure.json"
+
+
+def ignored_flag(job_id: str, attempt: int, fact: str) -> str:
+    """Created once by the function that recorded an event for a fact of this attempt it ignored (an exit
+    report or boot failure that does not parse or names no instance of the attempt): one event per fact."""
+    return f"{JOBS}{job_id}/attempts/{attempt}/ignored/" + fact.removeprefix(attempt_prefix(job_id, attempt)) \
+        .replace("/", ".")
+
+
+def exits_prefix(job_id: str, attempt: int) -> str:
+    return f"{attempt_prefix(job_id, attempt)}nodes/"
+
+
+def exit_report(job_id: str, attempt: int, rank: int) -> str:
+    return f"{exits_prefix(job_id, attempt)}{rank}/exit.json"
+
+
+def node_prefix(area: str, job_id: str, attempt: int | None = None, rank: int | None = None) -> str:
+    """jobs/<id>/<area>/, optionally narrowed to an attempt and one of its ranks (area: logs or metrics)."""
+    key = f"{JOBS}{job_id}/{area}/"
+    if attempt is not None:
+        key += f"{attempt}/"
+        if rank is not None:
+            key += f"{rank}/"
+    return key
+
+
+def logs_prefix(job_id: str, attempt: int | None = None, rank: int | None = None) -> str:
+    return node_prefix("logs", job_id, attempt, rank)
+
+
+def log_chunk(job_id: str, attempt: int, rank: int, seq: int) -> str:
+    # zero-padded so key order is write order
+    return f"{logs_prefix(job_id, attempt, rank)}{seq:08d}.log"
+
+
+def metrics_prefix(job_id: str, attempt: int | None = None, rank: int | None = None) -> str:
+    return node_prefix("metrics", job_id, attempt, rank)
+
+
+def metrics_chunk(job_id: str, attempt: int, rank: int, seq: int) -> str:
+    """Metric points (JSON Lines) the agent read from the output, shipped with the log chunks."""
+    return f"{metrics_prefix(job_id, attempt, rank)}{seq:08d}.jsonl"
+
+
+def console_log(job_id: str, attempt: int, rank: int) -> str:
+    """A VM's console output, saved by the sweeper when its agent never started; sorts after the chunks."""
+    return f"{logs_prefix(job_id, attempt, rank)}console.log"
+
+
+def active_prefix(job_id: str) -> str:
+    return f"{ACTIVE}{job_id}/"
+
+
+def active_marker(job_id: str, state: str, attempt: int) -> str:
+    return f"{ACTIVE}{job_id}/{state}.{attempt}"
+
+
+def preempted_marker(job_id: str) -> str:
+    return f"{PREEMPTED}{job_id}"
+
+
+def heartbeats_prefix(job_id: str, attempt: int | None = None) -> str:
+    return f"{HEARTBEATS}{job_id}/" + (f"{attempt}/" if attempt is not None else "")
+
+
+def heartbeat(job_id: str, attempt: int, rank: int, mark: str = "") -> str:
+    """A rank's heartbeat, or with `mark` its `.output` / `.idle` mark beside it."""
+    return f"{HEARTBEATS}{job_id}/{attempt}/{rank}" + (f".{mark}" if mark else "")
+
+
+def output_mark(job_id: str, attempt: int, rank: int) -> str:
+    return heartbeat(job_id, attempt, rank, "output")
+
+
+def idle_mark(job_id: str, attempt: int, rank: int) -> str:
+    return heartbeat(job_id, attempt, rank, "idle")
+
+
+def agent_file(name: str) -> str:
+    return f"{AGENT}{name}"
+
+
+def limits_mark(job_id: str, attempt: int, nodes: int, stall: int, cap: int) -> str:
+    return f"{LIMITS}{job_id}/{attempt}/nodes-{nodes}.stall-{stall}.cap-{cap}"
+
+
+def held_mark(job_id: str, attempt: int, until: datetime) -> str:
+    return f"{LIMITS}{job_id}/{attempt}/{HELD_UNTIL}{int(until.timestamp())}"
+
+
+def idle_flag(job_id: str, attempt: int) -> str:
+    return f"{LIMITS}{job_id}/{attempt}/{IDLE_FLAGGED}"
+
+
+def sweep_record(sweep_id: str) -> str:
+    """A sweep's record (jobplane.sweeps.record), created create-only and updated by compare-and-swap."""
+    return f"{SWEEPS}{sweep_id}/sweep.json"
+
+
+def sweep_curve(sweep_id: str, job_id: str) -> str:
+    """A trial's objective curve as read so far (jobplane.sweeps.curves), so a run reads only newer metric chunks."""
+    return f"{SWEEPS}{sweep_id}/curves/{job_id}.json"
+
+
+def active_sweep(sweep_id: str) -> str:
+    """Exists while the sweep is RUNNING: one listing of active-sweeps/ gives the sweep reconcile its work."""
+    return f"{ACTIVE_SWEEPS}{sweep_id}"
+
+
+# ---- parsing -----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Drop:
+    """A key under queue/ (jobplane.model.drops reads the spec in it and says what is wrong with the key)."""
+
+    key: str  # registry-relative
+    job_id: str  # the file's stem
+    owner: str  # the folder under queue/, or `default`
+    ext: str
+    folder: str | None  # what stands between queue/ and the file name, as written
+
+    @property
+    def name(self) -> str:
+        return self.key.removeprefix(QUEUE)
+
+
+class EventKey(NamedTuple):
+    job_id: str
+    stamp: str
+    kind: str
+
+
+class MarkerKey(NamedTuple):
+    job_id: str
+    state: State
+    attempt: int
+
+
+class HeartbeatKey(NamedTuple):
+    job_id: str
+    attempt: int
+    rank: int
+    mark: str  # "" for the heartbeat itself, "output" or "idle" for the marks beside it
+
+
+class NodeKey(NamedTuple):
+    """An object of one rank of one attempt: an exit report, or a file under logs/ or metrics/ (`name`)."""
+
+    job_id: str
+    attempt: int
+    rank: int
+    name: str = "exit.json"
+
+
+class AttemptKey(NamedTuple):
+    job_id: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A RUNNING attempt's per-job values, carried by a key name under limits/ (no GET needed)."""
+
+    job_id: str
+    attempt: int
+    nodes: int
+    stall: int  # seconds
+    cap: int  # seconds: min(job max_runtime, policy ceiling) when the job started
+
+    @property
+    def key(self) -> str:
+        return limits_mark(self.job_id, self.attempt, self.nodes, self.stall, self.cap)
+
+
+@dataclass(frozen=True)
+class Held:
+    """A FAILED attempt whose VMs are kept until `until` (the spec's debug_hold), carried by a key name."""
+
+    job_id: str
+    attempt: int
+    until: datetime
+
+    @property
+    def key(self) -> str:
+        return held_mark(self.job_id, self.attempt, self.until)
+
+
+def _parser(pattern: str) -> Callable[[str], tuple[str, ...] | None]:
+    """The groups of a key that is all of `pattern`, or None."""
+    compiled = re.compile(pattern)
+
+    def groups(key: str) -> tuple[str, ...] | None:
+        found = compiled.fullmatch(key)
+        return found.groups() if found else None
+
+    return groups
+
+
+_record = _parser(rf"{JOBS}{_ID}/job\.json")
+_event = _parser(rf"{JOBS}{_ID}/events/{_STAMP}-([^/]+)\.json")
+_marker = _parser(rf"{ACTIVE}{_ID}/([A-Z_]+)\.{_N}")
+_preempted = _parser(rf"{PREEMPTED}{_ID}")
+_heartbeat = _parser(rf"{HEARTBEATS}{_ID}/{_N}/{_N}(?:\.(output|idle))?")
+_limits = _parser(rf"{LIMITS}{_ID}/{_N}/nodes-{_N}\.stall-{_N}\.cap-{_N}")
+_idle_flag = _parser(rf"{LIMITS}{_ID}/{_N}/{IDLE_FLAGGED}")
+_held = _parser(rf"{LIMITS}{_ID}/{_N}/{HELD_UNTIL}{_N}")
+_exit = _parser(rf"{JOBS}{_ID}/attempts/{_N}/nodes/{_N}/exit\.json")
+_boot_failure = _parser(rf"{JOBS}{_ID}/attempts/{_N}/boot-failure\.json")
+_node_file = _parser(rf"{JOBS}{_ID}/(logs|metrics)/{_N}/{_N}/([^/]+)")
+_rejected_error = _parser(rf"{REJECTED}([^/.]+)\.error\.json")
+_sweep_record = _parser(rf"{SWEEPS}{_ID}/sweep\.json")
+_active_sweep = _parser(rf"{ACTIVE_SWEEPS}{_ID}")
+
+
+def parse_drop(key: str) -> Drop | None:
+    """The drop a queue/ key is, or None for anything else (not under queue/, a folder placeholder). A key
+    with a bad extension or folder still parses: the launcher rejects it, naming the problem."""
+    if not key.startswith(QUEUE):
+        return None
+    folder, _, name = key.removeprefix(QUEUE).rpartition("/")
+    if not name:
+        return None
+    stem, dot, ext = name.rpartition(".")
+    return Drop(key, stem if dot and stem else name, folder or DEFAULT_OWNER, ext.lower() if dot and stem else "",
+                folder or None)
+
+
+def parse_job_record(key: str) -> str | None:
+    """The job of jobs/<id>/job.json."""
+    parts = _record(key)
+    return parts[0] if parts else None
+
+
+def parse_event(key: str) -> EventKey | None:
+    parts = _event(key)
+    return EventKey(*parts) if parts else None
+
+
+def parse_active_marker(key: str) -> MarkerKey | None:
+    parts = _marker(key)
+    if not parts or parts[1] not in State.__members__:
+        return None
+    return MarkerKey(parts[0], State(parts[1]), int(parts[2]))
+
+
+def parse_preempted_marker(key: str) -> str | None:
+    parts = _preempted(key)
+    return parts[0] if parts else None
+
+
+def parse_heartbeat(key: str) -> HeartbeatKey | None:
+    """A heartbeat, or its `.output` / `.idle` mark."""
+    parts = _heartbeat(key)
+    return HeartbeatKey(parts[0], int(parts[1]), int(parts[2]), parts[3] or "") if parts else None
+
+
+def parse_limits(key: str) -> Limits | None:
+    parts = _limits(key)
+    return Limits(parts[0], *map(int, parts[1:])) if parts else None
+
+
+def parse_idle_flag(key: str) -> AttemptKey | None:
+    """(job, attempt) of a limits/<id>/<attempt>/idle-flagged key."""
+    parts = _idle_flag(key)
+    return AttemptKey(parts[0], int(parts[1])) if parts else None
+
+
+def parse_held(key: str) -> Held | None:
+    parts = _held(key)
+    return Held(parts[0], int(parts[1]), datetime.fromtimestamp(int(parts[2]), UTC)) if parts else None
+
+
+def parse_exit_report(key: str) -> NodeKey | None:
+    parts = _exit(key)
+    return NodeKey(parts[0], int(parts[1]), int(parts[2])) if parts else None
+
+
+def parse_boot_failure(key: str) -> AttemptKey | None:
+    parts = _boot_failure(key)
+    return AttemptKey(parts[0], int(parts[1])) if parts else None
+
+
+def parse_node_file(key: str, area: str) -> NodeKey | None:
+    """A file one rank wrote under jobs/<id>/<area>/<attempt>/<rank>/ (area: logs or metrics)."""
+    parts = _node_file(key)
+    if not parts or parts[1] != area:
+        return None
+    return NodeKey(parts[0], int(parts[2]), int(parts[3]), parts[4])
+
+
+def parse_rejected_error(key: str) -> str | None:
+    """The job of rejected/<id>.error.json."""
+    parts = _rejected_error(key)
+    return parts[0] if parts else None
+
+
+def parse_sweep_record(key: str) -> str | None:
+    """The sweep of sweeps/<id>/sweep.json."""
+    parts = _sweep_record(key)
+    return parts[0] if parts else None
+
+
+def parse_active_sweep(key: str) -> str | None:
+    """The sweep of an active-sweeps/<id> marker."""
+    parts = _active_sweep(key)
+    return parts[0] if parts else None
+
+
+def job_named_by(key: str | None) -> str | None:
+    """The job an object-created event is about: an exit report, a boot failure or a preempted-jobs/ marker."""
+    if key is None:
+        return None
+    found = parse_exit_report(key) or parse_boot_failure(key)
+    return found.job_id if found else parse_preempted_marker(key)

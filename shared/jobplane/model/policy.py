@@ -1,0 +1,231 @@
+"""Platform policy (`config/policy.yaml` in the bucket): caps, quotas, defaults and where VMs go."""
+
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from jobplane.model import images
+from jobplane.model.errors import FieldError, SpecError, from_validation_error
+from jobplane.model.spec import (
+    DAY,
+    MAX_ATTEMPTS,
+    MAX_BOOT_TIMEOUT,
+    MAX_RUNTIME,
+    MAX_STALL_TIMEOUT,
+    MAX_WAIT,
+    AtMost,
+    Duration,
+    JobSpec,
+    format_duration,
+    load_document,
+)
+
+Grace = Annotated[Duration, AtMost(DAY)]  # the safety graces and the idle-GPU window: a day at most
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Images(_Model):
+    """The default images of one cloud: an alias or a raw image, for CPU and for GPU instance types."""
+
+    cloud: ClassVar[str] = "aws"
+    default_image: str = Field(images.DEFAULT_CPU, description="image for specs without one (CPU instance types)")
+    default_gpu_image: str | None = Field(None, description="image for specs without one on GPU instance types; "
+                                                            f"unset: default_image if set, else {images.DEFAULT_GPU}")
+
+    @field_validator("default_image", "default_gpu_image")
+    @classmethod
+    def _known(cls, value: str | None) -> str | None:
+        if value is not None and (problem := images.image_problem(cls.cloud, value)):
+            raise ValueError(problem)
+        return value
+
+    def default_for(self, instance_type: str, gpu: bool = False) -> str:
+        """The default image for this instance type, or for GPUs attached to it (gpu: the spec's
+        `accelerators`); an older policy's lone default_image serves both."""
+        if not (gpu or images.has_gpu(self.cloud, instance_type)):
+            return self.default_image
+        if self.default_gpu_image:
+            return self.default_gpu_image
+        return self.default_image if "default_image" in self.model_fields_set else images.DEFAULT_GPU
+
+
+class AwsPlacement(_Images):
+    """Where and as whom EC2 instances run (created by the CDK stack), and from which images."""
+
+    instance_profile: str | None = Field(None, description="instance profile name or ARN for the VMs")
+    subnets: list[str] = Field(default_factory=list, description="subnet ids, tried in order")
+    security_groups: list[str] = Field(default_factory=list)
+    public_ip: bool | None = Field(None, description="ask for a public IPv4 address per VM (egress through an "
+                                                      "internet gateway); None: the subnet's own setting")
+    placement_group: str | None = Field(None, description="cluster placement group for multi-node jobs")
+    key_name: str | None = None
+
+
+class GcpPlacement(_Images):
+    cloud: ClassVar[str] = "gcp"
+    project: str | None = None
+    service_account: str | None = Field(None, description="service account e-mail for the VMs")
+    network: str | None = None
+    subnetwork: str | None = None
+
+
+class SafetyPolicy(_Model):
+    """Limits on what the reconcilers may terminate in one run."""
+
+    dry_run: bool = Field(False, description="decide and log, apply nothing")
+    max_terminations_per_run: int = Field(20, ge=0)
+    max_terminations_percent: int = Field(50, ge=0, le=100, description="of managed instances, per run")
+    orphan_grace: Grace = Field(600, description="never terminate an orphan younger than this")
+    stop_grace: Grace = Field(600, description="stop request this long before the uptime cap")
+
+
+class IdleGpuPolicy(_Model):
+    """A RUNNING job whose GPUs sit idle: every rank's mean GPU utilization over `window` under `threshold`."""
+
+    window: Grace = Field(30 * 60, description="the agent averages each rank's GPU utilization over this")
+    threshold: float = Field(5.0, ge=0, le=100, description="percent: a mean under it is idle")
+    action: Literal["warn", "stop", "off"] = Field(
+        "warn", description="warn: an event, a metric and a notification, once per attempt; stop: that, then a "
+                            "graceful stop (the job ends STALLED, the reason says idle GPU); off: not watched")
+
+
+class AccessPolicy(_Model):
+    """How people reach a running job's VMs. Who may is the platform team's IAM decision (docs/operations.md)."""
+
+    ssh: bool = Field(False, description="`jobplane ssh`: a shell in a job's VM (AWS: SSM Session Manager, GCP: IAP "
+                                         "TCP forwarding; the deployment must allow it too)")
+
+
+class Policy(_Model):
+    allowed_instance_types: list[str] = Field(default_factory=lambda: ["*"], description="glob patterns")
+    max_nodes_per_job: int = Field(16, ge=1)
+    default_max_runtime: Annotated[Duration, AtMost(MAX_RUNTIME)] = 24 * 3600
+    max_runtime_ceiling: Annotated[Duration, AtMost(MAX_RUNTIME)] = 7 * DAY
+    default_max_wait: Annotated[Duration, AtMost(MAX_WAIT)] = 2 * DAY
+    max_wait_ceiling: Annotated[Duration, AtMost(MAX_WAIT)] = Field(
+        14 * DAY, description="a spec's max_wait above it is refused; no attempt of a job starts after it")
+    max_attempts_per_job: int = Field(
+        20, ge=1, le=MAX_ATTEMPTS, description="attempts of one job at most (its first, reruns after preemptions and "
+                                               "failed boots, retries): a spec whose max_restarts and retry.max ask "
+                                               "for more is refused")
+    default_stall_timeout: Annotated[Duration, AtMost(MAX_STALL_TIMEOUT)] = 30 * 60
+    default_boot_timeout: Annotated[Duration, AtMost(MAX_BOOT_TIMEOUT)] = 15 * 60
+    max_active_instances_per_owner: int = Field(64, ge=0)
+    aws: AwsPlacement = Field(default_factory=AwsPlacement)
+    gcp: GcpPlacement = Field(default_factory=GcpPlacement)
+    safety: SafetyPolicy = Field(default_factory=SafetyPolicy)
+    idle_gpu: IdleGpuPolicy = Field(default_factory=IdleGpuPolicy)
+    access: AccessPolicy = Field(default_factory=AccessPolicy)
+    # USD per instance-hour; these win over the price table jobplane ships (jobplane.model.prices)
+    prices: dict[str, float] = Field(default_factory=dict, description="on-demand price per instance type")
+    spot_prices: dict[str, float] = Field(default_factory=dict, description="Spot price per instance type, "
+                                                                            "where the cloud gives none (GCE)")
+
+    # Effective per-job values: the spec wins, within the policy's ceiling.
+    def max_runtime(self, spec: JobSpec) -> int:
+        return min(spec.max_runtime or self.default_max_runtime, self.max_runtime_ceiling)
+
+    def vm_lifetime(self, spec: JobSpec) -> int:
+        """How long a VM may live, its own backstop (EC2: the bootstrap's shutdown; GCE: maxRunDuration): the
+        uptime cap, plus the debug hold a FAILED attempt may keep it for."""
+        return self.max_runtime(spec) + (spec.debug_hold or 0)
+
+    def max_wait(self, spec: JobSpec) -> int:
+        """Counted from submission: no attempt starts after it (a spec recorded before the ceiling included)."""
+        return min(spec.max_wait or self.default_max_wait, self.max_wait_ceiling)
+
+    def max_attempts(self, spec: JobSpec) -> int:
+        """Attempts the job may have in all: its first, max_restarts reruns and retry.max retries, within the
+        policy's max_attempts_per_job (lowered since the job was accepted, it still holds)."""
+        return min(spec.attempts, self.max_attempts_per_job)
+
+    def stall_timeout(self, spec: JobSpec) -> int:
+        return spec.stall_timeout or self.default_stall_timeout
+
+    def boot_timeout(self, spec: JobSpec) -> int:
+        return spec.boot_timeout or self.default_boot_timeout
+
+    def image(self, spec: JobSpec, instance_type: str) -> str:
+        """The image for one instance type of the spec: its own, else the cloud's CPU or GPU default."""
+        placement = self.aws if spec.cloud == "aws" else self.gcp
+        return spec.image or placement.default_for(instance_type, gpu=spec.accelerators is not None)
+
+
+DEFAULT_POLICY = Policy()
+_ALLOWED = {
+    "": list(Policy.model_fields),
+    "aws": list(AwsPlacement.model_fields),
+    "gcp": list(GcpPlacement.model_fields),
+    "safety": list(SafetyPolicy.model_fields),
+    "idle_gpu": list(IdleGpuPolicy.model_fields),
+}
+
+
+def parse_policy(text: str | bytes | None) -> Policy:
+    """Parse config/policy.yaml; None (file absent) or an empty file gives the defaults."""
+    if text is None or not str(text if isinstance(text, str) else text.decode()).strip():
+        return DEFAULT_POLICY
+    raw = load_document(text, "policy")
+    try:
+        return Policy.model_validate(raw)
+    except ValidationError as exc:
+        raise SpecError(from_validation_error(exc, _ALLOWED)) from None
+
+
+def check_against_policy(spec: JobSpec, policy: Policy) -> list[FieldError]:
+    """Problems with a valid spec under this platform's policy (each names the spec's field)."""
+    errors: list[FieldError] = []
+    for i, itype in enumerate(spec.instance_types):
+        if not any(fnmatchcase(itype, pattern) for pattern in policy.allowed_instance_types):
+            path = "instance_type" if isinstance(spec.instance_type, str) else f"instance_type[{i}]"
+            errors.append(FieldError(path, f"{itype!r} is not allowed by the platform policy "
+                                           f"(allowed: {', '.join(policy.allowed_instance_types)})"))
+    if spec.num_nodes > policy.max_nodes_per_job:
+        errors.append(FieldError("num_nodes", f"{spec.num_nodes} exceeds the policy's maximum of "
+                                              f"{policy.max_nodes_per_job} nodes per job"))
+    if spec.max_runtime and spec.max_runtime > policy.max_runtime_ceiling:
+        errors.append(FieldError("max_runtime", f"{format_duration(spec.max_runtime)} exceeds the policy "
+                                                f"ceiling of {format_duration(policy.max_runtime_ceiling)}"))
+    if spec.max_wait and spec.max_wait > policy.max_wait_ceiling:
+        errors.append(FieldError("max_wait", f"{format_duration(spec.max_wait)} exceeds the policy ceiling of "
+                                             f"{format_duration(policy.max_wait_ceiling)} (max_wait_ceiling)"))
+    if spec.attempts > policy.max_attempts_per_job:
+        retries = spec.retry.max if spec.retry is not None else 0
+        errors.append(FieldError(
+            "max_restarts" if 1 + spec.max_restarts > policy.max_attempts_per_job else "retry.max",
+            f"max_restarts {spec.max_restarts} and retry.max {retries} allow {spec.attempts} attempts; the policy "
+            f"allows {policy.max_attempts_per_job} (max_attempts_per_job)"))
+    if spec.num_nodes > policy.max_active_instances_per_owner:
+        errors.append(FieldError("num_nodes", f"{spec.num_nodes} nodes can never fit the owner quota of "
+                                              f"{policy.max_active_instances_per_owner} active instances"))
+    if spec.sweep is not None and spec.sweep.max_parallel * spec.num_nodes > policy.max_active_instances_per_owner:
+        errors.append(FieldError("sweep.max_parallel", f"{spec.sweep.max_parallel} trials of {spec.num_nodes} "
+                                                       f"node(s) at once can never fit the owner quota of "
+                                                       f"{policy.max_active_instances_per_owner} active instances"))
+    return errors
+
+
+def check_against_deployment(spec: JobSpec, cloud: str, region: str | None) -> list[FieldError]:
+    """Problems with running this spec on this deployment, which launches on one cloud in one region (its
+    network, service accounts and policy are regional): a spec for elsewhere is refused, never moved."""
+    if spec.cloud != cloud:
+        default = "" if "cloud" in spec.model_fields_set else " (the default when cloud is not set)"
+        return [FieldError("cloud", f"{spec.cloud!r}{default} is not this deployment's cloud {cloud!r}: "
+                                    f"submit the job to a deployment on {spec.cloud}, or set cloud: {cloud}")]
+    if region is None:
+        return []
+    errors: list[FieldError] = []
+    if spec.region is not None and spec.region != region:
+        errors.append(FieldError("region", f"{spec.region!r} is not this deployment's region {region!r}: "
+                                           f"submit the job to a deployment there, or drop the field"))
+    for i, zone in enumerate(spec.zones):
+        # us-east-1a and us-central1-b are in their region; europe-west10-a is not in europe-west1
+        if not zone.startswith(region) or zone[len(region):len(region) + 1].isdigit():
+            errors.append(FieldError(f"zones[{i}]", f"{zone!r} is not a zone of this deployment's region {region!r}"))
+    return errors

@@ -1,0 +1,589 @@
+"""The job spec: what a user drops into queue/ (YAML or JSON), validated with errors that name the field."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Final, Literal
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Discriminator,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    Tag,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, core_schema
+
+from jobplane.model import accelerators, containers, images, sweepspec, yaml_input
+from jobplane.model.errors import FieldError, SpecError, from_validation_error
+from jobplane.model.keys import JOB_ID_PATTERN
+from jobplane.model.specfields import HpName, HpValue, MetricName, hp_variable
+from jobplane.model.specfields import SpecModel as _Model
+from jobplane.model.specfields import pattern_str as _pattern_str
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION_RE = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
+DURATION_HELP = "use whole seconds or a number with unit s, m, h or d (e.g. 90s, 30m, 8h, 2d)"
+
+
+def parse_duration(value: object) -> int:
+    """'90s' | '30m' | '8h' | '2d' | 3600 -> seconds."""
+    if isinstance(value, bool):
+        raise ValueError(f"invalid duration {value!r}: {DURATION_HELP}")
+    if isinstance(value, int):
+        seconds = value
+    elif isinstance(value, str) and value.strip().isdigit():
+        seconds = int(value)
+    elif isinstance(value, str) and (m := _DURATION_RE.match(value)):
+        seconds = int(m.group(1)) * _UNITS[m.group(2)]
+    else:
+        raise ValueError(f"invalid duration {value!r}: {DURATION_HELP}")
+    if seconds <= 0:
+        raise ValueError(f"duration must be positive, got {value!r}")
+    return seconds
+
+
+def format_duration(seconds: int) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+MAX_SCRIPT = 64 * 1024  # characters of `run` / `setup`: job.json and every event repeat the spec
+
+# Every duration has a ceiling: a value past it is refused naming its field, and no time a decision computes from
+# one (created_at + max_wait, a refusal + spot.after) can leave the calendar (a datetime past the year 9999 raises).
+DAY = 86400
+MAX_RUNTIME = 30 * DAY  # an attempt's uptime cap; the policy's max_runtime_ceiling is lower (7d by default)
+MAX_WAIT = 90 * DAY  # a job's whole wait (capacity, reruns); the policy's max_wait_ceiling is lower (14d by default)
+MAX_SPOT_WAIT = 7 * DAY  # spot.after: Spot refused everywhere this long, then on-demand
+MAX_STALL_TIMEOUT = 7 * DAY  # silence (no heartbeat, no output) before a job is called stalled
+MAX_BOOT_TIMEOUT = DAY  # the VM fetches its agent by URLs that live this long and 10 minutes (7 days at most)
+MAX_STOP_GRACE = 3600  # a Spot notice gives 2 minutes (EC2) or 30 s (GCE) anyway
+MAX_DEBUG_HOLD = DAY  # a FAILED attempt's VMs kept for a look: they bill all along
+STORED: Final[Mapping[str, bool]] = {"stored": True}  # the validation context of a spec read back from a record
+
+
+def _stored(info: ValidationInfo) -> bool:
+    return isinstance(info.context, Mapping) and bool(info.context.get("stored"))
+
+
+Duration = Annotated[
+    int,
+    BeforeValidator(parse_duration),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 1},
+                {"type": "string", "pattern": r"^\s*\d+\s*[smhd]?\s*$"},
+            ],
+            "description": "seconds, or a number with unit s, m, h or d",
+        }
+    ),
+]
+
+
+@dataclass(frozen=True)
+class AtMost:
+    """A duration's ceiling, as `Annotated[Duration, AtMost(MAX_WAIT)]`: a new spec (or policy) over it is refused
+    naming the field; a spec read back from a record (context STORED) is read as it was accepted, so a job recorded
+    before a ceiling stays readable, and the decisions bound what they take from it."""
+
+    seconds: int
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.with_info_after_validator_function(self._check, handler(source))
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        out = dict(handler(schema))
+        seconds, text = out["anyOf"]
+        out["anyOf"] = [{**seconds, "maximum": self.seconds}, text]
+        out["description"] = f"{out['description']}; at most {format_duration(self.seconds)}"
+        return out
+
+    def _check(self, value: int, info: ValidationInfo) -> int:
+        if value > self.seconds and not _stored(info):
+            raise ValueError(f"{format_duration(value)} is more than the ceiling of {format_duration(self.seconds)}")
+        return value
+
+
+def job_id_problem(job_id: str) -> str | None:
+    """Why job_id is not a valid id, or None. Ids must be valid GCE names and labels and S3 key parts."""
+    if re.match(JOB_ID_PATTERN, job_id):
+        return None
+    return (
+        f"{job_id!r} is not a valid job id: 1-63 lowercase letters, digits or hyphens, "
+        "starting with a letter and not ending with a hyphen"
+    )
+
+
+JobId = Annotated[
+    str,
+    _pattern_str(JOB_ID_PATTERN, "job id (1-63 lowercase letters, digits, hyphens; starts with a letter)"),
+    Field(json_schema_extra={"pattern": JOB_ID_PATTERN}),
+]
+LABEL_KEY = r"^[a-z][a-z0-9_-]{0,62}$"
+LABEL_VALUE = r"^[a-z0-9_-]{0,63}$"
+LabelKey = Annotated[
+    str, _pattern_str(LABEL_KEY, "label key (lowercase letter, then up to 62 of a-z 0-9 _ -)"),
+    Field(json_schema_extra={"pattern": LABEL_KEY}),
+]
+LabelValue = Annotated[
+    str, _pattern_str(LABEL_VALUE, "label value (up to 63 of a-z 0-9 _ -)"),
+    Field(json_schema_extra={"pattern": LABEL_VALUE}),
+]
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+EnvName = Annotated[
+    str, _pattern_str(ENV_NAME, "environment variable name (letters, digits, _; not starting with a digit)"),
+    Field(json_schema_extra={"pattern": ENV_NAME}),
+]
+INSTANCE_TYPE = r"^[a-z0-9][a-z0-9.-]{0,63}$"
+InstanceType = Annotated[
+    str, _pattern_str(INSTANCE_TYPE, "instance type (e.g. g5.xlarge, a2-highgpu-1g)"),
+    Field(json_schema_extra={"pattern": INSTANCE_TYPE}),
+]
+ZONE = r"^[a-z0-9-]{2,63}$"
+Zone = Annotated[str, _pattern_str(ZONE, "zone (e.g. us-east-1a, us-central1-a)")]
+CHANNEL = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+Channel = Annotated[
+    str, _pattern_str(CHANNEL, "input name (lowercase letters, digits, _ or -; becomes SM_CHANNEL_<NAME>)"),
+    Field(json_schema_extra={"pattern": CHANNEL}),
+]
+
+
+def _env_value(value: object) -> object:
+    # YAML turns `LR: 0.1` into a float; users mean the string
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return value
+
+
+EnvValue = Annotated[str, BeforeValidator(_env_value)]
+
+
+def _abs_path(value: object) -> object:
+    if isinstance(value, str) and (not value.startswith("/") or ".." in value.split("/")):
+        raise ValueError(f"{value!r} must be an absolute path without '..'")
+    return value
+
+
+AbsPath = Annotated[str, BeforeValidator(_abs_path)]
+
+def _regex(groups: int | None) -> AfterValidator:
+    """A regular expression that compiles (Python's re, as the agent uses it); with groups, it must have exactly
+    that many capture groups."""
+    def check(value: str) -> str:
+        try:
+            compiled = re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"'{value}' is not a valid regular expression: {exc}") from None
+        if groups is not None and compiled.groups != groups:  # quoted as written: repr would double each backslash
+            raise ValueError(f"'{value}' has {compiled.groups} capture groups; it needs exactly {groups}, around the "
+                             "value (write other groups as (?:...))")
+        return value
+
+    return AfterValidator(check)
+
+
+MetricRegex = Annotated[str, Field(min_length=1, max_length=500), _regex(1)]
+StopPattern = Annotated[str, Field(min_length=1, max_length=500), _regex(None)]
+Cloud = Literal["aws", "gcp"]
+URI_SCHEMES: dict[str, str] = {"aws": "s3://", "gcp": "gs://"}
+
+
+class InputChannel(_Model):
+    """A data channel, mounted at <input root>/data/<name> like SageMaker's channels."""
+
+    uri: str = Field(description="s3:// (aws) or gs:// (gcp) prefix or object")
+    distribution: Literal["replicated", "sharded"] = Field(
+        "replicated", description="replicated: every node gets all of it; sharded: keys split across nodes"
+    )
+
+
+class MetricDefinition(_Model):
+    """One metric read from the job's output, in SageMaker's MetricDefinitions shape."""
+
+    name: MetricName = Field(description="e.g. train:loss")
+    regex: MetricRegex = Field(description="searched in every output line; its one capture group is the value, "
+                                           "e.g. 'loss ([0-9.eE+-]+|nan|inf)'")
+
+
+class StopOn(_Model):
+    """Rules that end a diverging job early: FAILED, with the line that matched, and no rerun."""
+
+    patterns: list[StopPattern] = Field(default_factory=list, max_length=20,
+                                        description="stop when an output line matches one of these")
+    nan: bool = Field(False, description="stop when any metric's value becomes NaN or Inf")
+
+
+MAX_EXIT_CODES = 32
+MAX_RESTARTS = 100
+MAX_RETRIES = 100
+MAX_ATTEMPTS = 1 + MAX_RESTARTS + MAX_RETRIES  # what a spec may ask for; the policy's max_attempts_per_job is lower
+ExitCode = Annotated[int, Field(ge=1, le=255)]
+
+
+class Retry(_Model):
+    """Reruns of attempts that end in an error, counted apart from max_restarts (preemptions, failed boots).
+    Never on a stop_on match, a cancel, the uptime cap or a stop request."""
+
+    max: int = Field(0, ge=0, le=MAX_RETRIES, description="retries of the job at most; 0: off")
+    on_exit_codes: list[ExitCode] = Field(
+        default_factory=list, max_length=MAX_EXIT_CODES,
+        description="retry when a rank exits with one of these codes (1 to 255)")
+    on_lost: bool = Field(False, description="retry when a VM of a job without `spot` vanishes without an exit "
+                                             "report (a Spot job's is a preemption)")
+    on_stalled: bool = Field(False, description="retry when the attempt stalls (stall_timeout)")
+
+
+def _gpu_name(value: str) -> str:
+    if accelerators.model_of(value) is None:
+        raise ValueError(f"unknown GPU {value!r}: use one of {accelerators.known()} (any case), or a Compute Engine "
+                         "accelerator type (e.g. nvidia-tesla-t4)")
+    return value
+
+
+class Accelerators(_Model):
+    """GPUs per node. GCE: attached to an N1 type (T4, V100, P100, P4), or the GPUs an a2/a3/g2 type comes with;
+    EC2: the GPUs the instance type comes with (checked, never added)."""
+
+    type: Annotated[str, AfterValidator(_gpu_name)] = Field(
+        description=f"GPU: {', '.join(accelerators.GPUS)} (any case) or a GCE accelerator type (nvidia-tesla-t4)")
+    count: int = Field(1, ge=1, le=16, description="GPUs per node")
+
+    @property
+    def model(self) -> str | None:
+        return accelerators.model_of(self.type)
+
+
+AcceleratorsField = Annotated[
+    Accelerators,
+    BeforeValidator(accelerators.parse_short),
+    WithJsonSchema({"anyOf": [
+        {"type": "string", "pattern": accelerators.SHORT_FORM.pattern, "description": "TYPE or TYPE:COUNT, e.g. T4:1"},
+        Accelerators.model_json_schema(),
+    ]}),
+]
+
+
+class SpotOptions(_Model):
+    """Spot with a way out: after `after` of Spot refused in every zone and type, the attempt runs on-demand."""
+
+    fallback: Literal["on_demand"] = Field(description="on_demand (the one choice): launch the attempt on-demand "
+                                                       "once Spot has been refused for `after`")
+    after: Annotated[Duration, AtMost(MAX_SPOT_WAIT)] = Field(
+        30 * 60, description="how long an attempt waits for Spot, counted from its first refusal (every zone and type "
+                             "refused)")
+
+
+def _spot_form(value: object) -> str:
+    # one member per form, so a bad mapping reports only its own fields (not "should be a valid boolean" too)
+    return "dict" if isinstance(value, dict | SpotOptions) else "bool"
+
+
+def _image_reference(value: str) -> str:
+    if problem := containers.reference_problem(value):
+        raise ValueError(problem)
+    return value
+
+
+def _run_option(value: str) -> str:
+    if problem := containers.option_problem(value):
+        raise ValueError(problem)
+    return value
+
+
+class Container(_Model):
+    """The image setup and run execute in, on the VM: its network and GPUs, the job's directories mounted at
+    their own paths, the job's variables passed. Pulled with the VM's identity (ECR, Artifact Registry) or
+    anonymously; never a secret in the spec."""
+
+    image: Annotated[str, AfterValidator(_image_reference)] = Field(
+        min_length=1, description="[REGISTRY/]NAME[:TAG][@sha256:DIGEST], e.g. pytorch/pytorch:2.4.0-cuda12.4-"
+                                  "cudnn9-runtime or ACCOUNT.dkr.ecr.REGION.amazonaws.com/train:v3")
+    args: list[Annotated[str, AfterValidator(_run_option)]] = Field(
+        default_factory=list, max_length=containers.MAX_OPTIONS,
+        description="extra options for the runtime's run (e.g. --shm-size=16g, --ipc=host); not those jobplane "
+                    "sets (--name, --network, --rm, --entrypoint, --workdir...)")
+
+
+def _container_form(value: object) -> object:
+    return {"image": value} if isinstance(value, str) else value
+
+
+ContainerField = Annotated[
+    Container,
+    BeforeValidator(_container_form),
+    WithJsonSchema({"anyOf": [
+        {"type": "string", "description": "the image alone: container: pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime"},
+        Container.model_json_schema(),
+    ]}),
+]
+
+
+class JobSpec(_Model):
+    """One training job. Unknown fields are errors."""
+
+    id: JobId | None = Field(None, description="job id; defaults to the queue file's name")
+    name: str | None = Field(None, min_length=1, max_length=128, description="human-readable name")
+    cloud: Cloud = "aws"
+    region: Annotated[str, _pattern_str(r"^[a-z0-9-]{2,32}$", "region (e.g. us-east-1)")] | None = None
+    zones: list[Zone] = Field(default_factory=list, description="zones to try, in order")
+    instance_type: InstanceType | list[InstanceType] = Field(
+        ..., description="instance type, or a list tried in order when capacity runs out"
+    )
+    image: str | None = Field(
+        None, min_length=1, max_length=512,
+        description=f"image alias ({', '.join(images.ALIASES)}), AMI id or resolve:ssm:<parameter> (aws), GCE image "
+                    "path (gcp); default: the policy's CPU or GPU image for the instance type (GPU with "
+                    "`accelerators`)")
+    container: ContainerField | None = Field(
+        None, description="run setup and run in this container image (podman or docker on the VM image); "
+                          "{image, args} or the image alone")
+    num_nodes: int = Field(1, ge=1, le=1024, description="nodes launched together, all or nothing")
+    accelerators: AcceleratorsField | None = Field(
+        None, description="GPUs per node: {type, count} or TYPE:COUNT (T4:1); picks the policy's GPU image")
+    spot: Annotated[Annotated[bool, Tag("bool")] | Annotated[SpotOptions, Tag("dict")],
+                    Discriminator(_spot_form),
+                    WithJsonSchema({"anyOf": [{"type": "boolean"}, SpotOptions.model_json_schema()]})] = Field(
+        False, description="Spot VMs: a preempted attempt reruns from the newest checkpoint, up to `max_restarts` "
+                           "times; {fallback: on_demand, after: 20m} launches on-demand once Spot is refused that long")
+    max_restarts: int = Field(3, ge=0, le=MAX_RESTARTS, description="reruns after preemption or a failed boot")
+    retry: Retry | None = Field(None, description="retry attempts that end in these errors, from the newest "
+                                                  "checkpoint")
+    max_runtime: Annotated[Duration, AtMost(MAX_RUNTIME)] | None = Field(
+        None, description="uptime cap per attempt; policy default if unset, never over its max_runtime_ceiling")
+    max_wait: Annotated[Duration, AtMost(MAX_WAIT)] | None = Field(
+        None, description="total time to finish, counted from submission, including capacity waits and reruns: no "
+                          "attempt starts after it; policy default if unset, never over its max_wait_ceiling")
+    stall_timeout: Annotated[Duration, AtMost(MAX_STALL_TIMEOUT)] | None = Field(
+        None, description="no heartbeat or no new output for this long")
+    boot_timeout: Annotated[Duration, AtMost(MAX_BOOT_TIMEOUT)] | None = Field(
+        None, description="first heartbeat must arrive within this")
+    stop_grace: Annotated[Duration, AtMost(MAX_STOP_GRACE)] = Field(
+        60, description="SIGTERM to SIGKILL grace on stop or preemption")
+    debug_hold: Annotated[Duration, AtMost(MAX_DEBUG_HOLD)] | None = Field(
+        None, description="keep a FAILED attempt's VMs this long for `jobplane ssh`; the sweeper terminates them at "
+                          "the end, and the held time is costed; not in a sweep")
+    code: str | None = Field(None, description="s3:// or gs:// URI of a code tarball or prefix")
+    setup: str | None = Field(None, max_length=MAX_SCRIPT, description="shell run once before `run` (at most 64 KiB)")
+    run: str = Field(..., min_length=1, max_length=MAX_SCRIPT,
+                     description="shell command that trains (at most 64 KiB: put longer code in --code)")
+    env: dict[EnvName, EnvValue] = Field(default_factory=dict)
+    hyperparameters: dict[HpName, HpValue] = Field(
+        default_factory=dict, max_length=100,
+        description="written to /opt/ml/input/config/hyperparameters.json and set as SM_HPS and SM_HP_<NAME>, as "
+                    "SageMaker does; `jobplane submit --hp name=value` overrides one")
+    metrics: list[MetricDefinition] | None = Field(
+        None, max_length=40,
+        description="metrics read from the output (SageMaker's MetricDefinitions); unset: loss, accuracy, "
+                    "learning_rate and step")
+    stop_on: StopOn | None = Field(None, description="stop the job early (FAILED, no rerun) on these")
+    inputs: dict[Channel, InputChannel] = Field(default_factory=dict)
+    checkpoint_dir: AbsPath = "/opt/ml/checkpoints"
+    artifacts_dir: AbsPath = "/opt/ml/model"
+    disk_gb: int = Field(100, ge=8, le=16384)
+    master_port: int = Field(29500, ge=1024, le=65535)
+    owner: Annotated[str, _pattern_str(LABEL_KEY, "owner (lowercase letter, then a-z 0-9 _ -, at most 63)")] = (
+        "default"
+    )
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=32)
+    sweep: sweepspec.SweepSpec | None = Field(
+        None, description="a hyperparameter search: the rest of the spec is every trial's template")
+
+    @property
+    def instance_types(self) -> list[str]:
+        return [self.instance_type] if isinstance(self.instance_type, str) else list(self.instance_type)
+
+    @property
+    def attempts(self) -> int:
+        """The attempts this spec allows at most: the first, max_restarts reruns and retry.max retries (the
+        policy's max_attempts_per_job may allow fewer)."""
+        return 1 + self.max_restarts + (self.retry.max if self.retry is not None else 0)
+
+    @property
+    def uses_spot(self) -> bool:
+        """Attempts ask for Spot first (`spot: true` or the mapping)."""
+        return self.spot is not False
+
+    @property
+    def spot_fallback_after(self) -> int | None:
+        """Seconds of Spot refusals after which an attempt launches on-demand; None: it waits for Spot."""
+        return self.spot.after if isinstance(self.spot, SpotOptions) else None
+
+
+_ALLOWED = {
+    "": list(JobSpec.model_fields),
+    "inputs.*": list(InputChannel.model_fields),
+    "metrics[*]": list(MetricDefinition.model_fields),
+    "stop_on": list(StopOn.model_fields),
+    "retry": list(Retry.model_fields),
+    "accelerators": list(Accelerators.model_fields),
+    "spot": list(SpotOptions.model_fields),
+    "container": list(Container.model_fields),
+    **sweepspec.ALLOWED,
+}
+
+
+def known_fields(raw: dict[str, Any]) -> dict[str, Any]:
+    """A stored spec (in job.json) without the fields this version does not know, at every level: a record
+    written by a newer version during a rolling deploy stays readable. New specs stay strict (parse_spec)."""
+    out = {k: v for k, v in raw.items() if k in _ALLOWED[""]}
+    if isinstance(out.get("inputs"), dict):
+        out["inputs"] = {name: {k: v for k, v in ch.items() if k in _ALLOWED["inputs.*"]} if isinstance(ch, dict)
+                         else ch for name, ch in out["inputs"].items()}
+    if isinstance(out.get("metrics"), list):
+        out["metrics"] = [{k: v for k, v in m.items() if k in _ALLOWED["metrics[*]"]} if isinstance(m, dict) else m
+                          for m in out["metrics"]]
+    if isinstance(out.get("stop_on"), dict):
+        out["stop_on"] = {k: v for k, v in out["stop_on"].items() if k in _ALLOWED["stop_on"]}
+    for name in ("accelerators", "spot", "container"):
+        if isinstance(out.get(name), dict):
+            out[name] = {k: v for k, v in out[name].items() if k in _ALLOWED[name]}
+    if isinstance(out.get("retry"), dict):
+        out["retry"] = {k: v for k, v in out["retry"].items() if k in _ALLOWED["retry"]}
+    if "sweep" in out:
+        out["sweep"] = sweepspec.known_fields(out["sweep"])
+    return out
+
+
+def _retry_checks(raw: dict[str, Any]) -> list[FieldError]:
+    """A code listed twice; retries asked for on nothing (a max with no trigger is surely a mistake)."""
+    retry = raw.get("retry")
+    if not isinstance(retry, dict):
+        return []
+    errors: list[FieldError] = []
+    codes = retry.get("on_exit_codes")
+    seen: dict[object, int] = {}
+    for i, code in enumerate(codes if isinstance(codes, list) else []):
+        if isinstance(code, int) and not isinstance(code, bool) and (first := seen.setdefault(code, i)) != i:
+            errors.append(FieldError(f"retry.on_exit_codes[{i}]", f"{code} is listed twice (also [{first}])"))
+    top = retry.get("max")
+    if isinstance(top, int) and not isinstance(top, bool) and top > 0 and not codes \
+            and retry.get("on_lost") is not True and retry.get("on_stalled") is not True:
+        errors.append(FieldError("retry.max", "retries on nothing: give on_exit_codes, on_lost: true or "
+                                              "on_stalled: true"))
+    return errors
+
+
+def _cross_checks(raw: dict[str, Any]) -> list[FieldError]:
+    """Rules spanning fields, run on the raw document so they report even when other fields fail."""
+    errors: list[FieldError] = []
+    cloud = raw.get("cloud", "aws")
+    scheme = URI_SCHEMES.get(cloud) if isinstance(cloud, str) else None
+    if scheme is None:
+        return errors  # the cloud field itself reports
+    uris: list[tuple[str, object]] = [("code", raw.get("code"))]
+    inputs = raw.get("inputs")
+    if isinstance(inputs, dict):
+        uris += [(f"inputs.{name}.uri", ch.get("uri")) for name, ch in inputs.items() if isinstance(ch, dict)]
+    for path, uri in uris:
+        if not isinstance(uri, str) or not uri:
+            continue
+        if "://" not in uri and path == "code":
+            errors.append(FieldError(path, f"{uri!r} is a local path: submit it with `jobplane submit --code DIR`, "
+                                           f"or give a {scheme} URI"))
+        elif not uri.startswith(scheme) or len(uri) <= len(scheme):
+            errors.append(FieldError(path, f"{uri!r} must be a {scheme} URI for cloud {cloud!r}"))
+    image = raw.get("image")
+    if isinstance(image, str) and image.strip().startswith(containers.DOCKER_SCHEME):
+        errors.append(FieldError("image", f"{image.strip()!r} is a container image: give it as `container: "
+                                          f"{{image: {containers.normalize(image.strip())}}}` (`image:` is the VM's)"))
+    elif isinstance(image, str) and image.strip() and (problem := images.image_problem(cloud, image.strip())):
+        errors.append(FieldError("image", problem))
+    instance_type = raw.get("instance_type")
+    if isinstance(instance_type, list) and not instance_type:
+        errors.append(FieldError("instance_type", "the list is empty: give at least one instance type"))
+    if raw.get("accelerators") is not None and isinstance(instance_type, str | list):
+        types = [instance_type] if isinstance(instance_type, str) else [t for t in instance_type if isinstance(t, str)]
+        errors += [FieldError(path, message) for path, message in accelerators.check(cloud, raw["accelerators"], types)]
+    if isinstance(raw.get("labels"), dict):  # ownership is ours: a label must not pose as it (quotas count it)
+        errors += [FieldError(f"labels.{k}", "the jobplane- prefix is reserved for the labels jobplane sets")
+                   for k in raw["labels"] if isinstance(k, str) and k.lower().startswith("jobplane")]
+    if isinstance(raw.get("env"), dict):
+        errors += [
+            FieldError(f"env.{k}", "names starting with JOBPLANE_ are reserved")
+            for k in raw["env"]
+            if isinstance(k, str) and k.upper().startswith("JOBPLANE_")
+        ]
+    return errors
+
+
+def _clashes(raw: dict[str, Any]) -> list[FieldError]:
+    """Two metrics with one name; two hyperparameters with one SM_HP_ variable ("lr" and "LR")."""
+    errors: list[FieldError] = []
+    metrics, hps = raw.get("metrics"), raw.get("hyperparameters")
+    names: dict[str, int] = {}
+    for i, metric in enumerate(metrics if isinstance(metrics, list) else []):
+        name = metric.get("name") if isinstance(metric, dict) else None
+        if isinstance(name, str) and (first := names.setdefault(name.strip(), i)) != i:
+            errors.append(FieldError(f"metrics[{i}].name", f"{name!r} is defined twice (also metrics[{first}])"))
+    variables: dict[str, str] = {}
+    for key in hps if isinstance(hps, dict) else {}:
+        if isinstance(key, str) and (first_key := variables.setdefault(hp_variable(key), key)) != key:
+            errors.append(FieldError(f"hyperparameters.{key}", f"becomes SM_HP_{key.upper()}, as {first_key!r} does"))
+    return errors
+
+
+def load_document(text: str | bytes, source: str = "spec") -> dict[str, Any]:
+    """Parse YAML or JSON (JSON is YAML) into a mapping, or raise SpecError."""
+    try:
+        data = yaml_input.load(text)
+    except yaml_input.YamlRefused as exc:
+        raise SpecError([FieldError(exc.field, str(exc))]) from None
+    except yaml.YAMLError as exc:
+        raise SpecError([FieldError("(spec)", f"not valid YAML or JSON: {exc}".replace("\n", " "))]) from None
+    if not isinstance(data, dict):
+        raise SpecError([FieldError("(spec)", f"{source} must be a mapping of fields, got {type(data).__name__}")])
+    return data
+
+
+def parse_spec(text: str | bytes, job_id: str | None = None, source: str = "spec") -> JobSpec:
+    """Validate a spec document. job_id is the queue file's stem, when there is one."""
+    raw = load_document(text, source)
+    errors = _cross_checks(raw) + _clashes(raw) + _retry_checks(raw)
+    if job_id is not None:
+        problem = job_id_problem(job_id)
+        if problem:
+            errors.append(FieldError("id", f"{problem} (from the file name)"))
+        elif raw.get("id") not in (None, job_id):
+            errors.append(FieldError("id", f"{raw['id']!r} differs from the file name's id {job_id!r}"))
+    try:
+        spec = JobSpec.model_validate(raw)
+    except ValidationError as exc:
+        errors = from_validation_error(exc, _ALLOWED) + errors
+        raise SpecError(errors) from None
+    errors += sweepspec.problems(spec, job_id)
+    if errors:
+        raise SpecError(errors)
+    if job_id is not None and spec.id is None:
+        spec = spec.model_copy(update={"id": job_id})
+    return spec
+
+
+def spec_to_json(spec: JobSpec) -> dict[str, Any]:
+    return spec.model_dump(mode="json", exclude_none=True)
+
+
+def json_schema() -> dict[str, Any]:
+    schema = JobSpec.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://jobplane.dev/schema/jobspec.schema.json"
+    return schema
+
+
+def json_schema_text() -> str:
+    return json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"

@@ -1,0 +1,251 @@
+"""A job spec's `sweep:` section: a hyperparameter search whose trials are jobs (docs/sweeps.md). The rest of the
+spec is every trial's template; decide/trials.py proposes the trials and stops the losing ones early."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, WithJsonSchema, model_validator
+
+from jobplane.model.errors import FieldError
+from jobplane.model.specfields import HpName, HpValue, MetricName, SpecModel, hp_variable
+
+if TYPE_CHECKING:
+    from jobplane.model.spec import JobSpec
+
+KINDS = ("uniform", "loguniform", "int", "choice")
+MAX_TRIALS = 1000
+MAX_PARALLEL = 100
+MAX_STEPS = 1000
+MAX_PARAMETERS = 100  # a trial's hyperparameters (the spec's and the sweep's) stay within the spec's own limit
+TRIAL_LABELS = ("sweep", "trial")  # the labels every trial gets: its sweep's id and its number
+MAX_JOB_ID = 63
+MAX_LABELS = 32
+DISTRIBUTION_HELP = ("{uniform: [lo, hi]}, {loguniform: [lo, hi]} (lo > 0), {int: [lo, hi]} or {choice: [a, b, ...]}; "
+                     "uniform and loguniform also take steps: N")
+
+
+
+def _pair(kind: str) -> WithJsonSchema:
+    return WithJsonSchema({"type": "array", "items": {"type": kind}, "minItems": 2, "maxItems": 2})
+
+
+FloatRange = Annotated[tuple[float, float], _pair("number")]
+IntRange = Annotated[tuple[int, int], _pair("integer")]
+
+
+class Distribution(SpecModel):
+    """Where one hyperparameter's values come from: exactly one of uniform, loguniform, int and choice. `steps`
+    makes uniform or loguniform finite: N values evenly spaced from lo to hi (log-spaced for loguniform)."""
+
+    model_config = ConfigDict(serialize_by_alias=True)
+
+    uniform: FloatRange | None = Field(None, description="[lo, hi]: any float in between")
+    loguniform: FloatRange | None = Field(None, description="[lo, hi], lo > 0: uniform in log space")
+    integer: IntRange | None = Field(None, alias="int", description="[lo, hi]: any integer, both included")
+    choice: list[HpValue] | None = Field(None, min_length=1, max_length=MAX_TRIALS,
+                                         description="one of these values (numbers, strings, lists...)")
+    steps: int | None = Field(None, ge=2, le=MAX_STEPS,
+                              description="uniform or loguniform only: N values from lo to hi (what a grid needs)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_kind(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise ValueError(f"give a distribution: {DISTRIBUTION_HELP} (a fixed value goes in hyperparameters:)")
+        unknown = [k for k in value if k not in (*KINDS, "steps")]
+        if unknown:
+            raise ValueError(f"unknown distribution {unknown[0]!r}: use {DISTRIBUTION_HELP}")
+        kinds = [k for k in value if k in KINDS]
+        if len(kinds) != 1:
+            raise ValueError(f"give exactly one of {', '.join(KINDS)}" + (f", not {' and '.join(kinds)}" if kinds
+                                                                          else ""))
+        return value
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Distribution:
+        for kind, pair in (("uniform", self.uniform), ("loguniform", self.loguniform)):
+            if pair is not None and not (math.isfinite(pair[0]) and math.isfinite(pair[1]) and pair[0] < pair[1]):
+                raise ValueError(f"{kind}: [lo, hi] needs finite numbers with lo < hi, got {list(pair)}")
+        if self.loguniform is not None and self.loguniform[0] <= 0:
+            raise ValueError(f"loguniform: lo must be above 0, got {self.loguniform[0]}")
+        if self.integer is not None and self.integer[0] > self.integer[1]:
+            raise ValueError(f"int: [lo, hi] needs lo <= hi, got {list(self.integer)}")
+        if self.steps is not None and self.uniform is None and self.loguniform is None:
+            raise ValueError("steps: only for uniform and loguniform (int and choice are finite already)")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(k for k, v in (("uniform", self.uniform), ("loguniform", self.loguniform),
+                                   ("int", self.integer), ("choice", self.choice)) if v is not None)
+
+    @property
+    def size(self) -> int | None:
+        """How many values it has; None: a continuous range."""
+        if self.choice is not None:
+            return len(self.choice)
+        if self.integer is not None:
+            return self.integer[1] - self.integer[0] + 1
+        return self.steps
+
+    def point(self, index: int) -> HpValue:
+        """The index-th of its values (0 <= index < size), in order."""
+        if self.choice is not None:
+            return self.choice[index]
+        if self.integer is not None:
+            return self.integer[0] + index
+        assert self.steps is not None, "a continuous range has no n-th value"
+        if self.uniform is not None:
+            lo, hi = self.uniform
+            return _tidy(lo + (hi - lo) * index / (self.steps - 1))
+        assert self.loguniform is not None
+        lo, hi = math.log(self.loguniform[0]), math.log(self.loguniform[1])
+        return _tidy(math.exp(lo + (hi - lo) * index / (self.steps - 1)))
+
+    def sample(self, rng: random.Random) -> HpValue:
+        """A value drawn with rng: each of a finite set equally likely, or uniform (in log space for loguniform)."""
+        if (size := self.size) is not None:
+            return self.point(rng.randrange(size))
+        if self.uniform is not None:
+            return rng.uniform(*self.uniform)
+        assert self.loguniform is not None
+        return math.exp(rng.uniform(math.log(self.loguniform[0]), math.log(self.loguniform[1])))
+
+
+def _tidy(value: float) -> float:
+    # 0.1 + 0.2 * 1 prints 0.30000000000000004: a grid's values are shown and compared, so 12 digits it is
+    return float(f"{value:.12g}")
+
+
+class Objective(SpecModel):
+    """What the search optimizes: a metric the spec reads from the trials' output (rank 0)."""
+
+    metric: MetricName = Field(description="a name in the spec's metrics (or the defaults' when it has none)")
+    goal: Literal["minimize", "maximize"] = Field(description="minimize (a loss) or maximize (an accuracy)")
+
+
+class EarlyStopRule(SpecModel):
+    """Stop a losing live trial once it has reported the objective at after_step or later."""
+
+    rule: Literal["median", "asha"] = Field(
+        description="median: best so far worse than the median of the other trials' running averages at its step; "
+                    "asha: successive halving, rungs at after_step * 3^k, keep the top third at each")
+    after_step: int = Field(0, ge=0, description="no trial is judged before this step (asha: its first rung)")
+
+
+class SweepSpec(SpecModel):
+    """A hyperparameter search: trials of the rest of the spec, each with its parameters from these."""
+
+    parameters: dict[HpName, Distribution] = Field(
+        min_length=1, max_length=MAX_PARAMETERS,
+        description=f"the hyperparameters searched, each from one distribution: {DISTRIBUTION_HELP}")
+    strategy: Literal["grid", "random", "bayesian"] = Field(
+        "random", description="grid: every combination, in order; random: independent draws; bayesian: optuna's "
+                              "TPE over the finished trials")
+    max_trials: int | None = Field(None, ge=1, le=MAX_TRIALS,
+                                   description="trials in all; grid: at most (and by default) the grid's size")
+    max_parallel: int = Field(1, ge=1, le=MAX_PARALLEL, description="trials live at once, at most")
+    objective: Objective = Field(description="the metric the search optimizes and which way")
+    early_stop: EarlyStopRule | None = Field(None, description="stop losing trials early; none by default")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="the same seed proposes the same trials")
+
+    @property
+    def grid_size(self) -> int | None:
+        """The number of combinations of the parameters' values; None when one of them is continuous."""
+        sizes = [d.size for d in self.parameters.values()]
+        return None if None in sizes else math.prod(s for s in sizes if s is not None)
+
+    @property
+    def trial_count(self) -> int:
+        """Trials in all: max_trials, or a grid's size."""
+        if self.max_trials is not None:
+            return self.max_trials
+        return min(self.grid_size or 0, MAX_TRIALS) if self.strategy == "grid" else 0
+
+
+ALLOWED = {
+    "sweep": list(SweepSpec.model_fields),
+    "sweep.objective": list(Objective.model_fields),
+    "sweep.early_stop": list(EarlyStopRule.model_fields),
+}
+
+
+def known_fields(raw: object) -> object:
+    """A stored sweep section without the fields this version does not know (spec.known_fields)."""
+    if not isinstance(raw, dict):
+        return raw
+    out = {k: v for k, v in raw.items() if k in ALLOWED["sweep"]}
+    for name in ("objective", "early_stop"):
+        if isinstance(out.get(name), dict):
+            out[name] = {k: v for k, v in out[name].items() if k in ALLOWED[f"sweep.{name}"]}
+    return out
+
+
+def trial_suffix(number: int) -> str:
+    """What trial `number`'s job id adds to its sweep's id (decide.trials.trial_id)."""
+    return f"-t{number:03d}"
+
+
+def problems(spec: JobSpec, job_id: str | None) -> list[FieldError]:
+    """What a valid spec's sweep section gets wrong with itself and with the rest of the spec (the template of every
+    trial): each names the field."""
+    from jobplane.model.metrics import DEFAULT_METRICS, STEP  # metrics imports spec, which imports this module
+
+    sweep = spec.sweep
+    if sweep is None:
+        return []
+    errors: list[FieldError] = []
+    grid_size = sweep.grid_size
+    if sweep.strategy == "grid":
+        errors += [FieldError(f"sweep.parameters.{name}", f"a grid needs a finite set: give {d.kind} steps: N (N "
+                                                          "values from lo to hi), or use int or choice")
+                   for name, d in sweep.parameters.items() if d.size is None]
+        if grid_size is not None and sweep.max_trials is not None and sweep.max_trials > grid_size:
+            errors.append(FieldError("sweep.max_trials", f"{sweep.max_trials} exceeds the grid's {grid_size} "
+                                                         "combinations"))
+        elif grid_size is not None and sweep.max_trials is None and grid_size > MAX_TRIALS:
+            errors.append(FieldError("sweep.max_trials", f"the grid has {grid_size} combinations, more than "
+                                                         f"{MAX_TRIALS} trials: set max_trials to run its first ones"))
+    elif sweep.max_trials is None:
+        errors.append(FieldError("sweep.max_trials", f"required with strategy {sweep.strategy} (only a grid's "
+                                                     "default is its size)"))
+    if sweep.trial_count and sweep.max_parallel > sweep.trial_count:
+        errors.append(FieldError("sweep.max_parallel", f"{sweep.max_parallel} exceeds the {sweep.trial_count} "
+                                                       "trials of the sweep"))
+    metric_names = [m.name for m in (DEFAULT_METRICS if spec.metrics is None else spec.metrics) if m.name != STEP]
+    if sweep.objective.metric not in metric_names:
+        errors.append(FieldError("sweep.objective.metric", f"{sweep.objective.metric!r} is not a metric the spec "
+                                                           f"reads (it reads: {', '.join(metric_names) or 'none'}); "
+                                                           "define it in metrics:"))
+    if sweep.early_stop is not None and sweep.early_stop.rule == "asha" and sweep.early_stop.after_step < 1:
+        errors.append(FieldError("sweep.early_stop.after_step", "asha's first rung: at least 1"))
+    fixed = {hp_variable(name): name for name in spec.hyperparameters}
+    swept: dict[str, str] = {}
+    for name in sweep.parameters:
+        variable = hp_variable(name)
+        if name in spec.hyperparameters:
+            errors.append(FieldError(f"sweep.parameters.{name}", "also set in hyperparameters: a swept parameter "
+                                                                 "takes its value from the sweep"))
+        elif (other := fixed.get(variable) or swept.setdefault(variable, name)) != name:
+            where = "hyperparameters" if variable in fixed else "sweep.parameters"
+            errors.append(FieldError(f"sweep.parameters.{name}", f"becomes {variable}, as {other!r} in {where} does"))
+    if spec.debug_hold is not None:  # a held FAILED trial has ended for the sweep, but its VMs run on for up to a day
+        errors.append(FieldError("debug_hold", "not in a sweep: a failed trial's held VMs would run beside the next "
+                                               "trials, past sweep.max_parallel; submit the failed trial's parameters "
+                                               "as a job with debug_hold to look at it"))
+    if len(spec.hyperparameters) + len(sweep.parameters) > MAX_PARAMETERS:
+        errors.append(FieldError("sweep.parameters", f"{len(sweep.parameters)} swept and {len(spec.hyperparameters)} "
+                                                     f"fixed hyperparameters: a trial takes at most {MAX_PARAMETERS}"))
+    errors += [FieldError(f"labels.{k}", "set on every trial by the sweep") for k in TRIAL_LABELS if k in spec.labels]
+    if len(spec.labels) + len(TRIAL_LABELS) > MAX_LABELS:
+        errors.append(FieldError("labels", f"a trial adds {len(TRIAL_LABELS)} labels ({', '.join(TRIAL_LABELS)}): "
+                                           f"at most {MAX_LABELS - len(TRIAL_LABELS)} here"))
+    sweep_id = spec.id or job_id
+    longest = trial_suffix(max(sweep.trial_count, 1))
+    if sweep_id is not None and len(sweep_id) + len(longest) > MAX_JOB_ID:
+        errors.append(FieldError("id", f"{sweep_id!r} is too long for a sweep: its trials are {sweep_id}{longest}..., "
+                                       f"at most {MAX_JOB_ID} characters; use at most {MAX_JOB_ID - len(longest)}"))
+    return errors

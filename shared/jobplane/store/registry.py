@@ -1,0 +1,485 @@
+"""The job registry over any ObjectStore: records, CAS transitions, events and markers (docs/architecture.md).
+
+Only control functions write job.json, always by compare-and-swap; a lost race re-reads and re-checks
+the transition, so two overlapping functions can never both act on one state.
+
+No event is lost to a crash: the record carries the event of the write that made it (`last_event`, with the
+stamp of its key chosen before the CAS), so a function that dies between the CAS and the event object leaves
+the event in job.json. The next transition, a marker repair and a reconciler that reads the record anyway
+write it (create-only, to the same key): the history ends up complete, each event once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import random
+import time
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Unpack
+
+from pydantic import BaseModel
+
+from jobplane.clouds.base import Blob, NotFound, ObjectStore, PreconditionFailed, VmUrls
+from jobplane.model import history, keys
+from jobplane.model.history import LastEvent
+from jobplane.model.jobrecord import JobRecord as JobRecord  # job.json and what a write may set: named from here too
+from jobplane.model.jobrecord import Updates as Updates
+from jobplane.model.policy import DEFAULT_POLICY, Policy, parse_policy
+from jobplane.model.spec import STORED, JobSpec, known_fields
+from jobplane.model.states import LIVE, State, allowed
+from jobplane.model.usage import close
+
+if TYPE_CHECKING:
+    from jobplane.decide.rules import Cause
+    from jobplane.model import records  # its models are built at import; the registry only names one in a signature
+
+CAS_RETRIES = 20
+log = logging.getLogger("jobplane.registry")
+
+
+class RegistryError(Exception):
+    pass
+
+
+class JobExists(RegistryError):
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id!r} already exists: job ids are never reused")
+        self.job_id = job_id
+
+
+class JobNotFound(RegistryError):
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"no job {job_id!r}")
+        self.job_id = job_id
+
+
+class TransitionRefused(RegistryError):
+    """The transition is not in the table, or the job moved on since the caller looked."""
+
+    def __init__(self, job_id: str, src: State, dst: State, why: str = "not an allowed transition") -> None:
+        super().__init__(f"job {job_id}: {src} -> {dst} refused: {why}")
+        self.job_id, self.src, self.dst = job_id, src, dst
+
+
+class UnreadableRecord(RegistryError):
+    """job.json does not parse (written by hand, by a version too far apart, or torn): the job is left alone,
+    and the others go on."""
+
+    def __init__(self, job_id: str, version: str, problem: str) -> None:
+        super().__init__(f"job {job_id}: job.json (version {version}) does not parse: {problem}")
+        self.job_id, self.version, self.problem = job_id, version, problem
+
+
+class UnknownField(RegistryError):
+    """An update names no JobRecord field (a misspelling would otherwise be dropped silently)."""
+
+    def __init__(self, job_id: str, names: Collection[str]) -> None:
+        import difflib  # the hint is for a caller's bug: no run that goes right pays for the import
+
+        hints = []
+        for name in sorted(names):
+            close_to = difflib.get_close_matches(name, JobRecord.model_fields, n=1)
+            hints.append(f"{name!r}" + (f" (did you mean {close_to[0]!r}?)" if close_to else ""))
+        super().__init__(f"job {job_id}: no such job record field: {', '.join(hints)}")
+        self.job_id, self.names = job_id, sorted(names)
+
+
+@dataclass(frozen=True)
+class ActiveMarker:
+    job_id: str
+    state: State
+    attempt: int
+    since: datetime  # the marker's LastModified: when the job entered this state
+
+
+@dataclass(frozen=True)
+class Beat:
+    """One heartbeat object seen in the listing: liveness (or last output) of one rank."""
+
+    job_id: str
+    attempt: int
+    rank: int
+    output: bool  # True for the `.output` mark (last time the user process printed)
+    at: datetime
+
+
+@dataclass(frozen=True)
+class IdleMark:
+    """A rank's `.idle` mark in the heartbeats listing: its GPUs were idle over the policy window as of `at`."""
+
+    job_id: str
+    attempt: int
+    rank: int
+    at: datetime
+
+
+def backoff(tries: int) -> None:
+    """Full-jitter exponential backoff: contending writers spread apart so a hot record converges."""
+    time.sleep(random.uniform(0, min(1.0, 0.01 * 2**tries)))
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _dump(model: BaseModel) -> bytes:
+    return model.model_dump_json(exclude_none=True, indent=1).encode()
+
+
+def _check_fields(job_id: str, updates: Collection[str]) -> None:
+    unknown = set(updates) - set(JobRecord.model_fields)
+    if unknown:
+        raise UnknownField(job_id, unknown)
+
+
+# Told of every transition this process made (old record, new record), after its CAS won: exactly one
+# caller hears of each transition, however many reconcilers raced for it (jobplane.deployment.notify listens).
+TransitionListener = Callable[["JobRecord", "JobRecord"], None]
+
+
+class Registry:
+    """Typed access to one registry (a bucket plus an optional root prefix). Callers name keys relative to the
+    root (jobplane.model.keys) and go through these methods, never through `store` (tests/test_no_reaching_through.py).
+    """
+
+    def __init__(self, store: ObjectStore, root: str = "", listeners: Sequence[TransitionListener] = (), *,
+                 vend_url: str | None = None) -> None:
+        self.store = store
+        self.root = keys.root_prefix(root)
+        self.listeners = list(listeners)
+        self.vend_url = vend_url  # where a job's agent asks for its job's credentials (jobplane.decide.vend)
+
+    def key(self, key: str) -> str:
+        return self.root + key
+
+    def _unroot(self, key: str) -> str:
+        return key[len(self.root):]
+
+    # ---- raw helpers -------------------------------------------------------------------------------
+    def get_object(self, key: str) -> Blob:
+        """The object with its version and LastModified (NotFound if absent)."""
+        return self.store.get(self.key(key))
+
+    def get_bytes(self, key: str) -> bytes:
+        return self.get_object(key).data
+
+    def put(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> None:
+        self.store.put(self.key(key), data, content_type)
+
+    def put_if_absent(self, key: str, data: bytes, content_type: str = "application/json",
+                      tags: Mapping[str, str] | None = None) -> None:
+        """Create-only: PreconditionFailed if the key exists (the first writer wins)."""
+        self.store.put_if_absent(self.key(key), data, content_type, tags=tags)
+
+    def put_if_match(self, key: str, data: bytes, version: str, content_type: str = "application/json") -> None:
+        """Compare-and-swap: PreconditionFailed unless the object is still at `version` (get_object's)."""
+        self.store.put_if_match(self.key(key), data, version, content_type)
+
+    def location(self, key: str) -> tuple[ObjectStore, str]:
+        """The store and the full key (or prefix) of `key`, for code that moves files itself in parts and in
+        parallel (checkpoint and artifact sync, code and bundle downloads)."""
+        return self.store, self.key(key)
+
+    def vm_request(self, key: str, *, write: bool, expires: int) -> tuple[str, str]:
+        """(HTTP method, URL) a VM uses to read or write `key` without an SDK (see VmUrls)."""
+        if not isinstance(self.store, VmUrls):
+            raise RuntimeError(f"{type(self.store).__name__} cannot give VMs URLs to the agent bundle")
+        return self.store.vm_request(self.key(key), write=write, expires=expires)
+
+    @property
+    def vm_auth(self) -> str | None:
+        """How a VM authenticates the vm_request URLs: None when they are presigned (VmUrls.vm_auth)."""
+        return self.store.vm_auth if isinstance(self.store, VmUrls) else None
+
+    @property
+    def bucket(self) -> str | None:
+        """The bucket's name, when the store knows it."""
+        bucket = getattr(self.store, "bucket", None)
+        return bucket if isinstance(bucket, str) and bucket else None
+
+    @property
+    def sdk_client(self) -> Any:
+        """The store's cloud SDK client, if it has one (to count the API calls an invocation makes)."""
+        return getattr(self.store, "client", None)
+
+    def get_json(self, key: str) -> Any:
+        return json.loads(self.get_bytes(key))
+
+    def put_json(self, key: str, body: Any) -> None:
+        self.put(key, json.dumps(body, indent=1, default=str).encode(), "application/json")
+
+    def listing(self, prefix: str, page_size: int = 1000) -> Iterator[tuple[str, datetime, int]]:
+        for info in self.store.list(self.key(prefix), page_size):
+            yield self._unroot(info.key), info.last_modified, info.size
+
+    def delete(self, key: str) -> None:
+        self.store.delete(self.key(key))
+
+    def policy(self) -> Policy:
+        """config/policy.yaml, or the defaults when it is absent."""
+        try:
+            return parse_policy(self.get_bytes(keys.POLICY))
+        except NotFound:
+            return DEFAULT_POLICY
+
+    # ---- records -----------------------------------------------------------------------------------
+    def create_job(self, job_id: str, spec: JobSpec, now: datetime | None = None) -> JobRecord:
+        """Create-only: a second create of the same id raises JobExists and changes nothing."""
+        now = now or utcnow()
+        spec = spec if spec.id == job_id else spec.model_copy(update={"id": job_id})
+        event = history.Created(state=State.QUEUED, spec=spec.model_dump(mode="json"))
+        created = LastEvent(stamp=keys.stamp(now), kind=event.kind,
+                            body={"time": now.isoformat(), "kind": event.kind, **event.body()})
+        record = JobRecord(id=job_id, spec=spec, state=State.QUEUED, owner=spec.owner,
+                           created_at=now, updated_at=now, state_since=now, last_event=created)
+        try:
+            self.put_if_absent(keys.job_record(job_id), _dump(record))
+        except PreconditionFailed:
+            if not self._landed(job_id, record):
+                raise JobExists(job_id) from None
+        self.complete_history(record)
+        self._move_marker(job_id, None, record)
+        return record
+
+    def get(self, job_id: str) -> tuple[JobRecord, str]:
+        try:
+            blob = self.store.get(self.key(keys.job_record(job_id)))
+        except NotFound:
+            raise JobNotFound(job_id) from None
+        try:
+            data = json.loads(blob.data)
+            if isinstance(data, dict) and isinstance(data.get("spec"), dict):
+                data["spec"] = known_fields(data["spec"])  # a newer version's fields: ignored, as JobRecord's are
+            return JobRecord.model_validate(data, context=STORED), blob.version
+        except ValueError as exc:  # JSON or validation (pydantic's ValidationError is a ValueError)
+            raise UnreadableRecord(job_id, blob.version, str(exc).replace("\n", " ")[:500]) from None
+
+    def job(self, job_id: str) -> JobRecord:
+        return self.get(job_id)[0]
+
+    def exists(self, job_id: str) -> bool:
+        return self.has(keys.job_record(job_id))
+
+    def has(self, key: str) -> bool:
+        """Whether an object is at key (one GET)."""
+        try:
+            self.store.get(self.key(key))
+            return True
+        except NotFound:
+            return False
+
+    def transition(
+        self,
+        job_id: str,
+        to: State,
+        *,
+        now: datetime | None = None,
+        reason: str | None = None,
+        expect: Collection[State] | None = None,
+        expect_attempt: int | None = None,
+        expect_event: str | None = None,
+        event: history.Detail | None = None,
+        cause: Cause | None = None,
+        **updates: Unpack[Updates],
+    ) -> JobRecord:
+        """Move a job to `to` by compare-and-swap, retrying on conflict.
+
+        expect / expect_attempt say what the caller saw; if the job has moved on (another function won
+        the race), the transition is refused instead of being applied twice. `reason` (prose) and `cause` (the
+        rule or launcher decision that made it) go on the record and its event; `event` adds to the event.
+        """
+        _check_fields(job_id, updates)  # mypy checks the names a caller writes; this, the ones it builds
+        now = now or utcnow()
+        completed: LastEvent | None = None
+        for tries in range(CAS_RETRIES):
+            current, version = self.get(job_id)
+            if expect is not None and current.state not in expect:
+                raise TransitionRefused(job_id, current.state, to, f"state is {current.state}, expected "
+                                        + "/".join(sorted(expect)))
+            if expect_attempt is not None and current.attempt != expect_attempt:
+                raise TransitionRefused(job_id, current.state, to,
+                                        f"attempt is {current.attempt}, expected {expect_attempt}")
+            if expect_event is not None and (current.last_event is None or current.last_event.stamp != expect_event):
+                raise TransitionRefused(job_id, current.state, to, "the record changed since it was read")
+            if not allowed(current.state, to):
+                raise TransitionRefused(job_id, current.state, to)
+            said = history.Transitioned(source=current.state, to=to, attempt=updates.get("attempt", current.attempt),
+                                        reason=reason, cause=str(cause) if cause else None)
+            body = {"time": now.isoformat(), "kind": said.kind, **said.body(), **(event.body() if event else {})}
+            last = LastEvent(stamp=history.stamp_after(current.last_event, now), kind=said.kind, body=body)
+            fields: dict[str, Any] = {"state": to, "updated_at": now, "reason": reason, "cause": said.cause,
+                                      **updates, "last_event": last}
+            if to != current.state or fields.get("attempt", current.attempt) != current.attempt:
+                fields["state_since"] = now
+            new = JobRecord.model_validate({**current.model_dump(), **fields}, context=STORED)
+            if any(u.open for u in new.usage):  # leaving an attempt ends its instances' billed time, unless a
+                keep = new.attempt if new.state in (State.LAUNCHING, State.RUNNING) or new.held(now) else None  # hold
+                new = new.model_copy(update={"usage": close(new.usage, keep, now)})
+            if current.last_event != completed:  # the event of the write before ours: it may have died after its CAS
+                self.complete_history(current)
+                completed = current.last_event
+            try:
+                self.store.put_if_match(self.key(keys.job_record(job_id)), _dump(new), version)
+            except PreconditionFailed:
+                if not self._landed(job_id, new):
+                    backoff(tries + 1)
+                    continue
+                if self.job(job_id).last_event != new.last_event:  # a later writer moved on: its markers stand
+                    self._tell(current, new)
+                    return new
+            self.complete_history(new)
+            self._move_marker(job_id, current, new)
+            self._tell(current, new)
+            return new
+        raise RegistryError(f"job {job_id}: gave up after {CAS_RETRIES} conflicting writes")
+
+    def _tell(self, old: JobRecord, new: JobRecord) -> None:
+        for listener in self.listeners:
+            try:
+                listener(old, new)
+            except Exception:  # a listener (a notification) must never undo or repeat a transition
+                log.exception("transition listener failed for %s", new.id, extra={"job_id": new.id})
+
+    def update(self, job_id: str, *, now: datetime | None = None, **updates: Unpack[Updates]) -> JobRecord:
+        """CAS-update fields without a state change (e.g. recording a Spot warning)."""
+        _check_fields(job_id, updates)
+        now = now or utcnow()
+        for tries in range(CAS_RETRIES):
+            current, version = self.get(job_id)
+            new = JobRecord.model_validate({**current.model_dump(), "updated_at": now, **updates}, context=STORED)
+            try:
+                self.store.put_if_match(self.key(keys.job_record(job_id)), _dump(new), version)
+                return new
+            except PreconditionFailed:
+                if self._landed(job_id, new):
+                    return new
+                backoff(tries + 1)
+        raise RegistryError(f"job {job_id}: gave up after {CAS_RETRIES} conflicting writes")
+
+    def close_usage(self, job_id: str, *, now: datetime) -> JobRecord:
+        """End, at `now`, the billed time of the instances the record still counts: a debug hold's end."""
+        for tries in range(CAS_RETRIES):
+            current, version = self.get(job_id)
+            if not any(u.open for u in current.usage):
+                return current
+            new = current.model_copy(update={"usage": close(current.usage, None, now), "updated_at": now})
+            try:
+                self.store.put_if_match(self.key(keys.job_record(job_id)), _dump(new), version)
+                return new
+            except PreconditionFailed:
+                if self._landed(job_id, new):
+                    return new
+                backoff(tries + 1)
+        raise RegistryError(f"job {job_id}: gave up after {CAS_RETRIES} conflicting writes")
+
+    def _landed(self, job_id: str, ours: JobRecord) -> bool:
+        """After a 412: was it our own write, resent by the SDK after its response was lost (botocore retries a
+        PUT up to 8 times)? Then job.json is the record we wrote (its event stamp makes it unique), or a later
+        writer moved on from it and wrote its event to the history on the way."""
+        try:
+            current = self.job(job_id)
+        except JobNotFound:
+            return False
+        if current == ours or (ours.last_event is not None and current.last_event == ours.last_event):
+            return True
+        if ours.last_event is None:
+            return False
+        try:
+            written = self.get_bytes(ours.last_event.key(job_id))
+        except NotFound:
+            return False
+        body = ours.last_event.model_dump(mode="json")["body"]
+        return bool(written == json.dumps(body, indent=1).encode())
+
+    def note_unreadable(self, error: UnreadableRecord, now: datetime | None = None) -> None:
+        """An `unreadable-record` event naming the problem, once per version of the bad job.json."""
+        now = now or utcnow()
+        key = keys.event(error.job_id, keys.stamp(now), "unreadable-record")
+        flag = keys.ignored_flag(error.job_id, 0, f"job.json.{error.version}")
+        try:
+            self.put_if_absent(flag, b"{}")
+        except PreconditionFailed:
+            return  # noted already
+        self.put_json(key, {"time": now.isoformat(), "kind": "unreadable-record",
+                            **history.UnreadableRecord(version=error.version, problem=error.problem).body()})
+
+    # ---- events ------------------------------------------------------------------------------------
+    def complete_history(self, record: JobRecord) -> None:
+        """Write the event the record carries, unless it is in the history already (create-only, same key)."""
+        if record.last_event is None:
+            return
+        with contextlib.suppress(PreconditionFailed):
+            body = record.last_event.model_dump(mode="json")["body"]  # as job.json has it: the same bytes each time
+            self.put_if_absent(record.last_event.key(record.id), json.dumps(body, indent=1).encode())
+
+    def record_event(self, job_id: str, event: history.Event, now: datetime | None = None) -> None:
+        """An event that goes with no write of job.json (a flag, a refusal): written at once, nothing to lose."""
+        now = now or utcnow()
+        self.put_json(keys.event(job_id, keys.stamp(now), event.kind),
+                      {"time": now.isoformat(), "kind": event.kind, **event.body()})
+
+    def events(self, job_id: str) -> list[dict[str, Any]]:
+        return [self.get_json(k) for k, _, _ in self.listing(keys.events_prefix(job_id))]
+
+    # ---- active markers ----------------------------------------------------------------------------
+    def _move_marker(self, job_id: str, old: JobRecord | None, new: JobRecord) -> None:
+        new_key = keys.active_marker(job_id, new.state, new.attempt)
+        if new.state in LIVE:
+            self.put(new_key, b"", "text/plain")
+        if old is not None:
+            old_key = keys.active_marker(job_id, old.state, old.attempt)
+            if old_key != new_key or new.state not in LIVE:
+                self.delete(old_key)
+
+    def repair_markers(self, job_id: str) -> None:
+        """Make active/<id>/ match job.json again (after a function died between the two writes)."""
+        record = self.job(job_id)
+        self.complete_history(record)  # markers disagree when a function died after its CAS: so may the history
+        want = keys.active_marker(job_id, record.state, record.attempt) if record.state in LIVE else None
+        have = [k for k, _, _ in self.listing(keys.active_prefix(job_id))]
+        if want and want not in have:  # first: a repair cut short never leaves a live job without a marker
+            self.put(want, b"", "text/plain")
+        for k in have:
+            if k != want:
+                self.delete(k)
+
+    def active(self) -> dict[str, list[ActiveMarker]]:
+        """Every live job from one listing of active/; more than one marker means a repair is due."""
+        out: dict[str, list[ActiveMarker]] = {}
+        for key, modified, _ in self.listing(keys.ACTIVE):
+            if marker := keys.parse_active_marker(key):
+                out.setdefault(marker.job_id, []).append(ActiveMarker(*marker, since=modified))
+        return out
+
+    # ---- preempted markers -------------------------------------------------------------------------
+    def mark_preempted(self, job_id: str, marker: records.PreemptedMarker) -> None:
+        self.put_json(keys.preempted_marker(job_id), marker.body())
+
+    def clear_preempted(self, job_id: str) -> None:
+        self.delete(keys.preempted_marker(job_id))
+
+    def preempted(self) -> dict[str, datetime]:
+        return {job_id: m for k, m, _ in self.listing(keys.PREEMPTED) if (job_id := keys.parse_preempted_marker(k))}
+
+    # ---- heartbeats --------------------------------------------------------------------------------
+    def heartbeats(self) -> list[Beat]:
+        """Every job's heartbeats and output marks from one listing of heartbeats/."""
+        return self.heartbeat_listing()[0]
+
+    def heartbeat_listing(self) -> tuple[list[Beat], list[IdleMark]]:
+        """Heartbeats, output marks and idle marks of every job, from one listing of heartbeats/."""
+        beats: list[Beat] = []
+        idle: list[IdleMark] = []
+        for key, modified, _ in self.listing(keys.HEARTBEATS):
+            if (beat := keys.parse_heartbeat(key)) is None:
+                continue
+            if beat.mark == "idle":
+                idle.append(IdleMark(beat.job_id, beat.attempt, beat.rank, modified))
+            else:
+                beats.append(Beat(beat.job_id, beat.attempt, beat.rank, beat.mark == "output", modified))
+        return beats, idle
+

@@ -1,0 +1,80 @@
+"""The AWS handlers' cold start, checked without a clock: what a fresh interpreter loads to import each one.
+
+Importing a handler loads what every one of its runs needs (pydantic, the policy, the registry, the EC2 and
+S3 adapters); what only some runs need (a launch, a drop, a notice, a topic) or none of them (the other
+functions' rules, the CLI, the other cloud) is imported where it is used, so it costs nothing until then.
+A module that creeps back into a handler's import fails here, deterministically; bench/cold_start.py times
+the imports against bare boto3 + Powertools and reports the ratio.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+HANDLERS = ("launcher", "sweeper", "rerun", "uptime_cap")
+
+# Never in a Lambda's import: the CLI and its libraries, the local cloud, test tools, the other cloud's SDK.
+NEVER = ("jobplane.cli", "jobplane.sdk", "jobplane.ops.backend", "jobplane.local", "click", "rich", "jsonschema",
+         "moto", "numpy", "google.cloud.storage", "google.cloud.compute", "google.api_core", "functions_framework")
+# Only some runs: a launch (its decision, the agent manifest, the VM script, prices), a queue drop, a notice
+# (job views and costs), a notification topic, an update naming no field (difflib's hint).
+SOME_RUNS = ("jobplane.decide.launch", "jobplane.boot.agent_bundle", "jobplane.boot.bootstrap", "jobplane.views.cost",
+             "jobplane.model.prices", "jobplane.model.drops", "jobplane.views.jobview", "jobplane.clouds.sns",
+             "difflib")
+# Per function: the other functions' rules; the launcher in a reconciler (only a relaunch or a resume launches);
+# records in the launcher (only a launch writes cluster.json).
+NOT_AT_IMPORT = {
+    "launcher": ("jobplane.control.reconcile", "jobplane.decide.model", "jobplane.decide.sweep",
+                 "jobplane.decide.rerun", "jobplane.decide.uptime", "jobplane.decide.safety", "jobplane.model.metrics",
+                 "jobplane.model.records"),
+    "sweeper": ("jobplane.control.launcher", "jobplane.decide.rerun"),
+    "rerun": ("jobplane.control.launcher", "jobplane.decide.sweep", "jobplane.decide.uptime",
+              "jobplane.model.metrics"),
+    "uptime_cap": ("jobplane.control.launcher", "jobplane.decide.rerun"),
+}
+# Every run needs these: they stay at import (Lambda's init), where deferring them would only move the cost.
+EVERY_RUN = ("pydantic", "yaml", "jobplane.model.policy", "jobplane.store.registry", "jobplane.clouds.aws",
+             "jobplane.clouds.s3")
+
+PROBE = r"""
+import json, sys
+before = set(sys.modules)
+import functions.aws.{name} as module
+loaded = sorted(set(sys.modules) - before)
+print(json.dumps({{"handler": callable(getattr(module, "handler", None)), "loaded": loaded}}))
+"""
+
+
+def loaded_by_import(name: str) -> set[str]:
+    """The modules `import functions.aws.<name>` adds, in a fresh interpreter with the stack's environment."""
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "shared")]),
+           "JOBPLANE_BUCKET": "registry", "JOBPLANE_ROOT": "", "POWERTOOLS_SERVICE_NAME": "jobplane",
+           "POWERTOOLS_METRICS_NAMESPACE": "jobplane", "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_EC2_METADATA_DISABLED": "true"}
+    proc = subprocess.run([sys.executable, "-c", PROBE.format(name=name)], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    probe = json.loads(proc.stdout.splitlines()[-1])
+    assert probe["handler"], f"functions.aws.{name} has no handler()"
+    return set(probe["loaded"])
+
+
+def within(loaded: set[str], names: tuple[str, ...]) -> list[str]:
+    """The loaded modules that are one of names or inside one of them (a package's submodules)."""
+    return sorted(m for m in loaded if any(m == n or m.startswith(n + ".") for n in names))
+
+
+@pytest.mark.parametrize("name", HANDLERS)
+def test_a_handler_imports_only_what_every_run_needs(name: str) -> None:
+    loaded = loaded_by_import(name)
+    assert within(loaded, NEVER) == []
+    assert within(loaded, SOME_RUNS) == [], "import these where a run uses them (function-level imports)"
+    assert within(loaded, NOT_AT_IMPORT[name]) == [], "no run of this function needs these at once"
+    assert [m for m in EVERY_RUN if m not in loaded] == []

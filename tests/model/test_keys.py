@@ -1,0 +1,157 @@
+"""keys.py builds and parses every key: build -> parse round-trips for each kind, and each parser refuses
+every other kind of key (property tests)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from jobplane.model import keys
+from jobplane.model.states import State
+
+job_ids = st.from_regex(keys.JOB_ID_PATTERN, fullmatch=True)
+counts = st.integers(min_value=0, max_value=10**6)
+stamps = st.builds(keys.stamp, st.datetimes(min_value=datetime(2000, 1, 1), timezones=st.just(UTC)),
+                   st.from_regex(r"[0-9a-f]{4}", fullmatch=True))
+kinds = st.from_regex(r"[a-z]+(-[a-z]+)*", fullmatch=True)
+owners = st.just(keys.DEFAULT_OWNER) | st.from_regex(r"[a-z][a-z0-9_-]{0,20}", fullmatch=True)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of key: its parts, how they build a key, and what parsing that key must give back."""
+
+    parts: st.SearchStrategy[tuple[Any, ...]]
+    build: Callable[..., str]
+    parse: Callable[[str], Any]
+    parsed: Callable[..., Any]
+    unparse: Callable[[Any], str]  # the key that parsed as this
+
+    @staticmethod
+    def of(parts: st.SearchStrategy[tuple[Any, ...]], build: Callable[..., str], parse: Callable[[str], Any],
+           parsed: Callable[..., Any], unparse: Callable[[Any], str] | None = None) -> Kind:
+        return Kind(parts, build, parse, parsed, unparse or (lambda p: build(p) if isinstance(p, str) else build(*p)))
+
+
+def node_file(area: str) -> Callable[[keys.NodeKey], str]:
+    return lambda n: keys.node_prefix(area, n.job_id, n.attempt, n.rank) + n.name
+
+
+def in_area(area: str) -> Callable[[str], keys.NodeKey | None]:
+    return lambda key: keys.parse_node_file(key, area)
+
+
+def beat_of(mark: str) -> Callable[..., keys.HeartbeatKey]:
+    return lambda j, a, r: keys.HeartbeatKey(j, a, r, mark)
+
+
+def chunk(ext: str) -> Callable[..., keys.NodeKey]:
+    return lambda j, a, r, seq: keys.NodeKey(j, a, r, f"{seq:08d}.{ext}")
+
+
+def drop(job_id: str, owner: str, ext: str) -> keys.Drop:
+    folder = None if owner == keys.DEFAULT_OWNER else owner
+    return keys.Drop(keys.queue_entry(job_id, owner, ext), job_id, owner, ext, folder)
+
+
+def same(job_id: str) -> str:
+    return job_id
+
+
+ONE, NODE, ATTEMPT = st.tuples(job_ids), st.tuples(job_ids, counts, counts), st.tuples(job_ids, counts)
+CHUNK = st.tuples(job_ids, counts, counts, counts)
+KINDS = {
+    "job record": Kind.of(ONE, keys.job_record, keys.parse_job_record, same),
+    "event": Kind.of(st.tuples(job_ids, stamps, kinds), keys.event, keys.parse_event, keys.EventKey),
+    "active marker": Kind.of(st.tuples(job_ids, st.sampled_from(State), counts), keys.active_marker,
+                             keys.parse_active_marker, keys.MarkerKey),
+    "preempted marker": Kind.of(ONE, keys.preempted_marker, keys.parse_preempted_marker, same),
+    "heartbeat": Kind.of(NODE, keys.heartbeat, keys.parse_heartbeat, beat_of(""), lambda p: keys.heartbeat(*p)),
+    "output mark": Kind.of(NODE, keys.output_mark, keys.parse_heartbeat, beat_of("output"),
+                           lambda p: keys.heartbeat(*p)),
+    "idle mark": Kind.of(NODE, keys.idle_mark, keys.parse_heartbeat, beat_of("idle"), lambda p: keys.heartbeat(*p)),
+    "limits": Kind.of(st.tuples(job_ids, counts, counts, counts, counts), keys.limits_mark, keys.parse_limits,
+                      keys.Limits, lambda p: p.key),
+    "idle flag": Kind.of(ATTEMPT, keys.idle_flag, keys.parse_idle_flag, keys.AttemptKey),
+    "exit report": Kind.of(NODE, keys.exit_report, keys.parse_exit_report, keys.NodeKey,
+                           lambda p: keys.exit_report(*p[:3])),
+    "boot failure": Kind.of(ATTEMPT, keys.boot_failure, keys.parse_boot_failure, keys.AttemptKey),
+    "log chunk": Kind.of(CHUNK, keys.log_chunk, in_area("logs"), chunk("log"), node_file("logs")),
+    "console log": Kind.of(NODE, keys.console_log, in_area("logs"),
+                           lambda j, a, r: keys.NodeKey(j, a, r, "console.log"), node_file("logs")),
+    "metrics chunk": Kind.of(CHUNK, keys.metrics_chunk, in_area("metrics"), chunk("jsonl"), node_file("metrics")),
+    "rejected error": Kind.of(ONE, keys.rejected_error, keys.parse_rejected_error, same),
+    "drop": Kind.of(st.tuples(job_ids, owners, st.sampled_from(["yaml", "yml", "json"])), keys.queue_entry,
+                    keys.parse_drop, drop, lambda d: d.key),
+}
+# Kinds one parser reads together: the heartbeat parser reads the marks beside it, the logs parser the console.
+SIBLINGS = [{"heartbeat", "output mark", "idle mark"}, {"log chunk", "console log"}]
+
+
+def related(a: str, b: str) -> bool:
+    return a == b or any({a, b} <= group for group in SIBLINGS)
+
+
+@given(data=st.data())
+def test_every_key_parses_back_to_its_parts_and_as_no_other_kind(data: st.DataObject) -> None:
+    built = {name: (parts, kind.build(*parts)) for name, kind in KINDS.items()
+             for parts in [data.draw(kind.parts, label=name)]}
+    for name, kind in KINDS.items():
+        for other, (parts, key) in built.items():
+            if other == name:
+                assert kind.parse(key) == kind.parsed(*parts), f"{name} {key} did not round-trip"
+            elif not related(name, other):
+                assert kind.parse(key) is None, f"the {name} parser took a {other} key: {key}"
+
+
+# Key-like text: the segments of every kind of key, right and slightly wrong, in any order.
+SEGMENTS = ["queue", "jobs", "active", "heartbeats", "limits", "preempted-jobs", "rejected", "attempts", "nodes",
+            "logs", "metrics", "events", "j", "0", "1", "01", "x", "RUNNING.1", "RUNNING.01", "NOPE.1", "0.idle",
+            "0.output", "0.x", "job.json", "exit.json", "boot-failure.json", "idle-flagged", "nodes-1.stall-2.cap-3",
+            "nodes-1.stall-2", "00000001.log", "j.error.json", "20261122T050421.123456Z-ab12-created.json", ""]
+key_like = st.lists(st.sampled_from(SEGMENTS), min_size=1, max_size=7).map("/".join)
+
+
+@given(key=key_like | st.text(max_size=60))
+def test_what_a_parser_accepts_builds_back_to_the_same_key(key: str) -> None:
+    """Parsers are exact: a key they accept is the key its parts build (no leading zeros, no extra parts)."""
+    for name, kind in KINDS.items():
+        parsed = kind.parse(key)
+        assert parsed is None or kind.unparse(parsed) == key, f"the {name} parser took {key!r} as {parsed}"
+
+
+@pytest.mark.parametrize("key", [
+    "active/j/RUNNING.01", "active/j/RUNNINGX.1", "active/j/RUNNING.1/x", "heartbeats/j/1/0.other",
+    "heartbeats/j/x/0", "limits/j/1/nodes-1.stall-2", "jobs/j/attempts/x/boot-failure.json",
+    "jobs/j/attempts/1/nodes/0/other.json", "jobs/j/events/yesterday-created.json", "preempted-jobs/",
+    "preempted-jobs/a/b", "rejected/j.yaml", "jobs/j/job.json/x",
+])
+def test_near_misses_are_not_keys(key: str) -> None:
+    assert all(kind.parse(key) is None for kind in KINDS.values()), key
+
+
+def test_drops_parse_into_job_id_owner_and_extension() -> None:
+    upper = "queue/team-a/x-1.YML"
+    assert keys.parse_drop(upper) == keys.Drop(upper, "x-1", "team-a", "yml", "team-a")
+    assert keys.parse_drop("queue/x-1") == keys.Drop("queue/x-1", "x-1", "default", "", None)  # rejected: no extension
+    assert keys.parse_drop("queue/team-a/") is None and keys.parse_drop("jobs/x/job.json") is None
+
+
+@pytest.mark.parametrize(("key", "job"), [
+    (keys.exit_report("train", 2, 1), "train"),
+    (keys.preempted_marker("spotty"), "spotty"),
+    (keys.boot_failure("train", 3), "train"),
+    ("jobs/train/attempts/x/boot-failure.json", None),
+    (keys.heartbeat("train", 1, 0), None),
+    (keys.job_record("train"), None),
+    ("jobs/train/attempts/1/nodes/0/other.json", None),
+    (None, None),
+])
+def test_job_named_by(key: str | None, job: str | None) -> None:
+    assert keys.job_named_by(key) == job

@@ -1,0 +1,65 @@
+"""Platform policy: defaults when absent, field-named errors, effective per-job values."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobplane.model.errors import SpecError
+from jobplane.model.policy import DEFAULT_POLICY, check_against_deployment, check_against_policy, parse_policy
+from jobplane.model.spec import parse_spec
+
+
+def test_absent_or_empty_policy_gives_defaults() -> None:
+    assert parse_policy(None) == DEFAULT_POLICY
+    assert parse_policy("  \n") == DEFAULT_POLICY
+    assert DEFAULT_POLICY.allowed_instance_types == ["*"]
+
+
+def test_unknown_policy_field_is_named() -> None:
+    with pytest.raises(SpecError) as info:
+        parse_policy("aws: {subnet: x}\n")
+    assert str(info.value.errors[0]).startswith(
+        "aws.subnet: unknown field (allowed: default_image, default_gpu_image, instance_profile")
+
+
+def test_effective_values_respect_ceiling() -> None:
+    policy = parse_policy("default_max_runtime: 2h\nmax_runtime_ceiling: 4h\ndefault_stall_timeout: 10m\n")
+    spec = parse_spec("run: x\ninstance_type: t3.micro\n")
+    assert policy.max_runtime(spec) == 7200 and policy.stall_timeout(spec) == 600
+    long = parse_spec("run: x\ninstance_type: t3.micro\nmax_runtime: 1d\n")
+    assert policy.max_runtime(long) == 4 * 3600
+    assert [str(e) for e in check_against_policy(long, policy)] == ["max_runtime: 1d exceeds the policy ceiling of 4h"]
+
+
+def test_instance_type_globs_apply_to_each_listed_type() -> None:
+    policy = parse_policy("allowed_instance_types: ['g5.*', 'p4d.24xlarge']\n")
+    spec = parse_spec("run: x\ninstance_type: [g5.xlarge, p4d.24xlarge, p5.48xlarge]\n")
+    errors = check_against_policy(spec, policy)
+    assert [e.path for e in errors] == ["instance_type[2]"]
+
+
+@pytest.mark.parametrize(("spec", "cloud", "region", "fields"), [
+    ("", "aws", "us-east-1", []),
+    ("cloud: aws\nregion: us-east-1\nzones: [us-east-1a, us-east-1-bos-1a]\n", "aws", "us-east-1", []),
+    ("cloud: gcp\nregion: us-central1\nzones: [us-central1-a]\n", "gcp", "us-central1", []),
+    ("cloud: gcp\nregion: us-central1\n", "aws", "us-east-1", ["cloud"]),  # nothing more about another cloud
+    ("", "gcp", "us-central1", ["cloud"]),  # cloud defaults to aws
+    ("region: eu-west-1\n", "aws", "us-east-1", ["region"]),
+    ("zones: [us-east-1a, us-west-2a]\n", "aws", "us-east-1", ["zones[1]"]),
+    ("cloud: gcp\nzones: [europe-west10-a, europe-west1-b]\n", "gcp", "europe-west1", ["zones[0]"]),
+    ("region: eu-west-1\nzones: [eu-west-1a]\n", "aws", None, []),  # the deployment's region is unknown
+])
+def test_a_spec_for_another_cloud_or_region_names_the_field(spec: str, cloud: str, region: str | None,
+                                                            fields: list[str]) -> None:
+    errors = check_against_deployment(parse_spec("run: x\ninstance_type: t3.micro\n" + spec), cloud, region)
+    assert [e.path for e in errors] == fields
+
+
+def test_the_reason_says_what_the_deployment_is_and_what_to_do() -> None:
+    [default] = check_against_deployment(parse_spec("run: x\ninstance_type: n2-standard-4\n"), "gcp", "us-central1")
+    assert str(default) == ("cloud: 'aws' (the default when cloud is not set) is not this deployment's cloud 'gcp': "
+                            "submit the job to a deployment on aws, or set cloud: gcp")
+    [region] = check_against_deployment(parse_spec("run: x\ninstance_type: t3.micro\nregion: eu-west-1\n"),
+                                        "aws", "us-east-1")
+    assert str(region) == ("region: 'eu-west-1' is not this deployment's region 'us-east-1': submit the job to a "
+                           "deployment there, or drop the field")
