@@ -36,10 +36,11 @@ from jobplane.deployment.telemetry import CountingMetrics
 from jobplane.local.fake_compute import FakeComputeServer
 from jobplane.local.fake_gcs import FakeGcsServer
 from jobplane.model import keys
+from jobplane.model.jobrecord import JobRecord
 from jobplane.model.policy import DEFAULT_POLICY
 from jobplane.model.spec import JobSpec
 from jobplane.model.states import State
-from jobplane.store.registry import JobRecord, Registry
+from jobplane.store.registry import Registry
 
 BUCKET, PROJECT, REGION, ZONE = "jobplane-bench", "jobplane-bench", "us-central1", "us-central1-a"
 

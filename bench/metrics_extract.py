@@ -29,7 +29,7 @@ from typing import Any
 
 from jobplane.agent.output import OutputLog
 from jobplane.model.metrics import MAX_LINE, Extractor
-from jobplane.model.spec import MetricDefinition, StopOn
+from jobplane.model.specfields import MetricDefinition, StopOn
 
 OLD_STEP = re.compile(rb"\bstep\b\s*[:=]?\s*(\d+)", re.IGNORECASE)  # the agent's only regex before metrics
 PATTERNS = ["CUDA out of memory", r"Traceback \(most recent call last\)", r"NCCL (?:error|timeout)"]

@@ -43,10 +43,11 @@ from jobplane.decide.model import Limits  # noqa: E402
 from jobplane.deployment.context import Context  # noqa: E402
 from jobplane.deployment.telemetry import CountingMetrics  # noqa: E402
 from jobplane.model import keys  # noqa: E402
+from jobplane.model.jobrecord import JobRecord  # noqa: E402
 from jobplane.model.policy import DEFAULT_POLICY  # noqa: E402
 from jobplane.model.spec import JobSpec  # noqa: E402
 from jobplane.model.states import State  # noqa: E402
-from jobplane.store.registry import JobRecord, Registry  # noqa: E402
+from jobplane.store.registry import Registry  # noqa: E402
 
 BUCKET = "jobplane-bench"
 REGION = "us-east-1"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -26,6 +27,30 @@ if TYPE_CHECKING:
     from jobplane.store.registry import Registry
 
 WRITTEN = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)  # when the agent writes below say they were written
+
+
+def imported(source: str, package: str, is_module: Callable[[str], bool]) -> set[str]:
+    """Every module the source imports, wherever the import stands (at the top, in a function, under TYPE_CHECKING):
+    `from a import b` counts as a.b where is_module(a.b), else as a; a relative import is resolved in `package` (the
+    one the source is in); importlib.import_module("m") and __import__("m") with a literal name count as m. The
+    boundary tests' scan (tests/test_layers.py, tests/cli/test_cli_sdk_boundary.py)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            if base != "__future__":
+                found |= {f"{base}.{a.name}" if is_module(f"{base}.{a.name}") else base for a in node.names}
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str) and (
+                (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
+                or (isinstance(node.func, ast.Name) and node.func.id in ("import_module", "__import__"))):
+            found.add(node.args[0].value)
+    return found
 
 
 def table(*rows: dict[str, Any]) -> Any:

@@ -1,5 +1,6 @@
-"""No code outside registry.py reaches through a Registry to its store: callers use Registry methods, which
-apply the root prefix and name what they do. An AST scan of shared/ and functions/ keeps it true."""
+"""No code outside store/rooted.py reaches through a registry (a RootedStore, or the job Registry built on one) to
+its ObjectStore: callers use its methods, which apply the root prefix and name what they do. An AST scan of shared/
+and functions/ keeps it true."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-REGISTRY_NAMES = {"reg", "registry"}  # what the code calls a Registry: reg, self.reg, env.registry, ...
+REGISTRY_NAMES = {"reg", "registry"}  # what the code calls one: reg, self.reg, env.registry, ...
 
 
 def _is_registry(node: ast.expr) -> bool:
@@ -31,7 +32,7 @@ def reaches_through(source: str) -> list[int]:
 
 def sources() -> list[Path]:
     files = [*ROOT.glob("shared/jobplane/**/*.py"), *ROOT.glob("functions/**/*.py")]
-    return [f for f in files if f != ROOT / "shared/jobplane/store/registry.py"]
+    return [f for f in files if f != ROOT / "shared/jobplane/store/rooted.py"]
 
 
 def test_the_scan_sees_every_way_of_reaching_through() -> None:
@@ -48,4 +49,4 @@ def test_the_scan_covers_the_package_and_the_functions() -> None:
 
 def test_no_caller_outside_the_registry_touches_its_store() -> None:
     found = {f.relative_to(ROOT).as_posix(): lines for f in sources() if (lines := reaches_through(f.read_text()))}
-    assert not found, f"these lines use the registry's store (add a Registry method instead): {found}"
+    assert not found, f"these lines use the registry's store (add a RootedStore or Registry method instead): {found}"

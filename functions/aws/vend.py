@@ -18,7 +18,7 @@ from functions.aws import common
 from jobplane.clouds.aws_vend import VendAws
 from jobplane.clouds.s3 import S3Store
 from jobplane.settings import Settings
-from jobplane.store.registry import Registry
+from jobplane.store.rooted import RootedStore
 from jobplane.vending.aws import VendSettings, vend
 
 _cloud: dict[tuple[str | None, str, str | None], VendAws] = {}  # reused across invocations, like the clients
@@ -40,7 +40,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     body = event.get("body") or ""
     if event.get("isBase64Encoded"):
         body = base64.b64decode(body)
-    registry = Registry(S3Store(base.bucket, common.clients(base).s3), base.root)
+    registry = RootedStore(S3Store(base.bucket, common.clients(base).s3), base.root)
     answer = vend(body, vending, _cloud[where], registry, common.logger)
     return {"statusCode": answer.status, "headers": {"Content-Type": "application/json"},
             "body": json.dumps(answer.body)}

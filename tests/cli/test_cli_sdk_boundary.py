@@ -33,8 +33,10 @@ import yaml
 from jobplane import sdk
 from jobplane.ops import backend
 from jobplane.store.registry import Registry
+from jobplane.store.rooted import RootedStore
 from tests.cli.helpers import run
 from tests.helpers import falling, ship
+from tests.helpers import imported as scanned
 from tests.registry_clouds import Driver, RegistryCloud
 
 pytestmark = pytest.mark.timeout(120)
@@ -73,39 +75,20 @@ UI_ALLOWED = {
 }
 UI = ROOT / "shared" / "jobplane" / "ui"
 # What builds a store or a cloud client: none of the allowed jobplane modules may import it.
-BUILDERS = ("jobplane.ops", "jobplane.clouds", "jobplane.settings", "jobplane.sdk", "boto3",
+BUILDERS = ("jobplane.ops", "jobplane.store", "jobplane.clouds", "jobplane.settings", "jobplane.sdk", "boto3",
             "botocore", "google")
 
 
 def imported(source: str, package: str = "jobplane.cli") -> set[str]:
-    """Every module the source imports, wherever the import stands; `from jobplane import x` counts as
-    jobplane.x, a relative import as its module under package, importlib.import_module("m") and
-    __import__("m") as m."""
-    found = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
-            if base == "__future__":
-                continue
-            found |= {module_of(base, alias.name) for alias in node.names}
-        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
-                and isinstance(node.args[0].value, str) and (
-                (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
-                or (isinstance(node.func, ast.Name) and node.func.id in ("import_module", "__import__"))):
-            found.add(node.args[0].value)
-    return found
+    """Every module the source imports, wherever the import stands; `from jobplane.x import y` counts as
+    jobplane.x.y where that is a module, a relative import as its module under package, importlib.import_module("m")
+    and __import__("m") as m."""
+    return scanned(source, package, in_package)
 
 
-def module_of(base: str, name: str) -> str:
-    """What `from base import name` imports: the module base.name where the package has one, else base."""
-    path = ROOT / "shared" / (f"{base}.{name}".replace(".", "/"))
-    return f"{base}.{name}" if base.startswith("jobplane") and (path.with_suffix(".py").exists() or path.is_dir()) \
-        else base
+def in_package(module: str) -> bool:
+    path = ROOT / "shared" / module.replace(".", "/")
+    return module.startswith("jobplane.") and (path.with_suffix(".py").exists() or path.is_dir())
 
 
 def allowed(module: str, beside: dict[str, str] | None = None) -> bool:
@@ -211,8 +194,8 @@ def through_the_sdk(frame: Any) -> bool:
 
 @pytest.fixture
 def watched(monkeypatch: pytest.MonkeyPatch) -> Iterator[Calls]:
-    """Every public Registry method, jobplane.ops.backend's builders and every Compute adapter method, recording
-    (what, whether the SDK was between it and the CLI)."""
+    """Every public RootedStore and Registry method, jobplane.ops.backend's builders and every Compute adapter
+    method, recording (what, whether the SDK was between it and the CLI)."""
     calls: Calls = []
 
     def spy(what: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -224,7 +207,7 @@ def watched(monkeypatch: pytest.MonkeyPatch) -> Iterator[Calls]:
     from jobplane.clouds.aws import Ec2Compute
     from jobplane.clouds.gcp import GceCompute
 
-    for cls in (Registry, Ec2Compute, GceCompute):
+    for cls in (RootedStore, Registry, Ec2Compute, GceCompute):
         for name, fn in vars(cls).items():
             if inspect.isfunction(fn) and not name.startswith("_"):
                 monkeypatch.setattr(cls, name, spy(f"{cls.__name__}.{name}", fn))
@@ -238,7 +221,7 @@ def test_the_check_at_run_time_catches_a_command_that_reaches_around_the_sdk(wat
         around: dict[str, Any] = {"__name__": module, "sdk": sdk}
         exec("def sneaky(reg):\n    return reg.key('x')\n", around)
         around["sneaky"](Registry(None, ""))  # type: ignore[arg-type]
-    assert watched == [("Registry.key", False)] * 2
+    assert watched == [("RootedStore.key", False)] * 2
 
 
 PAGES = ("/", "/?all=1", "/fragments/jobs", "/jobs/seen", "/jobs/seen/status", "/jobs/seen/files",
@@ -300,6 +283,6 @@ def test_every_command_reaches_the_registry_and_the_cloud_through_the_sdk(
     from_cli = [what for what, ok in watched if not ok]
     assert from_cli == [], f"reached without the SDK: {sorted(set(from_cli))}"
     reached = {what for what, _ in watched}
-    assert {"backend.connect", "Registry.job", "Registry.listing", "Registry.transition"} <= reached
+    assert {"backend.connect", "Registry.job", "RootedStore.listing", "Registry.transition"} <= reached
     assert any(what.endswith(("Compute.list_managed", "Compute.terminate")) for what in reached), reached
     assert yaml.safe_load(reg.get_bytes("jobs/seen/job.json"))["state"] == "CANCELLED"

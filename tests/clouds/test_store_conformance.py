@@ -21,7 +21,7 @@ import pytest
 
 from jobplane.clouds.base import NotFound, ObjectStore, PreconditionFailed, TransferLimits
 from jobplane.clouds.memory import MemoryStore
-from jobplane.store.registry import backoff
+from jobplane.store.rooted import backoff
 from tests.conftest import free_port
 from tests.helpers import http_server, race
 

@@ -9,10 +9,11 @@ from typing import Any
 
 from jobplane.clouds.base import Instance
 from jobplane.decide.model import ExitReport, Limits, PreemptedMark, Snapshot
+from jobplane.model.jobrecord import JobRecord
+from jobplane.model.listings import ActiveMarker, Beat
 from jobplane.model.policy import Policy, SafetyPolicy
 from jobplane.model.spec import JobSpec
 from jobplane.model.states import State
-from jobplane.store.registry import ActiveMarker, Beat, JobRecord
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 # stall 30m, boot 15m, orphan grace 10m, stop grace 10m, ceiling 7d (the defaults), blast radius 20 / 50%

@@ -13,9 +13,9 @@ from jobplane.decide.effects import DeleteKeys, Flag, Note, Publish, RequestStop
 from jobplane.decide.model import Rule, Snapshot
 from jobplane.model import keys
 from jobplane.model.history import IdleGpu
+from jobplane.model.listings import IdleMark
 from jobplane.model.policy import IdleGpuPolicy, Policy
 from jobplane.model.states import State
-from jobplane.store.registry import IdleMark
 from tests.decide.helpers import NOW as T
 from tests.decide.helpers import Candidate, ago, beats, healthy, inst, limits, marker, record, report, snapshot
 

@@ -12,10 +12,10 @@ from jobplane.boot.agent_bundle import Variant
 from jobplane.decide.launch import Claim, Fail, Launch, LaunchSnapshot, Refused, Step, Tried, Wait, claim, decide
 from jobplane.decide.rules import LaunchCause
 from jobplane.model import images
+from jobplane.model.jobrecord import JobRecord
 from jobplane.model.policy import Policy
 from jobplane.model.spec import JobSpec
 from jobplane.model.states import State
-from jobplane.store.registry import JobRecord
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 X86 = Variant("aws", "3.12", images.X86_64, "0" * 64, 1)

@@ -10,9 +10,9 @@ from jobplane.decide import rerun, uptime
 from jobplane.decide.effects import ClearPreempted, Note, Relaunch, RequestStop, Terminate, Transition
 from jobplane.decide.model import Action, PreemptedMark, Rule, Snapshot
 from jobplane.model.history import IgnoredFact
+from jobplane.model.jobrecord import JobRecord
 from jobplane.model.policy import Policy
 from jobplane.model.states import LIVE, State
-from jobplane.store.registry import JobRecord
 from tests.decide.helpers import NOW, POLICY, ago, healthy, inst, limits, marker, policy, record, snapshot
 
 

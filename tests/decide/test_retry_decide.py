@@ -13,9 +13,9 @@ from jobplane.decide.effects import Relaunch
 from jobplane.decide.launch import Claim, claim
 from jobplane.decide.model import ExitReport, Rule
 from jobplane.decide.retry import Trigger, Verdict, exit_code, verdict
+from jobplane.model.jobrecord import JobRecord
 from jobplane.model.policy import IdleGpuPolicy, Policy
 from jobplane.model.states import State
-from jobplane.store.registry import JobRecord
 from tests.decide.helpers import NOW, POLICY, beats, healthy, inst, marker, record, report, snapshot
 
 ALL = {"max": 2, "on_exit_codes": [42, 43], "on_lost": True, "on_stalled": True}

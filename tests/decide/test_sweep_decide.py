@@ -19,9 +19,9 @@ from jobplane.decide.effects import (
 )
 from jobplane.decide.model import Action, Ignored, PreemptedMark, Rule, Snapshot
 from jobplane.model import keys
+from jobplane.model.listings import Beat
 from jobplane.model.policy import Policy
 from jobplane.model.states import State
-from jobplane.store.registry import Beat
 from tests.decide.helpers import (
     NOW,
     POLICY,

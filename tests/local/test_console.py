@@ -18,14 +18,15 @@ from jobplane.clouds.memory import MemoryStore
 from jobplane.clouds.pubsub import PubSubError, PubSubNotifier
 from jobplane.clouds.sns import SnsNotifier
 from jobplane.control.launcher import Outcome, Result, summary
-from jobplane.deployment.notify import ended
 from jobplane.local.console import Console, ConsoleHandler, action_line, launcher_outcomes, notified_line
 from jobplane.local.ec2_runner import spot_warning, state_change
 from jobplane.local.pubsub_topic import PubSubTopic
 from jobplane.local.triggers import LambdaFunctions, scheduled
+from jobplane.model.jobrecord import JobRecord
 from jobplane.model.spec import parse_spec
 from jobplane.model.states import State
-from jobplane.store.registry import JobNotFound, JobRecord, Registry
+from jobplane.store.registry import JobNotFound, Registry
+from jobplane.views.notices import ended
 
 T = datetime(2026, 11, 22, 11, 30, 5, tzinfo=UTC).timestamp()
 

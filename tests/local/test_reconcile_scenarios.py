@@ -20,8 +20,9 @@ from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID
 from jobplane.decide.rules import Rule
 from jobplane.local.demo import CloudProcess, exit_report
 from jobplane.model import keys
+from jobplane.model.jobrecord import JobRecord
 from jobplane.model.states import State
-from jobplane.store.registry import JobNotFound, JobRecord, Registry
+from jobplane.store.registry import JobNotFound, Registry
 from tests.helpers import wait_for
 from tests.local.conftest import cli_ok, submit, write_spec
 

@@ -13,10 +13,10 @@ import pytest
 from jobplane.decide import launch as launch_decide
 from jobplane.model import accelerators, images
 from jobplane.model.errors import SpecError
+from jobplane.model.jobrecord import JobRecord
 from jobplane.model.policy import Policy
 from jobplane.model.spec import JobSpec, known_fields, parse_spec, spec_to_json
 from jobplane.model.states import State
-from jobplane.store.registry import JobRecord
 
 GCE = "run: x\ncloud: gcp\n"
 EC2 = "run: x\n"

@@ -11,7 +11,7 @@ import pytest
 from jobplane.agent.output import OutputLog
 from jobplane.model import metrics
 from jobplane.model.metrics import Extractor, Point, decode, encode
-from jobplane.model.spec import MetricDefinition, StopOn
+from jobplane.model.specfields import MetricDefinition, StopOn
 
 NAN = float("nan")
 # (line, the default metrics' points on it as (name, value)), with the step carried from line to line

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from jobplane.model.errors import SpecError
-from jobplane.model.spec import StopOn, format_duration, job_id_problem, parse_duration, parse_spec
-from jobplane.model.specfields import hp_string
+from jobplane.model.spec import format_duration, job_id_problem, parse_duration, parse_spec
+from jobplane.model.specfields import StopOn, hp_string
 from tests.specs import BAD_SPECS, BASE
 
 

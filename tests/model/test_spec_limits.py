@@ -11,9 +11,9 @@ import pytest
 
 from jobplane.model import keys, spec, yaml_input
 from jobplane.model.errors import SpecError
+from jobplane.model.jobrecord import JobRecord
 from jobplane.model.policy import Policy, check_against_policy, parse_policy
 from jobplane.model.spec import MAX_SCRIPT, format_duration, parse_spec
-from jobplane.store.registry import JobRecord
 from tests.control.reconcile.day import Day
 
 BASE = "run: python3 train.py\ninstance_type: t3.micro\n"

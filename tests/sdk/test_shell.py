@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from jobplane.model.jobrecord import JobRecord
 from jobplane.model.spec import parse_spec
 from jobplane.model.states import State
 from jobplane.sdk.shell import ShellError, iap_argv, ssm_argv, target
-from jobplane.store.registry import JobRecord
 
 NOW = datetime(2026, 11, 25, tzinfo=UTC)
 

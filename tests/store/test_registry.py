@@ -13,17 +13,10 @@ import pytest
 from jobplane.clouds.memory import MemoryStore
 from jobplane.decide.rules import LaunchCause, Rule
 from jobplane.model import history, keys, records
+from jobplane.model.jobrecord import JobRecord, Updates
 from jobplane.model.spec import parse_spec
 from jobplane.model.states import LIVE, TERMINAL, TRANSITIONS, State
-from jobplane.store.registry import (
-    JobExists,
-    JobNotFound,
-    JobRecord,
-    Registry,
-    TransitionRefused,
-    UnknownField,
-    Updates,
-)
+from jobplane.store.registry import JobExists, JobNotFound, Registry, TransitionRefused, UnknownField
 from tests.helpers import Crash, crash_on_event_writes, race
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,7 +22,8 @@ from botocore.exceptions import ClientError
 
 from jobplane.clouds.aws_local import LocalAws
 from jobplane.clouds.aws_vend import proof
-from jobplane.decide.vend import MAX_CODE_NAME, Refusal, Scope, code_object, scope
+from jobplane.clouds.base import Scope
+from jobplane.decide.vend import MAX_CODE_NAME, Refusal, code_object, scope
 from jobplane.local.aws import CREDENTIALS, create_roles
 from jobplane.local.function_url import FunctionUrl, event
 from jobplane.local.imds import FakeImds, ImdsInstance

@@ -21,7 +21,7 @@ from jobplane.agent.output import OutputLog
 from jobplane.agent.run import Outcome, Run
 from jobplane.clouds.base import LOG_OBJECT_TAG, CredentialsRefused, Metadata, NotFound, PreconditionFailed
 from jobplane.model import keys, records
-from jobplane.store.registry import Registry
+from jobplane.store.rooted import RootedStore
 
 log = logging.getLogger("jobplane.agent")
 
@@ -30,7 +30,7 @@ MIN_WAIT = 0.05  # the loop never waits less between two looks at what is due
 
 
 class Background:
-    def __init__(self, reg: Registry, md: Metadata, out: OutputLog, run: Run, *, clock: Clock,
+    def __init__(self, reg: RootedStore, md: Metadata, out: OutputLog, run: Run, *, clock: Clock,
                  poll_interval: float, log_interval: float, heartbeat_interval: float,
                  interrupted: Callable[[], bool], interrupt: Callable[[Outcome], None],
                  lose_access: Callable[[CredentialsRefused], None],

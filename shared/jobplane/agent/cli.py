@@ -33,7 +33,7 @@ from pathlib import Path
 from jobplane.agent.core import Agent, AgentConfig
 from jobplane.clouds.base import Metadata, ObjectStore
 from jobplane.settings import Settings
-from jobplane.store.registry import Registry
+from jobplane.store.rooted import RootedStore
 
 DEFAULT_POWEROFF = "shutdown -h now"
 
@@ -146,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         raise SystemExit(f"jobplane.agent: {exc}") from None
     stores, metadata, registry_login = cloud_adapters(args)
-    registry = Registry(stores(args.bucket), args.root)
+    registry = RootedStore(stores(args.bucket), args.root)
     agent = Agent(registry, metadata, config, environ=os.environ, power_off=command_power_off(args.poweroff_cmd),
                   stores=stores, console=sys.stdout.buffer, registry_login=registry_login)
     for sig in (signal.SIGTERM, signal.SIGINT):  # the VM shutting down (or ^C): stop the job, sync, report

@@ -1,10 +1,11 @@
 """The agent: runs one node of one attempt of one job, and reports what happened.
 
-Cloud-neutral: it sees the registry (any ObjectStore), the VM's Metadata, a power_off callable and a clock
-(agent/clock.py). Three threads: the main thread prepares (agent/environment.py), supervises the user process
-and reports; a background thread writes heartbeats, ships log chunks and polls for a Spot notice or a stop
-request (agent/background.py); a third uploads complete checkpoint files and their manifest
-(jobplane.agent.keeper). Every registry write is retried and no failure skips the exit report or the power-off.
+Cloud-neutral: it sees the registry's objects (a RootedStore over any ObjectStore: it writes facts and reads its
+job's record, never writes one), the VM's Metadata, a power_off callable and a clock (agent/clock.py). Three
+threads: the main thread prepares (agent/environment.py), supervises the user process and reports; a background
+thread writes heartbeats, ships log chunks and polls for a Spot notice or a stop request (agent/background.py); a
+third uploads complete checkpoint files and their manifest (jobplane.agent.keeper). Every registry write is
+retried and no failure skips the exit report or the power-off.
 
 SIGTERM or SIGINT (`on_signal`, installed by the entry point) is a stop request too: the VM is shutting
 down (GCE's shutdown script, EC2's OS shutdown), often before the next poll has seen the notice. So is a
@@ -48,7 +49,8 @@ from jobplane.clouds.base import (
 from jobplane.model import keys, metrics, records
 from jobplane.model.metrics import EARLY_STOP
 from jobplane.model.spec import JobSpec, format_duration
-from jobplane.store.registry import Registry
+from jobplane.store.registry import read_job
+from jobplane.store.rooted import RootedStore
 
 log = logging.getLogger("jobplane.agent")
 T = TypeVar("T")
@@ -100,7 +102,7 @@ class AgentConfig:
 
 
 class Agent:
-    def __init__(self, registry: Registry, metadata: Metadata, config: AgentConfig, *, environ: Mapping[str, str],
+    def __init__(self, registry: RootedStore, metadata: Metadata, config: AgentConfig, *, environ: Mapping[str, str],
                  power_off: Callable[[], None], stores: Callable[[str], ObjectStore] | None = None,
                  console: BinaryIO | None = None,
                  gpu_utilization: Callable[[], float | None] = gpu.gpu_utilization,
@@ -214,7 +216,7 @@ class Agent:
 
     # ---- the job ----------------------------------------------------------------------------------------
     def _work(self, run: Run, background: Background) -> Outcome:
-        record = self._retry("read job.json", lambda: self.reg.job(run.job_id))
+        record = self._retry("read job.json", lambda: read_job(self.reg, run.job_id)[0])
         run.spec = record.spec
         self.out.watch(metrics.Extractor(record.spec.metrics, record.spec.stop_on), self._stop_early)
         if record.terminal or record.attempt > run.attempt:
@@ -357,8 +359,9 @@ class Agent:
         self._try("final log sync", background.ship_logs)
         # the records are built inside _try too: whatever goes wrong, the power-off still follows
         if outcome.reason == "preempted":
-            self._try("preempted marker", lambda: self.reg.mark_preempted(run.job_id, records.PreemptedMarker(
-                attempt=run.attempt, rank=run.rank, notice=outcome.notice, instance_id=run.instance_id)))
+            marker = keys.preempted_marker(run.job_id)
+            self._try("preempted marker", lambda: self.reg.put_json(marker, records.PreemptedMarker(
+                attempt=run.attempt, rank=run.rank, notice=outcome.notice, instance_id=run.instance_id).body()))
         key = keys.exit_report(run.job_id, run.attempt, run.rank)
         return self._try("exit report", lambda: self.reg.put_json(key, exit_report(run, outcome, ended).body()))
 

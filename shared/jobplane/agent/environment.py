@@ -26,14 +26,14 @@ from jobplane.agent.transfer import Moved, fetch, fetch_tarball, keys_under
 from jobplane.clouds.base import NotFound, ObjectStore
 from jobplane.model import containers, keys
 from jobplane.model.spec import JobSpec
-from jobplane.store.registry import Registry
+from jobplane.store.rooted import RootedStore
 
 REQUIREMENTS = "requirements.txt"
 AGENT_SITE = str(Path(__file__).resolve().parents[2])  # where this agent's packages are (the bundle's site/)
 
 
 class Environment:
-    def __init__(self, reg: Registry, layout: Layout, out: OutputLog, *, environ: Mapping[str, str],
+    def __init__(self, reg: RootedStore, layout: Layout, out: OutputLog, *, environ: Mapping[str, str],
                  supervise: Callable[[UserProcess, JobSpec], Outcome],
                  retry: Callable[[str, Callable[[], Moved]], Moved],
                  stores: Callable[[str], ObjectStore] | None = None,

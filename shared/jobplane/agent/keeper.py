@@ -29,7 +29,7 @@ from jobplane.agent.writers import under, writing
 from jobplane.clouds.base import NotFound
 from jobplane.model import keys, records
 from jobplane.model.spec import JobSpec
-from jobplane.store.registry import Registry
+from jobplane.store.rooted import RootedStore
 
 log = logging.getLogger("jobplane.agent")
 MID_WRITE = "open for writing when the job's processes were stopped, so it may be half-written"
@@ -45,7 +45,7 @@ class Node:
 
 
 class Keeper:
-    def __init__(self, reg: Registry, layout: Layout, spec: JobSpec, node: Node, *, interval: float,
+    def __init__(self, reg: RootedStore, layout: Layout, spec: JobSpec, node: Node, *, interval: float,
                  settle: float = SETTLE, say: Callable[[str], None], step: Callable[[], int | None],
                  clock: Clock = SYSTEM) -> None:
         self.reg, self.node, self.interval, self.say, self.clock = reg, node, interval, say, clock
@@ -149,7 +149,7 @@ class Keeper:
         return n
 
 
-def moved_on(reg: Registry, job_id: str, attempt: int) -> bool:
+def moved_on(reg: RootedStore, job_id: str, attempt: int) -> bool:
     """The job has moved on to a later attempt, whose VMs may have restored this life's objects (a rerun's claim
     is written before its VMs boot). Where job.json cannot be read, assume so: keep everything, try later."""
     try:

@@ -29,10 +29,9 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import CredentialProvider, Credentials, ReadOnlyCredentials, RefreshableCredentials
 from botocore.exceptions import ClientError
 
-from jobplane.clouds.base import CredentialsRefused
+from jobplane.clouds.base import CredentialsRefused, ProofRejected, VendUnavailable
 from jobplane.clouds.s3 import s3_client
-from jobplane.decide.vend import job_prefixes
-from jobplane.vending.aws import ProofRejected, VendUnavailable
+from jobplane.model.keys import job_prefixes
 
 log = logging.getLogger(__name__)
 

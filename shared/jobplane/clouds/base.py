@@ -30,6 +30,27 @@ class CredentialsRefused(StoreError):
     VM is not one of it): the agent's storage access has ended, and retrying cannot bring it back."""
 
 
+class ProofRejected(Exception):
+    """A VM's identity proof is malformed, made for something else, or its signature is not STS's to accept."""
+
+
+class VendUnavailable(Exception):
+    """STS, EC2 or the vending function did not answer: a transient failure, not a verdict on the caller."""
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The keys (relative to the bucket, root included) a job's credentials reach. Everything under
+    `read_write` prefixes and the `read_write_objects`; to read, everything under `read_only` prefixes and the
+    `read_only_objects` (each exactly that object: never a prefix, never listed)."""
+
+    bucket: str
+    read_write: tuple[str, ...]
+    read_write_objects: tuple[str, ...]
+    read_only: tuple[str, ...]
+    read_only_objects: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class ObjectInfo:
     """One listing entry: everything a listing returns without a GET per key."""

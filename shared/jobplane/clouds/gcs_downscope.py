@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from jobplane.decide.vend import Scope
+from jobplane.clouds.base import Scope
 
 GOOGLE_STS_URL = "https://sts.googleapis.com/v1/token"
 READ_WRITE_ROLE = "roles/storage.objectUser"  # get, list, create, overwrite, delete objects; no IAM

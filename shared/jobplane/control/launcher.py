@@ -35,11 +35,12 @@ from jobplane.decide.rules import Cause, LaunchCause, Rule
 from jobplane.deployment.context import Context
 from jobplane.model import history, keys
 from jobplane.model.errors import FieldError, SpecError
+from jobplane.model.jobrecord import JobRecord
 from jobplane.model.policy import Policy, check_against_deployment, check_against_policy
 from jobplane.model.spec import JobSpec
 from jobplane.model.states import State
 from jobplane.model.usage import AttemptUsage, InstanceSpan
-from jobplane.store.registry import JobExists, JobRecord, Registry, TransitionRefused
+from jobplane.store.registry import JobExists, Registry, TransitionRefused
 
 if TYPE_CHECKING:  # imported where a launch uses them: a cold start, or a cron run with nothing to launch, never does
     from jobplane.boot import agent_bundle, bootstrap

@@ -43,8 +43,9 @@ from jobplane.decide.rules import RULES
 from jobplane.deployment.context import Context
 from jobplane.deployment.telemetry import Metrics
 from jobplane.model import history, keys, records
+from jobplane.model.jobrecord import JobRecord
 from jobplane.model.states import State
-from jobplane.store.registry import JobNotFound, JobRecord, Registry, TransitionRefused, UnreadableRecord
+from jobplane.store.registry import JobNotFound, Registry, TransitionRefused, UnreadableRecord
 
 log = logging.getLogger("jobplane.reconcile")
 

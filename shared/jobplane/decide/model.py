@@ -12,11 +12,12 @@ from jobplane.clouds.base import Instance
 from jobplane.decide.effects import ORDER, Effect, Flag, Note, Terminate, Transition
 from jobplane.decide.rules import Rule as Rule  # the rules and their table (decide.rules), named from here too
 from jobplane.model import history, keys, records
+from jobplane.model.jobrecord import JobRecord
 from jobplane.model.keys import Held as Held  # the parsed held-until key, part of a Snapshot
 from jobplane.model.keys import Limits as Limits  # the parsed limits/ key, part of a Snapshot
+from jobplane.model.listings import ActiveMarker, Beat, IdleMark
 from jobplane.model.policy import Policy
 from jobplane.model.states import State
-from jobplane.store.registry import ActiveMarker, Beat, IdleMark, JobRecord
 
 ALIVE = frozenset({"pending", "running"})  # an instance in any other state is gone or going
 

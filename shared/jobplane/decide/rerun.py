@@ -29,10 +29,10 @@ from jobplane.decide.model import (
 )
 from jobplane.decide.safety import terminable
 from jobplane.model import keys
+from jobplane.model.jobrecord import JobRecord
 from jobplane.model.policy import Policy
 from jobplane.model.spec import format_duration
 from jobplane.model.states import State
-from jobplane.store.registry import JobRecord
 
 
 def decide(snap: Snapshot, now: datetime, policy: Policy) -> list[Action]:

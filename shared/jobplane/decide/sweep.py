@@ -51,16 +51,18 @@ from jobplane.decide.model import (
 from jobplane.decide.retry import Trigger, exit_code, verdict
 from jobplane.decide.rules import ORDER
 from jobplane.decide.safety import limit_blast_radius, terminable
-from jobplane.deployment import notify
 from jobplane.model import history, keys
+
+# A just-launched instance may be missing from DescribeInstances for a moment (eventual consistency):
+from jobplane.model.jobrecord import JobRecord
+from jobplane.model.listings import Beat
 from jobplane.model.metrics import EARLY_STOP
 from jobplane.model.policy import Policy
 from jobplane.model.records import HOLD_BY, PreemptedMarker
 from jobplane.model.spec import format_duration
 from jobplane.model.states import State
-from jobplane.store.registry import Beat, JobRecord
+from jobplane.views import notices
 
-# A just-launched instance may be missing from DescribeInstances for a moment (eventual consistency):
 # an attempt's instances are "lost" only once the launch is older than this (or the orphan grace, if
 # shorter: a local cloud with a seconds-long grace detects lost ranks in seconds).
 LOST_GRACE = 120
@@ -428,7 +430,7 @@ def _idle(job: Seen) -> Action | None:
                  Flag(keys.idle_flag(record.id, n)),
                  Note(history.IdleGpu(attempt=n, reason=why, action=rule.action, threshold=rule.threshold,
                                       window=rule.window)),
-                 Publish(notify.idle(record, why, stopping, job.now)),
+                 Publish(notices.idle(record, why, stopping, job.now)),
                  *((RequestStop(by=IDLE_BY),) if stopping else ()))
 
 

@@ -13,10 +13,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from jobplane.clouds.base import TAG_ATTEMPT, TAG_DEPLOYMENT, TAG_JOB_ID, TAG_MANAGED
+from jobplane.clouds.base import TAG_ATTEMPT, TAG_DEPLOYMENT, TAG_JOB_ID, TAG_MANAGED, Scope
 from jobplane.model import keys
+from jobplane.model.jobrecord import JobRecord
 from jobplane.model.states import State
-from jobplane.store.registry import JobRecord
 
 # An agent serves a job from its first heartbeat to its exit report; the launcher may not have recorded the
 # VM yet when it asks (the tags say whose it is then). Any other state has no agent that needs to write.
@@ -41,19 +41,6 @@ class Caller:
 
 
 @dataclass(frozen=True)
-class Scope:
-    """The keys (relative to the bucket, root included) a job's credentials reach. Everything under
-    `read_write` prefixes and the `read_write_objects`; to read, everything under `read_only` prefixes and the
-    `read_only_objects` (each exactly that object: never a prefix, never listed)."""
-
-    bucket: str
-    read_write: tuple[str, ...]
-    read_write_objects: tuple[str, ...]
-    read_only: tuple[str, ...]
-    read_only_objects: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
 class Grant:
     job_id: str
     attempt: int
@@ -65,12 +52,6 @@ class Grant:
 @dataclass(frozen=True)
 class Refusal:
     why: str
-
-
-def job_prefixes(root: str, job_id: str) -> tuple[str, str]:
-    """What a job's credentials may read and write whole: its record's folder and its heartbeats."""
-    base = keys.root_prefix(root)
-    return base + keys.JOBS + job_id + "/", base + keys.heartbeats_prefix(job_id)
 
 
 def code_object(code: str | None, *, bucket: str, root: str, owner: str, job_id: str | None) -> str | Refusal | None:
@@ -116,7 +97,7 @@ def scope(bucket: str, root: str, job_id: str, code: str | None = None) -> Scope
     object (`code_object`). Input data comes from the platform's data buckets, not from here."""
     base = keys.root_prefix(root)
     return Scope(bucket=bucket,
-                 read_write=job_prefixes(root, job_id),
+                 read_write=keys.job_prefixes(root, job_id),
                  read_write_objects=(base + keys.preempted_marker(job_id),),
                  read_only=(base + keys.AGENT,),
                  read_only_objects=(code,) if code else ())

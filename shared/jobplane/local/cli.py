@@ -69,9 +69,9 @@ def up(cloud: str, port: int, tick: float, ui_port: int, policy_file: Path | Non
       jobplane local up --cloud gcp --port 5055 --tick 1
       jobplane local up --policy ssh.yaml   # ssh.yaml: access: {ssh: true}
     """
-    from jobplane.local.cloud import up as run_up
     from jobplane.local.control import state_dir as default_state_dir
     from jobplane.local.dashboard import Beside
+    from jobplane.local.up import up as run_up
 
     policy = read_policy(policy_file) if policy_file is not None else None
     directory = default_state_dir(state_dir)

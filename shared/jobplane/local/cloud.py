@@ -1,7 +1,7 @@
-"""`jobplane local up [--cloud aws|gcp]`: a cloud's API emulators, the instance runner, the trigger loop and the
-control endpoint, in the foreground. The same shape on both clouds; what differs is in jobplane.local.aws
-(moto's server, EC2 instances, Lambda handlers) and jobplane.local.gcp (the GCS and Compute Engine fakes, GCE
-VMs, Cloud Functions through functions-framework).
+"""The local cloud behind `jobplane local up [--cloud aws|gcp]` (jobplane.local.up runs it): a cloud's API emulators,
+the instance runner, the trigger loop and the control endpoint. The same shape on both clouds; what differs is in
+jobplane.local.aws (moto's server, EC2 instances, Lambda handlers) and jobplane.local.gcp (the GCS and Compute Engine
+fakes, GCE VMs, Cloud Functions through functions-framework).
 
 Everything lives under a state directory (default .jobplane/): the state file a second shell and
 `jobplane local ...` read, env.sh with the exports, the power-command shims, one scratch root per VM, and
@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import secrets
-import signal
 import socket
 import subprocess
 import sys
@@ -32,17 +31,15 @@ import threading
 import time
 import urllib.error
 import urllib.request
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from types import FrameType
 from typing import IO, Any
 
 import yaml
 
 from jobplane.boot import agent_bundle, bundling
 from jobplane.local import baked_agent, cache_dir
-from jobplane.local.console import Console, ConsoleHandler, notified_line
+from jobplane.local.console import Console, notified_line
 from jobplane.local.control import STATE_FILE, ControlServer
 from jobplane.local.triggers import Functions, TriggerLoop
 from jobplane.local.waiting import WaitTimeout, wait_for
@@ -369,46 +366,3 @@ def publish_agent(reg: Registry, cloud: str) -> tuple[Path, agent_bundle.Variant
     reg.put(keys.agent_file(variant.name), path.read_bytes())
     reg.put(keys.agent_file(agent_bundle.MANIFEST), agent_bundle.manifest([variant]))
     return path, variant
-
-
-def make(cloud: str, state_dir: Path, port: int = 0, tick: float = 1.0,
-         policy: Mapping[str, Any] | None = None, baked_agent: bool = False) -> LocalCloud:
-    if cloud == "gcp":
-        from jobplane.local.gcp import GcpLocalCloud
-
-        return GcpLocalCloud(state_dir, port=port, tick=tick, policy=policy, baked_agent=baked_agent)
-    from jobplane.local.aws import AwsLocalCloud
-
-    return AwsLocalCloud(state_dir, port=port, tick=tick, policy=policy, baked_agent=baked_agent)
-
-
-def up(state_dir: Path, port: int, tick: float, cloud: str = "aws", policy: Mapping[str, Any] | None = None,
-       baked_agent: bool = False) -> None:
-    """Run until SIGINT/SIGTERM, then leave nothing behind."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
-                        filename=state_dir / FUNCTIONS_LOG)
-    logging.getLogger("botocore").setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", message="No application metrics to publish")
-    local = make(cloud, state_dir, port, tick, policy, baked_agent)
-    logging.getLogger("local-cloud").addHandler(ConsoleHandler(local.console))
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        local.stopping.set()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    local.start()
-    print(f"local {cloud} cloud up; in another shell:", flush=True)
-    for key, value in local.exports.items():
-        print(f"export {key}={value}", flush=True)
-    print(f"(or: source {local.state_dir / 'env.sh'})  Ctrl-C stops everything.", flush=True)
-    print(f"function logs and metrics: {local.state_dir / FUNCTIONS_LOG}", flush=True)
-    if local.oci_image:
-        print(f"container image (a `container:` job's image here; also in `jobplane local status`): {local.oci_image}",
-              flush=True)
-    try:
-        local.run()
-    finally:
-        local.stop()
-        print("local cloud stopped", flush=True)

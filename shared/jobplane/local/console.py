@@ -27,7 +27,7 @@ from typing import Any
 from jobplane.control.reconcile import Result
 from jobplane.decide.model import Rule
 from jobplane.model import keys
-from jobplane.store.registry import JobRecord
+from jobplane.model.jobrecord import JobRecord
 
 # Reconciler rules worth a line, by the word a person would use; the others (limits, repairs, cleanups)
 # are bookkeeping.

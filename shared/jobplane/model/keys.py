@@ -110,6 +110,12 @@ def event(job_id: str, stamp: str, kind: str) -> str:
     return f"{JOBS}{job_id}/events/{stamp}-{kind}.json"
 
 
+def job_prefixes(root: str, job_id: str) -> tuple[str, str]:
+    """What a job's credentials may read and write whole: its record's folder and its heartbeats."""
+    base = root_prefix(root)
+    return base + JOBS + job_id + "/", base + heartbeats_prefix(job_id)
+
+
 def code_folder(owner: str) -> str:
     """An owner's code bundles: the one registry folder, besides its own jobs/<id>/code/, a job reads code from."""
     return f"{CODE}{owner}/"

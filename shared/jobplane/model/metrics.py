@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from jobplane.model.spec import MetricDefinition, StopOn
+from jobplane.model.specfields import MetricDefinition, StopOn
 
 MAX_LINE = 2048  # characters of a line that metrics and stop patterns look at
 STEP = "step"  # the metric whose value is the step the other points carry

@@ -27,9 +27,10 @@ from pydantic_core import CoreSchema, core_schema
 from jobplane.model import accelerators, containers, images, sweepspec, yaml_input
 from jobplane.model.errors import FieldError, SpecError, from_validation_error
 from jobplane.model.keys import JOB_ID_PATTERN
-from jobplane.model.specfields import HpName, HpValue, MetricName, hp_variable
+from jobplane.model.specfields import HpName, HpValue, MetricDefinition, StopOn, hp_variable
 from jobplane.model.specfields import SpecModel as _Model
 from jobplane.model.specfields import pattern_str as _pattern_str
+from jobplane.model.sweepspec import MAX_JOB_ID, MAX_LABELS, MAX_PARAMETERS, MAX_TRIALS, TRIAL_LABELS, trial_suffix
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION_RE = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
@@ -182,24 +183,6 @@ def _abs_path(value: object) -> object:
 
 AbsPath = Annotated[str, BeforeValidator(_abs_path)]
 
-def _regex(groups: int | None) -> AfterValidator:
-    """A regular expression that compiles (Python's re, as the agent uses it); with groups, it must have exactly
-    that many capture groups."""
-    def check(value: str) -> str:
-        try:
-            compiled = re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"'{value}' is not a valid regular expression: {exc}") from None
-        if groups is not None and compiled.groups != groups:  # quoted as written: repr would double each backslash
-            raise ValueError(f"'{value}' has {compiled.groups} capture groups; it needs exactly {groups}, around the "
-                             "value (write other groups as (?:...))")
-        return value
-
-    return AfterValidator(check)
-
-
-MetricRegex = Annotated[str, Field(min_length=1, max_length=500), _regex(1)]
-StopPattern = Annotated[str, Field(min_length=1, max_length=500), _regex(None)]
 Cloud = Literal["aws", "gcp"]
 URI_SCHEMES: dict[str, str] = {"aws": "s3://", "gcp": "gs://"}
 
@@ -211,22 +194,6 @@ class InputChannel(_Model):
     distribution: Literal["replicated", "sharded"] = Field(
         "replicated", description="replicated: every node gets all of it; sharded: keys split across nodes"
     )
-
-
-class MetricDefinition(_Model):
-    """One metric read from the job's output, in SageMaker's MetricDefinitions shape."""
-
-    name: MetricName = Field(description="e.g. train:loss")
-    regex: MetricRegex = Field(description="searched in every output line; its one capture group is the value, "
-                                           "e.g. 'loss ([0-9.eE+-]+|nan|inf)'")
-
-
-class StopOn(_Model):
-    """Rules that end a diverging job early: FAILED, with the line that matched, and no rerun."""
-
-    patterns: list[StopPattern] = Field(default_factory=list, max_length=20,
-                                        description="stop when an output line matches one of these")
-    nan: bool = Field(False, description="stop when any metric's value becomes NaN or Inf")
 
 
 MAX_EXIT_CODES = 32
@@ -566,12 +533,74 @@ def parse_spec(text: str | bytes, job_id: str | None = None, source: str = "spec
     except ValidationError as exc:
         errors = from_validation_error(exc, _ALLOWED) + errors
         raise SpecError(errors) from None
-    errors += sweepspec.problems(spec, job_id)
+    errors += _sweep_problems(spec, job_id)
     if errors:
         raise SpecError(errors)
     if job_id is not None and spec.id is None:
         spec = spec.model_copy(update={"id": job_id})
     return spec
+
+
+def _sweep_problems(spec: JobSpec, job_id: str | None) -> list[FieldError]:
+    """What a valid spec's sweep section gets wrong with itself and with the rest of the spec (the template of every
+    trial): each names the field."""
+    from jobplane.model.metrics import DEFAULT_METRICS, STEP  # only a sweep's spec needs the default metrics
+
+    sweep = spec.sweep
+    if sweep is None:
+        return []
+    errors: list[FieldError] = []
+    grid_size = sweep.grid_size
+    if sweep.strategy == "grid":
+        errors += [FieldError(f"sweep.parameters.{name}", f"a grid needs a finite set: give {d.kind} steps: N (N "
+                                                          "values from lo to hi), or use int or choice")
+                   for name, d in sweep.parameters.items() if d.size is None]
+        if grid_size is not None and sweep.max_trials is not None and sweep.max_trials > grid_size:
+            errors.append(FieldError("sweep.max_trials", f"{sweep.max_trials} exceeds the grid's {grid_size} "
+                                                         "combinations"))
+        elif grid_size is not None and sweep.max_trials is None and grid_size > MAX_TRIALS:
+            errors.append(FieldError("sweep.max_trials", f"the grid has {grid_size} combinations, more than "
+                                                         f"{MAX_TRIALS} trials: set max_trials to run its first ones"))
+    elif sweep.max_trials is None:
+        errors.append(FieldError("sweep.max_trials", f"required with strategy {sweep.strategy} (only a grid's "
+                                                     "default is its size)"))
+    if sweep.trial_count and sweep.max_parallel > sweep.trial_count:
+        errors.append(FieldError("sweep.max_parallel", f"{sweep.max_parallel} exceeds the {sweep.trial_count} "
+                                                       "trials of the sweep"))
+    metric_names = [m.name for m in (DEFAULT_METRICS if spec.metrics is None else spec.metrics) if m.name != STEP]
+    if sweep.objective.metric not in metric_names:
+        errors.append(FieldError("sweep.objective.metric", f"{sweep.objective.metric!r} is not a metric the spec "
+                                                           f"reads (it reads: {', '.join(metric_names) or 'none'}); "
+                                                           "define it in metrics:"))
+    if sweep.early_stop is not None and sweep.early_stop.rule == "asha" and sweep.early_stop.after_step < 1:
+        errors.append(FieldError("sweep.early_stop.after_step", "asha's first rung: at least 1"))
+    fixed = {hp_variable(name): name for name in spec.hyperparameters}
+    swept: dict[str, str] = {}
+    for name in sweep.parameters:
+        variable = hp_variable(name)
+        if name in spec.hyperparameters:
+            errors.append(FieldError(f"sweep.parameters.{name}", "also set in hyperparameters: a swept parameter "
+                                                                 "takes its value from the sweep"))
+        elif (other := fixed.get(variable) or swept.setdefault(variable, name)) != name:
+            where = "hyperparameters" if variable in fixed else "sweep.parameters"
+            errors.append(FieldError(f"sweep.parameters.{name}", f"becomes {variable}, as {other!r} in {where} does"))
+    if spec.debug_hold is not None:  # a held FAILED trial has ended for the sweep, but its VMs run on for up to a day
+        errors.append(FieldError("debug_hold", "not in a sweep: a failed trial's held VMs would run beside the next "
+                                               "trials, past sweep.max_parallel; submit the failed trial's parameters "
+                                               "as a job with debug_hold to look at it"))
+    if len(spec.hyperparameters) + len(sweep.parameters) > MAX_PARAMETERS:
+        errors.append(FieldError("sweep.parameters", f"{len(sweep.parameters)} swept and {len(spec.hyperparameters)} "
+                                                     f"fixed hyperparameters: a trial takes at most {MAX_PARAMETERS}"))
+    errors += [FieldError(f"labels.{k}", "set on every trial by the sweep") for k in TRIAL_LABELS if k in spec.labels]
+    if len(spec.labels) + len(TRIAL_LABELS) > MAX_LABELS:
+        errors.append(FieldError("labels", f"a trial adds {len(TRIAL_LABELS)} labels ({', '.join(TRIAL_LABELS)}): "
+                                           f"at most {MAX_LABELS - len(TRIAL_LABELS)} here"))
+    sweep_id = spec.id or job_id
+    longest = trial_suffix(max(sweep.trial_count, 1))
+    if sweep_id is not None and len(sweep_id) + len(longest) > MAX_JOB_ID:
+        errors.append(FieldError("id", f"{sweep_id!r} is too long for a sweep: its trials are {sweep_id}{longest}..., "
+                                       f"at most {MAX_JOB_ID} characters; use at most {MAX_JOB_ID - len(longest)}"))
+    return errors
 
 
 def spec_to_json(spec: JobSpec) -> dict[str, Any]:

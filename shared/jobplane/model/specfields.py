@@ -1,5 +1,6 @@
-"""Field types the spec's models share (spec.py's job, sweepspec.py's sweep section): the strict base model,
-patterned strings, hyperparameter names and values, metric names."""
+"""Field types the spec's models share (spec.py's job, sweepspec.py's sweep section, metrics.py's defaults): the
+strict base model, patterned strings and regular expressions, hyperparameter names and values, metric names, and the
+models of a metric and of the stop rules."""
 
 from __future__ import annotations
 
@@ -63,3 +64,39 @@ HpValue = Annotated[JsonValue, AfterValidator(_hp_value)]
 def hp_variable(name: str) -> str:
     """The environment variable a hyperparameter becomes: two names with one variable clash."""
     return f"SM_HP_{name}".upper()
+
+
+def regex(groups: int | None) -> AfterValidator:
+    """A regular expression that compiles (Python's re, as the agent uses it); with groups, it must have exactly
+    that many capture groups."""
+    def check(value: str) -> str:
+        try:
+            compiled = re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"'{value}' is not a valid regular expression: {exc}") from None
+        if groups is not None and compiled.groups != groups:  # quoted as written: repr would double each backslash
+            raise ValueError(f"'{value}' has {compiled.groups} capture groups; it needs exactly {groups}, around the "
+                             "value (write other groups as (?:...))")
+        return value
+
+    return AfterValidator(check)
+
+
+MetricRegex = Annotated[str, Field(min_length=1, max_length=500), regex(1)]
+StopPattern = Annotated[str, Field(min_length=1, max_length=500), regex(None)]
+
+
+class MetricDefinition(SpecModel):
+    """One metric read from the job's output, in SageMaker's MetricDefinitions shape."""
+
+    name: MetricName = Field(description="e.g. train:loss")
+    regex: MetricRegex = Field(description="searched in every output line; its one capture group is the value, "
+                                           "e.g. 'loss ([0-9.eE+-]+|nan|inf)'")
+
+
+class StopOn(SpecModel):
+    """Rules that end a diverging job early: FAILED, with the line that matched, and no rerun."""
+
+    patterns: list[StopPattern] = Field(default_factory=list, max_length=20,
+                                        description="stop when an output line matches one of these")
+    nan: bool = Field(False, description="stop when any metric's value becomes NaN or Inf")

@@ -5,15 +5,11 @@ from __future__ import annotations
 
 import math
 import random
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, WithJsonSchema, model_validator
 
-from jobplane.model.errors import FieldError
-from jobplane.model.specfields import HpName, HpValue, MetricName, SpecModel, hp_variable
-
-if TYPE_CHECKING:
-    from jobplane.model.spec import JobSpec
+from jobplane.model.specfields import HpName, HpValue, MetricName, SpecModel
 
 KINDS = ("uniform", "loguniform", "int", "choice")
 MAX_TRIALS = 1000
@@ -187,65 +183,3 @@ def known_fields(raw: object) -> object:
 def trial_suffix(number: int) -> str:
     """What trial `number`'s job id adds to its sweep's id (decide.trials.trial_id)."""
     return f"-t{number:03d}"
-
-
-def problems(spec: JobSpec, job_id: str | None) -> list[FieldError]:
-    """What a valid spec's sweep section gets wrong with itself and with the rest of the spec (the template of every
-    trial): each names the field."""
-    from jobplane.model.metrics import DEFAULT_METRICS, STEP  # metrics imports spec, which imports this module
-
-    sweep = spec.sweep
-    if sweep is None:
-        return []
-    errors: list[FieldError] = []
-    grid_size = sweep.grid_size
-    if sweep.strategy == "grid":
-        errors += [FieldError(f"sweep.parameters.{name}", f"a grid needs a finite set: give {d.kind} steps: N (N "
-                                                          "values from lo to hi), or use int or choice")
-                   for name, d in sweep.parameters.items() if d.size is None]
-        if grid_size is not None and sweep.max_trials is not None and sweep.max_trials > grid_size:
-            errors.append(FieldError("sweep.max_trials", f"{sweep.max_trials} exceeds the grid's {grid_size} "
-                                                         "combinations"))
-        elif grid_size is not None and sweep.max_trials is None and grid_size > MAX_TRIALS:
-            errors.append(FieldError("sweep.max_trials", f"the grid has {grid_size} combinations, more than "
-                                                         f"{MAX_TRIALS} trials: set max_trials to run its first ones"))
-    elif sweep.max_trials is None:
-        errors.append(FieldError("sweep.max_trials", f"required with strategy {sweep.strategy} (only a grid's "
-                                                     "default is its size)"))
-    if sweep.trial_count and sweep.max_parallel > sweep.trial_count:
-        errors.append(FieldError("sweep.max_parallel", f"{sweep.max_parallel} exceeds the {sweep.trial_count} "
-                                                       "trials of the sweep"))
-    metric_names = [m.name for m in (DEFAULT_METRICS if spec.metrics is None else spec.metrics) if m.name != STEP]
-    if sweep.objective.metric not in metric_names:
-        errors.append(FieldError("sweep.objective.metric", f"{sweep.objective.metric!r} is not a metric the spec "
-                                                           f"reads (it reads: {', '.join(metric_names) or 'none'}); "
-                                                           "define it in metrics:"))
-    if sweep.early_stop is not None and sweep.early_stop.rule == "asha" and sweep.early_stop.after_step < 1:
-        errors.append(FieldError("sweep.early_stop.after_step", "asha's first rung: at least 1"))
-    fixed = {hp_variable(name): name for name in spec.hyperparameters}
-    swept: dict[str, str] = {}
-    for name in sweep.parameters:
-        variable = hp_variable(name)
-        if name in spec.hyperparameters:
-            errors.append(FieldError(f"sweep.parameters.{name}", "also set in hyperparameters: a swept parameter "
-                                                                 "takes its value from the sweep"))
-        elif (other := fixed.get(variable) or swept.setdefault(variable, name)) != name:
-            where = "hyperparameters" if variable in fixed else "sweep.parameters"
-            errors.append(FieldError(f"sweep.parameters.{name}", f"becomes {variable}, as {other!r} in {where} does"))
-    if spec.debug_hold is not None:  # a held FAILED trial has ended for the sweep, but its VMs run on for up to a day
-        errors.append(FieldError("debug_hold", "not in a sweep: a failed trial's held VMs would run beside the next "
-                                               "trials, past sweep.max_parallel; submit the failed trial's parameters "
-                                               "as a job with debug_hold to look at it"))
-    if len(spec.hyperparameters) + len(sweep.parameters) > MAX_PARAMETERS:
-        errors.append(FieldError("sweep.parameters", f"{len(sweep.parameters)} swept and {len(spec.hyperparameters)} "
-                                                     f"fixed hyperparameters: a trial takes at most {MAX_PARAMETERS}"))
-    errors += [FieldError(f"labels.{k}", "set on every trial by the sweep") for k in TRIAL_LABELS if k in spec.labels]
-    if len(spec.labels) + len(TRIAL_LABELS) > MAX_LABELS:
-        errors.append(FieldError("labels", f"a trial adds {len(TRIAL_LABELS)} labels ({', '.join(TRIAL_LABELS)}): "
-                                           f"at most {MAX_LABELS - len(TRIAL_LABELS)} here"))
-    sweep_id = spec.id or job_id
-    longest = trial_suffix(max(sweep.trial_count, 1))
-    if sweep_id is not None and len(sweep_id) + len(longest) > MAX_JOB_ID:
-        errors.append(FieldError("id", f"{sweep_id!r} is too long for a sweep: its trials are {sweep_id}{longest}..., "
-                                       f"at most {MAX_JOB_ID} characters; use at most {MAX_JOB_ID - len(longest)}"))
-    return errors

@@ -6,8 +6,9 @@ A queued job is a job. The launcher creates a job's record before it deletes the
 rejection before it deletes a bad one), so at every instant one of drop, record or rejection exists, and
 find() reads them in an order that cannot miss the hand-over.
 
-Cloud-neutral: everything takes a Registry, plus a factory for the Compute adapter where instances matter.
-Which store and adapter to build is the caller's choice (the CLI's `connect`).
+Cloud-neutral: what reads a job's objects takes the registry's RootedStore, what reads or changes its record the
+job Registry, plus a factory for the Compute adapter where instances matter. Which store and adapter to build is
+the caller's choice (jobplane.ops.backend for the SDK).
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ import yaml
 from jobplane.clouds.base import Compute, NotFound, PreconditionFailed
 from jobplane.model import drops, keys, records, yaml_input
 from jobplane.model.errors import FieldError, SpecError
+from jobplane.model.jobrecord import JobRecord
 from jobplane.model.metrics import Sample, decode
 from jobplane.model.spec import URI_SCHEMES, job_id_problem, load_document, parse_spec
 from jobplane.model.states import LIVE, TERMINAL, State
-from jobplane.store.registry import JobExists, JobNotFound, JobRecord, Registry, TransitionRefused, utcnow
+from jobplane.store.registry import JobExists, JobNotFound, Registry, TransitionRefused, utcnow
+from jobplane.store.rooted import RootedStore
 from jobplane.views import cost
 from jobplane.views.jobview import (
     JobView,
@@ -94,7 +97,7 @@ def _recorded(reg: Registry, job_id: str) -> JobView | None:
         return None
 
 
-def _queued(reg: Registry, job_id: str) -> JobView | None:
+def _queued(reg: RootedStore, job_id: str) -> JobView | None:
     """The job's drop, under queue/ or an owner's queue/<owner>/ (queue/ holds only drops not yet taken)."""
     for key, modified, _ in reg.listing(keys.QUEUE):
         drop = keys.parse_drop(key)
@@ -121,7 +124,7 @@ def queued_view(job_id: str, key: str, data: bytes, dropped_at: datetime) -> Job
     return JobView(job_id, State.QUEUED, dropped_at, spec, drop=key)
 
 
-def _rejected(reg: Registry, job_id: str) -> JobView | None:
+def _rejected(reg: RootedStore, job_id: str) -> JobView | None:
     try:
         blob = reg.get_object(keys.rejected_error(job_id))
     except NotFound:
@@ -169,7 +172,7 @@ def list_views(reg: Registry, include_done: bool) -> list[JobView]:
     return views
 
 
-def recorded_ids(reg: Registry) -> set[str]:
+def recorded_ids(reg: RootedStore) -> set[str]:
     """Every job with a record (job.json), live or not."""
     return {job_id for k, _, _ in reg.listing(keys.JOBS) if (job_id := keys.parse_job_record(k))}
 
@@ -311,7 +314,7 @@ class Chunk:
 class LogReader:
     """A job's log chunks not read yet, in (attempt, rank, sequence) order; optionally one attempt / rank."""
 
-    def __init__(self, reg: Registry, job_id: str, attempt: int | None = None, rank: int | None = None) -> None:
+    def __init__(self, reg: RootedStore, job_id: str, attempt: int | None = None, rank: int | None = None) -> None:
         self.reg, self.job_id, self.attempt, self.rank = reg, job_id, attempt, rank
         self.seen: set[str] = set()
 
@@ -324,7 +327,7 @@ class LogReader:
         return chunks
 
 
-def node_chunks(reg: Registry, area: str, job_id: str, attempt: int | None = None,
+def node_chunks(reg: RootedStore, area: str, job_id: str, attempt: int | None = None,
                 rank: int | None = None) -> list[tuple[int, int, str]]:
     """(attempt, rank, key) of the chunks under jobs/<id>/<area>/ (logs or metrics), in (attempt, rank,
     sequence) order; optionally one attempt and/or rank."""
@@ -336,7 +339,7 @@ def node_chunks(reg: Registry, area: str, job_id: str, attempt: int | None = Non
     return [(node.attempt, node.rank, key) for node, key in sorted(found)]
 
 
-def read_metrics(reg: Registry, job_id: str, attempt: int | None = None, rank: int | None = None) -> list[Sample]:
+def read_metrics(reg: RootedStore, job_id: str, attempt: int | None = None, rank: int | None = None) -> list[Sample]:
     """The metric samples the job's agents read from its output, in (attempt, rank, printed) order."""
     return [sample for a, r, key in node_chunks(reg, "metrics", job_id, attempt, rank)
             for sample in decode(reg.get_bytes(key), a, r)]
@@ -358,7 +361,7 @@ class Checkpoint:
                 f" {self.attempt}, {self.files} files{step})")
 
 
-def newest_checkpoint(reg: Registry, job_id: str) -> Checkpoint | None:
+def newest_checkpoint(reg: RootedStore, job_id: str) -> Checkpoint | None:
     listed = [(when, key) for key, when, _ in reg.listing(keys.checkpoints_prefix(job_id) + "manifests/")
               if key.endswith(".json")]
     if not listed:
@@ -389,7 +392,7 @@ class Artifact:
     written_at: datetime | None  # when its manifest was written
 
 
-def artifacts(reg: Registry, job_id: str) -> list[Artifact]:
+def artifacts(reg: RootedStore, job_id: str) -> list[Artifact]:
     """Every artifact the job's manifests name, by path. An area whose manifest is missing (its upload did not
     finish) or does not parse has none."""
     base = keys.artifacts_prefix(job_id)
@@ -413,7 +416,7 @@ def artifacts(reg: Registry, job_id: str) -> list[Artifact]:
     return sorted(found, key=lambda a: a.path)
 
 
-def download(reg: Registry, wanted: Iterable[Artifact], dest: Path) -> list[Path]:
+def download(reg: RootedStore, wanted: Iterable[Artifact], dest: Path) -> list[Path]:
     """Each artifact to dest/<its path>, checked against the version its manifest names. A path that would land
     outside dest (the manifest is the job's own writing) is refused before anything is downloaded."""
     root = dest.resolve()

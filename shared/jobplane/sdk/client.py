@@ -14,10 +14,10 @@ from typing import Any
 
 import yaml
 
-from jobplane.clouds.base import Compute
 from jobplane.model.errors import FieldError
 from jobplane.model.states import LIVE, State
 from jobplane.ops import backend, jobs
+from jobplane.sdk.connection import Connection
 from jobplane.sdk.errors import ConfigurationError, InvalidSpec, Refused, translated
 from jobplane.sdk.job import Job
 from jobplane.sdk.sweep import Sweep
@@ -103,10 +103,8 @@ class Client:
 
     def _setup(self, settings: Settings, progress: UploadProgress | None,
                connected: jobs.Backend | None = None) -> None:
-        self._settings, self._progress = settings, progress or backend.no_progress
-        self._lock = threading.Lock()
-        self._backend: jobs.Backend | None = connected
-        self._adapter: Compute | None = None
+        self._settings = settings
+        self._connection = Connection(settings, progress or backend.no_progress, connected)
 
     # ---- the context ----------------------------------------------------------------------------------------
     @property
@@ -124,24 +122,9 @@ class Client:
         """The registry: s3://BUCKET[/ROOT] or gs://BUCKET[/ROOT]."""
         return self._settings.url + (f"/{self._settings.root}" if self._settings.root else "")
 
-    def _connected(self) -> jobs.Backend:
-        with self._lock:
-            if self._backend is None:
-                self._backend = backend.connect(self._settings, self._progress)
-            return self._backend
-
     @property
     def _registry(self) -> Registry:
-        return self._connected().reg
-
-    def _compute(self) -> Compute:
-        """The deployment's Compute adapter, made once (its SDK client is not made safely by two threads)."""
-        made = self._connected()
-        with self._lock:
-            if self._adapter is None:
-                with translated():
-                    self._adapter = made.compute()
-            return self._adapter
+        return self._connection.registry
 
     # ---- jobs -----------------------------------------------------------------------------------------------
     def submit(self, spec: SpecSource, *, code: str | os.PathLike[str] | None = None,
@@ -170,7 +153,7 @@ class Client:
             with translated():
                 for _ in range(ID_TRIES):
                     try:
-                        return Job(self, jobs.submit(self._connected(), plan, on_bundle=on_code))
+                        return Job(self._connection, jobs.submit(self._connection.backend(), plan, on_bundle=on_code))
                     except (JobExistsBelow, jobs.AlreadyQueued):
                         if not plan.drawn or isinstance(spec, jobs.Submission):
                             raise
@@ -208,7 +191,7 @@ class Client:
     def get(self, job_id: str) -> Job:
         """The job with this id, recorded, still in queue/ or rejected; JobNotFound if there is none."""
         with translated():
-            return Job(self, jobs.find(self._registry, job_id))
+            return Job(self._connection, jobs.find(self._registry, job_id))
 
     def list(self, *, state: State | str | Iterable[State | str] | None = None, owner: str | None = None,
              label: str | Mapping[str, str] | None = None, include_finished: bool = False) -> list[Job]:
@@ -223,7 +206,7 @@ class Client:
         with translated():
             views = jobs.list_views(self._registry, everything)
         wanted = _label_filter(label)
-        return [Job(self, v) for v in views
+        return [Job(self._connection, v) for v in views
                 if (states is None or v.state in states) and (owner is None or (v.spec and v.spec.owner == owner))
                 and (wanted is None or (v.spec is not None and wanted(v.spec.labels)))]
 
@@ -231,19 +214,19 @@ class Client:
     def sweeps(self, *, include_finished: bool = False) -> builtins.list[Sweep]:
         """The sweeps still at work (RUNNING, or cancelled with trials being stopped), or every sweep; by id."""
         with translated():
-            return [Sweep(self, r) for r in ops.records(self._registry, include_finished)]
+            return [Sweep(self._connection, r) for r in ops.records(self._registry, include_finished)]
 
     def sweep(self, sweep_id: str, *, wait: float = 0, interval: float = 1.0) -> Sweep:
         """The sweep with this id. One just submitted is a drop in queue/ until the launcher records it (within
         seconds): with `wait`, up to that many seconds are waited for it, looking every `interval`. SweepNotFound
         if there is none (then), saying what the id is instead: still in queue/ (`.queued`), rejected, a job."""
         with translated():
-            return Sweep(self, ops.find(self._registry, sweep_id, wait, interval))
+            return Sweep(self._connection, ops.find(self._registry, sweep_id, wait, interval))
 
     def watch(self) -> Watch:
         """The registry's jobs and their output for looking at again and again (a dashboard, a monitoring loop):
         each look reads only what the registry's listings say changed since the previous one."""
-        return Watch(self)
+        return Watch(self._connection)
 
     def cost(self, *, by: str = "job", since: datetime | None = None,
              now: datetime | None = None) -> builtins.list[cost.Row]:

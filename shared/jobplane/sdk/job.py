@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from jobplane.clouds.base import Instance
 from jobplane.model import keys
@@ -15,13 +15,11 @@ from jobplane.model.metrics import Sample
 from jobplane.model.states import State
 from jobplane.ops import jobs
 from jobplane.sdk import shell
+from jobplane.sdk.connection import Connection
 from jobplane.sdk.errors import Refused, translated
 from jobplane.store.registry import utcnow
 from jobplane.views import cost, metricview
 from jobplane.views.jobview import JobView, Status
-
-if TYPE_CHECKING:
-    from jobplane.sdk.client import Client
 
 Goal = Literal["terminal", "running"]
 Area = Literal["checkpoints", "artifacts"]
@@ -131,8 +129,8 @@ class Job:
     Jobs come from Client.submit, Client.get and Client.list; a Job may be used from several threads.
     """
 
-    def __init__(self, client: Client, view: JobView) -> None:
-        self._client, self._view = client, view
+    def __init__(self, connection: Connection, view: JobView) -> None:
+        self._connection, self._view = connection, view
 
     @property
     def id(self) -> str:
@@ -173,7 +171,7 @@ class Job:
     def refresh(self) -> Job:
         """Read the job again (its record, else its drop in queue/, else its rejection); returns the job."""
         with translated():
-            self._view = jobs.find(self._client._registry, self.id)
+            self._view = jobs.find(self._connection.registry, self.id)
         return self
 
     def wait(self, timeout: float | None = None, for_: Goal = "terminal", *, interval: float = 2.0,
@@ -187,7 +185,7 @@ class Job:
         """
         how = jobs.Follow(on_status=on_status or _ignore, interval=interval, timeout=timeout)
         with translated():
-            self._view = jobs.follow(self._client._registry, self.id, jobs.Goal(for_), how)
+            self._view = jobs.follow(self._connection.registry, self.id, jobs.Goal(for_), how)
         return self._view.state
 
     def logs(self, follow: bool = False, *, attempt: int | None = None, rank: int | None = None,
@@ -203,17 +201,17 @@ class Job:
         The agent uploads output by time and size, so a line still being printed when a piece went up comes in
         two parts (as `jobplane logs` prints it); a carriage return stays inside its line.
         """
-        reader = jobs.LogReader(self._client._registry, self.id, attempt, rank)
+        reader = jobs.LogReader(self._connection.registry, self.id, attempt, rank)
         if not follow:
             with translated():
                 chunks = reader.new()
             for chunk in chunks:
                 yield from _lines(chunk)
             return
-        how = jobs.Follow(on_status=on_status or _ignore, logs=reader, compute=self._client._compute,
+        how = jobs.Follow(on_status=on_status or _ignore, logs=reader, compute=self._connection.compute,
                           interval=interval, timeout=timeout)
         with translated():
-            steps = jobs.following(self._client._registry, self.id, jobs.Goal.TERMINAL, how)
+            steps = jobs.following(self._connection.registry, self.id, jobs.Goal.TERMINAL, how)
             while True:
                 try:
                     chunk = next(steps)
@@ -226,7 +224,7 @@ class Job:
         """Each metric by name, in the order first printed: `.points`, `.last`, `.min`, `.max`. Each comes from
         `rank` if given, else from the lowest rank that printed it; optionally only one attempt."""
         with translated():
-            samples = jobs.read_metrics(self._client._registry, self.id, attempt, rank)
+            samples = jobs.read_metrics(self._connection.registry, self.id, attempt, rank)
         return {s.name: Metric(s) for s in metricview.series(samples, rank)}
 
     def cost(self, now: datetime | None = None) -> cost.Cost:
@@ -243,7 +241,7 @@ class Job:
         Returns `.record` (CANCELLED), `.before_launch`, `.terminated` (the VMs terminated now). Refused if the
         job has already ended."""
         with translated():
-            done = jobs.cancel(self._client._registry, self.id, force=force, compute=self._client._compute)
+            done = jobs.cancel(self._connection.registry, self.id, force=force, compute=self._connection.compute)
         self._view = JobView.of(done.record)
         return done
 
@@ -251,31 +249,31 @@ class Job:
         """The files the job's agents uploaded when its process ended, by `.path`: `model/...` (SM_MODEL_DIR),
         `output/...` (output/data), a rank other than 0's under `rank-<n>/`; with `.size`."""
         with translated():
-            return jobs.artifacts(self._client._registry, self.id)
+            return jobs.artifacts(self._connection.registry, self.id)
 
     def download(self, dest: str | Path = ".", *, prefix: str = "") -> list[Path]:
         """Download the job's artifacts (those whose path starts with `prefix`, e.g. "model/") to `dest/<path>`;
         returns the files written."""
         with translated():
-            wanted = [a for a in jobs.artifacts(self._client._registry, self.id) if a.path.startswith(prefix)]
-            return jobs.download(self._client._registry, wanted, Path(dest))
+            wanted = [a for a in jobs.artifacts(self._connection.registry, self.id) if a.path.startswith(prefix)]
+            return jobs.download(self._connection.registry, wanted, Path(dest))
 
     def events(self) -> list[dict[str, object]]:
         """The job's history, oldest first: each transition (`kind`, `time`, its detail) and each stop request,
         termination and safety refusal the functions recorded."""
         with translated():
-            return self._client._registry.events(self.id)
+            return self._connection.registry.events(self.id)
 
     def instances(self) -> list[Instance]:
         """The job's VMs the cloud lists now (every attempt's, in every state but gone)."""
         with translated():
-            return [i for i in self._client._compute().list_managed() if i.job_id == self.id]
+            return [i for i in self._connection.compute().list_managed() if i.job_id == self.id]
 
     def shell_target(self, rank: int = 0) -> str:
         """The instance `jobplane ssh` enters for `rank`: of a live job's current attempt, or of a FAILED one's
         its `debug_hold` keeps. Refused if the deployment's policy has `access.ssh` off, or there is no such VM."""
         with translated():
-            if not self._client._registry.policy().access.ssh:
+            if not self._connection.registry.policy().access.ssh:
                 raise Refused("ssh is off in this deployment's policy: set `access: {ssh: true}` in "
                               "config/policy.yaml (and let the VMs in: jobplane:ssh on AWS, ssh_via_iap on GCP)")
             record = self.refresh()._view.record
@@ -294,7 +292,7 @@ class Job:
         files: list[tuple[str, int]] = []
         count = total = 0
         with translated():
-            for key, _, size in self._client._registry.listing(prefix):
+            for key, _, size in self._connection.registry.listing(prefix):
                 count += 1
                 total += size
                 if len(files) < limit:
@@ -305,7 +303,7 @@ class Job:
         """Its bounds as the policy has them now (reads the policy): attempts so far and at most, the last time an
         attempt may start, how long each may run. A job not yet recorded is measured from its spec."""
         with translated():
-            policy = self._client._registry.policy()
+            policy = self._connection.registry.policy()
         view = self._view
         record = view.record
         spec = record.spec if record is not None else view.spec
@@ -320,7 +318,7 @@ class Job:
     def checkpoint(self) -> jobs.Checkpoint | None:
         """The newest checkpoint in the bucket (what a next attempt would restore), or None."""
         with translated():
-            return jobs.newest_checkpoint(self._client._registry, self.id)
+            return jobs.newest_checkpoint(self._connection.registry, self.id)
 
     def __repr__(self) -> str:
         return f"<Job {self.id} {self._view.state}>"

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
+from jobplane.model.jobrecord import JobRecord
 from jobplane.model.states import State
-from jobplane.store.registry import JobRecord
 
 IAP_RANGE = "35.235.240.0/20"  # where IAP TCP forwarding connects from (Google's documented range)
 

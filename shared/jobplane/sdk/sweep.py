@@ -4,15 +4,12 @@ best trial, its total cost, cancelling it. Its trials are jobs: `client.get(tria
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
 
+from jobplane.sdk.connection import Connection
 from jobplane.sdk.errors import translated
 from jobplane.sweeps import ops
 from jobplane.sweeps.record import Best, SweepRecord, SweepState
 from jobplane.views import cost
-
-if TYPE_CHECKING:
-    from jobplane.sdk.client import Client
 
 TrialRow = ops.TrialRow
 
@@ -20,8 +17,8 @@ TrialRow = ops.TrialRow
 class Sweep:
     """`client.sweep("s")`. `record` is sweeps/<id>/sweep.json as last read (refresh() reads it again)."""
 
-    def __init__(self, client: Client, record: SweepRecord) -> None:
-        self._client, self._record = client, record
+    def __init__(self, connection: Connection, record: SweepRecord) -> None:
+        self._connection, self._record = connection, record
 
     @property
     def id(self) -> str:
@@ -47,14 +44,14 @@ class Sweep:
     def refresh(self) -> Sweep:
         """Read the record again; returns the sweep."""
         with translated():
-            self._record = ops.records_one(self._client._registry, self.id)
+            self._record = ops.records_one(self._connection.registry, self.id)
         return self
 
     def describe(self, now: datetime | None = None) -> ops.SweepDetail:
         """The record read again with every trial's job: `.trials` (TrialRow: number, job_id, params, state,
         objective, final, cost, reason; best first), `.cost` (their estimated cost summed), `.live`."""
         with translated():
-            detail = ops.describe(self._client._registry, self.id, now)
+            detail = ops.describe(self._connection.registry, self.id, now)
         self._record = detail.record
         return detail
 
@@ -69,7 +66,7 @@ class Sweep:
     def cancel(self) -> Sweep:
         """No more trials; the live ones are cancelled as `Job.cancel()` cancels a job. Refused if it had ended."""
         with translated():
-            self._record = ops.cancel(self._client._registry, self.id, self._client._compute)
+            self._record = ops.cancel(self._connection.registry, self.id, self._connection.compute)
         return self
 
     def __repr__(self) -> str:

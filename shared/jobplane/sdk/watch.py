@@ -12,20 +12,17 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from jobplane.clouds.base import NotFound
 from jobplane.model import keys
 from jobplane.model.jobrecord import JobRecord
 from jobplane.model.states import LIVE, State
 from jobplane.ops import jobs
+from jobplane.sdk.connection import Connection
 from jobplane.sdk.errors import translated
 from jobplane.sdk.job import Job
 from jobplane.store.registry import JobNotFound, UnreadableRecord
 from jobplane.views.jobview import JobView, rejected_reason
-
-if TYPE_CHECKING:
-    from jobplane.sdk.client import Client
 
 TAIL_BYTES = 256 * 1024  # a first look at output: at most this much of its end
 CHUNK_CACHE = 2048  # output chunks kept in memory, the least recently read dropped first
@@ -49,8 +46,8 @@ class Watch:
     read again only when the registry's listings say it changed. `client.watch()`; one watch may be shared by
     threads (a web server's)."""
 
-    def __init__(self, client: Client) -> None:
-        self._client = client
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
         self._records: dict[str, tuple[Entry, JobRecord]] = {}
         self._drops: dict[str, tuple[datetime, JobView]] = {}
         self._rejected: dict[str, tuple[datetime, str]] = {}
@@ -60,7 +57,7 @@ class Watch:
     def jobs(self, include_finished: bool = False) -> list[Job]:
         """What `Client.list(include_finished=...)` returns (recorded jobs by id, then drops still in queue/, then
         with include_finished rejected ones), from listings and the records, drops and rejections that changed."""
-        reg = self._client._registry
+        reg = self._connection.registry
         with translated():
             records = self._read_records()
             live = {job_id for job_id, markers in reg.active().items() if markers}
@@ -71,12 +68,12 @@ class Watch:
             seen |= {v.id for v in views}
             if include_finished:
                 views += self._read_rejected(seen)
-        return [Job(self._client, v) for v in views]
+        return [Job(self._connection, v) for v in views]
 
     def counts(self) -> dict[State, int]:
         """Live jobs by state (QUEUED, LAUNCHING, RUNNING, WAITING_CAPACITY, PREEMPTED), from one listing of active/
         and one of queue/ (a drop not recorded yet is QUEUED)."""
-        reg = self._client._registry
+        reg = self._connection.registry
         out = dict.fromkeys(COUNTED, 0)
         recorded = set()
         with translated():
@@ -96,7 +93,7 @@ class Watch:
         """One attempt and rank's output after its first `after` chunks; with after None (a first look) only its
         end: at most tail_bytes (the last chunk whole even if longer), and how many chunks were left out."""
         with translated():
-            found = [key for _, _, key in jobs.node_chunks(self._client._registry, "logs", job_id, attempt, rank)]
+            found = [key for _, _, key in jobs.node_chunks(self._connection.registry, "logs", job_id, attempt, rank)]
             skipped = 0
             if after is None:
                 start, size = len(found), 0
@@ -113,7 +110,7 @@ class Watch:
 
     # ---- what a look reads, cached by listing entry ----------------------------------------------------------
     def _read_records(self) -> dict[str, JobRecord]:
-        reg = self._client._registry
+        reg = self._connection.registry
         listed: dict[str, Entry] = {}
         for key, modified, size in reg.listing(keys.JOBS):
             if job_id := keys.parse_job_record(key):
@@ -138,7 +135,7 @@ class Watch:
         return out
 
     def _read_drops(self, recorded: set[str]) -> list[JobView]:
-        reg = self._client._registry
+        reg = self._connection.registry
         views, listed, seen = [], set(), set(recorded)
         for key, modified, _ in reg.listing(keys.QUEUE):
             drop = keys.parse_drop(key)
@@ -162,7 +159,7 @@ class Watch:
         return views
 
     def _read_rejected(self, seen: set[str]) -> list[JobView]:
-        reg = self._client._registry
+        reg = self._connection.registry
         views = []
         for key, modified, _ in reg.listing(keys.REJECTED):
             job_id = keys.parse_rejected_error(key)
@@ -185,7 +182,7 @@ class Watch:
             if key in self._chunks:
                 self._chunks.move_to_end(key)
                 return self._chunks[key]
-        text = self._client._registry.get_bytes(key).decode(errors="replace")
+        text = self._connection.registry.get_bytes(key).decode(errors="replace")
         with self._lock:
             self._chunks[key] = text
             while len(self._chunks) > CHUNK_CACHE:

@@ -1,4 +1,4 @@
-"""The job registry over any ObjectStore: records, CAS transitions, events and markers (docs/architecture.md).
+"""The job registry over a registry's objects: records, CAS transitions, events and markers (docs/architecture.md).
 
 Only control functions write job.json, always by compare-and-swap; a lost race re-reads and re-checks
 the transition, so two overlapping functions can never both act on one state.
@@ -14,35 +14,28 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import random
-import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Unpack
 
 from pydantic import BaseModel
 
-from jobplane.clouds.base import Blob, NotFound, ObjectStore, PreconditionFailed, VmUrls
+from jobplane.clouds.base import NotFound, ObjectStore, PreconditionFailed
 from jobplane.model import history, keys
 from jobplane.model.history import LastEvent
-from jobplane.model.jobrecord import JobRecord as JobRecord  # job.json and what a write may set: named from here too
-from jobplane.model.jobrecord import Updates as Updates
+from jobplane.model.jobrecord import JobRecord, Updates
+from jobplane.model.listings import ActiveMarker, Beat, IdleMark
 from jobplane.model.policy import DEFAULT_POLICY, Policy, parse_policy
 from jobplane.model.spec import STORED, JobSpec, known_fields
 from jobplane.model.states import LIVE, State, allowed
 from jobplane.model.usage import close
+from jobplane.store.rooted import CAS_RETRIES, RegistryError, RootedStore, backoff
 
 if TYPE_CHECKING:
-    from jobplane.decide.rules import Cause
     from jobplane.model import records  # its models are built at import; the registry only names one in a signature
 
-CAS_RETRIES = 20
 log = logging.getLogger("jobplane.registry")
-
-
-class RegistryError(Exception):
-    pass
 
 
 class JobExists(RegistryError):
@@ -88,40 +81,6 @@ class UnknownField(RegistryError):
         self.job_id, self.names = job_id, sorted(names)
 
 
-@dataclass(frozen=True)
-class ActiveMarker:
-    job_id: str
-    state: State
-    attempt: int
-    since: datetime  # the marker's LastModified: when the job entered this state
-
-
-@dataclass(frozen=True)
-class Beat:
-    """One heartbeat object seen in the listing: liveness (or last output) of one rank."""
-
-    job_id: str
-    attempt: int
-    rank: int
-    output: bool  # True for the `.output` mark (last time the user process printed)
-    at: datetime
-
-
-@dataclass(frozen=True)
-class IdleMark:
-    """A rank's `.idle` mark in the heartbeats listing: its GPUs were idle over the policy window as of `at`."""
-
-    job_id: str
-    attempt: int
-    rank: int
-    at: datetime
-
-
-def backoff(tries: int) -> None:
-    """Full-jitter exponential backoff: contending writers spread apart so a hot record converges."""
-    time.sleep(random.uniform(0, min(1.0, 0.01 * 2**tries)))
-
-
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -136,88 +95,36 @@ def _check_fields(job_id: str, updates: Collection[str]) -> None:
         raise UnknownField(job_id, unknown)
 
 
+def read_job(objects: RootedStore, job_id: str) -> tuple[JobRecord, str]:
+    """job.json and its version (to compare-and-swap against): JobNotFound, or UnreadableRecord saying why it does not
+    parse. Reading needs no registry: an agent, a sweep's curves and the vending functions read records this way."""
+    try:
+        blob = objects.get_object(keys.job_record(job_id))
+    except NotFound:
+        raise JobNotFound(job_id) from None
+    try:
+        data = json.loads(blob.data)
+        if isinstance(data, dict) and isinstance(data.get("spec"), dict):
+            data["spec"] = known_fields(data["spec"])  # a newer version's fields: ignored, as JobRecord's are
+        return JobRecord.model_validate(data, context=STORED), blob.version
+    except ValueError as exc:  # JSON or validation (pydantic's ValidationError is a ValueError)
+        raise UnreadableRecord(job_id, blob.version, str(exc).replace("\n", " ")[:500]) from None
+
+
 # Told of every transition this process made (old record, new record), after its CAS won: exactly one
 # caller hears of each transition, however many reconcilers raced for it (jobplane.deployment.notify listens).
 TransitionListener = Callable[["JobRecord", "JobRecord"], None]
 
 
-class Registry:
-    """Typed access to one registry (a bucket plus an optional root prefix). Callers name keys relative to the
-    root (jobplane.model.keys) and go through these methods, never through `store` (tests/test_no_reaching_through.py).
-    """
+class Registry(RootedStore):
+    """The job registry: one registry's objects (a RootedStore: raw keys, listings, presigned URLs) and the job
+    records kept on them. The control functions (and a cancel) hold one; an agent holds only a RootedStore."""
 
     def __init__(self, store: ObjectStore, root: str = "", listeners: Sequence[TransitionListener] = (), *,
                  vend_url: str | None = None) -> None:
-        self.store = store
-        self.root = keys.root_prefix(root)
+        super().__init__(store, root)
         self.listeners = list(listeners)
         self.vend_url = vend_url  # where a job's agent asks for its job's credentials (jobplane.decide.vend)
-
-    def key(self, key: str) -> str:
-        return self.root + key
-
-    def _unroot(self, key: str) -> str:
-        return key[len(self.root):]
-
-    # ---- raw helpers -------------------------------------------------------------------------------
-    def get_object(self, key: str) -> Blob:
-        """The object with its version and LastModified (NotFound if absent)."""
-        return self.store.get(self.key(key))
-
-    def get_bytes(self, key: str) -> bytes:
-        return self.get_object(key).data
-
-    def put(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> None:
-        self.store.put(self.key(key), data, content_type)
-
-    def put_if_absent(self, key: str, data: bytes, content_type: str = "application/json",
-                      tags: Mapping[str, str] | None = None) -> None:
-        """Create-only: PreconditionFailed if the key exists (the first writer wins)."""
-        self.store.put_if_absent(self.key(key), data, content_type, tags=tags)
-
-    def put_if_match(self, key: str, data: bytes, version: str, content_type: str = "application/json") -> None:
-        """Compare-and-swap: PreconditionFailed unless the object is still at `version` (get_object's)."""
-        self.store.put_if_match(self.key(key), data, version, content_type)
-
-    def location(self, key: str) -> tuple[ObjectStore, str]:
-        """The store and the full key (or prefix) of `key`, for code that moves files itself in parts and in
-        parallel (checkpoint and artifact sync, code and bundle downloads)."""
-        return self.store, self.key(key)
-
-    def vm_request(self, key: str, *, write: bool, expires: int) -> tuple[str, str]:
-        """(HTTP method, URL) a VM uses to read or write `key` without an SDK (see VmUrls)."""
-        if not isinstance(self.store, VmUrls):
-            raise RuntimeError(f"{type(self.store).__name__} cannot give VMs URLs to the agent bundle")
-        return self.store.vm_request(self.key(key), write=write, expires=expires)
-
-    @property
-    def vm_auth(self) -> str | None:
-        """How a VM authenticates the vm_request URLs: None when they are presigned (VmUrls.vm_auth)."""
-        return self.store.vm_auth if isinstance(self.store, VmUrls) else None
-
-    @property
-    def bucket(self) -> str | None:
-        """The bucket's name, when the store knows it."""
-        bucket = getattr(self.store, "bucket", None)
-        return bucket if isinstance(bucket, str) and bucket else None
-
-    @property
-    def sdk_client(self) -> Any:
-        """The store's cloud SDK client, if it has one (to count the API calls an invocation makes)."""
-        return getattr(self.store, "client", None)
-
-    def get_json(self, key: str) -> Any:
-        return json.loads(self.get_bytes(key))
-
-    def put_json(self, key: str, body: Any) -> None:
-        self.put(key, json.dumps(body, indent=1, default=str).encode(), "application/json")
-
-    def listing(self, prefix: str, page_size: int = 1000) -> Iterator[tuple[str, datetime, int]]:
-        for info in self.store.list(self.key(prefix), page_size):
-            yield self._unroot(info.key), info.last_modified, info.size
-
-    def delete(self, key: str) -> None:
-        self.store.delete(self.key(key))
 
     def policy(self) -> Policy:
         """config/policy.yaml, or the defaults when it is absent."""
@@ -246,31 +153,13 @@ class Registry:
         return record
 
     def get(self, job_id: str) -> tuple[JobRecord, str]:
-        try:
-            blob = self.store.get(self.key(keys.job_record(job_id)))
-        except NotFound:
-            raise JobNotFound(job_id) from None
-        try:
-            data = json.loads(blob.data)
-            if isinstance(data, dict) and isinstance(data.get("spec"), dict):
-                data["spec"] = known_fields(data["spec"])  # a newer version's fields: ignored, as JobRecord's are
-            return JobRecord.model_validate(data, context=STORED), blob.version
-        except ValueError as exc:  # JSON or validation (pydantic's ValidationError is a ValueError)
-            raise UnreadableRecord(job_id, blob.version, str(exc).replace("\n", " ")[:500]) from None
+        return read_job(self, job_id)
 
     def job(self, job_id: str) -> JobRecord:
         return self.get(job_id)[0]
 
     def exists(self, job_id: str) -> bool:
         return self.has(keys.job_record(job_id))
-
-    def has(self, key: str) -> bool:
-        """Whether an object is at key (one GET)."""
-        try:
-            self.store.get(self.key(key))
-            return True
-        except NotFound:
-            return False
 
     def transition(
         self,
@@ -283,7 +172,7 @@ class Registry:
         expect_attempt: int | None = None,
         expect_event: str | None = None,
         event: history.Detail | None = None,
-        cause: Cause | None = None,
+        cause: StrEnum | None = None,  # a decide.rules Rule or LaunchCause (the store sits below the decisions)
         **updates: Unpack[Updates],
     ) -> JobRecord:
         """Move a job to `to` by compare-and-swap, retrying on conflict.
@@ -323,7 +212,7 @@ class Registry:
                 self.complete_history(current)
                 completed = current.last_event
             try:
-                self.store.put_if_match(self.key(keys.job_record(job_id)), _dump(new), version)
+                self.put_if_match(keys.job_record(job_id), _dump(new), version)
             except PreconditionFailed:
                 if not self._landed(job_id, new):
                     backoff(tries + 1)
@@ -352,7 +241,7 @@ class Registry:
             current, version = self.get(job_id)
             new = JobRecord.model_validate({**current.model_dump(), "updated_at": now, **updates}, context=STORED)
             try:
-                self.store.put_if_match(self.key(keys.job_record(job_id)), _dump(new), version)
+                self.put_if_match(keys.job_record(job_id), _dump(new), version)
                 return new
             except PreconditionFailed:
                 if self._landed(job_id, new):
@@ -368,7 +257,7 @@ class Registry:
                 return current
             new = current.model_copy(update={"usage": close(current.usage, None, now), "updated_at": now})
             try:
-                self.store.put_if_match(self.key(keys.job_record(job_id)), _dump(new), version)
+                self.put_if_match(keys.job_record(job_id), _dump(new), version)
                 return new
             except PreconditionFailed:
                 if self._landed(job_id, new):

@@ -15,10 +15,13 @@ from pydantic import BaseModel, ValidationError
 
 from jobplane.clouds.base import NotFound
 from jobplane.model import keys
-from jobplane.model.states import TERMINAL, State
-from jobplane.store.registry import JobNotFound, JobRecord, Registry, UnreadableRecord
 
 # After an end that no exit report made (a stop, a cap, a stall), the agent may still ship its last chunk.
+from jobplane.model.jobrecord import JobRecord
+from jobplane.model.states import TERMINAL, State
+from jobplane.store.registry import JobNotFound, UnreadableRecord, read_job
+from jobplane.store.rooted import RootedStore
+
 LATE_CHUNKS = timedelta(minutes=10)
 Curve = tuple[tuple[int, float], ...]
 
@@ -31,7 +34,7 @@ class Cached(BaseModel):
     complete: bool = False  # the job has ended and every chunk it will have is read
 
 
-def read(reg: Registry, sweep_id: str, job_id: str, metric: str, now: datetime, *, job: JobRecord | None = None,
+def read(reg: RootedStore, sweep_id: str, job_id: str, metric: str, now: datetime, *, job: JobRecord | None = None,
          save: bool = True) -> tuple[Curve, float | None]:
     """The trial's curve of `metric` ((step, value) in step order, a step printed again by a later attempt taking
     that attempt's value) and the last value printed. save=False reads without writing the cache (the SDK)."""
@@ -47,7 +50,7 @@ def read(reg: Registry, sweep_id: str, job_id: str, metric: str, now: datetime, 
     return tuple(sorted(by_step.items())), cached.points[-1][2] if cached.points else None
 
 
-def _load(reg: Registry, sweep_id: str, job_id: str, metric: str) -> Cached:
+def _load(reg: RootedStore, sweep_id: str, job_id: str, metric: str) -> Cached:
     with contextlib.suppress(NotFound, ValidationError, ValueError):
         cached = Cached.model_validate_json(reg.get_bytes(keys.sweep_curve(sweep_id, job_id)))
         if cached.metric == metric:
@@ -55,14 +58,14 @@ def _load(reg: Registry, sweep_id: str, job_id: str, metric: str) -> Cached:
     return Cached(metric=metric)  # none yet, or one that does not parse: read the chunks again
 
 
-def _job(reg: Registry, job_id: str) -> JobRecord | None:
+def _job(reg: RootedStore, job_id: str) -> JobRecord | None:
     try:
-        return reg.job(job_id)
+        return read_job(reg, job_id)[0]
     except (JobNotFound, UnreadableRecord):
         return None
 
 
-def _catch_up(reg: Registry, cached: Cached, job: JobRecord, metric: str, now: datetime) -> Cached:
+def _catch_up(reg: RootedStore, cached: Cached, job: JobRecord, metric: str, now: datetime) -> Cached:
     """Read the chunks of rank 0 written since the cache's last, attempt by attempt up to the job's current."""
     from jobplane.model.metrics import decode  # only a run with a live sweep reads metrics
 

@@ -33,9 +33,10 @@ from jobplane.decide import trials as decide
 from jobplane.decide.rules import Rule
 from jobplane.deployment.context import Context
 from jobplane.model import keys, records
+from jobplane.model.jobrecord import JobRecord
 from jobplane.model.spec import JobSpec
 from jobplane.model.states import LIVE, State
-from jobplane.store.registry import JobExists, JobNotFound, JobRecord, Registry, TransitionRefused, UnreadableRecord
+from jobplane.store.registry import JobExists, JobNotFound, Registry, TransitionRefused, UnreadableRecord
 from jobplane.sweeps import curves, store
 from jobplane.sweeps.record import SweepRecord, SweepState, Trial
 

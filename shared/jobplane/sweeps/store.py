@@ -14,7 +14,7 @@ from collections.abc import Callable
 from jobplane.clouds.base import NotFound, PreconditionFailed
 from jobplane.model import keys
 from jobplane.model.spec import STORED, known_fields
-from jobplane.store.registry import CAS_RETRIES, Registry, RegistryError, backoff
+from jobplane.store.rooted import CAS_RETRIES, RegistryError, RootedStore, backoff
 from jobplane.sweeps.record import SweepRecord
 
 log = logging.getLogger("jobplane.sweeps")
@@ -44,7 +44,7 @@ def _dump(record: SweepRecord) -> bytes:
     return record.model_dump_json(exclude_none=True, indent=1).encode()
 
 
-def create(reg: Registry, record: SweepRecord) -> SweepRecord:
+def create(reg: RootedStore, record: SweepRecord) -> SweepRecord:
     """Create-only, then the marker. The same spec again (a redelivered drop) returns the record there;
     another spec under the id raises SweepExists."""
     try:
@@ -59,7 +59,7 @@ def create(reg: Registry, record: SweepRecord) -> SweepRecord:
     return record
 
 
-def get(reg: Registry, sweep_id: str) -> tuple[SweepRecord, str]:
+def get(reg: RootedStore, sweep_id: str) -> tuple[SweepRecord, str]:
     """The record and its version (to compare-and-swap against)."""
     try:
         blob = reg.get_object(keys.sweep_record(sweep_id))
@@ -74,11 +74,11 @@ def get(reg: Registry, sweep_id: str) -> tuple[SweepRecord, str]:
         raise UnreadableSweep(sweep_id, str(exc).replace("\n", " ")[:500]) from None
 
 
-def exists(reg: Registry, sweep_id: str) -> bool:
+def exists(reg: RootedStore, sweep_id: str) -> bool:
     return reg.has(keys.sweep_record(sweep_id))
 
 
-def update(reg: Registry, sweep_id: str, change: Callable[[SweepRecord], SweepRecord]) -> tuple[SweepRecord, bool]:
+def update(reg: RootedStore, sweep_id: str, change: Callable[[SweepRecord], SweepRecord]) -> tuple[SweepRecord, bool]:
     """Compare-and-swap the record to change(current), re-reading and calling change again after a conflict: a
     change is decided on the record it replaces. Returns (the record, whether this call wrote it)."""
     for tries in range(CAS_RETRIES):
@@ -97,16 +97,16 @@ def update(reg: Registry, sweep_id: str, change: Callable[[SweepRecord], SweepRe
     raise RegistryError(f"sweep {sweep_id}: gave up after {CAS_RETRIES} conflicting writes")
 
 
-def retire(reg: Registry, sweep_id: str) -> None:
+def retire(reg: RootedStore, sweep_id: str) -> None:
     """Drop the marker of a sweep with nothing left to do."""
     reg.delete(keys.active_sweep(sweep_id))
 
 
-def live(reg: Registry) -> list[str]:
+def live(reg: RootedStore) -> list[str]:
     """The sweeps with a marker, from one listing of active-sweeps/."""
     return sorted(s for k, _, _ in reg.listing(keys.ACTIVE_SWEEPS) if (s := keys.parse_active_sweep(k)))
 
 
-def all_ids(reg: Registry) -> list[str]:
+def all_ids(reg: RootedStore) -> list[str]:
     """Every recorded sweep, from one listing of sweeps/."""
     return sorted(s for k, _, _ in reg.listing(keys.SWEEPS) if (s := keys.parse_sweep_record(k)))

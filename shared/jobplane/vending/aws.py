@@ -15,9 +15,12 @@ import re
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from jobplane.clouds.base import ProofRejected, VendUnavailable
 from jobplane.decide.vend import Caller, Grant, decide
 from jobplane.model import keys
-from jobplane.store.registry import JobNotFound, JobRecord, Registry, UnreadableRecord
+from jobplane.model.jobrecord import JobRecord
+from jobplane.store.registry import JobNotFound, UnreadableRecord, read_job
+from jobplane.store.rooted import RootedStore
 from jobplane.vending import aws_iam
 
 MAX_BODY = 64 * 1024
@@ -76,14 +79,6 @@ class Ask:
     proof: dict[str, Any]
 
 
-class ProofRejected(Exception):
-    """The identity proof is malformed, made for something else, or its signature is not STS's to accept."""
-
-
-class VendUnavailable(Exception):
-    """STS, EC2 or the vending function did not answer: a transient failure, not a verdict on the caller."""
-
-
 class BadRequest(ValueError):
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(f"{field}: {problem}")
@@ -117,7 +112,7 @@ def session_name(job_id: str, attempt: int) -> str:
     return f"{job_id}-a{attempt}"[:64]
 
 
-def vend(body: str | bytes, settings: VendSettings, cloud: VendCloud, registry: Registry,
+def vend(body: str | bytes, settings: VendSettings, cloud: VendCloud, registry: RootedStore,
          log: Log) -> Answer:
     try:
         ask = parse(body)
@@ -138,7 +133,7 @@ def vend(body: str | bytes, settings: VendSettings, cloud: VendCloud, registry: 
     where |= {"caller": arn, "instance_id": instance_id}
     try:
         tags = cloud.instance_tags(instance_id)
-        record: JobRecord | None = registry.job(ask.job_id)
+        record: JobRecord | None = read_job(registry, ask.job_id)[0]
     except JobNotFound:
         record = None
     except UnreadableRecord as exc:

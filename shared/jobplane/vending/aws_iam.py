@@ -16,8 +16,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from jobplane.clouds.base import Scope
 from jobplane.decide import vend
-from jobplane.decide.vend import Scope
 from jobplane.model import keys
 
 Statement = dict[str, Any]

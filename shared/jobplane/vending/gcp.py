@@ -18,14 +18,15 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from jobplane.clouds.base import Instance
+from jobplane.clouds.base import Instance, Scope
 from jobplane.clouds.gce_identity import GOOGLE_CERTS_URL, NotProven, ProvenVm
 from jobplane.clouds.gcp import deployment_label, ownership_tags
 from jobplane.clouds.gcs_downscope import GOOGLE_STS_URL, Downscoped
 from jobplane.decide import vend as deciding
-from jobplane.decide.vend import Scope
 from jobplane.model import keys
-from jobplane.store.registry import JobNotFound, JobRecord, Registry, UnreadableRecord
+from jobplane.model.jobrecord import JobRecord
+from jobplane.store.registry import JobNotFound, UnreadableRecord, read_job
+from jobplane.store.rooted import RootedStore
 
 log = logging.getLogger("jobplane.vend")
 
@@ -106,14 +107,14 @@ def read_request(body: Any, authorization: str | None) -> tuple[str, str, int, s
     return token, job_id, attempt, claimed
 
 
-def _record(registry: Registry, job_id: str) -> JobRecord | None:
+def _record(registry: RootedStore, job_id: str) -> JobRecord | None:
     try:
-        return registry.job(job_id)
+        return read_job(registry, job_id)[0]
     except JobNotFound:
         return None
 
 
-def vend(body: Any, authorization: str | None, *, config: VendConfig, registry: Registry, deployment: str,
+def vend(body: Any, authorization: str | None, *, config: VendConfig, registry: RootedStore, deployment: str,
          cloud: Cloud) -> Answer:
     """Answer one agent's request for its job's credentials. deployment: Settings.deployment (bucket[/root]),
     compared with the VM's deployment label."""

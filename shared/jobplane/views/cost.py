@@ -15,9 +15,9 @@ from datetime import datetime
 from typing import Any
 
 from jobplane.model import prices
+from jobplane.model.jobrecord import JobRecord
 from jobplane.model.policy import Policy
 from jobplane.model.usage import AttemptUsage, InstanceSpan
-from jobplane.store.registry import JobRecord
 
 MIN_BILLED_S = 60
 ESTIMATED = "estimated"

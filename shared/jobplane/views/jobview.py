@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from jobplane.model.jobrecord import JobRecord
 from jobplane.model.spec import JobSpec
 from jobplane.model.states import TERMINAL, State
-from jobplane.store.registry import JobRecord
 from jobplane.views import cost
 
 COLUMNS = ("id", "state", "attempt", "nodes", "instance_type", "spot", "age", "runtime", "cost", "restarts",

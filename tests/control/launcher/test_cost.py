@@ -21,10 +21,10 @@ from jobplane.control import launcher, reconcile
 from jobplane.decide.rules import Rule
 from jobplane.deployment.telemetry import CountingMetrics
 from jobplane.model import keys, records
+from jobplane.model.jobrecord import JobRecord
 from jobplane.model.policy import AwsPlacement, Policy
 from jobplane.model.states import State
 from jobplane.model.usage import AttemptUsage, InstanceSpan
-from jobplane.store.registry import JobRecord
 from jobplane.views import cost
 from tests.moto_aws import MotoAws
 

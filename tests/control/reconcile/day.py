@@ -19,8 +19,9 @@ from jobplane.control import launcher, reconcile
 from jobplane.deployment.context import Context
 from jobplane.deployment.telemetry import CountingMetrics
 from jobplane.model import keys, records
+from jobplane.model.jobrecord import JobRecord
 from jobplane.model.states import State
-from jobplane.store.registry import JobRecord, Registry
+from jobplane.store.registry import Registry
 from jobplane.sweeps import run as sweeps
 from tests.helpers import publish_agent_manifest
 

@@ -14,9 +14,9 @@ from typing import Any
 from jobplane.decide.model import Rule
 from jobplane.decide.rules import LaunchCause
 from jobplane.model import keys
+from jobplane.model.jobrecord import JobRecord
 from jobplane.model.spec import SpotOptions, parse_spec
 from jobplane.model.states import State
-from jobplane.store.registry import JobRecord
 from tests.control.reconcile.day import Day
 
 HUGE = 3_000_000 * 86400  # 3000000d: created_at + this is past the year 9999

@@ -1,0 +1,59 @@
+"""`jobplane local up [--cloud aws|gcp]`: the local cloud of the kind asked for (jobplane.local.aws or
+jobplane.local.gcp, each a jobplane.local.cloud.LocalCloud) in the foreground, until SIGINT or SIGTERM; then nothing
+of it is left."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from jobplane.local.cloud import FUNCTIONS_LOG, LocalCloud
+from jobplane.local.console import ConsoleHandler
+
+
+def make(cloud: str, state_dir: Path, port: int = 0, tick: float = 1.0,
+         policy: Mapping[str, Any] | None = None, baked_agent: bool = False) -> LocalCloud:
+    if cloud == "gcp":
+        from jobplane.local.gcp import GcpLocalCloud
+
+        return GcpLocalCloud(state_dir, port=port, tick=tick, policy=policy, baked_agent=baked_agent)
+    from jobplane.local.aws import AwsLocalCloud
+
+    return AwsLocalCloud(state_dir, port=port, tick=tick, policy=policy, baked_agent=baked_agent)
+
+
+def up(state_dir: Path, port: int, tick: float, cloud: str = "aws", policy: Mapping[str, Any] | None = None,
+       baked_agent: bool = False) -> None:
+    """Run until SIGINT/SIGTERM, then leave nothing behind."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
+                        filename=state_dir / FUNCTIONS_LOG)
+    logging.getLogger("botocore").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message="No application metrics to publish")
+    local = make(cloud, state_dir, port, tick, policy, baked_agent)
+    logging.getLogger("local-cloud").addHandler(ConsoleHandler(local.console))
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        local.stopping.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    local.start()
+    print(f"local {cloud} cloud up; in another shell:", flush=True)
+    for key, value in local.exports.items():
+        print(f"export {key}={value}", flush=True)
+    print(f"(or: source {local.state_dir / 'env.sh'})  Ctrl-C stops everything.", flush=True)
+    print(f"function logs and metrics: {local.state_dir / FUNCTIONS_LOG}", flush=True)
+    if local.oci_image:
+        print(f"container image (a `container:` job's image here; also in `jobplane local status`): {local.oci_image}",
+              flush=True)
+    try:
+        local.run()
+    finally:
+        local.stop()
+        print("local cloud stopped", flush=True)
