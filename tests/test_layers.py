@@ -10,6 +10,7 @@ with a literal name. The one exception is the package's own __init__.py, which h
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -124,6 +125,14 @@ def test_every_folder_of_the_package_has_its_layer_once() -> None:
     folders = {folder(m) for m in modules() if m not in EXEMPT}
     assert sorted(folders - set(placed)) == [], "give each new folder its layer in LAYERS (and the code map)"
     assert sorted(set(placed) - folders) == [], "these layers name no folder of the package"
+
+
+def test_the_code_map_names_every_folder_in_layer_order() -> None:
+    """docs/architecture.md's code map lists the package folder for folder, bottom up as LAYERS has them."""
+    text = (PACKAGE.parents[1] / "docs" / "architecture.md").read_text()
+    block = text.split("## Code map", 1)[1].split("```")[1]
+    named = [m.group(1) for m in re.finditer(r"^  (\w+)(?:/|\.py) ", block, re.M)]
+    assert named == [f for layer in LAYERS for f in layer]
 
 
 def test_no_import_runs_up_a_layer_or_sideways() -> None:
