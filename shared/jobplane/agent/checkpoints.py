@@ -5,15 +5,21 @@ The convention for training code (also in the README):
   `ckpt-100.pt`. A path with a component ending in `.tmp` or containing `.tmp.` (numpy's
   `.ckpt-100.tmp.npz`, a directory `step-100.tmp/`) is never uploaded.
 - A file is complete when no process holds it open for writing (the kernel's view, agent/writers.py), and it
-  is uploaded only if it did not change while it was uploaded; one rewritten in place during its upload (a
-  `torch.save` every second) is uploaded from a private copy taken between two saves. Where the kernel cannot
-  tell, a file counts as complete once unchanged across two scans SETTLE seconds apart. A writer that closes a
-  file mid-way and reopens it to go on can look finished: publish such files by rename.
+  is uploaded only if it did not change while it was uploaded. A file the job writes while it runs (open for
+  writing at a look, or rewritten in place between two: a `torch.save` every few seconds) goes up from a whole
+  private copy instead, taken the moment a save ends with the job's processes frozen (agent/copies.py): at each
+  sync, and every sync interval while an upload runs longer, so the newest whole copy is never more than a save
+  cycle and a sync interval old. Where the kernel cannot tell, a file counts as complete once unchanged across
+  two scans SETTLE seconds apart. A writer that closes a file mid-way and reopens it to go on can look finished:
+  publish such files by rename.
+- A periodic sync takes nothing once the agent has begun to stop the job (`live`): a save its signal cut looks
+  closed and quiet, and is not whole.
 - When the training process has ended, the final sync uploads what it left, newest first, within the Spot
   notice window, except the files its processes held open for writing when the agent stopped them (recorded
-  with the processes frozen, just before the signal): those may be half-written, and the previous complete
-  version of each stays in force. Where the kernel could not tell, files modified in the last SETTLE seconds
-  before a death by signal are left out instead.
+  with the processes frozen, just before the signal): those may be half-written, so the newest whole copy of
+  each goes up instead if it is newer than the bucket's, else the previous complete version stays in force.
+  Where the kernel could not tell, files modified in the last SETTLE seconds before a death by signal are left
+  out instead.
 - Never silently: a file left out, or whose newest version has not reached the bucket for longer than
   `overdue_after`, is reported through `say` (the job's log), naming the file and the rule, once per reason.
 
@@ -55,17 +61,16 @@ import contextlib
 import json
 import logging
 import re
-import shutil
 import threading
 import time
-import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+from jobplane.agent.copies import Copies, Copy, Freezer, unfrozen
 from jobplane.agent.transfer import (
     Moved,
     Sleep,
@@ -83,10 +88,9 @@ from jobplane.clouds.base import NotFound, ObjectInfo, ObjectStore, Precondition
 log = logging.getLogger("jobplane.agent")
 
 SETTLE = 2.0  # where the kernel cannot tell what is open: seconds between two scans that must agree
-COPY_TRIES = 20  # a file rewritten during its upload: tries to copy it between two saves, 50 ms apart
 OPEN = "open for writing by the job at every sync (a file is uploaded once closed)"
 EMPTY = "empty at every sync but the last (a file being created or truncated is empty before its writer shows)"
-CHANGED = "rewritten while it was uploaded, and never quiet long enough to copy"
+CHANGED = "rewritten while it was uploaded"
 Writers = Callable[[], set[str] | None]  # absolute paths open for writing now; None: the kernel cannot tell
 _MANIFEST_TIME = 3.0  # of a deadline, kept back for writing the manifest after the uploads
 _SEQ = re.compile(r"manifests/(\d+)/(\d+)\.json$")
@@ -162,16 +166,18 @@ def complete(local: Path, settle: float, *, final: bool = False, leave_out: Mapp
 
 
 def upload(store: ObjectStore, local: Path, files: dict[str, Stat], key_of: Callable[[str], str],
-           deadline: float | None = None, sleep: Sleep = time.sleep,
+           deadline: float | None = None, sleep: Sleep = time.sleep, copies: Mapping[str, Copy] | None = None,
            ) -> tuple[dict[str, Entry], Moved, dict[str, BaseException]]:
-    """Upload files (newest first, in parallel); an entry per file uploaded whole and unchanged meanwhile, and
-    the error of each file that was not (_Changed: rewritten during its upload)."""
+    """Upload files (newest first, in parallel), each from its copy if `copies` has one, else from the directory;
+    an entry per file uploaded whole and unchanged meanwhile, and the error of each file that was not (_Changed:
+    rewritten during its upload)."""
     started = time.monotonic()
 
     def one(rel: str) -> Entry:
-        path = local / rel
+        copy = (copies or {}).get(rel)  # a private copy: nothing rewrites it
+        path = local / rel if copy is None else copy.path
         version = retried(f"upload {rel}", lambda: store.upload_file(key_of(rel), path), sleep=sleep)
-        if stat_of(path) != files[rel]:
+        if copy is None and stat_of(path) != files[rel]:
             raise _Changed(rel)
         return Entry(key_of(rel), files[rel][0], version)
 
@@ -199,7 +205,9 @@ class CheckpointSync:
                  settle: float = SETTLE, clock: Callable[[], datetime] = lambda: datetime.now(UTC),
                  writers: Writers = writing, say: Callable[[str], None] = log.warning,
                  step: Callable[[], int | None] = lambda: None, overdue_after: float | None = None,
-                 sleep: Sleep = time.sleep, superseded: Callable[[], bool] = lambda: False) -> None:
+                 sleep: Sleep = time.sleep, superseded: Callable[[], bool] = lambda: False,
+                 freezer: Freezer = unfrozen, freeze: float = 1.0, copy_every: float | None = None,
+                 copy_wait: float = 1.0, live: Callable[[], bool] = lambda: True) -> None:
         self.clock = clock  # the store's time, for the age of an earlier life's leftovers
         self.sleep = sleep  # a retry's pause
         self.store, self.local, self.prefix = store, local, prefix
@@ -220,6 +228,14 @@ class CheckpointSync:
         self._ages: dict[str, datetime] = {}  # LastModified of what the restore listed
         self._reused: set[str] = set()  # files named as restored from another life's objects, not yet checked
         self._lock = threading.Lock()  # the periodic and the final sync may overlap
+        # files written while the job runs go up from whole copies (agent/copies.py), taken at each sync (waiting
+        # up to copy_wait seconds for a save to end) and every copy_every seconds while an upload runs longer;
+        # live: the agent has not begun to stop the job
+        self.copies = Copies(local, local.parent / f".{local.name}.staging", freezer=freezer, freeze=freeze)
+        self.copy_every, self.copy_wait, self.live = copy_every, copy_wait, live
+        self._closed: dict[str, Stat] = {}  # each file as last seen closed
+        self._in_place: set[str] = set()  # files seen written: open at a look, or rewritten in place between two
+        self._kept_open: set[str] = set()  # files open throughout a copy's wait, not seen closed since: not waited for
 
     def _key(self, rel_key: str) -> str:
         return self.prefix + rel_key
@@ -250,7 +266,7 @@ class CheckpointSync:
     def _reset(self) -> None:
         """Forget what an earlier try of restore learned."""
         self.restored_from, self.seq = None, 0
-        self._versions, self._mine, self._theirs, self._named = {}, {}, {}, {}
+        self._versions, self._mine, self._theirs, self._named, self._closed = {}, {}, {}, {}, {}
         self._known, self._ages, self._reused = set(), {}, set()
 
     def restore(self, *, announce: bool = True) -> Moved:
@@ -300,6 +316,7 @@ class CheckpointSync:
         for rel, (rank, entry) in chosen.items():
             st = stat_of(self.local / rel)
             assert st is not None
+            self._closed[rel] = st
             if rank == self.rank:
                 self._mine[rel] = (st, entry)
             else:
@@ -324,37 +341,58 @@ class CheckpointSync:
 
     def _sync(self, final: bool, leave_out: Mapping[str, str] | None, cut_ns: int | None, deadline: float | None,
               stop: threading.Event | None) -> Moved:
-        step = self.step()
+        step, looked = self.step(), time.monotonic()
         ready = complete(self.local, self.settle, final=final, leave_out=leave_out, cut_ns=cut_ns,
                          writers=self.writers, empty_before=self._empty, stop=stop)
+        if not final and not self.live():  # a file the agent's signal cut mid-write looks closed and quiet now
+            return Moved()  # the final sync judges by what was open at the signal
+        stopping = stop is not None and stop.is_set() and not final
         self._empty = frozenset(rel for rel, st in ready.files.items() if st[0] == 0) | frozenset(
             rel for rel, why in ready.held.items() if why == EMPTY)
+        self._learn(ready)
         gone = self._gone() if self._reused else set()
         changed = {rel: st for rel, st in ready.files.items() if rel in gone or (
             self._theirs.get(rel) != st and (rel not in self._mine or self._mine[rel][0] != st))}
         seq = self.seq + 1
-        if stop is not None and stop.is_set() and not final:
+        uncopied: dict[str, str] = {}
+        if stopping:
             changed = {}  # the final sync takes over; do not start uploads it would wait for
+        elif not final:
+            uncopied = self.copies.take(self._wanted(), self.writers, self.copy_wait)
+            self._kept_open |= self.copies.open_throughout
+        copies = self._pending(ready.present, ready.held if final else None, stop)
+        changed = {rel: st for rel, st in changed.items() if rel not in copies} | {
+            rel: copy.stat for rel, copy in copies.items()}
 
         def key_of(rel: str) -> str:
             return self._key(f"files/{self.rank}/{seq:08d}-a{self.attempt}/{rel}")
 
-        self._unnamed |= {key_of(rel) for rel in changed}  # an upload discarded or cut short leaves an object
-        entries, moved, errors = upload(self.store, self.local, changed, key_of,
-                                        None if deadline is None else deadline - _MANIFEST_TIME, self.sleep)
+        entries, moved, errors = self._upload(changed, copies, key_of, deadline, final, stop)
+        rewritten = {rel for rel, exc in errors.items() if isinstance(exc, _Changed)}
+        self._in_place |= rewritten
+        if rewritten and not final and not stopping and self.live():
+            # rewritten during its upload (a file first seen closed): once more, from a whole copy
+            uncopied |= self.copies.take({rel: self._kept(rel) for rel in rewritten}, self.writers, self.copy_wait)
+            self._kept_open |= self.copies.open_throughout
+            again = {rel: copy for rel in rewritten if (copy := self.copies.newest(rel)) is not None}
+            more, moved_again, errors_again = self._upload({rel: c.stat for rel, c in again.items()}, again, key_of,
+                                                           deadline, final, stop)
+            copies, entries = copies | again, entries | more
+            changed |= {rel: copy.stat for rel, copy in again.items()}
+            errors = {rel: exc for rel, exc in errors.items() if rel not in more} | errors_again
+            moved.add(moved_again)
+            moved.failed = sorted(errors)
         uploaded = {rel: (changed[rel], entry) for rel, entry in entries.items()}
-        rewritten = [] if final else [rel for rel, exc in errors.items() if isinstance(exc, _Changed)]
-        for rel in rewritten:
-            if (copied := self._upload_copy(rel, key_of(rel))) is not None:
-                uploaded[rel] = copied
-                del errors[rel]
-                moved.failed.remove(rel)
-                moved.files, moved.bytes = moved.files + 1, moved.bytes + copied[1].size
         when = self.clock()
         for rel, (st, entry) in uploaded.items():
             self._mine[rel] = (st, Entry(entry.key.removeprefix(self.prefix), entry.size, entry.version))
             self._theirs.pop(rel, None)
             self._versions[rel] = (when, step)
+            self.copies.done(rel, copies[rel].taken if rel in copies else looked)
+            if final and rel in ready.held:  # being written at the stop: its newest whole copy went up instead
+                self.say(f"checkpoint {rel} was being written when the job's processes were stopped: its newest"
+                         f" whole copy ({age(time.monotonic() - copies[rel].taken)} old) went up instead")
+            ready.held.pop(rel, None)
         # a file deleted locally leaves the manifest; one present but incomplete keeps its last complete copy,
         # unless that copy is gone from the bucket
         self._mine = {rel: kept for rel, kept in self._mine.items()
@@ -365,11 +403,86 @@ class CheckpointSync:
             self._write_manifest(seq, files, step)
             if deadline is None or time.monotonic() < deadline:
                 self._clean()
+        if final:
+            self.copies.clear()
         late = "not started before the Spot notice's deadline"
-        self._account(ready, {rel: CHANGED if isinstance(exc, _Changed) else f"upload failed: {exc}"
-                              for rel, exc in errors.items()} | dict.fromkeys(changed.keys() - uploaded.keys()
-                                                                             - errors.keys(), late), final)
+        failed = {rel: CHANGED if isinstance(exc, _Changed) else f"upload failed: {exc}" for rel, exc in errors.items()}
+        failed |= {rel: f"{failed[rel]}; {why}" if rel in failed else why for rel, why in uncopied.items()
+                   if rel not in uploaded and (rel in failed or rel not in changed)}
+        self._account(ready, failed | dict.fromkeys(changed.keys() - uploaded.keys() - errors.keys(), late), final)
         return moved
+
+    def _upload(self, files: dict[str, Stat], copies: dict[str, Copy], key_of: Callable[[str], str],
+                deadline: float | None, final: bool, stop: threading.Event | None,
+                ) -> tuple[dict[str, Entry], Moved, dict[str, BaseException]]:
+        self._unnamed |= {key_of(rel) for rel in files}  # an upload discarded or cut short leaves an object
+        with self.copies.reading(list(copies.values())), self._copying_meanwhile(final, stop):
+            return upload(self.store, self.local, files, key_of,
+                          None if deadline is None else deadline - _MANIFEST_TIME, self.sleep, copies)
+
+    def _learn(self, ready: Ready) -> None:
+        """Which files the job writes while it runs: open for writing at a look, or seen closed and then with the
+        same inode and other content (rewritten in place between two looks). Those go up from whole copies."""
+        self._in_place |= {rel for rel, why in ready.held.items() if why in (OPEN, EMPTY)}
+        for rel, st in ready.files.items():
+            before = self._closed.get(rel)
+            if before is not None and before[2] == st[2] and before != st:
+                self._in_place.add(rel)
+            self._closed[rel] = st
+        self._in_place &= ready.present
+        self._kept_open = (self._kept_open & ready.present) - ready.files.keys()
+        self._closed = {rel: st for rel, st in self._closed.items() if rel in ready.present}
+
+    def _kept(self, rel: str) -> Stat | None:
+        """The local state of the version of rel the bucket holds."""
+        return self._mine[rel][0] if rel in self._mine else self._theirs.get(rel)
+
+    def _wanted(self) -> dict[str, Stat | None]:
+        """The files written while the job runs (but one kept open), each with the newest version already kept: no
+        copy is taken if it is unchanged."""
+        return {rel: copy.stat if (copy := self.copies.newest(rel)) is not None else self._kept(rel)
+                for rel in self._in_place - self._kept_open}
+
+    def _pending(self, present: set[str], held: Mapping[str, str] | None, stop: threading.Event | None,
+                 ) -> dict[str, Copy]:
+        """The newest copies newer than the bucket's versions, to upload instead of the live files: every one
+        during the run; at the end, those of the files left out (being written at the stop; the others are
+        whole and no older)."""
+        pending = {}
+        for rel in present if held is None else held.keys() & present:
+            copy = self.copies.newest(rel)
+            if copy is None:
+                continue
+            if copy.stat == self._kept(rel):
+                self.copies.done(rel, copy.taken)
+            elif held is not None or stop is None or not stop.is_set():
+                pending[rel] = copy
+        return pending
+
+    @contextlib.contextmanager
+    def _copying_meanwhile(self, final: bool, stop: threading.Event | None) -> Iterator[None]:
+        """While a periodic upload runs, copy the files rewritten in place every copy_every seconds, so the
+        newest whole copy stays that fresh however long uploads take (the final sync uploads it)."""
+        if final or self.copy_every is None or not self._in_place:
+            yield
+            return
+        done = threading.Event()
+
+        def copying() -> None:
+            assert self.copy_every is not None
+            while not done.wait(self.copy_every) and not (stop is not None and stop.is_set()) and self.live():
+                try:
+                    self.copies.take(self._wanted(), self.writers, self.copy_wait)
+                except Exception as exc:  # the sync's own round tries again
+                    log.warning("copying checkpoint files failed: %s", exc)
+
+        thread = threading.Thread(target=copying, name="checkpoint-copies", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
 
     def _gone(self) -> set[str]:
         """Once, at the first sync after a restore: the restored files whose objects an earlier life's delete took
@@ -381,36 +494,6 @@ class CheckpointSync:
             self.say(f"{len(gone)} restored checkpoint files were deleted from the bucket meanwhile (e.g."
                      f" {sorted(gone)[0]}): uploading them again")
         return gone
-
-    def _upload_copy(self, rel: str, key: str) -> tuple[Stat, Entry] | None:
-        """A file rewritten in place while it was uploaded (saved every second or faster): upload a private copy
-        taken while nothing had it open for writing and it did not change."""
-        path, staging = self.local / rel, self.local.parent / f".{self.local.name}.staging"
-        try:
-            staging.mkdir(exist_ok=True)
-        except OSError as exc:  # no room beside the directory: the next sync tries the file again
-            log.warning("no staging directory for %s: %s", rel, exc)
-            return None
-        for _ in range(COPY_TRIES):
-            before, busy = stat_of(path), self.writers()
-            if before is None or busy is None:  # gone, or the kernel cannot tell: the next sync tries again
-                return None
-            copy = staging / uuid.uuid4().hex
-            try:
-                if before[0] and rel not in under(busy, self.local):  # empty: maybe being opened (see complete)
-                    try:
-                        shutil.copyfile(path, copy)
-                    except OSError as exc:  # the disk is full, or the file went: the next sync tries again
-                        log.warning("copying %s to upload it failed: %s", rel, exc)
-                        return None
-                    if stat_of(path) == before:
-                        version = retried(f"upload {rel}", partial(self.store.upload_file, key, copy),
-                                          sleep=self.sleep)
-                        return before, Entry(key, before[0], version)
-            finally:
-                copy.unlink(missing_ok=True)
-            time.sleep(0.05)
-        return None
 
     def _account(self, ready: Ready, failed: dict[str, str], final: bool) -> None:
         """Which files' newest version is not in the bucket, since when and why; say what must be said: every

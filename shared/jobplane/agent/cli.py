@@ -11,8 +11,8 @@ through the unchanged bootstrap script:
   --vend-url         JOBPLANE_VEND_URL: where to ask for the job's storage credentials (jobplane.decide.vend);
                      unset, the registry is reached with the VM's own identity (tests, an older deployment)
   --log-interval, --heartbeat-interval, --checkpoint-interval, --poll-interval, --stop-grace,
-  --cluster-timeout, --checkpoint-settle
-                     JOBPLANE_AGENT_<FLAG NAME IN CAPITALS> (10, 30, 60, 5, spec, 900, 2 seconds)
+  --cluster-timeout, --checkpoint-settle, --checkpoint-freeze
+                     JOBPLANE_AGENT_<FLAG NAME IN CAPITALS> (10, 30, 60, 5, spec, 900, 2, 1 seconds)
 
 SIGTERM and SIGINT stop the job like a stop request: the user process gets its grace (capped so the
 final sync fits the VM's shutdown), then the final sync, the exit report and the power-off.
@@ -62,7 +62,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--metadata-url", help="metadata service base URL (tests, the local cloud)")
     defaults = AgentConfig()
     for name in ("log_interval", "heartbeat_interval", "checkpoint_interval", "poll_interval", "stop_grace",
-                 "cluster_timeout", "checkpoint_settle"):
+                 "cluster_timeout", "checkpoint_settle", "checkpoint_freeze"):
         fallback = _env_float(name)
         p.add_argument("--" + name.replace("_", "-"), type=float,
                        default=fallback if fallback is not None else getattr(defaults, name))
@@ -142,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              log_interval=args.log_interval, heartbeat_interval=args.heartbeat_interval,
                              checkpoint_interval=args.checkpoint_interval, poll_interval=args.poll_interval,
                              stop_grace=args.stop_grace, cluster_timeout=args.cluster_timeout,
-                             checkpoint_settle=args.checkpoint_settle)
+                             checkpoint_settle=args.checkpoint_settle, checkpoint_freeze=args.checkpoint_freeze)
     except ValueError as exc:
         raise SystemExit(f"jobplane.agent: {exc}") from None
     stores, metadata, registry_login = cloud_adapters(args)

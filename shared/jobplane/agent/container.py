@@ -73,8 +73,8 @@ class ContainerProcess(UserProcess):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
 
-    def _wait_stopped(self) -> None:
-        wait_stopped(None, pids=lambda: container_pids(self.name))
+    def _wait_stopped(self, timeout: float = 2.0) -> bool:
+        return wait_stopped(None, timeout, pids=lambda: container_pids(self.name))
 
     def _finish(self) -> None:
         for pid in container_pids(self.name):  # leftovers, as a group kill ends a shell's background children

@@ -33,7 +33,7 @@ from jobplane.agent.checkpoints import SETTLE
 from jobplane.agent.clock import SYSTEM, Clock
 from jobplane.agent.environment import Environment
 from jobplane.agent.idle import IdleMeter
-from jobplane.agent.keeper import Keeper, Node
+from jobplane.agent.keeper import COPY_FREEZE, Keeper, Node
 from jobplane.agent.layout import Cluster, Layout
 from jobplane.agent.output import OutputLog
 from jobplane.agent.process import UserProcess
@@ -63,6 +63,7 @@ FINAL_SYNC_S = 30.0  # at most this much of the time left is kept for the final 
 MIN_GRACE_S = 5.0
 HOLD_MARGIN_S = 600  # a held VM outlives its hold by at most this if no sweep ends it
 _HOLD_TICK = 1.0  # how often a held agent looks for a signal
+MAX_FREEZE = 10.0  # the most checkpoint_freeze may be: longer, and a frozen rank stalls its peers' collectives
 
 
 def grace_within(requested: float, left: float | None) -> float:
@@ -92,6 +93,7 @@ class AgentConfig:
     retry_attempts: int = 6
     retry_pause: float = 1.0
     checkpoint_settle: float = SETTLE  # where /proc cannot tell what is open: unchanged this long counts as complete
+    checkpoint_freeze: float = COPY_FREEZE  # the job may be frozen this long for a copy of a file it rewrites in place
 
     def __post_init__(self) -> None:
         for name, cap in (("log_interval", 10), ("heartbeat_interval", 30), ("checkpoint_interval", 60),
@@ -99,6 +101,8 @@ class AgentConfig:
             value = getattr(self, name)
             if not 0 < value <= cap:
                 raise ValueError(f"{name} must be > 0 and at most {cap} s, got {value}")
+        if not 0 <= self.checkpoint_freeze <= MAX_FREEZE:
+            raise ValueError(f"checkpoint_freeze must be between 0 and {MAX_FREEZE} s, got {self.checkpoint_freeze}")
 
 
 class Agent:
@@ -119,6 +123,7 @@ class Agent:
         self._interrupted = threading.Event()
         self._stop_background = threading.Event()
         self._keeper: Keeper | None = None  # checkpoints and artifacts, once prepared
+        self._proc: UserProcess | None = None  # the phase running now, or the last one
         self._ended_ns: int | None = None  # when the user process ended (wall clock, to compare with mtimes)
         self._signalled = False  # a signal arrived: a debug hold ends (the VM is going)
         self._refused: str | None = None  # why the vending function refused this VM its job's credentials
@@ -232,7 +237,8 @@ class Agent:
         self.environment.fetch(run, record.spec, cluster)
         keeper = Keeper(self.reg, self.layout, record.spec, Node(run.job_id, run.attempt, run.rank),
                         interval=self.cfg.checkpoint_interval, settle=self.cfg.checkpoint_settle, say=self.out.note,
-                        step=lambda: self.out.step, clock=self.clock)
+                        step=lambda: self.out.step, clock=self.clock, processes=lambda: self._proc,
+                        copy_freeze=self.cfg.checkpoint_freeze)
         keeper.restore(self._retry)
         self._keeper = keeper  # from now on the checkpointer thread uploads changes
         env = self.environment.configure(run, record.spec, cluster)
@@ -268,6 +274,7 @@ class Agent:
         return None
 
     def _supervise(self, proc: UserProcess, spec: JobSpec) -> Outcome:
+        self._proc = proc  # the keeper freezes it for copies, and never looks at its files once it is stopping
         while True:
             code = proc.poll()
             interrupt = self._interrupt  # read once: a signal or the poll may set it at any moment
@@ -309,11 +316,13 @@ class Agent:
 
     def _checkpointer(self) -> None:
         """Periodic checkpoint upload, in its own thread so a large upload never delays a notice."""
-        while not self.clock.wait(self._stop_background, self.cfg.checkpoint_interval):
+        wait = self.cfg.checkpoint_interval
+        while not self.clock.wait(self._stop_background, wait):
+            wait = self.cfg.checkpoint_interval
             if self._keeper is None:
                 continue  # not prepared yet
             try:
-                self._keeper.periodic(self._stop_background)
+                wait = self._keeper.periodic(self._stop_background)
             except CredentialsRefused as exc:
                 self._lose_access(exc)
             except Exception as exc:

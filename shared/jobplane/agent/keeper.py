@@ -3,8 +3,11 @@
 - At the start it restores the newest checkpoint and says which manifest, how old and how many files; on a
   later attempt that finds nothing, it warns when the attempt before ran longer than one sync period (its
   progress should have been there).
-- While the job runs, a thread syncs the checkpoint directory (jobplane.agent.checkpoints); a file whose
-  newest version has not reached the bucket for two sync periods is named in the log, with the reason.
+- While the job runs, a thread syncs the checkpoint directory (jobplane.agent.checkpoints) every sync period
+  (the next one at once when one ran longer); a file whose newest version has not reached the bucket for two
+  sync periods is named in the log, with the reason. A file the job rewrites in place goes up from a whole copy
+  taken with the job's processes frozen for at most `copy_freeze` seconds (agent/copies.py); a sync never
+  looks at the files once the agent has begun to stop the processes (`processes().running()`).
 - Whenever the agent is about to signal the job's processes (Spot notice, stop request, uptime cap, stall,
   or killing what is left), they are frozen (SIGSTOP) and `freeze` records which files they hold open for
   writing: those may be half-written if the signal kills them. The final sync and the artifacts upload
@@ -17,13 +20,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from jobplane.agent.checkpoints import SETTLE, CheckpointSync, age, publish
 from jobplane.agent.clock import SYSTEM, Clock
+from jobplane.agent.copies import Frozen, unfrozen
 from jobplane.agent.layout import Layout
+from jobplane.agent.process import UserProcess
 from jobplane.agent.transfer import Moved
 from jobplane.agent.writers import under, writing
 from jobplane.clouds.base import NotFound
@@ -33,6 +39,8 @@ from jobplane.store.rooted import RootedStore
 
 log = logging.getLogger("jobplane.agent")
 MID_WRITE = "open for writing when the job's processes were stopped, so it may be half-written"
+COPY_FREEZE = 1.0  # seconds the job's processes may be frozen for a copy of the files it rewrites in place
+COPY_WAIT = 10.0  # at most this long (and one sync interval) a sync waits for a save in progress to end, to copy it
 
 
 @dataclass(frozen=True)
@@ -47,20 +55,33 @@ class Node:
 class Keeper:
     def __init__(self, reg: RootedStore, layout: Layout, spec: JobSpec, node: Node, *, interval: float,
                  settle: float = SETTLE, say: Callable[[str], None], step: Callable[[], int | None],
-                 clock: Clock = SYSTEM) -> None:
+                 clock: Clock = SYSTEM, processes: Callable[[], UserProcess | None] = lambda: None,
+                 copy_freeze: float = COPY_FREEZE) -> None:
         self.reg, self.node, self.interval, self.say, self.clock = reg, node, interval, say, clock
+        self.processes = processes  # the job's phase now running (or last run), if any
+        self.copy_freeze = copy_freeze  # 0: never frozen, a copy is taken between two saves or not at all
         self.checkpoint_dir = layout.local(spec.checkpoint_dir)
         self.artifact_dirs = [layout.local(spec.artifacts_dir), layout.output_data_dir]
         store, prefix = reg.location(keys.checkpoints_prefix(node.job_id))
         self.sync = CheckpointSync(store, self.checkpoint_dir, prefix, rank=node.rank, attempt=node.attempt,
                                    settle=settle, clock=clock, say=say, step=step, overdue_after=2 * interval,
-                                   sleep=clock.sleep, superseded=self._superseded)
+                                   sleep=clock.sleep, superseded=self._superseded, freezer=self._paused,
+                                   freeze=copy_freeze, copy_every=interval, copy_wait=min(COPY_WAIT, interval),
+                                   live=self._live)
         self.writing: set[str] = set()  # absolute paths held open for writing at any signal the agent sent
         self.froze = False  # the processes were frozen before a signal, and the kernel could tell what was open
         self.blind = False  # once, it could not
 
     def _superseded(self) -> bool:
         return moved_on(self.reg, self.node.job_id, self.node.attempt)
+
+    def _paused(self, limit: float) -> AbstractContextManager[Frozen | None]:
+        proc = self.processes()
+        return unfrozen(limit) if proc is None or not self.copy_freeze else proc.paused(limit)
+
+    def _live(self) -> bool:
+        proc = self.processes()
+        return proc is None or proc.running()
 
     # ---- the start ----------------------------------------------------------------------------------------
     def restore(self, retry: Callable[[str, Callable[[], Moved]], Moved]) -> Moved:
@@ -94,10 +115,13 @@ class Keeper:
         return (beats[0] - started[0]).total_seconds() if started and beats else None
 
     # ---- while it runs ------------------------------------------------------------------------------------
-    def periodic(self, stop: threading.Event) -> None:
+    def periodic(self, stop: threading.Event) -> float:
+        """One sync; returns the seconds until the next is due (none when this one took a whole period)."""
+        started = self.clock.monotonic()
         moved = self.sync.sync(stop=stop)  # the final sync takes over on stop
         if moved.files:
             log.info("checkpoints: uploaded %s", moved.summary())
+        return max(0.0, self.interval - (self.clock.monotonic() - started))
 
     def freeze(self) -> None:
         """The job's processes are stopped (SIGSTOP) just before a signal that may end them: what they hold open

@@ -1,4 +1,10 @@
-"""The user's command: bash in its own process group, output pumped into an OutputLog."""
+"""The user's command: bash in its own process group, output pumped into an OutputLog.
+
+The agent stops the job's processes (SIGSTOP) in two cases: just before each signal it sends, to see what that
+signal will cut (`terminate`); and for a moment while the job runs, so the checkpoint keeper can copy a file the
+job rewrites in place with nothing changing it (`paused`, bounded by a watchdog). The two never overlap: once
+the agent begins to stop the job no pause starts, and a pause in effect ends first (its copy whole).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from jobplane.agent.output import OutputLog
@@ -36,18 +42,29 @@ def marked_pids(marker: str, proc: Path = Path("/proc")) -> list[int]:
     return found
 
 
-def _stat(pid: str | int) -> list[str] | None:
-    """state ppid pgrp ... of a process (comm may hold spaces), or None once it is gone."""
+def _stat(pid: str | int, task: str | None = None) -> list[str] | None:
+    """state ppid pgrp ... of a process, or of one of its threads (comm may hold spaces); None once gone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = Path(f"/proc/{pid}" + (f"/task/{task}/stat" if task else "/stat")).read_text()
     except OSError:
         return None
     return stat[stat.rindex(")") + 2:].split()
 
 
+def _all_stopped(pid: str | int) -> bool:
+    """Every thread of the process has stopped (or it is gone): a thread's write in progress finishes first, and
+    /proc/<pid>/stat shows only the main thread's state."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    return all((fields := _stat(pid, task)) is None or fields[0] in "TtZXx" for task in tasks)
+
+
 def wait_stopped(pgid: int | None, timeout: float = 2.0, pids: Callable[[], list[int]] | None = None) -> bool:
-    """Wait until every process of the group (or every one `pids` lists) has stopped (a SIGSTOP takes effect
-    when each next runs, and a write in progress finishes first); False if one still runs after timeout."""
+    """Wait until every thread of every process of the group (or of every one `pids` lists) has stopped (a
+    SIGSTOP takes effect when each next runs, and a write in progress finishes first); False if one still runs
+    after timeout."""
     deadline = time.monotonic() + timeout
     while True:
         if pids is not None:
@@ -57,7 +74,7 @@ def wait_stopped(pgid: int | None, timeout: float = 2.0, pids: Callable[[], list
         running = False
         for entry in candidates:
             fields = _stat(entry)
-            if fields and (pids is not None or int(fields[2]) == pgid) and fields[0] not in "TtZXx":
+            if fields and (pids is not None or int(fields[2]) == pgid) and not _all_stopped(entry):
                 running = True
                 break
         if not running:
@@ -65,6 +82,43 @@ def wait_stopped(pgid: int | None, timeout: float = 2.0, pids: Callable[[], list
         if time.monotonic() > deadline:
             return False
         time.sleep(0.005)
+
+
+class Pause:
+    """The job's processes stopped for a moment: `held()` while they still are. `end()` continues them (once); a
+    watchdog calls it `limit` seconds after the stop whatever the holder is doing."""
+
+    def __init__(self, send: Callable[[signal.Signals], None], limit: float) -> None:
+        self._send, self.limit = send, limit
+        self._lock = threading.Lock()
+        self._stopped = self._ended = False
+        self.ended = threading.Event()
+        self.seconds = 0.0  # how long they were stopped, once ended
+        self._watchdog = threading.Timer(limit, self.end)
+        self._watchdog.daemon = True
+
+    def start(self) -> bool:
+        with self._lock:
+            if self._ended:
+                return False
+            self._send(signal.SIGSTOP)
+            self._stopped, self._since = True, time.monotonic()
+        self._watchdog.start()
+        return True
+
+    def held(self) -> bool:
+        return not self._ended
+
+    def end(self) -> None:
+        with self._lock:
+            if self._ended:
+                return
+            self._ended = True
+            if self._stopped:
+                self._send(signal.SIGCONT)
+                self.seconds = time.monotonic() - self._since
+        self._watchdog.cancel()
+        self.ended.set()
 
 
 class UserProcess:
@@ -79,6 +133,9 @@ class UserProcess:
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         self._pump = threading.Thread(target=self._read, args=(out,), name="output-pump", daemon=True)
         self._pump.start()
+        self._pausing = threading.Lock()  # guards the two below
+        self._stopping = False  # terminate began: no pause any more
+        self._pause: Pause | None = None  # the one in effect
 
     @property
     def pid(self) -> int:
@@ -96,9 +153,44 @@ class UserProcess:
         self._finish()
         return exit_code(code)
 
+    def running(self) -> bool:
+        """Not ended, and the agent has not begun to stop it: no signal of ours has cut a write it was making."""
+        return not self._stopping and self._alive()
+
+    def _alive(self) -> bool:
+        if self._proc.returncode is not None:
+            return False
+        try:  # WNOWAIT: asks without reaping, so the main thread's poll() still sees the exit
+            return os.waitid(os.P_PID, self._proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+        except ChildProcessError:  # reaped meanwhile
+            return False
+
+    @contextlib.contextmanager
+    def paused(self, limit: float) -> Iterator[Pause | None]:
+        """The job's processes stopped (SIGSTOP) for at most `limit` seconds, then continued, for a copy of a file
+        that nothing may change meanwhile. None when they are ending (or ended), or did not all stop in time."""
+        pause = Pause(self._send, limit)
+        with self._pausing:
+            free = not self._stopping and self._pause is None
+            if free:
+                self._pause = pause
+        try:
+            ok = free and self._alive() and pause.start() and self._wait_stopped(limit) and self._alive()
+            yield pause if ok and pause.held() else None
+        finally:
+            pause.end()
+            if free:
+                with self._pausing:
+                    self._pause = None
+
     def terminate(self, grace: float, frozen: Callable[[], None] = lambda: None) -> int:
         """SIGTERM the group, wait up to grace seconds, then SIGKILL it; returns the exit code. Before each
-        signal the group is frozen (SIGSTOP) and frozen() called: what it sees open is what the signal cuts."""
+        signal the group is frozen (SIGSTOP) and frozen() called: what it sees open is what the signal cuts.
+        A pause in effect ends first (within its limit: its copy whole), and none starts after."""
+        with self._pausing:
+            self._stopping, pause = True, self._pause
+        if pause is not None:
+            pause.ended.wait(pause.limit + 1.0)
         self._signal(signal.SIGTERM, frozen)
         try:
             code = self._proc.wait(timeout=max(0.0, grace))
@@ -125,8 +217,8 @@ class UserProcess:
         with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is already gone
             os.killpg(self._proc.pid, sig)
 
-    def _wait_stopped(self) -> None:
-        wait_stopped(self._proc.pid)
+    def _wait_stopped(self, timeout: float = 2.0) -> bool:
+        return wait_stopped(self._proc.pid, timeout)
 
     def _finish(self) -> None:
         # Leftover background children would hold the pipe open and outlive the job: kill the group,

@@ -77,6 +77,12 @@ class Moved:
     seconds: float = 0.0
     failed: list[str] = field(default_factory=list)
 
+    def add(self, other: Moved) -> None:
+        """Another batch's files, bytes and time (its failures are the caller's to merge)."""
+        self.files, self.bytes, self.seconds = self.files + other.files, self.bytes + other.bytes, \
+            self.seconds + other.seconds
+        self.skipped += other.skipped
+
     def summary(self) -> str:
         rate = self.bytes / self.seconds / 1e6 if self.seconds > 0 else 0.0
         skipped = f", {self.skipped} already present" if self.skipped else ""

@@ -9,12 +9,18 @@ writable shared mappings (numpy.memmap); neither needs the file's content.
 Every process the agent can read is looked at, not only the job's session: a data-loader worker or a
 process that started its own session writes checkpoints too. Where /proc cannot tell (not Linux, not
 mounted), `writing` returns None and the caller falls back to settle-by-time.
+
+`Closes` says the moment a save ends (inotify), for a copy taken between two saves (agent/copies.py).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import select
 import stat
+import struct
+import time
 from pathlib import Path
 
 PROC = Path("/proc")
@@ -86,3 +92,53 @@ def _writable_maps(pid_dir: Path) -> set[str]:
         if len(parts) == 6 and parts[1][1] == "w" and parts[1][3] == "s" and parts[5].startswith("/"):
             paths.add(parts[5])
     return paths
+
+
+IN_CLOSE_WRITE = 0x08
+IN_Q_OVERFLOW = 0x4000
+_EVENT = struct.Struct("iIII")  # wd, mask, cookie, len; then len bytes of name
+
+
+class Closes:
+    """Tells when a file in some directories is closed after writing (inotify's IN_CLOSE_WRITE), so a waiter
+    acts the moment a save ends, spending nothing meanwhile. `watching` is False where inotify is not to be had
+    (not Linux, no instances left): the caller then looks now and then."""
+
+    def __init__(self, directories: set[Path]) -> None:
+        self._fd = -1
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        except (OSError, AttributeError):
+            return
+        if fd < 0:
+            return
+        if all(libc.inotify_add_watch(fd, os.fsencode(d), IN_CLOSE_WRITE) >= 0 for d in directories):
+            self._fd = fd
+        else:
+            os.close(fd)
+
+    @property
+    def watching(self) -> bool:
+        return self._fd >= 0
+
+    def wait(self, names: set[str], timeout: float) -> bool:
+        """Until a file of one of these names (in a watched directory) is closed after writing: True, or False
+        once timeout seconds have passed."""
+        end = time.monotonic() + timeout
+        while (left := end - time.monotonic()) > 0:
+            if not select.select([self._fd], [], [], left)[0]:
+                return False
+            data, offset = os.read(self._fd, 1 << 16), 0
+            while offset < len(data):
+                _, mask, _, length = _EVENT.unpack_from(data, offset)
+                name = os.fsdecode(data[offset + _EVENT.size:offset + _EVENT.size + length].rstrip(b"\0"))
+                offset += _EVENT.size + length
+                if name in names or mask & IN_Q_OVERFLOW:
+                    return True
+        return False
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
