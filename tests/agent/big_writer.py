@@ -4,12 +4,14 @@ tests/agent/test_big_checkpoints.py and bench/big_checkpoint.py.
 
 The checkpoint carries its step at its head and at its tail (`step N` ... `end N`) and has a fixed length, so a
 torn version (a save cut mid-write, or a copy that raced one) shows: its head and tail disagree, or it is short.
-The loop appends `step began ended` (wall clock) to its log after each save is closed.
+The loop appends `step began ended` (wall clock) to its log after each save is closed. Its training between two
+saves is CPU time, which stops while its process is stopped, as a training step does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import sys
 import threading
@@ -23,6 +25,7 @@ from jobplane.agent.layout import Layout
 from jobplane.agent.output import OutputLog
 from jobplane.agent.process import Pause, UserProcess
 from jobplane.agent.writers import open_for_writing
+from jobplane.clouds.memory import MemoryStore
 from jobplane.model.spec import JobSpec
 from jobplane.store.registry import Registry
 
@@ -40,6 +43,12 @@ if handler:  # the habit a signal handler allows: finish the step, save, exit
     signal.signal(signal.SIGTERM, stop)
 step = int(path.read_bytes()[:16].split()[1]) if path.exists() else 0
 CHUNK = 8 << 20
+
+def train(seconds):  # compute: it makes no progress while the process is stopped, as a sleep would
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
 block, chunks = b"w" * CHUNK, -(-size // CHUNK)
 while True:
     step += 1
@@ -57,7 +66,7 @@ while True:
         out.write(f"{step} {began} {time.time()}\\n")
     if stopping:
         sys.exit(0)
-    time.sleep(random.uniform(pause_s * 2 / 3, pause_s * 4 / 3))  # training
+    train(random.uniform(pause_s * 2 / 3, pause_s * 4 / 3))
 """
 
 
@@ -69,6 +78,23 @@ def version(path: Path, size: int) -> int | None:
     if len(data) != size or len(head) != 2 or tail != [b"end", head[1]]:
         return None
     return int(head[1])
+
+
+class Slow(MemoryStore):
+    """Uploads of checkpoint files at `mb_per_s` (slower than saves, as a few GB to a bucket are); the copies on
+    disk are counted at each one's start and end, and `since` is when the last one began (time.monotonic())."""
+
+    def __init__(self, mb_per_s: float) -> None:
+        super().__init__()
+        self.mb_per_s, self.copies_on_disk, self.since = mb_per_s, list[int](), float("inf")
+
+    def upload_file(self, key: str, path: Path, *args: object, **kw: object) -> str:  # type: ignore[override]
+        if "/files/" in key:
+            self.copies_on_disk.append(len(list(path.parent.iterdir())))
+            self.since = time.monotonic()
+            time.sleep(path.stat().st_size / 1e6 / self.mb_per_s)
+            self.copies_on_disk.append(len(list(path.parent.iterdir())))
+        return super().upload_file(key, path)
 
 
 @dataclass(frozen=True)
@@ -208,5 +234,5 @@ class Job:
         """The longest save cycle (one save's end to the next's) of the attempt, or its save time if it finished
         one save only."""
         ends = [save.ended for save in attempt.saves]
-        gaps = [b - a for a, b in zip(ends, ends[1:], strict=False)]
+        gaps = [b - a for a, b in itertools.pairwise(ends)]
         return max(gaps, default=max((s.ended - s.began for s in attempt.saves), default=0.0))

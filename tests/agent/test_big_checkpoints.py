@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from jobplane.clouds.memory import MemoryStore
 from jobplane.store.registry import Registry
-from tests.agent.big_writer import Attempt, Job
+from tests.agent.big_writer import Attempt, Job, Slow
 
 pytestmark = [pytest.mark.timeout(240),
               pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs Linux's /proc")]
@@ -52,7 +51,7 @@ def restored_whole_and_recent(job: Job, attempt: Attempt) -> None:
 def test_a_big_checkpoint_saved_in_place_and_preempted_at_random_restores_whole_and_recent(
         tmp_path: Path, busy: None) -> None:
     rng = random.Random(37)
-    job = Job(Registry(Slow(seconds=1.0)), tmp_path, size=300 << 20, interval=2.0, save_s=0.6, pause_s=0.15)
+    job = Job(Registry(Slow(mb_per_s=300)), tmp_path, size=300 << 20, interval=2.0, save_s=0.6, pause_s=0.15)
     for n in range(5):  # a handler's grace may end before its last save does: SIGKILL cuts that one
         job.run(ran=rng.uniform(2.5, 4.5), handler=n % 2 == 1, grace=rng.choice([0.3, 3.0]))
     job.restore()
@@ -66,26 +65,9 @@ def test_a_big_checkpoint_saved_in_place_and_preempted_at_random_restores_whole_
     assert not list(tmp_path.glob("attempt*/.checkpoints.staging/*")), "every copy is removed at the end"
 
 
-class Slow(MemoryStore):
-    """An upload of a checkpoint file takes `seconds` (longer than the sync interval, as a few GB to a bucket
-    do); the copies on disk are counted at each one's start and end."""
-
-    def __init__(self, seconds: float) -> None:
-        super().__init__()
-        self.seconds, self.copies_on_disk, self.since = seconds, list[int](), float("inf")
-
-    def upload_file(self, key: str, path: Path, *args: object, **kw: object) -> str:  # type: ignore[override]
-        if "/files/" in key:
-            self.copies_on_disk.append(len(list(path.parent.iterdir())))
-            self.since = time.monotonic()
-            time.sleep(self.seconds)
-            self.copies_on_disk.append(len(list(path.parent.iterdir())))
-        return super().upload_file(key, path)
-
-
 def test_uploads_slower_than_the_interval_still_leave_a_recent_whole_copy_for_the_final_sync(
         tmp_path: Path) -> None:
-    store = Slow(seconds=1.5)
+    store = Slow(mb_per_s=22)  # 1.5 s for the 32 MB
     job = Job(Registry(store), tmp_path, size=32 << 20, interval=0.5, save_s=0.15, pause_s=0.15)
     # preempted a second into an upload, with a save in progress: the upload's copy is a second old or more
     first = job.run(ran=2.0, handler=False, grace=0.1, until=lambda: time.monotonic() - store.since > 1.0)
