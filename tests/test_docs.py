@@ -115,6 +115,10 @@ NOT_RUN_HERE: dict[str, NotRun] = {
     ".venv/bin/python bench/sweep_reconcile.py": NotRun(
         "a benchmark (sweeps of 12 and 100 trials with 36 and 360 metric chunks each)",
         "tests/sweeps/test_sweep_curves.py::test_a_curve_is_read_chunk_by_chunk_once_and_not_at_all_once_complete"),
+    ".venv/bin/python bench/big_checkpoint.py": NotRun(
+        "a benchmark (six preemptions of an 800 MiB checkpoint saved in place, then 90 s of training, 2 busy loops)",
+        "tests/agent/test_big_checkpoints.py::"
+        "test_a_big_checkpoint_saved_in_place_and_preempted_at_random_restores_whole_and_recent"),
     ".venv/bin/python bench/cold_start.py --rounds 11": NotRun(
         "a benchmark (11 rounds of fresh interpreters, as bench/results/cold-start.json was measured)",
         "tests/control/launcher/test_cold_start.py::test_a_handler_imports_only_what_every_run_needs"),
