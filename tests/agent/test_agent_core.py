@@ -126,6 +126,10 @@ def test_without_job_tags_the_agent_powers_off_without_running(tmp_path: Path) -
 def test_intervals_above_the_contract_are_refused() -> None:
     with pytest.raises(ValueError, match="heartbeat_interval must be > 0 and at most 30"):
         AgentConfig(heartbeat_interval=45)
+    for freeze in (-1, 11):  # a frozen rank stalls its peers' collectives: never long
+        with pytest.raises(ValueError, match=f"checkpoint_freeze must be between 0 and 10.0 s, got {freeze}"):
+            AgentConfig(checkpoint_freeze=freeze)
+    assert AgentConfig(checkpoint_freeze=0).checkpoint_freeze == 0  # never frozen
 
 
 @pytest.mark.parametrize(("requested", "left", "grace"), [

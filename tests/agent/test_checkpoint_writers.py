@@ -4,6 +4,7 @@ from /proc); at a kill, what the frozen processes held open is left out and said
 
 from __future__ import annotations
 
+import contextlib
 import json
 import mmap
 import os
@@ -380,3 +381,38 @@ def test_an_upload_the_kill_overtook_keeps_the_whole_version_before_it(tmp_path:
         store.release.set()
         job.close()
     assert job.restored(tmp_path / "r") == 2, job.said
+
+
+def states(pgid: int) -> str:
+    found = ""
+    for pid in members(pgid):
+        with contextlib.suppress(OSError):
+            found += Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    return found
+
+
+def test_a_pause_for_a_copy_is_bounded_and_thawed_and_never_overlaps_a_stop(tmp_path: Path) -> None:
+    proc = UserProcess(f"exec {sys.executable} -c 'import time\nwhile True: time.sleep(0.01)'", tmp_path,
+                       dict(os.environ), OutputLog(None))
+    try:
+        wait_for("the process", lambda: states(proc.pid) == "S")
+        with proc.paused(0.3) as pause:
+            assert pause is not None and pause.held() and states(proc.pid) == "T"
+            time.sleep(1.5)  # a holder slower than its limit: the watchdog continues the job anyway
+            assert not pause.held() and states(proc.pid) in ("S", "R")
+        assert 0.29 < pause.seconds < 1.2
+
+        stopped = threading.Event()
+        with proc.paused(5) as pause:
+            assert pause is not None
+            stopping = threading.Thread(target=lambda: (proc.terminate(1), stopped.set()))
+            stopping.start()
+            assert not stopped.wait(0.3), "the stop waits for the pause in effect"
+            assert states(proc.pid) == "T"
+        stopping.join(10)
+        assert stopped.is_set() and not proc.running()
+        with proc.paused(1) as late:
+            assert late is None  # none starts once the job is being stopped
+    finally:
+        if proc.poll() is None:
+            proc.terminate(0)

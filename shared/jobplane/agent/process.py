@@ -51,6 +51,9 @@ def _stat(pid: str | int, task: str | None = None) -> list[str] | None:
     return stat[stat.rindex(")") + 2:].split()
 
 
+_PF_IO_WORKER = 0x10  # an io_uring worker: the kernel's, in the process's thread group; it never stops
+
+
 def _all_stopped(pid: str | int) -> bool:
     """Every thread of the process has stopped (or it is gone): a thread's write in progress finishes first, and
     /proc/<pid>/stat shows only the main thread's state."""
@@ -58,7 +61,8 @@ def _all_stopped(pid: str | int) -> bool:
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return True
-    return all((fields := _stat(pid, task)) is None or fields[0] in "TtZXx" for task in tasks)
+    return all((fields := _stat(pid, task)) is None or fields[0] in "TtZXx" or int(fields[6]) & _PF_IO_WORKER
+               for task in tasks)
 
 
 def wait_stopped(pgid: int | None, timeout: float = 2.0, pids: Callable[[], list[int]] | None = None) -> bool:
