@@ -4,7 +4,6 @@ from /proc); at a kill, what the frozen processes held open is left out and said
 
 from __future__ import annotations
 
-import contextlib
 import json
 import mmap
 import os
@@ -29,7 +28,6 @@ from jobplane.clouds.memory import MemoryStore
 from jobplane.model import keys, records
 from jobplane.model.spec import JobSpec
 from jobplane.store.registry import Registry
-from tests.agent.big_writer import version
 from tests.agent.test_checkpoints import PREFIX, manifests, restore
 from tests.helpers import wait_for
 
@@ -266,153 +264,3 @@ def test_a_resume_says_what_it_restored_and_warns_when_a_long_attempt_left_nothi
     assert re.fullmatch(r"restored 1 checkpoint files into \S+/attempt3/checkpoints \(manifest 0/00000001\.json,"
                         r" \d s old: 1 files, 7 bytes in .*\)", said[1]), said[1]
 
-
-# saves step N in place when the test writes flags/save-N (its content "half": stops midway until killed)
-STEPPED = """
-import pathlib, sys, time
-path, size, flags = pathlib.Path(sys.argv[1]), int(sys.argv[2]), pathlib.Path(sys.argv[3])
-step = 0
-while True:
-    step += 1
-    while not (flags / f"save-{step}").exists():
-        time.sleep(0.01)
-    half = (flags / f"save-{step}").read_text() == "half"
-    with open(path, "wb") as f:  # torch.save's way: in place
-        f.write(f"step {step}".encode().ljust(16))
-        f.write(b"w" * (size // 2 - 16))
-        if half:
-            f.flush()
-            (flags / f"half-{step}").touch()
-            time.sleep(3600)
-        f.write(b"w" * (size - size // 2 - 16))
-        f.write(f"end {step}".encode().ljust(16))
-    (flags / f"saved-{step}").touch()
-"""
-SIZE = 4 << 20
-
-
-class Stepped:
-    """The job's process, saving its checkpoint in place when told, and a Keeper wired to it as the agent's is."""
-
-    def __init__(self, tmp_path: Path, store: MemoryStore) -> None:
-        self.flags, self.said, self.store = tmp_path / "flags", list[str](), store
-        self.flags.mkdir()
-        spec = JobSpec.model_validate({"instance_type": "t3.micro", "run": "python3 train.py"})
-        self.keeper = Keeper(Registry(store), Layout(tmp_path / "ml"), spec, Node("j", 1, 0), interval=60,
-                             say=self.said.append, step=lambda: None, processes=lambda: self.proc)
-        self.keeper.checkpoint_dir.mkdir(parents=True)
-        (tmp_path / "train.py").write_text(STEPPED)
-        self.proc = UserProcess(f"exec {sys.executable} train.py {self.keeper.checkpoint_dir / 'ckpt.pt'} {SIZE}"
-                                f" {self.flags}", tmp_path, dict(os.environ), OutputLog(None))
-        self.stop = threading.Event()
-
-    def save(self, step: int, *, half: bool = False) -> None:
-        (self.flags / f"save-{step}").write_text("half" if half else "whole")
-        wait_for(f"save {step}", (self.flags / f"{'half' if half else 'saved'}-{step}").exists)
-
-    def preempt(self) -> None:
-        """As the agent at a Spot notice: freeze, record what is open, SIGTERM (no handler: it dies at once)."""
-        self.proc.terminate(0.5, frozen=self.keeper.freeze)
-
-    def restored(self, dest: Path) -> int | None:
-        CheckpointSync(self.store, dest, PREFIX).restore(announce=False)
-        return version(dest / "ckpt.pt", SIZE)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate(0)
-
-
-def test_a_sync_that_looks_after_the_agent_cut_a_save_midway_keeps_the_whole_version_before_it(
-        tmp_path: Path) -> None:
-    """The checkpoint thread's sync can come due between the kill and the agent's stop: the file it finds is
-    closed and quiet, but torn. It must not be taken for whole (it was, then stood as the previous version)."""
-    job = Stepped(tmp_path, MemoryStore())
-    try:
-        for step in (1, 2):
-            job.save(step)
-            job.keeper.periodic(job.stop)
-        job.save(3, half=True)
-        job.preempt()
-        job.keeper.periodic(job.stop)  # due before the main thread sets the stop
-        job.stop.set()
-        job.keeper.final(None, None)
-    finally:
-        job.close()
-    assert job.restored(tmp_path / "r") == 2
-    assert job.said == ["checkpoint ckpt.pt left out: open for writing when the job's processes were stopped, so it"
-                        " may be half-written; the previous version (0 s old) stays"]
-
-
-def test_an_upload_the_kill_overtook_keeps_the_whole_version_before_it(tmp_path: Path) -> None:
-    """A sync's upload in flight when a save begins and the agent's signal cuts it: what the sync then takes (a
-    copy 'between two saves' of a file nothing holds open any more) must not be the torn one."""
-
-    class Held(MemoryStore):  # an upload of a checkpoint file, once armed, waits after reading it
-        def __init__(self) -> None:
-            super().__init__()
-            self.armed, self.reading, self.release = threading.Event(), threading.Event(), threading.Event()
-
-        def upload_file(self, key: str, path: Path, *args: object, **kw: object) -> str:  # type: ignore[override]
-            if "/files/" in key and self.armed.is_set() and not self.release.is_set():
-                data = path.read_bytes()
-                self.reading.set()
-                self.release.wait(30)
-                return self.put(key, data)
-            return super().upload_file(key, path)
-
-    store = Held()
-    job = Stepped(tmp_path, store)
-    sync = threading.Thread(target=job.keeper.periodic, args=(job.stop,))
-    try:
-        job.save(1)
-        job.keeper.periodic(job.stop)
-        job.save(2)
-        store.armed.set()
-        sync.start()
-        assert store.reading.wait(30)
-        job.save(3, half=True)  # begins while step 2 is uploaded
-        job.preempt()
-        store.release.set()
-        sync.join(30)
-        job.stop.set()
-        job.keeper.final(None, None)
-    finally:
-        store.release.set()
-        job.close()
-    assert job.restored(tmp_path / "r") == 2, job.said
-
-
-def states(pgid: int) -> str:
-    found = ""
-    for pid in members(pgid):
-        with contextlib.suppress(OSError):
-            found += Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    return found
-
-
-def test_a_pause_for_a_copy_is_bounded_and_thawed_and_never_overlaps_a_stop(tmp_path: Path) -> None:
-    proc = UserProcess(f"exec {sys.executable} -c 'import time\nwhile True: time.sleep(0.01)'", tmp_path,
-                       dict(os.environ), OutputLog(None))
-    try:
-        wait_for("the process", lambda: states(proc.pid) == "S")
-        with proc.paused(0.3) as pause:
-            assert pause is not None and pause.held() and states(proc.pid) == "T"
-            time.sleep(1.5)  # a holder slower than its limit: the watchdog continues the job anyway
-            assert not pause.held() and states(proc.pid) in ("S", "R")
-        assert 0.29 < pause.seconds < 1.2
-
-        stopped = threading.Event()
-        with proc.paused(5) as pause:
-            assert pause is not None
-            stopping = threading.Thread(target=lambda: (proc.terminate(1), stopped.set()))
-            stopping.start()
-            assert not stopped.wait(0.3), "the stop waits for the pause in effect"
-            assert states(proc.pid) == "T"
-        stopping.join(10)
-        assert stopped.is_set() and not proc.running()
-        with proc.paused(1) as late:
-            assert late is None  # none starts once the job is being stopped
-    finally:
-        if proc.poll() is None:
-            proc.terminate(0)

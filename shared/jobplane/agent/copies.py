@@ -101,7 +101,7 @@ class Copies:
         if not todo:
             return {}
         why, end = dict[str, str](), time.monotonic() + wait
-        closes = Closes({(self.local / rel).parent for rel in todo})
+        closes: Closes | None = None  # made when first needed: an inotify instance is slow to close (ms)
         try:
             with urgent():  # woken the moment a save ends, so the freeze comes before the next one begins
                 while True:
@@ -111,10 +111,14 @@ class Copies:
                         ran_out = self._copy_closed(todo, why, writers, frozen)
                     if not todo or time.monotonic() >= end:
                         break
-                    if not ran_out and not self._until_closed(todo, writers, closes, end - time.monotonic()):
+                    if ran_out:
+                        continue
+                    closes = closes or Closes({(self.local / rel).parent for rel in todo})
+                    if not self._until_closed(todo, writers, closes, end - time.monotonic()):
                         break
         finally:
-            closes.close()
+            if closes is not None:
+                closes.close()
         self.open_throughout = todo.keys() - why.keys()
         return why | dict.fromkeys(self.open_throughout,
                                    f"open for writing throughout {wait:g} s, so no whole copy was taken")
@@ -123,15 +127,16 @@ class Copies:
                       ) -> bool:
         """Until one of the files is closed after writing (False: timeout seconds passed first): told by inotify,
         else by a look at what is open every LOOK_EVERY seconds."""
-        if closes.watching:
-            return closes.wait({Path(rel).name for rel in todo}, timeout)
         end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            time.sleep(LOOK_EVERY)
-            busy = writers()
+        while True:
+            busy = writers()  # closed since the last look (before the watch began, say)?
             if busy is None or todo.keys() - under(busy, self.local):
                 return True
-        return False
+            if closes.watching:
+                return closes.wait({Path(rel).name for rel in todo}, end - time.monotonic())
+            if time.monotonic() >= end:
+                return False
+            time.sleep(LOOK_EVERY)
 
     def _copy_closed(self, todo: dict[str, Stat | None], why: dict[str, str], writers: Writers,
                      frozen: Frozen) -> bool:
