@@ -13,8 +13,8 @@ seconds for each copy. With --load N, N busy loops run meanwhile (nice 0, as the
                pause, the step restored next vs the last one finished (steps and seconds, and the bound: one save
                cycle plus one sync interval), whether whole, each freeze for a copy.
   cost         the same loop for --cost-s seconds with no keeper, with the keeper, and with --freeze 0 (copies
-               only between two saves, never frozen): the mean save cycle of each, so what the keeper costs the
-               training, and the time frozen per sync and its share of the run.
+               only between two saves, never frozen), --rounds times interleaved: the median save cycle of each,
+               so what the keeper costs the training, and the time frozen per freeze and its share of the runs.
 
     .venv/bin/python bench/big_checkpoint.py                        # 800 MiB, 3 s syncs, 2 busy loops
     .venv/bin/python bench/big_checkpoint.py --size-mib 300 --load 0
@@ -70,7 +70,8 @@ def preemptions(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
     rows = []
     for before, after in zip(run.attempts, run.attempts[1:], strict=False):
         lag, bound = run.lag(after), run.cycle(before) + run.interval
-        last = before.saves[-1].step if before.saves else before.restored or 0
+        # a whole restored step newer than the log's last was saved: the kill cut its log line
+        last = max(before.saves[-1].step if before.saves else before.restored or 0, after.restored or 0)
         rows.append({"attempt": before.number, "handler": before.number % 2 == 0, "ran_s": round(before.ran, 2),
                      **cycles(before), "last_saved": last, "restored_next": after.restored, "whole": after.whole,
                      "steps_lost": last - (after.restored or 0), "lag_s": round(lag or 0.0, 2),
@@ -80,17 +81,23 @@ def preemptions(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
 
 
 def cost(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """Each way --rounds times, interleaved (a busy machine's drift hits all alike); the medians."""
+    ways = {"no keeper": (args.freeze, False), "keeper": (args.freeze, True), "keeper, never frozen": (0.0, True)}
+    runs: dict[str, list[Attempt]] = {name: [] for name in ways}
+    for n in range(args.rounds):
+        for name, (freeze, keep) in ways.items():
+            run = job(args, tmp / f"{name.replace(' ', '-').replace(',', '')}-{n}", freeze)
+            runs[name].append(run.run(ran=args.cost_s, handler=True, grace=5.0, keep=keep))
+            print(name, n, cycles(runs[name][-1]), flush=True)
     out: dict[str, Any] = {}
-    for name, freeze, keep in (("no keeper", args.freeze, False), ("keeper", args.freeze, True),
-                               ("keeper, never frozen", 0.0, True)):
-        run = job(args, tmp / name.replace(" ", "-").replace(",", ""), freeze)
-        attempt = run.run(ran=args.cost_s, handler=True, grace=5.0, keep=keep)
-        frozen = attempt.frozen
-        out[name] = {**cycles(attempt), "freezes": len(frozen),
+    for name, attempts in runs.items():
+        frozen = [f for attempt in attempts for f in attempt.frozen]
+        out[name] = {"cycle_s": round(statistics.median(cycles(a)["cycle_s"] for a in attempts), 3),
+                     "cycles_s": [cycles(a)["cycle_s"] for a in attempts],
+                     "freezes_per_run": round(len(frozen) / len(attempts), 1),
                      "frozen_per_freeze_s": round(statistics.mean(frozen), 3) if frozen else 0.0,
                      "frozen_max_s": round(max(frozen), 3) if frozen else 0.0,
-                     "frozen_share": round(sum(frozen) / attempt.ran, 4)}
-        print(name, out[name], flush=True)
+                     "frozen_share": round(sum(frozen) / sum(a.ran for a in attempts), 4)}
     base = out["no keeper"]["cycle_s"]
     for name in ("keeper", "keeper, never frozen"):
         out[name]["cycle_vs_no_keeper"] = round(out[name]["cycle_s"] / base - 1, 4) if base else None
@@ -107,6 +114,7 @@ def main() -> int:
     p.add_argument("--freeze", type=float, default=1.0)
     p.add_argument("--attempts", type=int, default=6)
     p.add_argument("--cost-s", type=float, default=30.0)
+    p.add_argument("--rounds", type=int, default=3, help="of the cost runs")
     p.add_argument("--load", type=int, default=2, help="busy loops meanwhile")
     p.add_argument("--seed", type=int, default=37)
     args = p.parse_args()

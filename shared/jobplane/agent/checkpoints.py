@@ -207,7 +207,7 @@ class CheckpointSync:
                  step: Callable[[], int | None] = lambda: None, overdue_after: float | None = None,
                  sleep: Sleep = time.sleep, superseded: Callable[[], bool] = lambda: False,
                  freezer: Freezer = unfrozen, freeze: float = 1.0, copy_every: float | None = None,
-                 copy_wait: float = 1.0, live: Callable[[], bool] = lambda: True) -> None:
+                 copy_wait: float = 0.5, live: Callable[[], bool] = lambda: True) -> None:
         self.clock = clock  # the store's time, for the age of an earlier life's leftovers
         self.sleep = sleep  # a retry's pause
         self.store, self.local, self.prefix = store, local, prefix
@@ -372,7 +372,7 @@ class CheckpointSync:
         self._in_place |= rewritten
         if rewritten and not final and not stopping and self.live():
             # rewritten during its upload (a file first seen closed): once more, from a whole copy
-            uncopied |= self.copies.take({rel: self._kept(rel) for rel in rewritten}, self.writers, self.copy_wait)
+            uncopied |= self.copies.take({rel: self._newest(rel) for rel in rewritten}, self.writers, self.copy_wait)
             self._kept_open |= self.copies.open_throughout
             again = {rel: copy for rel in rewritten if (copy := self.copies.newest(rel)) is not None}
             more, moved_again, errors_again = self._upload({rel: c.stat for rel, c in again.items()}, again, key_of,
@@ -416,7 +416,8 @@ class CheckpointSync:
                 deadline: float | None, final: bool, stop: threading.Event | None,
                 ) -> tuple[dict[str, Entry], Moved, dict[str, BaseException]]:
         self._unnamed |= {key_of(rel) for rel in files}  # an upload discarded or cut short leaves an object
-        with self.copies.reading(list(copies.values())), self._copying_meanwhile(final, stop):
+        direct = {rel: st for rel, st in files.items() if rel not in copies}
+        with self.copies.reading(list(copies.values())), self._copying_meanwhile(final, stop, direct):
             return upload(self.store, self.local, files, key_of,
                           None if deadline is None else deadline - _MANIFEST_TIME, self.sleep, copies)
 
@@ -437,11 +438,14 @@ class CheckpointSync:
         """The local state of the version of rel the bucket holds."""
         return self._mine[rel][0] if rel in self._mine else self._theirs.get(rel)
 
+    def _newest(self, rel: str) -> Stat | None:
+        """The local state of the newest whole version of rel kept: its newest copy, else the bucket's."""
+        return copy.stat if (copy := self.copies.newest(rel)) is not None else self._kept(rel)
+
     def _wanted(self) -> dict[str, Stat | None]:
         """The files written while the job runs (but one kept open), each with the newest version already kept: no
         copy is taken if it is unchanged."""
-        return {rel: copy.stat if (copy := self.copies.newest(rel)) is not None else self._kept(rel)
-                for rel in self._in_place - self._kept_open}
+        return {rel: self._newest(rel) for rel in self._in_place - self._kept_open}
 
     def _pending(self, present: set[str], held: Mapping[str, str] | None, stop: threading.Event | None,
                  ) -> dict[str, Copy]:
@@ -460,10 +464,12 @@ class CheckpointSync:
         return pending
 
     @contextlib.contextmanager
-    def _copying_meanwhile(self, final: bool, stop: threading.Event | None) -> Iterator[None]:
-        """While a periodic upload runs, copy the files rewritten in place every copy_every seconds, so the
-        newest whole copy stays that fresh however long uploads take (the final sync uploads it)."""
-        if final or self.copy_every is None or not self._in_place:
+    def _copying_meanwhile(self, final: bool, stop: threading.Event | None, direct: Mapping[str, Stat],
+                           ) -> Iterator[None]:
+        """While a periodic upload runs, copy the files written while the job runs every copy_every seconds, so
+        the newest whole copy stays that fresh however long uploads take (the final sync uploads it). A file being
+        uploaded from the directory is copied too once rewritten since its look (its upload will fail)."""
+        if final or self.copy_every is None or not (self._in_place or direct):
             yield
             return
         done = threading.Event()
@@ -472,7 +478,7 @@ class CheckpointSync:
             assert self.copy_every is not None
             while not done.wait(self.copy_every) and not (stop is not None and stop.is_set()) and self.live():
                 try:
-                    self.copies.take(self._wanted(), self.writers, self.copy_wait)
+                    self.copies.take({**direct, **self._wanted()}, self.writers, self.copy_wait)
                 except Exception as exc:  # the sync's own round tries again
                     log.warning("copying checkpoint files failed: %s", exc)
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from jobplane.agent.process import urgent
 from jobplane.agent.transfer import Stat, stat_of
 from jobplane.agent.writers import Closes, under
 
@@ -235,23 +236,6 @@ class Copies:
                 self._drop(self._newest.pop(rel).path)
         with contextlib.suppress(OSError):
             self.staging.rmdir()
-
-
-@contextlib.contextmanager
-def urgent() -> Iterator[None]:
-    """This thread at the highest priority (nice -20) meanwhile, where the agent may (root: on a VM it is): the job
-    is frozen waiting for it, so on a busy machine its look and its copy should not wait their turn."""
-    thread = threading.get_native_id()
-    try:
-        before = os.getpriority(os.PRIO_PROCESS, thread)
-        os.setpriority(os.PRIO_PROCESS, thread, -20)
-    except OSError:  # not allowed: at the priority it has
-        yield
-        return
-    try:
-        yield
-    finally:
-        os.setpriority(os.PRIO_PROCESS, thread, before)
 
 
 def _copy_unchanged(src: Path, dest: Path, st: Stat, frozen: Callable[[], bool]) -> bool:
