@@ -131,12 +131,19 @@ while True:
     (flags / f"saved-{step}").touch()
 """
 SIZE = 4 << 20
+# a launcher that outlives SIGTERM (torchrun's way) while its worker, train.py, dies of it
+LAUNCHER = """
+import signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, lambda *_: None)
+subprocess.run([sys.executable, *sys.argv[1:]])
+time.sleep(3600)
+"""
 
 
 class Stepped:
     """The job's process, saving its checkpoint in place when told, and a Keeper wired to it as the agent's is."""
 
-    def __init__(self, tmp_path: Path, store: MemoryStore) -> None:
+    def __init__(self, tmp_path: Path, store: MemoryStore, *, launcher: bool = False) -> None:
         self.flags, self.said, self.store = tmp_path / "flags", list[str](), store
         self.flags.mkdir()
         spec = JobSpec.model_validate({"instance_type": "t3.micro", "run": "python3 train.py"})
@@ -144,17 +151,27 @@ class Stepped:
                              say=self.said.append, step=lambda: None, processes=lambda: self.proc)
         self.keeper.checkpoint_dir.mkdir(parents=True)
         (tmp_path / "train.py").write_text(STEPPED)
-        self.proc = UserProcess(f"exec {sys.executable} train.py {self.keeper.checkpoint_dir / 'ckpt.pt'} {SIZE}"
-                                f" {self.flags}", tmp_path, dict(os.environ), OutputLog(None))
+        (tmp_path / "launch.py").write_text(LAUNCHER)
+        self.proc = UserProcess(f"exec {sys.executable} {'launch.py ' if launcher else ''}train.py"
+                                f" {self.keeper.checkpoint_dir / 'ckpt.pt'} {SIZE} {self.flags}", tmp_path,
+                                dict(os.environ), OutputLog(None))
         self.stop = threading.Event()
 
     def save(self, step: int, *, half: bool = False) -> None:
         (self.flags / f"save-{step}").write_text("half" if half else "whole")
         wait_for(f"save {step}", (self.flags / f"{'half' if half else 'saved'}-{step}").exists)
 
-    def preempt(self) -> None:
-        """As the agent at a Spot notice: freeze, record what is open, SIGTERM (no handler: it dies at once)."""
-        self.proc.terminate(0.5, frozen=self.keeper.freeze)
+    def synced_twice_then_midway(self) -> None:
+        """Saves 1 and 2, each synced; then save 3, which stops midway until killed."""
+        for step in (1, 2):
+            self.save(step)
+            self.keeper.periodic(self.stop)
+        self.save(3, half=True)
+
+    def preempt(self, grace: float = 0.5) -> None:
+        """As the agent at a Spot notice: freeze, record what is open, SIGTERM (train.py has no handler: it dies at
+        once), the grace, SIGKILL."""
+        self.proc.terminate(grace, frozen=self.keeper.freeze)
 
     def restored(self, dest: Path) -> int | None:
         CheckpointSync(self.store, dest, PREFIX).restore(announce=False)
@@ -171,10 +188,7 @@ def test_a_sync_that_looks_after_the_agent_cut_a_save_midway_keeps_the_whole_ver
     closed and quiet, but torn. It must not be taken for whole (it was, then stood as the previous version)."""
     job = Stepped(tmp_path, MemoryStore())
     try:
-        for step in (1, 2):
-            job.save(step)
-            job.keeper.periodic(job.stop)
-        job.save(3, half=True)
+        job.synced_twice_then_midway()
         job.preempt()
         job.keeper.periodic(job.stop)  # due before the main thread sets the stop
         job.stop.set()
@@ -259,3 +273,25 @@ def test_a_pause_for_a_copy_is_bounded_and_thawed_and_never_overlaps_a_stop(tmp_
     finally:
         if proc.poll() is None:
             proc.terminate(0)
+
+
+def test_a_sync_during_the_grace_takes_nothing_a_sigterm_cut_though_the_job_lives_on(tmp_path: Path) -> None:
+    """Between SIGTERM and SIGKILL the job may go on saving, so syncs go on; but a launcher that outlives SIGTERM
+    keeps the job alive while the worker it cut lies closed and quiet: open at the signal, unchanged since, it is
+    not taken."""
+    job = Stepped(tmp_path, MemoryStore(), launcher=True)
+    stopping = threading.Thread(target=job.preempt, kwargs={"grace": 30})
+    try:
+        job.synced_twice_then_midway()
+        stopping.start()
+        wait_for("the worker's end", lambda: len(members(job.proc.pid)) == 1)  # the launcher lives on
+        assert job.proc.running()
+        job.keeper.periodic(job.stop)  # a sync due in the grace
+        assert job.restored(tmp_path / "r") == 2
+    finally:
+        job.close()
+        stopping.join(60)
+    job.stop.set()
+    job.keeper.final(None, None)
+    assert job.restored(tmp_path / "r2") == 2
+

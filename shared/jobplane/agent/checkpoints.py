@@ -12,8 +12,9 @@ The convention for training code (also in the README):
   cycle and a sync interval old. Where the kernel cannot tell, a file counts as complete once unchanged across
   two scans SETTLE seconds apart. A writer that closes a file mid-way and reopens it to go on can look finished:
   publish such files by rename.
-- A periodic sync takes nothing once the agent has begun to stop the job (`live`): a save its signal cut looks
-  closed and quiet, and is not whole.
+- A save a signal cut looks closed and quiet, and is not whole: a periodic sync takes nothing once SIGKILL is due
+  or the job has ended (`live`), nor, before that, a file that was open for writing at a signal and has not
+  changed since (`cut`: the SIGTERM may have ended its writer), and no copy is taken of one.
 - When the training process has ended, the final sync uploads what it left, newest first, within the Spot
   notice window, except the files its processes held open for writing when the agent stopped them (recorded
   with the processes frozen, just before the signal): those may be half-written, so the newest whole copy of
@@ -91,6 +92,7 @@ SETTLE = 2.0  # where the kernel cannot tell what is open: seconds between two s
 OPEN = "open for writing by the job at every sync (a file is uploaded once closed)"
 EMPTY = "empty at every sync but the last (a file being created or truncated is empty before its writer shows)"
 CHANGED = "rewritten while it was uploaded"
+CUT = "open for writing when the job's processes were signalled, and unchanged since: it may be half-written"
 Writers = Callable[[], set[str] | None]  # absolute paths open for writing now; None: the kernel cannot tell
 _MANIFEST_TIME = 3.0  # of a deadline, kept back for writing the manifest after the uploads
 _SEQ = re.compile(r"manifests/(\d+)/(\d+)\.json$")
@@ -207,7 +209,8 @@ class CheckpointSync:
                  step: Callable[[], int | None] = lambda: None, overdue_after: float | None = None,
                  sleep: Sleep = time.sleep, superseded: Callable[[], bool] = lambda: False,
                  freezer: Freezer = unfrozen, freeze: float = 1.0, copy_every: float | None = None,
-                 copy_wait: float = 0.5, live: Callable[[], bool] = lambda: True) -> None:
+                 copy_wait: float = 0.5, live: Callable[[], bool] = lambda: True,
+                 cut: Callable[[Path, str, Stat], bool] = lambda local, rel, st: False) -> None:
         self.clock = clock  # the store's time, for the age of an earlier life's leftovers
         self.sleep = sleep  # a retry's pause
         self.store, self.local, self.prefix = store, local, prefix
@@ -230,12 +233,14 @@ class CheckpointSync:
         self._lock = threading.Lock()  # the periodic and the final sync may overlap
         # files written while the job runs go up from whole copies (agent/copies.py), taken at each sync (waiting
         # up to copy_wait seconds for a save to end) and every copy_every seconds while an upload runs longer;
-        # live: the agent has not begun to stop the job
-        self.copies = Copies(local, local.parent / f".{local.name}.staging", freezer=freezer, freeze=freeze)
-        self.copy_every, self.copy_wait, self.live = copy_every, copy_wait, live
+        # live: no SIGKILL of the agent's due and the job not ended; cut(local, rel, stat): that version of the
+        # file was open for writing at a signal, so it may be half-written
+        self.copies = Copies(local, local.parent / f".{local.name}.staging", freezer=freezer, freeze=freeze,
+                             cut=partial(cut, local))
+        self.copy_every, self.copy_wait, self.live, self.cut = copy_every, copy_wait, live, cut
         self._closed: dict[str, Stat] = {}  # each file as last seen closed
         self._in_place: set[str] = set()  # files seen written: open at a look, or rewritten in place between two
-        self._kept_open: set[str] = set()  # files open throughout a copy's wait, not seen closed since: not waited for
+        self._kept_open: set[str] = set()  # files never seen closed, open throughout a copy's wait: not waited for
 
     def _key(self, rel_key: str) -> str:
         return self.prefix + rel_key
@@ -346,6 +351,11 @@ class CheckpointSync:
                          writers=self.writers, empty_before=self._empty, stop=stop)
         if not final and not self.live():  # a file the agent's signal cut mid-write looks closed and quiet now
             return Moved()  # the final sync judges by what was open at the signal
+        if not final:  # open at a signal and unchanged since: perhaps cut (SIGTERM ended its writer)
+            for rel, st in list(ready.files.items()):
+                if self.cut(self.local, rel, st):
+                    del ready.files[rel]
+                    ready.held[rel] = CUT
         stopping = stop is not None and stop.is_set() and not final
         self._empty = frozenset(rel for rel, st in ready.files.items() if st[0] == 0) | frozenset(
             rel for rel, why in ready.held.items() if why == EMPTY)
@@ -359,7 +369,7 @@ class CheckpointSync:
             changed = {}  # the final sync takes over; do not start uploads it would wait for
         elif not final:
             uncopied = self.copies.take(self._wanted(), self.writers, self.copy_wait)
-            self._kept_open |= self.copies.open_throughout
+            self._kept_open |= self._never_closed(self.copies.open_throughout)
         copies = self._pending(ready.present, ready.held if final else None, stop)
         changed = {rel: st for rel, st in changed.items() if rel not in copies} | {
             rel: copy.stat for rel, copy in copies.items()}
@@ -373,7 +383,7 @@ class CheckpointSync:
         if rewritten and not final and not stopping and self.live():
             # rewritten during its upload (a file first seen closed): once more, from a whole copy
             uncopied |= self.copies.take({rel: self._newest(rel) for rel in rewritten}, self.writers, self.copy_wait)
-            self._kept_open |= self.copies.open_throughout
+            self._kept_open |= self._never_closed(self.copies.open_throughout)
             again = {rel: copy for rel in rewritten if (copy := self.copies.newest(rel)) is not None}
             more, moved_again, errors_again = self._upload({rel: c.stat for rel, c in again.items()}, again, key_of,
                                                            deadline, final, stop)
@@ -433,6 +443,12 @@ class CheckpointSync:
         self._in_place &= ready.present
         self._kept_open = (self._kept_open & ready.present) - ready.files.keys()
         self._closed = {rel: st for rel, st in self._closed.items() if rel in ready.present}
+
+    def _never_closed(self, rels: set[str]) -> set[str]:
+        """Of the files a copy waited for in vain, those never seen closed (at a look, a copy or an upload): kept
+        open (a log), not a save that took longer than the wait."""
+        return {rel for rel in rels if rel not in self._closed and rel not in self._mine
+                and self.copies.newest(rel) is None}
 
     def _kept(self, rel: str) -> Stat | None:
         """The local state of the version of rel the bucket holds."""

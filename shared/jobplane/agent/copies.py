@@ -80,8 +80,10 @@ class Copy:
 class Copies:
     """The copies of one checkpoint directory's files, in `staging`."""
 
-    def __init__(self, local: Path, staging: Path, *, freezer: Freezer = unfrozen, freeze: float = 1.0) -> None:
+    def __init__(self, local: Path, staging: Path, *, freezer: Freezer = unfrozen, freeze: float = 1.0,
+                 cut: Callable[[str, Stat], bool] = lambda rel, st: False) -> None:
         self.local, self.staging, self.freezer, self.freeze = local, staging, freezer, freeze
+        self.cut = cut  # that version of the file was open for writing at a signal: perhaps half-written
         self._newest: dict[str, Copy] = {}
         self._reading: dict[Path, int] = {}  # copies an upload is reading: how many uploads
         self._superseded: set[Path] = set()  # deleted once no upload reads them
@@ -154,8 +156,8 @@ class Copies:
             del todo[rel]  # gone
         for rel in sorted(stats, key=lambda r: stats[r][1], reverse=True):
             st = stats[rel]
-            if st == todo[rel] or st[0] == 0:  # nothing new; or empty, perhaps being opened (see complete)
-                del todo[rel]
+            if st == todo[rel] or st[0] == 0 or self.cut(rel, st):  # nothing new; or empty, perhaps being opened
+                del todo[rel]  # (see complete); or open at a signal and unchanged since
                 continue
             if not frozen.held():
                 return True

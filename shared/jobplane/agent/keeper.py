@@ -6,17 +6,20 @@
 - While the job runs, a thread syncs the checkpoint directory (jobplane.agent.checkpoints) every sync period
   (the next one at once when one ran longer); a file whose newest version has not reached the bucket for two
   sync periods is named in the log, with the reason. A file the job rewrites in place goes up from a whole copy
-  taken with the job's processes frozen for at most `copy_freeze` seconds (agent/copies.py); a sync never
-  looks at the files once the agent has begun to stop the processes (`processes().running()`).
+  taken with the job's processes frozen for at most `copy_freeze` seconds (agent/copies.py).
 - Whenever the agent is about to signal the job's processes (Spot notice, stop request, uptime cap, stall,
   or killing what is left), they are frozen (SIGSTOP) and `freeze` records which files they hold open for
-  writing: those may be half-written if the signal kills them. The final sync and the artifacts upload
-  leave exactly those out, say so, and keep the previous complete version in force.
+  writing, and their state: those may be half-written if the signal kills them, so while one is unchanged no
+  sync takes it (`cut`), and the final sync and the artifacts upload leave it out, say so, and keep the
+  previous complete version in force (or the newest whole copy). One the job went on writing after the signal
+  (it survived SIGTERM) is judged anew. Once SIGKILL is due, or the job has ended, periodic syncs stop
+  (`processes().running()`): the final sync takes over.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -30,7 +33,7 @@ from jobplane.agent.clock import SYSTEM, Clock
 from jobplane.agent.copies import Frozen, unfrozen
 from jobplane.agent.layout import Layout
 from jobplane.agent.process import UserProcess
-from jobplane.agent.transfer import Moved
+from jobplane.agent.transfer import Moved, Stat, stat_of
 from jobplane.agent.writers import under, writing
 from jobplane.clouds.base import NotFound
 from jobplane.model import keys, records
@@ -67,8 +70,8 @@ class Keeper:
                                    settle=settle, clock=clock, say=say, step=step, overdue_after=2 * interval,
                                    sleep=clock.sleep, superseded=self._superseded, freezer=self._paused,
                                    freeze=copy_freeze, copy_every=interval, copy_wait=min(COPY_WAIT, interval),
-                                   live=self._live)
-        self.writing: set[str] = set()  # absolute paths held open for writing at any signal the agent sent
+                                   live=self._live, cut=self._cut)
+        self.writing: dict[str, Stat | None] = {}  # each path open for writing at a signal the agent sent: its state
         self.froze = False  # the processes were frozen before a signal, and the kernel could tell what was open
         self.blind = False  # once, it could not
 
@@ -131,7 +134,12 @@ class Keeper:
             self.blind = True
         else:
             self.froze = True
-            self.writing |= paths
+            self.writing |= {path: stat_of(Path(path)) for path in paths}
+
+    def _cut(self, local: Path, rel: str, st: Stat) -> bool:
+        """The file was open for writing at a signal and has not changed since: a signal may have cut its write."""
+        path = os.path.join(os.path.realpath(local), rel)
+        return path in self.writing and self.writing[path] == st
 
     # ---- the end ------------------------------------------------------------------------------------------
     def torn_after(self, code: int | None, ended_ns: int | None) -> int | None:
@@ -142,7 +150,9 @@ class Keeper:
         return ended_ns - int(self.sync.settle * 1e9)
 
     def left_out(self, directory: Path) -> dict[str, str]:
-        return dict.fromkeys(under(self.writing, directory), MID_WRITE)
+        """What may be half-written: open for writing at a signal and unchanged since."""
+        return {rel: MID_WRITE for rel in under(set(self.writing), directory)
+                if (st := stat_of(directory / rel)) is not None and self._cut(directory, rel, st)}
 
     def final(self, notice: dict[str, str] | None, cut_ns: int | None) -> None:
         """Newest files first, and done before a Spot notice's termination time (see sync_budget)."""

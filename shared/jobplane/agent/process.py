@@ -2,8 +2,9 @@
 
 The agent stops the job's processes (SIGSTOP) in two cases: just before each signal it sends, to see what that
 signal will cut (`terminate`); and for a moment while the job runs, so the checkpoint keeper can copy a file the
-job rewrites in place with nothing changing it (`paused`, bounded by a watchdog). The two never overlap: once
-the agent begins to stop the job no pause starts, and a pause in effect ends first (its copy whole).
+job rewrites in place with nothing changing it (`paused`, bounded by a watchdog). The two never overlap: a pause
+in effect ends first (its copy whole) and none starts while a signal's freeze is on. Between SIGTERM and SIGKILL
+the job may still be saving (a handler, or SIGTERM ignored), so pauses go on; none starts once SIGKILL is due.
 """
 
 from __future__ import annotations
@@ -157,8 +158,9 @@ class UserProcess:
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         self._pump = threading.Thread(target=self._read, args=(out,), name="output-pump", daemon=True)
         self._pump.start()
-        self._pausing = threading.Lock()  # guards the two below
-        self._stopping = False  # terminate began: no pause any more
+        self._pausing = threading.Lock()  # guards the three below
+        self._signalling = False  # a signal's freeze is on: no pause starts
+        self._killing = False  # SIGKILL is due: no pause any more, and what the job leaves is the final sync's
         self._pause: Pause | None = None  # the one in effect
 
     @property
@@ -178,8 +180,9 @@ class UserProcess:
         return exit_code(code)
 
     def running(self) -> bool:
-        """Not ended, and the agent has not begun to stop it: no signal of ours has cut a write it was making."""
-        return not self._stopping and self._alive()
+        """Not ended, and no SIGKILL of the agent's due (what a SIGTERM may have cut, the keeper knows: it looked
+        under the freeze before it)."""
+        return not self._killing and self._alive()
 
     def _alive(self) -> bool:
         if self._proc.returncode is not None:
@@ -195,7 +198,7 @@ class UserProcess:
         that nothing may change meanwhile. None when they are ending (or ended), or did not all stop in time."""
         pause = Pause(self._send, limit)
         with self._pausing:
-            free = not self._stopping and self._pause is None
+            free = not (self._signalling or self._killing) and self._pause is None
             if free:
                 self._pause = pause
         try:
@@ -210,19 +213,28 @@ class UserProcess:
     def terminate(self, grace: float, frozen: Callable[[], None] = lambda: None) -> int:
         """SIGTERM the group, wait up to grace seconds, then SIGKILL it; returns the exit code. Before each
         signal the group is frozen (SIGSTOP) and frozen() called: what it sees open is what the signal cuts.
-        A pause in effect ends first (within its limit: its copy whole), and none starts after."""
-        with self._pausing:
-            self._stopping, pause = True, self._pause
-        if pause is not None:
-            pause.ended.wait(pause.limit + 1.0)
-        self._signal(signal.SIGTERM, frozen)
+        A pause in effect ends first (within its limit: its copy whole); none starts during a signal's freeze, nor
+        once SIGKILL is due."""
+        self._quiet()
+        try:
+            self._signal(signal.SIGTERM, frozen)
+        finally:
+            self._signalling = False  # the grace: the job may go on saving, and its copies with it
         try:
             code = self._proc.wait(timeout=max(0.0, grace))
         except subprocess.TimeoutExpired:
+            self._quiet(killing=True)
             self._signal(signal.SIGKILL, frozen)
             code = self._proc.wait()
         self._finish()
         return exit_code(code)
+
+    def _quiet(self, *, killing: bool = False) -> None:
+        """No pause in effect (the one there is ends within its limit), and none starting, for a signal's freeze."""
+        with self._pausing:
+            self._signalling, self._killing, pause = True, self._killing or killing, self._pause
+        if pause is not None:
+            pause.ended.wait(pause.limit + 1.0)
 
     def _signal(self, sig: signal.Signals, frozen: Callable[[], None] | None = None) -> None:
         if frozen is None:
