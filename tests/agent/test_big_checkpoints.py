@@ -100,8 +100,12 @@ def test_uploads_slower_than_the_interval_still_leave_a_recent_whole_copy_for_th
         in_memory: Path) -> None:
     store = Slow(mb_per_s=22)  # 1.5 s for the 32 MB
     job = Job(Registry(store), in_memory, size=32 << 20, interval=0.5, save_s=0.15, pause_s=0.15)
-    # preempted a second into an upload, with a save in progress: the upload's copy is a second old or more
-    first = job.run(ran=2.0, handler=False, grace=0.1, until=lambda: time.monotonic() - store.since > 1.0)
+
+    def a_copy_newer_than_the_upload() -> bool:  # the copy being uploaded and one the keeper took since
+        return time.monotonic() - store.since > 1.0 and len(list(in_memory.glob("attempt1/.*.staging/*"))) >= 2
+
+    # preempted a second into an upload, with a save in progress and a whole copy newer than the upload's
+    first = job.run(ran=2.0, handler=False, grace=0.1, until=a_copy_newer_than_the_upload)
     job.restore()
     restored_whole_and_recent(job, job.attempts[1])
     assert any("was being written when the job's processes were stopped: its newest whole copy" in line
