@@ -1,8 +1,8 @@
 """The agent's background loop, in a thread of its own beside the supervision of the user process: heartbeats
-(with the rank's output and idle-GPU marks), the output's log and metrics chunks, and the poll for a Spot
-notice or a stop request.
+(with the rank's output and idle-GPU marks), the output's log and metrics chunks, the poll for a Spot
+notice or a stop request, and the system metrics' samples (once the spec says how often: `watch_system`).
 
-Each of the three runs when it is due, and is next due its interval after it returned; one that fails is
+Each of them runs when it is due, and is next due its interval after it returned; one that fails is
 logged and tried again when next due, so a failed write never ends the heartbeats. `step` runs what is due
 and says how long until the next; `run` is the thread's loop around it. What the loop finds that ends the
 run (a notice, a stop request) it hands to the core through `interrupt`; a refusal of the job's credentials
@@ -19,14 +19,16 @@ from jobplane.agent.clock import Clock
 from jobplane.agent.idle import IdleMeter
 from jobplane.agent.output import OutputLog
 from jobplane.agent.run import Outcome, Run
+from jobplane.agent.system import SystemSampler
 from jobplane.clouds.base import LOG_OBJECT_TAG, CredentialsRefused, Metadata, NotFound, PreconditionFailed
-from jobplane.model import keys, records
+from jobplane.model import keys, records, sysmetrics
 from jobplane.store.rooted import RootedStore
 
 log = logging.getLogger("jobplane.agent")
 
 MAX_CHUNK = 4 << 20  # bytes per log or metrics object: a chatty job writes more objects, never huge ones
 MIN_WAIT = 0.05  # the loop never waits less between two looks at what is due
+MAX_SYSTEM_BACKLOG = 15 * sysmetrics.SAMPLES_PER_CHUNK  # samples kept while the bucket refuses them; older go
 
 
 class Background:
@@ -40,9 +42,11 @@ class Background:
         self.interrupt = interrupt  # this loop found one: a notice or a stop request
         self.lose_access, self.gpu_utilization = lose_access, gpu_utilization
         self.idle: IdleMeter | None = None  # set once cluster.json says the policy watches idle GPUs
+        self.system: SystemSampler | None = None  # set by watch_system
+        self._samples: list[bytes] = []  # system samples not shipped yet, one JSON line each
         self.every = {"poll": poll_interval, "logs": log_interval, "beat": heartbeat_interval}
         self.due = dict.fromkeys(self.every, 0.0)  # the clock's monotonic() at which each is next due
-        self.seq = {"logs": 0, "metrics": 0}  # next chunk number of each stream
+        self.seq = {"logs": 0, "metrics": 0}  # next chunk number of each stream (and "system", once watched)
         self._marked_output = 0
         self._actions: dict[str, Callable[[], None]] = {"poll": self.poll, "logs": self.ship_logs,
                                                         "beat": self.heartbeat}
@@ -54,7 +58,7 @@ class Background:
 
     def step(self) -> float:
         """Run what is due, in the order poll, logs, heartbeat; return the seconds until the next is due."""
-        for name, action in self._actions.items():
+        for name, action in list(self._actions.items()):  # watch_system may add one meanwhile
             if self.clock.monotonic() >= self.due[name]:
                 try:
                     action()
@@ -123,7 +127,8 @@ class Background:
         the log tag, so the bucket's log lifecycle rule expires them together."""
         run = self.run_info
         chunk, content_type = ((keys.log_chunk, "text/plain") if stream == "logs"
-                               else (keys.metrics_chunk, "application/x-ndjson"))
+                               else (keys.system_chunk if stream == "system" else keys.metrics_chunk,
+                                     "application/x-ndjson"))
         while True:
             key = chunk(run.job_id, run.attempt, run.rank, self.seq[stream])
             try:
@@ -132,6 +137,36 @@ class Background:
                 return
             except PreconditionFailed:
                 self.seq[stream] += 1
+
+    # ---- system metrics -----------------------------------------------------------------------------------
+    def watch_system(self, sampler: SystemSampler, interval: float) -> None:
+        """Sample now (the first sample of the node's run, whatever the loop's thread is doing), then every
+        `interval` seconds (the spec's system_metrics_interval) in the loop."""
+        self.system = sampler
+        self.seq.setdefault("system", 0)
+        try:
+            self.sample_system()
+        except Exception as exc:  # the job runs without its first sample rather than not at all
+            log.warning("system metrics sample failed: %s", exc)
+        self.every["system"], self.due["system"] = interval, self.clock.monotonic() + interval
+        self._actions["system"] = self.sample_system
+
+    def sample_system(self) -> None:
+        """One sample into the buffer; a chunk of them goes up every SAMPLES_PER_CHUNK samples, so a node writes
+        at most one chunk per interval, each a few KB."""
+        if self.system is None:
+            return
+        self._samples.append(sysmetrics.encode(self.clock(), self.system.sample(self.clock.monotonic())))
+        del self._samples[:-MAX_SYSTEM_BACKLOG]  # a bucket that refuses writes for long loses the oldest only
+        if len(self._samples) >= sysmetrics.SAMPLES_PER_CHUNK:
+            self.ship_system()
+
+    def ship_system(self) -> None:
+        """The samples not shipped yet, as one chunk (also at the end: nothing taken is left behind)."""
+        if self._samples:
+            taken = len(self._samples)
+            self._put_chunk("system", b"".join(self._samples[:taken]))
+            del self._samples[:taken]
 
     # ---- heartbeats and marks ---------------------------------------------------------------------------
     def heartbeat(self) -> None:

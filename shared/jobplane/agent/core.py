@@ -38,6 +38,7 @@ from jobplane.agent.layout import Cluster, Layout
 from jobplane.agent.output import OutputLog
 from jobplane.agent.process import UserProcess
 from jobplane.agent.run import AGENT_ERROR, Outcome, Run, hold_for
+from jobplane.agent.system import SystemSampler
 from jobplane.clouds.base import (
     TAG_ATTEMPT,
     TAG_JOB_ID,
@@ -110,10 +111,11 @@ class Agent:
                  power_off: Callable[[], None], stores: Callable[[str], ObjectStore] | None = None,
                  console: BinaryIO | None = None,
                  gpu_utilization: Callable[[], float | None] = gpu.gpu_utilization,
+                 gpu_readings: Callable[[], list[gpu.GpuReading]] = gpu.MACHINE.read,
                  registry_login: Callable[[str], tuple[str, str] | None] | None = None,
                  clock: Clock = SYSTEM) -> None:
         self.reg, self.md, self.cfg, self.clock = registry, metadata, config, clock
-        self.gpu_utilization = gpu_utilization
+        self.gpu_utilization, self.gpu_readings = gpu_utilization, gpu_readings
         self.power_off = power_off
         self.layout = Layout(config.ml_root)
         self.out = OutputLog(console, clock=clock)
@@ -234,6 +236,9 @@ class Agent:
             return self._interrupt or Outcome(None, "stopped")
         run.phase = "preparing"
         background.idle = IdleMeter.watching(cluster.idle_window, cluster.idle_threshold)
+        if record.spec.system_metrics_interval:
+            background.watch_system(SystemSampler(self.layout.ml_root, self.gpu_readings),
+                                    record.spec.system_metrics_interval)
         self.environment.fetch(run, record.spec, cluster)
         keeper = Keeper(self.reg, self.layout, record.spec, Node(run.job_id, run.attempt, run.rank),
                         interval=self.cfg.checkpoint_interval, settle=self.cfg.checkpoint_settle, say=self.out.note,
@@ -366,6 +371,7 @@ class Agent:
         # a run shorter than the heartbeat interval still leaves its last output time and step behind
         self._try("final heartbeat", background.heartbeat)
         self._try("final log sync", background.ship_logs)
+        self._try("final system metrics", background.ship_system)
         # the records are built inside _try too: whatever goes wrong, the power-off still follows
         if outcome.reason == "preempted":
             marker = keys.preempted_marker(run.job_id)

@@ -155,7 +155,8 @@ def exit_report(job_id: str, attempt: int, rank: int) -> str:
 
 
 def node_prefix(area: str, job_id: str, attempt: int | None = None, rank: int | None = None) -> str:
-    """jobs/<id>/<area>/, optionally narrowed to an attempt and one of its ranks (area: logs or metrics)."""
+    """jobs/<id>/<area>/, optionally narrowed to an attempt and one of its ranks (area: logs, metrics, system or
+    tensorboard)."""
     key = f"{JOBS}{job_id}/{area}/"
     if attempt is not None:
         key += f"{attempt}/"
@@ -180,6 +181,20 @@ def metrics_prefix(job_id: str, attempt: int | None = None, rank: int | None = N
 def metrics_chunk(job_id: str, attempt: int, rank: int, seq: int) -> str:
     """Metric points (JSON Lines) the agent read from the output, shipped with the log chunks."""
     return f"{metrics_prefix(job_id, attempt, rank)}{seq:08d}.jsonl"
+
+
+def system_prefix(job_id: str, attempt: int | None = None, rank: int | None = None) -> str:
+    return node_prefix("system", job_id, attempt, rank)
+
+
+def system_chunk(job_id: str, attempt: int, rank: int, seq: int) -> str:
+    """System metric samples (JSON Lines, model/sysmetrics.py) the agent took, apart from the job's own metrics."""
+    return f"{system_prefix(job_id, attempt, rank)}{seq:08d}.jsonl"
+
+
+def tensorboard_prefix(job_id: str, attempt: int | None = None, rank: int | None = None) -> str:
+    """The job's TensorBoard event files, as its `tensorboard.log_dir` holds them, per attempt and rank."""
+    return node_prefix("tensorboard", job_id, attempt, rank)
 
 
 def console_log(job_id: str, attempt: int, rank: int) -> str:
@@ -345,7 +360,7 @@ _idle_flag = _parser(rf"{LIMITS}{_ID}/{_N}/{IDLE_FLAGGED}")
 _held = _parser(rf"{LIMITS}{_ID}/{_N}/{HELD_UNTIL}{_N}")
 _exit = _parser(rf"{JOBS}{_ID}/attempts/{_N}/nodes/{_N}/exit\.json")
 _boot_failure = _parser(rf"{JOBS}{_ID}/attempts/{_N}/boot-failure\.json")
-_node_file = _parser(rf"{JOBS}{_ID}/(logs|metrics)/{_N}/{_N}/([^/]+)")
+_node_file = _parser(rf"{JOBS}{_ID}/(logs|metrics|system)/{_N}/{_N}/([^/]+)")
 _rejected_error = _parser(rf"{REJECTED}([^/.]+)\.error\.json")
 _sweep_record = _parser(rf"{SWEEPS}{_ID}/sweep\.json")
 _active_sweep = _parser(rf"{ACTIVE_SWEEPS}{_ID}")
@@ -420,7 +435,7 @@ def parse_boot_failure(key: str) -> AttemptKey | None:
 
 
 def parse_node_file(key: str, area: str) -> NodeKey | None:
-    """A file one rank wrote under jobs/<id>/<area>/<attempt>/<rank>/ (area: logs or metrics)."""
+    """A file one rank wrote under jobs/<id>/<area>/<attempt>/<rank>/ (area: logs, metrics or system)."""
     parts = _node_file(key)
     if not parts or parts[1] != area:
         return None

@@ -301,6 +301,22 @@ ContainerField = Annotated[
 ]
 
 
+class TensorBoard(_Model):
+    """Where the job writes TensorBoard event files (and profiler traces): the agent uploads them as they grow."""
+
+    log_dir: AbsPath = Field(description="the directory the job's SummaryWriter writes to, e.g. "
+                                         "/opt/ml/output/tensorboard (SageMaker's)")
+
+
+MIN_SYSTEM_METRICS_INTERVAL, MAX_SYSTEM_METRICS_INTERVAL = 5, 3600
+
+
+def _system_interval(value: int) -> int:
+    if 0 < value < MIN_SYSTEM_METRICS_INTERVAL:
+        raise ValueError(f"must be 0 (off) or at least {MIN_SYSTEM_METRICS_INTERVAL} s, got {value}")
+    return value
+
+
 class JobSpec(_Model):
     """One training job. Unknown fields are errors."""
 
@@ -362,6 +378,13 @@ class JobSpec(_Model):
     inputs: dict[Channel, InputChannel] = Field(default_factory=dict)
     checkpoint_dir: AbsPath = "/opt/ml/checkpoints"
     artifacts_dir: AbsPath = "/opt/ml/model"
+    tensorboard: TensorBoard | None = Field(
+        None, description="TensorBoard event files to upload to jobs/<id>/tensorboard/ as they grow "
+                          "(`jobplane tensorboard ID` serves them)")
+    system_metrics_interval: Annotated[int, AfterValidator(_system_interval)] = Field(
+        15, ge=0, le=MAX_SYSTEM_METRICS_INTERVAL,
+        description="seconds between the agent's samples of CPU, memory, disk, network and GPUs "
+                    f"(`jobplane metrics ID --system`); 0: off, else at least {MIN_SYSTEM_METRICS_INTERVAL}")
     disk_gb: int = Field(100, ge=8, le=16384)
     master_port: int = Field(29500, ge=1024, le=65535)
     owner: Annotated[str, _pattern_str(LABEL_KEY, "owner (lowercase letter, then a-z 0-9 _ -, at most 63)")] = (
@@ -401,6 +424,7 @@ _ALLOWED = {
     "accelerators": list(Accelerators.model_fields),
     "spot": list(SpotOptions.model_fields),
     "container": list(Container.model_fields),
+    "tensorboard": list(TensorBoard.model_fields),
     **sweepspec.ALLOWED,
 }
 
@@ -417,7 +441,7 @@ def known_fields(raw: dict[str, Any]) -> dict[str, Any]:
                           for m in out["metrics"]]
     if isinstance(out.get("stop_on"), dict):
         out["stop_on"] = {k: v for k, v in out["stop_on"].items() if k in _ALLOWED["stop_on"]}
-    for name in ("accelerators", "spot", "container"):
+    for name in ("accelerators", "spot", "container", "tensorboard"):
         if isinstance(out.get(name), dict):
             out[name] = {k: v for k, v in out[name].items() if k in _ALLOWED[name]}
     if isinstance(out.get("retry"), dict):
