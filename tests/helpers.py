@@ -175,6 +175,25 @@ def ship(reg: Registry, job_id: str, attempt: int, rank: int, seq: int, points: 
     reg.store.put_if_absent(reg.key(keys.metrics_chunk(job_id, attempt, rank, seq)), data, "application/x-ndjson")
 
 
+def ship_system(reg: Registry, job_id: str, attempt: int, rank: int, seq: int,
+                samples: list[dict[str, float]], every: float = 15, first: float = 0) -> None:
+    """A system metrics chunk as the agent ships it: the samples `every` seconds apart from WRITTEN + first."""
+    from jobplane.model import keys, sysmetrics
+
+    data = b"".join(sysmetrics.encode(WRITTEN + timedelta(seconds=first + i * every), values)
+                    for i, values in enumerate(samples))
+    reg.store.put_if_absent(reg.key(keys.system_chunk(job_id, attempt, rank, seq)), data, "application/x-ndjson")
+
+
+def gpu_sample(utilization: float, used: float, total: float = 24.0, gpus: int = 1) -> dict[str, float]:
+    """One system sample of a node whose GPUs all read the same."""
+    values = {"cpu_percent": 50.0, "memory_used_gb": 20.0, "memory_total_gb": 64.0, "disk_used_gb": 30.0}
+    for i in range(gpus):
+        values |= {f"gpu{i}.utilization": utilization, f"gpu{i}.memory_used_gb": used,
+                   f"gpu{i}.memory_total_gb": total, f"gpu{i}.power_w": 70.0 + utilization}
+    return values
+
+
 def falling(steps: range, attempt_start: float = 8.0) -> list[Point]:
     """A step and a loss that falls 3% a step, at each of steps."""
     from jobplane.model.metrics import Point

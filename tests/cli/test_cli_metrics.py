@@ -1,11 +1,12 @@
-"""`jobplane metrics` (table, --json, --plot), `describe`'s metric lines and `submit --hp`, through click over a
-registry on each cloud (moto's S3 in-process, the GCS fake). The metric chunks are written as an agent writes
-them."""
+"""`jobplane metrics` (table, --json, --plot, --system), `describe`'s metric lines and right-sizing hint, `cost
+--gpu-idle` and `submit --hp`, through click over a registry on each cloud (moto's S3 in-process, the GCS fake).
+The metric and system metric chunks are written as an agent writes them."""
 
 from __future__ import annotations
 
 import json
 import math
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,11 @@ import yaml
 
 from jobplane.model import keys
 from jobplane.model.metrics import Point
-from jobplane.store.registry import Registry
+from jobplane.model.states import State
+from jobplane.model.usage import AttemptUsage, InstanceSpan
+from jobplane.store.registry import Registry, utcnow
 from tests.cli.helpers import run
-from tests.helpers import falling, ship
+from tests.helpers import falling, gpu_sample, ship, ship_system
 from tests.registry_clouds import RegistryCloud, recorded
 
 pytestmark = pytest.mark.timeout(120)
@@ -111,3 +114,53 @@ def test_submit_hp_overrides_the_spec_in_the_drop(registry_cloud: RegistryCloud,
     assert bad.exit_code == 2 and "'lr' is not NAME=VALUE" in bad.output
     refused = run("submit", str(spec), "--id", "hp-bad", "--hp", "1lr=3")
     assert refused.exit_code == 1 and "hyperparameters.1lr: '1lr' is not a valid hyperparameter name" in refused.output
+
+
+@pytest.fixture
+def sampled(registry_cloud: RegistryCloud, reg: Registry) -> str:
+    """A two-node job that ended after half an hour on each node's one GPU at 10-30 % utilization (9 of 24 GB),
+    rank 1's second GPU idle, and one sample of attempt 2 on rank 0; priced, so that cost counts it."""
+    started = utcnow() - timedelta(hours=1)
+    usage = AttemptUsage(attempt=1, instance_type="g5.xlarge", market="on-demand", price=1.0, price_source="policy",
+                         instances=[InstanceSpan(id="i-1", start=started, end=started + timedelta(minutes=30))])
+    recorded(registry_cloud, "sampled", usage=[usage])
+    reg.transition("sampled", State.RUNNING)
+    half_hour = [gpu_sample(10 + 20 * (i % 2), 9.0) for i in range(121)]  # 18 % on average, at most 9 GB
+    ship_system(reg, "sampled", 1, 0, 0, half_hour[:60])
+    ship_system(reg, "sampled", 1, 0, 1, half_hour[60:], first=60 * 15)
+    ship_system(reg, "sampled", 1, 1, 0, [gpu_sample(5.0, 1.0, gpus=2) for _ in range(121)])
+    reg.transition("sampled", State.SUCCEEDED, reason="exit 0")
+    return "sampled"
+
+
+def test_metrics_system_shows_each_ranks_figures_apart_from_the_jobs_metrics(sampled: str) -> None:
+    result = run("metrics", sampled, "--system")
+    assert result.exit_code == 0, result.output
+    rows = {line.split("  ")[0].strip(): line.split() for line in result.output.splitlines()[1:] if line.strip()}
+    assert list(rows)[:3] == ["cpu_percent", "cpu_percent [rank 1]", "memory_used_gb"], result.output
+    util = rows["gpu0.utilization"]  # METRIC LAST STEP MIN MAX POINTS ATTEMPTS TREND
+    assert util[1:7] == ["10", "-", "10", "30", "121", "1"] and len(util[7]) > 10
+    assert rows["gpu1.utilization [rank 1]"][3:8] == ["5", "-", "5", "5", "121"]
+    doc = json.loads(run("metrics", sampled, "--system", "--json").output)
+    power = next(m for m in doc["system_metrics"] if m["name"] == "gpu0.power_w" and m["rank"] == 1)
+    assert power["count"] == 121 and power["points"][0][2] == 75.0
+    assert run("metrics", sampled).output.strip() == f"job {sampled} (SUCCEEDED): no metrics yet"
+
+
+def test_describe_gives_an_ended_jobs_right_sizing_hint(sampled: str) -> None:
+    # rank 0's GPU averaged 20 % over 121 readings (10 and 30 by turns), rank 1's two 5 %: (20*121 + 5*242) / 363
+    hint = "GPU utilization averaged 10%, memory 9 of 24 GB: a smaller instance may do"
+    result = run("describe", sampled)
+    assert result.exit_code == 0 and f"right-sizing {hint}" in " ".join(result.output.split())
+    assert json.loads(run("describe", sampled, "--json").output)["right_sizing"] == hint
+
+
+def test_cost_sums_gpu_hours_under_ten_percent_by_owner(sampled: str, registry_cloud: RegistryCloud) -> None:
+    recorded(registry_cloud, "no-samples")  # no usage, no system metrics: not a row
+    result = run("cost", "--by", "owner", "--gpu-idle", "--json")
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.output)
+    assert row["owner"] == "default" and row["gpu_idle_hours"] == 1.0  # rank 1's two GPUs, half an hour each
+    table = run("cost", "--gpu-idle")
+    assert "GPU-H <10%" in table.output and "1.00" in table.output
+    assert "gpu_idle_hours" not in run("cost", "--json").output

@@ -273,6 +273,7 @@ def test_every_command_reaches_the_registry_and_the_cloud_through_the_sdk(
     ship(reg, "seen", 1, 0, 0, falling(range(10, 30, 10)))
     for command in (["ls"], ["ls", "--all", "--json"], ["describe", "seen"], ["describe", "seen", "--json"],
                     ["logs", "seen"], ["metrics", "seen"], ["metrics", "seen", "--json"], ["cost"],
+                    ["metrics", "seen", "--system"], ["cost", "--gpu-idle"],
                     ["cost", "--json", "--by", "owner"], ["sweep", "ls", "--all", "--json"],
                     ["cancel", "seen", "--force"], ["logs", "seen", "-f"], ["wait", "seen"]):
         result = run(*command)

@@ -131,6 +131,7 @@ def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
     now = utcnow()
     checkpoint = job.checkpoint() if record else None
     life = job.lifetime() if record else None
+    sizing = job.right_sizing() if record else None
     if as_json:
         shown = record.model_dump(mode="json", exclude={"last_event"}) if record else {  # "events" has it
             "id": view.id, "state": view.state, "since": view.since.isoformat(),
@@ -140,7 +141,8 @@ def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
         click.echo(json.dumps({"job": shown, "events": events, "instances": instances, "cost": spent,
                                 "metrics": [metricview.summary(s) for s in trained],
                                 "checkpoint": asdict(checkpoint) if checkpoint else None,
-                                "lifetime": asdict(life) if life else None}, indent=1, default=str))
+                                "lifetime": asdict(life) if life else None, "right_sizing": sizing},
+                               indent=1, default=str))
         return
     console = Console()
     for col, cell in zip(COLUMNS, display(view_row(view, now)), strict=True):
@@ -172,6 +174,8 @@ def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
     for i, s in enumerate(trained):  # the last values; `jobplane metrics` has the rest
         console.print(f"[bold]{'metrics' if i == 0 else '':>14}[/bold]  {s.name} {metricview.last_line(s)}",
                       highlight=False)
+    if sizing is not None:  # an ended job's GPUs were more than it needed
+        console.print(f"[bold]{'right-sizing':>14}[/bold]  {sizing}", highlight=False)
     table = Table("TIME", "EVENT", "DETAIL", box=None, header_style="bold", title="events", title_justify="left")
     for ev in events:
         detail = {k: v for k, v in ev.items() if k not in ("time", "kind", "spec")}

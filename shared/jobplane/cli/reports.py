@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from jobplane.cli.connect import UserError, client, cloud_errors, registry_options
@@ -25,32 +26,40 @@ from jobplane.views import cost, metricview
                    "pip install 'jobplane[plot]').")
 @click.option("--rank", type=int, help="This node's metrics (default: each from the lowest rank that printed it).")
 @click.option("--attempt", type=int, help="Only this attempt (default: every attempt).")
+@click.option("--system", is_flag=True, help="The machine's figures the agents sampled instead (CPU, memory, disk, "
+                                             "network, each GPU), every rank's.")
 @registry_options
 @cloud_errors
 def metrics_cmd(job_id: str, as_json: bool, plot_file: Path | None, rank: int | None, attempt: int | None,
-                **conn: str | None) -> None:
+                system: bool, **conn: str | None) -> None:
     """Show the training metrics a job's agents read from its output: last value, min, max, points, and
     the trend across attempts (| between attempts, ! a NaN or Inf).
 
     \b
     The metrics are the spec's `metrics` (SageMaker's MetricDefinitions), else loss, accuracy,
     learning_rate and step as the output prints them (`step 10 loss 0.5`, `loss=0.5`, `'loss': 0.5`).
-    Example:
+    With --system, the machine's figures every system_metrics_interval (15 s by default): cpu_percent,
+    memory_used_gb, disk_used_gb, net_in_mb_s, net_out_mb_s and per GPU gpuN.utilization, .memory_used_gb,
+    .power_w, .temperature_c, each rank's as its own row.
+    Examples:
       jobplane metrics demo-1122-113005-ab12 --plot loss.png
+      jobplane metrics demo-1122-113005-ab12 --system
     """
     job = client(**conn).get(job_id)
     view = job.view
-    trained = [m.series for m in job.metrics(attempt=attempt, rank=rank).values()]
+    trained = [m.series for m in job.metrics(attempt=attempt, rank=rank, system=system).values()]
+    what = "system metrics" if system else "metrics"
     if as_json:
         click.echo(json.dumps({"job_id": job_id, "state": view.state,
-                               "metrics": [metricview.summary(s, points=True) for s in trained]}, indent=1))
+                               what.replace(" ", "_"): [metricview.summary(s, points=True) for s in trained]},
+                              indent=1))
     elif trained:
         table = Table(*metricview.COLUMNS, box=None, header_style="bold")
         for s in trained:
-            table.add_row(*metricview.cells(s))
+            table.add_row(*map(escape, metricview.cells(s)))  # "[rank 1]" is text, not rich markup
         Console(width=max(120, shutil.get_terminal_size().columns)).print(table, highlight=False)
     else:
-        click.echo(f"job {job_id} ({view.state}): no metrics yet" + (
+        click.echo(f"job {job_id} ({view.state}): no {what} yet" + (
             "" if view.terminal else "; they come with its log chunks"), err=True)
     if plot_file is not None:
         if not trained:
@@ -71,9 +80,11 @@ def metrics_cmd(job_id: str, as_json: bool, plot_file: Path | None, rank: int | 
               help="Group by job, owner, type (instance type), market (spot or on-demand, per attempt), label "
                    "(each key=value) or label:KEY.")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
+@click.option("--gpu-idle", is_flag=True, help="Add the GPU-hours spent under 10% utilization, from each job's "
+                                               "system metrics (reads them all: slower).")
 @registry_options
 @cloud_errors
-def cost_cmd(since: int | None, by: str, as_json: bool, **conn: str | None) -> None:
+def cost_cmd(since: int | None, by: str, as_json: bool, gpu_idle: bool, **conn: str | None) -> None:
     """Estimated cost of jobs' instance time, summed by job, owner, instance type, market or label.
 
     \b
@@ -83,14 +94,18 @@ def cost_cmd(since: int | None, by: str, as_json: bool, **conn: str | None) -> N
     Examples:
       jobplane cost --since 7d --by owner
       jobplane cost --by label:team --json
+      jobplane cost --by owner --gpu-idle
     """
     if by not in cost.GROUPS and not by.startswith("label:"):
         raise click.BadParameter(f"{by!r}: use one of {', '.join(cost.GROUPS)} or label:KEY", param_hint="--by")
     now = datetime.now(UTC)
     start = now - timedelta(seconds=since) if since else None
-    rows = client(**conn).cost(by=by, since=start, now=now)
+    jobplane = client(**conn)
+    rows = jobplane.cost(by=by, since=start, now=now)
+    idle = jobplane.gpu_idle_hours(by=by, since=start) if gpu_idle else None
     if as_json:
-        click.echo(json.dumps([row.as_json(by) for row in rows], indent=1))
+        click.echo(json.dumps([row.as_json(by) | ({"gpu_idle_hours": round(idle.get(row.group, 0.0), 3)}
+                                                  if idle is not None else {}) for row in rows], indent=1))
         return
     table = Table(box=None, header_style="bold", show_footer=bool(rows))
     total = sum((row.cost for row in rows), cost.Cost())
@@ -98,8 +113,11 @@ def cost_cmd(since: int | None, by: str, as_json: bool, **conn: str | None) -> N
                          ("INSTANCE HOURS", f"{total.instance_hours:.2f}" if by != "label" else ""),
                          ("EST. COST", cost.money(total) if by != "label" else "")):
         table.add_column(name, footer=footer)
+    if idle is not None:
+        table.add_column("GPU-H <10%", footer=f"{sum(idle.values()):.2f}" if by != "label" else "")
     for row in rows:
-        table.add_row(row.group, str(row.jobs), f"{row.cost.instance_hours:.2f}", cost.money(row.cost))
+        idle_cell = [f"{idle.get(row.group, 0.0):.2f}"] if idle is not None else []
+        table.add_row(row.group, str(row.jobs), f"{row.cost.instance_hours:.2f}", cost.money(row.cost), *idle_cell)
     Console().print(table)
     click.echo(f"estimated: instance time x hourly price{f' over the last {format_duration(since)}' if since else ''}"
                "; disks, addresses and transfer not included", err=True)

@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from jobplane.clouds.base import Compute, NotFound, PreconditionFailed
-from jobplane.model import drops, keys, records, yaml_input
+from jobplane.model import drops, keys, records, sysmetrics, yaml_input
 from jobplane.model.errors import FieldError, SpecError
 from jobplane.model.jobrecord import JobRecord
 from jobplane.model.metrics import Sample, decode
@@ -36,7 +36,7 @@ from jobplane.model.spec import URI_SCHEMES, job_id_problem, load_document, pars
 from jobplane.model.states import LIVE, TERMINAL, State
 from jobplane.store.registry import JobExists, JobNotFound, Registry, TransitionRefused, utcnow
 from jobplane.store.rooted import RootedStore
-from jobplane.views import cost
+from jobplane.views import cost, sysview
 from jobplane.views.jobview import (
     JobView,
     Status,
@@ -188,6 +188,24 @@ def cost_rows(reg: Registry, by: str = "job", since: datetime | None = None,
     return cost.summarize(records, now, by, since)
 
 
+def gpu_idle_hours(reg: Registry, by: str = "owner", since: datetime | None = None) -> dict[str, float]:
+    """`jobplane cost --gpu-idle`: GPU-hours spent under sysview.IDLE_UTILIZATION per group, from the system
+    metrics of every recorded job that ran instances (after `since`). Reads each such job's system chunks."""
+    hours: dict[str, float] = {}
+    for job_id in sorted(recorded_ids(reg)):
+        try:
+            record = reg.job(job_id)
+        except JobNotFound:
+            continue
+        if not record.usage:
+            continue
+        samples = [s for s in read_system(reg, job_id) if since is None or s.time >= since]
+        idle = sysview.idle_gpu_hours(samples)
+        for key in cost.group_keys(record, by):
+            hours[key] = hours.get(key, 0.0) + idle
+    return hours
+
+
 # ---- submitting --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Submission:
@@ -329,7 +347,7 @@ class LogReader:
 
 def node_chunks(reg: RootedStore, area: str, job_id: str, attempt: int | None = None,
                 rank: int | None = None) -> list[tuple[int, int, str]]:
-    """(attempt, rank, key) of the chunks under jobs/<id>/<area>/ (logs or metrics), in (attempt, rank,
+    """(attempt, rank, key) of the chunks under jobs/<id>/<area>/ (logs, metrics or system), in (attempt, rank,
     sequence) order; optionally one attempt and/or rank."""
     found: list[tuple[keys.NodeKey, str]] = []
     for key, _, _ in reg.listing(keys.node_prefix(area, job_id, attempt, rank if attempt is not None else None)):
@@ -343,6 +361,12 @@ def read_metrics(reg: RootedStore, job_id: str, attempt: int | None = None, rank
     """The metric samples the job's agents read from its output, in (attempt, rank, printed) order."""
     return [sample for a, r, key in node_chunks(reg, "metrics", job_id, attempt, rank)
             for sample in decode(reg.get_bytes(key), a, r)]
+
+
+def read_system(reg: RootedStore, job_id: str, attempt: int | None = None, rank: int | None = None) -> list[Sample]:
+    """The system metric samples the job's agents took, in (attempt, rank, time) order."""
+    return [sample for a, r, key in node_chunks(reg, "system", job_id, attempt, rank)
+            for sample in sysmetrics.decode(reg.get_bytes(key), a, r)]
 
 
 @dataclass(frozen=True)

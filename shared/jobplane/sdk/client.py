@@ -238,6 +238,14 @@ class Client:
         with translated():
             return jobs.cost_rows(self._registry, by, since, now)
 
+    def gpu_idle_hours(self, *, by: str = "owner", since: datetime | None = None) -> dict[str, float]:
+        """GPU-hours spent under 10% utilization per group (by as in cost()), from every job's system metrics
+        (after `since`); reads each job's system metric chunks, so it is slower than cost()."""
+        if by not in cost.GROUPS and not by.startswith("label:"):
+            raise ValueError(f"by={by!r}: use one of {', '.join(cost.GROUPS)} or label:KEY")
+        with translated():
+            return jobs.gpu_idle_hours(self._registry, by, since)
+
     def __repr__(self) -> str:
         return f"Client({self.url!r})"
 

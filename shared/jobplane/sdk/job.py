@@ -18,7 +18,7 @@ from jobplane.sdk import shell
 from jobplane.sdk.connection import Connection
 from jobplane.sdk.errors import Refused, translated
 from jobplane.store.registry import utcnow
-from jobplane.views import cost, metricview
+from jobplane.views import cost, metricview, sysview
 from jobplane.views.jobview import JobView, Status
 
 Goal = Literal["terminal", "running"]
@@ -220,12 +220,30 @@ class Job:
                     return
                 yield from _lines(chunk)
 
-    def metrics(self, *, attempt: int | None = None, rank: int | None = None) -> dict[str, Metric]:
+    def metrics(self, *, attempt: int | None = None, rank: int | None = None,
+                system: bool = False) -> dict[str, Metric]:
         """Each metric by name, in the order first printed: `.points`, `.last`, `.min`, `.max`. Each comes from
-        `rank` if given, else from the lowest rank that printed it; optionally only one attempt."""
+        `rank` if given, else from the lowest rank that printed it; optionally only one attempt.
+
+        With system=True, the machine's figures the agents sampled instead (cpu_percent, memory_used_gb,
+        disk_used_gb, net_in_mb_s, net_out_mb_s, gpu0.utilization, gpu0.memory_used_gb, gpu0.power_w, ...),
+        every rank's: named `system/<figure>`, with ` [rank N]` after it for a rank other than 0."""
+        registry = self._connection.registry
         with translated():
-            samples = jobs.read_metrics(self._connection.registry, self.id, attempt, rank)
+            if system:
+                return {f"system/{sysview.label(s)}": Metric(s)
+                        for s in sysview.series(jobs.read_system(registry, self.id, attempt, rank))}
+            samples = jobs.read_metrics(registry, self.id, attempt, rank)
         return {s.name: Metric(s) for s in metricview.series(samples, rank)}
+
+    def right_sizing(self) -> str | None:
+        """Once the job has ended, what its GPUs' system metrics say of its instance, e.g. "GPU utilization
+        averaged 18%, memory 9 of 24 GB: a smaller instance may do"; None while it runs, when its GPUs were
+        busy, or without GPU samples."""
+        if not self.view.terminal:
+            return None
+        with translated():
+            return sysview.hint(jobs.read_system(self._connection.registry, self.id))
 
     def cost(self, now: datetime | None = None) -> cost.Cost:
         """The estimated cost so far (reads the record again): `.usd`, `.instance_hours`, `.unpriced` (attempts
