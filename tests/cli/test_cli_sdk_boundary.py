@@ -71,6 +71,7 @@ UI_ALLOWED = {
     "jinja2": "the pages' templates",
     "jobplane.model.jobrecord": "job.json's model: the record of a job view the SDK returned",
     "jobplane.model.metrics": "STEP, the metric a chart's x axis is",
+    "jobplane.views.sysview": "system metric series (Metric.series) as one chart per kind",
     "jobplane.sweeps.record": "a sweep's record: the model of what Sweep.record returns",
 }
 UI = ROOT / "shared" / "jobplane" / "ui"

@@ -1,5 +1,6 @@
-"""The dashboard's server over an in-memory registry (no browser): what each page shows, escaping, the env values
-it hides, cancel's CSRF check, the log tail, and that a warm jobs page makes no per-job GET."""
+"""The dashboard's server over an in-memory registry (no browser): what each page shows (a job's system charts,
+right-sizing hint and TensorBoard line too), escaping, the env values it hides, cancel's CSRF check, the log tail,
+and that a warm jobs page makes no per-job GET."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from jobplane.ops import jobs
 from jobplane.sdk.watch import TAIL_BYTES
 from jobplane.store.registry import Registry
 from jobplane.ui import data
+from tests.helpers import WRITTEN, gpu_sample, ship_system
 from tests.ui.apps import TestClient, over, served
 
 pytestmark = pytest.mark.timeout(60)
@@ -291,3 +293,31 @@ def test_the_files_panel_follows_a_running_jobs_checkpoints(reg: Registry, clien
     assert "files/0/00000001-a1/ckpt-10.npz" in panel and "2.0 KB" in panel and "1 objects" in panel
     reg.transition("alpha", State.SUCCEEDED, expect=[State.RUNNING])
     assert "hx-get" not in client.get("/jobs/alpha/files").text  # a finished job's files stop being polled
+
+
+def test_the_job_page_charts_system_metrics_and_says_how_to_open_tensorboard(reg: Registry, client: TestClient) -> None:
+    board = "tensorboard: {log_dir: /opt/ml/output/tensorboard}\n"
+    reg.create_job("sized", parse_spec(SPEC.format(name="sized") + board, "sized"))
+    reg.transition("sized", State.LAUNCHING, expect=[State.QUEUED], attempt=1, instances=["i-1", "i-2"])
+    reg.transition("sized", State.RUNNING, expect=[State.LAUNCHING])
+    page = client.get("/jobs/sized").text
+    assert 'id="system" data-job="sized" data-live="1"' in page and "the agent samples every 15 s" in page
+    assert "<code>jobplane tensorboard sized</code>" in page and 'id="right-sizing"' not in page  # still running
+    assert client.get("/jobs/sized/system.json").json() == []
+
+    ship_system(reg, "sized", 1, 0, 0, [gpu_sample(12, 4.0), gpu_sample(20, 5.0)])
+    ship_system(reg, "sized", 1, 1, 0, [gpu_sample(16, 3.0)], first=15)
+    charts = {c["key"]: c for c in client.get("/jobs/sized/system.json").json()}
+    assert list(charts) == ["cpu", "memory", "disk", "gpu", "gpu_memory", "gpu_power"]  # the kinds with points
+    gpu = charts["gpu"]
+    start = WRITTEN.timestamp()
+    assert gpu["title"] == "GPU utilization (%)" and gpu["labels"] == ["gpu0", "gpu0 [rank 1]"]
+    assert gpu["x"] == [start, start + 15] and gpu["series"] == [[12.0, 20.0], [None, 16.0]] and gpu["points"] == 3
+
+    reg.transition("sized", State.SUCCEEDED, expect=[State.RUNNING], reason="exit 0")
+    page = client.get("/jobs/sized").text
+    hint = "GPU utilization averaged 16%, memory 5 of 24 GB: a smaller instance may do"
+    assert f'<p class="hint" id="right-sizing">{hint}</p>' in page and 'data-live=""' in page
+    seed(reg, "plain")
+    page = client.get("/jobs/plain").text
+    assert "jobplane tensorboard" not in page and 'id="system"' in page

@@ -16,7 +16,7 @@ from jobplane import sdk
 from jobplane.model.jobrecord import JobRecord
 from jobplane.model.metrics import STEP
 from jobplane.model.spec import spec_to_json
-from jobplane.views import cost
+from jobplane.views import cost, sysview
 from jobplane.views.jobview import JobView, view_row
 
 MASK = "••••••"  # what an env value shows as: spec env values may be secrets
@@ -153,6 +153,14 @@ def metric_data(job: sdk.Job) -> dict[str, Any]:
         out[name] = {"x": xs, "attempts": sorted(by_attempt), "points": len(metric.points), "rank": metric.rank,
                      "series": [[by_attempt[a].get(x) for x in xs] for a in sorted(by_attempt)]}
     return out
+
+
+def system_data(job: sdk.Job) -> list[dict[str, Any]]:
+    """The job's system metrics as uPlot's aligned data, one chart per kind (CPU, memory, disk, network, GPU
+    utilization, memory, power, temperature): x = seconds since the epoch, a line per rank (and GPU)."""
+    charts = sysview.charts([m.series for m in job.metrics(system=True).values()])
+    return [{"key": c.kind.key, "title": f"{c.kind.title} ({c.kind.unit})", "x": c.x, "labels": c.labels,
+             "series": c.lines, "points": sum(v is not None for line in c.lines for v in line)} for c in charts]
 
 
 def compare_data(client: sdk.Client, job_ids: list[str], metric: str) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hmac
 import secrets
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -116,7 +116,9 @@ def create_app(client: sdk.Client, *, csrf_token: str | None = None,
             "attempts": data.attempts(record, now) if record else [],
             "events": data.timeline(job.events()) if record else [],
             "total_cost": cost.money(cost.job_cost(record, now)) if record else "-",
-            "nodes": view.num_nodes, "current_attempt": view.attempt}
+            "nodes": view.num_nodes, "current_attempt": view.attempt,
+            "right_sizing": job.right_sizing() if record else None,
+            "tensorboard": bool(view.spec and view.spec.tensorboard)}
         return context
 
     def files_context(job_id: str) -> dict[str, sdk.Stored]:
@@ -168,15 +170,18 @@ def create_app(client: sdk.Client, *, csrf_token: str | None = None,
             live = False
         return JSONResponse({"text": out.text, "cursor": out.cursor, "skipped": out.skipped, "live": live})
 
-    async def job_metrics(request: Request) -> Response:
-        job_id = request.path_params["job_id"]
-        if job_id_problem(job_id):
-            return PlainTextResponse("no such job", 404)
-        try:
-            job = await run_in_threadpool(client.get, job_id)
-        except sdk.JobNotFound:
-            return PlainTextResponse("no such job", 404)
-        return JSONResponse(await run_in_threadpool(data.metric_data, job))
+    def job_json(render: Callable[[sdk.Job], object]) -> Callable[[Request], Awaitable[Response]]:
+        """A job's chart data as JSON: its training metrics (data.metric_data) or system metrics (system_data)."""
+        async def endpoint(request: Request) -> Response:
+            job_id = request.path_params["job_id"]
+            if job_id_problem(job_id):
+                return PlainTextResponse("no such job", 404)
+            try:
+                job = await run_in_threadpool(client.get, job_id)
+            except sdk.JobNotFound:
+                return PlainTextResponse("no such job", 404)
+            return JSONResponse(await run_in_threadpool(render, job))
+        return endpoint
 
     async def job_cancel(request: Request) -> Response:
         job_id = request.path_params["job_id"]
@@ -255,7 +260,8 @@ def create_app(client: sdk.Client, *, csrf_token: str | None = None,
         Route("/jobs/{job_id}/status", job_status),
         Route("/jobs/{job_id}/files", job_files),
         Route("/jobs/{job_id}/logs", job_logs),
-        Route("/jobs/{job_id}/metrics.json", job_metrics),
+        Route("/jobs/{job_id}/metrics.json", job_json(data.metric_data)),
+        Route("/jobs/{job_id}/system.json", job_json(data.system_data)),
         Route("/jobs/{job_id}/cancel", job_cancel, methods=["POST"]),
         Route("/compare", compare_page),
         Route("/cost", cost_page),

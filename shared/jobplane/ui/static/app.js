@@ -1,4 +1,4 @@
-// jobplane dashboard: the log follower, the metric charts (uPlot) and the cancel confirmation. No inline
+// jobplane dashboard: the log follower, the metric and system charts (uPlot) and the cancel confirmation. No inline
 // scripts (the pages' Content-Security-Policy forbids them); all text from jobs goes in as text, never as HTML.
 "use strict";
 (function () {
@@ -72,7 +72,7 @@
   // ---- charts ------------------------------------------------------------------------------------------
   function logScale() { const box = document.getElementById("logscale"); return !!(box && box.checked); }
 
-  function plot(target, title, x, series, labels, points) {
+  function plot(target, title, x, series, labels, points, time) {
     const wrap = document.createElement("div");
     wrap.className = "chart";
     wrap.dataset.metric = title;
@@ -82,14 +82,14 @@
     h.textContent = title;
     wrap.appendChild(h);
     target.appendChild(wrap);
-    const log = logScale();
+    const log = !time && logScale();
     const ys = log ? series.map((s) => s.map((v) => (v !== null && v > 0 ? v : null))) : series;
     const opts = {
       width: Math.max(320, Math.min(target.clientWidth || 900, 1100)), height: 240,
-      scales: {x: {time: false}, y: log ? {distr: 3, log: 10} : {}},
-      series: [{label: "step"}].concat(labels.map((l, i) => ({label: l, stroke: COLORS[i % COLORS.length], width: 1.5,
+      scales: {x: {time: !!time}, y: log ? {distr: 3, log: 10} : {}},
+      series: [{label: time ? "time" : "step"}].concat(labels.map((l, i) => ({label: l, stroke: COLORS[i % COLORS.length], width: 1.5,
                                                                 points: {show: x.length < 60}}))),
-      axes: [{label: "step"}, {}],
+      axes: [{label: time ? "time" : "step"}, {}],
       legend: {live: true},
     };
     return new uPlot(opts, [x].concat(ys), wrap);
@@ -125,6 +125,28 @@
     load();
   }
 
+  function systemPanel(root) {
+    const job = root.dataset.job;
+    let last = "", after = 2;
+    async function load() {
+      try {
+        const r = await fetch(`/jobs/${encodeURIComponent(job)}/system.json`);
+        if (r.ok) {
+          const text = await r.text();
+          const charts = JSON.parse(text);
+          if (text !== last && charts.length) {
+            last = text;
+            root.textContent = "";
+            for (const c of charts) plot(root, c.title, c.x, c.series, c.labels, c.points, true);
+          }
+        }
+      } catch (e) { /* the next poll tries again */ }
+      if (!stillLive()) after -= 1;
+      if (after > 0) setTimeout(load, 15000);
+    }
+    load();
+  }
+
   function comparePanel(root) {
     const source = document.getElementById("compare-data");
     const body = JSON.parse(source.textContent);
@@ -143,6 +165,8 @@
     if (pre) followLog(pre);
     const metrics = document.getElementById("metrics");
     if (metrics) metricsPanel(metrics);
+    const system = document.getElementById("system");
+    if (system) systemPanel(system);
     const compare = document.getElementById("compare");
     if (compare) comparePanel(compare);
   });
