@@ -24,7 +24,7 @@ from jobplane.agent.background import MIN_WAIT, Background
 from jobplane.agent.checkpoints import CheckpointSync
 from jobplane.agent.output import OutputLog
 from jobplane.agent.run import Outcome, Run
-from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, TAG_MANAGED, CredentialsRefused, NotFound
+from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, TAG_MANAGED, CredentialsRefused, NotFound, Progress
 from jobplane.clouds.memory import MemoryStore
 from jobplane.clouds.s3 import S3Store
 from jobplane.local.imds import FakeImds, ImdsInstance
@@ -218,6 +218,11 @@ class FlakyStore(MemoryStore):
                       tags: Mapping[str, str] | None = None) -> str:
         self._maybe_fail(key)
         return super().put_if_absent(key, data, content_type, tags)
+
+    def upload_file(self, key: str, path: Path, content_type: str = "application/octet-stream",
+                    progress: Progress | None = None) -> str:
+        self._maybe_fail(key)
+        return super().upload_file(key, path, content_type, progress)
 
 
 class FakeMetadata:

@@ -164,3 +164,14 @@ def test_cost_sums_gpu_hours_under_ten_percent_by_owner(sampled: str, registry_c
     table = run("cost", "--gpu-idle")
     assert "GPU-H <10%" in table.output and "1.00" in table.output
     assert "gpu_idle_hours" not in run("cost", "--json").output
+
+
+def test_tensorboard_without_the_package_is_one_clear_line(sampled: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else real(name, *a))
+    result = run("tensorboard", sampled)
+    assert result.exit_code == 1
+    assert result.output.strip() == "Error: jobplane tensorboard needs the tensorboard package: pip install " \
+                                    "'jobplane[tensorboard]'"

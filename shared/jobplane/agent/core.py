@@ -1,11 +1,12 @@
 """The agent: runs one node of one attempt of one job, and reports what happened.
 
 Cloud-neutral: it sees the registry's objects (a RootedStore over any ObjectStore: it writes facts and reads its
-job's record, never writes one), the VM's Metadata, a power_off callable and a clock (agent/clock.py). Three
+job's record, never writes one), the VM's Metadata, a power_off callable and a clock (agent/clock.py). Four
 threads: the main thread prepares (agent/environment.py), supervises the user process and reports; a background
 thread writes heartbeats, ships log chunks and polls for a Spot notice or a stop request (agent/background.py); a
-third uploads complete checkpoint files and their manifest (jobplane.agent.keeper). Every registry write is
-retried and no failure skips the exit report or the power-off.
+third uploads complete checkpoint files and their manifest (jobplane.agent.keeper); a fourth the job's TensorBoard
+event files, when its spec has `tensorboard:` (jobplane.agent.tensorboard). Every registry write is retried and no
+failure skips the exit report or the power-off.
 
 SIGTERM or SIGINT (`on_signal`, installed by the entry point) is a stop request too: the VM is shutting
 down (GCE's shutdown script, EC2's OS shutdown), often before the next poll has seen the notice. So is a
@@ -39,6 +40,7 @@ from jobplane.agent.output import OutputLog
 from jobplane.agent.process import UserProcess
 from jobplane.agent.run import AGENT_ERROR, Outcome, Run, hold_for
 from jobplane.agent.system import SystemSampler
+from jobplane.agent.tensorboard import EventUploader
 from jobplane.clouds.base import (
     TAG_ATTEMPT,
     TAG_JOB_ID,
@@ -125,6 +127,7 @@ class Agent:
         self._interrupted = threading.Event()
         self._stop_background = threading.Event()
         self._keeper: Keeper | None = None  # checkpoints and artifacts, once prepared
+        self._events: EventUploader | None = None  # the spec's TensorBoard event files, once prepared
         self._proc: UserProcess | None = None  # the phase running now, or the last one
         self._ended_ns: int | None = None  # when the user process ended (wall clock, to compare with mtimes)
         self._signalled = False  # a signal arrived: a debug hold ends (the VM is going)
@@ -162,7 +165,8 @@ class Agent:
             lose_access=self._lose_access, gpu_utilization=self.gpu_utilization)
         threads = [threading.Thread(target=background.run, args=(self._stop_background,),
                                     name="agent-background", daemon=True),
-                   threading.Thread(target=self._checkpointer, name="agent-checkpoints", daemon=True)]
+                   threading.Thread(target=self._checkpointer, name="agent-checkpoints", daemon=True),
+                   threading.Thread(target=self._event_files, name="agent-tensorboard", daemon=True)]
         for thread in threads:
             thread.start()
         try:
@@ -246,6 +250,9 @@ class Agent:
                         copy_freeze=self.cfg.checkpoint_freeze)
         keeper.restore(self._retry)
         self._keeper = keeper  # from now on the checkpointer thread uploads changes
+        if record.spec.tensorboard is not None:  # and the TensorBoard thread the event files
+            self._events = EventUploader(self.reg, self.layout.local(record.spec.tensorboard.log_dir), run.job_id,
+                                         run.attempt, run.rank, sleep=self.clock.sleep)
         env = self.environment.configure(run, record.spec, cluster)
         failed = self.environment.pull(run, record.spec) or self.environment.requirements(run, record.spec, env)
         if failed is not None:
@@ -333,6 +340,19 @@ class Agent:
             except Exception as exc:
                 log.warning("checkpoint sync failed; will retry: %s", exc)
 
+    def _event_files(self) -> None:
+        """TensorBoard's event files up as they grow, every checkpoint interval, in a thread of their own (a
+        profiler trace can be large)."""
+        while not self.clock.wait(self._stop_background, self.cfg.checkpoint_interval):
+            if self._events is None:
+                continue
+            try:
+                self._events.sync()
+            except CredentialsRefused as exc:
+                self._lose_access(exc)
+            except Exception as exc:
+                log.warning("TensorBoard upload failed; will retry: %s", exc)
+
     # ---- the end ----------------------------------------------------------------------------------------
     def _lose_access(self, exc: CredentialsRefused) -> None:
         """The control plane will not give this VM its job's credentials any more (its attempt is over, or it
@@ -367,6 +387,9 @@ class Agent:
             self._try("final checkpoint sync", lambda: keeper.final(outcome.notice, cut_ns))
             if outcome.reason != "preempted":
                 self._try("artifacts upload", lambda: keeper.artifacts(cut_ns))
+        events = self._events
+        if events is not None:  # after the checkpoints: at a preemption those matter more
+            self._try("TensorBoard upload", events.sync)
         self.out.note(f"finished: reason={outcome.reason} code={outcome.code}")
         # a run shorter than the heartbeat interval still leaves its last output time and step behind
         self._try("final heartbeat", background.heartbeat)

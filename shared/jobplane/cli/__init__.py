@@ -12,6 +12,7 @@ from __future__ import annotations
 import click
 
 from jobplane.cli import jobs, reports, specs, ssh, sweeps
+from jobplane.cli.tensorboard import tensorboard
 from jobplane.cli.ui import ui
 from jobplane.local.cli import local
 
@@ -32,7 +33,7 @@ def cli() -> None:
 
 
 for command in (specs.validate, specs.schema, jobs.submit, jobs.ls_cmd, jobs.describe, jobs.logs, jobs.wait,
-                jobs.cancel, sweeps.sweep, reports.metrics_cmd, reports.cost_cmd, ssh.ssh, local):
+                jobs.cancel, sweeps.sweep, reports.metrics_cmd, reports.cost_cmd, tensorboard, ssh.ssh, local):
     cli.add_command(command)
 cli.add_command(ui)  # jobplane.cli.ui: the web dashboard
 

@@ -20,7 +20,7 @@ from jobplane.model.errors import FieldError
 from jobplane.model.metrics import Sample
 from jobplane.model.states import State
 from jobplane.ops.jobs import Artifact, Cancelled, Checkpoint, Submission
-from jobplane.sdk.client import Client, UploadProgress, prepare
+from jobplane.sdk.client import Client, TensorBoardCopy, UploadProgress, prepare
 from jobplane.sdk.errors import (
     BackendError,
     ConfigurationError,
@@ -40,6 +40,7 @@ from jobplane.views.jobview import JobView, Status
 __all__ = [
     "Artifact", "BackendError", "Cancelled", "Checkpoint", "Client", "ConfigurationError", "FieldError", "InvalidSpec",
     "Job", "JobExists", "JobNotFound", "JobView", "JobplaneError", "Lifetime", "LogLine", "Metric", "Output", "Refused",
-    "Sample", "State", "Status", "Stored", "Submission", "Sweep", "SweepNotFound", "Timeout", "TrialRow",
+    "Sample", "State", "Status", "Stored", "Submission", "Sweep", "SweepNotFound", "TensorBoardCopy", "Timeout",
+    "TrialRow",
     "UploadProgress", "Watch", "prepare",
 ]

@@ -16,7 +16,7 @@ import yaml
 
 from jobplane.model.errors import FieldError
 from jobplane.model.states import LIVE, State
-from jobplane.ops import backend, jobs
+from jobplane.ops import backend, jobs, tensorboard
 from jobplane.sdk.connection import Connection
 from jobplane.sdk.errors import ConfigurationError, InvalidSpec, Refused, translated
 from jobplane.sdk.job import Job
@@ -238,6 +238,14 @@ class Client:
         with translated():
             return jobs.cost_rows(self._registry, by, since, now)
 
+    def tensorboard(self, job_ids: Iterable[str], dest: str | Path) -> TensorBoardCopy:
+        """A local copy of these jobs' TensorBoard runs under dest (one run per job and attempt:
+        <job>/attempt-<n>), brought in step with the bucket by each `.sync()`. JobNotFound for an unknown id."""
+        ids = list(job_ids)
+        for job_id in ids:
+            self.get(job_id)
+        return TensorBoardCopy(tensorboard.LocalRuns(self._connection.registry, Path(dest), ids))
+
     def gpu_idle_hours(self, *, by: str = "owner", since: datetime | None = None) -> dict[str, float]:
         """GPU-hours spent under 10% utilization per group (by as in cost()), from every job's system metrics
         (after `since`); reads each job's system metric chunks, so it is slower than cost()."""
@@ -248,6 +256,22 @@ class Client:
 
     def __repr__(self) -> str:
         return f"Client({self.url!r})"
+
+
+class TensorBoardCopy:
+    """Jobs' TensorBoard runs copied to a local directory (`.dest`), for TensorBoard to serve."""
+
+    def __init__(self, runs: tensorboard.LocalRuns) -> None:
+        self._runs = runs
+
+    @property
+    def dest(self) -> Path:
+        return self._runs.dest
+
+    def sync(self) -> tensorboard.Synced:
+        """Fetch what changed since the last sync (`.files`, `.bytes`); `.runs` names every run found."""
+        with translated():
+            return self._runs.sync()
 
 
 def _label_filter(label: str | Mapping[str, str] | None) -> Callable[[Mapping[str, str]], bool] | None:
