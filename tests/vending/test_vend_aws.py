@@ -239,7 +239,7 @@ AGENT = r"""
 import json, sys
 from botocore.exceptions import ClientError
 from jobplane.clouds.aws_vend import vended_s3_client
-from jobplane.clouds.base import CredentialsRefused, NotFound
+from jobplane.clouds.base import LOG_OBJECT_TAG, CredentialsRefused, NotFound
 from jobplane.clouds.s3 import S3Store
 region, url, job, bucket = sys.argv[1:5]
 try:
@@ -260,6 +260,9 @@ for j in ("a", "b"):
     attempt(f"get {j} job.json", lambda: store.get(f"jobs/{j}/job.json"))
     attempt(f"put {j} log", lambda: store.put(f"jobs/{j}/logs/1/0/00000000.log", b"line"))
     attempt(f"put {j} heartbeat", lambda: store.put(f"heartbeats/{j}/1/0", b""))
+    attempt(f"put {j} system metrics", lambda: store.put_if_absent(f"jobs/{j}/system/1/0/00000000.jsonl", b"{}",
+                                                                 tags=dict([LOG_OBJECT_TAG])))
+    attempt(f"put {j} event file", lambda: store.put(f"jobs/{j}/tensorboard/1/0/events.out.tfevents.1", b""))
     attempt(f"delete {j} checkpoint", lambda: store.delete(f"jobs/{j}/checkpoints/step-1.pt"))
     attempt(f"list {j}", lambda: list(store.list(f"jobs/{j}/")))
 attempt("get a missing", lambda: store.get("jobs/a/attempts/1/cluster.json"))
@@ -300,7 +303,7 @@ def run_agent(cloud: Cloud, url: str, instance_job: str, job: str) -> dict[str, 
 def test_job_as_credentials_reach_its_keys_and_are_refused_on_job_bs(cloud: Cloud, vend_url: str) -> None:
     got = run_agent(cloud, vend_url, "a", "a")
     for action in ("get {} code", "get {} bundle", "get {} job.json", "put {} log", "put {} heartbeat",
-                   "delete {} checkpoint", "list {}"):
+                   "put {} system metrics", "put {} event file", "delete {} checkpoint", "list {}"):
         assert got[action.format("a")] == "ok", (action, got)
         assert got[action.format("b")] == "AccessDenied", (action, got)
     assert got["get a missing"] == "NotFound"  # S3's 403 for a key the session may not list reads as missing

@@ -34,12 +34,13 @@ LONGEST_PARTITION = "aws-us-gov"
 # Registry areas an agent reads and writes (relative to the registry root): the job role's grants.
 AGENT_READ = ("jobs/*/job.json", "jobs/*/code/*", "code/*", "jobs/*/checkpoints/*", "jobs/*/attempts/*/cluster.json",
               "jobs/*/control/stop", "system/agent/*")
-AGENT_WRITE = ("heartbeats/*", "jobs/*/logs/*", "jobs/*/metrics/*", "jobs/*/checkpoints/*", "jobs/*/artifacts/*",
-               "jobs/*/attempts/*/nodes/*/exit.json", "preempted-jobs/*")
+AGENT_WRITE = ("heartbeats/*", "jobs/*/logs/*", "jobs/*/metrics/*", "jobs/*/system/*", "jobs/*/tensorboard/*",
+               "jobs/*/checkpoints/*", "jobs/*/artifacts/*", "jobs/*/attempts/*/nodes/*/exit.json", "preempted-jobs/*")
 # Synced directories: after each manifest the agent deletes the objects it no longer names (an old
 # checkpoint the training code removed) and aborts a multipart upload it gave up on.
 AGENT_PRUNE = ("jobs/*/checkpoints/*", "jobs/*/artifacts/*")
-TAGGED = ("jobs/*/logs/*", "jobs/*/metrics/*")  # the chunks the log lifecycle rule expires, by their tag
+# the chunks the log lifecycle rule expires, by their tag
+TAGGED = ("jobs/*/logs/*", "jobs/*/metrics/*", "jobs/*/system/*")
 # What a session may do on its job's own keys (the job role's grants still apply on top: the intersection).
 SESSION_OBJECT_ACTIONS = ("s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload",
                           "s3:PutObjectTagging")
@@ -74,11 +75,11 @@ def job_role_statements(registry_arn: str, prefix: str, partition: str,
     statements: list[Statement] = [
         {"Sid": "ReadJobRecordCodeCheckpointsClusterStopAndAgent", "Effect": "Allow", "Action": "s3:GetObject",
          "Resource": objects(*AGENT_READ)},
-        {"Sid": "WriteHeartbeatsLogsMetricsCheckpointsArtifactsExitReportsPreemptedMarker", "Effect": "Allow",
+        {"Sid": "WriteHeartbeatsLogsMetricsEventFilesCheckpointsArtifactsExitReportsPreemptedMarker", "Effect": "Allow",
          "Action": "s3:PutObject", "Resource": objects(*AGENT_WRITE)},
         {"Sid": "PruneSyncedCheckpointsAndArtifacts", "Effect": "Allow",
          "Action": ["s3:DeleteObject", "s3:AbortMultipartUpload"], "Resource": objects(*AGENT_PRUNE)},
-        # a PutObject carrying tags needs this too; only log and metrics chunks are tagged
+        # a PutObject carrying tags needs this too; only log and metrics chunks (system metrics too) are tagged
         {"Sid": "TagLogChunksForTheirLifecycleRule", "Effect": "Allow", "Action": "s3:PutObjectTagging",
          "Resource": objects(*TAGGED)},
         {"Sid": "ListRegistryKeys", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": registry_arn},
