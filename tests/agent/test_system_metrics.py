@@ -1,10 +1,13 @@
 """The agent's system metrics: the sampler over a /proc the test writes, with GPUs read through a fake NVML or a
 fake nvidia-smi, and on a machine with neither; and the background loop's chunks of samples on a manual clock
-(one chunk per four intervals at most, a few KB each, the rest shipped at the end)."""
+(one chunk per four intervals at most, a few KB each, the rest shipped at the end); and bench/system_metrics.py at
+a tiny size."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -17,7 +20,8 @@ from jobplane.agent.system import SystemSampler
 from jobplane.model import keys, sysmetrics
 from tests.agent.conftest import make_loop
 
-pytestmark = pytest.mark.timeout(10)
+pytestmark = pytest.mark.timeout(60)
+ROOT = Path(__file__).resolve().parents[2]
 GIB = 1 << 30
 
 
@@ -169,3 +173,17 @@ def test_a_bucket_that_refuses_the_samples_keeps_a_bounded_backlog(tmp_path: Pat
     loop.background.ship_system()
     shipped = [k for k, _, _ in loop.reg.listing(keys.system_prefix("loop-job"))]
     assert len(shipped) == 1 and len(loop.reg.get_bytes(shipped[0]).splitlines()) == 60
+
+
+def test_the_sampling_bench_runs_at_a_tiny_size(tmp_path: Path) -> None:
+    out = tmp_path / "system_metrics.json"
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "system_metrics.py"), "--samples", "3", "--out",
+                           str(out)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "shared")})
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["interval_s"] == 15 and set(report["results"]) == {"proc", "nvml-8", "smi-8"}
+    for case in report["results"].values():
+        assert case["cpu_ms_per_sample"] > 0 and case["core_percent_at_interval"] == pytest.approx(
+            case["cpu_ms_per_sample"] / 1000 / 15 * 100, abs=1e-3)
+    assert report["results"]["nvml-8"]["line_bytes"] > report["results"]["proc"]["line_bytes"]
