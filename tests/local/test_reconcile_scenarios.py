@@ -10,15 +10,25 @@ works.
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import signal
+import socket
+import subprocess
+import sys
+import urllib.parse
+import urllib.request
 from datetime import UTC, datetime
 
 import pytest
 
+from jobplane.cli.tensorboard import free_port
 from jobplane.clouds.aws_local import RawInstance
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID
 from jobplane.decide.rules import Rule
-from jobplane.local.demo import CloudProcess, exit_report
+from jobplane.local.demo import REPO, CloudProcess, exit_report
+from jobplane.local.package_index import wheel_dir
 from jobplane.model import keys
 from jobplane.model.jobrecord import JobRecord
 from jobplane.model.states import State
@@ -124,6 +134,57 @@ def test_preempted_spot_job_syncs_its_checkpoint_and_resumes_from_it_on_attempt_
     assert steps[0] == resumed_from + 1 and steps[-1] == 300
     assert {n: len(v) for n, v in by_attempt(cloud, job_id).items()} == {1: 1, 2: 1}
     wait_gone(cloud, [i.id for i in instances_of(cloud, job_id)])
+
+
+def scalars(url: str, run: str, tag: str) -> list[int] | None:
+    """The steps of a run's scalars, as TensorBoard's scalars plugin answers them; None while it does not."""
+    query = urllib.parse.urlencode({"run": run, "tag": tag})
+    try:
+        with urllib.request.urlopen(f"{url}data/plugin/scalars/scalars?{query}", timeout=5) as answer:
+            return [int(step) for _, step, _ in json.load(answer)]
+    except (OSError, ValueError):
+        return None
+
+
+@pytest.mark.timeout(240)
+def test_a_preempted_jobs_tensorboard_scalars_of_both_attempts_are_served(cloud, tmp_path):
+    pytest.importorskip("tensorboard", reason="jobplane tensorboard serves with the tensorboard package (dev extra)")
+    if not any(wheel_dir().glob("tensorboardx-*.whl")):
+        pytest.skip(f"no tensorboardX in the local package index ({wheel_dir()}): run `make local-index`")
+    reg = cloud.registry()
+    spec = write_spec(tmp_path, "board", "python3 train.py --steps 150 --checkpoint-every 10 --sleep 0.05",
+                      max_restarts="1", owner="board", tensorboard="{log_dir: /opt/ml/output/tensorboard}")
+    job_id = submit(cloud, spec, REPO / "examples" / "tensorboard")
+    wait_state(reg, job_id, {State.RUNNING}, 120)
+    wait_for("attempt 1's events and a checkpoint in the bucket", lambda: any(
+        True for _ in reg.listing(keys.tensorboard_prefix(job_id, 1))) and any(
+        True for _ in reg.listing(keys.checkpoints_prefix(job_id))), 60, 0.2)
+    cli_ok(cloud, "local", "preempt", job_id, "--grace", "10")
+    done = wait_state(reg, job_id, {State.SUCCEEDED, State.FAILED}, 150)
+    assert (done.state, done.attempt) == (State.SUCCEEDED, 2), done.reason
+    resumed = int(re.search(r"resuming from step (\d+)", logs(cloud, job_id, 2)).group(1))  # type: ignore[union-attr]
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+    served = subprocess.Popen([sys.executable, "-m", "jobplane.cli", "tensorboard", job_id, "--port", str(port),
+                               "--dir", str(tmp_path / "runs")], env=cloud.env, cwd=REPO, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        first = wait_for("TensorBoard's scalars of attempt 1", lambda: scalars(url, f"{job_id}/attempt-1", "loss"), 60,
+                         0.5, abort=lambda: None if served.poll() is None else f"exited {served.returncode}")
+        second = wait_for("and of attempt 2", lambda: scalars(url, f"{job_id}/attempt-2", "loss"), 30, 0.5)
+    finally:
+        served.terminate()  # the command stops TensorBoard too; should it not, its session goes
+        try:
+            served.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(served.pid, signal.SIGKILL)
+            served.wait()
+    assert first[0] == 1 and resumed <= first[-1] < 150  # up to where the preemption cut it, past the checkpoint
+    assert second == list(range(resumed + 1, 151))  # the second attempt from its checkpoint to the end, whole
+    assert served.returncode == 0, served.stderr.read() if served.stderr else ""
+    with pytest.raises(ConnectionRefusedError):  # TensorBoard stopped with the command
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
 
 
 # ---- uptime cap --------------------------------------------------------------------------------------------

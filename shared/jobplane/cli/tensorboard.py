@@ -3,8 +3,11 @@ TensorBoard (the `tensorboard` package, an extra) on loopback, one run per job a
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -17,6 +20,24 @@ from jobplane.cli.connect import UserError, client, cloud_errors, registry_optio
 from jobplane.cli.params import DurationType
 
 LOOPBACK = "127.0.0.1"
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # a SIGTERM stops it as Ctrl-C does: TensorBoard too, and the copy is removed
+
+
+def stop(server: subprocess.Popen[bytes]) -> None:
+    """End TensorBoard and whatever it started (its session): SIGTERM, then SIGKILL after 10 s."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, sig)
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)  # the leader is gone: what it started goes too
+        return
 
 
 def free_port() -> int:
@@ -46,6 +67,7 @@ def tensorboard(job_ids: tuple[str, ...], port: int, directory: Path | None, eve
     """
     if importlib.util.find_spec("tensorboard") is None:
         raise UserError("jobplane tensorboard needs the tensorboard package: pip install 'jobplane[tensorboard]'")
+    signal.signal(signal.SIGTERM, _interrupted)
     dest = directory or Path(tempfile.mkdtemp(prefix="jobplane-tensorboard-"))
     try:
         copy = client(**conn).tensorboard(job_ids, dest)
@@ -54,9 +76,10 @@ def tensorboard(job_ids: tuple[str, ...], port: int, directory: Path | None, eve
             click.echo(f"no TensorBoard event files yet for {', '.join(job_ids)} (they come once a job writes to "
                        "its tensorboard.log_dir); waiting for them", err=True)
         port = port or free_port()
+        # in a session of its own: TensorBoard starts its data server as a child, which a stop must end too
         server = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(dest), "--host",
                                    LOOPBACK, "--port", str(port), "--reload_interval", "5"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         click.echo(f"TensorBoard on http://{LOOPBACK}:{port}/ over {dest}: " + (", ".join(sorted(found.runs)) or
                                                                               "no runs yet"), err=True)
         try:
@@ -70,12 +93,7 @@ def tensorboard(job_ids: tuple[str, ...], port: int, directory: Path | None, eve
         except KeyboardInterrupt:
             pass
         finally:
-            server.terminate()
-            try:
-                server.wait(10)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+            stop(server)
     finally:
         if directory is None:
             shutil.rmtree(dest, ignore_errors=True)

@@ -3,7 +3,8 @@
 Jobs install their requirements.txt the way they do on a VM, with uv, but the local cloud never lets an
 instance reach past loopback: its instances get UV_INDEX_URL / PIP_INDEX_URL pointing here, and this index
 serves only the wheels an install step put in the cache (`python -m jobplane.local.package_index fill`:
-numpy and the pip/setuptools/wheel that `uv venv --seed` installs, for the Debian image's Python).
+numpy, tensorboardX (with protobuf) and the pip/setuptools/wheel that `uv venv --seed` installs, for the Debian
+image's Python).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from jobplane.local import cache_dir, install_step
 from jobplane.local.loopback import LoopbackServer
 from jobplane.local.rootfs import PYTHON
 
-WHEELS = ("numpy", "pip", "setuptools", "wheel")
+WHEELS = ("numpy", "pip", "setuptools", "wheel", "tensorboardx", "protobuf")
 
 
 def wheel_dir() -> Path:
