@@ -109,6 +109,9 @@ NOT_RUN_HERE: dict[str, NotRun] = {
     ".venv/bin/python bench/metrics_extract.py": NotRun(
         "a benchmark (200,000 lines, best of several runs)",
         "tests/model/test_metrics.py::test_default_metrics_line_by_line"),
+    ".venv/bin/python bench/system_metrics.py": NotRun(
+        "a benchmark (200 samples of three cases; tests run it at 3)",
+        "tests/agent/test_system_metrics.py::test_the_sampling_bench_runs_at_a_tiny_size"),
     ".venv/bin/python bench/trials_plan.py": NotRun(
         "a benchmark (plans over 100, 500 and 900 finished trials, best of three)",
         "tests/decide/test_sweep_trials.py::test_bayesian_concentrates_near_the_optimum_better_than_random"),
