@@ -25,7 +25,7 @@ from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, CredentialsRefused
 from jobplane.clouds.memory import MemoryStore
 from jobplane.local.imds import FakeImds, ImdsInstance
 from jobplane.local.waiting import wait_for
-from jobplane.model import keys
+from jobplane.model import keys, sysmetrics
 from jobplane.model.metrics import EARLY_STOP
 from jobplane.model.records import HOLD_BY, ClusterFile, ExitReport
 from jobplane.model.spec import JobSpec
@@ -74,6 +74,22 @@ def test_write_failures_are_retried_until_the_report_lands(imds: FakeImds, tmp_p
     assert store.failures == {"/exit.json": 0, "/logs/": 0, "heartbeats/": 0}
     assert reg.get_json(keys.heartbeat("core-job", 1, 0))["instance_id"] == "i-core"
     assert powered == ["off"]
+
+
+def test_a_jobs_event_files_and_system_samples_are_in_the_bucket_by_its_end(imds: FakeImds, tmp_path: Path) -> None:
+    store, powered = FlakyStore(), []
+    reg = Registry(store)
+    reg.create_job("core-job", JobSpec(instance_type="t3.micro", tensorboard={"log_dir": "/opt/ml/output/tensorboard"},
+                                       run='mkdir -p "$JOBPLANE_TENSORBOARD_DIR/train" && '
+                                           'echo records > "$JOBPLANE_TENSORBOARD_DIR/train/events.out.tfevents.1"'))
+    reg.transition("core-job", State.LAUNCHING, attempt=1)
+    reg.put_json(keys.cluster("core-job", 1), ClusterFile(job_id="core-job", attempt=1, hosts=["10.1.1.1"],
+                                                          master_addr="10.1.1.1", num_nodes=1).body())
+    assert make_agent(store, imds, tmp_path, powered).run() == 0
+    event_file = keys.tensorboard_prefix("core-job", 1, 0) + "train/events.out.tfevents.1"
+    assert reg.get_bytes(event_file) == b"records\n"  # the job ended before a periodic upload: the final one
+    (chunk,) = [k for k, _, _ in reg.listing(keys.system_prefix("core-job", 1, 0))]  # the first sample, at the end
+    assert {"memory_used_gb", "disk_used_gb"} <= {s.name for s in sysmetrics.decode(reg.get_bytes(chunk), 1, 0)}
 
 
 def test_a_registry_that_never_recovers_still_powers_off(imds: FakeImds, tmp_path: Path) -> None:

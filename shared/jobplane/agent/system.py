@@ -80,8 +80,11 @@ class SystemSampler:
                 "memory_total_gb": kib["MemTotal"] * 1024 / GIB}
 
     def _disk(self) -> dict[str, float]:
+        volume = self.volume
+        while not volume.exists() and volume != volume.parent:  # before the agent has made it: the disk it will be on
+            volume = volume.parent
         try:
-            st = os.statvfs(self.volume)
+            st = os.statvfs(volume)
         except OSError:
             return {}
         return {"disk_used_gb": (st.f_blocks - st.f_bfree) * st.f_frsize / GIB,
