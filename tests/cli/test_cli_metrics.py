@@ -56,6 +56,8 @@ def test_metrics_json_has_every_point_of_one_rank(trained: str) -> None:
     assert [p[:2] for p in loss["points"][:2]] == [[1, 10], [1, 20]] and loss["points"][-1][2] == "nan"
     only = json.loads(run("metrics", trained, "--json", "--rank", "1", "--attempt", "1").output)
     assert [(m["name"], m["rank"], m["last"]) for m in only["metrics"]] == [("loss", 1, 99.0)]
+    table = run("metrics", trained, "--rank", "1").output  # the rank is text in the table, not rich markup
+    assert next(line.split() for line in table.splitlines() if "loss" in line)[:4] == ["loss", "[rank", "1]", "99"]
 
 
 def test_metrics_plot_writes_a_png_with_one_panel_per_metric(trained: str, tmp_path: Path) -> None:
