@@ -284,6 +284,7 @@ def test_job_role_has_no_ec2_no_iam_and_only_registry_reads_and_writes(synth: Sy
         assert allows(sts, Request("s3:GetObject", obj + key)), key
     for key in ("heartbeats/j1/2/0", "heartbeats/j1/2/0.output", "heartbeats/j1/2/0.idle",
                 "jobs/j1/logs/2/0/00000001.log", "jobs/j1/metrics/2/0/00000001.jsonl",
+                "jobs/j1/system/2/0/00000001.jsonl", "jobs/j1/tensorboard/2/0/train/events.out.tfevents.1",
                 "jobs/j1/checkpoints/step-100.pt", "jobs/j1/artifacts/model/w.bin",
                 "jobs/j1/attempts/2/nodes/0/exit.json", "preempted-jobs/j1"):
         assert allows(sts, Request("s3:PutObject", obj + key)), key
@@ -303,9 +304,11 @@ def test_job_role_has_no_ec2_no_iam_and_only_registry_reads_and_writes(synth: Sy
     for key in ("jobs/j1/job.json", "jobs/j1/logs/2/0/00000001.log", "heartbeats/j1/2/0", "queue/j2.yaml",
                 "jobs/j1/attempts/2/nodes/0/exit.json", "preempted-jobs/j1"):
         assert not allows(sts, Request("s3:DeleteObject", obj + key)), key
-    # the tag the log-chunk lifecycle rule filters on: log and metrics chunks only
-    assert allows(sts, Request("s3:PutObjectTagging", obj + "jobs/j1/logs/2/0/00000001.log"))
-    assert allows(sts, Request("s3:PutObjectTagging", obj + "jobs/j1/metrics/2/0/00000001.jsonl"))
+    # the tag the log-chunk lifecycle rule filters on: log, metrics and system metrics chunks only
+    for key in ("jobs/j1/logs/2/0/00000001.log", "jobs/j1/metrics/2/0/00000001.jsonl",
+                "jobs/j1/system/2/0/00000001.jsonl"):
+        assert allows(sts, Request("s3:PutObjectTagging", obj + key)), key
+    assert not allows(sts, Request("s3:PutObjectTagging", obj + "jobs/j1/tensorboard/2/0/events.out.tfevents.1"))
     assert not allows(sts, Request("s3:PutObjectTagging", obj + "jobs/j1/checkpoints/step-100.pt"))
 
 
