@@ -57,7 +57,8 @@ class Background:
             self.clock.wait(stop, max(MIN_WAIT, self.step()))
 
     def step(self) -> float:
-        """Run what is due, in the order poll, logs, heartbeat; return the seconds until the next is due."""
+        """Run what is due, in the order poll, logs, heartbeat, system sample; return the seconds until the next is
+        due."""
         for name, action in list(self._actions.items()):  # watch_system may add one meanwhile
             if self.clock.monotonic() >= self.due[name]:
                 try:
