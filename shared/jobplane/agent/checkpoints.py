@@ -21,6 +21,12 @@ The convention for training code (also in the README):
   each goes up instead if it is newer than the bucket's, else the previous complete version stays in force.
   Where the kernel could not tell, files modified in the last SETTLE seconds before a death by signal are left
   out instead.
+- A training library's save of several files (the Trainer's `checkpoint-N/`, DeepSpeed's `global_stepN/` and its
+  `latest`, torch.distributed.checkpoint's shards and `.metadata`, Lightning's `epoch=..-step=..`: agent/saves.py)
+  goes up and is named as a set, once whole: a half one is never named, while the job runs nor at a stop (its files
+  are left out, and the log says which save stays), and the newest whole save of a series stays named while the job
+  has a newer one not whole in the bucket yet, even once its rotation deleted the older one locally. A file the job
+  deletes during its upload (a rotation: save_total_limit, save_top_k) is a deletion: no retry, no failure.
 - Never silently: a file left out, or whose newest version has not reached the bucket for longer than
   `overdue_after`, is reported through `say` (the job's log), naming the file and the rule, once per reason.
 
@@ -72,6 +78,7 @@ from pathlib import Path
 from typing import Any
 
 from jobplane.agent.copies import Copies, Copy, Freezer, unfrozen
+from jobplane.agent.saves import Saves, group, judge, read_pointers
 from jobplane.agent.transfer import (
     Moved,
     Sleep,
@@ -127,6 +134,16 @@ class _Changed(Exception):
     """The file changed while it was uploaded: that copy may be torn, so it is not used."""
 
 
+def failed_of(errors: Mapping[str, BaseException], rel: str, late: str) -> str:
+    """Why rel's upload did not land: rewritten meanwhile, an error, or never started (late)."""
+    exc = errors.get(rel)
+    return late if exc is None else CHANGED if isinstance(exc, _Changed) else f"upload failed: {exc}"
+
+
+class _Gone(Exception):
+    """The job deleted the file while it was uploaded (a rotation: save_total_limit, save_top_k): a deletion."""
+
+
 @dataclass
 class Ready:
     """One look at a directory: the files complete enough to upload, every file, and why the others wait."""
@@ -134,6 +151,7 @@ class Ready:
     files: dict[str, Stat]
     present: set[str]
     held: dict[str, str] = field(default_factory=dict)
+    stats: dict[str, Stat] = field(default_factory=dict)  # every file as scanned
 
 
 def complete(local: Path, settle: float, *, final: bool = False, leave_out: Mapping[str, str] | None = None,
@@ -151,12 +169,12 @@ def complete(local: Path, settle: float, *, final: bool = False, leave_out: Mapp
             held |= {rel: f"modified in the last {settle:g} s before the process was killed, and the kernel could"
                           " not tell whether it was being written" for rel, st in first.items()
                      if st[1] >= cut_ns and rel not in held}
-        return Ready({rel: st for rel, st in first.items() if rel not in held}, set(first), held)
+        return Ready({rel: st for rel, st in first.items() if rel not in held}, set(first), held, first)
     busy = writers()
     if busy is not None:
         held = {rel: EMPTY for rel, st in first.items() if st[0] == 0 and rel not in empty_before}
         held |= dict.fromkeys(under(busy, local) & first.keys(), OPEN)
-        return Ready({rel: st for rel, st in first.items() if rel not in held}, set(first), held)
+        return Ready({rel: st for rel, st in first.items() if rel not in held}, set(first), held, first)
     if stop is not None:
         stop.wait(settle)
     else:
@@ -164,7 +182,7 @@ def complete(local: Path, settle: float, *, final: bool = False, leave_out: Mapp
     second = scan(local, ignored)
     unsettled = f"changed within {settle:g} s at every sync (the kernel cannot tell what is open for writing here)"
     held = {rel: unsettled for rel, st in second.items() if first.get(rel) != st}
-    return Ready({rel: st for rel, st in second.items() if rel not in held}, set(second), held)
+    return Ready({rel: st for rel, st in second.items() if rel not in held}, set(second), held, second)
 
 
 def upload(store: ObjectStore, local: Path, files: dict[str, Stat], key_of: Callable[[str], str],
@@ -172,24 +190,29 @@ def upload(store: ObjectStore, local: Path, files: dict[str, Stat], key_of: Call
            ) -> tuple[dict[str, Entry], Moved, dict[str, BaseException]]:
     """Upload files (newest first, in parallel), each from its copy if `copies` has one, else from the directory;
     an entry per file uploaded whole and unchanged meanwhile, and the error of each file that was not (_Changed:
-    rewritten during its upload)."""
+    rewritten during its upload; _Gone: deleted by the job meanwhile, which no retry can help)."""
     started = time.monotonic()
 
     def one(rel: str) -> Entry:
         copy = (copies or {}).get(rel)  # a private copy: nothing rewrites it
         path = local / rel if copy is None else copy.path
-        version = retried(f"upload {rel}", lambda: store.upload_file(key_of(rel), path), sleep=sleep)
-        if copy is None and stat_of(path) != files[rel]:
-            raise _Changed(rel)
+        try:
+            version = retried(f"upload {rel}", lambda: store.upload_file(key_of(rel), path), sleep=sleep)
+        except FileNotFoundError:
+            if copy is None and stat_of(path) is None:
+                raise _Gone(rel) from None
+            raise
+        if copy is None and (now := stat_of(path)) != files[rel]:
+            raise _Gone(rel) if now is None else _Changed(rel)
         return Entry(key_of(rel), files[rel][0], version)
 
     newest_first = sorted(files, key=lambda rel: files[rel][1], reverse=True)
     entries, errors = parallel(((rel, partial(one, rel)) for rel in newest_first), workers(store), deadline)
     for rel, exc in errors.items():
-        if not isinstance(exc, _Changed):
+        if not isinstance(exc, _Changed | _Gone):
             log.warning("upload of %s failed: %s", rel, exc)
-    moved = Moved(files=len(entries), bytes=sum(e.size for e in entries.values()),
-                  seconds=time.monotonic() - started, failed=sorted(errors))
+    moved = Moved(files=len(entries), bytes=sum(e.size for e in entries.values()), seconds=time.monotonic() - started,
+                  failed=sorted(rel for rel, exc in errors.items() if not isinstance(exc, _Gone)))
     moved.skipped = len(files) - len(entries) - len(errors)  # not started before the deadline
     return entries, moved, errors
 
@@ -241,6 +264,7 @@ class CheckpointSync:
         self._closed: dict[str, Stat] = {}  # each file as last seen closed
         self._in_place: set[str] = set()  # files seen written: open at a look, or rewritten in place between two
         self._kept_open: set[str] = set()  # files never seen closed, open throughout a copy's wait: not waited for
+        self._in_saves: set[str] = set()  # files of a library's save (agent/saves.py) at the last look: no copies
 
     def _key(self, rel_key: str) -> str:
         return self.prefix + rel_key
@@ -360,6 +384,14 @@ class CheckpointSync:
         self._empty = frozenset(rel for rel, st in ready.files.items() if st[0] == 0) | frozenset(
             rel for rel, why in ready.held.items() if why == EMPTY)
         self._learn(ready)
+        # a library's save goes up as a set, once whole (agent/saves.py); never from copies of its files
+        saves = judge(ready.stats, ready.held, read_pointers(self.local, ready.stats), rank=self.rank)
+        self._in_saves = set(saves.of)
+        self._in_place -= self._in_saves
+        for path, why in saves.partial.items():
+            for rel in saves.saves[path].files:
+                ready.files.pop(rel, None)
+                ready.held.setdefault(rel, why)
         gone = self._gone() if self._reused else set()
         changed = {rel: st for rel, st in ready.files.items() if rel in gone or (
             self._theirs.get(rel) != st and (rel not in self._mine or self._mine[rel][0] != st))}
@@ -370,7 +402,7 @@ class CheckpointSync:
         elif not final:
             uncopied = self.copies.take(self._wanted(), self.writers, self.copy_wait)
             self._kept_open |= self._never_closed(self.copies.open_throughout)
-        copies = self._pending(ready.present, ready.held if final else None, stop)
+        copies = self._pending(ready.present - self._in_saves, ready.held if final else None, stop)
         changed = {rel: st for rel, st in changed.items() if rel not in copies} | {
             rel: copy.stat for rel, copy in copies.items()}
 
@@ -378,7 +410,10 @@ class CheckpointSync:
             return self._key(f"files/{self.rank}/{seq:08d}-a{self.attempt}/{rel}")
 
         entries, moved, errors = self._upload(changed, copies, key_of, deadline, final, stop)
-        rewritten = {rel for rel, exc in errors.items() if isinstance(exc, _Changed)}
+        deleted = {rel for rel, exc in errors.items() if isinstance(exc, _Gone)}  # rotated away: a deletion
+        errors = {rel: exc for rel, exc in errors.items() if rel not in deleted}
+        ready.present -= deleted
+        rewritten = {rel for rel, exc in errors.items() if isinstance(exc, _Changed)} - self._in_saves
         self._in_place |= rewritten
         if rewritten and not final and not stopping and self.live():
             # rewritten during its upload (a file first seen closed): once more, from a whole copy
@@ -391,7 +426,10 @@ class CheckpointSync:
             changed |= {rel: copy.stat for rel, copy in again.items()}
             errors = {rel: exc for rel, exc in errors.items() if rel not in more} | errors_again
             moved.add(moved_again)
-            moved.failed = sorted(errors)
+            moved.failed = sorted(rel for rel, exc in errors.items() if not isinstance(exc, _Gone))
+        # a save all of whose changed files did not land keeps its previous entries (or stays unnamed)
+        torn = {saves.of[rel]: rel for rel in sorted(changed.keys() - entries.keys()) if rel in saves.of}
+        entries = {rel: entry for rel, entry in entries.items() if saves.of.get(rel) not in torn}
         uploaded = {rel: (changed[rel], entry) for rel, entry in entries.items()}
         when = self.clock()
         for rel, (st, entry) in uploaded.items():
@@ -408,7 +446,7 @@ class CheckpointSync:
         self._mine = {rel: kept for rel, kept in self._mine.items()
                       if rel in ready.present and (rel not in gone or rel in uploaded)}
         self._theirs = {rel: st for rel, st in self._theirs.items() if rel in ready.present}
-        files = {rel: entry for rel, (_, entry) in self._mine.items()}
+        files = self._whole({rel: entry for rel, (_, entry) in self._mine.items()}, saves, ready.present)
         if files != self._named:
             self._write_manifest(seq, files, step)
             if deadline is None or time.monotonic() < deadline:
@@ -419,14 +457,22 @@ class CheckpointSync:
         failed = {rel: CHANGED if isinstance(exc, _Changed) else f"upload failed: {exc}" for rel, exc in errors.items()}
         failed |= {rel: f"{failed[rel]}; {why}" if rel in failed else why for rel, why in uncopied.items()
                    if rel not in uploaded and (rel in failed or rel not in changed)}
-        self._account(ready, failed | dict.fromkeys(changed.keys() - uploaded.keys() - errors.keys(), late), final)
+        failed |= dict.fromkeys(changed.keys() - uploaded.keys() - errors.keys() - deleted - saves.of.keys(), late)
+        # a save is accounted for as one: why it is not whole, or which of its files did not go up and why
+        failed = {rel: why for rel, why in failed.items() if rel not in saves.of}
+        failed |= {saves.saves[path].label: f"{saves.saves[path].inside(rel)}: {failed_of(errors, rel, late)}"
+                   for path, rel in torn.items() if not saves.saves[path].files & deleted}  # one deleted: gone
+        held = {rel: why for rel, why in ready.held.items() if rel not in saves.of}
+        held |= {saves.saves[path].label: why for path, why in saves.partial.items()}
+        self._account(held, failed, ready.present - saves.of.keys() | {saves.saves[p].label for p in saves.saves},
+                      final, saves, files)
         return moved
 
     def _upload(self, files: dict[str, Stat], copies: dict[str, Copy], key_of: Callable[[str], str],
                 deadline: float | None, final: bool, stop: threading.Event | None,
                 ) -> tuple[dict[str, Entry], Moved, dict[str, BaseException]]:
         self._unnamed |= {key_of(rel) for rel in files}  # an upload discarded or cut short leaves an object
-        direct = {rel: st for rel, st in files.items() if rel not in copies}
+        direct = {rel: st for rel, st in files.items() if rel not in copies and rel not in self._in_saves}
         with self.copies.reading(list(copies.values())), self._copying_meanwhile(final, stop, direct):
             return upload(self.store, self.local, files, key_of,
                           None if deadline is None else deadline - _MANIFEST_TIME, self.sleep, copies)
@@ -517,32 +563,67 @@ class CheckpointSync:
                      f" {sorted(gone)[0]}): uploading them again")
         return gone
 
-    def _account(self, ready: Ready, failed: dict[str, str], final: bool) -> None:
-        """Which files' newest version is not in the bucket, since when and why; say what must be said: every
-        file a final sync left out, and any file waiting longer than overdue_after."""
+    def _whole(self, files: dict[str, Entry], saves: Saves, present: set[str]) -> dict[str, Entry]:
+        """What the manifest names, a library's save only whole: one the job has begun to delete (a file of it named
+        before is gone) leaves it; but the newest save of a series named before stays named, deleted or not, while
+        the job has a newer one of that series that is not named yet (its rotation deleted the older one first,
+        or took it during its upload): the bucket always holds a whole save for the resume rule to pick."""
+        before = group(self._named)
+        for save in before.saves.values():
+            if save.path in saves.saves and not save.files <= present:
+                files = {rel: entry for rel, entry in files.items() if rel not in save.files}
+        now = group(files)
+        for series in {save.series for save in before.saves.values() if save.habit is not None}:
+            last = max((s for s in before.saves.values() if s.series == series), key=lambda s: s.number)
+            newer = [s for s in saves.saves.values() if s.series == series and s.number > last.number]
+            named = [s for s in now.saves.values() if s.series == series and s.number >= last.number]
+            if newer and not named:
+                files |= {rel: self._named[rel] for rel in last.files}
+        return files
+
+    def _account(self, held: dict[str, str], failed: dict[str, str], present: set[str], final: bool, saves: Saves,
+                 named: Mapping[str, Entry]) -> None:
+        """Which files (and saves) have their newest version not in the bucket, since when and why; say what must be
+        said: every file or save a final sync left out, and any waiting longer than overdue_after."""
         now = time.monotonic()
-        why = ready.held | failed
-        self._waiting = {rel: (self._waiting.get(rel, (now, ""))[0], why[rel]) for rel in ready.present if rel in why}
-        for rel, (since, reason) in sorted(self._waiting.items()):
-            if (rel, reason) in self._told:
+        why = held | failed
+        self._waiting = {key: (self._waiting.get(key, (now, ""))[0], why[key]) for key in present if key in why}
+        for key, (since, reason) in sorted(self._waiting.items()):
+            if (key, reason) in self._told:
                 continue
-            if final and rel in ready.held:
-                self.say(f"checkpoint {rel} left out: {reason}; {self._previous(rel)}")
+            if final and key in held:
+                self.say(f"checkpoint {key} left out: {reason}; {self._previous(key, saves, named)}")
             elif self.overdue_after is not None and now - since > self.overdue_after:
-                self.say(f"checkpoint {rel} has not reached the bucket for {age(now - since)}: {reason};"
-                         f" {self._previous(rel)}")
+                self.say(f"checkpoint {key} has not reached the bucket for {age(now - since)}: {reason};"
+                         f" {self._previous(key, saves, named)}")
             else:
                 continue
-            self._told.add((rel, reason))
+            self._told.add((key, reason))
 
-    def _previous(self, rel: str) -> str:
-        if rel not in self._mine and rel not in self._theirs:
+    def _previous(self, key: str, saves: Saves, named: Mapping[str, Entry]) -> str:
+        """What stays in the bucket instead: the file's previous version, or the newest whole save of its series."""
+        save = next((s for s in saves.saves.values() if s.label == key), None)
+        if save is not None:
+            stays = [s for s in group(named).saves.values() if s.series == save.series and s.number < save.number]
+            if not stays:
+                return "no earlier whole save of it is in the bucket"
+            last = max(stays, key=lambda s: s.number)
+            return f"{last.label} (whole{self._about(max(last.files, key=self._uploaded))}) stays"
+        if key not in self._mine and key not in self._theirs:
             return "no earlier version of it is in the bucket"
+        about = self._about(key)
+        return "the previous version " + (f"({about.removeprefix(', ')}) " if about else "") + "stays"
+
+    def _uploaded(self, rel: str) -> datetime:
+        return self._versions.get(rel, (None, None))[0] or _EPOCH
+
+    def _about(self, rel: str) -> str:
+        """", step N, M s old" of the version of rel in the bucket, as far as known."""
         when, step = self._versions.get(rel, (None, None))
         about = [f"step {step}"] if step is not None else []
         if when is not None:
             about.append(f"{age((self.clock() - when).total_seconds())} old")
-        return "the previous version " + (f"({', '.join(about)}) " if about else "") + "stays"
+        return "".join(f", {part}" for part in about)
 
     def _manifest_key(self, seq: int) -> str:
         return self._key(f"manifests/{self.rank}/{seq:08d}.json")

@@ -53,11 +53,12 @@ def workers(store: ObjectStore) -> int:
 
 
 def retried(what: str, fn: Callable[[], T], tries: int = FILE_TRIES, *, sleep: Sleep = time.sleep) -> T:
-    """fn(), tried again on errors a retry can fix (not a missing object or a changed version)."""
+    """fn(), tried again on errors a retry can fix (not a missing object or a changed version, nor a local file
+    gone: a checkpoint the job deleted during its upload)."""
     for attempt in range(1, tries + 1):
         try:
             return fn()
-        except (NotFound, PreconditionFailed, ValueError):
+        except (NotFound, PreconditionFailed, ValueError, FileNotFoundError):
             raise
         except Exception as exc:
             if attempt == tries:

@@ -1,0 +1,205 @@
+"""Which files of a checkpoint directory make one save of a training library, and whether that save is whole.
+
+A save is often not one file. The Hugging Face Trainer writes `checkpoint-N/` file by file (config, weights,
+optimizer, scheduler, RNG state, `trainer_state.json` last) and then deletes the oldest beyond
+`save_total_limit`; DeepSpeed writes `global_stepN/` and then a `latest` file beside it naming it;
+torch.distributed.checkpoint writes one `.distcp` file per rank and `.metadata` last (torchtitan's `step-N/`);
+PyTorch Lightning writes `epoch=E-step=S.ckpt` and deletes the one it replaces. Each file of such a save can be
+closed and whole while the save is not: a resume rule that picks the highest number (transformers'
+`get_last_checkpoint`) then crashes on the half save. So the files of a recognised save go to the bucket, and
+stay named in a manifest, only as a set, once the save is whole:
+
+- none of its files is held back by the per-file rules (open for writing, open at the stop, just created...);
+- if it is the newest of its series (same parent directory, same naming pattern), the file its library writes
+  last is there: `trainer_state.json` in `checkpoint-N/`, a `latest` beside `global_stepN/` naming it, a
+  `.metadata` no older than every `.distcp` of a save holding shards. A library writes these on rank 0 (or on
+  each node where its predecessor has one too), so another rank's save needs it only where its predecessor
+  had it;
+- if it is the newest of its series, it has every file its predecessor in the series has (names compared with
+  the save's own number taken out): a save the stop cut between two files, whatever the library.
+
+An older save of a series is no longer being written: only the first rule applies to it. Everything not
+recognised here keeps the per-file rules (agent/checkpoints.py). `judge` is a pure function of one scan.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from jobplane.agent.transfer import Stat
+
+
+@dataclass(frozen=True)
+class Habit:
+    """One library's way of naming a save: a path component (group 1: its number); the file it writes last in
+    the save, or beside it naming the save (a pointer)."""
+
+    library: str
+    name: re.Pattern[str]
+    marker: str | None = None
+    pointer: str | None = None
+
+
+HABITS = (
+    Habit("the Hugging Face Trainer", re.compile(r"checkpoint-(\d+)"), marker="trainer_state.json"),
+    Habit("DeepSpeed", re.compile(r"global_step(\d+)"), pointer="latest"),
+    Habit("step_N", re.compile(r"step[_-](\d+)")),  # torchtitan's DCP saves, many scripts' own
+    Habit("PyTorch Lightning", re.compile(r"(?:.*-)?epoch=\d+-step=(\d+)(?:[-.].*)?")),  # a file or a directory
+)
+SHARD, METADATA = ".distcp", ".metadata"  # torch.distributed.checkpoint: shards, then the metadata last
+DCP = "torch.distributed.checkpoint"
+POINTER_BYTES = 256  # a pointer longer than this names no save
+
+
+@dataclass(frozen=True)
+class Save:
+    """One save: its path (relative; "" for the checkpoint directory itself), its series (parent, habit) and
+    number, its files."""
+
+    path: str
+    habit: Habit | None  # None: a directory holding .distcp shards, by no naming pattern
+    number: int
+    files: frozenset[str]
+
+    @property
+    def label(self) -> str:
+        """As the log names it: a directory ends in /."""
+        return self.path if self.path in self.files else f"{self.path or '.'}/"
+
+    @property
+    def series(self) -> tuple[str, str]:
+        return (str(PurePosixPath(self.path).parent), self.habit.library if self.habit else f"{DCP} {self.path}")
+
+    def inside(self, rel: str) -> str:
+        """rel's name within the save, its habit's numbers taken out (global_step280/x -> global_step#/x); a
+        pointer beside the save is ../<name>."""
+        if rel == self.path or not self.path:
+            name = rel
+        elif rel.startswith(self.path + "/"):
+            name = rel[len(self.path) + 1:]
+        else:
+            return f"../{PurePosixPath(rel).name}"
+        return "/".join(_numberless(part) for part in PurePosixPath(name).parts)
+
+
+def _numberless(part: str) -> str:
+    for habit in HABITS:
+        if (m := habit.name.fullmatch(part)) is not None:
+            return part[:m.start(1)] + "#" + part[m.end(1):]
+    return part
+
+
+@dataclass
+class Saves:
+    """The saves found in one scan: each by path, the save of each file in one, and why some are not whole."""
+
+    saves: dict[str, Save] = field(default_factory=dict)
+    of: dict[str, str] = field(default_factory=dict)
+    partial: dict[str, str] = field(default_factory=dict)
+
+    def older(self, save: Save) -> list[Save]:
+        """The saves of its series with a lower number, newest first."""
+        return sorted((s for s in self.saves.values() if s.series == save.series and s.number < save.number),
+                      key=lambda s: s.number, reverse=True)
+
+
+def save_of(rel: str) -> tuple[str, Habit, int] | None:
+    """The save a file belongs to by its path: the first component from the top that names one."""
+    parts = PurePosixPath(rel).parts
+    for i, part in enumerate(parts):
+        for habit in HABITS:
+            if (m := habit.name.fullmatch(part)) is not None:
+                return "/".join(parts[:i + 1]), habit, int(m[1])
+    return None
+
+
+def group(files: set[str] | Mapping[str, object]) -> Saves:
+    """The saves among these files (paths relative to the checkpoint directory), by naming pattern, and the
+    directories of .distcp shards named by none; a pointer (DeepSpeed's `latest`) is not grouped here."""
+    found: dict[str, tuple[Habit | None, int, set[str]]] = {}
+    for rel in files:
+        if (named := save_of(rel)) is not None:
+            path, habit, number = named
+            found.setdefault(path, (habit, number, set()))[2].add(rel)
+    loose = [rel for rel in files if not any(rel == p or rel.startswith(p + "/") for p in found)]
+    shards = {_parent(rel) for rel in loose if rel.endswith(SHARD)}
+    for directory in shards:
+        found[directory] = (None, 0, {rel for rel in loose if _parent(rel) == directory})
+    saves = Saves({path: Save(path, habit, number, frozenset(members)) for path, (habit, number, members)
+                   in found.items()})
+    saves.of = {rel: path for path, save in saves.saves.items() for rel in save.files}
+    return saves
+
+
+def _parent(rel: str) -> str:
+    parent = str(PurePosixPath(rel).parent)
+    return "" if parent == "." else parent
+
+
+def judge(stats: Mapping[str, Stat], held: Mapping[str, str], pointers: Mapping[str, str], *, rank: int) -> Saves:
+    """The saves in one scan (relative path -> Stat of every file), with why each that is not whole is not.
+    held: the files the per-file rules hold back, and why; pointers: the content of each pointer file (a
+    DeepSpeed `latest`), which joins the save it names."""
+    saves = group(stats)
+    for rel, named in pointers.items():  # `latest` goes up with the save it names, never ahead of it
+        target = f"{_parent(rel)}/{named}" if _parent(rel) else named
+        save = saves.saves.get(target)
+        if save is not None and save.habit is not None and save.habit.pointer == PurePosixPath(rel).name:
+            saves.saves[target] = Save(save.path, save.habit, save.number, save.files | {rel})
+            saves.of[rel] = target
+    newest: dict[tuple[str, str], int] = {}
+    for save in saves.saves.values():
+        newest[save.series] = max(newest.get(save.series, save.number), save.number)
+    for path, save in saves.saves.items():
+        why = _partial(save, stats, held, pointers, rank, saves, newest[save.series] == save.number)
+        if why is not None:
+            saves.partial[path] = why
+    return saves
+
+
+def _partial(save: Save, stats: Mapping[str, Stat], held: Mapping[str, str], pointers: Mapping[str, str],
+             rank: int, saves: Saves, newest: bool) -> str | None:
+    for rel in sorted(save.files):
+        if rel in held:
+            return f"being written ({save.inside(rel) if save.path != rel else rel}: {held[rel]})"
+    if not newest or save.path in save.files:  # its writer has moved on to a later save; or a save of one file
+        return None
+    before = next(iter(saves.older(save)), None)
+    names = {save.inside(rel) for rel in save.files}
+    had = {before.inside(rel) for rel in before.files} if before is not None else set()
+    habit = save.habit
+    if habit is not None and habit.marker and (rank == 0 or habit.marker in had) and habit.marker not in names:
+        return f"not finished: {habit.marker} is not there yet ({habit.library} writes it last)"
+    if habit is not None and habit.pointer:
+        pointer = f"{save.series[0]}/{habit.pointer}" if save.series[0] != "." else habit.pointer
+        expected = rank == 0 or pointer in stats
+        if expected and pointers.get(pointer) != PurePosixPath(save.path).name:
+            return f"not finished: no {habit.pointer} beside it names it yet ({habit.library} writes it after the save)"
+    shards = [rel for rel in save.files if rel.endswith(SHARD)]
+    if shards and (rank == 0 or METADATA in had):
+        metadata = f"{save.path}/{METADATA}" if save.path else METADATA
+        if metadata not in stats:
+            return f"not finished: {METADATA} is not there yet ({DCP} writes it last)"
+        late = max(shards, key=lambda rel: stats[rel][1])
+        if stats[late][1] > stats[metadata][1]:
+            return f"not finished: {METADATA} is older than {save.inside(late)} ({DCP} writes it last)"
+    missing = sorted(had - names - {f"../{habit.pointer}" if habit and habit.pointer else ""})
+    if before is not None and missing:
+        return f"not finished: it has no {missing[0]}, which {before.label} has"
+    return None
+
+
+def read_pointers(local: Path, stats: Mapping[str, Stat]) -> dict[str, str]:
+    """The content of each pointer file in the scan (DeepSpeed's `latest`), if small and readable."""
+    names = {habit.pointer for habit in HABITS if habit.pointer}
+    found = {}
+    for rel, st in stats.items():
+        if PurePosixPath(rel).name in names and 0 < st[0] <= POINTER_BYTES:
+            try:
+                found[rel] = (local / rel).read_text(errors="replace").strip()
+            except OSError:  # deleted since the scan
+                continue
+    return found
