@@ -156,3 +156,37 @@ def test_a_save_rotated_away_during_its_upload_is_a_deletion_and_the_newest_whol
     sync.sync()
     assert sorted({rel.split("/")[0] for rel in manifests(store)[-1]["files"]}) == ["checkpoint-300"]  # type: ignore
     assert {i.key.split("/")[6] for i in store.list(PREFIX + "files/")} == {"checkpoint-300"}
+
+
+def test_each_rank_judges_its_own_saves_after_a_restore_of_every_ranks(tmp_path: Path) -> None:
+    """A two-node Trainer job (its DeepSpeed integration): node 0 writes the Trainer's files, node 1 its own shard
+    only. A rerun restores the union onto both; the next save of each is whole by its own files alone."""
+    store = MemoryStore()
+
+    def node(rank: int, attempt: int) -> tuple[CheckpointSync, Path]:
+        ckpt = tmp_path / f"a{attempt}-rank{rank}"
+        return CheckpointSync(store, ckpt, PREFIX, rank=rank, attempt=attempt, writers=set), ckpt
+
+    def save(ckpt: Path, rank: int, step: int) -> None:
+        if rank == 0:
+            write_trainer_save(ckpt, step)
+        shard = ckpt / f"checkpoint-{step}" / f"global_step{step}" / f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt"
+        shard.parent.mkdir(parents=True, exist_ok=True)
+        shard.write_text(f"step {step}\n")
+
+    for rank in (0, 1):
+        sync, ckpt = node(rank, 1)
+        save(ckpt, rank, 20)
+        sync.sync()
+    for rank in (0, 1):
+        sync, ckpt = node(rank, 2)
+        sync.restore()
+        assert (ckpt / "checkpoint-20" / "trainer_state.json").exists()  # the union, on node 1 too
+        save(ckpt, rank, 40)
+        sync.sync()
+        named = [m for m in manifests(store, rank) if m["attempt"] == 2 and any(
+            rel.startswith("checkpoint-40/") for rel in m["files"])]  # type: ignore[attr-defined]
+        assert named, f"rank {rank}'s checkpoint-40 is never named"
+        mine = {rel for rel in named[-1]["files"] if rel.startswith("checkpoint-40/")}  # type: ignore[attr-defined]
+        assert (f"checkpoint-40/global_step40/zero_pp_rank_{rank}_mp_rank_00_optim_states.pt" in mine
+                and len(mine) == (len(TRAINER_FILES) + 1 if rank == 0 else 1)), mine

@@ -384,8 +384,10 @@ class CheckpointSync:
         self._empty = frozenset(rel for rel, st in ready.files.items() if st[0] == 0) | frozenset(
             rel for rel, why in ready.held.items() if why == EMPTY)
         self._learn(ready)
-        # a library's save goes up as a set, once whole (agent/saves.py); never from copies of its files
-        saves = judge(ready.stats, ready.held, read_pointers(self.local, ready.stats), rank=self.rank)
+        # a library's save goes up as a set, once whole (agent/saves.py); never from copies of its files. Judged on
+        # this rank's own files: another rank's, restored beside them, are not this rank's to wait for
+        own = {rel: st for rel, st in ready.stats.items() if self._theirs.get(rel) != st}
+        saves = judge(own, ready.held, read_pointers(self.local, own), rank=self.rank)
         self._in_saves = set(saves.of)
         self._in_place -= self._in_saves
         for path, why in saves.partial.items():

@@ -124,7 +124,8 @@ def group(files: set[str] | Mapping[str, object]) -> Saves:
         if (named := save_of(rel)) is not None:
             path, habit, number = named
             found.setdefault(path, (habit, number, set()))[2].add(rel)
-    loose = [rel for rel in files if not any(rel == p or rel.startswith(p + "/") for p in found)]
+    grouped = {rel for _, _, members in found.values() for rel in members}
+    loose = [rel for rel in files if rel not in grouped]
     shards = {_parent(rel) for rel in loose if rel.endswith(SHARD)}
     for directory in shards:
         found[directory] = (None, 0, {rel for rel in loose if _parent(rel) == directory})
