@@ -5,6 +5,7 @@ job's rotation deletes during its upload is a deletion, said nowhere as a failur
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import shutil
@@ -89,6 +90,7 @@ def test_the_issues_preemption_resumes_from_the_whole_save_and_says_which(tmp_pa
     sync.sync()
     write_trainer_save(ckpt, 280, upto=3)  # config.json, generation_config.json; model.safetensors open at the kill
     sync.sync(final=True, leave_out={"checkpoint-280/model.safetensors": OPEN})
+    assert not [rel for rel in manifests(store)[-1]["files"] if "280" in rel]  # type: ignore[attr-defined]
     restored = restore(store, tmp_path / "r")
     assert {rel.split("/")[0] for rel in restored} == {"checkpoint-240", "checkpoint-260"}, sorted(restored)
     assert resume_trainer(tmp_path / "r") == 260
@@ -105,7 +107,8 @@ def test_a_periodic_sync_never_names_a_half_save(tmp_path: Path) -> None:
     for upto in range(len(TRAINER_FILES)):
         write_trainer_save(ckpt, 40, upto)
         sync.sync()
-        assert resume_trainer(tmp_path / f"r{upto}") == 20 if restore(store, tmp_path / f"r{upto}") else False
+        named = {rel for rel in manifests(store)[-1]["files"] if "40" in rel}  # type: ignore[attr-defined]
+        assert not named, f"{upto} of its files written: {sorted(named)}"
     write_trainer_save(ckpt, 40)
     sync.sync()
     restore(store, tmp_path / "whole")
@@ -190,3 +193,23 @@ def test_each_rank_judges_its_own_saves_after_a_restore_of_every_ranks(tmp_path:
         mine = {rel for rel in named[-1]["files"] if rel.startswith("checkpoint-40/")}  # type: ignore[attr-defined]
         assert (f"checkpoint-40/global_step40/zero_pp_rank_{rank}_mp_rank_00_optim_states.pt" in mine
                 and len(mine) == (len(TRAINER_FILES) + 1 if rank == 0 else 1)), mine
+
+
+def test_a_half_save_an_older_agent_named_is_not_restored(tmp_path: Path) -> None:
+    """A job preempted under an agent that kept checkpoint-280's two closed files resumes, under this one, from 260."""
+    store, ckpt, said = MemoryStore(), tmp_path / "old", list[str]()
+    write_trainer_save(ckpt, 260)
+    write_trainer_save(ckpt, 280, upto=2)
+    files = {}
+    for path in sorted(p for p in ckpt.rglob("*") if p.is_file()):
+        rel, data = path.relative_to(ckpt).as_posix(), path.read_bytes()
+        key = f"files/0/00000001-a1/{rel}"
+        files[rel] = {"key": key, "size": len(data), "version": store.put(PREFIX + key, data)}
+    store.put(PREFIX + "manifests/0/00000001.json", json.dumps(
+        {"seq": 1, "rank": 0, "attempt": 1, "written_at": "2026-11-27T10:00:00+00:00", "step": 280,
+         "files": files}).encode())
+    CheckpointSync(store, tmp_path / "r", PREFIX, attempt=2, say=said.append).restore()
+    assert resume_trainer(tmp_path / "r") == 260
+    assert said == ["checkpoint checkpoint-280/ not restored: not finished: trainer_state.json is not there yet (the"
+                    " Hugging Face Trainer writes it last); the whole saves before it are"]
+    assert not [rel for rel in manifests(store)[-1]["files"] if "280" in rel]  # type: ignore[attr-defined]

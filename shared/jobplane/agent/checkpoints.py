@@ -49,7 +49,8 @@ names, in whatever order they interleave:
 
 Restore reads the newest manifest of each rank whose objects are all in the bucket (one naming a missing object
 is passed over, and the log says so) and downloads exactly its files, verifying size and version: a file
-deleted locally is not in the manifest and never comes back. Every node
+deleted locally is not in the manifest and never comes back; nor is a half save an older agent named (the newest of
+its series without its library's last file, or short of its predecessor's files): it is said and passed over. Every node
 receives the union of the ranks' manifests (rank 0's copy wins where two ranks wrote the same path), the
 way SageMaker copies the whole checkpoint prefix to every instance.
 
@@ -317,6 +318,12 @@ class CheckpointSync:
                 self.seq, self._named, restored = seq, files, (step, written)
             self._versions.update(dict.fromkeys(files, (written, step)))
             chosen.update({rel: (rank, entry) for rel, entry in files.items()})
+        # a half save an older agent named (the files its final sync found closed) would be picked by the resume
+        # rule and fail to load: it is not restored, and the next manifest no longer names it
+        half = judge({rel: (entry.size, 0, 0) for rel, (_, entry) in chosen.items()}, {}, None, rank=0)
+        for path, why in sorted(half.partial.items()):
+            self.say(f"checkpoint {half.saves[path].label} not restored: {why}; the whole saves before it are")
+        chosen = {rel: kept for rel, kept in chosen.items() if half.of.get(rel) not in half.partial}
         started = time.monotonic()
         # what an earlier life of this rank left unnamed (a sync cut short): deleted after the next manifest, if
         # that life is surely gone (its objects are much older than the newest); a recent one may still sync
@@ -326,7 +333,7 @@ class CheckpointSync:
         self._ages = {info.key: info.last_modified for info in mine}
         self._unnamed |= {info.key for info in mine if info.last_modified < self.clock() - LEFTOVER_AGE}
         if announce and self._named:  # it stands on those objects now: an earlier life must not delete them
-            self._write_manifest(self.seq + 1, dict(self._named), *restored)
+            self._write_manifest(self.seq + 1, {rel: e for rel, e in self._named.items() if rel in chosen}, *restored)
             self._reused = {rel for rel, entry in self._named.items() if f"-a{self.attempt}/" not in entry.key}
 
         def one(rel: str, entry: Entry) -> int:

@@ -140,12 +140,14 @@ def _parent(rel: str) -> str:
     return "" if parent == "." else parent
 
 
-def judge(stats: Mapping[str, Stat], held: Mapping[str, str], pointers: Mapping[str, str], *, rank: int) -> Saves:
+def judge(stats: Mapping[str, Stat], held: Mapping[str, str], pointers: Mapping[str, str] | None, *,
+          rank: int) -> Saves:
     """The saves in one scan (relative path -> Stat of every file), with why each that is not whole is not.
     held: the files the per-file rules hold back, and why; pointers: the content of each pointer file (a
-    DeepSpeed `latest`), which joins the save it names."""
+    DeepSpeed `latest`), which joins the save it names; None where it is not known (a manifest's files, before
+    they are downloaded): the pointer rule is not applied."""
     saves = group(stats)
-    for rel, named in pointers.items():  # `latest` goes up with the save it names, never ahead of it
+    for rel, named in (pointers or {}).items():  # `latest` goes up with the save it names, never ahead of it
         target = f"{_parent(rel)}/{named}" if _parent(rel) else named
         save = saves.saves.get(target)
         if save is not None and save.habit is not None and save.habit.pointer == PurePosixPath(rel).name:
@@ -161,7 +163,7 @@ def judge(stats: Mapping[str, Stat], held: Mapping[str, str], pointers: Mapping[
     return saves
 
 
-def _partial(save: Save, stats: Mapping[str, Stat], held: Mapping[str, str], pointers: Mapping[str, str],
+def _partial(save: Save, stats: Mapping[str, Stat], held: Mapping[str, str], pointers: Mapping[str, str] | None,
              rank: int, saves: Saves, newest: bool) -> str | None:
     for rel in sorted(save.files):
         if rel in held:
@@ -174,7 +176,7 @@ def _partial(save: Save, stats: Mapping[str, Stat], held: Mapping[str, str], poi
     habit = save.habit
     if habit is not None and habit.marker and (rank == 0 or habit.marker in had) and habit.marker not in names:
         return f"not finished: {habit.marker} is not there yet ({habit.library} writes it last)"
-    if habit is not None and habit.pointer:
+    if habit is not None and habit.pointer and pointers is not None:
         pointer = f"{save.series[0]}/{habit.pointer}" if save.series[0] != "." else habit.pointer
         expected = rank == 0 or pointer in stats
         if expected and pointers.get(pointer) != PurePosixPath(save.path).name:
