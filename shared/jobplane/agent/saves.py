@@ -27,7 +27,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from functools import cached_property
+from pathlib import Path
 
 from jobplane.agent.transfer import Stat
 
@@ -69,9 +70,10 @@ class Save:
         """As the log names it: a directory ends in /."""
         return self.path if self.path in self.files else f"{self.path or '.'}/"
 
-    @property
+    @cached_property
     def series(self) -> tuple[str, str]:
-        return (str(PurePosixPath(self.path).parent), self.habit.library if self.habit else f"{DCP} {self.path}")
+        """Its parent directory ("" for the checkpoint directory) and habit."""
+        return (_parent(self.path), self.habit.library if self.habit else f"{DCP} {self.path}")
 
     def inside(self, rel: str) -> str:
         """rel's name within the save, its habit's numbers taken out (global_step280/x -> global_step#/x); a
@@ -81,8 +83,8 @@ class Save:
         elif rel.startswith(self.path + "/"):
             name = rel[len(self.path) + 1:]
         else:
-            return f"../{PurePosixPath(rel).name}"
-        return "/".join(_numberless(part) for part in PurePosixPath(name).parts)
+            return f"../{_name(rel)}"
+        return "/".join(_numberless(part) for part in name.split("/"))
 
 
 def _numberless(part: str) -> str:
@@ -108,7 +110,7 @@ class Saves:
 
 def save_of(rel: str) -> tuple[str, Habit, int] | None:
     """The save a file belongs to by its path: the first component from the top that names one."""
-    parts = PurePosixPath(rel).parts
+    parts = rel.split("/")  # a scan's relative POSIX path
     for i, part in enumerate(parts):
         for habit in HABITS:
             if (m := habit.name.fullmatch(part)) is not None:
@@ -136,8 +138,11 @@ def group(files: set[str] | Mapping[str, object]) -> Saves:
 
 
 def _parent(rel: str) -> str:
-    parent = str(PurePosixPath(rel).parent)
-    return "" if parent == "." else parent
+    return rel.rpartition("/")[0]
+
+
+def _name(rel: str) -> str:
+    return rel.rpartition("/")[2]
 
 
 def judge(stats: Mapping[str, Stat], held: Mapping[str, str], pointers: Mapping[str, str] | None, *,
@@ -150,7 +155,7 @@ def judge(stats: Mapping[str, Stat], held: Mapping[str, str], pointers: Mapping[
     for rel, named in (pointers or {}).items():  # `latest` goes up with the save it names, never ahead of it
         target = f"{_parent(rel)}/{named}" if _parent(rel) else named
         save = saves.saves.get(target)
-        if save is not None and save.habit is not None and save.habit.pointer == PurePosixPath(rel).name:
+        if save is not None and save.habit is not None and save.habit.pointer == _name(rel):
             saves.saves[target] = Save(save.path, save.habit, save.number, save.files | {rel})
             saves.of[rel] = target
     newest: dict[tuple[str, str], int] = {}
@@ -177,9 +182,9 @@ def _partial(save: Save, stats: Mapping[str, Stat], held: Mapping[str, str], poi
     if habit is not None and habit.marker and (rank == 0 or habit.marker in had) and habit.marker not in names:
         return f"not finished: {habit.marker} is not there yet ({habit.library} writes it last)"
     if habit is not None and habit.pointer and pointers is not None:
-        pointer = f"{save.series[0]}/{habit.pointer}" if save.series[0] != "." else habit.pointer
+        pointer = f"{save.series[0]}/{habit.pointer}" if save.series[0] else habit.pointer
         expected = rank == 0 or pointer in stats
-        if expected and pointers.get(pointer) != PurePosixPath(save.path).name:
+        if expected and pointers.get(pointer) != _name(save.path):
             return f"not finished: no {habit.pointer} beside it names it yet ({habit.library} writes it after the save)"
     shards = [rel for rel in save.files if rel.endswith(SHARD)]
     if shards and (rank == 0 or METADATA in had):
@@ -200,7 +205,7 @@ def read_pointers(local: Path, stats: Mapping[str, Stat]) -> dict[str, str]:
     names = {habit.pointer for habit in HABITS if habit.pointer}
     found = {}
     for rel, st in stats.items():
-        if PurePosixPath(rel).name in names and 0 < st[0] <= POINTER_BYTES:
+        if _name(rel) in names and 0 < st[0] <= POINTER_BYTES:
             try:
                 found[rel] = (local / rel).read_text(errors="replace").strip()
             except OSError:  # deleted since the scan
