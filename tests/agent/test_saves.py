@@ -65,6 +65,14 @@ def test_a_marker_is_needed_where_the_library_writes_one() -> None:
     assert judge(dcp, {}, {}, rank=0).partial == {
         "model": "not finished: .metadata is older than __1_0.distcp (torch.distributed.checkpoint writes it last)"}
     assert not judge(dcp | scan({"model/.metadata": 9}), {}, {}, rank=0).partial
+    # the Trainer's FSDP sharded state: a DCP directory inside its checkpoint, with its own .metadata
+    fsdp = scan(trainer_save(20) | {"checkpoint-20/pytorch_model_fsdp_0/__0_0.distcp": 20,
+                                    "checkpoint-20/pytorch_model_fsdp_0/.metadata": 20})
+    assert not judge(fsdp, {}, {}, rank=0).partial
+    del fsdp["checkpoint-20/pytorch_model_fsdp_0/.metadata"]
+    assert judge(fsdp, {}, {}, rank=0).partial == {"checkpoint-20": "not finished: pytorch_model_fsdp_0/.metadata is"
+                                                                     " not there yet (torch.distributed.checkpoint"
+                                                                     " writes it last)"}
     # rank 1's node never gets the coordinator's .metadata, nor rank 0's trainer_state.json: not waited for there
     assert not judge(scan({"step-1/__1_0.distcp": 1, "checkpoint-20/pytorch_model_fsdp_1.bin": 2}), {}, {},
                      rank=1).partial

@@ -186,14 +186,15 @@ def _partial(save: Save, stats: Mapping[str, Stat], held: Mapping[str, str], poi
         expected = rank == 0 or pointer in stats
         if expected and pointers.get(pointer) != _name(save.path):
             return f"not finished: no {habit.pointer} beside it names it yet ({habit.library} writes it after the save)"
-    shards = [rel for rel in save.files if rel.endswith(SHARD)]
-    if shards and (rank == 0 or METADATA in had):
-        metadata = f"{save.path}/{METADATA}" if save.path else METADATA
-        if metadata not in stats:
-            return f"not finished: {METADATA} is not there yet ({DCP} writes it last)"
-        late = max(shards, key=lambda rel: stats[rel][1])
-        if stats[late][1] > stats[metadata][1]:
-            return f"not finished: {METADATA} is older than {save.inside(late)} ({DCP} writes it last)"
+    if rank == 0 or any(name.rpartition("/")[2] == METADATA for name in had):  # each shard directory's own
+        for directory in sorted({_parent(rel) for rel in save.files if rel.endswith(SHARD)}):
+            metadata = f"{directory}/{METADATA}" if directory else METADATA
+            if metadata not in stats:
+                return f"not finished: {save.inside(metadata)} is not there yet ({DCP} writes it last)"
+            late = max((rel for rel in save.files if rel.endswith(SHARD) and _parent(rel) == directory),
+                       key=lambda rel: stats[rel][1])
+            if stats[late][1] > stats[metadata][1]:
+                return f"not finished: {save.inside(metadata)} is older than {save.inside(late)} ({DCP} writes it last)"
     missing = sorted(had - names - {f"../{habit.pointer}" if habit and habit.pointer else ""})
     if before is not None and missing:
         return f"not finished: it has no {missing[0]}, which {before.label} has"
