@@ -11,7 +11,8 @@
   or killing what is left), they are frozen (SIGSTOP) and `freeze` records which files they hold open for
   writing, and their state: those may be half-written if the signal kills them, so while one is unchanged no
   sync takes it (`cut`), and the final sync and the artifacts upload leave it out, say so, and keep the
-  previous complete version in force (or the newest whole copy). One the job went on writing after the signal
+  previous complete version in force (or the newest whole copy); a training library's save holding such a file, or
+  cut between two of its files, is left out whole (agent/saves.py). One the job went on writing after the signal
   (it survived SIGTERM) is judged anew. Once SIGKILL is due, or the job has ended, periodic syncs stop
   (`processes().running()`): the final sync takes over.
 """
