@@ -40,7 +40,10 @@ def test_ssh_runs_a_command_in_the_jobs_vm_only_when_the_policy_allows_it(cloud:
                                                                         request: pytest.FixtureRequest) -> None:
     if problem := rootfs.image_problem():
         pytest.skip(problem)
-    job_id = submit(cloud, write_spec(tmp_path, "held", "echo ready; sleep 300", spot="false", image="debian-12"))
+    # it prints now and then: a job silent for the local policy's 60 s stall_timeout is STALLED, which a slow look
+    # on a loaded machine reached
+    job_id = submit(cloud, write_spec(tmp_path, "held", "echo ready; for i in $(seq 60); do sleep 5; echo alive; done",
+                                      spot="false", image="debian-12"))
     reg = cloud.registry()
     wait_for("the job to run", lambda: reg.exists(job_id) and reg.job(job_id).state == State.RUNNING
              and "ready" in cloud.cli("logs", job_id).stdout, 120, every=1.0)
