@@ -152,7 +152,7 @@ def test_a_preempted_jobs_tensorboard_scalars_of_both_attempts_are_served(cloud,
     if not any(wheel_dir().glob("tensorboardx-*.whl")):
         pytest.skip(f"no tensorboardX in the local package index ({wheel_dir()}): run `make local-index`")
     reg = cloud.registry()
-    spec = write_spec(tmp_path, "board", "python3 train.py --steps 150 --checkpoint-every 10 --sleep 0.05",
+    spec = write_spec(tmp_path, "board", "python3 train.py --steps 150 --checkpoint-every 10 --sleep 0.12",
                       max_restarts="1", owner="board", tensorboard="{log_dir: /opt/ml/output/tensorboard}")
     job_id = submit(cloud, spec, REPO / "examples" / "tensorboard")
     wait_state(reg, job_id, {State.RUNNING}, 120)
