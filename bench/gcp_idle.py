@@ -6,7 +6,7 @@ real google-cloud-storage client) and the Compute Engine fake (the real google-c
 empty registry ("idle") and a small one (3 healthy RUNNING jobs with VMs, heartbeats and limits). Per
 function: median and p90 wall time of 20 warm invocations, registry calls (GCS operations by class: a read is
 two class B requests, metadata then media; a listing page or a write is one class A; deletes are free),
-Compute calls, bytes written to the log (Cloud Logging ingestion); plus the cold start (bench/gcp_sweep.py).
+Compute calls, bytes written to the log (Cloud Logging ingestion); plus the cold start (bench/gcp_check.py).
 
 The fakes answer in about a millisecond where GCS and Compute Engine take tens: the README's arithmetic adds a
 per-call latency to the measured durations and says so.
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH), str(ROOT), str(ROOT / "shared")]
 
-import gcp_sweep  # noqa: E402  (bench/gcp_sweep.py: the counting store and the seeding)
+import gcp_check  # noqa: E402  (bench/gcp_check.py: the counting store and the seeding)
 import report  # noqa: E402
 from functions_framework import create_app  # noqa: E402
 
@@ -47,20 +47,20 @@ CLOUD_SCHEDULER = {"data": "{}", "headers": {"Content-Type": "application/json"}
 
 
 def scenario(jobs: int) -> dict[str, Any]:
-    with FakeGcsServer() as gcs, FakeComputeServer(gcp_sweep.PROJECT, op_polls=0) as compute:
-        gcs.create_bucket(gcp_sweep.BUCKET)
+    with FakeGcsServer() as gcs, FakeComputeServer(gcp_check.PROJECT, op_polls=0) as compute:
+        gcs.create_bucket(gcp_check.BUCKET)
         os.environ.update({"STORAGE_EMULATOR_HOST": gcs.endpoint, "JOBPLANE_COMPUTE_ENDPOINT": compute.endpoint,
-                           "JOBPLANE_BUCKET": gcp_sweep.BUCKET, "JOBPLANE_REGION": gcp_sweep.REGION,
-                           "JOBPLANE_CLOUD": "gcp", "GOOGLE_CLOUD_PROJECT": gcp_sweep.PROJECT})
-        store = gcp_sweep.CountingStore(GcsStore(gcp_sweep.BUCKET))
+                           "JOBPLANE_BUCKET": gcp_check.BUCKET, "JOBPLANE_REGION": gcp_check.REGION,
+                           "JOBPLANE_CLOUD": "gcp", "GOOGLE_CLOUD_PROJECT": gcp_check.PROJECT})
+        store = gcp_check.CountingStore(GcsStore(gcp_check.BUCKET))
         reg = Registry(store)
-        reg.put_json(keys.POLICY, {"gcp": {"project": gcp_sweep.PROJECT}})
+        reg.put_json(keys.POLICY, {"gcp": {"project": gcp_check.PROJECT}})
         if jobs:
-            gcp_sweep.seed(reg, compute, jobs)
+            gcp_check.seed(reg, compute, jobs)
         results: dict[str, Any] = {}
         for name in SCHEDULED:
             client = create_app(name, str(MAIN), "http").test_client()
-            sys.modules["main"]._stores[gcp_sweep.BUCKET] = store  # the module it loaded: its GCS client, counted
+            sys.modules["main"]._stores[gcp_check.BUCKET] = store  # the module it loaded: its GCS client, counted
             log = io.StringIO()
             handler = next(h for h in logging.getLogger("jobplane").handlers if h.name == "jobplane-gcp")
             handler.setStream(log)
@@ -98,7 +98,7 @@ def main() -> int:
         "load_average": os.getloadavg(),
         "runs_per_function": RUNS,
         "scenarios": {"idle": scenario(0), "small_registry_3_jobs": scenario(3)},
-        "cold_start_s": gcp_sweep.import_seconds(),  # the module, then the Compute and GCS clients
+        "cold_start_s": gcp_check.import_seconds(),  # the module, then the Compute and GCS clients
     }
     return report.save("gcp_idle", result)
 

@@ -29,10 +29,10 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH), str(ROOT), str(ROOT / "shared")]
 
+import check as check_bench  # noqa: E402  (bench/check.py: seeding and the API-call counter)
 import report  # noqa: E402
-import sweep as sweep_bench  # noqa: E402  (bench/sweep.py: seeding and the API-call counter)
 
-os.environ.update({"JOBPLANE_BUCKET": sweep_bench.BUCKET, "AWS_REGION": sweep_bench.REGION,
+os.environ.update({"JOBPLANE_BUCKET": check_bench.BUCKET, "AWS_REGION": check_bench.REGION,
                    "POWERTOOLS_SERVICE_NAME": "jobplane", "POWERTOOLS_METRICS_NAMESPACE": "jobplane"})
 
 import boto3  # noqa: E402
@@ -75,19 +75,19 @@ def metric_names(printed: str) -> list[str]:
 
 def scenario(jobs: int) -> dict[str, Any]:
     with mock_aws():
-        s3 = boto3.client("s3", region_name=sweep_bench.REGION)
-        ec2 = boto3.client("ec2", region_name=sweep_bench.REGION)
-        s3.create_bucket(Bucket=sweep_bench.BUCKET)
+        s3 = boto3.client("s3", region_name=check_bench.REGION)
+        ec2 = boto3.client("ec2", region_name=check_bench.REGION)
+        s3.create_bucket(Bucket=check_bench.BUCKET)
         caps = json.loads((ROOT / "cdk.json").read_text())["context"]["jobplane:policy"]
-        s3.put_object(Bucket=sweep_bench.BUCKET, Key=keys.POLICY, Body=json.dumps(caps).encode())
+        s3.put_object(Bucket=check_bench.BUCKET, Key=keys.POLICY, Body=json.dumps(caps).encode())
         if jobs:
             image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
-            sweep_bench.seed(Registry(common.S3Store(sweep_bench.BUCKET, s3)), ec2, image, jobs)
+            check_bench.seed(Registry(common.S3Store(check_bench.BUCKET, s3)), ec2, image, jobs)
         common._clients.clear()
         results: dict[str, Any] = {}
         for name, handler in HANDLERS.items():
             invoke(handler)  # warm: clients created, caches filled (a warm Lambda container)
-            counter = sweep_bench.CallCounter()
+            counter = check_bench.CallCounter()
             clients = [c for pair in common._clients.values() for c in pair]
             counter.attach(*clients)
             timings, printed = [], 0

@@ -94,10 +94,10 @@ NOT_RUN_HERE: dict[str, NotRun] = {
         "deletes the deployment",
         "tests/gcp/test_terraform.py::test_registry_bucket_is_versioned_uniform_and_never_public"),
     # Benchmarks: minutes of load each, and they rewrite bench/results/; the tests check what they measure
-    ".venv/bin/python bench/sweep.py": NotRun(
+    ".venv/bin/python bench/check.py": NotRun(
         "a benchmark (N = 100, 1,000, 5,000 jobs in moto)",
         "tests/control/reconcile/test_apply_moto.py::test_lifecycle_started_then_healthy_then_finished"),
-    ".venv/bin/python bench/gcp_sweep.py": NotRun(
+    ".venv/bin/python bench/gcp_check.py": NotRun(
         "a benchmark (N = 100, 1,000 jobs on the GCS and Compute fakes)",
         "tests/gcp/test_functions.py::test_scheduled_functions_answer_with_their_actions"),
     ".venv/bin/python bench/lambda_idle.py": NotRun(

@@ -24,7 +24,7 @@ def handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
     changed = events.ec2_event(event, events.STATE_CHANGE)
     ctx, now, jobs = env.context(dry_run=events.flag(event, "dry_run")), utcnow(), [job] if job else []
     with metering.api_calls(env):
-        outcomes = reconcile.sweep(ctx, now=now, force=events.flag(event, "force"), jobs=jobs,
+        outcomes = reconcile.check(ctx, now=now, force=events.flag(event, "force"), jobs=jobs,
                                    instance_ids=[changed.instance.instance_id] if changed else [])
         swept = sweeps.reconcile(ctx, now=now, jobs=jobs)  # after the job sweep: a trial it ended is replaced now
     return {**reconcile.summary(outcomes), **(sweeps.summary(swept) if swept else {})}

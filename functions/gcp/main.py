@@ -145,7 +145,7 @@ def _sweep(ctx: Context, *, force: bool = False, jobs: list[str] | None = None) 
     """The sweeper's work: the job sweep, then the sweep reconcile (jobplane.sweeps), so a trial the job sweep
     ended is replaced in the same run; an event's run reconciles only the sweep whose trial it names."""
     now = utcnow()
-    outcomes = reconcile.sweep(ctx, now=now, force=force, jobs=jobs or [])
+    outcomes = reconcile.check(ctx, now=now, force=force, jobs=jobs or [])
     swept = sweeps.reconcile(ctx, now=now, jobs=jobs or [])
     return {**reconcile.summary(outcomes), **(sweeps.summary(swept) if swept else {})}
 

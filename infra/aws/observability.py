@@ -62,9 +62,9 @@ class Observability(Construct):
             cw.GraphWidget(title=title, left=[jobplane_metric(m) for m in names], width=8)
             for title, names in PANELS.items()
         ]
-        widgets.append(cw.GraphWidget(title="Sweep duration (ms)", width=8,
-                                      left=[jobplane_metric("SweepDuration", "Average"),
-                                            jobplane_metric("SweepDuration", "Maximum")]))
+        widgets.append(cw.GraphWidget(title="Check duration (ms)", width=8,
+                                      left=[jobplane_metric("CheckDuration", "Average"),
+                                            jobplane_metric("CheckDuration", "Maximum")]))
         widgets.append(cw.GraphWidget(title="Function errors", width=8,
                                       left=[fn.metric_errors(period=PERIOD) for fn in functions.values()]))
         widgets.append(cw.GraphWidget(title="Function duration (ms)", width=8,

@@ -22,7 +22,7 @@ POLICY = Policy()
 
 @dataclass(frozen=True)
 class Candidate:
-    """A row of a candidates table: does the sweep read this job's job.json, from the listings alone?"""
+    """A row of a candidates table: does the check read this job's job.json, from the listings alone?"""
 
     name: str
     snap: Snapshot

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from jobplane.decide import sweep
+from jobplane.decide import check
 from jobplane.decide.effects import DeleteKeys, Flag, Note, Publish, RequestStop
 from jobplane.decide.model import Rule, Snapshot
 from jobplane.model import keys
@@ -50,13 +50,13 @@ CANDIDATES: list[Candidate] = [
 
 @pytest.mark.parametrize("row", CANDIDATES, ids=[c.name for c in CANDIDATES])
 def test_idle_jobs_are_candidates_from_listings_alone(row: Candidate) -> None:
-    assert (sweep.candidates(row.snap, T, row.policy) == {"j"}) is row.read
+    assert (check.candidates(row.snap, T, row.policy) == {"j"}) is row.read
 
 
 def decide(policy: Policy, nodes: int = 1, **over: Any) -> list[Any]:
     owned = record(nodes=nodes, labels={"team": "cv"}).model_copy(update={"owner": "vision"})
     snap = snapshot(healthy(nodes=nodes), records=[owned], idle=idle(nodes), **over)
-    return sweep.decide(snap, T, policy)
+    return check.decide(snap, T, policy)
 
 
 def test_warn_flags_the_attempt_once_with_an_event_a_notice_and_no_stop() -> None:
@@ -89,11 +89,11 @@ def test_a_job_stopped_for_idle_gpus_ends_stalled_saying_why_and_its_vms_go() ->
     stopped = report(0, 143, "stopped", stopped_by="idle-gpu",
                          stop_reason="GPU utilization under 5% on every rank for 30m; stop requested")
     snap = snapshot(healthy(), records=[record()], exits={"j": [stopped]})
-    (action,) = sweep.decide(snap, T, STOP)
+    (action,) = check.decide(snap, T, STOP)
     assert action.rule == Rule.IDLE_STOPPED and action.to == State.STALLED
     assert action.reason == "stopped for idle GPUs: GPU utilization under 5% on every rank for 30m; stop requested"
     assert action.terminate == ("i-j-1-0",)
-    cap = sweep.decide(snapshot(healthy(), records=[record()], exits={"j": [report(0, 143, "stopped",
+    cap = check.decide(snapshot(healthy(), records=[record()], exits={"j": [report(0, 143, "stopped",
                                                                                        stopped_by="uptime-cap")]}),
                        T, STOP)
     assert cap[0].rule == Rule.STOPPED and cap[0].to == State.TIMED_OUT  # the uptime cap's stop is unchanged
@@ -103,7 +103,7 @@ def test_cleanup_drops_idle_marks_and_flags_of_past_attempts() -> None:
     snap = Snapshot(active={"j": (marker(attempt=2),)}, beats=tuple(beats(attempt=2)), limits=(limits(attempt=2),),
                     instances=(inst(attempt=2),), idle=(IdleMark("j", 1, 0, ago(3600)),),
                     idle_flags=frozenset({("j", 1), ("j", 2)}))
-    (cleanup,) = sweep.decide(snap, T, WARN)
+    (cleanup,) = check.decide(snap, T, WARN)
     assert cleanup.rule == Rule.CLEANUP
     (deleted,) = cleanup.effects
     assert isinstance(deleted, DeleteKeys) and set(deleted.keys) == {keys.idle_mark("j", 1, 0), keys.idle_flag("j", 1)}

@@ -1,4 +1,4 @@
-"""Retries on errors (the spec's retry:), pure: decide.retry's verdict, the sweep's rules that consult it, and the
+"""Retries on errors (the spec's retry:), pure: decide.retry's verdict, the check's rules that consult it, and the
 launcher's claim that counts a retry apart from restarts. No I/O anywhere in this file."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from jobplane.decide import sweep
+from jobplane.decide import check
 from jobplane.decide.effects import Relaunch
 from jobplane.decide.launch import Claim, claim
 from jobplane.decide.model import ExitReport, Rule
@@ -83,7 +83,7 @@ def test_exit_code_is_the_lowest_rank_that_exited_on_its_own_with_a_listed_code(
     assert exit_code(record().spec, [report(0, 42)]) is None, "no retry: in the spec"
 
 
-# ---- the sweep's rules ------------------------------------------------------------------------------------------
+# ---- the check's rules ------------------------------------------------------------------------------------------
 @dataclass
 class SweepCase:
     name: str
@@ -105,7 +105,7 @@ STOPPING = Policy(idle_gpu=IdleGpuPolicy(action="stop"))
 SWEEPS = [
     SweepCase("exit 42 -> retry", rec(), Rule.RETRY, None, "retry 1 of 2: exit code 42 (rank 0); relaunching as "
               "attempt 2", exits=(report(0, 42),)),
-    SweepCase("exit 42 while LAUNCHING (finished before a sweep saw it run) -> retry", rec(state=State.LAUNCHING),
+    SweepCase("exit 42 while LAUNCHING (finished before a check saw it run) -> retry", rec(state=State.LAUNCHING),
               Rule.RETRY, None, "retry 1 of 2: exit code 42 (rank 0); relaunching as attempt 2",
               exits=(report(0, 42),)),
     SweepCase("exit 1 -> FAILED, no rerun", rec(), Rule.FINISHED, State.FAILED, "rank 0 exited with code 1",
@@ -162,7 +162,7 @@ def test_sweep(case: SweepCase) -> None:
         parts = {**parts, "active": {"j": (marker(state=case.rec.state),)}, "limits": ()}
     flags = frozenset({("j", 1)}) if case.idle_flagged else frozenset()
     snap = snapshot(parts, records=[case.rec], exits={"j": list(case.exits)}, idle_flags=flags)
-    (action,) = [a for a in sweep.decide(snap, NOW, case.policy) if a.rule not in (Rule.REPAIR, Rule.CLEANUP)]
+    (action,) = [a for a in check.decide(snap, NOW, case.policy) if a.rule not in (Rule.REPAIR, Rule.CLEANUP)]
     assert (action.rule, action.to) == (case.rule, case.to), action.reason
     assert action.reason == case.reason
     assert action.get(Relaunch) == (Relaunch(retry=True) if case.rule == Rule.RETRY else None)

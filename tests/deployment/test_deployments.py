@@ -56,7 +56,7 @@ def side_by_side(prod: tuple[Registry, Compute], staging: tuple[Registry, Comput
 
     a_day_later = utcnow() + timedelta(days=1)
     staging = Context(other_reg, other, other_reg.policy(), CountingMetrics())
-    outcomes = reconcile.sweep(staging, now=a_day_later) + reconcile.uptime_cap(staging, now=a_day_later)
+    outcomes = reconcile.check(staging, now=a_day_later) + reconcile.uptime_cap(staging, now=a_day_later)
     assert outcomes == [], "staging sees nothing of prod's"
     other.terminate([vm])  # a bug handing staging prod's id: the adapter re-checks the tag
     assert [i.id for i in compute.list_managed()] == [vm], "prod's VM is alive"
@@ -64,7 +64,7 @@ def side_by_side(prod: tuple[Registry, Compute], staging: tuple[Registry, Comput
     # prod's own sweep still does its job: the VM of a job prod no longer runs is its orphan
     reg.update("train", now=utcnow(), instances=[])  # as if its record had lost the VM
     reg.transition("train", State.FAILED, now=utcnow(), reason="test")
-    mine = reconcile.sweep(Context(reg, compute, reg.policy(), CountingMetrics()), now=a_day_later)
+    mine = reconcile.check(Context(reg, compute, reg.policy(), CountingMetrics()), now=a_day_later)
     assert [(o.action.rule, o.result) for o in mine] == [(Rule.ORPHAN, "applied")]
     assert [i.id for i in compute.list_managed() if i.state in ("pending", "running")] == []
     return vm

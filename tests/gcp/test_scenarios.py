@@ -79,7 +79,7 @@ def test_success_then_the_sweeper_finishes_and_deletes(cloud: GcpCloud) -> None:
 
 def assert_vms_deleted(cloud: GcpCloud) -> None:
     """A powered-off GCE VM stays TERMINATED (its disk still billed), unlike EC2's terminate-on-shutdown:
-    the sweep that finishes the job deletes it with the rest."""
+    the check that finishes the job deletes it with the rest."""
     assert vm_names(cloud) == []
 
 
@@ -150,7 +150,7 @@ def test_spot_vm_gone_is_preempted_and_rerun_as_the_next_attempt(cloud: GcpCloud
     cloud.compute_fake.preempt(record.instances[0])  # no agent marker: the VM just vanished
     assert [p.instance_id for p in cloud.compute.preempted()] == record.instances
     metrics = CountingMetrics()
-    (lost,) = reconcile.sweep(cloud.context(metrics=metrics), now=later(3))
+    (lost,) = reconcile.check(cloud.context(metrics=metrics), now=later(3))
     assert lost.action.rule == Rule.LOST_SPOT and cloud.registry.job("spot-gone").state == State.PREEMPTED
     assert [a["result"] for a in call("rerun")["actions"]] == ["applied"]
     after = cloud.registry.job("spot-gone")
@@ -214,13 +214,13 @@ def test_orphan_is_deleted_after_the_grace_and_foreign_vms_are_untouched(cloud: 
     cloud.compute_fake.add_instance("us-central1-a", "not-managed", {
         "jobplane-managed": "false", "jobplane-job-id": "ghost"})
     metrics = CountingMetrics()
-    assert reconcile.sweep(cloud.context(metrics=metrics), now=later(5)) == []
-    (orphan,) = reconcile.sweep(cloud.context(metrics=metrics), now=later(11))
+    assert reconcile.check(cloud.context(metrics=metrics), now=later(5)) == []
+    (orphan,) = reconcile.check(cloud.context(metrics=metrics), now=later(11))
     assert orphan.action.rule == Rule.ORPHAN and orphan.result == "applied"
     assert vm_names(cloud) == ["jobplane-abcdef-ghost-a1-0001", "not-managed", "web-server"]
     assert metrics.totals["OrphansTerminated"] == 1
     far = later(60 * 24 * 30)
-    assert reconcile.sweep(cloud.context(metrics=metrics), now=far, force=True) == []
+    assert reconcile.check(cloud.context(metrics=metrics), now=far, force=True) == []
     assert reconcile.uptime_cap(cloud.context(metrics=metrics), now=far, force=True) == []
 
 
@@ -229,7 +229,7 @@ def test_silent_job_is_stalled_and_deleted(cloud: GcpCloud) -> None:
     beat(cloud, record)
     call("sweeper")
     metrics = CountingMetrics()
-    (stalled,) = reconcile.sweep(cloud.context(metrics=metrics), now=later(6))
+    (stalled,) = reconcile.check(cloud.context(metrics=metrics), now=later(6))
     assert stalled.action.rule == Rule.STALLED and cloud.registry.job("quiet").state == State.STALLED
     assert vm_names(cloud) == [] and metrics.totals["Stalls"] == 1
 

@@ -76,7 +76,7 @@ def test_the_dashboard_when_asked_for_shows_every_control_plane_metric(variant: 
     (dashboard,) = variant.resources("AWS::CloudWatch::Dashboard").values()
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
     for metric in ("JobsLaunched", "JobsSucceeded", "JobsFailed", "Reruns", "OrphansTerminated", "HeldTerminated",
-                   "Stalls", "Timeouts", "BlastRadiusRefusals", "SweepDuration", "LaunchCapacityErrors", "Errors",
+                   "Stalls", "Timeouts", "BlastRadiusRefusals", "CheckDuration", "LaunchCapacityErrors", "Errors",
                    "IdleGpuJobs", "NotificationsPublished", "NotificationsFailed"):
         assert metric in body, metric
 

@@ -195,5 +195,5 @@ def test_functions_write_their_logs_and_metrics_to_the_log_stream_not_the_termin
     out = capsys.readouterr()
     assert '"_aws"' not in out.out + out.err, "an EMF metric line reached the terminal"
     written = stream.getvalue()
-    assert '"_aws"' in written and '"SweepDuration"' in written, written[:500]
+    assert '"_aws"' in written and '"CheckDuration"' in written, written[:500]
     assert results == [("sweeper", {"actions": []})]

@@ -243,7 +243,7 @@ def test_a_crash_after_the_last_transition_is_completed_by_whoever_reads_the_rec
         with pytest.raises(Crash):
             reg.transition("j", State.CANCELLED, reason="user")
     assert [m.state for m in reg.active()["j"]] == [State.LAUNCHING], "the crash left the old marker too"
-    reg.repair_markers("j")  # what the sweep does for a job whose markers disagree with its record
+    reg.repair_markers("j")  # what the check does for a job whose markers disagree with its record
     reg.repair_markers("j")
     assert [e["kind"] for e in reg.events("j")] == ["created", "launching", "cancelled"]
     assert reg.active() == {}

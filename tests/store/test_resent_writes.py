@@ -1,7 +1,7 @@
 """A conditional write whose first try landed but whose response was lost: the SDK sends it again (botocore
 retries a PUT up to 8 times; the GCS client retries too), and the resend fails its own precondition. The
 registry must read that 412 as its own write, not as a lost race (F4): before, the launcher consumed the
-drop and left the job LAUNCHING with no VM, and a sweep's transition landed but reported skipped, so the
+drop and left the job LAUNCHING with no VM, and a check's transition landed but reported skipped, so the
 end notification was never sent."""
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def test_a_resent_write_is_ours_the_job_launches_and_its_end_is_announced(store:
     assert lossy.resent >= 2, "the create and the claim were both resent"
     reg.put_json(keys.exit_report("train", 1, 0), records.ExitReport(code=0, instance_id=record.instances[0]).body())
     compute.reclaim(record.instances[0])
-    (done,) = reconcile.sweep(Context(reg, compute, reg.policy(), metrics), now=utcnow() + timedelta(minutes=2),
+    (done,) = reconcile.check(Context(reg, compute, reg.policy(), metrics), now=utcnow() + timedelta(minutes=2),
                               jobs=["train"])
     assert (done.action.rule, done.result) == (Rule.FINISHED, "applied")
     assert reg.job("train").state == State.SUCCEEDED

@@ -40,7 +40,7 @@ def start(day: Day, *job_ids: str) -> None:
     day.clock.advance(60)
     for job_id in job_ids:
         day.beat(job_id)
-    day.sweep()
+    day.sweeper()
     assert all(day.job(j).state == State.RUNNING for j in job_ids), [day.job(j).state for j in job_ids]
 
 

@@ -59,12 +59,12 @@ def test_a_curve_is_read_chunk_by_chunk_once_and_not_at_all_once_complete() -> N
     day.rerun()
     clock.advance(60)
     day.beat("t")
-    day.sweep()
+    day.sweeper()
     prints(day, "t", {30: 0.65, 40: 0.6}, seq=0)  # attempt 2 resumed from its step-20 checkpoint
     assert read() == (((10, 0.9), (20, 0.8), (30, 0.65), (40, 0.6)), 0.6)
     assert counted(store) == (1, 2)  # attempt 1 looked at once more, then attempt 2's chunk
     day.exits("t", 0, 0)
-    day.sweep()
+    day.sweeper()
     assert day.job("t").state == "SUCCEEDED"
     assert read()[1] == 0.6 and counted(store) == (0, 1)  # ended after its exit report: complete now
     assert read()[1] == 0.6 and counted(store) == (0, 0)  # and never read again

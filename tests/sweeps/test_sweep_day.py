@@ -28,7 +28,7 @@ def test_a_sweep_proposes_trials_as_earlier_ones_end_and_names_the_best(day: Day
     assert day.swept == [] and queued(day) == []  # two live: nothing more to propose
 
     finish(day, "s-t001", final=0.5)
-    day.sweep()  # the job sweep ends s-t001, then the sweep reconcile proposes s-t003 in the same run
+    day.sweeper()  # the job sweep ends s-t001, then the sweep reconcile proposes s-t003 in the same run
     assert day.job("s-t001").state == State.SUCCEEDED
     assert [(o.result, o.trial) for o in day.swept] == [(run.Result.PROPOSED, "s-t003")]
     assert record(day, "s").trials[0].state == State.SUCCEEDED and record(day, "s").trials[0].objective == 0.5
@@ -37,12 +37,12 @@ def test_a_sweep_proposes_trials_as_earlier_ones_end_and_names_the_best(day: Day
     start(day, "s-t003")
     finish(day, "s-t002", final=0.2)
     finish(day, "s-t003", final=0.9)
-    day.sweep()
+    day.sweeper()
     assert [(o.result, o.trial) for o in day.swept] == [(run.Result.PROPOSED, "s-t004")]
     launch_drops(day)
     start(day, "s-t004")
     finish(day, "s-t004", final=0.3)
-    day.sweep()
+    day.sweeper()
     done = record(day, "s")
     assert done.state == SweepState.COMPLETED
     assert [t.number for t in done.trials] == [1, 2, 3, 4]
@@ -52,7 +52,7 @@ def test_a_sweep_proposes_trials_as_earlier_ones_end_and_names_the_best(day: Day
     assert done.reason == "4 trials: 4 SUCCEEDED; best s-t002 (loss 0.2)"
     assert [o.result for o in day.swept] == [run.Result.ENDED]
     assert store.live(day.reg) == []  # the marker is gone: later runs read nothing of it
-    day.sweep()
+    day.sweeper()
     assert day.swept == []
 
 
@@ -64,7 +64,7 @@ def test_the_median_rule_stops_a_losing_trial_with_its_reason(day: Day) -> None:
     start(day, *trials)
     for job_id, loss in zip(trials, (0.40, 0.41, 0.42, 3.0), strict=True):
         prints(day, job_id, {50: loss + 0.1, 100: loss, 150: loss})
-    day.sweep()
+    day.sweeper()
     stopped = [o for o in day.swept if o.result == run.Result.STOPPED]
     assert [o.trial for o in stopped] == ["s-t004"]
     bad = day.job("s-t004")
@@ -73,7 +73,7 @@ def test_the_median_rule_stops_a_losing_trial_with_its_reason(day: Day) -> None:
     assert record(day, "s").stopped == {"s-t004": bad.reason}
     stop = day.reg.get_json(keys.stop_request("s-t004"))
     assert stop["by"] == "sweep" and stop["reason"] == bad.reason
-    day.sweep()  # stopped once: the next run neither stops it again nor counts it live
+    day.sweeper()  # stopped once: the next run neither stops it again nor counts it live
     assert day.swept == []
 
 
@@ -84,17 +84,17 @@ def test_a_preempted_spot_trial_is_rerun_and_counts_once(day: Day) -> None:
     prints(day, "s-t001", {100: 0.8})
     day.preempted("s-t001")
     day.rerun()
-    day.sweep()
+    day.sweeper()
     trial = day.job("s-t001")
     assert trial.state == State.LAUNCHING and trial.attempt == 2
     assert day.swept == [] and queued(day) == []  # still live, still trial 1: nothing new proposed
     day.clock.advance(60)
     day.beat("s-t001")
-    day.sweep()
+    day.sweeper()
     assert day.job("s-t001").state == State.RUNNING
     prints(day, "s-t001", {100: 0.7, 200: 0.6})  # resumed from its checkpoint at step 100
     finish(day, "s-t001", final=0.55)
-    day.sweep()
+    day.sweeper()
     assert [(o.result, o.trial) for o in day.swept] == [(run.Result.PROPOSED, "s-t003")]
     rec = record(day, "s")
     assert [t.job_id for t in rec.trials] == ["s-t001", "s-t002", "s-t003"]
@@ -107,17 +107,17 @@ def test_a_proposal_whose_drop_was_never_written_is_dropped_by_the_next_run(day:
     day.submit("s", sweep_spec(max_trials=4, max_parallel=2))
     for key in [k for k, _, _ in day.reg.listing(keys.QUEUE)]:
         day.reg.delete(key)  # as if the run that proposed them died after its compare-and-swap
-    day.sweep()
+    day.sweeper()
     assert day.swept == []  # within a minute of the proposal: its proposer may still be writing the drops
     day.clock.advance(60)
-    day.sweep()
+    day.sweeper()
     assert [(o.result, o.trial) for o in day.swept] == [(run.Result.DROPPED_AGAIN, "s-t001"),
                                                         (run.Result.DROPPED_AGAIN, "s-t002")]
     assert queued(day) == ["s-t001", "s-t002"]
-    day.sweep()  # the drops are there: nothing to do
+    day.sweeper()  # the drops are there: nothing to do
     assert day.swept == []
     launch_drops(day)
-    day.sweep()  # taken by the launcher: their records are there
+    day.sweeper()  # taken by the launcher: their records are there
     assert day.swept == [] and queued(day) == []
 
 
@@ -142,11 +142,11 @@ def test_a_dry_run_says_what_it_would_do_and_writes_nothing(day: Day) -> None:
     launch_drops(day)
     start(day, "s-t001", "s-t002")
     finish(day, "s-t001", final=0.5)
-    reconcile.sweep(day.context(), now=day.clock())  # the job sweep alone: s-t001 SUCCEEDED
+    reconcile.check(day.context(), now=day.clock())  # the job sweep alone: s-t001 SUCCEEDED
     before = record(day, "s")
     looked = run.reconcile(replace(day.context(), dry_run=True), now=day.clock())
     assert [(o.result, o.trial) for o in looked] == [(run.Result.DRY_RUN, "s-t003")]
     assert looked[0].detail is not None and looked[0].detail.startswith("would propose lr=")
     assert record(day, "s") == before and queued(day) == []
-    day.sweep()
+    day.sweeper()
     assert [(o.result, o.trial) for o in day.swept] == [(run.Result.PROPOSED, "s-t003")]

@@ -43,7 +43,7 @@ def four_trials(day: Day) -> dict[str, float]:
     for job_id, loss in losses.items():
         finish(day, job_id, final=loss)
     prints(day, "s-t004", {10: 1.5, 20: 0.9})
-    day.sweep()
+    day.sweeper()
     return losses | {"s-t004": 0.9}
 
 
@@ -54,7 +54,7 @@ def test_the_sweeps_page_lists_sweeps_at_work_and_ended_ones_when_asked(day: Day
     assert row and "RUNNING" in row[1] and "4 of 4" in row[1] and "loss (minimize)" in row[1] and "random" in row[1]
     assert "0.05" in row[1] and 'href="/jobs/s-t002"' in row[1]  # the best so far
     finish(day, "s-t004", final=0.9)
-    day.sweep()
+    day.sweeper()
     assert 'data-sweep="s"' not in web.get("/sweeps").text
     ended = web.get("/sweeps", params={"all": "1"}).text
     assert 'data-sweep="s"' in ended and "COMPLETED" in ended and "4 trials: 4 SUCCEEDED; best s-t002" in ended

@@ -15,7 +15,7 @@ script
   3. runs `python3 -m jobplane.agent` from there, which takes its settings from the JOBPLANE_* variables.
 A failure before the agent runs prints one line "jobplane-bootstrap: FAILED: ..." (the cloud keeps it in
 the VM's console output) and, where the network allows, writes it to the attempt's boot-failure object,
-so the sweeper fails the job with that reason instead of waiting out the boot timeout.
+so the check fails the job with that reason instead of waiting out the boot timeout.
 """
 
 from __future__ import annotations

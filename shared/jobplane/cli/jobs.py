@@ -255,7 +255,7 @@ def cancel(job_id: str, force: bool, **conn: str | None) -> None:
     \b
     A job that has not started (queued, launching, waiting for capacity) never runs: any instance
     launched for it is terminated at once. A running job's instances that do not stop are terminated by
-    the sweeper; --force terminates them at once.
+    the next check; --force terminates them at once.
     Example:
       jobplane cancel demo-1122-113005-ab12
     """

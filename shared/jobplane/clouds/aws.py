@@ -8,7 +8,7 @@ root device name is needed to size the root volume, and the AMI actually used go
 Termination protection is not part of DescribeInstances, so list_managed reports protected=False;
 terminate() re-checks the managed tag and DisableApiTermination of each id just before terminating
 (terminations are few per run, so the extra calls are cheap there, where a check per instance in every
-sweep would not be).
+check would not be).
 """
 
 from __future__ import annotations

@@ -157,7 +157,7 @@ TAG_JOB_ID = "jobplane:job-id"
 TAG_ATTEMPT = "jobplane:attempt"
 TAG_RANK = "jobplane:rank"
 TAG_OWNER = "jobplane:owner"
-# The registry (bucket and root) that launched the VM: one deployment lists, sweeps and terminates only its own,
+# The registry (bucket and root) that launched the VM: one deployment lists, checks and terminates only its own,
 # so two deployments in one account and region never touch each other's VMs (IAM enforces it again on AWS).
 TAG_DEPLOYMENT = "jobplane:deployment"
 # Object tag on log chunks: S3 lifecycle rules can filter on tags but not on a key pattern like jobs/*/logs/.

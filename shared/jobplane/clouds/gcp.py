@@ -77,7 +77,7 @@ SHUTDOWN_WAIT_S = 100
 
 
 def shutdown_script(agent_match: str = AGENT_MATCH, wait_s: int = SHUTDOWN_WAIT_S) -> str:
-    """What GCE runs on any stop or delete (preemption, maxRunDuration, a sweep's delete): SIGTERM asks the
+    """What GCE runs on any stop or delete (preemption, maxRunDuration, a check's delete): SIGTERM asks the
     agent to stop the job with its grace, sync the newest checkpoint and write the exit report; the script
     waits for the agent to exit, at most wait_s. GCE hard-stops a Spot VM 30 s after the soft off (the
     agent plans for that) and a Standard VM after 120 s, where the longer wait lets a big upload finish."""
@@ -298,7 +298,7 @@ class GceCompute:
                 provisioning_model="SPOT" if request.spot else "STANDARD",
                 instance_termination_action="DELETE",
                 max_run_duration=v1.Duration(seconds=request.max_runtime),
-                # A host event must end the attempt visibly (the sweeper reruns it), not reboot it silently;
+                # A host event must end the attempt visibly (the check reruns it), not reboot it silently;
                 # GPUs and Spot cannot live-migrate anyway (GCE refuses MIGRATE with guestAccelerators).
                 on_host_maintenance="TERMINATE",
                 automatic_restart=False,

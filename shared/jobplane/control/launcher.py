@@ -131,7 +131,7 @@ def handle_drop(ctx: Context, key: str, *, now: datetime) -> Outcome:
                                           reason="launching attempt 1", cause=LaunchCause.SUBMITTED))
     except TransitionRefused as exc:
         outcome = Outcome(key, Result.EXISTS, str(exc))  # another delivery of this drop claimed it first
-        reg.repair_markers(job_id)  # that delivery may have died before its marker: the sweep must see the job
+        reg.repair_markers(job_id)  # that delivery may have died before its marker: the check must see the job
     reg.delete(key)
     return outcome
 
@@ -223,7 +223,7 @@ def backstop(ctx: Context, *, now: datetime, min_age: int = 60, budget: float | 
             outcomes.append(_guarded(key, handle_drop, ctx, key, now=now))
     for job_id, markers in reg.active().items():
         if [m.state for m in markers] != [State.WAITING_CAPACITY]:
-            continue  # not waiting (or markers need a repair, which the sweeper does)
+            continue  # not waiting (or markers need a repair, which the check does)
         if out_of_time():
             return outcomes
         outcome = _guarded(job_id, _retry_waiting, ctx, job_id, now=now)
@@ -259,7 +259,7 @@ def launch_attempt(ctx: Context, job_id: str, *, now: datetime, expect: Collecti
                    cause: Cause, reason: str | None = None, retry: bool = False) -> JobRecord:
     """Claim the job (CAS to LAUNCHING), then launch it, wait for capacity, or fail it: snapshot, then
     jobplane.decide.launch one step at a time, each step applied here. `cause`: what asks for the attempt (a new
-    drop, a wait that is over, a reconciler's rule). `retry`: the sweep retries an error (the spec's retry:),
+    drop, a wait that is over, a reconciler's rule). `retry`: the check retries an error (the spec's retry:),
     counted in the record's retries instead of its restarts."""
     from jobplane.decide import launch as launch_decide  # only a run that launches decides a launch
 
@@ -278,10 +278,10 @@ def launch_attempt(ctx: Context, job_id: str, *, now: datetime, expect: Collecti
 
 
 def resume(ctx: Context, job_id: str, *, attempt: int, stamp: str, now: datetime) -> JobRecord:
-    """Finish the launch of a claimed attempt whose launcher died (the sweep's RESUME_LAUNCH, from the record
+    """Finish the launch of a claimed attempt whose launcher died (the check's RESUME_LAUNCH, from the record
     whose event stamp is `stamp`): adopt the attempt's VMs if RunInstances ran (record them, write their
     cluster.json; harmless twice), else claim the record again by its stamp (one of overlapping runs wins) and
-    launch them. Same attempt, no restart counted; a resume that dies too is resumed by a later sweep."""
+    launch them. Same attempt, no restart counted; a resume that dies too is resumed by a later check."""
     reg, compute, policy = ctx.registry, ctx.cloud("launch with"), ctx.policy
     record = reg.job(job_id)
     if record.state != State.LAUNCHING or record.attempt != attempt or record.instances \
@@ -346,7 +346,7 @@ def _next(reg: Registry, compute: Compute, snap: launch_decide.LaunchSnapshot, n
           ) -> tuple[launch_decide.Launch, LaunchRequest] | launch_decide.Wait | launch_decide.Fail:
     """The next step, with the cloud's request when it is a launch; or Fail with the error that deciding or
     rendering it raised (a bug, a value out of range): that is pure and would raise again on every resume, leaving
-    the job in LAUNCHING with no VM for ever. The store's errors go up: a later sweep resumes the launch."""
+    the job in LAUNCHING with no VM for ever. The store's errors go up: a later check resumes the launch."""
     from jobplane.decide import launch as launch_decide  # only a run that launches decides a launch
 
     try:

@@ -301,7 +301,7 @@ def save_console(reg: Registry, compute: Compute, job_id: str, attempt: int, ran
     shows why its agent never started. A VM whose console cannot be read gets a note saying so."""
     try:
         text = compute.console_output(instance_id)
-    except Exception as exc:  # the sweep goes on; the reason still names where to look
+    except Exception as exc:  # the check goes on; the reason still names where to look
         log.warning("console output of %s: %s", instance_id, exc, extra={"job_id": job_id})
         text = f"(not available: {exc})\n"
     header = f"---- console output of {instance_id} (rank {rank}, attempt {attempt}), saved by the sweeper ----\n"
@@ -327,22 +327,22 @@ def _count(outcome: Outcome, metrics: Metrics) -> None:
         metrics.add_metric("JobsFailed", "Count", 1)
 
 
-# ---- the three reconcilers ---------------------------------------------------------------------------------
-def sweep(ctx: Context, *, now: datetime, force: bool = False, jobs: Collection[str] = (),
+# ---- the three reconcilers: the check, rerun, uptime cap ---------------------------------------------------
+def check(ctx: Context, *, now: datetime, force: bool = False, jobs: Collection[str] = (),
           instance_ids: Collection[str] = ()) -> list[Outcome]:
-    """One sweep. `jobs` / `instance_ids` (from an exit-report or instance state-change event) are looked at
-    closely even if their listings look healthy. The context's notifier publishes idle-GPU flags (a job's end
-    is announced by the registry's transition listener)."""
-    from jobplane.decide import sweep as sweep_decide  # each reconciler imports its own rules, not the others'
+    """One check: the scheduled health pass over every live job and managed VM. `jobs` / `instance_ids` (from an
+    exit-report or instance state-change event) are looked at closely even if their listings look healthy. The
+    context's notifier publishes idle-GPU flags (a job's end is announced by the registry's transition listener)."""
+    from jobplane.decide import check as check_decide  # each reconciler imports its own rules, not the others'
 
     reg, policy, started = ctx.registry, ctx.policy, time.monotonic()
     snap = listings(reg, ctx.compute)
     named = {i.job_id for i in snap.instances if i.id in instance_ids and i.job_id}
     snap = replace(snap, forced=frozenset({*jobs, *named}))
-    snap = with_records(reg, snap, sweep_decide.candidates(snap, now, policy), metrics=ctx.metrics)
+    snap = with_records(reg, snap, check_decide.candidates(snap, now, policy), metrics=ctx.metrics)
     snap = with_preempted_bodies(reg, snap, only=set(snap.records))
-    outcomes = apply(ctx, sweep_decide.decide(snap, now, policy, force=force), now=now)
-    ctx.metrics.add_metric("SweepDuration", "Milliseconds", (time.monotonic() - started) * 1000)
+    outcomes = apply(ctx, check_decide.decide(snap, now, policy, force=force), now=now)
+    ctx.metrics.add_metric("CheckDuration", "Milliseconds", (time.monotonic() - started) * 1000)
     return outcomes
 
 

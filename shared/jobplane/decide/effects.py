@@ -86,7 +86,7 @@ class MarkPreempted:
 
 @dataclass(frozen=True)
 class WriteLimits:
-    """Write the attempt's limits/ key, so later sweeps judge it from listings alone."""
+    """Write the attempt's limits/ key, so later checks judge it from listings alone."""
 
     limits: Limits
 

@@ -42,7 +42,7 @@ class ExitReport:
 
 @dataclass(frozen=True)
 class PreemptedMark:
-    """preempted-jobs/<id>: the agent's (or the sweeper's) note that an attempt lost its Spot capacity."""
+    """preempted-jobs/<id>: the agent's (or the check's) note that an attempt lost its Spot capacity."""
 
     job_id: str
     at: datetime
@@ -79,7 +79,7 @@ class Snapshot:
 
     Everything except `records`, `exits`, `boot_failures`, `unreadable` and `preempted` bodies comes from listings
     (active/, heartbeats/, limits/, preempted-jobs/) and one paginated managed-instance listing; records,
-    exit reports and boot failures are fetched only for the jobs `sweep.candidates` names.
+    exit reports and boot failures are fetched only for the jobs `check.candidates` names.
     """
 
     active: Mapping[str, tuple[ActiveMarker, ...]] = field(default_factory=dict)

@@ -1,6 +1,6 @@
 """Retries on errors: the spec's `retry:` (SkyPilot's recover_on_exit_codes, AWS Batch's evaluateOnExit).
 
-The sweep asks here when an attempt ends in an error one of the spec's triggers names: a rank exited with a
+The check asks here when an attempt ends in an error one of the spec's triggers names: a rank exited with a
 code in `on_exit_codes`, an on-demand VM of the attempt vanished without an exit report (`on_lost`), or the
 attempt stalled (`on_stalled`). With retries left, the attempt's VMs are terminated and the job is relaunched
 as attempt + 1 (RUNNING or LAUNCHING -> LAUNCHING, claimed by the launcher's CAS), counted in the record's

@@ -1,5 +1,5 @@
 """The rules the reconcilers decide by, and what is known of each in one table (RULES): where it stands in the
-sweep's risk order, the metric an applied action counts, and the wording of its reason. The sweep's order and
+check's risk order, the metric an applied action counts, and the wording of its reason. The check's order and
 the applier's metric names are derived from it, so a new rule is one member, one row and its decision.
 
 A transition's cause (JobRecord.cause and its event's `cause`, beside the prose reason) is the rule that made it,
@@ -62,7 +62,7 @@ class Facts:
     per_termination: bool = False  # ... or once per instance the action terminated
 
 
-# Least risky first, which is the sweep's order: the blast-radius limit lets the head of the list through. The
+# Least risky first, which is the check's order: the blast-radius limit lets the head of the list through. The
 # rows after CLEANUP are rerun's and the uptime cap's, which keep the order they decide in.
 RULES: Final[Mapping[Rule, Facts]] = {
     Rule.IGNORED: Facts("ignored {fact}: {why}", "IgnoredFacts"),
@@ -74,7 +74,7 @@ RULES: Final[Mapping[Rule, Facts]] = {
     Rule.STOP_PEERS: Facts("rank {rank} stopped ({error}): asking rank {running} to stop"),
     Rule.STARTED: Facts("every rank has sent a heartbeat"),
     Rule.RESUME_LAUNCH: Facts("attempt {attempt} has no VM recorded {after} after its claim: resuming its launch"),
-    Rule.LIMITS: Facts("record per-job limits for listing-only sweeps"),
+    Rule.LIMITS: Facts("record per-job limits for listing-only checks"),
     Rule.IDLE: Facts("GPU utilization under {threshold:g}% on every rank for {window}{then}", "IdleGpuJobs"),
     Rule.REPAIR: Facts("active/ markers disagree with job.json"),
     Rule.REMARK: Facts("PREEMPTED without a preempted-jobs/ marker: writing it again"),

@@ -42,7 +42,7 @@ def decide(snap: Snapshot, now: datetime, policy: Policy, *, force: bool = False
     for inst in snap.instances:
         if alive(inst) and terminable([inst]):
             groups[inst.job_id, inst.attempt].append(inst)
-    held = {(h.job_id, h.attempt) for h in snap.held if now < h.until}  # the sweeper ends a debug hold
+    held = {(h.job_id, h.attempt) for h in snap.held if now < h.until}  # the check ends a debug hold
     actions: list[Action] = []
     for (job_id, attempt), instances in sorted(groups.items(), key=lambda g: (g[0][0] or "", g[0][1] or 0)):
         uptime = max(age(now, i.launched_at) for i in instances)

@@ -149,8 +149,8 @@ def instance(unmanaged: bool, job_id: str | None, user_data: Path | None, state_
 
     \b
     Example:
-      jobplane local instance              # managed but no job: the sweeper should reap it
-      jobplane local instance --unmanaged  # not ours: must survive every sweep
+      jobplane local instance              # managed but no job: the check should reap it
+      jobplane local instance --unmanaged  # not ours: must survive every check
     """
     body = {"managed": not unmanaged, "job_id": job_id, "user_data": user_data.read_text() if user_data else ""}
     click.echo(control(state_dir, "instances", body)["instance_id"])

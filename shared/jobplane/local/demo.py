@@ -264,7 +264,7 @@ class Demo:
             ok = '"_aws"' in logged and '"function_name":"jobplane-launcher"' in logged  # EMF metrics, Powertools
         else:
             entries = [json.loads(line) for line in logged.splitlines() if line.startswith('{"severity"')]
-            ok = any(e.get("metric") == "SweepDuration" for e in entries) and any(
+            ok = any(e.get("metric") == "CheckDuration" for e in entries) and any(
                 said.get("result") == "launched" for e in entries for said in e.get("result", {}).get("outcomes", []))
         self.check("the functions' logs and metrics in functions.log", ok)
 
@@ -353,7 +353,7 @@ class Demo:
 
     def max_run_duration(self, job_id: str) -> None:
         """At creation + maxRunDuration GCE runs the VM's shutdown-script, whose SIGTERM makes the agent stop the
-        job, sync and report; then GCE deletes the VM, and the sweeper records the job TIMED_OUT."""
+        job, sync and report; then GCE deletes the VM, and the check records the job TIMED_OUT."""
         code, _ = self.follow("logs", job_id, "-f")
         self.cloud.cli("local", "pause", "uptime_cap", "--resume", echo=True)
         reg = self.cloud.registry()

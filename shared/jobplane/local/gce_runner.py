@@ -4,7 +4,7 @@ does to a VM:
 
 - a guest power-off (the agent's, or the boot script's `shutdown -h +N`): the shutdown-script runs, then the
   VM is TERMINATED (GCE keeps a stopped VM, and its disk, until someone deletes it);
-- a delete or stop through the API (the sweeper, `cancel --force`): the shutdown-script runs, then the
+- a delete or stop through the API (the check, `cancel --force`): the shutdown-script runs, then the
   processes end;
 - scheduling.maxRunDuration, GCE's own uptime cap: at creation + maxRunDuration the shutdown-script runs and
   the VM is deleted (or stopped, as its instanceTerminationAction says);

@@ -2,19 +2,19 @@
 and every key a listing or an event hands back is parsed here: `parse_*` gives the parts of a key of that kind,
 or None for any other key (a foreign key, a folder placeholder, a key of another version).
 
-Deliberate shapes, so a sweep needs listings only (no per-job GET):
+Deliberate shapes, so a check needs listings only (no per-job GET):
 - `active/<id>/<STATE>.<attempt>`: the marker's key carries the state and attempt, so one listing of
-  `active/` gives the sweep its whole working set. The `active/<id>` prefix exists iff the job is live.
+  `active/` gives the check its whole working set. The `active/<id>` prefix exists iff the job is live.
 - `heartbeats/<id>/<attempt>/<rank>` (liveness = LastModified) and `.../<rank>.output` (rewritten only
   when the user process printed something new): one listing of `heartbeats/` covers every job.
 - `limits/<id>/<attempt>/nodes-<n>.stall-<s>.cap-<s>`: a RUNNING job's node count, stall timeout and
-  uptime cap in the key name, written by the sweeper when the job starts, so the sweep and the uptime cap
+  uptime cap in the key name, written by the check when the job starts, so the check and the uptime cap
   apply per-job timeouts from a listing (see jobplane.decide).
 - `heartbeats/<id>/<attempt>/<rank>.idle`: rewritten by the agent with each heartbeat while the rank's mean
   GPU utilization over the policy's window is under its threshold; `limits/<id>/<attempt>/idle-flagged`,
-  created once by the sweeper that flagged the attempt idle. Both are seen in listings the sweep makes anyway.
+  created once by the check that flagged the attempt idle. Both are seen in listings the check makes anyway.
 - `limits/<id>/<attempt>/held-until-<epoch s>`: a FAILED attempt whose VMs its spec's `debug_hold` keeps for a
-  look, and until when: the sweep spares them (no orphan) and terminates them at that time, from its listing.
+  look, and until when: the check spares them (no orphan) and terminates them at that time, from its listing.
 """
 
 from __future__ import annotations
@@ -198,7 +198,7 @@ def tensorboard_prefix(job_id: str, attempt: int | None = None, rank: int | None
 
 
 def console_log(job_id: str, attempt: int, rank: int) -> str:
-    """A VM's console output, saved by the sweeper when its agent never started; sorts after the chunks."""
+    """A VM's console output, saved by the check when its agent never started; sorts after the chunks."""
     return f"{logs_prefix(job_id, attempt, rank)}console.log"
 
 

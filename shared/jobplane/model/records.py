@@ -73,14 +73,14 @@ class ExitReport(Record):
 
 
 class PreemptedMarker(Record):
-    """preempted-jobs/<id>: an attempt lost its Spot capacity (the agent saw the notice, or the sweeper
+    """preempted-jobs/<id>: an attempt lost its Spot capacity (the agent saw the notice, or the check
     found the instance gone). Rerun relaunches the job, or fails it when no restarts are left."""
 
     what: ClassVar[str] = "preempted marker"
     attempt: int = Field(ge=1)
-    instance_id: str | None = None  # the agent's VM, or the rank the sweeper found gone; None: a re-mark
+    instance_id: str | None = None  # the agent's VM, or the rank the check found gone; None: a re-mark
     rank: int | None = Field(None, ge=0)
-    by: Literal["agent", "sweeper"] = "agent"
+    by: Literal["agent", "sweeper"] = "agent"  # "sweeper": the check (the function's name)
     notice: dict[str, Any] | None = None
 
 

@@ -359,8 +359,8 @@ class JobSpec(_Model):
     stop_grace: Annotated[Duration, AtMost(MAX_STOP_GRACE)] = Field(
         60, description="SIGTERM to SIGKILL grace on stop or preemption")
     debug_hold: Annotated[Duration, AtMost(MAX_DEBUG_HOLD)] | None = Field(
-        None, description="keep a FAILED attempt's VMs this long for `jobplane ssh`; the sweeper terminates them at "
-                          "the end, and the held time is costed; not in a sweep")
+        None, description="keep a FAILED attempt's VMs this long for `jobplane ssh`; the sweeper's check terminates "
+                          "them at the end, and the held time is costed; not in a sweep")
     code: str | None = Field(None, description="s3:// or gs:// URI of a code tarball or prefix")
     setup: str | None = Field(None, max_length=MAX_SCRIPT, description="shell run once before `run` (at most 64 KiB)")
     run: str = Field(..., min_length=1, max_length=MAX_SCRIPT,

@@ -34,7 +34,7 @@ TRANSITIONS: frozenset[tuple[State, State]] = frozenset(
         (_S.LAUNCHING, _S.LAUNCHING),  # boot timeout, or a retry on an error: terminate, relaunch as attempt + 1
         (_S.LAUNCHING, _S.WAITING_CAPACITY),  # every zone / type refused
         (_S.LAUNCHING, _S.PREEMPTED),  # Spot reclaimed before the first heartbeat
-        (_S.LAUNCHING, _S.SUCCEEDED),  # finished before a sweep saw it running
+        (_S.LAUNCHING, _S.SUCCEEDED),  # finished before a check saw it running
         (_S.LAUNCHING, _S.FAILED),
         (_S.RUNNING, _S.SUCCEEDED),
         (_S.RUNNING, _S.FAILED),

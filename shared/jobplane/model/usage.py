@@ -3,7 +3,7 @@ instance started and ended. jobplane.views.cost turns it into money.
 
 An instance starts at its launch time (the cloud's, from the launch response). It ends when the control
 plane moves the job off its attempt: the transition to a terminal state, to PREEMPTED, or to the next
-attempt, each a CAS the reconcilers make anyway, so the end costs no extra call. That is when the sweeper
+attempt, each a CAS the reconcilers make anyway, so the end costs no extra call. That is when the check
 saw the VMs finish (exit reports), vanish (lost, preempted) or had them terminated (stalled, timed out,
 boot failure), give or take the VM's last seconds of shutdown.
 """

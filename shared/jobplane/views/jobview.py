@@ -50,7 +50,7 @@ def held(record: JobRecord, now: datetime) -> str | None:
         return None
     when = f"held until {until:%Y-%m-%d %H:%M:%S} UTC"
     if not record.held(now):
-        return f"{when} (over: its VMs are terminated by the next sweep, if not already)"
+        return f"{when} (over: its VMs are terminated by the next check, if not already)"
     return f"{when} ({human_duration((until - now).total_seconds())} left): `jobplane ssh {record.id}` to look"
 
 

@@ -1,6 +1,6 @@
 """What a job's notifications say: a message when a job ends, or is flagged for idle GPUs (pure). The deployment
-publishes them on its topic (jobplane.deployment.notify); the sweeper's idle-GPU rule makes its own
-(jobplane.decide.sweep)."""
+publishes them on its topic (jobplane.deployment.notify); the check's idle-GPU rule makes its own
+(jobplane.decide.check)."""
 
 from __future__ import annotations
 

@@ -69,12 +69,12 @@ def test_spot_price_is_the_zones_linux_price_in_effect_at_launch() -> None:
 
 
 def finish(moto_aws: MotoAws, job_id: str, code: int, at: datetime) -> JobRecord:
-    """Every rank's agent reports, and a sweep at `at` records the outcome (and so the end of the instances)."""
+    """Every rank's agent reports, and a check at `at` records the outcome (and so the end of the instances)."""
     record = moto_aws.registry.job(job_id)
     for rank in range(record.spec.num_nodes):
         moto_aws.registry.put_json(keys.exit_report(job_id, record.attempt, rank),
                                 records.ExitReport(code=code, instance_id=record.instances[rank]).body())
-    reconcile.sweep(moto_aws.context(metrics=CountingMetrics()), now=at, jobs=[job_id])
+    reconcile.check(moto_aws.context(metrics=CountingMetrics()), now=at, jobs=[job_id])
     return moto_aws.registry.job(job_id)
 
 

@@ -50,11 +50,11 @@ class Day:
         return launcher.handle_drop(self.context(), key, now=self.clock()).result
 
     def started(self, job_id: str, spec: str = "", **fields: Any) -> JobRecord:
-        """Submitted now; a minute later every rank beats and the sweep sees the job RUNNING."""
+        """Submitted now; a minute later every rank beats and the check sees the job RUNNING."""
         assert self.submit(job_id, spec, **fields) == "launched"
         self.clock.advance(60)
         self.beat(job_id)
-        self.sweep()
+        self.sweeper()
         record = self.job(job_id)
         assert record.state == State.RUNNING, record
         return record
@@ -89,9 +89,9 @@ class Day:
         self.compute.reclaim(iid)
 
     # ---- the functions, as their cron or event runs them ------------------------------------------
-    def sweep(self, **kwargs: Any) -> list[reconcile.Outcome]:
-        """The sweeper's invocation: the job sweep, then the sweep reconcile (its outcomes in `swept`)."""
-        outcomes = reconcile.sweep(self.context(), now=self.clock(), **kwargs)
+    def sweeper(self, **kwargs: Any) -> list[reconcile.Outcome]:
+        """The sweeper function's invocation: the check, then the sweep reconcile (its outcomes in `swept`)."""
+        outcomes = reconcile.check(self.context(), now=self.clock(), **kwargs)
         self.swept = sweeps.reconcile(self.context(), now=self.clock(), jobs=kwargs.get("jobs", ()))
         return outcomes
 

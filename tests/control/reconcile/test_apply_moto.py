@@ -34,7 +34,7 @@ def later(minutes: float) -> datetime:
 
 
 def sweep(c: MotoAws, *, now: datetime, dry_run: bool = False, **kwargs: Any) -> list[reconcile.Outcome]:
-    return reconcile.sweep(c.context(dry_run=dry_run), now=now, **kwargs)
+    return reconcile.check(c.context(dry_run=dry_run), now=now, **kwargs)
 
 
 def uptime_cap(c: MotoAws, *, now: datetime, **kwargs: Any) -> list[reconcile.Outcome]:
@@ -78,7 +78,7 @@ def test_lifecycle_started_then_healthy_then_finished(moto_aws: MotoAws) -> None
     gets: list[str] = []
     moto_aws.s3.meta.events.register("before-call.s3.GetObject", lambda params, **_: gets.append(params["url_path"]))
     assert sweep(moto_aws, now=utcnow()) == []
-    assert not [g for g in gets if g.endswith("/job.json")], "a healthy job costs the sweep no GET"
+    assert not [g for g in gets if g.endswith("/job.json")], "a healthy job costs the check no GET"
 
     # Every VM may write any job's facts: another job's VM "finishes" and "preempts" this one. Ignored, with
     # one event each; the job runs on.

@@ -275,7 +275,7 @@ class ChaosDay:
         def ctx() -> Context:  # made in the run: its policy read may meet the store's faults too
             return Context(d.reg, d.compute, d.reg.policy(), d.metrics)
 
-        self.run(lambda: reconcile.sweep(ctx(), now=now))
+        self.run(lambda: reconcile.check(ctx(), now=now))
         self.run(lambda: reconcile.rerun(ctx(), now=now))
         if minute % 5 == 0:
             self.run(lambda: launcher.backstop(ctx(), now=now, min_age=60))
@@ -420,7 +420,7 @@ class ChaosDay:
         life.done = True
         self.cloud.reclaim(inst.id)  # the agent powers the VM off
         job_id = inst.job_id or ""
-        self.deliver(lambda: reconcile.sweep(Context(d.reg, d.compute, d.reg.policy(), d.metrics), now=self.clock(),
+        self.deliver(lambda: reconcile.check(Context(d.reg, d.compute, d.reg.policy(), d.metrics), now=self.clock(),
                                              jobs=[job_id]))
 
     def _report(self, d: Deployment, inst: Instance, code: int, reason: str) -> None:

@@ -13,13 +13,13 @@ def test_a_job_that_goes_quiet_is_stalled_and_its_vm_terminated(day: Day) -> Non
     assert day.submit("quiet", stall_timeout="30m") == "launched"
     day.at("12:01")
     day.beat("quiet")
-    assert rules(day.sweep()) == [(Rule.STARTED, "applied")]
+    assert rules(day.sweeper()) == [(Rule.STARTED, "applied")]
     for hhmm in ("12:11", "12:21", "12:31"):  # the agent beats; the user process prints nothing more
         day.at(hhmm)
         day.beat("quiet", output=False)
-        assert day.sweep() == [], f"30 minutes without output are not over at {hhmm}"
+        assert day.sweeper() == [], f"30 minutes without output are not over at {hhmm}"
     day.at("12:32")
-    assert rules(day.sweep()) == [(Rule.STALLED, "applied")]
+    assert rules(day.sweeper()) == [(Rule.STALLED, "applied")]
     assert day.vms("quiet") == {1: ["shutting-down"]}
     day.at("12:33")
     assert day.vms("quiet") == {1: ["terminated"]}
@@ -46,13 +46,13 @@ def test_a_lost_rank_of_a_two_node_spot_job_tears_the_attempt_down_and_reruns_it
     day.at("12:30")
     day.compute.reclaim(day.job("pair").instances[1])  # no notice reached the agent: the VM is just gone
     day.at("12:33")
-    assert rules(day.sweep()) == [(Rule.LOST_SPOT, "applied")]
-    assert day.vms("pair") == {1: ["shutting-down", "terminated"]}, "rank 0 survived; the sweep ended it"
-    assert day.sweep() == [], "a PREEMPTED job with its marker is the rerun's"
+    assert rules(day.sweeper()) == [(Rule.LOST_SPOT, "applied")]
+    assert day.vms("pair") == {1: ["shutting-down", "terminated"]}, "rank 0 survived; the check ended it"
+    assert day.sweeper() == [], "a PREEMPTED job with its marker is the rerun's"
     assert rules(day.rerun(jobs=["pair"])) == [(Rule.RERUN, "applied")]
     day.at("12:35")
     day.beat("pair")
-    day.sweep()
+    day.sweeper()
     second = day.job("pair")
     assert second.state == State.RUNNING and second.attempt == 2 and second.restarts == 1
     assert day.vms("pair") == {1: ["terminated", "terminated"], 2: ["running", "running"]}
@@ -92,12 +92,12 @@ def test_a_leaked_vm_is_terminated_after_the_grace_and_an_untagged_one_never(day
     leaked = day.compute.add("ghost", 1)
     untagged = day.compute.add(managed=False)
     day.at("12:05")
-    assert day.sweep() == []
+    assert day.sweeper() == []
     day.at("12:11")  # orphan grace: 10 minutes
-    assert rules(day.sweep()) == [(Rule.ORPHAN, "applied")]
+    assert rules(day.sweeper()) == [(Rule.ORPHAN, "applied")]
     assert day.compute.state(leaked) == "shutting-down" and day.metrics.totals["OrphansTerminated"] == 1
     day.at("23:59")
-    assert day.sweep(force=True) == [] and day.uptime_cap(force=True) == []
+    assert day.sweeper(force=True) == [] and day.uptime_cap(force=True) == []
     assert day.compute.state(untagged) == "running" and day.compute.refused == []
 
 
@@ -105,9 +105,9 @@ def test_a_vm_that_never_boots_is_retried_as_a_restart(day: Day) -> None:
     day.submit("slow")
     first = day.job("slow").instances
     day.at("12:15")
-    assert day.sweep() == []
+    assert day.sweeper() == []
     day.at("12:16")  # boot timeout: 15 minutes
-    assert rules(day.sweep()) == [(Rule.BOOT_RETRY, "applied")]
+    assert rules(day.sweeper()) == [(Rule.BOOT_RETRY, "applied")]
     after = day.job("slow")
     assert after.attempt == 2 and after.restarts == 1 and after.state == State.LAUNCHING
     assert day.vms("slow") == {1: ["shutting-down"], 2: ["pending"]} and after.instances != first

@@ -37,7 +37,7 @@ def test_sweeper_cron_then_exit_report_event(moto_aws: MotoAws, capsys: pytest.C
     capsys.readouterr()
     assert rules(sweeper.handler(SCHEDULED, Context())) == [("started", "train", "applied")]
     metrics = emitted(capsys.readouterr().out)
-    assert metrics["ApiCalls"][0] >= 5 and "SweepDuration" in metrics  # 4 listings, DescribeInstances, GETs, puts
+    assert metrics["ApiCalls"][0] >= 5 and "CheckDuration" in metrics  # 4 listings, DescribeInstances, GETs, puts
     exit_key = keys.exit_report("train", 1, 0)
     report_exit(moto_aws, record, 2)
     assert rules(sweeper.handler(created(exit_key), Context())) == [("finished", "train", "applied")]

@@ -1,6 +1,6 @@
 """The launcher dies between its claim and recording the attempt's VMs (a Lambda timeout, an OOM), F5.
 Before: the job sat LAUNCHING with no VM until the boot timeout failed it (or burned a restart), and VMs
-started before the crash waited 900 s for a cluster.json that never came. Now the sweep resumes the launch
+started before the crash waited 900 s for a cluster.json that never came. Now the check resumes the launch
 of the same attempt, no restart counted: it adopts the VMs if RunInstances ran, else launches them."""
 
 from __future__ import annotations
@@ -49,10 +49,10 @@ def test_a_launch_cut_short_is_resumed_by_the_sweep_without_a_restart(day: Day, 
     record = day.job("cut")
     assert record.state == State.LAUNCHING and record.instances == [] and record.attempt == 1
     day.at("12:05")
-    assert rules(day.sweep()) == [], "a launcher may still be at it: the grace is longer than any launcher run"
+    assert rules(day.sweeper()) == [], "a launcher may still be at it: the grace is longer than any launcher run"
     day.at("12:11")
-    assert rules(day.sweep()) == [(Rule.RESUME_LAUNCH, "applied")]
-    assert Rule.RESUME_LAUNCH not in [r for r, _ in rules(day.sweep())], "once"
+    assert rules(day.sweeper()) == [(Rule.RESUME_LAUNCH, "applied")]
+    assert Rule.RESUME_LAUNCH not in [r for r, _ in rules(day.sweeper())], "once"
     resumed = day.job("cut")
     assert resumed.state == State.LAUNCHING and resumed.attempt == 1 and resumed.restarts == 0
     assert len(resumed.instances) == 2
@@ -65,7 +65,7 @@ def test_a_launch_cut_short_is_resumed_by_the_sweep_without_a_restart(day: Day, 
     assert cluster["instances"] == resumed.instances
     day.at("12:13")
     day.beat("cut")
-    assert rules(day.sweep()) == [(Rule.STARTED, "applied")]
+    assert rules(day.sweeper()) == [(Rule.STARTED, "applied")]
 
 
 def test_the_backstop_stops_at_its_time_budget_and_the_next_run_goes_on(day: Day) -> None:

@@ -51,15 +51,15 @@ def test_a_huge_max_wait_is_refused_at_submission_naming_the_field(day: Day) -> 
 def test_a_launch_that_cannot_be_decided_ends_failed_with_the_error_not_wedged(day: Day) -> None:
     wedged_before_the_fix(day, "old", after=HUGE)  # Spot refused everywhere: refused_at + after overflows
     day.compute.fail("t3.micro", spot=True)
-    day.at("12:11")  # past the launch grace: the sweep resumes the launch, which decides again
-    assert rules(day.sweep()) == [(Rule.RESUME_LAUNCH, "applied")]
+    day.at("12:11")  # past the launch grace: the check resumes the launch, which decides again
+    assert rules(day.sweeper()) == [(Rule.RESUME_LAUNCH, "applied")]
     record = day.job("old")
     assert (record.state, record.instances, record.cause) == (State.FAILED, [], LaunchCause.LAUNCH_ERROR)
     assert record.reason == ("the launch of attempt 1 could not be decided: OverflowError: date value out of range")
     assert record.last_error == record.reason
     assert day.history("old") == ["12:00 LAUNCHING", "12:11 FAILED"]
     day.at("12:30")
-    assert rules(day.sweep()) == [], "nothing left to resume"
+    assert rules(day.sweeper()) == [], "nothing left to resume"
     assert day.compute.instances(job_id="old") == [], "no VM was ever asked for"
 
 
@@ -69,7 +69,7 @@ def test_a_recorded_max_wait_past_the_ceiling_is_held_to_it(day: Day) -> None:
     day.compute.fail("t3.micro", spot=True)
     day.compute.fail("t3.micro")
     day.at("12:11")
-    assert rules(day.sweep()) == [(Rule.RESUME_LAUNCH, "applied")]
+    assert rules(day.sweeper()) == [(Rule.RESUME_LAUNCH, "applied")]
     assert day.job("patient").state == State.WAITING_CAPACITY
     day.clock.advance(14 * 86400)  # the policy's max_wait_ceiling, counted from submission
     day.backstop()
@@ -88,16 +88,16 @@ def test_the_policy_ends_a_job_at_its_ceiling_on_attempts(day: Day) -> None:
     day.preempted("spotty")  # attempt 1 preempted: a rerun
     assert rules(day.rerun()) == [(Rule.RERUN, "applied")]
     day.at("12:30")  # attempt 2 never beats: past its boot timeout (15m), a boot retry
-    assert rules(day.sweep()) == [(Rule.BOOT_RETRY, "applied")]
+    assert rules(day.sweeper()) == [(Rule.BOOT_RETRY, "applied")]
     day.at("12:31")
     day.beat("spotty")
-    assert rules(day.sweep()) == [(Rule.STARTED, "applied")]
+    assert rules(day.sweeper()) == [(Rule.STARTED, "applied")]
     day.at("12:40")
     day.exits("spotty", 0, 42)  # attempt 3 exits 42: a retry, attempt 4
-    assert rules(day.sweep()) == [(Rule.RETRY, "applied")]
+    assert rules(day.sweeper()) == [(Rule.RETRY, "applied")]
     day.at("12:41")
     day.beat("spotty")
-    assert rules(day.sweep()) == [(Rule.STARTED, "applied")]
+    assert rules(day.sweeper()) == [(Rule.STARTED, "applied")]
     day.at("12:50")
     day.preempted("spotty")  # restarts and retries left, but attempt 4 was the policy's last
     assert rules(day.rerun()) == [(Rule.RERUN_EXHAUSTED, "applied")]

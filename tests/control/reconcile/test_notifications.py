@@ -13,7 +13,7 @@ import pytest
 
 from functions.aws import common, launcher, sweeper
 from jobplane.control import reconcile
-from jobplane.decide import sweep as sweep_decide
+from jobplane.decide import check as check_decide
 from jobplane.deployment.context import Context as RunContext
 from jobplane.deployment.notify import Notify
 from jobplane.deployment.telemetry import CountingMetrics
@@ -119,7 +119,7 @@ def test_overlapping_reconcilers_announce_an_end_exactly_once(moto_aws: MotoAws,
     for _ in range(3):  # three runs that listed and decided before any of them applied
         reg = Registry(moto_aws.registry.store, listeners=[notify.transition])
         snap = reconcile.with_records(reg, reconcile.listings(reg, moto_aws.compute), ["raced"])
-        runs.append((reg, sweep_decide.decide(snap, utcnow(), reg.policy())))
+        runs.append((reg, check_decide.decide(snap, utcnow(), reg.policy())))
     results = [reconcile.apply(RunContext(reg, moto_aws.compute, reg.policy(), CountingMetrics()), actions,
                                now=utcnow()) for reg, actions in runs]
     assert [o.result for o in results[0]] == [reconcile.Result.APPLIED]

@@ -50,12 +50,12 @@ def test_spot_refused_everywhere_launches_on_demand_at_exactly_after(day: Day) -
 
     # 13:00: the on-demand VM is gone (a host event); a Spot job's lost VM is rerun, and the rerun asks Spot first
     day.beat("thrifty")
-    day.sweep()
+    day.sweeper()
     day.compute.restore(spot=True)
     day.at("13:00")
     day.compute.reclaim(launched.instances[0])
     day.at("13:03")
-    assert rules(day.sweep()) == [(Rule.LOST_SPOT, "applied")]
+    assert rules(day.sweeper()) == [(Rule.LOST_SPOT, "applied")]
     assert rules(day.rerun(jobs=["thrifty"])) == [(Rule.RERUN, "applied")]
     second = day.job("thrifty")
     assert second.state == State.LAUNCHING and second.attempt == 2 and markets(day) == [False, True]
@@ -82,7 +82,7 @@ def test_a_rerun_after_a_preemption_asks_for_spot_and_waits_its_own_after(day: D
     assert day.job("resumer").state == State.LAUNCHING and markets(day) == [True, False]
     day.at("12:51")
     day.beat("resumer")
-    day.sweep()
+    day.sweeper()
     assert day.history("resumer") == [
         "12:00 LAUNCHING", "12:01 RUNNING", "12:30 PREEMPTED", "12:30 LAUNCHING 2", "12:30 WAITING_CAPACITY 2",
         "12:31 LAUNCHING 2", "12:31 WAITING_CAPACITY 2", "12:33 LAUNCHING 2", "12:33 WAITING_CAPACITY 2",

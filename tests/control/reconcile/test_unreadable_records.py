@@ -1,4 +1,4 @@
-"""One job.json that does not parse must not stop the sweep, the rerun, the uptime cap or the backstop for
+"""One job.json that does not parse must not stop the check, the rerun, the uptime cap or the backstop for
 every other job (F3), and a record written by a newer version (a field this one does not know, at any
 level) is read, not refused: a rolling deploy runs two versions side by side."""
 
@@ -35,7 +35,7 @@ def test_a_record_from_a_newer_version_is_read_and_the_job_goes_on(day: Day) -> 
     assert record.state == State.RUNNING and record.spec.run == "python3 train.py"
     day.at("12:30")
     day.exits("newer", 0, 0)
-    assert [(o.action.rule, o.result) for o in day.sweep(jobs=["newer"])] == [(Rule.FINISHED, "applied")]
+    assert [(o.action.rule, o.result) for o in day.sweeper(jobs=["newer"])] == [(Rule.FINISHED, "applied")]
     assert day.job("newer").state == State.SUCCEEDED
 
 
@@ -45,7 +45,7 @@ def test_unparsable_records_leave_their_jobs_alone_and_every_other_job_goes_on(d
     day.started("mangled")
     day.started("spotty", spot="true")
     day.at("12:30")
-    for job_id in ("good", "torn", "mangled"):  # all three finish: the sweep must read their records
+    for job_id in ("good", "torn", "mangled"):  # all three finish: the check must read their records
         day.exits(job_id, 0, 0)
     rewrite(day, "torn", raw=b'{"id": "torn", "spec": {"run"')
     rewrite(day, "mangled", {"state": "EXPLODED", "attempt": "one"})
@@ -53,7 +53,7 @@ def test_unparsable_records_leave_their_jobs_alone_and_every_other_job_goes_on(d
     rewrite(day, "spotty", {"spec.num_nodes": "many"})
 
     for _ in range(2):  # every run: the bad ones are skipped, the good one is served
-        day.sweep()
+        day.sweeper()
         day.rerun()
         day.uptime_cap()
         day.backstop()

@@ -1,15 +1,15 @@
-"""Sweep cost at scale: API calls and time of one sweep over N healthy RUNNING jobs, against a naive loop.
+"""Check cost at scale: API calls and time of one check over N healthy RUNNING jobs, against a naive loop.
 
 Seeds N healthy jobs in moto (in-process S3 + EC2): job.json, the RUNNING active/ marker, a heartbeat and
 an output mark, the limits/ key, and one tagged, running instance each. Then runs one real
-`reconcile.sweep` and a naive baseline (list the live jobs, GET every job.json, describe the instances:
+`reconcile.check` and a naive baseline (list the live jobs, GET every job.json, describe the instances:
 the status loop most DIY controllers run), counting every S3 and EC2 call by operation with botocore
 event hooks.
 
-    .venv/bin/python bench/sweep.py               # N = 100, 1000, 5000
-    .venv/bin/python bench/sweep.py --n 100 1000
+    .venv/bin/python bench/check.py               # N = 100, 1000, 5000
+    .venv/bin/python bench/check.py --n 100 1000
 
-Writes bench/results/sweep.json (and prints it, plus a markdown table for the README).
+Writes bench/results/check.json (and prints it, plus a markdown table for the README).
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def seed(reg: Registry, ec2: Any, image: str, n: int) -> None:
 
 
 def naive(reg: Registry, compute: Ec2Compute) -> int:
-    """The baseline: every live job's record, every sweep."""
+    """The baseline: every live job's record, every check."""
     records = [reg.job(job_id) for job_id in reg.active()]
     compute.list_managed()
     return len(records)
@@ -140,7 +140,7 @@ def measure(n: int) -> dict[str, Any]:
 
         out: dict[str, Any] = {"n": n, "seed_seconds": round(seeded, 1)}
         for name, run in (
-            ("sweep", lambda: reconcile.sweep(Context(reg, compute, reg.policy(), CountingMetrics()),
+            ("check", lambda: reconcile.check(Context(reg, compute, reg.policy(), CountingMetrics()),
                                               now=datetime.now(UTC))),
             ("naive", lambda: naive(reg, compute)),
         ):
@@ -155,39 +155,39 @@ def measure(n: int) -> dict[str, Any]:
                          "ec2_seconds": round(counter.seconds["ec2"], 2), "calls": calls,
                          "total_calls": sum(calls.values()),
                          "get_object": calls.get("s3.GetObject", 0), "job_record_gets": counter.job_record_gets}
-            if name == "sweep":
+            if name == "check":
                 out[name]["actions"] = len(result) if isinstance(result, list) else None
-        out["job_record_gets_per_healthy_job"] = out["sweep"]["job_record_gets"] / n
-        out["call_ratio_naive_over_sweep"] = round(out["naive"]["total_calls"] / out["sweep"]["total_calls"], 1)
+        out["job_record_gets_per_healthy_job"] = out["check"]["job_record_gets"] / n
+        out["call_ratio_naive_over_check"] = round(out["naive"]["total_calls"] / out["check"]["total_calls"], 1)
         return out
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    rows = ["| healthy jobs | sweep calls (LIST / DescribeInstances / GET) | job.json GETs per job "
-            "| sweep time (S3 part) | naive calls (GET) | naive time (S3 part) | calls naive / sweep |",
+    rows = ["| healthy jobs | check calls (LIST / DescribeInstances / GET) | job.json GETs per job "
+            "| check time (S3 part) | naive calls (GET) | naive time (S3 part) | calls naive / check |",
             "|---:|---|---:|---:|---|---:|---:|"]
     for r in results:
-        s, nv = r["sweep"], r["naive"]
+        s, nv = r["check"], r["naive"]
         rows.append(
             f"| {r['n']:,} | {s['total_calls']} ({s['calls'].get('s3.ListObjectsV2', 0)} / "
             f"{s['calls'].get('ec2.DescribeInstances', 0)} / {s['get_object']}) | "
             f"{r['job_record_gets_per_healthy_job']:g} | {s['seconds']} s ({s['s3_seconds']} s) | "
             f"{nv['total_calls']:,} ({nv['get_object']:,}) | {nv['seconds']} s ({nv['s3_seconds']} s) | "
-            f"{r['call_ratio_naive_over_sweep']}x |")
+            f"{r['call_ratio_naive_over_check']}x |")
     return "\n".join(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, nargs="+", default=[100, 1000, 5000])
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "sweep.json")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "check.json")
     args = parser.parse_args(argv)
     results = []
     for n in args.n:
         results.append(measure(n))
         print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"bench": "sweep", "measured_at": datetime.now(UTC).isoformat(), "results": results}
+    doc = {"bench": "check", "measured_at": datetime.now(UTC).isoformat(), "results": results}
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps(doc, indent=1))
     print(table(results))

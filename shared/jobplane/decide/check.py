@@ -1,5 +1,6 @@
-"""The sweeper's decisions: finished, a failed rank, started, stalled, boot timeout, lost ranks, orphans, ignored
-facts, housekeeping; and, for an attempt that ends in an error the spec's retry: names, a retry (decide.retry).
+"""The check's decisions (the scheduled health pass over live jobs and managed VMs; a sweep is a hyperparameter
+search): finished, a failed rank, started, stalled, boot timeout, lost ranks, orphans, ignored facts, housekeeping;
+and, for an attempt that ends in an error the spec's retry: names, a retry (decide.retry).
 
 Two pure steps. `candidates` reads listings only and names the jobs that need a closer look; the
 caller fetches job.json and the exit reports of just those; `decide` turns the whole snapshot into
@@ -67,7 +68,7 @@ from jobplane.views import notices
 # shorter: a local cloud with a seconds-long grace detects lost ranks in seconds).
 LOST_GRACE = 120
 # A PREEMPTED job whose preempted-jobs/ marker is still missing this long (or the orphan grace) after the
-# transition lost it to a crash between the two writes: the sweep writes it again.
+# transition lost it to a crash between the two writes: the check writes it again.
 REMARK_AFTER = 60
 IDLE_BY = "idle-gpu"  # the `by` of an idle stop request, copied by the agent into its exit report
 CONSOLE_HINT = "the VM's console output is in `jobplane logs {job_id} --attempt {attempt}`"
@@ -127,7 +128,7 @@ def decide(snap: Snapshot, now: datetime, policy: Policy, *, force: bool = False
 
 @dataclass(frozen=True)
 class Seen:
-    """One LAUNCHING or RUNNING job as this sweep sees it: what each of its decisions (DECISIONS) reads."""
+    """One LAUNCHING or RUNNING job as this check sees it: what each of its decisions (DECISIONS) reads."""
 
     record: JobRecord
     exits: dict[int, ExitReport]  # the attempt's trusted exit reports, by rank
@@ -303,7 +304,7 @@ def _early_stop(reports: Iterable[ExitReport]) -> ExitReport | None:
 def _stop_peers(job: Seen) -> Action | None:
     """A rank stopped on a stop_on match while others run (a rank that prints no loss would wait in its next
     collective until a timeout): they get a stop request, so they checkpoint and exit too. Asked again each
-    sweep until every rank has reported; a repeated request is harmless."""
+    check until every rank has reported; a repeated request is harmless."""
     record = job.record
     early = _early_stop(job.exits.values())
     running = [r for r in range(record.spec.num_nodes) if r not in job.exits]
@@ -434,8 +435,8 @@ def _idle(job: Seen) -> Action | None:
                  *((RequestStop(by=IDLE_BY),) if stopping else ()))
 
 
-# A live job's decisions, by precedence: the first that decides anything is its action this sweep (where an
-# action stands among all the sweep's actions is its rule's risk order, decide.rules).
+# A live job's decisions, by precedence: the first that decides anything is its action this check (where an
+# action stands among all the check's actions is its rule's risk order, decide.rules).
 DECISIONS: tuple[Callable[[Seen], Action | None], ...] = (
     _resume, _finished, _rank_failed, _bootstrap_failed, _started, _lost, _boot_timeout, _stalled, _stop_peers,
     _write_limits, _idle)

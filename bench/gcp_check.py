@@ -1,4 +1,4 @@
-"""GCP sweep cost: calls and time of one sweep over N healthy RUNNING jobs on the GCP adapters, plus the
+"""GCP check cost: calls and time of one check over N healthy RUNNING jobs on the GCP adapters, plus the
 cold-start import cost of the Cloud Functions module.
 
 The registry is GcsStore against the precondition-enforcing GCS fake (so every registry call is a real
@@ -6,10 +6,10 @@ HTTP request from google-cloud-storage); the VMs are on the Compute fake, listed
 google-cloud-compute client (aggregatedList, 500 per page). Registry calls are counted by a wrapper
 around the store, Compute calls by the fake. The naive baseline GETs every live job's record.
 
-    .venv/bin/python bench/gcp_sweep.py               # N = 100, 1000
-    .venv/bin/python bench/gcp_sweep.py --n 100
+    .venv/bin/python bench/gcp_check.py               # N = 100, 1000
+    .venv/bin/python bench/gcp_check.py --n 100
 
-Writes bench/results/gcp_sweep.json and prints it.
+Writes bench/results/gcp_check.json and prints it.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def measure(n: int) -> dict[str, Any]:
             compute.list_managed()
             return len(records)
 
-        for name, run in (("sweep", lambda: reconcile.sweep(Context(reg, compute, reg.policy(), CountingMetrics()),
+        for name, run in (("check", lambda: reconcile.check(Context(reg, compute, reg.policy(), CountingMetrics()),
                                                             now=datetime.now(UTC))),
                           ("naive", naive)):
             store.calls.clear()
@@ -127,9 +127,9 @@ def measure(n: int) -> dict[str, Any]:
             result = run()
             out[name] = {"seconds": round(time.monotonic() - t0, 2), "gcs": dict(store.calls),
                          "compute": dict(compute_fake.calls), "job_record_gets": store.job_record_gets}
-            if name == "sweep":
+            if name == "check":
                 out[name]["actions"] = len(result) if isinstance(result, list) else None
-        out["job_record_gets_per_healthy_job"] = out["sweep"]["job_record_gets"] / n
+        out["job_record_gets_per_healthy_job"] = out["check"]["job_record_gets"] / n
         return out
 
 
@@ -149,13 +149,13 @@ def import_seconds() -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, nargs="+", default=[100, 1000])
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "gcp_sweep.json")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "gcp_check.json")
     args = parser.parse_args(argv)
     results = []
     for n in args.n:
         results.append(measure(n))
         print(json.dumps(results[-1]), file=sys.stderr, flush=True)
-    doc = {"bench": "gcp_sweep", "measured_at": datetime.now(UTC).isoformat(), "cpus": os.cpu_count(),
+    doc = {"bench": "gcp_check", "measured_at": datetime.now(UTC).isoformat(), "cpus": os.cpu_count(),
            "load_average": os.getloadavg(), "import_seconds": import_seconds(), "results": results}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1) + "\n")

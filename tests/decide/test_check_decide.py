@@ -1,4 +1,4 @@
-"""The sweeper's pure decisions, one table row per rule (no I/O anywhere in this file)."""
+"""The check's pure decisions, one table row per rule (no I/O anywhere in this file)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from jobplane.decide import sweep
+from jobplane.decide import check
 from jobplane.decide.effects import (
     DeleteKeys,
     MarkPreempted,
@@ -78,11 +78,11 @@ CANDIDATES: list[Candidate] = [
 
 @pytest.mark.parametrize("row", CANDIDATES, ids=[c.name for c in CANDIDATES])
 def test_candidates(row: Candidate) -> None:
-    assert (sweep.candidates(row.snap, NOW, row.policy) == {"j"}) is row.read
+    assert (check.candidates(row.snap, NOW, row.policy) == {"j"}) is row.read
 
 
 def test_event_for_a_job_that_is_not_live_fetches_nothing() -> None:
-    assert sweep.candidates(Snapshot(forced=frozenset({"gone"})), NOW, POLICY) == set()
+    assert check.candidates(Snapshot(forced=frozenset({"gone"})), NOW, POLICY) == set()
 
 
 # ---- decide: one row per rule ------------------------------------------------------------------------------
@@ -168,7 +168,7 @@ CASES = [
     Case("the VM is in the listing, not yet in job.json: its report counts",
          _job({"instances": []}, exits={"j": [report(0, 0)]}), rules=[Rule.FINISHED], to=State.SUCCEEDED,
          terminate=("i-j-1-0",)),
-    Case("a preempted marker from another job's VM does not hold the sweep back",
+    Case("a preempted marker from another job's VM does not hold the check back",
          _job(exits={"j": [report(0, 0)]}, preempted=[PreemptedMark("j", ago(5), 1, "i-other-1-0")]),
          rules=[Rule.FINISHED], to=State.SUCCEEDED, terminate=("i-j-1-0",)),
     Case("exit with reason preempted is rerun's", _job({"spot": True}, exits={"j": [report(0, 143, "preempted")]}),
@@ -248,7 +248,7 @@ CASES = [
 
 
 def _check(case: Case) -> list[Action]:
-    actions = sweep.decide(case.snap, NOW, case.pol)
+    actions = check.decide(case.snap, NOW, case.pol)
     assert [a.rule for a in actions] == case.rules, actions
     if actions:
         first = actions[0]
@@ -265,15 +265,15 @@ def test_decide_job_rules(case: Case) -> None:
 
 
 def test_an_early_stop_records_the_exit_code_and_asks_peers_to_stop_until_they_report() -> None:
-    (failed,) = sweep.decide(_job(exits={"j": [report(0, 143, "early-stop", NAN)]}), NOW, POLICY)
+    (failed,) = check.decide(_job(exits={"j": [report(0, 143, "early-stop", NAN)]}), NOW, POLICY)
     assert failed.get(Transition) == Transition(State.FAILED, {"exit_code": 143})
     assert failed.get(Relaunch) is None and failed.get(MarkPreempted) is None
-    (ask,) = sweep.decide(_job({"nodes": 2}, exits={"j": [report(1, 0, "early-stop", NAN)]}), NOW, POLICY)
+    (ask,) = check.decide(_job({"nodes": 2}, exits={"j": [report(1, 0, "early-stop", NAN)]}), NOW, POLICY)
     assert ask.effects == (RequestStop(by="sweeper"),)
 
 
 def test_transitions_carry_what_the_run_saw() -> None:
-    (action,) = sweep.decide(_job({"nodes": 2}, {"instances": ()}, exits={"j": [report(0, 0), report(1, 3)]}),
+    (action,) = check.decide(_job({"nodes": 2}, {"instances": ()}, exits={"j": [report(0, 0), report(1, 3)]}),
                              NOW, POLICY)
     assert action.expect == {State.RUNNING} and action.expect_attempt == 1
     assert action.get(Transition) == Transition(State.FAILED, {"exit_code": 3})
@@ -282,21 +282,21 @@ def test_transitions_carry_what_the_run_saw() -> None:
 def test_vms_whose_agent_never_started_have_their_console_saved() -> None:
     """Only the ranks without a heartbeat: their console output says why."""
     launching = {"state": State.LAUNCHING, "launched": 901, "nodes": 3}
-    (timeout,) = sweep.decide(_job(launching, {"beats": tuple(beats(ranks=1))}), NOW, POLICY)
+    (timeout,) = check.decide(_job(launching, {"beats": tuple(beats(ranks=1))}), NOW, POLICY)
     assert timeout.rule == Rule.BOOT_RETRY and timeout.get(SaveConsole) == SaveConsole(((1, "i-j-1-1"), (2, "i-j-1-2")))
     failed = _job({**launching, "launched": 60}, {"beats": ()}, boot_failures={"j": "no python3"})
-    (boot,) = sweep.decide(failed, NOW, POLICY)
+    (boot,) = check.decide(failed, NOW, POLICY)
     assert boot.get(SaveConsole) == SaveConsole(((0, "i-j-1-0"), (1, "i-j-1-1"), (2, "i-j-1-2")))
 
 
 def test_started_writes_the_jobs_own_limits() -> None:
-    (action,) = sweep.decide(_job({"state": State.LAUNCHING, "nodes": 2, "stall_timeout": 300, "max_runtime": 3600}),
+    (action,) = check.decide(_job({"state": State.LAUNCHING, "nodes": 2, "stall_timeout": 300, "max_runtime": 3600}),
                              NOW, POLICY)
     assert action.get(WriteLimits) == WriteLimits(limits(nodes=2, stall=300, cap=3600))
 
 
 def test_lost_spot_marker_names_the_attempt_and_instance() -> None:
-    (action,) = sweep.decide(_job(TWO_SPOT, {"instances": (inst(rank=0),)}), NOW, POLICY)
+    (action,) = check.decide(_job(TWO_SPOT, {"instances": (inst(rank=0),)}), NOW, POLICY)
     mark = action.get(MarkPreempted)
     assert mark is not None and mark.marker.attempt == 1 and mark.marker.instance_id == "i-j-1-1"
 
@@ -342,7 +342,7 @@ def test_cleanup_deletes_keys_of_ended_jobs_and_past_attempts() -> None:
         limits=(limits("j", 1), limits("j", 2), limits("done")),
         instances=(inst("j", 2),),
     )
-    actions = sweep.decide(snap, NOW, POLICY)
+    actions = check.decide(snap, NOW, POLICY)
     assert {a.job_id: set(e.keys) for a in actions if a.rule == Rule.CLEANUP for e in a.effects
             if isinstance(e, DeleteKeys)} == {
         "done": {keys.heartbeat("done", 1, 0), keys.output_mark("done", 1, 0), limits("done").key},
@@ -356,9 +356,9 @@ def _orphans(n: int) -> Snapshot:
 
 
 def test_blast_radius_caps_terminations_per_run() -> None:
-    actions = sweep.decide(_orphans(30), NOW, policy(max_terminations_percent=100))
+    actions = check.decide(_orphans(30), NOW, policy(max_terminations_percent=100))
     assert sum(1 for a in actions if a.refused is None) == 20
-    assert sum(1 for a in sweep.decide(_orphans(30), NOW, POLICY) if a.refused is None) == 15  # 50% of 30
+    assert sum(1 for a in check.decide(_orphans(30), NOW, POLICY) if a.refused is None) == 15  # 50% of 30
     refused = [a for a in actions if a.refused]
     assert len(refused) == 10 and "limit of 20" in (refused[0].refused or "")
 
@@ -367,27 +367,27 @@ def test_blast_radius_percent_of_managed_fleet() -> None:
     snap = _orphans(4)
     snap = Snapshot(instances=(*snap.instances, *(inst(f"live{i}") for i in range(6))),
                     active={f"live{i}": (marker(f"live{i}", state=State.LAUNCHING),) for i in range(6)})
-    actions = sweep.decide(snap, NOW, policy(max_terminations_percent=20))
+    actions = check.decide(snap, NOW, policy(max_terminations_percent=20))
     assert [a.refused is None for a in actions] == [True, True, False, False]  # 20% of 10 managed
 
 
 def test_blast_radius_lets_a_fleet_of_one_lose_its_orphan_and_force_overrides() -> None:
-    assert [a.refused for a in sweep.decide(_orphans(1), NOW, POLICY)] == [None]
-    assert all(a.refused is None for a in sweep.decide(_orphans(30), NOW, POLICY, force=True))
-    assert all(a.refused for a in sweep.decide(_orphans(3), NOW, policy(max_terminations_per_run=0)))
+    assert [a.refused for a in check.decide(_orphans(1), NOW, POLICY)] == [None]
+    assert all(a.refused is None for a in check.decide(_orphans(30), NOW, POLICY, force=True))
+    assert all(a.refused for a in check.decide(_orphans(3), NOW, policy(max_terminations_per_run=0)))
 
 
 def test_blast_radius_serves_finished_jobs_before_orphans() -> None:
     snap = _job(exits={"j": [report(0, 0)]})
     snap = Snapshot(**{**snap.__dict__, "instances": (*snap.instances, *_orphans(3).instances)})
-    actions = sweep.decide(snap, NOW, policy(max_terminations_per_run=2))
+    actions = check.decide(snap, NOW, policy(max_terminations_per_run=2))
     assert [(a.rule, a.refused is None) for a in actions] == [
         (Rule.FINISHED, True), (Rule.ORPHAN, True), (Rule.ORPHAN, False), (Rule.ORPHAN, False)]
 
 
 def test_blast_radius_always_lets_one_multi_node_job_go() -> None:
     snap = _job({"nodes": 4}, exits={"j": [report(r, 0) for r in range(4)]})
-    (action,) = sweep.decide(snap, NOW, POLICY)  # 4 > 50% of 4 managed, but the first action is bounded by N only
+    (action,) = check.decide(snap, NOW, POLICY)  # 4 > 50% of 4 managed, but the first action is bounded by N only
     assert action.refused is None and len(action.terminate) == 4
-    (action,) = sweep.decide(snap, NOW, policy(max_terminations_per_run=3))
+    (action,) = check.decide(snap, NOW, policy(max_terminations_per_run=3))
     assert action.refused
