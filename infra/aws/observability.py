@@ -12,20 +12,25 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra.aws.nag import acknowledge
+from jobplane.decide import rules
 
 NAMESPACE = "jobplane"
 PERIOD = cdk.Duration.minutes(5)
 
-# Dashboard rows: title -> metric names (telemetry names from the shared contract).
-PANELS = {
+# Dashboard rows: title -> metric names (telemetry names from the shared contract). A reconciler rule's metric is
+# graphed on the panel its facts name (jobplane.decide.rules), after the metrics listed here.
+_OTHER_METRICS = {
     "Jobs by outcome state": ["JobsLaunched", "JobsSucceeded", "JobsFailed", "JobsRejected"],
     "Launches and capacity": ["JobsLaunched", "LaunchCapacityErrors"],
-    "Preemptions and reruns": ["Reruns"],
-    "Orphans, stalls, timeouts, debug holds": ["OrphansTerminated", "Stalls", "Timeouts", "HeldTerminated"],
-    "Safety: refusals, ignored facts, errors": ["BlastRadiusRefusals", "IgnoredFacts", "ActionErrors"],
+    rules.RERUNS: [],
+    rules.ENDS: [],
+    rules.SAFETY: ["BlastRadiusRefusals", "ActionErrors"],
     "Cloud API calls": ["ApiCalls"],
-    "Idle GPUs and notifications": ["IdleGpuJobs", "NotificationsPublished", "NotificationsFailed"],
+    rules.IDLE_GPUS: ["NotificationsPublished", "NotificationsFailed"],
 }
+_RULE_METRICS = rules.panels()
+PANELS = {title: [*_OTHER_METRICS.get(title, []), *_RULE_METRICS.get(title, [])]
+          for title in [*_OTHER_METRICS, *(t for t in _RULE_METRICS if t not in _OTHER_METRICS)]}
 
 
 def jobplane_metric(name: str, statistic: str = "Sum") -> cw.Metric:

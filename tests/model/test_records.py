@@ -53,6 +53,8 @@ def test_a_body_written_before_versions_reads_as_version_1_and_unknown_fields_ar
     (records.PreemptedMarker, {"attempt": 1, "by": "someone"}, "field 'by': Input should be 'agent' or 'sweeper'"),
     (records.StopRequest, {"time": "yesterday", "by": "cli"}, "stop request: field 'time': Input should be a valid "
                                                               "datetime"),
+    (records.StopRequest, {"time": "2026-11-22T12:00:00Z", "by": "someone"}, "stop request: field 'by': Input should "
+                                                                            "be 'cli', 'uptime-cap'"),
     (records.ClusterFile, {"job_id": "j", "attempt": 1, "hosts": [], "master_addr": "x", "num_nodes": 1},
      "cluster.json: field 'hosts': List should have at least 1 item"),
     (records.ClusterFile, {"job_id": "j", "attempt": 1, "hosts": ["x"], "master_addr": "x", "num_nodes": 1,
@@ -67,3 +69,9 @@ def test_a_record_that_does_not_parse_says_which_and_which_field(model: type[rec
     with pytest.raises(records.RecordError) as caught:
         model.parse(data)
     assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("by", ["cli", "uptime-cap", "idle-gpu", "sweeper", "debug-hold", "sweep", "unknown"])
+def test_every_stop_requests_by_ever_written_still_reads(by: str) -> None:
+    request = records.StopRequest.parse(json.dumps({"time": "2026-11-22T12:00:00Z", "by": by}).encode())
+    assert request.by == by and isinstance(request.by, records.StopBy)

@@ -39,7 +39,6 @@ from jobplane.decide.effects import (
     WriteLimits,
 )
 from jobplane.decide.model import Action, ExitReport, Ignored, PreemptedMark, Snapshot
-from jobplane.decide.rules import RULES
 from jobplane.deployment.context import Context
 from jobplane.deployment.telemetry import Metrics
 from jobplane.model import history, keys, records
@@ -318,7 +317,7 @@ def _count(outcome: Outcome, metrics: Metrics) -> None:
         metrics.add_metric("ActionErrors", "Count", 1)
     if outcome.result != Result.APPLIED:
         return
-    facts = RULES[action.rule]  # the rule's metric (decide.rules), once or per termination
+    facts = action.rule.facts  # the rule's metric (decide.rules), once or per termination
     if facts.metric:
         metrics.add_metric(facts.metric, "Count", len(action.terminate) if facts.per_termination else 1)
     if action.to == State.SUCCEEDED:

@@ -10,8 +10,8 @@ actions, filtered by the blast-radius limit.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Iterable
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from jobplane.clouds.base import Instance
@@ -32,6 +32,7 @@ from jobplane.decide.effects import (
     Transition,
     WriteLimits,
 )
+from jobplane.decide.jobrule import JobRule, Listed, Seen
 from jobplane.decide.model import (
     Action,
     ExitReport,
@@ -49,17 +50,14 @@ from jobplane.decide.model import (
     ignore,
     trusted_mark,
 )
-from jobplane.decide.retry import Trigger, exit_code, verdict
+from jobplane.decide.retry import Trigger, exit_code
 from jobplane.decide.rules import ORDER
 from jobplane.decide.safety import limit_blast_radius, terminable
 from jobplane.model import history, keys
-
-# A just-launched instance may be missing from DescribeInstances for a moment (eventual consistency):
 from jobplane.model.jobrecord import JobRecord
-from jobplane.model.listings import Beat
 from jobplane.model.metrics import EARLY_STOP
 from jobplane.model.policy import Policy
-from jobplane.model.records import HOLD_BY, PreemptedMarker
+from jobplane.model.records import HOLD_BY, PreemptedMarker, StopBy
 from jobplane.model.spec import format_duration
 from jobplane.model.states import State
 from jobplane.views import notices
@@ -70,7 +68,7 @@ LOST_GRACE = 120
 # A PREEMPTED job whose preempted-jobs/ marker is still missing this long (or the orphan grace) after the
 # transition lost it to a crash between the two writes: the check writes it again.
 REMARK_AFTER = 60
-IDLE_BY = "idle-gpu"  # the `by` of an idle stop request, copied by the agent into its exit report
+IDLE_BY = StopBy.IDLE_GPU  # the `by` of an idle stop request, copied by the agent into its exit report
 CONSOLE_HINT = "the VM's console output is in `jobplane logs {job_id} --attempt {attempt}`"
 
 
@@ -79,7 +77,9 @@ def _fmt(seconds: float) -> str:
 
 
 def candidates(snap: Snapshot, now: datetime, policy: Policy) -> set[str]:
-    """Jobs whose job.json (and exit reports) the decision needs; a healthy RUNNING job is never one."""
+    """Jobs whose job.json (and exit reports) the decision needs; a healthy RUNNING job is never one. Every job not
+    settled RUNNING is read (LAUNCHING, markers that disagree, a claim whose marker move may have died); a RUNNING
+    one when a rule's candidate filter names it."""
     index = Index(snap)
     out = {job_id for job_id in snap.forced if job_id in snap.active}
     for job_id, markers in snap.active.items():
@@ -92,25 +92,40 @@ def candidates(snap: Snapshot, now: datetime, policy: Policy) -> set[str]:
             continue
         if marker.state != State.RUNNING:
             continue  # QUEUED / WAITING_CAPACITY: the launcher's; PREEMPTED: rerun's
-        limits = index.limits.get((job_id, marker.attempt))
-        if limits is None or _suspect(limits, marker.since, index.beats[job_id, marker.attempt],
-                                      index.instances[job_id, marker.attempt], now):
+        n = marker.attempt
+        listed = Listed(job_id, n, marker.since, index.limits.get((job_id, n)), index.beats[job_id, n],
+                        index.instances[job_id, n], index, now, policy)
+        if any(rule.candidate(listed) for rule in CHECKS):
             out.add(job_id)
-        elif policy.idle_gpu.action != "off" and (job_id, marker.attempt) not in snap.idle_flags \
-                and index.idle_everywhere(job_id, marker.attempt, limits.nodes):
-            out.add(job_id)  # idle GPUs, not flagged yet
     return out
 
 
-def _suspect(limits: Limits, since: datetime, beats: list[Beat], instances: list[Instance], now: datetime) -> bool:
-    liveness = [b for b in beats if not b.output]
-    if {b.rank for b in liveness} != set(range(limits.nodes)):
+def _silent(job: Listed) -> bool:
+    """A rank without a heartbeat, one silent past the stall timeout, or no output for as long."""
+    if job.limits is None:
+        return False
+    liveness = [b for b in job.beats if not b.output]
+    if {b.rank for b in liveness} != set(range(job.limits.nodes)):
         return True
-    if any(age(now, b.at) > limits.stall for b in liveness):
+    if any(age(job.now, b.at) > job.limits.stall for b in liveness):
         return True
-    if age(now, max((b.at for b in beats if b.output), default=since)) > limits.stall:
-        return True
-    return len(instances) != limits.nodes or not all(alive(i) for i in instances)
+    return age(job.now, max((b.at for b in job.beats if b.output), default=job.since)) > job.limits.stall
+
+
+def _vms_missing(job: Listed) -> bool:
+    """Not exactly num_nodes VMs pending or running."""
+    return job.limits is not None and (len(job.instances) != job.limits.nodes
+                                       or not all(alive(i) for i in job.instances))
+
+
+def _no_limits(job: Listed) -> bool:
+    return job.limits is None
+
+
+def _idle_unflagged(job: Listed) -> bool:
+    return job.limits is not None and job.policy.idle_gpu.action != "off" \
+        and (job.job_id, job.attempt) not in job.index.snap.idle_flags \
+        and job.index.idle_everywhere(job.job_id, job.attempt, job.limits.nodes)
 
 
 def decide(snap: Snapshot, now: datetime, policy: Policy, *, force: bool = False) -> list[Action]:
@@ -124,38 +139,6 @@ def decide(snap: Snapshot, now: datetime, policy: Policy, *, force: bool = False
     actions += _cleanup(index, now, policy)
     actions.sort(key=lambda a: ORDER[a.rule])  # least risky first (decide.rules): the blast radius lets the head go
     return limit_blast_radius(actions, snap.instances, policy, force=force)
-
-
-@dataclass(frozen=True)
-class Seen:
-    """One LAUNCHING or RUNNING job as this check sees it: what each of its decisions (DECISIONS) reads."""
-
-    record: JobRecord
-    exits: dict[int, ExitReport]  # the attempt's trusted exit reports, by rank
-    beats: list[Beat]  # the attempt's heartbeats and output marks
-    instances: list[Instance]  # the cloud's listing of the attempt's VMs
-    index: Index
-    now: datetime
-    policy: Policy
-
-    @property
-    def stop_asked(self) -> bool:
-        """An idle-GPU flag with action stop asked the attempt to stop."""
-        return self.policy.idle_gpu.action == "stop" and (self.record.id, self.record.attempt) in \
-            self.index.snap.idle_flags
-
-    def retry(self, trigger: Trigger, why: str, reports: Iterable[ExitReport], fail: Action) -> Action:
-        """The spec's retry: applied to an attempt's end (decide.retry): `fail` unless the spec retries
-        `trigger`; then a retry (the attempt's VMs terminated as `fail` would, and attempt + 1 launched), or
-        `fail` saying why it was not retried."""
-        record = self.record
-        said = verdict(record, trigger, reports, self.now, self.policy, stop_asked=self.stop_asked)
-        if said is None:
-            return fail
-        if not said.retry:
-            return replace(fail, reason=said.reason(fail.reason, record.attempt))
-        return claim(record, Rule.RETRY, said.reason(why, record.attempt), Terminate(fail.terminate),
-                     Relaunch(retry=True))
 
 
 def _job(record: JobRecord, index: Index, now: datetime, policy: Policy) -> list[Action]:
@@ -175,7 +158,7 @@ def _job(record: JobRecord, index: Index, now: datetime, policy: Policy) -> list
     if mark is not None and trusted_mark(mark, record, instances):
         return out  # the agent reported a preemption: rerun's job
     seen = Seen(record, exits, index.beats[job_id, n], instances, index, now, policy)
-    action = next((a for decision in DECISIONS if (a := decision(seen)) is not None), None)
+    action = next((a for rule in CHECKS if (a := rule.decide(seen)) is not None), None)
     if action is not None and action.to == State.FAILED and record.spec.debug_hold:
         action = _held(seen, action, record.spec.debug_hold)
     return [*out, action] if action else out
@@ -240,37 +223,64 @@ def _limits(record: JobRecord, policy: Policy) -> Limits:
     return Limits(record.id, record.attempt, spec.num_nodes, policy.stall_timeout(spec), policy.max_runtime(spec))
 
 
-def _finished(job: Seen) -> Action | None:
-    record, exits = job.record, job.exits
-    ranks = range(record.spec.num_nodes)
-    if not all(r in exits for r in ranks):
+def _ended(job: Seen) -> list[ExitReport] | None:
+    """Every rank's exit report, if every rank has exited and none on a preemption (the preempted-jobs/ marker
+    follows its exit report: rerun's job)."""
+    ranks = range(job.record.spec.num_nodes)
+    if not all(r in job.exits for r in ranks):
         return None
-    reports = [exits[r] for r in ranks]
-    if any(e.reason == "preempted" for e in reports):
-        return None  # the preempted-jobs/ marker follows the exit report: rerun's job
-    # every VM of the job goes, powered-off ones too: a stopped GCE VM (or EC2 with stop-on-shutdown)
-    # still bills its disk
-    leftovers = Terminate(terminable(job.instances))
-    early = _early_stop(reports)
-    if early is not None:
-        on = f" (rank {early.rank})" if len(reports) > 1 else ""
-        return claim(record, Rule.EARLY_STOP, Rule.EARLY_STOP.reason(why=early.error or "a stop_on rule matched",
-                                                                     rank=on),
-                     Transition(State.FAILED, {"exit_code": early.code}), leftovers)
+    reports = [job.exits[r] for r in ranks]
+    return None if any(e.reason == "preempted" for e in reports) else reports
+
+
+def _end(job: Seen, rule: Rule, reason: str, transition: Transition) -> Action:
+    """The attempt's end: every VM of the job goes, powered-off ones too (a stopped GCE VM, or EC2 with
+    stop-on-shutdown, still bills its disk)."""
+    return claim(job.record, rule, reason, transition, Terminate(terminable(job.instances)))
+
+
+def _early_stopped(job: Seen) -> Action | None:
+    """Every rank has exited, one on a stop_on match: FAILED with it, never retried."""
+    reports = _ended(job)
+    early = _early_stop(reports or ())
+    if reports is None or early is None:
+        return None
+    on = f" (rank {early.rank})" if len(reports) > 1 else ""
+    return _end(job, Rule.EARLY_STOP, Rule.EARLY_STOP.reason(why=early.error or "a stop_on rule matched", rank=on),
+                Transition(State.FAILED, {"exit_code": early.code}))
+
+
+def _idle_stopped(job: Seen) -> Action | None:
+    """Every rank has exited, one on the idle-GPU rule's stop request: STALLED."""
+    reports = _ended(job) or ()
     idle_stop = next((e for e in reports if e.reason == "stopped" and e.stopped_by == IDLE_BY), None)
-    if idle_stop is not None:
-        return claim(record, Rule.IDLE_STOPPED, Rule.IDLE_STOPPED.reason(why=idle_stop.stop_reason or "idle_gpu"),
-                     Transition(State.STALLED), leftovers)
-    if any(e.reason == "stopped" for e in reports):
-        cap = format_duration(job.policy.max_runtime(record.spec))
-        return claim(record, Rule.STOPPED, Rule.STOPPED.reason(cap=cap), Transition(State.TIMED_OUT), leftovers)
+    if idle_stop is None:
+        return None
+    return _end(job, Rule.IDLE_STOPPED, Rule.IDLE_STOPPED.reason(why=idle_stop.stop_reason or "idle_gpu"),
+                Transition(State.STALLED))
+
+
+def _stopped(job: Seen) -> Action | None:
+    """Every rank has exited, one on the uptime cap's stop request: TIMED_OUT."""
+    if not any(e.reason == "stopped" for e in _ended(job) or ()):
+        return None
+    cap = format_duration(job.policy.max_runtime(job.record.spec))
+    return _end(job, Rule.STOPPED, Rule.STOPPED.reason(cap=cap), Transition(State.TIMED_OUT))
+
+
+def _finished(job: Seen) -> Action | None:
+    """Every rank has exited: SUCCEEDED if every one exited 0, else FAILED, or retried on a code the spec's retry:
+    names."""
+    reports = _ended(job)
+    if reports is None:
+        return None
     failed = next((e for e in reports if e.code != 0), None)
     if failed is None:
-        return claim(record, Rule.FINISHED, Rule.FINISHED.reason(exited="every rank exited 0"),
-                     Transition(State.SUCCEEDED, {"exit_code": 0}), leftovers)
-    fail = claim(record, Rule.FINISHED, Rule.FINISHED.reason(exited=_exited(failed)),
-                 Transition(State.FAILED, {"exit_code": failed.code}), leftovers)
-    hit = exit_code(record.spec, reports)
+        return _end(job, Rule.FINISHED, Rule.FINISHED.reason(exited="every rank exited 0"),
+                    Transition(State.SUCCEEDED, {"exit_code": 0}))
+    fail = _end(job, Rule.FINISHED, Rule.FINISHED.reason(exited=_exited(failed)),
+                Transition(State.FAILED, {"exit_code": failed.code}))
+    hit = exit_code(job.record.spec, reports)
     return fail if hit is None else job.retry(Trigger.EXIT_CODE, f"exit code {hit.code} (rank {hit.rank})",
                                               reports, fail)
 
@@ -312,7 +322,7 @@ def _stop_peers(job: Seen) -> Action | None:
         return None
     return claim(record, Rule.STOP_PEERS, Rule.STOP_PEERS.reason(rank=early.rank, error=early.error,
                                                                  running=", ".join(map(str, running))),
-                 RequestStop(by="sweeper"))
+                 RequestStop(by=StopBy.CHECK))
 
 
 def _unstarted(job: Seen) -> list[int]:
@@ -345,25 +355,46 @@ def _started(job: Seen) -> Action | None:
                  WriteLimits(_limits(record, job.policy)))
 
 
-def _lost(job: Seen) -> Action | None:
-    record, now = job.record, job.now
+def _lost_ranks(job: Seen) -> list[tuple[int, str]]:
+    """Ranks (and their VMs) gone from the cloud's listing without an exit report, once the launch is past the
+    grace."""
+    record = job.record
     launched = record.launched_at or record.state_since
-    if not record.instances or age(now, launched) < min(LOST_GRACE, job.policy.safety.orphan_grace):
-        return None
+    if not record.instances or age(job.now, launched) < min(LOST_GRACE, job.policy.safety.orphan_grace):
+        return []
     live = {i.id for i in job.instances if alive(i)}
-    lost = [(r, iid) for r, iid in enumerate(record.instances) if iid not in live and r not in job.exits]
+    return [(r, iid) for r, iid in enumerate(record.instances) if iid not in live and r not in job.exits]
+
+
+def _survivors(job: Seen) -> Terminate:
+    return Terminate(terminable(i for i in job.instances if alive(i)))
+
+
+def _lost_spot(job: Seen) -> Action | None:
+    """A Spot job's rank gone: its capacity was taken back. PREEMPTED, marked for rerun."""
+    record = job.record
+    lost = _lost_ranks(job) if record.spec.spot else []
     if not lost:
         return None
-    what = ", ".join(f"rank {r} ({iid})" for r, iid in lost)
-    survivors = Terminate(terminable(i for i in job.instances if alive(i)))
-    if record.spec.spot:
-        rank, iid = lost[0]
-        return claim(record, Rule.LOST_SPOT, Rule.LOST_SPOT.reason(what=what), Transition(State.PREEMPTED),
-                     survivors, MarkPreempted(PreemptedMarker(attempt=record.attempt, rank=rank, instance_id=iid,
-                                                              by="sweeper")))
-    why = Rule.LOST.reason(what=what)
+    rank, iid = lost[0]
+    return claim(record, Rule.LOST_SPOT, Rule.LOST_SPOT.reason(what=_what(lost)), Transition(State.PREEMPTED),
+                 _survivors(job), MarkPreempted(PreemptedMarker(attempt=record.attempt, rank=rank, instance_id=iid,
+                                                                by="sweeper")))
+
+
+def _lost(job: Seen) -> Action | None:
+    """An on-demand job's rank gone: FAILED, or retried on `on_lost`."""
+    record = job.record
+    lost = [] if record.spec.spot else _lost_ranks(job)
+    if not lost:
+        return None
+    why = Rule.LOST.reason(what=_what(lost))
     return job.retry(Trigger.LOST, why, job.exits.values(),
-                     claim(record, Rule.LOST, why, Transition(State.FAILED), survivors))
+                     claim(record, Rule.LOST, why, Transition(State.FAILED), _survivors(job)))
+
+
+def _what(lost: list[tuple[int, str]]) -> str:
+    return ", ".join(f"rank {r} ({iid})" for r, iid in lost)
 
 
 def _boot_timeout(job: Seen) -> Action | None:
@@ -435,11 +466,26 @@ def _idle(job: Seen) -> Action | None:
                  *((RequestStop(by=IDLE_BY),) if stopping else ()))
 
 
-# A live job's decisions, by precedence: the first that decides anything is its action this check (where an
-# action stands among all the check's actions is its rule's risk order, decide.rules).
-DECISIONS: tuple[Callable[[Seen], Action | None], ...] = (
-    _resume, _finished, _rank_failed, _bootstrap_failed, _started, _lost, _boot_timeout, _stalled, _stop_peers,
-    _write_limits, _idle)
+# The rules over a live job, by precedence: the first that decides anything is its action this check (where an
+# action stands among all the check's actions is its rule's risk order, decide.rules). The candidates a check reads
+# are derived from their filters.
+CHECKS: tuple[JobRule, ...] = (
+    JobRule(Rule.RESUME_LAUNCH, _resume),
+    JobRule(Rule.EARLY_STOP, _early_stopped),
+    JobRule(Rule.IDLE_STOPPED, _idle_stopped),
+    JobRule(Rule.STOPPED, _stopped),
+    JobRule(Rule.FINISHED, _finished, also=(Rule.RETRY,)),
+    JobRule(Rule.RANK_FAILED, _rank_failed, also=(Rule.RETRY,)),
+    JobRule(Rule.BOOT_FAILED, _bootstrap_failed),
+    JobRule(Rule.STARTED, _started),
+    JobRule(Rule.LOST_SPOT, _lost_spot, _vms_missing),
+    JobRule(Rule.LOST, _lost, _vms_missing, also=(Rule.RETRY,)),
+    JobRule(Rule.BOOT_RETRY, _boot_timeout, also=(Rule.BOOT_FAILED,)),
+    JobRule(Rule.STALLED, _stalled, _silent, also=(Rule.RETRY,)),
+    JobRule(Rule.STOP_PEERS, _stop_peers),
+    JobRule(Rule.LIMITS, _write_limits, _no_limits),
+    JobRule(Rule.IDLE, _idle, _idle_unflagged),
+)
 
 
 def _orphans(index: Index, now: datetime, policy: Policy) -> Iterable[Action]:

@@ -95,7 +95,7 @@ class WriteLimits:
 class RequestStop:
     """Ask the job's agents to checkpoint and stop (jobs/<id>/control/stop)."""
 
-    by: str = "uptime-cap"  # the request's `by`, which the agent copies into its exit report
+    by: records.StopBy = records.StopBy.UPTIME_CAP  # the request's `by`, which the agent copies into its exit report
 
 
 @dataclass(frozen=True)

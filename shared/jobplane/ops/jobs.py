@@ -596,7 +596,8 @@ def cancel(reg: Registry, job_id: str, *, force: bool = False, compute: ComputeF
                            f"reject it: {view.reason}")
         with contextlib.suppress(JobExists):  # the launcher recorded it meanwhile: cancel that record
             reg.create_job(job_id, view.spec)
-    reg.put_json(keys.stop_request(job_id), records.StopRequest(time=utcnow(), by="cli", reason="cancel").body())
+    reg.put_json(keys.stop_request(job_id),
+                 records.StopRequest(time=utcnow(), by=records.StopBy.CLI, reason="cancel").body())
     try:  # the state at the CAS decides, not the one find() saw
         record = reg.transition(job_id, State.CANCELLED, expect=NOT_STARTED, reason="cancelled by the user "
                                 "before it started")

@@ -213,7 +213,8 @@ def stop_trial(ctx: Context, job_id: str, reason: str, *, now: datetime) -> bool
     from jobplane.ops import jobs  # only a stop needs what a cancel stops by
 
     reg = ctx.registry
-    reg.put_json(keys.stop_request(job_id), records.StopRequest(time=now, by="sweep", reason=reason).body())
+    reg.put_json(keys.stop_request(job_id),
+                 records.StopRequest(time=now, by=records.StopBy.SWEEP, reason=reason).body())
     try:
         record = reg.transition(job_id, State.CANCELLED, now=now, expect=jobs.NOT_STARTED, reason=reason,
                                 cause=Rule.SWEEP_STOP)
