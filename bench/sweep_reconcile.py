@@ -83,7 +83,7 @@ def build(n: int, chunks: int, early_stop: bool) -> tuple[Registry, MemoryStore,
 def measured(reg: Registry, memory: MemoryStore, clock: Clock) -> dict[str, Any]:
     memory.calls.clear()
     start = time.perf_counter()
-    outcomes = run.reconcile(Context(reg, None, reg.policy(), CountingMetrics()), now=clock())
+    outcomes = run.reconcile(Context(reg, None, reg.policy(), CountingMetrics()), now=clock()).outcomes
     seconds = time.perf_counter() - start
     assert all(o.result != run.Result.ERROR for o in outcomes), outcomes
     return {**{op: memory.calls.get(op, 0) for op in ("get", "put", "list", "delete")},

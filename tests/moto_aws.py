@@ -22,11 +22,12 @@ from jobplane.deployment.context import Context
 from jobplane.deployment.telemetry import CountingMetrics
 from jobplane.local import triggers
 from jobplane.model import keys, records
+from jobplane.model.clock import utcnow
 from jobplane.model.jobrecord import JobRecord
 from jobplane.model.policy import AwsPlacement
 from jobplane.model.spec import parse_spec
 from jobplane.model.states import State
-from jobplane.store.registry import Registry, utcnow
+from jobplane.store.registry import Registry
 from tests.helpers import publish_agent_manifest
 
 BUCKET = "jobplane-test"

@@ -10,8 +10,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from functions.aws import common, events
 from jobplane.control import launcher
 from jobplane.model import keys
+from jobplane.model.clock import utcnow
 from jobplane.settings import Settings
-from jobplane.store.registry import utcnow
 
 LAUNCH_RESERVE_S = 45  # one RunInstances with its retries, and recording the VMs
 

@@ -9,7 +9,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.aws import common, events, metering
 from jobplane.control import reconcile
-from jobplane.store.registry import utcnow
+from jobplane.model.clock import utcnow
 
 
 @common.metrics.log_metrics

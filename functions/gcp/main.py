@@ -1,9 +1,9 @@
 """Cloud Functions (gen2) entry points: the same launcher and reconcilers as on AWS, over GCS and GCE.
 
 launcher          CloudEvent google.cloud.storage.object.v1.finalized (the registry bucket): queue/ drops
-                  launch; exit reports get a targeted sweep (and their sweep's reconcile) and preempted-jobs/
-                  markers a rerun, as the AWS EventBridge rules do (GCS triggers are bucket-wide, so one
-                  function routes them)
+                  launch; exit reports get a targeted scheduled pass (the check, and their sweep's reconcile)
+                  and preempted-jobs/ markers a rerun, as the AWS EventBridge rules do (GCS triggers are
+                  bucket-wide, so one function routes them)
 launcher_backstop HTTP, Cloud Scheduler: queue/ entries events missed, capacity waits that are over
 sweeper, rerun, uptime_cap   HTTP, Cloud Scheduler with an OIDC token (the functions allow no
                   unauthenticated calls); an optional JSON body {"dry_run": true, "force": true}.
@@ -30,13 +30,12 @@ from jobplane.clouds.gcp import GceCompute
 from jobplane.clouds.gcs import GcsStore
 from jobplane.clouds.pubsub import PubSubNotifier
 from jobplane.control import launcher as launching
-from jobplane.control import reconcile
-from jobplane.deployment.context import Adapters, Context, Deployment, build
+from jobplane.control import reconcile, scheduled
+from jobplane.deployment.context import Adapters, Deployment, build
 from jobplane.deployment.telemetry import LogMetrics
 from jobplane.model import keys
+from jobplane.model.clock import utcnow
 from jobplane.settings import Settings
-from jobplane.store.registry import utcnow
-from jobplane.sweeps import run as sweeps
 from jobplane.vending import gcp as gcp_vending
 
 metrics = LogMetrics()
@@ -131,7 +130,7 @@ def launcher(event: CloudEvent) -> None:
     if key.startswith(keys.PREEMPTED):
         summary = reconcile.summary(reconcile.rerun(env.context(), now=utcnow(), jobs=[job_id] if job_id else []))
     else:
-        summary = _sweep(env.context(), jobs=[job_id] if job_id else [])
+        summary = scheduled.summary(scheduled.run(env.context(), now=utcnow(), jobs=[job_id] if job_id else []))
     log.info("%s: %s", key, summary, extra={"job_id": job_id, "result": summary})
 
 
@@ -141,19 +140,12 @@ def launcher_backstop(request: flask.Request) -> flask.Response:
     return flask.jsonify(launching.summary(launching.backstop(env.context(), now=utcnow(), budget=BACKSTOP_BUDGET_S)))
 
 
-def _sweep(ctx: Context, *, force: bool = False, jobs: list[str] | None = None) -> dict[str, Any]:
-    """The sweeper's work: the job sweep, then the sweep reconcile (jobplane.sweeps), so a trial the job sweep
-    ended is replaced in the same run; an event's run reconciles only the sweep whose trial it names."""
-    now = utcnow()
-    outcomes = reconcile.check(ctx, now=now, force=force, jobs=jobs or [])
-    swept = sweeps.reconcile(ctx, now=now, jobs=jobs or [])
-    return {**reconcile.summary(outcomes), **(sweeps.summary(swept) if swept else {})}
-
-
 @functions_framework.http
 def sweeper(request: flask.Request) -> flask.Response:
+    """The scheduled pass (jobplane.control.scheduled): the check, then the sweeps' reconcile."""
     env, opts = environment(), _options(request)
-    return flask.jsonify(_sweep(env.context(dry_run=opts["dry_run"]), force=opts["force"]))
+    done = scheduled.run(env.context(dry_run=opts["dry_run"]), now=utcnow(), force=opts["force"])
+    return flask.jsonify(scheduled.summary(done))
 
 
 @functions_framework.http

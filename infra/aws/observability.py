@@ -27,6 +27,7 @@ _OTHER_METRICS = {
     rules.SAFETY: ["BlastRadiusRefusals", "ActionErrors"],
     "Cloud API calls": ["ApiCalls"],
     rules.IDLE_GPUS: ["NotificationsPublished", "NotificationsFailed"],
+    rules.SWEEPS: ["SweepTrialsProposed", "SweepErrors"],
 }
 _RULE_METRICS = rules.panels()
 PANELS = {title: [*_OTHER_METRICS.get(title, []), *_RULE_METRICS.get(title, [])]

@@ -17,10 +17,11 @@ from jobplane.control import launcher
 from jobplane.deployment.context import Context
 from jobplane.deployment.telemetry import CountingMetrics
 from jobplane.model import drops, keys
+from jobplane.model.clock import utcnow
 from jobplane.model.states import State
 from jobplane.model.usage import AttemptUsage, InstanceSpan
 from jobplane.sdk import Client
-from jobplane.store.registry import Registry, utcnow
+from jobplane.store.registry import Registry
 from jobplane.sweeps import ops, store
 from jobplane.views import cost
 from tests.cli.helpers import run

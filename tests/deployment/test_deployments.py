@@ -21,11 +21,12 @@ from jobplane.decide.model import Rule
 from jobplane.decide.rules import LaunchCause
 from jobplane.deployment.context import Context
 from jobplane.deployment.telemetry import CountingMetrics
+from jobplane.model.clock import utcnow
 from jobplane.model.policy import AwsPlacement
 from jobplane.model.spec import parse_spec
 from jobplane.model.states import State
 from jobplane.settings import Settings
-from jobplane.store.registry import Registry, utcnow
+from jobplane.store.registry import Registry
 from tests.gcp.conftest import PLACEMENT, PROJECT, REGION
 from tests.gcp.fakes import ComputeFake
 from tests.helpers import publish_agent_manifest

@@ -12,8 +12,8 @@ from functions_framework import create_app
 
 from jobplane.clouds.base import LaunchRequest
 from jobplane.model import keys, records
+from jobplane.model.clock import utcnow
 from jobplane.model.jobrecord import JobRecord
-from jobplane.store.registry import utcnow
 from tests.gcp.conftest import BUCKET, IMAGE, GcpCloud
 
 # the functions' source; a job on two zones, and a Spot job on one (what drop() drops unless told)

@@ -16,9 +16,9 @@ from jobplane.clouds.gcp import ACCELERATOR_UNAVAILABLE, GceCompute
 from jobplane.control import launcher
 from jobplane.deployment.telemetry import CountingMetrics
 from jobplane.model import images, keys
+from jobplane.model.clock import utcnow
 from jobplane.model.jobrecord import JobRecord
 from jobplane.model.states import State
-from jobplane.store.registry import utcnow
 from tests.gcp.conftest import PLACEMENT, PROJECT, GcpCloud
 from tests.gcp.fakes import ComputeFake
 from tests.gcp.helpers import request

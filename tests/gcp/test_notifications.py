@@ -11,8 +11,8 @@ from functions_framework import create_app
 from jobplane.clouds.base import Notice
 from jobplane.clouds.pubsub import PubSubError, PubSubNotifier
 from jobplane.model import keys, records
+from jobplane.model.clock import utcnow
 from jobplane.model.states import State
-from jobplane.store.registry import utcnow
 from tests.gcp.conftest import PROJECT, GcpCloud
 from tests.gcp.fake_pubsub import FakePubSub
 from tests.gcp.helpers import MAIN, drop, finalized

@@ -34,9 +34,9 @@ from jobplane.control import launcher, reconcile
 from jobplane.decide.model import Rule
 from jobplane.deployment.telemetry import CountingMetrics
 from jobplane.model import keys, records
+from jobplane.model.clock import utcnow
 from jobplane.model.jobrecord import JobRecord
 from jobplane.model.states import State
-from jobplane.store.registry import utcnow
 from tests.gcp.conftest import BUCKET, DEPLOYMENT, PROJECT, REGION, GcpCloud
 from tests.gcp.helpers import MAIN, SPEC, beat, call, exit_report, finalized
 from tests.helpers import run_bootstrap, wait_for

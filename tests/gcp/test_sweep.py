@@ -11,9 +11,9 @@ import pytest
 from functions_framework import create_app
 
 from jobplane.model import keys, metrics
+from jobplane.model.clock import utcnow
 from jobplane.model.metrics import Point
 from jobplane.model.states import State
-from jobplane.store.registry import utcnow
 from jobplane.sweeps import store
 from jobplane.sweeps.record import SweepState
 from tests.gcp.conftest import GcpCloud

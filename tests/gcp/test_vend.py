@@ -23,8 +23,8 @@ from jobplane.local.fake_gcs import FakeGcsServer
 from jobplane.local.gce_metadata_server import VM_ACCESS_TOKEN, FakeGceMetadataServer
 from jobplane.local.google_identity import LocalIdentityIssuer
 from jobplane.model import keys
+from jobplane.model.clock import utcnow
 from jobplane.model.states import State
-from jobplane.store.registry import utcnow
 from tests.gcp.conftest import BUCKET, PLACEMENT, PROJECT, GcpCloud
 from tests.gcp.helpers import MAIN
 

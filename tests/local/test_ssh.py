@@ -14,9 +14,9 @@ import yaml
 from jobplane.local import rootfs
 from jobplane.local.demo import REPO, CloudProcess
 from jobplane.model import keys
+from jobplane.model.clock import utcnow
 from jobplane.model.policy import parse_policy
 from jobplane.model.states import State
-from jobplane.store.registry import utcnow
 from tests.helpers import wait_for
 from tests.local.conftest import cli_ok, submit, write_spec
 

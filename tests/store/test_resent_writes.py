@@ -22,9 +22,10 @@ from jobplane.deployment.context import Context
 from jobplane.deployment.telemetry import CountingMetrics
 from jobplane.local.fake_gcs import FakeGcsServer
 from jobplane.model import keys, records
+from jobplane.model.clock import utcnow
 from jobplane.model.jobrecord import JobRecord
 from jobplane.model.states import State
-from jobplane.store.registry import Registry, utcnow
+from jobplane.store.registry import Registry
 from tests.helpers import publish_agent_manifest
 from tests.moto_aws import BUCKET, MotoAws
 

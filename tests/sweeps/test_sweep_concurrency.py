@@ -76,7 +76,8 @@ def two_at_once(ctx: Context, racy: RacyStore, now: datetime) -> list[run.Outcom
     racy.gate, racy.met = threading.Barrier(2), set()
     outcomes: list[run.Outcome] = []
     try:
-        assert sorted(race(2, lambda _: outcomes.extend(run.reconcile(ctx, now=now)), PreconditionFailed)) == [0, 1]
+        assert sorted(race(2, lambda _: outcomes.extend(run.reconcile(ctx, now=now).outcomes),
+                           PreconditionFailed)) == [0, 1]
     finally:
         racy.gate = None  # the test's own reads of the record after the race wait for no one
     return outcomes

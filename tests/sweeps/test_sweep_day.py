@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from jobplane.control import reconcile
+from jobplane.decide.rules import Rule
 from jobplane.model import keys
 from jobplane.model.states import State
 from jobplane.sweeps import run, store
@@ -64,17 +65,44 @@ def test_the_median_rule_stops_a_losing_trial_with_its_reason(day: Day) -> None:
     start(day, *trials)
     for job_id, loss in zip(trials, (0.40, 0.41, 0.42, 3.0), strict=True):
         prints(day, job_id, {50: loss + 0.1, 100: loss, 150: loss})
-    day.sweeper()
-    stopped = [o for o in day.swept if o.result == run.Result.STOPPED]
-    assert [o.trial for o in stopped] == ["s-t004"]
+    stopped = [o for o in day.sweeper() if o.action.rule == Rule.SWEEP_STOP]
+    assert [(o.action.job_id, o.result) for o in stopped] == [("s-t004", "applied")]
     bad = day.job("s-t004")
     assert bad.state == State.CANCELLED and bad.cause == "sweep-early-stop"
-    assert bad.reason is not None and bad.reason == stopped[0].detail and "median" in bad.reason
+    assert bad.reason is not None and bad.reason == stopped[0].action.reason and "median" in bad.reason
     assert record(day, "s").stopped == {"s-t004": bad.reason}
     stop = day.reg.get_json(keys.stop_request("s-t004"))
     assert stop["by"] == "sweep" and stop["reason"] == bad.reason
-    day.sweeper()  # stopped once: the next run neither stops it again nor counts it live
-    assert day.swept == []
+    assert day.metrics.totals["SweepTrialsStopped"] == 1
+    assert [e["by"] for e in day.reg.events("s-t004") if e["kind"] == "stop-requested"] == ["sweep"]
+    assert not [o for o in day.sweeper() if o.action.rule == Rule.SWEEP_STOP] and day.swept == []  # stopped once
+
+
+def test_early_stops_pass_the_blast_radius_limit_and_dry_run_as_every_stop(day: Day) -> None:
+    """A trial stopped before its VMs run has them terminated at once: terminations the blast-radius limit counts
+    (on main the sweep's stop terminated past it), and a dry run reports the stop without making it."""
+    day.submit("s", sweep_spec(max_trials=4, max_parallel=4,
+                               early_stop="  early_stop: {rule: median, after_step: 100}\n"))
+    launch_drops(day)
+    start(day, "s-t001", "s-t002", "s-t003")
+    for job_id, loss in (("s-t001", 0.40), ("s-t002", 0.41), ("s-t003", 0.42), ("s-t004", 3.0)):
+        prints(day, job_id, {50: loss + 0.1, 100: loss, 150: loss})  # s-t004 printed before its first beat
+    assert day.job("s-t004").state == State.LAUNCHING and day.vms("s-t004") == {1: ["running"]}
+
+    day.reg.put(keys.POLICY, b"safety: {dry_run: true}\n", "text/yaml")
+    (looked,) = [o for o in day.sweeper() if o.action.rule == Rule.SWEEP_STOP]
+    assert (looked.action.job_id, looked.result, looked.action.terminate) == ("s-t004", "dry-run", (
+        day.job("s-t004").instances[0],))
+    day.reg.put(keys.POLICY, b"safety: {max_terminations_per_run: 0}\n", "text/yaml")
+    (refused,) = [o for o in day.sweeper() if o.action.rule == Rule.SWEEP_STOP]
+    assert refused.result == "refused" and day.vms("s-t004") == {1: ["running"]}
+    assert day.job("s-t004").state == State.LAUNCHING
+    assert [e["rule"] for e in day.reg.events("s-t004") if e["kind"] == "refused"] == ["sweep-early-stop"]
+
+    day.reg.delete(keys.POLICY)
+    (done,) = [o for o in day.sweeper() if o.action.rule == Rule.SWEEP_STOP]
+    assert done.result == "applied" and day.job("s-t004").state == State.CANCELLED
+    assert day.vms("s-t004") == {1: ["shutting-down"]}
 
 
 def test_a_preempted_spot_trial_is_rerun_and_counts_once(day: Day) -> None:
@@ -144,7 +172,7 @@ def test_a_dry_run_says_what_it_would_do_and_writes_nothing(day: Day) -> None:
     finish(day, "s-t001", final=0.5)
     reconcile.check(day.context(), now=day.clock())  # the job sweep alone: s-t001 SUCCEEDED
     before = record(day, "s")
-    looked = run.reconcile(replace(day.context(), dry_run=True), now=day.clock())
+    looked = run.reconcile(replace(day.context(), dry_run=True), now=day.clock()).outcomes
     assert [(o.result, o.trial) for o in looked] == [(run.Result.DRY_RUN, "s-t003")]
     assert looked[0].detail is not None and looked[0].detail.startswith("would propose lr=")
     assert record(day, "s") == before and queued(day) == []

@@ -6,7 +6,6 @@ import json
 import shutil
 import sys
 from dataclasses import asdict
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from jobplane.cli.connect import UserError, client, cloud_errors, registry_optio
 from jobplane.cli.follow import follow_job, tagged
 from jobplane.cli.params import DurationType, HyperparameterType
 from jobplane.cli.sweeps import grouped
+from jobplane.model.clock import utcnow
 from jobplane.model.spec import format_duration, spec_to_json
 from jobplane.model.states import State
 from jobplane.views import cost, jobview, metricview
@@ -27,9 +27,6 @@ from jobplane.views.jobview import COLUMNS, display, header, view_row
 
 GOALS = ("running", "terminal")  # wait --for
 
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 @click.command()

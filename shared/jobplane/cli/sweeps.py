@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -14,14 +13,12 @@ from rich.console import Console
 from rich.table import Table
 
 from jobplane.cli.connect import client, cloud_errors, registry_options
+from jobplane.model.clock import utcnow
 from jobplane.views import cost
 from jobplane.views.jobview import human_duration
 
 ENDED = ("SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT", "STALLED", "INVALID")
 
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def sweep_row(sweep_id: str, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:

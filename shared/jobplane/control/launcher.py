@@ -161,7 +161,7 @@ def _sweep(ctx: Context, key: str, sweep_id: str, data: bytes, spec: JobSpec, pr
     except store.SweepExists:
         return _reject(ctx, key, sweep_id, data, [FieldError("id", f"{sweep_id!r} is already a job's or another "
                        "sweep's id; ids are never reused: pick another id")], now, result=Result.DUPLICATE)
-    outcomes = run.reconcile_one(ctx, sweep_id, now=now)
+    outcomes = run.reconcile_one(ctx, sweep_id, now=now).outcomes  # a new sweep has no trial to stop
     reg.delete(key)
     proposed = [o.trial for o in outcomes if o.result == run.Result.PROPOSED]
     return Outcome(key, Result.SWEEP, f"sweep {sweep_id} recorded; trials dropped: {', '.join(map(str, proposed))}")

@@ -275,7 +275,7 @@ def _effect(ctx: Context, action: Action, effect: Effect, *, now: datetime) -> N
         case WriteLimits(limits=limits):
             reg.put(limits.key, b"", "text/plain")
         case RequestStop(by=by) if job_id:
-            reg.put_json(keys.stop_request(job_id), records.StopRequest(time=now, by=by, reason=action.reason).body())
+            reg.request_stop(job_id, by=by, reason=action.reason, now=now)
             _history(reg, action, history.StopRequested(rule=str(action.rule), reason=action.reason, by=by), now)
         case Relaunch(retry=retry) if job_id and attempt is not None:
             ctx.cloud("relaunch with")

@@ -22,6 +22,7 @@ RERUNS = "Preemptions and reruns"
 ENDS = "Orphans, stalls, timeouts, debug holds"
 SAFETY = "Safety: refusals, ignored facts, errors"
 IDLE_GPUS = "Idle GPUs and notifications"
+SWEEPS = "Sweeps: trials proposed, stopped early; errors"
 
 
 @dataclass(frozen=True)
@@ -87,8 +88,8 @@ class Rule(StrEnum):
     TIMED_OUT = "timed-out", Facts("uptime cap {cap} reached", "Timeouts", ENDS)
     CAP_NO_JOB = "cap-no-job", Facts("{instance} has no live job and ran past the policy ceiling {ceiling}",
                                      "OrphansTerminated", ENDS, per_termination=True)
-    SWEEP_STOP = "sweep-early-stop", Facts("{why}")  # a sweep's early-stop rule stopped a live trial: CANCELLED
-    # (jobplane.sweeps; the rule, and the values it compared: decide.trials)
+    SWEEP_STOP = "sweep-early-stop", Facts("{why}", "SweepTrialsStopped", SWEEPS)  # a sweep's early-stop rule
+    # stopped a live trial: CANCELLED (jobplane.sweeps; the rule, and the values it compared: decide.trials)
 
     def reason(self, **fields: object) -> str:
         """This rule's reason, its template filled in."""

@@ -23,6 +23,9 @@ TERMINAL = frozenset(
     {State.SUCCEEDED, State.FAILED, State.CANCELLED, State.TIMED_OUT, State.STALLED, State.INVALID}
 )
 LIVE = frozenset(State) - TERMINAL
+# Stopped in these states, a job has run nothing worth a graceful stop: its VMs (if a launch was in flight) are
+# terminated at once. From RUNNING on, agents checkpoint, sync and power off.
+NOT_STARTED = frozenset({State.QUEUED, State.LAUNCHING, State.WAITING_CAPACITY})
 
 _S = State
 TRANSITIONS: frozenset[tuple[State, State]] = frozenset(

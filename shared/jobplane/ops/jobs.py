@@ -29,12 +29,13 @@ import yaml
 
 from jobplane.clouds.base import Compute, NotFound, PreconditionFailed
 from jobplane.model import drops, keys, records, sysmetrics, yaml_input
+from jobplane.model.clock import utcnow
 from jobplane.model.errors import FieldError, SpecError
 from jobplane.model.jobrecord import JobRecord
 from jobplane.model.metrics import Sample, decode
 from jobplane.model.spec import URI_SCHEMES, job_id_problem, load_document, parse_spec
-from jobplane.model.states import LIVE, TERMINAL, State
-from jobplane.store.registry import JobExists, JobNotFound, Registry, TransitionRefused, utcnow
+from jobplane.model.states import LIVE, NOT_STARTED, TERMINAL, State
+from jobplane.store.registry import JobExists, JobNotFound, Registry, TransitionRefused
 from jobplane.store.rooted import RootedStore
 from jobplane.views import cost, sysview
 from jobplane.views.jobview import (
@@ -570,11 +571,6 @@ class Cancelled:
         return self.record.attempt == 0
 
 
-# Cancelled in these states, a job has run nothing worth a graceful stop: its VMs (if the launch was in
-# flight) are terminated at once. From RUNNING on, agents checkpoint, sync and power off.
-NOT_STARTED = frozenset({State.QUEUED, State.LAUNCHING, State.WAITING_CAPACITY})
-
-
 def cancel(reg: Registry, job_id: str, *, force: bool = False, compute: ComputeFactory | None = None) -> Cancelled:
     """Mark the job CANCELLED; a job cancelled before it ran never runs, a running one stops gracefully.
 
@@ -596,8 +592,7 @@ def cancel(reg: Registry, job_id: str, *, force: bool = False, compute: ComputeF
                            f"reject it: {view.reason}")
         with contextlib.suppress(JobExists):  # the launcher recorded it meanwhile: cancel that record
             reg.create_job(job_id, view.spec)
-    reg.put_json(keys.stop_request(job_id),
-                 records.StopRequest(time=utcnow(), by=records.StopBy.CLI, reason="cancel").body())
+    reg.request_stop(job_id, by=records.StopBy.CLI, reason="cancel", now=utcnow())
     try:  # the state at the CAS decides, not the one find() saw
         record = reg.transition(job_id, State.CANCELLED, expect=NOT_STARTED, reason="cancelled by the user "
                                 "before it started")

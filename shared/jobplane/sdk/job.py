@@ -11,13 +11,13 @@ from typing import Literal
 
 from jobplane.clouds.base import Instance
 from jobplane.model import keys
+from jobplane.model.clock import utcnow
 from jobplane.model.metrics import Sample
 from jobplane.model.states import State
 from jobplane.ops import jobs
 from jobplane.sdk import shell
 from jobplane.sdk.connection import Connection
 from jobplane.sdk.errors import Refused, translated
-from jobplane.store.registry import utcnow
 from jobplane.views import cost, metricview, sysview
 from jobplane.views.jobview import JobView, Status
 

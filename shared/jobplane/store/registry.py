@@ -15,7 +15,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable, Collection, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Unpack
 
@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from jobplane.clouds.base import NotFound, ObjectStore, PreconditionFailed
 from jobplane.model import history, keys
+from jobplane.model.clock import utcnow
 from jobplane.model.history import LastEvent
 from jobplane.model.jobrecord import JobRecord, Updates
 from jobplane.model.listings import ActiveMarker, Beat, IdleMark
@@ -80,9 +81,6 @@ class UnknownField(RegistryError):
         super().__init__(f"job {job_id}: no such job record field: {', '.join(hints)}")
         self.job_id, self.names = job_id, sorted(names)
 
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def _dump(model: BaseModel) -> bytes:
@@ -343,6 +341,14 @@ class Registry(RootedStore):
             if marker := keys.parse_active_marker(key):
                 out.setdefault(marker.job_id, []).append(ActiveMarker(*marker, since=modified))
         return out
+
+    # ---- stopping ----------------------------------------------------------------------------------
+    def request_stop(self, job_id: str, *, by: records.StopBy, reason: str | None, now: datetime) -> None:
+        """Ask every agent of the job to checkpoint, sync and stop (jobs/<id>/control/stop): the one writer of a
+        stop request, for a cancel and for every reconciler's stop (a sweep's early stops included)."""
+        from jobplane.model import records  # built on first use, as everywhere in the registry
+
+        self.put_json(keys.stop_request(job_id), records.StopRequest(time=now, by=by, reason=reason).body())
 
     # ---- preempted markers -------------------------------------------------------------------------
     def mark_preempted(self, job_id: str, marker: records.PreemptedMarker) -> None:

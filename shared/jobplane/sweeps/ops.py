@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from jobplane.clouds.base import Compute
+from jobplane.model.clock import utcnow
 from jobplane.model.specfields import HpValue
 from jobplane.model.states import TERMINAL, State
 from jobplane.ops import jobs
-from jobplane.store.registry import JobNotFound, Registry, UnreadableRecord, utcnow
+from jobplane.store.registry import JobNotFound, Registry, UnreadableRecord
 from jobplane.sweeps import curves, run, store
 from jobplane.sweeps.record import SweepRecord, SweepState, Trial
 from jobplane.views import cost

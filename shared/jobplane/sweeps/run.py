@@ -9,8 +9,10 @@ Applying, in an order a crash anywhere can resume from:
    runs never propose one trial number twice, nor more than max_trials.
 2. The proposed trials' queue drops, create-only. A trial of the record with no job, no drop and no rejection a
    minute after it was proposed (its proposer died after step 1) gets its drop written again.
-3. The early stops the record names whose trial is still live: a stop request and a CAS to CANCELLED, with the
-   rule's reason and the cause `sweep-early-stop`.
+3. The early stops the record names whose trial is still live, handed back as actions (rule `sweep-early-stop`: a
+   CAS to CANCELLED, the stop request, and the VMs of a trial not yet running terminated at once) for the scheduled
+   pass to apply as it applies the check's (jobplane.control.scheduled): the blast-radius limit, dry-run and the
+   job's events hold for them as for every stop.
 4. The marker goes once the sweep has ended (or, cancelled, once no trial is live).
 Dry-run (the invocation's or the policy's) decides and reports, and writes nothing.
 """
@@ -21,7 +23,7 @@ import contextlib
 import logging
 import re
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -30,13 +32,15 @@ import yaml
 
 from jobplane.clouds.base import Compute, PreconditionFailed
 from jobplane.decide import trials as decide
+from jobplane.decide.effects import RequestStop, Terminate, Transition
+from jobplane.decide.model import Action, claim
 from jobplane.decide.rules import Rule
 from jobplane.deployment.context import Context
 from jobplane.model import keys, records
 from jobplane.model.jobrecord import JobRecord
 from jobplane.model.spec import JobSpec
-from jobplane.model.states import LIVE, State
-from jobplane.store.registry import JobExists, JobNotFound, Registry, TransitionRefused, UnreadableRecord
+from jobplane.model.states import LIVE, NOT_STARTED, State
+from jobplane.store.registry import JobExists, JobNotFound, Registry, UnreadableRecord
 from jobplane.sweeps import curves, store
 from jobplane.sweeps.record import SweepRecord, SweepState, Trial
 
@@ -47,7 +51,6 @@ DROP_GRACE = timedelta(minutes=1)  # a proposer writes its drops right after its
 class Result(StrEnum):
     PROPOSED = "proposed"  # a trial added to the record and its drop written
     DROPPED_AGAIN = "dropped-again"  # a proposed trial had no job, drop or rejection: its drop written again
-    STOPPED = "stopped"  # a live trial stopped by the early-stop rule
     CANCELLED = "cancelled"  # a trial of a cancelled sweep
     ENDED = "ended"  # the sweep ended: COMPLETED or FAILED (the detail says which and why)
     DRY_RUN = "dry-run"  # what a run that acts would have done
@@ -62,6 +65,20 @@ class Outcome:
     detail: str | None = None
 
 
+@dataclass
+class Run:
+    """What a sweep reconcile run did to the sweeps, and the early stops it decided: actions on their trials, which
+    the scheduled pass applies with the check's."""
+
+    outcomes: list[Outcome] = field(default_factory=list)
+    stops: list[Action] = field(default_factory=list)
+
+    def __iadd__(self, other: Run) -> Run:
+        self.outcomes += other.outcomes
+        self.stops += other.stops
+        return self
+
+
 def summary(outcomes: Iterable[Outcome]) -> dict[str, Any]:
     """What a handler adds to its answer: one line per thing done to a sweep."""
     return {"sweeps": [{"sweep": o.sweep_id, "result": str(o.result), "trial": o.trial, "detail": o.detail}
@@ -73,35 +90,37 @@ def belongs(job_id: str, sweep_id: str) -> bool:
     return re.fullmatch(re.escape(sweep_id) + r"-t[0-9]{3,}", job_id) is not None
 
 
-def reconcile(ctx: Context, *, now: datetime, jobs: Collection[str] = ()) -> list[Outcome]:
+def reconcile(ctx: Context, *, now: datetime, jobs: Collection[str] = ()) -> Run:
     """Every sweep with an active-sweeps/ marker; with `jobs` (the jobs an event named), only their sweeps."""
-    outcomes: list[Outcome] = []
+    run = Run()
     for sweep_id in store.live(ctx.registry):
         if jobs and not any(belongs(job_id, sweep_id) for job_id in jobs):
             continue
         try:
-            outcomes += reconcile_one(ctx, sweep_id, now=now)
+            run += reconcile_one(ctx, sweep_id, now=now)
         except Exception as exc:  # one sweep's trouble (a record that does not parse) is that sweep's only
             log.exception("sweep %s: reconcile failed", sweep_id)
             ctx.metrics.add_metric("SweepErrors", "Count", 1)
-            outcomes.append(Outcome(sweep_id, Result.ERROR, detail=f"{type(exc).__name__}: {exc}"))
-    return outcomes
+            run.outcomes.append(Outcome(sweep_id, Result.ERROR, detail=f"{type(exc).__name__}: {exc}"))
+    return run
 
 
-def reconcile_one(ctx: Context, sweep_id: str, *, now: datetime) -> list[Outcome]:
+def reconcile_one(ctx: Context, sweep_id: str, *, now: datetime) -> Run:
     reg = ctx.registry
     record = store.get(reg, sweep_id)[0]
     if record.state == SweepState.CANCELLED:
         if ctx.looking:
-            return [Outcome(sweep_id, Result.DRY_RUN, t.job_id, "would cancel") for t in record.trials if not t.state]
-        return finish_cancel(reg, record, _terminating(ctx), now=now)
+            return Run([Outcome(sweep_id, Result.DRY_RUN, t.job_id, "would cancel")
+                        for t in record.trials if not t.state])
+        return Run(finish_cancel(reg, record, _terminating(ctx), now=now))
     if not record.live:
         if not ctx.looking:
             store.retire(reg, sweep_id)
-        return []
+        return Run()
     if ctx.looking:
         views = trial_views(reg, record, now)
-        return _would(record, record.advanced(views, decide.plan(record.sweep, views), now))
+        new = record.advanced(views, decide.plan(record.sweep, views), now)
+        return Run(_would(record, new), _stops(reg, new, {v.job_id: v for v in views}))
     seen: list[decide.TrialView] = []
 
     def change(current: SweepRecord) -> SweepRecord:
@@ -112,19 +131,32 @@ def reconcile_one(ctx: Context, sweep_id: str, *, now: datetime) -> list[Outcome
 
     new, wrote = store.update(reg, sweep_id, change)
     if new.state == SweepState.CANCELLED:  # cancelled while this run looked
-        return finish_cancel(reg, new, _terminating(ctx), now=now)
+        return Run(finish_cancel(reg, new, _terminating(ctx), now=now))
     if not new.live:  # ended: by this run's write, or by an overlapping run's (then `seen` is of an older record)
         store.retire(reg, sweep_id)
-        return [Outcome(sweep_id, Result.ENDED, detail=f"{new.state}: {new.reason}")] if wrote else []
+        return Run([Outcome(sweep_id, Result.ENDED, detail=f"{new.state}: {new.reason}")] if wrote else [])
     read = {v.job_id: v for v in seen}
-    outcomes = _drops(ctx, new, read, now)
-    for job_id, reason in sorted(new.stopped.items()):
-        view = read.get(job_id)
-        if view is not None and view.state is not None and view.state in LIVE and stop_trial(ctx, job_id, reason,
-                                                                                              now=now):
-            ctx.metrics.add_metric("SweepTrialsStopped", "Count", 1)
-            outcomes.append(Outcome(sweep_id, Result.STOPPED, job_id, reason))
-    return outcomes
+    return Run(_drops(ctx, new, read, now), _stops(reg, new, read))
+
+
+def _stops(reg: Registry, record: SweepRecord, views: dict[str, decide.TrialView]) -> list[Action]:
+    """The early stops the record names whose trial is still live, as actions on the trial's job as read now: a CAS
+    to CANCELLED with the rule's reason, a stop request (its agents checkpoint, sync and stop) and, for a trial that
+    has not started, its VMs terminated at once, as a cancel does. A trial that ends meanwhile is skipped."""
+    stops = []
+    for job_id, reason in sorted(record.stopped.items()):
+        view = views.get(job_id)
+        if view is None or view.state is None or view.state not in LIVE:
+            continue
+        try:
+            job = reg.job(job_id)
+        except (JobNotFound, UnreadableRecord):
+            continue
+        if job.state in LIVE:
+            doomed = tuple(job.instances) if job.state in NOT_STARTED else ()
+            stops.append(claim(job, Rule.SWEEP_STOP, reason, Transition(State.CANCELLED),
+                               RequestStop(by=records.StopBy.SWEEP), Terminate(doomed)))
+    return stops
 
 
 def _drops(ctx: Context, record: SweepRecord, views: dict[str, decide.TrialView], now: datetime) -> list[Outcome]:
@@ -206,28 +238,6 @@ def _trial_job(reg: Registry, sweep_id: str, job_id: str) -> tuple[State | None,
     return (job.state, job) if job.spec.labels.get("sweep") == sweep_id else (State.INVALID, None)
 
 
-# ---- stopping ----------------------------------------------------------------------------------------------
-def stop_trial(ctx: Context, job_id: str, reason: str, *, now: datetime) -> bool:
-    """Stop a live trial as a cancel does (its agents checkpoint, sync and stop; VMs of an attempt not yet
-    running are terminated at once), CANCELLED with the rule's reason. False if it had ended meanwhile."""
-    from jobplane.ops import jobs  # only a stop needs what a cancel stops by
-
-    reg = ctx.registry
-    reg.put_json(keys.stop_request(job_id),
-                 records.StopRequest(time=now, by=records.StopBy.SWEEP, reason=reason).body())
-    try:
-        record = reg.transition(job_id, State.CANCELLED, now=now, expect=jobs.NOT_STARTED, reason=reason,
-                                cause=Rule.SWEEP_STOP)
-        if record.instances and ctx.compute is not None:
-            ctx.compute.terminate(list(record.instances))
-    except TransitionRefused:
-        try:
-            reg.transition(job_id, State.CANCELLED, now=now, expect=LIVE, reason=reason, cause=Rule.SWEEP_STOP)
-        except TransitionRefused:
-            return False
-    return True
-
-
 def finish_cancel(reg: Registry, record: SweepRecord, compute: Callable[[], Compute] | None, *,
                   now: datetime) -> list[Outcome]:
     """A cancelled sweep's trials that have not ended are cancelled as `jobplane cancel` does (one with no job yet
@@ -257,8 +267,6 @@ def _terminating(ctx: Context) -> Callable[[], Compute] | None:
 def _would(old: SweepRecord, new: SweepRecord) -> list[Outcome]:
     out = [Outcome(old.id, Result.DRY_RUN, t.job_id, f"would propose {_params_text(t)}")
            for t in new.trials[len(old.trials):]]
-    out += [Outcome(old.id, Result.DRY_RUN, job_id, f"would stop: {reason}")
-            for job_id, reason in sorted(new.stopped.items()) if job_id not in old.stopped]
     if not new.live:
         out.append(Outcome(old.id, Result.DRY_RUN, None, f"would end {new.state}: {new.reason}"))
     return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hmac
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from jobplane import sdk
+from jobplane.model.clock import utcnow
 from jobplane.model.spec import job_id_problem, spec_to_json
 from jobplane.ui import data, sweeps
 from jobplane.views import cost, jobview
@@ -51,9 +52,6 @@ def templates() -> Environment:
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
 
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def create_app(client: sdk.Client, *, csrf_token: str | None = None,

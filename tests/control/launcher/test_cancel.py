@@ -11,9 +11,9 @@ import pytest
 
 from jobplane.control import launcher
 from jobplane.model import keys
+from jobplane.model.clock import utcnow
 from jobplane.model.states import State
 from jobplane.ops import jobs
-from jobplane.store.registry import utcnow
 from tests.moto_aws import MotoAws
 
 pytestmark = pytest.mark.timeout(300)

@@ -15,10 +15,11 @@ from jobplane.decide import launch as launch_decide
 from jobplane.decide.rules import LaunchCause, Rule
 from jobplane.deployment.context import Context
 from jobplane.model import keys
+from jobplane.model.clock import utcnow
 from jobplane.model.records import ClusterFile, IdleWatch
 from jobplane.model.spec import parse_spec
 from jobplane.model.states import State
-from jobplane.store.registry import TransitionRefused, utcnow
+from jobplane.store.registry import TransitionRefused
 from tests.moto_aws import MotoAws
 
 pytestmark = pytest.mark.timeout(120)

@@ -14,9 +14,9 @@ from jobplane.cli import cli
 from jobplane.control import launcher
 from jobplane.decide.rules import LaunchCause
 from jobplane.model import keys
+from jobplane.model.clock import utcnow
 from jobplane.model.states import State
 from jobplane.ops import jobs
-from jobplane.store.registry import utcnow
 from tests.moto_aws import BUCKET, MotoAws
 
 pytestmark = pytest.mark.timeout(120)

@@ -15,7 +15,7 @@ import pytest
 
 from jobplane.agent.run import Outcome, hold_for
 from jobplane.clouds.memory import Clock, MemoryCompute, MemoryStore
-from jobplane.control import launcher, reconcile
+from jobplane.control import launcher, reconcile, scheduled
 from jobplane.deployment.context import Context
 from jobplane.deployment.telemetry import CountingMetrics
 from jobplane.model import keys, records
@@ -90,10 +90,11 @@ class Day:
 
     # ---- the functions, as their cron or event runs them ------------------------------------------
     def sweeper(self, **kwargs: Any) -> list[reconcile.Outcome]:
-        """The sweeper function's invocation: the check, then the sweep reconcile (its outcomes in `swept`)."""
-        outcomes = reconcile.check(self.context(), now=self.clock(), **kwargs)
-        self.swept = sweeps.reconcile(self.context(), now=self.clock(), jobs=kwargs.get("jobs", ()))
-        return outcomes
+        """The sweeper function's invocation, the scheduled pass: the check, then the sweep reconcile (what it did
+        to sweeps in `swept`), then the sweeps' early stops (with the check's outcomes)."""
+        done = scheduled.run(self.context(), now=self.clock(), **kwargs)
+        self.swept = done.swept
+        return done.checked
 
     def rerun(self, **kwargs: Any) -> list[reconcile.Outcome]:
         return reconcile.rerun(self.context(), now=self.clock(), **kwargs)

@@ -21,8 +21,8 @@ from jobplane.control.reconcile import Result
 from jobplane.decide.model import Rule
 from jobplane.local.moto_server import CONSOLES_ENV
 from jobplane.model import keys, records
+from jobplane.model.clock import utcnow
 from jobplane.model.states import State
-from jobplane.store.registry import utcnow
 from tests.helpers import crash_on_event_writes
 from tests.moto_aws import BUCKET, SPEC, MotoAws, beat, launch, report_exit
 

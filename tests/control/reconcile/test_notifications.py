@@ -18,9 +18,10 @@ from jobplane.deployment.context import Context as RunContext
 from jobplane.deployment.notify import Notify
 from jobplane.deployment.telemetry import CountingMetrics
 from jobplane.model import keys
+from jobplane.model.clock import utcnow
 from jobplane.model.states import State
 from jobplane.settings import Settings
-from jobplane.store.registry import Registry, utcnow
+from jobplane.store.registry import Registry
 from tests.helpers import LambdaContext as Context
 from tests.moto_aws import REGION, SCHEDULED, SPEC, MotoAws, beat, created, launch, report_exit
 

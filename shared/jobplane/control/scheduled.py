@@ -1,0 +1,42 @@
+"""The scheduled pass: what the sweeper function runs on its schedule and for an event (an exit report, a VM's
+state change), on both clouds and in the day tests alike. First the check of every live job and managed VM
+(reconcile.check); then the sweeps' reconcile (jobplane.sweeps.run), so a trial the check saw end is replaced in the
+same run; then the sweeps' early stops, applied as the check's actions are: the blast-radius limit, dry-run, the
+stop's events and metric."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from jobplane.control import reconcile
+from jobplane.decide.safety import limit_blast_radius
+from jobplane.deployment.context import Context
+from jobplane.sweeps import run as sweeps
+
+
+@dataclass(frozen=True)
+class Pass:
+    """What one pass did: to jobs and VMs (the check's actions, then the sweeps' early stops), and to sweeps."""
+
+    checked: list[reconcile.Outcome]
+    swept: list[sweeps.Outcome]
+
+
+def run(ctx: Context, *, now: datetime, force: bool = False, jobs: Collection[str] = (),
+        instance_ids: Collection[str] = ()) -> Pass:
+    """One pass. `jobs` / `instance_ids` (from an event) are looked at closely by the check, and only the sweeps
+    whose trials `jobs` names are reconciled; `force` lifts the blast-radius limit and the graces."""
+    checked = reconcile.check(ctx, now=now, force=force, jobs=jobs, instance_ids=instance_ids)
+    swept = sweeps.reconcile(ctx, now=now, jobs=jobs)
+    if swept.stops:
+        fleet = ctx.compute.list_managed() if ctx.compute is not None else []
+        checked += reconcile.apply(ctx, limit_blast_radius(swept.stops, fleet, ctx.policy, force=force), now=now)
+    return Pass(checked, swept.outcomes)
+
+
+def summary(done: Pass) -> dict[str, Any]:
+    """What the function answers: one line per action, then one per thing done to a sweep (if any)."""
+    return {**reconcile.summary(done.checked), **(sweeps.summary(done.swept) if done.swept else {})}
