@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -33,6 +32,7 @@ from jobplane.clouds.base import (
 )
 from jobplane.decide.rules import Cause, LaunchCause, Rule
 from jobplane.deployment.context import Context
+from jobplane.deployment.outcome import Outcome as Outcome  # the one outcome type, named here too
 from jobplane.model import history, keys
 from jobplane.model.errors import FieldError, SpecError
 from jobplane.model.jobrecord import JobRecord
@@ -68,15 +68,6 @@ class Result(StrEnum):
     SWEEP = "sweep"  # a sweep's spec: the sweep recorded, its first trials dropped
     ERROR = "error"  # the backstop caught an exception and went on with the others
     NOT_DUE = "not-due"  # a capacity wait whose time has not come (not reported)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What became of one queue entry or waiting job (named and shaped like reconcile.Outcome for an action)."""
-
-    subject: str  # the queue key of a drop, or the job id of a capacity wait
-    result: Result
-    detail: str | None = None  # the job's reason (launched, waiting, failed), the rejection's, or the error
 
 
 _BY_STATE = {State.LAUNCHING: Result.LAUNCHED, State.WAITING_CAPACITY: Result.WAITING, State.FAILED: Result.FAILED}

@@ -40,6 +40,7 @@ from jobplane.decide.effects import (
 )
 from jobplane.decide.model import Action, ExitReport, Ignored, PreemptedMark, Snapshot
 from jobplane.deployment.context import Context
+from jobplane.deployment.outcome import Outcome as Outcome  # the one outcome type, named here too
 from jobplane.deployment.telemetry import Metrics
 from jobplane.model import history, keys, records
 from jobplane.model.jobrecord import JobRecord
@@ -57,17 +58,10 @@ class Result(StrEnum):
     ERROR = "error"  # applying it raised; the other actions of the run go on
 
 
-@dataclass(frozen=True)
-class Outcome:
-    action: Action
-    result: Result
-    detail: str | None = None  # why it was refused, skipped or failed
-
-
 def summary(outcomes: Iterable[Outcome]) -> dict[str, Any]:
     """What a handler returns: one line per action."""
-    return {"actions": [{"rule": str(o.action.rule), "job_id": o.action.job_id, "result": str(o.result),
-                         "detail": o.detail, "reason": o.action.reason} for o in outcomes]}
+    return {"actions": [{"rule": str(o.acted.rule), "job_id": o.acted.job_id, "result": str(o.result),
+                         "detail": o.detail, "reason": o.acted.reason} for o in outcomes]}
 
 
 # ---- snapshots ---------------------------------------------------------------------------------------------
@@ -213,21 +207,21 @@ def _outcome(ctx: Context, action: Action, *, now: datetime) -> Outcome:
     extra = {"job_id": action.job_id, "rule": str(action.rule)}
     if action.refused:
         log.warning("refused %s: %s (%s)", action.rule, action.reason, action.refused, extra=extra)
-        return Outcome(action, Result.REFUSED, action.refused)
+        return Outcome.of(action, Result.REFUSED, action.refused)
     if ctx.looking:
         log.info("dry-run: would %s: %s", action.rule, action.reason, extra=extra)
-        return Outcome(action, Result.DRY_RUN)
+        return Outcome.of(action, Result.DRY_RUN)
     try:
         for effect in action.effects:  # in effects.ORDER: a refused transition or a taken flag skips the rest
             _effect(ctx, action, effect, now=now)
     except (TransitionRefused, AlreadyDone) as exc:
         log.info("skipped %s: %s", action.rule, exc, extra=extra)  # another run acted first
-        return Outcome(action, Result.SKIPPED, str(exc))
+        return Outcome.of(action, Result.SKIPPED, str(exc))
     except Exception as exc:
         log.exception("%s failed: %s", action.rule, action.reason, extra=extra)
-        return Outcome(action, Result.ERROR, f"{type(exc).__name__}: {exc}")
+        return Outcome.of(action, Result.ERROR, f"{type(exc).__name__}: {exc}")
     log.info("%s: %s", action.rule, action.reason, extra=extra)
-    return Outcome(action, Result.APPLIED)
+    return Outcome.of(action, Result.APPLIED)
 
 
 def _history(reg: Registry, action: Action, event: history.Applied, now: datetime) -> None:
@@ -310,7 +304,7 @@ def save_console(reg: Registry, compute: Compute, job_id: str, attempt: int, ran
 
 
 def _count(outcome: Outcome, metrics: Metrics) -> None:
-    action = outcome.action
+    action = outcome.acted
     if outcome.result == Result.REFUSED:
         metrics.add_metric("BlastRadiusRefusals", "Count", 1)
     elif outcome.result == Result.ERROR:

@@ -14,6 +14,7 @@ from typing import Any
 from jobplane.control import reconcile
 from jobplane.decide.safety import limit_blast_radius
 from jobplane.deployment.context import Context
+from jobplane.deployment.outcome import Outcome
 from jobplane.sweeps import run as sweeps
 
 
@@ -21,8 +22,8 @@ from jobplane.sweeps import run as sweeps
 class Pass:
     """What one pass did: to jobs and VMs (the check's actions, then the sweeps' early stops), and to sweeps."""
 
-    checked: list[reconcile.Outcome]
-    swept: list[sweeps.Outcome]
+    checked: list[Outcome]
+    swept: list[Outcome]
 
 
 def run(ctx: Context, *, now: datetime, force: bool = False, jobs: Collection[str] = (),

@@ -36,6 +36,7 @@ from jobplane.decide.effects import RequestStop, Terminate, Transition
 from jobplane.decide.model import Action, claim
 from jobplane.decide.rules import Rule
 from jobplane.deployment.context import Context
+from jobplane.deployment.outcome import Outcome as Outcome  # the one outcome type, named here too
 from jobplane.model import keys, records
 from jobplane.model.jobrecord import JobRecord
 from jobplane.model.spec import JobSpec
@@ -57,14 +58,6 @@ class Result(StrEnum):
     ERROR = "error"  # this sweep's run raised; the other sweeps go on
 
 
-@dataclass(frozen=True)
-class Outcome:
-    sweep_id: str
-    result: Result
-    trial: str | None = None  # the trial's job id
-    detail: str | None = None
-
-
 @dataclass
 class Run:
     """What a sweep reconcile run did to the sweeps, and the early stops it decided: actions on their trials, which
@@ -81,7 +74,7 @@ class Run:
 
 def summary(outcomes: Iterable[Outcome]) -> dict[str, Any]:
     """What a handler adds to its answer: one line per thing done to a sweep."""
-    return {"sweeps": [{"sweep": o.sweep_id, "result": str(o.result), "trial": o.trial, "detail": o.detail}
+    return {"sweeps": [{"sweep": o.subject, "result": str(o.result), "trial": o.trial, "detail": o.detail}
                        for o in outcomes]}
 
 
@@ -110,7 +103,7 @@ def reconcile_one(ctx: Context, sweep_id: str, *, now: datetime) -> Run:
     record = store.get(reg, sweep_id)[0]
     if record.state == SweepState.CANCELLED:
         if ctx.looking:
-            return Run([Outcome(sweep_id, Result.DRY_RUN, t.job_id, "would cancel")
+            return Run([Outcome(sweep_id, Result.DRY_RUN, "would cancel", t.job_id)
                         for t in record.trials if not t.state])
         return Run(finish_cancel(reg, record, _terminating(ctx), now=now))
     if not record.live:
@@ -180,8 +173,8 @@ def _drops(ctx: Context, record: SweepRecord, views: dict[str, decide.TrialView]
             continue  # an overlapping run wrote it
         if new:
             ctx.metrics.add_metric("SweepTrialsProposed", "Count", 1)
-        outcomes.append(Outcome(record.id, Result.PROPOSED if new else Result.DROPPED_AGAIN, trial.job_id,
-                                _params_text(trial)))
+        outcomes.append(Outcome(record.id, Result.PROPOSED if new else Result.DROPPED_AGAIN, _params_text(trial),
+                                trial.job_id))
     return outcomes
 
 
@@ -255,7 +248,7 @@ def finish_cancel(reg: Registry, record: SweepRecord, compute: Callable[[], Comp
             jobs.cancel(reg, trial.job_id, compute=compute)
         except (jobs.JobError, JobNotFound):
             continue  # it had ended
-        outcomes.append(Outcome(record.id, Result.CANCELLED, trial.job_id, record.reason))
+        outcomes.append(Outcome(record.id, Result.CANCELLED, record.reason, trial.job_id))
     store.retire(reg, record.id)
     return outcomes
 
@@ -265,8 +258,8 @@ def _terminating(ctx: Context) -> Callable[[], Compute] | None:
 
 
 def _would(old: SweepRecord, new: SweepRecord) -> list[Outcome]:
-    out = [Outcome(old.id, Result.DRY_RUN, t.job_id, f"would propose {_params_text(t)}")
+    out = [Outcome(old.id, Result.DRY_RUN, f"would propose {_params_text(t)}", t.job_id)
            for t in new.trials[len(old.trials):]]
     if not new.live:
-        out.append(Outcome(old.id, Result.DRY_RUN, None, f"would end {new.state}: {new.reason}"))
+        out.append(Outcome(old.id, Result.DRY_RUN, f"would end {new.state}: {new.reason}"))
     return out

@@ -31,11 +31,11 @@ SOME_RUNS = ("jobplane.decide.launch", "jobplane.boot.agent_bundle", "jobplane.b
 # Per function: the other functions' rules; the launcher in a reconciler (only a relaunch or a resume launches);
 # records in the launcher (only a launch writes cluster.json).
 NOT_AT_IMPORT = {
-    "launcher": ("jobplane.control.reconcile", "jobplane.decide.model", "jobplane.decide.sweep",
+    "launcher": ("jobplane.control.reconcile", "jobplane.decide.model", "jobplane.decide.check",
                  "jobplane.decide.rerun", "jobplane.decide.uptime", "jobplane.decide.safety", "jobplane.model.metrics",
                  "jobplane.model.records"),
     "sweeper": ("jobplane.control.launcher", "jobplane.decide.rerun"),
-    "rerun": ("jobplane.control.launcher", "jobplane.decide.sweep", "jobplane.decide.uptime",
+    "rerun": ("jobplane.control.launcher", "jobplane.decide.check", "jobplane.decide.uptime",
               "jobplane.model.metrics"),
     "uptime_cap": ("jobplane.control.launcher", "jobplane.decide.rerun"),
 }
