@@ -9,10 +9,14 @@ from dataclasses import replace
 import pytest
 
 from jobplane.decide import check, rules
-from jobplane.decide.effects import RequestStop
+from jobplane.decide.effects import RequestStop, WriteLimits
 from jobplane.decide.jobrule import JobRule, Listed, Seen
 from jobplane.decide.model import Action, Rule, Snapshot, claim
-from tests.decide.helpers import NOW, POLICY, healthy, record, report, snapshot
+from jobplane.model import keys
+from jobplane.model.jobrecord import JobRecord
+from jobplane.model.policy import Policy
+from jobplane.model.states import State
+from tests.decide.helpers import NOW, POLICY, healthy, limits, record, report, snapshot
 
 
 def _stop_everything(job: Seen) -> Action:
@@ -61,3 +65,32 @@ def test_every_metric_is_on_the_dashboard_panel_its_rule_names() -> None:
 def test_a_metric_without_its_panel_is_refused() -> None:
     with pytest.raises(ValueError, match="metric and its dashboard panel come together"):
         replace(Rule.STALLED.facts, panel=None)
+
+
+def _budget_cents(record: JobRecord, policy: Policy) -> dict[str, int]:
+    return {"budget": 500}
+
+
+def _over_budget(job: Listed) -> bool:
+    return job.limits is not None and job.limits.fact("budget") == 500
+
+
+def test_the_numbers_a_rules_filter_reads_ride_on_the_limits_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rule needing a per-job number in the listing names it (JobRule.limits): the check writes it into the
+    attempt's limits key when the job starts, and the rule's filter reads it back, with no change to model/keys.py."""
+    rule = JobRule(Rule.STOP, _stop_everything, _over_budget, limits=_budget_cents)
+    monkeypatch.setattr(check, "CHECKS", (*check.CHECKS, rule))
+    launching = snapshot(healthy(), records=[record(state=State.LAUNCHING)])
+    (started,) = [a for a in check.decide(launching, NOW, POLICY) if a.rule == Rule.STARTED]
+    written = started.get(WriteLimits)
+    assert written is not None and written.limits.key.endswith("/nodes-1.stall-1800.cap-86400.budget-500")
+    assert keys.parse_limits(written.limits.key) == written.limits
+    assert check.candidates(Snapshot(**{**healthy(), "limits": (written.limits,)}), NOW, POLICY) == {"j"}
+    assert keys.parse_limits("limits/j/1/nodes-1.stall-1800.cap-86400") == limits()  # a key written before facts
+
+
+def test_a_limits_fact_that_would_break_the_key_is_refused() -> None:
+    with pytest.raises(ValueError, match="limits facts"):
+        keys.limits_mark("j", 1, 1, 60, 3600, (("cap", 5),))
+    with pytest.raises(ValueError, match="limits facts"):
+        keys.limits_mark("j", 1, 1, 60, 3600, (("Budget/x", 5),))

@@ -219,8 +219,11 @@ def _trusted(record: JobRecord, snap: Snapshot, instances: list[Instance]) -> tu
 
 
 def _limits(record: JobRecord, policy: Policy) -> Limits:
+    """The attempt's limits key: nodes, stall timeout and uptime cap, and the numbers the rules' filters read."""
     spec = record.spec
-    return Limits(record.id, record.attempt, spec.num_nodes, policy.stall_timeout(spec), policy.max_runtime(spec))
+    facts = tuple(item for rule in CHECKS if rule.limits for item in sorted(rule.limits(record, policy).items()))
+    return Limits(record.id, record.attempt, spec.num_nodes, policy.stall_timeout(spec), policy.max_runtime(spec),
+                  facts)
 
 
 def _ended(job: Seen) -> list[ExitReport] | None:

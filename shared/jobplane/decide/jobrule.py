@@ -10,7 +10,7 @@ record and exit reports read. `Seen`: the job with its record, which the decisio
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -86,6 +86,8 @@ class JobRule:
     decide: Callable[[Seen], Action | None]
     candidate: Callable[[Listed], bool] = never  # from listings alone: does a RUNNING job need its record read?
     also: tuple[Rule, ...] = ()
+    limits: Callable[[JobRecord, Policy], Mapping[str, int]] | None = None  # the per-job numbers its filter reads
+    # (Listed.limits.fact): written into the attempt's limits key when it starts, beside nodes, stall and cap
 
     @property
     def names(self) -> tuple[Rule, ...]:

@@ -235,8 +235,20 @@ def agent_file(name: str) -> str:
     return f"{AGENT}{name}"
 
 
-def limits_mark(job_id: str, attempt: int, nodes: int, stall: int, cap: int) -> str:
-    return f"{LIMITS}{job_id}/{attempt}/nodes-{nodes}.stall-{stall}.cap-{cap}"
+_FACT = r"[a-z][a-z0-9]{0,15}"  # a number a check rule's filter reads from the limits key: its name
+LIMITS_FACTS = 8  # at most this many, so the key stays short
+
+
+def limits_mark(job_id: str, attempt: int, nodes: int, stall: int, cap: int,
+                facts: tuple[tuple[str, int], ...] = ()) -> str:
+    """The limits key; `facts` are the numbers the check's rules read from it beside nodes, stall and cap (each
+    rule's own: decide.jobrule.JobRule.limits), as `.name-value` after them."""
+    if len(facts) > LIMITS_FACTS or any(not re.fullmatch(_FACT, n) or n in ("nodes", "stall", "cap") or v < 0
+                                        for n, v in facts):
+        raise ValueError(f"limits facts: at most {LIMITS_FACTS} names {_FACT} (not nodes, stall or cap) with "
+                         f"numbers >= 0, not {facts}")
+    extra = "".join(f".{name}-{value}" for name, value in facts)
+    return f"{LIMITS}{job_id}/{attempt}/nodes-{nodes}.stall-{stall}.cap-{cap}{extra}"
 
 
 def held_mark(job_id: str, attempt: int, until: datetime) -> str:
@@ -320,10 +332,15 @@ class Limits:
     nodes: int
     stall: int  # seconds
     cap: int  # seconds: min(job max_runtime, policy ceiling) when the job started
+    facts: tuple[tuple[str, int], ...] = ()  # the check's rules' own numbers (none in a key written before them)
 
     @property
     def key(self) -> str:
-        return limits_mark(self.job_id, self.attempt, self.nodes, self.stall, self.cap)
+        return limits_mark(self.job_id, self.attempt, self.nodes, self.stall, self.cap, self.facts)
+
+    def fact(self, name: str) -> int | None:
+        """A rule's number, if the key carries it."""
+        return dict(self.facts).get(name)
 
 
 @dataclass(frozen=True)
@@ -355,7 +372,7 @@ _event = _parser(rf"{JOBS}{_ID}/events/{_STAMP}-([^/]+)\.json")
 _marker = _parser(rf"{ACTIVE}{_ID}/([A-Z_]+)\.{_N}")
 _preempted = _parser(rf"{PREEMPTED}{_ID}")
 _heartbeat = _parser(rf"{HEARTBEATS}{_ID}/{_N}/{_N}(?:\.(output|idle))?")
-_limits = _parser(rf"{LIMITS}{_ID}/{_N}/nodes-{_N}\.stall-{_N}\.cap-{_N}")
+_limits = _parser(rf"{LIMITS}{_ID}/{_N}/nodes-{_N}\.stall-{_N}\.cap-{_N}((?:\.{_FACT}-(?:0|[1-9][0-9]*))*)")
 _idle_flag = _parser(rf"{LIMITS}{_ID}/{_N}/{IDLE_FLAGGED}")
 _held = _parser(rf"{LIMITS}{_ID}/{_N}/{HELD_UNTIL}{_N}")
 _exit = _parser(rf"{JOBS}{_ID}/attempts/{_N}/nodes/{_N}/exit\.json")
@@ -410,7 +427,11 @@ def parse_heartbeat(key: str) -> HeartbeatKey | None:
 
 def parse_limits(key: str) -> Limits | None:
     parts = _limits(key)
-    return Limits(parts[0], *map(int, parts[1:])) if parts else None
+    if not parts:
+        return None
+    facts = tuple((name, int(value)) for name, value in re.findall(rf"\.({_FACT})-([0-9]+)", parts[5]))
+    job_id, attempt, nodes, stall, cap = parts[0], *map(int, parts[1:5])
+    return Limits(job_id, attempt, nodes, stall, cap, facts)
 
 
 def parse_idle_flag(key: str) -> AttemptKey | None:
