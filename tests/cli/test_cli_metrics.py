@@ -13,10 +13,11 @@ import pytest
 import yaml
 
 from jobplane.model import keys
+from jobplane.model.clock import utcnow
 from jobplane.model.metrics import Point
 from jobplane.model.states import State
 from jobplane.model.usage import AttemptUsage, InstanceSpan
-from jobplane.store.registry import Registry, utcnow
+from jobplane.store.registry import Registry
 from tests.cli.helpers import run
 from tests.helpers import falling, gpu_sample, ship, ship_system
 from tests.registry_clouds import RegistryCloud, recorded
