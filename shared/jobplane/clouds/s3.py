@@ -1,27 +1,41 @@
-"""ObjectStore over S3 (boto3): conditional writes with If-None-Match / If-Match, and files moved by
-boto3's managed transfer (s3transfer): multipart uploads and ranged downloads, parts in parallel, retried.
+"""ObjectStore over S3 (boto3): conditional writes with If-None-Match / If-Match, and files moved in parts,
+in parallel, by this module's own multipart upload and ranged download.
 
-Files up to one part go in a single PutObject / GetObject, whose response carries the ETag; larger ones go
-through one TransferManager per store, shared by every call, so the concurrency limit holds across files.
+Files up to one part go in a single PutObject / GetObject, whose response carries the ETag. Larger ones are
+cut into parts of TransferLimits.part_size, moved by one thread pool per store (shared by every call, so the
+concurrency limit holds across files): each download thread reads its range from the socket straight into
+its own buffer and writes it at its offset in the file (no writer thread, no queue of small pieces under the
+GIL), and each upload thread reads its part from the file at its offset. Memory stays at about one part per
+upload thread and one read buffer per download thread, whatever the file's size.
+
+Checksums: botocore computes none it is not required to (its default CRC32 on every request costs CPU in
+pure Python for nothing S3 does not check another way). Every upload sends Content-MD5, which S3 checks
+against the bytes it received, and a multipart upload's ETag, taken from its completion (no HEAD), must be
+the MD5 of the parts' MD5s; a download is pinned to the ETag it started from (If-Match on every range) and
+every range must deliver exactly the bytes it asked for.
 """
 
 from __future__ import annotations
 
+import base64
+import builtins
+import hashlib
+import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import suppress
 from datetime import UTC
+from http.client import HTTPException
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 from urllib.parse import urlencode
 
 import boto3
-from boto3.s3.transfer import TransferConfig, create_transfer_manager
 from botocore.config import Config
 from botocore.exceptions import ClientError
-from s3transfer.exceptions import S3DownloadFailedError
-from s3transfer.subscribers import BaseSubscriber
 
-from jobplane.clouds.base import Blob, NotFound, ObjectInfo, PreconditionFailed, Progress, TransferLimits
+from jobplane.clouds.base import Blob, NotFound, ObjectInfo, PreconditionFailed, Progress, StoreError, TransferLimits
 from jobplane.clouds.streams import atomic_file
 
 # 409 ConditionalRequestConflict: a concurrent conditional write is in flight; the caller re-reads and
@@ -34,34 +48,18 @@ _MISSING = {"NoSuchKey", "404", "NotFound"}
 # be redirected. Requests are SigV4 anyway, and an IP endpoint (moto) still gets path-style URLs.
 RETRIES = Config(retries={"mode": "adaptive", "max_attempts": 8}, signature_version="s3v4",
                  s3={"addressing_style": "virtual"},
-                 max_pool_connections=32)  # room for a transfer's parallel parts plus the agent's other calls
+                 request_checksum_calculation="when_required", response_checksum_validation="when_required",
+                 max_pool_connections=64)  # a transfer's parallel parts and many small files, plus the agent's calls
 MIN_PART = 5 << 20  # S3 refuses smaller parts (except the last)
-_READ = 1 << 20  # bytes per read when streaming a single GetObject body to disk
-_IO_CHUNK = 256 << 10  # s3transfer's default size of the pieces a download hands to its disk writer
+_READ = 1 << 20  # bytes a download thread reads from the socket at a time, into its own buffer
+T = TypeVar("T")
+_PART_TRIES = 5  # a part whose body broke off midway is asked for again (botocore retries only the request)
 
 
 def s3_client(region: str | None = None, session: Any = None) -> Any:
     """A client honouring AWS_ENDPOINT_URL (moto server, local cloud) with adaptive retries; session: a boto3
     Session whose credentials to use (the job's vended ones), else the default chain's."""
     return (session or boto3).client("s3", region_name=region, config=RETRIES)
-
-
-class _Known(BaseSubscriber):  # type: ignore[misc]
-    """Tells s3transfer what a listing already said (no HeadObject), and relays progress."""
-
-    def __init__(self, size: int | None, etag: str | None, progress: Progress | None) -> None:
-        self._size, self._etag, self._progress = size, etag, progress
-
-    def on_queued(self, future: Any, **_: Any) -> None:
-        meta = future.meta  # the CRT client's meta has neither method: it asks S3 itself
-        if self._size is not None and hasattr(meta, "provide_transfer_size"):
-            meta.provide_transfer_size(self._size)
-        if self._etag is not None and hasattr(meta, "provide_object_etag"):
-            meta.provide_object_etag(self._etag)  # every ranged GET carries If-Match: a change fails with 412
-
-    def on_progress(self, bytes_transferred: int, **_: Any) -> None:
-        if self._progress:
-            self._progress(bytes_transferred)
 
 
 def _code(exc: ClientError) -> str:
@@ -77,17 +75,23 @@ def _mapped(exc: ClientError, key: str) -> Exception:
     return cast(Exception, exc)
 
 
+def _md5(data: bytes | memoryview) -> bytes:
+    return hashlib.md5(data, usedforsecurity=False).digest()  # releases the GIL on large buffers
+
+
+def multipart_etag(part_md5s: list[bytes]) -> str:
+    """The ETag S3 gives an object completed from parts with these MD5s: the MD5 of their concatenation, -N."""
+    return f'"{hashlib.md5(b"".join(part_md5s), usedforsecurity=False).hexdigest()}-{len(part_md5s)}"'
+
+
 class S3Store:
-    def __init__(self, bucket: str, client: Any = None, limits: TransferLimits | None = None,
-                 transfer_client: str = "classic") -> None:
-        """transfer_client: "classic" (s3transfer's threads), "crt" (awscrt, when installed) or "auto"."""
+    def __init__(self, bucket: str, client: Any = None, limits: TransferLimits | None = None) -> None:
         self.bucket = bucket
         self.client = client or s3_client()
         limits = limits or TransferLimits()
         self.limits = TransferLimits(max(limits.part_size, MIN_PART), limits.concurrency)
-        self._transfer_client = transfer_client
-        self._manager: Any = None
-        self._manager_lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
     def get(self, key: str) -> Blob:
         try:
@@ -138,17 +142,22 @@ class S3Store:
         return ("PUT" if write else "GET"), str(url)
 
     # ---- files -------------------------------------------------------------------------------------------
-    def _transfers(self) -> Any:
-        with self._manager_lock:
-            if self._manager is None:
-                part, threads = self.limits.part_size, self.limits.concurrency
-                config = TransferConfig(multipart_threshold=part + 1, multipart_chunksize=part,
-                                        max_concurrency=threads, preferred_transfer_client=self._transfer_client)
-                if self._transfer_client == "classic":  # (the CRT client refuses these and bounds its own)
-                    # downloaded chunks wait in the io queue for the disk: cap it at what the parts in flight hold
-                    config.max_io_queue, config.io_chunksize = max(4, part * threads // _IO_CHUNK), _IO_CHUNK
-                self._manager = create_transfer_manager(self.client, config)
-            return self._manager
+    def _parts(self, size: int, part: Callable[[int, int], T]) -> builtins.list[T]:
+        """part(offset, length) for every part of a file of `size` bytes on the store's pool, in order; on the
+        first failure the parts not yet started are dropped and that failure is raised."""
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.limits.concurrency, thread_name_prefix="s3-part")
+            pool = self._pool
+        step = self.limits.part_size
+        futures: builtins.list[Future[T]] = [pool.submit(part, offset, min(step, size - offset))
+                                      for offset in range(0, size, step)]
+        try:
+            return [future.result() for future in futures]
+        finally:  # on a failure: drop the parts not started, and let the running ones end before the file closes
+            for future in futures:
+                future.cancel()
+            wait(futures)
 
     def upload_file(self, key: str, path: Path, content_type: str = "application/octet-stream",
                     progress: Progress | None = None) -> str:
@@ -158,48 +167,112 @@ class S3Store:
                 # read once, sent as bytes: a file rewritten in place meanwhile (torch.save on a checkpoint) would
                 # send fewer bytes than the Content-Length taken before, and S3 would wait for the rest until a timeout
                 body = path.read_bytes()
-                resp = self.client.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType=content_type)
-                size = len(body)
+                resp = self.client.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType=content_type,
+                                              ContentMD5=base64.b64encode(_md5(body)).decode())
                 if progress:
-                    progress(size)
+                    progress(len(body))
                 return str(resp["ETag"])
-            future = self._transfers().upload(str(path), self.bucket, key, extra_args={"ContentType": content_type},
-                                              subscribers=[_Known(size, None, progress)])
-            future.result()
-            # s3transfer does not surface CompleteMultipartUpload's ETag; one HEAD per multi-part file is cheap
-            return str(self.client.head_object(Bucket=self.bucket, Key=key)["ETag"])
+            return self._upload_parts(key, path, size, content_type, progress)
         except ClientError as exc:
             raise _mapped(exc, key) from None
+
+    def _upload_parts(self, key: str, path: Path, size: int, content_type: str, progress: Progress | None) -> str:
+        upload = self.client.create_multipart_upload(Bucket=self.bucket, Key=key, ContentType=content_type)
+        upload_id = upload["UploadId"]
+        fd = os.open(path, os.O_RDONLY)
+        step = self.limits.part_size
+
+        def part(offset: int, length: int) -> tuple[bytes, str]:
+            data = os.pread(fd, length, offset)  # exactly this part's bytes, or fewer if the file shrank
+            if len(data) != length:
+                raise StoreError(f"{path} changed size during its upload")
+            digest = _md5(data)
+            resp = self.client.upload_part(Bucket=self.bucket, Key=key, UploadId=upload_id,
+                                           PartNumber=offset // step + 1, Body=data,
+                                           ContentMD5=base64.b64encode(digest).decode())
+            if progress:
+                progress(length)
+            return digest, str(resp["ETag"])
+
+        try:
+            done = self._parts(size, part)
+            resp = self.client.complete_multipart_upload(
+                Bucket=self.bucket, Key=key, UploadId=upload_id,
+                MultipartUpload={"Parts": [{"PartNumber": n, "ETag": etag} for n, (_, etag) in enumerate(done, 1)]})
+        except BaseException:
+            with suppress(ClientError):  # the bucket's lifecycle rule removes what an abort could not
+                self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+            raise
+        finally:
+            os.close(fd)
+        etag = str(resp["ETag"])
+        if etag != (expected := multipart_etag([digest for digest, _ in done])):
+            raise StoreError(f"{key}: S3 completed the upload as {etag}, the parts sent make {expected}")
+        return etag
 
     def download_file(self, key: str, path: Path, *, version: str | None = None, size: int | None = None,
                       progress: Progress | None = None) -> str:
         try:
             if size is None:
-                head = self.client.head_object(Bucket=self.bucket, Key=key)
-                size = int(head["ContentLength"])
-                if version is not None and head["ETag"] != version:
-                    raise PreconditionFailed(f"{key} is at {head['ETag']}, not {version}")
-                version = str(head["ETag"])
+                head = self.client.head_object(Bucket=self.bucket, Key=key, **_pinned(version))
+                size, version = int(head["ContentLength"]), str(head["ETag"])
             if size <= self.limits.part_size:
                 return self._get_whole(key, path, version, progress)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            future = self._transfers().download(self.bucket, key, str(path),  # s3transfer renames into place
-                                                subscribers=[_Known(size, version, progress)])
-            try:
-                future.result()
-            except S3DownloadFailedError as exc:  # how s3transfer reports a 412 on a ranged GET
-                if isinstance(exc.__context__, ClientError) and _code(exc.__context__) in _LOST_RACE:
-                    raise PreconditionFailed(f"{key} changed during the download") from None
-                raise
-            return str(future.meta.etag)
+            return self._get_parts(key, path, size, version, progress)
         except ClientError as exc:
             raise _mapped(exc, key) from None
 
     def _get_whole(self, key: str, path: Path, version: str | None, progress: Progress | None) -> str:
-        resp = self.client.get_object(Bucket=self.bucket, Key=key, **({"IfMatch": version} if version else {}))
+        resp = self.client.get_object(Bucket=self.bucket, Key=key, **_pinned(version))
         with atomic_file(path) as tmp, tmp.open("wb") as out:
             for chunk in resp["Body"].iter_chunks(_READ):
                 out.write(chunk)
                 if progress:
                     progress(len(chunk))
         return str(resp["ETag"])
+
+    def _get_parts(self, key: str, path: Path, size: int, version: str | None, progress: Progress | None) -> str:
+        if version is None:  # every range must come from one version of the object, and its size
+            head = self.client.head_object(Bucket=self.bucket, Key=key)
+            size, version = int(head["ContentLength"]), str(head["ETag"])
+        with atomic_file(path) as tmp:
+            fd = os.open(tmp, os.O_WRONLY)
+            try:
+                os.ftruncate(fd, size)
+                self._parts(size, lambda offset, length: self._get_range(key, version, fd, offset, length, progress))
+            finally:
+                os.close(fd)
+        return version
+
+    def _get_range(self, key: str, version: str, fd: int, offset: int, length: int,
+                   progress: Progress | None) -> None:
+        buf = memoryview(bytearray(min(_READ, length)))
+        done = 0
+        for attempt in range(1, _PART_TRIES + 1):
+            resp = self.client.get_object(Bucket=self.bucket, Key=key, IfMatch=version,
+                                          Range=f"bytes={offset + done}-{offset + length - 1}")
+            # http.client's response under urllib3's: its readinto fills our buffer straight from the socket
+            stream = resp["Body"]._raw_stream
+            try:
+                while done < length:
+                    n = stream._fp.readinto(buf[:min(len(buf), length - done)])
+                    if not n:
+                        break
+                    os.pwrite(fd, buf[:n], offset + done)
+                    done += n
+                    if progress:
+                        progress(n)
+            except (OSError, HTTPException) as exc:  # the connection broke off: ask again for what is missing
+                stream.close()
+                if attempt == _PART_TRIES:
+                    raise StoreError(f"{key}: bytes {offset + done}-{offset + length - 1}: {exc}") from exc
+                continue
+            if done == length:
+                stream.release_conn()
+                return
+            stream.close()
+        raise StoreError(f"{key}: the range at {offset} ended {length - done} bytes short {_PART_TRIES} times")
+
+
+def _pinned(version: str | None) -> dict[str, str]:
+    return {"IfMatch": version} if version else {}
