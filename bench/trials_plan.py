@@ -74,12 +74,14 @@ def best_of(repeat: int, run: Any) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--finished", type=int, nargs="+", default=[100, 500, 900], help="trials finished")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "trials_plan.json")
     args = parser.parse_args()
     start = time.perf_counter()
     import optuna  # noqa: F401  # what the first bayesian plan of a fresh sweeper pays once
 
     rows: list[dict[str, Any]] = [{"case": "import optuna", "seconds": round(time.perf_counter() - start, 3)}]
-    for n in (100, 500, 900):
+    for n in args.finished:
         for strategy in ("random", "bayesian"):
             s = sweep(strategy)
             trials = finished(s, n)
@@ -96,8 +98,8 @@ def main() -> None:
         rows.append({"case": "median", "finished": n, "judged": len(live), "stopped": stopped,
                      "seconds": round(seconds, 4)})
     result = {"machine": f"{platform.machine()}, {platform.python_version()}", "repeat": args.repeat, "rows": rows}
-    out = Path(__file__).parent / "results" / "trials_plan.json"
-    out.parent.mkdir(exist_ok=True)
+    out = args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 

@@ -1,0 +1,78 @@
+"""Benchmarks cannot rot: every script in bench/ runs here at a tiny size, into a folder of the test's, and must
+have measured something (calls counted, files moved, lines read)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+Check = Callable[[dict[str, Any]], bool]
+
+
+def _transfer_moved(doc: dict[str, Any]) -> bool:
+    cells = {(r["cloud"], r["data"], r["direction"]): (r["files"], r["bytes"]) for r in doc["rows"]}
+    return cells == {(cloud, data, direction): ((4, 4 * 1024) if data == "many" else (1, 1 << 20))
+                     for cloud in ("s3", "gcs") for data in ("many", "big") for direction in ("up", "down")}
+
+
+# script: (its arguments at a tiny size, the JSON it writes, what it must have measured)
+SMOKE: dict[str, tuple[list[str], str, Check]] = {
+    "big_checkpoint.py": (["--size-mib", "4", "--attempts", "1", "--cost-s", "2", "--rounds", "1", "--load", "0"],
+                          "big_checkpoint.json",
+                          lambda d: d["preemptions"][0]["saves"] > 0 and d["preemptions"][0]["whole"] is True
+                          and d["cost"]["keeper"]["cycle_s"] > 0),
+    "cold_start.py": (["--rounds", "1", "--warmup", "0"], "cold-start.json",
+                      lambda d: set(d["handlers"]) == {p.stem for p in (ROOT / "functions" / "aws").glob("*.py")
+                                                       if "def handler(" in p.read_text()}
+                      and all(h["import_ms"] > 0 and h["modules_after_first_invocation"] > 0
+                              for h in d["handlers"].values())),
+    "gcp_idle.py": (["--runs", "1"], "gcp_idle.json",
+                    lambda d: d["scenarios"]["small_registry_3_jobs"]["sweeper"]["compute_calls_per_invocation"]
+                    .get("aggregatedList", 0) > 0),
+    "gcp_check.py": (["--n", "5", "--out", "{out}/gcp_check.json"], "gcp_check.json",
+                     lambda d: d["results"][0]["check"]["gcs"]["list_pages"] > 0),
+    "lambda_idle.py": (["--runs", "1", "--no-cold-imports"], "lambda_idle.json",
+                       lambda d: d["scenarios"]["idle"]["sweeper"]["api_calls_per_invocation"]
+                       .get("s3.ListObjectsV2", 0) > 0),
+    "metrics_extract.py": (["--lines", "500", "--repeat", "1", "--out", "{out}/metrics_extract.json"],
+                           "metrics_extract.json",
+                           lambda d: d["lines"] == 500 and d["default_metric_points"] > 0
+                           and d["results"]["defaults"]["us_per_line"] > 0),
+    "check.py": (["--n", "5", "--out", "{out}/check.json"], "check.json",
+                 lambda d: d["results"][0]["check"]["total_calls"] > 0 and d["results"][0]["naive"]["get_object"] >= 5),
+    "sweep_reconcile.py": (["--cases", "3x2"], "sweep_reconcile.json",
+                           lambda d: len(d["rows"]) == 2 and d["rows"][0]["cold"]["get"] > 0),
+    "transfer.py": (["--endpoint", "moto", "--clouds", "s3", "gcs", "--tools", "jobplane", "--big-mib", "1",
+                     "--files", "4", "--file-kib", "1", "--repeat", "1", "--out", "{out}/transfer.json"],
+                    "transfer.json", _transfer_moved),
+    "trials_plan.py": (["--repeat", "1", "--finished", "5", "--out", "{out}/trials_plan.json"], "trials_plan.json",
+                       lambda d: sum(1 for r in d["rows"] if r.get("finished") == 5) == 7),
+    "ui.py": (["--n", "5"], "ui.json", lambda d: d["results"][0]["warm_all"]["calls"]["list"] > 0
+              and d["results"][0]["warm_all"]["bytes"] > 0),
+}
+
+
+def test_every_bench_script_has_a_smoke_run() -> None:
+    scripts = {p.name for p in BENCH.glob("*.py")} - {"report.py"}  # where results go: it measures nothing
+    assert scripts == set(SMOKE)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("script", sorted(SMOKE))
+def test_a_bench_script_measures_something_at_a_tiny_size(script: str, tmp_path: Path) -> None:
+    args, name, measured = SMOKE[script]
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "shared"), JOBPLANE_BENCH_RESULTS=str(tmp_path))
+    done = subprocess.run([sys.executable, str(BENCH / script), *(a.format(out=tmp_path) for a in args)], env=env,
+                          cwd=ROOT, capture_output=True, text=True, timeout=220)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert measured(json.loads((tmp_path / name).read_text())), (tmp_path / name).read_text()[:3000]
+
