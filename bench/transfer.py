@@ -232,6 +232,19 @@ def _store(cloud: str) -> Any:
     return S3Store(BUCKET)
 
 
+def versions(tools: list[str], endpoint: str) -> dict[str, str]:
+    """What each outside program says its version is (the first line of it)."""
+    import boto3
+
+    argv = {"s5cmd": ["s5cmd", "version"], "aws-cli": ["aws", "--version"], "rclone": ["rclone", "version"]}
+    found = {"boto3": boto3.__version__}
+    for name in [t for t in tools if t in argv] + (["rclone"] if endpoint == "rclone" else []):
+        done = subprocess.run([str(tool_binary(argv[name][0])), *argv[name][1:]], capture_output=True, text=True,
+                              check=True)
+        found[name] = (done.stdout or done.stderr).strip().splitlines()[0]
+    return found
+
+
 def cli_command(tool: str, direction: str, data: str, rep: int, src: Path, dest: Path, endpoint: str) -> list[str]:
     """s5cmd's or the AWS CLI's command for one transfer, into or out of the tool's own prefix."""
     remote = f"s3://{BUCKET}/{tool}/{data}/{rep}/"
@@ -472,11 +485,13 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work)
         raise SystemExit(f"{work}: {free / 2**30:.1f} GiB free, this run needs about {need / 2**30:.1f} GiB")
     load_before = os.getloadavg()
+    programs: dict[str, str] = {}
     try:
         big, many = make_data(work / "data", args.big_mib, args.files, args.file_kib)
         rows, servers = [], {}
         for cloud in args.clouds:
             tools = [t for t in args.tools or TOOLS[cloud] if t in TOOLS[cloud] and (t != "baseline" or args.baseline)]
+            programs |= versions(tools, args.endpoint if cloud == "s3" else "")
             cloud_rows, servers[cloud] = measure_cloud(cloud, args, big, many, work, tools)
             rows += cloud_rows
     finally:
@@ -486,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
            "machine": {"cpus": os.cpu_count(), "load_before": [round(x, 2) for x in load_before],
                        "load_after": [round(x, 2) for x in os.getloadavg()]},
            "data": {"big_mib": args.big_mib, "files": args.files, "file_kib": args.file_kib, "samples": args.repeat},
-           "server_peak_rss_mb": servers, "rows": rows,
+           "versions": programs, "server_peak_rss_mb": servers, "rows": rows,
            "jobplane_over": {other: got for other in ("s5cmd", "baseline", "aws-cli", "boto3-default", "gcs-default")
                              if (got := ratios(rows, other))}}
     out.parent.mkdir(parents=True, exist_ok=True)

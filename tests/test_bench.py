@@ -1,8 +1,10 @@
 """Benchmarks cannot rot: every script in bench/ runs here at a tiny size, into a folder of the test's, and must
-have measured something (calls counted, files moved, lines read)."""
+have measured something (calls counted, files moved, lines read); and docs/benchmarks.md's tables are what
+bench/render.py makes of the committed JSON."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -62,7 +64,7 @@ SMOKE: dict[str, tuple[list[str], str, Check]] = {
 
 
 def test_every_bench_script_has_a_smoke_run() -> None:
-    scripts = {p.name for p in BENCH.glob("*.py")} - {"report.py"}  # where results go: it measures nothing
+    scripts = {p.name for p in BENCH.glob("*.py")} - {"report.py", "render.py"}  # the two helpers measure nothing
     assert scripts == set(SMOKE)
 
 
@@ -76,3 +78,13 @@ def test_a_bench_script_measures_something_at_a_tiny_size(script: str, tmp_path:
     assert done.returncode == 0, done.stderr[-3000:]
     assert measured(json.loads((tmp_path / name).read_text())), (tmp_path / name).read_text()[:3000]
 
+
+def test_the_benchmarks_page_is_what_the_committed_json_makes() -> None:
+    spec = importlib.util.spec_from_file_location("bench_render", BENCH / "render.py")
+    assert spec is not None and spec.loader is not None
+    render = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(render)
+    page = render.PAGE.read_text()
+    blocks = set(render.BLOCK.findall(page))
+    assert {b[1] for b in blocks} >= {"transfer-rclone", "transfer-gcs"}
+    assert render.render(page) == page, "docs/benchmarks.md is not what bench/results/ makes: run bench/render.py"

@@ -125,16 +125,15 @@ NOT_RUN_HERE: dict[str, NotRun] = {
     ".venv/bin/python bench/cold_start.py --rounds 11": NotRun(
         "a benchmark (11 rounds of fresh interpreters, as bench/results/cold-start.json was measured)",
         "tests/control/launcher/test_cold_start.py::test_a_handler_imports_only_what_every_run_needs"),
-    ".venv/bin/python bench/transfer.py": NotRun(
-        "a benchmark (6 GiB and 10,000 files on S3 and GCS, each tool three times; installs the AWS CLI from PyPI)",
-        "tests/agent/test_transfer.py::test_a_channel_downloads_in_parallel_and_a_rerun_fetches_only_what_changed"),
-    ".venv/bin/python bench/transfer.py --clouds s3 --big-repeat 3 --no-crt --out bench/results/transfer-s3.json":
-        NotRun("a benchmark (6 GiB and 10,000 files, S3 only, three samples of each)",
-               "tests/agent/test_transfer.py::test_a_channel_downloads_in_parallel_and_a_rerun_fetches_only_what_changed"),
-    ".venv/bin/python bench/transfer.py --big-mib 2048 --files 2000 --clouds s3 --big-repeat 3 --no-crt "
-    "--out bench/results/transfer-s3-2gib.json": NotRun(
-        "a benchmark (2 GiB and 2,000 files, S3 only, three samples of each)",
-        "tests/agent/test_transfer.py::test_a_channel_downloads_in_parallel_and_a_rerun_fetches_only_what_changed"),
+    ".venv/bin/python bench/transfer.py --baseline /tmp/main": NotRun(
+        "a benchmark (2 GiB and 2,000 files on rclone serve s3 beside s5cmd, the AWS CLI and boto3, three samples)",
+        "tests/test_bench.py::test_a_bench_script_measures_something_at_a_tiny_size"),
+    ".venv/bin/python bench/transfer.py --clouds gcs --big-mib 1024 --baseline /tmp/main": NotRun(
+        "a benchmark (1 GiB and 2,000 files on the GCS fake, three samples)",
+        "tests/test_bench.py::test_a_bench_script_measures_something_at_a_tiny_size"),
+    ".venv/bin/python bench/render.py": NotRun(
+        "rewrites docs/benchmarks.md's tables from bench/results/",
+        "tests/test_bench.py::test_the_benchmarks_page_is_what_the_committed_json_makes"),
 }
 
 

@@ -1,0 +1,89 @@
+"""docs/benchmarks.md's tables, made from the JSON the benchmarks wrote (bench/results/*.json, the files kept).
+
+The page marks each generated block `<!-- bench:NAME -->` ... `<!-- /bench:NAME -->`; NAME is the results file
+(without .json) and what is between the marks is replaced by its table. tests/test_bench.py checks that the
+committed page is what this makes of the committed JSON.
+
+    .venv/bin/python bench/render.py            # rewrite docs/benchmarks.md's blocks
+    .venv/bin/python bench/render.py --check    # exit 1 if the page is not what the JSON makes
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+PAGE = HERE.parent / "docs" / "benchmarks.md"
+BLOCK = re.compile(r"(<!-- bench:(?P<name>[\w-]+) -->\n)(.*?)(<!-- /bench:(?P=name) -->)", re.S)
+TOOLS = {"jobplane": "jobplane", "baseline": "jobplane before (main)", "s5cmd": "s5cmd", "aws-cli": "aws-cli",
+         "boto3-default": "boto3 default", "gcs-default": "client defaults"}
+
+
+def transfer(doc: dict[str, Any]) -> str:
+    """One row per data set and tool: throughput, CPU (per GiB or per file), peak RSS; then jobplane's ratios."""
+    data = doc["data"]
+    sets = {"big": f"{data['big_mib'] / 1024:g} GiB" if data["big_mib"] >= 1024 else f"{data['big_mib']} MiB",
+            "many": f"{data['files']:,} x {data['file_kib']} KiB"}
+    keyed = {(r["data"], r["tool"], r["direction"]): r for r in doc["rows"]}
+    lines = ["| data | tool | upload | download | CPU up / down | peak RSS up / down |",
+             "|---|---|---:|---:|---:|---:|"]
+    for key in ("big", "many"):
+        for tool in [t for t in TOOLS if (key, t, "up") in keyed]:
+            up, down = keyed[(key, tool, "up")], keyed[(key, tool, "down")]
+            if key == "big":
+                rate, cpu = (lambda r: f"{r['mb_per_s']:,.0f} MB/s"), (lambda r: f"{r['cpu_s_per_gib']:.2f}")
+                unit = "s/GiB"
+            else:
+                rate, cpu = (lambda r: f"{r['files_per_s']:,.0f} files/s"), (lambda r: f"{r['cpu_ms_per_file']:.2f}")
+                unit = "ms/file"
+            lines.append(f"| {sets[key]} | {TOOLS[tool]} | {rate(up)} | {rate(down)} | {cpu(up)} / {cpu(down)} {unit} "
+                         f"| {up['peak_rss_mb']:.0f} / {down['peak_rss_mb']:.0f} MB |")
+    lines.append("")
+    for other, got in doc["jobplane_over"].items():
+        if other not in ("s5cmd", "baseline"):
+            continue
+        cells = [f"{sets[k.split(':')[1]]} {k.split(':')[2]} **{v['throughput']:.2f}x** (CPU {v['cpu']:.2f}x)"
+                 for k, v in got.items()]
+        lines.append(f"- jobplane against {TOOLS[other]}, throughput (and CPU, as a multiple of its): "
+                     + "; ".join(cells) + ".")
+    load = doc["machine"]
+    lines.append(f"- Samples per tool: {data['samples']} (the slow one-file-at-a-time loops: 1); medians. Load average "
+                 f"{load['load_before'][0]:.1f} at the start, {load['load_after'][0]:.1f} at the end, on "
+                 f"{load['cpus']} cores; measured {doc['measured_at'][:10]}.")
+    return "\n".join(lines) + "\n"
+
+
+RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {"transfer-rclone": transfer, "transfer-gcs": transfer}
+
+
+def render(page: str, results: Path = HERE / "results") -> str:
+    """The page with every marked block made anew from its JSON."""
+    def block(match: re.Match[str]) -> str:
+        name = match["name"]
+        return match[1] + RENDERERS[name](json.loads((results / f"{name}.json").read_text())) + match[4]
+    return BLOCK.sub(block, page)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only say whether the page is up to date")
+    args = parser.parse_args(argv)
+    page = PAGE.read_text()
+    made = render(page)
+    if args.check:
+        if made != page:
+            print(f"{PAGE} is not what bench/results/ makes: run bench/render.py", file=sys.stderr)
+            return 1
+        return 0
+    PAGE.write_text(made)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
