@@ -489,3 +489,35 @@ def test_s3_moves_a_big_file_with_no_metadata_request_and_no_checksum_it_is_not_
         f"bytes={i}-{min(i + rig.part, size) - 1}" for i in range(0, size, rig.part))
     assert all(h["If-Match"] == version for _, _, h in sent)
     assert (tmp_path / "back").read_bytes() == data
+
+
+def test_s3_refuses_an_upload_completed_from_other_parts_than_it_sent(moto_endpoint: str, tmp_path: Path) -> None:
+    """Where S3 names each part by its MD5, the completed object's ETag must be the MD5 of those MD5s: a
+    completion naming anything else fails the upload. Under SSE-KMS, where part ETags are not MD5s, only each
+    part's Content-MD5 is checked (by S3), so a completion is taken as it comes."""
+    from jobplane.clouds.base import StoreError
+
+    rig = _s3_rig(TransferLimits(5 * MiB, 2))
+    _big_file(tmp_path / "big", 2 * rig.part + 1)
+    events = rig.store.client.meta.events  # type: ignore[attr-defined]
+
+    def completed_as_other(parsed: dict[str, Any], **_: Any) -> None:
+        parsed["ETag"] = '"00000000000000000000000000000000-3"'
+
+    events.register("after-call.s3.CompleteMultipartUpload", completed_as_other)
+    with pytest.raises(StoreError, match="the parts sent make"):
+        rig.store.upload_file("big", tmp_path / "big")
+
+    real: dict[str, str] = {}  # what SSE-KMS would have named each part -> moto's name for it
+
+    def kms_part(parsed: dict[str, Any], **_: Any) -> None:
+        fake = '"' + uuid.uuid4().hex + '"'
+        real[fake], parsed["ETag"] = parsed["ETag"], fake
+
+    def to_moto(params: dict[str, Any], **_: Any) -> None:
+        for part in params["MultipartUpload"]["Parts"]:
+            part["ETag"] = real[part["ETag"]]
+
+    events.register("after-call.s3.UploadPart", kms_part)
+    events.register("before-parameter-build.s3.CompleteMultipartUpload", to_moto)
+    assert rig.store.upload_file("big", tmp_path / "big") == '"00000000000000000000000000000000-3"'

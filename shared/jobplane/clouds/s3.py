@@ -8,11 +8,12 @@ its own buffer and writes it at its offset in the file (no writer thread, no que
 GIL), and each upload thread reads its part from the file at its offset. Memory stays at about one part per
 upload thread and one read buffer per download thread, whatever the file's size.
 
-Checksums: botocore computes none it is not required to (its default CRC32 on every request costs CPU in
-pure Python for nothing S3 does not check another way). Every upload sends Content-MD5, which S3 checks
-against the bytes it received, and a multipart upload's ETag, taken from its completion (no HEAD), must be
-the MD5 of the parts' MD5s; a download is pinned to the ETag it started from (If-Match on every range) and
-every range must deliver exactly the bytes it asked for.
+Checksums: botocore computes none it is not required to (by default it adds a CRC32 to every request and
+checks one on every response, CPU spent on every small file). Every upload sends Content-MD5, which S3 checks
+against the bytes it received; a multipart upload's ETag, taken from its completion (no HEAD), must be the
+MD5 of the parts' MD5s wherever S3 names parts by their MD5 (everywhere but under SSE-KMS). A download is
+pinned to the ETag it started from (If-Match on every range), and every range must deliver exactly the bytes
+it asked for.
 """
 
 from __future__ import annotations
@@ -206,7 +207,9 @@ class S3Store:
         finally:
             os.close(fd)
         etag = str(resp["ETag"])
-        if etag != (expected := multipart_etag([digest for digest, _ in done])):
+        # where the store names each part by its MD5 (not under SSE-KMS), the object must be named by those parts
+        named_by_md5 = all(part_etag.strip('"') == digest.hex() for digest, part_etag in done)
+        if named_by_md5 and etag != (expected := multipart_etag([digest for digest, _ in done])):
             raise StoreError(f"{key}: S3 completed the upload as {etag}, the parts sent make {expected}")
         return etag
 
