@@ -28,7 +28,8 @@ def _transfer_moved(doc: dict[str, Any]) -> bool:
 
 # script: (its arguments at a tiny size, the JSON it writes, what it must have measured)
 SMOKE: dict[str, tuple[list[str], str, Check]] = {
-    "big_checkpoint.py": (["--size-mib", "4", "--attempts", "1", "--cost-s", "2", "--rounds", "1", "--load", "0"],
+    "big_checkpoint.py": (["--size-mib", "4", "--attempts", "1", "--cost-s", "1", "--rounds", "1", "--load", "0",
+                           "--save-s", "0.1", "--pause-s", "0.1", "--interval", "0.5"],
                           "big_checkpoint.json",
                           lambda d: d["preemptions"][0]["saves"] > 0 and d["preemptions"][0]["whole"] is True
                           and d["cost"]["keeper"]["cycle_s"] > 0),
