@@ -120,7 +120,7 @@ def test_stop_request_kills_a_process_that_ignores_sigterm(world: World) -> None
     node = world.start("stop-job", extra=["--stop-grace", "1"])
     pid_file = node.ml_root / "pid"
     wait_for("the user process", lambda: world.exists(keys.output_mark("stop-job", 1, 0)) and pid_file.exists())
-    world.reg.put_json(keys.stop_request("stop-job"), StopRequest(time=datetime.now(UTC), by="test").body())
+    world.reg.put_json(keys.stop_request("stop-job"), StopRequest(time=datetime.now(UTC), by="cli").body())
     asked = time.monotonic()
     assert node.wait() == 0, console_of(node)
     assert time.monotonic() - asked < 10  # poll 0.3 s + grace 1 s + final sync, not the spec's 60 s
