@@ -135,6 +135,24 @@ def test_list_pages_without_gets(store: ObjectStore) -> None:
     assert list(store.list("none/")) == []
 
 
+def test_folders_come_from_a_delimiter_listing_one_entry_each(store: ObjectStore) -> None:
+    """A folder is listed once however many keys (and sub-folders) it holds, pages count folders, and a key right
+    under the prefix is no folder: the dashboard lists jobs/ this way in pages proportional to the jobs."""
+    for job in ("a", "b", "c", "d", "e"):
+        for i in range(4):
+            store.put(f"jobs/{job}/logs/1/0/{i:08d}.log", b"x")
+        store.put(f"jobs/{job}/job.json", b"{}")
+    store.put("jobs/f/events/x.json", b"{}")
+    store.put("jobs/loose", b"")
+    store.put("jobsX/z/job.json", b"{}")
+    store.put("other/g/job.json", b"{}")
+    want = [f"jobs/{job}/" for job in "abcdef"]
+    assert list(store.folders("jobs/")) == want
+    assert list(store.folders("jobs/", page_size=2)) == want
+    assert list(store.folders("jobs/a/")) == ["jobs/a/logs/"]
+    assert list(store.folders("none/")) == []
+
+
 def test_delete_is_idempotent(store: ObjectStore) -> None:
     store.put("d", b"x")
     store.delete("d")

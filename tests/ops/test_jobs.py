@@ -104,6 +104,28 @@ def test_ls_lists_queued_drops_once_and_their_records_after(reg: Registry, clock
     assert [r["id"] for r in jobs.list_rows(reg, include_done=True, now=clock.now())] == ["first", "second"]
 
 
+def test_ls_all_lists_a_page_per_thousand_jobs_not_per_object_they_wrote(reg: Registry, clock: Clock) -> None:
+    """jobs/ is listed with a delimiter: 2,500 log chunks cost `jobplane ls --all` no listing page, and a drop whose
+    code bundle is in jobs/<id>/code/ before its record exists is still listed, queued."""
+    store = reg.store
+    assert isinstance(store, MemoryStore)
+    drop(reg, "first")
+    take(reg, "first", clock.now())
+    drop(reg, "second")
+    reg.put(keys.code_bundle("second"), b"bundle")
+
+    def pages() -> tuple[int, list[tuple[str, str]]]:
+        before = store.calls.get("list", 0)
+        rows = [(r["id"], r["state"]) for r in jobs.list_rows(reg, include_done=True, now=clock.now())]
+        return store.calls.get("list", 0) - before, rows
+
+    quiet, rows = pages()
+    assert sorted(rows) == [("first", "LAUNCHING"), ("second", "QUEUED")]
+    for seq in range(2500):
+        reg.put(keys.log_chunk("first", 1, 0, seq), b"x\n")
+    assert pages() == (quiet, rows)
+
+
 # ---- status lines and exit codes ----------------------------------------------------------------------------
 def test_status_lines_follow_the_job(reg: Registry, clock: Clock) -> None:
     drop(reg, "walk")

@@ -16,6 +16,7 @@ from jobplane.model import keys, metrics
 from jobplane.model.metrics import Point
 from jobplane.model.spec import parse_spec
 from jobplane.model.states import State
+from jobplane.model.usage import AttemptUsage, InstanceSpan
 from jobplane.ops import jobs
 from jobplane.sdk.watch import TAIL_BYTES
 from jobplane.store.registry import Registry
@@ -163,6 +164,58 @@ def test_a_warm_jobs_page_makes_no_per_job_get(reg: Registry, store: MemoryStore
     assert store.calls.get("get", 0) - before.get("get", 0) == 1  # only the record whose listing entry changed
 
 
+def test_a_warm_jobs_page_lists_pages_per_job_not_per_object_a_job_wrote(reg: Registry, store: MemoryStore,
+                                                                        client: TestClient) -> None:
+    """Log chunks, metric chunks and events cost a warm page no listing page: jobs/ is listed with a delimiter."""
+    for i in range(3):
+        seed(reg, f"job-{i}")
+
+    def lists() -> int:
+        before = dict(store.calls)
+        client.get("/", params={"all": "1"})
+        return store.calls.get("list", 0) - before.get("list", 0)
+
+    lists()
+    quiet = lists()
+    for seq in range(2500):  # 2.5 pages of keys, were they listed
+        log(reg, "job-1", seq, "x\n")
+        store.put(reg.key(keys.metrics_chunk("job-2", 1, 0, seq)), b"{}")
+    assert lists() == quiet
+
+
+def test_a_watched_record_is_read_again_whenever_it_may_have_changed(reg: Registry, store: MemoryStore) -> None:
+    """A transition moves the marker and an update touches it; an ended job's record is read once; a live record
+    without its marker (its writer died between the two writes) and a debug hold's open usage on every look."""
+    seed(reg, "alpha")
+    reg.create_job("held", parse_spec(SPEC.format(name="held"), "held"))
+    billed = AttemptUsage(attempt=1, instance_type="t3.micro", market="on-demand",
+                          instances=[InstanceSpan(id="i-2", start=datetime.now(UTC))])
+    reg.transition("held", State.LAUNCHING, expect=[State.QUEUED], attempt=1, instances=["i-2"], usage=[billed])
+    reg.transition("held", State.RUNNING, expect=[State.LAUNCHING])
+    watch = over(reg, MemoryCompute).watch()
+
+    def look() -> tuple[dict[str, str], int]:
+        before = store.calls.get("get", 0)
+        states = {job.id: f"{job.view.state}:{job.view.reason or ''}" for job in watch.jobs(True)}
+        return states, store.calls.get("get", 0) - before
+
+    assert look()[1] == 2 and look()[1] == 0
+    reg.update("alpha", reason="spot warning")
+    assert look() == ({"alpha": "RUNNING:spot warning", "held": "RUNNING:"}, 1)
+    reg.transition("alpha", State.SUCCEEDED, expect=[State.RUNNING], reason="done")
+    assert look() == ({"alpha": "SUCCEEDED:done", "held": "RUNNING:"}, 1)
+    assert look()[1] == 0
+    reg.delete(keys.active_marker("held", State.RUNNING, 1))  # as if its writer had died before writing it
+    assert look()[1] == 1 and look()[1] == 1
+    reg.repair_markers("held")
+    assert look()[1] == 1 and look()[1] == 0
+    reg.transition("held", State.FAILED, expect=[State.RUNNING], reason="exit 1",
+                   held_until=datetime.now(UTC) + timedelta(hours=1))
+    assert look()[1] == 1 and look()[1] == 1  # its VMs still count
+    reg.close_usage("held", now=datetime.now(UTC))
+    assert look()[1] == 1 and look()[1] == 0
+
+
 def test_the_cost_page_groups_by_owner_and_label(reg: Registry, client: TestClient) -> None:
     seed(reg, "alpha")
     for by in ("owner", "type", "market", "job"):
@@ -236,7 +289,7 @@ def test_the_table_has_the_facts_jobplane_ls_has(reg: Registry) -> None:
     now = datetime.now(UTC)
     watch = over(reg, MemoryCompute).watch()
     for include_done in (False, True):
-        ours = {row.id: row.cells for row in data.rows(watch, include_done, now)}
+        ours = {row.id: row.cells for row in data.rows(watch.jobs(True), include_done, now)}
         ls = {row["id"]: row for row in jobs.list_rows(reg, include_done, now)}
         assert ours == ls
 
@@ -256,8 +309,8 @@ def test_the_first_page_keeps_the_jobs_that_ended_in_the_last_day_muted(reg: Reg
     assert 'data-job="gamma"' not in client.get("/fragments/jobs", params={"state": "RUNNING"}).text
     watch = over(reg, MemoryCompute).watch()
     tomorrow = datetime.now(UTC) + data.RECENT + timedelta(minutes=1)
-    assert [row.id for row in data.rows(watch, False, tomorrow, data.RECENT)] == ["alpha"]
-    assert {row.id for row in data.rows(watch, True, tomorrow, data.RECENT)} == {"alpha", "gamma", "epsilon"}
+    assert [row.id for row in data.rows(watch.jobs(True), False, tomorrow, data.RECENT)] == ["alpha"]
+    assert {row.id for row in data.rows(watch.jobs(True), True, tomorrow, data.RECENT)} == {"alpha", "gamma", "epsilon"}
     nothing = client.get("/", params={"q": "no-such-job"}).text
     assert "No jobs running, queued or ended in the last 24 h (tick “older finished too” for the rest)." in nothing
 

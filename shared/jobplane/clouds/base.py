@@ -117,6 +117,11 @@ class ObjectStore(Protocol):
         """Yield every key under prefix in key order, fetching one page at a time."""
         ...
 
+    def folders(self, prefix: str, page_size: int = 1000) -> Iterator[str]:
+        """Yield each folder right under prefix (a key's start up to its next '/' after prefix) once, in key order,
+        from a delimiter listing: a page holds page_size folders however many keys each holds."""
+        ...
+
     def delete(self, key: str) -> None:
         """Delete the key; deleting a missing key is not an error."""
         ...

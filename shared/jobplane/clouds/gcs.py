@@ -159,6 +159,13 @@ class GcsStore:
                 yield ObjectInfo(key=blob.name, last_modified=_utc(blob.updated), size=int(blob.size or 0),
                                  version=str(blob.generation or ""))
 
+    def folders(self, prefix: str, page_size: int = 1000) -> Iterator[str]:
+        listed = self._client.list_blobs(self._bucket, prefix=prefix, delimiter="/", page_size=page_size,
+                                         fields="prefixes,nextPageToken")
+        with self._mapped(prefix):
+            for page in listed.pages:
+                yield from sorted(page.prefixes)  # a page's prefixes come as a set
+
     def delete(self, key: str) -> None:
         try:
             with self._mapped(key):

@@ -8,8 +8,10 @@ the cloud stores' streaming transfers do.
 
 from __future__ import annotations
 
+import bisect
 import builtins
 import copy
+import itertools
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -57,6 +59,7 @@ class MemoryStore:
 
     def __init__(self, clock: Callable[[], datetime] | None = None, limits: TransferLimits | None = None) -> None:
         self._objects: dict[str, _Stored] = {}
+        self._sorted: builtins.list[str] | None = []  # the keys in order, None once a key came or went
         self._lock = threading.Lock()
         self._counter = 0
         self._clock = clock or (lambda: datetime.now(UTC))
@@ -70,6 +73,8 @@ class MemoryStore:
     def _write(self, key: str, parts: tuple[bytes, ...]) -> str:
         self._counter += 1
         version = str(self._counter)
+        if key not in self._objects:
+            self._sorted = None
         self._objects[key] = _Stored(parts, version, self._clock())
         return version
 
@@ -104,23 +109,52 @@ class MemoryStore:
                 raise PreconditionFailed(f"{key} changed")
             return self._write(key, (bytes(data),))
 
+    def _keys(self) -> builtins.list[str]:
+        """Every key in order (under the lock): sorted again only after a key was added or removed."""
+        if self._sorted is None:
+            self._sorted = sorted(self._objects)
+        return self._sorted
+
     def list(self, prefix: str, page_size: int = 1000) -> Iterator[ObjectInfo]:
-        start = ""
+        start = prefix
         while True:
             with self._lock:
                 self._count("list")
-                keys = sorted(k for k in self._objects if k.startswith(prefix) and k > start)[:page_size]
+                ordered = self._keys()
+                at = bisect.bisect_left(ordered, start)
+                keys = list(itertools.takewhile(lambda k: k.startswith(prefix), ordered[at:at + page_size]))
                 page = [ObjectInfo(key=k, last_modified=self._objects[k].last_modified, size=self._objects[k].size,
                                    version=self._objects[k].version) for k in keys]
             yield from page
             if len(page) < page_size:
                 return
-            start = page[-1].key
+            start = page[-1].key + "\0"
+
+    def folders(self, prefix: str, page_size: int = 1000) -> Iterator[str]:
+        start = prefix
+        while True:
+            page: builtins.list[str] = []
+            with self._lock:
+                self._count("list")
+                ordered = self._keys()
+                at = bisect.bisect_left(ordered, start)
+                while len(page) < page_size and at < len(ordered) and ordered[at].startswith(prefix):
+                    cut = ordered[at].find("/", len(prefix))
+                    if cut < 0:  # a key, not a folder: a delimiter listing hands it back apart
+                        at += 1
+                        continue
+                    page.append(ordered[at][:cut + 1])
+                    at = bisect.bisect_left(ordered, page[-1][:-1] + "0", at)  # "0" sorts right after "/"
+            yield from page
+            if len(page) < page_size:
+                return
+            start = page[-1][:-1] + "0"
 
     def delete(self, key: str) -> None:
         with self._lock:
             self._count("delete")
-            self._objects.pop(key, None)
+            if self._objects.pop(key, None) is not None:
+                self._sorted = None
 
     def upload_file(self, key: str, path: Path, content_type: str = "application/octet-stream",
                     progress: Progress | None = None) -> str:

@@ -131,6 +131,14 @@ class S3Store:
                 yield ObjectInfo(key=obj["Key"], last_modified=obj["LastModified"].astimezone(UTC),
                                  size=int(obj["Size"]), version=str(obj.get("ETag", "")))
 
+    def folders(self, prefix: str, page_size: int = 1000) -> Iterator[str]:
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=prefix, Delimiter="/", PaginationConfig={"PageSize": page_size}
+        )
+        for page in pages:
+            for common in page.get("CommonPrefixes", []):
+                yield str(common["Prefix"])
+
     def delete(self, key: str) -> None:
         self.client.delete_object(Bucket=self.bucket, Key=key)
 

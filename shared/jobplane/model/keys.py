@@ -368,6 +368,7 @@ def _parser(pattern: str) -> Callable[[str], tuple[str, ...] | None]:
 
 
 _record = _parser(rf"{JOBS}{_ID}/job\.json")
+_job_folder = _parser(rf"{JOBS}{_ID}/")
 _event = _parser(rf"{JOBS}{_ID}/events/{_STAMP}-([^/]+)\.json")
 _marker = _parser(rf"{ACTIVE}{_ID}/([A-Z_]+)\.{_N}")
 _preempted = _parser(rf"{PREEMPTED}{_ID}")
@@ -394,6 +395,12 @@ def parse_drop(key: str) -> Drop | None:
     stem, dot, ext = name.rpartition(".")
     return Drop(key, stem if dot and stem else name, folder or DEFAULT_OWNER, ext.lower() if dot and stem else "",
                 folder or None)
+
+
+def parse_job_folder(folder: str) -> str | None:
+    """The job of jobs/<id>/, a folder a delimiter listing of jobs/ hands back."""
+    parts = _job_folder(folder)
+    return parts[0] if parts else None
 
 
 def parse_job_record(key: str) -> str | None:

@@ -148,17 +148,18 @@ def list_rows(reg: Registry, include_done: bool, now: datetime | None = None) ->
 def list_views(reg: Registry, include_done: bool) -> list[JobView]:
     """Live jobs (or every job) by id, then drops still in queue/ and, with include_done, rejected ones."""
     ids = recorded_ids(reg) if include_done else set(reg.active())
-    views = []
+    views, recorded = [], set()
     for job_id in sorted(ids):
         try:
             views.append(JobView.of(reg.job(job_id)))
         except JobNotFound:
-            continue  # finished between the listing and the read
+            continue  # finished between the listing and the read, or a folder with no record yet
+        recorded.add(job_id)
     queued = set()
     for key, modified, _ in reg.listing(keys.QUEUE):
         drop = keys.parse_drop(key)
         job_id = drop.job_id if drop else ""
-        if not job_id or job_id in ids or job_id in queued:
+        if not job_id or job_id in recorded or job_id in queued:
             continue
         try:
             views.append(queued_view(job_id, key, reg.get_bytes(key), modified))
@@ -168,14 +169,15 @@ def list_views(reg: Registry, include_done: bool) -> list[JobView]:
     if include_done:
         for key, modified, _ in reg.listing(keys.REJECTED):
             rejected = keys.parse_rejected_error(key)
-            if rejected and rejected not in ids | queued:  # a recorded INVALID job shows once
+            if rejected and rejected not in recorded | queued:  # a recorded INVALID job shows once
                 views.append(JobView(rejected, State.INVALID, modified, reason=rejected_reason(reg.get_json(key))))
     return views
 
 
 def recorded_ids(reg: RootedStore) -> set[str]:
-    """Every job with a record (job.json), live or not."""
-    return {job_id for k, _, _ in reg.listing(keys.JOBS) if (job_id := keys.parse_job_record(k))}
+    """Every job that may have a record, live or not: the folders of jobs/, from a delimiter listing (a page per
+    thousand jobs, whatever they wrote). A folder with no job.json yet (a code bundle's) reads as JobNotFound."""
+    return {job_id for folder in reg.folders(keys.JOBS) if (job_id := keys.parse_job_folder(folder))}
 
 
 def cost_rows(reg: Registry, by: str = "job", since: datetime | None = None,

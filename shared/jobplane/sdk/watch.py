@@ -1,8 +1,13 @@
 """A registry looked at again and again (a dashboard, a monitoring loop): `Client.watch()`.
 
-Each look lists jobs/, active/, queue/ (and rejected/) and reads a job's record only when its listing entry
-(modified time, size) changed since the previous look, a drop or a rejection only when it is new or changed: a
-registry of thousands of jobs costs a few listings per look while nothing changes (bench/ui.py counts them).
+Each look lists active/ and queue/ (and rejected/), and jobs/ with a delimiter (one entry per job, whatever the job
+wrote: its logs, metrics, events and checkpoints cost no listing pages), and reads a job's record only when it may
+have changed: a job new to the watch, a live job whose active/ marker was written or moved since (each write of a
+live record rewrites its marker, the record's write time in its body: a transition moves it, an update touches it),
+a job whose marker went (it ended). An ended record changes no more but for a debug hold's closing of its usage:
+such a record, and a live record whose marker is missing (a writer died between the two writes), are read on every
+look. A drop or a rejection is read only when it is new or changed. So a registry of thousands of jobs costs a few
+listing pages per thousand jobs per look while nothing changes (bench/ui.py counts them).
 Output is read by chunk from a cursor, each chunk once (chunks never change once written).
 """
 
@@ -13,7 +18,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
 
-from jobplane.clouds.base import NotFound
+from jobplane.clouds.base import NotFound, ObjectInfo
 from jobplane.model import keys
 from jobplane.model.jobrecord import JobRecord
 from jobplane.model.states import LIVE, State
@@ -28,7 +33,38 @@ TAIL_BYTES = 256 * 1024  # a first look at output: at most this much of its end
 CHUNK_CACHE = 2048  # output chunks kept in memory, the least recently read dropped first
 COUNTED = (State.QUEUED, State.LAUNCHING, State.RUNNING, State.WAITING_CAPACITY, State.PREEMPTED)
 
-Entry = tuple[datetime, int]  # a listing entry: modified time and size
+Token = tuple[tuple[str, str], ...]  # a job's active/ markers as listed: each one's key and version
+
+
+def _settled(record: JobRecord | None, token: Token) -> bool:
+    """Whether a record read under these markers stays true until they change: a live record's marker is
+    rewritten with each write of it, and an ended record changes no more, but for a debug hold's usage."""
+    if record is None or token:
+        return True  # a record's creation writes its first marker; a marker's end is the job's end
+    return record.state not in LIVE and not any(used.open for used in record.usage)
+
+
+def _counts(markers: dict[str, list[ObjectInfo]], queued: list[tuple[str, datetime, int]]) -> dict[State, int]:
+    """Live jobs by state from the active/ markers (the newest, where a repair is due) and the drops not recorded."""
+    out = dict.fromkeys(COUNTED, 0)
+    for infos in markers.values():
+        newest = max(infos, key=lambda info: info.last_modified)
+        marker = keys.parse_active_marker(newest.key)
+        if marker is not None:
+            out[marker.state] = out.get(marker.state, 0) + 1
+    for key, _, _ in queued:
+        drop = keys.parse_drop(key)
+        if drop is not None and drop.job_id not in markers:
+            out[State.QUEUED] += 1
+    return out
+
+
+@dataclass(frozen=True)
+class Look:
+    """One look at a registry: its jobs (Watch.jobs) and its live jobs counted by state (Watch.counts)."""
+
+    jobs: list[Job]
+    counts: dict[State, int]
 
 
 @dataclass(frozen=True)
@@ -48,7 +84,7 @@ class Watch:
 
     def __init__(self, connection: Connection) -> None:
         self._connection = connection
-        self._records: dict[str, tuple[Entry, JobRecord]] = {}
+        self._records: dict[str, tuple[Token, JobRecord | None]] = {}
         self._drops: dict[str, tuple[datetime, JobView]] = {}
         self._rejected: dict[str, tuple[datetime, str]] = {}
         self._chunks: OrderedDict[str, str] = OrderedDict()
@@ -57,36 +93,30 @@ class Watch:
     def jobs(self, include_finished: bool = False) -> list[Job]:
         """What `Client.list(include_finished=...)` returns (recorded jobs by id, then drops still in queue/, then
         with include_finished rejected ones), from listings and the records, drops and rejections that changed."""
+        return self.look(include_finished).jobs
+
+    def look(self, include_finished: bool = False) -> Look:
+        """`jobs(include_finished)` and `counts()` from one set of listings (a page of the dashboard)."""
         reg = self._connection.registry
         with translated():
-            records = self._read_records()
-            live = {job_id for job_id, markers in reg.active().items() if markers}
+            markers = self._markers()
+            queued = list(reg.listing(keys.QUEUE))
+            records = self._read_records(markers)
             views = [JobView.of(r) for job_id, r in sorted(records.items())
-                     if include_finished or job_id in live or r.state in LIVE]
+                     if include_finished or job_id in markers or r.state in LIVE]
             seen = set(records)
-            views += self._read_drops(seen)
+            views += self._read_drops(queued, seen)
             seen |= {v.id for v in views}
             if include_finished:
                 views += self._read_rejected(seen)
-        return [Job(self._connection, v) for v in views]
+        return Look([Job(self._connection, v) for v in views], _counts(markers, queued))
 
     def counts(self) -> dict[State, int]:
         """Live jobs by state (QUEUED, LAUNCHING, RUNNING, WAITING_CAPACITY, PREEMPTED), from one listing of active/
         and one of queue/ (a drop not recorded yet is QUEUED)."""
         reg = self._connection.registry
-        out = dict.fromkeys(COUNTED, 0)
-        recorded = set()
         with translated():
-            for job_id, markers in reg.active().items():
-                if markers:
-                    recorded.add(job_id)
-                    state = max(markers, key=lambda m: m.since).state
-                    out[state] = out.get(state, 0) + 1
-            for key, _, _ in reg.listing(keys.QUEUE):
-                drop = keys.parse_drop(key)
-                if drop is not None and drop.job_id not in recorded:
-                    out[State.QUEUED] += 1
-        return out
+            return _counts(self._markers(), list(reg.listing(keys.QUEUE)))
 
     def output(self, job_id: str, attempt: int, rank: int, after: int | None = None,
                tail_bytes: int = TAIL_BYTES) -> Output:
@@ -109,35 +139,42 @@ class Watch:
             return Output("".join(self._chunk(k) for k in found[start:]), len(found), skipped)
 
     # ---- what a look reads, cached by listing entry ----------------------------------------------------------
-    def _read_records(self) -> dict[str, JobRecord]:
+    def _markers(self) -> dict[str, list[ObjectInfo]]:
+        """Each live job's active/ markers as listed (more than one while a repair is due)."""
+        markers: dict[str, list[ObjectInfo]] = {}
+        for info in self._connection.registry.entries(keys.ACTIVE):
+            if marker := keys.parse_active_marker(info.key):
+                markers.setdefault(marker.job_id, []).append(info)
+        return markers
+
+    def _read_records(self, markers: dict[str, list[ObjectInfo]]) -> dict[str, JobRecord]:
         reg = self._connection.registry
-        listed: dict[str, Entry] = {}
-        for key, modified, size in reg.listing(keys.JOBS):
-            if job_id := keys.parse_job_record(key):
-                listed[job_id] = (modified, size)
+        listed = {job_id for folder in reg.folders(keys.JOBS) if (job_id := keys.parse_job_folder(folder))}
         out: dict[str, JobRecord] = {}
-        for job_id, entry in listed.items():
+        for job_id in sorted(listed):
+            token = tuple(sorted((m.key, m.version) for m in markers.get(job_id, ())))
             with self._lock:
                 cached = self._records.get(job_id)
-            if cached is not None and cached[0] == entry:
-                out[job_id] = cached[1]
-                continue
-            try:
-                record = reg.job(job_id)
-            except (JobNotFound, UnreadableRecord):  # gone since the listing, or not readable: not shown
-                continue
-            with self._lock:
-                self._records[job_id] = (entry, record)
-            out[job_id] = record
+            if cached is not None and cached[0] == token and _settled(cached[1], token):
+                record = cached[1]
+            else:
+                try:
+                    record = reg.job(job_id)
+                except (JobNotFound, UnreadableRecord):  # no record (yet: a code bundle's folder) or not readable
+                    record = None
+                with self._lock:
+                    self._records[job_id] = (token, record)
+            if record is not None:
+                out[job_id] = record
         with self._lock:
-            for gone in set(self._records) - set(listed):
+            for gone in set(self._records) - listed:
                 del self._records[gone]
         return out
 
-    def _read_drops(self, recorded: set[str]) -> list[JobView]:
+    def _read_drops(self, queued: list[tuple[str, datetime, int]], recorded: set[str]) -> list[JobView]:
         reg = self._connection.registry
         views, listed, seen = [], set(), set(recorded)
-        for key, modified, _ in reg.listing(keys.QUEUE):
+        for key, modified, _ in queued:
             drop = keys.parse_drop(key)
             if drop is None or drop.job_id in seen:
                 continue

@@ -240,12 +240,24 @@ class Registry(RootedStore):
             new = JobRecord.model_validate({**current.model_dump(), "updated_at": now, **updates}, context=STORED)
             try:
                 self.put_if_match(keys.job_record(job_id), _dump(new), version)
-                return new
             except PreconditionFailed:
                 if self._landed(job_id, new):
                     return new
                 backoff(tries + 1)
+                continue
+            if new.state in LIVE:
+                self._touch_marker(new)
+            return new
         raise RegistryError(f"job {job_id}: gave up after {CAS_RETRIES} conflicting writes")
+
+    def _touch_marker(self, ours: JobRecord) -> None:
+        """Rewrite a live record's marker after a write that moved no state (the watch reads the record again). A
+        transition that landed between our write and this one may have just moved the marker away: then the job
+        has a marker it should not, and a repair removes it."""
+        self._put_marker(keys.active_marker(ours.id, ours.state, ours.attempt), ours)
+        now = self.job(ours.id)
+        if (now.state, now.attempt) != (ours.state, ours.attempt):
+            self.repair_markers(ours.id)
 
     def close_usage(self, job_id: str, *, now: datetime) -> JobRecord:
         """End, at `now`, the billed time of the instances the record still counts: a debug hold's end."""
@@ -316,7 +328,7 @@ class Registry(RootedStore):
     def _move_marker(self, job_id: str, old: JobRecord | None, new: JobRecord) -> None:
         new_key = keys.active_marker(job_id, new.state, new.attempt)
         if new.state in LIVE:
-            self.put(new_key, b"", "text/plain")
+            self._put_marker(new_key, new)
         if old is not None:
             old_key = keys.active_marker(job_id, old.state, old.attempt)
             if old_key != new_key or new.state not in LIVE:
@@ -329,10 +341,16 @@ class Registry(RootedStore):
         want = keys.active_marker(job_id, record.state, record.attempt) if record.state in LIVE else None
         have = [k for k, _, _ in self.listing(keys.active_prefix(job_id))]
         if want and want not in have:  # first: a repair cut short never leaves a live job without a marker
-            self.put(want, b"", "text/plain")
+            self._put_marker(want, record)
         for k in have:
             if k != want:
                 self.delete(k)
+
+    def _put_marker(self, key: str, record: JobRecord) -> None:
+        """The marker's body is the record's write time, so that each write of a live record gives its marker a new
+        version (an ETag too, where an empty body's never changes): Watch reads a live record again only then.
+        Only the key is the marker's meaning: a marker with an empty body (written before) is just as live."""
+        self.put(key, record.updated_at.isoformat().encode(), "text/plain")
 
     def active(self) -> dict[str, list[ActiveMarker]]:
         """Every live job from one listing of active/; more than one marker means a repair is due."""

@@ -8,6 +8,7 @@ URLs for VMs. What a key means is the caller's: an agent writes its facts here, 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import time
@@ -15,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
-from jobplane.clouds.base import Blob, NotFound, ObjectStore, VmUrls
+from jobplane.clouds.base import Blob, NotFound, ObjectInfo, ObjectStore, VmUrls
 from jobplane.model import keys
 
 CAS_RETRIES = 20  # conflicting writes a compare-and-swap writer (a job's record, a sweep's) sits out before it gives up
@@ -83,6 +84,17 @@ class RootedStore:
     def listing(self, prefix: str, page_size: int = 1000) -> Iterator[tuple[str, datetime, int]]:
         for info in self.store.list(self.key(prefix), page_size):
             yield self._unroot(info.key), info.last_modified, info.size
+
+    def entries(self, prefix: str) -> Iterator[ObjectInfo]:
+        """Every key under prefix as listed, with its version token: a rewrite of the same size in the same second
+        (S3's LastModified has whole seconds) still shows as a new version."""
+        for info in self.store.list(self.key(prefix)):
+            yield dataclasses.replace(info, key=self._unroot(info.key))
+
+    def folders(self, prefix: str) -> Iterator[str]:
+        """The folders right under prefix, from a delimiter listing (one entry each, whatever they hold)."""
+        for folder in self.store.folders(self.key(prefix)):
+            yield self._unroot(folder)
 
     def location(self, key: str) -> tuple[ObjectStore, str]:
         """The store and the full key (or prefix) of `key`, for code that moves files itself in parts and in

@@ -79,10 +79,9 @@ def ended_at(view: JobView) -> datetime:
     return view.record.updated_at if view.record is not None else view.since
 
 
-def rows(watch: sdk.Watch, include_done: bool, now: datetime, recent: timedelta = timedelta(0)) -> list[Row]:
-    """The table's rows, the newest first: what `jobplane ls [--all]` lists, and without include_done the jobs that
-    ended within `recent` too."""
-    listed = watch.jobs(include_done or recent > timedelta(0))
+def rows(listed: list[sdk.Job], include_done: bool, now: datetime, recent: timedelta = timedelta(0)) -> list[Row]:
+    """The table's rows, the newest first, from a look with every job (Watch.look(True)): what `jobplane ls [--all]`
+    lists, and without include_done the jobs that ended within `recent` too."""
     if not include_done:
         listed = [job for job in listed if not job.view.terminal or ended_at(job.view) > now - recent]
     return sorted((record_row(job, now) for job in listed), key=lambda r: r.cells["age"])

@@ -78,7 +78,8 @@ def create_app(client: sdk.Client, *, csrf_token: str | None = None,
                 "limit": int(q["limit"]) if q.get("limit", "").isdigit() else PAGE_ROWS}
 
     def table(f: dict[str, Any]) -> dict[str, Any]:
-        rows = data.rows(watch, f["all"], utcnow(), data.RECENT)
+        look = watch.look(include_finished=True)  # the first page shows recently ended jobs too
+        rows = data.rows(look.jobs, f["all"], utcnow(), data.RECENT)
         shown = [r for r in rows if r.matches(f["state"], f["owner"], f["label"], f["text"])]
         col = f["sort"]
 
@@ -89,7 +90,7 @@ def create_app(client: sdk.Client, *, csrf_token: str | None = None,
         shown.sort(key=key, reverse=f["desc"])
         if f["desc"]:  # missing values last either way
             shown.sort(key=lambda r: r.cells.get(col) is None)
-        counts = {str(state): n for state, n in watch.counts().items()}
+        counts = {str(state): n for state, n in look.counts.items()}
         return {"rows": shown[:f["limit"]], "matched": len(shown), "total": len(rows), "counts": counts, "f": f,
                 "owners": sorted({r.owner for r in rows}), "columns": jobview.COLUMNS, "header": jobview.header,
                 "display": jobview.display, "sortable": SORTABLE,
@@ -201,7 +202,7 @@ def create_app(client: sdk.Client, *, csrf_token: str | None = None,
     async def compare_page(request: Request) -> Response:
         ids = [i for i in request.query_params.getlist("id") if i and not job_id_problem(i)]
         metric = request.query_params.get("metric", "")
-        rows = await run_in_threadpool(data.rows, watch, True, utcnow())
+        rows = data.rows(await run_in_threadpool(watch.jobs, True), True, utcnow())
         chosen = await run_in_threadpool(data.compare_data, client, ids, metric) if ids else None
         if chosen is not None and not metric and chosen["metrics"]:
             metric = chosen["metrics"][0]
