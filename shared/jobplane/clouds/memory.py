@@ -122,11 +122,12 @@ class MemoryStore:
                 self._count("list")
                 ordered = self._keys()
                 at = bisect.bisect_left(ordered, start)
-                keys = list(itertools.takewhile(lambda k: k.startswith(prefix), ordered[at:at + page_size]))
+                keys = list(itertools.takewhile(lambda k: k.startswith(prefix), ordered[at:at + page_size + 1]))
+                more = len(keys) > page_size  # S3's IsTruncated: a full last page asks for no empty one after it
                 page = [ObjectInfo(key=k, last_modified=self._objects[k].last_modified, size=self._objects[k].size,
-                                   version=self._objects[k].version) for k in keys]
+                                   version=self._objects[k].version) for k in keys[:page_size]]
             yield from page
-            if len(page) < page_size:
+            if not more:
                 return
             start = page[-1].key + "\0"
 
@@ -138,15 +139,18 @@ class MemoryStore:
                 self._count("list")
                 ordered = self._keys()
                 at = bisect.bisect_left(ordered, start)
-                while len(page) < page_size and at < len(ordered) and ordered[at].startswith(prefix):
+                while at < len(ordered) and ordered[at].startswith(prefix):
                     cut = ordered[at].find("/", len(prefix))
                     if cut < 0:  # a key, not a folder: a delimiter listing hands it back apart
                         at += 1
                         continue
+                    if len(page) == page_size:
+                        break  # another folder follows: the page is truncated
                     page.append(ordered[at][:cut + 1])
                     at = bisect.bisect_left(ordered, page[-1][:-1] + "0", at)  # "0" sorts right after "/"
+                more = len(page) == page_size and at < len(ordered) and ordered[at].startswith(prefix)
             yield from page
-            if len(page) < page_size:
+            if not more:
                 return
             start = page[-1][:-1] + "0"
 

@@ -20,7 +20,6 @@ from datetime import datetime
 
 from jobplane.clouds.base import NotFound, ObjectInfo
 from jobplane.model import keys
-from jobplane.model.jobrecord import JobRecord
 from jobplane.model.states import LIVE, State
 from jobplane.ops import jobs
 from jobplane.sdk.connection import Connection
@@ -36,12 +35,12 @@ COUNTED = (State.QUEUED, State.LAUNCHING, State.RUNNING, State.WAITING_CAPACITY,
 Token = tuple[tuple[str, str], ...]  # a job's active/ markers as listed: each one's key and version
 
 
-def _settled(record: JobRecord | None, token: Token) -> bool:
+def _settled(view: JobView | None, token: Token) -> bool:
     """Whether a record read under these markers stays true until they change: a live record's marker is
     rewritten with each write of it, and an ended record changes no more, but for a debug hold's usage."""
-    if record is None or token:
+    if view is None or view.record is None or token:
         return True  # a record's creation writes its first marker; a marker's end is the job's end
-    return record.state not in LIVE and not any(used.open for used in record.usage)
+    return view.state not in LIVE and not any(used.open for used in view.record.usage)
 
 
 def _counts(markers: dict[str, list[ObjectInfo]], queued: list[tuple[str, datetime, int]]) -> dict[State, int]:
@@ -84,7 +83,7 @@ class Watch:
 
     def __init__(self, connection: Connection) -> None:
         self._connection = connection
-        self._records: dict[str, tuple[Token, JobRecord | None]] = {}
+        self._records: dict[str, tuple[Token, JobView | None]] = {}  # a view of each record as last read
         self._drops: dict[str, tuple[datetime, JobView]] = {}
         self._rejected: dict[str, tuple[datetime, str]] = {}
         self._chunks: OrderedDict[str, str] = OrderedDict()
@@ -102,8 +101,8 @@ class Watch:
             markers = self._markers()
             queued = list(reg.listing(keys.QUEUE))
             records = self._read_records(markers)
-            views = [JobView.of(r) for job_id, r in sorted(records.items())
-                     if include_finished or job_id in markers or r.state in LIVE]
+            views = [view for job_id, view in sorted(records.items())
+                     if include_finished or job_id in markers or view.state in LIVE]
             seen = set(records)
             views += self._read_drops(queued, seen)
             seen |= {v.id for v in views}
@@ -147,25 +146,26 @@ class Watch:
                 markers.setdefault(marker.job_id, []).append(info)
         return markers
 
-    def _read_records(self, markers: dict[str, list[ObjectInfo]]) -> dict[str, JobRecord]:
+    def _read_records(self, markers: dict[str, list[ObjectInfo]]) -> dict[str, JobView]:
+        """Each recorded job's view, its record read again only when it may have changed (module docstring)."""
         reg = self._connection.registry
         listed = {job_id for folder in reg.folders(keys.JOBS) if (job_id := keys.parse_job_folder(folder))}
-        out: dict[str, JobRecord] = {}
+        out: dict[str, JobView] = {}
         for job_id in sorted(listed):
             token = tuple(sorted((m.key, m.version) for m in markers.get(job_id, ())))
             with self._lock:
                 cached = self._records.get(job_id)
             if cached is not None and cached[0] == token and _settled(cached[1], token):
-                record = cached[1]
+                view = cached[1]
             else:
                 try:
-                    record = reg.job(job_id)
+                    view = JobView.of(reg.job(job_id))
                 except (JobNotFound, UnreadableRecord):  # no record (yet: a code bundle's folder) or not readable
-                    record = None
+                    view = None
                 with self._lock:
-                    self._records[job_id] = (token, record)
-            if record is not None:
-                out[job_id] = record
+                    self._records[job_id] = (token, view)
+            if view is not None:
+                out[job_id] = view
         with self._lock:
             for gone in set(self._records) - listed:
                 del self._records[gone]
