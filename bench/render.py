@@ -59,7 +59,24 @@ def transfer(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {"transfer-rclone": transfer, "transfer-gcs": transfer}
+def ui(doc: dict[str, Any]) -> str:
+    """bench/ui.py: one row per registry size, each view's full-page time, GETs and LIST pages; then the load."""
+    lines = ["| jobs x log chunks each | first view, every job: full page, GETs, LIST pages | next views, every job "
+             "| next views, the first page | the htmx poll |", "|---|---|---|---|---|"]
+    for r in doc["results"]:
+        cells = [f"{r['jobs']:,} x {r['log_chunks_per_job']}"]
+        for name in ("cold_all", "warm_all", "warm_live", "warm_poll"):
+            v = r[name]
+            cells.append(f"{v['full_ms']:.0f} ms, {v['calls'].get('get', 0):,}, {v['calls'].get('list', 0)}")
+        lines.append("| " + " | ".join(cells) + " |")
+    load = doc["load_average"]
+    lines += ["", f"- Next views: the median of {doc['warm_views']}. Load average {load[0]:.1f} (1 min), "
+              f"{load[1]:.1f} (5 min) at the end, on {doc['cpus']} cores; measured {doc['measured_at'][:10]}."]
+    return "\n".join(lines) + "\n"
+
+
+RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {"transfer-rclone": transfer, "transfer-gcs": transfer,
+                                                         "ui": ui}
 
 
 def render(page: str, results: Path = HERE / "results") -> str:

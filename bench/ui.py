@@ -11,12 +11,14 @@ none here) and ?all=1 (every job), and the fragment htmx polls every 2 s.
     .venv/bin/python bench/ui.py                          # N = 1000 and 10000, 100 log chunks each
     .venv/bin/python bench/ui.py --n 100 1000 --chunks 0
 
-Writes bench/results/ui.json (and prints it, plus a markdown table for the docs).
+Writes bench/results/ui.json (kept: docs/benchmarks.md's table is made from it by bench/render.py) and prints it
+with that table.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import http.client
 import os
 import statistics
@@ -29,8 +31,9 @@ from typing import Any
 
 import uvicorn
 
-sys.path[:0] = [str(Path(__file__).resolve().parent)]  # bench/report.py, as the other benchmarks import it
+sys.path[:0] = [str(Path(__file__).resolve().parent)]  # bench/report.py and render.py, as the others import them
 
+import render  # noqa: E402
 from report import save  # noqa: E402
 
 from jobplane.clouds.memory import MemoryCompute, MemoryStore  # noqa: E402
@@ -99,6 +102,7 @@ def warm(store: MemoryStore, port: int, path: str) -> dict[str, Any]:
 
 def measure(n: int, chunks: int) -> dict[str, Any]:
     store, reg = seed(n, chunks)
+    gc.freeze()  # the seeded objects stand for the bucket, which is not in a dashboard's heap for its GC to walk
     port = free_port()
     client = Client.from_settings(Settings(bucket="memory", root=reg.root),
                                   connected=Backend(reg, "s3://memory", MemoryCompute, lambda key, path: None))
@@ -117,27 +121,16 @@ def measure(n: int, chunks: int) -> dict[str, Any]:
         thread.join(10)
 
 
-def table(results: list[dict[str, Any]]) -> str:
-    lines = ["| jobs x log chunks | first view, every job: full page, GETs, LIST pages | next views, every job "
-             "| next views, live jobs | the htmx poll |", "|---|---|---|---|---|"]
-    for r in results:
-        cells = [f"{r['jobs']:,} x {r['log_chunks_per_job']}"]
-        for name in ("cold_all", "warm_all", "warm_live", "warm_poll"):
-            v = r[name]
-            cells.append(f"{v['full_ms']:.0f} ms, {v['calls'].get('get', 0):,}, {v['calls'].get('list', 0)}")
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--chunks", type=int, default=100, help="log chunks each job wrote")
     args = parser.parse_args(argv)
     results = [measure(n, args.chunks) for n in args.n]
-    save("ui", {"bench": "ui", "measured_at": datetime.now(UTC).isoformat(), "load_average": os.getloadavg(),
-                "results": results})
-    print(table(results))
+    doc = {"bench": "ui", "measured_at": datetime.now(UTC).isoformat(), "load_average": os.getloadavg(),
+           "cpus": os.cpu_count(), "warm_views": WARM_VIEWS, "results": results}
+    save("ui", doc)
+    print(render.ui(doc))
     return 0
 
 
