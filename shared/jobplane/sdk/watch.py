@@ -151,22 +151,25 @@ class Watch:
         reg = self._connection.registry
         listed = {job_id for folder in reg.folders(keys.JOBS) if (job_id := keys.parse_job_folder(folder))}
         out: dict[str, JobView] = {}
-        for job_id in sorted(listed):
-            token = tuple(sorted((m.key, m.version) for m in markers.get(job_id, ())))
-            with self._lock:
-                cached = self._records.get(job_id)
-            if cached is not None and cached[0] == token and _settled(cached[1], token):
-                view = cached[1]
+        with self._lock:
+            cached = {job_id: self._records.get(job_id) for job_id in listed}
+        fresh: dict[str, tuple[Token, JobView | None]] = {}
+        for job_id in listed:
+            found = markers.get(job_id)
+            token: Token = tuple(sorted((m.key, m.version) for m in found)) if found else ()
+            known = cached[job_id]
+            if known is not None and known[0] == token and _settled(known[1], token):
+                view = known[1]
             else:
                 try:
                     view = JobView.of(reg.job(job_id))
                 except (JobNotFound, UnreadableRecord):  # no record (yet: a code bundle's folder) or not readable
                     view = None
-                with self._lock:
-                    self._records[job_id] = (token, view)
+                fresh[job_id] = (token, view)
             if view is not None:
                 out[job_id] = view
         with self._lock:
+            self._records.update(fresh)
             for gone in set(self._records) - listed:
                 del self._records[gone]
         return out

@@ -8,7 +8,6 @@ URLs for VMs. What a key means is the caller's: an agent writes its facts here, 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 import time
@@ -89,7 +88,7 @@ class RootedStore:
         """Every key under prefix as listed, with its version token: a rewrite of the same size in the same second
         (S3's LastModified has whole seconds) still shows as a new version."""
         for info in self.store.list(self.key(prefix)):
-            yield dataclasses.replace(info, key=self._unroot(info.key))
+            yield ObjectInfo(self._unroot(info.key), info.last_modified, info.size, info.version)
 
     def folders(self, prefix: str) -> Iterator[str]:
         """The folders right under prefix, from a delimiter listing (one entry each, whatever they hold)."""
