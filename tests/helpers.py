@@ -300,3 +300,27 @@ def http_server(what: str, argv: Sequence[str], probe: str, timeout: float = 60)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+# ---- what the launcher leaves of jobs refused by a full quota ----------------------------------------------------
+def in_line(reg: Registry, jobs: list[tuple[str, str, int]], quota: int, now: datetime) -> None:
+    """Each (job id, spec text, priority) recorded and admitted as the launcher does, a second apart: the first
+    `quota` hold a node each (LAUNCHING), the others wait in their owner's line (WAITING_CAPACITY, the reason the
+    admission gave)."""
+    from jobplane.decide.admission import Quota, admit
+    from jobplane.model import keys
+    from jobplane.model.admission import Reservation
+    from jobplane.model.spec import parse_spec
+    from jobplane.model.states import State
+    from jobplane.store import admission
+
+    for n, (job_id, text, priority) in enumerate(jobs):
+        spec = parse_spec(text, job_id)
+        reg.create_job(job_id, spec, now)
+        reg.transition(job_id, State.LAUNCHING, expect=[State.QUEUED], attempt=1)
+        want = Reservation(job_id=job_id, attempt=1, owner=spec.owner, nodes=spec.num_nodes, at=now,
+                           submitted=now + timedelta(seconds=n), priority=priority)
+        quota_of = Quota(quota, f"owner {spec.owner!r}", "max_active_instances_per_owner")
+        full = admission.change(reg, keys.admission_owner(spec.owner), lambda r, w=want, q=quota_of: admit(r, w, q))
+        if full is not None:
+            reg.transition(job_id, State.WAITING_CAPACITY, expect=[State.LAUNCHING], reason=full.reason)

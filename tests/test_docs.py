@@ -97,6 +97,9 @@ NOT_RUN_HERE: dict[str, NotRun] = {
     ".venv/bin/python bench/check.py": NotRun(
         "a benchmark (N = 100, 1,000, 5,000 jobs in moto)",
         "tests/control/reconcile/test_apply_moto.py::test_lifecycle_started_then_healthy_then_finished"),
+    ".venv/bin/python bench/admission.py": NotRun(
+        "a benchmark (N = 100, 1,000 jobs waiting, on the memory cloud)",
+        "tests/control/launcher/test_admission_bench.py::test_admission_costs_the_same_calls_with_3_or_12_jobs_waiting"),
     ".venv/bin/python bench/gcp_check.py": NotRun(
         "a benchmark (N = 100, 1,000 jobs on the GCS and Compute fakes)",
         "tests/gcp/test_functions.py::test_scheduled_functions_answer_with_their_actions"),

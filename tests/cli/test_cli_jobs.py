@@ -17,7 +17,7 @@ import sys
 import tarfile
 import threading
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import boto3
@@ -33,6 +33,7 @@ from jobplane.sdk.job import _lines
 from jobplane.store.registry import Registry
 from jobplane.views.jobview import JobView, Status
 from tests.cli.helpers import run
+from tests.helpers import in_line
 from tests.registry_clouds import BUCKET, GCP_ENV, SPEC, Driver, RegistryCloud, drop
 
 pytestmark = pytest.mark.timeout(120)
@@ -380,3 +381,21 @@ def test_without_a_gcp_project_a_command_that_looks_at_vms_says_what_to_set(
     assert result.exit_code == 1
     assert result.stderr.strip() == ("Error: BackendError: on GCP set GOOGLE_CLOUD_PROJECT (or the policy's "
                                      "gcp.project) and JOBPLANE_REGION (or --region)")
+
+
+# ---- where waiting jobs stand -------------------------------------------------------------------------------
+def test_queue_and_describe_say_where_each_waiting_job_stands(registry_cloud: RegistryCloud) -> None:
+    reg = registry_cloud.reg
+    reg.put(keys.POLICY, b"max_active_instances_per_owner: 1\npriority_classes: {urgent: {value: 100}}\n")
+    in_line(reg, [("running", registry_cloud.spec(), 0), ("plain", registry_cloud.spec(), 0),
+                  ("rush", registry_cloud.spec("priority: urgent\n"), 100)], quota=1, now=datetime.now(UTC))
+    rows = json.loads(run("queue", "--json").stdout)
+    assert [(r["position"], r["id"], r["priority"], r["why"]) for r in rows] == [
+        (1, "rush", 100, "quota: 1 of 1 nodes in use by default"),
+        (2, "plain", 0, "quota: 1 earlier job first; 1 of 1 nodes in use by default")]
+    table = run("queue", "--owner", "default")
+    assert table.exit_code == 0 and "rush" in table.stdout and "1 of 1 nodes in use by default" in table.stdout
+    assert run("queue", "--owner", "team-b").stderr == "no job waits for owner team-b\n"
+    described = run("describe", "plain")
+    assert "position 2 of owner default's line; quota: 1 earlier job first; 1 of 1 nodes in use by default" \
+        in " ".join(described.stdout.split())

@@ -63,3 +63,14 @@ def test_the_reason_says_what_the_deployment_is_and_what_to_do() -> None:
                                         "aws", "us-east-1")
     assert str(region) == ("region: 'eu-west-1' is not this deployment's region 'us-east-1': submit the job to a "
                            "deployment there, or drop the field")
+
+
+def test_the_deployment_cap_is_bounded_and_a_job_that_can_never_fit_it_is_refused_naming_num_nodes() -> None:
+    for bad in ("max_active_instances: 0\n", "max_active_instances: 100001\n", "max_active_instances_per_owner: -1\n"):
+        with pytest.raises(SpecError) as info:
+            parse_policy(bad)
+        assert str(info.value.errors[0]).startswith(bad.split(":")[0] + ":"), bad
+    spec = parse_spec("run: x\ninstance_type: t3.micro\nnum_nodes: 8\n")
+    assert [str(e) for e in check_against_policy(spec, parse_policy("max_active_instances: 6\n"))] == [
+        "num_nodes: 8 nodes can never fit the deployment's cap of 6 active instances (max_active_instances)"]
+    assert parse_policy(None).max_active_instances is None

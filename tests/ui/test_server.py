@@ -21,7 +21,7 @@ from jobplane.ops import jobs
 from jobplane.sdk.watch import TAIL_BYTES
 from jobplane.store.registry import Registry
 from jobplane.ui import data
-from tests.helpers import WRITTEN, gpu_sample, ship_system
+from tests.helpers import WRITTEN, gpu_sample, in_line, ship_system
 from tests.ui.apps import TestClient, over, served
 
 pytestmark = pytest.mark.timeout(60)
@@ -374,3 +374,13 @@ def test_the_job_page_charts_system_metrics_and_says_how_to_open_tensorboard(reg
     seed(reg, "plain")
     page = client.get("/jobs/plain").text
     assert "jobplane tensorboard" not in page and 'id="system"' in page
+
+
+def test_the_queue_page_shows_where_each_waiting_job_stands(reg: Registry, client: TestClient) -> None:
+    reg.put(keys.POLICY, b"max_active_instances_per_owner: 1\n")
+    text = SPEC.format(name="demo")
+    in_line(reg, [("holds", text, 0), ("first", text, 0), ("second", text, 0)], quota=1, now=datetime.now(UTC))
+    page = client.get("/queue").text
+    assert page.index('data-job="first"') < page.index('data-job="second"') and 'data-job="holds"' not in page
+    assert "quota: 1 earlier job first; 1 of 1 nodes in use by default" in page
+    assert "No job waits for owner team-b" in client.get("/queue", params={"owner": "team-b"}).text

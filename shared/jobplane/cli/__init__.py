@@ -32,8 +32,9 @@ def cli() -> None:
     """
 
 
-for command in (specs.validate, specs.schema, jobs.submit, jobs.ls_cmd, jobs.describe, jobs.logs, jobs.wait,
-                jobs.cancel, sweeps.sweep, reports.metrics_cmd, reports.cost_cmd, tensorboard, ssh.ssh, local):
+for command in (specs.validate, specs.schema, jobs.submit, jobs.ls_cmd, jobs.queue_cmd, jobs.describe, jobs.logs,
+                jobs.wait, jobs.cancel, sweeps.sweep, reports.metrics_cmd, reports.cost_cmd, tensorboard, ssh.ssh,
+                local):
     cli.add_command(command)
 cli.add_command(ui)  # jobplane.cli.ui: the web dashboard
 

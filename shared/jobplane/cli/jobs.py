@@ -107,6 +107,35 @@ def ls_cmd(include_done: bool, as_json: bool, trials: bool, **conn: str | None) 
         click.echo(f"no live {'jobs or trials' if trials else 'jobs'}: --all lists the ended ones too", err=True)
 
 
+@click.command(name="queue")
+@click.option("--owner", help="Only this owner's waiting jobs.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@registry_options
+@cloud_errors
+def queue_cmd(owner: str | None, as_json: bool, **conn: str | None) -> None:
+    """List the waiting jobs where they stand: each owner's line in the order it is admitted (a higher
+    priority first, then the earliest submitted), with each job's position and why it waits, then the jobs
+    waiting for their `after:`.
+
+    \b
+    Example:
+      jobplane queue --owner team-a
+    """
+    found = client(**conn).queue(owner=owner)
+    if as_json:
+        click.echo(json.dumps([place.as_dict() for place in found], indent=1))
+        return
+    table = Table("POSITION", "ID", "OWNER", "PRIORITY", "NODES", "WAITING", "WHY", box=None, header_style="bold")
+    now = utcnow()
+    for place in found:
+        waited = format_duration(int((now - place.since).total_seconds())) if place.since else "-"
+        table.add_row(str(place.position or "-"), place.job_id, place.owner, str(place.priority), str(place.nodes),
+                      waited, place.why)
+    Console(width=max(160, shutil.get_terminal_size().columns)).print(table)
+    if not found:
+        click.echo("no job waits" + (f" for owner {owner}" if owner else ""), err=True)
+
+
 @click.command()
 @click.argument("job_id", metavar="ID")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (record, events, instances).")
@@ -152,6 +181,11 @@ def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
             console.print(yaml.safe_dump(spec_to_json(view.spec), sort_keys=False).rstrip(), highlight=False)
         return
     console.print(f"[bold]{'instances':>14}[/bold]  {', '.join(record.instances) or '-'}")
+    if record.state == State.WAITING_CAPACITY:  # where it stands among the waiting, as `jobplane queue` says
+        for place in client(**conn).queue(owner=record.owner):
+            if place.job_id == record.id:
+                at = f"position {place.position} of owner {place.owner}'s line; " if place.position else ""
+                console.print(f"[bold]{'queue':>14}[/bold]  {at}{place.why}", highlight=False)
     if (hold := jobview.held(record, now)) is not None:  # a FAILED attempt's VMs kept for a look
         console.print(f"[bold]{'debug hold':>14}[/bold]  {hold}", highlight=False)
     if record.spec.retry is not None and record.spec.retry.max:  # the errors retried, apart from the restarts

@@ -20,7 +20,6 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from jobplane.clouds.base import (
-    TAG_OWNER,
     CapacityError,
     Compute,
     Instance,
@@ -38,13 +37,14 @@ from jobplane.model.errors import FieldError, SpecError
 from jobplane.model.jobrecord import JobRecord
 from jobplane.model.policy import Policy, check_against_deployment, check_against_policy
 from jobplane.model.spec import JobSpec
-from jobplane.model.states import State
+from jobplane.model.states import TERMINAL, State
 from jobplane.model.usage import AttemptUsage, InstanceSpan
-from jobplane.store.registry import JobExists, Registry, TransitionRefused
+from jobplane.store.registry import JobExists, JobNotFound, Registry, TransitionRefused
 
 if TYPE_CHECKING:  # imported where a launch uses them: a cold start, or a cron run with nothing to launch, never does
     from jobplane.boot import agent_bundle, bootstrap
     from jobplane.decide import launch as launch_decide
+    from jobplane.model.admission import AdmissionRecord
 
 log = logging.getLogger("jobplane.launcher")
 
@@ -103,7 +103,8 @@ def handle_drop(ctx: Context, key: str, *, now: datetime) -> Outcome:
         return _reject(ctx, key, job_id, data, exc.errors, now)
     compute = ctx.cloud("launch with")
     problems = (check_against_policy(spec, ctx.policy) + check_against_deployment(spec, compute.cloud, compute.region)
-                + _code_problems(spec, reg, None if spec.sweep is not None else job_id))
+                + _code_problems(spec, reg, None if spec.sweep is not None else job_id)
+                + _dependency_problems(spec, reg, job_id))
     if spec.sweep is not None:
         return _sweep(ctx, key, job_id, data, spec, problems, now)
     try:
@@ -134,6 +135,20 @@ def _code_problems(spec: JobSpec, reg: Registry, job_id: str | None) -> list[Fie
 
     found = vend.code_object(spec.code, bucket=reg.bucket or "", root=reg.root, owner=spec.owner, job_id=job_id)
     return [FieldError("code", found.why)] if isinstance(found, vend.Refusal) else []
+
+
+def _dependency_problems(spec: JobSpec, reg: Registry, job_id: str) -> list[FieldError]:
+    """Each job `after:` names must exist when this one is submitted (a GET each): an unknown one is refused."""
+    errors: list[FieldError] = []
+    for i, dependency in enumerate(spec.after):
+        if dependency == job_id:
+            errors.append(FieldError(f"after[{i}]", "a job cannot wait for itself"))
+        elif dependency in spec.after[:i]:
+            errors.append(FieldError(f"after[{i}]", f"{dependency!r} is named twice"))
+        elif not reg.exists(dependency):
+            errors.append(FieldError(f"after[{i}]", f"no job {dependency!r}: submit the jobs this one waits for "
+                                                    "first"))
+    return errors
 
 
 def _sweep(ctx: Context, key: str, sweep_id: str, data: bytes, spec: JobSpec, problems: list[FieldError],
@@ -207,20 +222,52 @@ def backstop(ctx: Context, *, now: datetime, min_age: int = 60, budget: float | 
         ctx.metrics.add_metric("BackstopBudgetSpent", "Count", 1)
         return True
 
+    from jobplane.control import admission  # the backstop admits in order first: a cancel frees a slot unannounced
+
+    try:
+        lines = admission.owners(reg)
+    except Exception:  # an unreadable admission record: its owner's jobs are retried one by one below
+        log.exception("backstop: reading the admission records failed")
+        lines = []
+    launched, in_line = admit_in_order(ctx, lines, now), admission.in_line(lines, now)
+    outcomes += [Outcome(job_id, Result.LAUNCHED, "a slot of the quota freed: admitted in order")
+                 for job_id in launched]
     for key, modified, _ in list(reg.listing(keys.QUEUE)):
         if out_of_time():
             return outcomes
         if now - modified >= timedelta(seconds=min_age):
             outcomes.append(_guarded(key, handle_drop, ctx, key, now=now))
     for job_id, markers in reg.active().items():
-        if [m.state for m in markers] != [State.WAITING_CAPACITY]:
-            continue  # not waiting (or markers need a repair, which the check does)
+        if [m.state for m in markers] != [State.WAITING_CAPACITY] or job_id in in_line:
+            continue  # not waiting (or markers need a repair, which the check does), or in an owner's line
         if out_of_time():
             return outcomes
         outcome = _guarded(job_id, _retry_waiting, ctx, job_id, now=now)
         if outcome.result != Result.NOT_DUE:
             outcomes.append(outcome)
     return outcomes
+
+
+def admit_in_order(ctx: Context, lines: list[AdmissionRecord], now: datetime) -> list[str]:
+    """Launch, in order, the waiting jobs each owner's free nodes admit (its admission record, as read): what a run
+    that freed a slot does at once, rather than leave it to the jobs' backoff. Each launch claims the job (one run
+    launches it) and admits it again. The jobs launched."""
+    from jobplane.control import admission  # only a run that frees or looks for free nodes admits in order
+
+    launched: list[str] = []
+    for waiter in admission.in_order(ctx.registry, lines, ctx.policy):
+        try:
+            after = launch_attempt(ctx, waiter.job_id, now=now, expect={State.WAITING_CAPACITY},
+                                   expect_attempt=waiter.attempt, cause=LaunchCause.WAIT_OVER,
+                                   reason="a slot of the quota freed: admitted in order")
+        except TransitionRefused:
+            continue  # another run launched it, or it moved on (the reclaim drops its wait)
+        except Exception:  # this job's launch only: the backstop retries it, the others go on
+            log.exception("admitting %s in order failed", waiter.job_id, extra={"job_id": waiter.job_id})
+            continue
+        if after.state == State.LAUNCHING:
+            launched.append(waiter.job_id)
+    return launched
 
 
 def _retry_waiting(ctx: Context, job_id: str, *, now: datetime) -> Outcome:
@@ -302,16 +349,21 @@ def resume(ctx: Context, job_id: str, *, attempt: int, stamp: str, now: datetime
 
 def _launch(ctx: Context, compute: Compute, record: JobRecord, *, now: datetime) -> JobRecord:
     """Launch a claimed attempt: snapshot, then jobplane.decide.launch one step at a time."""
+    from jobplane.control import admission  # only a run that launches admits
     from jobplane.decide import launch as launch_decide  # only a run that launches decides a launch
 
     reg, job_id = ctx.registry, record.id
-    snap = snapshot(reg, compute, record, ctx.policy)
+    if record.spec.after and (held := _after(ctx, record, now)) is not None:
+        return held  # waiting for a dependency (or failed by one): no quota held
+    over = admission.admit(reg, record, ctx.policy, now)  # its reservation, by compare-and-swap, before any VM
+    snap = snapshot(reg, record, ctx.policy, over_quota=over)
     scripts: dict[str, str] = {}  # per CPU architecture: each fetches its own agent bundle
     while isinstance(planned := _next(reg, compute, snap, now, scripts), tuple):
         step, request = planned
         current = reg.job(job_id)  # cancelled since the claim? then no VM is asked for
         if current.state != State.LAUNCHING or current.attempt != record.attempt:
             log.info("job %s moved on to %s before launch", job_id, current.state, extra={"job_id": job_id})
+            admission.release(reg, record)  # the cancel's own release may have come before our admission
             return current
         try:
             instances = compute.launch(request)
@@ -333,6 +385,67 @@ def _launch(ctx: Context, compute: Compute, record: JobRecord, *, now: datetime)
     return _fail(ctx, record, now, planned)
 
 
+def _after(ctx: Context, record: JobRecord, now: datetime) -> JobRecord | None:
+    """The gate of a job's `after:` (jobplane.decide.dependencies): None once every dependency SUCCEEDED; else the
+    record waiting for them (marked under after/<dependency>/ first, then read again, so a dependency that ends
+    meanwhile is seen either here or by the run that ends it), or FAILED naming the first that ended otherwise."""
+    from jobplane.decide import dependencies
+    from jobplane.decide import launch as launch_decide  # only a run that launches decides a launch
+
+    reg = ctx.registry
+
+    def read() -> dependencies.Waiting | dependencies.Failed | None:
+        found = []
+        for dep in record.spec.after:
+            try:
+                other = reg.job(dep)
+                found.append(dependencies.Dependency(dep, other.state, other.reason))
+            except JobNotFound:
+                found.append(dependencies.Dependency(dep, None))
+        return dependencies.gate(found)
+
+    step = read()
+    if isinstance(step, dependencies.Waiting):
+        for dep in step.on:
+            reg.put(keys.waiting_for(dep, record.id), b"", "text/plain")
+        step = read()
+    if step is None:
+        return None
+    if isinstance(step, dependencies.Failed):
+        return _fail(ctx, record, now, launch_decide.Fail(step.reason, LaunchCause.DEPENDENCY_FAILED))
+    wait = launch_decide.backoff(record, ctx.policy, now, reason=step.reason, error=step.reason,
+                                 cause=LaunchCause.AFTER)
+    return _wait(reg, record, wait, now) if isinstance(wait, launch_decide.Wait) else _fail(ctx, record, now, wait)
+
+
+def release_dependents(ctx: Context, ended: Collection[str], now: datetime) -> list[str]:
+    """The jobs waiting for these (now ended) go on at once: each one's gate is run again through the launcher's
+    claim, which launches it, lets it wait for its other dependencies, or fails it; a job that fails so releases
+    its own dependents in turn. One listing of after/<job>/ per ended job. The jobs moved on."""
+    reg, moved = ctx.registry, []
+    todo = list(ended)
+    while todo:
+        dependency = todo.pop(0)
+        for key, _, _ in list(reg.listing(keys.waiting_for(dependency))):
+            job_id = key.rsplit("/", 1)[-1]
+            try:
+                waiting = reg.job(job_id)
+                if waiting.state == State.WAITING_CAPACITY and waiting.cause == LaunchCause.AFTER:
+                    after = launch_attempt(ctx, job_id, now=now, expect={State.WAITING_CAPACITY},
+                                           expect_attempt=waiting.attempt, cause=LaunchCause.WAIT_OVER,
+                                           reason=f"dependency {dependency} ended: going on")
+                    moved.append(job_id)
+                    if after.state in TERMINAL:
+                        todo.append(job_id)
+            except (TransitionRefused, JobNotFound):
+                pass  # another run moved it on, or it is gone
+            except Exception:  # this job only: its backoff's retry gates it again
+                log.exception("releasing %s after %s failed", job_id, dependency, extra={"job_id": job_id})
+                continue
+            reg.delete(key)
+    return moved
+
+
 def _next(reg: Registry, compute: Compute, snap: launch_decide.LaunchSnapshot, now: datetime, scripts: dict[str, str],
           ) -> tuple[launch_decide.Launch, LaunchRequest] | launch_decide.Wait | launch_decide.Fail:
     """The next step, with the cloud's request when it is a launch; or Fail with the error that deciding or
@@ -351,8 +464,9 @@ def _next(reg: Registry, compute: Compute, snap: launch_decide.LaunchSnapshot, n
                                   f"{type(exc).__name__}: {exc}", LaunchCause.LAUNCH_ERROR)
 
 
-def snapshot(reg: Registry, compute: Compute, record: JobRecord, policy: Policy) -> launch_decide.LaunchSnapshot:
-    """What a launch decides on: the owner's live VMs (one managed-instance listing) and the agent manifest."""
+def snapshot(reg: Registry, record: JobRecord, policy: Policy, *, over_quota: str | None = None,
+             ) -> launch_decide.LaunchSnapshot:
+    """What a launch decides on: the admission's answer (over_quota: why it refused) and the agent manifest."""
     from jobplane.boot import agent_bundle  # only a launch reads the manifest
     from jobplane.decide import launch as launch_decide  # only a run that launches decides a launch
 
@@ -363,16 +477,7 @@ def snapshot(reg: Registry, compute: Compute, record: JobRecord, policy: Policy)
         agents = ()
         problem = (f"{keys.AGENT}{agent_bundle.MANIFEST} "
                    + ("is missing" if isinstance(exc, NotFound) else f"is unreadable ({exc})"))
-    return launch_decide.LaunchSnapshot(record, policy, owner_active=owner_active(compute, record), agents=agents,
-                                        agent_problem=problem)
-
-
-def owner_active(compute: Compute, record: JobRecord) -> int:
-    """The owner's live managed VMs of other jobs, counted by the cloud's own ownership key only: the tag on
-    EC2, the label on GCE (a spec label `jobplane-owner` on EC2 is refused, and never counts)."""
-    key = TAG_OWNER if compute.cloud == "aws" else TAG_OWNER.replace(":", "-")
-    return sum(1 for inst in compute.list_managed()
-               if inst.job_id != record.id and dict(inst.tags).get(key) == record.owner)
+    return launch_decide.LaunchSnapshot(record, policy, over_quota=over_quota, agents=agents, agent_problem=problem)
 
 
 def _request(reg: Registry, compute: Compute, snap: launch_decide.LaunchSnapshot, step: launch_decide.Launch,
@@ -440,6 +545,7 @@ def _launched(ctx: Context, compute: Compute, record: JobRecord, request: Launch
               instances: list[tuple[str, str | None, str | None]], now: datetime, errors: list[str],
               usage: AttemptUsage, fallback: str | None = None) -> JobRecord:
     """Record the attempt's VMs; `fallback`: why a Spot job's attempt runs on-demand (in its reason and event)."""
+    from jobplane.control import admission  # only a run that launches admits
     from jobplane.model import records  # cluster.json: only a run that launched writes one
 
     reg = ctx.registry
@@ -473,6 +579,7 @@ def _launched(ctx: Context, compute: Compute, record: JobRecord, request: Launch
         # cancelled (or moved on) while RunInstances ran: nobody wants these VMs, so they go at once
         log.warning("job %s moved on during launch; terminating %s", record.id, ids, extra={"job_id": record.id})
         compute.terminate(ids)
+        admission.release(reg, record)
         return reg.job(record.id)
 
 

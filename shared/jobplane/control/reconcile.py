@@ -44,7 +44,7 @@ from jobplane.deployment.outcome import Outcome as Outcome  # the one outcome ty
 from jobplane.deployment.telemetry import Metrics
 from jobplane.model import history, keys, records
 from jobplane.model.jobrecord import JobRecord
-from jobplane.model.states import State
+from jobplane.model.states import TERMINAL, State
 from jobplane.store.registry import JobNotFound, Registry, TransitionRefused, UnreadableRecord
 
 log = logging.getLogger("jobplane.reconcile")
@@ -335,8 +335,40 @@ def check(ctx: Context, *, now: datetime, force: bool = False, jobs: Collection[
     snap = with_records(reg, snap, check_decide.candidates(snap, now, policy), metrics=ctx.metrics)
     snap = with_preempted_bodies(reg, snap, only=set(snap.records))
     outcomes = apply(ctx, check_decide.decide(snap, now, policy, force=force), now=now)
+    settle_admissions(ctx, snap, now=now, ended=ended(outcomes))
     ctx.metrics.add_metric("CheckDuration", "Milliseconds", (time.monotonic() - started) * 1000)
     return outcomes
+
+
+def ended(outcomes: Iterable[Outcome]) -> list[str]:
+    """The jobs a run's applied actions ended."""
+    return [o.acted.job_id for o in outcomes
+            if o.result == Result.APPLIED and o.acted.to in TERMINAL and o.acted.job_id]
+
+
+def settle_admissions(ctx: Context, snap: Snapshot | None, *, now: datetime, ended: Collection[str] = ()) -> None:
+    """After a run's actions: the jobs waiting for the ones it ended go on (their `after:`), the quota reservations
+    no live job holds are given back (with the sweep's listings), and the waiting jobs the freed nodes admit are
+    launched, in order (jobplane.control.admission)."""
+    from jobplane.control import admission, launcher  # only a run that may have freed nodes admits
+
+    if ctx.looking:
+        return
+    try:
+        launcher.release_dependents(ctx, ended, now)
+    except Exception:  # they go on at their backoff's retry
+        log.exception("releasing the jobs waiting for %s failed", ended)
+    try:
+        dropped, lines = admission.reclaim(ctx.registry, snap, now) if snap is not None else \
+            ({}, admission.owners(ctx.registry))
+        launched = launcher.admit_in_order(ctx, lines, now)
+    except Exception:  # the quotas wait for the next run; this run's own work is done
+        log.exception("settling the admissions failed")
+        return
+    if dropped:
+        ctx.metrics.add_metric("AdmissionsReclaimed", "Count", sum(map(len, dropped.values())))
+    if launched:
+        ctx.metrics.add_metric("AdmittedInOrder", "Count", len(launched))
 
 
 def rerun(ctx: Context, *, now: datetime, jobs: Collection[str] = ()) -> list[Outcome]:
@@ -358,7 +390,10 @@ def uptime_cap(ctx: Context, *, now: datetime, force: bool = False) -> list[Outc
 
     snap = listings(ctx.registry, ctx.compute)
     snap = with_records(ctx.registry, snap, uptime_decide.needs_record(snap), exits=False, metrics=ctx.metrics)
-    return apply(ctx, uptime_decide.decide(snap, now, ctx.policy, force=force), now=now)
+    outcomes = apply(ctx, uptime_decide.decide(snap, now, ctx.policy, force=force), now=now)
+    if done := ended(outcomes):
+        settle_admissions(ctx, None, now=now, ended=done)  # a job it ended freed its nodes
+    return outcomes
 
 
 def record_spot_warning(reg: Registry, compute: Compute, instance_id: str, *, now: datetime,

@@ -91,7 +91,7 @@ class LaunchSnapshot:
 
     record: JobRecord
     policy: Policy
-    owner_active: int = 0  # the owner's live managed VMs of other jobs: the quota's usage
+    over_quota: str | None = None  # why the admission refused the attempt (jobplane.decide.admission), if it did
     agents: tuple[agent_bundle.Variant, ...] = ()  # the deployment's agent bundles (its manifest)
     agent_problem: str | None = None  # why the manifest could not be read ("is missing", "is unreadable (...)")
     tried: tuple[Tried, ...] = ()  # the cloud's answers so far, in order
@@ -133,7 +133,7 @@ Step = Launch | Wait | Fail
 def decide(snap: LaunchSnapshot, now: datetime) -> Step:
     record, policy = snap.record, snap.policy
     spec = record.spec
-    over = quota_problem(record, policy, snap.owner_active)
+    over = snap.over_quota
     if over:
         return backoff(record, policy, now, reason=over, error=over, cause=LaunchCause.OVER_QUOTA)
     if snap.agent_problem is not None:
@@ -180,15 +180,6 @@ def spot_fallback(snap: LaunchSnapshot, now: datetime) -> tuple[datetime | None,
     if refused_at is None or after is None:
         return refused_at, None
     return refused_at, refused_at + timedelta(seconds=after)
-
-
-def quota_problem(record: JobRecord, policy: Policy, owner_active: int) -> str | None:
-    """Why this attempt would break the owner's instance quota, or None."""
-    limit, need = policy.max_active_instances_per_owner, record.spec.num_nodes
-    if owner_active + need <= limit:
-        return None
-    return (f"owner {record.owner!r} has {owner_active} active instances; {need} more would exceed the quota of "
-            f"{limit} (max_active_instances_per_owner)")
 
 
 def backoff(record: JobRecord, policy: Policy, now: datetime, *, reason: str, error: str,

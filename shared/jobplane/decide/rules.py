@@ -109,6 +109,8 @@ class LaunchCause(StrEnum):
     REJECTED = "launch-rejected"  # the cloud refused the request itself (an image, an account quota): FAILED
     LAUNCH_ERROR = "launch-error"  # deciding the launch raised (a bug, a value out of range): FAILED with the error
     INVALID = "invalid"  # the spec breaks the policy or the deployment: INVALID
+    AFTER = "waiting-for-dependency"  # a job its `after:` names has not SUCCEEDED yet: WAITING_CAPACITY
+    DEPENDENCY_FAILED = "dependency-failed"  # a job its `after:` names ended otherwise: FAILED
 
 
 Cause: TypeAlias = Rule | LaunchCause

@@ -58,6 +58,11 @@ class JobRecord(BaseModel):
         """A debug hold keeps this FAILED attempt's VMs at `now`."""
         return self.held_until is not None and now < self.held_until
 
+    def holds_nodes(self, now: datetime) -> bool:
+        """Its attempt counts against the quotas (holds its admission): launching, running, preempted for the rerun
+        that follows at once, or its VMs held for a look."""
+        return self.state in (State.LAUNCHING, State.RUNNING, State.PREEMPTED) or self.held(now)
+
 
 class Updates(TypedDict, total=False):
     """The job.json fields a transition or an update may set besides its state, reason and cause, with their types:

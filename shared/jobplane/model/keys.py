@@ -41,6 +41,10 @@ LIMITS = "limits/"
 CODE = "code/"
 SWEEPS = "sweeps/"
 ACTIVE_SWEEPS = "active-sweeps/"
+AFTER = "after/"  # after/<dependency>/<job>: a job waiting for another to end (jobplane.decide.dependencies)
+ADMISSION = "admission/"  # the admission records: who holds which nodes of a quota (jobplane.model.admission)
+ADMISSION_DEPLOYMENT = f"{ADMISSION}deployment.json"  # the deployment-wide cap's, when the policy sets one
+ADMISSION_OWNERS = f"{ADMISSION}owners/"
 POLICY = "config/policy.yaml"
 DEFAULT_OWNER = "default"  # the owner of a drop straight under queue/ (a single-team deployment)
 AGENT = f"{SYSTEM}agent/"  # the agent bundles and their manifest (jobplane.boot.agent_bundle)
@@ -114,6 +118,16 @@ def job_prefixes(root: str, job_id: str) -> tuple[str, str]:
     """What a job's credentials may read and write whole: its record's folder and its heartbeats."""
     base = root_prefix(root)
     return base + JOBS + job_id + "/", base + heartbeats_prefix(job_id)
+
+
+def waiting_for(dependency: str, job_id: str = "") -> str:
+    """The mark of `job_id` waiting for `dependency` to end (without a job: the prefix of all that wait for it)."""
+    return f"{AFTER}{dependency}/{job_id}"
+
+
+def admission_owner(owner: str) -> str:
+    """The admission record of one owner's quota (max_active_instances_per_owner)."""
+    return f"{ADMISSION_OWNERS}{owner}.json"
 
 
 def code_folder(owner: str) -> str:

@@ -102,6 +102,13 @@ class AccessPolicy(_Model):
                                          "TCP forwarding; the deployment must allow it too)")
 
 
+class PriorityClass(_Model):
+    """A priority a spec may name (`priority:`): its number, and which owners may use it."""
+
+    value: int = Field(ge=-1_000_000, le=1_000_000, description="higher goes first within an owner's quota")
+    owners: list[str] | None = Field(None, max_length=1000, description="the owners who may use it; unset: all")
+
+
 class Policy(_Model):
     allowed_instance_types: list[str] = Field(default_factory=lambda: ["*"], description="glob patterns")
     max_nodes_per_job: int = Field(16, ge=1)
@@ -116,7 +123,17 @@ class Policy(_Model):
                                                "for more is refused")
     default_stall_timeout: Annotated[Duration, AtMost(MAX_STALL_TIMEOUT)] = 30 * 60
     default_boot_timeout: Annotated[Duration, AtMost(MAX_BOOT_TIMEOUT)] = 15 * 60
-    max_active_instances_per_owner: int = Field(64, ge=0)
+    max_active_instances_per_owner: int = Field(64, ge=0, le=100_000, description="nodes one owner's jobs may hold "
+                                                "at once (launching, running, preempted for a rerun, held for a look)")
+    max_active_instances: int | None = Field(None, ge=1, le=100_000, description="nodes all owners' jobs together may "
+                                             "hold at once; unset: no deployment-wide cap")
+    owner_weights: dict[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,62}$")],
+                        Annotated[float, Field(gt=0, le=1000)]] = Field(
+        default_factory=dict, max_length=1000, description="fair share under max_active_instances: when the cap "
+                                                           "binds, the owner holding the fewest nodes per weight goes "
+                                                           "next; an owner not named weighs 1")
+    priority_classes: dict[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,62}$")], PriorityClass] = Field(
+        default_factory=dict, max_length=100, description="name -> {value, owners}: the priorities specs may name")
     aws: AwsPlacement = Field(default_factory=AwsPlacement)
     gcp: GcpPlacement = Field(default_factory=GcpPlacement)
     safety: SafetyPolicy = Field(default_factory=SafetyPolicy)
@@ -144,6 +161,14 @@ class Policy(_Model):
         """Attempts the job may have in all: its first, max_restarts reruns and retry.max retries, within the
         policy's max_attempts_per_job (lowered since the job was accepted, it still holds)."""
         return min(spec.attempts, self.max_attempts_per_job)
+
+    def weight(self, owner: str) -> float:
+        return self.owner_weights.get(owner, 1.0)
+
+    def priority(self, spec: JobSpec) -> int:
+        """The spec's priority: its class's value (0 without one, or with a class the policy no longer has)."""
+        found = self.priority_classes.get(spec.priority or "")
+        return found.value if found is not None else 0
 
     def stall_timeout(self, spec: JobSpec) -> int:
         return spec.stall_timeout or self.default_stall_timeout
@@ -204,11 +229,29 @@ def check_against_policy(spec: JobSpec, policy: Policy) -> list[FieldError]:
     if spec.num_nodes > policy.max_active_instances_per_owner:
         errors.append(FieldError("num_nodes", f"{spec.num_nodes} nodes can never fit the owner quota of "
                                               f"{policy.max_active_instances_per_owner} active instances"))
+    errors += _priority_problems(spec, policy)
+    cap = policy.max_active_instances
+    if cap is not None and spec.num_nodes > cap:
+        errors.append(FieldError("num_nodes", f"{spec.num_nodes} nodes can never fit the deployment's cap of {cap} "
+                                              "active instances (max_active_instances)"))
     if spec.sweep is not None and spec.sweep.max_parallel * spec.num_nodes > policy.max_active_instances_per_owner:
         errors.append(FieldError("sweep.max_parallel", f"{spec.sweep.max_parallel} trials of {spec.num_nodes} "
                                                        f"node(s) at once can never fit the owner quota of "
                                                        f"{policy.max_active_instances_per_owner} active instances"))
     return errors
+
+
+def _priority_problems(spec: JobSpec, policy: Policy) -> list[FieldError]:
+    if spec.priority is None:
+        return []
+    found = policy.priority_classes.get(spec.priority)
+    if found is None:
+        known = ", ".join(sorted(policy.priority_classes)) or "none: the policy defines no priority_classes"
+        return [FieldError("priority", f"{spec.priority!r} is not a priority class of this platform ({known})")]
+    if found.owners is not None and spec.owner not in found.owners:
+        return [FieldError("priority", f"owner {spec.owner!r} may not use priority class {spec.priority!r} "
+                                       f"(its owners: {', '.join(found.owners) or 'none'})")]
+    return []
 
 
 def check_against_deployment(spec: JobSpec, cloud: str, region: str | None) -> list[FieldError]:

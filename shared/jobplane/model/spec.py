@@ -391,6 +391,13 @@ class JobSpec(_Model):
         "default"
     )
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=32)
+    after: list[JobId] = Field(default_factory=list, max_length=20, description="start only once each of these jobs "
+                               "has SUCCEEDED (Slurm's afterok); one that ends otherwise ends this job FAILED; each "
+                               "must be submitted before this one")
+    priority: Annotated[str, _pattern_str(LABEL_KEY, "priority class (lowercase letter, then up to 62 of a-z 0-9 _ -)")
+                        ] | None = Field(None, description="a priority class of the policy's priority_classes: "
+                                                           "within the owner's quota a higher class goes first; "
+                                                           "unset: priority 0")
     sweep: sweepspec.SweepSpec | None = Field(
         None, description="a hyperparameter search: the rest of the spec is every trial's template")
 

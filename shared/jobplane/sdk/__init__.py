@@ -20,6 +20,7 @@ from jobplane.model.errors import FieldError
 from jobplane.model.metrics import Sample
 from jobplane.model.states import State
 from jobplane.ops.jobs import Artifact, Cancelled, Checkpoint, Submission
+from jobplane.ops.queue import Standing
 from jobplane.sdk.client import Client, TensorBoardCopy, UploadProgress, prepare
 from jobplane.sdk.errors import (
     BackendError,
@@ -40,7 +41,7 @@ from jobplane.views.jobview import JobView, Status
 __all__ = [
     "Artifact", "BackendError", "Cancelled", "Checkpoint", "Client", "ConfigurationError", "FieldError", "InvalidSpec",
     "Job", "JobExists", "JobNotFound", "JobView", "JobplaneError", "Lifetime", "LogLine", "Metric", "Output", "Refused",
-    "Sample", "State", "Status", "Stored", "Submission", "Sweep", "SweepNotFound", "TensorBoardCopy", "Timeout",
-    "TrialRow",
+    "Sample", "Standing", "State", "Status", "Stored", "Submission", "Sweep", "SweepNotFound", "TensorBoardCopy",
+    "Timeout", "TrialRow",
     "UploadProgress", "Watch", "prepare",
 ]

@@ -16,7 +16,7 @@ import yaml
 
 from jobplane.model.errors import FieldError
 from jobplane.model.states import LIVE, State
-from jobplane.ops import backend, jobs, tensorboard
+from jobplane.ops import backend, jobs, queue, tensorboard
 from jobplane.sdk.connection import Connection
 from jobplane.sdk.errors import ConfigurationError, InvalidSpec, Refused, translated
 from jobplane.sdk.job import Job
@@ -211,6 +211,13 @@ class Client:
                 and (wanted is None or (v.spec is not None and wanted(v.spec.labels)))]
 
     # ---- sweeps ---------------------------------------------------------------------------------------------
+    def queue(self, *, owner: str | None = None) -> builtins.list[queue.Standing]:
+        """The waiting jobs (or one owner's): each owner's line in the order it is admitted, with each job's
+        position, priority and why it waits (`quota: 2 of 2 nodes in use by team-a`), then the jobs waiting for
+        their `after:` (`dependency: waiting for prep (RUNNING)`)."""
+        with translated():
+            return queue.standing(self._registry, owner)
+
     def sweeps(self, *, include_finished: bool = False) -> builtins.list[Sweep]:
         """The sweeps still at work (RUNNING, or cancelled with trials being stopped), or every sweep; by id."""
         with translated():

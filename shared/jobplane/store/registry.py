@@ -29,7 +29,7 @@ from jobplane.model.jobrecord import JobRecord, Updates
 from jobplane.model.listings import ActiveMarker, Beat, IdleMark
 from jobplane.model.policy import DEFAULT_POLICY, Policy, parse_policy
 from jobplane.model.spec import STORED, JobSpec, known_fields
-from jobplane.model.states import LIVE, State, allowed
+from jobplane.model.states import LIVE, TERMINAL, State, allowed
 from jobplane.model.usage import close
 from jobplane.store.rooted import CAS_RETRIES, RegistryError, RootedStore, backoff
 
@@ -220,9 +220,24 @@ class Registry(RootedStore):
                     return new
             self.complete_history(new)
             self._move_marker(job_id, current, new)
+            if current.holds_nodes(now) or new.state in TERMINAL:
+                self._release(new, now)
             self._tell(current, new)
             return new
         raise RegistryError(f"job {job_id}: gave up after {CAS_RETRIES} conflicting writes")
+
+    def _release(self, new: JobRecord, now: datetime) -> None:
+        """An attempt that stops holding its nodes (it ended, waits, or its hold is over) gives its admission back,
+        so the quota is free the moment the write that ended it lands. A failure here leaves the reservation to the
+        scheduled pass (jobplane.control.admission.reclaim), never undoes the write."""
+        if new.holds_nodes(now):
+            return
+        from jobplane.store import admission  # only an attempt's end releases one (and a cold start loads none)
+
+        try:
+            admission.release(self, new.owner, new.id, ended=new.state in TERMINAL)
+        except Exception:
+            log.exception("could not release %s's admission", new.id, extra={"job_id": new.id})
 
     def _tell(self, old: JobRecord, new: JobRecord) -> None:
         for listener in self.listeners:
@@ -268,11 +283,12 @@ class Registry(RootedStore):
             new = current.model_copy(update={"usage": close(current.usage, None, now), "updated_at": now})
             try:
                 self.put_if_match(keys.job_record(job_id), _dump(new), version)
-                return new
             except PreconditionFailed:
-                if self._landed(job_id, new):
-                    return new
-                backoff(tries + 1)
+                if not self._landed(job_id, new):
+                    backoff(tries + 1)
+                    continue
+            self._release(new, now)  # the hold's end
+            return new
         raise RegistryError(f"job {job_id}: gave up after {CAS_RETRIES} conflicting writes")
 
     def _landed(self, job_id: str, ours: JobRecord) -> bool:

@@ -238,6 +238,11 @@ def create_app(client: sdk.Client, *, csrf_token: str | None = None,
         name = "_sweep_body.html" if request.url.path.endswith("/body") else "sweep.html"
         return page(name, **context)
 
+    async def queue_page(request: Request) -> Response:
+        owner = request.query_params.get("owner", "") or None
+        found = await run_in_threadpool(client.queue, owner=owner)
+        return page("queue.html", rows=found, owner=owner or "", now=utcnow())
+
     async def cost_page(request: Request) -> Response:
         by = request.query_params.get("by", "owner")
         label = request.query_params.get("label", "")
@@ -264,6 +269,7 @@ def create_app(client: sdk.Client, *, csrf_token: str | None = None,
         Route("/jobs/{job_id}/cancel", job_cancel, methods=["POST"]),
         Route("/compare", compare_page),
         Route("/cost", cost_page),
+        Route("/queue", queue_page),
         Route("/sweeps", sweeps_page),
         Route("/sweeps/{sweep_id}", sweep_page),
         Route("/sweeps/{sweep_id}/body", sweep_page),

@@ -11,6 +11,7 @@ import pytest
 
 from jobplane.control import launcher
 from jobplane.model import keys
+from jobplane.model.admission import AdmissionRecord
 from jobplane.model.clock import utcnow
 from jobplane.model.states import State
 from jobplane.ops import jobs
@@ -82,14 +83,17 @@ def test_cancel_before_the_launcher_runs_means_never_launched(moto_aws: MotoAws)
 
 def test_cancel_after_the_claim_but_before_run_instances_launches_nothing(moto_aws: MotoAws) -> None:
     key = moto_aws.drop("claimed", SPEC)
-    # The launcher's quota check lists instances after its claim: cancel right then.
-    moto_aws.ec2.meta.events.register("before-call.ec2.DescribeInstances",
-                                   once(lambda: cancel(moto_aws, "claimed")))
+    # The launcher admits the attempt after its claim: cancel right before its admission's write, so the cancel
+    # finds no reservation to give back and the launcher, finding the job moved on, gives its own back.
+    cancelling = once(lambda: cancel(moto_aws, "claimed"))
+    moto_aws.s3.meta.events.register("before-parameter-build.s3.PutObject", lambda params, **_: cancelling()
+                                     if keys.ADMISSION in params["Key"] else None)
     assert handle(moto_aws, key) == launcher.Result.MOVED_ON
     assert runs_for(moto_aws, "claimed") == [] and instances_of(moto_aws, "claimed") == {}
     record = moto_aws.registry.job("claimed")
     assert record.state == State.CANCELLED and record.attempt == 1
     assert kinds(moto_aws, "claimed") == ["cancelled", "created", "launching"]
+    assert AdmissionRecord.parse(moto_aws.registry.get_bytes(keys.admission_owner("default"))).reservations == ()
 
 
 def test_cancel_during_run_instances_terminates_what_it_launched(moto_aws: MotoAws) -> None:

@@ -1,0 +1,112 @@
+"""Admission's I/O: a claimed attempt is admitted by adding its reservation to the admission records by
+compare-and-swap (jobplane.decide.admission decides, jobplane.store.admission writes), before any VM is asked for;
+the registry releases it when the attempt ends (Registry.transition); the scheduled pass reclaims what a run that
+died between its writes left behind.
+
+With a deployment-wide cap the deployment's record is written first, then the owner's; an owner's refusal takes
+the deployment's reservation back. Each record alone never holds more than its limit, whatever runs at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from jobplane.decide import admission as decide
+from jobplane.model import keys
+from jobplane.model.admission import AdmissionRecord, Reservation
+from jobplane.model.jobrecord import JobRecord
+from jobplane.model.policy import Policy
+from jobplane.model.states import State
+from jobplane.store import admission as records
+from jobplane.store.rooted import RootedStore
+
+if TYPE_CHECKING:  # the sweep's listings: only the scheduled pass reclaims
+    from jobplane.decide.model import Snapshot
+
+log = logging.getLogger("jobplane.admission")
+
+LIVE = (State.LAUNCHING, State.RUNNING, State.PREEMPTED)
+
+
+def admit(objects: RootedStore, record: JobRecord, policy: Policy, now: datetime) -> str | None:
+    """Admit the record's claimed attempt: None once its reservations are written (or were already), else why it
+    must wait, with the figures."""
+    cap = policy.max_active_instances
+    want = Reservation(job_id=record.id, attempt=record.attempt, owner=record.owner, nodes=record.spec.num_nodes,
+                       at=now, capped=cap is not None, submitted=record.created_at,
+                       priority=policy.priority(record.spec),
+                       deadline=record.created_at + timedelta(seconds=policy.max_wait(record.spec)))
+    if cap is not None:
+        full = records.change(objects, keys.ADMISSION_DEPLOYMENT, lambda r: decide.admit(
+            r, want.model_copy(update={"capped": False}),
+            decide.Quota(cap, "the deployment", "max_active_instances", queue=False)))
+        if full is not None:  # it waits in its owner's line, where the fair share across owners picks it up
+            records.change(objects, keys.admission_owner(record.owner), lambda r: decide.wait(r, want))
+            return full.reason
+    owner = decide.Quota(policy.max_active_instances_per_owner, f"owner {record.owner!r}",
+                         "max_active_instances_per_owner")
+    full = records.change(objects, keys.admission_owner(record.owner), lambda r: decide.admit(r, want, owner))
+    if full is None:
+        return None
+    if cap is not None:
+        records.drop(objects, keys.ADMISSION_DEPLOYMENT, {record.id})
+    return full.reason
+
+
+def release(objects: RootedStore, record: JobRecord) -> None:
+    """A launch that found its job moved on (cancelled meanwhile): its attempt's reservation goes, unless a later
+    attempt holds the job's place already."""
+    held = records.read(objects, keys.admission_owner(record.owner))[0].of(record.id)
+    if held is not None and held.attempt == record.attempt:
+        records.release(objects, record.owner, record.id)
+
+
+def reclaim(objects: RootedStore, snap: Snapshot, now: datetime,
+            ) -> tuple[dict[str, set[str]], list[AdmissionRecord]]:
+    """After a sweep: drop the reservations and waits no job keeps (its listings say which jobs hold nodes and
+    which are not yet ended), once past the grace. One listing of admission/ and a GET per record, a write per
+    record that changes. Returns (key -> jobs reclaimed, the owners' records as they now stand)."""
+    live = {job_id for job_id, markers in snap.active.items() if markers}
+    holding = {job_id for job_id, markers in snap.active.items() if any(m.state in LIVE for m in markers)}
+    holding |= {held.job_id for held in snap.held if held.until > now}
+
+    def stale(record: AdmissionRecord) -> tuple[AdmissionRecord | None, tuple[set[str], AdmissionRecord]]:
+        gone = decide.reclaimable(record, holding, live, now)  # decided again on each try: one admitted since stays
+        if not gone:
+            return None, (gone, record)
+        kept = record.without(gone, waiting=False).model_copy(update={"waiting": tuple(  # a waiting job's leaked
+            w for w in record.waiting if w.job_id not in gone or w.job_id in live)})  # reservation goes, not its wait
+        return kept, (gone, kept)
+
+    dropped: dict[str, set[str]] = {}
+    owners: list[AdmissionRecord] = []
+    for key, _, _ in list(objects.listing(keys.ADMISSION)):
+        gone, record = records.change(objects, key, stale)
+        if gone:
+            log.warning("%s: reclaimed the reservations of %s (no live job holds them)", key, sorted(gone))
+            dropped[key] = gone
+        if key.startswith(keys.ADMISSION_OWNERS):
+            owners.append(record)
+    return dropped, owners
+
+
+def owners(objects: RootedStore) -> list[AdmissionRecord]:
+    """Every owner's admission record: one listing and a GET each."""
+    return [records.read(objects, key)[0] for key, _, _ in list(objects.listing(keys.ADMISSION_OWNERS))]
+
+
+def in_order(objects: RootedStore, lines: list[AdmissionRecord], policy: Policy) -> list[Reservation]:
+    """The waiting jobs the free nodes admit now, in the order they go: each owner's line in its order, owners
+    taken by fair share while the deployment's cap has room (one GET of its record when the policy sets one)."""
+    cap = policy.max_active_instances
+    free = None if cap is None else cap - records.read(objects, keys.ADMISSION_DEPLOYMENT)[0].used()
+    return decide.fair_order(lines, decide.Quota(policy.max_active_instances_per_owner, "",
+                                                 "max_active_instances_per_owner"), policy.weight, free)
+
+
+def in_line(found: list[AdmissionRecord], now: datetime) -> set[str]:
+    """The jobs waiting in an owner's line before their max_wait: no retry of theirs could pass the ones before
+    them, so the backstop leaves them be (the in-order admission launches them)."""
+    return {w.job_id for record in found for w in record.waiting if w.deadline is not None and w.deadline > now}

@@ -1,0 +1,78 @@
+"""Admission records: who holds which nodes of a quota, kept in the registry and changed only by compare-and-swap.
+
+One record per owner (`admission/owners/<owner>.json`, the owner's max_active_instances_per_owner) and, when the
+policy sets max_active_instances, one for the deployment (`admission/deployment.json`). A job's attempt holds a
+reservation in each from its admission (before any VM is asked for) until the attempt ends: a job is admitted
+only by the write that adds its reservation, so no two launcher runs can both fill the last slot (a count of
+live VMs, checked and then acted on, let four runs at once launch four jobs into a quota of two). An owner's
+record also keeps the jobs waiting for its quota, so they are admitted in order (jobplane.decide.admission).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from jobplane.model.records import Record
+
+
+class Reservation(BaseModel):
+    """One job's attempt holding `nodes` of a quota since `at` (its admission), or waiting for them since then."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    job_id: str = Field(min_length=1, max_length=63)
+    attempt: int = Field(ge=1)
+    owner: str = Field(min_length=1, max_length=63)
+    nodes: int = Field(ge=1, le=10_000)
+    at: datetime
+    capped: bool = False  # in an owner's record: the attempt holds a reservation in the deployment's record too
+    submitted: datetime | None = None  # the job's submission: the order it waits in (None: records before it)
+    priority: int = Field(0, ge=-1_000_000, le=1_000_000)  # its priority class's value (Policy.priority)
+    deadline: datetime | None = None  # a waiting job's max_wait: no attempt starts after it (the backstop fails it)
+
+    @property
+    def order(self) -> tuple[int, datetime, str]:
+        """Who goes first among the waiting: the highest priority, then the oldest submission, then the id."""
+        return (-self.priority, self.submitted or self.at, self.job_id)
+
+
+class AdmissionRecord(Record):
+    """The reservations of one quota, in admission order."""
+
+    what: ClassVar[str] = "admission record"
+    reservations: tuple[Reservation, ...] = ()  # written without defaults: a record of 1,000 waiting stays small
+    waiting: tuple[Reservation, ...] = ()  # refused for want of nodes: their next attempts go in this order
+
+    def used(self, *, besides: str | None = None) -> int:
+        """Nodes held, not counting job `besides` (an attempt being admitted replaces its job's earlier one)."""
+        return sum(r.nodes for r in self.reservations if r.job_id != besides)
+
+    def of(self, job_id: str) -> Reservation | None:
+        return next((r for r in self.reservations if r.job_id == job_id), None)
+
+    def waiter(self, job_id: str) -> Reservation | None:
+        return next((r for r in self.waiting if r.job_id == job_id), None)
+
+    def queue(self) -> list[Reservation]:
+        """The waiting jobs in the order they go."""
+        return sorted(self.waiting, key=lambda r: r.order)
+
+    def without(self, job_ids: set[str], *, waiting: bool = True) -> AdmissionRecord:
+        """Neither holding nor (unless waiting=False) waiting."""
+        return self.model_copy(update={
+            "reservations": tuple(r for r in self.reservations if r.job_id not in job_ids),
+            "waiting": tuple(r for r in self.waiting if not waiting or r.job_id not in job_ids)})
+
+    def holding(self, reservation: Reservation) -> AdmissionRecord:
+        """With `reservation` in place of any earlier one of its job, which waits no more."""
+        job_id = reservation.job_id
+        return self.model_copy(update={
+            "reservations": (*(r for r in self.reservations if r.job_id != job_id), reservation),
+            "waiting": tuple(r for r in self.waiting if r.job_id != job_id)})
+
+    def queued(self, reservation: Reservation) -> AdmissionRecord:
+        """With `reservation` waiting, in place of any earlier wait of its job."""
+        job_id = reservation.job_id
+        return self.model_copy(update={"waiting": (*(r for r in self.waiting if r.job_id != job_id), reservation)})

@@ -1,0 +1,66 @@
+"""Where waiting jobs stand (`jobplane queue`, Client.queue): each owner's line in admission order, with why each
+job waits, and the jobs waiting for their `after:`. Read from listings and the admission records: one listing of
+active/ and of after/, one of the owners' records and a GET each, the policy, and the record of each job waiting
+for a dependency (few: a job in a line costs no GET).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from jobplane.model import keys
+from jobplane.model.states import State
+from jobplane.store import admission
+from jobplane.store.registry import JobNotFound, Registry
+
+
+@dataclass(frozen=True)
+class Standing:
+    """One waiting job: its place in its owner's line (None: it waits for a dependency, in no line yet) and why."""
+
+    job_id: str
+    owner: str
+    position: int | None
+    priority: int
+    nodes: int
+    since: datetime | None  # its submission
+    why: str
+
+    def as_dict(self) -> dict[str, object]:
+        return {"id": self.job_id, "owner": self.owner, "position": self.position, "priority": self.priority,
+                "nodes": self.nodes, "submitted": self.since.isoformat() if self.since else None, "why": self.why}
+
+
+def standing(reg: Registry, owner: str | None = None) -> list[Standing]:
+    """Every waiting job (or one owner's), each owner's line in the order it goes, then the dependency waits."""
+    states = {job_id: markers[-1].state for job_id, markers in reg.active().items() if markers}
+    policy = reg.policy()
+    limit = policy.max_active_instances_per_owner
+    out: list[Standing] = []
+    for key, _, _ in list(reg.listing(keys.ADMISSION_OWNERS)):
+        record = admission.read(reg, key)[0]
+        line = [w for w in record.queue() if states.get(w.job_id) == State.WAITING_CAPACITY]
+        if not line or (owner is not None and line[0].owner != owner):
+            continue
+        used = record.used()
+        for n, waiter in enumerate(line):
+            ahead = f"{n} earlier job{'s' * (n > 1)} first; " if n else ""
+            out.append(Standing(waiter.job_id, waiter.owner, n + 1, waiter.priority, waiter.nodes, waiter.submitted,
+                                f"quota: {ahead}{used} of {limit} nodes in use by {waiter.owner}"))
+    waits: dict[str, list[str]] = {}
+    for key, _, _ in reg.listing(keys.AFTER):
+        dependency, _, job_id = key.removeprefix(keys.AFTER).partition("/")
+        if states.get(job_id) == State.WAITING_CAPACITY:
+            waits.setdefault(job_id, []).append(dependency)
+    for job_id, dependencies in sorted(waits.items()):
+        try:
+            job = reg.job(job_id)
+        except JobNotFound:
+            continue
+        if owner is not None and job.owner != owner:
+            continue
+        on = ", ".join(f"{d} ({states.get(d, 'ended')})" for d in dependencies)
+        out.append(Standing(job_id, job.owner, None, policy.priority(job.spec), job.spec.num_nodes, job.created_at,
+                            f"dependency: waiting for {on}"))
+    return out
