@@ -30,7 +30,7 @@ def rewrite(day: Day, job_id: str, change: dict[str, object] | None = None,
 
 def test_a_record_from_a_newer_version_is_read_and_the_job_goes_on(day: Day) -> None:
     day.started("newer")  # 12:00 launched, 12:01 RUNNING
-    rewrite(day, "newer", {"spec.priority": 5, "spec.stop_on": {"future": True}, "scheduler_hint": "x"})
+    rewrite(day, "newer", {"spec.gang_size": 5, "spec.stop_on": {"future": True}, "scheduler_hint": "x"})
     record = day.job("newer")
     assert record.state == State.RUNNING and record.spec.run == "python3 train.py"
     day.at("12:30")
