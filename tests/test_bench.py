@@ -65,7 +65,9 @@ SMOKE: dict[str, tuple[list[str], str, Check]] = {
 
 
 # scripts whose tiny run is a test beside what they measure: "path::name"
-ELSEWHERE = {"system_metrics.py": "tests/agent/test_system_metrics.py::test_the_sampling_bench_runs_at_a_tiny_size"}
+ELSEWHERE = {"system_metrics.py": "tests/agent/test_system_metrics.py::test_the_sampling_bench_runs_at_a_tiny_size",
+             "admission.py": "tests/control/launcher/test_admission_bench.py::"
+                             "test_admission_costs_the_same_calls_with_3_or_12_jobs_waiting"}
 
 
 def test_every_bench_script_has_a_smoke_run() -> None:
