@@ -169,7 +169,9 @@ def test_two_owners_sharing_a_deployment_cap_never_pass_it(day: Day, watch: Watc
     assert len(capped.reservations) == 6 and capped.waiting == (), "the owners' lines keep the waiting, not the cap"
     job_ids = [keys.parse_drop(k).job_id for k in queued]  # type: ignore[union-attr]
     drain(day, job_ids)
-    assert watch.most_in_all == 6 and max(watch.most.values()) == 4
+    # fair share splits the cap 3 and 3 while both lines wait; whether one owner reaches its own quota of 4 as the
+    # other's line empties depends on which slots free first, so only the bounds are the claim
+    assert watch.most_in_all == 6 and max(watch.most.values()) <= 4
     ran_once_each(day, job_ids)
 
 
