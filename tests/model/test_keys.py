@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobplane.model import keys
@@ -98,6 +98,7 @@ def related(a: str, b: str) -> bool:
     return a == b or any({a, b} <= group for group in SIBLINGS)
 
 
+@settings(deadline=None)  # a loaded machine (make test's workers) slows an example past the 200 ms default
 @given(data=st.data())
 def test_every_key_parses_back_to_its_parts_and_as_no_other_kind(data: st.DataObject) -> None:
     built = {name: (parts, kind.build(*parts)) for name, kind in KINDS.items()
@@ -118,6 +119,7 @@ SEGMENTS = ["queue", "jobs", "active", "heartbeats", "limits", "preempted-jobs",
 key_like = st.lists(st.sampled_from(SEGMENTS), min_size=1, max_size=7).map("/".join)
 
 
+@settings(deadline=None)
 @given(key=key_like | st.text(max_size=60))
 def test_what_a_parser_accepts_builds_back_to_the_same_key(key: str) -> None:
     """Parsers are exact: a key they accept is the key its parts build (no leading zeros, no extra parts)."""
