@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -157,3 +157,11 @@ def test_drops_parse_into_job_id_owner_and_extension() -> None:
 ])
 def test_job_named_by(key: str | None, job: str | None) -> None:
     assert keys.job_named_by(key) == job
+
+
+def test_a_held_mark_never_ends_a_hold_before_its_time() -> None:
+    """The check reads a debug_hold's end from the mark's name alone: whole seconds, rounded up (truncated, a VM held
+    until 11:57:57.589 was terminated at 11:57:57.520, and its usage ended before the hold it bills)."""
+    until = datetime(2026, 11, 27, 11, 57, 57, 589529, tzinfo=UTC)
+    held = keys.parse_held(keys.held_mark("j", 1, until))
+    assert held is not None and until <= held.until < until + timedelta(seconds=1)

@@ -19,6 +19,7 @@ Deliberate shapes, so a check needs listings only (no per-job GET):
 
 from __future__ import annotations
 
+import math
 import re
 import secrets
 from collections.abc import Callable
@@ -266,7 +267,8 @@ def limits_mark(job_id: str, attempt: int, nodes: int, stall: int, cap: int,
 
 
 def held_mark(job_id: str, attempt: int, until: datetime) -> str:
-    return f"{LIMITS}{job_id}/{attempt}/{HELD_UNTIL}{int(until.timestamp())}"
+    # rounded up: the check reads the hold's end from this name alone, and a hold must not end before its time
+    return f"{LIMITS}{job_id}/{attempt}/{HELD_UNTIL}{math.ceil(until.timestamp())}"
 
 
 def idle_flag(job_id: str, attempt: int) -> str:
