@@ -180,7 +180,9 @@ def test_a_preempted_jobs_tensorboard_scalars_of_both_attempts_are_served(cloud,
         except subprocess.TimeoutExpired:
             os.killpg(served.pid, signal.SIGKILL)
             served.wait()
-    assert first[0] == 1 and resumed <= first[-1] < 150  # up to where the preemption cut it, past the checkpoint
+    # attempt 1's points from step 1, whole, up to where the preemption cut it (its writer thread's last record may
+    # lag the checkpoint it saved: 39 against 40 on a loaded machine)
+    assert first == list(range(1, first[-1] + 1)) and first[-1] < 150
     assert second == list(range(resumed + 1, 151))  # the second attempt from its checkpoint to the end, whole
     assert served.returncode == 0, served.stderr.read() if served.stderr else ""
     with pytest.raises(ConnectionRefusedError):  # TensorBoard stopped with the command
