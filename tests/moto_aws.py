@@ -32,7 +32,7 @@ from tests.helpers import publish_agent_manifest
 
 BUCKET = "jobplane-test"
 REGION = "us-east-1"
-MOTO_AMI = "ami-03cf127a"  # one of the AMIs moto 5.2.5 ships (listing them all costs ~10 s)
+MOTO_AMI = "ami-03cf127a"  # one of the AMIs moto 5.2.5 ships, and the one tests/moto_amis.json gives moto
 
 
 @dataclass

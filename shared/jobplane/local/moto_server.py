@@ -225,6 +225,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-p", "--port", type=int, default=5000)
     parser.add_argument("--fd", type=int, default=None, help="serve on this inherited listening socket")
     args = parser.parse_args(argv)
+    # the local cloud registers its own images (jobplane.local.aws.publish_images): moto's thousands of vendor AMIs,
+    # loaded per region, would only cost its start
+    os.environ.setdefault("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
     patch_moto()
     app = DomainDispatcherApplication(create_backend_app)
     server = make_server(args.host, args.port, app, threaded=True, request_handler=MotoRequestHandler, fd=args.fd)
