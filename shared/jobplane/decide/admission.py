@@ -39,6 +39,7 @@ class Full:
     """The attempt does not fit: why, with the figures."""
 
     reason: str
+    budget: bool = False  # its owner's budget stops it (jobplane.decide.budget), not the nodes in use
 
 
 def admit(record: AdmissionRecord, want: Reservation, quota: Quota) -> tuple[AdmissionRecord | None, Full | None]:

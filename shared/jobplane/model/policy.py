@@ -109,6 +109,23 @@ class PriorityClass(_Model):
     owners: list[str] | None = Field(None, max_length=1000, description="the owners who may use it; unset: all")
 
 
+class BudgetPolicy(_Model):
+    """Dollars each owner may spend a calendar month (UTC), by jobplane's estimate of instance time (as `jobplane
+    cost` estimates it)."""
+
+    monthly_usd: dict[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,62}$")],
+                      Annotated[float, Field(gt=0, le=1e9)]] = Field(
+        default_factory=dict, max_length=1000, description="owner -> USD a month; an owner not named has no budget")
+    warn_at_percent: int = Field(80, ge=1, le=100, description="a notification, once an owner a month, when its "
+                                                               "spend reaches this percent of its budget")
+    on_exceeded: Literal["refuse", "wait"] = Field(
+        "refuse", description="a new job of an owner at or past its budget: refuse (it ends FAILED with the figures) "
+                              "or wait in its owner's line until the next month (or its max_wait)")
+
+    def limit(self, owner: str) -> float | None:
+        return self.monthly_usd.get(owner)
+
+
 class Policy(_Model):
     allowed_instance_types: list[str] = Field(default_factory=lambda: ["*"], description="glob patterns")
     max_nodes_per_job: int = Field(16, ge=1)
@@ -134,6 +151,7 @@ class Policy(_Model):
                                                            "next; an owner not named weighs 1")
     priority_classes: dict[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,62}$")], PriorityClass] = Field(
         default_factory=dict, max_length=100, description="name -> {value, owners}: the priorities specs may name")
+    budgets: BudgetPolicy = Field(default_factory=BudgetPolicy)
     aws: AwsPlacement = Field(default_factory=AwsPlacement)
     gcp: GcpPlacement = Field(default_factory=GcpPlacement)
     safety: SafetyPolicy = Field(default_factory=SafetyPolicy)

@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from jobplane.decide import budget
 from jobplane.model import keys
+from jobplane.model.clock import utcnow
 from jobplane.model.states import State
 from jobplane.store import admission
 from jobplane.store.registry import JobNotFound, Registry
@@ -32,8 +34,9 @@ class Standing:
                 "nodes": self.nodes, "submitted": self.since.isoformat() if self.since else None, "why": self.why}
 
 
-def standing(reg: Registry, owner: str | None = None) -> list[Standing]:
+def standing(reg: Registry, owner: str | None = None, now: datetime | None = None) -> list[Standing]:
     """Every waiting job (or one owner's), each owner's line in the order it goes, then the dependency waits."""
+    now = now or utcnow()
     states = {job_id: markers[-1].state for job_id, markers in reg.active().items() if markers}
     policy = reg.policy()
     limit = policy.max_active_instances_per_owner
@@ -44,10 +47,12 @@ def standing(reg: Registry, owner: str | None = None) -> list[Standing]:
         if not line or (owner is not None and line[0].owner != owner):
             continue
         used = record.used()
+        spent = budget.exceeded(line[0].owner, record, policy, now) if policy.budgets.on_exceeded == "wait" else None
         for n, waiter in enumerate(line):
             ahead = f"{n} earlier job{'s' * (n > 1)} first; " if n else ""
+            why = f"quota: {ahead}{used} of {limit} nodes in use by {waiter.owner}"
             out.append(Standing(waiter.job_id, waiter.owner, n + 1, waiter.priority, waiter.nodes, waiter.submitted,
-                                f"quota: {ahead}{used} of {limit} nodes in use by {waiter.owner}"))
+                                spent.reason if spent is not None else why))
     waits: dict[str, list[str]] = {}
     for key, _, _ in reg.listing(keys.AFTER):
         dependency, _, job_id = key.removeprefix(keys.AFTER).partition("/")

@@ -17,6 +17,7 @@ from jobplane.agent.run import Outcome, hold_for
 from jobplane.clouds.memory import Clock, MemoryCompute, MemoryStore
 from jobplane.control import launcher, reconcile, scheduled
 from jobplane.deployment.context import Context
+from jobplane.deployment.notify import Notify
 from jobplane.deployment.telemetry import CountingMetrics
 from jobplane.model import keys, records
 from jobplane.model.jobrecord import JobRecord
@@ -36,6 +37,7 @@ class Day:
     reg: Registry
     metrics: CountingMetrics = field(default_factory=CountingMetrics)
     swept: list[sweeps.Outcome] = field(default_factory=list)  # what the last sweeper run did to sweeps
+    notify: Notify | None = None  # what the runs publish through (the check's idle-GPU and budget notices)
 
     def at(self, hhmm: str) -> None:
         self.clock.at(hhmm)
@@ -107,7 +109,7 @@ class Day:
 
     def context(self) -> Context:
         """What the functions run with: this day's registry and cloud, the policy as it is now."""
-        return Context(self.reg, self.compute, self.reg.policy(), self.metrics)
+        return Context(self.reg, self.compute, self.reg.policy(), self.metrics, self.notify)
 
     # ---- what a user and the cloud console show ----------------------------------------------------
     def job(self, job_id: str) -> JobRecord:
