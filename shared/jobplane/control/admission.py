@@ -10,6 +10,7 @@ owner's budget is decided in the owner's write, on the record it reads anyway (j
 
 from __future__ import annotations
 
+import functools
 import logging
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -36,27 +37,34 @@ LIVE = (State.LAUNCHING, State.RUNNING, State.PREEMPTED)
 def admit(objects: RootedStore, record: JobRecord, policy: Policy, now: datetime) -> decide.Full | None:
     """Admit the record's claimed attempt: None once its reservations are written (or were already), else why it
     must wait (or, past its owner's budget, is refused), with the figures."""
-    cap = policy.max_active_instances
+    cap, families = policy.max_active_instances, policy.families(record.spec)
     want = Reservation(job_id=record.id, attempt=record.attempt, owner=record.owner, nodes=record.spec.num_nodes,
-                       at=now, capped=cap is not None, submitted=record.created_at,
+                       at=now, capped=cap is not None, families=tuple(families), submitted=record.created_at,
                        priority=policy.priority(record.spec),
                        deadline=record.created_at + timedelta(seconds=policy.max_wait(record.spec)),
                        rate=_rate(record, policy))
-    if cap is not None:
-        full = records.change(objects, keys.ADMISSION_DEPLOYMENT, lambda r: decide.admit(
-            r, want.model_copy(update={"capped": False}),
-            decide.Quota(cap, "the deployment", "max_active_instances", queue=False)))
+    shared = ([(keys.ADMISSION_DEPLOYMENT, decide.Quota(cap, "the deployment", "max_active_instances", queue=False))]
+              if cap is not None else []) + [
+        (keys.admission_family(f), decide.Quota(policy.max_active_by_family[f], f"instance family {f!r}",
+                                                f"max_active_by_family.{f}", queue=False)) for f in families]
+    held_there = want.model_copy(update={"capped": False, "families": ()})  # as a deployment-wide record holds it
+    taken: list[str] = []
+    for key, quota in shared:  # the deployment-wide caps first, each its own record
+        full = records.change(objects, key, functools.partial(decide.admit, want=held_there, quota=quota))
         if full is not None:  # it waits in its owner's line, where the fair share across owners picks it up
+            for held in taken:
+                records.drop(objects, held, {record.id})
             records.change(objects, keys.admission_owner(record.owner), lambda r: decide.wait(r, want))
             return full
+        taken.append(key)
     owner = decide.Quota(policy.max_active_instances_per_owner, f"owner {record.owner!r}",
                          "max_active_instances_per_owner")
     full = records.change(objects, keys.admission_owner(record.owner), lambda r: budget.admit(
         r, want, owner, policy=policy, usage=record.usage, now=now))
     if full is None:
         return None
-    if cap is not None:
-        records.drop(objects, keys.ADMISSION_DEPLOYMENT, {record.id})
+    for held in taken:
+        records.drop(objects, held, {record.id})
     return full
 
 
@@ -119,12 +127,16 @@ def owners(objects: RootedStore) -> list[AdmissionRecord]:
 def in_order(objects: RootedStore, lines: list[AdmissionRecord], policy: Policy, now: datetime,
              ) -> list[Reservation]:
     """The waiting jobs the free nodes admit now, in the order they go: each owner's line in its order (but an owner
-    waiting for its budget's next month), owners taken by fair share while the deployment's cap has room (one GET of
-    its record when the policy sets one)."""
+    waiting for its budget's next month), owners taken by fair share while the deployment's cap and their instance
+    families' have room (one GET of the deployment's record when the policy sets a cap, and of each capped family's
+    that a waiting job needs)."""
     cap = policy.max_active_instances
     free = None if cap is None else cap - records.read(objects, keys.ADMISSION_DEPLOYMENT)[0].used()
+    by_family = {f: limit - records.read(objects, keys.admission_family(f))[0].used()
+                 for f, limit in policy.max_active_by_family.items()
+                 if any(f in w.families for line in lines for w in line.waiting)}
     quota = decide.Quota(policy.max_active_instances_per_owner, "", "max_active_instances_per_owner")
-    return decide.fair_order(budget.open_lines(lines, policy, now), quota, policy.weight, free)
+    return decide.fair_order(budget.open_lines(lines, policy, now), quota, policy.weight, free, by_family)
 
 
 def in_line(found: list[AdmissionRecord], now: datetime) -> set[str]:

@@ -34,6 +34,7 @@ class Reservation(BaseModel):
     nodes: int = Field(ge=1, le=10_000)
     at: datetime
     capped: bool = False  # in an owner's record: the attempt holds a reservation in the deployment's record too
+    families: tuple[str, ...] = ()  # in an owner's record: the instance families' records it holds one in too
     submitted: datetime | None = None  # the job's submission: the order it waits in (None: records before it)
     priority: int = Field(0, ge=-1_000_000, le=1_000_000)  # its priority class's value (Policy.priority)
     deadline: datetime | None = None  # a waiting job's max_wait: no attempt starts after it (the backstop fails it)

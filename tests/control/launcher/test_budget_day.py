@@ -11,14 +11,12 @@ from typing import Any
 import pytest
 
 from jobplane.clouds.base import Notice
-from jobplane.control import launcher
 from jobplane.deployment.notify import Notify
 from jobplane.model import keys
 from jobplane.model.states import State
 from jobplane.ops import budgets, queue
 from tests.control.reconcile.day import Day
 
-SPEC = b"run: python3 train.py\ninstance_type: t3.micro\n"
 # $60 an hour: a node costs $1 a minute, so team-a's $10 is 80% spent at 12:08 and spent at 12:10
 POLICY = ("prices: {{t3.micro: 60.0}}\ndefault_max_wait: 10d\n"
           "budgets:\n  monthly_usd: {{team-a: 10}}\n  on_exceeded: {}\n")
@@ -36,12 +34,6 @@ class Inbox:
 
     def events(self) -> list[Any]:
         return [n.data["event"] for n in self.notices]
-
-
-def drop(day: Day, owner: str, job_id: str) -> launcher.Result:
-    key = keys.queue_entry(job_id, owner, "yaml")
-    day.store.put(day.reg.key(key), SPEC)
-    return launcher.handle_drop(day.context(), key, now=day.clock()).result
 
 
 def check(day: Day, hhmm: str) -> None:
@@ -66,7 +58,7 @@ def inbox(day: Day) -> Inbox:
 def spend_it(day: Day, inbox: Inbox, on_exceeded: str) -> None:
     """team-a's a1 runs 12:00-12:10 and spends the $10; team-b, with no budget, runs b1."""
     day.reg.put(keys.POLICY, POLICY.format(on_exceeded).encode())
-    assert [drop(day, "team-a", "a1"), drop(day, "team-b", "b1")] == ["launched"] * 2
+    assert [day.drop("team-a", "a1"), day.drop("team-b", "b1")] == ["launched"] * 2
     for hhmm in ("12:01", "12:05", "12:07"):
         check(day, hhmm)
     assert inbox.notices == [], "under 80% nobody is told"
@@ -88,16 +80,16 @@ def spend_it(day: Day, inbox: Inbox, on_exceeded: str) -> None:
 def test_refuse_ends_the_owners_next_job_failed_with_the_figures_until_the_month_turns(day: Day, inbox: Inbox) -> None:
     spend_it(day, inbox, "refuse")
     day.at("12:11")
-    assert drop(day, "team-a", "a2") == "failed"
+    assert day.drop("team-a", "a2") == "failed"
     refused = day.job("a2")
     assert (refused.state, refused.reason, refused.cause) == (State.FAILED, f"refused: {SPENT}", "over-budget")
     assert not day.compute.instances(job_id="a2"), "no VM was asked for"
-    assert drop(day, "team-b", "b2") == "launched", "another owner's jobs go on"
+    assert day.drop("team-b", "b2") == "launched", "another owner's jobs go on"
     check(day, "12:12")
     assert inbox.events() == ["budget-warning", "budget-exceeded"]
 
     next_month(day)
-    assert drop(day, "team-a", "a3") == "launched", "a new month, a new budget"
+    assert day.drop("team-a", "a3") == "launched", "a new month, a new budget"
     assert budgets.standings(day.reg, day.clock())[0].figures == "$1.00 of $10.00 this month (10%)", \
         "30 s of a3 (billed a minute at least), nothing of November's"
 
@@ -105,7 +97,7 @@ def test_refuse_ends_the_owners_next_job_failed_with_the_figures_until_the_month
 def test_wait_holds_the_owners_next_job_in_its_line_until_the_month_turns(day: Day, inbox: Inbox) -> None:
     spend_it(day, inbox, "wait")
     day.at("12:11")
-    assert drop(day, "team-a", "a2") == "waiting"
+    assert day.drop("team-a", "a2") == "waiting"
     waiting = day.job("a2")
     assert (waiting.state, waiting.reason, waiting.cause) == (State.WAITING_CAPACITY, SPENT, "over-budget")
     assert [(s.job_id, s.position, s.why) for s in queue.standing(day.reg, now=day.clock())] == [("a2", 1, SPENT)]

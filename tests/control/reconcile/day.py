@@ -51,6 +51,25 @@ class Day:
         self.store.put(self.reg.key(key), text.encode())
         return launcher.handle_drop(self.context(), key, now=self.clock()).result
 
+    def drop(self, owner: str, job_id: str, instance_type: str = "t3.micro") -> launcher.Result:
+        """An owner's drop in queue/<owner>/ and the launcher's run on its event; returns the launcher's outcome."""
+        key = keys.queue_entry(job_id, owner, "yaml")
+        self.store.put(self.reg.key(key), f"run: python3 train.py\ninstance_type: {instance_type}\n".encode())
+        return launcher.handle_drop(self.context(), key, now=self.clock()).result
+
+    def ends(self, job_id: str, hhmm: str) -> list[str]:
+        """At hhmm every job with VMs beats, this one exits 0 and its exit report's check runs (it ends SUCCEEDED):
+        the jobs that check launched."""
+        self.at(hhmm)
+        before = len(self.compute.launches)
+        for live in {inst.job_id for inst in self.compute.list_managed()}:
+            self.beat(str(live))
+        self.sweeper()
+        self.exits(job_id, 0, 0)
+        self.sweeper(jobs=[job_id])
+        assert self.job(job_id).state == State.SUCCEEDED
+        return [r.job_id for r in self.compute.launches[before:]]
+
     def started(self, job_id: str, spec: str = "", **fields: Any) -> JobRecord:
         """Submitted now; a minute later every rank beats and the check sees the job RUNNING."""
         assert self.submit(job_id, spec, **fields) == "launched"
