@@ -10,7 +10,12 @@ one call however many pages it would take):
 - `check`: one check over the 4 healthy jobs and the N waiting (job.json GETs per healthy job stay 0);
 - `backstop`: one launcher backstop run (its in-order admission's look at the records; no wait is due);
 - `slot_freed`: a job's exit report and the check its event runs, which ends it and launches the next in line;
-- `record_bytes`: the owner's admission record's size with N waiting.
+- `record_bytes`: the owner's admission record's size with N waiting;
+- every run above with both owners under a budget (budgets.monthly_usd, none past its warning): a budget costs an
+  admission and a check no call of its own;
+- `check_later`: a check after that, every owner under its budget; `check_budget_due`: the same check once
+  team-a's spend is past its budget (the notice's marker written, the notice sent); `check_budget_told`: the next
+  (told already).
 
     .venv/bin/python bench/admission.py              # N = 100, 1000
     .venv/bin/python bench/admission.py --n 1000
@@ -37,9 +42,11 @@ sys.path[:0] = [str(BENCH), str(ROOT), str(ROOT / "shared")]
 import report  # noqa: E402
 
 from jobplane.boot import agent_bundle  # noqa: E402
+from jobplane.clouds.base import Notice  # noqa: E402
 from jobplane.clouds.memory import Clock, MemoryCompute, MemoryStore  # noqa: E402
 from jobplane.control import launcher, reconcile  # noqa: E402
 from jobplane.deployment.context import Context  # noqa: E402
+from jobplane.deployment.notify import Notify  # noqa: E402
 from jobplane.deployment.telemetry import CountingMetrics  # noqa: E402
 from jobplane.model import images, keys, records  # noqa: E402
 from jobplane.model.states import State  # noqa: E402
@@ -98,6 +105,16 @@ def counted(store: Counting, run: Callable[[], Any]) -> dict[str, Any]:
             "seconds": round(time.monotonic() - started, 3)}
 
 
+class Topic:
+    """The deployment's topic: what the runs publish."""
+
+    def __init__(self) -> None:
+        self.sent: list[Notice] = []
+
+    def publish(self, notice: Notice) -> None:
+        self.sent.append(notice)
+
+
 def measure(n: int) -> dict[str, Any]:
     clock = Clock(START)
     store = Counting(clock)
@@ -106,10 +123,17 @@ def measure(n: int) -> dict[str, Any]:
     variants = [agent_bundle.Variant("aws", python, arch, "0" * 64, 1)  # the manifest a deployment uploads
                 for python in images.python_versions() for arch in images.ARCHITECTURES]
     reg.put(keys.agent_file(agent_bundle.MANIFEST), agent_bundle.manifest(variants))
-    reg.put(keys.POLICY, f"max_active_instances_per_owner: {QUOTA}\n".encode())
+
+    def policy(team_a: float) -> bytes:  # both owners have a budget (USD a month)
+        budgets = f"budgets: {{monthly_usd: {{team-a: {team_a}, team-b: 1e6}}}}\n"
+        return f"max_active_instances_per_owner: {QUOTA}\n{budgets}".encode()
+
+    reg.put(keys.POLICY, policy(1e6))
+    topic = Topic()
+    sink = Notify(topic, CountingMetrics())
 
     def ctx() -> Context:
-        return Context(reg, compute, reg.policy(), CountingMetrics())
+        return Context(reg, compute, reg.policy(), CountingMetrics(), sink)
 
     def drop(job_id: str, owner: str = "team-a") -> launcher.Outcome:
         key = keys.queue_entry(job_id, owner, "yaml")
@@ -148,6 +172,12 @@ def measure(n: int) -> dict[str, Any]:
     head = reg.job("wait-00000")
     assert reg.job("run-0").state == State.SUCCEEDED and head.state == State.LAUNCHING, head
     out["next_launched_after_s"] = (head.state_since - clock()) / timedelta(seconds=1)
+
+    out["check_later"] = counted(store, lambda: reconcile.check(ctx(), now=clock()))  # the baseline of the two next
+    reg.put(keys.POLICY, policy(0.001))  # team-a's running jobs have spent it now
+    out["check_budget_due"] = counted(store, lambda: reconcile.check(ctx(), now=clock()))
+    out["check_budget_told"] = counted(store, lambda: reconcile.check(ctx(), now=clock()))
+    assert [n.data["event"] for n in topic.sent] == ["budget-exceeded"], topic.sent
     return out
 
 

@@ -97,3 +97,18 @@ def test_fair_share_takes_from_the_owner_holding_the_fewest_nodes_per_weight_whi
         "a1", "b1", "a2"]
     assert [w.job_id for w in fair_order(lines, quota, lambda o: 1.0, free=0)] == []
     assert len(fair_order(lines, quota, lambda o: 1.0, free=None)) == 5, "no cap: every owner's next ones"
+
+
+def test_a_full_instance_family_ends_only_its_owners_turn() -> None:
+    def line(owner: str, held_nodes: int, *waiting: tuple[str, str]) -> AdmissionRecord:
+        return AdmissionRecord(
+            reservations=(Reservation(job_id=f"{owner}-run", attempt=1, owner=owner, nodes=held_nodes, at=NOW),),
+            waiting=tuple(Reservation(job_id=j, attempt=1, owner=owner, nodes=1, at=NOW, families=(f,),
+                                      submitted=NOW + timedelta(seconds=n)) for n, (j, f) in enumerate(waiting)))
+
+    lines = [line("team-a", 1, ("a1", "p4d"), ("a2", "g5")), line("team-b", 2, ("b1", "g5"), ("b2", "p4d"))]
+    quota = Quota(8, "", "max_active_instances_per_owner")
+    assert [w.job_id for w in fair_order(lines, quota, lambda o: 1.0, None, {"p4d": 0, "g5": 4})] == ["b1"], \
+        "a1 finds p4d full: team-a's strict line waits, team-b's g5 job goes; b2 finds p4d full"
+    assert [w.job_id for w in fair_order(lines, quota, lambda o: 1.0, None, {"p4d": 1, "g5": 1})] == ["a1", "b1"], \
+        "a1 takes p4d's node, a2 then finds g5's taken by b1 (team-b's turn after team-a's one), b2 p4d's"

@@ -103,9 +103,12 @@ def cost_cmd(since: int | None, by: str, as_json: bool, gpu_idle: bool, **conn: 
     jobplane = client(**conn)
     rows = jobplane.cost(by=by, since=start, now=now)
     idle = jobplane.gpu_idle_hours(by=by, since=start) if gpu_idle else None
+    budgets = {b.owner: b for b in jobplane.budgets(now=now)}
     if as_json:
         click.echo(json.dumps([row.as_json(by) | ({"gpu_idle_hours": round(idle.get(row.group, 0.0), 3)}
-                                                  if idle is not None else {}) for row in rows], indent=1))
+                                                  if idle is not None else {})
+                               | (budgets[row.group].as_json() if by == "owner" and row.group in budgets else {})
+                               for row in rows], indent=1))
         return
     table = Table(box=None, header_style="bold", show_footer=bool(rows))
     total = sum((row.cost for row in rows), cost.Cost())
@@ -119,5 +122,9 @@ def cost_cmd(since: int | None, by: str, as_json: bool, gpu_idle: bool, **conn: 
         idle_cell = [f"{idle.get(row.group, 0.0):.2f}"] if idle is not None else []
         table.add_row(row.group, str(row.jobs), f"{row.cost.instance_hours:.2f}", cost.money(row.cost), *idle_cell)
     Console().print(table)
+    if budgets:
+        width = max(map(len, budgets))
+        click.echo("budgets (calendar month, UTC):\n" + "".join(
+            f"  {owner:<{width}}  {b.figures}\n" for owner, b in budgets.items()), nl=False)
     click.echo(f"estimated: instance time x hourly price{f' over the last {format_duration(since)}' if since else ''}"
                "; disks, addresses and transfer not included", err=True)

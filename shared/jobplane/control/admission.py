@@ -4,18 +4,22 @@ the registry releases it when the attempt ends (Registry.transition); the schedu
 died between its writes left behind.
 
 With a deployment-wide cap the deployment's record is written first, then the owner's; an owner's refusal takes
-the deployment's reservation back. Each record alone never holds more than its limit, whatever runs at once.
+the deployment's reservation back. Each record alone never holds more than its limit, whatever runs at once. The
+owner's budget is decided in the owner's write, on the record it reads anyway (jobplane.decide.budget).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from jobplane.clouds.base import Notice, PreconditionFailed
 from jobplane.decide import admission as decide
+from jobplane.decide import budget
 from jobplane.model import keys
-from jobplane.model.admission import AdmissionRecord, Reservation
+from jobplane.model.admission import AdmissionRecord, Reservation, month_of
 from jobplane.model.jobrecord import JobRecord
 from jobplane.model.policy import Policy
 from jobplane.model.states import State
@@ -30,29 +34,52 @@ log = logging.getLogger("jobplane.admission")
 LIVE = (State.LAUNCHING, State.RUNNING, State.PREEMPTED)
 
 
-def admit(objects: RootedStore, record: JobRecord, policy: Policy, now: datetime) -> str | None:
+def admit(objects: RootedStore, record: JobRecord, policy: Policy, now: datetime) -> decide.Full | None:
     """Admit the record's claimed attempt: None once its reservations are written (or were already), else why it
-    must wait, with the figures."""
-    cap = policy.max_active_instances
+    must wait (or, past its owner's budget, is refused), with the figures."""
+    cap, families = policy.max_active_instances, policy.families(record.spec)
     want = Reservation(job_id=record.id, attempt=record.attempt, owner=record.owner, nodes=record.spec.num_nodes,
-                       at=now, capped=cap is not None, submitted=record.created_at,
+                       at=now, capped=cap is not None, families=tuple(families), submitted=record.created_at,
                        priority=policy.priority(record.spec),
-                       deadline=record.created_at + timedelta(seconds=policy.max_wait(record.spec)))
-    if cap is not None:
-        full = records.change(objects, keys.ADMISSION_DEPLOYMENT, lambda r: decide.admit(
-            r, want.model_copy(update={"capped": False}),
-            decide.Quota(cap, "the deployment", "max_active_instances", queue=False)))
+                       deadline=record.created_at + timedelta(seconds=policy.max_wait(record.spec)),
+                       rate=_rate(record, policy))
+    shared = ([(keys.ADMISSION_DEPLOYMENT, decide.Quota(cap, "the deployment", "max_active_instances", queue=False))]
+              if cap is not None else []) + [
+        (keys.admission_family(f), decide.Quota(policy.max_active_by_family[f], f"instance family {f!r}",
+                                                f"max_active_by_family.{f}", queue=False)) for f in families]
+    held_there = want.model_copy(update={"capped": False, "families": ()})  # as a deployment-wide record holds it
+    taken: list[str] = []
+    for key, quota in shared:  # the deployment-wide caps first, each its own record
+        full = records.change(objects, key, functools.partial(decide.admit, want=held_there, quota=quota))
         if full is not None:  # it waits in its owner's line, where the fair share across owners picks it up
+            for held in taken:
+                records.drop(objects, held, {record.id})
             records.change(objects, keys.admission_owner(record.owner), lambda r: decide.wait(r, want))
-            return full.reason
+            return full
+        taken.append(key)
     owner = decide.Quota(policy.max_active_instances_per_owner, f"owner {record.owner!r}",
                          "max_active_instances_per_owner")
-    full = records.change(objects, keys.admission_owner(record.owner), lambda r: decide.admit(r, want, owner))
+    full = records.change(objects, keys.admission_owner(record.owner), lambda r: budget.admit(
+        r, want, owner, policy=policy, usage=record.usage, now=now))
     if full is None:
         return None
-    if cap is not None:
-        records.drop(objects, keys.ADMISSION_DEPLOYMENT, {record.id})
-    return full.reason
+    for held in taken:
+        records.drop(objects, held, {record.id})
+    return full
+
+
+def _rate(record: JobRecord, policy: Policy) -> float | None:
+    """USD an hour the attempt's nodes will cost, estimated before any VM is asked for (jobplane.views.cost's
+    price for its first instance type: Spot's where the policy or the table gives it, else on-demand's, the most
+    it may cost). The attempt's end charges its budget with the price its launch recorded."""
+    from jobplane.views import cost  # the price table: only an admission estimates a rate
+
+    spec = record.spec
+    kind = spec.instance_types[0]
+    price = cost.hourly_price(spec.cloud, kind, spot=spec.uses_spot, policy=policy)[0]
+    if price is None:
+        price = cost.hourly_price(spec.cloud, kind, spot=False, policy=policy)[0]
+    return None if price is None else round(price * spec.num_nodes, 6)
 
 
 def release(objects: RootedStore, record: JobRecord) -> None:
@@ -97,16 +124,49 @@ def owners(objects: RootedStore) -> list[AdmissionRecord]:
     return [records.read(objects, key)[0] for key, _, _ in list(objects.listing(keys.ADMISSION_OWNERS))]
 
 
-def in_order(objects: RootedStore, lines: list[AdmissionRecord], policy: Policy) -> list[Reservation]:
-    """The waiting jobs the free nodes admit now, in the order they go: each owner's line in its order, owners
-    taken by fair share while the deployment's cap has room (one GET of its record when the policy sets one)."""
+def in_order(objects: RootedStore, lines: list[AdmissionRecord], policy: Policy, now: datetime,
+             ) -> list[Reservation]:
+    """The waiting jobs the free nodes admit now, in the order they go: each owner's line in its order (but an owner
+    waiting for its budget's next month), owners taken by fair share while the deployment's cap and their instance
+    families' have room (one GET of the deployment's record when the policy sets a cap, and of each capped family's
+    that a waiting job needs)."""
     cap = policy.max_active_instances
     free = None if cap is None else cap - records.read(objects, keys.ADMISSION_DEPLOYMENT)[0].used()
-    return decide.fair_order(lines, decide.Quota(policy.max_active_instances_per_owner, "",
-                                                 "max_active_instances_per_owner"), policy.weight, free)
+    by_family = {f: limit - records.read(objects, keys.admission_family(f))[0].used()
+                 for f, limit in policy.max_active_by_family.items()
+                 if any(f in w.families for line in lines for w in line.waiting)}
+    quota = decide.Quota(policy.max_active_instances_per_owner, "", "max_active_instances_per_owner")
+    return decide.fair_order(budget.open_lines(lines, policy, now), quota, policy.weight, free, by_family)
 
 
 def in_line(found: list[AdmissionRecord], now: datetime) -> set[str]:
     """The jobs waiting in an owner's line before their max_wait: no retry of theirs could pass the ones before
     them, so the backstop leaves them be (the in-order admission launches them)."""
     return {w.job_id for record in found for w in record.waiting if w.deadline is not None and w.deadline > now}
+
+
+def budget_notices(objects: RootedStore, lines: list[AdmissionRecord], policy: Policy, now: datetime,
+                   ) -> list[Notice]:
+    """The notices owners are due this month (their spend reached warn_at_percent, or their budget), from their
+    records as a run read them anyway: each told once, by the run whose create-only write of its marker lands.
+    Nothing due: no call; else one listing of this month's markers, and a write per notice."""
+    from jobplane.views import notices  # only a run that finds an owner past a level tells it
+
+    due = budget.to_tell(lines, policy, now)
+    if not due:
+        return []
+    month = month_of(now)
+    told = {key for key, _, _ in objects.listing(f"{keys.BUDGET_NOTICES}{month}/")}
+    out = []
+    for standing, level in due:
+        key = keys.budget_notice(month, standing.owner, level)
+        if key in told:
+            continue
+        try:
+            objects.put_if_absent(key, standing.figures.encode(), "text/plain")
+        except PreconditionFailed:  # another run told it
+            continue
+        log.info("budget of %s: %s (%s)", standing.owner, standing.figures, level)
+        out.append(notices.budget(standing.owner, level, standing.figures, warn_at=policy.budgets.warn_at_percent,
+                                  on_exceeded=policy.budgets.on_exceeded, month=month))
+    return out

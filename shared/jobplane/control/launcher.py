@@ -255,7 +255,7 @@ def admit_in_order(ctx: Context, lines: list[AdmissionRecord], now: datetime) ->
     from jobplane.control import admission  # only a run that frees or looks for free nodes admits in order
 
     launched: list[str] = []
-    for waiter in admission.in_order(ctx.registry, lines, ctx.policy):
+    for waiter in admission.in_order(ctx.registry, lines, ctx.policy, now):
         try:
             after = launch_attempt(ctx, waiter.job_id, now=now, expect={State.WAITING_CAPACITY},
                                    expect_attempt=waiter.attempt, cause=LaunchCause.WAIT_OVER,
@@ -356,7 +356,8 @@ def _launch(ctx: Context, compute: Compute, record: JobRecord, *, now: datetime)
     if record.spec.after and (held := _after(ctx, record, now)) is not None:
         return held  # waiting for a dependency (or failed by one): no quota held
     over = admission.admit(reg, record, ctx.policy, now)  # its reservation, by compare-and-swap, before any VM
-    snap = snapshot(reg, record, ctx.policy, over_quota=over)
+    snap = snapshot(reg, record, ctx.policy, over_quota=over.reason if over and not over.budget else None,
+                    over_budget=over.reason if over and over.budget else None)
     scripts: dict[str, str] = {}  # per CPU architecture: each fetches its own agent bundle
     while isinstance(planned := _next(reg, compute, snap, now, scripts), tuple):
         step, request = planned
@@ -465,8 +466,9 @@ def _next(reg: Registry, compute: Compute, snap: launch_decide.LaunchSnapshot, n
 
 
 def snapshot(reg: Registry, record: JobRecord, policy: Policy, *, over_quota: str | None = None,
-             ) -> launch_decide.LaunchSnapshot:
-    """What a launch decides on: the admission's answer (over_quota: why it refused) and the agent manifest."""
+             over_budget: str | None = None) -> launch_decide.LaunchSnapshot:
+    """What a launch decides on: the admission's answer (over_quota, over_budget: why it refused) and the agent
+    manifest."""
     from jobplane.boot import agent_bundle  # only a launch reads the manifest
     from jobplane.decide import launch as launch_decide  # only a run that launches decides a launch
 
@@ -477,7 +479,8 @@ def snapshot(reg: Registry, record: JobRecord, policy: Policy, *, over_quota: st
         agents = ()
         problem = (f"{keys.AGENT}{agent_bundle.MANIFEST} "
                    + ("is missing" if isinstance(exc, NotFound) else f"is unreadable ({exc})"))
-    return launch_decide.LaunchSnapshot(record, policy, over_quota=over_quota, agents=agents, agent_problem=problem)
+    return launch_decide.LaunchSnapshot(record, policy, over_quota=over_quota, over_budget=over_budget, agents=agents,
+                                        agent_problem=problem)
 
 
 def _request(reg: Registry, compute: Compute, snap: launch_decide.LaunchSnapshot, step: launch_decide.Launch,

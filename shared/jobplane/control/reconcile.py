@@ -348,8 +348,9 @@ def ended(outcomes: Iterable[Outcome]) -> list[str]:
 
 def settle_admissions(ctx: Context, snap: Snapshot | None, *, now: datetime, ended: Collection[str] = ()) -> None:
     """After a run's actions: the jobs waiting for the ones it ended go on (their `after:`), the quota reservations
-    no live job holds are given back (with the sweep's listings), and the waiting jobs the freed nodes admit are
-    launched, in order (jobplane.control.admission)."""
+    no live job holds are given back (with the sweep's listings), the waiting jobs the freed nodes admit are
+    launched, in order, and owners whose spend reached a level of their budget are told, once a month
+    (jobplane.control.admission)."""
     from jobplane.control import admission, launcher  # only a run that may have freed nodes admits
 
     if ctx.looking:
@@ -362,9 +363,13 @@ def settle_admissions(ctx: Context, snap: Snapshot | None, *, now: datetime, end
         dropped, lines = admission.reclaim(ctx.registry, snap, now) if snap is not None else \
             ({}, admission.owners(ctx.registry))
         launched = launcher.admit_in_order(ctx, lines, now)
+        told = admission.budget_notices(ctx.registry, lines, ctx.policy, now) if ctx.notify is not None else []
     except Exception:  # the quotas wait for the next run; this run's own work is done
         log.exception("settling the admissions failed")
         return
+    if ctx.notify is not None:
+        for notice in told:
+            ctx.notify.publish(notice)
     if dropped:
         ctx.metrics.add_metric("AdmissionsReclaimed", "Count", sum(map(len, dropped.values())))
     if launched:

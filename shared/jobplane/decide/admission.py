@@ -15,7 +15,7 @@ freed slot admits, so the run that frees it launches them at once.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -39,6 +39,7 @@ class Full:
     """The attempt does not fit: why, with the figures."""
 
     reason: str
+    budget: bool = False  # its owner's budget stops it (jobplane.decide.budget), not the nodes in use
 
 
 def admit(record: AdmissionRecord, want: Reservation, quota: Quota) -> tuple[AdmissionRecord | None, Full | None]:
@@ -65,12 +66,15 @@ def admit(record: AdmissionRecord, want: Reservation, quota: Quota) -> tuple[Adm
 
 
 def fair_order(lines: list[AdmissionRecord], quota: Quota, weights: Callable[[str], float],
-               free: int | None) -> list[Reservation]:
+               free: int | None, by_family: Mapping[str, int] | None = None) -> list[Reservation]:
     """The waiting jobs a freed slot admits across owners: each owner's own next ones (next_up), taken one at a
     time from the owner holding the fewest nodes per its weight (fair share; a tie goes to the earliest), while
-    the deployment's `free` nodes last (None: no cap), strictly: the first that does not fit ends it."""
+    the deployment's `free` nodes last (None: no cap), strictly: the first that does not fit ends it. A job whose
+    instance family's cap (`by_family`: free nodes per capped family) has no room for it ends its own owner's
+    turn only (its line is strict; the others' jobs may be of other families)."""
     heads = {r.queue()[0].owner: (r.used(), deque(next_up(r, quota))) for r in lines if r.waiting}
     used = {owner: float(held) for owner, (held, _) in heads.items()}
+    room = dict(by_family or {})
     out: list[Reservation] = []
     while any(q for _, q in heads.values()):
         owner = min((o for o, (_, q) in heads.items() if q),
@@ -78,10 +82,14 @@ def fair_order(lines: list[AdmissionRecord], quota: Quota, weights: Callable[[st
         waiter = heads[owner][1][0]
         if free is not None and waiter.nodes > free:
             break
+        if any(waiter.nodes > room.get(f, waiter.nodes) for f in waiter.families):
+            heads[owner][1].clear()
+            continue
         heads[owner][1].popleft()
         out.append(waiter)
         used[owner] += waiter.nodes
         free = None if free is None else free - waiter.nodes
+        room.update({f: room[f] - waiter.nodes for f in waiter.families if f in room})
     return out
 
 

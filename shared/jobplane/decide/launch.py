@@ -92,6 +92,7 @@ class LaunchSnapshot:
     record: JobRecord
     policy: Policy
     over_quota: str | None = None  # why the admission refused the attempt (jobplane.decide.admission), if it did
+    over_budget: str | None = None  # why its owner's budget stops it (jobplane.decide.budget), if it does
     agents: tuple[agent_bundle.Variant, ...] = ()  # the deployment's agent bundles (its manifest)
     agent_problem: str | None = None  # why the manifest could not be read ("is missing", "is unreadable (...)")
     tried: tuple[Tried, ...] = ()  # the cloud's answers so far, in order
@@ -118,7 +119,7 @@ class Wait:
     waits: int  # consecutive waits of this attempt, this one included
     until: datetime  # the backstop retries from then on
     spot_refused_at: datetime | None = None  # the attempt's first refusal of Spot everywhere, if any
-    cause: LaunchCause = field(kw_only=True)  # NO_CAPACITY or OVER_QUOTA
+    cause: LaunchCause = field(kw_only=True)  # NO_CAPACITY, OVER_QUOTA or OVER_BUDGET
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,10 @@ def decide(snap: LaunchSnapshot, now: datetime) -> Step:
     over = snap.over_quota
     if over:
         return backoff(record, policy, now, reason=over, error=over, cause=LaunchCause.OVER_QUOTA)
+    if spent := snap.over_budget:  # a new job of an owner at its budget: refused, or it waits for the next month
+        if policy.budgets.on_exceeded == "refuse":
+            return Fail(f"refused: {spent}", LaunchCause.OVER_BUDGET)
+        return backoff(record, policy, now, reason=spent, error=spent, cause=LaunchCause.OVER_BUDGET)
     if snap.agent_problem is not None:
         return Fail(f"no agent bundle in this deployment: {snap.agent_problem}; {DEPLOY_AGENT}", LaunchCause.NO_AGENT)
     rejected = next((t for t in snap.tried if t.rejected), None)

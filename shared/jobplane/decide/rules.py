@@ -104,6 +104,7 @@ class LaunchCause(StrEnum):
     LAUNCHED = "launched"  # the attempt's VMs are recorded (launched, or adopted after its launcher died)
     NO_CAPACITY = "no-capacity"  # every zone and instance type refused: WAITING_CAPACITY
     OVER_QUOTA = "over-quota"  # the owner's instance quota: WAITING_CAPACITY
+    OVER_BUDGET = "over-budget"  # the owner's budget this month: FAILED, or WAITING_CAPACITY (budgets.on_exceeded)
     MAX_WAIT = "max-wait"  # still no capacity (or quota) at max_wait: FAILED
     NO_AGENT = "no-agent-bundle"  # the deployment has no agent bundle for the VMs: FAILED
     REJECTED = "launch-rejected"  # the cloud refused the request itself (an image, an account quota): FAILED

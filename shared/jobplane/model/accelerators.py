@@ -86,20 +86,26 @@ def _n1(instance_type: str) -> bool:
     return instance_type.startswith("n1-")
 
 
+def family(cloud: str, instance_type: str) -> str:
+    """An instance type's family: EC2's before the dot (p4d.24xlarge: p4d), GCE's before the first dash
+    (a2-highgpu-1g: a2)."""
+    return instance_type.split("-")[0] if cloud == "gcp" else instance_type.partition(".")[0]
+
+
 def _built_in(cloud: str, instance_type: str) -> tuple[str, int | None] | None:
     """(GPU, count or None if unknown) an instance type comes with; None if it has none known here."""
     if cloud == "gcp":
-        family = instance_type.split("-")[0]
-        if family not in _GCE_BUILT_IN:
+        kind = family(cloud, instance_type)
+        if kind not in _GCE_BUILT_IN:
             return None
-        if family == "g2":
+        if kind == "g2":
             return "L4", _G2_COUNTS.get(instance_type.rsplit("-", 1)[-1], 1)
         m = re.search(r"-(\d+)g$", instance_type)
-        return _GCE_BUILT_IN[family], int(m.group(1)) if m else None
-    family, _, size = instance_type.partition(".")
-    if family not in _EC2:
+        return _GCE_BUILT_IN[kind], int(m.group(1)) if m else None
+    kind, _, size = instance_type.partition(".")
+    if kind not in _EC2:
         return None
-    model, counts = _EC2[family]
+    model, counts = _EC2[kind]
     return model, counts.get(size, 1)
 
 

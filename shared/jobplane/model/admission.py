@@ -5,7 +5,10 @@ policy sets max_active_instances, one for the deployment (`admission/deployment.
 reservation in each from its admission (before any VM is asked for) until the attempt ends: a job is admitted
 only by the write that adds its reservation, so no two launcher runs can both fill the last slot (a count of
 live VMs, checked and then acted on, let four runs at once launch four jobs into a quota of two). An owner's
-record also keeps the jobs waiting for its quota, so they are admitted in order (jobplane.decide.admission).
+record also keeps the jobs waiting for its quota, so they are admitted in order (jobplane.decide.admission), and
+what the owner's ended attempts cost this calendar month (UTC): its budget's spend (jobplane.decide.budget) is that
+plus its reservations' instance time so far at the hourly price estimated at their admission, so an admission or a
+check reads it with the record it reads anyway.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from jobplane.model.records import Record
+from jobplane.model.usage import InstanceSpan, billed_seconds
+
+MAX_USD = 1e9  # a month's spend, a budget and an hourly rate are bounded by it
 
 
 class Reservation(BaseModel):
@@ -28,9 +34,16 @@ class Reservation(BaseModel):
     nodes: int = Field(ge=1, le=10_000)
     at: datetime
     capped: bool = False  # in an owner's record: the attempt holds a reservation in the deployment's record too
+    families: tuple[str, ...] = ()  # in an owner's record: the instance families' records it holds one in too
     submitted: datetime | None = None  # the job's submission: the order it waits in (None: records before it)
     priority: int = Field(0, ge=-1_000_000, le=1_000_000)  # its priority class's value (Policy.priority)
     deadline: datetime | None = None  # a waiting job's max_wait: no attempt starts after it (the backstop fails it)
+    rate: float | None = Field(None, ge=0, le=MAX_USD)  # USD an hour for all its nodes, estimated at its admission
+
+    def running_usd(self, now: datetime, since: datetime) -> float:
+        """What it has cost since `since` while it holds its nodes (jobplane.views.cost's billing rule, its
+        admission standing in for its VMs' launch: the attempt's end charges what its VMs really ran)."""
+        return (self.rate or 0.0) * billed_seconds(InstanceSpan(id=self.job_id, start=self.at), now, since) / 3600
 
     @property
     def order(self) -> tuple[int, datetime, str]:
@@ -44,6 +57,25 @@ class AdmissionRecord(Record):
     what: ClassVar[str] = "admission record"
     reservations: tuple[Reservation, ...] = ()  # written without defaults: a record of 1,000 waiting stays small
     waiting: tuple[Reservation, ...] = ()  # refused for want of nodes: their next attempts go in this order
+    owner: str | None = Field(None, max_length=63)  # whose spend `spent` is (an owner's record, once charged)
+    month: str | None = None  # "2026-11": the calendar month (UTC) `spent` counts
+    spent: float = Field(0.0, ge=0, le=MAX_USD)  # USD of the attempts that ended in it, their instance time in it
+
+    def spend(self, now: datetime) -> float:
+        """USD this month so far: the ended attempts' and the reservations' (an estimate, as `jobplane cost` is)."""
+        start = month_start(now)
+        return (self.spent if self.month == month_of(now) else 0.0) + sum(
+            r.running_usd(now, start) for r in self.reservations)
+
+    def charged(self, owner: str, usd: float, now: datetime) -> AdmissionRecord:
+        """With `usd` more spent by `owner` this month (a new month starts from it)."""
+        base = self.spent if self.month == month_of(now) else 0.0
+        return self.model_copy(update={"owner": owner, "month": month_of(now),
+                                       "spent": min(MAX_USD, round(base + usd, 6))})
+
+    def whose(self) -> str | None:
+        """The owner of this (an owner's) record, as it names it."""
+        return self.owner or next((r.owner for r in (*self.reservations, *self.waiting)), None)
 
     def used(self, *, besides: str | None = None) -> int:
         """Nodes held, not counting job `besides` (an attempt being admitted replaces its job's earlier one)."""
@@ -76,3 +108,12 @@ class AdmissionRecord(Record):
         """With `reservation` waiting, in place of any earlier wait of its job."""
         job_id = reservation.job_id
         return self.model_copy(update={"waiting": (*(r for r in self.waiting if r.job_id != job_id), reservation)})
+
+
+def month_of(now: datetime) -> str:
+    return f"{now:%Y-%m}"
+
+
+def month_start(now: datetime) -> datetime:
+    """The first instant of `now`'s calendar month (in its zone: UTC for every time jobplane keeps)."""
+    return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)

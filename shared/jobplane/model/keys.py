@@ -46,6 +46,8 @@ AFTER = "after/"  # after/<dependency>/<job>: a job waiting for another to end (
 ADMISSION = "admission/"  # the admission records: who holds which nodes of a quota (jobplane.model.admission)
 ADMISSION_DEPLOYMENT = f"{ADMISSION}deployment.json"  # the deployment-wide cap's, when the policy sets one
 ADMISSION_OWNERS = f"{ADMISSION}owners/"
+ADMISSION_FAMILIES = f"{ADMISSION}families/"  # an instance family's cap's (max_active_by_family)
+BUDGET_NOTICES = "budget-notices/"  # <YYYY-MM>/<owner>.<level>: an owner was told its spend reached a level
 POLICY = "config/policy.yaml"
 DEFAULT_OWNER = "default"  # the owner of a drop straight under queue/ (a single-team deployment)
 AGENT = f"{SYSTEM}agent/"  # the agent bundles and their manifest (jobplane.boot.agent_bundle)
@@ -129,6 +131,16 @@ def waiting_for(dependency: str, job_id: str = "") -> str:
 def admission_owner(owner: str) -> str:
     """The admission record of one owner's quota (max_active_instances_per_owner)."""
     return f"{ADMISSION_OWNERS}{owner}.json"
+
+
+def admission_family(family: str) -> str:
+    """The admission record of one instance family's cap (max_active_by_family)."""
+    return f"{ADMISSION_FAMILIES}{family}.json"
+
+
+def budget_notice(month: str, owner: str, level: str) -> str:
+    """Written create-only by the run that tells `owner` its spend reached `level` in `month`: told once."""
+    return f"{BUDGET_NOTICES}{month}/{owner}.{level}"
 
 
 def code_folder(owner: str) -> str:

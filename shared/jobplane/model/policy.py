@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from jobplane.model import images
+from jobplane.model import accelerators, images
 from jobplane.model.errors import FieldError, SpecError, from_validation_error
 from jobplane.model.spec import (
     DAY,
@@ -109,6 +109,23 @@ class PriorityClass(_Model):
     owners: list[str] | None = Field(None, max_length=1000, description="the owners who may use it; unset: all")
 
 
+class BudgetPolicy(_Model):
+    """Dollars each owner may spend a calendar month (UTC), by jobplane's estimate of instance time (as `jobplane
+    cost` estimates it)."""
+
+    monthly_usd: dict[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,62}$")],
+                      Annotated[float, Field(gt=0, le=1e9)]] = Field(
+        default_factory=dict, max_length=1000, description="owner -> USD a month; an owner not named has no budget")
+    warn_at_percent: int = Field(80, ge=1, le=100, description="a notification, once an owner a month, when its "
+                                                               "spend reaches this percent of its budget")
+    on_exceeded: Literal["refuse", "wait"] = Field(
+        "refuse", description="a new job of an owner at or past its budget: refuse (it ends FAILED with the figures) "
+                              "or wait in its owner's line until the next month (or its max_wait)")
+
+    def limit(self, owner: str) -> float | None:
+        return self.monthly_usd.get(owner)
+
+
 class Policy(_Model):
     allowed_instance_types: list[str] = Field(default_factory=lambda: ["*"], description="glob patterns")
     max_nodes_per_job: int = Field(16, ge=1)
@@ -127,6 +144,10 @@ class Policy(_Model):
                                                 "at once (launching, running, preempted for a rerun, held for a look)")
     max_active_instances: int | None = Field(None, ge=1, le=100_000, description="nodes all owners' jobs together may "
                                              "hold at once; unset: no deployment-wide cap")
+    max_active_by_family: dict[Annotated[str, Field(pattern=r"^[a-z][a-z0-9]{0,15}$")],
+                               Annotated[int, Field(ge=1, le=100_000)]] = Field(
+        default_factory=dict, max_length=100, description="instance family -> nodes all owners' jobs of that family "
+                                                          "may hold at once (p4d: p4d.24xlarge; a2: a2-highgpu-1g)")
     owner_weights: dict[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,62}$")],
                         Annotated[float, Field(gt=0, le=1000)]] = Field(
         default_factory=dict, max_length=1000, description="fair share under max_active_instances: when the cap "
@@ -134,6 +155,7 @@ class Policy(_Model):
                                                            "next; an owner not named weighs 1")
     priority_classes: dict[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,62}$")], PriorityClass] = Field(
         default_factory=dict, max_length=100, description="name -> {value, owners}: the priorities specs may name")
+    budgets: BudgetPolicy = Field(default_factory=BudgetPolicy)
     aws: AwsPlacement = Field(default_factory=AwsPlacement)
     gcp: GcpPlacement = Field(default_factory=GcpPlacement)
     safety: SafetyPolicy = Field(default_factory=SafetyPolicy)
@@ -161,6 +183,12 @@ class Policy(_Model):
         """Attempts the job may have in all: its first, max_restarts reruns and retry.max retries, within the
         policy's max_attempts_per_job (lowered since the job was accepted, it still holds)."""
         return min(spec.attempts, self.max_attempts_per_job)
+
+    def families(self, spec: JobSpec) -> list[str]:
+        """The capped instance families (max_active_by_family) the spec's instance types are of: its attempts hold a
+        place in each, since which type it gets is decided at launch."""
+        return sorted({f for t in spec.instance_types if (f := accelerators.family(spec.cloud, t))
+                       in self.max_active_by_family})
 
     def weight(self, owner: str) -> float:
         return self.owner_weights.get(owner, 1.0)
@@ -234,6 +262,10 @@ def check_against_policy(spec: JobSpec, policy: Policy) -> list[FieldError]:
     if cap is not None and spec.num_nodes > cap:
         errors.append(FieldError("num_nodes", f"{spec.num_nodes} nodes can never fit the deployment's cap of {cap} "
                                               "active instances (max_active_instances)"))
+    for kind in policy.families(spec):
+        if spec.num_nodes > (limit := policy.max_active_by_family[kind]):
+            errors.append(FieldError("num_nodes", f"{spec.num_nodes} nodes can never fit the cap of {limit} active "
+                                                  f"instances of family {kind} (max_active_by_family.{kind})"))
     if spec.sweep is not None and spec.sweep.max_parallel * spec.num_nodes > policy.max_active_instances_per_owner:
         errors.append(FieldError("sweep.max_parallel", f"{spec.sweep.max_parallel} trials of {spec.num_nodes} "
                                                        f"node(s) at once can never fit the owner quota of "

@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 Market = Literal["spot", "on-demand"]
+MIN_BILLED_S = 60  # EC2 and Compute Engine bill Linux VMs per second with a one-minute minimum
 
 
 class InstanceSpan(BaseModel):
@@ -43,6 +44,25 @@ class AttemptUsage(BaseModel):
     @property
     def open(self) -> bool:
         return any(span.end is None for span in self.instances)
+
+    def billed_hours(self, now: datetime, since: datetime | None = None) -> float:
+        """Instance-hours to charge for this attempt (billed_seconds of each instance)."""
+        return sum(billed_seconds(s, now, since) for s in self.instances) / 3600
+
+
+def billed_seconds(span: InstanceSpan, now: datetime, since: datetime | None = None) -> float:
+    """Seconds of this instance to charge: launch to end (or now), at least a minute; with `since`, only the
+    part after it (the minimum applies to instances launched after it)."""
+    end = span.end or now
+    if since is not None and span.start < since:
+        return max(0.0, (end - since).total_seconds())
+    return max(float(MIN_BILLED_S), (end - span.start).total_seconds())
+
+
+def spent(usage: Sequence[AttemptUsage], attempts: range, now: datetime, since: datetime | None = None) -> float:
+    """USD the priced attempts in `attempts` cost (after `since`): jobplane.views.cost's estimate, which a budget
+    (jobplane.model.admission) adds up as attempts end."""
+    return sum(u.billed_hours(now, since) * u.price for u in usage if u.attempt in attempts and u.price is not None)
 
 
 def close(usage: Sequence[AttemptUsage], current: int | None, now: datetime) -> list[AttemptUsage]:

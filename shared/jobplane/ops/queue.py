@@ -1,7 +1,7 @@
 """Where waiting jobs stand (`jobplane queue`, Client.queue): each owner's line in admission order, with why each
 job waits, and the jobs waiting for their `after:`. Read from listings and the admission records: one listing of
-active/ and of after/, one of the owners' records and a GET each, the policy, and the record of each job waiting
-for a dependency (few: a job in a line costs no GET).
+active/ and of after/, one of the owners' records and a GET each, a GET of each capped instance family's record,
+the policy, and the record of each job waiting for a dependency (few: a job in a line costs no GET).
 """
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from jobplane.decide import budget
 from jobplane.model import keys
+from jobplane.model.clock import utcnow
 from jobplane.model.states import State
 from jobplane.store import admission
 from jobplane.store.registry import JobNotFound, Registry
@@ -32,11 +34,13 @@ class Standing:
                 "nodes": self.nodes, "submitted": self.since.isoformat() if self.since else None, "why": self.why}
 
 
-def standing(reg: Registry, owner: str | None = None) -> list[Standing]:
+def standing(reg: Registry, owner: str | None = None, now: datetime | None = None) -> list[Standing]:
     """Every waiting job (or one owner's), each owner's line in the order it goes, then the dependency waits."""
+    now = now or utcnow()
     states = {job_id: markers[-1].state for job_id, markers in reg.active().items() if markers}
     policy = reg.policy()
     limit = policy.max_active_instances_per_owner
+    family_used = {f: admission.read(reg, keys.admission_family(f))[0].used() for f in policy.max_active_by_family}
     out: list[Standing] = []
     for key, _, _ in list(reg.listing(keys.ADMISSION_OWNERS)):
         record = admission.read(reg, key)[0]
@@ -44,10 +48,17 @@ def standing(reg: Registry, owner: str | None = None) -> list[Standing]:
         if not line or (owner is not None and line[0].owner != owner):
             continue
         used = record.used()
+        spent = budget.exceeded(line[0].owner, record, policy, now) if policy.budgets.on_exceeded == "wait" else None
         for n, waiter in enumerate(line):
             ahead = f"{n} earlier job{'s' * (n > 1)} first; " if n else ""
+            why = f"quota: {ahead}{used} of {limit} nodes in use by {waiter.owner}"
+            full = [f for f in waiter.families if f in family_used
+                    and family_used[f] + waiter.nodes > policy.max_active_by_family[f]]
+            if full and not n:  # the head of the line waits for its family's cap
+                why = f"family cap: {family_used[full[0]]} of {policy.max_active_by_family[full[0]]} {full[0]} " \
+                      f"nodes in use (max_active_by_family.{full[0]})"
             out.append(Standing(waiter.job_id, waiter.owner, n + 1, waiter.priority, waiter.nodes, waiter.submitted,
-                                f"quota: {ahead}{used} of {limit} nodes in use by {waiter.owner}"))
+                                spent.reason if spent is not None else why))
     waits: dict[str, list[str]] = {}
     for key, _, _ in reg.listing(keys.AFTER):
         dependency, _, job_id = key.removeprefix(keys.AFTER).partition("/")

@@ -8,15 +8,16 @@ import dataclasses
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from jobplane.decide.budget import Standing as Budget
 from jobplane.model.errors import FieldError
 from jobplane.model.states import LIVE, State
-from jobplane.ops import backend, jobs, queue, tensorboard
+from jobplane.ops import backend, budgets, jobs, queue, tensorboard
 from jobplane.sdk.connection import Connection
 from jobplane.sdk.errors import ConfigurationError, InvalidSpec, Refused, translated
 from jobplane.sdk.job import Job
@@ -244,6 +245,12 @@ class Client:
             raise ValueError(f"by={by!r}: use one of {', '.join(cost.GROUPS)} or label:KEY")
         with translated():
             return jobs.cost_rows(self._registry, by, since, now)
+
+    def budgets(self, *, now: datetime | None = None) -> builtins.list[Budget]:
+        """Each owner with a budget in the policy: its spend this calendar month (UTC) against it, as the admission
+        counts it (`.owner`, `.spent`, `.budget`, `.percent`, `.figures`: '$412.10 of $500.00 this month (82%)')."""
+        with translated():
+            return budgets.standings(self._registry, now or datetime.now(UTC))
 
     def tensorboard(self, job_ids: Iterable[str], dest: str | Path) -> TensorBoardCopy:
         """A local copy of these jobs' TensorBoard runs under dest (one run per job and attempt:

@@ -9,13 +9,16 @@ record back, finds its change there and stops.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import TypeVar
 
 from jobplane.clouds.base import NotFound, PreconditionFailed
 from jobplane.model import keys
-from jobplane.model.admission import AdmissionRecord
+from jobplane.model.admission import AdmissionRecord, month_start
+from jobplane.model.clock import utcnow
 from jobplane.model.records import RecordError
+from jobplane.model.usage import AttemptUsage, spent
 from jobplane.store.rooted import CAS_RETRIES, RegistryError, RootedStore, backoff
 
 log = logging.getLogger("jobplane.admission")
@@ -64,17 +67,35 @@ def _dropping(job_ids: set[str], *, waiting: bool = True,
     return drop
 
 
-def release(objects: RootedStore, owner: str, job_id: str, *, ended: bool = False) -> bool:
+def _charging(job_id: str, usage: Sequence[AttemptUsage], now: datetime, *, waiting: bool,
+              ) -> Callable[[AdmissionRecord], tuple[AdmissionRecord | None, bool]]:
+    """Drop the job's reservation, charging the owner's month with what its attempts since the reserved one cost
+    in it, in the same write: a resent write finds the reservation gone and charges nothing twice."""
+    def drop(record: AdmissionRecord) -> tuple[AdmissionRecord | None, bool]:
+        new = record.without({job_id}, waiting=waiting)
+        held = record.of(job_id)
+        if held is not None:
+            new = new.charged(held.owner, spent(usage, range(held.attempt, 1 << 30), now, month_start(now)), now)
+        return (new, True) if new != record else (None, False)
+    return drop
+
+
+def release(objects: RootedStore, owner: str, job_id: str, *, ended: bool = False,
+            usage: Sequence[AttemptUsage] = (), now: datetime | None = None) -> bool:
     """The job's attempt no longer holds nodes: its reservation leaves the owner's record (one GET, and a write
-    when it was there) and the deployment's when it held one there; a job that `ended` leaves the owner's queue
-    too. Whether the owner's record changed."""
+    when it was there), its `usage` charged to the owner's month as of `now`, and the deployment's and its instance
+    families' when it held one there; a job that `ended` leaves the owner's queue too. Whether the owner's record
+    changed."""
     record = read(objects, keys.admission_owner(owner))[0]
     found = record.of(job_id)
     if found is None and not (ended and record.waiter(job_id)):
         return False
     if found is not None and found.capped:  # the deployment's first: a crash in between leaves only an owner's
         change(objects, keys.ADMISSION_DEPLOYMENT, _dropping({job_id}))  # reservation, which the pass reclaims
-    dropped = change(objects, keys.admission_owner(owner), _dropping({job_id}, waiting=ended))
+    for family in found.families if found is not None else ():  # the same for the instance families' caps
+        change(objects, keys.admission_family(family), _dropping({job_id}))
+    dropped = change(objects, keys.admission_owner(owner),
+                     _charging(job_id, usage, now or utcnow(), waiting=ended))
     log.info("released %s's nodes (%s)", job_id, owner, extra={"job_id": job_id})
     return dropped
 

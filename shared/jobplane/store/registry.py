@@ -235,7 +235,7 @@ class Registry(RootedStore):
         from jobplane.store import admission  # only an attempt's end releases one (and a cold start loads none)
 
         try:
-            admission.release(self, new.owner, new.id, ended=new.state in TERMINAL)
+            admission.release(self, new.owner, new.id, ended=new.state in TERMINAL, usage=new.usage, now=now)
         except Exception:
             log.exception("could not release %s's admission", new.id, extra={"job_id": new.id})
 

@@ -17,9 +17,12 @@ from typing import Any
 from jobplane.model import prices
 from jobplane.model.jobrecord import JobRecord
 from jobplane.model.policy import Policy
-from jobplane.model.usage import AttemptUsage, InstanceSpan
 
-MIN_BILLED_S = 60
+# the billing rule lives with the usage it bills, where a budget (model.admission) sums it too
+from jobplane.model.usage import MIN_BILLED_S as MIN_BILLED_S
+from jobplane.model.usage import AttemptUsage
+from jobplane.model.usage import billed_seconds as billed_seconds
+
 ESTIMATED = "estimated"
 # Where an attempt's hourly price came from.
 SPOT_HISTORY = "spot price history"
@@ -54,15 +57,6 @@ def _listed(cloud: str, instance_type: str, policy: Policy) -> tuple[float, str]
     return (table[instance_type], TABLE) if instance_type in table else None
 
 
-def billed_seconds(span: InstanceSpan, now: datetime, since: datetime | None = None) -> float:
-    """Seconds of this instance to charge: launch to end (or now), at least a minute; with `since`, only the
-    part after it (the minimum applies to instances launched after it)."""
-    end = span.end or now
-    if since is not None and span.start < since:
-        return max(0.0, (end - since).total_seconds())
-    return max(float(MIN_BILLED_S), (end - span.start).total_seconds())
-
-
 @dataclass(frozen=True)
 class Cost:
     """Instance time and its estimated price. unpriced counts attempts whose hourly price is unknown: their
@@ -79,7 +73,7 @@ class Cost:
 
 
 def attempt_cost(used: AttemptUsage, now: datetime, since: datetime | None = None) -> Cost:
-    hours = sum(billed_seconds(s, now, since) for s in used.instances) / 3600
+    hours = used.billed_hours(now, since)
     return Cost(usd=hours * used.price if used.price is not None else 0.0, instance_hours=hours,
                 unpriced=int(used.price is None), running=used.open)
 

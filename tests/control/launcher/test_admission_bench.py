@@ -32,3 +32,7 @@ def test_admission_costs_the_same_calls_with_3_or_12_jobs_waiting() -> None:
     assert few["check"]["job_record_gets"] == 1, "the one job launching; none for the healthy or the waiting"
     assert few["next_launched_after_s"] == 0.0, "the check that ended a job launched the next"
     assert few["record_bytes"] < more["record_bytes"] < 12 * 300
+    later, told = few["check_later"], few["check_budget_told"]
+    assert (told["calls"]["LIST"], told["job_record_gets"]) == (later["calls"]["LIST"] + 1, later["job_record_gets"]), \
+        "an owner past a level of its budget: one listing of the month's notices a check, no job read"
+    assert few["check_budget_due"]["total"] == few["check_budget_told"]["total"] + 1, "the notice's marker, once"

@@ -7,31 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from jobplane.control import launcher
 from jobplane.model import keys
-from jobplane.model.states import State
 from tests.control.reconcile.day import Day
-
-SPEC = b"run: python3 train.py\ninstance_type: t3.micro\n"
-
-
-def drop(day: Day, owner: str, job_id: str) -> launcher.Result:
-    key = keys.queue_entry(job_id, owner, "yaml")
-    day.store.put(day.reg.key(key), SPEC)
-    return launcher.handle_drop(day.context(), key, now=day.clock()).result
-
-
-def ends(day: Day, job_id: str, hhmm: str) -> list[str]:
-    """At hhmm every job with VMs beats, this one exits 0 and its exit report's sweep runs: the jobs it launched."""
-    day.at(hhmm)
-    before = len(day.compute.launches)
-    for live in {inst.job_id for inst in day.compute.list_managed()}:  # every job running beats
-        day.beat(str(live))
-    day.sweeper()
-    day.exits(job_id, 0, 0)
-    day.sweeper(jobs=[job_id])
-    assert day.job(job_id).state == State.SUCCEEDED
-    return [r.job_id for r in day.compute.launches[before:]]
 
 
 @pytest.mark.parametrize(("weights", "after_a1", "after_a2"), [
@@ -41,12 +18,12 @@ def ends(day: Day, job_id: str, hhmm: str) -> list[str]:
 def test_a_freed_slot_goes_to_the_owner_furthest_below_its_share(day: Day, weights: str, after_a1: list[str],
                                                                   after_a2: list[str]) -> None:
     day.reg.put(keys.POLICY, f"max_active_instances_per_owner: 4\nmax_active_instances: 4\n{weights}".encode())
-    assert [drop(day, "team-a", f"a{n}") for n in (1, 2, 3, 4)] == ["launched"] * 4
+    assert [day.drop("team-a", f"a{n}") for n in (1, 2, 3, 4)] == ["launched"] * 4
     day.at("12:01")
-    assert [drop(day, "team-b", f"b{n}") for n in (1, 2, 3)] == ["waiting"] * 3
+    assert [day.drop("team-b", f"b{n}") for n in (1, 2, 3)] == ["waiting"] * 3
     assert day.job("b1").reason == ("the deployment has 4 active instances; 1 more would exceed the quota of 4 "
                                     "(max_active_instances)")
     day.at("12:02")
-    assert drop(day, "team-a", "a5") == "waiting", "the cap is full"
-    assert ends(day, "a1", "12:10") == after_a1
-    assert ends(day, "a2", "12:20") == after_a2
+    assert day.drop("team-a", "a5") == "waiting", "the cap is full"
+    assert day.ends("a1", "12:10") == after_a1
+    assert day.ends("a2", "12:20") == after_a2

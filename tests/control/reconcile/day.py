@@ -17,6 +17,7 @@ from jobplane.agent.run import Outcome, hold_for
 from jobplane.clouds.memory import Clock, MemoryCompute, MemoryStore
 from jobplane.control import launcher, reconcile, scheduled
 from jobplane.deployment.context import Context
+from jobplane.deployment.notify import Notify
 from jobplane.deployment.telemetry import CountingMetrics
 from jobplane.model import keys, records
 from jobplane.model.jobrecord import JobRecord
@@ -36,6 +37,7 @@ class Day:
     reg: Registry
     metrics: CountingMetrics = field(default_factory=CountingMetrics)
     swept: list[sweeps.Outcome] = field(default_factory=list)  # what the last sweeper run did to sweeps
+    notify: Notify | None = None  # what the runs publish through (the check's idle-GPU and budget notices)
 
     def at(self, hhmm: str) -> None:
         self.clock.at(hhmm)
@@ -48,6 +50,25 @@ class Day:
         key = keys.queue_entry(job_id, keys.DEFAULT_OWNER, "yaml")
         self.store.put(self.reg.key(key), text.encode())
         return launcher.handle_drop(self.context(), key, now=self.clock()).result
+
+    def drop(self, owner: str, job_id: str, instance_type: str = "t3.micro") -> launcher.Result:
+        """An owner's drop in queue/<owner>/ and the launcher's run on its event; returns the launcher's outcome."""
+        key = keys.queue_entry(job_id, owner, "yaml")
+        self.store.put(self.reg.key(key), f"run: python3 train.py\ninstance_type: {instance_type}\n".encode())
+        return launcher.handle_drop(self.context(), key, now=self.clock()).result
+
+    def ends(self, job_id: str, hhmm: str) -> list[str]:
+        """At hhmm every job with VMs beats, this one exits 0 and its exit report's check runs (it ends SUCCEEDED):
+        the jobs that check launched."""
+        self.at(hhmm)
+        before = len(self.compute.launches)
+        for live in {inst.job_id for inst in self.compute.list_managed()}:
+            self.beat(str(live))
+        self.sweeper()
+        self.exits(job_id, 0, 0)
+        self.sweeper(jobs=[job_id])
+        assert self.job(job_id).state == State.SUCCEEDED
+        return [r.job_id for r in self.compute.launches[before:]]
 
     def started(self, job_id: str, spec: str = "", **fields: Any) -> JobRecord:
         """Submitted now; a minute later every rank beats and the check sees the job RUNNING."""
@@ -107,7 +128,7 @@ class Day:
 
     def context(self) -> Context:
         """What the functions run with: this day's registry and cloud, the policy as it is now."""
-        return Context(self.reg, self.compute, self.reg.policy(), self.metrics)
+        return Context(self.reg, self.compute, self.reg.policy(), self.metrics, self.notify)
 
     # ---- what a user and the cloud console show ----------------------------------------------------
     def job(self, job_id: str) -> JobRecord:

@@ -1,0 +1,112 @@
+"""Budgets: pure decisions over an owner's spend this month, its budget and the policy (`budgets:`).
+
+The spend is the owner's admission record's (jobplane.model.admission: its ended attempts' cost this month plus its
+reservations' so far, by jobplane.views.cost's estimate), read by the admission and the check with the record they
+read anyway. At `warn_at_percent` the owner is told once; at its budget a new job (one that has not run yet) is
+refused or waits in its owner's line until the month turns (`on_exceeded`). An attempt of a job that has run (a
+retry, a rerun) is no new spending decision and goes on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from jobplane.decide import admission
+from jobplane.model.admission import AdmissionRecord, Reservation, month_start
+from jobplane.model.policy import Policy
+from jobplane.model.usage import AttemptUsage, spent
+
+
+@dataclass(frozen=True)
+class Standing:
+    owner: str
+    spent: float  # USD this month so far
+    budget: float  # USD a month
+
+    @property
+    def percent(self) -> float:
+        return 100 * self.spent / self.budget
+
+    def level(self, policy: Policy) -> Level:
+        if self.spent >= self.budget:
+            return Level.EXCEEDED
+        return Level.WARNING if self.percent >= policy.budgets.warn_at_percent else Level.OK
+
+    def as_json(self) -> dict[str, object]:
+        return {"budget_usd": self.budget, "spent_this_month_usd": round(self.spent, 6),
+                "budget_percent": round(self.percent, 2)}
+
+    @property
+    def figures(self) -> str:
+        """'$512.00 of $500.00 this month (102%)'."""
+        return f"${self.spent:,.2f} of ${self.budget:,.2f} this month ({self.percent:.0f}%)"
+
+    @property
+    def reason(self) -> str:
+        """Why a job of an owner past its budget does not start: 'budget: $512.00 of $500.00 this month for
+        team-a'."""
+        return f"budget: ${self.spent:,.2f} of ${self.budget:,.2f} this month for {self.owner} (budgets.monthly_usd)"
+
+
+class Level(StrEnum):
+    """Where an owner's spend stands against its budget; each but OK is told once a month."""
+
+    OK = "ok"
+    WARNING = "warning"
+    EXCEEDED = "exceeded"
+
+
+def standing(owner: str, record: AdmissionRecord, policy: Policy, now: datetime) -> Standing | None:
+    """The owner's spend against its budget (None: the policy gives it none)."""
+    budget = policy.budgets.limit(owner)
+    return None if budget is None else Standing(owner, record.spend(now), budget)
+
+
+def exceeded(owner: str, record: AdmissionRecord, policy: Policy, now: datetime) -> Standing | None:
+    """The owner's standing when it is at or past its budget, else None."""
+    found = standing(owner, record, policy, now)
+    return found if found is not None and found.level(policy) == Level.EXCEEDED else None
+
+
+def admit(record: AdmissionRecord, want: Reservation, quota: admission.Quota, *, policy: Policy,
+          usage: list[AttemptUsage], now: datetime) -> tuple[AdmissionRecord | None, admission.Full | None]:
+    """decide.admission.admit behind the owner's budget: a job that has not run yet (no `usage`) and whose owner is
+    at its budget is refused (the record unchanged: it leaves the owner's line) or waits in the line, per
+    `on_exceeded`. An attempt that replaces its job's earlier reservation charges the month with what the attempts
+    since that one cost (as a release would have), in the same write."""
+    held = record.of(want.job_id)
+    if not usage and (held is None or held.attempt != want.attempt):
+        over = exceeded(want.owner, record, policy, now)
+        if over is not None:
+            if policy.budgets.on_exceeded == "refuse":
+                waited = record.waiter(want.job_id) is not None
+                return (record.without({want.job_id}) if waited else None), admission.Full(over.reason, budget=True)
+            waiting = record.waiter(want.job_id)
+            new = None if waiting is not None and waiting.attempt == want.attempt else record.queued(want)
+            return new, admission.Full(over.reason, budget=True)
+    new, full = admission.admit(record, want, quota)
+    if new is not None and held is not None and held.attempt < want.attempt and new.of(want.job_id) == want:
+        new = new.charged(want.owner, spent(usage, range(held.attempt, want.attempt), now, month_start(now)), now)
+    return new, full
+
+
+def open_lines(lines: list[AdmissionRecord], policy: Policy, now: datetime) -> list[AdmissionRecord]:
+    """The owners' lines a freed slot may take jobs from: with `on_exceeded: wait`, not those of owners at their
+    budget (their jobs wait for the next month); with `refuse`, every line (a job it admits is refused then)."""
+    if policy.budgets.on_exceeded != "wait":
+        return lines
+    return [r for r in lines if not r.waiting or exceeded(r.waiting[0].owner, r, policy, now) is None]
+
+
+def to_tell(lines: list[AdmissionRecord], policy: Policy, now: datetime) -> list[tuple[Standing, Level]]:
+    """The owners whose spend has reached a level worth telling (warning, exceeded) this month, from their
+    records."""
+    out: list[tuple[Standing, Level]] = []
+    for record in lines:
+        owner = record.whose()
+        found = standing(owner, record, policy, now) if owner is not None else None
+        if found is not None and (level := found.level(policy)) != Level.OK:
+            out.append((found, level))
+    return out

@@ -1,0 +1,101 @@
+"""Budgets' pure parts (issue 40): an owner's spend this calendar month from its admission record, the levels it is
+told at, the admission behind its budget, and the policy's fields with their bounds. On main none existed."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from jobplane.decide import admission, budget
+from jobplane.model.admission import AdmissionRecord, Reservation
+from jobplane.model.errors import SpecError
+from jobplane.model.policy import Policy, parse_policy
+from jobplane.model.usage import AttemptUsage, InstanceSpan
+
+NOW = datetime(2026, 11, 30, 23, 0, tzinfo=UTC)
+QUOTA = admission.Quota(4, "owner 'team-a'", "max_active_instances_per_owner")
+
+
+def policy(on_exceeded: str = "refuse") -> Policy:
+    return Policy.model_validate({"budgets": {"monthly_usd": {"team-a": 100}, "on_exceeded": on_exceeded}})
+
+
+def held(job_id: str, attempt: int = 1, at: datetime = NOW, rate: float | None = 6.0) -> Reservation:
+    return Reservation(job_id=job_id, attempt=attempt, owner="team-a", nodes=1, at=at, submitted=at, rate=rate)
+
+
+def used(attempt: int, start: datetime, end: datetime | None, price: float | None = 6.0) -> AttemptUsage:
+    return AttemptUsage(attempt=attempt, instance_type="t3.micro", market="on-demand", price=price,
+                        instances=[InstanceSpan(id=f"i-{attempt}", start=start, end=end)])
+
+
+def test_spend_is_this_months_ended_attempts_and_the_reservations_so_far() -> None:
+    record = AdmissionRecord(reservations=(held("a", at=NOW - timedelta(hours=2)), held("b", rate=None)))
+    record = record.charged("team-a", 40.0, NOW - timedelta(days=3))
+    assert record.spend(NOW) == pytest.approx(40 + 12), "a's 2 h at $6; b has no known price"
+    december = NOW + timedelta(hours=2)  # 01:00 on the 1st: November's $40 is not counted, a's hour of it is
+    assert record.spend(december) == pytest.approx(6)
+    assert record.charged("team-a", 5, december).model_dump(include={"month", "spent"}) == {
+        "month": "2026-12", "spent": 5}
+
+
+def test_levels_and_the_reason_carry_the_figures() -> None:
+    spent = {50.0: budget.Level.OK, 80.0: budget.Level.WARNING, 100.0: budget.Level.EXCEEDED,
+             512.0: budget.Level.EXCEEDED}
+    for usd, level in spent.items():
+        assert budget.Standing("team-a", usd, 100).level(policy()) == level
+    over = budget.Standing("team-a", 512, 500)
+    assert over.reason == "budget: $512.00 of $500.00 this month for team-a (budgets.monthly_usd)"
+    assert over.figures == "$512.00 of $500.00 this month (102%)"
+    assert budget.standing("team-b", AdmissionRecord(), policy(), NOW) is None, "no budget, no standing"
+
+
+def spent_record() -> AdmissionRecord:
+    return AdmissionRecord(waiting=(held("w"),)).charged("team-a", 100.0, NOW)
+
+
+def test_an_owner_at_its_budget_has_its_new_job_refused_or_waiting_but_a_job_that_ran_goes_on() -> None:
+    new, full = budget.admit(spent_record(), held("w"), QUOTA, policy=policy("refuse"), usage=[], now=NOW)
+    assert full == admission.Full("budget: $100.00 of $100.00 this month for team-a (budgets.monthly_usd)",
+                                  budget=True)
+    assert new is not None and new.waiting == (), "refused: it leaves the line"
+    new, full = budget.admit(spent_record(), held("x"), QUOTA, policy=policy("wait"), usage=[], now=NOW)
+    assert full is not None and full.budget and new is not None and [w.job_id for w in new.waiting] == ["w", "x"]
+    assert budget.admit(spent_record(), held("w"), QUOTA, policy=policy("wait"), usage=[], now=NOW)[0] is None, \
+        "already waiting: nothing to write"
+    rerun = budget.admit(spent_record().model_copy(update={"waiting": ()}), held("r", attempt=2), QUOTA,
+                         policy=policy(), usage=[used(1, NOW - timedelta(hours=1), NOW)], now=NOW)
+    assert rerun[1] is None and rerun[0] is not None and rerun[0].of("r") is not None
+
+
+def test_an_attempt_that_takes_its_jobs_place_charges_what_the_earlier_one_cost() -> None:
+    record = AdmissionRecord(reservations=(held("r", at=NOW - timedelta(hours=1)),))
+    usage = [used(1, NOW - timedelta(hours=1), NOW - timedelta(minutes=30)), used(2, NOW, None)]
+    new, full = budget.admit(record, held("r", attempt=2), QUOTA, policy=policy(), usage=usage, now=NOW)
+    assert full is None and new is not None
+    assert (new.spent, new.month, new.owner) == (pytest.approx(3.0), "2026-11", "team-a")
+    assert new.reservations == (held("r", attempt=2),)
+
+
+def test_with_wait_a_freed_slot_skips_the_lines_of_owners_at_their_budget() -> None:
+    lines = [spent_record(), AdmissionRecord(waiting=(held("v"),))]
+    assert budget.open_lines(lines, policy("wait"), NOW) == lines[1:]
+    assert budget.open_lines(lines, policy("refuse"), NOW) == lines, "refuse: the admission refuses them"
+    told = budget.to_tell([*lines, AdmissionRecord().charged("team-a", 85, NOW)], policy(), NOW)
+    assert [(s.owner, level) for s, level in told] == [("team-a", "exceeded"), ("team-a", "warning")]
+
+
+@pytest.mark.parametrize(("text", "field"), [
+    ("budgets: {monthly_usd: {team-a: 0}}", "budgets.monthly_usd"),
+    ("budgets: {monthly_usd: {team-a: 2e9}}", "budgets.monthly_usd"),
+    ("budgets: {monthly_usd: {Team A: 5}}", "budgets.monthly_usd.Team A"),
+    ("budgets: {warn_at_percent: 0}", "budgets.warn_at_percent"),
+    ("budgets: {warn_at_percent: 101}", "budgets.warn_at_percent"),
+    ("budgets: {on_exceeded: stop}", "budgets.on_exceeded"),
+    ("budgets: {monthly_usd: {}, limit: 5}", "budgets.limit"),
+])
+def test_policy_fields_are_bounded_and_errors_name_them(text: str, field: str) -> None:
+    with pytest.raises(SpecError) as refused:
+        parse_policy(text)
+    assert field in {e.path for e in refused.value.errors}, refused.value.errors
