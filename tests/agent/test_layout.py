@@ -59,6 +59,21 @@ def test_user_env_ours_win_and_channels_are_named_like_sagemaker(tmp_path: Path)
     assert [name for name in env if name.startswith("JOBPLANE_") and f"`{name}`" not in seen] == []  # all named
 
 
+def test_an_array_member_is_told_its_index_as_aws_batch_tells_it(tmp_path: Path) -> None:
+    member = parse_spec("instance_type: t3.micro\nrun: x\narray: {size: 8, index: 5}\nlabels: {array: a}\n",
+                        job_id="a-5")
+    cluster = Cluster(("10.0.0.1",), "10.0.0.1", 29500, 1)
+    env = user_env(spec=member, job_id="a-5", attempt=1, rank=0, cluster=cluster, layout=Layout(tmp_path),
+                   num_gpus=0, num_cpus=2, base={})
+    told = (env["JOBPLANE_ARRAY_INDEX"], env["AWS_BATCH_JOB_ARRAY_INDEX"], env["JOBPLANE_ARRAY_SIZE"])
+    assert told == ("5", "5", "8")
+    seen = (Path(__file__).resolve().parents[2] / "docs" / "spec.md").read_text().split("## What the training code")[1]
+    assert [name for name in env if name.startswith("JOBPLANE_") and f"`{name}`" not in seen] == []  # all named
+    plain = user_env(spec=parse_spec("instance_type: t3.micro\nrun: x\n"), job_id="j", attempt=1, rank=0,
+                     cluster=cluster, layout=Layout(tmp_path), num_gpus=0, num_cpus=2, base={})
+    assert not [name for name in plain if "ARRAY" in name]
+
+
 def test_hyperparameters_reach_the_script_as_sagemaker_hands_them_over(tmp_path: Path) -> None:
     spec = parse_spec("instance_type: t3.micro\nrun: x\nenv: {SM_HP_LR: mine}\n"
                       "hyperparameters: {epochs: 10, lr: 0.01, optimizer: adam, amp: true, layers: [64, 32],\n"

@@ -1,7 +1,8 @@
-"""`jobplane sweep ls | describe | cancel`, `jobplane ls` grouping a sweep's trials, and `jobplane cost --by
-label:sweep`, through click on both clouds (tests/registry_clouds.py). The CLI submits the sweep's spec;
-the launcher (the real one) records it and drops its first trials; the trials then run as test_cli_jobs' jobs
-do: records written as the launcher and the sweeper write them, with a price, so each has a cost."""
+"""`jobplane sweep ls | describe | cancel`, `jobplane ls` grouping a sweep's trials (and an array's members, which
+`jobplane cancel` cancels as one), and `jobplane cost --by label:sweep`, through click on both clouds
+(tests/registry_clouds.py). The CLI submits the sweep's spec; the launcher (the real one) records it and drops its
+first trials; the trials then run as test_cli_jobs' jobs do: records written as the launcher and the sweeper write
+them, with a price, so each has a cost."""
 
 from __future__ import annotations
 
@@ -33,11 +34,11 @@ SWEEP = ("sweep:\n  parameters:\n    lr: {loguniform: [0.0001, 0.1]}\n    batch:
          "  max_trials: 5\n  max_parallel: 2\n  objective: {metric: loss, goal: minimize}\n  seed: 3\n")
 
 
-def accepted(cloud: RegistryCloud, sweep_id: str) -> None:
-    """The launcher takes the sweep's drop: the sweep is recorded and its first trials dropped."""
+def accepted(cloud: RegistryCloud, sweep_id: str, kind: str = "sweep") -> None:
+    """The launcher takes the sweep's drop (or the array's): it is recorded and its first trials dropped."""
     region = "us-central1" if cloud.name == "gcp" else "us-east-1"
     ctx = Context(cloud.reg, MemoryCompute(cloud=cloud.name, region=region), cloud.reg.policy(), CountingMetrics())
-    assert launcher.handle_drop(ctx, keys.queue_entry(sweep_id), now=utcnow()).result == "sweep"
+    assert launcher.handle_drop(ctx, keys.queue_entry(sweep_id), now=utcnow()).result == kind
 
 
 def running(reg: Registry, job_id: str, price: float) -> None:
@@ -106,6 +107,37 @@ def test_a_sweep_is_listed_described_costed_and_cancelled(registry_cloud: Regist
     assert ended.exit_code == 0 and ended.stderr == "no live jobs or trials: --all lists the ended ones too\n"
     assert "lr-t001" in run("ls", "--trials", "--all").stdout
     assert [s["id"] for s in json.loads(run("sweep", "ls", "--all", "--json").stdout)] == ["lr"]
+
+
+def test_an_array_is_one_line_in_ls_and_cancelled_as_one(registry_cloud: RegistryCloud, reg: Registry,
+                                                          tmp_path: Path) -> None:
+    spec = tmp_path / "array.yaml"
+    spec.write_text(registry_cloud.spec("array: {size: 5, max_parallel: 2}\n"))
+    submitted = run("submit", str(spec), "--id", "arr")
+    assert submitted.exit_code == 0, submitted.output
+    assert submitted.stdout == "arr\n" and "its members are arr-0, arr-1, ..." in submitted.stderr
+    assert run("submit", str(spec), "--id", "arr2", "-f").exit_code == 1  # an array is not followed as a job
+    accepted(registry_cloud, "arr", kind="array")
+    running(reg, "arr-0", 0.5)
+    running(reg, "arr-1", 0.25)
+
+    rows = json.loads(run("ls", "--json").stdout)
+    assert [(r["id"], r["state"], r["members"]) for r in rows] == [("arr", "ARRAY", 2)]
+    assert rows[0]["cost"] == pytest.approx(0.75, rel=0.01) and "2 RUNNING" in rows[0]["reason"]
+    assert "jobplane cancel arr cancels them" in rows[0]["reason"] and "ARRAY" in run("ls").stdout
+    assert sorted(r["id"] for r in json.loads(run("ls", "--trials", "--json").stdout)) == ["arr-0", "arr-1"]
+    assert json.loads(run("sweep", "ls", "--json").stdout) == []  # sweeps alone
+    assert "no sweep 'arr' (arr is an array)" in run("sweep", "describe", "arr").output
+
+    cancelled = run("cancel", "arr")
+    assert cancelled.exit_code == 0, cancelled.output
+    assert cancelled.stdout == "arr CANCELLED (an array: its 2 members dropped so far, each not ended cancelled)\n"
+    assert [reg.job(j).state for j in ("arr-0", "arr-1")] == [State.CANCELLED, State.CANCELLED]
+    assert store.get(reg, "arr")[0].state == "CANCELLED" and store.live(reg) == []
+    again = run("cancel", "arr")
+    assert again.exit_code == 1 and "already CANCELLED" in again.output
+    unknown = run("cancel", "nope")
+    assert unknown.exit_code == 1 and "no job 'nope'" in unknown.output
 
 
 def test_an_unknown_sweep_is_one_clear_error(reg: Registry) -> None:

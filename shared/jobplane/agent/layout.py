@@ -156,6 +156,9 @@ def user_env(*, spec: JobSpec, job_id: str, attempt: int, rank: int, cluster: Cl
         "SM_NUM_CPUS": str(num_cpus),
         "SM_RESOURCE_CONFIG": json.dumps(resource_config(cluster, rank)),
     })
+    if spec.array is not None and spec.array.index is not None:  # a member of an array: which one (AWS Batch's too)
+        env.update({"JOBPLANE_ARRAY_INDEX": str(spec.array.index), "AWS_BATCH_JOB_ARRAY_INDEX": str(spec.array.index),
+                    "JOBPLANE_ARRAY_SIZE": str(spec.array.size)})
     if spec.tensorboard is not None:  # where the job's SummaryWriter writes: the agent uploads from there
         env["JOBPLANE_TENSORBOARD_DIR"] = str(layout.local(spec.tensorboard.log_dir))
     env.update({channel_env_name(name): str(layout.channel_dir(name)) for name in spec.inputs})

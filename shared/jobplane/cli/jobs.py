@@ -65,10 +65,15 @@ def submit(spec_file: Path, code_dir: Path | None, job_id: str | None, hps: tupl
 
     if follow and prepared.doc.get("sweep") is not None:
         raise UserError("-f follows a job; a sweep's trials are jobs: follow it with `jobplane sweep describe ID`")
+    if follow and prepared.doc.get("array") is not None:
+        raise UserError("-f follows a job; an array's members are jobs: follow one with `jobplane logs ID-0 -f`")
     job = registry.submit(prepared, on_code=bundled)
     click.echo(job.id)
     if prepared.doc.get("sweep") is not None:
         click.echo(f"a sweep: its trials are {job.id}-t001, ... (jobplane sweep describe {job.id})", err=True)
+    elif prepared.doc.get("array") is not None:
+        click.echo(f"an array: its members are {job.id}-0, {job.id}-1, ... (jobplane ls; jobplane cancel {job.id} "
+                   "cancels them all)", err=True)
     if follow:
         sys.exit(follow_job(registry, job.id, "terminal", interval=interval, logs=True))
 
@@ -76,7 +81,8 @@ def submit(spec_file: Path, code_dir: Path | None, job_id: str | None, hps: tupl
 @click.command(name="ls")
 @click.option("--all", "include_done", is_flag=True, help="Include finished jobs and rejected (INVALID) drops.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-@click.option("--trials", is_flag=True, help="List each trial of a sweep (default: one line per sweep).")
+@click.option("--trials", is_flag=True, help="List each trial of a sweep and each member of an array (default: one "
+                                            "line per sweep or array).")
 @registry_options
 @cloud_errors
 def ls_cmd(include_done: bool, as_json: bool, trials: bool, **conn: str | None) -> None:
@@ -86,12 +92,13 @@ def ls_cmd(include_done: bool, as_json: bool, trials: bool, **conn: str | None) 
     \b
     A job still in queue/ shows as QUEUED, its age the time it has waited. The cost is an estimate (~):
     instance time at the price recorded at launch (`jobplane cost` sums it). The trials of a sweep show
-    as one SWEEP line (their count by state, nodes and cost summed) unless --trials.
+    as one SWEEP line (their count by state, nodes and cost summed), the members of an array as one ARRAY
+    line, unless --trials.
     Example:
       jobplane ls --all
     """
     registry, now = client(**conn), utcnow()
-    listed = [(None if trials or job.view.spec is None else job.view.spec.labels.get("sweep"), view_row(job.view, now))
+    listed = [(None if trials or job.view.spec is None else job.view.spec.belongs_to, view_row(job.view, now))
               for job in registry.list(include_finished=include_done)]
     rows = sorted(grouped(listed), key=lambda r: r["age"], reverse=True)
     if as_json:
@@ -287,10 +294,23 @@ def cancel(job_id: str, force: bool, **conn: str | None) -> None:
     A job that has not started (queued, launching, waiting for capacity) never runs: any instance
     launched for it is terminated at once. A running job's instances that do not stop are terminated by
     the next check; --force terminates them at once.
+    An array's id cancels each of its members that has not ended, and the array: it drops no more.
     Example:
       jobplane cancel demo-1122-113005-ab12
     """
-    done = client(**conn).get(job_id).cancel(force=force)
+    registry = client(**conn)
+    try:
+        job = registry.get(job_id)
+    except sdk.JobNotFound as missing:
+        try:
+            array = registry.array(job_id)
+        except sdk.SweepNotFound:
+            raise missing from None
+        done_array = array.cancel(force=force)
+        click.echo(f"{job_id} CANCELLED (an array: its {len(done_array.record.trials)} members dropped so far, "
+                   "each not ended cancelled)")
+        return
+    done = job.cancel(force=force)
     if done.terminated:
         click.echo(f"terminated {', '.join(done.terminated)}", err=True)
     click.echo(f"{job_id} CANCELLED" + (" before launch" if done.before_launch else ""))

@@ -1,5 +1,5 @@
 """`jobplane sweep ls | describe | cancel`: hyperparameter sweeps, whose trials are jobs (`jobplane ls` shows a
-sweep's trials as one line unless --trials)."""
+sweep's trials, and an array's members, as one line unless --trials)."""
 
 from __future__ import annotations
 
@@ -21,34 +21,38 @@ ENDED = ("SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT", "STALLED", "INVALID")
 
 
 
-def sweep_row(sweep_id: str, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """`jobplane ls`'s one line for the trials of a sweep it lists (rows: the trials' own rows)."""
+def sweep_row(sweep_id: str, rows: Sequence[dict[str, Any]], kind: str = "sweep") -> dict[str, Any]:
+    """`jobplane ls`'s one line for the trials of a sweep it lists (rows: the trials' own rows); kind "array": the
+    members of an array."""
     states: dict[str, int] = {}
     for row in rows:
         states[row["state"]] = states.get(row["state"], 0) + 1
     priced = [r["cost"] for r in rows if r["cost"] is not None]
     types = sorted({t for r in rows for t in str(r["instance_type"] or "").split(",") if t})
-    return {"id": sweep_id, "state": "SWEEP", "attempt": None, "nodes": sum(r["nodes"] or 0 for r in rows),
+    what, more = ("members", f"jobplane cancel {sweep_id} cancels them") if kind == "array" else \
+        ("trials", f"jobplane sweep describe {sweep_id}")
+    return {"id": sweep_id, "state": kind.upper(), "attempt": None, "nodes": sum(r["nodes"] or 0 for r in rows),
             "instance_type": ",".join(types), "spot": any(r["spot"] for r in rows),
             "age": max(r["age"] for r in rows), "runtime": None, "cost": round(sum(priced), 6) if priced else None,
-            "restarts": sum(r["restarts"] or 0 for r in rows), "sweep": sweep_id, "trials": len(rows),
-            "reason": f"{len(rows)} trials listed: " + ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
-                      + f" (jobplane sweep describe {sweep_id}; ls --trials lists them)"}
+            "restarts": sum(r["restarts"] or 0 for r in rows), kind: sweep_id, what: len(rows),
+            "reason": f"{len(rows)} {what} listed: " + ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+                      + f" ({more}; ls --trials lists them)"}
 
 
-def grouped(rows: list[tuple[str | None, dict[str, Any]]]) -> list[dict[str, Any]]:
-    """(the sweep a job is a trial of, its row): a sweep's trials become one line where its first trial was."""
-    out: list[dict[str, Any]] = []
-    trials: dict[str, list[dict[str, Any]]] = {}
-    for sweep_id, row in rows:
-        if sweep_id is None:
+def grouped(rows: list[tuple[tuple[str, str] | None, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """((kind, id) of the sweep or array a job belongs to, its row): a sweep's trials, or an array's members, become
+    one line where the first of them was."""
+    out: list[dict[str, Any] | tuple[str, str]] = []
+    members: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for group, row in rows:
+        if group is None:
             out.append(row)
             continue
-        if sweep_id not in trials:
-            trials[sweep_id] = []
-            out.append({"sweep": sweep_id})  # its place, filled in below
-        trials[sweep_id].append(row)
-    return [sweep_row(r["sweep"], trials[r["sweep"]]) if r.keys() == {"sweep"} else r for r in out]
+        if group not in members:
+            members[group] = []
+            out.append(group)  # its place, filled in below
+        members[group].append(row)
+    return [sweep_row(r[1], members[r], r[0]) if isinstance(r, tuple) else r for r in out]
 
 
 @click.group(name="sweep")

@@ -66,6 +66,7 @@ class Result(StrEnum):
     GONE = "gone"  # the entry was consumed already
     IGNORED = "ignored"  # not a queue entry
     SWEEP = "sweep"  # a sweep's spec: the sweep recorded, its first trials dropped
+    ARRAY = "array"  # an array's spec: recorded as a sweep is, its first members dropped
     ERROR = "error"  # the backstop caught an exception and went on with the others
     NOT_DUE = "not-due"  # a capacity wait whose time has not come (not reported)
 
@@ -103,9 +104,9 @@ def handle_drop(ctx: Context, key: str, *, now: datetime) -> Outcome:
         return _reject(ctx, key, job_id, data, exc.errors, now)
     compute = ctx.cloud("launch with")
     problems = (check_against_policy(spec, ctx.policy) + check_against_deployment(spec, compute.cloud, compute.region)
-                + _code_problems(spec, reg, None if spec.sweep is not None else job_id)
+                + _code_problems(spec, reg, None if spec.fan_out is not None else job_id)
                 + _dependency_problems(spec, reg, job_id))
-    if spec.sweep is not None:
+    if spec.fan_out is not None:
         return _sweep(ctx, key, job_id, data, spec, problems, now)
     try:
         reg.create_job(job_id, spec, now)
@@ -130,7 +131,7 @@ def handle_drop(ctx: Context, key: str, *, now: datetime) -> Outcome:
 
 def _code_problems(spec: JobSpec, reg: Registry, job_id: str | None) -> list[FieldError]:
     """A `code:` in the registry's bucket is the job's own bundle, the one object its credentials will read
-    (decide.vend.code_object), or the spec is refused naming `code`. job_id None: a sweep's spec."""
+    (decide.vend.code_object), or the spec is refused naming `code`. job_id None: a sweep's (or array's) spec."""
     from jobplane.decide import vend
 
     found = vend.code_object(spec.code, bucket=reg.bucket or "", root=reg.root, owner=spec.owner, job_id=job_id)
@@ -154,7 +155,8 @@ def _dependency_problems(spec: JobSpec, reg: Registry, job_id: str) -> list[Fiel
 def _sweep(ctx: Context, key: str, sweep_id: str, data: bytes, spec: JobSpec, problems: list[FieldError],
            now: datetime) -> Outcome:
     """A spec with a `sweep:` section: record the sweep (create-only) and run its reconcile once, which drops its
-    first trials; a spec the policy refuses is rejected as a job's would be (no record: a sweep is not a job)."""
+    first trials; a spec the policy refuses is rejected as a job's would be (no record: a sweep is not a job). An
+    `array:` section is recorded and run the same way: its trials are its members."""
     from jobplane.sweeps import record, run, store  # only a sweep's drop needs them
 
     reg = ctx.registry
@@ -169,8 +171,10 @@ def _sweep(ctx: Context, key: str, sweep_id: str, data: bytes, spec: JobSpec, pr
                        "sweep's id; ids are never reused: pick another id")], now, result=Result.DUPLICATE)
     outcomes = run.reconcile_one(ctx, sweep_id, now=now).outcomes  # a new sweep has no trial to stop
     reg.delete(key)
-    proposed = [o.trial for o in outcomes if o.result == run.Result.PROPOSED]
-    return Outcome(key, Result.SWEEP, f"sweep {sweep_id} recorded; trials dropped: {', '.join(map(str, proposed))}")
+    proposed = ", ".join(str(o.trial) for o in outcomes if o.result == run.Result.PROPOSED)
+    if spec.sweep is None:
+        return Outcome(key, Result.ARRAY, f"array {sweep_id} recorded; members dropped: {proposed}")
+    return Outcome(key, Result.SWEEP, f"sweep {sweep_id} recorded; trials dropped: {proposed}")
 
 
 def _write_rejection(reg: Registry, key: str, job_id: str, data: bytes, errors: list[FieldError],

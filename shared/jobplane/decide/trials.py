@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from jobplane.model.spec import job_id_problem
 from jobplane.model.specfields import HpValue
 from jobplane.model.states import TERMINAL, State
-from jobplane.model.sweepspec import Distribution, SweepSpec, trial_suffix
+from jobplane.model.sweepspec import ArraySpec, Distribution, SweepSpec, member_suffix, trial_suffix
 
 MEDIAN_MIN_PEERS = 3  # the median rule judges a trial only against at least this many other trials at its step
 BAYES_STARTUP = 10  # bayesian proposes as random until this many trials have finished (optuna's n_startup_trials)
@@ -61,20 +61,26 @@ class Plan:
     best: TrialView | None  # by `final` and the goal (ties: lower number); None if no trial has one
 
 
-def trial_id(sweep_id: str, number: int) -> str:
-    """Trial `number`'s job id; a sweep id the spec accepted always leaves room for it."""
-    job_id = sweep_id + trial_suffix(number)
+def trial_id(sweep_id: str, number: int, *, array: bool = False) -> str:
+    """Trial `number`'s job id (an array's: member number - 1's, <array>-<index>); a sweep or array id the spec
+    accepted always leaves room for it."""
+    job_id = sweep_id + (member_suffix(number - 1) if array else trial_suffix(number))
     if problem := job_id_problem(job_id):
         raise ValueError(problem)
     return job_id
 
 
-def plan(sweep: SweepSpec, trials: Sequence[TrialView]) -> Plan:
-    """What a sweep does next, from its trials alone (every trial proposed so far, with or without a job record)."""
+def plan(sweep: SweepSpec | ArraySpec, trials: Sequence[TrialView]) -> Plan:
+    """What a sweep does next, from its trials alone (every trial proposed so far, with or without a job record).
+    An array is a sweep whose trials (its members) differ by their index alone: no parameters, no early stop, no
+    best; it proposes the next members as earlier ones end, and is done when every one has ended."""
     trials = sorted(trials, key=lambda t: t.number)
     live = sum(t.live for t in trials)
-    count = max(0, min(sweep.max_parallel - live, sweep.trial_count - len(trials)))
+    count = max(0, min(sweep.parallel - live, sweep.trial_count - len(trials)))
     numbers = range(len(trials) + 1, len(trials) + 1 + count)
+    if isinstance(sweep, ArraySpec):
+        done = not numbers and len(trials) >= sweep.trial_count and live == 0
+        return Plan(propose=tuple(Proposal(n, {}) for n in numbers), stop=(), done=done, best=None)
     propose = tuple(Proposal(n, params) for n, params in zip(numbers, proposals(sweep, numbers, trials), strict=True))
     stop = tuple(_early_stops(sweep, trials))
     done = not propose and len(trials) >= sweep.trial_count and live == 0

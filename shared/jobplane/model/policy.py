@@ -270,6 +270,12 @@ def check_against_policy(spec: JobSpec, policy: Policy) -> list[FieldError]:
         errors.append(FieldError("sweep.max_parallel", f"{spec.sweep.max_parallel} trials of {spec.num_nodes} "
                                                        f"node(s) at once can never fit the owner quota of "
                                                        f"{policy.max_active_instances_per_owner} active instances"))
+    array = spec.array  # an array's own spec, not a member's (it was checked when the array was)
+    if array is not None and array.index is None and array.max_parallel is not None and \
+            array.max_parallel * spec.num_nodes > policy.max_active_instances_per_owner:
+        errors.append(FieldError("array.max_parallel", f"{array.max_parallel} members of {spec.num_nodes} node(s) at "
+                                                       f"once can never fit the owner quota of "
+                                                       f"{policy.max_active_instances_per_owner} active instances"))
     return errors
 
 

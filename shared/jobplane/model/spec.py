@@ -30,7 +30,16 @@ from jobplane.model.keys import JOB_ID_PATTERN
 from jobplane.model.specfields import HpName, HpValue, MetricDefinition, StopOn, hp_variable
 from jobplane.model.specfields import SpecModel as _Model
 from jobplane.model.specfields import pattern_str as _pattern_str
-from jobplane.model.sweepspec import MAX_JOB_ID, MAX_LABELS, MAX_PARAMETERS, MAX_TRIALS, TRIAL_LABELS, trial_suffix
+from jobplane.model.sweepspec import (
+    ARRAY_LABEL,
+    MAX_JOB_ID,
+    MAX_LABELS,
+    MAX_PARAMETERS,
+    MAX_TRIALS,
+    TRIAL_LABELS,
+    member_suffix,
+    trial_suffix,
+)
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION_RE = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
@@ -400,6 +409,25 @@ class JobSpec(_Model):
                                                            "unset: priority 0")
     sweep: sweepspec.SweepSpec | None = Field(
         None, description="a hyperparameter search: the rest of the spec is every trial's template")
+    array: sweepspec.ArraySpec | None = Field(
+        None, description="an array job: `size` jobs of the rest of the spec, <id>-0 to <id>-(size-1), each told its "
+                          "index (JOBPLANE_ARRAY_INDEX); not with sweep or debug_hold")
+
+    @property
+    def fan_out(self) -> sweepspec.SweepSpec | sweepspec.ArraySpec | None:
+        """The section that makes this spec many jobs rather than one: its sweep, or its array (an array's member
+        is one job: its array section has its index)."""
+        if self.sweep is not None:
+            return self.sweep
+        return self.array if self.array is not None and self.array.index is None else None
+
+    @property
+    def belongs_to(self) -> tuple[str, str] | None:
+        """The sweep or array this job is one of, by the label each sets on its jobs: ("sweep" or "array", its
+        id); None for a job of its own."""
+        if self.array is not None and (array := self.labels.get(ARRAY_LABEL)):
+            return "array", array
+        return ("sweep", sweep) if (sweep := self.labels.get(TRIAL_LABELS[0])) else None
 
     @property
     def instance_types(self) -> list[str]:
@@ -455,6 +483,8 @@ def known_fields(raw: dict[str, Any]) -> dict[str, Any]:
         out["retry"] = {k: v for k, v in out["retry"].items() if k in _ALLOWED["retry"]}
     if "sweep" in out:
         out["sweep"] = sweepspec.known_fields(out["sweep"])
+    if isinstance(out.get("array"), dict):
+        out["array"] = {k: v for k, v in out["array"].items() if k in _ALLOWED["array"]}
     return out
 
 
@@ -564,7 +594,7 @@ def parse_spec(text: str | bytes, job_id: str | None = None, source: str = "spec
     except ValidationError as exc:
         errors = from_validation_error(exc, _ALLOWED) + errors
         raise SpecError(errors) from None
-    errors += _sweep_problems(spec, job_id)
+    errors += _sweep_problems(spec, job_id) + _array_problems(spec, job_id)
     if errors:
         raise SpecError(errors)
     if job_id is not None and spec.id is None:
@@ -631,6 +661,44 @@ def _sweep_problems(spec: JobSpec, job_id: str | None) -> list[FieldError]:
     if sweep_id is not None and len(sweep_id) + len(longest) > MAX_JOB_ID:
         errors.append(FieldError("id", f"{sweep_id!r} is too long for a sweep: its trials are {sweep_id}{longest}..., "
                                        f"at most {MAX_JOB_ID} characters; use at most {MAX_JOB_ID - len(longest)}"))
+    return errors
+
+
+def _array_problems(spec: JobSpec, job_id: str | None) -> list[FieldError]:
+    """What a valid spec's array section gets wrong with the rest of the spec (every member's template), each naming
+    the field; and a member's index that is not its own."""
+    array = spec.array
+    if array is None:
+        return []
+    errors: list[FieldError] = []
+    array_id = spec.id or job_id
+    if spec.sweep is not None:
+        errors.append(FieldError("array", "not with sweep: a sweep's trials differ by their parameters, an array's "
+                                          "members by their index; submit one or the other"))
+    if array.index is not None:  # a member's spec, as the array's reconcile drops it: <array>-<index>, labelled
+        parent = spec.labels.get(ARRAY_LABEL)
+        if array.index >= array.size:
+            errors.append(FieldError("array.index", f"{array.index} is outside the array's 0 to {array.size - 1}"))
+        elif parent is None or array_id not in (None, parent + member_suffix(array.index)):
+            errors.append(FieldError("array.index", "set by jobplane on each member of an array (job <array>-<index>, "
+                                                    f"label {ARRAY_LABEL}: <array>): leave it out"))
+        return errors
+    if array.max_parallel is not None and array.max_parallel > array.size:
+        errors.append(FieldError("array.max_parallel", f"{array.max_parallel} exceeds the array's {array.size} "
+                                                       "members"))
+    if spec.debug_hold is not None:  # a held FAILED member has ended for the array, but its VMs run on for a day
+        errors.append(FieldError("debug_hold", "not in an array: a failed member's held VMs would run beside the next "
+                                               "members, past array.max_parallel; submit the failed member's spec as "
+                                               "a job with debug_hold to look at it"))
+    if ARRAY_LABEL in spec.labels:
+        errors.append(FieldError(f"labels.{ARRAY_LABEL}", "set on every member by the array"))
+    elif len(spec.labels) + 1 > MAX_LABELS:
+        errors.append(FieldError("labels", f"a member adds the label {ARRAY_LABEL}: at most {MAX_LABELS - 1} here"))
+    longest = member_suffix(array.size - 1)
+    if array_id is not None and len(array_id) + len(longest) > MAX_JOB_ID:
+        errors.append(FieldError("id", f"{array_id!r} is too long for an array: its members are {array_id}{longest}"
+                                       f"..., at most {MAX_JOB_ID} characters; use at most "
+                                       f"{MAX_JOB_ID - len(longest)}"))
     return errors
 
 

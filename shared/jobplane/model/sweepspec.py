@@ -17,6 +17,8 @@ MAX_PARALLEL = 100
 MAX_STEPS = 1000
 MAX_PARAMETERS = 100  # a trial's hyperparameters (the spec's and the sweep's) stay within the spec's own limit
 TRIAL_LABELS = ("sweep", "trial")  # the labels every trial gets: its sweep's id and its number
+MAX_ARRAY = MAX_TRIALS  # an array's members (AWS Batch allows 2 to 10,000; ours are bounded as a sweep's trials)
+ARRAY_LABEL = "array"  # the label every member of an array gets: the array's id
 MAX_JOB_ID = 63
 MAX_LABELS = 32
 DISTRIBUTION_HELP = ("{uniform: [lo, hi]}, {loguniform: [lo, hi]} (lo > 0), {int: [lo, hi]} or {choice: [a, b, ...]}; "
@@ -161,8 +163,38 @@ class SweepSpec(SpecModel):
             return self.max_trials
         return min(self.grid_size or 0, MAX_TRIALS) if self.strategy == "grid" else 0
 
+    @property
+    def parallel(self) -> int:
+        """Trials live at once, at most."""
+        return self.max_parallel
+
+
+class ArraySpec(SpecModel):
+    """An array job (AWS Batch's, Slurm's --array): `size` jobs of the rest of the spec, <id>-0 to <id>-(size-1),
+    which differ by their index alone. A sweep without parameters: the same records and reconcile run them."""
+
+    size: int = Field(ge=1, le=MAX_ARRAY, description="members in all: jobs <id>-0 to <id>-(size-1)")
+    max_parallel: int | None = Field(
+        None, ge=1, le=MAX_PARALLEL,
+        description=f"members live at once, at most (never over size); unset: size, at most {MAX_PARALLEL} (the "
+                    "owner's quota holds either way)")
+    index: int | None = Field(
+        None, ge=0, le=MAX_ARRAY - 1,
+        description="set by jobplane on each member's spec: its index (JOBPLANE_ARRAY_INDEX); not in a submitted "
+                    "spec")
+
+    @property
+    def trial_count(self) -> int:
+        return self.size
+
+    @property
+    def parallel(self) -> int:
+        """Members live at once, at most."""
+        return self.max_parallel if self.max_parallel is not None else min(self.size, MAX_PARALLEL)
+
 
 ALLOWED = {
+    "array": list(ArraySpec.model_fields),
     "sweep": list(SweepSpec.model_fields),
     "sweep.objective": list(Objective.model_fields),
     "sweep.early_stop": list(EarlyStopRule.model_fields),
@@ -183,3 +215,9 @@ def known_fields(raw: object) -> object:
 def trial_suffix(number: int) -> str:
     """What trial `number`'s job id adds to its sweep's id (decide.trials.trial_id)."""
     return f"-t{number:03d}"
+
+
+def member_suffix(index: int) -> str:
+    """What member `index`'s job id adds to its array's id, as AWS Batch names an array's children (<id>:<index>
+    there; a colon is no job id's)."""
+    return f"-{index}"

@@ -10,7 +10,8 @@ cancel them. The `jobplane` command is built on it (tests/cli/test_cli_sdk_bound
     for line in job.logs():
         print(line)
 
-A spec with a `sweep:` section submits a sweep: `client.sweep(id)` follows it (its trials are jobs).
+A spec with a `sweep:` section submits a sweep: `client.sweep(id)` follows it (its trials are jobs); one with
+`array:` an array, `client.array(id)` (its members are jobs, <id>-0, <id>-1, ...).
 
 Every error it raises on purpose is a JobplaneError: JobNotFound, SweepNotFound, InvalidSpec (with the field
 errors), Timeout, Refused, ConfigurationError (BackendError for the VM API).

@@ -231,6 +231,14 @@ class Client:
         with translated():
             return Sweep(self._connection, ops.find(self._registry, sweep_id, wait, interval))
 
+    def array(self, array_id: str) -> Sweep:
+        """The array with this id (a spec with `array:`), as a sweep whose trials are its members, jobs
+        `<id>-0`, `<id>-1`, ...: `.state`, `.describe()` (the members by index, their states and cost),
+        `.cancel()` (every member not ended). SweepNotFound ("no array ...") if there is none, saying what the id
+        is instead."""
+        with translated():
+            return Sweep(self._connection, ops.find(self._registry, array_id, array=True))
+
     def watch(self) -> Watch:
         """The registry's jobs and their output for looking at again and again (a dashboard, a monitoring loop):
         each look reads only what the registry's listings say changed since the previous one."""

@@ -39,10 +39,11 @@ class JobNotFound(JobplaneError, LookupError):
 
 class SweepNotFound(JobplaneError, LookupError):
     """No sweep has this id; the message says what the id is instead: a spec still in queue/ (`queued`: the
-    launcher records it within seconds; `Client.sweep(id, wait=...)` waits), a rejected one (and why), a job."""
+    launcher records it within seconds; `Client.sweep(id, wait=...)` waits), a rejected one (and why), a job, an
+    array (`Client.array(id)`, which raises it too, saying "no array")."""
 
-    def __init__(self, sweep_id: str, why: str = "", queued: bool = False) -> None:
-        super().__init__(f"no sweep {sweep_id!r}" + (f" {why}" if why else ""))
+    def __init__(self, sweep_id: str, why: str = "", queued: bool = False, kind: str = "sweep") -> None:
+        super().__init__(f"no {kind} {sweep_id!r}" + (f" {why}" if why else ""))
         self.sweep_id, self.queued = sweep_id, queued
 
 
@@ -86,7 +87,7 @@ def translated() -> Iterator[None]:
     except _JobNotFound as exc:
         raise JobNotFound(exc.job_id) from None
     except store.SweepNotFound as exc:
-        raise SweepNotFound(exc.sweep_id, exc.why, exc.queued) from None
+        raise SweepNotFound(exc.sweep_id, exc.why, exc.queued, exc.kind) from None
     except _JobExists as exc:
         raise JobExists(exc.job_id, str(exc)) from None
     except jobs.SpecInvalid as exc:

@@ -1,5 +1,6 @@
 """A sweep, as a handle: its state, its trials (best first) with their parameters, objective, state and cost, its
-best trial, its total cost, cancelling it. Its trials are jobs: `client.get(trial.job_id)` for the rest."""
+best trial, its total cost, cancelling it. Its trials are jobs: `client.get(trial.job_id)` for the rest. An array
+(`client.array(id)`) is the same handle: its trials are its members, by index, with no parameters or objective."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ class Sweep:
     def refresh(self) -> Sweep:
         """Read the record again; returns the sweep."""
         with translated():
-            self._record = ops.records_one(self._connection.registry, self.id)
+            self._record = ops.records_one(self._connection.registry, self.id, array=self._record.is_array)
         return self
 
     def describe(self, now: datetime | None = None) -> ops.SweepDetail:
@@ -63,11 +64,13 @@ class Sweep:
         """The trials' estimated cost, summed (instance time at the prices recorded at launch)."""
         return self.describe(now).cost
 
-    def cancel(self) -> Sweep:
-        """No more trials; the live ones are cancelled as `Job.cancel()` cancels a job. Refused if it had ended."""
+    def cancel(self, force: bool = False) -> Sweep:
+        """No more trials; the live ones are cancelled as `Job.cancel()` cancels a job (force: their VMs terminated
+        at once). Refused if it had ended."""
         with translated():
-            self._record = ops.cancel(self._connection.registry, self.id, self._connection.compute)
+            self._record = ops.cancel(self._connection.registry, self.id, self._connection.compute, force=force)
         return self
 
     def __repr__(self) -> str:
-        return f"Sweep({self.id!r}, {self.state}, {len(self._record.trials)} trials)"
+        kind, what = ("Array", "members") if self._record.is_array else ("Sweep", "trials")
+        return f"{kind}({self.id!r}, {self.state}, {len(self._record.trials)} {what})"

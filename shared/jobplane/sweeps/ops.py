@@ -1,5 +1,6 @@
 """The sweep operations the SDK offers (jobplane.sdk.sweep; the CLI is built on that): list sweeps, describe one
-(its trials with their parameters, objective, state and estimated cost, best first), cancel one.
+(its trials with their parameters, objective, state and estimated cost, best first), cancel one. An array's
+record is found, described (its members by index) and cancelled by the same functions; sweeps are listed alone.
 """
 
 from __future__ import annotations
@@ -58,48 +59,68 @@ class SweepDetail:
 
 
 def records(reg: Registry, include_finished: bool = False) -> list[SweepRecord]:
-    """The sweeps with work left (one listing of active-sweeps/), or every sweep; by id."""
+    """The sweeps with work left (one listing of active-sweeps/), or every sweep; by id. Arrays are left out."""
     found = []
     for sweep_id in store.all_ids(reg) if include_finished else store.live(reg):
         with contextlib.suppress(store.SweepNotFound):
-            found.append(store.get(reg, sweep_id)[0])
+            if not (record := store.get(reg, sweep_id)[0]).is_array:
+                found.append(record)
     return found
 
 
-def records_one(reg: Registry, sweep_id: str) -> SweepRecord:
-    return store.get(reg, sweep_id)[0]
+def records_one(reg: Registry, sweep_id: str, *, array: bool = False) -> SweepRecord:
+    """The sweep's record (with array, the array's); SweepNotFound when the id is the other kind's, or none."""
+    return _of_kind(store.get(reg, sweep_id)[0], array)
 
 
-def find(reg: Registry, sweep_id: str, wait: float = 0, interval: float = 1.0, *,
+def _of_kind(record: SweepRecord, array: bool) -> SweepRecord:
+    if record.is_array != array:
+        raise store.SweepNotFound(record.id, f"({record.id} is {'a sweep' if array else 'an array'})",
+                                  kind=_kind(array))
+    return record
+
+
+def _kind(array: bool) -> str:
+    return "array" if array else "sweep"
+
+
+def _get(reg: Registry, sweep_id: str) -> SweepRecord | None:
+    try:
+        return store.get(reg, sweep_id)[0]
+    except store.SweepNotFound:
+        return None
+
+
+def find(reg: Registry, sweep_id: str, wait: float = 0, interval: float = 1.0, *, array: bool = False,
          clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> SweepRecord:
-    """The sweep's record. A sweep just submitted is a drop in queue/ until the launcher records it (seconds): it
-    is waited for up to `wait` seconds. SweepNotFound otherwise, saying why: its spec still in queue/ (`queued`),
-    rejected (and why), a job's id, or nothing of that id."""
+    """The sweep's record (with array, the array's). A sweep just submitted is a drop in queue/ until the launcher
+    records it (seconds): it is waited for up to `wait` seconds. SweepNotFound otherwise, saying why: its spec still
+    in queue/ (`queued`), rejected (and why), a job's id, the other kind's, or nothing of that id."""
     deadline = clock() + wait
     while True:
-        with contextlib.suppress(store.SweepNotFound):
-            return records_one(reg, sweep_id)
-        why, queued = _why_not(reg, sweep_id)
-        if not why:  # a drop recorded and deleted between the two reads: the record is there now
-            with contextlib.suppress(store.SweepNotFound):
-                return records_one(reg, sweep_id)
+        if (record := _get(reg, sweep_id)) is not None:
+            return _of_kind(record, array)
+        why, queued = _why_not(reg, sweep_id, array)
+        if not why and (record := _get(reg, sweep_id)) is not None:  # a drop recorded and deleted between the reads
+            return _of_kind(record, array)
         left = deadline - clock()
         if not queued or left <= 0:
-            raise store.SweepNotFound(sweep_id, why, queued)
+            raise store.SweepNotFound(sweep_id, why, queued, kind=_kind(array))
         sleep(min(interval, left))
 
 
-def _why_not(reg: Registry, sweep_id: str) -> tuple[str, bool]:
-    """What the id is, if not a sweep's record, and whether it is a drop the launcher may still make a sweep."""
+def _why_not(reg: Registry, sweep_id: str, array: bool) -> tuple[str, bool]:
+    """What the id is, if not a record's, and whether it is a drop the launcher may still make a sweep (an array)."""
     try:
         view = jobs.find(reg, sweep_id)
     except JobNotFound:
         return "", False
-    if view.drop is not None and (view.spec is None or view.spec.sweep is not None):
+    fans_out = view.spec is None or (view.spec.array is not None if array else view.spec.sweep is not None)
+    if view.drop is not None and fans_out:
         return "yet: its spec is still in queue/, and the launcher records it within seconds", True
     if view.state == State.INVALID:
         return f"(its spec was rejected: {view.reason})", False
-    return f"({sweep_id} is a job, not a sweep)", False
+    return f"({sweep_id} is a job, not {'an array' if array else 'a sweep'})", False
 
 
 def describe(reg: Registry, sweep_id: str, now: datetime | None = None) -> SweepDetail:
@@ -107,6 +128,8 @@ def describe(reg: Registry, sweep_id: str, now: datetime | None = None) -> Sweep
     now = now or utcnow()
     record = store.get(reg, sweep_id)[0]
     rows = [_row(reg, record, trial, now) for trial in record.trials]
+    if record.is_array:
+        return SweepDetail(record, rows)  # by index
     sign = -1 if record.sweep.objective.goal == "maximize" else 1
     rows.sort(key=lambda r: (not r.final or r.objective is None or math.isnan(r.objective),
                              sign * r.objective if r.final and r.objective is not None else 0.0, r.number))
@@ -119,25 +142,26 @@ def _row(reg: Registry, record: SweepRecord, trial: Trial, now: datetime) -> Tri
     except (JobNotFound, UnreadableRecord):  # its drop waits for the launcher (or its record is the sweeper's problem)
         return TrialRow(trial.number, trial.job_id, trial.params, trial.state, trial.objective,
                         trial.state == State.SUCCEEDED, cost.Cost(), None)
-    objective = trial.objective if trial.state == State.SUCCEEDED else \
+    objective = trial.objective if trial.state == State.SUCCEEDED or record.is_array else \
         curves.read(reg, record.id, trial.job_id, record.sweep.objective.metric, now, job=job, save=False)[1]
     return TrialRow(trial.number, trial.job_id, trial.params, job.state, objective, job.state == State.SUCCEEDED,
                     cost.job_cost(job, now), job.reason)
 
 
 def cancel(reg: Registry, sweep_id: str, compute: Callable[[], Compute] | None,
-           now: datetime | None = None) -> SweepRecord:
-    """Cancel the sweep: CANCELLED by compare-and-swap (no run proposes a trial after it), then every trial that
-    has not ended is cancelled as `jobplane cancel` cancels a job. SweepEnded if it had ended already."""
+           now: datetime | None = None, *, force: bool = False) -> SweepRecord:
+    """Cancel the sweep (or array): CANCELLED by compare-and-swap (no run proposes a trial after it), then every
+    trial that has not ended is cancelled as `jobplane cancel` cancels a job (force: its VMs terminated at once).
+    SweepEnded if it had ended already."""
     now = now or utcnow()
 
     def cancelled(current: SweepRecord) -> SweepRecord:
         if not current.live:
-            raise SweepEnded(f"sweep {sweep_id} is already {current.state}" + (f": {current.reason}"
+            raise SweepEnded(f"{_kind(current.is_array)} {sweep_id} is already {current.state}" + (f": {current.reason}"
                                                                               if current.reason else ""))
         return current.model_copy(update={"state": SweepState.CANCELLED, "reason": "cancelled by the user",
                                           "updated_at": now})
 
     record = store.update(reg, sweep_id, cancelled)[0]
-    run.finish_cancel(reg, record, compute, now=now)
+    run.finish_cancel(reg, record, compute, now=now, force=force)
     return record

@@ -7,6 +7,9 @@ parameters, and, once a trial's job has ended, its end state and objective (so a
 Everything else about a trial is its job's: job.json, its metrics, its cost.
 
 `advanced` is the pure step a reconcile run takes: the record after one plan of jobplane.decide.trials.
+
+An array (a spec with `array:`) is recorded here too, as a sweep whose trials are its members: trial n is member
+n - 1, job <id>-<n - 1>, with no parameters; it ends COMPLETED when every member SUCCEEDED, else FAILED.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from jobplane.model import keys
 from jobplane.model.spec import JobSpec, spec_to_json
 from jobplane.model.specfields import HpValue
 from jobplane.model.states import TERMINAL, State
-from jobplane.model.sweepspec import SweepSpec
+from jobplane.model.sweepspec import ARRAY_LABEL, ArraySpec, SweepSpec
 
 FORMAT = 1  # the record's format version
 
@@ -84,9 +87,25 @@ class SweepRecord(BaseModel):
 
     @property
     def sweep(self) -> SweepSpec:
-        if self.spec.sweep is None:  # the launcher records only specs with a sweep: section
+        if self.spec.sweep is None:  # an array's record
             raise ValueError(f"sweep {self.id}: its spec has no sweep: section")
         return self.spec.sweep
+
+    @property
+    def section(self) -> SweepSpec | ArraySpec:
+        """What the plan runs: the sweep: section, or an array's array: section."""
+        if (found := self.spec.fan_out) is None:  # the launcher records only specs with one
+            raise ValueError(f"sweep {self.id}: its spec has neither a sweep: nor an array: section")
+        return found
+
+    @property
+    def is_array(self) -> bool:
+        return self.spec.sweep is None and self.spec.array is not None
+
+    @property
+    def label(self) -> str:
+        """The label naming this record's id on each of its jobs: `sweep`, or an array's `array`."""
+        return ARRAY_LABEL if self.is_array else "sweep"
 
     @property
     def live(self) -> bool:
@@ -97,9 +116,14 @@ class SweepRecord(BaseModel):
 
     def trial_doc(self, trial: Trial) -> dict[str, Any]:
         """The trial's job spec, as its queue drop holds it: the template without `sweep:`, its own id, the
-        template's hyperparameters with the trial's over them, labelled with the sweep and the trial's number."""
+        template's hyperparameters with the trial's over them, labelled with the sweep and the trial's number.
+        An array's member: the spec with its index added to `array:`, labelled with the array."""
         doc = {k: v for k, v in spec_to_json(self.spec).items() if k != "sweep"}
         doc["id"] = trial.job_id
+        if self.is_array:
+            doc["array"] = {**doc["array"], "index": trial.number - 1}
+            doc["labels"] = {**doc.get("labels", {}), ARRAY_LABEL: self.id}
+            return doc
         doc["hyperparameters"] = {**doc.get("hyperparameters", {}), **trial.params}
         doc["labels"] = {**doc.get("labels", {}), "sweep": self.id, "trial": str(trial.number)}
         return doc
@@ -111,13 +135,17 @@ class SweepRecord(BaseModel):
         for n, proposal in enumerate(plan.propose, start=len(trials) + 1):
             if proposal.number != n:
                 raise ValueError(f"sweep {self.id}: trial {proposal.number} proposed where {n} comes next")
-            trials.append(Trial(number=n, job_id=trial_id(self.id, n), params=proposal.params, proposed_at=now))
+            trials.append(Trial(number=n, job_id=trial_id(self.id, n, array=self.is_array), params=proposal.params,
+                                proposed_at=now))
         ended = {t.job_id for t in trials if t.state is not None}
         stopped = {**self.stopped, **{s.job_id: s.reason for s in plan.stop
                                       if s.job_id not in self.stopped and s.job_id not in ended}}
         best = self._best(plan.best) if plan.best is not None else self.best
         fields: dict[str, Any] = {"trials": trials, "stopped": stopped, "best": best}
-        if plan.done and not plan.propose:
+        if plan.done and not plan.propose and self.is_array:
+            fields.update(state=SweepState.COMPLETED if all(t.state == State.SUCCEEDED for t in trials)
+                          else SweepState.FAILED, reason=ending(trials, {}, None, None))
+        elif plan.done and not plan.propose:
             fields.update(state=SweepState.COMPLETED if best else SweepState.FAILED,
                           reason=ending(trials, stopped, best, self.sweep.objective.metric))
         new = self.model_copy(update=fields)
@@ -136,10 +164,13 @@ class SweepRecord(BaseModel):
                     artifacts=keys.artifacts_prefix(view.job_id) + "model/")
 
 
-def ending(trials: list[Trial], stopped: dict[str, str], best: Best | None, metric: str) -> str:
-    """Why a sweep ended: "12 trials: 9 SUCCEEDED, 2 stopped early, 1 FAILED; best s-t007 (val:loss 0.12)"."""
+def ending(trials: list[Trial], stopped: dict[str, str], best: Best | None, metric: str | None) -> str:
+    """Why a sweep ended: "12 trials: 9 SUCCEEDED, 2 stopped early, 1 FAILED; best s-t007 (val:loss 0.12)"; an
+    array (metric None): "10 members: 9 SUCCEEDED, 1 FAILED"."""
     states = Counter("stopped early" if t.job_id in stopped and t.state == State.CANCELLED else str(t.state)
                      for t in trials)
     counts = ", ".join(f"{n} {what}" for what, n in sorted(states.items(), key=lambda kv: (-kv[1], kv[0])))
+    if metric is None:
+        return f"{len(trials)} members: {counts}"
     result = f"best {best.job_id} ({metric} {best.objective:.6g})" if best else f"no trial reported {metric}"
     return f"{len(trials)} trials: {counts}; {result}"

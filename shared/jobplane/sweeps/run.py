@@ -79,8 +79,8 @@ def summary(outcomes: Iterable[Outcome]) -> dict[str, Any]:
 
 
 def belongs(job_id: str, sweep_id: str) -> bool:
-    """Whether job_id is a trial id of that sweep (decide.trials.trial_id's shape)."""
-    return re.fullmatch(re.escape(sweep_id) + r"-t[0-9]{3,}", job_id) is not None
+    """Whether job_id is a trial id of that sweep, or a member id of that array (decide.trials.trial_id's shapes)."""
+    return re.fullmatch(re.escape(sweep_id) + r"-(t[0-9]{3,}|0|[1-9][0-9]*)", job_id) is not None
 
 
 def reconcile(ctx: Context, *, now: datetime, jobs: Collection[str] = ()) -> Run:
@@ -112,7 +112,7 @@ def reconcile_one(ctx: Context, sweep_id: str, *, now: datetime) -> Run:
         return Run()
     if ctx.looking:
         views = trial_views(reg, record, now)
-        new = record.advanced(views, decide.plan(record.sweep, views), now)
+        new = record.advanced(views, decide.plan(record.section, views), now)
         return Run(_would(record, new), _stops(reg, new, {v.job_id: v for v in views}))
     seen: list[decide.TrialView] = []
 
@@ -120,7 +120,7 @@ def reconcile_one(ctx: Context, sweep_id: str, *, now: datetime) -> Run:
         if not current.live:
             return current
         seen[:] = trial_views(reg, current, now)
-        return current.advanced(seen, decide.plan(current.sweep, seen), now)
+        return current.advanced(seen, decide.plan(current.section, seen), now)
 
     new, wrote = store.update(reg, sweep_id, change)
     if new.state == SweepState.CANCELLED:  # cancelled while this run looked
@@ -202,16 +202,18 @@ def trial_spec(record: SweepRecord, trial: Trial) -> JobSpec:
 def trial_views(reg: Registry, record: SweepRecord, now: datetime) -> list[decide.TrialView]:
     """What the decision sees of each trial: its job's state (None while it has no job record), its objective's
     curve when an early-stop rule compares curves, and, if it SUCCEEDED, its final value. A trial recorded as
-    ended is not read again (its curve comes from a cache that no longer changes: jobplane.sweeps.curves)."""
-    sweep = record.sweep
-    metric, compared = sweep.objective.metric, sweep.early_stop is not None
+    ended is not read again (its curve comes from a cache that no longer changes: jobplane.sweeps.curves). An
+    array's members have no objective: their states alone."""
+    sweep = record.spec.sweep
+    metric = sweep.objective.metric if sweep is not None else ""
+    compared = sweep is not None and sweep.early_stop is not None
     views = []
     for trial in record.trials:
-        state, job = (trial.state, None) if trial.state is not None else _trial_job(reg, record.id, trial.job_id)
+        state, job = (trial.state, None) if trial.state is not None else _trial_job(reg, record, trial.job_id)
         final = trial.objective
         curve: curves.Curve = ()
-        if state is not None and state != State.INVALID and (compared or (state == State.SUCCEEDED
-                                                                          and trial.state is None)):
+        if sweep is not None and state is not None and state != State.INVALID and (
+                compared or (state == State.SUCCEEDED and trial.state is None)):
             curve, last = curves.read(reg, record.id, trial.job_id, metric, now, job=job)
             final = last if state == State.SUCCEEDED else None
         views.append(decide.TrialView(trial.number, trial.job_id, trial.params, state, curve if compared else (),
@@ -219,20 +221,21 @@ def trial_views(reg: Registry, record: SweepRecord, now: datetime) -> list[decid
     return views
 
 
-def _trial_job(reg: Registry, sweep_id: str, job_id: str) -> tuple[State | None, JobRecord | None]:
+def _trial_job(reg: Registry, record: SweepRecord, job_id: str) -> tuple[State | None, JobRecord | None]:
     """The trial's job's state and record; None while it has none (its drop is queued, or being written); INVALID
-    when the launcher rejected its drop, or when the id is another job's (never this sweep's trial)."""
+    when the launcher rejected its drop, or when the id is another job's (never this sweep's trial: its label
+    names another sweep or array, or none)."""
     try:
         job = reg.job(job_id)
     except JobNotFound:
         return (State.INVALID if reg.has(keys.rejected_error(job_id)) else None), None
     except UnreadableRecord:
         return None, None  # the job's problem (the sweeper notes it); it still counts as live here
-    return (job.state, job) if job.spec.labels.get("sweep") == sweep_id else (State.INVALID, None)
+    return (job.state, job) if job.spec.labels.get(record.label) == record.id else (State.INVALID, None)
 
 
 def finish_cancel(reg: Registry, record: SweepRecord, compute: Callable[[], Compute] | None, *,
-                  now: datetime) -> list[Outcome]:
+                  now: datetime, force: bool = False) -> list[Outcome]:
     """A cancelled sweep's trials that have not ended are cancelled as `jobplane cancel` does (one with no job yet
     gets its record first, so its drop, written late by a run that proposed it before the cancel, is never
     launched; VMs of an attempt that had not started are terminated with `compute`); then the marker goes."""
@@ -245,7 +248,7 @@ def finish_cancel(reg: Registry, record: SweepRecord, compute: Callable[[], Comp
         with contextlib.suppress(JobExists):
             reg.create_job(trial.job_id, trial_spec(record, trial), now)
         try:
-            jobs.cancel(reg, trial.job_id, compute=compute)
+            jobs.cancel(reg, trial.job_id, force=force, compute=compute)
         except (jobs.JobError, JobNotFound):
             continue  # it had ended
         outcomes.append(Outcome(record.id, Result.CANCELLED, record.reason, trial.job_id))

@@ -27,11 +27,12 @@ class SweepExists(RegistryError):
 
 
 class SweepNotFound(RegistryError):
-    """why: what the id is instead, when it is something (ops.find says); queued: its spec is still in queue/."""
+    """why: what the id is instead, when it is something (ops.find says); queued: its spec is still in queue/;
+    kind: what was looked for, a sweep or an array."""
 
-    def __init__(self, sweep_id: str, why: str = "", queued: bool = False) -> None:
-        super().__init__(f"no sweep {sweep_id!r}" + (f" {why}" if why else ""))
-        self.sweep_id, self.why, self.queued = sweep_id, why, queued
+    def __init__(self, sweep_id: str, why: str = "", queued: bool = False, kind: str = "sweep") -> None:
+        super().__init__(f"no {kind} {sweep_id!r}" + (f" {why}" if why else ""))
+        self.sweep_id, self.why, self.queued, self.kind = sweep_id, why, queued, kind
 
 
 class UnreadableSweep(RegistryError):
