@@ -19,8 +19,9 @@ from jobplane.cli.connect import UserError, client, cloud_errors, registry_optio
 from jobplane.cli.follow import follow_job, tagged
 from jobplane.cli.params import DurationType, HyperparameterType
 from jobplane.cli.sweeps import grouped
+from jobplane.model.bounds import format_duration
 from jobplane.model.clock import utcnow
-from jobplane.model.spec import format_duration, spec_to_json
+from jobplane.model.spec import spec_to_json
 from jobplane.model.states import State
 from jobplane.views import cost, jobview, metricview
 from jobplane.views.jobview import COLUMNS, display, header, view_row

@@ -8,7 +8,7 @@ import click
 import yaml
 
 from jobplane.model import yaml_input
-from jobplane.model.spec import parse_duration
+from jobplane.model.bounds import parse_duration
 
 
 class HyperparameterType(click.ParamType):  # type: ignore[type-arg]

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from jobplane.cli.connect import UserError, client, cloud_errors, registry_options
 from jobplane.cli.params import DurationType
-from jobplane.model.spec import format_duration
+from jobplane.model.bounds import format_duration
 from jobplane.views import cost, metricview
 
 

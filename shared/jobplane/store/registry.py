@@ -23,12 +23,13 @@ from pydantic import BaseModel
 
 from jobplane.clouds.base import NotFound, ObjectStore, PreconditionFailed
 from jobplane.model import history, keys
+from jobplane.model.bounds import STORED
 from jobplane.model.clock import utcnow
 from jobplane.model.history import LastEvent
 from jobplane.model.jobrecord import JobRecord, Updates
 from jobplane.model.listings import ActiveMarker, Beat, IdleMark
 from jobplane.model.policy import DEFAULT_POLICY, Policy, parse_policy
-from jobplane.model.spec import STORED, JobSpec, known_fields
+from jobplane.model.spec import JobSpec, known_fields
 from jobplane.model.states import LIVE, TERMINAL, State, allowed
 from jobplane.model.usage import close
 from jobplane.store.rooted import CAS_RETRIES, RegistryError, RootedStore, backoff

@@ -78,3 +78,16 @@ def test_a_handler_imports_only_what_every_run_needs(name: str) -> None:
     assert within(loaded, SOME_RUNS) == [], "import these where a run uses them (function-level imports)"
     assert within(loaded, NOT_AT_IMPORT[name]) == [], "no run of this function needs these at once"
     assert [m for m in EVERY_RUN if m not in loaded] == []
+
+
+def test_reading_the_policy_builds_no_spec_model() -> None:
+    """Every run of every function reads the policy; only some read a job's spec. The policy shares the spec's
+    bounds (jobplane.model.bounds), not its module: importing it builds none of the spec's or a sweep's models."""
+    probe = ("import json, sys; import jobplane.model.policy as p; p.parse_policy(b'max_nodes_per_job: 4'); "
+             "print(json.dumps(sorted(sys.modules)))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT / "shared")})
+    assert proc.returncode == 0, proc.stderr
+    loaded = set(json.loads(proc.stdout.splitlines()[-1]))
+    assert within(loaded, ("jobplane.model.spec", "jobplane.model.sweepspec", "jobplane.model.specfields",
+                           "jobplane.model.jobrecord", "jobplane.model.history")) == []
