@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 from jobplane import sdk
@@ -17,7 +18,7 @@ from jobplane.model.jobrecord import JobRecord
 from jobplane.model.metrics import STEP
 from jobplane.model.spec import spec_to_json
 from jobplane.views import cost, sysview
-from jobplane.views.jobview import JobView, view_row
+from jobplane.views.jobview import JobView, view_cell, view_row
 
 MASK = "••••••"  # what an env value shows as: spec env values may be secrets
 RECENT = timedelta(hours=24)  # the first page's ended jobs: this recent (SageMaker's console, `sky jobs queue` too)
@@ -35,21 +36,34 @@ def mask_env(doc: Any) -> Any:
 
 @dataclass(frozen=True)
 class Row:
-    """A jobs-table row: `jobplane ls`'s columns (view_row) plus what the filters look at."""
+    """A jobs-table row: `jobplane ls`'s columns (view_row) plus what the filters look at. A column is computed when
+    asked for (cell: the filters' and the sort's, for every row), the whole row once shown (cells: only the rows a
+    page renders), so a table of 10,000 jobs prices and times only the 500 it shows."""
 
-    cells: dict[str, Any]
+    view: JobView
+    now: datetime
     owner: str
     labels: dict[str, str]
     name: str
-    ended: bool = False  # shown muted
 
     @property
     def id(self) -> str:
-        return str(self.cells["id"])
+        return self.view.id
 
     @property
     def state(self) -> str:
-        return str(self.cells["state"])
+        return str(self.view.state)
+
+    @property
+    def ended(self) -> bool:  # shown muted
+        return self.view.terminal
+
+    @cached_property
+    def cells(self) -> dict[str, Any]:
+        return view_row(self.view, self.now)
+
+    def cell(self, col: str) -> Any:
+        return self.__dict__["cells"][col] if "cells" in self.__dict__ else view_cell(self.view, col, self.now)
 
     def matches(self, state: str, owner: str, label: str, text: str) -> bool:
         if state and self.state != state.upper():
@@ -61,7 +75,7 @@ class Row:
             if k not in self.labels or (v and self.labels[k] != v):
                 return False
         if text:
-            hay = " ".join((self.id, self.name, str(self.cells.get("reason", "")), self.owner,
+            hay = " ".join((self.id, self.name, str(self.cell("reason")), self.owner,
                             " ".join(f"{k}={v}" for k, v in self.labels.items()))).lower()
             if text.lower() not in hay:
                 return False
@@ -70,8 +84,7 @@ class Row:
 
 def record_row(job: sdk.Job, now: datetime) -> Row:
     spec = job.view.spec
-    return Row(view_row(job.view, now), job.owner, dict(spec.labels) if spec else {}, (spec.name or "") if spec else "",
-               job.view.terminal)
+    return Row(job.view, now, job.owner, dict(spec.labels) if spec else {}, (spec.name or "") if spec else "")
 
 
 def ended_at(view: JobView) -> datetime:
@@ -84,7 +97,7 @@ def rows(listed: list[sdk.Job], include_done: bool, now: datetime, recent: timed
     lists, and without include_done the jobs that ended within `recent` too."""
     if not include_done:
         listed = [job for job in listed if not job.view.terminal or ended_at(job.view) > now - recent]
-    return sorted((record_row(job, now) for job in listed), key=lambda r: r.cells["age"])
+    return sorted((record_row(job, now) for job in listed), key=lambda r: r.cell("age"))
 
 
 # ---- a job's page ----------------------------------------------------------------------------------------

@@ -84,12 +84,12 @@ def create_app(client: sdk.Client, *, csrf_token: str | None = None,
         col = f["sort"]
 
         def key(r: data.Row) -> tuple[bool, Any]:
-            v = r.cells.get(col)
+            v = r.cell(col)
             return (v is None, v if v is not None else 0)
 
         shown.sort(key=key, reverse=f["desc"])
         if f["desc"]:  # missing values last either way
-            shown.sort(key=lambda r: r.cells.get(col) is None)
+            shown.sort(key=lambda r: r.cell(col) is None)
         counts = {str(state): n for state, n in look.counts.items()}
         return {"rows": shown[:f["limit"]], "matched": len(shown), "total": len(rows), "counts": counts, "f": f,
                 "owners": sorted({r.owner for r in rows}), "columns": jobview.COLUMNS, "header": jobview.header,
