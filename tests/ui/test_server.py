@@ -407,5 +407,6 @@ def test_a_page_prices_only_the_rows_it_shows(reg: Registry, client: TestClient,
     assert shown == ["job-4", "job-3"]  # the newest first
     assert sorted(priced) == sorted(shown)
     priced.clear()
-    by_cost = re.findall(r'<tr data-job="([^"]+)"', client.get("/", params={"all": "1", "limit": "2", "sort": "cost"}).text)
+    by_cost = client.get("/", params={"all": "1", "limit": "2", "sort": "cost"}).text
+    by_cost = re.findall(r'<tr data-job="([^"]+)"', by_cost)
     assert len(by_cost) == 2 and len(priced) == 5 + 2  # sorting by cost prices every row once, then the shown again

@@ -8,9 +8,9 @@ ended within RECENT, so a job that ends while nobody looks is still there when s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import cached_property
 from typing import Any
 
 from jobplane import sdk
@@ -34,17 +34,18 @@ def mask_env(doc: Any) -> Any:
     return doc
 
 
-@dataclass(frozen=True)
 class Row:
     """A jobs-table row: `jobplane ls`'s columns (view_row) plus what the filters look at. A column is computed when
     asked for (cell: the filters' and the sort's, for every row), the whole row once shown (cells: only the rows a
-    page renders), so a table of 10,000 jobs prices and times only the 500 it shows."""
+    page renders), so a table of 10,000 jobs prices and times only the 500 it shows. One small object a job (slots,
+    the spec's own labels): a view's rows are all alive at once, and what survives the collector's young
+    generations makes it walk every cached record again."""
 
-    view: JobView
-    now: datetime
-    owner: str
-    labels: dict[str, str]
-    name: str
+    __slots__ = ("_cells", "now", "owner", "view")
+
+    def __init__(self, job: sdk.Job, now: datetime) -> None:
+        self.view, self.now, self.owner = job.view, now, job.owner
+        self._cells: dict[str, Any] | None = None
 
     @property
     def id(self) -> str:
@@ -58,12 +59,22 @@ class Row:
     def ended(self) -> bool:  # shown muted
         return self.view.terminal
 
-    @cached_property
+    @property
+    def labels(self) -> Mapping[str, str]:
+        return self.view.spec.labels if self.view.spec else {}
+
+    @property
+    def name(self) -> str:
+        return (self.view.spec.name or "") if self.view.spec else ""
+
+    @property
     def cells(self) -> dict[str, Any]:
-        return view_row(self.view, self.now)
+        if self._cells is None:
+            self._cells = view_row(self.view, self.now)
+        return self._cells
 
     def cell(self, col: str) -> Any:
-        return self.__dict__["cells"][col] if "cells" in self.__dict__ else view_cell(self.view, col, self.now)
+        return self._cells[col] if self._cells is not None else view_cell(self.view, col, self.now)
 
     def matches(self, state: str, owner: str, label: str, text: str) -> bool:
         if state and self.state != state.upper():
@@ -82,11 +93,6 @@ class Row:
         return True
 
 
-def record_row(job: sdk.Job, now: datetime) -> Row:
-    spec = job.view.spec
-    return Row(job.view, now, job.owner, dict(spec.labels) if spec else {}, (spec.name or "") if spec else "")
-
-
 def ended_at(view: JobView) -> datetime:
     """When an ended job ended: its record's last write (the end's, or a later close of its usage), or its rejection."""
     return view.record.updated_at if view.record is not None else view.since
@@ -97,7 +103,16 @@ def rows(listed: list[sdk.Job], include_done: bool, now: datetime, recent: timed
     lists, and without include_done the jobs that ended within `recent` too."""
     if not include_done:
         listed = [job for job in listed if not job.view.terminal or ended_at(job.view) > now - recent]
-    return sorted((record_row(job, now) for job in listed), key=lambda r: r.cell("age"))
+    return sorted((Row(job, now) for job in listed), key=lambda r: r.cell("age"))
+
+
+def sort_rows(rows: list[Row], col: str, desc: bool) -> list[Row]:
+    """The rows by one column, rows without a value last either way. One value a row (a number or a string: no
+    key tuple a row), computed once even where it is the cost."""
+    values = [row.cell(col) for row in rows]
+    present = [i for i, v in enumerate(values) if v is not None]
+    present.sort(key=values.__getitem__, reverse=desc)
+    return [rows[i] for i in present] + [row for row, v in zip(rows, values, strict=True) if v is None]
 
 
 # ---- a job's page ----------------------------------------------------------------------------------------
