@@ -7,12 +7,14 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jobplane.model.jobrecord import JobRecord
-from jobplane.model.spec import JobSpec
 from jobplane.model.states import TERMINAL, State
 from jobplane.views import cost
+
+if TYPE_CHECKING:  # annotations only: `jobplane --help` and `ls`'s import build no model
+    from jobplane.model.jobrecord import JobRecord
+    from jobplane.model.spec import JobSpec
 
 COLUMNS = ("id", "state", "attempt", "nodes", "instance_type", "spot", "age", "runtime", "cost", "restarts",
            "reason")
