@@ -406,6 +406,8 @@ def test_a_page_prices_only_the_rows_it_shows(reg: Registry, client: TestClient,
     shown = re.findall(r'<tr data-job="([^"]+)"', page)
     assert shown == ["job-4", "job-3"]  # the newest first
     assert sorted(priced) == sorted(shown)
+    oldest = client.get("/", params={"all": "1", "limit": "2", "sort": "age", "desc": "1"}).text
+    assert re.findall(r'<tr data-job="([^"]+)"', oldest) == ["job-0", "job-1"]
     priced.clear()
     by_cost = client.get("/", params={"all": "1", "limit": "2", "sort": "cost"}).text
     by_cost = re.findall(r'<tr data-job="([^"]+)"', by_cost)

@@ -103,12 +103,15 @@ def rows(listed: list[sdk.Job], include_done: bool, now: datetime, recent: timed
     lists, and without include_done the jobs that ended within `recent` too."""
     if not include_done:
         listed = [job for job in listed if not job.view.terminal or ended_at(job.view) > now - recent]
-    return sorted((Row(job, now) for job in listed), key=lambda r: r.cell("age"))
+    # the newest first: the latest `since` (a record's creation, a drop's or a rejection's time) is the least age
+    return [Row(job, now) for job in sorted(listed, key=lambda job: job.view.since, reverse=True)]
 
 
 def sort_rows(rows: list[Row], col: str, desc: bool) -> list[Row]:
     """The rows by one column, rows without a value last either way. One value a row (a number or a string: no
     key tuple a row), computed once even where it is the cost."""
+    if col == "age":  # the time since each job's `since`: ordered by that, with no clock arithmetic a row
+        return sorted(rows, key=lambda row: row.view.since, reverse=not desc)
     values = [row.cell(col) for row in rows]
     present = [i for i, v in enumerate(values) if v is not None]
     present.sort(key=values.__getitem__, reverse=desc)
