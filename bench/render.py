@@ -75,8 +75,25 @@ def ui(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def cold_start(doc: dict[str, Any]) -> str:
+    """bench/cold_start.py: the baseline, then each handler's import as a multiple of it, its first invocation."""
+    before, after = doc["load_average_before"][0], doc["load_average_after"][0]
+    lines = [f"In the stored run ({doc['rounds']} rounds, Python {doc['python']}, load average {before:.1f} before "
+             f"and {after:.1f} after, on {doc['cpus']} cores), the baseline took {doc['baseline']['import_ms']:.1f} ms "
+             "(median).", "Each AWS handler's import, as a multiple of the baseline:", "",
+             "| handler | import | x baseline | first scheduled invocation (idle registry) "
+             "| import + first invocation |",
+             "|---|---:|---:|---:|---:|"]
+    for name, h in sorted(doc["handlers"].items()):
+        first = h.get("first_invocation_ms")
+        lines.append(f"| {name} | {h['import_ms']:.1f} ms | {h['ratio']:.2f} | "
+                     + (f"{first:.1f} ms | {h['import_plus_first_invocation_ms']:.1f} ms |" if first is not None
+                        else "- | - |"))
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {"transfer-rclone": transfer, "transfer-gcs": transfer,
-                                                         "ui": ui}
+                                                         "ui": ui, "cold-start": cold_start}
 
 
 def render(page: str, results: Path = HERE / "results") -> str:

@@ -30,7 +30,8 @@ import pytest
 from markdown.extensions.toc import slugify  # type: ignore[import-untyped]  # no stubs; mkdocs makes anchors with it
 
 from jobplane.cli import cli
-from jobplane.model.spec import format_duration, json_schema
+from jobplane.model.bounds import format_duration
+from jobplane.model.spec import json_schema
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -453,7 +454,7 @@ def type_of(node: dict[str, Any], defs: dict[str, Any]) -> str:
     node = deref(node, defs)
     alternatives = [a for a in node.get("anyOf", []) if a.get("type") != "null"]
     if {a.get("type") for a in alternatives} == {"integer", "string"} and "[smhd]" in str(alternatives):
-        return "duration"  # jobplane.model.spec.Duration: 3600, "90s", "30m", "8h", "2d"
+        return "duration"  # jobplane.model.bounds.Duration: 3600, "90s", "30m", "8h", "2d"
     if alternatives:
         return " or ".join(dict.fromkeys(type_of(a, defs) for a in alternatives))
     if "enum" in node:
@@ -486,7 +487,7 @@ def limits(node: dict[str, Any], defs: dict[str, Any]) -> list[str]:
 
 
 def ceiling(node: dict[str, Any], defs: dict[str, Any]) -> list[str]:
-    """A duration's ceiling (jobplane.model.spec.AtMost puts it on the form in seconds), as a spec would write it."""
+    """A duration's ceiling (jobplane.model.bounds.AtMost puts it on the form in seconds), as a spec would write it."""
     node = deref(node, defs)
     if node.get("type") == "integer" and "maximum" in node:
         return [f"at most {format_duration(node['maximum'])}"]

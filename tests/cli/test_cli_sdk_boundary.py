@@ -11,7 +11,7 @@ between it and the command's or the dashboard's.
 The allow-list: the SDK; the CLI's own modules; the standard library; click and rich (the command line and the
 terminal); PyYAML (printing a spec, reading --hp values); and jobplane modules that only parse or format values
 they are given (no I/O): job views and status lines, metric tables and plots, cost text, the spec and policy
-parsers, field errors, states, and the local cloud's own command group, which talks to `jobplane local up`
+parsers, durations, field errors, states, and the local cloud's own command group, which talks to `jobplane local up`
 through its control socket, never to a registry.
 """
 
@@ -50,7 +50,8 @@ ALLOWED = {
     "jobplane.views.metricview": "metric series (Metric.series) as table cells, summaries and sparklines",
     "jobplane.views.plot": "metrics --plot: a PNG of metric series, with matplotlib",
     "jobplane.views.cost": "a cost as money, JSON or an attempt's line; the groups `cost --by` takes",
-    "jobplane.model.spec": "validate and schema: parsing a spec file; spec_to_json and durations as text",
+    "jobplane.model.spec": "validate and schema: parsing a spec file; spec_to_json",
+    "jobplane.model.bounds": "durations: --since and --timeout values parsed, waits and limits as text",
     "jobplane.model.policy": "validate --policy: parsing a policy file and checking specs against it",
     "jobplane.model.errors": "validate: the field errors it prints",
     "jobplane.model.yaml_input": "--hp values read as bounded YAML",

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from jobplane.model.bounds import format_duration, parse_duration
 from jobplane.model.errors import SpecError
-from jobplane.model.spec import format_duration, job_id_problem, parse_duration, parse_spec
+from jobplane.model.spec import job_id_problem, parse_spec
 from jobplane.model.specfields import StopOn, hp_string
 from tests.specs import BAD_SPECS, BASE
 

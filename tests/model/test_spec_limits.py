@@ -9,11 +9,12 @@ import tracemalloc
 
 import pytest
 
-from jobplane.model import keys, spec, yaml_input
+from jobplane.model import bounds, keys, spec, yaml_input
+from jobplane.model.bounds import format_duration
 from jobplane.model.errors import SpecError
 from jobplane.model.jobrecord import JobRecord
 from jobplane.model.policy import Policy, check_against_policy, parse_policy
-from jobplane.model.spec import MAX_SCRIPT, format_duration, parse_spec
+from jobplane.model.spec import MAX_SCRIPT, parse_spec
 from tests.control.reconcile.day import Day
 
 BASE = "run: python3 train.py\ninstance_type: t3.micro\n"
@@ -84,13 +85,13 @@ def test_the_launcher_rejects_a_bomb_drop_and_keeps_it_with_the_reason(day: Day)
 
 
 DURATIONS = [  # every duration a spec has, its ceiling, and how a value is written there
-    ("max_runtime", spec.MAX_RUNTIME, "max_runtime: {}\n"),
-    ("max_wait", spec.MAX_WAIT, "max_wait: {}\n"),
-    ("stall_timeout", spec.MAX_STALL_TIMEOUT, "stall_timeout: {}\n"),
-    ("boot_timeout", spec.MAX_BOOT_TIMEOUT, "boot_timeout: {}\n"),
-    ("stop_grace", spec.MAX_STOP_GRACE, "stop_grace: {}\n"),
-    ("debug_hold", spec.MAX_DEBUG_HOLD, "debug_hold: {}\n"),
-    ("spot.after", spec.MAX_SPOT_WAIT, "spot: {{fallback: on_demand, after: {}}}\n"),
+    ("max_runtime", bounds.MAX_RUNTIME, "max_runtime: {}\n"),
+    ("max_wait", bounds.MAX_WAIT, "max_wait: {}\n"),
+    ("stall_timeout", bounds.MAX_STALL_TIMEOUT, "stall_timeout: {}\n"),
+    ("boot_timeout", bounds.MAX_BOOT_TIMEOUT, "boot_timeout: {}\n"),
+    ("stop_grace", bounds.MAX_STOP_GRACE, "stop_grace: {}\n"),
+    ("debug_hold", bounds.MAX_DEBUG_HOLD, "debug_hold: {}\n"),
+    ("spot.after", bounds.MAX_SPOT_WAIT, "spot: {{fallback: on_demand, after: {}}}\n"),
 ]
 
 
@@ -124,7 +125,7 @@ def test_no_duration_of_a_spec_or_the_policy_is_unbounded_and_the_schema_says_so
     specs, policies = durations(spec.json_schema()), durations(Policy.model_json_schema())
     assert len(specs) == len(DURATIONS) and len(policies) == 9
     assert [where for where, top in {**specs, **policies}.items() if top is None] == []
-    assert specs["/properties/max_wait/anyOf/0"] == spec.MAX_WAIT
+    assert specs["/properties/max_wait/anyOf/0"] == bounds.MAX_WAIT
 
 
 @pytest.mark.parametrize(("text", "path"), [
@@ -164,6 +165,6 @@ def test_a_record_accepted_before_a_ceiling_is_still_read_and_held_to_the_policy
                      updated_at="2026-01-01T00:00:00Z", state_since="2026-01-01T00:00:00Z").model_dump(mode="json")
     with pytest.raises(ValueError, match="max_wait"):
         JobRecord.model_validate(body)  # as a new spec: refused
-    stored = JobRecord.model_validate(body, context=spec.STORED)
+    stored = JobRecord.model_validate(body, context=bounds.STORED)
     assert (stored.spec.max_wait, stored.spec.stall_timeout) == (huge, 30 * 86400)
     assert Policy().max_wait(stored.spec) == 14 * 86400

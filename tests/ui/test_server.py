@@ -384,3 +384,31 @@ def test_the_queue_page_shows_where_each_waiting_job_stands(reg: Registry, clien
     assert page.index('data-job="first"') < page.index('data-job="second"') and 'data-job="holds"' not in page
     assert "quota: 1 earlier job first; 1 of 1 nodes in use by default" in page
     assert "No job waits for owner team-b" in client.get("/queue", params={"owner": "team-b"}).text
+
+
+def test_a_page_prices_only_the_rows_it_shows(reg: Registry, client: TestClient,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every job's page at 10,000 jobs renders 500: age, runtime and cost move with the clock, so each view
+    computes them again, and only the sort's column is needed for every row (bench/ui.py's ?all=1)."""
+    from jobplane.views import cost
+
+    for i in range(5):
+        seed(reg, f"job-{i}")
+    priced: list[str] = []
+    real = cost.job_cost
+
+    def counted(record, now):  # type: ignore[no-untyped-def]
+        priced.append(record.id)
+        return real(record, now)
+
+    monkeypatch.setattr(cost, "job_cost", counted)
+    page = client.get("/", params={"all": "1", "limit": "2"}).text
+    shown = re.findall(r'<tr data-job="([^"]+)"', page)
+    assert shown == ["job-4", "job-3"]  # the newest first
+    assert sorted(priced) == sorted(shown)
+    oldest = client.get("/", params={"all": "1", "limit": "2", "sort": "age", "desc": "1"}).text
+    assert re.findall(r'<tr data-job="([^"]+)"', oldest) == ["job-0", "job-1"]
+    priced.clear()
+    by_cost = client.get("/", params={"all": "1", "limit": "2", "sort": "cost"}).text
+    by_cost = re.findall(r'<tr data-job="([^"]+)"', by_cost)
+    assert len(by_cost) == 2 and len(priced) == 5 + 2  # sorting by cost prices every row once, then the shown again

@@ -50,8 +50,9 @@ from jobplane.clouds.base import (
     ObjectStore,
 )
 from jobplane.model import keys, metrics, records
+from jobplane.model.bounds import format_duration
 from jobplane.model.metrics import EARLY_STOP
-from jobplane.model.spec import JobSpec, format_duration
+from jobplane.model.spec import JobSpec
 from jobplane.store.registry import read_job
 from jobplane.store.rooted import RootedStore
 

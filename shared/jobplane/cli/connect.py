@@ -11,13 +11,15 @@ import functools
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 from click.core import ParameterSource
 from rich.console import Console
 
-from jobplane import sdk
+if TYPE_CHECKING:
+    from jobplane import sdk
+
 
 
 class UserError(click.ClickException):
@@ -44,6 +46,8 @@ def registry_options(func: F) -> F:
 
 def client(bucket: str | None, cloud: str | None, region: str | None, endpoint: str | None) -> sdk.Client:
     """The registry the options name, on its cloud: S3 and EC2, or GCS and Compute Engine."""
+    from jobplane import sdk  # loaded by a command that runs (its models, a cloud's SDK): not by --help
+
     named = sdk.Client(bucket, cloud=cloud, region=region, progress=upload_progress)
     if named.cloud == "aws" and endpoint:
         os.environ["AWS_ENDPOINT_URL"] = endpoint  # before the client reaches anything: boto3 reads it then
@@ -71,6 +75,8 @@ def cloud_errors(func: F) -> F:
     """Turn the errors a user can cause or meet (no bucket, no credentials, unknown job) into one line."""
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from jobplane import sdk  # loaded by a command that runs (its models, a cloud's SDK): not by --help
+
         try:
             return func(*args, **kwargs)
         except (click.ClickException, click.exceptions.Exit, click.Abort):

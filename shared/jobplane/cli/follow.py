@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import shutil
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import click
 
-from jobplane import sdk
 from jobplane.model.states import State
 from jobplane.views.jobview import Status
+
+if TYPE_CHECKING:
+    from jobplane import sdk
 
 # What `logs -f`, `submit -f` and `wait` exit with: 0 only for SUCCEEDED (or a job that reached RUNNING, for
 # `wait --for running`), one code per other ending so a script can tell them apart.
@@ -70,6 +72,8 @@ def follow_job(client: sdk.Client, job_id: str, goal: str, *, interval: float, t
     return the exit code to use.
 
     Ctrl-C stops following, never the job."""
+    from jobplane import sdk  # loaded by a command that runs, not by --help
+
     line = StatusLine()
     try:
         job = client.get(job_id)  # a job that does not exist is an error at once

@@ -14,13 +14,11 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from jobplane import sdk
 from jobplane.cli.connect import UserError, client, cloud_errors, registry_options
 from jobplane.cli.follow import follow_job, tagged
 from jobplane.cli.params import DurationType, HyperparameterType
 from jobplane.cli.sweeps import grouped
 from jobplane.model.clock import utcnow
-from jobplane.model.spec import format_duration, spec_to_json
 from jobplane.model.states import State
 from jobplane.views import cost, jobview, metricview
 from jobplane.views.jobview import COLUMNS, display, header, view_row
@@ -57,6 +55,8 @@ def submit(spec_file: Path, code_dir: Path | None, job_id: str | None, hps: tupl
       jobplane submit examples/demo.yaml --code examples/train -f
       jobplane submit examples/sagemaker.yaml --code examples/sagemaker --hp epochs=20 --hp lr=0.02
     """
+    from jobplane import sdk  # loaded by a command that runs, not by --help
+
     prepared = sdk.prepare(spec_file, code=code_dir, id=job_id, hyperparameters=dict(hps), owner=owner)
     registry = client(**conn)
 
@@ -128,6 +128,8 @@ def queue_cmd(owner: str | None, as_json: bool, **conn: str | None) -> None:
     Example:
       jobplane queue --owner team-a
     """
+    from jobplane.model.bounds import format_duration  # with the spec's field types: loaded when a command runs
+
     found = client(**conn).queue(owner=owner)
     if as_json:
         click.echo(json.dumps([place.as_dict() for place in found], indent=1))
@@ -155,6 +157,9 @@ def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
     Example:
       jobplane describe demo-1122-113005-ab12
     """
+    from jobplane.model.bounds import format_duration  # with the spec's field types: loaded when a command runs
+    from jobplane.model.spec import spec_to_json  # loaded when a command runs, not for --help
+
     job = client(**conn).get(job_id)
     view = job.view
     record = view.record
@@ -298,6 +303,8 @@ def cancel(job_id: str, force: bool, **conn: str | None) -> None:
     Example:
       jobplane cancel demo-1122-113005-ab12
     """
+    from jobplane import sdk  # loaded by a command that runs, not by --help
+
     registry = client(**conn)
     try:
         job = registry.get(job_id)

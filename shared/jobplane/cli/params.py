@@ -8,7 +8,6 @@ import click
 import yaml
 
 from jobplane.model import yaml_input
-from jobplane.model.spec import parse_duration
 
 
 class HyperparameterType(click.ParamType):  # type: ignore[type-arg]
@@ -32,6 +31,8 @@ class DurationType(click.ParamType):  # type: ignore[type-arg]
     name = "duration"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        from jobplane.model.bounds import parse_duration  # with the spec's field types: for an option given only
+
         try:
             return parse_duration(value)
         except ValueError as exc:

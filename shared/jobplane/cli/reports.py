@@ -14,7 +14,6 @@ from rich.table import Table
 
 from jobplane.cli.connect import UserError, client, cloud_errors, registry_options
 from jobplane.cli.params import DurationType
-from jobplane.model.spec import format_duration
 from jobplane.views import cost, metricview
 
 
@@ -96,6 +95,8 @@ def cost_cmd(since: int | None, by: str, as_json: bool, gpu_idle: bool, **conn: 
       jobplane cost --by label:team --json
       jobplane cost --by owner --gpu-idle
     """
+    from jobplane.model.bounds import format_duration  # with the spec's field types: loaded when a command runs
+
     if by not in cost.GROUPS and not by.startswith("label:"):
         raise click.BadParameter(f"{by!r}: use one of {', '.join(cost.GROUPS)} or label:KEY", param_hint="--by")
     now = datetime.now(UTC)

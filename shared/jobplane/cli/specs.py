@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from jobplane.model.errors import FieldError, SpecError
-from jobplane.model.policy import DEFAULT_POLICY, Policy, check_against_policy, parse_policy
-from jobplane.model.spec import json_schema_text, parse_spec
+if TYPE_CHECKING:
+    from jobplane.model.errors import FieldError
+    from jobplane.model.policy import Policy
 
 
 @click.command()
@@ -24,6 +25,9 @@ def validate(files: tuple[Path, ...], policy_file: Path | None) -> None:
     Example:
       jobplane validate examples/*.yaml --policy config/policy.yaml
     """
+    from jobplane.model.errors import SpecError  # the models load when a command runs, not for --help
+    from jobplane.model.policy import DEFAULT_POLICY, parse_policy
+
     policy: Policy = DEFAULT_POLICY
     if policy_file is not None:
         try:
@@ -44,6 +48,10 @@ def validate(files: tuple[Path, ...], policy_file: Path | None) -> None:
 
 
 def validate_file(path: Path, policy: Policy) -> list[FieldError]:
+    from jobplane.model.errors import FieldError, SpecError
+    from jobplane.model.policy import check_against_policy
+    from jobplane.model.spec import parse_spec
+
     try:
         text = path.read_text()
     except OSError as exc:
@@ -63,4 +71,6 @@ def schema() -> None:
     Example:
       jobplane schema > jobspec.schema.json
     """
+    from jobplane.model.spec import json_schema_text
+
     click.echo(json_schema_text(), nl=False)

@@ -15,9 +15,7 @@ import sys
 
 import click
 
-from jobplane import sdk
 from jobplane.cli.connect import UserError, client, cloud_errors, registry_options
-from jobplane.sdk import shell
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -34,6 +32,9 @@ def ssh(job_id: str, command: tuple[str, ...], rank: int, **conn: str | None) ->
       jobplane ssh demo-1122-113005-ab12                 # a shell on rank 0
       jobplane ssh demo-1122-113005-ab12 --rank 1 -- nvidia-smi
     """
+    from jobplane import sdk  # loaded by a command that runs, not by --help
+    from jobplane.sdk import shell
+
     try:
         sdk_client = client(**conn)
         instance = sdk_client.get(job_id).shell_target(rank)

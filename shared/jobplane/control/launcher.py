@@ -34,9 +34,7 @@ from jobplane.deployment.context import Context
 from jobplane.deployment.outcome import Outcome as Outcome  # the one outcome type, named here too
 from jobplane.model import history, keys
 from jobplane.model.errors import FieldError, SpecError
-from jobplane.model.jobrecord import JobRecord
 from jobplane.model.policy import Policy, check_against_deployment, check_against_policy
-from jobplane.model.spec import JobSpec
 from jobplane.model.states import TERMINAL, State
 from jobplane.model.usage import AttemptUsage, InstanceSpan
 from jobplane.store.registry import JobExists, JobNotFound, Registry, TransitionRefused
@@ -45,6 +43,8 @@ if TYPE_CHECKING:  # imported where a launch uses them: a cold start, or a cron 
     from jobplane.boot import agent_bundle, bootstrap
     from jobplane.decide import launch as launch_decide
     from jobplane.model.admission import AdmissionRecord
+    from jobplane.model.jobrecord import JobRecord  # the registry builds it when it reads or writes one
+    from jobplane.model.spec import JobSpec
 
 log = logging.getLogger("jobplane.launcher")
 

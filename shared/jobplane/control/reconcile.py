@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from jobplane.clouds.base import LOG_OBJECT_TAG, Compute, NotFound, PreconditionFailed
 from jobplane.decide.effects import (
@@ -43,9 +43,11 @@ from jobplane.deployment.context import Context
 from jobplane.deployment.outcome import Outcome as Outcome  # the one outcome type, named here too
 from jobplane.deployment.telemetry import Metrics
 from jobplane.model import history, keys, records
-from jobplane.model.jobrecord import JobRecord
 from jobplane.model.states import TERMINAL, State
 from jobplane.store.registry import JobNotFound, Registry, TransitionRefused, UnreadableRecord
+
+if TYPE_CHECKING:
+    from jobplane.model.jobrecord import JobRecord  # the registry builds records: a run that lists only never does
 
 log = logging.getLogger("jobplane.reconcile")
 

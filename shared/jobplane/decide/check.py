@@ -54,11 +54,11 @@ from jobplane.decide.retry import Trigger, exit_code
 from jobplane.decide.rules import ORDER
 from jobplane.decide.safety import limit_blast_radius, terminable
 from jobplane.model import history, keys
+from jobplane.model.bounds import format_duration
 from jobplane.model.jobrecord import JobRecord
 from jobplane.model.metrics import EARLY_STOP
 from jobplane.model.policy import Policy
 from jobplane.model.records import HOLD_BY, PreemptedMarker, StopBy
-from jobplane.model.spec import format_duration
 from jobplane.model.states import State
 from jobplane.views import notices
 

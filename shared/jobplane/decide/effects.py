@@ -10,13 +10,19 @@ console output of VMs whose agent never started is saved before they are termina
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from jobplane.clouds.base import Notice
 from jobplane.model import history, records
-from jobplane.model.jobrecord import Updates
 from jobplane.model.keys import Held, Limits
 from jobplane.model.states import State
+
+if TYPE_CHECKING:
+    from jobplane.model.jobrecord import Updates  # the registry builds records: a run that lists only never does
+
+
+def _no_updates() -> Updates:
+    return {}
 
 
 @dataclass(frozen=True)
@@ -24,7 +30,7 @@ class Transition:
     """CAS job.json to `to`, expecting the state and attempt the run saw (Action.expect, expect_attempt)."""
 
     to: State
-    updates: Updates = field(default_factory=lambda: Updates())  # other job.json fields the transition sets
+    updates: Updates = field(default_factory=_no_updates)  # other job.json fields the transition sets
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,10 @@ from datetime import datetime, timedelta
 from jobplane.boot import agent_bundle
 from jobplane.decide.rules import LaunchCause
 from jobplane.model import accelerators, images
+from jobplane.model.bounds import format_duration
 from jobplane.model.jobrecord import JobRecord
 from jobplane.model.policy import Policy
-from jobplane.model.spec import JobSpec, format_duration
+from jobplane.model.spec import JobSpec
 from jobplane.model.states import State
 
 BACKOFF_BASE_S = 60  # first capacity wait; doubles per consecutive failed try

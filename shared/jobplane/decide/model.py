@@ -6,18 +6,20 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from jobplane.clouds.base import Instance
 from jobplane.decide.effects import ORDER, Effect, Flag, Note, Terminate, Transition
 from jobplane.decide.rules import Rule as Rule  # the rules and their table (decide.rules), named from here too
 from jobplane.model import history, keys, records
-from jobplane.model.jobrecord import JobRecord
 from jobplane.model.keys import Held as Held  # the parsed held-until key, part of a Snapshot
 from jobplane.model.keys import Limits as Limits  # the parsed limits/ key, part of a Snapshot
 from jobplane.model.listings import ActiveMarker, Beat, IdleMark
 from jobplane.model.policy import Policy
 from jobplane.model.states import State
+
+if TYPE_CHECKING:
+    from jobplane.model.jobrecord import JobRecord  # the registry builds records: a run that lists only never does
 
 ALIVE = frozenset({"pending", "running"})  # an instance in any other state is gone or going
 

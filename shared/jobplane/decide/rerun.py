@@ -29,9 +29,9 @@ from jobplane.decide.model import (
 )
 from jobplane.decide.safety import terminable
 from jobplane.model import keys
+from jobplane.model.bounds import format_duration
 from jobplane.model.jobrecord import JobRecord
 from jobplane.model.policy import Policy
-from jobplane.model.spec import format_duration
 from jobplane.model.states import State
 
 

@@ -22,10 +22,11 @@ from enum import StrEnum
 
 from jobplane.decide.model import ExitReport, age, attempts_spent, grace_for
 from jobplane.decide.rules import Rule
+from jobplane.model.bounds import format_duration
 from jobplane.model.jobrecord import JobRecord
 from jobplane.model.metrics import EARLY_STOP
 from jobplane.model.policy import Policy
-from jobplane.model.spec import JobSpec, format_duration
+from jobplane.model.spec import JobSpec
 
 STOPPED = frozenset({"stopped", EARLY_STOP})  # exit reasons of a stop on purpose: never an error to retry
 

@@ -14,8 +14,8 @@ from jobplane.clouds.base import Instance
 from jobplane.decide.effects import RequestStop, Terminate, Transition
 from jobplane.decide.model import Action, Index, Rule, Snapshot, age, alive, grace_for
 from jobplane.decide.safety import limit_blast_radius, terminable
+from jobplane.model.bounds import format_duration
 from jobplane.model.policy import Policy
-from jobplane.model.spec import format_duration
 from jobplane.model.states import LIVE, State
 
 

@@ -12,11 +12,14 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_DEPLOYMENT, TAG_JOB_ID, TAG_MANAGED, Scope
 from jobplane.model import keys
-from jobplane.model.jobrecord import JobRecord
 from jobplane.model.states import State
+
+if TYPE_CHECKING:
+    from jobplane.model.jobrecord import JobRecord  # the registry builds records: a run that lists only never does
 
 # An agent serves a job from its first heartbeat to its exit report; the launcher may not have recorded the
 # VM yet when it asks (the tags say whose it is then). Any other state has no agent that needs to write.

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from jobplane.clouds.base import Notice, Notifier
 from jobplane.deployment.telemetry import Metrics
-from jobplane.model.jobrecord import JobRecord
 from jobplane.model.states import TERMINAL
 from jobplane.views import notices
+
+if TYPE_CHECKING:
+    from jobplane.model.jobrecord import JobRecord  # told of records the registry built
 
 log = logging.getLogger("jobplane.notify")
 

@@ -90,7 +90,7 @@ def read_policy(path: Path) -> dict[str, Any]:
     """`local up --policy FILE`'s fields, checked over the local policy before anything starts."""
     from jobplane.local.cloud import local_policy
     from jobplane.model.errors import SpecError
-    from jobplane.model.spec import load_document
+    from jobplane.model.yaml_input import load_document
 
     try:
         fields = load_document(path.read_bytes(), "policy")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
+if TYPE_CHECKING:  # what it turns into FieldErrors; YAML input's errors need no pydantic
+    from pydantic import ValidationError
 
 
 @dataclass(frozen=True)

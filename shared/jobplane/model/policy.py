@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
-from typing import Annotated, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from jobplane.model import accelerators, images
-from jobplane.model.errors import FieldError, SpecError, from_validation_error
-from jobplane.model.spec import (
+from jobplane.model.bounds import (
     DAY,
     MAX_ATTEMPTS,
     MAX_BOOT_TIMEOUT,
@@ -18,10 +17,13 @@ from jobplane.model.spec import (
     MAX_WAIT,
     AtMost,
     Duration,
-    JobSpec,
     format_duration,
-    load_document,
 )
+from jobplane.model.errors import FieldError, SpecError, from_validation_error
+from jobplane.model.yaml_input import load_document
+
+if TYPE_CHECKING:
+    from jobplane.model.spec import JobSpec  # annotations only: reading the policy builds no spec model
 
 Grace = Annotated[Duration, AtMost(DAY)]  # the safety graces and the idle-GPU window: a day at most
 

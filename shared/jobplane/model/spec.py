@@ -4,27 +4,32 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     AfterValidator,
     BeforeValidator,
     Discriminator,
     Field,
-    GetCoreSchemaHandler,
-    GetJsonSchemaHandler,
     Tag,
     ValidationError,
-    ValidationInfo,
     WithJsonSchema,
 )
-from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import CoreSchema, core_schema
 
 from jobplane.model import accelerators, containers, images, sweepspec, yaml_input
+from jobplane.model.bounds import (
+    MAX_BOOT_TIMEOUT,
+    MAX_DEBUG_HOLD,
+    MAX_RESTARTS,
+    MAX_RETRIES,
+    MAX_RUNTIME,
+    MAX_SPOT_WAIT,
+    MAX_STALL_TIMEOUT,
+    MAX_STOP_GRACE,
+    MAX_WAIT,
+    AtMost,
+    Duration,
+)
 from jobplane.model.errors import FieldError, SpecError, from_validation_error
 from jobplane.model.keys import JOB_ID_PATTERN
 from jobplane.model.specfields import HpName, HpValue, MetricDefinition, StopOn, hp_variable
@@ -41,92 +46,7 @@ from jobplane.model.sweepspec import (
     trial_suffix,
 )
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_DURATION_RE = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
-DURATION_HELP = "use whole seconds or a number with unit s, m, h or d (e.g. 90s, 30m, 8h, 2d)"
-
-
-def parse_duration(value: object) -> int:
-    """'90s' | '30m' | '8h' | '2d' | 3600 -> seconds."""
-    if isinstance(value, bool):
-        raise ValueError(f"invalid duration {value!r}: {DURATION_HELP}")
-    if isinstance(value, int):
-        seconds = value
-    elif isinstance(value, str) and value.strip().isdigit():
-        seconds = int(value)
-    elif isinstance(value, str) and (m := _DURATION_RE.match(value)):
-        seconds = int(m.group(1)) * _UNITS[m.group(2)]
-    else:
-        raise ValueError(f"invalid duration {value!r}: {DURATION_HELP}")
-    if seconds <= 0:
-        raise ValueError(f"duration must be positive, got {value!r}")
-    return seconds
-
-
-def format_duration(seconds: int) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
 MAX_SCRIPT = 64 * 1024  # characters of `run` / `setup`: job.json and every event repeat the spec
-
-# Every duration has a ceiling: a value past it is refused naming its field, and no time a decision computes from
-# one (created_at + max_wait, a refusal + spot.after) can leave the calendar (a datetime past the year 9999 raises).
-DAY = 86400
-MAX_RUNTIME = 30 * DAY  # an attempt's uptime cap; the policy's max_runtime_ceiling is lower (7d by default)
-MAX_WAIT = 90 * DAY  # a job's whole wait (capacity, reruns); the policy's max_wait_ceiling is lower (14d by default)
-MAX_SPOT_WAIT = 7 * DAY  # spot.after: Spot refused everywhere this long, then on-demand
-MAX_STALL_TIMEOUT = 7 * DAY  # silence (no heartbeat, no output) before a job is called stalled
-MAX_BOOT_TIMEOUT = DAY  # the VM fetches its agent by URLs that live this long and 10 minutes (7 days at most)
-MAX_STOP_GRACE = 3600  # a Spot notice gives 2 minutes (EC2) or 30 s (GCE) anyway
-MAX_DEBUG_HOLD = DAY  # a FAILED attempt's VMs kept for a look: they bill all along
-STORED: Final[Mapping[str, bool]] = {"stored": True}  # the validation context of a spec read back from a record
-
-
-def _stored(info: ValidationInfo) -> bool:
-    return isinstance(info.context, Mapping) and bool(info.context.get("stored"))
-
-
-Duration = Annotated[
-    int,
-    BeforeValidator(parse_duration),
-    WithJsonSchema(
-        {
-            "anyOf": [
-                {"type": "integer", "minimum": 1},
-                {"type": "string", "pattern": r"^\s*\d+\s*[smhd]?\s*$"},
-            ],
-            "description": "seconds, or a number with unit s, m, h or d",
-        }
-    ),
-]
-
-
-@dataclass(frozen=True)
-class AtMost:
-    """A duration's ceiling, as `Annotated[Duration, AtMost(MAX_WAIT)]`: a new spec (or policy) over it is refused
-    naming the field; a spec read back from a record (context STORED) is read as it was accepted, so a job recorded
-    before a ceiling stays readable, and the decisions bound what they take from it."""
-
-    seconds: int
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
-        return core_schema.with_info_after_validator_function(self._check, handler(source))
-
-    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
-        out = dict(handler(schema))
-        seconds, text = out["anyOf"]
-        out["anyOf"] = [{**seconds, "maximum": self.seconds}, text]
-        out["description"] = f"{out['description']}; at most {format_duration(self.seconds)}"
-        return out
-
-    def _check(self, value: int, info: ValidationInfo) -> int:
-        if value > self.seconds and not _stored(info):
-            raise ValueError(f"{format_duration(value)} is more than the ceiling of {format_duration(self.seconds)}")
-        return value
-
 
 def job_id_problem(job_id: str) -> str | None:
     """Why job_id is not a valid id, or None. Ids must be valid GCE names and labels and S3 key parts."""
@@ -206,9 +126,6 @@ class InputChannel(_Model):
 
 
 MAX_EXIT_CODES = 32
-MAX_RESTARTS = 100
-MAX_RETRIES = 100
-MAX_ATTEMPTS = 1 + MAX_RESTARTS + MAX_RETRIES  # what a spec may ask for; the policy's max_attempts_per_job is lower
 ExitCode = Annotated[int, Field(ge=1, le=255)]
 
 
@@ -566,22 +483,9 @@ def _clashes(raw: dict[str, Any]) -> list[FieldError]:
     return errors
 
 
-def load_document(text: str | bytes, source: str = "spec") -> dict[str, Any]:
-    """Parse YAML or JSON (JSON is YAML) into a mapping, or raise SpecError."""
-    try:
-        data = yaml_input.load(text)
-    except yaml_input.YamlRefused as exc:
-        raise SpecError([FieldError(exc.field, str(exc))]) from None
-    except yaml.YAMLError as exc:
-        raise SpecError([FieldError("(spec)", f"not valid YAML or JSON: {exc}".replace("\n", " "))]) from None
-    if not isinstance(data, dict):
-        raise SpecError([FieldError("(spec)", f"{source} must be a mapping of fields, got {type(data).__name__}")])
-    return data
-
-
 def parse_spec(text: str | bytes, job_id: str | None = None, source: str = "spec") -> JobSpec:
     """Validate a spec document. job_id is the queue file's stem, when there is one."""
-    raw = load_document(text, source)
+    raw = yaml_input.load_document(text, source)
     errors = _cross_checks(raw) + _clashes(raw) + _retry_checks(raw)
     if job_id is not None:
         problem = job_id_problem(job_id)

@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from jobplane.model.errors import FieldError, SpecError
+
 MAX_BYTES = 256 * 1024  # a spec with a 64 KiB `run:` and every other field at its maximum fits
 MAX_DEPTH = 32
 MAX_NODES = 20_000
@@ -74,3 +76,16 @@ def load(data: str | bytes, max_bytes: int = MAX_BYTES) -> Any:
         return loader.get_single_data()
     finally:
         loader.dispose()
+
+
+def load_document(text: str | bytes, source: str = "spec") -> dict[str, Any]:
+    """Parse YAML or JSON (JSON is YAML) into a mapping, or raise SpecError."""
+    try:
+        data = load(text)
+    except YamlRefused as exc:
+        raise SpecError([FieldError(exc.field, str(exc))]) from None
+    except yaml.YAMLError as exc:
+        raise SpecError([FieldError("(spec)", f"not valid YAML or JSON: {exc}".replace("\n", " "))]) from None
+    if not isinstance(data, dict):
+        raise SpecError([FieldError("(spec)", f"{source} must be a mapping of fields, got {type(data).__name__}")])
+    return data

@@ -33,8 +33,9 @@ from jobplane.model.clock import utcnow
 from jobplane.model.errors import FieldError, SpecError
 from jobplane.model.jobrecord import JobRecord
 from jobplane.model.metrics import Sample, decode
-from jobplane.model.spec import URI_SCHEMES, job_id_problem, load_document, parse_spec
+from jobplane.model.spec import URI_SCHEMES, job_id_problem, parse_spec
 from jobplane.model.states import LIVE, NOT_STARTED, TERMINAL, State
+from jobplane.model.yaml_input import load_document
 from jobplane.store.registry import JobExists, JobNotFound, Registry, TransitionRefused
 from jobplane.store.rooted import RootedStore
 from jobplane.views import cost, sysview

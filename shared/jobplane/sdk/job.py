@@ -129,6 +129,8 @@ class Job:
     Jobs come from Client.submit, Client.get and Client.list; a Job may be used from several threads.
     """
 
+    __slots__ = ("_connection", "_view")  # a look makes one per job: 10,000 on a dashboard's every view
+
     def __init__(self, connection: Connection, view: JobView) -> None:
         self._connection, self._view = connection, view
 

@@ -23,18 +23,19 @@ from pydantic import BaseModel
 
 from jobplane.clouds.base import NotFound, ObjectStore, PreconditionFailed
 from jobplane.model import history, keys
+from jobplane.model.bounds import STORED
 from jobplane.model.clock import utcnow
 from jobplane.model.history import LastEvent
-from jobplane.model.jobrecord import JobRecord, Updates
 from jobplane.model.listings import ActiveMarker, Beat, IdleMark
 from jobplane.model.policy import DEFAULT_POLICY, Policy, parse_policy
-from jobplane.model.spec import STORED, JobSpec, known_fields
 from jobplane.model.states import LIVE, TERMINAL, State, allowed
 from jobplane.model.usage import close
 from jobplane.store.rooted import CAS_RETRIES, RegistryError, RootedStore, backoff
 
 if TYPE_CHECKING:
     from jobplane.model import records  # its models are built at import; the registry only names one in a signature
+    from jobplane.model.jobrecord import JobRecord, Updates
+    from jobplane.model.spec import JobSpec
 
 log = logging.getLogger("jobplane.registry")
 
@@ -68,6 +69,14 @@ class UnreadableRecord(RegistryError):
         self.job_id, self.version, self.problem = job_id, version, problem
 
 
+def _record_model() -> type[JobRecord]:
+    """JobRecord, imported on first use: its models (the spec's, a sweep's) are built then, so a run that reads the
+    policy and lists (a scheduled check of healthy jobs, an idle backstop) never builds them."""
+    from jobplane.model.jobrecord import JobRecord
+
+    return JobRecord
+
+
 class UnknownField(RegistryError):
     """An update names no JobRecord field (a misspelling would otherwise be dropped silently)."""
 
@@ -76,7 +85,7 @@ class UnknownField(RegistryError):
 
         hints = []
         for name in sorted(names):
-            close_to = difflib.get_close_matches(name, JobRecord.model_fields, n=1)
+            close_to = difflib.get_close_matches(name, _record_model().model_fields, n=1)
             hints.append(f"{name!r}" + (f" (did you mean {close_to[0]!r}?)" if close_to else ""))
         super().__init__(f"job {job_id}: no such job record field: {', '.join(hints)}")
         self.job_id, self.names = job_id, sorted(names)
@@ -88,7 +97,7 @@ def _dump(model: BaseModel) -> bytes:
 
 
 def _check_fields(job_id: str, updates: Collection[str]) -> None:
-    unknown = set(updates) - set(JobRecord.model_fields)
+    unknown = set(updates) - set(_record_model().model_fields)
     if unknown:
         raise UnknownField(job_id, unknown)
 
@@ -103,8 +112,10 @@ def read_job(objects: RootedStore, job_id: str) -> tuple[JobRecord, str]:
     try:
         data = json.loads(blob.data)
         if isinstance(data, dict) and isinstance(data.get("spec"), dict):
+            from jobplane.model.spec import known_fields
+
             data["spec"] = known_fields(data["spec"])  # a newer version's fields: ignored, as JobRecord's are
-        return JobRecord.model_validate(data, context=STORED), blob.version
+        return _record_model().model_validate(data, context=STORED), blob.version
     except ValueError as exc:  # JSON or validation (pydantic's ValidationError is a ValueError)
         raise UnreadableRecord(job_id, blob.version, str(exc).replace("\n", " ")[:500]) from None
 
@@ -139,7 +150,7 @@ class Registry(RootedStore):
         event = history.Created(state=State.QUEUED, spec=spec.model_dump(mode="json"))
         created = LastEvent(stamp=keys.stamp(now), kind=event.kind,
                             body={"time": now.isoformat(), "kind": event.kind, **event.body()})
-        record = JobRecord(id=job_id, spec=spec, state=State.QUEUED, owner=spec.owner,
+        record = _record_model()(id=job_id, spec=spec, state=State.QUEUED, owner=spec.owner,
                            created_at=now, updated_at=now, state_since=now, last_event=created)
         try:
             self.put_if_absent(keys.job_record(job_id), _dump(record))
@@ -202,7 +213,7 @@ class Registry(RootedStore):
                                       **updates, "last_event": last}
             if to != current.state or fields.get("attempt", current.attempt) != current.attempt:
                 fields["state_since"] = now
-            new = JobRecord.model_validate({**current.model_dump(), **fields}, context=STORED)
+            new = _record_model().model_validate({**current.model_dump(), **fields}, context=STORED)
             if any(u.open for u in new.usage):  # leaving an attempt ends its instances' billed time, unless a
                 keep = new.attempt if new.state in (State.LAUNCHING, State.RUNNING) or new.held(now) else None  # hold
                 new = new.model_copy(update={"usage": close(new.usage, keep, now)})
@@ -252,7 +263,8 @@ class Registry(RootedStore):
         now = now or utcnow()
         for tries in range(CAS_RETRIES):
             current, version = self.get(job_id)
-            new = JobRecord.model_validate({**current.model_dump(), "updated_at": now, **updates}, context=STORED)
+            new = _record_model().model_validate({**current.model_dump(), "updated_at": now, **updates},
+                                                 context=STORED)
             try:
                 self.put_if_match(keys.job_record(job_id), _dump(new), version)
             except PreconditionFailed:

@@ -13,7 +13,8 @@ from collections.abc import Callable
 
 from jobplane.clouds.base import NotFound, PreconditionFailed
 from jobplane.model import keys
-from jobplane.model.spec import STORED, known_fields
+from jobplane.model.bounds import STORED
+from jobplane.model.spec import known_fields
 from jobplane.store.rooted import CAS_RETRIES, RegistryError, RootedStore, backoff
 from jobplane.sweeps.record import SweepRecord
 

@@ -8,6 +8,7 @@ ended within RECENT, so a job that ends while nobody looks is still there when s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -17,7 +18,7 @@ from jobplane.model.jobrecord import JobRecord
 from jobplane.model.metrics import STEP
 from jobplane.model.spec import spec_to_json
 from jobplane.views import cost, sysview
-from jobplane.views.jobview import JobView, view_row
+from jobplane.views.jobview import JobView, view_cell, view_row
 
 MASK = "••••••"  # what an env value shows as: spec env values may be secrets
 RECENT = timedelta(hours=24)  # the first page's ended jobs: this recent (SageMaker's console, `sky jobs queue` too)
@@ -33,23 +34,47 @@ def mask_env(doc: Any) -> Any:
     return doc
 
 
-@dataclass(frozen=True)
 class Row:
-    """A jobs-table row: `jobplane ls`'s columns (view_row) plus what the filters look at."""
+    """A jobs-table row: `jobplane ls`'s columns (view_row) plus what the filters look at. A column is computed when
+    asked for (cell: the filters' and the sort's, for every row), the whole row once shown (cells: only the rows a
+    page renders), so a table of 10,000 jobs prices and times only the 500 it shows. One small object a job (slots,
+    the spec's own labels): a view's rows are all alive at once, and what survives the collector's young
+    generations makes it walk every cached record again."""
 
-    cells: dict[str, Any]
-    owner: str
-    labels: dict[str, str]
-    name: str
-    ended: bool = False  # shown muted
+    __slots__ = ("_cells", "now", "owner", "view")
+
+    def __init__(self, job: sdk.Job, now: datetime) -> None:
+        self.view, self.now, self.owner = job.view, now, job.owner
+        self._cells: dict[str, Any] | None = None
 
     @property
     def id(self) -> str:
-        return str(self.cells["id"])
+        return self.view.id
 
     @property
     def state(self) -> str:
-        return str(self.cells["state"])
+        return str(self.view.state)
+
+    @property
+    def ended(self) -> bool:  # shown muted
+        return self.view.terminal
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        return self.view.spec.labels if self.view.spec else {}
+
+    @property
+    def name(self) -> str:
+        return (self.view.spec.name or "") if self.view.spec else ""
+
+    @property
+    def cells(self) -> dict[str, Any]:
+        if self._cells is None:
+            self._cells = view_row(self.view, self.now)
+        return self._cells
+
+    def cell(self, col: str) -> Any:
+        return self._cells[col] if self._cells is not None else view_cell(self.view, col, self.now)
 
     def matches(self, state: str, owner: str, label: str, text: str) -> bool:
         if state and self.state != state.upper():
@@ -61,17 +86,11 @@ class Row:
             if k not in self.labels or (v and self.labels[k] != v):
                 return False
         if text:
-            hay = " ".join((self.id, self.name, str(self.cells.get("reason", "")), self.owner,
+            hay = " ".join((self.id, self.name, str(self.cell("reason")), self.owner,
                             " ".join(f"{k}={v}" for k, v in self.labels.items()))).lower()
             if text.lower() not in hay:
                 return False
         return True
-
-
-def record_row(job: sdk.Job, now: datetime) -> Row:
-    spec = job.view.spec
-    return Row(view_row(job.view, now), job.owner, dict(spec.labels) if spec else {}, (spec.name or "") if spec else "",
-               job.view.terminal)
 
 
 def ended_at(view: JobView) -> datetime:
@@ -84,7 +103,19 @@ def rows(listed: list[sdk.Job], include_done: bool, now: datetime, recent: timed
     lists, and without include_done the jobs that ended within `recent` too."""
     if not include_done:
         listed = [job for job in listed if not job.view.terminal or ended_at(job.view) > now - recent]
-    return sorted((record_row(job, now) for job in listed), key=lambda r: r.cells["age"])
+    # the newest first: the latest `since` (a record's creation, a drop's or a rejection's time) is the least age
+    return [Row(job, now) for job in sorted(listed, key=lambda job: job.view.since, reverse=True)]
+
+
+def sort_rows(rows: list[Row], col: str, desc: bool) -> list[Row]:
+    """The rows by one column, rows without a value last either way. One value a row (a number or a string: no
+    key tuple a row), computed once even where it is the cost."""
+    if col == "age":  # the time since each job's `since`: ordered by that, with no clock arithmetic a row
+        return sorted(rows, key=lambda row: row.view.since, reverse=not desc)
+    values = [row.cell(col) for row in rows]
+    present = [i for i, v in enumerate(values) if v is not None]
+    present.sort(key=values.__getitem__, reverse=desc)
+    return [rows[i] for i in present] + [row for row, v in zip(rows, values, strict=True) if v is None]
 
 
 # ---- a job's page ----------------------------------------------------------------------------------------

@@ -12,16 +12,18 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobplane.model import prices
-from jobplane.model.jobrecord import JobRecord
-from jobplane.model.policy import Policy
 
 # the billing rule lives with the usage it bills, where a budget (model.admission) sums it too
 from jobplane.model.usage import MIN_BILLED_S as MIN_BILLED_S
-from jobplane.model.usage import AttemptUsage
 from jobplane.model.usage import billed_seconds as billed_seconds
+
+if TYPE_CHECKING:  # annotations only: the CLI's import builds no record or policy model
+    from jobplane.model.jobrecord import JobRecord
+    from jobplane.model.policy import Policy
+    from jobplane.model.usage import AttemptUsage
 
 ESTIMATED = "estimated"
 # Where an attempt's hourly price came from.

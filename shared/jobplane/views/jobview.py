@@ -4,14 +4,17 @@ drops still in queue/ and rejected drops (no I/O)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jobplane.model.jobrecord import JobRecord
-from jobplane.model.spec import JobSpec
 from jobplane.model.states import TERMINAL, State
 from jobplane.views import cost
+
+if TYPE_CHECKING:  # annotations only: `jobplane --help` and `ls`'s import build no model
+    from jobplane.model.jobrecord import JobRecord
+    from jobplane.model.spec import JobSpec
 
 COLUMNS = ("id", "state", "attempt", "nodes", "instance_type", "spot", "age", "runtime", "cost", "restarts",
            "reason")
@@ -84,21 +87,25 @@ class JobView:
         return self.spec.num_nodes if self.spec else 1
 
 
+# Each column from a record, on its own: a table of thousands sorts by one column and builds the whole row only
+# for the rows it shows (age, runtime and cost move with the clock, so no row is kept between views).
+_RECORD_CELLS: dict[str, Callable[[JobRecord, datetime], Any]] = {
+    "id": lambda record, now: record.id,
+    "state": lambda record, now: str(record.state),
+    "attempt": lambda record, now: record.attempt,
+    "nodes": lambda record, now: record.spec.num_nodes,
+    "instance_type": lambda record, now: record.instance_type or ",".join(record.spec.instance_types),
+    "spot": lambda record, now: record.spec.uses_spot,
+    "age": lambda record, now: (now - record.created_at).total_seconds(),
+    "runtime": lambda record, now: runtime_seconds(record, now),
+    "cost": lambda record, now: cost_usd(record, now),
+    "restarts": lambda record, now: record.restarts,
+    "reason": lambda record, now: record.reason or "",
+}
+
+
 def job_row(record: JobRecord, now: datetime) -> dict[str, Any]:
-    spec = record.spec
-    return {
-        "id": record.id,
-        "state": str(record.state),
-        "attempt": record.attempt,
-        "nodes": spec.num_nodes,
-        "instance_type": record.instance_type or ",".join(spec.instance_types),
-        "spot": spec.uses_spot,
-        "age": (now - record.created_at).total_seconds(),
-        "runtime": runtime_seconds(record, now),
-        "cost": cost_usd(record, now),
-        "restarts": record.restarts,
-        "reason": record.reason or "",
-    }
+    return {col: cell(record, now) for col, cell in _RECORD_CELLS.items()}
 
 
 def cost_usd(record: JobRecord, now: datetime) -> float | None:
@@ -107,15 +114,25 @@ def cost_usd(record: JobRecord, now: datetime) -> float | None:
     return None if not record.usage or (spent.unpriced and not spent.usd) else round(spent.usd, 6)
 
 
-def view_row(view: JobView, now: datetime) -> dict[str, Any]:
-    """A row for any job: recorded, still in queue/ (age = time waited there) or rejected."""
-    if view.record is not None:
-        return job_row(view.record, now)
+def _unrecorded_row(view: JobView, now: datetime) -> dict[str, Any]:
+    """A job still in queue/ (age = time waited there) or rejected."""
     spec = view.spec
     return {"id": view.id, "state": str(view.state), "attempt": 0, "nodes": spec.num_nodes if spec else None,
             "instance_type": ",".join(spec.instance_types) if spec else "", "spot": spec.uses_spot if spec else None,
             "age": (now - view.since).total_seconds(), "runtime": None, "cost": None, "restarts": 0,
             "reason": view.reason or ""}
+
+
+def view_row(view: JobView, now: datetime) -> dict[str, Any]:
+    """A row for any job: recorded, still in queue/ or rejected."""
+    return job_row(view.record, now) if view.record is not None else _unrecorded_row(view, now)
+
+
+def view_cell(view: JobView, col: str, now: datetime) -> Any:
+    """One column of view_row (KeyError for no such column), computing only that one for a recorded job."""
+    if view.record is not None:
+        return _RECORD_CELLS[col](view.record, now)
+    return _unrecorded_row(view, now)[col]  # drops and rejections are few: their row is cheap
 
 
 def rejected_reason(error_doc: Any) -> str:

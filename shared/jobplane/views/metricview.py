@@ -6,9 +6,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jobplane.model.metrics import Sample, value_text
+if TYPE_CHECKING:
+    from jobplane.model.metrics import Sample
 
 BARS = "▁▂▃▄▅▆▇█"
 NOT_FINITE = "!"  # a NaN or Inf in a sparkline
@@ -98,6 +99,8 @@ COLUMNS = ("METRIC", "LAST", "STEP", "MIN", "MAX", "POINTS", "ATTEMPTS", "TREND"
 
 def cells(s: Series) -> list[str]:
     """A row of `jobplane metrics`'s table."""
+    from jobplane.model.metrics import value_text  # the models load when a command shows metrics
+
     finite = s.finite
     numbers = (s.last.value, *((min(finite), max(finite)) if finite else (None, None)))
     last, low, high = ("-" if v is None else value_text(v) for v in numbers)
@@ -107,11 +110,15 @@ def cells(s: Series) -> list[str]:
 
 
 def json_value(value: float) -> float | str:
+    from jobplane.model.metrics import value_text  # the models load when a command shows metrics
+
     return value if math.isfinite(value) else value_text(value)
 
 
 def last_line(s: Series) -> str:
     """`describe`'s line for a metric: 0.0123 at step 200 (min 0.0119, max 8.31, 21 points)."""
+    from jobplane.model.metrics import value_text  # the models load when a command shows metrics
+
     finite = s.finite
     at = f" at step {s.last.step}" if s.last.step is not None else ""
     spread = f"min {value_text(min(finite))}, max {value_text(max(finite))}, " if finite else ""

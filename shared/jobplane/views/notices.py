@@ -5,9 +5,12 @@ publishes them on its topic (jobplane.deployment.notify); the check's idle-GPU r
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from jobplane.clouds.base import Notice
-from jobplane.model.jobrecord import JobRecord
+
+if TYPE_CHECKING:
+    from jobplane.model.jobrecord import JobRecord
 
 
 def _data(record: JobRecord, now: datetime, event: str) -> dict[str, object]:

@@ -39,6 +39,11 @@ NOT_AT_IMPORT = {
               "jobplane.model.metrics"),
     "uptime_cap": ("jobplane.control.launcher", "jobplane.decide.rerun"),
 }
+# A job's record and spec models: built when a run reads or writes a record (the registry imports them then), so
+# a run that only lists (an idle backstop, a check of healthy jobs) never builds them. The sweeper still does: its
+# sweeps' engine imports the spec (a sweep's trials are specs).
+RECORD_MODELS = ("jobplane.model.jobrecord", "jobplane.model.spec", "jobplane.model.sweepspec")
+LISTING_ONLY = ("launcher", "rerun", "uptime_cap")
 # Every run needs these: they stay at import (Lambda's init), where deferring them would only move the cost.
 EVERY_RUN = ("pydantic", "yaml", "jobplane.model.policy", "jobplane.store.registry", "jobplane.clouds.aws",
              "jobplane.clouds.s3")
@@ -77,4 +82,19 @@ def test_a_handler_imports_only_what_every_run_needs(name: str) -> None:
     assert within(loaded, NEVER) == []
     assert within(loaded, SOME_RUNS) == [], "import these where a run uses them (function-level imports)"
     assert within(loaded, NOT_AT_IMPORT[name]) == [], "no run of this function needs these at once"
+    if name in LISTING_ONLY:
+        assert within(loaded, RECORD_MODELS) == [], "the registry imports the record models when it reads one"
     assert [m for m in EVERY_RUN if m not in loaded] == []
+
+
+def test_reading_the_policy_builds_no_spec_model() -> None:
+    """Every run of every function reads the policy; only some read a job's spec. The policy shares the spec's
+    bounds (jobplane.model.bounds), not its module: importing it builds none of the spec's or a sweep's models."""
+    probe = ("import json, sys; import jobplane.model.policy as p; p.parse_policy(b'max_nodes_per_job: 4'); "
+             "print(json.dumps(sorted(sys.modules)))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT / "shared")})
+    assert proc.returncode == 0, proc.stderr
+    loaded = set(json.loads(proc.stdout.splitlines()[-1]))
+    assert within(loaded, ("jobplane.model.spec", "jobplane.model.sweepspec", "jobplane.model.specfields",
+                           "jobplane.model.jobrecord", "jobplane.model.history")) == []
