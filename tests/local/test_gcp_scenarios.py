@@ -14,6 +14,7 @@ from jobplane.local.demo import CloudProcess, wait_for_no_instances
 from jobplane.model.states import State
 from tests.helpers import wait_for
 from tests.local.conftest import cli_ok, submit, write_spec
+from tests.local.queue_scenario import run_team_queue
 
 pytestmark = pytest.mark.scenario
 GCP = {"cloud": "gcp", "instance_type": "e2-standard-2"}
@@ -48,3 +49,8 @@ def test_cancel_force_deletes_the_vm_while_the_sweeper_reaps_an_orphan_and_spare
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with opener.open(url, timeout=30) as response:  # not a managed VM: no listing of ours shows it
         assert json.loads(response.read())["status"] == "RUNNING", "the unmanaged VM was touched"
+
+
+@pytest.mark.timeout(180)
+def test_a_team_s_six_jobs_launch_by_priority_fifo_and_dependency_two_at_a_time(gcp: CloudProcess, tmp_path) -> None:
+    run_team_queue(gcp, tmp_path, **GCP)

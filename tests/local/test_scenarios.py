@@ -12,6 +12,7 @@ from jobplane.model import keys
 from jobplane.model.states import State
 from tests.helpers import wait_for
 from tests.local.conftest import submit, write_spec
+from tests.local.queue_scenario import run_team_queue
 
 pytestmark = pytest.mark.scenario
 
@@ -81,3 +82,8 @@ def test_unknown_job_is_one_clear_line(cloud):
         result = cloud.cli(*command)
         assert result.returncode == 1, command
         assert result.stderr.strip() == "Error: no job 'no-such-job'", command
+
+
+@pytest.mark.timeout(180)
+def test_a_team_s_six_jobs_launch_by_priority_fifo_and_dependency_two_at_a_time(cloud, tmp_path):
+    run_team_queue(cloud, tmp_path)
