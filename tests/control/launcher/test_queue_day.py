@@ -89,6 +89,26 @@ def test_a_big_job_at_the_head_of_the_line_is_not_passed_by_small_ones(day: Day)
     assert launched_at(day, "big") == ["12:10"] and day.job("small-2").state == State.WAITING_CAPACITY
 
 
+def test_a_running_job_s_cancel_admits_the_next_at_the_check_its_stopping_agent_s_exit_report_starts(day: Day) -> None:
+    """The cancel (the CLI's) gives the slot back and launches nothing itself; its agent, told to stop, writes its
+    exit report, whose event starts the check that admits the next job (0 s here), on either cloud (a job's exit
+    report is routed to the check whatever its state)."""
+    day.reg.put(keys.POLICY, b"max_active_instances_per_owner: 1\n")
+    day.submit("a")
+    day.at("12:01")
+    assert day.submit("b") == "waiting"
+    day.at("12:02")
+    day.beat("a")
+    day.sweeper()
+    day.at("12:05")
+    jobs.cancel(day.reg, "a")
+    assert day.job("b").state == State.WAITING_CAPACITY
+    day.at("12:06")
+    day.exits("a", 0, 143, reason="stopped")
+    day.sweeper(jobs=["a"])
+    assert day.job("a").state == State.CANCELLED and launched_at(day, "b") == ["12:06"]
+
+
 PRIORITIES = b"""max_active_instances_per_owner: 1
 priority_classes:
   urgent: {value: 100, owners: [default]}
