@@ -226,7 +226,7 @@ def backstop(ctx: Context, *, now: datetime, min_age: int = 60, budget: float | 
         ctx.metrics.add_metric("BackstopBudgetSpent", "Count", 1)
         return True
 
-    from jobplane.control import admission  # the backstop admits in order first: a cancel frees a slot unannounced
+    from jobplane.control import admission  # the backstop admits in order first: a slot no run passed on waits for it
 
     try:
         lines = admission.owners(reg)
@@ -259,6 +259,7 @@ def admit_in_order(ctx: Context, lines: list[AdmissionRecord], now: datetime) ->
     from jobplane.control import admission  # only a run that frees or looks for free nodes admits in order
 
     launched: list[str] = []
+    freed = False
     for waiter in admission.in_order(ctx.registry, lines, ctx.policy, now):
         try:
             after = launch_attempt(ctx, waiter.job_id, now=now, expect={State.WAITING_CAPACITY},
@@ -271,6 +272,9 @@ def admit_in_order(ctx: Context, lines: list[AdmissionRecord], now: datetime) ->
             continue
         if after.state == State.LAUNCHING:
             launched.append(waiter.job_id)
+        freed |= after.state in TERMINAL  # cancelled while it launched, or its launch failed: its slot is free again
+    if freed:  # the next in line takes it now, not at the next check or backstop (each pass ends one job at least)
+        launched += admit_in_order(ctx, admission.owners(ctx.registry), now)
     return launched
 
 

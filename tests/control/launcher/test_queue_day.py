@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import pytest
+
+from jobplane.clouds.base import Instance, LaunchRequest
 from jobplane.model import keys
 from jobplane.model.admission import AdmissionRecord
 from jobplane.model.states import State
@@ -107,6 +110,35 @@ def test_a_running_job_s_cancel_admits_the_next_at_the_check_its_stopping_agent_
     day.exits("a", 0, 143, reason="stopped")
     day.sweeper(jobs=["a"])
     assert day.job("a").state == State.CANCELLED and launched_at(day, "b") == ["12:06"]
+
+
+def test_a_job_cancelled_while_the_run_that_admitted_it_launches_it_passes_its_slot_on_in_that_run(
+        day: Day, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user cancels the job a freed slot admitted while its RunInstances runs: the launch terminates its VMs and
+    gives the slot back, and the same run admits the next job (on main it waited for the next check or backstop:
+    up to 5 minutes)."""
+    day.reg.put(keys.POLICY, PRIORITIES)
+    day.submit("a")
+    day.at("12:01")
+    assert day.submit("b") == "waiting"
+    assert day.submit("x", "priority: urgent\n") == "waiting"
+    day.at("12:02")
+    day.beat("a")
+    day.sweeper()
+    launch = day.compute.launch
+
+    def cancelled_meanwhile(request: LaunchRequest) -> list[Instance]:
+        if request.job_id == "x":
+            jobs.cancel(day.reg, "x")
+        return launch(request)
+
+    monkeypatch.setattr(day.compute, "launch", cancelled_meanwhile)
+    day.at("12:10")
+    day.exits("a", 0, 0)
+    day.sweeper(jobs=["a"])
+    assert day.job("x").state == State.CANCELLED
+    assert [i.job_id for i in day.compute.list_managed()] == ["b"]  # x's VM terminated at once
+    assert launched_at(day, "b") == ["12:10"]
 
 
 PRIORITIES = b"""max_active_instances_per_owner: 1
