@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -50,8 +50,10 @@ def record(job: str = "j", state: State = State.RUNNING, attempt: int = 1, *, no
     )
 
 
-def marker(job: str = "j", state: State = State.RUNNING, attempt: int = 1, since: float = 600) -> ActiveMarker:
-    return ActiveMarker(job, state, attempt, ago(since))
+def marker(job: str = "j", state: State = State.RUNNING, attempt: int = 1, since: float = 600,
+           limits: Limits | None = None) -> ActiveMarker:
+    """A live job's marker; a RUNNING one's name may carry its attempt's limits."""
+    return ActiveMarker(job, state, attempt, ago(since), limits)
 
 
 def inst(job: str | None = "j", attempt: int | None = 1, rank: int = 0, *, age: float = 900, state: str = "running",
@@ -69,14 +71,20 @@ def limits(job: str = "j", attempt: int = 1, nodes: int = 1, stall: int = 1800, 
     return Limits(job, attempt, nodes, stall, cap)
 
 
-def healthy(job: str = "j", nodes: int = 1, attempt: int = 1) -> dict[str, Any]:
-    """Listings of one healthy RUNNING job (as keyword parts of a Snapshot)."""
+def healthy(job: str = "j", nodes: int = 1, attempt: int = 1, **limit: int) -> dict[str, Any]:
+    """Listings of one healthy RUNNING job (as keyword parts of a Snapshot): its marker carries its limits
+    (`limit`: stall, cap)."""
     return {
-        "active": {job: (marker(job, attempt=attempt),)},
+        "active": {job: (marker(job, attempt=attempt, limits=limits(job, attempt, nodes, **limit)),)},
         "beats": tuple(beats(job, attempt, nodes)),
-        "limits": (limits(job, attempt, nodes),),
         "instances": tuple(inst(job, attempt, r) for r in range(nodes)),
     }
+
+
+def unmarked(parts: dict[str, Any]) -> dict[str, Any]:
+    """The same listings with the RUNNING markers as written before they carried their limits."""
+    return {**parts, "active": {job: tuple(replace(m, limits=None) for m in found)
+                                for job, found in parts["active"].items()}}
 
 
 def report(rank: int, code: int, reason: str = "exit", error: str | None = None, *, job: str = "j", attempt: int = 1,

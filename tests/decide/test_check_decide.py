@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -10,6 +10,7 @@ import pytest
 from jobplane.decide import check
 from jobplane.decide.effects import (
     DeleteKeys,
+    Flag,
     MarkPreempted,
     Relaunch,
     RequestStop,
@@ -36,6 +37,7 @@ from tests.decide.helpers import (
     record,
     report,
     snapshot,
+    unmarked,
 )
 
 
@@ -47,10 +49,11 @@ def _with(parts: dict[str, Any], **over: Any) -> Snapshot:
 CANDIDATES: list[Candidate] = [
     Candidate("healthy running job", _with(healthy()), read=False),
     Candidate("healthy 2-node job", _with(healthy(nodes=2)), read=False),
-    Candidate("no limits key yet", _with(healthy(), limits=()), read=True),
-    Candidate("limits of another attempt only", _with(healthy(), limits=(limits(attempt=0),)), read=True),
+    Candidate("a RUNNING marker written before it carried the limits", _with(unmarked(healthy())), read=True),
+    Candidate("... with its old limits/ key listed: read, to move them into the marker",
+              _with(unmarked(healthy()), limits=(limits(),)), read=True),
     Candidate("heartbeat older than the job's own stall timeout (shorter than the policy's)",
-              _with(healthy(), beats=tuple(beats(hb=90)), limits=(limits(stall=60),)), read=True),
+              _with(healthy(stall=60), beats=tuple(beats(hb=90))), read=True),
     Candidate("heartbeat fresh within a long stall timeout", _with(healthy(), beats=tuple(beats(hb=90))), read=False),
     Candidate("no new output for the stall timeout", _with(healthy(), beats=tuple(beats(out=1801))), read=True),
     Candidate("never printed since RUNNING began long ago",
@@ -101,7 +104,8 @@ def _job(rec_kw: dict[str, Any] | None = None, parts: dict[str, Any] | None = No
     rec_kw = rec_kw or {}
     rec = record(**rec_kw)
     base = healthy(nodes=rec.spec.num_nodes, attempt=rec.attempt)
-    base["active"] = {"j": (marker(state=rec.state, attempt=rec.attempt),)}
+    own = limits(nodes=rec.spec.num_nodes, attempt=rec.attempt) if rec.state == State.RUNNING else None
+    base["active"] = {"j": (marker(state=rec.state, attempt=rec.attempt, limits=own),)}
     return snapshot({**base, **(parts or {})}, records=[rec], **snap_kw)
 
 
@@ -237,12 +241,14 @@ CASES = [
          _job({"launched": 30}, {"instances": ()}), rules=[Rule.LOST], to=State.FAILED, pol=policy(orphan_grace=10)),
     Case("the agent already reported the preemption: rerun's job",
          _job({"spot": True}, {"instances": ()}, preempted=[PreemptedMark("j", ago(5), 1, "i-j-1-0")]), rules=[]),
-    Case("RUNNING without its limits key -> write it", _job(parts={"limits": ()}), rules=[Rule.LIMITS]),
+    Case("RUNNING, its marker written before markers carried limits -> record them", _job(parts=unmarked(healthy())),
+         rules=[Rule.LIMITS]),
     Case("markers disagree with job.json -> repair",
-         _job(parts={"active": {"j": (marker(), marker(state=State.LAUNCHING, attempt=2))}}), rules=[Rule.REPAIR]),
+         _job(parts={"active": {"j": (marker(limits=limits()), marker(state=State.LAUNCHING, attempt=2))}}),
+         rules=[Rule.REPAIR]),
     Case("terminal job with a stale marker -> repair; its instance is an orphan after the grace",
          _job({"state": State.SUCCEEDED}, {"instances": (inst(age=601),)}),
-         rules=[Rule.REPAIR, Rule.ORPHAN, Rule.CLEANUP], to=None, terminate=(),
+         rules=[Rule.REPAIR, Rule.ORPHAN], to=None, terminate=(),
          reason="active/ markers disagree with job.json"),
 ]
 
@@ -289,10 +295,24 @@ def test_vms_whose_agent_never_started_have_their_console_saved() -> None:
     assert boot.get(SaveConsole) == SaveConsole(((0, "i-j-1-0"), (1, "i-j-1-1"), (2, "i-j-1-2")))
 
 
-def test_started_writes_the_jobs_own_limits() -> None:
+def test_started_records_the_jobs_own_limits_which_its_running_marker_carries() -> None:
     (action,) = check.decide(_job({"state": State.LAUNCHING, "nodes": 2, "stall_timeout": 300, "max_runtime": 3600}),
                              NOW, POLICY)
-    assert action.get(WriteLimits) == WriteLimits(limits(nodes=2, stall=300, cap=3600))
+    assert action.get(Transition) == Transition(State.RUNNING, {"limits": "nodes-2.stall-300.cap-3600"})
+    assert keys.active_marker("j", State.RUNNING, 1, "nodes-2.stall-300.cap-3600") == \
+        "active/j/RUNNING.1.nodes-2.stall-300.cap-3600"
+
+
+def test_a_marker_written_before_gets_the_old_limits_key_and_idle_flag_moved_into_active() -> None:
+    """A job started before the limits rode in its marker: the check records the limits its old limits/ key holds
+    (renaming the marker), creates the idle flag beside the markers (claiming the move) and deletes the old keys."""
+    old = limits(stall=77)
+    snap = _job(parts={**unmarked(healthy()), "limits": (old,)}, old_idle_flags=frozenset({("j", 1)}))
+    (action,) = check.decide(snap, NOW, POLICY)
+    assert action.rule == Rule.LIMITS and action.expect_attempt == 1
+    assert action.get(WriteLimits) == WriteLimits(old)
+    assert action.get(Flag) == Flag("active/j.1.idle-flagged")
+    assert action.get(DeleteKeys) == DeleteKeys(("limits/j/1/nodes-1.stall-77.cap-86400", "limits/j/1/idle-flagged"))
 
 
 def test_lost_spot_marker_names_the_attempt_and_instance() -> None:
@@ -339,14 +359,18 @@ def test_cleanup_deletes_keys_of_ended_jobs_and_past_attempts() -> None:
         active={"j": (marker(attempt=2),)},
         beats=(*beats("done", hb=700, out=800), *beats("j", 1, hb=700, out=900), *beats("j", 2),
                *beats("recent", hb=30)),
-        limits=(limits("j", 1), limits("j", 2), limits("done")),
+        limits=(limits("j", 1), limits("j", 2), limits("done"), limits("k")),  # old limits/ keys
+        idle_flags=frozenset({("done", 1), ("j", 2)}), old_idle_flags=frozenset({("j", 1), ("k", 1)}),
         instances=(inst("j", 2),),
     )
+    snap = replace(snap, active={**snap.active, "k": (marker("k", limits=limits("k")),)})  # k's moved into its marker
     actions = check.decide(snap, NOW, POLICY)
     assert {a.job_id: set(e.keys) for a in actions if a.rule == Rule.CLEANUP for e in a.effects
             if isinstance(e, DeleteKeys)} == {
-        "done": {keys.heartbeat("done", 1, 0), keys.output_mark("done", 1, 0), limits("done").key},
-        "j": {keys.heartbeat("j", 1, 0), keys.output_mark("j", 1, 0), limits("j", 1).key},
+        "done": {keys.heartbeat("done", 1, 0), keys.output_mark("done", 1, 0), limits("done").key,
+                 "active/done.1.idle-flagged"},
+        "j": {keys.heartbeat("j", 1, 0), keys.output_mark("j", 1, 0), limits("j", 1).key, "limits/j/1/idle-flagged"},
+        "k": {limits("k").key},
     }
 
 

@@ -13,7 +13,19 @@ from jobplane.model.history import IgnoredFact
 from jobplane.model.jobrecord import JobRecord
 from jobplane.model.policy import Policy
 from jobplane.model.states import LIVE, State
-from tests.decide.helpers import NOW, POLICY, ago, healthy, inst, limits, marker, policy, record, snapshot
+from tests.decide.helpers import (
+    NOW,
+    POLICY,
+    ago,
+    healthy,
+    inst,
+    limits,
+    marker,
+    policy,
+    record,
+    snapshot,
+    unmarked,
+)
 
 
 # ---- rerun ---------------------------------------------------------------------------------------------------
@@ -127,8 +139,7 @@ class CapCase:
 
 
 def _running(age: float, cap: int = 8 * H, **kw: object) -> Snapshot:
-    parts = healthy()
-    parts["limits"] = (limits(cap=cap),)
+    parts = healthy(cap=cap)
     parts["instances"] = (inst(age=age),)
     return Snapshot(**{**parts, **kw})  # type: ignore[arg-type]
 
@@ -143,11 +154,14 @@ CAPS = [
     CapCase("... and not before", _running(54 * 60 - 1, cap=H), rules=[]),
     CapCase("a lowered policy ceiling wins over the job's recorded cap", _running(3 * H), rules=[Rule.TIMED_OUT],
             reason="uptime cap 2h reached", pol=Policy(max_runtime_ceiling=2 * H)),
-    CapCase("no limits key: the fetched record's max_runtime",
-            snapshot(healthy(), limits=(), instances=(inst(age=2 * H),),
+    CapCase("no limits in the marker: the fetched record's max_runtime",
+            snapshot(unmarked(healthy()), instances=(inst(age=2 * H),),
                      records=[record(state=State.LAUNCHING, max_runtime=2 * H)]), rules=[Rule.TIMED_OUT]),
-    CapCase("no limits key and no record: the ceiling (never cut short)",
-            Snapshot(**{**healthy(), "limits": (), "instances": (inst(age=6 * 86400),)}), rules=[]),
+    CapCase("a marker written before, with its old limits/ key listed: that key's cap",
+            snapshot(unmarked(healthy()), limits=(limits(cap=2 * H),), instances=(inst(age=2 * H),)),
+            rules=[Rule.TIMED_OUT]),
+    CapCase("no limits in the marker and no record: the ceiling (never cut short)",
+            Snapshot(**{**unmarked(healthy()), "instances": (inst(age=6 * 86400),)}), rules=[]),
     CapCase("managed instance with no job: the policy ceiling", Snapshot(instances=(inst("ghost", age=7 * 86400),)),
             rules=[Rule.CAP_NO_JOB], reason="i-ghost-1-0 has no live job and ran past the policy ceiling 7d"),
     CapCase("... below the ceiling: the sweeper's orphan rule handles it",
@@ -169,9 +183,8 @@ def test_uptime_cap(case: CapCase) -> None:
 
 
 def test_timed_out_terminates_every_rank_and_claims_the_attempt() -> None:
-    parts = healthy(nodes=2)
+    parts = healthy(nodes=2, cap=8 * H)
     parts["instances"] = (inst(rank=0, age=8 * H), inst(rank=1, age=8 * H - 5))
-    parts["limits"] = (limits(nodes=2, cap=8 * H),)
     (action,) = uptime.decide(Snapshot(**parts), NOW, POLICY)
     assert action == Action(Rule.TIMED_OUT, "j", "uptime cap 8h reached",
                             (Transition(State.TIMED_OUT), Terminate(("i-j-1-0", "i-j-1-1"))), expect=LIVE,
@@ -191,6 +204,6 @@ def test_uptime_respects_the_blast_radius() -> None:
 
 def test_needs_record_only_for_live_jobs_without_limits() -> None:
     parts = healthy()
-    snap = Snapshot(active={**parts["active"], "k": (marker("k", State.LAUNCHING),)}, limits=parts["limits"],
+    snap = Snapshot(active={**parts["active"], "k": (marker("k", State.LAUNCHING),)},
                     instances=(inst(), inst("k"), inst("ghost")))
     assert uptime.needs_record(snap) == {"k"}

@@ -9,11 +9,12 @@ from dataclasses import replace
 import pytest
 
 from jobplane.decide import check, rules
-from jobplane.decide.effects import RequestStop, WriteLimits
+from jobplane.decide.effects import RequestStop, Transition
 from jobplane.decide.jobrule import JobRule, Listed, Seen
 from jobplane.decide.model import Action, Rule, Snapshot, claim
 from jobplane.model import keys
 from jobplane.model.jobrecord import JobRecord
+from jobplane.model.listings import ActiveMarker
 from jobplane.model.policy import Policy
 from jobplane.model.states import State
 from tests.decide.helpers import NOW, POLICY, healthy, limits, record, report, snapshot
@@ -75,18 +76,23 @@ def _over_budget(job: Listed) -> bool:
     return job.limits is not None and job.limits.fact("budget") == 500
 
 
-def test_the_numbers_a_rules_filter_reads_ride_on_the_limits_key(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_numbers_a_rules_filter_reads_ride_on_the_running_marker(monkeypatch: pytest.MonkeyPatch) -> None:
     """A rule needing a per-job number in the listing names it (JobRule.limits): the check writes it into the
-    attempt's limits key when the job starts, and the rule's filter reads it back, with no change to model/keys.py."""
+    attempt's RUNNING marker's name when the job starts, and the rule's filter reads it back, with no change to
+    model/keys.py."""
     rule = JobRule(Rule.STOP, _stop_everything, _over_budget, limits=_budget_cents)
     monkeypatch.setattr(check, "CHECKS", (*check.CHECKS, rule))
     launching = snapshot(healthy(), records=[record(state=State.LAUNCHING)])
     (started,) = [a for a in check.decide(launching, NOW, POLICY) if a.rule == Rule.STARTED]
-    written = started.get(WriteLimits)
-    assert written is not None and written.limits.key.endswith("/nodes-1.stall-1800.cap-86400.budget-500")
-    assert keys.parse_limits(written.limits.key) == written.limits
-    assert check.candidates(Snapshot(**{**healthy(), "limits": (written.limits,)}), NOW, POLICY) == {"j"}
-    assert keys.parse_limits("limits/j/1/nodes-1.stall-1800.cap-86400") == limits()  # a key written before facts
+    transition = started.get(Transition)
+    assert transition is not None and transition.updates == {"limits": "nodes-1.stall-1800.cap-86400.budget-500"}
+    marker = keys.parse_active_marker(keys.active_marker("j", State.RUNNING, 1, transition.updates["limits"]))
+    assert marker is not None and marker.limits == replace(limits(), facts=(("budget", 500),))
+    listed = Snapshot(**{**healthy(), "active": {"j": (ActiveMarker("j", State.RUNNING, 1, NOW, marker.limits),)}})
+    assert check.candidates(listed, NOW, POLICY) == {"j"}
+    assert keys.parse_active_marker("active/j/RUNNING.1.nodes-1.stall-1800.cap-86400") == \
+        keys.MarkerKey("j", State.RUNNING, 1, limits())  # a marker written before facts
+    assert keys.parse_limits("limits/j/1/nodes-1.stall-1800.cap-86400") == limits()  # an old limits/ key
 
 
 def test_a_limits_fact_that_would_break_the_key_is_refused() -> None:

@@ -291,7 +291,9 @@ def test_job_role_has_no_ec2_no_iam_and_only_registry_reads_and_writes(synth: Sy
     # never the control plane's own keys
     for key in ("jobs/j1/job.json", "active/j1/RUNNING.2", "queue/j2.yaml", "config/policy.yaml",
                 "jobs/j1/attempts/2/cluster.json", "jobs/j1/control/stop", "system/agent/manifest.json",
-                "jobs/j1/attempts/2/boot-failure.json", "limits/j1/2/idle-flagged", "code/team-a/j1.tar.gz"):
+                "jobs/j1/attempts/2/boot-failure.json", "limits/j1/2/idle-flagged", "code/team-a/j1.tar.gz",
+                "active/j1/RUNNING.2.nodes-1.stall-60.cap-3600", "active/j1.2.idle-flagged",
+                "active/j1.2.held-until-1800000000"):  # a job's VM never forges its own limits, flag or hold
         assert not allows(sts, Request("s3:PutObject", obj + key)), key
     for key in ("config/policy.yaml", "rejected/j2.yaml", "queue/j2.yaml", "active/j1/RUNNING.2"):
         assert not allows(sts, Request("s3:GetObject", obj + key)), key

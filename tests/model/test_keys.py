@@ -65,6 +65,34 @@ def same(job_id: str) -> str:
 
 
 ONE, NODE, ATTEMPT = st.tuples(job_ids), st.tuples(job_ids, counts, counts), st.tuples(job_ids, counts)
+FACTS = st.lists(st.tuples(st.from_regex(r"[a-z][a-z0-9]{0,15}", fullmatch=True).filter(
+    lambda n: n not in ("nodes", "stall", "cap")), counts), max_size=keys.LIMITS_FACTS,
+    unique_by=lambda f: f[0]).map(tuple)
+LIMITS = st.tuples(counts, counts, counts, FACTS)
+EPOCHS = st.integers(min_value=0, max_value=2**33).map(lambda s: datetime.fromtimestamp(s, UTC))
+HELD = st.tuples(job_ids, counts, EPOCHS)
+
+
+def running_marker(job_id: str, attempt: int, limits: tuple[Any, ...]) -> str:
+    """A RUNNING marker whose name carries its attempt's limits."""
+    return keys.active_marker(job_id, State.RUNNING, attempt, keys.limits_tail(*limits))
+
+
+def running_parsed(job_id: str, attempt: int, limits: tuple[Any, ...]) -> keys.MarkerKey:
+    return keys.MarkerKey(job_id, State.RUNNING, attempt, keys.Limits(job_id, attempt, *limits))
+
+
+def old(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A builder or parser of the key as written under limits/ before it moved under active/."""
+    return lambda *parts: fn(*parts, old=True)
+
+
+def held(job_id: str, attempt: int, until: datetime) -> keys.Held:
+    return keys.Held(job_id, attempt, until)
+
+
+def held_old(job_id: str, attempt: int, until: datetime) -> keys.Held:
+    return keys.Held(job_id, attempt, until, old=True)
 CHUNK = st.tuples(job_ids, counts, counts, counts)
 KINDS = {
     "job record": Kind.of(ONE, keys.job_record, keys.parse_job_record, same),
@@ -76,9 +104,15 @@ KINDS = {
     "output mark": Kind.of(NODE, keys.output_mark, keys.parse_heartbeat, beat_of("output"),
                            lambda p: keys.heartbeat(*p)),
     "idle mark": Kind.of(NODE, keys.idle_mark, keys.parse_heartbeat, beat_of("idle"), lambda p: keys.heartbeat(*p)),
+    "running marker": Kind.of(st.tuples(job_ids, counts, LIMITS), running_marker, keys.parse_active_marker,
+                              running_parsed, lambda m: keys.active_marker(*m[:3], m.limits.tail)),
     "limits": Kind.of(st.tuples(job_ids, counts, counts, counts, counts), keys.limits_mark, keys.parse_limits,
                       keys.Limits, lambda p: p.key),
     "idle flag": Kind.of(ATTEMPT, keys.idle_flag, keys.parse_idle_flag, keys.AttemptKey),
+    "old idle flag": Kind.of(ATTEMPT, old(keys.idle_flag), old(keys.parse_idle_flag), keys.AttemptKey,
+                             lambda p: keys.idle_flag(*p, old=True)),
+    "held": Kind.of(HELD, keys.held_mark, keys.parse_held, held, lambda h: h.key),
+    "old held": Kind.of(HELD, old(keys.held_mark), old(keys.parse_held), held_old, lambda h: h.key),
     "exit report": Kind.of(NODE, keys.exit_report, keys.parse_exit_report, keys.NodeKey,
                            lambda p: keys.exit_report(*p[:3])),
     "boot failure": Kind.of(ATTEMPT, keys.boot_failure, keys.parse_boot_failure, keys.AttemptKey),
@@ -91,7 +125,8 @@ KINDS = {
                     keys.parse_drop, drop, lambda d: d.key),
 }
 # Kinds one parser reads together: the heartbeat parser reads the marks beside it, the logs parser the console.
-SIBLINGS = [{"heartbeat", "output mark", "idle mark"}, {"log chunk", "console log"}]
+SIBLINGS = [{"heartbeat", "output mark", "idle mark"}, {"log chunk", "console log"},
+            {"active marker", "running marker"}]
 
 
 def related(a: str, b: str) -> bool:
@@ -113,6 +148,8 @@ def test_every_key_parses_back_to_its_parts_and_as_no_other_kind(data: st.DataOb
 
 # Key-like text: the segments of every kind of key, right and slightly wrong, in any order.
 SEGMENTS = ["queue", "jobs", "active", "heartbeats", "limits", "preempted-jobs", "rejected", "attempts", "nodes",
+            "RUNNING.1.nodes-1.stall-2.cap-3", "RUNNING.1.nodes-1.stall-2.cap-3.budget-5", "j.1.idle-flagged",
+            "j.1.held-until-5", "held-until-5",
             "logs", "metrics", "events", "j", "0", "1", "01", "x", "RUNNING.1", "RUNNING.01", "NOPE.1", "0.idle",
             "0.output", "0.x", "job.json", "exit.json", "boot-failure.json", "idle-flagged", "nodes-1.stall-2.cap-3",
             "nodes-1.stall-2", "00000001.log", "j.error.json", "20261122T050421.123456Z-ab12-created.json", ""]
@@ -130,6 +167,8 @@ def test_what_a_parser_accepts_builds_back_to_the_same_key(key: str) -> None:
 
 @pytest.mark.parametrize("key", [
     "active/j/RUNNING.01", "active/j/RUNNINGX.1", "active/j/RUNNING.1/x", "heartbeats/j/1/0.other",
+    "active/j/RUNNING.1.nodes-1.stall-2", "active/j/LAUNCHING.1.nodes-1.stall-2.cap-3", "active/j.1.idle",
+    "active/j/1.idle-flagged", "active/j.01.held-until-5", "active/j.1.held-until-05",
     "heartbeats/j/x/0", "limits/j/1/nodes-1.stall-2", "jobs/j/attempts/x/boot-failure.json",
     "jobs/j/attempts/1/nodes/0/other.json", "jobs/j/events/yesterday-created.json", "preempted-jobs/",
     "preempted-jobs/a/b", "rejected/j.yaml", "jobs/j/job.json/x",
@@ -163,5 +202,18 @@ def test_a_held_mark_never_ends_a_hold_before_its_time() -> None:
     """The check reads a debug_hold's end from the mark's name alone: whole seconds, rounded up (truncated, a VM held
     until 11:57:57.589 was terminated at 11:57:57.520, and its usage ended before the hold it bills)."""
     until = datetime(2026, 11, 27, 11, 57, 57, 589529, tzinfo=UTC)
-    held = keys.parse_held(keys.held_mark("j", 1, until))
-    assert held is not None and until <= held.until < until + timedelta(seconds=1)
+    for was in (False, True):
+        mark = keys.parse_held(keys.held_mark("j", 1, until, old=was), old=was)
+        assert mark is not None and until <= mark.until < until + timedelta(seconds=1)
+
+
+def test_running_markers_carry_their_limits_and_one_written_before_still_parses() -> None:
+    """The limits ride in a RUNNING marker's name; a marker written before them is still a live RUNNING job (its
+    limits None: the check reads them elsewhere), and only a RUNNING marker may carry them."""
+    assert keys.parse_active_marker("active/j/RUNNING.3.nodes-2.stall-60.cap-3600.budget-5") == keys.MarkerKey(
+        "j", State.RUNNING, 3, keys.Limits("j", 3, 2, 60, 3600, (("budget", 5),)))
+    assert keys.parse_active_marker("active/j/RUNNING.3") == keys.MarkerKey("j", State.RUNNING, 3, None)
+    assert keys.parse_active_marker("active/j/PREEMPTED.3.nodes-2.stall-60.cap-3600") is None
+    assert keys.held_mark("j", 2, datetime(2026, 1, 1, tzinfo=UTC)) == "active/j.2.held-until-1767225600"
+    assert keys.idle_flag("j", 2) == "active/j.2.idle-flagged" and keys.parse_active_marker("active/j.2.idle-flagged") \
+        is None

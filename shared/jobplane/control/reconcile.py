@@ -38,7 +38,7 @@ from jobplane.decide.effects import (
     Transition,
     WriteLimits,
 )
-from jobplane.decide.model import Action, ExitReport, Ignored, PreemptedMark, Snapshot
+from jobplane.decide.model import Action, ExitReport, Ignored, PreemptedMark, Snapshot, needs_old_limits
 from jobplane.deployment.context import Context
 from jobplane.deployment.outcome import Outcome as Outcome  # the one outcome type, named here too
 from jobplane.deployment.telemetry import Metrics
@@ -68,19 +68,25 @@ def summary(outcomes: Iterable[Outcome]) -> dict[str, Any]:
 
 # ---- snapshots ---------------------------------------------------------------------------------------------
 def listings(reg: Registry, compute: Compute | None) -> Snapshot:
-    """Everything a run can know without a per-job GET: four registry listings and the managed VMs."""
+    """Everything a run can know without a per-job GET: three registry listings and the managed VMs; and the old
+    limits/ keys only while a marker or a VM may need them (decide.model.needs_old_limits)."""
     beats, idle = reg.heartbeat_listing()
-    limit_keys = [key for key, _, _ in reg.listing(keys.LIMITS)]
-    return Snapshot(
-        active={job_id: tuple(markers) for job_id, markers in reg.active().items()},
+    markers, idle_flags, held = reg.active_listing()
+    snap = Snapshot(
+        active={job_id: tuple(found) for job_id, found in markers.items()},
         beats=tuple(beats),
-        limits=tuple(lim for key in limit_keys if (lim := keys.parse_limits(key))),
         preempted={job_id: PreemptedMark(job_id, at) for job_id, at in reg.preempted().items()},
         instances=tuple(compute.list_managed()) if compute is not None else (),
         idle=tuple(idle),
-        idle_flags=frozenset(flag for key in limit_keys if (flag := keys.parse_idle_flag(key))),
-        held=tuple(held for key in limit_keys if (held := keys.parse_held(key))),
+        idle_flags=frozenset(idle_flags),
+        held=tuple(held),
     )
+    if not needs_old_limits(snap):
+        return snap
+    old = [key for key, _, _ in reg.listing(keys.LIMITS)]
+    return replace(snap, limits=tuple(lim for key in old if (lim := keys.parse_limits(key))),
+                   old_idle_flags=frozenset(flag for key in old if (flag := keys.parse_idle_flag(key, old=True))),
+                   held=snap.held + tuple(h for key in old if (h := keys.parse_held(key, old=True))))
 
 
 def with_records(reg: Registry, snap: Snapshot, job_ids: Iterable[str], *, exits: bool = True,
@@ -268,8 +274,8 @@ def _effect(ctx: Context, action: Action, effect: Effect, *, now: datetime) -> N
             reg.close_usage(job_id, now=now)
         case MarkPreempted(marker=marker) if job_id:
             reg.mark_preempted(job_id, marker)
-        case WriteLimits(limits=limits):
-            reg.put(limits.key, b"", "text/plain")
+        case WriteLimits(limits=limits) if job_id:
+            reg.update(job_id, now=now, limits=limits.tail)
         case RequestStop(by=by) if job_id:
             reg.request_stop(job_id, by=by, reason=action.reason, now=now)
             _history(reg, action, history.StopRequested(rule=str(action.rule), reason=action.reason, by=by), now)

@@ -7,17 +7,18 @@ launcher's decision (decide.launch) is the same shape over its own snapshot: a c
 How a check applies per-job timeouts without a GET per healthy job
 -------------------------------------------------------------------
 A job's stall_timeout, node count and uptime cap live in job.json, which we must not read for every
-healthy job on every run. When the check moves a job to RUNNING (it holds the record then) it also
-writes `limits/<id>/<attempt>/nodes-<n>.stall-<s>.cap-<s>`: an empty object whose *name* carries those
-values. One listing of limits/ (one page per 1,000 running jobs) then gives every running job's
-timeouts, and `check.candidates` can tell from listings alone (active/, heartbeats/, limits/ and the
-managed-instance list) whether a RUNNING job is healthy: every rank beat within its stall_timeout, some
-rank printed within it, and exactly num_nodes instances are pending/running. Only the jobs that fail
-that test, are LAUNCHING, have no limits key yet (a crash between the transition and the key write heals
-on the next run), have disagreeing markers, or were named by an event get job.json and an exit-report
+healthy job on every run. When the check moves a job to RUNNING (it holds the record then) it records
+them in the same write (job.json's `limits`), and the job's RUNNING marker is named after them:
+`active/<id>/RUNNING.<attempt>.nodes-<n>.stall-<s>.cap-<s>`. The listing of active/ the check makes anyway
+then gives every running job's timeouts, and `check.candidates` can tell from listings alone (active/,
+heartbeats/ and the managed-instance list) whether a RUNNING job is healthy: every rank beat within its
+stall_timeout, some rank printed within it, and exactly num_nodes instances are pending/running. Only the
+jobs that fail that test, are LAUNCHING, have a RUNNING marker written before markers carried the limits
+(the check records them once, from the job's old limits/ key, which it lists only then: model.needs_old_limits),
+have disagreeing markers, or were named by an event get job.json and an exit-report
 listing (one LIST of attempts/<n>/nodes/ plus one GET per rank) fetched. Finished jobs show up there
 because their agents stop beating and power off; the exit report's object-created event makes them a
-candidate at once. The uptime cap reads its cap from the same key. Stale keys of past attempts and ended
+candidate at once. The uptime cap reads its cap from the same marker. Stale keys of past attempts and ended
 jobs are deleted by the check (Rule.CLEANUP), so every listing stays the size of the live working set.
 
 Safety is part of the decision: terminations only name managed, unprotected instances

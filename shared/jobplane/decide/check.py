@@ -118,13 +118,14 @@ def _vms_missing(job: Listed) -> bool:
                                        or not all(alive(i) for i in job.instances))
 
 
-def _no_limits(job: Listed) -> bool:
-    return job.limits is None
+def _unmarked(job: Listed) -> bool:
+    """Its RUNNING marker was written before markers carried the attempt's limits."""
+    return (job.job_id, job.attempt) not in job.index.marked
 
 
 def _idle_unflagged(job: Listed) -> bool:
     return job.limits is not None and job.policy.idle_gpu.action != "off" \
-        and (job.job_id, job.attempt) not in job.index.snap.idle_flags \
+        and not job.index.flagged_idle(job.job_id, job.attempt) \
         and job.index.idle_everywhere(job.job_id, job.attempt, job.limits.nodes)
 
 
@@ -219,7 +220,8 @@ def _trusted(record: JobRecord, snap: Snapshot, instances: list[Instance]) -> tu
 
 
 def _limits(record: JobRecord, policy: Policy) -> Limits:
-    """The attempt's limits key: nodes, stall timeout and uptime cap, and the numbers the rules' filters read."""
+    """The attempt's limits, which its RUNNING marker's name carries: nodes, stall timeout and uptime cap, and the
+    numbers the rules' filters read."""
     spec = record.spec
     facts = tuple(item for rule in CHECKS if rule.limits for item in sorted(rule.limits(record, policy).items()))
     return Limits(record.id, record.attempt, spec.num_nodes, policy.stall_timeout(spec), policy.max_runtime(spec),
@@ -354,8 +356,8 @@ def _started(job: Seen) -> Action | None:
     record = job.record
     if record.state != State.LAUNCHING or _unstarted(job):
         return None
-    return claim(record, Rule.STARTED, Rule.STARTED.reason(), Transition(State.RUNNING),
-                 WriteLimits(_limits(record, job.policy)))
+    return claim(record, Rule.STARTED, Rule.STARTED.reason(),
+                 Transition(State.RUNNING, {"limits": _limits(record, job.policy).tail}))
 
 
 def _lost_ranks(job: Seen) -> list[tuple[int, str]]:
@@ -444,18 +446,24 @@ def _stalled(job: Seen) -> Action | None:
 
 
 def _write_limits(job: Seen) -> Action | None:
-    """A RUNNING attempt without its limits/ key (a crash between the transition and the key): write it."""
-    record = job.record
-    if record.state != State.RUNNING or (record.id, record.attempt) in job.index.limits:
+    """A RUNNING attempt whose marker was written before markers carried the limits: record them (those of its old
+    limits/ key, if listed, else the record's and the policy's), so its marker is renamed to carry them, and move
+    its idle flag out of limits/ (its creation claims the move from an overlapping check)."""
+    record, index, n = job.record, job.index, job.record.attempt
+    if record.state != State.RUNNING or (record.id, n) in index.marked:
         return None
-    return Action(Rule.LIMITS, record.id, Rule.LIMITS.reason(), (WriteLimits(_limits(record, job.policy)),))
+    old = next((lim for lim in index.snap.limits if (lim.job_id, lim.attempt) == (record.id, n)), None)
+    flagged = (record.id, n) in index.snap.old_idle_flags
+    gone = (*((old.key,) if old else ()), *((keys.idle_flag(record.id, n, old=True),) if flagged else ()))
+    return claim(record, Rule.LIMITS, Rule.LIMITS.reason(), *((Flag(keys.idle_flag(record.id, n)),) if flagged else ()),
+                 WriteLimits(old or _limits(record, job.policy)), *((DeleteKeys(gone),) if gone else ()))
 
 
 def _idle(job: Seen) -> Action | None:
     """Idle GPUs on every rank over the policy window: flag the attempt once (event, metric, notification) and,
     with idle_gpu.action stop, ask the agents to stop (they checkpoint; the job then ends STALLED)."""
     record, rule, n = job.record, job.policy.idle_gpu, job.record.attempt
-    if record.state != State.RUNNING or rule.action == "off" or (record.id, n) in job.index.snap.idle_flags \
+    if record.state != State.RUNNING or rule.action == "off" or job.index.flagged_idle(record.id, n) \
             or not job.index.idle_everywhere(record.id, n, record.spec.num_nodes):
         return None
     stopping = rule.action == "stop"
@@ -486,7 +494,7 @@ CHECKS: tuple[JobRule, ...] = (
     JobRule(Rule.BOOT_RETRY, _boot_timeout, also=(Rule.BOOT_FAILED,)),
     JobRule(Rule.STALLED, _stalled, _silent, also=(Rule.RETRY,)),
     JobRule(Rule.STOP_PEERS, _stop_peers),
-    JobRule(Rule.LIMITS, _write_limits, _no_limits),
+    JobRule(Rule.LIMITS, _write_limits, _unmarked),
     JobRule(Rule.IDLE, _idle, _idle_unflagged),
 )
 
@@ -533,8 +541,9 @@ def _remarks(snap: Snapshot, now: datetime, policy: Policy) -> Iterable[Action]:
 
 
 def _cleanup(index: Index, now: datetime, policy: Policy) -> Iterable[Action]:
-    """Heartbeats and limits of attempts that are no longer current, so the listings stay the size of the
-    live working set. Heartbeats wait out the orphan grace (a late agent write is harmless either way)."""
+    """Heartbeats and idle flags of attempts that are no longer current, and old limits/ keys (as listed) of those or
+    of attempts whose marker now carries its limits, so the listings stay the size of the live working set.
+    Heartbeats wait out the orphan grace (a late agent write is harmless either way)."""
     stale: defaultdict[str, list[str]] = defaultdict(list)
     for (job_id, attempt), beats in index.beats.items():
         if attempt != index.current_attempt(job_id) and all(age(now, b.at) > policy.safety.orphan_grace
@@ -546,10 +555,11 @@ def _cleanup(index: Index, now: datetime, policy: Policy) -> Iterable[Action]:
                                                             for m in marks):
             stale[job_id] += [keys.idle_mark(job_id, attempt, m.rank) for m in marks]
     for lim in index.snap.limits:
-        if lim.attempt != index.current_attempt(lim.job_id):
+        if lim.attempt != index.current_attempt(lim.job_id) or (lim.job_id, lim.attempt) in index.marked:
             stale[lim.job_id].append(lim.key)
-    for job_id, attempt in sorted(index.snap.idle_flags):
-        if attempt != index.current_attempt(job_id):
-            stale[job_id].append(keys.idle_flag(job_id, attempt))
+    for flags, old in ((index.snap.idle_flags, False), (index.snap.old_idle_flags, True)):
+        for job_id, attempt in sorted(flags):
+            if attempt != index.current_attempt(job_id):
+                stale[job_id].append(keys.idle_flag(job_id, attempt, old=old))
     for job_id, dead in sorted(stale.items()):
         yield Action(Rule.CLEANUP, job_id, Rule.CLEANUP.reason(count=len(dead)), (DeleteKeys(tuple(dead)),))

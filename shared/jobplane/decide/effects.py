@@ -92,7 +92,8 @@ class MarkPreempted:
 
 @dataclass(frozen=True)
 class WriteLimits:
-    """Write the attempt's limits/ key, so later checks judge it from listings alone."""
+    """Record the RUNNING attempt's limits in job.json, which renames its marker to carry them, so later checks
+    judge it from listings alone (a marker written before the limits rode in its name)."""
 
     limits: Limits
 

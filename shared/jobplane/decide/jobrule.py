@@ -30,7 +30,7 @@ class Listed:
     job_id: str
     attempt: int
     since: datetime  # when its marker was written: it has been RUNNING since
-    limits: Limits | None  # its limits/ key (None: not written yet)
+    limits: Limits | None  # its marker's limits (or, for a marker written before, its old limits/ key's; or None)
     beats: list[Beat]  # its heartbeats and output marks
     instances: list[Instance]  # the cloud's listing of its VMs
     index: Index
@@ -53,8 +53,7 @@ class Seen:
     @property
     def stop_asked(self) -> bool:
         """An idle-GPU flag with action stop asked the attempt to stop."""
-        return self.policy.idle_gpu.action == "stop" and (self.record.id, self.record.attempt) in \
-            self.index.snap.idle_flags
+        return self.policy.idle_gpu.action == "stop" and self.index.flagged_idle(self.record.id, self.record.attempt)
 
     def retry(self, trigger: Trigger, why: str, reports: Iterable[ExitReport], fail: Action) -> Action:
         """The spec's retry: applied to an attempt's end (decide.retry): `fail` unless the spec retries
@@ -87,7 +86,7 @@ class JobRule:
     candidate: Callable[[Listed], bool] = never  # from listings alone: does a RUNNING job need its record read?
     also: tuple[Rule, ...] = ()
     limits: Callable[[JobRecord, Policy], Mapping[str, int]] | None = None  # the per-job numbers its filter reads
-    # (Listed.limits.fact): written into the attempt's limits key when it starts, beside nodes, stall and cap
+    # (Listed.limits.fact): written into the attempt's RUNNING marker's name when it starts, beside nodes, stall and cap
 
     @property
     def names(self) -> tuple[Rule, ...]:

@@ -13,7 +13,7 @@ from jobplane.decide.effects import ORDER, Effect, Flag, Note, Terminate, Transi
 from jobplane.decide.rules import Rule as Rule  # the rules and their table (decide.rules), named from here too
 from jobplane.model import history, keys, records
 from jobplane.model.keys import Held as Held  # the parsed held-until key, part of a Snapshot
-from jobplane.model.keys import Limits as Limits  # the parsed limits/ key, part of a Snapshot
+from jobplane.model.keys import Limits as Limits  # a RUNNING marker's limits (or an old limits/ key's)
 from jobplane.model.listings import ActiveMarker, Beat, IdleMark
 from jobplane.model.policy import Policy
 from jobplane.model.states import State
@@ -80,13 +80,13 @@ class Snapshot:
     """What one reconciler run sees.
 
     Everything except `records`, `exits`, `boot_failures`, `unreadable` and `preempted` bodies comes from listings
-    (active/, heartbeats/, limits/, preempted-jobs/) and one paginated managed-instance listing; records,
-    exit reports and boot failures are fetched only for the jobs `check.candidates` names.
+    (active/, heartbeats/, preempted-jobs/; limits/ only while `needs_old_limits`) and one paginated managed-instance
+    listing; records, exit reports and boot failures are fetched only for the jobs `check.candidates` names.
     """
 
     active: Mapping[str, tuple[ActiveMarker, ...]] = field(default_factory=dict)
     beats: tuple[Beat, ...] = ()
-    limits: tuple[Limits, ...] = ()
+    limits: tuple[Limits, ...] = ()  # old limits/ keys, for RUNNING markers written before they carried their own
     instances: tuple[Instance, ...] = ()
     preempted: Mapping[str, PreemptedMark] = field(default_factory=dict)
     records: Mapping[str, JobRecord] = field(default_factory=dict)
@@ -96,9 +96,22 @@ class Snapshot:
     noted: frozenset[str] = frozenset()  # ignored-fact flags already created (the attempts' listings)
     forced: frozenset[str] = frozenset()  # jobs an event asked about: always looked at closely
     idle: tuple[IdleMark, ...] = ()  # ranks whose GPUs sat idle (heartbeats listing)
-    idle_flags: frozenset[tuple[str, int]] = frozenset()  # (job, attempt) flagged idle already (limits listing)
+    idle_flags: frozenset[tuple[str, int]] = frozenset()  # (job, attempt) flagged idle already (active/ listing)
+    old_idle_flags: frozenset[tuple[str, int]] = frozenset()  # ... flagged under limits/ (written before)
     unreadable_records: frozenset[str] = frozenset()  # jobs whose job.json does not parse: left alone this run
-    held: tuple[Held, ...] = ()  # FAILED attempts whose VMs a debug hold keeps (limits listing)
+    held: tuple[Held, ...] = ()  # FAILED attempts whose VMs a debug hold keeps (active/ listing; old: limits/)
+
+
+def needs_old_limits(snap: Snapshot) -> bool:
+    """Whether a run must list limits/, where the limits, idle flags and held-until keys were written before they
+    moved under active/: while a RUNNING marker carries no limits (written before), or a VM no live marker and no
+    held-until key explains (an orphan, or an attempt an old held-until key keeps). A healthy registry: never."""
+    if any(m.state == State.RUNNING and m.limits is None for ms in snap.active.values() for m in ms):
+        return True
+    explained = {(m.job_id, m.attempt) for ms in snap.active.values() for m in ms} | \
+        {(h.job_id, h.attempt) for h in snap.held}
+    return any((i.job_id, i.attempt) not in explained for i in snap.instances
+               if i.managed and i.state not in ("terminated", "shutting-down"))
 
 
 # An idle mark is current when written with its rank's newest heartbeat (the agent writes it just after):
@@ -117,10 +130,15 @@ class Index:
         self.instances: defaultdict[tuple[str | None, int | None], list[Instance]] = defaultdict(list)
         for i in snap.instances:
             self.instances[i.job_id, i.attempt].append(i)
-        self.limits = {(lim.job_id, lim.attempt): lim for lim in snap.limits}
+        # a RUNNING marker's own limits, else (a marker written before) its attempt's old limits/ key
+        self.marked = {(m.job_id, m.attempt): m.limits for ms in snap.active.values() for m in ms if m.limits}
+        self.limits = {**{(lim.job_id, lim.attempt): lim for lim in snap.limits}, **self.marked}
         self.idle: defaultdict[tuple[str, int], list[IdleMark]] = defaultdict(list)
         for mark in snap.idle:
             self.idle[mark.job_id, mark.attempt].append(mark)
+
+    def flagged_idle(self, job_id: str, attempt: int) -> bool:
+        return (job_id, attempt) in self.snap.idle_flags or (job_id, attempt) in self.snap.old_idle_flags
 
     def idle_everywhere(self, job_id: str, attempt: int, nodes: int) -> bool:
         """Every rank's newest heartbeat came with an idle mark: its mean GPU use over the window was low."""

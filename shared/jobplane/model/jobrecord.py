@@ -10,6 +10,7 @@ from typing import Any, TypedDict
 from pydantic import BaseModel, ConfigDict, Field
 
 from jobplane.model.history import LastEvent
+from jobplane.model.keys import LIMITS_TAIL_PATTERN, active_marker
 from jobplane.model.spec import JobSpec
 from jobplane.model.states import TERMINAL, State
 from jobplane.model.usage import AttemptUsage
@@ -46,9 +47,17 @@ class JobRecord(BaseModel):
     spot_refused_at: datetime | None = None  # the attempt's first refusal of Spot everywhere (spot.after counts)
     last_error: str | None = None
     held_until: datetime | None = None  # a FAILED attempt's VMs kept for a look (spec debug_hold) until then
+    # the attempt's limits (nodes, stall timeout, uptime cap, the check's rules' numbers) as its RUNNING marker's
+    # name carries them (keys.Limits.tail), set when it starts; None in a record written before they rode there
+    limits: str | None = Field(None, pattern=LIMITS_TAIL_PATTERN, max_length=300)
     notices: list[dict[str, Any]] = Field(default_factory=list)  # Spot interruption warnings seen
     usage: list[AttemptUsage] = Field(default_factory=list)  # what each launched attempt ran on (jobplane.views.cost)
     last_event: LastEvent | None = None  # the event of the write that made this record (store/registry.py's doc)
+
+    @property
+    def marker(self) -> str:
+        """Its active/ marker's key (a RUNNING one carries the attempt's limits, once recorded)."""
+        return active_marker(self.id, self.state, self.attempt, self.limits if self.state == State.RUNNING else None)
 
     @property
     def terminal(self) -> bool:
@@ -84,5 +93,6 @@ class Updates(TypedDict, total=False):
     spot_refused_at: datetime | None
     last_error: str | None
     held_until: datetime | None
+    limits: str | None
     notices: list[dict[str, Any]]
     usage: list[AttemptUsage]

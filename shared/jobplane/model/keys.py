@@ -4,17 +4,21 @@ or None for any other key (a foreign key, a folder placeholder, a key of another
 
 Deliberate shapes, so a check needs listings only (no per-job GET):
 - `active/<id>/<STATE>.<attempt>`: the marker's key carries the state and attempt, so one listing of
-  `active/` gives the check its whole working set. The `active/<id>` prefix exists iff the job is live.
+  `active/` gives the check its whole working set. The `active/<id>/` prefix exists iff the job is live.
+  A RUNNING marker also carries the attempt's node count, stall timeout and uptime cap (and the numbers the
+  check's rules read), `RUNNING.<attempt>.nodes-<n>.stall-<s>.cap-<s>[.<name>-<v>...]`, set when the job
+  starts (job.json's `limits`), so the check and the uptime cap apply per-job timeouts from that listing. A
+  RUNNING marker written before carries none: the check reads those from `limits/<id>/<attempt>/nodes-...`.
 - `heartbeats/<id>/<attempt>/<rank>` (liveness = LastModified) and `.../<rank>.output` (rewritten only
   when the user process printed something new): one listing of `heartbeats/` covers every job.
-- `limits/<id>/<attempt>/nodes-<n>.stall-<s>.cap-<s>`: a RUNNING job's node count, stall timeout and
-  uptime cap in the key name, written by the check when the job starts, so the check and the uptime cap
-  apply per-job timeouts from a listing (see jobplane.decide).
 - `heartbeats/<id>/<attempt>/<rank>.idle`: rewritten by the agent with each heartbeat while the rank's mean
-  GPU utilization over the policy's window is under its threshold; `limits/<id>/<attempt>/idle-flagged`,
+  GPU utilization over the policy's window is under its threshold; `active/<id>.<attempt>.idle-flagged`,
   created once by the check that flagged the attempt idle. Both are seen in listings the check makes anyway.
-- `limits/<id>/<attempt>/held-until-<epoch s>`: a FAILED attempt whose VMs its spec's `debug_hold` keeps for a
+- `active/<id>.<attempt>.held-until-<epoch s>`: a FAILED attempt whose VMs its spec's `debug_hold` keeps for a
   look, and until when: the check spares them (no orphan) and terminates them at that time, from its listing.
+  Beside `active/<id>/`, not in it, so it outlives the job's markers; only functions write under `active/`.
+- `limits/<id>/<attempt>/...`: where the limits, the idle flag and the held-until key were written before they
+  moved under `active/`; read only while a marker or a VM needs them (`needs_old_limits`), never written.
 """
 
 from __future__ import annotations
@@ -233,8 +237,9 @@ def active_prefix(job_id: str) -> str:
     return f"{ACTIVE}{job_id}/"
 
 
-def active_marker(job_id: str, state: str, attempt: int) -> str:
-    return f"{ACTIVE}{job_id}/{state}.{attempt}"
+def active_marker(job_id: str, state: str, attempt: int, limits: str | None = None) -> str:
+    """The live job's marker; `limits` (a RUNNING attempt's, `Limits.tail`) ride in its name."""
+    return f"{ACTIVE}{job_id}/{state}.{attempt}" + (f".{limits}" if limits else "")
 
 
 def preempted_marker(job_id: str) -> str:
@@ -266,25 +271,33 @@ _FACT = r"[a-z][a-z0-9]{0,15}"  # a number a check rule's filter reads from the 
 LIMITS_FACTS = 8  # at most this many, so the key stays short
 
 
-def limits_mark(job_id: str, attempt: int, nodes: int, stall: int, cap: int,
-                facts: tuple[tuple[str, int], ...] = ()) -> str:
-    """The limits key; `facts` are the numbers the check's rules read from it beside nodes, stall and cap (each
-    rule's own: decide.jobrule.JobRule.limits), as `.name-value` after them."""
+def limits_tail(nodes: int, stall: int, cap: int, facts: tuple[tuple[str, int], ...] = ()) -> str:
+    """`nodes-N.stall-S.cap-C[.name-V...]`: a RUNNING attempt's limits as its marker's name carries them; `facts`
+    are the numbers the check's rules read from it beside nodes, stall and cap (each rule's own:
+    decide.jobrule.JobRule.limits)."""
     if len(facts) > LIMITS_FACTS or any(not re.fullmatch(_FACT, n) or n in ("nodes", "stall", "cap") or v < 0
                                         for n, v in facts):
         raise ValueError(f"limits facts: at most {LIMITS_FACTS} names {_FACT} (not nodes, stall or cap) with "
                          f"numbers >= 0, not {facts}")
     extra = "".join(f".{name}-{value}" for name, value in facts)
-    return f"{LIMITS}{job_id}/{attempt}/nodes-{nodes}.stall-{stall}.cap-{cap}{extra}"
+    return f"nodes-{nodes}.stall-{stall}.cap-{cap}{extra}"
 
 
-def held_mark(job_id: str, attempt: int, until: datetime) -> str:
+def limits_mark(job_id: str, attempt: int, nodes: int, stall: int, cap: int,
+                facts: tuple[tuple[str, int], ...] = ()) -> str:
+    """The limits/ key written before the limits moved into the RUNNING marker (read, and deleted, only)."""
+    return f"{LIMITS}{job_id}/{attempt}/{limits_tail(nodes, stall, cap, facts)}"
+
+
+def held_mark(job_id: str, attempt: int, until: datetime, *, old: bool = False) -> str:
     # rounded up: the check reads the hold's end from this name alone, and a hold must not end before its time
-    return f"{LIMITS}{job_id}/{attempt}/{HELD_UNTIL}{math.ceil(until.timestamp())}"
+    epoch = math.ceil(until.timestamp())
+    return f"{LIMITS}{job_id}/{attempt}/{HELD_UNTIL}{epoch}" if old else \
+        f"{ACTIVE}{job_id}.{attempt}.{HELD_UNTIL}{epoch}"
 
 
-def idle_flag(job_id: str, attempt: int) -> str:
-    return f"{LIMITS}{job_id}/{attempt}/{IDLE_FLAGGED}"
+def idle_flag(job_id: str, attempt: int, *, old: bool = False) -> str:
+    return f"{LIMITS}{job_id}/{attempt}/{IDLE_FLAGGED}" if old else f"{ACTIVE}{job_id}.{attempt}.{IDLE_FLAGGED}"
 
 
 def sweep_record(sweep_id: str) -> str:
@@ -328,6 +341,7 @@ class MarkerKey(NamedTuple):
     job_id: str
     state: State
     attempt: int
+    limits: Limits | None = None  # a RUNNING marker's (None in one written before they rode in its name)
 
 
 class HeartbeatKey(NamedTuple):
@@ -353,7 +367,8 @@ class AttemptKey(NamedTuple):
 
 @dataclass(frozen=True)
 class Limits:
-    """A RUNNING attempt's per-job values, carried by a key name under limits/ (no GET needed)."""
+    """A RUNNING attempt's per-job values, carried by its active marker's name (no GET needed), or by the limits/
+    key written before."""
 
     job_id: str
     attempt: int
@@ -363,7 +378,13 @@ class Limits:
     facts: tuple[tuple[str, int], ...] = ()  # the check's rules' own numbers (none in a key written before them)
 
     @property
+    def tail(self) -> str:
+        """What the RUNNING marker's name carries after `RUNNING.<attempt>.`, and job.json's `limits`."""
+        return limits_tail(self.nodes, self.stall, self.cap, self.facts)
+
+    @property
     def key(self) -> str:
+        """The limits/ key of limits written before they moved into the marker."""
         return limits_mark(self.job_id, self.attempt, self.nodes, self.stall, self.cap, self.facts)
 
     def fact(self, name: str) -> int | None:
@@ -378,10 +399,11 @@ class Held:
     job_id: str
     attempt: int
     until: datetime
+    old: bool = False  # written under limits/, before the held-until key moved under active/
 
     @property
     def key(self) -> str:
-        return held_mark(self.job_id, self.attempt, self.until)
+        return held_mark(self.job_id, self.attempt, self.until, old=self.old)
 
 
 def _parser(pattern: str) -> Callable[[str], tuple[str, ...] | None]:
@@ -398,12 +420,16 @@ def _parser(pattern: str) -> Callable[[str], tuple[str, ...] | None]:
 _record = _parser(rf"{JOBS}{_ID}/job\.json")
 _job_folder = _parser(rf"{JOBS}{_ID}/")
 _event = _parser(rf"{JOBS}{_ID}/events/{_STAMP}-([^/]+)\.json")
-_marker = _parser(rf"{ACTIVE}{_ID}/([A-Z_]+)\.{_N}")
+_LIMITS_TAIL = rf"nodes-{_N}\.stall-{_N}\.cap-{_N}((?:\.{_FACT}-(?:0|[1-9][0-9]*))*)"
+LIMITS_TAIL_PATTERN = rf"^{_LIMITS_TAIL}$"  # job.json's `limits`, as the marker's name carries them
+_marker = _parser(rf"{ACTIVE}{_ID}/([A-Z_]+)\.{_N}(?:\.({_LIMITS_TAIL}))?")
 _preempted = _parser(rf"{PREEMPTED}{_ID}")
 _heartbeat = _parser(rf"{HEARTBEATS}{_ID}/{_N}/{_N}(?:\.(output|idle))?")
-_limits = _parser(rf"{LIMITS}{_ID}/{_N}/nodes-{_N}\.stall-{_N}\.cap-{_N}((?:\.{_FACT}-(?:0|[1-9][0-9]*))*)")
-_idle_flag = _parser(rf"{LIMITS}{_ID}/{_N}/{IDLE_FLAGGED}")
-_held = _parser(rf"{LIMITS}{_ID}/{_N}/{HELD_UNTIL}{_N}")
+_limits = _parser(rf"{LIMITS}{_ID}/{_N}/{_LIMITS_TAIL}")
+_idle_flag = _parser(rf"{ACTIVE}([^/.]+)\.{_N}\.{IDLE_FLAGGED}")
+_old_idle_flag = _parser(rf"{LIMITS}{_ID}/{_N}/{IDLE_FLAGGED}")
+_held = _parser(rf"{ACTIVE}([^/.]+)\.{_N}\.{HELD_UNTIL}{_N}")
+_old_held = _parser(rf"{LIMITS}{_ID}/{_N}/{HELD_UNTIL}{_N}")
 _exit = _parser(rf"{JOBS}{_ID}/attempts/{_N}/nodes/{_N}/exit\.json")
 _boot_failure = _parser(rf"{JOBS}{_ID}/attempts/{_N}/boot-failure\.json")
 _node_file = _parser(rf"{JOBS}{_ID}/(logs|metrics|system)/{_N}/{_N}/([^/]+)")
@@ -443,10 +469,19 @@ def parse_event(key: str) -> EventKey | None:
 
 
 def parse_active_marker(key: str) -> MarkerKey | None:
+    """A live job's marker; a RUNNING one's limits when its name carries them (only a RUNNING one's may)."""
     parts = _marker(key)
-    if not parts or parts[1] not in State.__members__:
+    if not parts or parts[1] not in State.__members__ or (parts[3] and parts[1] != State.RUNNING):
         return None
-    return MarkerKey(parts[0], State(parts[1]), int(parts[2]))
+    job_id, attempt = parts[0], int(parts[2])
+    return MarkerKey(job_id, State(parts[1]), attempt,
+                     _limits_of(job_id, attempt, parts[4:8]) if parts[3] else None)
+
+
+def _limits_of(job_id: str, attempt: int, parts: tuple[str, ...]) -> Limits:
+    """Limits from the groups of `_LIMITS_TAIL`: nodes, stall, cap, then the facts."""
+    facts = tuple((name, int(value)) for name, value in re.findall(rf"\.({_FACT})-([0-9]+)", parts[3]))
+    return Limits(job_id, attempt, int(parts[0]), int(parts[1]), int(parts[2]), facts)
 
 
 def parse_preempted_marker(key: str) -> str | None:
@@ -461,23 +496,21 @@ def parse_heartbeat(key: str) -> HeartbeatKey | None:
 
 
 def parse_limits(key: str) -> Limits | None:
+    """A limits/<id>/<attempt>/nodes-... key (written before the limits moved into the RUNNING marker)."""
     parts = _limits(key)
-    if not parts:
-        return None
-    facts = tuple((name, int(value)) for name, value in re.findall(rf"\.({_FACT})-([0-9]+)", parts[5]))
-    job_id, attempt, nodes, stall, cap = parts[0], *map(int, parts[1:5])
-    return Limits(job_id, attempt, nodes, stall, cap, facts)
+    return _limits_of(parts[0], int(parts[1]), parts[2:]) if parts else None
 
 
-def parse_idle_flag(key: str) -> AttemptKey | None:
-    """(job, attempt) of a limits/<id>/<attempt>/idle-flagged key."""
-    parts = _idle_flag(key)
+def parse_idle_flag(key: str, *, old: bool = False) -> AttemptKey | None:
+    """(job, attempt) of an active/<id>.<attempt>.idle-flagged key (old: limits/<id>/<attempt>/idle-flagged)."""
+    parts = (_old_idle_flag if old else _idle_flag)(key)
     return AttemptKey(parts[0], int(parts[1])) if parts else None
 
 
-def parse_held(key: str) -> Held | None:
-    parts = _held(key)
-    return Held(parts[0], int(parts[1]), datetime.fromtimestamp(int(parts[2]), UTC)) if parts else None
+def parse_held(key: str, *, old: bool = False) -> Held | None:
+    """An active/<id>.<attempt>.held-until-<epoch s> key (old: limits/<id>/<attempt>/held-until-<epoch s>)."""
+    parts = (_old_held if old else _held)(key)
+    return Held(parts[0], int(parts[1]), datetime.fromtimestamp(int(parts[2]), UTC), old) if parts else None
 
 
 def parse_exit_report(key: str) -> NodeKey | None:

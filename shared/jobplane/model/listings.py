@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from jobplane.model.keys import Limits
 from jobplane.model.states import State
 
 
@@ -16,6 +17,7 @@ class ActiveMarker:
     state: State
     attempt: int
     since: datetime  # the marker's LastModified: when the job entered this state
+    limits: Limits | None = None  # a RUNNING marker's, from its name (None in one written before they rode there)
 
 
 @dataclass(frozen=True)

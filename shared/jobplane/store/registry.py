@@ -273,15 +273,15 @@ class Registry(RootedStore):
                 backoff(tries + 1)
                 continue
             if new.state in LIVE:
-                self._touch_marker(new)
+                self._touch_marker(current, new)
             return new
         raise RegistryError(f"job {job_id}: gave up after {CAS_RETRIES} conflicting writes")
 
-    def _touch_marker(self, ours: JobRecord) -> None:
-        """Rewrite a live record's marker after a write that moved no state (the watch reads the record again). A
-        transition that landed between our write and this one may have just moved the marker away: then the job
-        has a marker it should not, and a repair removes it."""
-        self._put_marker(keys.active_marker(ours.id, ours.state, ours.attempt), ours)
+    def _touch_marker(self, before: JobRecord, ours: JobRecord) -> None:
+        """Rewrite a live record's marker after a write that moved no state (the watch reads the record again), and
+        rename it when the write recorded the attempt's limits. A transition that landed between our write and this
+        one may have just moved the marker away: then the job has a marker it should not, and a repair removes it."""
+        self._move_marker(ours.id, before, ours)
         now = self.job(ours.id)
         if (now.state, now.attempt) != (ours.state, ours.attempt):
             self.repair_markers(ours.id)
@@ -354,11 +354,12 @@ class Registry(RootedStore):
 
     # ---- active markers ----------------------------------------------------------------------------
     def _move_marker(self, job_id: str, old: JobRecord | None, new: JobRecord) -> None:
-        new_key = keys.active_marker(job_id, new.state, new.attempt)
+        """The marker follows the record: each names its own (JobRecord.marker, a RUNNING one with its limits)."""
+        new_key = new.marker
         if new.state in LIVE:
             self._put_marker(new_key, new)
         if old is not None:
-            old_key = keys.active_marker(job_id, old.state, old.attempt)
+            old_key = old.marker
             if old_key != new_key or new.state not in LIVE:
                 self.delete(old_key)
 
@@ -366,7 +367,7 @@ class Registry(RootedStore):
         """Make active/<id>/ match job.json again (after a function died between the two writes)."""
         record = self.job(job_id)
         self.complete_history(record)  # markers disagree when a function died after its CAS: so may the history
-        want = keys.active_marker(job_id, record.state, record.attempt) if record.state in LIVE else None
+        want = record.marker if record.state in LIVE else None
         have = [k for k, _, _ in self.listing(keys.active_prefix(job_id))]
         if want and want not in have:  # first: a repair cut short never leaves a live job without a marker
             self._put_marker(want, record)
@@ -382,11 +383,22 @@ class Registry(RootedStore):
 
     def active(self) -> dict[str, list[ActiveMarker]]:
         """Every live job from one listing of active/; more than one marker means a repair is due."""
+        return self.active_listing()[0]
+
+    def active_listing(self) -> tuple[dict[str, list[ActiveMarker]], set[keys.AttemptKey], list[keys.Held]]:
+        """From one listing of active/: every live job's markers, the attempts flagged idle, and the held attempts."""
         out: dict[str, list[ActiveMarker]] = {}
+        idle: set[keys.AttemptKey] = set()
+        held: list[keys.Held] = []
         for key, modified, _ in self.listing(keys.ACTIVE):
             if marker := keys.parse_active_marker(key):
-                out.setdefault(marker.job_id, []).append(ActiveMarker(*marker, since=modified))
-        return out
+                out.setdefault(marker.job_id, []).append(ActiveMarker(marker.job_id, marker.state, marker.attempt,
+                                                                      modified, marker.limits))
+            elif flag := keys.parse_idle_flag(key):
+                idle.add(flag)
+            elif hold := keys.parse_held(key):
+                held.append(hold)
+        return out, idle, held
 
     # ---- stopping ----------------------------------------------------------------------------------
     def request_stop(self, job_id: str, *, by: records.StopBy, reason: str | None, now: datetime) -> None:

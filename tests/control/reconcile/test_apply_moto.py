@@ -73,7 +73,9 @@ def test_lifecycle_started_then_healthy_then_finished(moto_aws: MotoAws) -> None
     (started,) = sweep(moto_aws, now=utcnow())
     assert started.action.rule == Rule.STARTED and started.result == "applied"
     assert moto_aws.registry.job("train").state == State.RUNNING
-    assert [k for k, _, _ in moto_aws.registry.listing(keys.LIMITS)] == ["limits/train/1/nodes-1.stall-1800.cap-86400"]
+    assert [k for k, _, _ in moto_aws.registry.listing(keys.ACTIVE)] == [
+        "active/train/RUNNING.1.nodes-1.stall-1800.cap-86400"]  # its limits ride in its marker's name
+    assert moto_aws.registry.job("train").limits == "nodes-1.stall-1800.cap-86400"
 
     gets: list[str] = []
     moto_aws.s3.meta.events.register("before-call.s3.GetObject", lambda params, **_: gets.append(params["url_path"]))

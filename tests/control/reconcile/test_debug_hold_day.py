@@ -14,7 +14,7 @@ from tests.control.reconcile.day import MORNING, Day, rules
 
 
 def held_keys(of: Day) -> list[str]:
-    return [key for key, _, _ in of.reg.listing(keys.LIMITS) if keys.parse_held(key)]
+    return [key for key, _, _ in of.reg.listing(keys.ACTIVE) if keys.parse_held(key)]
 
 
 def test_a_failed_job_with_a_30m_debug_hold_keeps_its_vm_30_minutes_then_it_is_terminated(day: Day) -> None:
@@ -29,7 +29,7 @@ def test_a_failed_job_with_a_30m_debug_hold_keeps_its_vm_30_minutes_then_it_is_t
                              "2026-11-22 12:40:00 UTC (debug_hold 30m)")
     assert jobview.held(failed, day.clock()) == ("held until 2026-11-22 12:40:00 UTC (30m00s left): "
                                                  "`jobplane ssh held` to look")
-    assert held_keys(day) == ["limits/held/1/held-until-" + str(int((MORNING + timedelta(minutes=40)).timestamp()))]
+    assert held_keys(day) == ["active/held.1.held-until-" + str(int((MORNING + timedelta(minutes=40)).timestamp()))]
 
     # Every run in the next 30 minutes, well past the 10-minute orphan grace, leaves the VM up; it is billed.
     for hhmm in ("12:21", "12:30", "12:39"):
