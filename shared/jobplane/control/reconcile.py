@@ -68,14 +68,14 @@ def summary(outcomes: Iterable[Outcome]) -> dict[str, Any]:
 
 # ---- snapshots ---------------------------------------------------------------------------------------------
 def listings(reg: Registry, compute: Compute | None) -> Snapshot:
-    """Everything a run can know without a per-job GET: three registry listings and the managed VMs; and the old
-    limits/ keys only while a marker or a VM may need them (decide.model.needs_old_limits)."""
+    """Everything a run can know without a per-job GET: the listings of active/ and heartbeats/ and the managed VMs;
+    and the old limits/ keys only while a marker or a VM may need them (decide.model.needs_old_limits). The
+    preempted-jobs/ markers are the check's to list when it needs them (`with_preempted`)."""
     beats, idle = reg.heartbeat_listing()
     markers, idle_flags, held = reg.active_listing()
     snap = Snapshot(
         active={job_id: tuple(found) for job_id, found in markers.items()},
         beats=tuple(beats),
-        preempted={job_id: PreemptedMark(job_id, at) for job_id, at in reg.preempted().items()},
         instances=tuple(compute.list_managed()) if compute is not None else (),
         idle=tuple(idle),
         idle_flags=frozenset(idle_flags),
@@ -166,6 +166,15 @@ def _read(reg: Registry, key: str, model: type[R], unreadable: list[Ignored]) ->
         log.warning("%s: %s", key, exc)
         unreadable.append(Ignored(key, str(exc)))
         return None
+
+
+def with_preempted(reg: Registry, snap: Snapshot, reading: Collection[str]) -> Snapshot:
+    """The preempted-jobs/ markers from one listing, when the check has them to match: a job it reads (`reading`: a
+    preempted attempt is rerun's) or a PREEMPTED marker (whose preempted-jobs/ marker it writes again if lost). A
+    check of healthy jobs lists none."""
+    if not reading and not any(m.state == State.PREEMPTED for found in snap.active.values() for m in found):
+        return snap
+    return replace(snap, preempted={job_id: PreemptedMark(job_id, at) for job_id, at in reg.preempted().items()})
 
 
 def with_preempted_bodies(reg: Registry, snap: Snapshot, only: Collection[str] | None = None) -> Snapshot:
@@ -340,7 +349,8 @@ def check(ctx: Context, *, now: datetime, force: bool = False, jobs: Collection[
     snap = listings(reg, ctx.compute)
     named = {i.job_id for i in snap.instances if i.id in instance_ids and i.job_id}
     snap = replace(snap, forced=frozenset({*jobs, *named}))
-    snap = with_records(reg, snap, check_decide.candidates(snap, now, policy), metrics=ctx.metrics)
+    reading = check_decide.candidates(snap, now, policy)
+    snap = with_records(reg, with_preempted(reg, snap, reading), reading, metrics=ctx.metrics)
     snap = with_preempted_bodies(reg, snap, only=set(snap.records))
     outcomes = apply(ctx, check_decide.decide(snap, now, policy, force=force), now=now)
     settle_admissions(ctx, snap, now=now, ended=ended(outcomes))

@@ -80,8 +80,9 @@ class Snapshot:
     """What one reconciler run sees.
 
     Everything except `records`, `exits`, `boot_failures`, `unreadable` and `preempted` bodies comes from listings
-    (active/, heartbeats/, preempted-jobs/; limits/ only while `needs_old_limits`) and one paginated managed-instance
-    listing; records, exit reports and boot failures are fetched only for the jobs `check.candidates` names.
+    (active/, heartbeats/; preempted-jobs/ when a job is read or PREEMPTED; limits/ only while `needs_old_limits`) and
+    one paginated managed-instance listing; records, exit reports and boot failures are fetched only for the jobs
+    `check.candidates` names.
     """
 
     active: Mapping[str, tuple[ActiveMarker, ...]] = field(default_factory=dict)

@@ -1,7 +1,8 @@
 """What a check lists (tests/control/reconcile/day.py, the manual clock): healthy RUNNING jobs cost it the listings of
-active/, heartbeats/, preempted-jobs/ and admission/ and no job.json GET, their limits riding in their markers'
-names; and a registry written before the limits, the idle flags and the held-until keys moved out of limits/ is still
-read right (limits/ listed only while something needs it), and moved on."""
+active/, heartbeats/ and admission/ and no job.json GET, their limits riding in their markers' names (preempted-jobs/
+is listed only when a job is read or PREEMPTED); and a registry written before the limits, the idle flags and the
+held-until keys moved out of limits/ is still read right (limits/ listed only while something needs it), and moved
+on."""
 
 from __future__ import annotations
 
@@ -69,8 +70,12 @@ def test_healthy_jobs_cost_a_check_no_limits_listing_and_no_record(day: Day) -> 
         day.beat(job_id)
     done, listed, got = check(day)
     assert done == []
-    assert listed == ["active/", "admission/", "heartbeats/", "preempted-jobs/"]  # limits/ no more
+    assert listed == ["active/", "admission/", "heartbeats/"]  # no limits/; preempted-jobs/ only when needed
     assert not [key for key in got if key.endswith("/job.json")]
+
+    day.preempted("c")  # its VM is gone: the check reads c, and leaves a preempted attempt to rerun
+    done, listed, got = check(day)
+    assert done == [] and "preempted-jobs/" in listed and "jobs/c/job.json" in got
 
 
 def _as_written_before(day: Day, job_id: str, tail: str) -> None:
