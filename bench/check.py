@@ -1,7 +1,8 @@
 """Check cost at scale: API calls and time of one check over N healthy RUNNING jobs, against a naive loop.
 
-Seeds N healthy jobs in moto (in-process S3 + EC2): job.json, the RUNNING active/ marker, a heartbeat and
-an output mark, the limits/ key, and one tagged, running instance each. Then runs one real
+Seeds N healthy jobs in moto (in-process S3 + EC2): job.json, the RUNNING active/ marker (its name carrying the
+attempt's limits, as the check writes it when the job starts), a heartbeat and an output mark, and one tagged,
+running instance each. Then runs one real
 `reconcile.check` and a naive baseline (list the live jobs, GET every job.json, describe the instances:
 the status loop most DIY controllers run), counting every S3 and EC2 call by operation with botocore
 event hooks.
@@ -9,7 +10,8 @@ event hooks.
     .venv/bin/python bench/check.py               # N = 100, 1000, 5000
     .venv/bin/python bench/check.py --n 100 1000
 
-Writes bench/results/check.json (and prints it, plus a markdown table for the README).
+Writes bench/results/check.json (kept: docs/benchmarks.md's table is made from it by bench/render.py), with the
+load average before and after, and prints it.
 """
 
 from __future__ import annotations
@@ -62,12 +64,15 @@ class CallCounter:
         self.calls: Counter[str] = Counter()
         self.seconds: Counter[str] = Counter()
         self.job_record_gets = 0
+        self.list_pages: Counter[str] = Counter()  # ListObjectsV2 pages by prefix
         self._started = 0.0
 
     def before(self, model: Any, params: dict[str, Any] | None = None, **_: Any) -> None:
         self.calls[f"{model.service_model.service_name}.{model.name}"] += 1
         if model.name == "GetObject" and str((params or {}).get("url_path", "")).endswith("/job.json"):
             self.job_record_gets += 1
+        if model.name == "ListObjectsV2":
+            self.list_pages[str((params or {}).get("query_string", {}).get("prefix", ""))] += 1
         self._started = time.monotonic()
 
     def after(self, model: Any, **_: Any) -> None:
@@ -110,13 +115,14 @@ def seed(reg: Registry, ec2: Any, image: str, n: int) -> None:
     for i, iid in enumerate(ids):
         job_id = f"job-{i:05d}"
         tags.create_tags([iid], {TAG_JOB_ID: job_id})
+        limits = Limits(job_id, 1, 1, DEFAULT_POLICY.stall_timeout(spec), DEFAULT_POLICY.max_runtime(spec)).tail
         record = JobRecord(id=job_id, spec=spec.model_copy(update={"id": job_id}), state=State.RUNNING, attempt=1,
-                           created_at=now, updated_at=now, state_since=now, launched_at=now, instances=[iid])
+                           created_at=now, updated_at=now, state_since=now, launched_at=now, instances=[iid],
+                           limits=limits)
         put(keys.job_record(job_id), record.model_dump_json(exclude_none=True).encode())
-        put(keys.active_marker(job_id, State.RUNNING, 1))
+        put(record.marker)
         put(keys.heartbeat(job_id, 1, 0), beat)
         put(keys.output_mark(job_id, 1, 0), beat)
-        put(Limits(job_id, 1, 1, DEFAULT_POLICY.stall_timeout(spec), DEFAULT_POLICY.max_runtime(spec)).key)
 
 
 def naive(reg: Registry, compute: Ec2Compute) -> int:
@@ -154,7 +160,8 @@ def measure(n: int) -> dict[str, Any]:
             out[name] = {"seconds": round(elapsed, 2), "s3_seconds": round(counter.seconds["s3"], 2),
                          "ec2_seconds": round(counter.seconds["ec2"], 2), "calls": calls,
                          "total_calls": sum(calls.values()),
-                         "get_object": calls.get("s3.GetObject", 0), "job_record_gets": counter.job_record_gets}
+                         "get_object": calls.get("s3.GetObject", 0), "job_record_gets": counter.job_record_gets,
+                         "list_pages": dict(sorted(counter.list_pages.items()))}
             if name == "check":
                 out[name]["actions"] = len(result) if isinstance(result, list) else None
         out["job_record_gets_per_healthy_job"] = out["check"]["job_record_gets"] / n
@@ -162,35 +169,22 @@ def measure(n: int) -> dict[str, Any]:
         return out
 
 
-def table(results: list[dict[str, Any]]) -> str:
-    rows = ["| healthy jobs | check calls (LIST / DescribeInstances / GET) | job.json GETs per job "
-            "| check time (S3 part) | naive calls (GET) | naive time (S3 part) | calls naive / check |",
-            "|---:|---|---:|---:|---|---:|---:|"]
-    for r in results:
-        s, nv = r["check"], r["naive"]
-        rows.append(
-            f"| {r['n']:,} | {s['total_calls']} ({s['calls'].get('s3.ListObjectsV2', 0)} / "
-            f"{s['calls'].get('ec2.DescribeInstances', 0)} / {s['get_object']}) | "
-            f"{r['job_record_gets_per_healthy_job']:g} | {s['seconds']} s ({s['s3_seconds']} s) | "
-            f"{nv['total_calls']:,} ({nv['get_object']:,}) | {nv['seconds']} s ({nv['s3_seconds']} s) | "
-            f"{r['call_ratio_naive_over_check']}x |")
-    return "\n".join(rows)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, nargs="+", default=[100, 1000, 5000])
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "check.json")
     args = parser.parse_args(argv)
+    load_before = os.getloadavg()
     results = []
     for n in args.n:
         results.append(measure(n))
         print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"bench": "check", "measured_at": datetime.now(UTC).isoformat(), "results": results}
+    doc = {"bench": "check", "measured_at": datetime.now(UTC).isoformat(), "cpus": os.cpu_count(),
+           "load_average_before": [round(x, 2) for x in load_before],
+           "load_average_after": [round(x, 2) for x in os.getloadavg()], "results": results}
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps(doc, indent=1))
-    print(table(results))
     return 0
 
 

@@ -91,14 +91,14 @@ def seed(reg: Registry, compute: FakeComputeServer, n: int) -> None:
         job_id = f"job-{i:05d}"
         vm = compute.add_instance(ZONE, f"{job_id}-a1-0001", {
             "jobplane-managed": "true", "jobplane-job-id": job_id, "jobplane-attempt": "1"})
+        limits = Limits(job_id, 1, 1, DEFAULT_POLICY.stall_timeout(spec), DEFAULT_POLICY.max_runtime(spec)).tail
         record = JobRecord(id=job_id, spec=spec.model_copy(update={"id": job_id}), state=State.RUNNING, attempt=1,
-                           created_at=now, updated_at=now, state_since=now, launched_at=now, instances=[vm])
+                           created_at=now, updated_at=now, state_since=now, launched_at=now, instances=[vm],
+                           limits=limits)  # the RUNNING marker's name carries them, as the check writes it
         reg.store.put(reg.key(keys.job_record(job_id)), record.model_dump_json(exclude_none=True).encode())
-        reg.store.put(reg.key(keys.active_marker(job_id, State.RUNNING, 1)), b"")
+        reg.store.put(reg.key(record.marker), b"")
         reg.store.put(reg.key(keys.heartbeat(job_id, 1, 0)), beat)
         reg.store.put(reg.key(keys.output_mark(job_id, 1, 0)), beat)
-        reg.store.put(reg.key(Limits(job_id, 1, 1, DEFAULT_POLICY.stall_timeout(spec),
-                                     DEFAULT_POLICY.max_runtime(spec)).key), b"")
 
 
 def measure(n: int) -> dict[str, Any]:

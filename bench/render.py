@@ -92,8 +92,28 @@ def cold_start(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def check(doc: dict[str, Any]) -> str:
+    """bench/check.py: one row per number of healthy jobs, the check's calls (LIST pages by prefix) against the naive
+    loop's; then the times and the load."""
+    lines = ["| healthy jobs | check calls (LIST / DescribeInstances / GET) | LIST pages by prefix "
+             "| job.json GETs per job | naive calls (GETs) | calls naive / check |", "|---:|---|---|---:|---|---:|"]
+    for r in doc["results"]:
+        s, naive = r["check"], r["naive"]
+        pages = ", ".join(f"`{prefix}` {n}" for prefix, n in s["list_pages"].items())
+        lines.append(f"| {r['n']:,} | {s['total_calls']} ({s['calls'].get('s3.ListObjectsV2', 0)} / "
+                     f"{s['calls'].get('ec2.DescribeInstances', 0)} / {s['get_object']}) | {pages} | "
+                     f"{r['job_record_gets_per_healthy_job']:g} | {naive['total_calls']:,} ({naive['get_object']:,}) | "
+                     f"{r['call_ratio_naive_over_check']:g}x |")
+    times = "; ".join(f"{r['n']:,}: {r['check']['s3_seconds']} s against {r['naive']['s3_seconds']} s"
+                      for r in doc["results"])
+    before, after = doc["load_average_before"][0], doc["load_average_after"][0]
+    lines += ["", f"- The S3 part of the check against the naive loop's: {times}. Load average {before:.1f} at the "
+              f"start, {after:.1f} at the end, on {doc['cpus']} cores; measured {doc['measured_at'][:10]}."]
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {"transfer-rclone": transfer, "transfer-gcs": transfer,
-                                                         "ui": ui, "cold-start": cold_start}
+                                                         "ui": ui, "cold-start": cold_start, "check": check}
 
 
 def render(page: str, results: Path = HERE / "results") -> str:
