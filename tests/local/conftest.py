@@ -100,6 +100,15 @@ def cli_ok(cloud: CloudProcess, *args: str) -> str:
     return done.stdout
 
 
+def shell_code(directory: Path) -> Path:
+    """Code for a job whose run is a shell line: no requirements.txt, so its VM installs nothing (examples/train's
+    numpy costs a VM about a CPU second to unpack)."""
+    code = directory / "shell-code"
+    code.mkdir(exist_ok=True)
+    (code / "README").write_text("a job whose run is a shell line\n")
+    return code
+
+
 def submit(cloud: CloudProcess, spec: Path, code: Path = TRAIN) -> str:
     """Submit a spec with its code; returns the job id."""
     return cli_ok(cloud, "submit", str(spec), "--code", str(code)).strip().splitlines()[-1]

@@ -34,7 +34,7 @@ from jobplane.model.jobrecord import JobRecord
 from jobplane.model.states import State
 from jobplane.store.registry import JobNotFound, Registry
 from tests.helpers import wait_for
-from tests.local.conftest import cli_ok, submit, write_spec
+from tests.local.conftest import cli_ok, shell_code, submit, write_spec
 
 pytestmark = pytest.mark.scenario
 TICKING = "while true; do echo tick; sleep 1; done"  # prints, never ends
@@ -44,8 +44,8 @@ CKPT = re.compile(r"(?:^|/)ckpt-(\d+)\.npz$")
 @pytest.fixture(scope="module", autouse=True)
 def runaway(cloud: CloudProcess, tmp_path_factory: pytest.TempPathFactory) -> str:
     """The id of a job that prints for ever under a one-minute cap, started up front."""
-    return submit(cloud, write_spec(tmp_path_factory.mktemp("specs"), "runaway", TICKING, max_runtime="60s",
-                                    owner="runaway"))
+    specs = tmp_path_factory.mktemp("specs")
+    return submit(cloud, write_spec(specs, "runaway", TICKING, max_runtime="60s", owner="runaway"), shell_code(specs))
 
 
 # ---- helpers -----------------------------------------------------------------------------------------------

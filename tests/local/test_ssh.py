@@ -18,7 +18,7 @@ from jobplane.model.clock import utcnow
 from jobplane.model.policy import parse_policy
 from jobplane.model.states import State
 from tests.helpers import wait_for
-from tests.local.conftest import cli_ok, submit, write_spec
+from tests.local.conftest import cli_ok, shell_code, submit, write_spec
 
 pytestmark = [pytest.mark.scenario, pytest.mark.timeout(300)]
 
@@ -43,7 +43,7 @@ def test_ssh_runs_a_command_in_the_jobs_vm_only_when_the_policy_allows_it(cloud:
     # it prints now and then: a job silent for the local policy's 60 s stall_timeout is STALLED, which a slow look
     # on a loaded machine reached
     job_id = submit(cloud, write_spec(tmp_path, "held", "echo ready; for i in $(seq 60); do sleep 5; echo alive; done",
-                                      spot="false", image="debian-12"))
+                                      spot="false", image="debian-12"), shell_code(tmp_path))
     reg = cloud.registry()
     wait_for("the job to run", lambda: reg.exists(job_id) and reg.job(job_id).state == State.RUNNING
              and "ready" in cloud.cli("logs", job_id).stdout, 120, every=1.0)
@@ -70,7 +70,7 @@ def test_a_failed_job_s_debug_hold_keeps_its_vm_for_a_look_then_the_sweeper_ends
     if problem := rootfs.image_problem():
         pytest.skip(problem)
     job_id = submit(cloud, write_spec(tmp_path, "broke", "echo broke; exit 3", spot="false", image="debian-12",
-                                      debug_hold="40s"))
+                                      debug_hold="40s"), shell_code(tmp_path))
     reg = cloud.registry()
     wait_for("the job to fail", lambda: reg.exists(job_id) and reg.job(job_id).state == State.FAILED, 120, every=0.5)
     failed = reg.job(job_id)
