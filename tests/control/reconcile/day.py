@@ -6,7 +6,7 @@ same times on every run.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -153,10 +153,15 @@ def rules(outcomes: list[reconcile.Outcome]) -> list[tuple[str, str]]:
     return [(o.action.rule, o.result) for o in outcomes]
 
 
+def new_day(store: Callable[[Clock], MemoryStore] = MemoryStore) -> Day:
+    """A day from MORNING on the manual clock, its store made by `store` (a MemoryStore that also records)."""
+    clock = Clock(MORNING)
+    memory = store(clock)
+    reg = Registry(memory)
+    publish_agent_manifest(reg, "aws")
+    return Day(clock, memory, MemoryCompute(clock, boot=60, shutdown=60), reg)
+
+
 @pytest.fixture
 def day() -> Iterator[Day]:
-    clock = Clock(MORNING)
-    store = MemoryStore(clock)
-    reg = Registry(store)
-    publish_agent_manifest(reg, "aws")
-    yield Day(clock, store, MemoryCompute(clock, boot=60, shutdown=60), reg)
+    yield new_day()

@@ -13,14 +13,12 @@ from datetime import timedelta
 import pytest
 
 from jobplane.clouds.base import Blob, ObjectInfo
-from jobplane.clouds.memory import Clock, MemoryCompute, MemoryStore
+from jobplane.clouds.memory import Clock, MemoryStore
 from jobplane.control import reconcile
 from jobplane.decide.model import Rule
 from jobplane.model import keys
 from jobplane.model.states import State
-from jobplane.store.registry import Registry
-from tests.control.reconcile.day import MORNING, Day, rules
-from tests.helpers import publish_agent_manifest
+from tests.control.reconcile.day import MORNING, Day, new_day, rules
 
 
 class Taps(MemoryStore):
@@ -42,11 +40,7 @@ class Taps(MemoryStore):
 
 @pytest.fixture
 def day() -> Iterator[Day]:
-    clock = Clock(MORNING)
-    store = Taps(clock)
-    reg = Registry(store)
-    publish_agent_manifest(reg, "aws")
-    yield Day(clock, store, MemoryCompute(clock, boot=60, shutdown=60), reg)
+    yield new_day(Taps)
 
 
 def check(day: Day) -> tuple[list[reconcile.Outcome], list[str], list[str]]:
