@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import socket
 from collections.abc import Iterator
 
-import botocore.session
 import pytest
 
-from jobplane.local.moto_server import patch_moto
+from jobplane.local.moto_server import patch_moto, share_botocore_loader
 
 # Before anything imports boto3: fake credentials and a fixed region, so a mistake fails locally.
 for _var, _val in {
@@ -30,9 +28,8 @@ for _var in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "GOOGLE_APPLICATION_CREDENTIALS"
 
 
 # moto gives every mock_aws() a new default boto3 session, and a new session parses botocore's service models again
-# (EC2's is megabytes of JSON): 0.1 CPU s a client, 8 s of test_cli_jobs' 15. One loader (it caches what it parsed)
-# serves every session of the test process.
-botocore.session.create_loader = functools.lru_cache(maxsize=None)(botocore.session.create_loader)  # type: ignore[attr-defined]
+# (EC2's is megabytes of JSON): 0.1 CPU s a client, 8 s of test_cli_jobs' 15. One loader serves the test process.
+share_botocore_loader()
 # In-process moto (mock_aws) too: atomic S3 conditional writes, public SSM parameters (see jobplane.local.moto_server).
 patch_moto()
 # The fixtures more than one module uses, for every test package (none imports a fixture), and how xdist spreads the

@@ -212,6 +212,16 @@ def patch_moto() -> None:
     enforce_sts_sessions()
 
 
+def share_botocore_loader() -> None:
+    """One botocore loader for every session of this process: moto makes a new boto3 session for each service's
+    region list (and each mock_aws() a new default one), and a new session parses botocore's endpoints and service
+    models again (EC2's is megabytes of JSON), a second of CPU in each moto server's start."""
+    import botocore.session
+
+    if not hasattr(botocore.session.create_loader, "cache_info"):  # once
+        botocore.session.create_loader = functools.lru_cache(maxsize=None)(botocore.session.create_loader)
+
+
 def name_services_once() -> None:
     """moto's server tells a service's name from a request's host by listing its own package folder (a listdir and
     an isdir an entry) on every request, a third of the CPU a small request costs it; the folder does not change."""
@@ -237,6 +247,7 @@ def main(argv: list[str] | None = None) -> None:
     # the local cloud registers its own images (jobplane.local.aws.publish_images): moto's thousands of vendor AMIs,
     # loaded per region, would only cost its start
     os.environ.setdefault("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
+    share_botocore_loader()
     patch_moto()
     name_services_once()
     app = DomainDispatcherApplication(create_backend_app)
