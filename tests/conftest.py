@@ -34,8 +34,9 @@ share_botocore_loader()
 patch_moto()
 # The fixtures more than one module uses, for every test package (none imports a fixture), and how xdist spreads the
 # suite: moto_aws (in-process moto), day (a day on the manual clock), registry_cloud and reg (a registry on each
-# cloud, for the CLI and the SDK).
-pytest_plugins = ["tests.moto_aws", "tests.control.reconcile.day", "tests.registry_clouds", "tests.scheduling"]
+# cloud, for the CLI and the SDK); and basetemp, which deletes old sessions' temporary directories while this one tests.
+pytest_plugins = ["tests.moto_aws", "tests.control.reconcile.day", "tests.registry_clouds", "tests.scheduling",
+                  "tests.basetemp"]
 
 
 def free_port() -> int:
