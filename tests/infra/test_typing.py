@@ -18,5 +18,5 @@ def test_mypy_follows_exactly_the_cdk_modules_the_deployment_code_imports() -> N
     overrides = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]["overrides"]
     followed = {m for o in overrides if o.get("follow_imports") == "normal" for m in o["module"]}
     skipped = [o["module"] for o in overrides if o.get("follow_imports") == "skip"]
-    assert skipped == [["aws_cdk.*"]]
+    assert ["aws_cdk.*"] in skipped  # the rest of aws_cdk is Any
     assert followed == imported
