@@ -21,6 +21,7 @@ final sync fits the VM's shutdown), then the final sync, the exit report and the
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import shlex
@@ -109,16 +110,18 @@ def cloud_adapters(args: argparse.Namespace) -> tuple[Callable[[str], ObjectStor
     from jobplane.clouds.aws_imds import ENDPOINT_ENV, Ec2Metadata
     from jobplane.clouds.s3 import S3Store, s3_client
 
-    client = s3_client(args.region)
     job_client = None
     if args.vend_url:
         from jobplane.clouds.aws_vend import vended_s3_client
 
         deployment = Settings(args.bucket, args.root.strip("/")).deployment  # as the launcher tagged the VM
         job_client = vended_s3_client(args.region, args.vend_url, args.job, args.attempt, deployment)
+    # The instance's own client, made when first needed: with vended credentials only another bucket (a data
+    # channel) needs it, and a client costs a tenth of a CPU second.
+    instance_client = functools.cache(lambda: s3_client(args.region))
 
     def s3(bucket: str) -> ObjectStore:
-        return S3Store(bucket, job_client if job_client is not None and bucket == args.bucket else client)
+        return S3Store(bucket, job_client if job_client is not None and bucket == args.bucket else instance_client())
     return s3, Ec2Metadata(args.metadata_url or env(ENDPOINT_ENV)), ecr_login()
 
 

@@ -236,6 +236,7 @@ def vended_session(region: str, vend_url: str, job_id: str, attempt: int, deploy
         raise RuntimeError("no instance credentials (IMDS) to ask the vending function with")
     fetch = _Vend(instance, region, vend_url, job_id, attempt, deployment, sts_endpoint(region, instance_session))
     session = botocore.session.get_session()
+    session.register_component("data_loader", instance_session.get_component("data_loader"))  # parsed once
     session.get_component("credential_provider").insert_before("env", _VendedProvider(fetch))
     return boto3.Session(botocore_session=session, region_name=region)
 
