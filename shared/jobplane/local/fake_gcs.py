@@ -616,10 +616,10 @@ def main(argv: list[str] | None = None) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopped.set())
     server = FakeGcsServer(args.host, args.port, vm_reads=tuple(args.vm_reads), fd=args.fd)
+    for name in args.bucket:  # before it answers: whoever sees it answer may use them (a request on the parent's
+        server.create_bucket(name)  # socket can be waiting already)
     server.start()
     try:
-        for name in args.bucket:
-            server.create_bucket(name)
         print(server.endpoint, flush=True)
         stopped.wait()
     finally:
