@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -283,10 +284,16 @@ def vend_url() -> Iterator[str]:
         url.stop()
 
 
-def run_agent(cloud: Cloud, url: str, instance_job: str, job: str) -> dict[str, str]:
-    """The agent's calls from `instance_job`'s instance asking as `job`'s agent, in a VM's process."""
-    imds = FakeImds(ImdsInstance(cloud.instances[instance_job], role="jobplane-vm"),
-                    credentials=lambda: cloud.session(cloud.instances[instance_job])).start()
+def run_agent(cloud: Cloud, url: str, instance_job: str, job: str, imds_delay: float = 0.0) -> dict[str, str]:
+    """The agent's calls from `instance_job`'s instance asking as `job`'s agent, in a VM's process; imds_delay: the
+    seconds IMDS takes to answer the first ask for the instance's credentials."""
+    delays = [imds_delay]
+
+    def credentials() -> Any:
+        if delays:
+            time.sleep(delays.pop())
+        return cloud.session(cloud.instances[instance_job])
+    imds = FakeImds(ImdsInstance(cloud.instances[instance_job], role="jobplane-vm"), credentials=credentials).start()
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_ACCESS", "AWS_SECRET", "AWS_SESSION",
                                                                          "AWS_EC2_METADATA_DISABLED"))}
@@ -313,3 +320,11 @@ def test_job_as_credentials_reach_its_keys_and_are_refused_on_job_bs(cloud: Clou
 def test_the_agent_of_another_jobs_instance_is_refused_for_good(cloud: Cloud, vend_url: str) -> None:
     got = run_agent(cloud, vend_url, "a", "b")
     assert "is not an instance of job b attempt 1" in got["refused"]
+
+
+def test_an_imds_slower_than_botocores_one_second_still_gets_the_agent_its_credentials(cloud: Cloud,
+                                                                                         vend_url: str) -> None:
+    # botocore asks once with a 1 s timeout and reads no answer as "no credentials" (a VM on a loaded local cloud
+    # lost its job to that); the agent waits longer
+    got = run_agent(cloud, vend_url, "a", "a", imds_delay=1.5)
+    assert got["get a code"] == "ok", got

@@ -40,6 +40,9 @@ PROOF_BODY = "Action=GetCallerIdentity&Version=2011-06-15"
 _FORM = "application/x-www-form-urlencoded; charset=utf-8"
 VEND_TRIES = 4  # a vend request that fails for a transient reason: tried this often, 1 s, 2 s, 4 s apart
 TIMEOUT = 30.0
+# botocore asks IMDS for the instance's credentials once, with a 1 s timeout, and takes no answer for "none": a VM
+# that has just booted, or a busy machine, can miss that (seen on a loaded local cloud). The agent waits longer.
+IMDS_PATIENCE = {"metadata_service_timeout": 2, "metadata_service_num_attempts": 5}
 # Neither the proof's replay nor the vend request goes through an HTTP(S)_PROXY: both carry credentials.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -231,6 +234,9 @@ def vended_session(region: str, vend_url: str, job_id: str, attempt: int, deploy
     """A boto3 session whose credentials are the job's, from the vending function, refreshed before they
     expire. The instance's own credentials (the default chain: IMDS on EC2) only sign the requests for them."""
     instance_session = botocore.session.get_session()
+    for name, least in IMDS_PATIENCE.items():
+        if float(instance_session.get_config_variable(name)) < least:
+            instance_session.set_config_variable(name, least)
     instance = instance_session.get_credentials()
     if instance is None:
         raise RuntimeError("no instance credentials (IMDS) to ask the vending function with")
