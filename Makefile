@@ -57,10 +57,11 @@ checkov: $(STAMP) $(CHECKOV_STAMP)
 	$(BIN)/python -m infra.checkov_gate --checkov $(CHECKOV_VENV)/bin/checkov \
 	  --template build/checkov/cdk.out/Jobplane.template.json --terraform infra/gcp
 
-# Five workers (tests/scheduling.py): most tests wait, so they overlap well even on two cores (on a quiet 2-core
-# machine 4 left the CPUs idle 7% of the run and 6 were slower). The run ends with the slowest units beside their
-# budgets (tests/budgets.json).
-PYTEST_ARGS ?= -n 5 --dist loadscope
+# Four workers (tests/scheduling.py): most tests wait, so they overlap well even on two cores. Five were 15 s faster
+# on a quiet 2-core machine, but kept both CPUs so busy that an agent's checkpoint copies fell behind a job saving
+# every second (test_checkpoint_habits failed once); six were slower. The run ends with the slowest units beside
+# their budgets (tests/budgets.json).
+PYTEST_ARGS ?= -n 4 --dist loadscope
 pytest: $(STAMP) local-images chromium
 	$(BIN)/pytest $(PYTEST_ARGS)
 

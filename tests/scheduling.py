@@ -1,6 +1,6 @@
 """How `make test` spreads the suite over pytest-xdist workers (`--dist loadscope`), and what each unit of it costs.
 
-Most tests wait (on a local cloud's processes, a moto server, a subprocess), so 5 workers overlap well even on
+Most tests wait (on a local cloud's processes, a moto server, a subprocess), so 4 workers overlap well even on
 2 cores. Each test module is one unit of work, so a module-scoped local cloud starts once; the CDK tests are one
 unit, because their session-scoped synth costs ~20 s of CPU and would otherwise run once per worker.
 
