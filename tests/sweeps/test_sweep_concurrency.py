@@ -97,6 +97,19 @@ def end_some(reg: Registry, rng: random.Random) -> None:
 
 @pytest.mark.parametrize("seed", range(ROUNDS))
 def test_two_runs_at_once_never_propose_a_trial_twice_nor_too_many(seed: int) -> None:
+    # every try must keep the sweep whole; the runs must have collided in one try at least (the store let them read
+    # the same version): on a loaded machine a run can miss the other at the barrier, or no round had two writers,
+    # and then the check could not tell, so it tries again with the rounds of another seed rather than failing
+    refused = []
+    for attempt in range(3):
+        refused.append(one_sweep(seed + attempt * ROUNDS))
+        if refused[-1] > 0:
+            return
+    raise AssertionError(f"the two runs never collided in 3 tries (writes refused: {refused})")
+
+
+def one_sweep(seed: int) -> int:
+    """A sweep taken to its end by pairs of runs at once, checked throughout; returns the writes refused."""
     clock = Clock(MORNING)
     racy = RacyStore(clock)
     reg = Registry(racy)
@@ -128,4 +141,4 @@ def test_two_runs_at_once_never_propose_a_trial_twice_nor_too_many(seed: int) ->
     assert sorted(proposed) == sorted(set(proposed))  # each trial proposed by one run only
     assert set(racy.drops) == {keys.queue_entry(t.job_id) for t in record.trials}
     assert set(racy.drops.values()) == {1}  # each drop written once
-    assert racy.refused > 0  # the runs did collide (the store let them read the same version)
+    return racy.refused
