@@ -19,9 +19,10 @@ $(STAMP): pyproject.toml
 	touch $@
 
 # The static checks run beside pytest, whose tests mostly wait (on local clouds, servers, subprocesses). What they
-# need installed or built comes first: the venvs, the local cloud's images, the CDK assets.
+# need installed or built comes first: the venvs, the local cloud's images, the CDK assets. checkov runs inside
+# pytest (tests/infra/test_checkov.py), over the template the infra tests synthesize: one synth less than `checkov:`.
 test: $(STAMP) $(CHECKOV_STAMP) local-images cdk-assets
-	$(MAKE) --no-print-directory --output-sync=line -j5 lint typecheck docs checkov pytest
+	$(MAKE) --no-print-directory --output-sync=line -j4 lint typecheck docs pytest
 
 # The loop while working, under a minute: ruff, mypy and the check tier (the pure tests and the days on the manual
 # clock: every decision, reconcile rule, spec and record test; tests/budgets.json says which units those are).

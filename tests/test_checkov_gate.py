@@ -1,5 +1,6 @@
 """infra/checkov_gate.py, the judge of `make checkov`: what a checkov report means against the skip file, and the
-committed skip file itself. (`make checkov` runs checkov for real; these need neither it nor a synth.)"""
+committed skip file itself. (`make checkov` and tests/infra/test_checkov.py run checkov for real; these need neither
+it nor a synth.)"""
 
 from __future__ import annotations
 
