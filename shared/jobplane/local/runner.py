@@ -32,7 +32,7 @@ from typing import IO, Any
 from jobplane.agent.process import marked_pids
 from jobplane.boot.bootstrap import AGENT_HOME
 from jobplane.local import rootfs
-from jobplane.local.baked_agent import bake
+from jobplane.local.baked_agent import bake, bake_on_host
 from jobplane.local.loopback import on_loopback
 
 log = logging.getLogger("local-cloud")  # not under "jobplane": the functions' loggers own that
@@ -187,7 +187,10 @@ class InstanceRunner:
         """Run the VM's startup script; ours: what the cloud tells this VM (its metadata server...)."""
         (node.share / "user-data").write_text(script)
         if self.baked_agent is not None:  # in the image: its overlay's upper layer; on this machine: its own home
-            bake(self.baked_agent, node.root / "upper" / AGENT_HOME.lstrip("/") if node.image else node.agent_home)
+            if node.image:
+                bake(self.baked_agent, node.root / "upper" / AGENT_HOME.lstrip("/"))
+            else:
+                bake_on_host(self.baked_agent, node.agent_home)
         ours = {**AGENT_ENV, **ours, MARKER: node.id, "JOBPLANE_LOCAL_CLOUD": self.cloud_id, **NETWORK_ENV}
         if node.image:
             node.env = {**{k: v for k, v in self.instance_env.items() if k.startswith(self.vm_env_prefixes)},
