@@ -43,9 +43,10 @@ JITTER = 0.5  # seconds a sync may start late on a loaded machine
 
 @pytest.fixture
 def busy() -> Iterator[None]:
-    """A busy loop per core, at nice 10: the machine is never idle, while the tests beside this one in `make test`
-    lose about a tenth of a core to them."""
-    loops = [subprocess.Popen([sys.executable, "-c", "import os\nos.nice(10)\nwhile True: pass"])
+    """A busy loop per core, at nice 19: the machine is never idle (a process that wakes waits for a core to be
+    taken from a loop), while the tests beside this one in `make test` lose almost nothing to them (at nice 10 they
+    lost about a tenth of a core while it ran)."""
+    loops = [subprocess.Popen([sys.executable, "-c", "import os\nos.nice(19)\nwhile True: pass"])
              for _ in range(os.cpu_count() or 2)]
     try:
         yield
