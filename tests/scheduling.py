@@ -4,25 +4,20 @@ Most tests wait (on a local cloud's processes, a moto server, a subprocess), so 
 2 cores. Each test module is one unit of work, so a module-scoped local cloud starts once; the CDK tests are one
 unit, because their session-scoped synth costs ~20 s of CPU and would otherwise run once per worker.
 
-tests/budgets.json records every unit's tier, its time budget, and its duration and CPU seconds in a quiet run:
+tests/budgets.json records every unit's tier, its time budget and its duration in a quiet run:
 - the scheduler hands the units out longest first (by the recorded durations), so no worker is left alone with a
-  long one at the end; but of the few longest left, a free worker takes the one whose CPU rate (CPU seconds over
-  seconds) best fills what the other workers' units leave of the cores (pick). Longest first alone started the
-  four units that mostly wait on local clouds together, and both cores idled a sixth of the run's first minutes;
+  long one at the end;
 - `--tier check` keeps only the check tier (`make check`: the pure tests and the days on the manual clock); the
   scenario tier (real processes, local clouds, the browser) runs in `make test` only;
 - the run ends with the slowest units beside their budgets; a unit over twice its budget, or missing from the
   file, gets a line a reviewer sees (never a failure: a loaded machine is slower);
-- `--record-durations` writes this run's durations and CPU seconds into the file (keeping the tiers and budgets).
+- `--record-durations` writes this run's durations into the file (keeping the tiers and budgets).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import resource
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,10 +28,6 @@ BUDGETS = Path(__file__).with_name("budgets.json")
 TIERS = ("check", "integration", "scenario")
 UNKNOWN_SECONDS = 60.0  # an unrecorded unit is scheduled as if it were this long: early rather than last
 SHOWN = 12  # units in the table at the end
-CPU_PROPERTY = "jobplane_cpu_s"  # a report's CPU seconds (under --record-durations), worker to controller
-LONG_ENOUGH = 0.5  # pick chooses among the units at least this fraction of the longest one left...
-WINDOW = 4  # ...and at most this many
-PASSES = 2  # the longest left is passed over at most this many times (or a waiting one could end the run alone)
 
 
 @dataclass(frozen=True)
@@ -44,38 +35,6 @@ class Unit:
     tier: str
     budget: float  # seconds
     seconds: float  # in the last recorded quiet run
-    cpu: float = 0.0  # CPU seconds in that run, its child processes' included
-
-    @property
-    def rate(self) -> float:
-        """The cores it keeps busy, on average, while it runs."""
-        return self.cpu / self.seconds if self.seconds else 0.0
-
-
-def pick(queue: Sequence[str], running: Iterable[str], units: Mapping[str, Unit], cores: float,
-         passed_over: int = 0) -> str:
-    """The unit a free worker takes next. queue: those left, longest first; running: the other workers' units;
-    passed_over: how often the first of the queue was not taken. Of the longest left (at most WINDOW, each at least
-    LONG_ENOUGH of the first), the one whose rate is nearest what the running units leave idle of the cores, the
-    longer on a tie; but the first once it was passed over PASSES times. An unrecorded unit counts as waiting."""
-    def rate(name: str) -> float:
-        return units[name].rate if name in units else 0.0
-
-    def seconds(name: str) -> float:
-        return units[name].seconds if name in units else UNKNOWN_SECONDS
-
-    if passed_over >= PASSES:
-        return queue[0]
-    idle = cores - sum(rate(name) for name in running)
-    head = seconds(queue[0])
-    window = [name for name in queue[:WINDOW] if seconds(name) >= LONG_ENOUGH * head]
-    return min(window, key=lambda name: (abs(rate(name) - idle), -seconds(name)))
-
-
-def _cpu_seconds() -> float:
-    """This process's CPU seconds, with those of the children it has waited for."""
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def load(path: Path = BUDGETS) -> dict[str, Unit]:
@@ -108,8 +67,6 @@ class Budgets:
     def __init__(self, config: pytest.Config, units: dict[str, Unit]) -> None:
         self.config, self.units = config, units
         self.spent: defaultdict[str, float] = defaultdict(float)  # unit -> seconds of setup, call and teardown
-        self.cpu: defaultdict[str, float] = defaultdict(float)  # unit -> CPU seconds (--record-durations)
-        self.cpu_mark = _cpu_seconds()
 
     def expected(self, name: str) -> float:
         return self.units[name].seconds if name in self.units else UNKNOWN_SECONDS
@@ -132,22 +89,8 @@ class Budgets:
             items[:] = kept
         items.sort(key=lambda item: -self.expected(unit(item.nodeid)))
 
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        self.cpu_mark = _cpu_seconds()  # the collection is no unit's
-
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-        """Under --record-durations each report carries the CPU seconds since the last: a module's local cloud
-        (a child process) counts when its fixture reaps it, in the module's last teardown."""
-        outcome = yield
-        if self.config.getoption("record_durations"):
-            now = _cpu_seconds()
-            outcome.get_result().user_properties.append((CPU_PROPERTY, now - self.cpu_mark))
-            self.cpu_mark = now
-
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.spent[unit(report.nodeid)] += report.duration
-        self.cpu[unit(report.nodeid)] += sum(v for k, v in report.user_properties if k == CPU_PROPERTY)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
@@ -155,25 +98,9 @@ class Budgets:
             return None  # another --dist: xdist's own scheduler
         from xdist.scheduler import LoadScopeScheduling
 
-        units, cores = self.units, float(os.cpu_count() or 1)
-
         class ByUnit(LoadScopeScheduling):  # type: ignore[misc]
-            passed_over: tuple[str, int] = ("", 0)  # the first of the queue, and how often it was not taken
-
             def _split_scope(self, nodeid: str) -> str:
                 return unit(nodeid)
-
-            def _assign_work_unit(self, node: Any) -> None:
-                """xdist's, with the unit pick chooses moved to the head of the queue first."""
-                running = [next(scope for scope, tests in work.items() if not all(tests.values()))
-                           for other, work in self.assigned_work.items()
-                           if other is not node and any(not all(tests.values()) for tests in work.values())]
-                first = next(iter(self.workqueue))
-                passes = self.passed_over[1] if self.passed_over[0] == first else 0
-                chosen = pick(list(self.workqueue), running, units, cores, passes)
-                self.passed_over = (first, passes + (chosen != first))
-                self.workqueue.move_to_end(chosen, last=False)
-                super()._assign_work_unit(node)
 
         config.option.loadscopereorder = False  # keep the order above, not "most tests first"
         return ByUnit(config, log)
@@ -195,15 +122,14 @@ class Budgets:
             elif spent > 2 * u.budget:
                 write(f"OVER BUDGET: {name} took {spent:.1f} s, over twice its budget of {u.budget:.0f} s")
         if self.config.getoption("record_durations"):
-            record(self.spent, self.cpu)
+            record(self.spent)
             write(f"recorded the durations of {len(self.spent)} units in {BUDGETS}")
 
 
-def record(spent: dict[str, float], cpu: Mapping[str, float], path: Path = BUDGETS) -> None:
+def record(spent: dict[str, float], path: Path = BUDGETS) -> None:
     doc = json.loads(path.read_text())
     for name, seconds in spent.items():
         entry = doc["units"].setdefault(name, {"tier": "check", "budget": UNKNOWN_SECONDS, "seconds": 0.0})
         entry["seconds"] = round(seconds, 1)
-        entry["cpu"] = round(cpu.get(name, 0.0), 1)
     doc["units"] = dict(sorted(doc["units"].items()))
     path.write_text(json.dumps(doc, indent=1) + "\n")
