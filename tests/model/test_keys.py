@@ -217,3 +217,16 @@ def test_running_markers_carry_their_limits_and_one_written_before_still_parses(
     assert keys.held_mark("j", 2, datetime(2026, 1, 1, tzinfo=UTC)) == "active/j.2.held-until-1767225600"
     assert keys.idle_flag("j", 2) == "active/j.2.idle-flagged" and keys.parse_active_marker("active/j.2.idle-flagged") \
         is None
+
+
+def test_stamps_after_one_event_at_one_instant_sort_after_it_and_differ() -> None:
+    """Two writers racing from one record at one `now` (a day on the manual clock; one event delivered twice) each
+    stamp their event after the record's. The stamps must differ: with one random hex digit of difference, five
+    overlapping reruns on a loaded machine both took the record for their own write and launched attempt 2 twice."""
+    from jobplane.model.history import LastEvent, stamp_after
+
+    now = datetime(2026, 11, 27, 12, 40, tzinfo=UTC)
+    previous = LastEvent(stamp=keys.stamp(now, "ffff"), kind="transition", body={})  # every new one sorts before it
+    after = [stamp_after(previous, now) for _ in range(200)]
+    assert all(s > previous.stamp for s in after)
+    assert len(set(after)) >= 195, "racing writers would share a stamp"

@@ -169,8 +169,10 @@ class LastEvent(BaseModel):
 
 def stamp_after(previous: LastEvent | None, now: datetime) -> str:
     """The new event's stamp, sorting after the previous event's so the history lists in CAS order, even when
-    both writes used one `now` (create and claim in one launcher run) or this writer's clock is behind."""
+    both writes used one `now` (create and claim in one launcher run) or this writer's clock is behind. Two
+    writers racing from one record at one `now` must still get different stamps: a writer whose CAS failed takes
+    a record bearing its own stamp for its own write landing (Registry._landed), and would go on as the winner."""
     stamp = keys.stamp(now)
     if previous is None or stamp > previous.stamp:
         return stamp
-    return previous.stamp + stamp[-1]  # one more hex digit: the key sorts right after the previous one
+    return previous.stamp + stamp[-4:]  # its random digits: sorts right after the previous one, as unique as it
