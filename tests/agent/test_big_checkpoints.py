@@ -175,7 +175,11 @@ class Stepped:
         self.stop = threading.Event()
 
     def save(self, step: int, *, half: bool = False) -> None:
-        (self.flags / f"save-{step}").write_text("half" if half else "whole")
+        # in one rename: train.py polls for the name, and could read the file between its creation and its write
+        # (empty: a whole save), then wait for save 4 while the test waits for half of 3 (a quiet make test did)
+        told = self.flags / f".save-{step}"
+        told.write_text("half" if half else "whole")
+        told.replace(self.flags / f"save-{step}")
         wait_for(f"save {step}", (self.flags / f"{'half' if half else 'saved'}-{step}").exists)
 
     def synced_twice_then_midway(self) -> None:
