@@ -282,3 +282,42 @@ def test_the_history_lists_in_write_order_even_when_writes_share_one_now() -> No
         reg.transition(job, State.RUNNING, now=now - timedelta(seconds=1))  # a writer whose clock is behind
         steps = [(e["kind"], e.get("attempt")) for e in reg.events(job)]
         assert steps == [("created", None), ("launching", 0), ("launching", 1), ("running", 1)], job
+
+
+def test_a_poller_reads_each_event_and_metrics_chunk_once_and_what_is_new() -> None:
+    """Events and metrics chunks are create-only: a long-lived reader (the dashboard polling a job's page) reads
+    each from the bucket once, then only the new ones; the listing still says what exists. The cache is bounded."""
+    from jobplane.ops import jobs
+    from jobplane.store import rooted
+
+    class Counting(MemoryStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.reads: list[str] = []
+
+        def get(self, key: str):  # type: ignore[no-untyped-def]
+            self.reads.append(key)
+            return super().get(key)
+
+    store = Counting()
+    reg = Registry(store, root="team-a")
+    reg.create_job("j1", SPEC)
+    reg.record_event("j1", history.IdleGpu(attempt=1, reason="idle", action="warn", threshold=5, window=3))
+    point = '{{"time": "2026-11-27T10:00:0{0}+00:00", "metric": "loss", "value": {1}, "step": {0}}}\n'
+    reg.put(keys.metrics_chunk("j1", 1, 0, 0), point.format(1, 2.0).encode())
+    first = (reg.events("j1"), jobs.read_metrics(reg, "j1"))
+    store.reads.clear()
+    assert len(first[0]) == 2 and len(first[1]) == 1  # created, idle-gpu; one point
+    assert (reg.events("j1"), jobs.read_metrics(reg, "j1")) == first
+    assert store.reads == []  # nothing read again
+    reg.put(keys.metrics_chunk("j1", 1, 0, 1), point.format(2, 1.0).encode())
+    assert [s.value for s in jobs.read_metrics(reg, "j1")] == [2.0, 1.0]
+    assert store.reads == ["team-a/" + keys.metrics_chunk("j1", 1, 0, 1)]  # only the new chunk
+    big = b"x" * (rooted.CREATED_CACHE_BYTES // 8)
+    for n in range(9):  # 9/8 of the bound: the oldest goes
+        reg.put(f"blob/{n}", big)
+        reg.get_created(f"blob/{n}")
+    store.reads.clear()
+    reg.get_created("blob/8")
+    reg.get_created("blob/0")
+    assert store.reads == ["team-a/blob/0"]

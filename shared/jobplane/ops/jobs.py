@@ -364,13 +364,13 @@ def node_chunks(reg: RootedStore, area: str, job_id: str, attempt: int | None = 
 def read_metrics(reg: RootedStore, job_id: str, attempt: int | None = None, rank: int | None = None) -> list[Sample]:
     """The metric samples the job's agents read from its output, in (attempt, rank, printed) order."""
     return [sample for a, r, key in node_chunks(reg, "metrics", job_id, attempt, rank)
-            for sample in decode(reg.get_bytes(key), a, r)]
+            for sample in decode(reg.get_created(key), a, r)]
 
 
 def read_system(reg: RootedStore, job_id: str, attempt: int | None = None, rank: int | None = None) -> list[Sample]:
     """The system metric samples the job's agents took, in (attempt, rank, time) order."""
     return [sample for a, r, key in node_chunks(reg, "system", job_id, attempt, rank)
-            for sample in sysmetrics.decode(reg.get_bytes(key), a, r)]
+            for sample in sysmetrics.decode(reg.get_created(key), a, r)]
 
 
 @dataclass(frozen=True)

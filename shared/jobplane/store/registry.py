@@ -350,7 +350,7 @@ class Registry(RootedStore):
                       {"time": now.isoformat(), "kind": event.kind, **event.body()})
 
     def events(self, job_id: str) -> list[dict[str, Any]]:
-        return [self.get_json(k) for k, _, _ in self.listing(keys.events_prefix(job_id))]
+        return [json.loads(self.get_created(k)) for k, _, _ in self.listing(keys.events_prefix(job_id))]
 
     # ---- active markers ----------------------------------------------------------------------------
     def _move_marker(self, job_id: str, old: JobRecord | None, new: JobRecord) -> None:

@@ -2,7 +2,7 @@
 
 Callers name keys relative to the root (jobplane.model.keys) and go through these methods, never through `store`
 (tests/test_no_reaching_through.py): raw bytes and JSON, create-only and compare-and-swap writes, listings, presigned
-URLs for VMs. What a key means is the caller's: an agent writes its facts here, and the job registry
+URLs for VMs, and reads of create-only objects kept once read (get_created). What a key means is the caller's: an agent writes its facts here, and the job registry
 (jobplane.store.registry) keeps job records, events and markers on top.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from datetime import datetime
@@ -19,6 +20,7 @@ from jobplane.clouds.base import Blob, NotFound, ObjectInfo, ObjectStore, VmUrls
 from jobplane.model import keys
 
 CAS_RETRIES = 20  # conflicting writes a compare-and-swap writer (a job's record, a sweep's) sits out before it gives up
+CREATED_CACHE_BYTES = 32 << 20  # what one store keeps of create-only objects it read (get_created), oldest out first
 
 
 class RegistryError(Exception):
@@ -37,6 +39,9 @@ class RootedStore:
     def __init__(self, store: ObjectStore, root: str = "") -> None:
         self.store = store
         self.root = keys.root_prefix(root)
+        self._created: dict[str, bytes] = {}  # get_created's, in the order read
+        self._created_bytes = 0
+        self._created_lock = threading.Lock()  # a dashboard's request threads share its store
 
     def key(self, key: str) -> str:
         return self.root + key
@@ -53,6 +58,23 @@ class RootedStore:
 
     def get_json(self, key: str) -> Any:
         return json.loads(self.get_bytes(key))
+
+    def get_created(self, key: str) -> bytes:
+        """get_bytes, for an object written once and never again (an event, a metrics or system chunk: each
+        create-only under a name of its own): read from the bucket once per store. A long-lived reader (the
+        dashboard, a notebook's client) polling a running job reads only what is new, not every chunk again."""
+        data = self._created.get(key)
+        if data is not None:
+            return data
+        data = self.get_bytes(key)
+        if len(data) <= CREATED_CACHE_BYTES // 8:
+            with self._created_lock:
+                if key not in self._created:
+                    self._created[key] = data
+                    self._created_bytes += len(data)
+                while self._created_bytes > CREATED_CACHE_BYTES:
+                    self._created_bytes -= len(self._created.pop(next(iter(self._created))))
+        return data
 
     def has(self, key: str) -> bool:
         """Whether an object is at key (one GET)."""
