@@ -2,8 +2,9 @@
 
 Callers name keys relative to the root (jobplane.model.keys) and go through these methods, never through `store`
 (tests/test_no_reaching_through.py): raw bytes and JSON, create-only and compare-and-swap writes, listings, presigned
-URLs for VMs, and reads of create-only objects kept once read (get_created). What a key means is the caller's: an agent writes its facts here, and the job registry
-(jobplane.store.registry) keeps job records, events and markers on top.
+URLs for VMs, and reads of create-only objects kept once read (get_created). What a key means is the caller's: an
+agent writes its facts here, and the job registry (jobplane.store.registry) keeps job records, events and markers on
+top.
 """
 
 from __future__ import annotations
