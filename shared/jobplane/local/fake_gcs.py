@@ -40,6 +40,7 @@ from werkzeug.wrappers import Request, Response
 
 from jobplane.local import fake_sts
 from jobplane.local.gce_metadata_server import VM_ACCESS_TOKEN
+from jobplane.local.keep_alive import keep_alive
 from jobplane.local.loopback import BackgroundServer
 
 if TYPE_CHECKING:
@@ -196,7 +197,7 @@ class FakeGcsServer(BackgroundServer):
     # -- lifecycle -------------------------------------------------------------------------------
 
     def make_server(self) -> BaseWSGIServer:
-        return make_server(self._host, self._port, self._wsgi, threaded=True, request_handler=_QuietHandler,
+        return make_server(self._host, self._port, self._wsgi, threaded=True, request_handler=keep_alive(_QuietHandler),
                            fd=self._fd)
 
     @property

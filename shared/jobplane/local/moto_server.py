@@ -1,4 +1,4 @@
-"""moto's server with the three changes the local cloud and the tests need, applied in its process.
+"""moto's server with the changes the local cloud and the tests need, applied in its process.
 
 - S3 requests one at a time, so conditional writes are atomic as on S3. moto checks If-Match /
   If-None-Match and then writes, in two steps, so two threads of its server can both pass the check and
@@ -19,7 +19,8 @@
   either wins), evaluated by jobplane.local.iam_policy with the s3:prefix of a listing. A GET or HEAD of a
   missing key is a 403, not a 404, for a session that may not list the whole bucket, as on S3. moto's own
   enforcement stays off: the local cloud's static keys (functions, CLI, tests) are not checked.
-`python -m jobplane.local.moto_server -H HOST -p PORT [--fd FD]` runs moto's own server with these applied.
+`python -m jobplane.local.moto_server -H HOST -p PORT [--fd FD]` runs moto's own server with these applied, keeping
+each connection for the next request (jobplane.local.keep_alive) where werkzeug's closes every one.
 """
 
 from __future__ import annotations
@@ -239,6 +240,8 @@ def main(argv: list[str] | None = None) -> None:
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
     from werkzeug.serving import make_server
 
+    from jobplane.local.keep_alive import keep_alive
+
     parser = argparse.ArgumentParser(prog="python -m jobplane.local.moto_server", description=main.__doc__)
     parser.add_argument("-H", "--host", default="127.0.0.1")
     parser.add_argument("-p", "--port", type=int, default=5000)
@@ -251,7 +254,8 @@ def main(argv: list[str] | None = None) -> None:
     patch_moto()
     name_services_once()
     app = DomainDispatcherApplication(create_backend_app)
-    server = make_server(args.host, args.port, app, threaded=True, request_handler=MotoRequestHandler, fd=args.fd)
+    server = make_server(args.host, args.port, app, threaded=True, request_handler=keep_alive(MotoRequestHandler),
+                         fd=args.fd)
     os.environ.setdefault("MOTO_PORT", str(server.server_address[1]))  # moto's own URLs (SQS queues) name it
     server.serve_forever()
 
