@@ -136,8 +136,10 @@ def jobs(cloud: CloudProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[
     evil = write_spec(tmp, "evil", "python3 evil.py", metrics=json.dumps([{"name": EVIL, "regex": r"value ([0-9.]+)"}]))
     evil.write_text(evil.read_text().replace("name: evil", f"name: {json.dumps(EVIL)}", 1))
     # a minute of training: still running when the preemption test's turn comes after the slow pages of a loaded
-    # machine (at 30 s it had once finished by then)
-    train = write_spec(tmp, "train", "python3 train.py --steps 300 --checkpoint-every 10 --sleep 0.2",
+    # machine (at 30 s it had once finished by then); attempt 2 goes at a third of the pace, still seconds long
+    # for the page to show it running, instead of the rest of that minute
+    pace = '$([ "$JOBPLANE_ATTEMPT" = 1 ] && echo 0.2 || echo 0.07)'
+    train = write_spec(tmp, "train", json.dumps(f"python3 train.py --steps 300 --checkpoint-every 10 --sleep {pace}"),
                        max_restarts="2", owner="vision", labels="{team: vision}")
     # silent: without a long stall_timeout the local policy's 60 s would end it STALLED (no cancel button) before
     # the cancel test's turn on a loaded machine
