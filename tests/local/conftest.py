@@ -3,6 +3,7 @@ to have left nothing behind, in the fixture's finalizer."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import threading
@@ -91,6 +92,14 @@ def write_spec(directory: Path, name: str, run: str, **extra: str) -> Path:
     path = directory / f"{name}.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def paced(command: str, first: float, later: float) -> str:
+    """`run:` for `command --sleep S` (seconds per step, as examples/train and examples/tensorboard take them):
+    `first` on attempt 1, `later` on the attempts after a preemption, so a test waits for the rest of a resumed run
+    at a faster pace. Quoted for YAML."""
+    pace = f'$([ "$JOBPLANE_ATTEMPT" = 1 ] && echo {first} || echo {later})'
+    return json.dumps(f"{command} --sleep {pace}")
 
 
 def cli_ok(cloud: CloudProcess, *args: str) -> str:

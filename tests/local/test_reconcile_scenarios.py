@@ -34,7 +34,7 @@ from jobplane.model.jobrecord import JobRecord
 from jobplane.model.states import State
 from jobplane.store.registry import JobNotFound, Registry
 from tests.helpers import wait_for
-from tests.local.conftest import cli_ok, shell_code, submit, write_spec
+from tests.local.conftest import cli_ok, paced, shell_code, submit, write_spec
 
 pytestmark = pytest.mark.scenario
 TICKING = "while true; do echo tick; sleep 1; done"  # prints, never ends
@@ -107,7 +107,7 @@ def logs(cloud: CloudProcess, job_id: str, attempt: int) -> str:
 @pytest.mark.timeout(240)
 def test_preempted_spot_job_syncs_its_checkpoint_and_resumes_from_it_on_attempt_2(cloud, tmp_path):
     reg = cloud.registry()
-    spec = write_spec(tmp_path, "resume", "python3 train.py --steps 300 --checkpoint-every 25 --sleep 0.05",
+    spec = write_spec(tmp_path, "resume", paced("python3 train.py --steps 300 --checkpoint-every 25", 0.05, 0.02),
                       max_restarts="2", owner="resume")
     job_id = submit(cloud, spec)
     first = wait_state(reg, job_id, {State.RUNNING}, 120)
@@ -152,7 +152,7 @@ def test_a_preempted_jobs_tensorboard_scalars_of_both_attempts_are_served(cloud,
     if not any(wheel_dir().glob("tensorboardx-*.whl")):
         pytest.skip(f"no tensorboardX in the local package index ({wheel_dir()}): run `make local-index`")
     reg = cloud.registry()
-    spec = write_spec(tmp_path, "board", "python3 train.py --steps 150 --checkpoint-every 10 --sleep 0.12",
+    spec = write_spec(tmp_path, "board", paced("python3 train.py --steps 150 --checkpoint-every 10", 0.12, 0.04),
                       max_restarts="1", owner="board", tensorboard="{log_dir: /opt/ml/output/tensorboard}")
     job_id = submit(cloud, spec, REPO / "examples" / "tensorboard")
     wait_state(reg, job_id, {State.RUNNING}, 120)

@@ -24,7 +24,7 @@ import pytest
 from jobplane.local.cloud import free_port
 from jobplane.local.demo import CloudProcess
 from jobplane.local.waiting import wait_for
-from tests.local.conftest import cli_ok, running, submit, write_spec
+from tests.local.conftest import cli_ok, paced, running, submit, write_spec
 
 pytest.importorskip("starlette", reason="the ui extra is not installed (pip install -e '.[ui]')")
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
@@ -138,8 +138,7 @@ def jobs(cloud: CloudProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[
     # a minute of training: still running when the preemption test's turn comes after the slow pages of a loaded
     # machine (at 30 s it had once finished by then); attempt 2 goes at a third of the pace, still seconds long
     # for the page to show it running, instead of the rest of that minute
-    pace = '$([ "$JOBPLANE_ATTEMPT" = 1 ] && echo 0.2 || echo 0.07)'
-    train = write_spec(tmp, "train", json.dumps(f"python3 train.py --steps 300 --checkpoint-every 10 --sleep {pace}"),
+    train = write_spec(tmp, "train", paced("python3 train.py --steps 300 --checkpoint-every 10", 0.2, 0.07),
                        max_restarts="2", owner="vision", labels="{team: vision}")
     # silent: without a long stall_timeout the local policy's 60 s would end it STALLED (no cancel button) before
     # the cancel test's turn on a loaded machine
