@@ -222,6 +222,8 @@ class GceRunner(InstanceRunner):
         return rootfs.enter(node.proc.pid, node.env, ["/bin/bash", f"{rootfs.SHARE}/shutdown-script"])
 
     def _continue(self, node: Node, ending: Ending) -> None:
+        if node.proc is not None:  # reap the startup-script (the agent, where it exec'd it) as a VM's init would:
+            node.proc.poll()       # the shutdown-script's `kill -0` takes a zombie for an agent still running
         running = ending.script is not None and ending.script.poll() is None
         if (running or ending.hold) and time.monotonic() < ending.deadline:
             return
