@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -23,17 +24,29 @@ from tests.local.conftest import cli_ok, shell_code, submit, write_spec
 pytestmark = [pytest.mark.scenario, pytest.mark.timeout(300)]
 
 
-@pytest.fixture
-def ssh_on(cloud: CloudProcess) -> Iterator[None]:
+def policy_with(cloud: CloudProcess, **fields: Any) -> Iterator[None]:
+    """The cloud's policy with these top-level fields (a section's fields merged into it), restored after."""
     reg = cloud.registry()
     policy = reg.get_bytes(keys.POLICY)
     doc = yaml.safe_load(policy)
-    doc["access"] = {"ssh": True}
+    for name, value in fields.items():
+        doc[name] = {**doc.get(name, {}), **value} if isinstance(value, dict) else value
     reg.store.put(keys.POLICY, yaml.safe_dump(doc).encode(), "application/yaml")
     try:
         yield
     finally:
         reg.store.put(keys.POLICY, policy, "application/yaml")
+
+
+@pytest.fixture
+def ssh_on(cloud: CloudProcess) -> Iterator[None]:
+    yield from policy_with(cloud, access={"ssh": True})
+
+
+@pytest.fixture
+def ssh_on_short_orphan_grace(cloud: CloudProcess) -> Iterator[None]:
+    """ssh on, and an orphan grace of 6 s (the local cloud's is 20 s): a hold proves it outlives the grace sooner."""
+    yield from policy_with(cloud, access={"ssh": True}, safety={"orphan_grace": "6s"})
 
 
 def test_ssh_runs_a_command_in_the_jobs_vm_only_when_the_policy_allows_it(cloud: CloudProcess, tmp_path: Path,
@@ -66,20 +79,21 @@ def test_ssh_runs_a_command_in_the_jobs_vm_only_when_the_policy_allows_it(cloud:
 
 def test_a_failed_job_s_debug_hold_keeps_its_vm_for_a_look_then_the_sweeper_ends_it(cloud: CloudProcess,
                                                                                     tmp_path: Path,
-                                                                                    ssh_on: None) -> None:
+                                                                                    ssh_on_short_orphan_grace: None
+                                                                                    ) -> None:
     if problem := rootfs.image_problem():
         pytest.skip(problem)
     job_id = submit(cloud, write_spec(tmp_path, "broke", "echo broke; exit 3", spot="false", image="debian-12",
-                                      debug_hold="40s"), shell_code(tmp_path))
+                                      debug_hold="20s"), shell_code(tmp_path))
     reg = cloud.registry()
     wait_for("the job to fail", lambda: reg.exists(job_id) and reg.job(job_id).state == State.FAILED, 120, every=0.5)
     failed = reg.job(job_id)
     assert failed.held_until is not None and "VMs held for debugging until" in (failed.reason or "")
     assert "held until" in cli_ok(cloud, "describe", job_id)
     (vm,) = failed.instances
-    # past the local cloud's 20 s orphan grace and a few sweeps, the VM (its agent did not power off) still answers
+    # past the policy's 6 s orphan grace and a few sweeps, the VM (its agent did not power off) still answers
     wait_for("the VM to be older than the orphan grace", lambda: any(
-        i.id == vm and (utcnow() - i.launched_at).total_seconds() > 25 for i in cloud.vms()), 60)
+        i.id == vm and (utcnow() - i.launched_at).total_seconds() > 10 for i in cloud.vms()), 60)
     assert cli_ok(cloud, "ssh", job_id, "--", "echo", "still here") == "still here\n"
     wait_for("the sweeper to end the hold", lambda: any(
         e["kind"] == "terminated" and e.get("rule") == "hold-over" for e in reg.events(job_id)), 120, every=1.0)
