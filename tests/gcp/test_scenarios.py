@@ -40,6 +40,7 @@ from jobplane.model.states import State
 from tests.gcp.conftest import BUCKET, DEPLOYMENT, PROJECT, REGION, GcpCloud
 from tests.gcp.helpers import MAIN, SPEC, beat, call, exit_report, finalized
 from tests.helpers import run_bootstrap, wait_for
+from tests.local.conftest import paced
 
 T = TypeVar("T")
 pytestmark = [pytest.mark.scenario, pytest.mark.timeout(180)]
@@ -295,7 +296,8 @@ def test_spot_preemption_then_resume_with_the_real_agent(
         cloud: GcpCloud, agents: Callable[..., subprocess.Popen[bytes]], tmp_path: Path) -> None:
     job = "resume-me"
     cloud.registry.store.put(cloud.registry.key(keys.code_bundle(job)), code_bundle())
-    spec = (f"run: {sys.executable} train.py --steps 300 --checkpoint-every 20 --sleep 0.03\n"
+    # attempt 2 (the resumed run the test waits out) at a faster pace than attempt 1
+    spec = (f"run: {paced(f'{sys.executable} train.py --steps 300 --checkpoint-every 20', 0.03, 0.005)}\n"
             "instance_type: n2-standard-4\ncloud: gcp\nzones: [us-central1-a]\nspot: true\nstop_grace: 5s\n")
     first = submit(cloud, job, spec)
     agent1 = agents(first.instances[0])
@@ -334,7 +336,7 @@ def test_sigterm_before_the_notice_poll_keeps_the_newest_checkpoint_and_the_repo
     Periodic checkpoint uploads are held off (60 s), so every checkpoint in the bucket is the final sync's."""
     job = "shut-down"
     cloud.registry.store.put(cloud.registry.key(keys.code_bundle(job)), code_bundle())
-    spec = (f"run: {sys.executable} train.py --steps 300 --checkpoint-every 10 --sleep 0.05\n"
+    spec = (f"run: {paced(f'{sys.executable} train.py --steps 300 --checkpoint-every 10', 0.05, 0.005)}\n"
             "instance_type: n2-standard-4\ncloud: gcp\nzones: [us-central1-a]\nspot: true\n")
     vm = submit(cloud, job, spec).instances[0]
     metadata = cloud.compute_fake.metadata_server(vm)
