@@ -35,8 +35,11 @@ pytest-check: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
+# mypy's cache lives beside the local cloud's builds (jobplane.local.cache_dir), shared by every clone on the machine:
+# it checks each module's hash, so a new clone re-checks only what differs (0.5 s, not 13 CPU s cold).
+MYPY_CACHE ?= $(or $(JOBPLANE_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/jobplane)/mypy
 typecheck: $(STAMP)
-	$(BIN)/mypy
+	$(BIN)/mypy --cache-dir $(MYPY_CACHE)
 
 # The docs/ site (mkdocs.yml): --strict fails on a broken link or a page missing from the nav.
 docs: $(STAMP)
