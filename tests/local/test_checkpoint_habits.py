@@ -59,7 +59,7 @@ path = pathlib.Path(os.environ["JOBPLANE_CHECKPOINT_DIR"]) / "checkpoint.pt"
 step = load(path)["step"] if path.exists() else 0
 print(f"resuming from step {step}", flush=True)
 tensors = [os.urandom(1 << 20) for _ in range(8)]  # 8 MB of weights
-end = step + 3 if step else 40  # a resumed run trains a few more steps: attempt 1 is the one under test
+end = step + 3 if step else 90  # a resumed run trains a few more steps: attempt 1 is the one under test
 while step < end:
     time.sleep(1.0)
     step += 1
@@ -73,6 +73,13 @@ def start(cloud: CloudProcess, tmp_path: Path, name: str, script: str) -> str:
     (code / "train.py").write_text(textwrap.dedent(script))
     spec = write_spec(tmp_path, name, "python3 train.py", max_restarts="2", max_runtime="15m")
     return submit(cloud, spec, code)
+
+
+@pytest.fixture(scope="module")
+def habits(cloud: CloudProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Both jobs' ids, submitted up front: each trains while the other test runs (each test waits on its own)."""
+    return {name: start(cloud, tmp_path_factory.mktemp(name), name, script)
+            for name, script in (("habit-json", JSON_EVERY_HALF_SECOND), ("habit-torch", TORCH_SAVE_EVERY_SECOND))}
 
 
 def logs(cloud: CloudProcess, job_id: str, attempt: int) -> str:
@@ -120,8 +127,8 @@ def finished_on_attempt_2(cloud: CloudProcess, job_id: str) -> None:
 
 
 def test_a_json_checkpoint_rewritten_in_place_every_half_second_ignoring_sigterm_resumes(
-        cloud: CloudProcess, tmp_path: Path) -> None:
-    job_id = start(cloud, tmp_path, "habit-json", JSON_EVERY_HALF_SECOND)
+        cloud: CloudProcess, habits: dict[str, str]) -> None:
+    job_id = habits["habit-json"]
     wait_saved(cloud, job_id, 8)
     preempt(cloud, job_id)
     finished_on_attempt_2(cloud, job_id)
@@ -132,8 +139,8 @@ def test_a_json_checkpoint_rewritten_in_place_every_half_second_ignoring_sigterm
 
 
 def test_a_torch_save_in_place_every_second_without_a_signal_handler_resumes(
-        cloud: CloudProcess, tmp_path: Path) -> None:
-    job_id = start(cloud, tmp_path, "habit-torch", TORCH_SAVE_EVERY_SECOND)
+        cloud: CloudProcess, habits: dict[str, str]) -> None:
+    job_id = habits["habit-torch"]
     wait_saved(cloud, job_id, 6)
     described = cli_ok(cloud, "describe", job_id)  # while attempt 1 runs: how old its newest checkpoint is
     assert re.search(r"checkpoint  newest \d+s ago \(rank 0, attempt 1, 1 files, step \d+\)", described), described
