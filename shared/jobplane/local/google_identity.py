@@ -41,9 +41,8 @@ class LocalIdentityIssuer(LoopbackServer):
                 .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
                 .not_valid_after(now + datetime.timedelta(days=30)).sign(key, hashes.SHA256()))
         self.certificate = cert.public_bytes(serialization.Encoding.PEM).decode()
-        pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
-        self._signer = crypt.RSASigner.from_string(pem, key_id=self.key_id)  # type: ignore[no-untyped-call]
+        # the key object itself: a PEM round trip would check the new key again (40 ms, as long as making it)
+        self._signer = crypt.RSASigner(key, key_id=self.key_id)  # type: ignore[no-untyped-call]
 
     @property
     def certs_url(self) -> str:
