@@ -116,7 +116,8 @@ def test_uploads_slower_than_the_interval_still_leave_a_recent_whole_copy_for_th
         first = job.run(ran=2.0, handler=False, grace=0.1, until=a_copy_newer_than_the_upload)
         job.restore()
         restored_whole_and_recent(job, job.attempts[1])  # raced or not
-        assert max(store.copies_on_disk) <= 2, store.copies_on_disk  # the one uploaded, and the newest
+        # the one uploaded and the newest, and a newer one if an upload began or ended while it was being taken
+        assert max(store.copies_on_disk) <= 3, store.copies_on_disk
         said = first.said
         if any(mid_write in line for line in said):
             return

@@ -14,8 +14,10 @@ a process still held it open is never kept.
   at the highest priority meanwhile (the job waits for it): 800 MB take about 0.2 s on an idle machine.
 - No copy starts once the agent has begun to stop the job (the freezer yields None): a file its signal cut
   mid-write looks closed and quiet, and must not be taken for whole.
-- Disk: at most two copies of a file, the newest and one an upload is reading; each goes once superseded and
-  unread, or once uploaded. `.<dir>.staging/` beside the checkpoint directory, on the same filesystem.
+- Disk: at most two whole copies of a file, the newest and one an upload is reading; each goes once superseded
+  and unread, or once uploaded. While a newer one is being taken it is a third: the newest stays until its
+  successor is whole, so a copy the job's next save spoils never leaves the sync without one. `.<dir>.staging/`
+  beside the checkpoint directory, on the same filesystem.
 
 Where nothing can be frozen (no process of the job runs now; tests that write from threads), the freezer yields
 a pause that is always held: a copy then counts only if the file stayed closed and unchanged from before the
