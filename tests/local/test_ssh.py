@@ -84,7 +84,7 @@ def test_a_failed_job_s_debug_hold_keeps_its_vm_for_a_look_then_the_sweeper_ends
     if problem := rootfs.image_problem():
         pytest.skip(problem)
     job_id = submit(cloud, write_spec(tmp_path, "broke", "echo broke; exit 3", spot="false", image="debian-12",
-                                      debug_hold="20s"), shell_code(tmp_path))
+                                      debug_hold="25s"), shell_code(tmp_path))
     reg = cloud.registry()
     wait_for("the job to fail", lambda: reg.exists(job_id) and reg.job(job_id).state == State.FAILED, 120, every=0.5)
     failed = reg.job(job_id)
