@@ -8,13 +8,18 @@ import os
 import subprocess
 import threading
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
+from jobplane.local.cloud import merged
 from jobplane.local.demo import REPO, CloudProcess
 from jobplane.local.package_index import wheel_dir
+from jobplane.model import keys
 
 TRAIN = Path(__file__).resolve().parents[2] / "examples" / "train"
 # The commands that only talk to the cloud's APIs (ssh and `local` run processes or reach the control endpoint)
@@ -100,6 +105,19 @@ def paced(command: str, first: float, later: float) -> str:
     at a faster pace. Quoted for YAML."""
     pace = f'$([ "$JOBPLANE_ATTEMPT" = 1 ] && echo {first} || echo {later})'
     return json.dumps(f"{command} --sleep {pace}")
+
+
+@contextmanager
+def policy_over(cloud: CloudProcess, fields: Mapping[str, Any]) -> Iterator[None]:
+    """The cloud's policy with these fields over it (a section merged field by field, as `local up --policy`
+    merges), and the policy as it was after."""
+    reg = cloud.registry()
+    policy = reg.get_bytes(keys.POLICY)
+    reg.store.put(keys.POLICY, yaml.safe_dump(merged(yaml.safe_load(policy), fields)).encode(), "application/yaml")
+    try:
+        yield
+    finally:
+        reg.store.put(keys.POLICY, policy, "application/yaml")
 
 
 def cli_ok(cloud: CloudProcess, *args: str) -> str:

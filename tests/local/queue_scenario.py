@@ -8,20 +8,15 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from jobplane.local.demo import CloudProcess
-from jobplane.model import keys
 from jobplane.model.states import State
 from tests.helpers import wait_for
-from tests.local.conftest import cli_ok, submit, write_spec
+from tests.local.conftest import cli_ok, policy_over, submit, write_spec
 
 OWNER = "team-q"
 POLICY = {"max_active_instances_per_owner": 2,
@@ -35,18 +30,6 @@ DROPS: tuple[tuple[str, dict[str, str]], ...] = (
 EXPECTED = ["first-1", "first-2", "urgent", "plain", "overnight", "follow"]
 
 
-@contextmanager
-def team_policy(cloud: CloudProcess) -> Iterator[None]:
-    """The cloud's policy with POLICY's fields over it while the scenario runs; the policy as it was after."""
-    reg = cloud.registry()
-    policy = reg.get_bytes(keys.POLICY)
-    reg.store.put(keys.POLICY, yaml.safe_dump({**yaml.safe_load(policy), **POLICY}).encode(), "application/yaml")
-    try:
-        yield
-    finally:
-        reg.store.put(keys.POLICY, policy, "application/yaml")
-
-
 def run_team_queue(cloud: CloudProcess, tmp_path: Path, /, **spec: str) -> None:
     """The scenario on `cloud`, its specs with `spec`'s fields (the cloud's instance type)."""
     gate, code = tmp_path / "gate", tmp_path / "code"
@@ -54,7 +37,7 @@ def run_team_queue(cloud: CloudProcess, tmp_path: Path, /, **spec: str) -> None:
     (code / "hold.sh").write_text(f"for i in $(seq 600); do [ -e {gate} ] && exit 0; sleep 0.1; done; exit 1\n")
     reg = cloud.registry()
     ids: dict[str, str] = {}
-    with team_policy(cloud):
+    with policy_over(cloud, POLICY):
         for name, own in DROPS:
             fields = {"owner": OWNER, "spot": "false", **spec, **own}
             fields.update({"after": f"[{ids[own['after']]}]"} if "after" in own else {})

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from jobplane.boot import agent_bundle
 from jobplane.local import rootfs
@@ -19,7 +18,7 @@ from jobplane.local.demo import CloudProcess, wait_for_no_instances
 from jobplane.model import images, keys
 from jobplane.model.states import State
 from tests.helpers import wait_for
-from tests.local.conftest import running, write_spec
+from tests.local.conftest import policy_over, running, write_spec
 
 pytestmark = pytest.mark.scenario
 
@@ -67,15 +66,9 @@ def test_a_job_with_requirements_and_no_image_succeeds_on_stock_debian_12(cloud:
     assert not (image / "usr" / "lib" / "python3.11" / "ensurepip").exists()
     assert (image / "usr" / "lib" / "python3.11" / "EXTERNALLY-MANAGED").exists()
     reg = cloud.registry()
-    policy = reg.get_bytes(keys.POLICY)
-    doc = yaml.safe_load(policy)
-    doc.setdefault("aws", {})["default_image"] = "debian-12"  # as a team would (the loopback subnets stay)
-    reg.store.put(keys.POLICY, yaml.safe_dump(doc).encode(), "application/yaml")
-    try:
+    with policy_over(cloud, {"aws": {"default_image": "debian-12"}}):  # as a team would (the loopback subnets stay)
         job_id = submit(cloud, tmp_path, "stock-debian", setup=f"'{PROBE}'", max_runtime="15m")
         wait_for("the job to end", lambda: reg.exists(job_id) and reg.job(job_id).terminal, 300, every=1.0)
-    finally:
-        reg.store.put(keys.POLICY, policy, "application/yaml")
     record = reg.job(job_id)
     logs = cloud.cli("logs", job_id)
     assert record.state == State.SUCCEEDED, f"{record.state}: {record.reason}\n{logs.stdout}"

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 from jobplane.local import rootfs
 from jobplane.local.demo import REPO, CloudProcess
@@ -19,34 +17,22 @@ from jobplane.model.clock import utcnow
 from jobplane.model.policy import parse_policy
 from jobplane.model.states import State
 from tests.helpers import wait_for
-from tests.local.conftest import cli_ok, shell_code, submit, write_spec
+from tests.local.conftest import cli_ok, policy_over, shell_code, submit, write_spec
 
 pytestmark = [pytest.mark.scenario, pytest.mark.timeout(300)]
 
 
-def policy_with(cloud: CloudProcess, **fields: Any) -> Iterator[None]:
-    """The cloud's policy with these top-level fields (a section's fields merged into it), restored after."""
-    reg = cloud.registry()
-    policy = reg.get_bytes(keys.POLICY)
-    doc = yaml.safe_load(policy)
-    for name, value in fields.items():
-        doc[name] = {**doc.get(name, {}), **value} if isinstance(value, dict) else value
-    reg.store.put(keys.POLICY, yaml.safe_dump(doc).encode(), "application/yaml")
-    try:
-        yield
-    finally:
-        reg.store.put(keys.POLICY, policy, "application/yaml")
-
-
 @pytest.fixture
 def ssh_on(cloud: CloudProcess) -> Iterator[None]:
-    yield from policy_with(cloud, access={"ssh": True})
+    with policy_over(cloud, {"access": {"ssh": True}}):
+        yield
 
 
 @pytest.fixture
 def ssh_on_short_orphan_grace(cloud: CloudProcess) -> Iterator[None]:
     """ssh on, and an orphan grace of 6 s (the local cloud's is 20 s): a hold proves it outlives the grace sooner."""
-    yield from policy_with(cloud, access={"ssh": True}, safety={"orphan_grace": "6s"})
+    with policy_over(cloud, {"access": {"ssh": True}, "safety": {"orphan_grace": "6s"}}):
+        yield
 
 
 def test_ssh_runs_a_command_in_the_jobs_vm_only_when_the_policy_allows_it(cloud: CloudProcess, tmp_path: Path,

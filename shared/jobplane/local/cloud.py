@@ -76,18 +76,20 @@ def local_policy(placement: str, overrides: Mapping[str, Any] | None = None) -> 
     raises SpecError naming it."""
     text = LOCAL_POLICY.format(placement=placement)
     if overrides:
-        doc = _merged(yaml.safe_load(text), overrides)
+        doc = merged(yaml.safe_load(text), overrides)
         text = (text.splitlines(keepends=True)[0] + "# with the fields of `jobplane local up --policy`\n"
                 + yaml.safe_dump(doc, sort_keys=False))
     parse_policy(text)
     return text
 
 
-def _merged(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+def merged(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """A policy document with over's fields over base's: a value over's names wins; a section both name (such as
+    `safety:`) is merged field by field."""
     out = dict(base)
     for key, value in over.items():
         below = out.get(key)
-        out[key] = _merged(below, value) if isinstance(value, dict) and isinstance(below, dict) else value
+        out[key] = merged(below, value) if isinstance(value, dict) and isinstance(below, dict) else value
     return out
 
 
