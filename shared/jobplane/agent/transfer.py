@@ -3,8 +3,9 @@ checkpoints and artifacts are made of.
 
 Works on any ObjectStore with full keys (the caller applies the registry root). Every file is streamed by
 the store (ObjectStore.upload_file / download_file: parts, parallel, retried), so memory stays bounded
-whatever the file's size; many files move in parallel on a thread pool. A download appears under its final
-name only once complete.
+whatever the file's size; many files move in parallel on a thread pool, or, for an input channel's downloads,
+as one ObjectStore.download_files batch (the agent's S3 store sends it through awscrt with no thread waiting on
+each file). A download appears under its final name only once complete.
 """
 
 from __future__ import annotations
@@ -18,12 +19,11 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import TypeVar
 
 from jobplane.agent.layout import relative_key
-from jobplane.clouds.base import NotFound, ObjectInfo, ObjectStore, PreconditionFailed
+from jobplane.clouds.base import FileGet, NotFound, ObjectInfo, ObjectStore, PreconditionFailed
 
 log = logging.getLogger("jobplane.agent")
 T = TypeVar("T")
@@ -48,8 +48,8 @@ def safe_path(dest: Path, rel: str) -> Path:
 
 
 def workers(store: ObjectStore) -> int:
-    """Files in flight at once: small files are latency-bound, so twice the store's part concurrency."""
-    return max(4, 2 * store.limits.concurrency)
+    """Files in flight at once: small files are latency-bound, so more than the store's part concurrency."""
+    return store.limits.files_in_flight
 
 
 def retried(what: str, fn: Callable[[], T], tries: int = FILE_TRIES, *, sleep: Sleep = time.sleep) -> T:
@@ -58,14 +58,34 @@ def retried(what: str, fn: Callable[[], T], tries: int = FILE_TRIES, *, sleep: S
     for attempt in range(1, tries + 1):
         try:
             return fn()
-        except (NotFound, PreconditionFailed, ValueError, FileNotFoundError):
-            raise
         except Exception as exc:
-            if attempt == tries:
+            if attempt == tries or not _retryable(exc):
                 raise
             log.warning("%s failed (try %d of %d): %s", what, attempt, tries, exc)
             sleep(0.5 * attempt)
     raise AssertionError("unreachable")
+
+
+def downloaded(store: ObjectStore, gets: list[FileGet], tries: int = FILE_TRIES, *,
+               sleep: Sleep = time.sleep) -> list[str | Exception]:
+    """store.download_files(gets), the failures a retry can fix tried again as retried() would; per file, in
+    order, its version or its last error."""
+    outcomes = store.download_files(gets)
+    for attempt in range(1, tries):
+        again = [n for n, got in enumerate(outcomes) if isinstance(got, Exception) and _retryable(got)]
+        if not again:
+            break
+        first = outcomes[again[0]]
+        log.warning("%d downloads failed (try %d of %d), e.g. %s: %s", len(again), attempt, tries,
+                    gets[again[0]].key, first)
+        sleep(0.5 * attempt)
+        for n, got in zip(again, store.download_files([gets[n] for n in again]), strict=True):
+            outcomes[n] = got
+    return outcomes
+
+
+def _retryable(exc: Exception) -> bool:
+    return not isinstance(exc, NotFound | PreconditionFailed | ValueError | FileNotFoundError)
 
 
 @dataclass
@@ -149,13 +169,12 @@ def fetch(store: ObjectStore, objects: list[ObjectInfo], prefix: str, dest: Path
             state.pop(rel, None)
             todo.append((rel, info, path))
 
-    def job(info: ObjectInfo, path: Path) -> tuple[int, str]:
-        version = retried(f"download {info.key}", lambda: store.download_file(
-            info.key, path, version=info.version or None, size=info.size), sleep=sleep)
-        return info.size, version
-
     try:
-        results, errors = parallel(((rel, partial(job, info, path)) for rel, info, path in todo), workers(store))
+        gets = [FileGet(info.key, path, info.version or None, info.size) for _, info, path in todo]
+        outcomes = downloaded(store, gets, sleep=sleep)
+        results = {rel: (info.size, got) for (rel, info, _), got in zip(todo, outcomes, strict=True)
+                   if isinstance(got, str)}
+        errors = {rel: got for (rel, _, _), got in zip(todo, outcomes, strict=True) if isinstance(got, Exception)}
         for rel, (size, version) in results.items():
             st = (dest / rel).stat()
             state[rel] = [size, version, st.st_mtime_ns]

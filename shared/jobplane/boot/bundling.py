@@ -29,8 +29,9 @@ from jobplane.boot import agent_bundle
 from jobplane.boot.agent_bundle import SITE, Variant
 from jobplane.model import images
 
-# What the agent imports on each cloud beyond the standard library, plus uv for requirements.txt.
-REQUIREMENTS = {"aws": ("pydantic", "PyYAML", "boto3", "uv"),
+# What the agent imports on each cloud beyond the standard library, plus uv for requirements.txt. awscrt: the
+# compiled S3 path for files of one part (jobplane.clouds.s3_crt); a VM whose bundle lacks it uses botocore.
+REQUIREMENTS = {"aws": ("pydantic", "PyYAML", "boto3", "awscrt", "uv"),
                 "gcp": ("pydantic", "PyYAML", "google-cloud-storage", "uv")}
 PLATFORMS = {images.X86_64: "manylinux2014_x86_64", images.AARCH64: "manylinux2014_aarch64"}
 # The agent talks to S3; STS and SSO serve botocore's credential chain. The other ~400 models (28 MB,

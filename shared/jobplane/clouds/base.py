@@ -6,11 +6,13 @@ on S3, GCS and the in-memory store used by pure unit tests.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import builtins
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 
 class StoreError(Exception):
@@ -75,14 +77,21 @@ class TransferLimits:
     """How upload_file / download_file move a file: files up to part_size go in one request, larger ones in
     parts of part_size with at most `concurrency` parts in flight, so a transfer holds about
     part_size x concurrency bytes in memory whatever the file's size. Stores may raise part_size to their
-    cloud's minimum (S3: 5 MiB parts; GCS: multiples of 256 KiB, and uploads up to 8 MiB go in one request)."""
+    cloud's minimum (S3: 5 MiB parts; GCS: multiples of 256 KiB, and uploads up to 8 MiB go in one request).
+    `files`: whole files a batch moves at once (0: twice `concurrency`); a store whose requests cost little CPU
+    raises it, since small files are bound by each request's round trip."""
 
     part_size: int = 16 << 20
     concurrency: int = 8
+    files: int = 0
 
     def __post_init__(self) -> None:
-        if self.part_size <= 0 or self.concurrency <= 0:
-            raise ValueError(f"part_size and concurrency must be positive, got {self}")
+        if self.part_size <= 0 or self.concurrency <= 0 or self.files < 0:
+            raise ValueError(f"part_size and concurrency must be positive and files not negative, got {self}")
+
+    @property
+    def files_in_flight(self) -> int:
+        return self.files or max(4, 2 * self.concurrency)
 
 
 Progress = Callable[[int], None]  # called with the bytes moved since its previous call
@@ -140,6 +149,33 @@ class ObjectStore(Protocol):
         PreconditionFailed unless that is the object's version, before and during the transfer, leaving path
         untouched; NotFound if the key is missing. `size` (from a listing) saves a metadata request."""
         ...
+
+    def download_files(self, gets: Sequence[FileGet]) -> builtins.list[str | Exception]:
+        """download_file for each, limits.files_in_flight at once; per file, in order, its version or its error."""
+        ...
+
+
+class FileGet(NamedTuple):
+    """One file of a download_files batch: download_file's arguments."""
+
+    key: str
+    path: Path
+    version: str | None = None
+    size: int | None = None
+
+
+def download_each(store: ObjectStore, gets: Sequence[FileGet]) -> list[str | Exception]:
+    """download_files where every file costs a thread: store.download_file on limits.files_in_flight threads."""
+    def one(get: FileGet) -> str | Exception:
+        try:
+            return store.download_file(get.key, get.path, version=get.version, size=get.size)
+        except Exception as exc:
+            return exc
+
+    if len(gets) <= 1:  # no pool for one file
+        return [one(get) for get in gets]
+    with ThreadPoolExecutor(min(len(gets), store.limits.files_in_flight), thread_name_prefix="transfer") as pool:
+        return list(pool.map(one, gets))
 
 
 @runtime_checkable

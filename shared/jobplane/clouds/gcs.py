@@ -10,9 +10,10 @@ imported in GcsStore.__init__ only: code that never builds a GcsStore never pays
 
 from __future__ import annotations
 
+import builtins
 import random
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,12 +22,14 @@ from urllib.parse import quote
 
 from jobplane.clouds.base import (
     Blob,
+    FileGet,
     NotFound,
     ObjectInfo,
     PreconditionFailed,
     Progress,
     StoreError,
     TransferLimits,
+    download_each,
 )
 from jobplane.clouds.streams import atomic_file
 
@@ -200,6 +203,9 @@ class GcsStore:
         if progress:
             progress(size)  # the client reports no progress; the CLI's bar jumps to the end
         return str(blob.generation)
+
+    def download_files(self, gets: Sequence[FileGet]) -> builtins.list[str | Exception]:
+        return download_each(self, gets)
 
     def download_file(self, key: str, path: Path, *, version: str | None = None, size: int | None = None,
                       progress: Progress | None = None) -> str:

@@ -13,7 +13,7 @@ import builtins
 import copy
 import itertools
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,6 +26,7 @@ from jobplane.clouds.base import (
     TAG_OWNER,
     Blob,
     CapacityError,
+    FileGet,
     Instance,
     LaunchRejected,
     LaunchRequest,
@@ -34,6 +35,7 @@ from jobplane.clouds.base import (
     PreconditionFailed,
     Progress,
     TransferLimits,
+    download_each,
 )
 from jobplane.clouds.streams import atomic_file, read_parts
 
@@ -170,6 +172,9 @@ class MemoryStore:
         with self._lock:
             self._count("upload_file")
             return self._write(key, tuple(parts))
+
+    def download_files(self, gets: Sequence[FileGet]) -> builtins.list[str | Exception]:
+        return download_each(self, gets)
 
     def download_file(self, key: str, path: Path, *, version: str | None = None, size: int | None = None,
                       progress: Progress | None = None) -> str:

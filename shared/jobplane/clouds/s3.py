@@ -22,22 +22,37 @@ import base64
 import builtins
 import hashlib
 import os
+import secrets
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from contextlib import suppress
-from datetime import UTC
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
 from http.client import HTTPException
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import urlencode
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
+from botocore.utils import parse_timestamp
 
-from jobplane.clouds.base import Blob, NotFound, ObjectInfo, PreconditionFailed, Progress, StoreError, TransferLimits
-from jobplane.clouds.streams import atomic_file
+from jobplane.clouds.base import (
+    Blob,
+    FileGet,
+    NotFound,
+    ObjectInfo,
+    PreconditionFailed,
+    Progress,
+    StoreError,
+    TransferLimits,
+    download_each,
+)
+from jobplane.clouds.streams import PARTIAL_SUFFIX, atomic_file
+
+if TYPE_CHECKING:
+    from jobplane.clouds.s3_crt import CrtObjects
 
 # 409 ConditionalRequestConflict: a concurrent conditional write is in flight; the caller re-reads and
 # retries exactly as for 412, so both map to PreconditionFailed.
@@ -54,13 +69,26 @@ RETRIES = Config(retries={"mode": "adaptive", "max_attempts": 8}, signature_vers
 MIN_PART = 5 << 20  # S3 refuses smaller parts (except the last)
 _READ = 1 << 20  # bytes a download thread reads from the socket at a time, into its own buffer
 T = TypeVar("T")
+FILES_COMPILED = 64  # files in flight on the compiled path: each costs a connection, not a Python thread's CPU
 _PART_TRIES = 5  # a part whose body broke off midway is asked for again (botocore retries only the request)
 
 
 def s3_client(region: str | None = None, session: Any = None) -> Any:
     """A client honouring AWS_ENDPOINT_URL (moto server, local cloud) with adaptive retries; session: a boto3
     Session whose credentials to use (the job's vended ones), else the default chain's."""
-    return (session or boto3).client("s3", region_name=region, config=RETRIES)
+    client = (session or boto3).client("s3", region_name=region, config=RETRIES)
+    client._endpoint._response_parser_factory.set_parser_defaults(timestamp_parser=_timestamp)
+    return client
+
+
+def _timestamp(value: Any) -> datetime:
+    """botocore's timestamp parsing, without dateutil for what S3 sends most: ISO 8601 with its zone (every
+    listed object's LastModified). dateutil spends about half of a listing's CPU on them."""
+    if isinstance(value, str) and "T" in value:
+        with suppress(ValueError):
+            if (parsed := datetime.fromisoformat(value)).tzinfo is not None:
+                return parsed
+    return cast(datetime, parse_timestamp(value))
 
 
 def _code(exc: ClientError) -> str:
@@ -86,13 +114,26 @@ def multipart_etag(part_md5s: list[bytes]) -> str:
 
 
 class S3Store:
-    def __init__(self, bucket: str, client: Any = None, limits: TransferLimits | None = None) -> None:
+    def __init__(self, bucket: str, client: Any = None, limits: TransferLimits | None = None, *,
+                 compiled: bool = False) -> None:
+        """compiled: files of one part go through awscrt's S3 client where it can be imported (the agent's
+        stores, jobplane.clouds.s3_crt), FILES_COMPILED of them at once; else through botocore."""
         self.bucket = bucket
         self.client = client or s3_client()
         limits = limits or TransferLimits()
-        self.limits = TransferLimits(max(limits.part_size, MIN_PART), limits.concurrency)
+        part_size = max(limits.part_size, MIN_PART)
+        self._fast = _compiled_path(bucket, self.client, part_size) if compiled else None
+        self.limits = TransferLimits(part_size, limits.concurrency,
+                                     limits.files or (FILES_COMPILED if self._fast else 0))
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+        # one-request uploads hold their file's bytes: at most as many as a multipart upload's parts in flight
+        self._bodies = ByteBudget(self.limits.part_size * self.limits.concurrency)
+
+    @property
+    def compiled(self) -> bool:
+        """Whether files of one part go through awscrt."""
+        return self._fast is not None
 
     def get(self, key: str) -> Blob:
         try:
@@ -175,12 +216,17 @@ class S3Store:
             if size <= self.limits.part_size:
                 # read once, sent as bytes: a file rewritten in place meanwhile (torch.save on a checkpoint) would
                 # send fewer bytes than the Content-Length taken before, and S3 would wait for the rest until a timeout
-                body = path.read_bytes()
-                resp = self.client.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType=content_type,
-                                              ContentMD5=base64.b64encode(_md5(body)).decode())
+                with self._bodies.hold(size):
+                    body = path.read_bytes()
+                    if self._fast:
+                        etag = self._fast.put(key, body, content_type)
+                    else:
+                        resp = self.client.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType=content_type,
+                                                      ContentMD5=base64.b64encode(_md5(body)).decode())
+                        etag = str(resp["ETag"])
                 if progress:
                     progress(len(body))
-                return str(resp["ETag"])
+                return etag
             return self._upload_parts(key, path, size, content_type, progress)
         except ClientError as exc:
             raise _mapped(exc, key) from None
@@ -233,7 +279,44 @@ class S3Store:
         except ClientError as exc:
             raise _mapped(exc, key) from None
 
+    def download_files(self, gets: Sequence[FileGet]) -> builtins.list[str | Exception]:
+        """On the compiled path, the files of one part whose size is known go in one batch of requests with no
+        thread waiting on each (a file lands under a temporary name beside its path, renamed once whole); the
+        others, and every file without that path, as download_file moves them."""
+        whole = [n for n, get in enumerate(gets) if self._fast and get.size is not None
+                 and get.size <= self.limits.part_size]
+        out: builtins.list[str | Exception] = [StoreError("not attempted")] * len(gets)
+        if len(whole) < len(gets):
+            chosen = set(whole)
+            rest = [n for n in range(len(gets)) if n not in chosen]
+            for n, outcome in zip(rest, download_each(self, [gets[n] for n in rest]), strict=True):
+                out[n] = outcome
+        if not whole or self._fast is None:
+            return out
+        batch = secrets.token_hex(4)
+        temps = [gets[n].path.with_name(f".{gets[n].path.name}.{batch}-{n}{PARTIAL_SUFFIX}") for n in whole]
+        for folder in {temp.parent for temp in temps}:
+            folder.mkdir(parents=True, exist_ok=True)
+        try:
+            outcomes = self._fast.get_many([(gets[n].key, temp, gets[n].version) for n, temp in zip(whole, temps,
+                                            strict=True)], self.limits.files_in_flight)
+            for n, temp, outcome in zip(whole, temps, outcomes, strict=True):
+                if isinstance(outcome, str):
+                    os.replace(temp, gets[n].path)
+                out[n] = outcome
+        finally:
+            for temp in temps:  # what failed, or was left when this batch was interrupted
+                with suppress(FileNotFoundError):
+                    os.unlink(temp)
+        return out
+
     def _get_whole(self, key: str, path: Path, version: str | None, progress: Progress | None) -> str:
+        if self._fast:
+            with atomic_file(path) as tmp:
+                etag = self._fast.get(key, tmp, version)
+                if progress:
+                    progress(tmp.stat().st_size)
+            return etag
         resp = self.client.get_object(Bucket=self.bucket, Key=key, **_pinned(version))
         with atomic_file(path) as tmp, tmp.open("wb") as out:
             for chunk in resp["Body"].iter_chunks(_READ):
@@ -283,6 +366,35 @@ class S3Store:
                 return
             stream.close()
         raise StoreError(f"{key}: the range at {offset} ended {length - done} bytes short {_PART_TRIES} times")
+
+
+def _compiled_path(bucket: str, client: Any, part_size: int) -> CrtObjects | None:
+    try:
+        from jobplane.clouds.s3_crt import CrtObjects
+    except ImportError:  # a VM without awscrt: botocore moves every file
+        return None
+    return CrtObjects.of(bucket, client, part_size)
+
+
+class ByteBudget:
+    """At most `limit` bytes held at once across threads; one request larger than the limit waits until it is
+    alone (so it still goes)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.held = limit, 0
+        self._changed = threading.Condition()
+
+    @contextmanager
+    def hold(self, size: int) -> Iterator[None]:
+        with self._changed:
+            self._changed.wait_for(lambda: self.held == 0 or self.held + size <= self.limit)
+            self.held += size
+        try:
+            yield
+        finally:
+            with self._changed:
+                self.held -= size
+                self._changed.notify_all()
 
 
 def _pinned(version: str | None) -> dict[str, str]:

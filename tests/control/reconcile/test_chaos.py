@@ -21,7 +21,7 @@ import contextlib
 import json
 import random
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -33,7 +33,16 @@ import pytest
 from jobplane.agent import transfer
 from jobplane.agent.checkpoints import CheckpointSync
 from jobplane.agent.keeper import moved_on
-from jobplane.clouds.base import TAG_DEPLOYMENT, Blob, Instance, LaunchRequest, ObjectInfo, StoreError
+from jobplane.clouds.base import (
+    TAG_DEPLOYMENT,
+    Blob,
+    FileGet,
+    Instance,
+    LaunchRequest,
+    ObjectInfo,
+    StoreError,
+    download_each,
+)
 from jobplane.clouds.memory import Clock, MemoryCompute, MemoryStore
 from jobplane.control import launcher, reconcile
 from jobplane.deployment.context import Context
@@ -137,6 +146,9 @@ class FaultyStore:
                       progress: Any = None) -> str:
         self._read("download_file", key)
         return self.inner.download_file(key, path, version=version, size=size, progress=progress)
+
+    def download_files(self, gets: Sequence[FileGet]) -> list[str | Exception]:
+        return download_each(self, gets)  # each through download_file, and its faults
 
     def vm_request(self, key: str, *, write: bool, expires: int) -> tuple[str, str]:
         return self.inner.vm_request(key, write=write, expires=expires)
