@@ -54,6 +54,7 @@ MARK = "COLD_START "
 SAMPLE = r"""
 import json, sys, time
 sys.path[:0] = [{root!r}, {shared!r}]
+sys.modules["awscrt"] = None  # as in the Lambda runtime, whose botocore finds no awscrt (only the agent carries it)
 t0 = time.perf_counter()
 {imports}
 t1 = time.perf_counter()

@@ -310,6 +310,29 @@ def test_the_agents_s3_store_moves_files_of_one_part_through_awscrt(moto_endpoin
     assert botocore_sent == ["POST", "PUT", "PUT", "POST"]  # create, two parts, complete
 
 
+def test_one_request_uploads_hold_no_more_bytes_at_once_than_their_budget() -> None:
+    """The S3 store's one-request uploads each hold their file's bytes while sent: across threads the budget holds
+    (part_size x concurrency), and a file bigger than the whole budget still goes, alone."""
+    from jobplane.clouds.s3 import ByteBudget
+
+    budget, seen, lock = ByteBudget(100), [], threading.Lock()
+
+    def send(size: int) -> None:
+        with budget.hold(size):
+            with lock:
+                seen.append(budget.held)
+            threading.Event().wait(0.002)
+
+    threads = [threading.Thread(target=send, args=(size,)) for size in [30, 40, 50, 60, 150, 20] * 5]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert all(held <= 100 or held == 150 for held in seen) and 150 in seen  # the 150 went alone
+    assert max(held for held in seen if held != 150) > 60 and budget.held == 0  # others did share the budget
+    assert all(not thread.is_alive() for thread in threads)
+
+
 def test_an_s3_store_without_awscrt_moves_every_file_through_botocore(moto_endpoint: str, tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """A VM whose bundle lacks awscrt (no wheel for its platform): the agent's store works as before."""

@@ -27,7 +27,7 @@ MAX_USD = 1e9  # a month's spend, a budget and an hourly rate are bounded by it
 class Reservation(BaseModel):
     """One job's attempt holding `nodes` of a quota since `at` (its admission), or waiting for them since then."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="ignore")
     job_id: str = Field(min_length=1, max_length=63)
     attempt: int = Field(ge=1)
     owner: str = Field(min_length=1, max_length=63)

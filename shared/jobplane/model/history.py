@@ -20,7 +20,7 @@ from jobplane.model.states import State
 class Event(BaseModel):
     """One event's body, without the `time` and `kind` its writer adds."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="ignore", populate_by_name=True)
 
     KIND: ClassVar[str]
 
@@ -41,7 +41,7 @@ class Created(Event):
 class Detail(BaseModel):
     """What a transition's event adds to its own fields (Transitioned), by the transition that has more to say."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="ignore")
 
     def body(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -157,7 +157,7 @@ class LastEvent(BaseModel):
     """The event of the write that made a record (its creation or its last transition), carried in job.json
     until it is surely in the history: its key is fixed before the CAS, so writing it again is harmless."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     stamp: str
     kind: str

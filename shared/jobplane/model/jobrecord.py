@@ -20,7 +20,7 @@ class JobRecord(BaseModel):
     """jobs/<id>/job.json. Reading ignores fields it does not know (records written by an older or newer
     version); writing through Registry.transition / update refuses them (UnknownField)."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="ignore")
 
     id: str
     spec: JobSpec

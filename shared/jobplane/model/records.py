@@ -29,7 +29,7 @@ class RecordError(ValueError):
 
 
 class Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="ignore")
 
     what: ClassVar[str] = "record"  # overridden per model: how messages name it
     version: Literal[1] = VERSION
@@ -111,7 +111,7 @@ class StopRequest(Record):
 
 
 class IdleWatch(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="ignore")
 
     window: float = Field(gt=0)  # seconds
     threshold: float = Field(ge=0, le=100)  # percent

@@ -14,7 +14,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 class SpecModel(BaseModel):
     """Unknown fields are errors; a parsed spec never changes."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True, str_strip_whitespace=True)
 
 
 def pattern_str(pattern: str, what: str) -> Any:

@@ -21,7 +21,7 @@ MIN_BILLED_S = 60  # EC2 and Compute Engine bill Linux VMs per second with a one
 
 
 class InstanceSpan(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="ignore")
 
     id: str
     start: datetime
@@ -31,7 +31,7 @@ class InstanceSpan(BaseModel):
 class AttemptUsage(BaseModel):
     """One launched attempt. price is USD per instance-hour at launch, None when nobody knew it."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="ignore")
 
     attempt: int
     instance_type: str

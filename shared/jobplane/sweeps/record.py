@@ -42,7 +42,7 @@ class Trial(BaseModel):
     """One proposed trial: job `job_id` (trial_id(sweep, number)). `state` and `objective` are filled in once its
     job has ended (a terminal state never changes, so a later run need not read the job again)."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="ignore", frozen=True)
 
     number: int
     job_id: str
@@ -55,7 +55,7 @@ class Trial(BaseModel):
 class Best(BaseModel):
     """The best trial so far (the sweep's result once it is COMPLETED)."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="ignore", frozen=True)
 
     number: int
     job_id: str
@@ -65,7 +65,7 @@ class Best(BaseModel):
 
 
 class SweepRecord(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="ignore", frozen=True)
 
     version: int = FORMAT
     id: str
