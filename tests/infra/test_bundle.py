@@ -71,8 +71,12 @@ def later(path):
     # an `if TYPE_CHECKING:` block is read by type checkers only: no run imports it
     typing_only = {id(inner) for node in tree.body
                    if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test) for inner in ast.walk(node)}
+    # tried under `except ImportError`: a run that cannot import it goes on without (the agent's awscrt path)
+    optional = {id(inner) for node in ast.walk(tree) if isinstance(node, ast.Try)
+                and any("ImportError" in ast.dump(h.type) for h in node.handlers if h.type is not None)
+                for part in node.body for inner in ast.walk(part)}
     for node in ast.walk(tree):
-        if id(node) in top or id(node) in typing_only or node is tree:
+        if id(node) in top or id(node) in typing_only or id(node) in optional or node is tree:
             continue
         if isinstance(node, ast.Import):
             yield from ((alias.name, None) for alias in node.names)
