@@ -6,7 +6,12 @@ cut into parts of TransferLimits.part_size, moved by one thread pool per store (
 concurrency limit holds across files): each download thread reads its range from the socket straight into
 its own buffer and writes it at its offset in the file (no writer thread, no queue of small pieces under the
 GIL), and each upload thread reads its part from the file at its offset. Memory stays at about one part per
-upload thread and one read buffer per download thread, whatever the file's size.
+upload thread and one read buffer per download thread, whatever the file's size; files of one part, sent whole,
+hold at most part_size x concurrency bytes at once between them (ByteBudget).
+
+The agent's stores (compiled=True) move files of one part through awscrt instead (jobplane.clouds.s3_crt),
+where botocore's per-request Python (about 2 ms of CPU) would bound many small files; bigger files keep this
+module's parts.
 
 Checksums: botocore computes none it is not required to (by default it adds a CRC32 to every request and
 checks one on every response, CPU spent on every small file). Every upload sends Content-MD5, which S3 checks
