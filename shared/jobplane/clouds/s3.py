@@ -223,12 +223,12 @@ class S3Store:
                 # send fewer bytes than the Content-Length taken before, and S3 would wait for the rest until a timeout
                 with self._bodies.hold(size):
                     body = path.read_bytes()
+                    md5 = base64.b64encode(_md5(body)).decode()
                     if self._fast:
-                        etag = self._fast.put(key, body, content_type)
+                        etag = self._fast.put(key, body, content_type, md5)
                     else:
-                        resp = self.client.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType=content_type,
-                                                      ContentMD5=base64.b64encode(_md5(body)).decode())
-                        etag = str(resp["ETag"])
+                        etag = str(self.client.put_object(Bucket=self.bucket, Key=key, Body=body,
+                                                          ContentType=content_type, ContentMD5=md5)["ETag"])
                 if progress:
                     progress(len(body))
                 return etag
@@ -288,15 +288,16 @@ class S3Store:
         """On the compiled path, the files of one part whose size is known go in one batch of requests with no
         thread waiting on each (a file lands under a temporary name beside its path, renamed once whole); the
         others, and every file without that path, as download_file moves them."""
-        whole = [n for n, get in enumerate(gets) if self._fast and get.size is not None
-                 and get.size <= self.limits.part_size]
+        if self._fast is None:
+            return download_each(self, gets)
+        whole = [n for n, get in enumerate(gets) if get.size is not None and get.size <= self.limits.part_size]
         out: builtins.list[str | Exception] = [StoreError("not attempted")] * len(gets)
         if len(whole) < len(gets):
             chosen = set(whole)
             rest = [n for n in range(len(gets)) if n not in chosen]
             for n, outcome in zip(rest, download_each(self, [gets[n] for n in rest]), strict=True):
                 out[n] = outcome
-        if not whole or self._fast is None:
+        if not whole:
             return out
         batch = secrets.token_hex(4)
         temps = [gets[n].path.with_name(f".{gets[n].path.name}.{batch}-{n}{PARTIAL_SUFFIX}") for n in whole]

@@ -14,8 +14,6 @@ are the boto3 client's own (a job's vended, refreshing ones included), asked for
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import io
 import threading
 from collections.abc import Callable, Sequence
@@ -37,7 +35,7 @@ class CrtObjects:
 
     def __init__(self, bucket: str, region: str, host: str, tls: bool, path_style: bool, credentials: Any,
                  part_size: int) -> None:
-        self.bucket, self.host = bucket, host
+        self.host = host
         self._root = f"/{quote(bucket)}/" if path_style else "/"
 
         def frozen() -> auth.AwsCredentials:
@@ -72,11 +70,10 @@ class CrtObjects:
     def _path(self, key: str) -> str:
         return self._root + quote(key, safe="/~")
 
-    def put(self, key: str, body: bytes, content_type: str) -> str:
-        """One PutObject of body, checked by its MD5; returns the ETag."""
-        md5 = base64.b64encode(_md5(body)).decode()
+    def put(self, key: str, body: bytes, content_type: str, content_md5: str) -> str:
+        """One PutObject of body, which S3 checks against its Content-MD5; returns the ETag."""
         headers = http.HttpHeaders([("Host", self.host), ("Content-Length", str(len(body))),
-                                    ("Content-Type", content_type), ("Content-MD5", md5)])
+                                    ("Content-Type", content_type), ("Content-MD5", content_md5)])
         request = http.HttpRequest("PUT", self._path(key), headers, io.BytesIO(body))
         return self._run(key, s3.S3RequestType.PUT_OBJECT, request)
 
@@ -157,6 +154,3 @@ def _outcome(key: str, error: Exception | None, status_code: int | None, etag: l
         return StoreError(f"{key}: HTTP {status_code} from S3")
     return StoreError(f"{key}: {error}")  # awscrt's own: a connection refused or broken, a timeout
 
-
-def _md5(data: bytes) -> bytes:
-    return hashlib.md5(data, usedforsecurity=False).digest()
