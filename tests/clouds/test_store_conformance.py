@@ -3,6 +3,8 @@ fake-gcs-server, the Go emulator GCS client libraries test against, which we did
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import random
 import subprocess
 import sys
@@ -568,13 +570,18 @@ def test_a_file_rewritten_in_place_during_its_upload_never_stalls_the_store(stor
     assert store.get("up/final").data == final and store.get("up/final").version == version
 
 
+def headers_signed(headers: dict[str, str]) -> list[str]:
+    """The headers a SigV4 Authorization header says its signature covers."""
+    return headers["Authorization"].split("SignedHeaders=")[1].split(",")[0].split(";")
+
+
 def test_s3_moves_a_big_file_with_no_metadata_request_and_no_checksum_it_is_not_asked_for(
         moto_endpoint: str, tmp_path: Path) -> None:
     """An upload's ETag comes from its completion (no HEAD after it), and must be the MD5 of the parts' MD5s; each
-    part carries Content-MD5 for S3 to check and nothing else (no CRC computed in Python on every request); a
-    download given the size makes ranged GETs only, each pinned to the version, written at its offset."""
-    import hashlib
-
+    part carries Content-MD5 for S3 to check and nothing else (no CRC computed in Python on every request, and
+    no SHA-256 of the body even on this plain-HTTP endpoint: the signature covers the Content-MD5), as does a
+    record's put; a download given the size makes ranged GETs only, each pinned to the version, written at its
+    offset."""
     rig = _s3_rig(TransferLimits(5 * MiB, 2))
     sent: list[tuple[str, str, dict[str, str]]] = []
 
@@ -591,7 +598,16 @@ def test_s3_moves_a_big_file_with_no_metadata_request_and_no_checksum_it_is_not_
     assert [m for m, _, _ in sent] == ["POST", "PUT", "PUT", "PUT", "PUT", "POST"]  # create, 4 parts, complete
     for _, _, headers in sent:
         assert not [h for h in headers if h.lower().startswith(("x-amz-checksum", "x-amz-sdk-checksum"))], headers
-    assert all("Content-MD5" in headers for _, query, headers in sent if "partNumber=" in query)
+    bodies = [headers for method, query, headers in sent if method == "PUT"]
+    assert len(bodies) == 4 and all("Content-MD5" in headers for headers in bodies)
+    assert {headers["x-amz-content-sha256"] for _, _, headers in sent} == {"UNSIGNED-PAYLOAD"}
+    assert "content-md5" in headers_signed(bodies[0])
+    sent.clear()
+    rig.store.put("record.json", b'{"a": 1}')
+    ((method, _, headers),) = sent
+    assert method == "PUT"
+    assert headers["Content-MD5"] == base64.b64encode(hashlib.md5(b'{"a": 1}').digest()).decode()
+    assert headers["x-amz-content-sha256"] == "UNSIGNED-PAYLOAD" and "content-md5" in headers_signed(headers)
     sent.clear()
     assert rig.store.download_file("big", tmp_path / "back", version=version, size=size) == version
     assert sorted(h["Range"] for _, _, h in sent) == sorted(
