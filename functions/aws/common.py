@@ -9,7 +9,8 @@ job_id each line passes in `extra`.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
 
 from aws_lambda_powertools import Logger, Metrics
 
@@ -26,13 +27,10 @@ if TYPE_CHECKING:
 logger = Logger(service="jobplane")
 metrics = Metrics(namespace="jobplane", service="jobplane")
 
-class Clients(NamedTuple):
-    s3: Any
-    ec2: Any
-
-
-# boto3 clients are reused across invocations, per region and endpoint (AWS_ENDPOINT_URL, which boto3 reads)
-_clients: dict[tuple[str | None, str | None], Clients] = {}
+# boto3 clients are reused across invocations, per service, region and endpoint (AWS_ENDPOINT_URL, which boto3
+# reads), each made when first asked for: a client costs tens of ms of a cold start (its service model)
+_MAKERS: dict[str, Callable[[str | None], Any]] = {"s3": s3_client, "ec2": ec2_client}
+_clients: dict[tuple[str, str | None, str | None], Any] = {}
 _notifiers: dict[tuple[str, str | None], SnsNotifier] = {}
 
 
@@ -40,10 +38,10 @@ def _endpoint() -> str | None:
     return os.environ.get("AWS_ENDPOINT_URL")
 
 
-def clients(settings: Settings) -> Clients:
-    where = (settings.region, _endpoint())
+def client(service: Literal["s3", "ec2"], settings: Settings) -> Any:
+    where = (service, settings.region, _endpoint())
     if where not in _clients:
-        _clients[where] = Clients(s3_client(settings.region), ec2_client(settings.region))
+        _clients[where] = _MAKERS[service](settings.region)
     return _clients[where]
 
 
@@ -60,10 +58,10 @@ def notifier(settings: Settings) -> SnsNotifier | None:
 
 
 def _compute(settings: Settings, policy: Policy) -> Ec2Compute:
-    return Ec2Compute(policy.aws, settings.region, clients(settings).ec2, deployment=settings.deployment)
+    return Ec2Compute(policy.aws, settings.region, client("ec2", settings), deployment=settings.deployment)
 
 
-ADAPTERS = Adapters(store=lambda settings: S3Store(settings.bucket, clients(settings).s3),
+ADAPTERS = Adapters(store=lambda settings: S3Store(settings.bucket, client("s3", settings)),
                                compute=_compute, notifier=notifier)
 
 

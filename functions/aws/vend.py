@@ -40,7 +40,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     body = event.get("body") or ""
     if event.get("isBase64Encoded"):
         body = base64.b64decode(body)
-    registry = RootedStore(S3Store(base.bucket, common.clients(base).s3), base.root)
+    registry = RootedStore(S3Store(base.bucket, common.client("s3", base)), base.root)
     answer = vend(body, vending, _cloud[where], registry, common.logger)
     return {"statusCode": answer.status, "headers": {"Content-Type": "application/json"},
             "body": json.dumps(answer.body)}
