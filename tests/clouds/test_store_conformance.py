@@ -471,6 +471,33 @@ def test_large_files_move_in_parts_no_bigger_than_the_part_size(rig: Rig, tmp_pa
     assert (tmp_path / "back").read_bytes() == data
 
 
+def test_a_gcs_download_asks_for_pieces_of_at_most_its_read_size_whatever_the_part_size(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Each ranged GET is read from the socket whole (google's loop would take it 8 KiB at a time, handing the
+    GIL to the other transfer threads at each read), so a range is no bigger than DOWNLOAD_PIECE: what one
+    thread holds. A file of one piece is one GET read whole; a bigger one of one part is one GET read in steps."""
+    from jobplane.clouds import gcs
+    from jobplane.local.fake_gcs import FakeGcsServer
+
+    monkeypatch.setattr(gcs, "DOWNLOAD_PIECE", 512 << 10)
+    with FakeGcsServer() as server:
+        server.create_bucket("pieces")
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", server.endpoint)
+        store = gcs.GcsStore("pieces", limits=TransferLimits(1 * MiB, 2))
+        for name, size in (("big", 3 * MiB + 12345), ("one-part", 1 * MiB), ("one-piece", 100_000)):
+            data = _big_file(tmp_path / name, size)
+            version = store.upload_file(name, tmp_path / name)
+            for known in (size, None):  # given the size (one GET at most) or not (metadata first)
+                server.served.clear()
+                assert store.download_file(name, tmp_path / "back", version=version, size=known) == version
+                assert (tmp_path / "back").read_bytes() == data
+                served = server.served[name]
+                if name == "big":
+                    assert sorted(served) == sorted([512 << 10] * 6 + [size - 6 * (512 << 10)]), served
+                else:
+                    assert served == [size]
+
+
 def test_a_failed_part_is_retried_not_the_whole_transfer(rig: Rig, tmp_path: Path) -> None:
     if rig.fail_next is None:
         pytest.skip("the in-memory store has no network to fail")
