@@ -212,6 +212,10 @@ class GcsStore:
     def download_files(self, gets: Sequence[FileGet]) -> builtins.list[str | Exception]:
         return download_each(self, gets)
 
+    def _download_whole(self, blob: Any, tmp: Path, size: int, pinned: Mapping[str, int]) -> None:
+        """One GET of a file of one part, read from the socket in one call where it fits in a piece."""
+        blob.download_to_filename(str(tmp), retry=self._retry, single_shot_download=size <= DOWNLOAD_PIECE, **pinned)
+
     def download_file(self, key: str, path: Path, *, version: str | None = None, size: int | None = None,
                       progress: Progress | None = None) -> str:
         from google.cloud.storage import transfer_manager
@@ -220,8 +224,7 @@ class GcsStore:
         with self._mapped(key), atomic_file(path) as tmp:
             if size is not None and size <= self.limits.part_size:
                 blob = self._bucket.blob(key)  # one GET; its headers carry the generation
-                blob.download_to_filename(str(tmp), retry=self._retry, single_shot_download=size <= DOWNLOAD_PIECE,
-                                          **pinned)
+                self._download_whole(blob, tmp, size, pinned)
                 if version:
                     _check_served(key, blob, int(version))
             else:
@@ -233,8 +236,7 @@ class GcsStore:
                 # every ranged GET is pinned to this generation: a rewrite midway fails with 412
                 pinned = {"if_generation_match": int(blob.generation)}
                 if (whole := int(blob.size or 0)) <= self.limits.part_size:
-                    blob.download_to_filename(str(tmp), retry=self._retry,
-                                              single_shot_download=whole <= DOWNLOAD_PIECE, **pinned)
+                    self._download_whole(blob, tmp, whole, pinned)
                 else:
                     transfer_manager.download_chunks_concurrently(
                         blob, str(tmp), chunk_size=min(self.limits.part_size, DOWNLOAD_PIECE),

@@ -116,6 +116,11 @@ def _md5(data: bytes | memoryview) -> bytes:
     return hashlib.md5(data, usedforsecurity=False).digest()  # releases the GIL on large buffers
 
 
+def _content_md5(digest: bytes) -> str:
+    """An MD5 digest as the Content-MD5 header carries it."""
+    return base64.b64encode(digest).decode()
+
+
 def multipart_etag(part_md5s: list[bytes]) -> str:
     """The ETag S3 gives an object completed from parts with these MD5s: the MD5 of their concatenation, -N."""
     return f'"{hashlib.md5(b"".join(part_md5s), usedforsecurity=False).hexdigest()}-{len(part_md5s)}"'
@@ -156,7 +161,7 @@ class S3Store:
     def _put(self, key: str, data: bytes, content_type: str, **cond: str) -> str:
         try:
             resp = self.client.put_object(Bucket=self.bucket, Key=key, Body=data, ContentType=content_type,
-                                          ContentMD5=base64.b64encode(_md5(data)).decode(), **cond)
+                                          ContentMD5=_content_md5(_md5(data)), **cond)
         except ClientError as exc:
             raise _mapped(exc, key) from None  # NotFound only for If-Match on a missing key
         return str(resp["ETag"])
@@ -227,7 +232,7 @@ class S3Store:
                 # send fewer bytes than the Content-Length taken before, and S3 would wait for the rest until a timeout
                 with self._bodies.hold(size):
                     body = path.read_bytes()
-                    md5 = base64.b64encode(_md5(body)).decode()
+                    md5 = _content_md5(_md5(body))
                     if self._fast:
                         etag = self._fast.put(key, body, content_type, md5)
                     else:
@@ -253,7 +258,7 @@ class S3Store:
             digest = _md5(data)
             resp = self.client.upload_part(Bucket=self.bucket, Key=key, UploadId=upload_id,
                                            PartNumber=offset // step + 1, Body=data,
-                                           ContentMD5=base64.b64encode(digest).decode())
+                                           ContentMD5=_content_md5(digest))
             if progress:
                 progress(length)
             return digest, str(resp["ETag"])
@@ -294,13 +299,12 @@ class S3Store:
         others, and every file without that path, as download_file moves them."""
         if self._fast is None:
             return download_each(self, gets)
-        whole = [n for n, get in enumerate(gets) if get.size is not None and get.size <= self.limits.part_size]
+        one_part = [get.size is not None and get.size <= self.limits.part_size for get in gets]
+        whole = [n for n, fits in enumerate(one_part) if fits]
+        rest = [n for n, fits in enumerate(one_part) if not fits]
         out: builtins.list[str | Exception] = [StoreError("not attempted")] * len(gets)
-        if len(whole) < len(gets):
-            chosen = set(whole)
-            rest = [n for n in range(len(gets)) if n not in chosen]
-            for n, outcome in zip(rest, download_each(self, [gets[n] for n in rest]), strict=True):
-                out[n] = outcome
+        for n, outcome in zip(rest, download_each(self, [gets[n] for n in rest]), strict=True):
+            out[n] = outcome
         if not whole:
             return out
         batch = secrets.token_hex(4)

@@ -86,25 +86,19 @@ class CrtObjects:
         the client's threads report each outcome, this one only keeps the requests coming. Per get, in order,
         its ETag or its error."""
         out: list[str | Exception] = [StoreError("not started")] * len(gets)
-        slots = threading.Semaphore(in_flight)
-        left, all_done, count = [len(gets)], threading.Event(), threading.Lock()
+        slots = threading.Semaphore(in_flight)  # a slot is taken per request, given back with its outcome
         running: list[s3.S3Request] = []  # each request's Python object lives until the batch ends
 
         def finish(n: int, outcome: str | Exception) -> None:
             out[n] = outcome
             slots.release()
-            with count:
-                left[0] -= 1
-                if not left[0]:
-                    all_done.set()
 
-        if not gets:
-            return out
         for n, (key, dest, version) in enumerate(gets):
             slots.acquire()
             running.append(self._start(key, s3.S3RequestType.GET_OBJECT, self._get(key, version), version,
                                         partial(finish, n), recv_filepath=str(dest)))
-        all_done.wait()
+        for _ in range(in_flight):  # every slot back: every request has ended
+            slots.acquire()
         return out
 
     def _get(self, key: str, version: str | None) -> http.HttpRequest:
