@@ -40,6 +40,7 @@ import boto3  # noqa: E402
 from moto import mock_aws  # noqa: E402
 
 from functions.aws import common, launcher, rerun, sweeper, uptime_cap  # noqa: E402
+from jobplane.clouds.s3 import S3Store  # noqa: E402
 from jobplane.model import keys  # noqa: E402
 from jobplane.store.registry import Registry  # noqa: E402
 
@@ -85,7 +86,7 @@ def scenario(jobs: int, runs: int) -> dict[str, Any]:
         s3.put_object(Bucket=check_bench.BUCKET, Key=keys.POLICY, Body=json.dumps(caps).encode())
         if jobs:
             image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
-            check_bench.seed(Registry(common.S3Store(check_bench.BUCKET, s3)), ec2, image, jobs)
+            check_bench.seed(Registry(S3Store(check_bench.BUCKET, s3)), ec2, image, jobs)
         common._clients.clear()
         results: dict[str, Any] = {}
         for name, handler in HANDLERS.items():

@@ -7,7 +7,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, event_source
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from functions.aws import common, events
+from functions.aws import common, deployment, events
 from jobplane.control import launcher
 from jobplane.model import keys
 from jobplane.model.clock import utcnow
@@ -21,7 +21,7 @@ LAUNCH_RESERVE_S = 45  # one RunInstances with its retries, and recording the VM
 @event_source(data_class=EventBridgeEvent)
 def handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
     if events.kind(event) == events.SCHEDULED:
-        env = common.environment()
+        env = deployment.environment()
         # what the invocation has left, less one launch's worth: the run ends before Lambda would kill it
         budget = context.get_remaining_time_in_millis() / 1000 - LAUNCH_RESERVE_S
         return launcher.summary(launcher.backstop(env.context(), now=utcnow(), budget=max(budget, 0.0)))
@@ -30,5 +30,5 @@ def handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
     if key is None or drop is None:
         return launcher.summary([launcher.Outcome(key or "", launcher.Result.IGNORED)])
     common.logger.append_keys(job_id=drop.job_id, owner=drop.owner)
-    env = common.environment()
+    env = deployment.environment()
     return launcher.summary([launcher.handle_drop(env.context(), key, now=utcnow())])

@@ -7,7 +7,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, event_source
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from functions.aws import common, events, metering
+from functions.aws import common, deployment, events, metering
 from jobplane.control import reconcile
 from jobplane.model.clock import utcnow
 
@@ -16,7 +16,7 @@ from jobplane.model.clock import utcnow
 @common.logger.inject_lambda_context(clear_state=True)
 @event_source(data_class=EventBridgeEvent)
 def handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
-    env = common.environment()
+    env = deployment.environment()
     job = events.named_job(event, env.settings)
     warning = events.ec2_event(event, events.SPOT_WARNING)
     with metering.api_calls(env):

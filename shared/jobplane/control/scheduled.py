@@ -2,7 +2,7 @@
 state change), on both clouds and in the day tests alike. First the check of every live job and managed VM
 (reconcile.check); then the sweeps' reconcile (jobplane.sweeps.run), so a trial the check saw end is replaced in the
 same run; then the sweeps' early stops, applied as the check's actions are: the blast-radius limit, dry-run, the
-stop's events and metric."""
+stop's events and metric. The sweeps' engine (and their specs' models) loads in a run that finds a live sweep."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from jobplane.control import reconcile
 from jobplane.decide.safety import limit_blast_radius
 from jobplane.deployment.context import Context
 from jobplane.deployment.outcome import Outcome
-from jobplane.sweeps import run as sweeps
+from jobplane.sweeps import store as sweep_store
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,12 @@ def run(ctx: Context, *, now: datetime, force: bool = False, jobs: Collection[st
     """One pass. `jobs` / `instance_ids` (from an event) are looked at closely by the check, and only the sweeps
     whose trials `jobs` names are reconciled; `force` lifts the blast-radius limit and the graces."""
     checked = reconcile.check(ctx, now=now, force=force, jobs=jobs, instance_ids=instance_ids)
-    swept = sweeps.reconcile(ctx, now=now, jobs=jobs)
+    live = sweep_store.live(ctx.registry)
+    if not live:
+        return Pass(checked, [])
+    from jobplane.sweeps import run as sweeps
+
+    swept = sweeps.reconcile(ctx, now=now, jobs=jobs, live=live)
     if swept.stops:
         fleet = ctx.compute.list_managed() if ctx.compute is not None else []
         checked += reconcile.apply(ctx, limit_blast_radius(swept.stops, fleet, ctx.policy, force=force), now=now)
@@ -40,4 +45,8 @@ def run(ctx: Context, *, now: datetime, force: bool = False, jobs: Collection[st
 
 def summary(done: Pass) -> dict[str, Any]:
     """What the function answers: one line per action, then one per thing done to a sweep (if any)."""
-    return {**reconcile.summary(done.checked), **(sweeps.summary(done.swept) if done.swept else {})}
+    if not done.swept:
+        return reconcile.summary(done.checked)
+    from jobplane.sweeps import run as sweeps
+
+    return {**reconcile.summary(done.checked), **sweeps.summary(done.swept)}

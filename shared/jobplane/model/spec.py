@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
+    BaseModel,
     BeforeValidator,
     Discriminator,
     Field,
+    GetJsonSchemaHandler,
     Tag,
     ValidationError,
-    WithJsonSchema,
 )
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from jobplane.model import accelerators, containers, images, sweepspec, yaml_input
 from jobplane.model.bounds import (
@@ -149,6 +153,19 @@ def _gpu_name(value: str) -> str:
     return value
 
 
+@dataclass(frozen=True, eq=False)  # hashed by identity: its schema is a dict
+class OrModel:
+    """A field's JSON schema: its other form (`short`) or the model's own schema, written out in place. The model's
+    schema is made when a schema is asked for (`jobplane schema`), not at import, which would build its validator in
+    every handler's cold start."""
+
+    short: JsonSchemaValue
+    model: type[BaseModel]
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return {"anyOf": [self.short, self.model.model_json_schema()]}
+
+
 class Accelerators(_Model):
     """GPUs per node. GCE: attached to an N1 type (T4, V100, P100, P4), or the GPUs an a2/a3/g2 type comes with;
     EC2: the GPUs the instance type comes with (checked, never added)."""
@@ -165,10 +182,8 @@ class Accelerators(_Model):
 AcceleratorsField = Annotated[
     Accelerators,
     BeforeValidator(accelerators.parse_short),
-    WithJsonSchema({"anyOf": [
-        {"type": "string", "pattern": accelerators.SHORT_FORM.pattern, "description": "TYPE or TYPE:COUNT, e.g. T4:1"},
-        Accelerators.model_json_schema(),
-    ]}),
+    OrModel({"type": "string", "pattern": accelerators.SHORT_FORM.pattern,
+             "description": "TYPE or TYPE:COUNT, e.g. T4:1"}, Accelerators),
 ]
 
 
@@ -220,10 +235,8 @@ def _container_form(value: object) -> object:
 ContainerField = Annotated[
     Container,
     BeforeValidator(_container_form),
-    WithJsonSchema({"anyOf": [
-        {"type": "string", "description": "the image alone: container: pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime"},
-        Container.model_json_schema(),
-    ]}),
+    OrModel({"type": "string",
+             "description": "the image alone: container: pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime"}, Container),
 ]
 
 
@@ -267,7 +280,7 @@ class JobSpec(_Model):
         None, description="GPUs per node: {type, count} or TYPE:COUNT (T4:1); picks the policy's GPU image")
     spot: Annotated[Annotated[bool, Tag("bool")] | Annotated[SpotOptions, Tag("dict")],
                     Discriminator(_spot_form),
-                    WithJsonSchema({"anyOf": [{"type": "boolean"}, SpotOptions.model_json_schema()]})] = Field(
+                    OrModel({"type": "boolean"}, SpotOptions)] = Field(
         False, description="Spot VMs: a preempted attempt reruns from the newest checkpoint, up to `max_restarts` "
                            "times; {fallback: on_demand, after: 20m} launches on-demand once Spot is refused that long")
     max_restarts: int = Field(3, ge=0, le=MAX_RESTARTS, description="reruns after preemption or a failed boot")

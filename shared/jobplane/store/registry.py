@@ -27,7 +27,6 @@ from jobplane.model.bounds import STORED
 from jobplane.model.clock import utcnow
 from jobplane.model.history import LastEvent
 from jobplane.model.listings import ActiveMarker, Beat, IdleMark
-from jobplane.model.policy import DEFAULT_POLICY, Policy, parse_policy
 from jobplane.model.states import LIVE, TERMINAL, State, allowed
 from jobplane.model.usage import close
 from jobplane.store.rooted import CAS_RETRIES, RegistryError, RootedStore, backoff
@@ -35,6 +34,7 @@ from jobplane.store.rooted import CAS_RETRIES, RegistryError, RootedStore, backo
 if TYPE_CHECKING:
     from jobplane.model import records  # its models are built at import; the registry only names one in a signature
     from jobplane.model.jobrecord import JobRecord, Updates
+    from jobplane.model.policy import Policy
     from jobplane.model.spec import JobSpec
 
 log = logging.getLogger("jobplane.registry")
@@ -137,6 +137,9 @@ class Registry(RootedStore):
 
     def policy(self) -> Policy:
         """config/policy.yaml, or the defaults when it is absent."""
+        # imported here: a control function's deployment has it at import (every run reads it), the vend function never
+        from jobplane.model.policy import DEFAULT_POLICY, parse_policy
+
         try:
             return parse_policy(self.get_bytes(keys.POLICY))
         except NotFound:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from datetime import datetime, timedelta
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from jobplane.clouds.base import NotFound
 from jobplane.model import keys
@@ -27,6 +27,8 @@ Curve = tuple[tuple[int, float], ...]
 
 
 class Cached(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     version: int = 1
     metric: str
     points: list[tuple[int, int | None, float]] = []  # (attempt, step, value), in the order printed

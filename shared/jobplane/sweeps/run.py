@@ -83,10 +83,11 @@ def belongs(job_id: str, sweep_id: str) -> bool:
     return re.fullmatch(re.escape(sweep_id) + r"-(t[0-9]{3,}|0|[1-9][0-9]*)", job_id) is not None
 
 
-def reconcile(ctx: Context, *, now: datetime, jobs: Collection[str] = ()) -> Run:
-    """Every sweep with an active-sweeps/ marker; with `jobs` (the jobs an event named), only their sweeps."""
+def reconcile(ctx: Context, *, now: datetime, jobs: Collection[str] = (), live: Collection[str] | None = None) -> Run:
+    """Every sweep with an active-sweeps/ marker (`live`, when the caller has listed them); with `jobs` (the jobs an
+    event named), only their sweeps."""
     run = Run()
-    for sweep_id in store.live(ctx.registry):
+    for sweep_id in store.live(ctx.registry) if live is None else live:
         if jobs and not any(belongs(job_id, sweep_id) for job_id in jobs):
             continue
         try:

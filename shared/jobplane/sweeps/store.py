@@ -10,13 +10,14 @@ import json
 import logging
 import secrets
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from jobplane.clouds.base import NotFound, PreconditionFailed
 from jobplane.model import keys
-from jobplane.model.bounds import STORED
-from jobplane.model.spec import known_fields
 from jobplane.store.rooted import CAS_RETRIES, RegistryError, RootedStore, backoff
-from jobplane.sweeps.record import SweepRecord
+
+if TYPE_CHECKING:  # the record's models load when one is read: the scheduled pass lists the markers on every run
+    from jobplane.sweeps.record import SweepRecord
 
 log = logging.getLogger("jobplane.sweeps")
 
@@ -63,6 +64,10 @@ def create(reg: RootedStore, record: SweepRecord) -> SweepRecord:
 
 def get(reg: RootedStore, sweep_id: str) -> tuple[SweepRecord, str]:
     """The record and its version (to compare-and-swap against)."""
+    from jobplane.model.bounds import STORED
+    from jobplane.model.spec import known_fields
+    from jobplane.sweeps.record import SweepRecord
+
     try:
         blob = reg.get_object(keys.sweep_record(sweep_id))
     except NotFound:

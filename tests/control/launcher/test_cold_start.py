@@ -1,8 +1,9 @@
 """The AWS handlers' cold start, checked without a clock: what a fresh interpreter loads to import each one.
 
-Importing a handler loads what every one of its runs needs (pydantic, the policy, the registry, the EC2 and
-S3 adapters); what only some runs need (a launch, a drop, a notice, a topic) or none of them (the other
-functions' rules, the CLI, the other cloud) is imported where it is used, so it costs nothing until then.
+Importing a handler loads what every one of its runs needs (a control function: pydantic, the policy, the
+registry, the EC2 and S3 adapters; the vend function: a job's record, never the policy); what only some runs
+need (a launch, a drop, a notice, a topic, a live sweep) or none of them (the other functions' rules, the CLI,
+the other cloud) is imported where it is used, so it costs nothing until then.
 A module that creeps back into a handler's import fails here, deterministically; bench/cold_start.py times
 the imports against bare boto3 + Powertools and reports the ratio.
 """
@@ -18,7 +19,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-HANDLERS = ("launcher", "sweeper", "rerun", "uptime_cap")
+CONTROL = ("launcher", "sweeper", "rerun", "uptime_cap")
+HANDLERS = (*CONTROL, "vend")
 
 # Never in a Lambda's import: the CLI and its libraries, the local cloud, test tools, the other cloud's SDK.
 NEVER = ("jobplane.cli", "jobplane.sdk", "jobplane.ops.backend", "jobplane.local", "click", "rich", "jsonschema",
@@ -34,19 +36,25 @@ NOT_AT_IMPORT = {
     "launcher": ("jobplane.control.reconcile", "jobplane.decide.model", "jobplane.decide.check",
                  "jobplane.decide.rerun", "jobplane.decide.uptime", "jobplane.decide.safety", "jobplane.model.metrics",
                  "jobplane.model.records"),
-    "sweeper": ("jobplane.control.launcher", "jobplane.decide.rerun"),
+    "sweeper": ("jobplane.control.launcher", "jobplane.decide.rerun", "jobplane.sweeps.run"),
     "rerun": ("jobplane.control.launcher", "jobplane.decide.check", "jobplane.decide.uptime",
               "jobplane.model.metrics"),
     "uptime_cap": ("jobplane.control.launcher", "jobplane.decide.rerun"),
+    # a job's credentials: no policy, no VM driven, no control run
+    "vend": ("jobplane.model.policy", "jobplane.clouds.aws", "jobplane.deployment", "jobplane.control",
+             "jobplane.decide.model", "functions.aws.deployment"),
 }
 # A job's record and spec models: built when a run reads or writes a record (the registry imports them then), so
-# a run that only lists (an idle backstop, a check of healthy jobs) never builds them. The sweeper still does: its
-# sweeps' engine imports the spec (a sweep's trials are specs).
+# a run that only lists (an idle backstop, a check of healthy jobs) never builds them. The sweeps' engine (a sweep's
+# trials are specs) loads in a scheduled pass that finds a live sweep.
 RECORD_MODELS = ("jobplane.model.jobrecord", "jobplane.model.spec", "jobplane.model.sweepspec")
-LISTING_ONLY = ("launcher", "rerun", "uptime_cap")
-# Every run needs these: they stay at import (Lambda's init), where deferring them would only move the cost.
-EVERY_RUN = ("pydantic", "yaml", "jobplane.model.policy", "jobplane.store.registry", "jobplane.clouds.aws",
-             "jobplane.clouds.s3")
+LISTING_ONLY = CONTROL
+# Every run needs these: they stay at import (Lambda's init), where deferring them would only move the cost. A
+# control run reads the policy; a vend run reads the job's record.
+EVERY_RUN = {name: ("pydantic", "yaml", "jobplane.model.policy", "jobplane.store.registry", "jobplane.clouds.aws",
+                    "jobplane.clouds.s3") for name in CONTROL}
+EVERY_RUN["vend"] = ("pydantic", "yaml", "jobplane.model.jobrecord", "jobplane.store.registry", "jobplane.clouds.s3",
+                     "jobplane.clouds.aws_vend")
 
 PROBE = r"""
 import json, sys
@@ -84,7 +92,7 @@ def test_a_handler_imports_only_what_every_run_needs(name: str) -> None:
     assert within(loaded, NOT_AT_IMPORT[name]) == [], "no run of this function needs these at once"
     if name in LISTING_ONLY:
         assert within(loaded, RECORD_MODELS) == [], "the registry imports the record models when it reads one"
-    assert [m for m in EVERY_RUN if m not in loaded] == []
+    assert [m for m in EVERY_RUN[name] if m not in loaded] == []
 
 
 def test_reading_the_policy_builds_no_spec_model() -> None:
@@ -98,3 +106,23 @@ def test_reading_the_policy_builds_no_spec_model() -> None:
     loaded = set(json.loads(proc.stdout.splitlines()[-1]))
     assert within(loaded, ("jobplane.model.spec", "jobplane.model.sweepspec", "jobplane.model.specfields",
                            "jobplane.model.jobrecord", "jobplane.model.history")) == []
+
+
+BUILT = r"""
+import json, sys, pydantic
+import jobplane.model.spec, jobplane.sweeps.curves, jobplane.sweeps.record
+print(json.dumps(sorted({f"{v.__module__}.{v.__qualname__}" for m in list(sys.modules.values())
+                         if m and m.__name__.startswith("jobplane") for v in vars(m).values()
+                         if isinstance(v, type) and issubclass(v, pydantic.BaseModel)
+                         and v.__module__ != "jobplane.model.policy" and v.__dict__.get("__pydantic_complete__")})))
+"""
+
+
+def test_importing_the_spec_builds_none_of_its_models() -> None:
+    """A model's validator is built when a spec is first validated (defer_build), and the JSON schema of a field
+    with two forms (jobplane.model.spec.OrModel) when a schema is asked for: importing the spec and a sweep's
+    records builds none of their models (only the policy's, which every run reads)."""
+    proc = subprocess.run([sys.executable, "-c", BUILT], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT / "shared")})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == []

@@ -11,7 +11,7 @@ from typing import Any
 import boto3
 import pytest
 
-from functions.aws import common, launcher, sweeper
+from functions.aws import deployment, launcher, sweeper
 from jobplane.control import reconcile
 from jobplane.decide import check as check_decide
 from jobplane.deployment.context import Context as RunContext
@@ -52,9 +52,9 @@ class Inbox:
 def inbox(moto_aws: MotoAws, monkeypatch: pytest.MonkeyPatch) -> Iterator[Inbox]:
     box = Inbox()
     monkeypatch.setenv("JOBPLANE_NOTIFY_TOPIC", box.topic)
-    common._notifiers.clear()
+    deployment._notifiers.clear()
     yield box
-    common._notifiers.clear()
+    deployment._notifiers.clear()
 
 
 def data(envelope: dict[str, Any]) -> dict[str, Any]:
@@ -115,7 +115,7 @@ def test_idle_gpus_are_announced_once_per_attempt(moto_aws: MotoAws, inbox: Inbo
 
 def test_overlapping_reconcilers_announce_an_end_exactly_once(moto_aws: MotoAws, inbox: Inbox) -> None:
     report_exit(moto_aws, launch(moto_aws, "raced"), 0)
-    notify = Notify(common.notifier(Settings.from_env()), CountingMetrics())
+    notify = Notify(deployment.notifier(Settings.from_env()), CountingMetrics())
     runs = []
     for _ in range(3):  # three runs that listed and decided before any of them applied
         reg = Registry(moto_aws.registry.store, listeners=[notify.transition])
