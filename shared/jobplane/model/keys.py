@@ -407,11 +407,14 @@ class Held:
 
 
 def _parser(pattern: str) -> Callable[[str], tuple[str, ...] | None]:
-    """The groups of a key that is all of `pattern`, or None."""
-    compiled = re.compile(pattern)
+    """The groups of a key that is all of `pattern`, or None. Compiled on first use: a run parses a few kinds of
+    key, and compiling every pattern was most of this module's import."""
+    compiled: list[re.Pattern[str]] = []
 
     def groups(key: str) -> tuple[str, ...] | None:
-        found = compiled.fullmatch(key)
+        if not compiled:
+            compiled.append(re.compile(pattern))
+        found = compiled[0].fullmatch(key)
         return found.groups() if found else None
 
     return groups
