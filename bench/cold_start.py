@@ -3,7 +3,8 @@
 Each sample is a fresh interpreter with the environment the stack gives a Lambda (JOBPLANE_BUCKET,
 JOBPLANE_ROOT, POWERTOOLS_*, the region; fake credentials) that times one import with perf_counter, so
 interpreter start-up is left out of both sides. The baseline imports what any Powertools handler imports:
-boto3, Logger and Metrics, the EventBridge data classes with event_source, and LambdaContext. Targets run
+boto3, Logger and Metrics, the EventBridge data classes with event_source, and LambdaContext. The floor is the
+baseline plus the policy's module, which every run of every handler reads. Targets run
 in rounds, shuffled within each round, so a busy machine slows each side alike; the ratio is of medians.
 
 Moving an import into the handler only moves its cost to the first invocation, so with --invoke (on by
@@ -45,6 +46,9 @@ BASELINE = ("import boto3; "
             "from aws_lambda_powertools import Logger, Metrics; "
             "from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, event_source; "
             "from aws_lambda_powertools.utilities.typing import LambdaContext")
+# What every run of every handler imports besides: the policy (pydantic, PyYAML and its models; each run reads it). No
+# handler can import less than this without moving it into the first invocation, so it is timed as the floor.
+FLOOR = BASELINE + "; import jobplane.model.policy"
 # the stack's config/policy.yaml has this shape: the caps plus where the stack's VMs go (JSON is YAML)
 POLICY = json.dumps({"max_nodes_per_job": 8, "aws": {
     "instance_profile": "jobplane-vm", "subnets": ["subnet-0123456789abcdef0"],
@@ -92,8 +96,8 @@ def lambda_env(endpoint: str | None) -> dict[str, str]:
 
 
 def sample(target: str, env: dict[str, str], invoke: bool) -> dict[str, float]:
-    handler = target != "baseline"
-    imports = f"from functions.aws.{target} import handler" if handler else BASELINE
+    handler = target not in ("baseline", "floor")
+    imports = f"from functions.aws.{target} import handler" if handler else FLOOR if target == "floor" else BASELINE
     code = SAMPLE.format(root=str(ROOT), shared=str(ROOT / "shared"), imports=imports, invoke=invoke and handler,
                          region=REGION, mark=MARK)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT,
@@ -136,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
 
     server = idle_registry() if args.invoke else None
     env = lambda_env(server.url if server else None)
-    targets = ["baseline", *args.handlers]
+    targets = ["baseline", "floor", *args.handlers]
     samples: dict[str, list[dict[str, float]]] = {t: [] for t in targets}
     load_before = os.getloadavg()
     try:
@@ -169,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "baseline": {"imports": BASELINE, "import_ms": base},
+        "floor": {"imports": FLOOR, "import_ms": ms([s["import_s"] for s in samples["floor"]]),
+                  "ratio": round(ms([s["import_s"] for s in samples["floor"]]) / base, 2)},
         "handlers": handlers,
         "max_ratio": max(row["ratio"] for row in handlers.values()),
     }

@@ -37,6 +37,7 @@ SMOKE: dict[str, tuple[list[str], str, Check]] = {
     # imports are tests/control/launcher/test_cold_start.py's, and the script's default is every handler
     "cold_start.py": (["--rounds", "1", "--warmup", "0", "--handlers", "launcher"], "cold-start.json",
                       lambda d: set(d["handlers"]) == {"launcher"} and d["baseline"]["import_ms"] > 0
+                      and d["floor"]["import_ms"] > 0
                       and all(h["import_ms"] > 0 and h["modules_after_first_invocation"] > 0
                               for h in d["handlers"].values())),
     "gcp_idle.py": (["--runs", "1"], "gcp_idle.json",
