@@ -96,8 +96,9 @@ def lambda_env(endpoint: str | None) -> dict[str, str]:
 
 
 def sample(target: str, env: dict[str, str], invoke: bool) -> dict[str, float]:
-    handler = target not in ("baseline", "floor")
-    imports = f"from functions.aws.{target} import handler" if handler else FLOOR if target == "floor" else BASELINE
+    bare = {"baseline": BASELINE, "floor": FLOOR}
+    handler = target not in bare
+    imports = f"from functions.aws.{target} import handler" if handler else bare[target]
     code = SAMPLE.format(root=str(ROOT), shared=str(ROOT / "shared"), imports=imports, invoke=invoke and handler,
                          region=REGION, mark=MARK)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT,
@@ -156,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
 
     base = ms([s["import_s"] for s in samples["baseline"]])
+    floor = ms([s["import_s"] for s in samples["floor"]])
     handlers: dict[str, Any] = {}
     for name in args.handlers:
         got = samples[name]
@@ -173,8 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "baseline": {"imports": BASELINE, "import_ms": base},
-        "floor": {"imports": FLOOR, "import_ms": ms([s["import_s"] for s in samples["floor"]]),
-                  "ratio": round(ms([s["import_s"] for s in samples["floor"]]) / base, 2)},
+        "floor": {"imports": FLOOR, "import_ms": floor, "ratio": round(floor / base, 2)},
         "handlers": handlers,
         "max_ratio": max(row["ratio"] for row in handlers.values()),
     }

@@ -409,12 +409,13 @@ class Held:
 def _parser(pattern: str) -> Callable[[str], tuple[str, ...] | None]:
     """The groups of a key that is all of `pattern`, or None. Compiled on first use: a run parses a few kinds of
     key, and compiling every pattern was most of this module's import."""
-    compiled: list[re.Pattern[str]] = []
+    compiled: re.Pattern[str] | None = None
 
     def groups(key: str) -> tuple[str, ...] | None:
-        if not compiled:
-            compiled.append(re.compile(pattern))
-        found = compiled[0].fullmatch(key)
+        nonlocal compiled
+        if compiled is None:
+            compiled = re.compile(pattern)
+        found = compiled.fullmatch(key)
         return found.groups() if found else None
 
     return groups
