@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
-from jobplane.clouds.memory import MemoryStore
+from jobplane.clouds.memory import MemoryCompute, MemoryStore
 from jobplane.model import keys
 from jobplane.model.spec import parse_spec
 from jobplane.model.states import State
@@ -275,6 +276,26 @@ def test_cancel_of_a_queued_job_records_it_cancelled_and_consumes_the_drop(reg: 
     assert jobs.find(reg, "cancel-me").state == State.CANCELLED
     with pytest.raises(jobs.JobError, match="already CANCELLED"):
         jobs.cancel(reg, "cancel-me")
+
+
+def test_cancel_force_reports_the_vms_it_found_even_when_the_agent_powers_off_first(
+        reg: Registry, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    compute = MemoryCompute(clock.now)
+    drop(reg, "forced")
+    take(reg, "forced", clock.now())
+    vm, bystander = compute.add("forced", attempt=1), compute.add("other", attempt=1)
+    reg.transition("forced", State.LAUNCHING, expect={State.LAUNCHING}, instances=[vm])
+    reg.transition("forced", State.RUNNING)
+    stop = reg.request_stop
+
+    def agent_stops_at_once(job_id: str, **kwargs: Any) -> None:  # before the CLI could list the job's VMs
+        stop(job_id, **kwargs)
+        compute.reclaim(vm)
+
+    monkeypatch.setattr(reg, "request_stop", agent_stops_at_once)
+    done = jobs.cancel(reg, "forced", force=True, compute=lambda: compute)
+    assert done.started and done.record.state == State.CANCELLED and done.terminated == (vm,)
+    assert compute.state(vm) == "shutting-down" and [i.id for i in compute.list_managed()] == [bystander]
 
 
 def test_submit_plan_checks_the_spec_before_anything_is_uploaded(tmp_path) -> None:

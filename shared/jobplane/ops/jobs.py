@@ -563,7 +563,8 @@ def drained(reg: Registry, record: JobRecord | None, compute: Compute | None) ->
 @dataclass(frozen=True)
 class Cancelled:
     """What a cancel did: the record it left (CANCELLED), whether the job had started (its agents stop
-    gracefully) or not (before_launch: it never runs), and the VMs it terminated at once."""
+    gracefully) or not (before_launch: it never runs), and the VMs it terminated at once (force: one its agent
+    powered off meanwhile is among them: it is gone either way)."""
 
     record: JobRecord
     started: bool  # it was RUNNING (or past it): its agents stop gracefully
@@ -584,11 +585,15 @@ def cancel(reg: Registry, job_id: str, *, force: bool = False, compute: ComputeF
     - the launcher: it re-reads the record before each RunInstances, and terminates the VMs it just got if
       recording them is refused; if it recorded them first, the cancel's CAS (made while the job was still
       LAUNCHING) returns them, and the cancel terminates them (needs compute).
-    Either way no VM of a job cancelled before it ran survives. force terminates a running job's VMs too.
+    Either way no VM of a job cancelled before it ran survives. force terminates a running job's VMs too:
+    those listed before the stop request (its agents cannot have powered them off yet, so a fast agent does not
+    change what is reported) and those listed after the CAS (launched meanwhile).
     """
     view = find(reg, job_id)
     if view.terminal:
         raise JobError(f"job {job_id} is already {view.state}")
+    adapter = compute() if force and compute is not None else None
+    running = _job_vms(adapter, job_id) if adapter is not None else set()
     if view.record is None:
         if view.spec is None:
             raise JobError(f"job {job_id} is still in queue/ and its spec is invalid, so the launcher will "
@@ -606,9 +611,12 @@ def cancel(reg: Registry, job_id: str, *, force: bool = False, compute: ComputeF
     if view.drop:
         reg.delete(view.drop)  # the launcher may be reading it: its claim is refused, and it deletes it too
     doomed = set() if started else set(record.instances)  # launched by a launcher a step ahead
-    if (doomed or (force and record.instances)) and compute is not None:
-        adapter = compute()
-        if force:
-            doomed |= {i.id for i in adapter.list_managed() if i.job_id == job_id and not i.protected}
-        adapter.terminate(sorted(doomed))
+    if adapter is not None:
+        doomed |= running | _job_vms(adapter, job_id)
+    if doomed and compute is not None:
+        (adapter or compute()).terminate(sorted(doomed))
     return Cancelled(record, started, terminated=tuple(sorted(doomed)))
+
+
+def _job_vms(adapter: Compute, job_id: str) -> set[str]:
+    return {i.id for i in adapter.list_managed() if i.job_id == job_id and not i.protected}
