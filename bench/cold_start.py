@@ -1,11 +1,11 @@
 """Cold start of the AWS handlers: their import against bare boto3 + the Powertools pieces they use.
 
 Each sample is a fresh interpreter with the environment the stack gives a Lambda (JOBPLANE_BUCKET,
-JOBPLANE_ROOT, POWERTOOLS_*, the region; fake credentials) that times one import with perf_counter, so
-interpreter start-up is left out of both sides. The baseline imports what any Powertools handler imports:
-boto3, Logger and Metrics, the EventBridge data classes with event_source, and LambdaContext. The floor is the
-baseline plus the policy's module, which every run of every handler reads. Targets run
-in rounds, shuffled within each round, so a busy machine slows each side alike; the ratio is of medians.
+JOBPLANE_ROOT, POWERTOOLS_*, PYDANTIC_DISABLE_PLUGINS, the region; fake credentials) that times one import with
+perf_counter, so interpreter start-up is left out of both sides. The baseline imports what any Powertools
+handler imports: boto3, Logger and Metrics, the EventBridge data classes with event_source, and LambdaContext.
+The floor is the baseline plus the policy's module, which every run of every handler reads. Targets run in rounds,
+shuffled within each round, so a busy machine slows each side alike; the ratio is of medians.
 
 Moving an import into the handler only moves its cost to the first invocation, so with --invoke (on by
 default) each handler sample then runs its first "Scheduled Event" against moto's server in another
@@ -14,8 +14,8 @@ import + first invocation are reported too.
 
 What this leaves out: samples load cached bytecode (two unrecorded warm-up rounds write it), while the Lambda
 asset ships no .pyc, so on Lambda every bundled module (Powertools, pydantic, yaml, jobplane) is compiled at
-each cold start as well; and pydantic's first model scans every installed distribution for plugins, which
-costs more in this virtualenv than among the asset's few.
+each cold start as well. pydantic's plugin scan (every installed distribution's entry points, read at the first
+model) is off here as in the stack.
 
     .venv/bin/python bench/cold_start.py                  # 21 rounds, writes bench/results/cold-start.json
     .venv/bin/python bench/cold_start.py --rounds 41 --no-invoke
@@ -85,8 +85,9 @@ def lambda_env(endpoint: str | None) -> dict[str, str]:
     """What the stack sets on the functions (infra/aws/control_plane.py), the runtime's region, fake keys."""
     env = {"PATH": os.environ.get("PATH", ""), "JOBPLANE_BUCKET": BUCKET, "JOBPLANE_ROOT": "",
            "POWERTOOLS_SERVICE_NAME": "jobplane", "POWERTOOLS_METRICS_NAMESPACE": "jobplane",
-           "AWS_REGION": REGION, "AWS_DEFAULT_REGION": REGION, "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing", "AWS_EC2_METADATA_DISABLED": "true"}
+           "PYDANTIC_DISABLE_PLUGINS": "__all__", "AWS_REGION": REGION, "AWS_DEFAULT_REGION": REGION,
+           "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",
+           "AWS_EC2_METADATA_DISABLED": "true"}
     # the vend function's own (its roles and the data buckets): every handler gets them, as none reads another's
     env |= {"JOBPLANE_VM_ROLE_ARN": "arn:aws:iam::123456789012:role/jobplane-vm",
             "JOBPLANE_JOB_ROLE_ARN": "arn:aws:iam::123456789012:role/jobplane-job", "JOBPLANE_DATA_BUCKETS": ""}

@@ -15,6 +15,8 @@ locals {
     JOBPLANE_NOTIFY_TOPIC = google_pubsub_topic.notifications.id
     # where a job's agent asks for its job's credentials: every function that launches VMs tells them
     JOBPLANE_VEND_URL = local.vend_url
+    # no pydantic plugin is used: skip the scan of every installed distribution at each cold start's first model
+    PYDANTIC_DISABLE_PLUGINS = "__all__"
   }
   # The vend function's URL, known before it exists (its own env holds it: the audience of the VMs' tokens).
   vend_url = "https://${var.region}-${var.project}.cloudfunctions.net/jobplane-vend"

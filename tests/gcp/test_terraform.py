@@ -389,6 +389,7 @@ def test_notifications_go_to_a_topic_only_the_functions_publish_to(tf: dict[str,
     topic = tf["resource"]["google_pubsub_topic.notifications"]
     assert topic["name"] == "jobplane-jobs"
     assert tf["locals"]["env"]["JOBPLANE_NOTIFY_TOPIC"] == "${google_pubsub_topic.notifications.id}"
+    assert tf["locals"]["env"]["PYDANTIC_DISABLE_PLUGINS"] == "__all__"  # what the AWS functions are given too
     publish = tf["resource"]["google_pubsub_topic_iam_member.functions_publish"]
     assert (publish["topic"], publish["role"], publish["member"]) == ("${google_pubsub_topic.notifications.id}",
                                                                       "roles/pubsub.publisher",

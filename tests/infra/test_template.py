@@ -99,7 +99,7 @@ def test_four_functions_and_vend_arm64_newest_python_json_logs_xray_dlq(synth: S
         assert p["Handler"] == f"functions.aws.{name}.handler"
         env = p["Environment"]["Variables"]
         assert env["JOBPLANE_BUCKET"] == {"Ref": bucket_id(synth)}
-        assert env["POWERTOOLS_METRICS_NAMESPACE"] == "jobplane"
+        assert env["POWERTOOLS_METRICS_NAMESPACE"] == "jobplane" and env["PYDANTIC_DISABLE_PLUGINS"] == "__all__"
         assert p["LoggingConfig"]["LogGroup"]["Ref"] in synth.resources("AWS::Logs::LogGroup")
 
 
