@@ -20,7 +20,7 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
-from jobplane.model import accelerators, containers, images, sweepspec, yaml_input
+from jobplane.model import accelerators, containers, images, sweepspec
 from jobplane.model.bounds import (
     MAX_BOOT_TIMEOUT,
     MAX_DEBUG_HOLD,
@@ -498,6 +498,8 @@ def _clashes(raw: dict[str, Any]) -> list[FieldError]:
 
 def parse_spec(text: str | bytes, job_id: str | None = None, source: str = "spec") -> JobSpec:
     """Validate a spec document. job_id is the queue file's stem, when there is one."""
+    from jobplane.model import yaml_input  # PyYAML, for specs read as text: the vend function reads only records
+
     raw = yaml_input.load_document(text, source)
     errors = _cross_checks(raw) + _clashes(raw) + _retry_checks(raw)
     if job_id is not None:

@@ -40,9 +40,9 @@ NOT_AT_IMPORT = {
     "rerun": ("jobplane.control.launcher", "jobplane.decide.check", "jobplane.decide.uptime",
               "jobplane.model.metrics"),
     "uptime_cap": ("jobplane.control.launcher", "jobplane.decide.rerun"),
-    # a job's credentials: no policy, no VM driven, no control run
+    # a job's credentials: no policy, no VM driven, no control run, no YAML (it reads records)
     "vend": ("jobplane.model.policy", "jobplane.clouds.aws", "jobplane.deployment", "jobplane.control",
-             "jobplane.decide.model", "functions.aws.deployment"),
+             "jobplane.decide.model", "functions.aws.deployment", "yaml", "jobplane.model.yaml_input"),
 }
 # A job's record and spec models: built when a run reads or writes a record (the registry imports them then), so
 # a run that only lists (an idle backstop, a check of healthy jobs) never builds them. The sweeps' engine (a sweep's
@@ -50,10 +50,10 @@ NOT_AT_IMPORT = {
 RECORD_MODELS = ("jobplane.model.jobrecord", "jobplane.model.spec", "jobplane.model.sweepspec")
 LISTING_ONLY = CONTROL
 # Every run needs these: they stay at import (Lambda's init), where deferring them would only move the cost. A
-# control run reads the policy; a vend run reads the job's record.
+# control run reads the policy (YAML); a vend run reads the job's record (JSON).
 EVERY_RUN = {name: ("pydantic", "yaml", "jobplane.model.policy", "jobplane.store.registry", "jobplane.clouds.aws",
                     "jobplane.clouds.s3") for name in CONTROL}
-EVERY_RUN["vend"] = ("pydantic", "yaml", "jobplane.model.jobrecord", "jobplane.store.registry", "jobplane.clouds.s3",
+EVERY_RUN["vend"] = ("pydantic", "jobplane.model.jobrecord", "jobplane.store.registry", "jobplane.clouds.s3",
                      "jobplane.clouds.aws_vend")
 
 PROBE = r"""
