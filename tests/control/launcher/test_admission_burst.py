@@ -25,6 +25,7 @@ from jobplane.control import launcher
 from jobplane.model import keys
 from jobplane.model.admission import AdmissionRecord
 from jobplane.model.states import State
+from jobplane.store import admission as records
 from tests.control.reconcile.day import Day
 
 pytestmark = pytest.mark.timeout(300)
@@ -164,6 +165,12 @@ def test_two_owners_sharing_a_deployment_cap_never_pass_it(day: Day, watch: Watc
     day.reg.put(keys.POLICY, CAPPED)
     queued = drops(day, {"team-a": 20, "team-b": 20})
     burst(day, monkeypatch, queued)
+    assert watch.most_in_all <= 6 and max(watch.most.values()) <= 4
+    # A run may take a deployment slot, then meet earlier jobs of its owner waiting in the owner's line (they found
+    # the cap full while it held the slot) and give the slot back: the burst then launches fewer than 6, and the
+    # next scheduled pass admits the lines in order. Either way the cap is full after that pass, and never passed.
+    day.clock.advance(60)
+    day.backstop()
     assert len(day.compute.launches) == 6 and watch.most_in_all == 6 and max(watch.most.values()) <= 4
     capped = AdmissionRecord.parse(day.reg.get_bytes(keys.ADMISSION_DEPLOYMENT))
     assert len(capped.reservations) == 6 and capped.waiting == (), "the owners' lines keep the waiting, not the cap"
@@ -173,6 +180,37 @@ def test_two_owners_sharing_a_deployment_cap_never_pass_it(day: Day, watch: Watc
     # other's line empties depends on which slots free first, so only the bounds are the claim
     assert watch.most_in_all == 6 and max(watch.most.values()) <= 4
     ran_once_each(day, job_ids)
+
+
+def test_a_deployment_slot_given_back_to_an_owners_line_is_taken_at_the_next_pass(
+        day: Day, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The interleaving the burst may meet, forced: b-01 holds the deployment's last slot when b-00 arrives, finds
+    the cap full and waits in team-b's line; b-01's owner write then finds b-00 ahead of it, so b-01 waits too and
+    gives the slot back. Nothing runs in it until the next scheduled pass, which admits b-00 first."""
+    day.reg.put(keys.POLICY, CAPPED)
+    dropped = drops(day, {"team-a": 4, "team-c": 1, "team-b": 2})
+    queued = {keys.parse_drop(k).job_id: k for k in dropped}  # type: ignore[union-attr]
+    for job_id in ("team-a-00", "team-a-01", "team-a-02", "team-a-03", "team-c-00"):
+        launcher.handle_drop(day.context(), queued[job_id], now=day.clock())
+    real, arrived = records.change, []
+
+    def change(objects: Any, key: str, fn: Any) -> Any:
+        if key == keys.admission_owner("team-b") and not arrived:  # b-01, between the deployment's write and this
+            arrived.append("team-b-00")
+            assert launcher.handle_drop(day.context(), queued["team-b-00"], now=day.clock()).result == \
+                launcher.Result.WAITING
+        return real(objects, key, fn)
+
+    monkeypatch.setattr(records, "change", change)
+    assert launcher.handle_drop(day.context(), queued["team-b-01"], now=day.clock()).result == launcher.Result.WAITING
+    monkeypatch.setattr(records, "change", real)
+    assert len(day.compute.launches) == 5 and arrived == ["team-b-00"]
+    assert {day.job(j).state for j in ("team-b-00", "team-b-01")} == {State.WAITING_CAPACITY}
+    assert AdmissionRecord.parse(day.reg.get_bytes(keys.ADMISSION_DEPLOYMENT)).used() == 5
+    day.clock.advance(60)
+    day.backstop()
+    assert [r.job_id for r in day.compute.launches[5:]] == ["team-b-00"] and day.job("team-b-01").state == \
+        State.WAITING_CAPACITY
 
 
 class Crashes:
