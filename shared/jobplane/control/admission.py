@@ -4,12 +4,14 @@ the registry releases it when the attempt ends (Registry.transition); the schedu
 died between its writes left behind.
 
 With a deployment-wide cap the deployment's record is written first, then the owner's; an owner's refusal takes
-the deployment's reservation back. Each record alone never holds more than its limit, whatever runs at once. The
+the deployment's reservation back (and says so: the launcher then admits in order, as others may have found the
+cap full while it was held). Each record alone never holds more than its limit, whatever runs at once. The
 owner's budget is decided in the owner's write, on the record it reads anyway (jobplane.decide.budget).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from datetime import datetime, timedelta
@@ -65,7 +67,7 @@ def admit(objects: RootedStore, record: JobRecord, policy: Policy, now: datetime
         return None
     for held in taken:
         records.drop(objects, held, {record.id})
-    return full
+    return dataclasses.replace(full, gave_back=bool(taken))
 
 
 def _rate(record: JobRecord, policy: Policy) -> float | None:

@@ -389,9 +389,22 @@ def _launch(ctx: Context, compute: Compute, record: JobRecord, *, now: datetime)
         return _launched(ctx, compute, record, request, [(i.id, i.private_ip, i.zone) for i in instances], now,
                          [f"{t.where}: {t.error}" for t in snap.tried],
                          attempt_usage(compute, request, instances, ctx.policy, now), fallback=step.fallback)
-    if isinstance(planned, launch_decide.Wait):
-        return _wait(reg, record, planned, now)
-    return _fail(ctx, record, now, planned)
+    after = _wait(reg, record, planned, now) if isinstance(planned, launch_decide.Wait) else \
+        _fail(ctx, record, now, planned)
+    if over is not None and over.gave_back:
+        _pass_on(ctx, now)
+    return after
+
+
+def _pass_on(ctx: Context, now: datetime) -> None:
+    """Admit in order after giving a deployment-wide slot back: runs that found the cap full while this one held it
+    wait in their owners' lines, and would otherwise wait for the next scheduled pass."""
+    from jobplane.control import admission  # only a run that frees a slot admits in order
+
+    try:
+        admit_in_order(ctx, admission.owners(ctx.registry), now)
+    except Exception:  # this run's own job is recorded; the scheduled pass admits them
+        log.exception("admitting in order after giving a slot back failed")
 
 
 def _after(ctx: Context, record: JobRecord, now: datetime) -> JobRecord | None:

@@ -40,6 +40,7 @@ class Full:
 
     reason: str
     budget: bool = False  # its owner's budget stops it (jobplane.decide.budget), not the nodes in use
+    gave_back: bool = False  # its owner refused it after a deployment-wide cap admitted it: that slot is free again
 
 
 def admit(record: AdmissionRecord, want: Reservation, quota: Quota) -> tuple[AdmissionRecord | None, Full | None]:
