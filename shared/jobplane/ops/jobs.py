@@ -592,14 +592,14 @@ def cancel(reg: Registry, job_id: str, *, force: bool = False, compute: ComputeF
     view = find(reg, job_id)
     if view.terminal:
         raise JobError(f"job {job_id} is already {view.state}")
-    adapter = compute() if force and compute is not None else None
-    running = _job_vms(adapter, job_id) if adapter is not None else set()
     if view.record is None:
         if view.spec is None:
             raise JobError(f"job {job_id} is still in queue/ and its spec is invalid, so the launcher will "
                            f"reject it: {view.reason}")
         with contextlib.suppress(JobExists):  # the launcher recorded it meanwhile: cancel that record
             reg.create_job(job_id, view.spec)
+    adapter = compute() if force and compute is not None else None
+    running = _job_vms(adapter, job_id) if adapter is not None else set()
     reg.request_stop(job_id, by=records.StopBy.CLI, reason="cancel", now=utcnow())
     try:  # the state at the CAS decides, not the one find() saw
         record = reg.transition(job_id, State.CANCELLED, expect=NOT_STARTED, reason="cancelled by the user "
