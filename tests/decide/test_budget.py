@@ -10,7 +10,7 @@ import pytest
 from jobplane.decide import admission, budget
 from jobplane.model.admission import AdmissionRecord, Reservation
 from jobplane.model.errors import SpecError
-from jobplane.model.policy import Policy, parse_policy
+from jobplane.model.policy import Policy, parse_policy, policy_from
 from jobplane.model.usage import AttemptUsage, InstanceSpan
 
 NOW = datetime(2026, 11, 30, 23, 0, tzinfo=UTC)
@@ -18,7 +18,7 @@ QUOTA = admission.Quota(4, "owner 'team-a'", "max_active_instances_per_owner")
 
 
 def policy(on_exceeded: str = "refuse") -> Policy:
-    return Policy.model_validate({"budgets": {"monthly_usd": {"team-a": 100}, "on_exceeded": on_exceeded}})
+    return policy_from({"budgets": {"monthly_usd": {"team-a": 100}, "on_exceeded": on_exceeded}})
 
 
 def held(job_id: str, attempt: int = 1, at: datetime = NOW, rate: float | None = 6.0) -> Reservation:
@@ -87,8 +87,8 @@ def test_with_wait_a_freed_slot_skips_the_lines_of_owners_at_their_budget() -> N
 
 
 @pytest.mark.parametrize(("text", "field"), [
-    ("budgets: {monthly_usd: {team-a: 0}}", "budgets.monthly_usd"),
-    ("budgets: {monthly_usd: {team-a: 2e9}}", "budgets.monthly_usd"),
+    ("budgets: {monthly_usd: {team-a: 0}}", "budgets.monthly_usd.team-a"),
+    ("budgets: {monthly_usd: {team-a: 2e9}}", "budgets.monthly_usd.team-a"),
     ("budgets: {monthly_usd: {Team A: 5}}", "budgets.monthly_usd.Team A"),
     ("budgets: {warn_at_percent: 0}", "budgets.warn_at_percent"),
     ("budgets: {warn_at_percent: 101}", "budgets.warn_at_percent"),

@@ -27,7 +27,7 @@ from jobplane.model.spec import parse_spec
 from jobplane.model.states import State
 from jobplane.settings import Settings
 from jobplane.store.registry import Registry
-from tests.gcp.conftest import PLACEMENT, PROJECT, REGION
+from tests.gcp.conftest import PLACEMENT, PLACEMENT_DOC, PROJECT, REGION
 from tests.gcp.fakes import ComputeFake
 from tests.helpers import publish_agent_manifest
 from tests.moto_aws import BUCKET, MotoAws
@@ -99,7 +99,7 @@ def test_on_compute_engine_each_deployment_sweeps_only_its_own_vms(gce_fake: Com
     regs = []
     for settings in (PROD, STAGING):
         reg = Registry(store, settings.root)
-        reg.put_json("config/policy.yaml", {"gcp": PLACEMENT.model_dump(exclude_none=True)})
+        reg.put_json("config/policy.yaml", {"gcp": PLACEMENT_DOC})
         publish_agent_manifest(reg, "gcp")
         regs.append((reg, GceCompute(PROJECT, REGION, placement=PLACEMENT, endpoint=gce_fake.endpoint,
                                      operation_timeout=30, deployment=settings.deployment)))

@@ -14,7 +14,7 @@ from jobplane.clouds.gcs import GcsStore
 from jobplane.deployment.context import Context
 from jobplane.deployment.telemetry import CountingMetrics, Metrics
 from jobplane.local.fake_gcs import FakeGcsServer
-from jobplane.model.policy import GcpPlacement
+from jobplane.model.policy import policy_from
 from jobplane.store.registry import Registry
 from tests.gcp.fakes import ComputeFake
 from tests.helpers import publish_agent_manifest
@@ -22,8 +22,9 @@ from tests.helpers import publish_agent_manifest
 PROJECT, REGION, BUCKET = "jobplane-local", "us-central1", "jobplane-gcp-test"
 DEPLOYMENT = f"{BUCKET}/reg"  # Settings.deployment of the functions' environment below
 IMAGE = "projects/debian-cloud/global/images/family/debian-12"
-PLACEMENT = GcpPlacement(service_account="vm@jobplane-local.iam.gserviceaccount.com", default_image=IMAGE,
-                         subnetwork="regions/us-central1/subnetworks/jobplane")
+PLACEMENT_DOC = {"service_account": "vm@jobplane-local.iam.gserviceaccount.com", "default_image": IMAGE,
+                 "subnetwork": "regions/us-central1/subnetworks/jobplane"}  # the policy's gcp section
+PLACEMENT = policy_from({"gcp": PLACEMENT_DOC}).gcp
 
 
 @pytest.fixture
@@ -74,7 +75,7 @@ def cloud(compute_fake: ComputeFake, gcs_fake: FakeGcsServer, monkeypatch: pytes
                         "JOBPLANE_CLOUD": "gcp", "JOBPLANE_COMPUTE_ENDPOINT": compute_fake.endpoint}.items():
         monkeypatch.setenv(name, value)
     registry = Registry(GcsStore(BUCKET), "reg")
-    registry.put_json("config/policy.yaml", {"gcp": PLACEMENT.model_dump(exclude_none=True)})
+    registry.put_json("config/policy.yaml", {"gcp": PLACEMENT_DOC})
     publish_agent_manifest(registry, "gcp")
     gce = GceCompute(PROJECT, REGION, placement=PLACEMENT, endpoint=compute_fake.endpoint, operation_timeout=30,
                      deployment=DEPLOYMENT)

@@ -19,7 +19,7 @@ from jobplane.model import images, keys
 from jobplane.model.clock import utcnow
 from jobplane.model.jobrecord import JobRecord
 from jobplane.model.states import State
-from tests.gcp.conftest import PLACEMENT, PROJECT, GcpCloud
+from tests.gcp.conftest import PLACEMENT, PLACEMENT_DOC, PROJECT, GcpCloud
 from tests.gcp.fakes import ComputeFake
 from tests.gcp.helpers import request
 
@@ -30,7 +30,7 @@ N1 = "run: python3 train.py\ncloud: gcp\ninstance_type: n1-standard-8\nzones: [u
 
 def submit(cloud: GcpCloud, job_id: str, spec: str) -> JobRecord:
     """The launcher on the drop's event, with a policy that names a GPU image beside the CPU one."""
-    policy = {"gcp": {**PLACEMENT.model_dump(exclude_none=True), "default_gpu_image": images.DEFAULT_GPU}}
+    policy = {"gcp": {**PLACEMENT_DOC, "default_gpu_image": images.DEFAULT_GPU}}
     cloud.registry.put_json("config/policy.yaml", policy)
     key = keys.queue_entry(job_id)
     cloud.registry.put(key, spec.encode(), "application/yaml")

@@ -14,7 +14,7 @@ from jobplane.decide import launch as launch_decide
 from jobplane.model import accelerators, images
 from jobplane.model.errors import SpecError
 from jobplane.model.jobrecord import JobRecord
-from jobplane.model.policy import Policy
+from jobplane.model.policy import Policy, policy_from
 from jobplane.model.spec import JobSpec, known_fields, parse_spec, spec_to_json
 from jobplane.model.states import State
 
@@ -100,7 +100,7 @@ def test_spot_true_false_and_the_fallback_mapping() -> None:
 
 
 def test_accelerators_pick_the_gpu_image_and_attach_only_on_n1() -> None:
-    policy = Policy.model_validate({"gcp": {"default_image": "debian-12", "default_gpu_image": "ubuntu-24.04-gpu"}})
+    policy = policy_from({"gcp": {"default_image": "debian-12", "default_gpu_image": "ubuntu-24.04-gpu"}})
     gpu, cpu = (parse_spec(GCE + "instance_type: n1-standard-8\n" + extra) for extra in ("accelerators: T4:2\n", ""))
     assert policy.image(gpu, "n1-standard-8") == "ubuntu-24.04-gpu"
     assert policy.image(cpu, "n1-standard-8") == "debian-12"

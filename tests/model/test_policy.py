@@ -74,3 +74,43 @@ def test_the_deployment_cap_is_bounded_and_a_job_that_can_never_fit_it_is_refuse
     assert [str(e) for e in check_against_policy(spec, parse_policy("max_active_instances: 6\n"))] == [
         "num_nodes: 8 nodes can never fit the deployment's cap of 6 active instances (max_active_instances)"]
     assert parse_policy(None).max_active_instances is None
+
+
+def test_numbers_and_flags_read_as_a_yaml_file_writes_them() -> None:
+    """PyYAML (YAML 1.1) gives `1e6` as a string; a whole number may be written 8.0 or "8"; a flag yes or on."""
+    policy = parse_policy("budgets: {monthly_usd: {team-a: 1e6}}\nmax_nodes_per_job: '8'\n"
+                          "safety: {max_terminations_per_run: 5.0, dry_run: on}\naccess: {ssh: yes}\n")
+    assert policy.budgets.monthly_usd == {"team-a": 1e6} and policy.max_nodes_per_job == 8
+    assert policy.safety.max_terminations_per_run == 5 and policy.safety.dry_run and policy.access.ssh
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("max_nodes_per_job: true", "max_nodes_per_job: should be a whole number, got true/false True"),
+    ("max_nodes_per_job: 1.5", "max_nodes_per_job: should be a whole number, got a number 1.5"),
+    ("max_nodes_per_job: " + "9" * 40, "max_nodes_per_job: should be at most 100000, got 999999999999999999999..."),
+    ("idle_gpu: {threshold: .nan}", "idle_gpu.threshold: should be a number, got a number nan"),
+    ("prices: {g5.xlarge: 1e400}", "prices.g5.xlarge: should be a number, got a string '1e400'"),
+    ("owner_weights: {team-a: 0}", "owner_weights.team-a: should be more than 0, got 0"),
+    ("access: {ssh: maybe}", "access.ssh: should be true or false, got a string 'maybe'"),
+    ("idle_gpu: {action: kill}", "idle_gpu.action: should be one of 'warn', 'stop', 'off', got 'kill'"),
+    ("aws: {subnets: subnet-1}", "aws.subnets: should be a list, got a string"),
+    ("aws: {subnets: [subnet-1, 7]}", "aws.subnets[1]: should be a string, got a whole number"),
+    ("aws: {instance_profile: " + "x" * 2049 + "}", "aws.instance_profile: should have at most 2048 characters, "
+                                                    "got 2049"),
+    ("priority_classes: {high: {owners: [a]}}", "priority_classes.high.value: required field is missing"),
+    ("priority_classes: {High: {value: 1}}", "priority_classes.High: 'High' is not a valid name (it should match "
+                                             "^[a-z][a-z0-9_-]{0,62}$)"),
+    ("safety: 5", "safety: should be a mapping of fields, got a whole number"),
+])
+def test_each_problem_names_its_field_and_what_is_allowed(text: str, problem: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_policy(text)
+    assert [str(e) for e in info.value.errors] == [problem]
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    with pytest.raises(SpecError) as info:
+        parse_policy("max_nodes_per_job: 0\nbudgets: {monthly_usd: {Team: 1, team-b: -1}}\nidle_gpu: {window: 2d}\n"
+                     "colour: blue\n")
+    assert sorted(e.path for e in info.value.errors) == [
+        "budgets.monthly_usd.Team", "budgets.monthly_usd.team-b", "colour", "idle_gpu.window", "max_nodes_per_job"]

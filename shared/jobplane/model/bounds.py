@@ -1,19 +1,14 @@
-"""The bounds a job spec and the policy share: durations (their type, parsing and ceilings) and attempts.
+"""The bounds a job spec and the policy share: durations (parsing and ceilings) and attempts.
 
-Apart from spec.py so that the policy, which every handler run reads, is validated without building the
-spec's models (a scheduled run that finds nothing to launch or check never needs them).
+Apart from spec.py and free of pydantic so that the policy, which every handler run reads, is validated without
+pydantic (jobplane.model.checked); the spec's duration type is jobplane.model.specfields.Duration.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Annotated, Any, Final
-
-from pydantic import BeforeValidator, GetCoreSchemaHandler, GetJsonSchemaHandler, ValidationInfo, WithJsonSchema
-from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import CoreSchema, core_schema
+from typing import Final
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION_RE = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
@@ -55,49 +50,6 @@ MAX_BOOT_TIMEOUT = DAY  # the VM fetches its agent by URLs that live this long a
 MAX_STOP_GRACE = 3600  # a Spot notice gives 2 minutes (EC2) or 30 s (GCE) anyway
 MAX_DEBUG_HOLD = DAY  # a FAILED attempt's VMs kept for a look: they bill all along
 STORED: Final[Mapping[str, bool]] = {"stored": True}  # the validation context of a spec read back from a record
-
-
-def _stored(info: ValidationInfo) -> bool:
-    return isinstance(info.context, Mapping) and bool(info.context.get("stored"))
-
-
-Duration = Annotated[
-    int,
-    BeforeValidator(parse_duration),
-    WithJsonSchema(
-        {
-            "anyOf": [
-                {"type": "integer", "minimum": 1},
-                {"type": "string", "pattern": r"^\s*\d+\s*[smhd]?\s*$"},
-            ],
-            "description": "seconds, or a number with unit s, m, h or d",
-        }
-    ),
-]
-
-
-@dataclass(frozen=True)
-class AtMost:
-    """A duration's ceiling, as `Annotated[Duration, AtMost(MAX_WAIT)]`: a new spec (or policy) over it is refused
-    naming the field; a spec read back from a record (context STORED) is read as it was accepted, so a job recorded
-    before a ceiling stays readable, and the decisions bound what they take from it."""
-
-    seconds: int
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
-        return core_schema.with_info_after_validator_function(self._check, handler(source))
-
-    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
-        out = dict(handler(schema))
-        seconds, text = out["anyOf"]
-        out["anyOf"] = [{**seconds, "maximum": self.seconds}, text]
-        out["description"] = f"{out['description']}; at most {format_duration(self.seconds)}"
-        return out
-
-    def _check(self, value: int, info: ValidationInfo) -> int:
-        if value > self.seconds and not _stored(info):
-            raise ValueError(f"{format_duration(value)} is more than the ceiling of {format_duration(self.seconds)}")
-        return value
 
 
 MAX_RESTARTS = 100

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from jobplane.model import accelerators, images
 from jobplane.model.bounds import (
@@ -15,158 +14,180 @@ from jobplane.model.bounds import (
     MAX_RUNTIME,
     MAX_STALL_TIMEOUT,
     MAX_WAIT,
-    AtMost,
-    Duration,
     format_duration,
 )
-from jobplane.model.errors import FieldError, SpecError, from_validation_error
+from jobplane.model.checked import (
+    build,
+    checked,
+    duration,
+    flag,
+    items,
+    mapping,
+    nested,
+    number,
+    one_of,
+    optional,
+    text,
+    whole,
+)
+from jobplane.model.errors import FieldError
 from jobplane.model.yaml_input import load_document
 
 if TYPE_CHECKING:
     from jobplane.model.spec import JobSpec  # annotations only: reading the policy builds no spec model
 
-Grace = Annotated[Duration, AtMost(DAY)]  # the safety graces and the idle-GPU window: a day at most
+GRACE = duration(DAY)  # the safety graces and the idle-GPU window: a day at most
+OWNER = r"^[a-z][a-z0-9_-]{0,62}$"  # an owner's or a priority class's name, as a spec's owner
+INSTANCE_TYPE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+NAME = text(2048)  # ids, names and ARNs (an IAM ARN is at most 2,048 characters)
+NAMES = items(NAME, 100)
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class _Images(_Model):
-    """The default images of one cloud: an alias or a raw image, for CPU and for GPU instance types."""
-
-    cloud: ClassVar[str] = "aws"
-    default_image: str = Field(images.DEFAULT_CPU, description="image for specs without one (CPU instance types)")
-    default_gpu_image: str | None = Field(None, description="image for specs without one on GPU instance types; "
-                                                            f"unset: default_image if set, else {images.DEFAULT_GPU}")
-
-    @field_validator("default_image", "default_gpu_image")
-    @classmethod
-    def _known(cls, value: str | None) -> str | None:
-        if value is not None and (problem := images.image_problem(cls.cloud, value)):
+def _image(cloud: str) -> Any:
+    def check(value: Any, path: str) -> str:
+        value = NAME(value, path)
+        if problem := images.image_problem(cloud, value):
             raise ValueError(problem)
-        return value
+        return str(value)
+    return optional(check)
+
+
+class _Images:
+    """The default images of one cloud: an alias or a raw image, for CPU and for GPU instance types (unset:
+    images.DEFAULT_CPU; for GPUs default_image if set, else images.DEFAULT_GPU)."""
+
+    cloud: ClassVar[str]
+    default_image: str | None
+    default_gpu_image: str | None
 
     def default_for(self, instance_type: str, gpu: bool = False) -> str:
         """The default image for this instance type, or for GPUs attached to it (gpu: the spec's
         `accelerators`); an older policy's lone default_image serves both."""
         if not (gpu or images.has_gpu(self.cloud, instance_type)):
-            return self.default_image
-        if self.default_gpu_image:
-            return self.default_gpu_image
-        return self.default_image if "default_image" in self.model_fields_set else images.DEFAULT_GPU
+            return self.default_image or images.DEFAULT_CPU
+        return self.default_gpu_image or self.default_image or images.DEFAULT_GPU
 
 
+@dataclass(frozen=True)
 class AwsPlacement(_Images):
     """Where and as whom EC2 instances run (created by the CDK stack), and from which images."""
 
-    instance_profile: str | None = Field(None, description="instance profile name or ARN for the VMs")
-    subnets: list[str] = Field(default_factory=list, description="subnet ids, tried in order")
-    security_groups: list[str] = Field(default_factory=list)
-    public_ip: bool | None = Field(None, description="ask for a public IPv4 address per VM (egress through an "
-                                                      "internet gateway); None: the subnet's own setting")
-    placement_group: str | None = Field(None, description="cluster placement group for multi-node jobs")
-    key_name: str | None = None
+    cloud: ClassVar[str] = "aws"
+    default_image: str | None = checked(_image("aws"), None)
+    default_gpu_image: str | None = checked(_image("aws"), None)
+    instance_profile: str | None = checked(optional(NAME), None)  # instance profile name or ARN for the VMs
+    subnets: list[str] = checked(NAMES, factory=list)  # subnet ids, tried in order
+    security_groups: list[str] = checked(NAMES, factory=list)
+    # ask for a public IPv4 address per VM (egress through an internet gateway); None: the subnet's own setting
+    public_ip: bool | None = checked(optional(flag), None)
+    placement_group: str | None = checked(optional(NAME), None)  # cluster placement group for multi-node jobs
+    key_name: str | None = checked(optional(NAME), None)
 
 
+@dataclass(frozen=True)
 class GcpPlacement(_Images):
     cloud: ClassVar[str] = "gcp"
-    project: str | None = None
-    service_account: str | None = Field(None, description="service account e-mail for the VMs")
-    network: str | None = None
-    subnetwork: str | None = None
+    default_image: str | None = checked(_image("gcp"), None)
+    default_gpu_image: str | None = checked(_image("gcp"), None)
+    project: str | None = checked(optional(NAME), None)
+    service_account: str | None = checked(optional(NAME), None)  # service account e-mail for the VMs
+    network: str | None = checked(optional(NAME), None)
+    subnetwork: str | None = checked(optional(NAME), None)
 
 
-class SafetyPolicy(_Model):
+@dataclass(frozen=True)
+class SafetyPolicy:
     """Limits on what the reconcilers may terminate in one run."""
 
-    dry_run: bool = Field(False, description="decide and log, apply nothing")
-    max_terminations_per_run: int = Field(20, ge=0)
-    max_terminations_percent: int = Field(50, ge=0, le=100, description="of managed instances, per run")
-    orphan_grace: Grace = Field(600, description="never terminate an orphan younger than this")
-    stop_grace: Grace = Field(600, description="stop request this long before the uptime cap")
+    dry_run: bool = checked(flag, False)  # decide and log, apply nothing
+    max_terminations_per_run: int = checked(whole(0, 100_000), 20)
+    max_terminations_percent: int = checked(whole(0, 100), 50)  # of managed instances, per run
+    orphan_grace: int = checked(GRACE, 600)  # never terminate an orphan younger than this
+    stop_grace: int = checked(GRACE, 600)  # stop request this long before the uptime cap
 
 
-class IdleGpuPolicy(_Model):
+@dataclass(frozen=True)
+class IdleGpuPolicy:
     """A RUNNING job whose GPUs sit idle: every rank's mean GPU utilization over `window` under `threshold`."""
 
-    window: Grace = Field(30 * 60, description="the agent averages each rank's GPU utilization over this")
-    threshold: float = Field(5.0, ge=0, le=100, description="percent: a mean under it is idle")
-    action: Literal["warn", "stop", "off"] = Field(
-        "warn", description="warn: an event, a metric and a notification, once per attempt; stop: that, then a "
-                            "graceful stop (the job ends STALLED, the reason says idle GPU); off: not watched")
+    window: int = checked(GRACE, 30 * 60)  # the agent averages each rank's GPU utilization over this
+    threshold: float = checked(number(0, 100), 5.0)  # percent: a mean under it is idle
+    # warn: an event, a metric and a notification, once per attempt; stop: that, then a graceful stop (the job ends
+    # STALLED, the reason says idle GPU); off: not watched
+    action: str = checked(one_of("warn", "stop", "off"), "warn")
 
 
-class AccessPolicy(_Model):
+@dataclass(frozen=True)
+class AccessPolicy:
     """How people reach a running job's VMs. Who may is the platform team's IAM decision (docs/operations.md)."""
 
-    ssh: bool = Field(False, description="`jobplane ssh`: a shell in a job's VM (AWS: SSM Session Manager, GCP: IAP "
-                                         "TCP forwarding; the deployment must allow it too)")
+    # `jobplane ssh`: a shell in a job's VM (AWS: SSM Session Manager, GCP: IAP TCP forwarding; the deployment must
+    # allow it too)
+    ssh: bool = checked(flag, False)
 
 
-class PriorityClass(_Model):
-    """A priority a spec may name (`priority:`): its number, and which owners may use it."""
+@dataclass(frozen=True)
+class PriorityClass:
+    """A priority a spec may name (`priority:`): its number (higher goes first within an owner's quota), and which
+    owners may use it (unset: all)."""
 
-    value: int = Field(ge=-1_000_000, le=1_000_000, description="higher goes first within an owner's quota")
-    owners: list[str] | None = Field(None, max_length=1000, description="the owners who may use it; unset: all")
+    value: int = checked(whole(-1_000_000, 1_000_000))
+    owners: list[str] | None = checked(optional(items(text(63), 1000)), None)
 
 
-class BudgetPolicy(_Model):
+@dataclass(frozen=True)
+class BudgetPolicy:
     """Dollars each owner may spend a calendar month (UTC), by jobplane's estimate of instance time (as `jobplane
     cost` estimates it)."""
 
-    monthly_usd: dict[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,62}$")],
-                      Annotated[float, Field(gt=0, le=1e9)]] = Field(
-        default_factory=dict, max_length=1000, description="owner -> USD a month; an owner not named has no budget")
-    warn_at_percent: int = Field(80, ge=1, le=100, description="a notification, once an owner a month, when its "
-                                                               "spend reaches this percent of its budget")
-    on_exceeded: Literal["refuse", "wait"] = Field(
-        "refuse", description="a new job of an owner at or past its budget: refuse (it ends FAILED with the figures) "
-                              "or wait in its owner's line until the next month (or its max_wait)")
+    # owner -> USD a month; an owner not named has no budget
+    monthly_usd: dict[str, float] = checked(mapping(OWNER, number(0, 1e9, above=True), 1000), factory=dict)
+    # a notification, once an owner a month, when its spend reaches this percent of its budget
+    warn_at_percent: int = checked(whole(1, 100), 80)
+    # a new job of an owner at or past its budget: refuse (it ends FAILED with the figures) or wait in its owner's
+    # line until the next month (or its max_wait)
+    on_exceeded: str = checked(one_of("refuse", "wait"), "refuse")
 
     def limit(self, owner: str) -> float | None:
         return self.monthly_usd.get(owner)
 
 
-class Policy(_Model):
-    allowed_instance_types: list[str] = Field(default_factory=lambda: ["*"], description="glob patterns")
-    max_nodes_per_job: int = Field(16, ge=1)
-    default_max_runtime: Annotated[Duration, AtMost(MAX_RUNTIME)] = 24 * 3600
-    max_runtime_ceiling: Annotated[Duration, AtMost(MAX_RUNTIME)] = 7 * DAY
-    default_max_wait: Annotated[Duration, AtMost(MAX_WAIT)] = 2 * DAY
-    max_wait_ceiling: Annotated[Duration, AtMost(MAX_WAIT)] = Field(
-        14 * DAY, description="a spec's max_wait above it is refused; no attempt of a job starts after it")
-    max_attempts_per_job: int = Field(
-        20, ge=1, le=MAX_ATTEMPTS, description="attempts of one job at most (its first, reruns after preemptions and "
-                                               "failed boots, retries): a spec whose max_restarts and retry.max ask "
-                                               "for more is refused")
-    default_stall_timeout: Annotated[Duration, AtMost(MAX_STALL_TIMEOUT)] = 30 * 60
-    default_boot_timeout: Annotated[Duration, AtMost(MAX_BOOT_TIMEOUT)] = 15 * 60
-    max_active_instances_per_owner: int = Field(64, ge=0, le=100_000, description="nodes one owner's jobs may hold "
-                                                "at once (launching, running, preempted for a rerun, held for a look)")
-    max_active_instances: int | None = Field(None, ge=1, le=100_000, description="nodes all owners' jobs together may "
-                                             "hold at once; unset: no deployment-wide cap")
-    max_active_by_family: dict[Annotated[str, Field(pattern=r"^[a-z][a-z0-9]{0,15}$")],
-                               Annotated[int, Field(ge=1, le=100_000)]] = Field(
-        default_factory=dict, max_length=100, description="instance family -> nodes all owners' jobs of that family "
-                                                          "may hold at once (p4d: p4d.24xlarge; a2: a2-highgpu-1g)")
-    owner_weights: dict[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,62}$")],
-                        Annotated[float, Field(gt=0, le=1000)]] = Field(
-        default_factory=dict, max_length=1000, description="fair share under max_active_instances: when the cap "
-                                                           "binds, the owner holding the fewest nodes per weight goes "
-                                                           "next; an owner not named weighs 1")
-    priority_classes: dict[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,62}$")], PriorityClass] = Field(
-        default_factory=dict, max_length=100, description="name -> {value, owners}: the priorities specs may name")
-    budgets: BudgetPolicy = Field(default_factory=BudgetPolicy)
-    aws: AwsPlacement = Field(default_factory=AwsPlacement)
-    gcp: GcpPlacement = Field(default_factory=GcpPlacement)
-    safety: SafetyPolicy = Field(default_factory=SafetyPolicy)
-    idle_gpu: IdleGpuPolicy = Field(default_factory=IdleGpuPolicy)
-    access: AccessPolicy = Field(default_factory=AccessPolicy)
-    # USD per instance-hour; these win over the price table jobplane ships (jobplane.model.prices)
-    prices: dict[str, float] = Field(default_factory=dict, description="on-demand price per instance type")
-    spot_prices: dict[str, float] = Field(default_factory=dict, description="Spot price per instance type, "
-                                                                            "where the cloud gives none (GCE)")
+@dataclass(frozen=True)
+class Policy:
+    allowed_instance_types: list[str] = checked(items(text(128), 1000), factory=lambda: ["*"])  # glob patterns
+    max_nodes_per_job: int = checked(whole(1, 100_000), 16)
+    default_max_runtime: int = checked(duration(MAX_RUNTIME), 24 * 3600)
+    max_runtime_ceiling: int = checked(duration(MAX_RUNTIME), 7 * DAY)
+    default_max_wait: int = checked(duration(MAX_WAIT), 2 * DAY)
+    # a spec's max_wait above it is refused; no attempt of a job starts after it
+    max_wait_ceiling: int = checked(duration(MAX_WAIT), 14 * DAY)
+    # attempts of one job at most (its first, reruns after preemptions and failed boots, retries): a spec whose
+    # max_restarts and retry.max ask for more is refused
+    max_attempts_per_job: int = checked(whole(1, MAX_ATTEMPTS), 20)
+    default_stall_timeout: int = checked(duration(MAX_STALL_TIMEOUT), 30 * 60)
+    default_boot_timeout: int = checked(duration(MAX_BOOT_TIMEOUT), 15 * 60)
+    # nodes one owner's jobs may hold at once (launching, running, preempted for a rerun, held for a look)
+    max_active_instances_per_owner: int = checked(whole(0, 100_000), 64)
+    # nodes all owners' jobs together may hold at once; unset: no deployment-wide cap
+    max_active_instances: int | None = checked(optional(whole(1, 100_000)), None)
+    # instance family -> nodes all owners' jobs of that family may hold at once (p4d: p4d.24xlarge; a2: a2-highgpu-1g)
+    max_active_by_family: dict[str, int] = checked(mapping(r"^[a-z][a-z0-9]{0,15}$", whole(1, 100_000), 100),
+                                                   factory=dict)
+    # fair share under max_active_instances: when the cap binds, the owner holding the fewest nodes per weight goes
+    # next; an owner not named weighs 1
+    owner_weights: dict[str, float] = checked(mapping(OWNER, number(0, 1000, above=True), 1000), factory=dict)
+    # name -> {value, owners}: the priorities specs may name
+    priority_classes: dict[str, PriorityClass] = checked(mapping(OWNER, nested(PriorityClass), 100), factory=dict)
+    budgets: BudgetPolicy = checked(nested(BudgetPolicy), factory=BudgetPolicy)
+    aws: AwsPlacement = checked(nested(AwsPlacement), factory=AwsPlacement)
+    gcp: GcpPlacement = checked(nested(GcpPlacement), factory=GcpPlacement)
+    safety: SafetyPolicy = checked(nested(SafetyPolicy), factory=SafetyPolicy)
+    idle_gpu: IdleGpuPolicy = checked(nested(IdleGpuPolicy), factory=IdleGpuPolicy)
+    access: AccessPolicy = checked(nested(AccessPolicy), factory=AccessPolicy)
+    # USD per instance-hour; these win over the price table jobplane ships (jobplane.model.prices): on-demand, and
+    # Spot where the cloud gives none (GCE)
+    prices: dict[str, float] = checked(mapping(INSTANCE_TYPE, number(0, 1e6), 10_000), factory=dict)
+    spot_prices: dict[str, float] = checked(mapping(INSTANCE_TYPE, number(0, 1e6), 10_000), factory=dict)
 
     # Effective per-job values: the spec wins, within the policy's ceiling.
     def max_runtime(self, spec: JobSpec) -> int:
@@ -213,24 +234,19 @@ class Policy(_Model):
 
 
 DEFAULT_POLICY = Policy()
-_ALLOWED = {
-    "": list(Policy.model_fields),
-    "aws": list(AwsPlacement.model_fields),
-    "gcp": list(GcpPlacement.model_fields),
-    "safety": list(SafetyPolicy.model_fields),
-    "idle_gpu": list(IdleGpuPolicy.model_fields),
-}
 
 
 def parse_policy(text: str | bytes | None) -> Policy:
-    """Parse config/policy.yaml; None (file absent) or an empty file gives the defaults."""
+    """Parse config/policy.yaml; None (file absent) or an empty file gives the defaults. SpecError names each
+    field that is wrong."""
     if text is None or not str(text if isinstance(text, str) else text.decode()).strip():
         return DEFAULT_POLICY
-    raw = load_document(text, "policy")
-    try:
-        return Policy.model_validate(raw)
-    except ValidationError as exc:
-        raise SpecError(from_validation_error(exc, _ALLOWED)) from None
+    return policy_from(load_document(text, "policy"))
+
+
+def policy_from(document: object) -> Policy:
+    """The policy a parsed document (a mapping) gives; SpecError names each field that is wrong."""
+    return build(Policy, document)
 
 
 def check_against_policy(spec: JobSpec, policy: Policy) -> list[FieldError]:

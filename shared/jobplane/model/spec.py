@@ -31,12 +31,10 @@ from jobplane.model.bounds import (
     MAX_STALL_TIMEOUT,
     MAX_STOP_GRACE,
     MAX_WAIT,
-    AtMost,
-    Duration,
 )
 from jobplane.model.errors import FieldError, SpecError, from_validation_error
 from jobplane.model.keys import JOB_ID_PATTERN
-from jobplane.model.specfields import HpName, HpValue, MetricDefinition, StopOn, hp_variable
+from jobplane.model.specfields import AtMost, Duration, HpName, HpValue, MetricDefinition, StopOn, hp_variable
 from jobplane.model.specfields import SpecModel as _Model
 from jobplane.model.specfields import pattern_str as _pattern_str
 from jobplane.model.sweepspec import (

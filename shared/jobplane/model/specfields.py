@@ -6,15 +6,76 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    JsonValue,
+    ValidationInfo,
+    WithJsonSchema,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, core_schema
+
+from jobplane.model.bounds import format_duration, parse_duration
 
 
 class SpecModel(BaseModel):
     """Unknown fields are errors; a parsed spec never changes."""
 
     model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True, str_strip_whitespace=True)
+
+
+# A duration: seconds, or a number with a unit (jobplane.model.bounds parses it); its ceiling is AtMost's.
+def _stored(info: ValidationInfo) -> bool:
+    return isinstance(info.context, Mapping) and bool(info.context.get("stored"))
+
+
+Duration = Annotated[
+    int,
+    BeforeValidator(parse_duration),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 1},
+                {"type": "string", "pattern": r"^\s*\d+\s*[smhd]?\s*$"},
+            ],
+            "description": "seconds, or a number with unit s, m, h or d",
+        }
+    ),
+]
+
+
+@dataclass(frozen=True)
+class AtMost:
+    """A duration's ceiling, as `Annotated[Duration, AtMost(MAX_WAIT)]`: a new spec (or policy) over it is refused
+    naming the field; a spec read back from a record (context STORED) is read as it was accepted, so a job recorded
+    before a ceiling stays readable, and the decisions bound what they take from it."""
+
+    seconds: int
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.with_info_after_validator_function(self._check, handler(source))
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        out = dict(handler(schema))
+        seconds, text = out["anyOf"]
+        out["anyOf"] = [{**seconds, "maximum": self.seconds}, text]
+        out["description"] = f"{out['description']}; at most {format_duration(self.seconds)}"
+        return out
+
+    def _check(self, value: int, info: ValidationInfo) -> int:
+        if value > self.seconds and not _stored(info):
+            raise ValueError(f"{format_duration(value)} is more than the ceiling of {format_duration(self.seconds)}")
+        return value
 
 
 def pattern_str(pattern: str, what: str) -> Any:
