@@ -77,6 +77,7 @@ if {invoke!r}:
     handler(event, Context())
     out["invoke_s"] = time.perf_counter() - t1
     out["modules"] = len(sys.modules)
+    out["pydantic"] = "pydantic" in sys.modules
 print({mark!r} + json.dumps(out))
 """
 
@@ -167,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.invoke:
             row |= {"first_invocation_ms": ms([s["invoke_s"] for s in got]),
                     "import_plus_first_invocation_ms": ms([s["import_s"] + s["invoke_s"] for s in got]),
-                    "modules_after_first_invocation": round(statistics.median(s["modules"] for s in got))}
+                    "modules_after_first_invocation": round(statistics.median(s["modules"] for s in got)),
+                    "pydantic_after_first_invocation": any(s["pydantic"] for s in got)}
         handlers[name] = row
     result = {
         "python": sys.version.split()[0],

@@ -21,15 +21,15 @@ from jobplane.clouds.base import Notice, PreconditionFailed
 from jobplane.decide import admission as decide
 from jobplane.decide import budget
 from jobplane.model import keys
-from jobplane.model.admission import AdmissionRecord, Reservation, month_of
-from jobplane.model.jobrecord import JobRecord
 from jobplane.model.policy import Policy
 from jobplane.model.states import State
 from jobplane.store import admission as records
 from jobplane.store.rooted import RootedStore
 
-if TYPE_CHECKING:  # the sweep's listings: only the scheduled pass reclaims
+if TYPE_CHECKING:  # the sweep's listings (only the scheduled pass reclaims) and the records' models (pydantic)
     from jobplane.decide.model import Snapshot
+    from jobplane.model.admission import AdmissionRecord, Reservation
+    from jobplane.model.jobrecord import JobRecord
 
 log = logging.getLogger("jobplane.admission")
 
@@ -39,6 +39,8 @@ LIVE = (State.LAUNCHING, State.RUNNING, State.PREEMPTED)
 def admit(objects: RootedStore, record: JobRecord, policy: Policy, now: datetime) -> decide.Full | None:
     """Admit the record's claimed attempt: None once its reservations are written (or were already), else why it
     must wait (or, past its owner's budget, is refused), with the figures."""
+    from jobplane.model.admission import Reservation  # with the record's models: a run that admits has read one
+
     cap, families = policy.max_active_instances, policy.families(record.spec)
     want = Reservation(job_id=record.id, attempt=record.attempt, owner=record.owner, nodes=record.spec.num_nodes,
                        at=now, capped=cap is not None, families=tuple(families), submitted=record.created_at,
@@ -152,11 +154,12 @@ def budget_notices(objects: RootedStore, lines: list[AdmissionRecord], policy: P
     """The notices owners are due this month (their spend reached warn_at_percent, or their budget), from their
     records as a run read them anyway: each told once, by the run whose create-only write of its marker lands.
     Nothing due: no call; else one listing of this month's markers, and a write per notice."""
-    from jobplane.views import notices  # only a run that finds an owner past a level tells it
-
     due = budget.to_tell(lines, policy, now)
     if not due:
         return []
+    from jobplane.model.admission import month_of
+    from jobplane.views import notices  # only a run that finds an owner past a level tells it
+
     month = month_of(now)
     told = {key for key, _, _ in objects.listing(f"{keys.BUDGET_NOTICES}{month}/")}
     out = []

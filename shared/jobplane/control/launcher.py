@@ -32,11 +32,10 @@ from jobplane.clouds.base import (
 from jobplane.decide.rules import Cause, LaunchCause, Rule
 from jobplane.deployment.context import Context
 from jobplane.deployment.outcome import Outcome as Outcome  # the one outcome type, named here too
-from jobplane.model import history, keys
+from jobplane.model import keys
 from jobplane.model.errors import FieldError, SpecError
 from jobplane.model.policy import Policy, check_against_deployment, check_against_policy
 from jobplane.model.states import TERMINAL, State
-from jobplane.model.usage import AttemptUsage, InstanceSpan
 from jobplane.store.registry import JobExists, JobNotFound, Registry, TransitionRefused
 
 if TYPE_CHECKING:  # imported where a launch uses them: a cold start, or a cron run with nothing to launch, never does
@@ -45,6 +44,7 @@ if TYPE_CHECKING:  # imported where a launch uses them: a cold start, or a cron 
     from jobplane.model.admission import AdmissionRecord
     from jobplane.model.jobrecord import JobRecord  # the registry builds it when it reads or writes one
     from jobplane.model.spec import JobSpec
+    from jobplane.model.usage import AttemptUsage
 
 log = logging.getLogger("jobplane.launcher")
 
@@ -196,6 +196,8 @@ def _reject(ctx: Context, key: str, job_id: str, data: bytes, errors: list[Field
 
 def _invalid(ctx: Context, key: str, job_id: str, data: bytes, errors: list[FieldError], now: datetime) -> Outcome:
     """A well-formed spec the policy refuses: rejected/ as above, and the job recorded as INVALID."""
+    from jobplane.model import history  # the events: with the record's models, which a run loads when it reads one
+
     reg = ctx.registry
     _write_rejection(reg, key, job_id, data, errors, now)
     try:
@@ -308,6 +310,7 @@ def launch_attempt(ctx: Context, job_id: str, *, now: datetime, expect: Collecti
     drop, a wait that is over, a reconciler's rule). `retry`: the check retries an error (the spec's retry:),
     counted in the record's retries instead of its restarts."""
     from jobplane.decide import launch as launch_decide  # only a run that launches decides a launch
+    from jobplane.model import history  # the events: with the record's models, which a run loads when it reads one
 
     reg, compute = ctx.registry, ctx.cloud("launch with")
     current = reg.job(job_id)
@@ -532,6 +535,7 @@ def attempt_usage(compute: Compute, request: LaunchRequest, instances: list[Inst
                   now: datetime) -> AttemptUsage:
     """What this attempt runs on and its hourly price (jobplane.views.cost): a Spot launch asks the cloud for the price
     in effect now; a failed lookup never fails the launch, the price is then taken as the policy's or unknown."""
+    from jobplane.model.usage import AttemptUsage, InstanceSpan  # with the record's models, as history
     from jobplane.views import cost  # the price table: only a launch (or an adopted one) prices an attempt
 
     zone = next((i.zone for i in instances if i.zone), request.zone)
@@ -570,7 +574,7 @@ def _launched(ctx: Context, compute: Compute, record: JobRecord, request: Launch
               usage: AttemptUsage, fallback: str | None = None) -> JobRecord:
     """Record the attempt's VMs; `fallback`: why a Spot job's attempt runs on-demand (in its reason and event)."""
     from jobplane.control import admission  # only a run that launches admits
-    from jobplane.model import records  # cluster.json: only a run that launched writes one
+    from jobplane.model import history, records  # cluster.json: only a run that launched writes one
 
     reg = ctx.registry
     ids = [i for i, _, _ in instances]

@@ -42,11 +42,12 @@ from jobplane.decide.model import Action, ExitReport, Ignored, PreemptedMark, Sn
 from jobplane.deployment.context import Context
 from jobplane.deployment.outcome import Outcome as Outcome  # the one outcome type, named here too
 from jobplane.deployment.telemetry import Metrics
-from jobplane.model import history, keys, records
+from jobplane.model import keys
 from jobplane.model.states import TERMINAL, State
 from jobplane.store.registry import JobNotFound, Registry, TransitionRefused, UnreadableRecord
 
 if TYPE_CHECKING:
+    from jobplane.model import history, records  # the records' models: imported where a run reads or writes one
     from jobplane.model.jobrecord import JobRecord  # the registry builds records: a run that lists only never does
 
 log = logging.getLogger("jobplane.reconcile")
@@ -136,6 +137,8 @@ class Attempt:
 def read_attempt(reg: Registry, job_id: str, attempt: int) -> Attempt:
     """The attempt's exit reports and what a VM's bootstrap reported, if it did: one LIST of
     attempts/<n>/, then one GET per rank that has exited (and one for a boot failure)."""
+    from jobplane.model import records  # what the agents wrote: only a run that reads an attempt needs the models
+
     exits: list[ExitReport] = []
     failure: str | None = None
     unreadable: list[Ignored] = []
@@ -153,11 +156,13 @@ def read_attempt(reg: Registry, job_id: str, attempt: int) -> Attempt:
     return Attempt(tuple(exits), failure, tuple(unreadable), frozenset(noted))
 
 
-R = TypeVar("R", bound=records.Record)
+R = TypeVar("R", bound="records.Record")
 
 
 def _read(reg: Registry, key: str, model: type[R], unreadable: list[Ignored]) -> R | None:
     """A record an agent or a bootstrap wrote; one that does not parse is added to `unreadable`."""
+    from jobplane.model import records
+
     try:
         return model.parse(reg.get_bytes(key))
     except NotFound:
@@ -186,6 +191,8 @@ def with_preempted_bodies(reg: Registry, snap: Snapshot, only: Collection[str] |
         if only is not None and job_id not in only:
             marks[job_id] = mark
             continue
+        from jobplane.model import records  # only a run that found markers reads one
+
         try:
             body = records.PreemptedMarker.parse(reg.get_bytes(keys.preempted_marker(job_id)))
         except NotFound:
@@ -212,6 +219,7 @@ def apply(ctx: Context, actions: Iterable[Action], *, now: datetime) -> list[Out
         outcome = _outcome(ctx, action, now=now)
         if outcome.result == Result.REFUSED and refusals < REFUSAL_EVENTS:
             refusals += 1  # the log and the metric still count every refusal
+            from jobplane.model import history  # the events: loaded by the first run that writes one
             _history(ctx.registry, action, history.Refused(rule=str(action.rule), reason=action.reason,
                                                            refused=action.refused, instances=list(action.terminate)),
                      now)
@@ -254,6 +262,8 @@ def _history(reg: Registry, action: Action, event: history.Applied, now: datetim
 
 
 def _effect(ctx: Context, action: Action, effect: Effect, *, now: datetime) -> None:
+    from jobplane.model import history  # the events: with the record's models, which an action's job has loaded
+
     reg, job_id, attempt = ctx.registry, action.job_id, action.expect_attempt
     match effect:
         case Transition(to=to, updates=updates) if job_id:
@@ -422,6 +432,8 @@ def uptime_cap(ctx: Context, *, now: datetime, force: bool = False) -> list[Outc
 def record_spot_warning(reg: Registry, compute: Compute, instance_id: str, *, now: datetime,
                         detail: dict[str, Any] | None = None) -> str:
     """An EC2 Spot interruption warning: note it on the job at once (the agent does the graceful part)."""
+    from jobplane.model import history  # the events: with the record's models, which reading the job loads
+
     inst = next((i for i in compute.list_managed() if i.id == instance_id), None)
     if inst is None or inst.job_id is None:
         log.info("spot warning for %s: not a managed instance of a job", instance_id)

@@ -18,8 +18,11 @@ from collections import deque
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-from jobplane.model.admission import AdmissionRecord, Reservation
+if TYPE_CHECKING:  # the records' models (pydantic): loaded where a run reads or writes a record, never by an idle run
+    from jobplane.model.admission import AdmissionRecord, Reservation
+
 
 RESERVATION_GRACE = 600  # s: a reservation younger than this is never reclaimed (a launcher may still be at it)
 

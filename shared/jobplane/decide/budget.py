@@ -12,11 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from jobplane.decide import admission
-from jobplane.model.admission import AdmissionRecord, Reservation, month_start
 from jobplane.model.policy import Policy
-from jobplane.model.usage import AttemptUsage, spent
+
+if TYPE_CHECKING:  # the records' models (pydantic): loaded where a run reads or writes a record, never by an idle run
+    from jobplane.model.admission import AdmissionRecord, Reservation
+    from jobplane.model.usage import AttemptUsage
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,9 @@ def admit(record: AdmissionRecord, want: Reservation, quota: admission.Quota, *,
     at its budget is refused (the record unchanged: it leaves the owner's line) or waits in the line, per
     `on_exceeded`. An attempt that replaces its job's earlier reservation charges the month with what the attempts
     since that one cost (as a release would have), in the same write."""
+    from jobplane.model.admission import month_start  # with the records' models, as an owner's line
+    from jobplane.model.usage import spent
+
     held = record.of(want.job_id)
     if not usage and (held is None or held.attempt != want.attempt):
         over = exceeded(want.owner, record, policy, now)

@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from jobplane.clouds.base import Instance
 from jobplane.decide.effects import (
@@ -53,14 +54,14 @@ from jobplane.decide.model import (
 from jobplane.decide.retry import Trigger, exit_code
 from jobplane.decide.rules import ORDER
 from jobplane.decide.safety import limit_blast_radius, terminable
-from jobplane.model import history, keys
+from jobplane.model import keys
 from jobplane.model.bounds import format_duration
-from jobplane.model.jobrecord import JobRecord
-from jobplane.model.metrics import EARLY_STOP
 from jobplane.model.policy import Policy
-from jobplane.model.records import HOLD_BY, PreemptedMarker, StopBy
-from jobplane.model.states import State
+from jobplane.model.states import EARLY_STOP, HOLD_BY, State, StopBy
 from jobplane.views import notices
+
+if TYPE_CHECKING:  # the records' models (pydantic): loaded where a run reads or writes a record, never by an idle run
+    from jobplane.model.jobrecord import JobRecord
 
 # an attempt's instances are "lost" only once the launch is older than this (or the orphan grace, if
 # shorter: a local cloud with a seconds-long grace detects lost ranks in seconds).
@@ -381,6 +382,8 @@ def _lost_spot(job: Seen) -> Action | None:
     lost = _lost_ranks(job) if record.spec.spot else []
     if not lost:
         return None
+    from jobplane.model.records import PreemptedMarker  # the agents' records: only a run that writes one needs them
+
     rank, iid = lost[0]
     return claim(record, Rule.LOST_SPOT, Rule.LOST_SPOT.reason(what=_what(lost)), Transition(State.PREEMPTED),
                  _survivors(job), MarkPreempted(PreemptedMarker(attempt=record.attempt, rank=rank, instance_id=iid,
@@ -466,6 +469,8 @@ def _idle(job: Seen) -> Action | None:
     if record.state != State.RUNNING or rule.action == "off" or job.index.flagged_idle(record.id, n) \
             or not job.index.idle_everywhere(record.id, n, record.spec.num_nodes):
         return None
+    from jobplane.model import history  # the events: with the record's models, which a job's rule has loaded
+
     stopping = rule.action == "stop"
     why = Rule.IDLE.reason(threshold=rule.threshold, window=format_duration(rule.window), then="")
     return claim(record, Rule.IDLE, Rule.IDLE.reason(threshold=rule.threshold, window=format_duration(rule.window),
@@ -536,6 +541,8 @@ def _remarks(snap: Snapshot, now: datetime, policy: Policy) -> Iterable[Action]:
     for job_id, markers in snap.active.items():
         if len(markers) == 1 and markers[0].state == State.PREEMPTED and job_id not in snap.preempted \
                 and age(now, markers[0].since) > min(REMARK_AFTER, policy.safety.orphan_grace):
+            from jobplane.model.records import PreemptedMarker  # the agents' records: only a remark writes one
+
             yield Action(Rule.REMARK, job_id, Rule.REMARK.reason(),
                          (MarkPreempted(PreemptedMarker(attempt=markers[0].attempt, by="sweeper")),))
 

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from jobplane.clouds.base import Notice
-from jobplane.model import history, records
 from jobplane.model.keys import Held, Limits
-from jobplane.model.states import State
+from jobplane.model.states import State, StopBy
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the records' models: a run that decides nothing never imports them
+    from jobplane.model import history, records
     from jobplane.model.jobrecord import Updates  # the registry builds records: a run that lists only never does
 
 
@@ -102,7 +102,7 @@ class WriteLimits:
 class RequestStop:
     """Ask the job's agents to checkpoint and stop (jobs/<id>/control/stop)."""
 
-    by: records.StopBy = records.StopBy.UPTIME_CAP  # the request's `by`, which the agent copies into its exit report
+    by: StopBy = StopBy.UPTIME_CAP  # the request's `by`, which the agent copies into its exit report
 
 
 @dataclass(frozen=True)

@@ -13,14 +13,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from jobplane.clouds.base import Instance
 from jobplane.decide.effects import Relaunch, Terminate
 from jobplane.decide.model import Action, ExitReport, Index, Limits, Rule, claim
 from jobplane.decide.retry import Trigger, verdict
-from jobplane.model.jobrecord import JobRecord
 from jobplane.model.listings import Beat
 from jobplane.model.policy import Policy
+
+if TYPE_CHECKING:  # the records' models (pydantic): loaded where a run reads or writes a record, never by an idle run
+    from jobplane.model.jobrecord import JobRecord
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, TypeVar
 from jobplane.clouds.base import Instance
 from jobplane.decide.effects import ORDER, Effect, Flag, Note, Terminate, Transition
 from jobplane.decide.rules import Rule as Rule  # the rules and their table (decide.rules), named from here too
-from jobplane.model import history, keys, records
+from jobplane.model import keys
 from jobplane.model.keys import Held as Held  # the parsed held-until key, part of a Snapshot
 from jobplane.model.keys import Limits as Limits  # a RUNNING marker's limits (or an old limits/ key's)
 from jobplane.model.listings import ActiveMarker, Beat, IdleMark
@@ -19,6 +19,7 @@ from jobplane.model.policy import Policy
 from jobplane.model.states import State
 
 if TYPE_CHECKING:
+    from jobplane.model import records  # the records' models: a run that decides nothing never imports them
     from jobplane.model.jobrecord import JobRecord  # the registry builds records: a run that lists only never does
 
 ALIVE = frozenset({"pending", "running"})  # an instance in any other state is gone or going
@@ -213,6 +214,8 @@ def claim(record: JobRecord, rule: Rule, reason: str, *effects: Effect) -> Actio
 
 def ignored_event(attempt: int, fact: Ignored) -> Note:
     """The job event saying a fact was ignored, and why."""
+    from jobplane.model import history  # the events: with the record's models, which a run loads when it reads one
+
     return Note(history.IgnoredFact(attempt=attempt, key=fact.key, why=fact.why))
 
 

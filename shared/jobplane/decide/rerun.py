@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from jobplane.clouds.base import Instance
 from jobplane.decide.effects import ClearPreempted, Relaunch, Terminate, Transition
@@ -30,9 +31,11 @@ from jobplane.decide.model import (
 from jobplane.decide.safety import terminable
 from jobplane.model import keys
 from jobplane.model.bounds import format_duration
-from jobplane.model.jobrecord import JobRecord
 from jobplane.model.policy import Policy
 from jobplane.model.states import State
+
+if TYPE_CHECKING:  # the records' models (pydantic): loaded where a run reads or writes a record, never by an idle run
+    from jobplane.model.jobrecord import JobRecord
 
 
 def decide(snap: Snapshot, now: datetime, policy: Policy) -> list[Action]:

@@ -19,14 +19,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from jobplane.decide.model import ExitReport, age, attempts_spent, grace_for
 from jobplane.decide.rules import Rule
 from jobplane.model.bounds import format_duration
-from jobplane.model.jobrecord import JobRecord
-from jobplane.model.metrics import EARLY_STOP
 from jobplane.model.policy import Policy
-from jobplane.model.spec import JobSpec
+from jobplane.model.states import EARLY_STOP
+
+if TYPE_CHECKING:  # the records' models (pydantic): loaded where a run reads or writes a record, never by an idle run
+    from jobplane.model.jobrecord import JobRecord
+    from jobplane.model.spec import JobSpec
 
 STOPPED = frozenset({"stopped", EARLY_STOP})  # exit reasons of a stop on purpose: never an error to retry
 

@@ -15,10 +15,12 @@ accept an exit report or a preempted marker only when it names an instance of th
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
 from typing import Any, ClassVar, Final, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from jobplane.model.states import HOLD_BY as HOLD_BY  # a stop request's `by`: in states.py, free of pydantic
+from jobplane.model.states import StopBy as StopBy
 
 VERSION: Final = 1
 ExitReason = Literal["exit", "preempted", "stopped", "early-stop"]
@@ -85,20 +87,8 @@ class PreemptedMarker(Record):
     notice: dict[str, Any] | None = None
 
 
-class StopBy(StrEnum):
-    """Who asked a job to stop: a stop request's `by`, which the agent copies into its exit report. Stored in the
-    bucket, so a value never changes (the check's is its function's name)."""
-
-    CLI = "cli"  # jobplane cancel
-    UPTIME_CAP = "uptime-cap"  # the uptime cap, its grace before the cap
-    IDLE_GPU = "idle-gpu"  # the check's idle-GPU rule with action stop
-    CHECK = "sweeper"  # the check: a rank stopped on a stop_on match, the others are asked to stop too
-    DEBUG_HOLD = "debug-hold"  # a held attempt's other ranks: they stop, and their VMs stay up
-    SWEEP = "sweep"  # a sweep's early-stop rule stopped the trial
-    UNKNOWN = "unknown"  # the agent could not read the request (it stops all the same)
 
 
-HOLD_BY: Final = StopBy.DEBUG_HOLD
 
 
 class StopRequest(Record):

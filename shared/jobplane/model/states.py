@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Final
 
 
 class State(StrEnum):
@@ -18,6 +19,23 @@ class State(StrEnum):
     STALLED = "STALLED"
     INVALID = "INVALID"
 
+
+
+class StopBy(StrEnum):
+    """Who asked a job to stop: a stop request's `by`, which the agent copies into its exit report. Stored in the
+    bucket, so a value never changes (the check's is its function's name)."""
+
+    CLI = "cli"  # jobplane cancel
+    UPTIME_CAP = "uptime-cap"  # the uptime cap, its grace before the cap
+    IDLE_GPU = "idle-gpu"  # the check's idle-GPU rule with action stop
+    CHECK = "sweeper"  # the check: a rank stopped on a stop_on match, the others are asked to stop too
+    DEBUG_HOLD = "debug-hold"  # a held attempt's other ranks: they stop, and their VMs stay up
+    SWEEP = "sweep"  # a sweep's early-stop rule stopped the trial
+    UNKNOWN = "unknown"  # the agent could not read the request (it stops all the same)
+
+
+HOLD_BY: Final = StopBy.DEBUG_HOLD  # a held attempt's other ranks stop, and their VMs stay up
+EARLY_STOP: Final = "early-stop"  # an exit report's reason when the agent stopped its job on a stop_on match
 
 TERMINAL = frozenset(
     {State.SUCCEEDED, State.FAILED, State.CANCELLED, State.TIMED_OUT, State.STALLED, State.INVALID}

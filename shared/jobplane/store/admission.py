@@ -11,15 +11,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from jobplane.clouds.base import NotFound, PreconditionFailed
 from jobplane.model import keys
-from jobplane.model.admission import AdmissionRecord, month_start
 from jobplane.model.clock import utcnow
-from jobplane.model.records import RecordError
-from jobplane.model.usage import AttemptUsage, spent
 from jobplane.store.rooted import CAS_RETRIES, RegistryError, RootedStore, backoff
+
+if TYPE_CHECKING:  # the records' models (pydantic): loaded where a run reads or writes a record, never by an idle run
+    from jobplane.model.admission import AdmissionRecord
+    from jobplane.model.usage import AttemptUsage
 
 log = logging.getLogger("jobplane.admission")
 
@@ -28,6 +29,9 @@ T = TypeVar("T")
 
 def read(objects: RootedStore, key: str) -> tuple[AdmissionRecord, str | None]:
     """The record and its version (None: there is none yet, an empty record)."""
+    from jobplane.model.admission import AdmissionRecord  # an owner's line: a run with none never builds its model
+    from jobplane.model.records import RecordError
+
     try:
         blob = objects.get_object(key)
     except NotFound:
@@ -71,6 +75,9 @@ def _charging(job_id: str, usage: Sequence[AttemptUsage], now: datetime, *, wait
               ) -> Callable[[AdmissionRecord], tuple[AdmissionRecord | None, bool]]:
     """Drop the job's reservation, charging the owner's month with what its attempts since the reserved one cost
     in it, in the same write: a resent write finds the reservation gone and charges nothing twice."""
+    from jobplane.model.admission import month_start
+    from jobplane.model.usage import spent
+
     def drop(record: AdmissionRecord) -> tuple[AdmissionRecord | None, bool]:
         new = record.without({job_id}, waiting=waiting)
         held = record.of(job_id)

@@ -19,20 +19,22 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Unpack
 
-from pydantic import BaseModel
-
 from jobplane.clouds.base import NotFound, ObjectStore, PreconditionFailed
-from jobplane.model import history, keys
+from jobplane.model import keys
 from jobplane.model.bounds import STORED
 from jobplane.model.clock import utcnow
-from jobplane.model.history import LastEvent
 from jobplane.model.listings import ActiveMarker, Beat, IdleMark
 from jobplane.model.states import LIVE, TERMINAL, State, allowed
-from jobplane.model.usage import close
 from jobplane.store.rooted import CAS_RETRIES, RegistryError, RootedStore, backoff
 
 if TYPE_CHECKING:
-    from jobplane.model import records  # its models are built at import; the registry only names one in a signature
+    from pydantic import BaseModel
+
+    from jobplane.model import (
+        history,
+        records,  # its models are built at import; the registry only names one in a signature
+    )
+    from jobplane.model.history import LastEvent
     from jobplane.model.jobrecord import JobRecord, Updates
     from jobplane.model.policy import Policy
     from jobplane.model.spec import JobSpec
@@ -148,10 +150,12 @@ class Registry(RootedStore):
     # ---- records -----------------------------------------------------------------------------------
     def create_job(self, job_id: str, spec: JobSpec, now: datetime | None = None) -> JobRecord:
         """Create-only: a second create of the same id raises JobExists and changes nothing."""
+        from jobplane.model import history  # with the record's models (_record_model), which import it anyway
+
         now = now or utcnow()
         spec = spec if spec.id == job_id else spec.model_copy(update={"id": job_id})
         event = history.Created(state=State.QUEUED, spec=spec.model_dump(mode="json"))
-        created = LastEvent(stamp=keys.stamp(now), kind=event.kind,
+        created = history.LastEvent(stamp=keys.stamp(now), kind=event.kind,
                             body={"time": now.isoformat(), "kind": event.kind, **event.body()})
         record = _record_model()(id=job_id, spec=spec, state=State.QUEUED, owner=spec.owner,
                            created_at=now, updated_at=now, state_since=now, last_event=created)
@@ -193,6 +197,9 @@ class Registry(RootedStore):
         the race), the transition is refused instead of being applied twice. `reason` (prose) and `cause` (the
         rule or launcher decision that made it) go on the record and its event; `event` adds to the event.
         """
+        from jobplane.model import history  # with the record's models (_record_model), which import it anyway
+        from jobplane.model.usage import close
+
         _check_fields(job_id, updates)  # mypy checks the names a caller writes; this, the ones it builds
         now = now or utcnow()
         completed: LastEvent | None = None
@@ -211,7 +218,7 @@ class Registry(RootedStore):
             said = history.Transitioned(source=current.state, to=to, attempt=updates.get("attempt", current.attempt),
                                         reason=reason, cause=str(cause) if cause else None)
             body = {"time": now.isoformat(), "kind": said.kind, **said.body(), **(event.body() if event else {})}
-            last = LastEvent(stamp=history.stamp_after(current.last_event, now), kind=said.kind, body=body)
+            last = history.LastEvent(stamp=history.stamp_after(current.last_event, now), kind=said.kind, body=body)
             fields: dict[str, Any] = {"state": to, "updated_at": now, "reason": reason, "cause": said.cause,
                                       **updates, "last_event": last}
             if to != current.state or fields.get("attempt", current.attempt) != current.attempt:
@@ -291,6 +298,8 @@ class Registry(RootedStore):
 
     def close_usage(self, job_id: str, *, now: datetime) -> JobRecord:
         """End, at `now`, the billed time of the instances the record still counts: a debug hold's end."""
+        from jobplane.model.usage import close  # with the record's models (_record_model), which import it anyway
+
         for tries in range(CAS_RETRIES):
             current, version = self.get(job_id)
             if not any(u.open for u in current.usage):
@@ -327,6 +336,8 @@ class Registry(RootedStore):
 
     def note_unreadable(self, error: UnreadableRecord, now: datetime | None = None) -> None:
         """An `unreadable-record` event naming the problem, once per version of the bad job.json."""
+        from jobplane.model import history  # with the record's models (_record_model), which import it anyway
+
         now = now or utcnow()
         key = keys.event(error.job_id, keys.stamp(now), "unreadable-record")
         flag = keys.ignored_flag(error.job_id, 0, f"job.json.{error.version}")

@@ -1,9 +1,9 @@
 """The AWS handlers' cold start, checked without a clock: what a fresh interpreter loads to import each one.
 
-Importing a handler loads what every one of its runs needs (a control function: pydantic, the policy, the
-registry, the EC2 and S3 adapters; the vend function: a job's record, never the policy); what only some runs
-need (a launch, a drop, a notice, a topic, a live sweep) or none of them (the other functions' rules, the CLI,
-the other cloud) is imported where it is used, so it costs nothing until then.
+Importing a handler loads what every one of its runs needs (a control function: the policy, read without pydantic,
+the registry, the EC2 and S3 adapters; the vend function: a job's record, never the policy); what only some runs
+need (a launch, a drop, a notice, a topic, a live sweep, a job's record and so pydantic) or none of them (the other
+functions' rules, the CLI, the other cloud) is imported where it is used, so it costs nothing until then.
 A module that creeps back into a handler's import fails here, deterministically; bench/cold_start.py times
 the imports against bare boto3 + Powertools and reports the ratio.
 """
@@ -44,14 +44,15 @@ NOT_AT_IMPORT = {
     "vend": ("jobplane.model.policy", "jobplane.clouds.aws", "jobplane.deployment", "jobplane.control",
              "jobplane.decide.model", "functions.aws.deployment", "yaml", "jobplane.model.yaml_input"),
 }
-# A job's record and spec models: built when a run reads or writes a record (the registry imports them then), so
-# a run that only lists (an idle backstop, a check of healthy jobs) never builds them. The sweeps' engine (a sweep's
-# trials are specs) loads in a scheduled pass that finds a live sweep.
-RECORD_MODELS = ("jobplane.model.jobrecord", "jobplane.model.spec", "jobplane.model.sweepspec")
+# pydantic and the records' models (a job's, its events and usage, an agent's, an owner's line): imported when a run
+# reads or writes one of them, so a run that only lists (an idle backstop, a check of healthy jobs) never loads them.
+# The sweeps' engine (a sweep's trials are specs) loads in a scheduled pass that finds a live sweep.
+RECORD_MODELS = ("pydantic", "jobplane.model.jobrecord", "jobplane.model.spec", "jobplane.model.sweepspec",
+                 "jobplane.model.history", "jobplane.model.usage", "jobplane.model.records", "jobplane.model.admission")
 LISTING_ONLY = CONTROL
 # Every run needs these: they stay at import (Lambda's init), where deferring them would only move the cost. A
 # control run reads the policy (YAML); a vend run reads the job's record (JSON).
-EVERY_RUN = {name: ("pydantic", "yaml", "jobplane.model.policy", "jobplane.store.registry", "jobplane.clouds.aws",
+EVERY_RUN = {name: ("yaml", "jobplane.model.policy", "jobplane.store.registry", "jobplane.clouds.aws",
                     "jobplane.clouds.s3") for name in CONTROL}
 EVERY_RUN["vend"] = ("pydantic", "jobplane.model.jobrecord", "jobplane.store.registry", "jobplane.clouds.s3",
                      "jobplane.clouds.aws_vend")
@@ -95,16 +96,17 @@ def test_a_handler_imports_only_what_every_run_needs(name: str) -> None:
     assert [m for m in EVERY_RUN[name] if m not in loaded] == []
 
 
-def test_reading_the_policy_builds_no_spec_model() -> None:
+def test_reading_the_policy_loads_no_pydantic() -> None:
     """Every run of every function reads the policy; only some read a job's spec. The policy shares the spec's
-    bounds (jobplane.model.bounds), not its module: importing it builds none of the spec's or a sweep's models."""
+    bounds (jobplane.model.bounds), not its module, and is checked by plain functions (jobplane.model.checked):
+    reading it loads neither pydantic nor any of the spec's or a sweep's models."""
     probe = ("import json, sys; import jobplane.model.policy as p; p.parse_policy(b'max_nodes_per_job: 4'); "
              "print(json.dumps(sorted(sys.modules)))")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120,
                           env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT / "shared")})
     assert proc.returncode == 0, proc.stderr
     loaded = set(json.loads(proc.stdout.splitlines()[-1]))
-    assert within(loaded, ("jobplane.model.spec", "jobplane.model.sweepspec", "jobplane.model.specfields",
+    assert within(loaded, ("pydantic", "jobplane.model.spec", "jobplane.model.sweepspec", "jobplane.model.specfields",
                            "jobplane.model.jobrecord", "jobplane.model.history")) == []
 
 
@@ -114,14 +116,14 @@ import jobplane.model.spec, jobplane.sweeps.curves, jobplane.sweeps.record
 print(json.dumps(sorted({f"{v.__module__}.{v.__qualname__}" for m in list(sys.modules.values())
                          if m and m.__name__.startswith("jobplane") for v in vars(m).values()
                          if isinstance(v, type) and issubclass(v, pydantic.BaseModel)
-                         and v.__module__ != "jobplane.model.policy" and v.__dict__.get("__pydantic_complete__")})))
+                         and v.__dict__.get("__pydantic_complete__")})))
 """
 
 
 def test_importing_the_spec_builds_none_of_its_models() -> None:
     """A model's validator is built when a spec is first validated (defer_build), and the JSON schema of a field
     with two forms (jobplane.model.spec.OrModel) when a schema is asked for: importing the spec and a sweep's
-    records builds none of their models (only the policy's, which every run reads)."""
+    records builds none of their models."""
     proc = subprocess.run([sys.executable, "-c", BUILT], capture_output=True, text=True, cwd=ROOT, timeout=120,
                           env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT / "shared")})
     assert proc.returncode == 0, proc.stderr
