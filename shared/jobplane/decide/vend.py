@@ -10,16 +10,13 @@ tags): credentials limited to that job's keys (`scope`) for the attempt the VM s
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_DEPLOYMENT, TAG_JOB_ID, TAG_MANAGED, Scope
 from jobplane.model import keys
 from jobplane.model.states import State
-
-if TYPE_CHECKING:
-    from jobplane.model.jobrecord import JobRecord  # the registry builds records: a run that lists only never does
 
 # An agent serves a job from its first heartbeat to its exit report; the launcher may not have recorded the
 # VM yet when it asks (the tags say whose it is then). Any other state has no agent that needs to write.
@@ -30,6 +27,33 @@ CREDENTIAL_SECONDS = 3600
 # policy naming it stays under AWS's size limit (vending.aws_iam.worst_case_policy_size: the synth's check).
 MAX_CODE_NAME = 128
 _CODE_NAME = re.compile(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*")
+
+
+class _Spec(Protocol):
+    @property
+    def owner(self) -> str: ...
+
+    @property
+    def code(self) -> str | None: ...
+
+
+class Job(Protocol):
+    """What a grant is decided on: a JobRecord, or the JobFacts a vend function reads (jobplane.model.jobfacts)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def state(self) -> State: ...
+
+    @property
+    def attempt(self) -> int: ...
+
+    @property
+    def instances(self) -> Sequence[str]: ...
+
+    @property
+    def spec(self) -> _Spec: ...
 
 
 @dataclass(frozen=True)
@@ -106,7 +130,7 @@ def scope(bucket: str, root: str, job_id: str, code: str | None = None) -> Scope
                  read_only_objects=(code,) if code else ())
 
 
-def decide(record: JobRecord | None, caller: Caller, *, bucket: str, root: str, deployment: str) -> Grant | Refusal:
+def decide(record: Job | None, caller: Caller, *, bucket: str, root: str, deployment: str) -> Grant | Refusal:
     """Credentials for `caller`'s job, or why not. Refused: a body naming another instance than the one the
     cloud proved, an unknown job, a job or attempt that is over, an instance that is not one of the attempt's
     (neither recorded at launch nor tagged by this deployment for this job and attempt), a `code:` that is not

@@ -30,15 +30,15 @@ def checked(check: Check, default: Any = dataclasses.MISSING, factory: Any = dat
     return dataclasses.field(default=default, default_factory=factory, metadata={"check": check})
 
 
-def build(cls: type[T], raw: object, path: str = "") -> T:
-    """An instance of the dataclass `cls` from a mapping: every field checked, unknown and missing fields named;
-    SpecError with every problem found."""
+def build(cls: type[T], raw: object, path: str = "", *, ignore_unknown: bool = False) -> T:
+    """An instance of the dataclass `cls` from a mapping: every field checked, unknown (unless ignore_unknown: a
+    record read for a few of its fields) and missing fields named; SpecError with every problem found."""
     if not isinstance(raw, Mapping):
         raise SpecError([FieldError(path or "(document)", f"should be a mapping of fields, got {_kind(raw)}")])
     fields = [f for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
     names = [f.name for f in fields]
     errors = [FieldError(_at(path, str(key)), f"unknown field (allowed: {', '.join(names)})")
-              for key in raw if key not in names]
+              for key in raw if key not in names and not ignore_unknown]
     errors += [FieldError(_at(path, f.name), "required field is missing") for f in fields if f.name not in raw
                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     given = [f for f in fields if f.name in raw]
@@ -48,8 +48,8 @@ def build(cls: type[T], raw: object, path: str = "") -> T:
     return cls(**{f.name: value for f, value in zip(given, values, strict=True)})
 
 
-def nested(cls: type[T]) -> Check:
-    return lambda value, path: build(cls, value, path)
+def nested(cls: type[T], *, ignore_unknown: bool = False) -> Check:
+    return lambda value, path: build(cls, value, path, ignore_unknown=ignore_unknown)
 
 
 def whole(least: int, most: int) -> Check:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         records,  # its models are built at import; the registry only names one in a signature
     )
     from jobplane.model.history import LastEvent
+    from jobplane.model.jobfacts import JobFacts
     from jobplane.model.jobrecord import JobRecord, Updates
     from jobplane.model.policy import Policy
     from jobplane.model.spec import JobSpec
@@ -119,6 +120,21 @@ def read_job(objects: RootedStore, job_id: str) -> tuple[JobRecord, str]:
             data["spec"] = known_fields(data["spec"])  # a newer version's fields: ignored, as JobRecord's are
         return _record_model().model_validate(data, context=STORED), blob.version
     except ValueError as exc:  # JSON or validation (pydantic's ValidationError is a ValueError)
+        raise UnreadableRecord(job_id, blob.version, str(exc).replace("\n", " ")[:500]) from None
+
+
+def read_job_facts(objects: RootedStore, job_id: str) -> JobFacts:
+    """What a credential is decided on from job.json (jobplane.model.jobfacts): JobNotFound, or UnreadableRecord
+    saying why those fields do not parse. The vend functions read records this way, without the record's models."""
+    from jobplane.model.jobfacts import parse_facts
+
+    try:
+        blob = objects.get_object(keys.job_record(job_id))
+    except NotFound:
+        raise JobNotFound(job_id) from None
+    try:
+        return parse_facts(blob.data, job_id)
+    except ValueError as exc:  # JSON, or a field (SpecError is a ValueError)
         raise UnreadableRecord(job_id, blob.version, str(exc).replace("\n", " ")[:500]) from None
 
 

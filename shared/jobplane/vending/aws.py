@@ -18,8 +18,8 @@ from typing import Any, Protocol
 from jobplane.clouds.base import ProofRejected, VendUnavailable
 from jobplane.decide.vend import Caller, Grant, decide
 from jobplane.model import keys
-from jobplane.model.jobrecord import JobRecord
-from jobplane.store.registry import JobNotFound, UnreadableRecord, read_job
+from jobplane.model.jobfacts import JobFacts
+from jobplane.store.registry import JobNotFound, UnreadableRecord, read_job_facts
 from jobplane.store.rooted import RootedStore
 from jobplane.vending import aws_iam
 
@@ -133,7 +133,7 @@ def vend(body: str | bytes, settings: VendSettings, cloud: VendCloud, registry: 
     where |= {"caller": arn, "instance_id": instance_id}
     try:
         tags = cloud.instance_tags(instance_id)
-        record: JobRecord | None = read_job(registry, ask.job_id)[0]
+        record: JobFacts | None = read_job_facts(registry, ask.job_id)
     except JobNotFound:
         record = None
     except UnreadableRecord as exc:

@@ -24,8 +24,8 @@ from jobplane.clouds.gcp import deployment_label, ownership_tags
 from jobplane.clouds.gcs_downscope import GOOGLE_STS_URL, Downscoped
 from jobplane.decide import vend as deciding
 from jobplane.model import keys
-from jobplane.model.jobrecord import JobRecord
-from jobplane.store.registry import JobNotFound, UnreadableRecord, read_job
+from jobplane.model.jobfacts import JobFacts
+from jobplane.store.registry import JobNotFound, UnreadableRecord, read_job_facts
 from jobplane.store.rooted import RootedStore
 
 log = logging.getLogger("jobplane.vend")
@@ -107,9 +107,9 @@ def read_request(body: Any, authorization: str | None) -> tuple[str, str, int, s
     return token, job_id, attempt, claimed
 
 
-def _record(registry: RootedStore, job_id: str) -> JobRecord | None:
+def _record(registry: RootedStore, job_id: str) -> JobFacts | None:
     try:
-        return read_job(registry, job_id)[0]
+        return read_job_facts(registry, job_id)
     except JobNotFound:
         return None
 

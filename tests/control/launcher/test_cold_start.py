@@ -1,9 +1,9 @@
 """The AWS handlers' cold start, checked without a clock: what a fresh interpreter loads to import each one.
 
 Importing a handler loads what every one of its runs needs (a control function: the policy, read without pydantic,
-the registry, the EC2 and S3 adapters; the vend function: a job's record, never the policy); what only some runs
-need (a launch, a drop, a notice, a topic, a live sweep, a job's record and so pydantic) or none of them (the other
-functions' rules, the CLI, the other cloud) is imported where it is used, so it costs nothing until then.
+the registry, the EC2 and S3 adapters; the vend function: the facts of a job's record, never the policy); what only
+some runs need (a launch, a drop, a notice, a topic, a live sweep, a job's record and so pydantic) or none of them
+(the other functions' rules, the CLI, the other cloud) is imported where it is used, so it costs nothing until then.
 A module that creeps back into a handler's import fails here, deterministically; bench/cold_start.py times
 the imports against bare boto3 + Powertools and reports the ratio.
 """
@@ -30,6 +30,11 @@ NEVER = ("jobplane.cli", "jobplane.sdk", "jobplane.ops.backend", "jobplane.local
 SOME_RUNS = ("jobplane.decide.launch", "jobplane.boot.agent_bundle", "jobplane.boot.bootstrap", "jobplane.views.cost",
              "jobplane.model.prices", "jobplane.model.drops", "jobplane.views.jobview", "jobplane.clouds.sns",
              "difflib")
+# pydantic and the records' models (a job's, its events and usage, an agent's, an owner's line): imported when a run
+# reads or writes one of them, so a run that only lists (an idle backstop, a check of healthy jobs) never loads them.
+# The sweeps' engine (a sweep's trials are specs) loads in a scheduled pass that finds a live sweep.
+RECORD_MODELS = ("pydantic", "jobplane.model.jobrecord", "jobplane.model.spec", "jobplane.model.sweepspec",
+                 "jobplane.model.history", "jobplane.model.usage", "jobplane.model.records", "jobplane.model.admission")
 # Per function: the other functions' rules; the launcher in a reconciler (only a relaunch or a resume launches);
 # records in the launcher (only a launch writes cluster.json).
 NOT_AT_IMPORT = {
@@ -40,21 +45,18 @@ NOT_AT_IMPORT = {
     "rerun": ("jobplane.control.launcher", "jobplane.decide.check", "jobplane.decide.uptime",
               "jobplane.model.metrics"),
     "uptime_cap": ("jobplane.control.launcher", "jobplane.decide.rerun"),
-    # a job's credentials: no policy, no VM driven, no control run, no YAML (it reads records)
+    # a job's credentials: no policy, no VM driven, no control run, no YAML, no record models (it reads a record's
+    # facts: jobplane.model.jobfacts)
     "vend": ("jobplane.model.policy", "jobplane.clouds.aws", "jobplane.deployment", "jobplane.control",
-             "jobplane.decide.model", "functions.aws.deployment", "yaml", "jobplane.model.yaml_input"),
+             "jobplane.decide.model", "functions.aws.deployment", "yaml", "jobplane.model.yaml_input",
+             *RECORD_MODELS),
 }
-# pydantic and the records' models (a job's, its events and usage, an agent's, an owner's line): imported when a run
-# reads or writes one of them, so a run that only lists (an idle backstop, a check of healthy jobs) never loads them.
-# The sweeps' engine (a sweep's trials are specs) loads in a scheduled pass that finds a live sweep.
-RECORD_MODELS = ("pydantic", "jobplane.model.jobrecord", "jobplane.model.spec", "jobplane.model.sweepspec",
-                 "jobplane.model.history", "jobplane.model.usage", "jobplane.model.records", "jobplane.model.admission")
 LISTING_ONLY = CONTROL
 # Every run needs these: they stay at import (Lambda's init), where deferring them would only move the cost. A
-# control run reads the policy (YAML); a vend run reads the job's record (JSON).
+# control run reads the policy (YAML); a vend run reads the facts of the job's record (JSON).
 EVERY_RUN = {name: ("yaml", "jobplane.model.policy", "jobplane.store.registry", "jobplane.clouds.aws",
                     "jobplane.clouds.s3") for name in CONTROL}
-EVERY_RUN["vend"] = ("pydantic", "jobplane.model.jobrecord", "jobplane.store.registry", "jobplane.clouds.s3",
+EVERY_RUN["vend"] = ("jobplane.model.jobfacts", "jobplane.store.registry", "jobplane.clouds.s3",
                      "jobplane.clouds.aws_vend")
 
 PROBE = r"""

@@ -1,0 +1,56 @@
+"""What a job's credentials are decided on (jobplane.decide.vend), read from its job.json without the record's models.
+
+Every run of a vend function reads one record for one decision: its id, state, attempt and instances, and its spec's
+owner and `code:`. Reading them with the plain checks of jobplane.model.checked spares the function pydantic and the
+spec's models at each cold start. The fields read are checked as strictly as JobRecord checks them, and the id must
+be the job asked about; the other fields are the control plane's to read (it records a job.json it cannot parse as
+an unreadable-record event on the job).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from jobplane.model.checked import build, checked, items, nested, one_of, optional, text, whole
+from jobplane.model.errors import FieldError, SpecError
+from jobplane.model.keys import JOB_ID_PATTERN
+from jobplane.model.states import State
+
+_OWNER = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")  # the spec's owner (jobplane.model.spec.LABEL_KEY)
+
+
+def _state(value: Any, path: str) -> State:
+    return State(one_of(*State)(value, path))
+
+
+def _owner(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not _OWNER.match(value):
+        raise ValueError(f"should be an owner (lowercase letter, then a-z 0-9 _ -, at most 63), got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class SpecFacts:
+    owner: str = checked(_owner, "default")
+    code: str | None = checked(optional(text(4096)), None)
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    id: str = checked(text(256))
+    state: State = checked(_state)
+    spec: SpecFacts = checked(nested(SpecFacts, ignore_unknown=True))
+    attempt: int = checked(whole(0, 1_000_000), 0)
+    instances: list[str] = checked(items(text(256), 10_000), factory=list)
+
+
+def parse_facts(data: bytes, job_id: str) -> JobFacts:
+    """The facts of job.json's bytes; ValueError (SpecError naming the fields) when they do not parse or the record
+    is another job's."""
+    facts = build(JobFacts, json.loads(data), ignore_unknown=True)
+    if facts.id != job_id or not re.match(JOB_ID_PATTERN, facts.id):
+        raise SpecError([FieldError("id", f"{facts.id!r} is not job {job_id}")])
+    return facts
