@@ -4,18 +4,19 @@ Each sample is a fresh interpreter with the environment the stack gives a Lambda
 JOBPLANE_ROOT, POWERTOOLS_*, PYDANTIC_DISABLE_PLUGINS, the region; fake credentials) that times one import with
 perf_counter, so interpreter start-up is left out of both sides. The baseline imports what any Powertools
 handler imports: boto3, Logger and Metrics, the EventBridge data classes with event_source, and LambdaContext.
-The floor is the baseline plus the policy's module, which every run of every handler reads. Targets run in rounds,
-shuffled within each round, so a busy machine slows each side alike; the ratio is of medians.
+The floor is the baseline plus the policy's module, which every run of every control handler reads. Targets run in
+rounds, shuffled within each round, so a busy machine slows each side alike; the ratio is of medians.
 
 Moving an import into the handler only moves its cost to the first invocation, so with --invoke (on by
 default) each handler sample then runs its first "Scheduled Event" against moto's server in another
-process (an idle registry holding a policy.yaml, as a deployed stack's does) and the first invocation and
-import + first invocation are reported too.
+process (an idle registry holding a policy.yaml, as a deployed stack's does) and the first invocation,
+import + first invocation, and whether that run loaded pydantic (only a run that reads a record needs it) are
+reported too.
 
 What this leaves out: samples load cached bytecode (two unrecorded warm-up rounds write it), while the Lambda
-asset ships no .pyc, so on Lambda every bundled module (Powertools, pydantic, yaml, jobplane) is compiled at
-each cold start as well. pydantic's plugin scan (every installed distribution's entry points, read at the first
-model) is off here as in the stack.
+asset ships no .pyc, so on Lambda every bundled module a cold start loads (Powertools, yaml, jobplane) is compiled
+at each cold start as well. pydantic's plugin scan (every installed distribution's entry points, read at the first
+model, of a run that reads a record) is off here as in the stack.
 
     .venv/bin/python bench/cold_start.py                  # 21 rounds, writes bench/results/cold-start.json
     .venv/bin/python bench/cold_start.py --rounds 41 --no-invoke
@@ -46,8 +47,8 @@ BASELINE = ("import boto3; "
             "from aws_lambda_powertools import Logger, Metrics; "
             "from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, event_source; "
             "from aws_lambda_powertools.utilities.typing import LambdaContext")
-# What every run of every handler imports besides: the policy (pydantic, PyYAML and its models; each run reads it). No
-# handler can import less than this without moving it into the first invocation, so it is timed as the floor.
+# What every run of every control handler imports besides: the policy (PyYAML and its plain checks; each run reads it).
+# No such handler can import less than this without moving it into the first invocation, so it is timed as the floor.
 FLOOR = BASELINE + "; import jobplane.model.policy"
 # the stack's config/policy.yaml has this shape: the caps plus where the stack's VMs go (JSON is YAML)
 POLICY = json.dumps({"max_nodes_per_job": 8, "aws": {
