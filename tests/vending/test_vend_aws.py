@@ -29,7 +29,7 @@ from jobplane.local.aws import CREDENTIALS, create_roles
 from jobplane.local.function_url import FunctionUrl, event
 from jobplane.local.imds import FakeImds, ImdsInstance
 from jobplane.model import keys
-from jobplane.model.spec import LABEL_KEY
+from jobplane.model.keys import LABEL_KEY
 from jobplane.model.states import State
 from jobplane.vending import aws_iam
 from tests.decide.helpers import record

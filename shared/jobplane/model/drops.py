@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 
 from jobplane.model.errors import FieldError, SpecError
-from jobplane.model.keys import Drop
-from jobplane.model.spec import LABEL_KEY, JobSpec, parse_spec
+from jobplane.model.keys import LABEL_KEY, Drop
+from jobplane.model.spec import JobSpec, parse_spec
 
 EXTENSIONS = ("yaml", "yml", "json")
 

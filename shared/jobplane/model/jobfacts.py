@@ -16,18 +16,18 @@ from typing import Any
 
 from jobplane.model.checked import build, checked, items, nested, one_of, optional, text, whole
 from jobplane.model.errors import FieldError, SpecError
-from jobplane.model.keys import JOB_ID_PATTERN
+from jobplane.model.keys import JOB_ID_PATTERN, LABEL_KEY
 from jobplane.model.states import State
 
-_OWNER = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")  # the spec's owner (jobplane.model.spec.LABEL_KEY)
+_STATE = one_of(*State)
 
 
 def _state(value: Any, path: str) -> State:
-    return State(one_of(*State)(value, path))
+    return State(_STATE(value, path))
 
 
 def _owner(value: Any, path: str) -> str:
-    if not isinstance(value, str) or not _OWNER.match(value):
+    if not isinstance(value, str) or not re.match(LABEL_KEY, value):
         raise ValueError(f"should be an owner (lowercase letter, then a-z 0-9 _ -, at most 63), got {value!r}")
     return value
 

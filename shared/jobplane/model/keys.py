@@ -34,6 +34,7 @@ from typing import NamedTuple
 from jobplane.model.states import State
 
 JOB_ID_PATTERN = r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$"
+LABEL_KEY = r"^[a-z][a-z0-9_-]{0,62}$"  # a label key, an owner (code/<owner>/), a priority class
 
 QUEUE = "queue/"
 REJECTED = "rejected/"

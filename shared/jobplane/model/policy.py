@@ -31,13 +31,13 @@ from jobplane.model.checked import (
     whole,
 )
 from jobplane.model.errors import FieldError
+from jobplane.model.keys import LABEL_KEY  # an owner's or a priority class's name, as a spec names them
 from jobplane.model.yaml_input import load_document
 
 if TYPE_CHECKING:
     from jobplane.model.spec import JobSpec  # annotations only: reading the policy builds no spec model
 
 GRACE = duration(DAY)  # the safety graces and the idle-GPU window: a day at most
-OWNER = r"^[a-z][a-z0-9_-]{0,62}$"  # an owner's or a priority class's name, as a spec's owner
 INSTANCE_TYPE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 NAME = text(2048)  # ids, names and ARNs (an IAM ARN is at most 2,048 characters)
 NAMES = items(NAME, 100)
@@ -45,10 +45,10 @@ NAMES = items(NAME, 100)
 
 def _image(cloud: str) -> Any:
     def check(value: Any, path: str) -> str:
-        value = NAME(value, path)
-        if problem := images.image_problem(cloud, value):
+        image: str = NAME(value, path)
+        if problem := images.image_problem(cloud, image):
             raise ValueError(problem)
-        return str(value)
+        return image
     return optional(check)
 
 
@@ -141,7 +141,7 @@ class BudgetPolicy:
     cost` estimates it)."""
 
     # owner -> USD a month; an owner not named has no budget
-    monthly_usd: dict[str, float] = checked(mapping(OWNER, number(0, 1e9, above=True), 1000), factory=dict)
+    monthly_usd: dict[str, float] = checked(mapping(LABEL_KEY, number(0, 1e9, above=True), 1000), factory=dict)
     # a notification, once an owner a month, when its spend reaches this percent of its budget
     warn_at_percent: int = checked(whole(1, 100), 80)
     # a new job of an owner at or past its budget: refuse (it ends FAILED with the figures) or wait in its owner's
@@ -175,9 +175,9 @@ class Policy:
                                                    factory=dict)
     # fair share under max_active_instances: when the cap binds, the owner holding the fewest nodes per weight goes
     # next; an owner not named weighs 1
-    owner_weights: dict[str, float] = checked(mapping(OWNER, number(0, 1000, above=True), 1000), factory=dict)
+    owner_weights: dict[str, float] = checked(mapping(LABEL_KEY, number(0, 1000, above=True), 1000), factory=dict)
     # name -> {value, owners}: the priorities specs may name
-    priority_classes: dict[str, PriorityClass] = checked(mapping(OWNER, nested(PriorityClass), 100), factory=dict)
+    priority_classes: dict[str, PriorityClass] = checked(mapping(LABEL_KEY, nested(PriorityClass), 100), factory=dict)
     budgets: BudgetPolicy = checked(nested(BudgetPolicy), factory=BudgetPolicy)
     aws: AwsPlacement = checked(nested(AwsPlacement), factory=AwsPlacement)
     gcp: GcpPlacement = checked(nested(GcpPlacement), factory=GcpPlacement)

@@ -33,7 +33,7 @@ from jobplane.model.bounds import (
     MAX_WAIT,
 )
 from jobplane.model.errors import FieldError, SpecError, from_validation_error
-from jobplane.model.keys import JOB_ID_PATTERN
+from jobplane.model.keys import JOB_ID_PATTERN, LABEL_KEY
 from jobplane.model.specfields import AtMost, Duration, HpName, HpValue, MetricDefinition, StopOn, hp_variable
 from jobplane.model.specfields import SpecModel as _Model
 from jobplane.model.specfields import pattern_str as _pattern_str
@@ -65,7 +65,6 @@ JobId = Annotated[
     _pattern_str(JOB_ID_PATTERN, "job id (1-63 lowercase letters, digits, hyphens; starts with a letter)"),
     Field(json_schema_extra={"pattern": JOB_ID_PATTERN}),
 ]
-LABEL_KEY = r"^[a-z][a-z0-9_-]{0,62}$"
 LABEL_VALUE = r"^[a-z0-9_-]{0,63}$"
 LabelKey = Annotated[
     str, _pattern_str(LABEL_KEY, "label key (lowercase letter, then up to 62 of a-z 0-9 _ -)"),

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 from jobplane.clouds.base import NotFound, ObjectStore, PreconditionFailed
 from jobplane.model import keys
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from jobplane.model.spec import JobSpec
 
 log = logging.getLogger("jobplane.registry")
+P = TypeVar("P")  # what a reader makes of job.json
 
 
 class JobExists(RegistryError):
@@ -108,19 +109,7 @@ def _check_fields(job_id: str, updates: Collection[str]) -> None:
 def read_job(objects: RootedStore, job_id: str) -> tuple[JobRecord, str]:
     """job.json and its version (to compare-and-swap against): JobNotFound, or UnreadableRecord saying why it does not
     parse. Reading needs no registry: an agent, a sweep's curves and the vending functions read records this way."""
-    try:
-        blob = objects.get_object(keys.job_record(job_id))
-    except NotFound:
-        raise JobNotFound(job_id) from None
-    try:
-        data = json.loads(blob.data)
-        if isinstance(data, dict) and isinstance(data.get("spec"), dict):
-            from jobplane.model.spec import known_fields
-
-            data["spec"] = known_fields(data["spec"])  # a newer version's fields: ignored, as JobRecord's are
-        return _record_model().model_validate(data, context=STORED), blob.version
-    except ValueError as exc:  # JSON or validation (pydantic's ValidationError is a ValueError)
-        raise UnreadableRecord(job_id, blob.version, str(exc).replace("\n", " ")[:500]) from None
+    return _read_record(objects, job_id, _job_record)
 
 
 def read_job_facts(objects: RootedStore, job_id: str) -> JobFacts:
@@ -128,14 +117,28 @@ def read_job_facts(objects: RootedStore, job_id: str) -> JobFacts:
     saying why those fields do not parse. The vend functions read records this way, without the record's models."""
     from jobplane.model.jobfacts import parse_facts
 
+    return _read_record(objects, job_id, lambda data: parse_facts(data, job_id))[0]
+
+
+def _read_record(objects: RootedStore, job_id: str, parse: Callable[[bytes], P]) -> tuple[P, str]:
+    """job.json through `parse`, and its version: JobNotFound, or UnreadableRecord saying why it does not parse."""
     try:
         blob = objects.get_object(keys.job_record(job_id))
     except NotFound:
         raise JobNotFound(job_id) from None
     try:
-        return parse_facts(blob.data, job_id)
-    except ValueError as exc:  # JSON, or a field (SpecError is a ValueError)
+        return parse(blob.data), blob.version
+    except ValueError as exc:  # JSON or validation (pydantic's ValidationError and SpecError are ValueErrors)
         raise UnreadableRecord(job_id, blob.version, str(exc).replace("\n", " ")[:500]) from None
+
+
+def _job_record(raw: bytes) -> JobRecord:
+    data = json.loads(raw)
+    if isinstance(data, dict) and isinstance(data.get("spec"), dict):
+        from jobplane.model.spec import known_fields
+
+        data["spec"] = known_fields(data["spec"])  # a newer version's fields: ignored, as JobRecord's are
+    return _record_model().model_validate(data, context=STORED)
 
 
 # Told of every transition this process made (old record, new record), after its CAS won: exactly one
