@@ -52,7 +52,8 @@ LIVE = 3
 
 def chunk(reg: Registry, job_id: str, seq: int, at: datetime) -> None:
     points = [Point("loss", 1 / (seq * 10 + i + 1), seq * 10 + i) for i in range(10)]
-    reg.put(keys.metrics_chunk(job_id, 1, 0, seq), b"".join(metrics.encode(p, at) for p in points))
+    data = reg.job(job_id).data
+    reg.put(keys.metrics_chunk(data, 1, 0, seq), b"".join(metrics.encode(p, at) for p in points))
 
 
 def build(n: int, chunks: int, early_stop: bool) -> tuple[Registry, MemoryStore, Clock, SweepRecord]:

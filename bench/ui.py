@@ -67,7 +67,8 @@ def seed(n: int, chunks: int) -> tuple[MemoryStore, Registry]:
             reg.transition(job_id, State.SUCCEEDED, expect=[State.RUNNING], reason="every rank exited 0",
                            now=now + timedelta(minutes=10))
         for seq in range(chunks):
-            store.put(reg.key(keys.log_chunk(job_id, 1, 0, seq)), b"step 1 loss 0.5\n", "text/plain")
+            store.put(reg.key(keys.log_chunk(keys.JobData(job_id, f"team-{i % 7}"), 1, 0, seq)), b"step 1 loss 0.5\n",
+                      "text/plain")
     return store, reg
 
 

@@ -23,8 +23,10 @@ __all__ = ["LambdaContext", "wait_for"]
 if TYPE_CHECKING:
     import pytest
 
+    from jobplane.model import keys
     from jobplane.model.metrics import Point
     from jobplane.store.registry import Registry
+    from jobplane.store.rooted import RootedStore
 
 WRITTEN = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)  # when the agent writes below say they were written
 
@@ -167,12 +169,24 @@ def crash_on_event_writes(reg: Registry, monkeypatch: pytest.MonkeyPatch, kind: 
 
 
 # ---- what an agent writes ----------------------------------------------------------------------------------------
+def data_of(reg: RootedStore, job_id: str) -> keys.JobData:
+    """Where the job's agents write its data: its record's say (JobRecord.data); a job with no record, jobs/<id>/."""
+    from jobplane.model import keys
+    from jobplane.store.registry import JobNotFound, read_job
+
+    try:
+        return read_job(reg, job_id)[0].data
+    except JobNotFound:
+        return keys.JobData(job_id)
+
+
 def ship(reg: Registry, job_id: str, attempt: int, rank: int, seq: int, points: list[Point]) -> None:
     """A metrics chunk as the agent ships it, each point stamped WRITTEN + its step in seconds."""
     from jobplane.model import keys, metrics
 
     data = b"".join(metrics.encode(p, WRITTEN + timedelta(seconds=p.step or 0)) for p in points)
-    reg.store.put_if_absent(reg.key(keys.metrics_chunk(job_id, attempt, rank, seq)), data, "application/x-ndjson")
+    reg.store.put_if_absent(reg.key(keys.metrics_chunk(data_of(reg, job_id), attempt, rank, seq)), data,
+                            "application/x-ndjson")
 
 
 def ship_system(reg: Registry, job_id: str, attempt: int, rank: int, seq: int,
@@ -182,7 +196,8 @@ def ship_system(reg: Registry, job_id: str, attempt: int, rank: int, seq: int,
 
     data = b"".join(sysmetrics.encode(WRITTEN + timedelta(seconds=first + i * every), values)
                     for i, values in enumerate(samples))
-    reg.store.put_if_absent(reg.key(keys.system_chunk(job_id, attempt, rank, seq)), data, "application/x-ndjson")
+    reg.store.put_if_absent(reg.key(keys.system_chunk(data_of(reg, job_id), attempt, rank, seq)), data,
+                            "application/x-ndjson")
 
 
 def gpu_sample(utilization: float, used: float, total: float = 24.0, gpus: int = 1) -> dict[str, float]:
@@ -210,9 +225,9 @@ def publish(reg: Registry, job_id: str, area: str, files: dict[str, bytes]) -> N
 
     entries = {}
     for rel, data in files.items():
-        version = reg.store.put(reg.key(f"{keys.artifacts_prefix(job_id)}{area}/{rel}"), data)
+        version = reg.store.put(reg.key(f"{keys.artifacts_prefix(data_of(reg, job_id))}{area}/{rel}"), data)
         entries[rel] = {"key": rel, "size": len(data), "version": version}
-    reg.put_json(f"{keys.artifacts_prefix(job_id)}{area}.manifest.json",
+    reg.put_json(f"{keys.artifacts_prefix(data_of(reg, job_id))}{area}.manifest.json",
                  {"written_at": WRITTEN.isoformat(), "files": entries})
 
 

@@ -25,7 +25,7 @@ from jobplane.model import keys
 from jobplane.model.spec import parse_spec
 from jobplane.model.states import State
 from jobplane.store.registry import Registry
-from tests.helpers import wait_for
+from tests.helpers import data_of, wait_for
 from tests.moto_aws import MOTO_AMI
 
 BUCKET = "jobplane-cli"
@@ -133,10 +133,10 @@ class Driver(threading.Thread):
             reg.transition(job_id, State.LAUNCHING, expect={State.QUEUED}, attempt=1, instances=["i-0abc"])
             reg.delete(keys.queue_entry(job_id))
             reg.transition(job_id, State.RUNNING)
-            reg.store.put(keys.log_chunk(job_id, 1, 0, 0), b"step 1 loss 0.5\n")
+            reg.store.put(keys.log_chunk(data_of(reg, job_id), 1, 0, 0), b"step 1 loss 0.5\n")
             if self.ending is None:
                 return
-            reg.store.put(keys.log_chunk(job_id, 1, 0, 1), b"step 2 loss 0.1\n")
+            reg.store.put(keys.log_chunk(data_of(reg, job_id), 1, 0, 1), b"step 2 loss 0.1\n")
             reg.put_json(keys.exit_report(job_id, 1, 0), {"code": 0 if self.ending == State.SUCCEEDED else 1})
             reg.transition(job_id, self.ending, reason="every rank exited" if self.ending == State.SUCCEEDED
                            else "rank 0 exited 1")

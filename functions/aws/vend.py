@@ -1,8 +1,8 @@
 """Vend Lambda, behind a function URL with AuthType AWS_IAM: a job's agent asks for its job's storage credentials
 (jobplane.vending.aws does the work; jobplane.clouds.aws_vend talks to STS and EC2).
 
-Its environment, besides the registry's: JOBPLANE_VM_ROLE_ARN (whose sessions may ask), JOBPLANE_JOB_ROLE_ARN
-(what a grant assumes) and JOBPLANE_DATA_BUCKETS (comma-separated input buckets a job may read).
+Its environment, besides the registry's: JOBPLANE_VM_ROLE_ARN (whose sessions may ask) and JOBPLANE_JOB_ROLE_ARN
+(what a grant assumes). A job's input data is read with its VM's own identity, never with these credentials.
 """
 
 from __future__ import annotations
@@ -26,9 +26,8 @@ _cloud: dict[tuple[str | None, str, str | None], VendAws] = {}  # reused across 
 
 def settings() -> tuple[Settings, VendSettings]:
     base = Settings.from_env()
-    buckets = tuple(b.strip() for b in os.environ.get("JOBPLANE_DATA_BUCKETS", "").split(",") if b.strip())
     return base, VendSettings(base.bucket, base.root, base.deployment, os.environ["JOBPLANE_VM_ROLE_ARN"],
-                              os.environ["JOBPLANE_JOB_ROLE_ARN"], buckets)
+                              os.environ["JOBPLANE_JOB_ROLE_ARN"])
 
 
 @common.logger.inject_lambda_context(clear_state=True)

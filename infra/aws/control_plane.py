@@ -92,9 +92,9 @@ class JobplaneControlPlane(Construct):
         self.config = config
         prefix = config.key_prefix
         try:  # every job's credentials must be vendable: AWS caps the session policy that narrows them
-            aws_iam.check_fits(config.bucket_name, prefix, config.data_buckets)
+            aws_iam.check_fits(config.bucket_name, prefix)
         except ValueError as exc:
-            raise ValueError(f"jobplane:dataBuckets: {exc}") from None
+            raise ValueError(f"jobplane:root: {exc}") from None
         self.access_logs = self._access_log_bucket()
         self.bucket = self._registry_bucket()
         # what the functions tag every VM with and IAM requires for a launch or a terminate (Settings.deployment)
@@ -251,12 +251,11 @@ class JobplaneControlPlane(Construct):
                             max_session_duration=cdk.Duration.hours(1),
                             description="jobplane agent: a job's keys, narrowed per job by the vending function")
         job_policy = iam.Policy(self, "JobPolicy", roles=[job_role], statements=permissions.job_statements(
-            self.bucket, prefix, self.config.data_buckets))
+            self.bucket, prefix))
         for pattern in permissions.AGENT_AREAS:
             acknowledge(job_policy, f"AwsSolutions-IAM5[Resource::<{self.bucket_id()}.Arn>/{prefix}{pattern}]",
                         f"Job ids and file names are chosen at run time; {pattern} confines the agent to that one "
                         "area of the registry, and each session policy to its own job's keys.")
-        self._acknowledge_data_buckets(job_policy)
         vend_policy = iam.Policy(self, "VendPolicy", roles=[vend_role],
                                  statements=permissions.vend_statements(job_role, self.bucket, prefix))
         acknowledge(vend_policy, "AwsSolutions-IAM5[Resource::*]",
@@ -276,8 +275,7 @@ class JobplaneControlPlane(Construct):
             role=vend_role,
             environment={**self._environment(),
                          "JOBPLANE_VM_ROLE_ARN": self.vm_role.role_arn,
-                         "JOBPLANE_JOB_ROLE_ARN": job_role.role_arn,
-                         "JOBPLANE_DATA_BUCKETS": ",".join(self.config.data_buckets)},
+                         "JOBPLANE_JOB_ROLE_ARN": job_role.role_arn},
             log_group=log_group,
             reserved_concurrent_executions=VEND_RESERVED if self.config.reserved_concurrency else None,
             description="jobplane vend: a job's storage credentials for its own VMs",

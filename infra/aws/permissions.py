@@ -23,7 +23,7 @@ def ours(deployment: str, kind: str = "ResourceTag") -> dict[str, str]:
 
 # Registry areas an agent reads and writes (the job role's grants): jobplane.vending.aws_iam, shared with the
 # local cloud.
-AGENT_AREAS = tuple(dict.fromkeys(aws_iam.AGENT_READ + aws_iam.AGENT_WRITE + aws_iam.AGENT_PRUNE))
+AGENT_AREAS = tuple(dict.fromkeys(aws_iam.AGENT_READ + aws_iam.AGENT_WRITE + aws_iam.AGENT_PRUNE + aws_iam.TAGGED))
 # Why each EC2 resource wildcard in the launch/terminate statements cannot be narrower.
 EC2_WILDCARDS = {
     "instance/*": "Instance ids exist only after launch; RunInstances needs jobplane:managed=true in the request "
@@ -175,13 +175,13 @@ def vm_statements(vend_function: lambda_.IFunction, data_buckets: Sequence[str],
                                                   ssh))
 
 
-def job_statements(bucket: s3.IBucket, prefix: str, data_buckets: Sequence[str]) -> list[iam.PolicyStatement]:
+def job_statements(bucket: s3.IBucket, prefix: str) -> list[iam.PolicyStatement]:
     """The job role: what any job's agent may do (no EC2, no IAM); the vending function assumes it with a session
     policy naming one job's keys, so a session may do only what both allow.
 
     ListBucket is on the whole registry bucket here, and on the job's own prefixes in the session policy (S3
     then answers 403 instead of 404 for a missing key: jobplane.clouds.aws_vend reads that as missing)."""
-    return _statements(aws_iam.job_role_statements(bucket.bucket_arn, prefix, cdk.Aws.PARTITION, data_buckets))
+    return _statements(aws_iam.job_role_statements(bucket.bucket_arn, prefix))
 
 
 def vend_statements(job_role: iam.IRole, bucket: s3.IBucket, prefix: str) -> list[iam.PolicyStatement]:

@@ -34,11 +34,13 @@ from jobplane.model.spec import JobSpec
 from jobplane.model.states import State
 from jobplane.store.registry import Registry
 from tests.agent.clock import ManualClock
+from tests.helpers import data_of
 
 BUCKET = "jobplane-agent-test"
 ROOT = "reg"  # a non-empty registry root, so every key the agent writes must honour it
 FAST = ["--log-interval", "0.3", "--heartbeat-interval", "0.5", "--checkpoint-interval", "0.5",
         "--checkpoint-settle", "0.5", "--poll-interval", "0.3", "--cluster-timeout", "20"]
+LOOP_DATA = keys.JobData("loop-job", "team-loop")  # where the loop's job keeps its data
 
 
 def tarball(files: dict[str, str]) -> bytes:
@@ -97,7 +99,7 @@ class World:
             job_id=job_id, attempt=1, hosts=list(hosts), instances=instances, master_addr=hosts[0],
             num_nodes=len(hosts), instance_type="t3.micro", zone="us-east-1a").body())
         if code is not None:
-            self.reg.store.put(self.reg.key(keys.code_bundle(job_id)), tarball(code))
+            self.reg.store.put(self.reg.key(keys.code_bundle(data_of(self.reg, job_id))), tarball(code))
 
     def start(self, job_id: str, rank: int = 0, extra: list[str] | None = None,
               env_only: dict[str, str] | None = None, attempt: int = 1) -> Node:
@@ -134,7 +136,7 @@ class World:
             return False
 
     def logs(self, job_id: str, rank: int = 0, attempt: int = 1) -> str:
-        chunks = [k for k, _, _ in self.reg.listing(keys.logs_prefix(job_id, attempt, rank))]
+        chunks = [k for k, _, _ in self.reg.listing(keys.logs_prefix(data_of(self.reg, job_id), attempt, rank))]
         return "".join(self.reg.get_bytes(k).decode() for k in chunks)
 
     def files(self, prefix: str) -> dict[str, bytes]:
@@ -143,7 +145,8 @@ class World:
     def checkpoint(self, job_id: str) -> dict[str, bytes]:
         """What a next attempt would restore: the files the newest manifests name, as restore fetches them."""
         dest = Path(tempfile.mkdtemp(dir=self.tmp, prefix="restore-"))
-        CheckpointSync(self.reg.store, dest, self.reg.key(keys.checkpoints_prefix(job_id))).restore(announce=False)
+        prefix = self.reg.key(keys.checkpoints_prefix(data_of(self.reg, job_id)))
+        CheckpointSync(self.reg.store, dest, prefix).restore(announce=False)
         return {p.relative_to(dest).as_posix(): p.read_bytes() for p in sorted(dest.rglob("*")) if p.is_file()}
 
     def save_checkpoint(self, job_id: str, files: dict[str, bytes]) -> None:
@@ -151,7 +154,8 @@ class World:
         src = Path(tempfile.mkdtemp(dir=self.tmp, prefix="earlier-"))
         for name, data in files.items():
             (src / name).write_bytes(data)
-        CheckpointSync(self.reg.store, src, self.reg.key(keys.checkpoints_prefix(job_id))).sync(final=True)
+        prefix = self.reg.key(keys.checkpoints_prefix(data_of(self.reg, job_id)))
+        CheckpointSync(self.reg.store, src, prefix).sync(final=True)
 
     def next_attempt(self, job_id: str, attempt: int, hosts: tuple[str, ...] = ("10.0.0.1",)) -> None:
         """The rerun's bookkeeping: PREEMPTED, LAUNCHING at `attempt`, and its cluster.json."""
@@ -300,7 +304,7 @@ class Loop:
         return (self.store.get(self.reg.key(key)).last_modified - self.clock.start).total_seconds()
 
     def chunks(self, stream: str = "logs") -> list[bytes]:
-        prefix = (keys.logs_prefix if stream == "logs" else keys.metrics_prefix)("loop-job", 1, 0)
+        prefix = (keys.logs_prefix if stream == "logs" else keys.metrics_prefix)(LOOP_DATA, 1, 0)
         return [self.reg.get_bytes(k) for k, _, _ in self.reg.listing(prefix)]
 
 
@@ -311,7 +315,7 @@ def make_loop(*, poll: float = 5.0, logs: float = 10.0, beat: float = 30.0, phas
     reg = Registry(store, "reg")
     md = FakeMetadata(clock)
     out = OutputLog(None, clock=clock)
-    run = Run("loop-job", 1, 0, "i-loop", started_at=clock(), phase=phase)
+    run = Run("loop-job", 1, 0, "i-loop", started_at=clock(), phase=phase, data=LOOP_DATA)
     interrupts: list[Outcome] = []
     refused: list[CredentialsRefused] = []
     gpu: list[float | None] = [None]

@@ -33,6 +33,7 @@ from jobplane.model.states import State
 from jobplane.store.registry import Registry
 from tests.agent.clock import ManualClock
 from tests.agent.conftest import FlakyStore
+from tests.helpers import data_of
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -68,7 +69,8 @@ def test_write_failures_are_retried_until_the_report_lands(imds: FakeImds, tmp_p
     store.failures = {"/exit.json": 3, "/logs/": 4, "heartbeats/": 2}
     assert make_agent(store, imds, tmp_path, powered).run() == 0
     assert reg.get_json(keys.exit_report("core-job", 1, 0))["code"] == 7
-    logs = b"".join(reg.get_bytes(k) for k, _, _ in reg.listing(keys.logs_prefix("core-job", 1, 0))).decode()
+    data = data_of(reg, "core-job")
+    logs = b"".join(reg.get_bytes(k) for k, _, _ in reg.listing(keys.logs_prefix(data, 1, 0))).decode()
     assert all(f"line {i}" in logs for i in (1, 2, 3))  # no chunk lost to a failed upload
     assert logs.index("line 1") < logs.index("line 2") < logs.index("line 3")
     assert store.failures == {"/exit.json": 0, "/logs/": 0, "heartbeats/": 0}
@@ -86,16 +88,17 @@ def test_a_jobs_event_files_and_system_samples_are_in_the_bucket_by_its_end(imds
     reg.put_json(keys.cluster("core-job", 1), ClusterFile(job_id="core-job", attempt=1, hosts=["10.1.1.1"],
                                                           master_addr="10.1.1.1", num_nodes=1).body())
     assert make_agent(store, imds, tmp_path, powered).run() == 0
-    event_file = keys.tensorboard_prefix("core-job", 1, 0) + "train/events.out.tfevents.1"
+    event_file = keys.tensorboard_prefix(data_of(reg, "core-job"), 1, 0) + "train/events.out.tfevents.1"
     assert reg.get_bytes(event_file) == b"records\n"  # the job ended before a periodic upload: the final one
-    (chunk,) = [k for k, _, _ in reg.listing(keys.system_prefix("core-job", 1, 0))]  # the first sample, at the end
+    data = data_of(reg, "core-job")
+    (chunk,) = [k for k, _, _ in reg.listing(keys.system_prefix(data, 1, 0))]  # the first sample, at the end
     assert {"memory_used_gb", "disk_used_gb"} <= {s.name for s in sysmetrics.decode(reg.get_bytes(chunk), 1, 0)}
 
 
 def test_a_registry_that_never_recovers_still_powers_off(imds: FakeImds, tmp_path: Path) -> None:
     store, powered = FlakyStore(), []
     seed(Registry(store), "echo hi")
-    store.failures = {"jobs/": -1, "heartbeats/": -1}  # every write fails forever
+    store.failures = {"jobs/": -1, "heartbeats/": -1, "teams/": -1}  # every write fails forever
     clock = ManualClock()  # every retry's pause passes at once
     assert make_agent(store, imds, tmp_path, powered, clock).run() == 1  # no report could be written
     assert powered == ["off"]

@@ -16,7 +16,7 @@ import pytest
 from jobplane.model import keys, metrics
 from jobplane.model.records import ExitReport, Heartbeat, PreemptedMarker, StopRequest
 from tests.agent.conftest import ROOT, World, console_of, json_line
-from tests.helpers import wait_for
+from tests.helpers import data_of, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -54,13 +54,13 @@ def test_success_uploads_logs_checkpoints_artifacts_and_exit_report(world: World
     assert "step 13 loss 0.077 rows 2" in logs
     assert json_line(logs, "ENV ") == {"JOBPLANE_JOB_ID": "ok-job", "JOBPLANE_ATTEMPT": "1", "LR": "0.1"}
     assert "step 13 loss" in console_of(node)  # streamed to the agent's console too
-    first_chunk = next(world.reg.listing(keys.logs_prefix("ok-job", 1, 0)))[0]
+    first_chunk = next(world.reg.listing(keys.logs_prefix(data_of(world.reg, "ok-job"), 1, 0)))[0]
     tagging = boto3.client("s3").get_object_tagging(Bucket="jobplane-agent-test", Key=world.reg.key(first_chunk))
     assert tagging["TagSet"] == [{"Key": "jobplane:object", "Value": "log"}]  # for the lifecycle rule
     assert (node.ml_root / "code" / "setup-ran").exists()  # setup ran in the unpacked code dir
     ckpts = world.checkpoint("ok-job")
     assert ckpts == {"latest.txt": b"13", "ckpt-11.txt": b"11", "ckpt-12.txt": b"12", "ckpt-13.txt": b"13"}
-    artifacts = world.files(keys.artifacts_prefix("ok-job"))
+    artifacts = world.files(keys.artifacts_prefix(data_of(world.reg, "ok-job")))
     assert json.loads(artifacts["model/model.json"]) == {"w": 0.5}
     manifest = json.loads(artifacts["model.manifest.json"])  # written after the files it names
     assert manifest["files"]["model.json"]["size"] == len(artifacts["model/model.json"])
@@ -180,7 +180,7 @@ def test_two_nodes_each_see_their_rank_cluster_and_shard(world: World) -> None:
     for node in nodes:
         assert node.wait() == 0, console_of(node)
 
-    artifacts = world.files(keys.artifacts_prefix("two-node"))
+    artifacts = world.files(keys.artifacts_prefix(data_of(world.reg, "two-node")))
     for rank, key in ((0, "model/seen.json"), (1, "rank-1/model/seen.json")):
         seen = json.loads(artifacts[key])
         assert (seen["NODE_RANK"], seen["NNODES"], seen["MASTER_ADDR"], seen["MASTER_PORT"]) == (
@@ -244,7 +244,7 @@ def test_a_stop_on_match_stops_the_job_at_once_syncs_its_checkpoint_and_says_why
     assert "got SIGTERM at step 20" in logs
     assert json_line(logs, "hyperparameters ") == {"file": {"nan_at": "20", "lr": "0.01"}, "SM_HP_LR": "0.01"}
 
-    chunks = [k for k, _, _ in world.reg.listing(keys.metrics_prefix("nan-job", 1, 0))]
+    chunks = [k for k, _, _ in world.reg.listing(keys.metrics_prefix(data_of(world.reg, "nan-job"), 1, 0))]
     samples = [s for k in chunks for s in metrics.decode(world.reg.get_bytes(k), 1, 0)]
     losses = [(s.step, s.value) for s in samples if s.name == "loss"]
     assert [step for step, _ in losses] == list(range(1, 21)) and math.isnan(losses[-1][1])

@@ -16,7 +16,7 @@ from jobplane.agent.run import Outcome
 from jobplane.clouds.base import CredentialsRefused
 from jobplane.model import keys, metrics
 from jobplane.model.records import Heartbeat, OutputMark, StopRequest
-from tests.agent.conftest import Loop, make_loop
+from tests.agent.conftest import LOOP_DATA, Loop, make_loop
 
 pytestmark = pytest.mark.timeout(5)
 
@@ -105,7 +105,7 @@ def test_log_chunks_keep_the_output_in_order_and_a_failed_upload_loses_nothing(l
 def test_a_restarted_agent_writes_after_the_chunks_already_there(loop: Loop) -> None:
     """Chunks are create-only: an earlier agent of this node left 0 and 1, which stay as they are."""
     for seq in (0, 1):
-        loop.reg.put(keys.log_chunk("loop-job", 1, 0, seq), f"earlier {seq}\n".encode())
+        loop.reg.put(keys.log_chunk(LOOP_DATA, 1, 0, seq), f"earlier {seq}\n".encode())
     loop.out.user(b"after the restart\n")
     loop.background.ship_logs()
     assert loop.chunks() == [b"earlier 0\n", b"earlier 1\n", b"after the restart\n"]

@@ -17,7 +17,7 @@ from jobplane.agent.writers import writing
 from jobplane.clouds.memory import MemoryStore
 from jobplane.model import keys
 from tests.agent.conftest import World, console_of
-from tests.helpers import wait_for
+from tests.helpers import data_of, wait_for
 
 pytestmark = pytest.mark.timeout(90)
 PREFIX = "jobs/j/checkpoints/"
@@ -272,7 +272,8 @@ def test_a_checkpoint_deleted_locally_is_not_restored_on_the_next_attempt(world:
     (node.ml_root / "go").touch()
     assert node.wait(30) == 0, console_of(node)
     assert world.checkpoint("del-job") == {"ckpt-2.pt": b"weights 2", "ckpt-3.pt": b"weights 3"}
-    assert not [k for k, _, _ in world.reg.listing(keys.checkpoints_prefix("del-job")) if "ckpt-1" in k]
+    prefix = keys.checkpoints_prefix(data_of(world.reg, "del-job"))
+    assert not [k for k, _, _ in world.reg.listing(prefix) if "ckpt-1" in k]
 
     world.next_attempt("del-job", 2)
     second = world.start("del-job", attempt=2, extra=["--attempt", "2"])

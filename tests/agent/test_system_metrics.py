@@ -18,7 +18,7 @@ import pytest
 from jobplane.agent.gpu import MAX_GPUS, GpuReading, Gpus, parse_smi
 from jobplane.agent.system import SystemSampler
 from jobplane.model import keys, sysmetrics
-from tests.agent.conftest import make_loop
+from tests.agent.conftest import LOOP_DATA, make_loop
 
 pytestmark = pytest.mark.timeout(60)
 ROOT = Path(__file__).resolve().parents[2]
@@ -139,7 +139,7 @@ def test_samples_go_up_in_bounded_chunks_at_most_one_per_interval_and_the_rest_a
     proc = proc_tree(tmp_path / "proc", cpu=(1, 0, 1, 8, 0, 0, 0, 0), rx=0, tx=0)
     loop.background.watch_system(SystemSampler(tmp_path, sixteen_gpus, proc=proc), 15)
     loop.until(14 * 15)  # samples at 0, 15, ..., 210: 15 of them
-    prefix = keys.system_prefix("loop-job", 1, 0)
+    prefix = keys.system_prefix(LOOP_DATA, 1, 0)
     chunks = [loop.reg.get_bytes(k) for k, _, _ in loop.reg.listing(prefix)]
     assert len(chunks) == 3  # every 4 samples: 12 shipped, 3 waiting
     assert all(len(c.splitlines()) == sysmetrics.SAMPLES_PER_CHUNK for c in chunks)
@@ -159,7 +159,7 @@ def test_no_sample_is_taken_until_the_spec_asks(tmp_path: Path) -> None:
     loop = make_loop()
     loop.until(300)
     loop.background.ship_system()
-    assert not list(loop.reg.listing(keys.system_prefix("loop-job")))
+    assert not list(loop.reg.listing(keys.system_prefix(LOOP_DATA)))
 
 
 def test_a_bucket_that_refuses_the_samples_keeps_a_bounded_backlog(tmp_path: Path) -> None:
@@ -171,7 +171,7 @@ def test_a_bucket_that_refuses_the_samples_keeps_a_bounded_backlog(tmp_path: Pat
     assert len(loop.background._samples) == 60
     loop.store.failures.clear()
     loop.background.ship_system()
-    shipped = [k for k, _, _ in loop.reg.listing(keys.system_prefix("loop-job"))]
+    shipped = [k for k, _, _ in loop.reg.listing(keys.system_prefix(LOOP_DATA))]
     assert len(shipped) == 1 and len(loop.reg.get_bytes(shipped[0]).splitlines()) == 60
 
 

@@ -13,6 +13,7 @@ from jobplane.store.registry import Registry
 from tests.agent.conftest import FlakyStore
 
 pytestmark = pytest.mark.timeout(10)
+TB = keys.JobData("tb-job", "team-tb")
 
 
 def test_event_files_go_up_as_they_grow_and_only_what_changed(tmp_path: Path) -> None:
@@ -22,9 +23,9 @@ def test_event_files_go_up_as_they_grow_and_only_what_changed(tmp_path: Path) ->
     (logdir / "train").mkdir(parents=True)
     events = logdir / "train" / "events.out.tfevents.1.host"
     events.write_bytes(b"record-1")
-    uploader = EventUploader(reg, logdir, "tb-job", 2, 1, sleep=lambda _: None)
+    uploader = EventUploader(reg, logdir, TB, 2, 1, sleep=lambda _: None)
     assert uploader.sync().files == 1
-    key = keys.tensorboard_prefix("tb-job", 2, 1) + "train/events.out.tfevents.1.host"
+    key = keys.tensorboard_prefix(TB, 2, 1) + "train/events.out.tfevents.1.host"
     assert reg.get_bytes(key) == b"record-1"
     assert uploader.sync().files == 0  # nothing changed: nothing goes up
 
@@ -38,10 +39,10 @@ def test_event_files_go_up_as_they_grow_and_only_what_changed(tmp_path: Path) ->
     assert reg.get_bytes(key) == b"record-1record-2"
     moved = uploader.sync()  # the next sync sends only the one that failed
     assert (moved.files, moved.bytes) == (1, 2)
-    assert reg.get_bytes(keys.tensorboard_prefix("tb-job", 2, 1) + "plugins/profile/host.pt.trace.json") == b"{}"
+    assert reg.get_bytes(keys.tensorboard_prefix(TB, 2, 1) + "plugins/profile/host.pt.trace.json") == b"{}"
 
 
 def test_a_log_dir_the_job_never_made_uploads_nothing(tmp_path: Path) -> None:
     reg = Registry(FlakyStore(), "root")
-    assert EventUploader(reg, tmp_path / "absent", "tb-job", 1, 0).sync().files == 0
-    assert not list(reg.listing(keys.tensorboard_prefix("tb-job")))
+    assert EventUploader(reg, tmp_path / "absent", TB, 1, 0).sync().files == 0
+    assert not list(reg.listing(keys.tensorboard_prefix(TB)))

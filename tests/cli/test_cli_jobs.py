@@ -33,7 +33,7 @@ from jobplane.sdk.job import _lines
 from jobplane.store.registry import Registry
 from jobplane.views.jobview import JobView, Status
 from tests.cli.helpers import run
-from tests.helpers import in_line
+from tests.helpers import data_of, in_line
 from tests.registry_clouds import BUCKET, GCP_ENV, SPEC, Driver, RegistryCloud, drop
 
 pytestmark = pytest.mark.timeout(120)
@@ -229,8 +229,8 @@ def test_logs_of_a_rerun_job_tag_every_attempts_lines(reg: Registry) -> None:
     for state, attempt in ((State.LAUNCHING, 1), (State.RUNNING, 1), (State.PREEMPTED, 1), (State.LAUNCHING, 2),
                            (State.RUNNING, 2)):
         reg.transition("rerun", state, attempt=attempt, instances=[f"i-{attempt}"])
-    reg.store.put(keys.log_chunk("rerun", 1, 0, 0), b"step 1\n")
-    reg.store.put(keys.log_chunk("rerun", 2, 0, 0), b"resuming from step 1\n")
+    reg.store.put(keys.log_chunk(data_of(reg, "rerun"), 1, 0, 0), b"step 1\n")
+    reg.store.put(keys.log_chunk(data_of(reg, "rerun"), 2, 0, 0), b"resuming from step 1\n")
     reg.put_json(keys.exit_report("rerun", 2, 0), {"code": 0})
     reg.transition("rerun", State.SUCCEEDED, reason="every rank exited 0")
     for command in (["logs", "rerun"], ["logs", "rerun", "-f"]):

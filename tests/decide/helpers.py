@@ -9,6 +9,7 @@ from typing import Any
 
 from jobplane.clouds.base import Instance
 from jobplane.decide.model import ExitReport, Limits, PreemptedMark, Snapshot
+from jobplane.model import keys
 from jobplane.model.jobrecord import JobRecord
 from jobplane.model.listings import ActiveMarker, Beat
 from jobplane.model.policy import Policy, SafetyPolicy
@@ -47,6 +48,7 @@ def record(job: str = "j", state: State = State.RUNNING, attempt: int = 1, *, no
         state=state, attempt=attempt, restarts=restarts, created_at=ago(created), updated_at=ago(since),
         state_since=ago(since), launched_at=ago(launched) if launched is not None else None,
         instances=[f"i-{job}-{attempt}-{r}" for r in range(nodes)] if instances is None else instances,
+        layout=keys.DATA_LAYOUT,  # as the registry creates a record now: its data under teams/<owner>/<id>/
     )
 
 

@@ -109,6 +109,7 @@ def _job(rec_kw: dict[str, Any] | None = None, parts: dict[str, Any] | None = No
     return snapshot({**base, **(parts or {})}, records=[rec], **snap_kw)
 
 
+DATA = keys.JobData("j", keys.DEFAULT_OWNER)  # where job j keeps its data (tests.decide.helpers.record)
 TWO_SPOT = {"nodes": 2, "spot": True}
 NAN = 'train:loss became nan at step 1200: "step 1200 train:loss nan"'
 CASES = [
@@ -289,10 +290,11 @@ def test_vms_whose_agent_never_started_have_their_console_saved() -> None:
     """Only the ranks without a heartbeat: their console output says why."""
     launching = {"state": State.LAUNCHING, "launched": 901, "nodes": 3}
     (timeout,) = check.decide(_job(launching, {"beats": tuple(beats(ranks=1))}), NOW, POLICY)
-    assert timeout.rule == Rule.BOOT_RETRY and timeout.get(SaveConsole) == SaveConsole(((1, "i-j-1-1"), (2, "i-j-1-2")))
+    assert timeout.rule == Rule.BOOT_RETRY
+    assert timeout.get(SaveConsole) == SaveConsole(((1, "i-j-1-1"), (2, "i-j-1-2")), DATA)
     failed = _job({**launching, "launched": 60}, {"beats": ()}, boot_failures={"j": "no python3"})
     (boot,) = check.decide(failed, NOW, POLICY)
-    assert boot.get(SaveConsole) == SaveConsole(((0, "i-j-1-0"), (1, "i-j-1-1"), (2, "i-j-1-2")))
+    assert boot.get(SaveConsole) == SaveConsole(((0, "i-j-1-0"), (1, "i-j-1-1"), (2, "i-j-1-2")), DATA)
 
 
 def test_started_records_the_jobs_own_limits_which_its_running_marker_carries() -> None:

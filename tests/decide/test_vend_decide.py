@@ -7,6 +7,8 @@ import pytest
 
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_DEPLOYMENT, TAG_JOB_ID, TAG_MANAGED
 from jobplane.decide.vend import Caller, Grant, Refusal, decide, scope
+from jobplane.model import keys
+from jobplane.model.keys import JobData
 from jobplane.model.states import State
 from tests.decide.helpers import record
 
@@ -24,9 +26,13 @@ def ask(rec: object, caller: Caller) -> Grant | Refusal:
 def test_an_instance_of_the_live_attempt_gets_its_jobs_keys_only() -> None:
     granted = ask(record("a"), Caller("i-a-1-0", "a", 1, claimed_instance_id="i-a-1-0", tags=tags()))
     assert isinstance(granted, Grant) and granted.job_id == "a" and granted.attempt == 1
-    assert granted.scope.read_write == ("jobs/a/", "heartbeats/a/")
-    assert granted.scope.read_write_objects == ("preempted-jobs/a",)
-    assert granted.scope.read_only == ("system/agent/",) and granted.scope.read_only_objects == ()
+    assert granted.scope.read_write == ("teams/default/a/", "heartbeats/a/", "jobs/a/attempts/1/nodes/")
+    assert granted.scope.read_write_objects == ("preempted-jobs/a", "jobs/a/attempts/1/boot-failure.json")
+    assert granted.scope.read_only == ("system/agent/",)
+    # what the agent reads and the functions write: never its to write (tests/vending/test_trusted_keys.py)
+    assert granted.scope.read_only_objects == ("jobs/a/job.json", "jobs/a/attempts/1/cluster.json",
+                                               "jobs/a/control/stop")
+    assert granted.scope.record_folder == "jobs/a/"
 
 
 def test_a_vm_the_launcher_has_not_recorded_yet_is_known_by_its_tags() -> None:
@@ -50,13 +56,17 @@ def test_refused(rec: object, caller: Caller, why: str) -> None:
 
 
 def test_the_scope_follows_the_root_and_names_the_code_bundle_as_one_object() -> None:
-    granted = scope("reg", "team-x/", "a", "team-x/code/team/a.tar.gz")
-    assert granted.read_write == ("team-x/jobs/a/", "team-x/heartbeats/a/")
+    granted = scope("reg", "team-x/", JobData("a", "team"), 2, "team-x/code/team/a.tar.gz")
+    assert granted.read_write == ("team-x/teams/team/a/", "team-x/heartbeats/a/", "team-x/jobs/a/attempts/2/nodes/")
     assert granted.read_only == ("team-x/system/agent/",)
-    assert granted.read_only_objects == ("team-x/code/team/a.tar.gz",)
-    assert scope("reg", "", "a").read_only_objects == ()
+    assert granted.read_only_objects[-1] == "team-x/code/team/a.tar.gz"
+    assert scope("reg", "", JobData("a", "team"), 1).read_only_objects[-1] == "jobs/a/control/stop"
+    # a job recorded before its data moved under teams/: its data areas, never its whole record's folder
+    legacy = scope("reg", "", JobData("a"), 1)
+    assert legacy.read_write[:6] == tuple(f"jobs/a/{area}" for area in keys.DATA_AREAS)
+    assert "jobs/a/" not in legacy.read_write and legacy.read_only == ("jobs/a/code/", "system/agent/")
     # the code bundle a record names, as decide finds it (decide.vend.code_object; tests/vending/test_vend_code.py)
     own = ask(record("a", owner="team", code="s3://reg/code/team/a.tar.gz"), Caller("i-a-1-0", "a", 1, tags=tags()))
-    assert isinstance(own, Grant) and own.scope.read_only_objects == ("code/team/a.tar.gz",)
+    assert isinstance(own, Grant) and own.scope.read_only_objects[-1] == "code/team/a.tar.gz"
     elsewhere = ask(record("a", code="s3://datasets/code.tar.gz"), Caller("i-a-1-0", "a", 1, tags=tags()))
-    assert isinstance(elsewhere, Grant) and elsewhere.scope.read_only_objects == ()
+    assert isinstance(elsewhere, Grant) and elsewhere.scope.read_only_objects[-1] == "jobs/a/control/stop"

@@ -39,7 +39,7 @@ from jobplane.model.jobrecord import JobRecord
 from jobplane.model.states import State
 from tests.gcp.conftest import BUCKET, DEPLOYMENT, PROJECT, REGION, GcpCloud
 from tests.gcp.helpers import MAIN, SPEC, beat, call, exit_report, finalized
-from tests.helpers import run_bootstrap, wait_for
+from tests.helpers import data_of, run_bootstrap, wait_for
 from tests.local.conftest import paced
 
 T = TypeVar("T")
@@ -288,20 +288,21 @@ def agents(cloud: GcpCloud, tmp_path: Path) -> Iterator[Callable[..., subprocess
 
 
 def log_text(cloud: GcpCloud, job_id: str, attempt: int) -> str:
-    chunks = [k for k, _, _ in cloud.registry.listing(keys.logs_prefix(job_id, attempt, 0))]
+    chunks = [k for k, _, _ in cloud.registry.listing(keys.logs_prefix(data_of(cloud.registry, job_id), attempt, 0))]
     return "".join(cloud.registry.get_bytes(k).decode() for k in chunks)
 
 
 def test_spot_preemption_then_resume_with_the_real_agent(
         cloud: GcpCloud, agents: Callable[..., subprocess.Popen[bytes]], tmp_path: Path) -> None:
     job = "resume-me"
-    cloud.registry.store.put(cloud.registry.key(keys.code_bundle(job)), code_bundle())
+    cloud.registry.store.put(cloud.registry.key(keys.code_bundle(keys.JobData(job, keys.DEFAULT_OWNER))), code_bundle())
     # attempt 2 (the resumed run the test waits out) at a faster pace than attempt 1
     spec = (f"run: {paced(f'{sys.executable} train.py --steps 300 --checkpoint-every 20', 0.03, 0.005)}\n"
             "instance_type: n2-standard-4\ncloud: gcp\nzones: [us-central1-a]\nspot: true\nstop_grace: 5s\n")
     first = submit(cloud, job, spec)
     agent1 = agents(first.instances[0])
-    wait_for("a synced checkpoint", lambda: list(cloud.registry.listing(keys.checkpoints_prefix(job))))
+    prefix = keys.checkpoints_prefix(data_of(cloud.registry, job))
+    wait_for("a synced checkpoint", lambda: list(cloud.registry.listing(prefix)))
     call("sweeper")  # heartbeats seen: RUNNING
     assert cloud.registry.job(job).state == State.RUNNING
 
@@ -325,7 +326,8 @@ def test_spot_preemption_then_resume_with_the_real_agent(
     assert "resuming from step" in resumed and "starting from step 0" not in resumed, resumed[:500]
     assert "starting from step 0" in log_text(cloud, job, 1)
     assert_vms_deleted(cloud)
-    result = json.loads(cloud.registry.get_bytes(keys.artifacts_prefix(job) + "model/result.json"))
+    artifacts = keys.artifacts_prefix(data_of(cloud.registry, job))
+    result = json.loads(cloud.registry.get_bytes(artifacts + "model/result.json"))
     assert result["steps"] == 300
 
 
@@ -335,7 +337,7 @@ def test_sigterm_before_the_notice_poll_keeps_the_newest_checkpoint_and_the_repo
     right away, before the agent's next metadata poll (5 s apart here, the most the contract allows).
     Periodic checkpoint uploads are held off (60 s), so every checkpoint in the bucket is the final sync's."""
     job = "shut-down"
-    cloud.registry.store.put(cloud.registry.key(keys.code_bundle(job)), code_bundle())
+    cloud.registry.store.put(cloud.registry.key(keys.code_bundle(keys.JobData(job, keys.DEFAULT_OWNER))), code_bundle())
     spec = (f"run: {paced(f'{sys.executable} train.py --steps 300 --checkpoint-every 10', 0.05, 0.005)}\n"
             "instance_type: n2-standard-4\ncloud: gcp\nzones: [us-central1-a]\nspot: true\n")
     vm = submit(cloud, job, spec).instances[0]
@@ -345,7 +347,8 @@ def test_sigterm_before_the_notice_poll_keeps_the_newest_checkpoint_and_the_repo
     wait_for("a checkpoint on the VM's disk", lambda: list((node / "checkpoints").glob("ckpt-*.npz")))
     call("sweeper")
     assert cloud.registry.job(job).state == State.RUNNING
-    assert not list(cloud.registry.listing(keys.checkpoints_prefix(job)))  # nothing uploaded yet
+    prefix = keys.checkpoints_prefix(data_of(cloud.registry, job))
+    assert not list(cloud.registry.listing(prefix))  # nothing uploaded yet
 
     polls = metadata.requests  # after boot the agent asks its metadata server only for instance/preempted
     wait_for("the agent's next notice poll", lambda: metadata.requests > polls)
@@ -374,7 +377,8 @@ def test_sigterm_before_the_notice_poll_keeps_the_newest_checkpoint_and_the_repo
     assert cloud.registry.get_json(keys.preempted_marker(job))["attempt"] == 1
     on_disk = {p.name for p in (node / "checkpoints").glob("ckpt-*.npz")}
     newest = max(on_disk, key=lambda name: int(name.split("-")[1].split(".")[0]))
-    synced = {k.rsplit("/", 1)[-1] for k, _, _ in cloud.registry.listing(keys.checkpoints_prefix(job))}
+    prefix = keys.checkpoints_prefix(data_of(cloud.registry, job))
+    synced = {k.rsplit("/", 1)[-1] for k, _, _ in cloud.registry.listing(prefix)}
     assert newest in synced and on_disk <= synced
     assert "poweroff-shim" in (tmp_path / "poweroff.log").read_text()
 
@@ -408,6 +412,6 @@ def test_a_vm_whose_bootstrap_fails_fails_the_job_at_once_with_its_serial_consol
     # the bootstrap's own words and where its console output is: a message for people, checked as such
     assert failed.reason.startswith("the agent could not start: cannot download the agent bundle gcp-py3.")
     assert "HTTP Error 404" in failed.reason and "`jobplane logs no-agent --attempt 1`" in failed.reason
-    console = cloud.registry.get_bytes(keys.console_log("no-agent", 1, 0)).decode()
+    console = cloud.registry.get_bytes(keys.console_log(data_of(cloud.registry, "no-agent"), 1, 0)).decode()
     assert f"console output of {instance_id}" in console and "jobplane-bootstrap: FAILED:" in console
     assert_vms_deleted(cloud)

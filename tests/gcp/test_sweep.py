@@ -49,7 +49,7 @@ def runs(cloud: GcpCloud, job_id: str, final: float) -> None:
     call("sweeper")
     assert cloud.registry.job(job_id).state == State.RUNNING
     data = metrics.encode(Point("loss", final, 100), utcnow())
-    cloud.registry.put(keys.metrics_chunk(job_id, record.attempt, 0, 0), data, "application/x-ndjson")
+    cloud.registry.put(keys.metrics_chunk(record.data, record.attempt, 0, 0), data, "application/x-ndjson")
     exit_report(cloud, record, 0)
     created(keys.exit_report(job_id, record.attempt, 0))
 

@@ -451,7 +451,8 @@ def test_a_vms_own_identity_reads_the_agent_bundles_and_nothing_else_in_the_regi
     for key in ("system/agent/manifest.json", "system/agent/gcp-py3.12-x86_64.tar.gz"):
         assert vm_may_reach(tf, key), key
     others = [keys.job_record("j"), keys.heartbeat("j", 1, 0), "jobs/j/logs/1/0/00000001.log", keys.cluster("j", 1),
-              keys.checkpoints_prefix("j") + "manifests/0/00000001.json", keys.exit_report("j", 1, 0),
+              keys.checkpoints_prefix(keys.JobData("j", "alice")) + "manifests/0/00000001.json",
+              keys.checkpoints_prefix(keys.JobData("j")) + "manifests/0/00000001.json", keys.exit_report("j", 1, 0),
               keys.boot_failure("j", 1), keys.preempted_marker("j"), keys.stop_request("j"), "code/alice/j.tar.gz",
               "jobs/j/code/code.tar.gz", "config/policy.yaml", "queue/alice/j.yaml", "active/j/RUNNING.1",
               "systemx/agent/a", "jobs/system/agent/x"]

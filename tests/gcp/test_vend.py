@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -89,6 +90,11 @@ def ask(token: str, job: str, attempt: Any = 1, **extra: Any) -> tuple[int, dict
     return response.status_code, response.get_json()
 
 
+def data(job: str) -> keys.JobData:
+    """Where job-a's and job-b's data is: the default owner's folder (their drops are straight under queue/)."""
+    return keys.JobData(job, keys.DEFAULT_OWNER)
+
+
 def store_with(token: str) -> GcsStore:
     return GcsStore(BUCKET, project=PROJECT, credentials=Credentials(token))  # type: ignore[no-untyped-call]
 
@@ -166,7 +172,7 @@ def test_a_vm_of_the_job_gets_a_token_that_works_on_its_own_keys(vending: GcpClo
     record = store.get("reg/" + keys.job_record("job-a"))  # its record, its cluster.json, its checkpoints
     assert json.loads(record.data)["id"] == "job-a"
     store.put("reg/" + keys.heartbeat("job-a", 1, 0), b"{}")
-    store.put("reg/" + keys.log_chunk("job-a", 1, 0, 1), b"step 1\n")
+    store.put("reg/" + keys.log_chunk(data("job-a"), 1, 0, 1), b"step 1\n")
     assert [i.key for i in store.list("reg/" + keys.heartbeats_prefix("job-a"))] == [
         "reg/" + keys.heartbeat("job-a", 1, 0)]
 
@@ -179,23 +185,30 @@ def test_the_boundary_names_only_the_jobs_keys(vending: GcpCloud, issuer: LocalI
     assert rw["availablePermissions"] == ["inRole:roles/storage.objectUser"]
     assert ro["availablePermissions"] == ["inRole:roles/storage.objectViewer"]
     assert {r["availableResource"] for r in (rw, ro)} == {f"//storage.googleapis.com/projects/_/buckets/{BUCKET}"}
+    listing = "api.getAttribute('storage.googleapis.com/objectListPrefix', '')"
+    # what its agents write: its data folder, heartbeats, the attempt's exit reports, boot failure, preempted marker
     assert rw["availabilityCondition"]["expression"].split(" || ") == [
-        f"resource.name.startsWith('{objects}reg/jobs/job-a/')",
+        f"resource.name.startsWith('{objects}reg/teams/default/job-a/')",
         f"resource.name.startsWith('{objects}reg/heartbeats/job-a/')",
-        "api.getAttribute('storage.googleapis.com/objectListPrefix', '').startsWith('reg/jobs/job-a/')",
-        "api.getAttribute('storage.googleapis.com/objectListPrefix', '').startsWith('reg/heartbeats/job-a/')",
-        f"resource.name == '{objects}reg/preempted-jobs/job-a'"]
+        f"resource.name.startsWith('{objects}reg/jobs/job-a/attempts/1/nodes/')",
+        f"{listing}.startsWith('reg/teams/default/job-a/')", f"{listing}.startsWith('reg/heartbeats/job-a/')",
+        f"{listing}.startsWith('reg/jobs/job-a/attempts/1/nodes/')",
+        f"resource.name == '{objects}reg/preempted-jobs/job-a'",
+        f"resource.name == '{objects}reg/jobs/job-a/attempts/1/boot-failure.json'"]
+    # and what it only reads: never its record's folder whole, so never its record, events or cluster.json to write
     assert ro["availabilityCondition"]["expression"].split(" || ") == [
-        f"resource.name.startsWith('{objects}reg/system/agent/')",
-        "api.getAttribute('storage.googleapis.com/objectListPrefix', '').startsWith('reg/system/agent/')"]
+        f"resource.name.startsWith('{objects}reg/system/agent/')", f"{listing}.startsWith('reg/system/agent/')",
+        f"resource.name == '{objects}reg/jobs/job-a/job.json'",
+        f"resource.name == '{objects}reg/jobs/job-a/attempts/1/cluster.json'",
+        f"resource.name == '{objects}reg/jobs/job-a/control/stop'"]
 
 
 def _job_actions(store: GcsStore, job: str) -> list[Callable[[], object]]:
     """Read its code and record, write its logs, heartbeats and preempted marker, list and delete checkpoints."""
-    checkpoints = "reg/" + keys.checkpoints_prefix(job)
-    return [lambda: store.get(f"reg/jobs/{job}/code/code.tar.gz"),
+    checkpoints = "reg/" + keys.checkpoints_prefix(data(job))
+    return [lambda: store.get("reg/" + keys.code_bundle(data(job))),
             lambda: store.get("reg/" + keys.job_record(job)),
-            lambda: store.put("reg/" + keys.log_chunk(job, 1, 0, 1), b"line\n"),
+            lambda: store.put("reg/" + keys.log_chunk(data(job), 1, 0, 1), b"line\n"),
             lambda: store.put("reg/" + keys.heartbeat(job, 1, 0), b"{}"),
             lambda: list(store.list(checkpoints)),
             lambda: store.delete(checkpoints + "files/0/1-a1/model.pt"),
@@ -206,8 +219,8 @@ def test_job_as_token_cannot_touch_job_bs_keys_and_can_its_own(vending: GcpCloud
                                                                 issuer: LocalIdentityIssuer) -> None:
     admin = vending.registry.store  # unenforced: the functions' own access
     for job in ("job-a", "job-b"):
-        admin.put(f"reg/jobs/{job}/code/code.tar.gz", b"code of " + job.encode())
-        admin.put(f"reg/{keys.checkpoints_prefix(job)}files/0/1-a1/model.pt", b"weights")
+        admin.put("reg/" + keys.code_bundle(data(job)), b"code of " + job.encode())
+        admin.put(f"reg/{keys.checkpoints_prefix(data(job))}files/0/1-a1/model.pt", b"weights")
     store = store_with(granted(vending, issuer, "job-a"))
 
     def forbidden(action: Any) -> None:
@@ -223,6 +236,28 @@ def test_job_as_token_cannot_touch_job_bs_keys_and_can_its_own(vending: GcpCloud
     forbidden(lambda: list(store.list("reg/jobs/")))  # a listing wider than its folder
     forbidden(lambda: store.put("reg/" + keys.agent_file("manifest.json"), b"{}"))  # bundles: read-only
     assert store.get("reg/" + keys.agent_file("manifest.json")).data
+
+
+def test_a_jobs_token_writes_nothing_the_functions_decide_on_its_own_record_included(
+        vending: GcpCloud, issuer: LocalIdentityIssuer) -> None:
+    """Its record (owner, code, usage and price, state), its events, cluster.json, the ignored-fact flags, admission
+    records and stop requests are the control plane's: a job that could rewrite its own job.json could name another
+    team's code bundle for its next grant, or price its usage at $0."""
+    store = store_with(granted(vending, issuer, "job-a"))
+    record = json.loads(store.get("reg/" + keys.job_record("job-a")).data)
+    forged = {**record, "owner": "team-b", "spec": {**record["spec"], "owner": "team-b",
+                                                  "code": f"gs://{BUCKET}/reg/code/team-b/b.tar.gz"},
+              "usage": [{**u, "price": 0.0} for u in record.get("usage", [])]}
+    trusted = [keys.job_record("job-a"), keys.event("job-a", keys.stamp(datetime.now(UTC)), "created"),
+               keys.cluster("job-a", 1), keys.ignored_flag("job-a", 1, keys.exit_report("job-a", 1, 0)),
+               keys.stop_request("job-a"), keys.admission_owner("default"), keys.ADMISSION_DEPLOYMENT,
+               keys.queue_entry("job-z"), keys.cancel_request("default", "job-a"), keys.sweep_record("job-a")]
+    for key in trusted:
+        with pytest.raises(Forbidden):
+            store.put("reg/" + key, json.dumps(forged).encode())
+    with pytest.raises(Forbidden):
+        store.delete("reg/" + keys.job_record("job-a"))
+    assert json.loads(vending.registry.get_bytes(keys.job_record("job-a")))["spec"]["owner"] == "default"
 
 
 def test_generation_preconditions_hold_for_a_downscoped_token(vending: GcpCloud,

@@ -90,18 +90,19 @@ def test_the_vend_function_reads_job_records_and_instance_tags_only(synth: Synth
     env = synth.template["Resources"][vend_function(synth)]["Properties"]["Environment"]["Variables"]
     assert env["JOBPLANE_VM_ROLE_ARN"] == {"Fn::GetAtt": [role(synth, "VmRole"), "Arn"]}
     assert env["JOBPLANE_JOB_ROLE_ARN"] == {"Fn::GetAtt": [role(synth, "JobRole"), "Arn"]}
-    assert env["JOBPLANE_DATA_BUCKETS"] == DATA_BUCKET
+    assert "JOBPLANE_DATA_BUCKETS" not in env  # a job's credentials never reach input data: its VM's identity does
+    assert not any(DATA_BUCKET in str(resolve(s["Resource"])) for s in statements(synth, "JobRole"))
 
 
-def test_a_deployment_whose_data_buckets_could_overflow_a_jobs_session_policy_is_not_synthesized() -> None:
+def test_a_deployment_whose_root_could_overflow_a_jobs_session_policy_is_not_synthesized() -> None:
     """AWS refuses a session policy over 2,048 characters; the stack is sized for the longest job id, owner and
-    code bundle name a spec may have (jobplane.vending.aws_iam.check_fits), before any resource is made."""
+    code bundle name a spec may have (jobplane.vending.aws_iam.check_fits), before any resource is made. Data
+    buckets take no room in it: a job's VM reads them with its own identity."""
     import aws_cdk as cdk
 
     from infra.aws.config import ControlPlaneConfig
     from infra.aws.control_plane import JobplaneControlPlane
 
-    buckets = tuple(f"imagenet-shards-{n}-{'x' * 44}" for n in range(6))
-    with pytest.raises(ValueError, match=r"^jobplane:dataBuckets: 6 data buckets make a job's session policy up to "
-                                         r"2\d{3} characters, over AWS's 2048"):
-        JobplaneControlPlane(cdk.Stack(cdk.App(), "Tight"), "ControlPlane", ControlPlaneConfig(data_buckets=buckets))
+    with pytest.raises(ValueError, match=r"^jobplane:root: the registry root '(r){80}/' makes a job's session "
+                                         r"policy up to 2\d{3} characters, over AWS's 2048"):
+        JobplaneControlPlane(cdk.Stack(cdk.App(), "Tight"), "ControlPlane", ControlPlaneConfig(root="r" * 80))

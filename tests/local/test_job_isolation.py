@@ -67,15 +67,24 @@ def attempt(what, call):
 
 own = json.loads(store.get(key("jobs/%s/job.json" % me)).data)
 own_code = split_uri(own["spec"]["code"])[1]  # a URI: its key has the root already
+teams = {{victim: env["VICTIM_OWNER"], me: own["spec"]["owner"]}}
 for who, code, ckpt in ((victim, env["VICTIM_CODE"], key(env["VICTIM_CKPT"])),
-                        (me, own_code, key("jobs/%s/checkpoints/probe.bin" % me))):
+                        (me, own_code, key("teams/%s/%s/checkpoints/probe.bin" % (teams[me], me)))):
     if who == me:
         store.put(ckpt, b"mine")
+    record = json.loads(store.get(key("jobs/%s/job.json" % me)).data)
+    forged = dict(record, owner="team-b", spec=dict(record["spec"], owner="team-b", code=env["VICTIM_CODE"]))
     attempt(who + " read code", lambda: store.get(code))
     attempt(who + " read job.json", lambda: store.get(key("jobs/%s/job.json" % who)))
-    attempt(who + " write log", lambda: store.put(key("jobs/%s/logs/1/0/00009999.log" % who), b"forged\\n"))
+    attempt(who + " write log", lambda: store.put(key("teams/%s/%s/logs/1/0/00009999.log" % (teams[who], who)),
+                                                  b"forged\\n"))
     attempt(who + " write heartbeat", lambda: store.put(key("heartbeats/%s/1/7" % who), b"{{}}"))
     attempt(who + " delete checkpoint", lambda: store.delete(ckpt))
+    # what the functions decide identity, scope and money on: never a job's to write, its own included
+    attempt(who + " rewrite job.json", lambda: store.put(key("jobs/%s/job.json" % who), json.dumps(forged).encode()))
+    attempt(who + " write event", lambda: store.put(key("jobs/%s/events/20260101T000000.000000Z-abcd-created.json"
+                                                        % who), b"{{}}"))
+    attempt(who + " write admission", lambda: store.put(key("admission/owners/%s.json" % teams[who]), b"{{}}"))
 """
 
 
@@ -101,7 +110,7 @@ def test_a_jobs_credentials_are_refused_on_another_jobs_keys_and_work_on_its_own
     assert cloud.cli("wait", victim, "--timeout", "240s", timeout=270).returncode == 0, cli_ok(cloud, "logs", victim)
     record = reg.job(victim)
     assert record.spec.code
-    ckpts = [k for k, _, _ in reg.listing(keys.checkpoints_prefix(victim)) if "/files/" in k]
+    ckpts = [k for k, _, _ in reg.listing(keys.checkpoints_prefix(record.data)) if "/files/" in k]
     assert ckpts, "the victim synced no checkpoint file"
     code_key = keys.split_uri(record.spec.code)[1]
     before = {k: reg.get_bytes(k) for k in ckpts}
@@ -109,16 +118,20 @@ def test_a_jobs_credentials_are_refused_on_another_jobs_keys_and_work_on_its_own
     code = tmp_path / "hostile"
     code.mkdir()
     (code / "hostile.py").write_text(textwrap.dedent(HOSTILE.format(store=script)))
-    env = {"VICTIM": victim, "VICTIM_CODE": code_key, "VICTIM_CKPT": ckpts[0]}
+    env = {"VICTIM": victim, "VICTIM_CODE": code_key, "VICTIM_CKPT": ckpts[0], "VICTIM_OWNER": record.spec.owner}
     spec = write_spec(tmp_path, "hostile", "python3 hostile.py", max_runtime="10m", spot="false",
                       env="{" + ", ".join(f"{k}: '{v}'" for k, v in env.items()) + "}", **extra)
     hostile = submit(cloud, spec, code)
     assert cloud.cli("wait", hostile, "--timeout", "240s", timeout=270).returncode == 0
     out = cli_ok(cloud, "logs", hostile, "--attempt", "1")
-    for what in ("read code", "read job.json", "write log", "write heartbeat", "delete checkpoint"):
+    for what in ("read code", "read job.json", "write log", "write heartbeat", "delete checkpoint",
+                 "rewrite job.json", "write event", "write admission"):
         assert re.search(rf"^{victim} {what} {refused}$", out, re.M), out
     for what in ("read code", "read job.json", "write log", "write heartbeat", "delete checkpoint"):
         assert re.search(rf"^{hostile} {what} ok$", out, re.M), out
+    for what in ("rewrite job.json", "write event", "write admission"):  # its own record as much as another's
+        assert re.search(rf"^{hostile} {what} {refused}$", out, re.M), out
     assert {k: reg.get_bytes(k) for k in ckpts} == before  # the victim's checkpoints are whole
+    assert reg.job(hostile).spec.owner != "team-b"  # its record is the control plane's
     assert "forged" not in cli_ok(cloud, "logs", victim)
     assert reg.job(hostile).state == State.SUCCEEDED

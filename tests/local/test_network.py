@@ -45,7 +45,8 @@ print("ADDRESSES " + json.dumps(seen), flush=True)
 
 
 def rank_log(reg: Registry, job_id: str, rank: int) -> str:
-    return "".join(reg.get_bytes(k).decode() for k, _, _ in reg.listing(keys.logs_prefix(job_id, 1, rank)))
+    prefix = keys.logs_prefix(reg.job(job_id).data, 1, rank)
+    return "".join(reg.get_bytes(k).decode() for k, _, _ in reg.listing(prefix))
 
 
 @pytest.mark.timeout(420)

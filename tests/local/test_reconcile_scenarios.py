@@ -33,7 +33,7 @@ from jobplane.model import keys
 from jobplane.model.jobrecord import JobRecord
 from jobplane.model.states import State
 from jobplane.store.registry import JobNotFound, Registry
-from tests.helpers import wait_for
+from tests.helpers import data_of, wait_for
 from tests.local.conftest import cli_ok, paced, shell_code, submit, write_spec
 
 pytestmark = pytest.mark.scenario
@@ -111,12 +111,13 @@ def test_preempted_spot_job_syncs_its_checkpoint_and_resumes_from_it_on_attempt_
                       max_restarts="2", owner="resume")
     job_id = submit(cloud, spec)
     first = wait_state(reg, job_id, {State.RUNNING}, 120)
+    checkpoints = keys.checkpoints_prefix(first.data)
     wait_for("a checkpoint in the bucket",
-             lambda: any(CKPT.search(k) for k, _, _ in reg.listing(keys.checkpoints_prefix(job_id))), 60, 0.2)
+             lambda: any(CKPT.search(k) for k, _, _ in reg.listing(checkpoints)), 60, 0.2)
 
     cli_ok(cloud, "local", "preempt", job_id, "--grace", "15")
     report = wait_for("attempt 1's exit report", lambda: exit_report(reg, job_id, 1), 60, 0.2)
-    synced = {int(m.group(1)): at for k, at, _ in reg.listing(keys.checkpoints_prefix(job_id)) if (m := CKPT.search(k))}
+    synced = {int(m.group(1)): at for k, at, _ in reg.listing(checkpoints) if (m := CKPT.search(k))}
     assert report["reason"] == "preempted" and report["notice"]["action"] == "terminate"
     wait_gone(cloud, first.instances)  # the agent powered off after its report, or EC2 reclaimed it at the notice
     assert max(synced.values()) <= terminated_at(cloud, first.instances[0]), "checkpoints synced before the end"
@@ -157,8 +158,8 @@ def test_a_preempted_jobs_tensorboard_scalars_of_both_attempts_are_served(cloud,
     job_id = submit(cloud, spec, REPO / "examples" / "tensorboard")
     wait_state(reg, job_id, {State.RUNNING}, 120)
     wait_for("attempt 1's events and a checkpoint in the bucket", lambda: any(
-        True for _ in reg.listing(keys.tensorboard_prefix(job_id, 1))) and any(
-        True for _ in reg.listing(keys.checkpoints_prefix(job_id))), 60, 0.2)
+        True for _ in reg.listing(keys.tensorboard_prefix(data_of(reg, job_id), 1))) and any(
+        True for _ in reg.listing(keys.checkpoints_prefix(data_of(reg, job_id)))), 60, 0.2)
     cli_ok(cloud, "local", "preempt", job_id, "--grace", "10")
     done = wait_state(reg, job_id, {State.SUCCEEDED, State.FAILED}, 150)
     assert (done.state, done.attempt) == (State.SUCCEEDED, 2), done.reason

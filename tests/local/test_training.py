@@ -16,6 +16,7 @@ from jobplane.local.aws import DATA_BUCKET
 from jobplane.local.demo import REPO, CloudProcess, exit_report, wait_for_no_instances
 from jobplane.model import keys
 from jobplane.model.states import State
+from tests.helpers import data_of
 from tests.local.conftest import TRAIN, cli_ok
 
 pytestmark = pytest.mark.scenario
@@ -44,7 +45,7 @@ def test_a_loss_that_turns_nan_stops_the_job_failed_with_the_line_its_checkpoint
     report = exit_report(reg, job_id, 1) or {}
     assert (report.get("reason"), report.get("error")) == ("early-stop", why)
     assert not reg.preempted()
-    checkpoints = {k.rsplit("/", 1)[-1] for k, _, _ in reg.listing(keys.checkpoints_prefix(job_id))}
+    checkpoints = {k.rsplit("/", 1)[-1] for k, _, _ in reg.listing(keys.checkpoints_prefix(data_of(reg, job_id)))}
     assert "ckpt-100.npz" in checkpoints  # the last checkpoint before the NaN, synced by the graceful stop
     logs = cli_ok(cloud, "logs", job_id)
     assert f"stop_on: {why}" in logs and "early-stop: SIGTERM to the process group" in logs
@@ -72,7 +73,7 @@ def test_a_sagemaker_script_runs_unchanged_with_its_hyperparameters_channel_and_
     assert json.loads(file_line.split(": ", 1)[1]) == {"epochs": "12", "lr": "0.05", "batch_size": "16"}
     assert "training: epochs=12 lr=0.05 batch_size=16 data=" in logs  # SM_HP_* reached argparse's defaults
     assert re.search(r"data=\S+/input/data/train$", logs, re.M)
-    model = json.loads(reg.get_bytes(keys.artifacts_prefix(job_id) + "model/model.json"))
+    model = json.loads(reg.get_bytes(keys.artifacts_prefix(data_of(reg, job_id)) + "model/model.json"))
     assert model["epochs"] == 12
 
     doc = json.loads(cli_ok(cloud, "metrics", job_id, "--json"))

@@ -40,7 +40,7 @@ class Kind:
 
 
 def node_file(area: str) -> Callable[[keys.NodeKey], str]:
-    return lambda n: keys.node_prefix(area, n.job_id, n.attempt, n.rank) + n.name
+    return lambda n: keys.node_prefix(area, keys.JobData(n.job_id, n.owner), n.attempt, n.rank) + n.name
 
 
 def in_area(area: str) -> Callable[[str], keys.NodeKey | None]:
@@ -52,7 +52,7 @@ def beat_of(mark: str) -> Callable[..., keys.HeartbeatKey]:
 
 
 def chunk(ext: str) -> Callable[..., keys.NodeKey]:
-    return lambda j, a, r, seq: keys.NodeKey(j, a, r, f"{seq:08d}.{ext}")
+    return lambda d, a, r, seq: keys.NodeKey(d.job_id, a, r, f"{seq:08d}.{ext}", d.owner)
 
 
 def drop(job_id: str, owner: str, ext: str) -> keys.Drop:
@@ -93,12 +93,15 @@ def held(job_id: str, attempt: int, until: datetime) -> keys.Held:
 
 def held_old(job_id: str, attempt: int, until: datetime) -> keys.Held:
     return keys.Held(job_id, attempt, until, old=True)
-CHUNK = st.tuples(job_ids, counts, counts, counts)
+# a job's data: in its owner's teams/<owner>/<id>/, or in jobs/<id>/ (a job recorded before)
+datas = st.builds(keys.JobData, job_ids, st.none() | st.from_regex(keys.LABEL_KEY, fullmatch=True))
+CHUNK = st.tuples(datas, counts, counts, counts)
 KINDS = {
     "job record": Kind.of(ONE, keys.job_record, keys.parse_job_record, same),
     "event": Kind.of(st.tuples(job_ids, stamps, kinds), keys.event, keys.parse_event, keys.EventKey),
     "active marker": Kind.of(st.tuples(job_ids, st.sampled_from(State), counts), keys.active_marker,
-                             keys.parse_active_marker, keys.MarkerKey),
+                             keys.parse_active_marker, keys.MarkerKey,  # a RUNNING one's limits too, if it has some
+                             lambda m: keys.active_marker(*m[:3], m.limits.tail if m.limits else None)),
     "preempted marker": Kind.of(ONE, keys.preempted_marker, keys.parse_preempted_marker, same),
     "heartbeat": Kind.of(NODE, keys.heartbeat, keys.parse_heartbeat, beat_of(""), lambda p: keys.heartbeat(*p)),
     "output mark": Kind.of(NODE, keys.output_mark, keys.parse_heartbeat, beat_of("output"),
@@ -117,9 +120,12 @@ KINDS = {
                            lambda p: keys.exit_report(*p[:3])),
     "boot failure": Kind.of(ATTEMPT, keys.boot_failure, keys.parse_boot_failure, keys.AttemptKey),
     "log chunk": Kind.of(CHUNK, keys.log_chunk, in_area("logs"), chunk("log"), node_file("logs")),
-    "console log": Kind.of(NODE, keys.console_log, in_area("logs"),
-                           lambda j, a, r: keys.NodeKey(j, a, r, "console.log"), node_file("logs")),
+    "console log": Kind.of(st.tuples(datas, counts, counts), keys.console_log, in_area("logs"),
+                           lambda d, a, r: keys.NodeKey(d.job_id, a, r, "console.log", d.owner), node_file("logs")),
     "metrics chunk": Kind.of(CHUNK, keys.metrics_chunk, in_area("metrics"), chunk("jsonl"), node_file("metrics")),
+    "system chunk": Kind.of(CHUNK, keys.system_chunk, in_area("system"), chunk("jsonl"), node_file("system")),
+    "cancel request": Kind.of(st.tuples(st.from_regex(keys.LABEL_KEY, fullmatch=True), job_ids), keys.cancel_request,
+                              keys.parse_cancel_request, lambda o, j: (o, j), lambda p: keys.cancel_request(*p)),
     "rejected error": Kind.of(ONE, keys.rejected_error, keys.parse_rejected_error, same),
     "drop": Kind.of(st.tuples(job_ids, owners, st.sampled_from(["yaml", "yml", "json"])), keys.queue_entry,
                     keys.parse_drop, drop, lambda d: d.key),
@@ -147,7 +153,8 @@ def test_every_key_parses_back_to_its_parts_and_as_no_other_kind(data: st.DataOb
 
 
 # Key-like text: the segments of every kind of key, right and slightly wrong, in any order.
-SEGMENTS = ["queue", "jobs", "active", "heartbeats", "limits", "preempted-jobs", "rejected", "attempts", "nodes",
+SEGMENTS = ["queue", "jobs", "teams", "cancels", "team-a", "active", "heartbeats", "limits", "preempted-jobs",
+            "rejected", "attempts", "nodes",
             "RUNNING.1.nodes-1.stall-2.cap-3", "RUNNING.1.nodes-1.stall-2.cap-3.budget-5", "j.1.idle-flagged",
             "j.1.held-until-5", "held-until-5",
             "logs", "metrics", "events", "j", "0", "1", "01", "x", "RUNNING.1", "RUNNING.01", "NOPE.1", "0.idle",
@@ -231,3 +238,16 @@ def test_stamps_after_one_event_at_one_instant_sort_after_it_and_differ() -> Non
     after = [stamp_after(previous, now) for _ in range(200)]
     assert all(s > previous.stamp for s in after)
     assert len(set(after)) >= 195, "racing writers would share a stamp"
+
+
+@given(job=job_ids, other=job_ids, owner=st.from_regex(keys.LABEL_KEY, fullmatch=True), root=st.sampled_from(["", "r"]))
+def test_a_jobs_own_keys_are_its_record_folder_heartbeats_and_data_folder_of_any_owner(job: str, other: str,
+                                                                                        owner: str, root: str) -> None:
+    base = keys.root_prefix(root)
+    for data in (keys.JobData(job, owner), keys.JobData(job)):
+        for key in (keys.log_chunk(data, 1, 0, 0), keys.checkpoints_prefix(data) + "x", keys.job_record(job),
+                    keys.heartbeat(job, 1, 0)):
+            assert keys.of_job(base + key, root, job)
+            assert not keys.of_job(base + key, root, other) or other == job
+    assert not keys.of_job(base + keys.preempted_marker(job), root, job)  # an object, not under a prefix of its
+    assert not keys.of_job(base + keys.team_folder(owner) + job, root, job)  # no folder, not its data

@@ -17,7 +17,7 @@ from jobplane.model.states import State
 from jobplane.ops import jobs
 from jobplane.store.registry import JobNotFound, Registry
 from jobplane.views.jobview import JobView, status, view_row
-from tests.helpers import WRITTEN, publish
+from tests.helpers import WRITTEN, data_of, publish
 
 T0 = datetime(2026, 11, 22, 11, 30, 0, tzinfo=UTC)
 SPEC = "name: demo\ninstance_type: t3.micro\nnum_nodes: 2\nspot: true\nrun: python3 train.py\n"
@@ -113,7 +113,7 @@ def test_ls_all_lists_a_page_per_thousand_jobs_not_per_object_they_wrote(reg: Re
     drop(reg, "first")
     take(reg, "first", clock.now())
     drop(reg, "second")
-    reg.put(keys.code_bundle("second"), b"bundle")
+    reg.put(keys.code_bundle(data_of(reg, "second")), b"bundle")
 
     def pages() -> tuple[int, list[tuple[str, str]]]:
         before = store.calls.get("list", 0)
@@ -123,7 +123,7 @@ def test_ls_all_lists_a_page_per_thousand_jobs_not_per_object_they_wrote(reg: Re
     quiet, rows = pages()
     assert sorted(rows) == [("first", "LAUNCHING"), ("second", "QUEUED")]
     for seq in range(2500):
-        reg.put(keys.log_chunk("first", 1, 0, seq), b"x\n")
+        reg.put(keys.log_chunk(data_of(reg, "first"), 1, 0, seq), b"x\n")
     assert pages() == (quiet, rows)
 
 
@@ -167,7 +167,7 @@ Step = Callable[[], object]
 
 
 def chunk(reg: Registry, job_id: str, rank: int, seq: int, text: str) -> None:
-    reg.store.put(reg.key(keys.log_chunk(job_id, 1, rank, seq)), text.encode())
+    reg.store.put(reg.key(keys.log_chunk(data_of(reg, job_id), 1, rank, seq)), text.encode())
 
 
 def story(reg: Registry, clock: Clock, job_id: str, ending: State) -> list[Step]:
@@ -185,6 +185,11 @@ def story(reg: Registry, clock: Clock, job_id: str, ending: State) -> list[Step]
     return steps
 
 
+def queued(job_id: str) -> keys.JobData:
+    """Where a job not recorded yet will keep its logs: its owner's folder (the SDK's Job.data says so too)."""
+    return keys.JobData(job_id, keys.DEFAULT_OWNER)
+
+
 def run_follow(reg: Registry, clock: Clock, job_id: str, goal: jobs.Goal, steps: list[Step],
                timeout: float | None = None) -> tuple[JobView, list[str], list[jobs.Chunk]]:
     statuses: list[str] = []
@@ -196,8 +201,8 @@ def run_follow(reg: Registry, clock: Clock, job_id: str, goal: jobs.Goal, steps:
             steps.pop(0)()
 
     how = jobs.Follow(on_status=lambda s: statuses.append(s.text), on_chunk=chunks.append,
-                      logs=jobs.LogReader(reg, job_id), interval=1.0, timeout=timeout, clock=clock.monotonic,
-                      sleep=sleep, now=clock.now)
+                      logs=jobs.LogReader(reg, queued(job_id)), interval=1.0, timeout=timeout,
+                      clock=clock.monotonic, sleep=sleep, now=clock.now)
     return jobs.follow(reg, job_id, goal, how), statuses, chunks
 
 
@@ -222,8 +227,8 @@ def test_following_yields_the_chunks_and_returns_the_view(reg: Registry, clock: 
         if steps:
             steps.pop(0)()
 
-    how = jobs.Follow(on_status=lambda s: statuses.append(s.text), logs=jobs.LogReader(reg, "gen"), sleep=sleep,
-                      clock=clock.monotonic, now=clock.now)
+    how = jobs.Follow(on_status=lambda s: statuses.append(s.text), logs=jobs.LogReader(reg, queued("gen")),
+                      sleep=sleep, clock=clock.monotonic, now=clock.now)
     following = jobs.following(reg, "gen", jobs.Goal.TERMINAL, how)
     texts = []
     with pytest.raises(StopIteration) as done:
@@ -328,8 +333,9 @@ def test_a_spec_problem_names_its_field_and_the_file(tmp_path) -> None:
 def test_artifacts_are_what_the_manifests_name_and_download_where_their_paths_say(reg: Registry, tmp_path) -> None:
     publish(reg, "made", "model", {"result.json": b"{}", "weights/w.npz": b"123"})
     publish(reg, "made", "rank-1/output", {"log.txt": b"rank 1"})
-    reg.put(f"{keys.artifacts_prefix('made')}output/half-uploaded.bin", b"x")  # no manifest yet: not an artifact
-    found = jobs.artifacts(reg, "made")
+    half = f"{keys.artifacts_prefix(data_of(reg, 'made'))}output/half-uploaded.bin"
+    reg.put(half, b"x")  # no manifest yet: not an artifact
+    found = jobs.artifacts(reg, data_of(reg, "made"))
     assert [(a.path, a.size) for a in found] == [("model/result.json", 2), ("model/weights/w.npz", 3),
                                                  ("rank-1/output/log.txt", 6)]
     assert found[0].written_at == WRITTEN
@@ -341,13 +347,13 @@ def test_artifacts_are_what_the_manifests_name_and_download_where_their_paths_sa
 def test_an_artifact_path_out_of_the_destination_is_refused_before_any_download(reg: Registry, tmp_path) -> None:
     publish(reg, "hostile", "model", {"ok.txt": b"fine", "../../../escape.txt": b"gotcha"})
     with pytest.raises(jobs.JobError, match="outside"):
-        jobs.download(reg, jobs.artifacts(reg, "hostile"), tmp_path / "out")
+        jobs.download(reg, jobs.artifacts(reg, data_of(reg, "hostile")), tmp_path / "out")
     assert not (tmp_path / "out").exists() and not list(tmp_path.rglob("escape.txt"))
 
 
 def test_an_artifact_replaced_after_its_manifest_was_read_is_not_downloaded(reg: Registry, tmp_path) -> None:
     publish(reg, "moving", "model", {"a.txt": b"first"})
-    found = jobs.artifacts(reg, "moving")
-    reg.put(f"{keys.artifacts_prefix('moving')}model/a.txt", b"second")
+    found = jobs.artifacts(reg, data_of(reg, "moving"))
+    reg.put(f"{keys.artifacts_prefix(data_of(reg, 'moving'))}model/a.txt", b"second")
     with pytest.raises(jobs.JobError, match="replaced or deleted"):
         jobs.download(reg, found, tmp_path)

@@ -12,12 +12,13 @@ from jobplane.clouds.memory import MemoryStore
 from jobplane.model import keys
 from jobplane.ops.tensorboard import LocalRuns, run_name
 from jobplane.store.registry import Registry
+from tests.helpers import data_of
 
 EVENTS = "events.out.tfevents.1700000000.host"
 
 
 def put(reg: Registry, job_id: str, attempt: int, rank: int, rel: str, data: bytes) -> None:
-    reg.put(keys.tensorboard_prefix(job_id, attempt, rank) + rel, data)
+    reg.put(keys.tensorboard_prefix(data_of(reg, job_id), attempt, rank) + rel, data)
 
 
 def test_runs_per_job_and_attempt_and_only_changes_fetched_again(tmp_path: Path) -> None:
@@ -26,7 +27,7 @@ def test_runs_per_job_and_attempt_and_only_changes_fetched_again(tmp_path: Path)
     put(reg, "lr-a", 2, 0, EVENTS, b"attempt 2")
     put(reg, "lr-a", 2, 1, f"eval/{EVENTS}", b"rank 1")
     put(reg, "lr-b", 1, 0, EVENTS, b"other job")
-    copy = LocalRuns(reg, tmp_path, ["lr-a", "lr-b"])
+    copy = LocalRuns(reg, tmp_path, [data_of(reg, "lr-a"), data_of(reg, "lr-b")])
     first = copy.sync()
     assert first.runs == {"lr-a/attempt-1", "lr-a/attempt-2", "lr-a/attempt-2-rank-1", "lr-b/attempt-1"}
     assert (tmp_path / "lr-a" / "attempt-2-rank-1" / "eval" / EVENTS).read_bytes() == b"rank 1"
@@ -51,6 +52,6 @@ def test_a_key_that_would_leave_its_run_is_refused(tmp_path: Path) -> None:
     reg = Registry(MemoryStore(), "root")
     put(reg, "evil", 1, 0, "../../outside", b"x")
     with pytest.raises(ValueError, match="outside"):
-        LocalRuns(reg, tmp_path / "copy", ["evil"]).sync()
+        LocalRuns(reg, tmp_path / "copy", [data_of(reg, "evil")]).sync()
     assert not (tmp_path / "outside").exists()
     assert run_name("evil", 3, 0) == "evil/attempt-3"

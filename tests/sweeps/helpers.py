@@ -11,6 +11,7 @@ from jobplane.model.states import State
 from jobplane.sweeps import store
 from jobplane.sweeps.record import SweepRecord
 from tests.control.reconcile.day import Day
+from tests.helpers import data_of
 
 
 def sweep_spec(*, max_trials: int = 4, max_parallel: int = 2, early_stop: str = "", extra: str = "",
@@ -49,7 +50,7 @@ def prints(day: Day, job_id: str, losses: dict[int, float], *, seq: int = 0) -> 
     attempt = day.job(job_id).attempt
     data = b"".join(metrics.encode(Point("loss", value, step), day.clock() + timedelta(seconds=step))
                     for step, value in sorted(losses.items()))
-    day.reg.put(keys.metrics_chunk(job_id, attempt, 0, seq), data, "application/x-ndjson")
+    day.reg.put(keys.metrics_chunk(data_of(day.reg, job_id), attempt, 0, seq), data, "application/x-ndjson")
 
 
 def finish(day: Day, job_id: str, final: float | None = None) -> None:

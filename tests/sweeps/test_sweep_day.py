@@ -49,7 +49,7 @@ def test_a_sweep_proposes_trials_as_earlier_ones_end_and_names_the_best(day: Day
     assert [t.number for t in done.trials] == [1, 2, 3, 4]
     assert done.best is not None and done.best.job_id == "s-t002" and done.best.objective == 0.2
     assert done.best.params == done.trials[1].params
-    assert done.best.artifacts == "jobs/s-t002/artifacts/model/"
+    assert done.best.artifacts == "teams/default/s-t002/artifacts/model/"
     assert done.reason == "4 trials: 4 SUCCEEDED; best s-t002 (loss 0.2)"
     assert [o.result for o in day.swept] == [run.Result.ENDED]
     assert store.live(day.reg) == []  # the marker is gone: later runs read nothing of it

@@ -21,7 +21,7 @@ from jobplane.ops import jobs
 from jobplane.sdk.watch import TAIL_BYTES
 from jobplane.store.registry import Registry
 from jobplane.ui import data
-from tests.helpers import WRITTEN, gpu_sample, in_line, ship_system
+from tests.helpers import WRITTEN, data_of, gpu_sample, in_line, ship_system
 from tests.ui.apps import TestClient, over, served
 
 pytestmark = pytest.mark.timeout(60)
@@ -46,7 +46,7 @@ def seed(reg: Registry, job_id: str, name: str = "demo", running: bool = True) -
 
 
 def log(reg: Registry, job_id: str, seq: int, text: str, attempt: int = 1, rank: int = 0) -> None:
-    reg.store.put(reg.key(keys.log_chunk(job_id, attempt, rank, seq)), text.encode(), "text/plain")
+    reg.store.put(reg.key(keys.log_chunk(data_of(reg, job_id), attempt, rank, seq)), text.encode(), "text/plain")
 
 
 @pytest.fixture
@@ -102,7 +102,7 @@ def test_the_filters_put_the_page_s_own_url_in_the_address_bar(reg: Registry, cl
 def test_script_in_a_name_a_log_and_a_metric_is_text(reg: Registry, client: TestClient) -> None:
     seed(reg, "evil", name=EVIL)
     log(reg, "evil", 0, f"step 1 {EVIL}\n")
-    reg.store.put(reg.key(keys.metrics_chunk("evil", 1, 0, 0)),
+    reg.store.put(reg.key(keys.metrics_chunk(data_of(reg, "evil"), 1, 0, 0)),
                   metrics.encode(Point(EVIL, 1.0, 1), datetime.now(UTC)), "application/x-ndjson")
     for page in (client.get("/").text, client.get("/jobs/evil").text):
         assert EVIL not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
@@ -179,7 +179,7 @@ def test_a_warm_jobs_page_lists_pages_per_job_not_per_object_a_job_wrote(reg: Re
     quiet = lists()
     for seq in range(2500):  # 2.5 pages of keys, were they listed
         log(reg, "job-1", seq, "x\n")
-        store.put(reg.key(keys.metrics_chunk("job-2", 1, 0, seq)), b"{}")
+        store.put(reg.key(keys.metrics_chunk(data_of(reg, "job-2"), 1, 0, seq)), b"{}")
     assert lists() == quiet
 
 
@@ -248,7 +248,7 @@ def test_a_page_renders_at_most_its_limit_of_rows_and_says_how_many_match(reg: R
 def test_the_step_is_the_x_axis_not_a_chart(reg: Registry, client: TestClient) -> None:
     seed(reg, "alpha")
     points = [Point("step", 10.0, 10), Point("loss", 0.5, 10), Point("step", 20.0, 20), Point("loss", 0.25, 20)]
-    reg.store.put(reg.key(keys.metrics_chunk("alpha", 1, 0, 0)),
+    reg.store.put(reg.key(keys.metrics_chunk(data_of(reg, "alpha"), 1, 0, 0)),
                   b"".join(metrics.encode(p, datetime.now(UTC)) for p in points), "application/x-ndjson")
     charts = client.get("/jobs/alpha/metrics.json").json()
     assert list(charts) == ["loss"]
@@ -341,7 +341,8 @@ def test_the_table_sorts_by_a_column_either_way(reg: Registry, client: TestClien
 def test_the_files_panel_follows_a_running_jobs_checkpoints(reg: Registry, client: TestClient) -> None:
     seed(reg, "alpha")
     assert 'hx-get="/jobs/alpha/files"' in client.get("/jobs/alpha").text
-    reg.store.put(reg.key(keys.checkpoints_prefix("alpha") + "files/0/00000001-a1/ckpt-10.npz"), b"x" * 2048)
+    checkpoints = keys.checkpoints_prefix(data_of(reg, "alpha"))
+    reg.store.put(reg.key(checkpoints + "files/0/00000001-a1/ckpt-10.npz"), b"x" * 2048)
     panel = client.get("/jobs/alpha/files").text
     assert "files/0/00000001-a1/ckpt-10.npz" in panel and "2.0 KB" in panel and "1 objects" in panel
     reg.transition("alpha", State.SUCCEEDED, expect=[State.RUNNING])

@@ -64,14 +64,15 @@ def cloud(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Cloud:
     aws = LocalAws(REGION, moto_endpoint, CREDENTIALS)
     aws.create_bucket(BUCKET)
     aws.create_bucket(DATA)
-    roles = create_roles(aws, BUCKET, (DATA,))
+    roles = create_roles(aws, BUCKET)
     for name, value in {"JOBPLANE_BUCKET": BUCKET, "AWS_REGION": REGION, "JOBPLANE_ROOT": "", **roles.env()}.items():
         monkeypatch.setenv(name, value)
     found = Cloud(aws, moto_endpoint, roles.vm, roles.job, {})
     for job in ("a", "b"):
         found.instances[job] = aws.run(managed=True, job_id=job, attempt=1)
         found.put_record(job)
-        for key in (f"jobs/{job}/code/code.tar.gz", f"code/team/{job}.tar.gz", f"jobs/{job}/checkpoints/step-1.pt"):
+        for key in (f"teams/team/{job}/code/code.tar.gz", f"code/team/{job}.tar.gz",
+                    f"teams/team/{job}/checkpoints/step-1.pt"):
             aws.s3.put_object(Bucket=BUCKET, Key=key, Body=b"x")
     aws.s3.put_object(Bucket=DATA, Key="train/part-0", Body=b"data")
     return found
@@ -174,14 +175,13 @@ def test_the_jobs_own_instance_gets_credentials_that_reach_its_keys_only(cloud: 
 def test_the_session_policy_names_only_the_jobs_keys() -> None:
     scope = Scope("reg", ("team/jobs/a/", "team/heartbeats/a/"), ("team/preempted-jobs/a",),
                   ("team/system/agent/",), ("team/code/ml/a.tar.gz",))
-    policy = aws_iam.session_policy(scope, "aws", (DATA, "more-data"))
+    policy = aws_iam.session_policy(scope, "aws")
     resources = {r for st in policy["Statement"] for r in
                  (st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]])}
-    assert resources == {
+    assert resources == {  # never a data bucket: input data is read with the VM's own identity
         "arn:aws:s3:::reg/team/jobs/a/*", "arn:aws:s3:::reg/team/heartbeats/a/*",
         "arn:aws:s3:::reg/team/preempted-jobs/a",
-        "arn:aws:s3:::reg/team/system/agent/*", "arn:aws:s3:::reg/team/code/ml/a.tar.gz", "arn:aws:s3:::reg",
-        f"arn:aws:s3:::{DATA}", f"arn:aws:s3:::{DATA}/*", "arn:aws:s3:::more-data", "arn:aws:s3:::more-data/*"}
+        "arn:aws:s3:::reg/team/system/agent/*", "arn:aws:s3:::reg/team/code/ml/a.tar.gz", "arn:aws:s3:::reg"}
     writes = [st for st in policy["Statement"] if "s3:PutObject" in st["Action"]]
     assert [w["Resource"] for w in writes] == [["arn:aws:s3:::reg/team/jobs/a/*",
                                                 "arn:aws:s3:::reg/team/heartbeats/a/*",
@@ -189,7 +189,7 @@ def test_the_session_policy_names_only_the_jobs_keys() -> None:
     (listing,) = [st for st in policy["Statement"] if st["Action"] == "s3:ListBucket"]
     assert listing["Resource"] == "arn:aws:s3:::reg"
     assert listing["Condition"] == {"StringLike": {"s3:prefix": [
-        "team/jobs/a/*", "team/heartbeats/a/*", "team/preempted-jobs/a", "team/system/agent/*"]}}  # not the code
+        "team/jobs/a/*", "team/heartbeats/a/*", "team/system/agent/*"]}}  # prefixes: no object is listed
     assert len(aws_iam.packed(policy)) <= aws_iam.SESSION_POLICY_LIMIT
     with pytest.raises(ValueError, match="wildcard"):
         aws_iam.session_policy(Scope("reg", ("jobs/*/",), (), ()), "aws")
@@ -198,41 +198,42 @@ def test_the_session_policy_names_only_the_jobs_keys() -> None:
 # ---- the session policy's size (AWS refuses one over 2,048 characters) ----------------------------------------
 def test_a_session_policy_over_awss_limit_is_a_refusal_that_says_why(cloud: Cloud,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """A deployment the synth check would refuse (aws_iam.check_fits): vend answered with an error the agent
-    took for a transient one, forever; now a 403, final for the agent, that says why."""
+    """A deployment the synth check would refuse (aws_iam.check_fits; here AWS's limit made small enough for any
+    job): vend answered with an error the agent took for a transient one, forever; now a 403, final for the agent,
+    that says why."""
     trial = "t" * 57 + "-t0001"  # a sweep trial's 63 characters
     cloud.instances[trial] = cloud.aws.run(managed=True, job_id=trial, attempt=1)
     cloud.put_record(trial)
-    monkeypatch.setenv("JOBPLANE_DATA_BUCKETS", ",".join(f"imagenet-shards-{n}-{'x' * 44}" for n in range(6)))
+    monkeypatch.setattr(aws_iam, "SESSION_POLICY_LIMIT", 600)
     status, body = ask(request(cloud, trial))
     assert status == 403, body
     assert body["refused"].startswith(f"job {trial}'s credentials cannot be granted: its session policy would be ")
-    assert f"over AWS's {aws_iam.SESSION_POLICY_LIMIT}" in body["refused"] and "data buckets" in body["refused"]
+    assert "over AWS's 600" in body["refused"] and "the deployment's bucket, root" in body["refused"]
 
 
 def test_the_worst_case_is_the_longest_session_policy_an_accepted_job_gets() -> None:
     """What the synth check sizes is what vend builds for the longest id, owner and code name a spec may have."""
-    longest, root, data = aws_iam.LONGEST_ID, "team-x", ("my-datasets", "more-data")
+    longest, root = aws_iam.LONGEST_ID, "team-x"
     assert re.fullmatch(keys.JOB_ID_PATTERN, longest) and not re.fullmatch(keys.JOB_ID_PATTERN, longest + "o")
     assert re.fullmatch(LABEL_KEY, longest) and not re.fullmatch(LABEL_KEY, longest + "o")  # the owner's pattern
     bucket = "b" * aws_iam.MAX_BUCKET_NAME
     name = "c" * (MAX_CODE_NAME - len(".tar.gz")) + ".tar.gz"
+    data = keys.JobData(longest, longest)
     code = code_object(f"s3://{bucket}/team-x/code/{longest}/{name}", bucket=bucket, root=root, owner=longest,
-                       job_id=longest)
+                       data=data)
     assert isinstance(code, str)
-    policy = aws_iam.policy_document(scope(bucket, root, longest, code), aws_iam.LONGEST_PARTITION, data)
-    assert len(aws_iam.packed(policy)) == aws_iam.worst_case_policy_size(None, root, data) <= 2048
+    policy = aws_iam.policy_document(scope(bucket, root, data, 10**6 - 1, code), aws_iam.LONGEST_PARTITION)
+    assert len(aws_iam.packed(policy)) == aws_iam.worst_case_policy_size(None, root) <= 2048
     assert isinstance(code_object(f"s3://{bucket}/team-x/code/{longest}/c{name}", bucket=bucket, root=root,
-                                  owner=longest, job_id=longest), Refusal)  # a longer name is refused at launch
+                                  owner=longest, data=data), Refusal)  # a longer name is refused at launch
 
 
-def test_a_deployment_whose_data_buckets_could_overflow_a_session_policy_is_refused() -> None:
-    aws_iam.check_fits(None, "", ("d" * 63,))  # S3's longest names: the registry's and one data bucket
-    aws_iam.check_fits("acme-jobplane", "team-a", tuple(f"imagenet-shards-{n}" for n in range(6)))
-    six = tuple(f"imagenet-shards-{n}-{'x' * 44}" for n in range(6))
-    with pytest.raises(ValueError, match=r"^6 data buckets make a job's session policy up to 2\d{3} characters, "
-                                         r"over AWS's 2048: name fewer \(or shorter\) data buckets$"):
-        aws_iam.check_fits(None, "", six)
+def test_a_deployment_whose_root_could_overflow_a_session_policy_is_refused() -> None:
+    aws_iam.check_fits(None, "")  # S3's longest name for the registry
+    aws_iam.check_fits("acme-jobplane", "platform/team-a/")
+    with pytest.raises(ValueError, match=r"^the registry root '(r){80}/' makes a job's session policy up to 2\d{3} "
+                                         r"characters, over AWS's 2048: give a shorter root$"):
+        aws_iam.check_fits(None, "r" * 80 + "/")
 
 
 # ---- the agent's end, in a VM's process ------------------------------------------------------------------------
@@ -257,15 +258,18 @@ def attempt(name, fn):
         out[name] = exc.response["Error"]["Code"]
 for j in ("a", "b"):
     attempt(f"get {j} code", lambda: store.get(f"code/team/{j}.tar.gz"))
-    attempt(f"get {j} bundle", lambda: store.get(f"jobs/{j}/code/code.tar.gz"))
+    attempt(f"get {j} bundle", lambda: store.get(f"teams/team/{j}/code/code.tar.gz"))
     attempt(f"get {j} job.json", lambda: store.get(f"jobs/{j}/job.json"))
-    attempt(f"put {j} log", lambda: store.put(f"jobs/{j}/logs/1/0/00000000.log", b"line"))
+    attempt(f"put {j} log", lambda: store.put(f"teams/team/{j}/logs/1/0/00000000.log", b"line"))
     attempt(f"put {j} heartbeat", lambda: store.put(f"heartbeats/{j}/1/0", b""))
-    attempt(f"put {j} system metrics", lambda: store.put_if_absent(f"jobs/{j}/system/1/0/00000000.jsonl", b"{}",
-                                                                 tags=dict([LOG_OBJECT_TAG])))
-    attempt(f"put {j} event file", lambda: store.put(f"jobs/{j}/tensorboard/1/0/events.out.tfevents.1", b""))
-    attempt(f"delete {j} checkpoint", lambda: store.delete(f"jobs/{j}/checkpoints/step-1.pt"))
-    attempt(f"list {j}", lambda: list(store.list(f"jobs/{j}/")))
+    attempt(f"put {j} system metrics", lambda: store.put_if_absent(f"teams/team/{j}/system/1/0/00000000.jsonl",
+                                                                 b"{}", tags=dict([LOG_OBJECT_TAG])))
+    attempt(f"put {j} event file", lambda: store.put(f"teams/team/{j}/tensorboard/1/0/events.out.tfevents.1", b""))
+    attempt(f"delete {j} checkpoint", lambda: store.delete(f"teams/team/{j}/checkpoints/step-1.pt"))
+    attempt(f"put {j} exit report", lambda: store.put(f"jobs/{j}/attempts/1/nodes/0/exit.json", b"{}"))
+    attempt(f"list {j}", lambda: list(store.list(f"teams/team/{j}/")))
+    attempt(f"put {j} job.json", lambda: store.put(f"jobs/{j}/job.json", b"{}"))
+    attempt(f"put {j} event", lambda: store.put(f"jobs/{j}/events/20260101T000000.000000Z-abcd-x.json", b"{}"))
 attempt("get a missing", lambda: store.get("jobs/a/attempts/1/cluster.json"))
 attempt("get data", lambda: S3Store("datasets", client).get("train/part-0"))
 print(json.dumps(out))
@@ -310,11 +314,15 @@ def run_agent(cloud: Cloud, url: str, instance_job: str, job: str, imds_delay: f
 def test_job_as_credentials_reach_its_keys_and_are_refused_on_job_bs(cloud: Cloud, vend_url: str) -> None:
     got = run_agent(cloud, vend_url, "a", "a")
     for action in ("get {} code", "get {} bundle", "get {} job.json", "put {} log", "put {} heartbeat",
-                   "put {} system metrics", "put {} event file", "delete {} checkpoint", "list {}"):
+                   "put {} system metrics", "put {} event file", "delete {} checkpoint", "put {} exit report",
+                   "list {}"):
         assert got[action.format("a")] == "ok", (action, got)
         assert got[action.format("b")] == "AccessDenied", (action, got)
+    for action in ("put {} job.json", "put {} event"):  # what the functions decide on: never a job's to write
+        assert got[action.format("a")] == got[action.format("b")] == "AccessDenied", (action, got)
     assert got["get a missing"] == "NotFound"  # S3's 403 for a key the session may not list reads as missing
-    assert got["get data"] == "ok"
+    assert got["get data"] == "AccessDenied"  # input data is the VM's own identity's to read, not these credentials'
+
 
 
 def test_the_agent_of_another_jobs_instance_is_refused_for_good(cloud: Cloud, vend_url: str) -> None:

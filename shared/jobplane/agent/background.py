@@ -100,7 +100,10 @@ class Background:
 
     # ---- log and metrics chunks -------------------------------------------------------------------------
     def ship_logs(self) -> None:
-        """The output since the last flush as log chunks, then its metric points as metrics chunks."""
+        """The output since the last flush as log chunks, then its metric points as metrics chunks; none until the
+        job's record, which says where they go (JobRecord.data), has been read."""
+        if self.run_info.data is None:
+            return
         data = self.out.take()
         while data:
             piece, rest = data[:MAX_CHUNK], data[MAX_CHUNK:]
@@ -127,11 +130,12 @@ class Background:
         """Chunks are create-only: a restarted agent skips past, never overwrites, old ones. Both streams carry
         the log tag, so the bucket's log lifecycle rule expires them together."""
         run = self.run_info
+        assert run.data is not None  # ship_logs waits for it; system samples start after the record is read
         chunk, content_type = ((keys.log_chunk, "text/plain") if stream == "logs"
                                else (keys.system_chunk if stream == "system" else keys.metrics_chunk,
                                      "application/x-ndjson"))
         while True:
-            key = chunk(run.job_id, run.attempt, run.rank, self.seq[stream])
+            key = chunk(run.data, run.attempt, run.rank, self.seq[stream])
             try:
                 self.reg.put_if_absent(key, data, content_type, tags=dict([LOG_OBJECT_TAG]))
                 self.seq[stream] += 1

@@ -229,7 +229,7 @@ class Agent:
     # ---- the job ----------------------------------------------------------------------------------------
     def _work(self, run: Run, background: Background) -> Outcome:
         record = self._retry("read job.json", lambda: read_job(self.reg, run.job_id)[0])
-        run.spec = record.spec
+        run.spec, run.data = record.spec, record.data
         self.out.watch(metrics.Extractor(record.spec.metrics, record.spec.stop_on), self._stop_early)
         if record.terminal or record.attempt > run.attempt:
             self.out.note(f"job is {record.state} at attempt {record.attempt}: this node ({run.attempt}) stands down")
@@ -245,14 +245,14 @@ class Agent:
             background.watch_system(SystemSampler(self.layout.ml_root, self.gpu_readings),
                                     record.spec.system_metrics_interval)
         self.environment.fetch(run, record.spec, cluster)
-        keeper = Keeper(self.reg, self.layout, record.spec, Node(run.job_id, run.attempt, run.rank),
+        keeper = Keeper(self.reg, self.layout, record.spec, Node(run.job_id, run.attempt, run.rank, record.data.owner),
                         interval=self.cfg.checkpoint_interval, settle=self.cfg.checkpoint_settle, say=self.out.note,
                         step=lambda: self.out.step, clock=self.clock, processes=lambda: self._proc,
                         copy_freeze=self.cfg.checkpoint_freeze)
         keeper.restore(self._retry)
         self._keeper = keeper  # from now on the checkpointer thread uploads changes
         if record.spec.tensorboard is not None:  # and the TensorBoard thread the event files
-            self._events = EventUploader(self.reg, self.layout.local(record.spec.tensorboard.log_dir), run.job_id,
+            self._events = EventUploader(self.reg, self.layout.local(record.spec.tensorboard.log_dir), record.data,
                                          run.attempt, run.rank, sleep=self.clock.sleep)
         env = self.environment.configure(run, record.spec, cluster)
         failed = self.environment.pull(run, record.spec) or self.environment.requirements(run, record.spec, env)

@@ -52,7 +52,7 @@ class Environment:
         for d in (lay.code_dir, lay.config_dir, lay.output_data_dir, lay.local(spec.artifacts_dir),
                   lay.local(spec.checkpoint_dir)):
             d.mkdir(parents=True, exist_ok=True)
-        self._fetch_code(run.job_id, spec)
+        self._fetch_code(run.data or keys.JobData(run.job_id), spec)
         for name, channel in spec.inputs.items():
             bucket, prefix = keys.split_uri(channel.uri)
             store = self._store(bucket)
@@ -74,7 +74,7 @@ class Environment:
                         layout=lay, num_gpus=gpu.gpu_count(), num_cpus=os.cpu_count() or 1,
                         base={} if spec.container else _user_base_env(self.environ))
 
-    def _fetch_code(self, job_id: str, spec: JobSpec) -> None:
+    def _fetch_code(self, data: keys.JobData, spec: JobSpec) -> None:
         if spec.code:
             bucket, key = keys.split_uri(spec.code)
             store = self._store(bucket)
@@ -85,7 +85,7 @@ class Environment:
             self.out.note(f"code from {spec.code}")
             return
         try:
-            size = fetch_tarball(*self.reg.location(keys.code_bundle(job_id)), self.layout.code_dir, sleep=self.sleep)
+            size = fetch_tarball(*self.reg.location(keys.code_bundle(data)), self.layout.code_dir, sleep=self.sleep)
         except NotFound:
             self.out.note("no code bundle: running in an empty code directory")
             return

@@ -54,6 +54,11 @@ class Node:
     job_id: str
     attempt: int
     rank: int
+    owner: str | None = None  # the job's data folder's (keys.JobData): None for a job recorded before it had one
+
+    @property
+    def data(self) -> keys.JobData:
+        return keys.JobData(self.job_id, self.owner)
 
 
 class Keeper:
@@ -66,7 +71,7 @@ class Keeper:
         self.copy_freeze = copy_freeze  # 0: never frozen, a copy is taken between two saves or not at all
         self.checkpoint_dir = layout.local(spec.checkpoint_dir)
         self.artifact_dirs = [layout.local(spec.artifacts_dir), layout.output_data_dir]
-        store, prefix = reg.location(keys.checkpoints_prefix(node.job_id))
+        store, prefix = reg.location(keys.checkpoints_prefix(node.data))
         self.sync = CheckpointSync(store, self.checkpoint_dir, prefix, rank=node.rank, attempt=node.attempt,
                                    settle=settle, clock=clock, say=say, step=step, overdue_after=2 * interval,
                                    sleep=clock.sleep, superseded=self._superseded, freezer=self._paused,
@@ -172,7 +177,7 @@ class Keeper:
             self.say(f"final checkpoint sync: {moved.summary()}{late}")
 
     def artifacts(self, cut_ns: int | None) -> int:
-        base = keys.artifacts_prefix(self.node.job_id) + ("" if self.node.rank == 0 else f"rank-{self.node.rank}/")
+        base = keys.artifacts_prefix(self.node.data) + ("" if self.node.rank == 0 else f"rank-{self.node.rank}/")
         n = 0
         for local, area in zip(self.artifact_dirs, ("model/", "output/"), strict=True):
             store, prefix = self.reg.location(base + area)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from jobplane.model import records
+from jobplane.model import keys, records
 from jobplane.model.metrics import EARLY_STOP
 from jobplane.model.spec import JobSpec
 
@@ -23,6 +23,7 @@ class Run:
     instance_id: str
     started_at: datetime
     spec: JobSpec | None = None
+    data: keys.JobData | None = None  # where the job's data goes (its record says: JobRecord.data), once read
     phase: str = "starting"
 
 

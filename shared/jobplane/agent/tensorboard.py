@@ -24,7 +24,7 @@ from jobplane.store.rooted import RootedStore
 class EventUploader:
     reg: RootedStore
     local: Path  # the spec's tensorboard.log_dir on this machine
-    job_id: str
+    data: keys.JobData  # the job's (JobRecord.data)
     attempt: int
     rank: int
     sleep: Sleep = time.sleep
@@ -33,7 +33,7 @@ class EventUploader:
     def sync(self) -> Moved:
         """Upload what changed since the last sync; a file whose upload failed goes again next time."""
         started = time.monotonic()
-        store, prefix = self.reg.location(keys.tensorboard_prefix(self.job_id, self.attempt, self.rank))
+        store, prefix = self.reg.location(keys.tensorboard_prefix(self.data, self.attempt, self.rank))
         changed = {rel: st for rel, st in scan(self.local, lambda name: False).items() if self.sent.get(rel) != st}
 
         def upload(rel: str) -> int:

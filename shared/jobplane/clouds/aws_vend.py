@@ -16,7 +16,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -31,7 +31,7 @@ from botocore.exceptions import ClientError
 
 from jobplane.clouds.base import CredentialsRefused, ProofRejected, VendUnavailable
 from jobplane.clouds.s3 import s3_client
-from jobplane.model.keys import job_prefixes
+from jobplane.model.keys import of_job
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +255,8 @@ def vended_s3_client(region: str, vend_url: str, job_id: str, attempt: int, depl
     role before: S3 answers 403 instead when the caller may not list the whole bucket, and these credentials may
     list only the job's prefixes."""
     client = s3_client(region, vended_session(region, vend_url, job_id, attempt, deployment))
-    missing = _MissingNotForbidden(job_prefixes(deployment.partition("/")[2], job_id))
+    root = deployment.partition("/")[2]
+    missing = _MissingNotForbidden(lambda key: of_job(key, root, job_id))
     for operation in ("GetObject", "HeadObject"):
         client.meta.events.register(f"before-parameter-build.s3.{operation}", missing.remember_key)
         client.meta.events.register(f"after-call.s3.{operation}", missing)
@@ -266,10 +267,10 @@ _KEY = "jobplane_key"  # where the request context keeps the key asked for
 
 
 class _MissingNotForbidden:
-    """Turns S3's 403 AccessDenied for a key under the session's own prefixes into the 404 it stands for."""
+    """Turns S3's 403 AccessDenied for one of the job's own keys (`own`) into the 404 it stands for."""
 
-    def __init__(self, prefixes: tuple[str, ...]) -> None:
-        self.prefixes = prefixes
+    def __init__(self, own: Callable[[str], bool]) -> None:
+        self.own = own
 
     @staticmethod
     def remember_key(params: dict[str, Any], context: dict[str, Any], **kwargs: Any) -> None:
@@ -279,7 +280,7 @@ class _MissingNotForbidden:
         key = str(context.get(_KEY, ""))
         error = parsed.get("Error", {})
         if (http_response.status_code == 403 and error.get("Code") in ("AccessDenied", "403")
-                and key.startswith(self.prefixes)):
+                and self.own(key)):
             parsed["Error"] = {**error, "Code": "NoSuchKey", "Message": f"{key} (403 for a missing key)"}
             parsed.setdefault("ResponseMetadata", {})["HTTPStatusCode"] = 404
 

@@ -51,6 +51,10 @@ class Scope:
     read_write_objects: tuple[str, ...]
     read_only: tuple[str, ...]
     read_only_objects: tuple[str, ...] = ()
+    # the job record's folder (jobs/<id>/), which holds some of the keys above: a cloud whose job role already grants
+    # only an agent's kinds of key in it (AWS's, vending.aws_iam.AGENT_WRITE) may name this folder whole in a session
+    # policy, keeping it under the size limit; one with no such role (GCP's boundary) names each key
+    record_folder: str = ""
 
 
 @dataclass(frozen=True)

@@ -134,7 +134,8 @@ def _code_problems(spec: JobSpec, reg: Registry, job_id: str | None) -> list[Fie
     (decide.vend.code_object), or the spec is refused naming `code`. job_id None: a sweep's (or array's) spec."""
     from jobplane.decide import vend
 
-    found = vend.code_object(spec.code, bucket=reg.bucket or "", root=reg.root, owner=spec.owner, job_id=job_id)
+    data = keys.JobData(job_id, spec.owner) if job_id else None  # where the record made of it keeps its data
+    found = vend.code_object(spec.code, bucket=reg.bucket or "", root=reg.root, owner=spec.owner, data=data)
     return [FieldError("code", found.why)] if isinstance(found, vend.Refusal) else []
 
 

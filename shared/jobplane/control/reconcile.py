@@ -280,9 +280,10 @@ def _effect(ctx: Context, action: Action, effect: Effect, *, now: datetime) -> N
             ctx.notify.publish(notice)
         case RepairMarkers() if job_id:
             reg.repair_markers(job_id)
-        case SaveConsole(vms=vms) if vms and job_id and attempt is not None:
+        case SaveConsole(vms=vms, data=data) if vms and job_id and attempt is not None:
             for rank, instance_id in vms:
-                save_console(reg, ctx.cloud("read console output with"), job_id, attempt, rank, instance_id)
+                save_console(reg, ctx.cloud("read console output with"), data or keys.JobData(job_id), attempt, rank,
+                             instance_id)
         case Terminate(instances=instances) if instances:
             ctx.cloud("terminate with").terminate(list(instances))
             _history(reg, action, history.Terminated(rule=str(action.rule), reason=action.reason,
@@ -316,9 +317,11 @@ def _effect(ctx: Context, action: Action, effect: Effect, *, now: datetime) -> N
                 reg.delete(key)
 
 
-def save_console(reg: Registry, compute: Compute, job_id: str, attempt: int, rank: int, instance_id: str) -> None:
+def save_console(reg: Registry, compute: Compute, data: keys.JobData, attempt: int, rank: int,
+                 instance_id: str) -> None:
     """Keep a VM's console output with the job's logs (create-only: the first save wins), so `jobplane logs`
     shows why its agent never started. A VM whose console cannot be read gets a note saying so."""
+    job_id = data.job_id
     try:
         text = compute.console_output(instance_id)
     except Exception as exc:  # the check goes on; the reason still names where to look
@@ -326,7 +329,7 @@ def save_console(reg: Registry, compute: Compute, job_id: str, attempt: int, ran
         text = f"(not available: {exc})\n"
     header = f"---- console output of {instance_id} (rank {rank}, attempt {attempt}), saved by the sweeper ----\n"
     with contextlib.suppress(PreconditionFailed):  # an overlapping run saved it
-        reg.put_if_absent(keys.console_log(job_id, attempt, rank), (header + text).encode(),
+        reg.put_if_absent(keys.console_log(data, attempt, rank), (header + text).encode(),
                                 "text/plain", tags=dict([LOG_OBJECT_TAG]))
 
 

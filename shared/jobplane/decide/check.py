@@ -338,7 +338,7 @@ def _unstarted(job: Seen) -> list[int]:
 
 
 def _consoles(record: JobRecord, ranks: list[int]) -> SaveConsole:
-    return SaveConsole(tuple((r, record.instances[r]) for r in ranks if r < len(record.instances)))
+    return SaveConsole(tuple((r, record.instances[r]) for r in ranks if r < len(record.instances)), record.data)
 
 
 def _bootstrap_failed(job: Seen) -> Action | None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from jobplane.clouds.base import Notice
-from jobplane.model.keys import Held, Limits
+from jobplane.model.keys import Held, JobData, Limits
 from jobplane.model.states import State, StopBy
 
 if TYPE_CHECKING:  # the records' models: a run that decides nothing never imports them
@@ -64,6 +64,7 @@ class SaveConsole:
     """Keep the console output of these VMs with the job's logs: their agent never started."""
 
     vms: tuple[tuple[int, str], ...]  # (rank, instance id) of the attempt the run saw
+    data: JobData | None = None  # where the job's logs are (JobRecord.data); None: jobs/<id>/, as before
 
 
 @dataclass(frozen=True)

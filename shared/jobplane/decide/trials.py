@@ -17,6 +17,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from jobplane.model.keys import JobData
 from jobplane.model.spec import job_id_problem
 from jobplane.model.specfields import HpValue
 from jobplane.model.states import TERMINAL, State
@@ -35,6 +36,7 @@ class TrialView:
     state: State | None  # None: proposed, no job record yet (its drop is queued or being written)
     curve: tuple[tuple[int, float], ...]  # (step, value) of the objective metric on rank 0, all attempts, step order
     final: float | None  # the objective of a SUCCEEDED trial: its last point's value; else None
+    data: JobData | None = None  # where its job's artifacts are (JobRecord.data), when its record was read
 
     @property
     def live(self) -> bool:

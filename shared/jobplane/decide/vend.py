@@ -41,6 +41,9 @@ class Job(Protocol):
     """What a grant is decided on: a JobRecord, or the JobFacts a vend function reads (jobplane.model.jobfacts)."""
 
     @property
+    def data(self) -> keys.JobData: ...
+
+    @property
     def id(self) -> str: ...
 
     @property
@@ -81,16 +84,17 @@ class Refusal:
     why: str
 
 
-def code_object(code: str | None, *, bucket: str, root: str, owner: str, job_id: str | None) -> str | Refusal | None:
+def code_object(code: str | None, *, bucket: str, root: str, owner: str,
+                data: keys.JobData | None) -> str | Refusal | None:
     """The one registry object a job's credentials must read its code from; None when they need none; or why
     the spec's `code:` names registry keys that are not the job's to read.
 
-    None: no `code:` (the agent reads jobs/<id>/code/code.tar.gz), code in another bucket (the VM's own identity
-    reads it: the platform's data buckets), or code under the job's own jobs/<id>/code/ (its credentials reach
-    it already). The object: a tarball under its owner's code/<owner>/, where `submit --code` uploads (a sweep's
-    trials share the sweep's). Anything else in the registry's bucket is refused: the code/ folder, another
-    owner's bundles, another job's or the control plane's keys, another root's. job_id None: a sweep's spec,
-    whose trials each have keys of their own."""
+    None: no `code:` (the agent reads code/code.tar.gz in the job's data folder), code in another bucket (the VM's
+    own identity reads it: the platform's data buckets), or code under the job's own code/ (its data folder's,
+    keys.JobData: its credentials reach it already). The object: a tarball under its owner's code/<owner>/, where
+    `submit --code` uploads (a sweep's trials share the sweep's). Anything else in the registry's bucket is refused:
+    the code/ folder, another owner's bundles, another job's or the control plane's keys, another root's. data
+    None: a sweep's spec, whose trials each have keys of their own."""
     if not code:
         return None
     try:
@@ -100,7 +104,7 @@ def code_object(code: str | None, *, bucket: str, root: str, owner: str, job_id:
     if code_bucket != bucket:
         return None
     base = keys.root_prefix(root)
-    own, folder = (base + keys.code_prefix(job_id) if job_id else None), base + keys.code_folder(owner)
+    own, folder = (base + keys.code_prefix(data) if data else None), base + keys.code_folder(owner)
     if own and key.startswith(own):
         return None
     where = f"{folder}<name>.tar.gz" + (f" or under {own}" if own else " (a sweep's trials each have their own keys)")
@@ -118,16 +122,24 @@ def code_object(code: str | None, *, bucket: str, root: str, owner: str, job_id:
     return key
 
 
-def scope(bucket: str, root: str, job_id: str, code: str | None = None) -> Scope:
-    """The job's own keys: its record's folder (logs, metrics, checkpoints, artifacts, exit reports, stop
-    request), its heartbeats and its preempted marker; read-only, the agent bundles and its code bundle's one
-    object (`code_object`). Input data comes from the platform's data buckets, not from here."""
+def scope(bucket: str, root: str, data: keys.JobData, attempt: int, code: str | None = None) -> Scope:
+    """What the job's agents write, and nothing the control plane decides on: its data folder (logs, metrics, system
+    samples, TensorBoard files, checkpoints, artifacts), its heartbeats, the attempt's exit reports and boot failure,
+    its preempted marker. Read-only: its record, the attempt's cluster.json, its stop request, the agent bundles and
+    its code bundle's one object (`code_object`). Never its record, events, admission records or any other key the
+    functions trust for identity, scope or money (tests/vending/test_trusted_keys.py). Input data comes from the
+    platform's data buckets, not from here."""
     base = keys.root_prefix(root)
+    job = data.job_id
     return Scope(bucket=bucket,
-                 read_write=keys.job_prefixes(root, job_id),
-                 read_write_objects=(base + keys.preempted_marker(job_id),),
-                 read_only=(base + keys.AGENT,),
-                 read_only_objects=(code,) if code else ())
+                 read_write=tuple(base + p for p in (*keys.data_prefixes(data), keys.heartbeats_prefix(job),
+                                                     keys.exits_prefix(job, attempt))),
+                 read_write_objects=(base + keys.preempted_marker(job), base + keys.boot_failure(job, attempt)),
+                 # a job recorded before keeps its code in its record's folder (in teams/, it is among the above)
+                 read_only=((base + keys.code_prefix(data),) if data.owner is None else ()) + (base + keys.AGENT,),
+                 read_only_objects=tuple(base + k for k in (keys.job_record(job), keys.cluster(job, attempt),
+                                                            keys.stop_request(job))) + ((code,) if code else ()),
+                 record_folder=base + keys.job_prefix(job))
 
 
 def decide(record: Job | None, caller: Caller, *, bucket: str, root: str, deployment: str) -> Grant | Refusal:
@@ -151,7 +163,7 @@ def decide(record: Job | None, caller: Caller, *, bucket: str, root: str, deploy
               and tags.get(TAG_JOB_ID) == record.id and tags.get(TAG_ATTEMPT) == str(record.attempt))
     if caller.instance_id not in record.instances and not tagged:
         return Refusal(f"{caller.instance_id} is not an instance of job {record.id} attempt {record.attempt}")
-    code = code_object(record.spec.code, bucket=bucket, root=root, owner=record.spec.owner, job_id=record.id)
+    code = code_object(record.spec.code, bucket=bucket, root=root, owner=record.spec.owner, data=record.data)
     if isinstance(code, Refusal):
         return Refusal(f"job {record.id}'s code: {code.why}")
-    return Grant(record.id, record.attempt, caller.instance_id, scope(bucket, root, record.id, code))
+    return Grant(record.id, record.attempt, caller.instance_id, scope(bucket, root, record.data, record.attempt, code))

@@ -116,12 +116,10 @@ class AwsLocalCloud(LocalCloud):
 class Roles:
     vm: str
     job: str
-    data_buckets: tuple[str, ...] = ()
 
     def env(self) -> dict[str, str]:
         """What the vending function reads (functions/aws/vend.py)."""
-        return {"JOBPLANE_VM_ROLE_ARN": self.vm, "JOBPLANE_JOB_ROLE_ARN": self.job,
-                "JOBPLANE_DATA_BUCKETS": ",".join(self.data_buckets)}
+        return {"JOBPLANE_VM_ROLE_ARN": self.vm, "JOBPLANE_JOB_ROLE_ARN": self.job}
 
 
 def create_roles(aws: Any, bucket: str, data_buckets: tuple[str, ...] = ()) -> Roles:
@@ -130,17 +128,17 @@ def create_roles(aws: Any, bucket: str, data_buckets: tuple[str, ...] = ()) -> R
     that."""
     from jobplane.vending import aws_iam
 
-    aws_iam.check_fits(bucket, "", data_buckets)  # as the CDK app does: every job's credentials can be vended
+    aws_iam.check_fits(bucket, "")  # as the CDK app does: every job's credentials can be vended
     registry = aws_iam.bucket_arn("aws", bucket)
     vend_fn = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:jobplane-vend"
     vend_role = aws.create_role("jobplane-vend", aws_iam.trust({"Service": "lambda.amazonaws.com"}),
                                 aws_iam.document(aws_iam.vend_role_statements(
                                     f"arn:aws:iam::{ACCOUNT}:role/jobplane-job", registry, "")))
     job = aws.create_role("jobplane-job", aws_iam.trust({"AWS": vend_role}),
-                          aws_iam.document(aws_iam.job_role_statements(registry, "", "aws", data_buckets)))
+                          aws_iam.document(aws_iam.job_role_statements(registry, "")))
     vm = aws.create_role("jobplane-vm", aws_iam.trust({"Service": "ec2.amazonaws.com"}),
                          aws_iam.document(aws_iam.vm_role_statements(vend_fn, "aws", data_buckets)))
-    return Roles(vm, job, data_buckets)
+    return Roles(vm, job)
 
 
 def publish_images(aws: Any) -> dict[str, Path]:

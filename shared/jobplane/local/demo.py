@@ -281,11 +281,11 @@ class Demo:
         record = reg.job(job_id)
         self.check("job SUCCEEDED", record.state == "SUCCEEDED", f"{record.state} {record.reason or ''}".strip())
         self.check("submit -f exited 0 with it", code == 0, f"exit code {code}")
-        logs = [k for k, _, _ in reg.listing(keys.logs_prefix(job_id))]
-        self.check("logs in the bucket", bool(logs), f"{len(logs)} chunks under {keys.logs_prefix(job_id)}")
-        ckpts = [k for k, _, _ in reg.listing(keys.checkpoints_prefix(job_id))]
+        logs = [k for k, _, _ in reg.listing(keys.logs_prefix(record.data))]
+        self.check("logs in the bucket", bool(logs), f"{len(logs)} chunks under {keys.logs_prefix(record.data)}")
+        ckpts = [k for k, _, _ in reg.listing(keys.checkpoints_prefix(record.data))]
         self.check("checkpoints in the bucket", bool(ckpts),
-                   f"{len(ckpts)} files under {keys.checkpoints_prefix(job_id)}")
+                   f"{len(ckpts)} files under {keys.checkpoints_prefix(record.data)}")
         self.metrics(job_id)
         self.costed(record)
         self.no_instance_left()
@@ -401,7 +401,7 @@ def exists(reg: Any, key: str) -> bool:
 
 def checkpoint_steps(reg: Any, job_id: str) -> list[int]:
     """Steps of the ckpt-<step>.npz files synced into the bucket."""
-    names = (k.rsplit("/", 1)[-1] for k, _, _ in reg.listing(keys.checkpoints_prefix(job_id)))
+    names = (k.rsplit("/", 1)[-1] for k, _, _ in reg.listing(keys.checkpoints_prefix(reg.job(job_id).data)))
     return [int(m.group(1)) for name in names if (m := re.fullmatch(r"ckpt-(\d+)\.npz", name))]
 
 

@@ -1,10 +1,10 @@
 """What a job's credentials are decided on (jobplane.decide.vend), read from its job.json without the record's models.
 
-Every run of a vend function reads one record for one decision: its id, state, attempt and instances, and its spec's
-owner and `code:`. Reading them with the plain checks of jobplane.model.checked spares the function pydantic and the
-spec's models at each cold start. The fields read are checked as strictly as JobRecord checks them, and the id must
-be the job asked about; the other fields are the control plane's to read (it records a job.json it cannot parse as
-an unreadable-record event on the job).
+Every run of a vend function reads one record for one decision: its id, state, attempt, instances and data layout,
+and its spec's owner and `code:`. Reading them with the plain checks of jobplane.model.checked spares the function
+pydantic and the spec's models at each cold start. The fields read are checked as strictly as JobRecord checks them,
+and the id must be the job asked about; the other fields are the control plane's to read (it records a job.json it
+cannot parse as an unreadable-record event on the job).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from jobplane.model.checked import build, checked, items, nested, one_of, optional, text, whole
 from jobplane.model.errors import FieldError, SpecError
-from jobplane.model.keys import JOB_ID_PATTERN, LABEL_KEY
+from jobplane.model.keys import DATA_LAYOUT, JOB_ID_PATTERN, LABEL_KEY, JobData
 from jobplane.model.states import State
 
 _STATE = one_of(*State)
@@ -45,6 +45,12 @@ class JobFacts:
     spec: SpecFacts = checked(nested(SpecFacts, ignore_unknown=True))
     attempt: int = checked(whole(0, 1_000_000), 0)
     instances: list[str] = checked(items(text(256), 10_000), factory=list)
+    layout: int = checked(whole(1, 1000), 1)
+
+    @property
+    def data(self) -> JobData:
+        """Where the job's data is (JobRecord.data)."""
+        return JobData(self.id, self.spec.owner if self.layout >= DATA_LAYOUT else None)
 
 
 def parse_facts(data: bytes, job_id: str) -> JobFacts:

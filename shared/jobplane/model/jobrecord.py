@@ -10,7 +10,7 @@ from typing import Any, TypedDict
 from pydantic import BaseModel, ConfigDict, Field
 
 from jobplane.model.history import LastEvent
-from jobplane.model.keys import LIMITS_TAIL_PATTERN, active_marker
+from jobplane.model.keys import DATA_LAYOUT, LIMITS_TAIL_PATTERN, JobData, active_marker
 from jobplane.model.spec import JobSpec
 from jobplane.model.states import TERMINAL, State
 from jobplane.model.usage import AttemptUsage
@@ -53,11 +53,19 @@ class JobRecord(BaseModel):
     notices: list[dict[str, Any]] = Field(default_factory=list)  # Spot interruption warnings seen
     usage: list[AttemptUsage] = Field(default_factory=list)  # what each launched attempt ran on (jobplane.views.cost)
     last_event: LastEvent | None = None  # the event of the write that made this record (store/registry.py's doc)
+    # where its data lives (keys.JobData): DATA_LAYOUT in a record this version created, 1 (absent) in one before
+    layout: int = Field(1, ge=1, le=1000)
 
     @property
     def marker(self) -> str:
         """Its active/ marker's key (a RUNNING one carries the attempt's limits, once recorded)."""
         return active_marker(self.id, self.state, self.attempt, self.limits if self.state == State.RUNNING else None)
+
+    @property
+    def data(self) -> JobData:
+        """Where the job's logs, metrics, checkpoints, artifacts and code are: its owner's teams/<owner>/<id>/, or
+        jobs/<id>/ for a job recorded before."""
+        return JobData(self.id, self.spec.owner if self.layout >= DATA_LAYOUT else None)
 
     @property
     def terminal(self) -> bool:

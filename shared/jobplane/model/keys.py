@@ -39,6 +39,10 @@ LABEL_KEY = r"^[a-z][a-z0-9_-]{0,62}$"  # a label key, an owner (code/<owner>/),
 QUEUE = "queue/"
 REJECTED = "rejected/"
 JOBS = "jobs/"
+# teams/<owner>/<id>/: a job's own data (logs, metrics, system samples, TensorBoard files, checkpoints, artifacts,
+# code), under its owner so that IAM lets that owner's people, and no other team's, read it (JobData)
+TEAMS = "teams/"
+CANCELS = "cancels/"  # cancels/<owner>/<id>: a team member's request that the functions cancel its job
 ACTIVE = "active/"
 PREEMPTED = "preempted-jobs/"
 HEARTBEATS = "heartbeats/"
@@ -106,11 +110,62 @@ def _in_job(rest: str) -> Callable[[str], str]:
 job_prefix = _in_job("")
 job_record = _in_job("job.json")
 events_prefix = _in_job("events/")
-code_prefix = _in_job("code/")
-code_bundle = _in_job("code/code.tar.gz")
-checkpoints_prefix = _in_job("checkpoints/")
-artifacts_prefix = _in_job("artifacts/")
 stop_request = _in_job("control/stop")
+
+# job.json's `layout`: a record this version creates keeps its job's data under teams/<owner>/<id>/; a record
+# without it (layout 1, written before) under jobs/<id>/, where its agents wrote it
+DATA_LAYOUT = 2
+
+
+@dataclass(frozen=True)
+class JobData:
+    """Where one job's own data lives (its logs, metrics, system samples, TensorBoard files, checkpoints, artifacts
+    and code): teams/<owner>/<id>/, which IAM lets that owner's people read and no other team's; for a job recorded
+    before (owner None), jobs/<id>/ as before. JobRecord.data says which a record's job uses."""
+
+    job_id: str
+    owner: str | None = None
+
+    @property
+    def folder(self) -> str:
+        return f"{TEAMS}{self.owner}/{self.job_id}/" if self.owner is not None else f"{JOBS}{self.job_id}/"
+
+
+# the areas of a job's data folder its agents write (code/ is read-only to them)
+DATA_AREAS = ("logs/", "metrics/", "system/", "tensorboard/", "checkpoints/", "artifacts/")
+
+
+def data_prefixes(data: JobData) -> tuple[str, ...]:
+    """The prefixes a job's agents write its data under: its teams/<owner>/<id>/ whole; for a job recorded before,
+    the data areas of its jobs/<id>/, which holds its record too."""
+    return (data.folder,) if data.owner is not None else tuple(data.folder + area for area in DATA_AREAS)
+
+
+def team_folder(owner: str) -> str:
+    """An owner's jobs' data: teams/<owner>/ (JobData)."""
+    return f"{TEAMS}{owner}/"
+
+
+def code_prefix(data: JobData) -> str:
+    return f"{data.folder}code/"
+
+
+def code_bundle(data: JobData) -> str:
+    """A job's code when its spec names none."""
+    return f"{data.folder}code/code.tar.gz"
+
+
+def checkpoints_prefix(data: JobData) -> str:
+    return f"{data.folder}checkpoints/"
+
+
+def artifacts_prefix(data: JobData) -> str:
+    return f"{data.folder}artifacts/"
+
+
+def cancel_request(owner: str, job_id: str) -> str:
+    """Where a team member asks the functions to cancel one of its owner's jobs (it may not write job.json)."""
+    return f"{CANCELS}{owner}/{job_id}"
 
 
 def stamp(now: datetime, token: str | None = None) -> str:
@@ -122,10 +177,14 @@ def event(job_id: str, stamp: str, kind: str) -> str:
     return f"{JOBS}{job_id}/events/{stamp}-{kind}.json"
 
 
-def job_prefixes(root: str, job_id: str) -> tuple[str, str]:
-    """What a job's credentials may read and write whole: its record's folder and its heartbeats."""
-    base = root_prefix(root)
-    return base + JOBS + job_id + "/", base + heartbeats_prefix(job_id)
+def of_job(key: str, root: str, job_id: str) -> bool:
+    """The key (bucket-relative) is one of the job's own: under its record's folder, its heartbeats or its data
+    folder (of whichever owner: an agent asks for its own keys before it has read its record)."""
+    rest = key.removeprefix(root_prefix(root))
+    if rest.startswith((f"{JOBS}{job_id}/", heartbeats_prefix(job_id))):
+        return True
+    owner, _, tail = rest.removeprefix(TEAMS).partition("/") if rest.startswith(TEAMS) else ("", "", "")
+    return bool(owner) and tail.startswith(f"{job_id}/")
 
 
 def waiting_for(dependency: str, job_id: str = "") -> str:
@@ -186,10 +245,10 @@ def exit_report(job_id: str, attempt: int, rank: int) -> str:
     return f"{exits_prefix(job_id, attempt)}{rank}/exit.json"
 
 
-def node_prefix(area: str, job_id: str, attempt: int | None = None, rank: int | None = None) -> str:
-    """jobs/<id>/<area>/, optionally narrowed to an attempt and one of its ranks (area: logs, metrics, system or
-    tensorboard)."""
-    key = f"{JOBS}{job_id}/{area}/"
+def node_prefix(area: str, data: JobData, attempt: int | None = None, rank: int | None = None) -> str:
+    """The job's <area>/ in its data folder, optionally narrowed to an attempt and one of its ranks (area: logs,
+    metrics, system or tensorboard)."""
+    key = f"{data.folder}{area}/"
     if attempt is not None:
         key += f"{attempt}/"
         if rank is not None:
@@ -197,41 +256,41 @@ def node_prefix(area: str, job_id: str, attempt: int | None = None, rank: int | 
     return key
 
 
-def logs_prefix(job_id: str, attempt: int | None = None, rank: int | None = None) -> str:
-    return node_prefix("logs", job_id, attempt, rank)
+def logs_prefix(data: JobData, attempt: int | None = None, rank: int | None = None) -> str:
+    return node_prefix("logs", data, attempt, rank)
 
 
-def log_chunk(job_id: str, attempt: int, rank: int, seq: int) -> str:
+def log_chunk(data: JobData, attempt: int, rank: int, seq: int) -> str:
     # zero-padded so key order is write order
-    return f"{logs_prefix(job_id, attempt, rank)}{seq:08d}.log"
+    return f"{logs_prefix(data, attempt, rank)}{seq:08d}.log"
 
 
-def metrics_prefix(job_id: str, attempt: int | None = None, rank: int | None = None) -> str:
-    return node_prefix("metrics", job_id, attempt, rank)
+def metrics_prefix(data: JobData, attempt: int | None = None, rank: int | None = None) -> str:
+    return node_prefix("metrics", data, attempt, rank)
 
 
-def metrics_chunk(job_id: str, attempt: int, rank: int, seq: int) -> str:
+def metrics_chunk(data: JobData, attempt: int, rank: int, seq: int) -> str:
     """Metric points (JSON Lines) the agent read from the output, shipped with the log chunks."""
-    return f"{metrics_prefix(job_id, attempt, rank)}{seq:08d}.jsonl"
+    return f"{metrics_prefix(data, attempt, rank)}{seq:08d}.jsonl"
 
 
-def system_prefix(job_id: str, attempt: int | None = None, rank: int | None = None) -> str:
-    return node_prefix("system", job_id, attempt, rank)
+def system_prefix(data: JobData, attempt: int | None = None, rank: int | None = None) -> str:
+    return node_prefix("system", data, attempt, rank)
 
 
-def system_chunk(job_id: str, attempt: int, rank: int, seq: int) -> str:
+def system_chunk(data: JobData, attempt: int, rank: int, seq: int) -> str:
     """System metric samples (JSON Lines, model/sysmetrics.py) the agent took, apart from the job's own metrics."""
-    return f"{system_prefix(job_id, attempt, rank)}{seq:08d}.jsonl"
+    return f"{system_prefix(data, attempt, rank)}{seq:08d}.jsonl"
 
 
-def tensorboard_prefix(job_id: str, attempt: int | None = None, rank: int | None = None) -> str:
+def tensorboard_prefix(data: JobData, attempt: int | None = None, rank: int | None = None) -> str:
     """The job's TensorBoard event files, as its `tensorboard.log_dir` holds them, per attempt and rank."""
-    return node_prefix("tensorboard", job_id, attempt, rank)
+    return node_prefix("tensorboard", data, attempt, rank)
 
 
-def console_log(job_id: str, attempt: int, rank: int) -> str:
+def console_log(data: JobData, attempt: int, rank: int) -> str:
     """A VM's console output, saved by the check when its agent never started; sorts after the chunks."""
-    return f"{logs_prefix(job_id, attempt, rank)}console.log"
+    return f"{logs_prefix(data, attempt, rank)}console.log"
 
 
 def active_prefix(job_id: str) -> str:
@@ -359,6 +418,7 @@ class NodeKey(NamedTuple):
     attempt: int
     rank: int
     name: str = "exit.json"
+    owner: str | None = None  # a file in a data folder: its owner's (None: jobs/<id>/, as JobData has it)
 
 
 class AttemptKey(NamedTuple):
@@ -437,7 +497,8 @@ _held = _parser(rf"{ACTIVE}([^/.]+)\.{_N}\.{HELD_UNTIL}{_N}")
 _old_held = _parser(rf"{LIMITS}{_ID}/{_N}/{HELD_UNTIL}{_N}")
 _exit = _parser(rf"{JOBS}{_ID}/attempts/{_N}/nodes/{_N}/exit\.json")
 _boot_failure = _parser(rf"{JOBS}{_ID}/attempts/{_N}/boot-failure\.json")
-_node_file = _parser(rf"{JOBS}{_ID}/(logs|metrics|system)/{_N}/{_N}/([^/]+)")
+_node_file = _parser(rf"(?:{JOBS}|{TEAMS}([^/]+)/){_ID}/(logs|metrics|system)/{_N}/{_N}/([^/]+)")
+_cancel = _parser(rf"{CANCELS}([^/]+)/{_ID}")
 _rejected_error = _parser(rf"{REJECTED}([^/.]+)\.error\.json")
 _sweep_record = _parser(rf"{SWEEPS}{_ID}/sweep\.json")
 _active_sweep = _parser(rf"{ACTIVE_SWEEPS}{_ID}")
@@ -529,11 +590,18 @@ def parse_boot_failure(key: str) -> AttemptKey | None:
 
 
 def parse_node_file(key: str, area: str) -> NodeKey | None:
-    """A file one rank wrote under jobs/<id>/<area>/<attempt>/<rank>/ (area: logs, metrics or system)."""
+    """A file one rank wrote under <data folder>/<area>/<attempt>/<rank>/ (area: logs, metrics or system), in
+    either layout (JobData)."""
     parts = _node_file(key)
-    if not parts or parts[1] != area:
+    if not parts or parts[2] != area:
         return None
-    return NodeKey(parts[0], int(parts[2]), int(parts[3]), parts[4])
+    return NodeKey(parts[1], int(parts[3]), int(parts[4]), parts[5], parts[0])
+
+
+def parse_cancel_request(key: str) -> tuple[str, str] | None:
+    """(owner, job) of cancels/<owner>/<id>."""
+    parts = _cancel(key)
+    return (parts[0], parts[1]) if parts else None
 
 
 def parse_rejected_error(key: str) -> str | None:

@@ -203,7 +203,7 @@ def gpu_idle_hours(reg: Registry, by: str = "owner", since: datetime | None = No
             continue
         if not record.usage:
             continue
-        samples = [s for s in read_system(reg, job_id) if since is None or s.time >= since]
+        samples = [s for s in read_system(reg, record.data) if since is None or s.time >= since]
         idle = sysview.idle_gpu_hours(samples)
         for key in cost.group_keys(record, by):
             hours[key] = hours.get(key, 0.0) + idle
@@ -336,40 +336,43 @@ class Chunk:
 class LogReader:
     """A job's log chunks not read yet, in (attempt, rank, sequence) order; optionally one attempt / rank."""
 
-    def __init__(self, reg: RootedStore, job_id: str, attempt: int | None = None, rank: int | None = None) -> None:
-        self.reg, self.job_id, self.attempt, self.rank = reg, job_id, attempt, rank
+    def __init__(self, reg: RootedStore, data: keys.JobData, attempt: int | None = None,
+                 rank: int | None = None) -> None:
+        self.reg, self.data, self.attempt, self.rank = reg, data, attempt, rank
         self.seen: set[str] = set()
 
     def new(self) -> list[Chunk]:
         chunks = []
-        for attempt, rank, key in node_chunks(self.reg, "logs", self.job_id, self.attempt, self.rank):
+        for attempt, rank, key in node_chunks(self.reg, "logs", self.data, self.attempt, self.rank):
             if key not in self.seen:
                 chunks.append(Chunk(attempt, rank, self.reg.get_bytes(key).decode(errors="replace")))
                 self.seen.add(key)
         return chunks
 
 
-def node_chunks(reg: RootedStore, area: str, job_id: str, attempt: int | None = None,
+def node_chunks(reg: RootedStore, area: str, data: keys.JobData, attempt: int | None = None,
                 rank: int | None = None) -> list[tuple[int, int, str]]:
-    """(attempt, rank, key) of the chunks under jobs/<id>/<area>/ (logs, metrics or system), in (attempt, rank,
+    """(attempt, rank, key) of the chunks under the job's <area>/ (logs, metrics or system), in (attempt, rank,
     sequence) order; optionally one attempt and/or rank."""
     found: list[tuple[keys.NodeKey, str]] = []
-    for key, _, _ in reg.listing(keys.node_prefix(area, job_id, attempt, rank if attempt is not None else None)):
+    for key, _, _ in reg.listing(keys.node_prefix(area, data, attempt, rank if attempt is not None else None)):
         node = keys.parse_node_file(key, area)
         if node is not None and (rank is None or node.rank == rank):
             found.append((node, key))
     return [(node.attempt, node.rank, key) for node, key in sorted(found)]
 
 
-def read_metrics(reg: RootedStore, job_id: str, attempt: int | None = None, rank: int | None = None) -> list[Sample]:
+def read_metrics(reg: RootedStore, data: keys.JobData, attempt: int | None = None,
+                 rank: int | None = None) -> list[Sample]:
     """The metric samples the job's agents read from its output, in (attempt, rank, printed) order."""
-    return [sample for a, r, key in node_chunks(reg, "metrics", job_id, attempt, rank)
+    return [sample for a, r, key in node_chunks(reg, "metrics", data, attempt, rank)
             for sample in decode(reg.get_created(key), a, r)]
 
 
-def read_system(reg: RootedStore, job_id: str, attempt: int | None = None, rank: int | None = None) -> list[Sample]:
+def read_system(reg: RootedStore, data: keys.JobData, attempt: int | None = None,
+                rank: int | None = None) -> list[Sample]:
     """The system metric samples the job's agents took, in (attempt, rank, time) order."""
-    return [sample for a, r, key in node_chunks(reg, "system", job_id, attempt, rank)
+    return [sample for a, r, key in node_chunks(reg, "system", data, attempt, rank)
             for sample in sysmetrics.decode(reg.get_created(key), a, r)]
 
 
@@ -389,8 +392,8 @@ class Checkpoint:
                 f" {self.attempt}, {self.files} files{step})")
 
 
-def newest_checkpoint(reg: RootedStore, job_id: str) -> Checkpoint | None:
-    listed = [(when, key) for key, when, _ in reg.listing(keys.checkpoints_prefix(job_id) + "manifests/")
+def newest_checkpoint(reg: RootedStore, data: keys.JobData) -> Checkpoint | None:
+    listed = [(when, key) for key, when, _ in reg.listing(keys.checkpoints_prefix(data) + "manifests/")
               if key.endswith(".json")]
     if not listed:
         return None
@@ -420,10 +423,10 @@ class Artifact:
     written_at: datetime | None  # when its manifest was written
 
 
-def artifacts(reg: RootedStore, job_id: str) -> list[Artifact]:
+def artifacts(reg: RootedStore, data: keys.JobData) -> list[Artifact]:
     """Every artifact the job's manifests name, by path. An area whose manifest is missing (its upload did not
     finish) or does not parse has none."""
-    base = keys.artifacts_prefix(job_id)
+    base = keys.artifacts_prefix(data)
     found = []
     for key, _, _ in reg.listing(base):
         if not key.endswith(ARTIFACT_MANIFEST):

@@ -42,17 +42,18 @@ class Synced:
 
 @dataclass
 class LocalRuns:
-    """The copy of `job_ids`' runs under dest; sync() again and again fetches only what changed."""
+    """The copy of these jobs' runs (each where its data is: JobRecord.data) under dest; sync() again and again
+    fetches only what changed."""
 
     reg: RootedStore
     dest: Path
-    job_ids: list[str]
+    jobs: list[keys.JobData]
     seen: dict[str, tuple[int, str]] = field(default_factory=dict)  # key -> (size, last modified) fetched
 
     def sync(self) -> Synced:
         done = Synced()
-        for job_id in self.job_ids:
-            prefix = keys.tensorboard_prefix(job_id)
+        for data in self.jobs:
+            job_id, prefix = data.job_id, keys.tensorboard_prefix(data)
             for key, modified, size in self.reg.listing(prefix):
                 found = _UNDER.match(key.removeprefix(prefix))
                 if found is None:

@@ -263,10 +263,8 @@ class Client:
     def tensorboard(self, job_ids: Iterable[str], dest: str | Path) -> TensorBoardCopy:
         """A local copy of these jobs' TensorBoard runs under dest (one run per job and attempt:
         <job>/attempt-<n>), brought in step with the bucket by each `.sync()`. JobNotFound for an unknown id."""
-        ids = list(job_ids)
-        for job_id in ids:
-            self.get(job_id)
-        return TensorBoardCopy(tensorboard.LocalRuns(self._connection.registry, Path(dest), ids))
+        found = [self.get(job_id).data for job_id in job_ids]
+        return TensorBoardCopy(tensorboard.LocalRuns(self._connection.registry, Path(dest), found))
 
     def gpu_idle_hours(self, *, by: str = "owner", since: datetime | None = None) -> dict[str, float]:
         """GPU-hours spent under 10% utilization per group (by as in cost()), from every job's system metrics

@@ -170,6 +170,15 @@ class Job:
         record = self._view.record
         return record.held_until if record else None
 
+    @property
+    def data(self) -> keys.JobData:
+        """Where its logs, metrics, checkpoints and artifacts are: its record's say (read once when the last look had
+        none); a job not recorded yet will keep them under its owner's teams/<owner>/<id>/."""
+        if self._view.record is None:
+            self.refresh()
+        record = self._view.record
+        return record.data if record is not None else keys.JobData(self.id, self.owner)
+
     def refresh(self) -> Job:
         """Read the job again (its record, else its drop in queue/, else its rejection); returns the job."""
         with translated():
@@ -203,7 +212,8 @@ class Job:
         The agent uploads output by time and size, so a line still being printed when a piece went up comes in
         two parts (as `jobplane logs` prints it); a carriage return stays inside its line.
         """
-        reader = jobs.LogReader(self._connection.registry, self.id, attempt, rank)
+        with translated():
+            reader = jobs.LogReader(self._connection.registry, self.data, attempt, rank)
         if not follow:
             with translated():
                 chunks = reader.new()
@@ -234,8 +244,8 @@ class Job:
         with translated():
             if system:
                 return {f"system/{sysview.label(s)}": Metric(s)
-                        for s in sysview.series(jobs.read_system(registry, self.id, attempt, rank))}
-            samples = jobs.read_metrics(registry, self.id, attempt, rank)
+                        for s in sysview.series(jobs.read_system(registry, self.data, attempt, rank))}
+            samples = jobs.read_metrics(registry, self.data, attempt, rank)
         return {s.name: Metric(s) for s in metricview.series(samples, rank)}
 
     def right_sizing(self) -> str | None:
@@ -245,7 +255,7 @@ class Job:
         if not self.view.terminal:
             return None
         with translated():
-            return sysview.hint(jobs.read_system(self._connection.registry, self.id))
+            return sysview.hint(jobs.read_system(self._connection.registry, self.data))
 
     def cost(self, now: datetime | None = None) -> cost.Cost:
         """The estimated cost so far (reads the record again): `.usd`, `.instance_hours`, `.unpriced` (attempts
@@ -269,13 +279,13 @@ class Job:
         """The files the job's agents uploaded when its process ended, by `.path`: `model/...` (SM_MODEL_DIR),
         `output/...` (output/data), a rank other than 0's under `rank-<n>/`; with `.size`."""
         with translated():
-            return jobs.artifacts(self._connection.registry, self.id)
+            return jobs.artifacts(self._connection.registry, self.data)
 
     def download(self, dest: str | Path = ".", *, prefix: str = "") -> list[Path]:
         """Download the job's artifacts (those whose path starts with `prefix`, e.g. "model/") to `dest/<path>`;
         returns the files written."""
         with translated():
-            wanted = [a for a in jobs.artifacts(self._connection.registry, self.id) if a.path.startswith(prefix)]
+            wanted = [a for a in jobs.artifacts(self._connection.registry, self.data) if a.path.startswith(prefix)]
             return jobs.download(self._connection.registry, wanted, Path(dest))
 
     def events(self) -> list[dict[str, object]]:
@@ -308,10 +318,10 @@ class Job:
         """The objects under the job's checkpoints/ or artifacts/ as the bucket lists them (files, manifests,
         every rank's and attempt's), whatever their state: the first `limit` by key, and the count and size of
         all. artifacts() is what the agents finished uploading."""
-        prefix = {"checkpoints": keys.checkpoints_prefix, "artifacts": keys.artifacts_prefix}[area](self.id)
         files: list[tuple[str, int]] = []
         count = total = 0
         with translated():
+            prefix = {"checkpoints": keys.checkpoints_prefix, "artifacts": keys.artifacts_prefix}[area](self.data)
             for key, _, size in self._connection.registry.listing(prefix):
                 count += 1
                 total += size
@@ -338,7 +348,7 @@ class Job:
     def checkpoint(self) -> jobs.Checkpoint | None:
         """The newest checkpoint in the bucket (what a next attempt would restore), or None."""
         with translated():
-            return jobs.newest_checkpoint(self._connection.registry, self.id)
+            return jobs.newest_checkpoint(self._connection.registry, self.data)
 
     def __repr__(self) -> str:
         return f"<Job {self.id} {self._view.state}>"

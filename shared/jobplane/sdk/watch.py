@@ -117,12 +117,12 @@ class Watch:
         with translated():
             return _counts(self._markers(), list(reg.listing(keys.QUEUE)))
 
-    def output(self, job_id: str, attempt: int, rank: int, after: int | None = None,
+    def output(self, job: Job, attempt: int, rank: int, after: int | None = None,
                tail_bytes: int = TAIL_BYTES) -> Output:
         """One attempt and rank's output after its first `after` chunks; with after None (a first look) only its
         end: at most tail_bytes (the last chunk whole even if longer), and how many chunks were left out."""
         with translated():
-            found = [key for _, _, key in jobs.node_chunks(self._connection.registry, "logs", job_id, attempt, rank)]
+            found = [key for _, _, key in jobs.node_chunks(self._connection.registry, "logs", job.data, attempt, rank)]
             skipped = 0
             if after is None:
                 start, size = len(found), 0

@@ -177,7 +177,8 @@ class Registry(RootedStore):
         created = history.LastEvent(stamp=keys.stamp(now), kind=event.kind,
                             body={"time": now.isoformat(), "kind": event.kind, **event.body()})
         record = _record_model()(id=job_id, spec=spec, state=State.QUEUED, owner=spec.owner,
-                           created_at=now, updated_at=now, state_since=now, last_event=created)
+                           created_at=now, updated_at=now, state_since=now, last_event=created,
+                           layout=keys.DATA_LAYOUT)
         try:
             self.put_if_absent(keys.job_record(job_id), _dump(record))
         except PreconditionFailed:

@@ -76,7 +76,7 @@ def _catch_up(reg: RootedStore, cached: Cached, job: JobRecord, metric: str, now
     points, read = list(cached.points), dict(cached.read)
     for attempt in range(max(read, default=1), job.attempt + 1):
         chunks = sorted((int(node.name.split(".")[0]), k) for k, _, _ in reg.listing(keys.metrics_prefix(
-            job.id, attempt, 0)) if (node := keys.parse_node_file(k, "metrics")) and node.name.endswith(".jsonl"))
+            job.data, attempt, 0)) if (node := keys.parse_node_file(k, "metrics")) and node.name.endswith(".jsonl"))
         for seq, chunk in chunks:
             if seq <= read.get(attempt, -1):
                 continue

@@ -161,7 +161,7 @@ class SweepRecord(BaseModel):
         if view.final is None:
             return self.best
         return Best(number=view.number, job_id=view.job_id, params=dict(view.params), objective=view.final,
-                    artifacts=keys.artifacts_prefix(view.job_id) + "model/")
+                    artifacts=keys.artifacts_prefix(view.data or keys.JobData(view.job_id, self.owner)) + "model/")
 
 
 def ending(trials: list[Trial], stopped: dict[str, str], best: Best | None, metric: str | None) -> str:

@@ -218,7 +218,7 @@ def trial_views(reg: Registry, record: SweepRecord, now: datetime) -> list[decid
             curve, last = curves.read(reg, record.id, trial.job_id, metric, now, job=job)
             final = last if state == State.SUCCEEDED else None
         views.append(decide.TrialView(trial.number, trial.job_id, trial.params, state, curve if compared else (),
-                                      final))
+                                      final, job.data if job is not None else None))
     return views
 
 

@@ -160,11 +160,12 @@ def create_app(client: sdk.Client, *, csrf_token: str | None = None,
             return PlainTextResponse("attempt, rank and cursor are numbers", 400)
         if job_id_problem(job_id):
             return PlainTextResponse("no such job", 404)
-        out = await run_in_threadpool(watch.output, job_id, attempt, rank, cursor)
         try:
-            live = not (await run_in_threadpool(client.get, job_id)).view.terminal
+            job = await run_in_threadpool(client.get, job_id)
         except sdk.JobNotFound:
-            live = False
+            return JSONResponse({"text": "", "cursor": 0, "skipped": 0, "live": False})
+        out = await run_in_threadpool(watch.output, job, attempt, rank, cursor)
+        live = not job.view.terminal
         return JSONResponse({"text": out.text, "cursor": out.cursor, "skipped": out.skipped, "live": live})
 
     def job_json(render: Callable[[sdk.Job], object]) -> Callable[[Request], Awaitable[Response]]:

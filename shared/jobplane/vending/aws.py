@@ -38,7 +38,6 @@ class VendSettings:
     deployment: str
     vm_role_arn: str  # whose sessions may ask (EC2 names each after its instance)
     job_role_arn: str  # what every grant assumes, narrowed by the session policy
-    data_buckets: tuple[str, ...] = ()
 
     @property
     def partition(self) -> str:
@@ -143,7 +142,7 @@ def vend(body: str | bytes, settings: VendSettings, cloud: VendCloud, registry: 
     if not isinstance(verdict, Grant):
         return _refused(log, where, verdict.why)
     try:
-        policy = aws_iam.packed(aws_iam.session_policy(verdict.scope, settings.partition, settings.data_buckets))
+        policy = aws_iam.packed(aws_iam.session_policy(verdict.scope, settings.partition))
     except ValueError as exc:  # no retry would make it fit: a verdict, not a failure
         return _refused(log, where, f"job {verdict.job_id}'s credentials cannot be granted: {exc}")
     credentials = cloud.credentials(settings.job_role_arn, session_name(verdict.job_id, verdict.attempt), policy,

@@ -30,17 +30,21 @@ SESSION_POLICY_LIMIT = 2048
 LONGEST_ID = "o" * 63
 MAX_BUCKET_NAME = 63
 LONGEST_PARTITION = "aws-us-gov"
+LONGEST_ATTEMPT = 10 ** 6 - 1  # JobFacts' bound on an attempt
 
-# Registry areas an agent reads and writes (relative to the registry root): the job role's grants.
-AGENT_READ = ("jobs/*/job.json", "jobs/*/code/*", "code/*", "jobs/*/checkpoints/*", "jobs/*/attempts/*/cluster.json",
-              "jobs/*/control/stop", "system/agent/*")
-AGENT_WRITE = ("heartbeats/*", "jobs/*/logs/*", "jobs/*/metrics/*", "jobs/*/system/*", "jobs/*/tensorboard/*",
-               "jobs/*/checkpoints/*", "jobs/*/artifacts/*", "jobs/*/attempts/*/nodes/*/exit.json", "preempted-jobs/*")
+# Registry areas an agent reads and writes (relative to the registry root): the job role's grants. Never a job's
+# record, events or any key the functions trust for identity, scope or money; every session narrows these to one job
+# (decide.vend.scope). A job recorded before its data moved under teams/ keeps it in jobs/<id>/ (keys.JobData).
+_LEGACY_DATA = tuple(f"jobs/*/{area}*" for area in keys.DATA_AREAS)
+AGENT_READ = ("jobs/*/job.json", "jobs/*/code/*", "code/*", "teams/*", "jobs/*/checkpoints/*",
+              "jobs/*/attempts/*/cluster.json", "jobs/*/control/stop", "system/agent/*")
+AGENT_WRITE = ("heartbeats/*", "teams/*", *_LEGACY_DATA, "jobs/*/attempts/*/nodes/*/exit.json", "preempted-jobs/*")
 # Synced directories: after each manifest the agent deletes the objects it no longer names (an old
 # checkpoint the training code removed) and aborts a multipart upload it gave up on.
-AGENT_PRUNE = ("jobs/*/checkpoints/*", "jobs/*/artifacts/*")
+AGENT_PRUNE = ("teams/*/checkpoints/*", "teams/*/artifacts/*", "jobs/*/checkpoints/*", "jobs/*/artifacts/*")
 # the chunks the log lifecycle rule expires, by their tag
-TAGGED = ("jobs/*/logs/*", "jobs/*/metrics/*", "jobs/*/system/*")
+TAGGED = ("teams/*/logs/*", "teams/*/metrics/*", "teams/*/system/*", "jobs/*/logs/*", "jobs/*/metrics/*",
+          "jobs/*/system/*")
 # What a session may do on its job's own keys (the job role's grants still apply on top: the intersection).
 SESSION_OBJECT_ACTIONS = ("s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload",
                           "s3:PutObjectTagging")
@@ -63,9 +67,10 @@ def data_bucket_statement(partition: str, data_buckets: Sequence[str]) -> Statem
             "Resource": [*arns, *(f"{a}/*" for a in arns)]}
 
 
-def job_role_statements(registry_arn: str, prefix: str, partition: str,
-                        data_buckets: Sequence[str]) -> list[Statement]:
-    """The job role: what an agent may do in the registry, for any job (every session narrows it to one).
+def job_role_statements(registry_arn: str, prefix: str) -> list[Statement]:
+    """The job role: what an agent may do in the registry, for any job (every session narrows it to one). Nothing
+    else: the platform's data buckets are read with the VM's own identity (vm_role_statements), as is a `code:`
+    there (jobplane.agent.cli.cloud_adapters).
 
     ListBucket is on the whole registry bucket here; the session policy conditions it on the job's prefixes.
     registry_arn may be a CDK token; prefix is the registry root as a key prefix ("" or "team-a/")."""
@@ -84,8 +89,7 @@ def job_role_statements(registry_arn: str, prefix: str, partition: str,
          "Resource": objects(*TAGGED)},
         {"Sid": "ListRegistryKeys", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": registry_arn},
     ]
-    data = data_bucket_statement(partition, data_buckets)
-    return statements + ([data] if data else [])
+    return statements
 
 
 def vm_role_statements(vend_function_arn: str, partition: str, data_buckets: Sequence[str],
@@ -131,57 +135,67 @@ def trust(principal: dict[str, Any]) -> Document:
     return document([{"Effect": "Allow", "Principal": principal, "Action": "sts:AssumeRole"}])
 
 
-def session_policy(scope: Scope, partition: str, data_buckets: Sequence[str] = ()) -> Document:
+def session_policy(scope: Scope, partition: str) -> Document:
     """The session policy of one job's credentials (`policy_document`). Raises ValueError if a key holds an IAM
     wildcard (it would widen the grant) or the policy is over AWS's size limit."""
-    policy = policy_document(scope, partition, data_buckets)
+    policy = policy_document(scope, partition)
     if len(packed(policy)) > SESSION_POLICY_LIMIT:
         raise ValueError(f"its session policy would be {len(packed(policy))} characters, over AWS's "
-                         f"{SESSION_POLICY_LIMIT} (the job's id and code name, the deployment's root and data buckets)")
+                         f"{SESSION_POLICY_LIMIT} (the job's id, owner and code name, the deployment's bucket, root)")
     return policy
 
 
-def policy_document(scope: Scope, partition: str, data_buckets: Sequence[str] = ()) -> Document:
-    """A job's keys read-write, the read-only ones (an object exactly that object), listings only under its own
-    prefixes, and the input-data buckets read-only; whatever its size. ValueError for an IAM wildcard in a key."""
+def policy_document(scope: Scope, partition: str) -> Document:
+    """A job's keys read-write, the read-only ones (an object exactly that object) and listings only under its own
+    prefixes, whatever its size. ValueError for an IAM wildcard in a key."""
     entries = (*scope.read_write, *scope.read_write_objects, *scope.read_only, *scope.read_only_objects)
     if any(c in entry for entry in entries for c in "*?$"):
         raise ValueError(f"a scope key holds an IAM wildcard or variable: {entries}")
     registry = bucket_arn(partition, scope.bucket)
+    folder = scope.record_folder
+
+    def folded(entries: Sequence[str]) -> list[str]:
+        """The entries, those under the record's folder named by the folder itself: the job role lets a session
+        write only an agent's kinds of key there (AGENT_WRITE), and naming each would pass the size limit."""
+        return list(dict.fromkeys(folder if folder and k.startswith(folder) else k for k in entries))
 
     def resource(key: str) -> str:  # a prefix ends in "/": everything under it; otherwise the one object
         return f"{registry}/{key}*" if key.endswith("/") else f"{registry}/{key}"
 
-    listable = [key + "*" if key.endswith("/") else key
-                for key in (*scope.read_write, *scope.read_write_objects, *scope.read_only)]
+    own = folded((*scope.read_write, *scope.read_write_objects))
+
+    def covered(key: str) -> bool:  # already granted by an entry of `own`
+        return any(key.startswith(k) if k.endswith("/") else key == k for k in own)
+
+    read_only = [k for k in folded((*scope.read_only, *scope.read_only_objects)) if not covered(k)]
+    listable = [key + "*" for key in (*own, *read_only) if key.endswith("/")]  # objects are read, never listed
+    # no Sids: every character counts against the size limit (the job's own keys; read-only keys; listings)
     statements: list[Statement] = [
-        {"Sid": "TheJobsOwnKeys", "Effect": "Allow", "Action": list(SESSION_OBJECT_ACTIONS),
-         "Resource": [resource(k) for k in (*scope.read_write, *scope.read_write_objects)]},
-        {"Sid": "ReadOnlyKeys", "Effect": "Allow", "Action": "s3:GetObject",
-         "Resource": [resource(k) for k in scope.read_only] + [f"{registry}/{k}" for k in scope.read_only_objects]},
-        {"Sid": "ListOnlyTheJobsKeys", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": registry,
+        {"Effect": "Allow", "Action": list(SESSION_OBJECT_ACTIONS), "Resource": [resource(k) for k in own]},
+        {"Effect": "Allow", "Action": "s3:GetObject", "Resource": [resource(k) for k in read_only]},
+        {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": registry,
          "Condition": {"StringLike": {"s3:prefix": listable}}},
     ]
-    data = data_bucket_statement(partition, data_buckets)
-    return document(statements + ([data] if data else []))
+    return document(statements)
 
 
-def worst_case_policy_size(bucket: str | None, root: str, data_buckets: Sequence[str]) -> int:
+def worst_case_policy_size(bucket: str | None, root: str) -> int:
     """The size of the longest session policy a job this deployment accepts can need: the longest job id, owner
     and code bundle name (keys.JOB_ID_PATTERN, the spec's owner, decide.vend.MAX_CODE_NAME) in the longest
-    partition, with this bucket (S3's longest name when CloudFormation names it), root and data buckets."""
+    partition, with this bucket (S3's longest name when CloudFormation names it) and root."""
     name = "c" * (vend.MAX_CODE_NAME - len(".tar.gz")) + ".tar.gz"
     code = keys.root_prefix(root) + keys.code_folder(LONGEST_ID) + name
-    longest = vend.scope(bucket or "b" * MAX_BUCKET_NAME, root, LONGEST_ID, code)
-    return len(packed(policy_document(longest, LONGEST_PARTITION, data_buckets)))
+    longest = vend.scope(bucket or "b" * MAX_BUCKET_NAME, root, keys.JobData(LONGEST_ID, LONGEST_ID),
+                         LONGEST_ATTEMPT, code)
+    return len(packed(policy_document(longest, LONGEST_PARTITION)))
 
 
-def check_fits(bucket: str | None, root: str, data_buckets: Sequence[str]) -> None:
-    """ValueError naming the data buckets when some job's credentials could not be vended on this deployment."""
-    size = worst_case_policy_size(bucket, root, data_buckets)
+def check_fits(bucket: str | None, root: str) -> None:
+    """ValueError naming the root when some job's credentials could not be vended on this deployment."""
+    size = worst_case_policy_size(bucket, root)
     if size > SESSION_POLICY_LIMIT:
-        raise ValueError(f"{len(data_buckets)} data buckets make a job's session policy up to {size} characters, "
-                         f"over AWS's {SESSION_POLICY_LIMIT}: name fewer (or shorter) data buckets")
+        raise ValueError(f"the registry root {root!r} makes a job's session policy up to {size} characters, over "
+                         f"AWS's {SESSION_POLICY_LIMIT}: give a shorter root")
 
 
 def packed(policy: Document) -> str:

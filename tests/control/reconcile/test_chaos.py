@@ -52,7 +52,7 @@ from jobplane.model.states import State
 from jobplane.ops import jobs
 from jobplane.store.registry import JobNotFound, Registry
 from tests.control.reconcile.day import MORNING
-from tests.helpers import publish_agent_manifest
+from tests.helpers import data_of, publish_agent_manifest
 
 T = TypeVar("T")
 TICK = 30  # seconds of simulated time per step
@@ -362,7 +362,7 @@ class ChaosDay:
         if life is None:
             local = self.tmp / d.name / inst.id
             local.mkdir(parents=True, exist_ok=True)
-            sync = CheckpointSync(self.store, local, d.reg.key(keys.checkpoints_prefix(inst.job_id)),  # type: ignore[arg-type]
+            sync = CheckpointSync(self.store, local, d.reg.key(keys.checkpoints_prefix(data_of(d.reg, inst.job_id))),  # type: ignore[arg-type]
                                   rank=inst.rank, attempt=inst.attempt, settle=0.0, clock=self.clock,
                                   writers=set,  # a simulated agent writes between syncs, never during one
                                   superseded=partial(moved_on, d.reg, inst.job_id, inst.attempt),

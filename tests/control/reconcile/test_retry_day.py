@@ -13,6 +13,7 @@ from jobplane.model import keys
 from jobplane.model.states import State
 from jobplane.ops import jobs
 from tests.control.reconcile.day import Day
+from tests.helpers import data_of
 
 ON_42 = "retry: {max: 2, on_exit_codes: [42]}\n"
 
@@ -29,7 +30,7 @@ def retries(day: Day, job_id: str) -> list[dict[str, object]]:
 def test_exit_code_42_is_retried_and_the_second_attempt_resumes_from_the_checkpoint_and_succeeds(
         day: Day, tmp_path: Path) -> None:
     day.started("flaky", ON_42, max_restarts=0)  # 12:00 launched, 12:01 RUNNING; no restarts: retries are apart
-    store, prefix = day.reg.location(keys.checkpoints_prefix("flaky"))
+    store, prefix = day.reg.location(keys.checkpoints_prefix(data_of(day.reg, "flaky")))
     first = tmp_path / "attempt1"
     first.mkdir()
     (first / "state.pt").write_text("step 100")
