@@ -12,6 +12,7 @@ transition that records the VMs, which then terminates them at once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable
@@ -92,9 +93,12 @@ def handle_drop(ctx: Context, key: str, *, now: datetime) -> Outcome:
     from jobplane.model import drops  # a drop's spec (yaml_input, the owner rules): only a queue entry needs it
 
     try:
-        spec = drops.read_spec(drop, data)
+        found = _membership(reg, job_id, drops.read_spec(drop, data))
     except SpecError as exc:
         return _reject(ctx, key, job_id, data, exc.errors, now)
+    if isinstance(found, list):
+        return _reject(ctx, key, job_id, data, found, now)
+    spec = found  # a member's: its sweep's record made it
     compute = ctx.cloud("launch with")
     problems = (check_against_policy(spec, ctx.policy) + check_against_deployment(spec, compute.cloud, compute.region)
                 + _code_problems(spec, reg, None if spec.fan_out is not None else job_id)
@@ -120,6 +124,32 @@ def handle_drop(ctx: Context, key: str, *, now: datetime) -> Outcome:
         reg.repair_markers(job_id)  # that delivery may have died before its marker: the check must see the job
     reg.delete(key)
     return outcome
+
+
+def _membership(reg: Registry, job_id: str, spec: JobSpec) -> JobSpec | list[FieldError]:
+    """The spec to record, or why the drop may not be a job of a sweep or an array (jobplane.decide.members): the
+    record of the sweep or array its id names, one GET, read only for an id of a member's shape."""
+    from jobplane.decide import members, trials
+
+    named = trials.parent_of(job_id)
+    if named is None:
+        return members.admit(spec, job_id, None)
+    from jobplane.sweeps import run, store  # only an id of a member's shape needs its sweep's record
+
+    sweep_id, array = named
+    try:
+        record = store.get(reg, sweep_id)[0]
+    except store.SweepNotFound:
+        return members.admit(spec, job_id, None)
+    except store.UnreadableSweep:  # nothing can vouch for a member of it, nor say which ids it will make
+        return members.admit(spec, job_id, members.Parent(sweep_id, array))
+    if record.is_array != array:
+        return members.admit(spec, job_id, None)  # run-2 is no member id of a sweep run, nor run-t002 of an array
+    trial, member = record.trial(job_id), None
+    if trial is not None and members.claims(spec):
+        with contextlib.suppress(SpecError):  # a record whose member no longer parses vouches for no drop
+            member = run.trial_spec(record, trial)
+    return members.admit(spec, job_id, members.Parent(sweep_id, array, record.owner, member))
 
 
 def _code_problems(spec: JobSpec, reg: Registry, job_id: str | None) -> list[FieldError]:
