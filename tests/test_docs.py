@@ -415,7 +415,8 @@ NOTES = {
     "disk_gb": "boot disk size of each VM, in GB",
     "master_port": "`MASTER_PORT` of the job's rank 0, for torchrun and torch.distributed",
     "owner": "the team the job belongs to: the `queue/` folder it is dropped in (`queue/` itself: `default`)",
-    "labels": "tags on the job's VMs and cost rows (`jobplane cost --by label:KEY`); no `jobplane-` keys",
+    "labels": "tags on the job's VMs and cost rows (`jobplane cost --by label:KEY`); no `jobplane-` keys; "
+              "`array`, `sweep` and `trial` are jobplane's, on the members it makes",
 }
 BEGIN = "<!-- fields: generated from the JSON Schema by `python -m tests.test_docs`; do not edit by hand -->"
 END = "<!-- fields: end -->"

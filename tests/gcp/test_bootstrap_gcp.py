@@ -11,7 +11,7 @@ import pytest
 
 from jobplane.boot import bundling
 from jobplane.boot.bootstrap import render
-from jobplane.control.launcher import agent_source
+from jobplane.control.steps import agent_source
 from jobplane.local import cache_dir
 from jobplane.model import keys
 from tests.gcp.conftest import BUCKET, GcpCloud

@@ -442,10 +442,12 @@ class Agent:
 def exit_report(run: Run, outcome: Outcome, ended: datetime) -> records.ExitReport:
     """The node's exit report: who asked it to stop and why only when it stopped (stop_reason only with a `by`)."""
     stopped = outcome.reason == "stopped"
+    cut = records.MAX_TEXT  # a report stays within what a check reads (records.MAX_FACT_BYTES)
     return records.ExitReport(code=outcome.code, started_at=run.started_at, ended_at=ended, reason=outcome.reason,
-                              instance_id=run.instance_id, error=outcome.error or None,
+                              instance_id=run.instance_id, error=outcome.error[:cut] if outcome.error else None,
                               stopped_by=outcome.stopped_by if stopped else None,
-                              stop_reason=outcome.stop_reason if stopped and outcome.stopped_by else None,
+                              stop_reason=outcome.stop_reason[:cut] if stopped and outcome.stopped_by
+                              and outcome.stop_reason else None,
                               notice=outcome.notice or None)
 
 

@@ -115,7 +115,7 @@ def call(url, data=None, method="GET", tries=7, auth=headers):
 
 def fail(msg):
     say("FAILED: " + msg)
-    body = json.dumps({"version": 1, "message": msg, "python": sys.version.split()[0], "host": os.uname()[1],
+    body = json.dumps({"version": 1, "message": msg[:4096], "python": sys.version.split()[0], "host": os.uname()[1],
                        "time": time.time()}).encode()  # jobplane.model.records.BootFailure
     try:
         call(cfg["report"]["url"], body, cfg["report"]["method"], tries=3, auth=job_headers)

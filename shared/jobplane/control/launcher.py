@@ -12,6 +12,7 @@ transition that records the VMs, which then terminates them at once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable
@@ -22,33 +23,26 @@ from typing import TYPE_CHECKING, Any
 from jobplane.clouds.base import (
     CapacityError,
     Compute,
-    Instance,
     LaunchRejected,
     LaunchRequest,
     NotFound,
-    SpotPrices,
-    StoreError,
 )
+from jobplane.control import steps
 from jobplane.decide.rules import Cause, LaunchCause, Rule
 from jobplane.deployment.context import Context
 from jobplane.deployment.outcome import Outcome as Outcome  # the one outcome type, named here too
 from jobplane.model import keys
 from jobplane.model.errors import FieldError, SpecError
-from jobplane.model.policy import Policy, check_against_deployment, check_against_policy
+from jobplane.model.policy import check_against_deployment, check_against_policy
 from jobplane.model.states import TERMINAL, State
 from jobplane.store.registry import JobExists, JobNotFound, Registry, TransitionRefused
 
 if TYPE_CHECKING:  # imported where a launch uses them: a cold start, or a cron run with nothing to launch, never does
-    from jobplane.boot import agent_bundle, bootstrap
-    from jobplane.decide import launch as launch_decide
     from jobplane.model.admission import AdmissionRecord
     from jobplane.model.jobrecord import JobRecord  # the registry builds it when it reads or writes one
     from jobplane.model.spec import JobSpec
-    from jobplane.model.usage import AttemptUsage
 
 log = logging.getLogger("jobplane.launcher")
-
-URL_MARGIN_S = 10 * 60  # a VM's agent and report URLs outlive its boot timeout by this much
 
 
 class Result(StrEnum):
@@ -99,9 +93,12 @@ def handle_drop(ctx: Context, key: str, *, now: datetime) -> Outcome:
     from jobplane.model import drops  # a drop's spec (yaml_input, the owner rules): only a queue entry needs it
 
     try:
-        spec = drops.read_spec(drop, data)
+        found = _membership(reg, job_id, drops.read_spec(drop, data))
     except SpecError as exc:
         return _reject(ctx, key, job_id, data, exc.errors, now)
+    if isinstance(found, list):
+        return _reject(ctx, key, job_id, data, found, now)
+    spec = found  # a member's: its sweep's record made it
     compute = ctx.cloud("launch with")
     problems = (check_against_policy(spec, ctx.policy) + check_against_deployment(spec, compute.cloud, compute.region)
                 + _code_problems(spec, reg, None if spec.fan_out is not None else job_id)
@@ -127,6 +124,32 @@ def handle_drop(ctx: Context, key: str, *, now: datetime) -> Outcome:
         reg.repair_markers(job_id)  # that delivery may have died before its marker: the check must see the job
     reg.delete(key)
     return outcome
+
+
+def _membership(reg: Registry, job_id: str, spec: JobSpec) -> JobSpec | list[FieldError]:
+    """The spec to record, or why the drop may not be a job of a sweep or an array (jobplane.decide.members): the
+    record of the sweep or array its id names, one GET, read only for an id of a member's shape."""
+    from jobplane.decide import members, trials
+
+    named = trials.parent_of(job_id)
+    if named is None:
+        return members.admit(spec, job_id, None)
+    from jobplane.sweeps import run, store  # only an id of a member's shape needs its sweep's record
+
+    sweep_id, array = named
+    try:
+        record = store.get(reg, sweep_id)[0]
+    except store.SweepNotFound:
+        return members.admit(spec, job_id, None)
+    except store.UnreadableSweep:  # nothing can vouch for a member of it, nor say which ids it will make
+        return members.admit(spec, job_id, members.Parent(sweep_id, array))
+    if record.is_array != array:
+        return members.admit(spec, job_id, None)  # run-2 is no member id of a sweep run, nor run-t002 of an array
+    trial, member = record.trial(job_id), None
+    if trial is not None and members.claims(spec):
+        with contextlib.suppress(SpecError):  # a record whose member no longer parses vouches for no drop
+            member = run.trial_spec(record, trial)
+    return members.admit(spec, job_id, members.Parent(sweep_id, array, record.owner, member))
 
 
 def _code_problems(spec: JobSpec, reg: Registry, job_id: str | None) -> list[FieldError]:
@@ -348,8 +371,8 @@ def resume(ctx: Context, job_id: str, *, attempt: int, stamp: str, now: datetime
                                 disk_gb=spec.disk_gb, owner=record.owner)
         log.warning("job %s attempt %d: adopting %s launched before the launcher stopped", job_id, attempt,
                     [i.id for i in found], extra={"job_id": job_id})
-        return _launched(ctx, compute, record, request, [(i.id, i.private_ip, i.zone) for i in found], now, [],
-                         attempt_usage(compute, request, found, policy, now))
+        return steps.launched(ctx, compute, record, request, [(i.id, i.private_ip, i.zone) for i in found], now, [],
+                              steps.attempt_usage(compute, request, found, policy, now))
     if found:  # part of an all-or-nothing launch: not a cluster
         compute.terminate([i.id for i in found])
     record = reg.transition(job_id, State.LAUNCHING, now=now, expect={State.LAUNCHING}, expect_attempt=attempt,
@@ -368,10 +391,10 @@ def _launch(ctx: Context, compute: Compute, record: JobRecord, *, now: datetime)
     if record.spec.after and (held := _after(ctx, record, now)) is not None:
         return held  # waiting for a dependency (or failed by one): no quota held
     over = admission.admit(reg, record, ctx.policy, now)  # its reservation, by compare-and-swap, before any VM
-    snap = snapshot(reg, record, ctx.policy, over_quota=over.reason if over and not over.budget else None,
-                    over_budget=over.reason if over and over.budget else None)
+    snap = steps.snapshot(reg, record, ctx.policy, over_quota=over.reason if over and not over.budget else None,
+                          over_budget=over.reason if over and over.budget else None)
     scripts: dict[str, str] = {}  # per CPU architecture: each fetches its own agent bundle
-    while isinstance(planned := _next(reg, compute, snap, now, scripts), tuple):
+    while isinstance(planned := steps.next_step(reg, compute, snap, now, scripts), tuple):
         step, request = planned
         current = reg.job(job_id)  # cancelled since the claim? then no VM is asked for
         if current.state != State.LAUNCHING or current.attempt != record.attempt:
@@ -390,11 +413,11 @@ def _launch(ctx: Context, compute: Compute, record: JobRecord, *, now: datetime)
             snap = snap.after(launch_decide.Tried(step.instance_type, step.zone, str(exc), rejected=True,
                                                   spot=step.spot))
             continue
-        return _launched(ctx, compute, record, request, [(i.id, i.private_ip, i.zone) for i in instances], now,
-                         [f"{t.where}: {t.error}" for t in snap.tried],
-                         attempt_usage(compute, request, instances, ctx.policy, now), fallback=step.fallback)
-    after = _wait(reg, record, planned, now) if isinstance(planned, launch_decide.Wait) else \
-        _fail(ctx, record, now, planned)
+        return steps.launched(ctx, compute, record, request, [(i.id, i.private_ip, i.zone) for i in instances],
+                              now, [f"{t.where}: {t.error}" for t in snap.tried],
+                              steps.attempt_usage(compute, request, instances, ctx.policy, now), fallback=step.fallback)
+    after = steps.wait(reg, record, planned, now) if isinstance(planned, launch_decide.Wait) else \
+        steps.fail(ctx, record, now, planned)
     if over is not None and over.gave_back:
         _pass_on(ctx, now)
     return after
@@ -438,10 +461,11 @@ def _after(ctx: Context, record: JobRecord, now: datetime) -> JobRecord | None:
     if step is None:
         return None
     if isinstance(step, dependencies.Failed):
-        return _fail(ctx, record, now, launch_decide.Fail(step.reason, LaunchCause.DEPENDENCY_FAILED))
+        return steps.fail(ctx, record, now, launch_decide.Fail(step.reason, LaunchCause.DEPENDENCY_FAILED))
     wait = launch_decide.backoff(record, ctx.policy, now, reason=step.reason, error=step.reason,
                                  cause=LaunchCause.AFTER)
-    return _wait(reg, record, wait, now) if isinstance(wait, launch_decide.Wait) else _fail(ctx, record, now, wait)
+    return steps.wait(reg, record, wait, now) if isinstance(wait, launch_decide.Wait) else \
+        steps.fail(ctx, record, now, wait)
 
 
 def release_dependents(ctx: Context, ended: Collection[str], now: datetime) -> list[str]:
@@ -470,158 +494,3 @@ def release_dependents(ctx: Context, ended: Collection[str], now: datetime) -> l
                 continue
             reg.delete(key)
     return moved
-
-
-def _next(reg: Registry, compute: Compute, snap: launch_decide.LaunchSnapshot, now: datetime, scripts: dict[str, str],
-          ) -> tuple[launch_decide.Launch, LaunchRequest] | launch_decide.Wait | launch_decide.Fail:
-    """The next step, with the cloud's request when it is a launch; or Fail with the error that deciding or
-    rendering it raised (a bug, a value out of range): that is pure and would raise again on every resume, leaving
-    the job in LAUNCHING with no VM for ever. The store's errors go up: a later check resumes the launch."""
-    from jobplane.decide import launch as launch_decide  # only a run that launches decides a launch
-
-    try:
-        step = launch_decide.decide(snap, now)
-        return (step, _request(reg, compute, snap, step, scripts)) if isinstance(step, launch_decide.Launch) else step
-    except StoreError:
-        raise
-    except Exception as exc:
-        log.exception("job %s: its launch could not be decided", snap.record.id, extra={"job_id": snap.record.id})
-        return launch_decide.Fail(f"the launch of attempt {snap.record.attempt} could not be decided: "
-                                  f"{type(exc).__name__}: {exc}", LaunchCause.LAUNCH_ERROR)
-
-
-def snapshot(reg: Registry, record: JobRecord, policy: Policy, *, over_quota: str | None = None,
-             over_budget: str | None = None) -> launch_decide.LaunchSnapshot:
-    """What a launch decides on: the admission's answer (over_quota, over_budget: why it refused) and the agent
-    manifest."""
-    from jobplane.boot import agent_bundle  # only a launch reads the manifest
-    from jobplane.decide import launch as launch_decide  # only a run that launches decides a launch
-
-    try:
-        agents = tuple(agent_bundle.parse_manifest(reg.get_bytes(keys.agent_file(agent_bundle.MANIFEST))))
-        problem = None
-    except (NotFound, ValueError) as exc:
-        agents = ()
-        problem = (f"{keys.AGENT}{agent_bundle.MANIFEST} "
-                   + ("is missing" if isinstance(exc, NotFound) else f"is unreadable ({exc})"))
-    return launch_decide.LaunchSnapshot(record, policy, over_quota=over_quota, over_budget=over_budget, agents=agents,
-                                        agent_problem=problem)
-
-
-def _request(reg: Registry, compute: Compute, snap: launch_decide.LaunchSnapshot, step: launch_decide.Launch,
-             scripts: dict[str, str]) -> LaunchRequest:
-    """The cloud's request for one decided launch; the VM's script is rendered once per architecture."""
-    from jobplane.boot import bootstrap  # only a launch renders the VM's script
-
-    record, policy, spec = snap.record, snap.policy, snap.record.spec
-    if step.arch not in scripts:
-        source = agent_source(reg, list(snap.agents), spec.cloud, step.arch, record.id, record.attempt,
-                              expires=policy.boot_timeout(spec) + URL_MARGIN_S)
-        if source is None:  # decide launches only architectures the manifest has a bundle for
-            raise RuntimeError(f"no {spec.cloud} agent bundle for {step.arch}")
-        if reg.bucket is None:
-            raise RuntimeError("the registry's store names no bucket: a VM could not reach it")
-        scripts[step.arch] = bootstrap.render_for(spec, job_id=record.id, attempt=record.attempt, policy=policy,
-                                                  bucket=reg.bucket, root=reg.root, region=compute.region,
-                                                  agent=source)
-    return LaunchRequest(
-        job_id=record.id, attempt=record.attempt, num_nodes=spec.num_nodes, instance_type=step.instance_type,
-        zone=step.zone, image=step.image, spot=step.spot, user_data=scripts[step.arch],
-        max_runtime=policy.vm_lifetime(spec), disk_gb=spec.disk_gb, owner=record.owner,
-        labels=tuple(sorted(spec.labels.items())), accelerator=step.accelerator,
-    )
-
-
-def attempt_usage(compute: Compute, request: LaunchRequest, instances: list[Instance], policy: Policy,
-                  now: datetime) -> AttemptUsage:
-    """What this attempt runs on and its hourly price (jobplane.views.cost): a Spot launch asks the cloud for the price
-    in effect now; a failed lookup never fails the launch, the price is then taken as the policy's or unknown."""
-    from jobplane.model.usage import AttemptUsage, InstanceSpan  # with the record's models, as history
-    from jobplane.views import cost  # the price table: only a launch (or an adopted one) prices an attempt
-
-    zone = next((i.zone for i in instances if i.zone), request.zone)
-    observed = None
-    if request.spot and zone and isinstance(compute, SpotPrices):
-        try:
-            observed = compute.spot_price(request.instance_type, zone)
-        except Exception as exc:
-            log.warning("Spot price of %s in %s: %s", request.instance_type, zone, exc,
-                        extra={"job_id": request.job_id})
-    price, source = cost.hourly_price(compute.cloud, request.instance_type, spot=request.spot, policy=policy,
-                                      observed_spot=observed)
-    return AttemptUsage(attempt=request.attempt, instance_type=request.instance_type, zone=zone,
-                        market="spot" if request.spot else "on-demand", price=price, price_source=source,
-                        instances=[InstanceSpan(id=i.id, start=now) for i in instances])
-
-
-def agent_source(reg: Registry, variants: list[agent_bundle.Variant], cloud: str, arch: str, job_id: str,
-                 attempt: int, *, expires: int) -> bootstrap.AgentSource | None:
-    """Where VMs of this architecture fetch the agent (one URL per Python version) and report a failed boot;
-    None when the deployment has no bundle for them."""
-    from jobplane.boot import agent_bundle, bootstrap  # only a launch fetches the agent
-
-    chosen = agent_bundle.for_vm(variants, cloud, arch)
-    if not chosen:
-        return None
-    bundles = {python: bootstrap.Fetch(v.name, reg.vm_request(keys.agent_file(v.name), write=False,
-                                                              expires=expires)[1], v.sha256)
-               for python, v in chosen.items()}
-    method, url = reg.vm_request(keys.boot_failure(job_id, attempt), write=True, expires=expires)
-    return bootstrap.AgentSource(bundles, url, method, reg.vm_auth, vend_url=reg.vend_url)
-
-
-def _launched(ctx: Context, compute: Compute, record: JobRecord, request: LaunchRequest,
-              instances: list[tuple[str, str | None, str | None]], now: datetime, errors: list[str],
-              usage: AttemptUsage, fallback: str | None = None) -> JobRecord:
-    """Record the attempt's VMs; `fallback`: why a Spot job's attempt runs on-demand (in its reason and event)."""
-    from jobplane.control import admission  # only a run that launches admits
-    from jobplane.model import history, records  # cluster.json: only a run that launched writes one
-
-    reg = ctx.registry
-    ids = [i for i, _, _ in instances]
-    hosts = [ip or "" for _, ip, _ in instances]
-    zone = instances[0][2] or request.zone
-    idle = ctx.policy.idle_gpu  # the agents average GPU use over its window and mark idle ranks (jobplane.agent.idle)
-    reg.put_json(keys.cluster(record.id, request.attempt), records.ClusterFile(
-        job_id=record.id, attempt=request.attempt, hosts=hosts, instances=ids, master_addr=hosts[0],
-        master_port=record.spec.master_port, num_nodes=request.num_nodes, instance_type=request.instance_type,
-        zone=zone, idle_gpu=records.IdleWatch(window=idle.window, threshold=idle.threshold)
-        if idle.action != "off" else None).body())
-    ctx.metrics.add_metric("JobsLaunched", "Count", 1)
-    log.info("job %s attempt %d: %d x %s in %s", record.id, request.attempt, len(ids), request.instance_type,
-             zone, extra={"job_id": record.id})
-    try:
-        return reg.transition(
-            record.id, State.LAUNCHING, now=now, expect={State.LAUNCHING}, expect_attempt=request.attempt,
-            cause=LaunchCause.LAUNCHED,
-            reason=f"launched {len(ids)} x {request.instance_type} in {zone or 'any zone'}"
-                   + (f" ({fallback})" if fallback else ""),
-            event=history.Launched(instances=ids, instance_type=request.instance_type, zone=zone, image=request.image,
-                                   market=usage.market, price=usage.price, price_source=usage.price_source,
-                                   fallback=fallback or None),
-            instances=ids, instance_type=request.instance_type, zone=zone, launched_at=now,
-            usage=[*(u for u in record.usage if u.attempt != usage.attempt), usage],
-            first_launched_at=record.first_launched_at or now, waits=0, wait_until=None, spot_refused_at=None,
-            last_error="; ".join(errors) or None,
-        )
-    except TransitionRefused:
-        # cancelled (or moved on) while RunInstances ran: nobody wants these VMs, so they go at once
-        log.warning("job %s moved on during launch; terminating %s", record.id, ids, extra={"job_id": record.id})
-        compute.terminate(ids)
-        admission.release(reg, record)
-        return reg.job(record.id)
-
-
-def _wait(reg: Registry, record: JobRecord, step: launch_decide.Wait, now: datetime) -> JobRecord:
-    log.info("job %s waits until %s: %s", record.id, step.until, step.reason, extra={"job_id": record.id})
-    return reg.transition(record.id, State.WAITING_CAPACITY, now=now, reason=step.reason, cause=step.cause,
-                          expect={State.LAUNCHING}, expect_attempt=record.attempt, waits=step.waits,
-                          wait_until=step.until, spot_refused_at=step.spot_refused_at, last_error=step.error)
-
-
-def _fail(ctx: Context, record: JobRecord, now: datetime, step: launch_decide.Fail) -> JobRecord:
-    reason = step.reason
-    ctx.metrics.add_metric("JobsFailed", "Count", 1)
-    log.warning("job %s failed: %s", record.id, reason, extra={"job_id": record.id})
-    return ctx.registry.transition(record.id, State.FAILED, now=now, reason=reason, cause=step.cause,
-                                   expect={State.LAUNCHING}, expect_attempt=record.attempt, last_error=reason)

@@ -13,12 +13,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from jobplane.clouds.base import LOG_OBJECT_TAG, Compute, NotFound, PreconditionFailed
+from jobplane.clouds.base import LOG_OBJECT_TAG, Compute, PreconditionFailed
+from jobplane.control.facts import Attempt, preempted, read_attempt, with_preempted, with_preempted_bodies
 from jobplane.decide.effects import (
     ClearPreempted,
     DeleteKeys,
@@ -38,7 +39,7 @@ from jobplane.decide.effects import (
     Transition,
     WriteLimits,
 )
-from jobplane.decide.model import Action, ExitReport, Ignored, PreemptedMark, Snapshot, needs_old_limits
+from jobplane.decide.model import Action, Snapshot, needs_old_limits
 from jobplane.deployment.context import Context
 from jobplane.deployment.outcome import Outcome as Outcome  # the one outcome type, named here too
 from jobplane.deployment.telemetry import Metrics
@@ -47,7 +48,7 @@ from jobplane.model.states import TERMINAL, State
 from jobplane.store.registry import JobNotFound, Registry, TransitionRefused, UnreadableRecord
 
 if TYPE_CHECKING:
-    from jobplane.model import history, records  # the records' models: imported where a run reads or writes one
+    from jobplane.model import history  # the events' models: imported where a run writes one
     from jobplane.model.jobrecord import JobRecord  # the registry builds records: a run that lists only never does
 
 log = logging.getLogger("jobplane.reconcile")
@@ -92,7 +93,8 @@ def listings(reg: Registry, compute: Compute | None) -> Snapshot:
 
 def with_records(reg: Registry, snap: Snapshot, job_ids: Iterable[str], *, exits: bool = True,
                  metrics: Metrics | None = None) -> Snapshot:
-    """Fetch job.json (and the current attempt's exit reports and boot failure) for just these jobs. A job.json
+    """Fetch job.json (and the current attempt's exit reports and boot failure, within bounds: control.facts) for
+    just these jobs. A job.json
     that does not parse leaves that job alone (an `unreadable-record` event, once, and the UnreadableRecords
     metric) and the others go on."""
     records: dict[str, JobRecord] = {}
@@ -112,7 +114,7 @@ def with_records(reg: Registry, snap: Snapshot, job_ids: Iterable[str], *, exits
             continue
         reg.complete_history(record)  # the event of its last write, if the writer died before the event object
         if exits and record.state in (State.LAUNCHING, State.RUNNING) and record.attempt:
-            found[job_id] = read_attempt(reg, job_id, record.attempt)
+            found[job_id] = read_attempt(reg, job_id, record.attempt, record.spec.num_nodes)
     if bad and metrics is not None:
         metrics.add_metric("UnreadableRecords", "Count", len(bad))
     return replace(snap, records={**snap.records, **records},
@@ -122,86 +124,6 @@ def with_records(reg: Registry, snap: Snapshot, job_ids: Iterable[str], *, exits
                    unreadable={**snap.unreadable, **{j: a.unreadable for j, a in found.items() if a.unreadable}},
                    noted=snap.noted.union(*(a.noted for a in found.values())),
                    unreadable_records=snap.unreadable_records | bad)
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """What the agents and bootstraps of one attempt reported."""
-
-    exits: tuple[ExitReport, ...] = ()
-    boot_failure: str | None = None
-    unreadable: tuple[Ignored, ...] = ()  # reports that do not parse
-    noted: frozenset[str] = frozenset()  # ignored-fact flags already created
-
-
-def read_attempt(reg: Registry, job_id: str, attempt: int) -> Attempt:
-    """The attempt's exit reports and what a VM's bootstrap reported, if it did: one LIST of
-    attempts/<n>/, then one GET per rank that has exited (and one for a boot failure)."""
-    from jobplane.model import records  # what the agents wrote: only a run that reads an attempt needs the models
-
-    exits: list[ExitReport] = []
-    failure: str | None = None
-    unreadable: list[Ignored] = []
-    noted: set[str] = set()
-    for key, _, _ in reg.listing(keys.attempt_prefix(job_id, attempt)):
-        if key.startswith(keys.ignored_flag(job_id, attempt, "")):
-            noted.add(key)
-        elif key == keys.boot_failure(job_id, attempt):
-            boot = _read(reg, key, records.BootFailure, unreadable)
-            failure = boot.message[:500] if boot is not None else None
-        elif (node := keys.parse_exit_report(key)) is not None and node[:2] == (job_id, attempt):
-            report = _read(reg, key, records.ExitReport, unreadable)
-            if report is not None:
-                exits.append(ExitReport.of(node.rank, report))
-    return Attempt(tuple(exits), failure, tuple(unreadable), frozenset(noted))
-
-
-R = TypeVar("R", bound="records.Record")
-
-
-def _read(reg: Registry, key: str, model: type[R], unreadable: list[Ignored]) -> R | None:
-    """A record an agent or a bootstrap wrote; one that does not parse is added to `unreadable`."""
-    from jobplane.model import records
-
-    try:
-        return model.parse(reg.get_bytes(key))
-    except NotFound:
-        return None  # deleted since the listing
-    except records.RecordError as exc:
-        log.warning("%s: %s", key, exc)
-        unreadable.append(Ignored(key, str(exc)))
-        return None
-
-
-def with_preempted(reg: Registry, snap: Snapshot, reading: Collection[str]) -> Snapshot:
-    """The preempted-jobs/ markers from one listing, when the check has them to match: a job it reads (`reading`: a
-    preempted attempt is rerun's) or a PREEMPTED marker (whose preempted-jobs/ marker it writes again if lost). A
-    check of healthy jobs lists none."""
-    if not reading and not any(m.state == State.PREEMPTED for found in snap.active.values() for m in found):
-        return snap
-    return replace(snap, preempted={job_id: PreemptedMark(job_id, at) for job_id, at in reg.preempted().items()})
-
-
-def with_preempted_bodies(reg: Registry, snap: Snapshot, only: Collection[str] | None = None) -> Snapshot:
-    """Read the preempted-jobs/ markers (few: jobs between preemption and rerun) for their attempt; with
-    `only`, just those jobs' (the others keep what the listing said). A marker that does not parse keeps
-    the listing's view and says why (the decisions trust it for no attempt)."""
-    marks: dict[str, PreemptedMark] = {}
-    for job_id, mark in snap.preempted.items():
-        if only is not None and job_id not in only:
-            marks[job_id] = mark
-            continue
-        from jobplane.model import records  # only a run that found markers reads one
-
-        try:
-            body = records.PreemptedMarker.parse(reg.get_bytes(keys.preempted_marker(job_id)))
-        except NotFound:
-            continue  # cleared since the listing
-        except records.RecordError as exc:
-            marks[job_id] = replace(mark, problem=str(exc))
-            continue
-        marks[job_id] = replace(mark, attempt=body.attempt, instance_id=body.instance_id)
-    return replace(snap, preempted=marks)
 
 
 # ---- applying ----------------------------------------------------------------------------------------------
@@ -412,8 +334,7 @@ def rerun(ctx: Context, *, now: datetime, jobs: Collection[str] = ()) -> list[Ou
     from jobplane.decide import rerun as rerun_decide  # each reconciler imports its own rules, not the others'
 
     reg = ctx.registry
-    marks = {job_id: PreemptedMark(job_id, at) for job_id, at in reg.preempted().items()
-             if not jobs or job_id in jobs}
+    marks = {job_id: mark for job_id, mark in preempted(reg).items() if not jobs or job_id in jobs}
     # the cloud's listing, to check the markers against (job.json's instances cover VMs already gone)
     instances = tuple(ctx.cloud("list instances with").list_managed()) if marks else ()
     snap = with_preempted_bodies(reg, Snapshot(preempted=marks, instances=instances))

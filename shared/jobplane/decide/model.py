@@ -52,12 +52,13 @@ class PreemptedMark:
     attempt: int | None = None
     instance_id: str | None = None
     problem: str | None = None  # why its body could not be read, if it could not
+    size: int = 0  # its body's bytes, as the listing gave them: one over the bound is never read (control.facts)
 
 
 @dataclass(frozen=True)
 class Ignored:
     """A fact of a job's current attempt the functions do not act on: it does not parse, or it names no
-    instance of the attempt."""
+    instance of the attempt; or, keyed by the attempt's prefix, what the attempt holds beyond what a check reads."""
 
     key: str
     why: str
@@ -94,7 +95,7 @@ class Snapshot:
     records: Mapping[str, JobRecord] = field(default_factory=dict)
     exits: Mapping[str, tuple[ExitReport, ...]] = field(default_factory=dict)  # record's current attempt
     boot_failures: Mapping[str, str] = field(default_factory=dict)  # job -> what a VM's bootstrap reported
-    unreadable: Mapping[str, tuple[Ignored, ...]] = field(default_factory=dict)  # facts that do not parse
+    unreadable: Mapping[str, tuple[Ignored, ...]] = field(default_factory=dict)  # facts that do not parse, or not read
     noted: frozenset[str] = frozenset()  # ignored-fact flags already created (the attempts' listings)
     forced: frozenset[str] = frozenset()  # jobs an event asked about: always looked at closely
     idle: tuple[IdleMark, ...] = ()  # ranks whose GPUs sat idle (heartbeats listing)

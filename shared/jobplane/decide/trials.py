@@ -13,6 +13,7 @@ import bisect
 import itertools
 import math
 import random
+import re
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -70,6 +71,18 @@ def trial_id(sweep_id: str, number: int, *, array: bool = False) -> str:
     if problem := job_id_problem(job_id):
         raise ValueError(problem)
     return job_id
+
+
+def parent_of(job_id: str) -> tuple[str, bool] | None:
+    """The sweep (or array: True) whose trial (member) id job_id is by trial_id's naming alone, or None for an id
+    of neither shape; whether that sweep or array exists, and lists it, is the registry's to say."""
+    found = re.fullmatch(r"(.+)-(?:t([0-9]{3,})|(0|[1-9][0-9]*))", job_id)
+    if found is None:
+        return None
+    parent, trial, index = found.groups()
+    number, array = (int(trial), False) if trial else (int(index) + 1, True)
+    suffix = member_suffix(number - 1) if array else trial_suffix(number)
+    return (parent, array) if number >= 1 and parent + suffix == job_id else None  # t000, t0001: no trial's
 
 
 def plan(sweep: SweepSpec | ArraySpec, trials: Sequence[TrialView]) -> Plan:

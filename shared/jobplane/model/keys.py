@@ -231,10 +231,11 @@ def boot_failure(job_id: str, attempt: int) -> str:
 
 
 def ignored_flag(job_id: str, attempt: int, fact: str) -> str:
-    """Created once by the function that recorded an event for a fact of this attempt it ignored (an exit
-    report or boot failure that does not parse or names no instance of the attempt): one event per fact."""
-    return f"{JOBS}{job_id}/attempts/{attempt}/ignored/" + fact.removeprefix(attempt_prefix(job_id, attempt)) \
-        .replace("/", ".")
+    """Created once by the function that recorded an event for a fact of this attempt it ignored (an exit report or
+    boot failure that does not parse or names no instance of the attempt; the attempt's prefix, `excess`: what it
+    holds beyond what a check reads): one event per fact. fact "": the flags' folder."""
+    rest = fact.removeprefix(attempt_prefix(job_id, attempt)).replace("/", ".")
+    return f"{JOBS}{job_id}/attempts/{attempt}/ignored/" + (rest or ("excess" if fact else ""))
 
 
 def exits_prefix(job_id: str, attempt: int) -> str:

@@ -23,6 +23,11 @@ from jobplane.model.states import HOLD_BY as HOLD_BY  # a stop request's `by`: i
 from jobplane.model.states import StopBy as StopBy
 
 VERSION: Final = 1
+# The most a function reads of one object an agent or a bootstrap wrote (jobplane.control.facts): any VM of a job may
+# write its job's keys, and one check serves every job. Their writers stay far under it: an exit report's texts are
+# cut to MAX_TEXT characters (at most 6 bytes each in JSON, a control character's escape), a boot failure's too.
+MAX_FACT_BYTES: Final = 64 << 10
+MAX_TEXT: Final = 4096
 ExitReason = Literal["exit", "preempted", "stopped", "early-stop"]
 
 

@@ -139,6 +139,8 @@ def describe(reg: Registry, sweep_id: str, now: datetime | None = None) -> Sweep
 def _row(reg: Registry, record: SweepRecord, trial: Trial, now: datetime) -> TrialRow:
     try:
         job = reg.job(trial.job_id)
+        if not run.is_member(record, job):
+            raise JobNotFound(trial.job_id)  # another owner's job under the id: nothing of it is this sweep's to show
     except (JobNotFound, UnreadableRecord):  # its drop waits for the launcher (or its record is the sweeper's problem)
         return TrialRow(trial.number, trial.job_id, trial.params, trial.state, trial.objective,
                         trial.state == State.SUCCEEDED, cost.Cost(), None)

@@ -7,8 +7,9 @@ Applying, in an order a crash anywhere can resume from:
 1. The record by compare-and-swap: proposals appended, trials seen to end with their outcome, early stops, the
    best so far, the end. A run that loses the race re-reads and decides again on the winner's record, so two
    runs never propose one trial number twice, nor more than max_trials.
-2. The proposed trials' queue drops, create-only. A trial of the record with no job, no drop and no rejection a
-   minute after it was proposed (its proposer died after step 1) gets its drop written again.
+2. The proposed trials' queue drops, create-only. A trial of the record with no job and no drop a minute after it
+   was proposed (its proposer died after step 1, or its drop was overwritten and refused) gets its drop written
+   again. The launcher takes a drop as a trial only as the record made it (jobplane.decide.members).
 3. The early stops the record names whose trial is still live, handed back as actions (rule `sweep-early-stop`: a
    CAS to CANCELLED, the stop request, and the VMs of a trial not yet running terminated at once) for the scheduled
    pass to apply as it applies the check's (jobplane.control.scheduled): the blast-radius limit, dry-run and the
@@ -38,6 +39,7 @@ from jobplane.decide.rules import Rule
 from jobplane.deployment.context import Context
 from jobplane.deployment.outcome import Outcome as Outcome  # the one outcome type, named here too
 from jobplane.model import keys, records
+from jobplane.model.errors import SpecError
 from jobplane.model.jobrecord import JobRecord
 from jobplane.model.spec import JobSpec
 from jobplane.model.states import LIVE, NOT_STARTED, State
@@ -51,7 +53,7 @@ DROP_GRACE = timedelta(minutes=1)  # a proposer writes its drops right after its
 
 class Result(StrEnum):
     PROPOSED = "proposed"  # a trial added to the record and its drop written
-    DROPPED_AGAIN = "dropped-again"  # a proposed trial had no job, drop or rejection: its drop written again
+    DROPPED_AGAIN = "dropped-again"  # a proposed trial had no job and no drop: its drop written again
     CANCELLED = "cancelled"  # a trial of a cancelled sweep
     ENDED = "ended"  # the sweep ended: COMPLETED or FAILED (the detail says which and why)
     DRY_RUN = "dry-run"  # what a run that acts would have done
@@ -155,7 +157,8 @@ def _stops(reg: Registry, record: SweepRecord, views: dict[str, decide.TrialView
 
 def _drops(ctx: Context, record: SweepRecord, views: dict[str, decide.TrialView], now: datetime) -> list[Outcome]:
     """Write the drops of the trials this run proposed, and again of any proposed over DROP_GRACE ago that has
-    neither a job, a drop nor a rejection (its proposer died between its write and its drops)."""
+    neither a job nor a drop (its proposer died between its write and its drops, or the launcher refused a drop
+    someone else wrote under its key: a rejection under its id may be anyone's)."""
     reg, outcomes = ctx.registry, []
     for trial in record.trials:
         view = views.get(trial.job_id)
@@ -165,9 +168,8 @@ def _drops(ctx: Context, record: SweepRecord, views: dict[str, decide.TrialView]
         if not new and now - trial.proposed_at < DROP_GRACE:
             continue  # its proposer is writing its drop
         key, data = trial_drop(record, trial)
-        if not new and (reg.has(key) or reg.exists(trial.job_id) or reg.has(keys.rejected_error(
-                trial.job_id))):
-            continue  # the drop is there, or the launcher took it (its record or rejection is there)
+        if not new and (reg.has(key) or reg.exists(trial.job_id)):
+            continue  # the drop is there, or the launcher took it (its record is there)
         try:
             reg.put_if_absent(key, data, "application/yaml")
         except PreconditionFailed:
@@ -210,7 +212,7 @@ def trial_views(reg: Registry, record: SweepRecord, now: datetime) -> list[decid
     compared = sweep is not None and sweep.early_stop is not None
     views = []
     for trial in record.trials:
-        state, job = (trial.state, None) if trial.state is not None else _trial_job(reg, record, trial.job_id)
+        state, job = (trial.state, None) if trial.state is not None else _trial_job(reg, record, trial)
         final = trial.objective
         curve: curves.Curve = ()
         if sweep is not None and state is not None and state != State.INVALID and (
@@ -222,17 +224,29 @@ def trial_views(reg: Registry, record: SweepRecord, now: datetime) -> list[decid
     return views
 
 
-def _trial_job(reg: Registry, record: SweepRecord, job_id: str) -> tuple[State | None, JobRecord | None]:
+def _trial_job(reg: Registry, record: SweepRecord, trial: Trial) -> tuple[State | None, JobRecord | None]:
     """The trial's job's state and record; None while it has none (its drop is queued, or being written); INVALID
-    when the launcher rejected its drop, or when the id is another job's (never this sweep's trial: its label
-    names another sweep or array, or none)."""
+    when no job can be made of it (its spec no longer parses: the launcher would reject its drop), or when the id is
+    another job's (never this sweep's trial: not of its owner, or labelled with another sweep or array, or none). A
+    rejection under the id says nothing: anyone's forged drop of that id is rejected there too."""
     try:
-        job = reg.job(job_id)
+        job = reg.job(trial.job_id)
     except JobNotFound:
-        return (State.INVALID if reg.has(keys.rejected_error(job_id)) else None), None
+        try:
+            trial_spec(record, trial)
+        except SpecError:
+            return State.INVALID, None
+        return None, None
     except UnreadableRecord:
         return None, None  # the job's problem (the sweeper notes it); it still counts as live here
-    return (job.state, job) if job.spec.labels.get(record.label) == record.id else (State.INVALID, None)
+    return (job.state, job) if is_member(record, job) else (State.INVALID, None)
+
+
+def is_member(record: SweepRecord, job: JobRecord) -> bool:
+    """Whether the job is one the control plane made for this sweep or array: of its owner, with its label (the
+    launcher records a member's job only from the record: jobplane.decide.members)."""
+    return job.owner == record.owner and job.spec.owner == record.owner and job.spec.labels.get(record.label) == \
+        record.id
 
 
 def finish_cancel(reg: Registry, record: SweepRecord, compute: Callable[[], Compute] | None, *,
@@ -249,6 +263,8 @@ def finish_cancel(reg: Registry, record: SweepRecord, compute: Callable[[], Comp
         with contextlib.suppress(JobExists):
             reg.create_job(trial.job_id, trial_spec(record, trial), now)
         try:
+            if not is_member(record, reg.job(trial.job_id)):
+                continue  # another owner's job under the id: never this sweep's to cancel
             jobs.cancel(reg, trial.job_id, force=force, compute=compute)
         except (jobs.JobError, JobNotFound):
             continue  # it had ended

@@ -22,7 +22,7 @@ from jobplane.boot import agent_bundle, bundling
 from jobplane.boot.bootstrap import BUNDLE_MARKER, MAX_USER_DATA, AgentSource, Fetch, render, render_for, uptime_minutes
 from jobplane.clouds.base import NotFound
 from jobplane.clouds.s3 import S3Store, s3_client
-from jobplane.control.launcher import agent_source
+from jobplane.control.steps import agent_source
 from jobplane.local import cache_dir
 from jobplane.local.baked_agent import bake, unpacked
 from jobplane.model import keys
