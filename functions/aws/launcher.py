@@ -1,4 +1,4 @@
-"""Launcher Lambda: S3 "Object Created" under queue/ (EventBridge) and the cron backstop."""
+"""Launcher Lambda: S3 "Object Created" under queue/ and cancels/ (EventBridge) and the cron backstop."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, event
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.aws import common, deployment, events
-from jobplane.control import launcher
+from jobplane.control import cancels, launcher
 from jobplane.model import keys
 from jobplane.model.clock import utcnow
 from jobplane.settings import Settings
@@ -26,6 +26,9 @@ def handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
         budget = context.get_remaining_time_in_millis() / 1000 - LAUNCH_RESERVE_S
         return launcher.summary(launcher.backstop(env.context(), now=utcnow(), budget=max(budget, 0.0)))
     key = events.registry_key(event, Settings.from_env())
+    if key is not None and key.startswith(keys.CANCELS):  # a team member's cancel request
+        env = deployment.environment()
+        return launcher.summary([cancels.handle(env.context(), key, now=utcnow())])
     drop = keys.parse_drop(key) if key else None
     if key is None or drop is None:
         return launcher.summary([launcher.Outcome(key or "", launcher.Result.IGNORED)])

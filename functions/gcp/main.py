@@ -1,10 +1,12 @@
 """Cloud Functions (gen2) entry points: the same launcher and reconcilers as on AWS, over GCS and GCE.
 
 launcher          CloudEvent google.cloud.storage.object.v1.finalized (the registry bucket): queue/ drops
-                  launch; exit reports get a targeted scheduled pass (the check, and their sweep's reconcile)
-                  and preempted-jobs/ markers a rerun, as the AWS EventBridge rules do (GCS triggers are
-                  bucket-wide, so one function routes them)
-launcher_backstop HTTP, Cloud Scheduler: queue/ entries events missed, capacity waits that are over
+                  launch, cancels/ requests carry out a team member's cancel (jobplane.control.cancels); exit
+                  reports get a targeted scheduled pass (the check, and their sweep's reconcile) and
+                  preempted-jobs/ markers a rerun, as the AWS EventBridge rules do (GCS triggers are bucket-wide,
+                  so one function routes them)
+launcher_backstop HTTP, Cloud Scheduler: queue/ entries and cancels/ requests events missed, capacity waits
+                  that are over
 sweeper, rerun, uptime_cap   HTTP, Cloud Scheduler with an OIDC token (the functions allow no
                   unauthenticated calls); an optional JSON body {"dry_run": true, "force": true}.
 vend              HTTP, called by job VMs (only their service account may invoke it): a VM's identity token
@@ -29,8 +31,8 @@ from jobplane.clouds import gce_identity, gcs_downscope
 from jobplane.clouds.gcp import GceCompute
 from jobplane.clouds.gcs import GcsStore
 from jobplane.clouds.pubsub import PubSubNotifier
+from jobplane.control import cancels, reconcile, scheduled
 from jobplane.control import launcher as launching
-from jobplane.control import reconcile, scheduled
 from jobplane.deployment.context import Adapters, Deployment, build
 from jobplane.deployment.telemetry import LogMetrics
 from jobplane.model import keys
@@ -118,9 +120,13 @@ def _options(request: flask.Request) -> dict[str, bool]:
 def launcher(event: CloudEvent) -> None:
     key = registry_key(event.data or {}, Settings.from_env())
     job_id = keys.job_named_by(key)
-    if key is None or not (key.startswith(keys.QUEUE) or job_id):
+    if key is None or not (key.startswith((keys.QUEUE, keys.CANCELS)) or job_id):
         return  # heartbeats, logs, checkpoints: every object write in the bucket fires this trigger
     env, log = environment(), logging.getLogger("jobplane")
+    if key.startswith(keys.CANCELS):  # a team member's cancel request
+        done = cancels.handle(env.context(), key, now=utcnow())
+        log.info("%s: %s", key, done.result, extra={"job_id": done.subject, "result": launching.summary([done])})
+        return
     if key.startswith(keys.QUEUE):
         outcome = launching.handle_drop(env.context(), key, now=utcnow())
         drop = keys.parse_drop(key)

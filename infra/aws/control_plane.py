@@ -295,9 +295,9 @@ class JobplaneControlPlane(Construct):
         """For the people and CI roles that submit jobs: attach it to principals tagged jobplane-owner=<team>."""
         prefix = self.config.key_prefix
         policy = iam.ManagedPolicy(self, "SubmitterPolicy", statements=permissions.submitter_statements(
-            self.bucket, prefix), description="jobplane: submit jobs as the principal's own owner "
-                                              f"(tag {permissions.OWNER_TAG}); read the registry's jobs")
-        for pattern in permissions.SUBMITTER_WRITE + permissions.SUBMITTER_READ:
+            self.bucket, prefix), description=f"jobplane: submit and cancel as the principal's own owner (tag "
+                                              f"{permissions.OWNER_TAG}); read every job's record, the team's data")
+        for pattern in permissions.SUBMITTER_PATTERNS:
             shown = pattern.replace("${", "<").replace("}", ">")  # how cdk-nag prints a policy variable
             acknowledge(policy, f"AwsSolutions-IAM5[Resource::<{self.bucket_id()}.Arn>/{prefix}{shown}]",
                         f"{pattern}: job ids and file names are chosen at submit time; the owner part is the "
@@ -407,6 +407,8 @@ class JobplaneControlPlane(Construct):
         prefix = self.config.key_prefix
         self._object_created("QueueDropRule", events.Match.prefix(f"{prefix}queue/"), "launcher",
                              "a spec dropped in queue/ -> launcher")
+        self._object_created("CancelRequestRule", events.Match.prefix(f"{prefix}cancels/"), "launcher",
+                             "a team member's cancel request in cancels/ -> launcher")
         self._object_created("ExitReportRule",
                              [*events.Match.wildcard(f"{prefix}jobs/*/attempts/*/nodes/*/exit.json"),
                               *events.Match.wildcard(f"{prefix}jobs/*/attempts/*/boot-failure.json")], "sweeper",

@@ -132,30 +132,15 @@ def describe_statement() -> iam.PolicyStatement:
     )
 
 
-# The principal tag naming a submitter's owner (a team): IAM substitutes it into the resource, so a principal
-# writes drops and code only under its own queue/<owner>/ and code/<owner>/. A principal without the tag
-# matches nothing. Tags come from the IAM user or role, or from the session (SSO, SAML, OIDC session tags).
-OWNER_TAG = "jobplane-owner"
-OWNER = f"${{aws:PrincipalTag/{OWNER_TAG}}}"
-SUBMITTER_WRITE = (f"queue/{OWNER}/*", f"code/{OWNER}/*")
-SUBMITTER_READ = ("jobs/*", "queue/*", "rejected/*")
+# A team member's policy (jobplane.vending.aws_iam, shared with the local cloud): its tag names its team.
+OWNER_TAG = aws_iam.OWNER_TAG
+SUBMITTER_PATTERNS = aws_iam.SUBMITTER_WRITE + aws_iam.SUBMITTER_READ + aws_iam.SUBMITTER_DENIED
 
 
 def submitter_statements(bucket: s3.IBucket, prefix: str) -> list[iam.PolicyStatement]:
-    """What `jobplane submit`, `ls`, `describe`, `logs`, `wait` and `cost` need, and writes only in the principal's
-    own owner folders (create and overwrite their own drops and code; nothing else in the registry)."""
-    def objects(*patterns: str) -> list[str]:
-        return [bucket.arn_for_objects(prefix + p) for p in patterns]
-
-    return [
-        iam.PolicyStatement(sid="SubmitOnlyUnderTheOwnersFolders", actions=["s3:PutObject", "s3:AbortMultipartUpload"],
-                            resources=objects(*SUBMITTER_WRITE)),
-        iam.PolicyStatement(sid="ReadJobsDropsAndRejections", actions=["s3:GetObject"],
-                            resources=objects(*SUBMITTER_READ)),
-        iam.PolicyStatement(sid="ListRegistryKeys", actions=["s3:ListBucket"], resources=[bucket.bucket_arn]),
-        # EC2 Describe* calls support no resource-level permissions: "*" is the only possible resource.
-        iam.PolicyStatement(sid="DescribeJobInstances", actions=["ec2:DescribeInstances"], resources=["*"]),
-    ]
+    """What a team member may do: its own team's drops, code and cancel requests; every job's record and its own
+    team's data (aws_iam.submitter_statements)."""
+    return _statements(aws_iam.submitter_statements(bucket.bucket_arn, prefix))
 
 
 def _statements(documents: Sequence[dict[str, Any]]) -> list[iam.PolicyStatement]:

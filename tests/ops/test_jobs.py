@@ -14,7 +14,7 @@ from jobplane.clouds.memory import MemoryCompute, MemoryStore
 from jobplane.model import keys
 from jobplane.model.spec import parse_spec
 from jobplane.model.states import State
-from jobplane.ops import jobs
+from jobplane.ops import cancels, jobs
 from jobplane.store.registry import JobNotFound, Registry
 from jobplane.views.jobview import JobView, status, view_row
 from tests.helpers import WRITTEN, data_of, publish
@@ -90,7 +90,7 @@ def test_a_drop_the_launcher_will_reject_is_queued_with_the_reason(reg: Registry
     assert view.state == State.QUEUED and view.spec is None
     assert "the launcher will reject it" in (view.reason or "") and "num_nodes" in (view.reason or "")
     with pytest.raises(jobs.JobError, match="spec is invalid"):
-        jobs.cancel(reg, "broken")
+        cancels.cancel(reg, "broken")
 
 
 def test_ls_lists_queued_drops_once_and_their_records_after(reg: Registry, clock: Clock) -> None:
@@ -274,13 +274,13 @@ def test_a_finished_job_is_drained_until_every_node_reported(reg: Registry, cloc
 # ---- cancelling -----------------------------------------------------------------------------------------------
 def test_cancel_of_a_queued_job_records_it_cancelled_and_consumes_the_drop(reg: Registry) -> None:
     drop(reg, "cancel-me")
-    done = jobs.cancel(reg, "cancel-me")
+    done = cancels.cancel(reg, "cancel-me")
     assert done.before_launch and done.record.state == State.CANCELLED and done.terminated == ()
     assert [k for k, _, _ in reg.listing(keys.QUEUE)] == []
     assert reg.job("cancel-me").spec.num_nodes == 2
     assert jobs.find(reg, "cancel-me").state == State.CANCELLED
     with pytest.raises(jobs.JobError, match="already CANCELLED"):
-        jobs.cancel(reg, "cancel-me")
+        cancels.cancel(reg, "cancel-me")
 
 
 def test_cancel_force_reports_the_vms_it_found_even_when_the_agent_powers_off_first(
@@ -298,7 +298,7 @@ def test_cancel_force_reports_the_vms_it_found_even_when_the_agent_powers_off_fi
         compute.reclaim(vm)
 
     monkeypatch.setattr(reg, "request_stop", agent_stops_at_once)
-    done = jobs.cancel(reg, "forced", force=True, compute=lambda: compute)
+    done = cancels.cancel(reg, "forced", force=True, compute=lambda: compute)
     assert done.started and done.record.state == State.CANCELLED and done.terminated == (vm,)
     assert compute.state(vm) == "shutting-down" and [i.id for i in compute.list_managed()] == [bystander]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import click
 
-from jobplane.cli import jobs, reports, specs, ssh, sweeps
+from jobplane.cli import files, jobs, reports, specs, ssh, sweeps
 from jobplane.cli.tensorboard import tensorboard
 from jobplane.cli.ui import ui
 from jobplane.local.cli import local
@@ -33,8 +33,8 @@ def cli() -> None:
 
 
 for command in (specs.validate, specs.schema, jobs.submit, jobs.ls_cmd, jobs.queue_cmd, jobs.describe, jobs.logs,
-                jobs.wait, jobs.cancel, sweeps.sweep, reports.metrics_cmd, reports.cost_cmd, tensorboard, ssh.ssh,
-                local):
+                jobs.wait, jobs.cancel, files.checkpoints, sweeps.sweep, reports.metrics_cmd, reports.cost_cmd,
+                tensorboard, ssh.ssh, local):
     cli.add_command(command)
 cli.add_command(ui)  # jobplane.cli.ui: the web dashboard
 

@@ -298,7 +298,8 @@ def cancel(job_id: str, force: bool, **conn: str | None) -> None:
     \b
     A job that has not started (queued, launching, waiting for capacity) never runs: any instance
     launched for it is terminated at once. A running job's instances that do not stop are terminated by
-    the next check; --force terminates them at once.
+    the next check; --force terminates them at once. A team member cancels its own team's jobs only: the
+    control plane does it for them (the command waits up to a minute for it).
     An array's id cancels each of its members that has not ended, and the array: it drops no more.
     Example:
       jobplane cancel demo-1122-113005-ab12
@@ -320,4 +321,8 @@ def cancel(job_id: str, force: bool, **conn: str | None) -> None:
     done = job.cancel(force=force)
     if done.terminated:
         click.echo(f"terminated {', '.join(done.terminated)}", err=True)
-    click.echo(f"{job_id} CANCELLED" + (" before launch" if done.before_launch else ""))
+    state = done.record.state
+    if not done.record.terminal:  # a team member's request the functions have not come to yet
+        click.echo(f"{job_id}: cancel requested; the control plane stops it at its next pass (now {state})")
+    else:
+        click.echo(f"{job_id} {state}" + (" before launch" if state == State.CANCELLED and done.before_launch else ""))

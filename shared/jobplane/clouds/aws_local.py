@@ -13,6 +13,7 @@ import base64
 import contextlib
 import ipaddress
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,11 +62,14 @@ class LocalAws:
         self.iam: Any = boto3.client("iam", region_name=region, endpoint_url=endpoint, **creds)
         self.sts: Any = boto3.client("sts", region_name=region, endpoint_url=endpoint, **creds)
 
-    def create_role(self, name: str, trust: dict[str, Any], policy: dict[str, Any]) -> str:
-        """A role with one inline policy (both IAM JSON, jobplane.vending.aws_iam); returns its ARN. Made again, it
-        keeps the role and replaces the policy."""
+    def create_role(self, name: str, trust: dict[str, Any], policy: dict[str, Any],
+                    tags: Mapping[str, str] | None = None) -> str:
+        """A role with one inline policy (both IAM JSON, jobplane.vending.aws_iam) and these tags; returns its ARN.
+        Made again, it keeps the role and replaces the policy."""
+        tagged = [{"Key": k, "Value": v} for k, v in (tags or {}).items()]
         try:
-            arn = str(self.iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"])
+            arn = str(self.iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust),
+                                           Tags=tagged)["Role"]["Arn"])
         except self.iam.exceptions.EntityAlreadyExistsException:
             arn = str(self.iam.get_role(RoleName=name)["Role"]["Arn"])
         self.iam.put_role_policy(RoleName=name, PolicyName=f"{name}-policy", PolicyDocument=json.dumps(policy))

@@ -23,6 +23,11 @@ class NotFound(StoreError):
     """The key does not exist."""
 
 
+class AccessDenied(StoreError):
+    """The caller's credentials may not do this to the key (S3's 403 AccessDenied, GCS's 403): another team's keys,
+    or the control plane's."""
+
+
 class PreconditionFailed(StoreError):
     """A conditional write lost: the object exists (create-only) or changed since it was read (CAS)."""
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import quote
 
 from jobplane.clouds.base import (
+    AccessDenied,
     Blob,
     FileGet,
     NotFound,
@@ -103,6 +104,8 @@ class GcsStore:
             raise PreconditionFailed(f"{key}: generation precondition failed") from err
         except self._api_errors.NotFound as err:
             raise NotFound(key) from err
+        except self._api_errors.Forbidden as err:  # IAM's refusal: another team's keys, or the control plane's
+            raise AccessDenied(f"access denied to {key}") from err
 
     def get(self, key: str) -> Blob:
         deadline = time.monotonic() + _READ_DEADLINE_S
@@ -127,6 +130,8 @@ class GcsStore:
                 continue
             except self._api_errors.NotFound as err:
                 raise NotFound(key) from err
+            except self._api_errors.Forbidden as err:
+                raise AccessDenied(f"access denied to {key}") from err
             return Blob(data=cast(bytes, data), version=str(generation), last_modified=_utc(meta.updated))
 
     def _upload(self, key: str, data: bytes, content_type: str, if_generation_match: int | None,

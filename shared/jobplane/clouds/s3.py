@@ -45,6 +45,7 @@ from botocore.exceptions import ClientError
 from botocore.utils import parse_timestamp
 
 from jobplane.clouds.base import (
+    AccessDenied,
     Blob,
     FileGet,
     NotFound,
@@ -64,6 +65,7 @@ if TYPE_CHECKING:
 # retries exactly as for 412, so both map to PreconditionFailed.
 _LOST_RACE = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
 _MISSING = {"NoSuchKey", "404", "NotFound"}
+_DENIED = {"AccessDenied", "403", "Forbidden"}  # IAM's refusal: another team's keys, or the control plane's
 
 # s3v4 and virtual-hosted addressing: presigned URLs (vm_request) name the bucket's own region
 # (bucket.s3.<region>.amazonaws.com), as SigV4 needs; with the global endpoint a VM outside us-east-1 would
@@ -109,6 +111,8 @@ def _mapped(exc: ClientError, key: str) -> Exception:
         return PreconditionFailed(f"{key}: {code}")
     if code in _MISSING:
         return NotFound(key)
+    if code in _DENIED:
+        return AccessDenied(f"access denied to {key}")
     return cast(Exception, exc)
 
 
@@ -152,8 +156,8 @@ class S3Store:
         try:
             resp = self.client.get_object(Bucket=self.bucket, Key=key)
         except ClientError as exc:
-            if _code(exc) in _MISSING:
-                raise NotFound(key) from None
+            if _code(exc) in _MISSING | _DENIED:
+                raise _mapped(exc, key) from None
             raise
         return Blob(data=resp["Body"].read(), version=str(resp["ETag"]),
                     last_modified=resp["LastModified"].astimezone(UTC))
@@ -195,7 +199,10 @@ class S3Store:
                 yield str(common["Prefix"])
 
     def delete(self, key: str) -> None:
-        self.client.delete_object(Bucket=self.bucket, Key=key)
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=key)
+        except ClientError as exc:
+            raise _mapped(exc, key) from None
 
     vm_auth = None  # the URLs carry their own signature
 

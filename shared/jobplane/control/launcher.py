@@ -267,6 +267,10 @@ def backstop(ctx: Context, *, now: datetime, min_age: int = 60, budget: float | 
             return outcomes
         if now - modified >= timedelta(seconds=min_age):
             outcomes.append(_guarded(key, handle_drop, ctx, key, now=now))
+    from jobplane.control import cancels  # a team member's cancel request whose event was lost
+
+    for key in cancels.requests(ctx):
+        outcomes.append(_guarded(key, cancels.handle, ctx, key, now=now))
     for job_id, markers in reg.active().items():
         if [m.state for m in markers] != [State.WAITING_CAPACITY] or job_id in in_line:
             continue  # not waiting (or markers need a repair, which the check does), or in an owner's line

@@ -31,6 +31,7 @@ ACCOUNT = "123456789012"  # moto's
 DATA_BUCKET = "jobplane-local-data"  # the platform's input data: read-only to jobs, as a data bucket on AWS
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing"}
 PODMAN_PARAMETER = "/jobplane/local/debian-12-podman"
+MEMBER_SESSION_S = 12 * 3600  # a team member's session: a working day
 
 
 class AwsLocalCloud(LocalCloud):
@@ -110,6 +111,21 @@ class AwsLocalCloud(LocalCloud):
 
     def instance_by_hand(self, managed: bool, job_id: str | None, attempt: int | None, user_data: str) -> str:
         return str(self.aws.run(managed=managed, job_id=job_id, attempt=attempt, user_data=user_data))
+
+    def member_exports(self, owner: str) -> dict[str, str]:
+        """A member of `owner`'s team: the credentials of a session of a role tagged jobplane-owner=<owner> that
+        holds the stack's submitter policy (jobplane.vending.aws_iam.submitter_statements, as `cdk deploy` makes
+        it), which the local moto enforces as IAM does; and JOBPLANE_OWNER, which `jobplane submit` drops under."""
+        from jobplane.vending import aws_iam
+
+        role = self.aws.create_role(
+            f"jobplane-team-{owner}", aws_iam.trust({"AWS": f"arn:aws:iam::{ACCOUNT}:root"}),
+            aws_iam.document(aws_iam.submitter_statements(aws_iam.bucket_arn("aws", self.bucket), "")),
+            tags={aws_iam.OWNER_TAG: owner})
+        session = self.aws.role_session(role, f"member-of-{owner}", MEMBER_SESSION_S)
+        return {**self.exports, "AWS_ACCESS_KEY_ID": session["AccessKeyId"],
+                "AWS_SECRET_ACCESS_KEY": session["SecretAccessKey"], "AWS_SESSION_TOKEN": session["SessionToken"],
+                "JOBPLANE_OWNER": owner}
 
 
 @dataclass(frozen=True)

@@ -59,15 +59,19 @@ def no_running_instance(job_id: str, rank: int | None) -> click.ClickException:
 @click.option("--baked-agent", is_flag=True,
               help="Boot the VMs as from an image baked with the agent: their bootstrap finds it and skips the "
                    "download (a faster boot; without it every VM fetches its agent, as on a stock image).")
+@click.option("--as", "member", metavar="TEAM",
+              help="Print the exports of a member of this team instead of the platform team's: it submits, reads "
+                   "and cancels only its own team's jobs, as the deployment's IAM grants a team member.")
 @state_dir_option
 def up(cloud: str, port: int, tick: float, ui_port: int, policy_file: Path | None, baked_agent: bool,
-       state_dir: Path | None) -> None:
+       member: str | None, state_dir: Path | None) -> None:
     """Start the local cloud in the foreground; print the exports a second shell needs. Ctrl-C stops it all.
 
     \b
     Example:
       jobplane local up --cloud gcp --port 5055 --tick 1
       jobplane local up --policy ssh.yaml   # ssh.yaml: access: {ssh: true}
+      jobplane local up --as team-a         # the second shell is a member of team-a
     """
     from jobplane.local.control import state_dir as default_state_dir
     from jobplane.local.dashboard import Beside
@@ -78,7 +82,7 @@ def up(cloud: str, port: int, tick: float, ui_port: int, policy_file: Path | Non
     directory.mkdir(parents=True, exist_ok=True)
     ui = Beside(directory, ui_port, os.environ) if ui_port >= 0 else None
     try:
-        run_up(directory, port, tick, cloud, policy, baked_agent)
+        run_up(directory, port, tick, cloud, policy, baked_agent, member)
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
     finally:
@@ -171,6 +175,22 @@ def pause(function: str, resume: bool, state_dir: Path | None) -> None:
     """
     paused = control(state_dir, "pause", {"function": function, "paused": not resume})["paused"]
     click.echo(f"paused: {', '.join(paused) or 'none'}")
+
+
+@local.command("as")
+@click.argument("team")
+@state_dir_option
+def as_member(team: str, state_dir: Path | None) -> None:
+    """Print the exports of a member of TEAM for the running local cloud: a shell that sources them submits,
+    reads and cancels only TEAM's jobs, under the deployment's grants to a team member (AWS: a role tagged
+    jobplane-owner=TEAM with the stack's submitter policy; GCP: a member of the module's submitters[TEAM]).
+
+    \b
+    Example:
+      eval "$(jobplane local as team-a)"
+    """
+    for key, value in control(state_dir, "member", {"owner": team}).items():
+        click.echo(f"export {key}={value}")
 
 
 @local.command()

@@ -23,6 +23,7 @@ import errno
 import json
 import logging
 import os
+import re
 import secrets
 import socket
 import subprocess
@@ -178,6 +179,13 @@ class ServiceProcess:
                 self.proc.wait()
 
 
+
+def team(owner: object) -> str:
+    """An owner name a member's identity may be made for (keys.LABEL_KEY); ValueError naming it otherwise."""
+    if not isinstance(owner, str) or not re.match(keys.LABEL_KEY, owner):
+        raise ValueError(f"owner: {owner!r} is not an owner (a lowercase letter, then up to 62 of a-z 0-9 _ -)")
+    return owner
+
 class LocalCloud:
     """The shape both local clouds share; a subclass provides its cloud (see the abstract methods below)."""
 
@@ -243,6 +251,10 @@ class LocalCloud:
         """A VM started the way a user (not the launcher) would; returns its id."""
         raise NotImplementedError
 
+    def member_exports(self, owner: str) -> dict[str, str]:
+        """What a second shell needs to act as a member of `owner`'s team, under the deployment's own grants to one."""
+        raise NotImplementedError
+
     # ---- the shared shape -----------------------------------------------------------------------------
     def start(self) -> LocalCloud:
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -287,6 +299,7 @@ class LocalCloud:
             "instances": lambda b: {"instance_id": self.instance_by_hand(
                 bool(b.get("managed", True)), b.get("job_id"), b.get("attempt"), b.get("user_data", ""))},
             "pause": lambda b: {"paused": functions.pause(str(b["function"]), bool(b.get("paused", True)))},
+            "member": lambda b: self.member_exports(team(b.get("owner"))),
             "status": lambda b: {"cloud": self.cloud, "oci_image": self.oci_image,
                                  "instances": self.runner.status(),
                                  "invocations": functions.invocations, "errors": functions.errors,

@@ -6,7 +6,9 @@ policies use.
 
 Operators: String(Not)Equals, String(Not)Like, StringEqualsIgnoreCase, Arn(Not)Equals, Arn(Not)Like, Bool, Null,
 each with IfExists. A statement with any other operator is never applied if it allows and always if it denies:
-what is not understood never grants.
+what is not understood never grants. Policy variables in a Resource (`${aws:PrincipalTag/jobplane-owner}`) take the
+request context's value, literally (a `*` in a tag's value is no wildcard); a resource naming a variable the
+context lacks matches nothing, as in IAM.
 """
 
 from __future__ import annotations
@@ -31,6 +33,25 @@ def _pattern(glob: str, ignore_case: bool) -> re.Pattern[str]:
 
 def matches(glob: str, value: str, ignore_case: bool = False) -> bool:
     return _pattern(glob, ignore_case).match(value) is not None
+
+
+_VARIABLE = re.compile(r"\$\{([^}]+)\}")
+
+
+def resource_matches(pattern: str, resource: str, context: Mapping[str, str]) -> bool:
+    """A Resource element's pattern against the request's resource, its policy variables substituted."""
+    if "${" not in pattern:
+        return matches(pattern, resource)
+    lowered = {k.lower(): v for k, v in context.items()}
+    parts: list[str] = []
+    for i, piece in enumerate(_VARIABLE.split(pattern)):
+        if i % 2 == 0:
+            parts.append(_pattern(piece, False).pattern[1:-1])  # a glob piece, as a regular expression
+        elif (value := lowered.get(piece.lower())) is None:
+            return False
+        else:
+            parts.append(re.escape(value))
+    return re.fullmatch("".join(parts), resource, re.S) is not None
 
 
 class Unsupported(Exception):
@@ -73,9 +94,9 @@ def statement_applies(statement: Mapping[str, Any], action: str, resource: str, 
     if not acts:
         return False
     if "Resource" in statement:
-        on = any(matches(r, resource) for r in _as_list(statement["Resource"]))
+        on = any(resource_matches(r, resource, context) for r in _as_list(statement["Resource"]))
     else:
-        on = not any(matches(r, resource) for r in _as_list(statement.get("NotResource", [])))
+        on = not any(resource_matches(r, resource, context) for r in _as_list(statement.get("NotResource", [])))
     if not on:
         return False
     try:

@@ -16,7 +16,8 @@
 - Requests signed with credentials STS issued (an AssumeRole session: a VM's instance role from the local IMDS,
   a job's vended credentials) are authenticated and authorized as on AWS: the signature is checked, and the
   request must be allowed by the role's policies AND the session policy given to AssumeRole (an explicit Deny in
-  either wins), evaluated by jobplane.local.iam_policy with the s3:prefix of a listing. A GET or HEAD of a
+  either wins), evaluated by jobplane.local.iam_policy with the s3:prefix of a listing and the role's tags as
+  aws:PrincipalTag/<key> (a team member's session: its role is tagged jobplane-owner=<team>). A GET or HEAD of a
   missing key is a 403, not a 404, for a session that may not list the whole bucket, as on S3. moto's own
   enforcement stays off: the local cloud's static keys (functions, CLI, tests) are not checked.
 `python -m jobplane.local.moto_server -H HOST -p PORT [--fd FD]` runs moto's own server with these applied, keeping
@@ -149,6 +150,17 @@ def _sts_session(account: str, headers: Any) -> Any:
     return None
 
 
+def _principal_tags(account: str, partition: str, role_arn: str) -> dict[str, str]:
+    """aws:PrincipalTag/<key> of the role a session is of, as IAM puts them in the request context."""
+    from moto.iam.models import iam_backends
+
+    try:
+        role = iam_backends[account][partition].get_role_by_arn(role_arn)
+    except Exception:  # a role deleted meanwhile: no tags
+        return {}
+    return {f"aws:PrincipalTag/{tag['Key']}": tag["Value"] for tag in role.tags or []}
+
+
 def _missing(account: str, partition: str, resource: str) -> bool:
     from moto.s3.models import s3_backends
 
@@ -186,7 +198,7 @@ def enforce_sts_sessions() -> None:
                 return None  # always allowed, as on AWS
             role = [IAMPolicy(p)._policy_json for p in request._access_key.collect_policies()]
             policy = json.loads(session.policy) if session.policy else None
-            context = {}
+            context = _principal_tags(self.current_account, get_partition(self.region), session.role_arn)
             if s3 and action == "s3:ListBucket" and "prefix" in parse_qs(parsed.query):
                 context["s3:prefix"] = parse_qs(parsed.query)["prefix"][0]
             if not session_allows(role, policy, action, resource, context):

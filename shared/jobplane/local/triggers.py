@@ -94,7 +94,7 @@ class Functions:
         raise NotImplementedError
 
     def object_created(self, area: str, key: str, size: int) -> None:
-        """Deliver a new object of this area (queue, preempted, exits) as the cloud's routing would."""
+        """Deliver a new object of this area (queue, cancels, preempted, exits) as the cloud's routing would."""
         raise NotImplementedError
 
     def scheduled_event(self, name: str) -> Any:
@@ -150,7 +150,7 @@ class LambdaFunctions(Functions):
 
     scheduled = ("launcher", "sweeper", "rerun", "uptime_cap")  # each also has a cron rule
     names = (*scheduled, "vend")  # vend: behind its function URL (jobplane.local.function_url)
-    ROUTES = {"queue": "launcher", "preempted": "rerun", "exits": "sweeper"}  # object-created rules
+    ROUTES = {"queue": "launcher", "cancels": "launcher", "preempted": "rerun", "exits": "sweeper"}  # object-created
     EC2_ROUTES = {  # detail-type -> function
         "EC2 Instance State-change Notification": "sweeper",
         "EC2 Spot Instance Interruption Warning": "rerun",
@@ -222,6 +222,7 @@ class TriggerLoop:
 
     def tick(self) -> None:
         self._deliver_new(keys.QUEUE, "queue")
+        self._deliver_new(keys.CANCELS, "cancels")
         self._deliver_new(keys.PREEMPTED, "preempted")
         for job_id, markers in self.reg.active().items():
             for attempt in {m.attempt for m in markers if m.attempt}:

@@ -12,7 +12,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from jobplane.local.cloud import FUNCTIONS_LOG, LocalCloud
+from jobplane.local.cloud import FUNCTIONS_LOG, LocalCloud, team
 from jobplane.local.console import ConsoleHandler
 
 
@@ -28,8 +28,9 @@ def make(cloud: str, state_dir: Path, port: int = 0, tick: float = 1.0,
 
 
 def up(state_dir: Path, port: int, tick: float, cloud: str = "aws", policy: Mapping[str, Any] | None = None,
-       baked_agent: bool = False) -> None:
-    """Run until SIGINT/SIGTERM, then leave nothing behind."""
+       baked_agent: bool = False, member: str | None = None) -> None:
+    """Run until SIGINT/SIGTERM, then leave nothing behind. member: the second shell's exports are a member's of
+    that team (env-<team>.sh), not the platform team's (env.sh)."""
     state_dir.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         filename=state_dir / FUNCTIONS_LOG)
@@ -44,10 +45,15 @@ def up(state_dir: Path, port: int, tick: float, cloud: str = "aws", policy: Mapp
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     local.start()
-    print(f"local {cloud} cloud up; in another shell:", flush=True)
-    for key, value in local.exports.items():
+    exports, env_file = local.exports, local.state_dir / "env.sh"
+    if member is not None:
+        exports, env_file = local.member_exports(team(member)), local.state_dir / f"env-{member}.sh"
+        shell = {**exports, "JOBPLANE_LOCAL_STATE": str(local.state_dir.resolve())}
+        env_file.write_text("".join(f"export {k}={v}\n" for k, v in shell.items()))
+    print(f"local {cloud} cloud up; in another shell" + (f", as a member of {member}:" if member else ":"), flush=True)
+    for key, value in exports.items():
         print(f"export {key}={value}", flush=True)
-    print(f"(or: source {local.state_dir / 'env.sh'})  Ctrl-C stops everything.", flush=True)
+    print(f"(or: source {env_file})  Ctrl-C stops everything.", flush=True)
     print(f"function logs and metrics: {local.state_dir / FUNCTIONS_LOG}", flush=True)
     if local.oci_image:
         print(f"container image (a `container:` job's image here; also in `jobplane local status`): {local.oci_image}",

@@ -28,15 +28,15 @@ from typing import Any
 import yaml
 
 from jobplane.clouds.base import Compute, NotFound, PreconditionFailed
-from jobplane.model import drops, keys, records, sysmetrics, yaml_input
+from jobplane.model import drops, keys, sysmetrics, yaml_input
 from jobplane.model.clock import utcnow
 from jobplane.model.errors import FieldError, SpecError
 from jobplane.model.jobrecord import JobRecord
 from jobplane.model.metrics import Sample, decode
 from jobplane.model.spec import URI_SCHEMES, job_id_problem, parse_spec
-from jobplane.model.states import LIVE, NOT_STARTED, TERMINAL, State
+from jobplane.model.states import TERMINAL, State
 from jobplane.model.yaml_input import load_document
-from jobplane.store.registry import JobExists, JobNotFound, Registry, TransitionRefused
+from jobplane.store.registry import JobExists, JobNotFound, Registry
 from jobplane.store.rooted import RootedStore
 from jobplane.views import cost, sysview
 from jobplane.views.jobview import (
@@ -560,66 +560,3 @@ def drained(reg: Registry, record: JobRecord | None, compute: Compute | None) ->
         return False
     alive = {i.id for i in compute.list_managed() if i.state in ("pending", "running")}
     return not alive.intersection(record.instances)
-
-
-# ---- cancelling --------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Cancelled:
-    """What a cancel did: the record it left (CANCELLED), whether the job had started (its agents stop
-    gracefully) or not (before_launch: it never runs), and the VMs it terminated at once (force: one its agent
-    powered off meanwhile is among them: it is gone either way)."""
-
-    record: JobRecord
-    started: bool  # it was RUNNING (or past it): its agents stop gracefully
-    terminated: tuple[str, ...] = ()
-
-    @property
-    def before_launch(self) -> bool:
-        return self.record.attempt == 0
-
-
-def cancel(reg: Registry, job_id: str, *, force: bool = False, compute: ComputeFactory | None = None) -> Cancelled:
-    """Mark the job CANCELLED; a job cancelled before it ran never runs, a running one stops gracefully.
-
-    Race-safe by the registry, not by timing. A queued job's record is created create-only from its drop
-    (the spec the launcher would parse); then the job moves to CANCELLED by CAS. The launcher claims by a
-    CAS QUEUED -> LAUNCHING on the same record, so one of the two is first:
-    - the cancel: the claim is refused, nothing is launched;
-    - the launcher: it re-reads the record before each RunInstances, and terminates the VMs it just got if
-      recording them is refused; if it recorded them first, the cancel's CAS (made while the job was still
-      LAUNCHING) returns them, and the cancel terminates them (needs compute).
-    Either way no VM of a job cancelled before it ran survives. force terminates a running job's VMs too:
-    those listed before the stop request (its agents cannot have powered them off yet, so a fast agent does not
-    change what is reported) and those listed after the CAS (launched meanwhile).
-    """
-    view = find(reg, job_id)
-    if view.terminal:
-        raise JobError(f"job {job_id} is already {view.state}")
-    if view.record is None:
-        if view.spec is None:
-            raise JobError(f"job {job_id} is still in queue/ and its spec is invalid, so the launcher will "
-                           f"reject it: {view.reason}")
-        with contextlib.suppress(JobExists):  # the launcher recorded it meanwhile: cancel that record
-            reg.create_job(job_id, view.spec)
-    adapter = compute() if force and compute is not None else None
-    running = _job_vms(adapter, job_id) if adapter is not None else set()
-    reg.request_stop(job_id, by=records.StopBy.CLI, reason="cancel", now=utcnow())
-    try:  # the state at the CAS decides, not the one find() saw
-        record = reg.transition(job_id, State.CANCELLED, expect=NOT_STARTED, reason="cancelled by the user "
-                                "before it started")
-        started = False
-    except TransitionRefused:  # RUNNING or PREEMPTED (or it ended meanwhile: refused again, said so)
-        record = reg.transition(job_id, State.CANCELLED, expect=LIVE, reason="cancelled by the user")
-        started = True
-    if view.drop:
-        reg.delete(view.drop)  # the launcher may be reading it: its claim is refused, and it deletes it too
-    doomed = set() if started else set(record.instances)  # launched by a launcher a step ahead
-    if adapter is not None:
-        doomed |= running | _job_vms(adapter, job_id)
-    if doomed and compute is not None:
-        (adapter or compute()).terminate(sorted(doomed))
-    return Cancelled(record, started, terminated=tuple(sorted(doomed)))
-
-
-def _job_vms(adapter: Compute, job_id: str) -> set[str]:
-    return {i.id for i in adapter.list_managed() if i.job_id == job_id and not i.protected}

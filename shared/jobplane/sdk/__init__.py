@@ -20,7 +20,8 @@ errors), Timeout, Refused, ConfigurationError (BackendError for the VM API).
 from jobplane.model.errors import FieldError
 from jobplane.model.metrics import Sample
 from jobplane.model.states import State
-from jobplane.ops.jobs import Artifact, Cancelled, Checkpoint, Submission
+from jobplane.ops.cancels import Cancelled
+from jobplane.ops.jobs import Artifact, Checkpoint, Submission
 from jobplane.ops.queue import Standing
 from jobplane.sdk.client import Client, TensorBoardCopy, UploadProgress, prepare
 from jobplane.sdk.errors import (

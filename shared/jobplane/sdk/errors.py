@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+from jobplane.clouds.base import AccessDenied
 from jobplane.model.errors import FieldError
 from jobplane.model.states import State
 from jobplane.ops import backend, jobs
@@ -79,11 +80,27 @@ class Refused(JobplaneError):
     the spec contradicts, an artifact that changed while it was downloaded."""
 
 
+class NotYours(Refused):
+    """IAM refused what was asked of a job of another team: a team member's credentials reach only its own team's
+    jobs' logs, metrics, checkpoints, artifacts and code, and cancel only its own team's jobs (every team sees every
+    job's record: its id, owner, state and spec)."""
+
+    def __init__(self, job_id: str, owner: str) -> None:
+        super().__init__(f"job {job_id} belongs to {owner}: your credentials reach only your own team's jobs' logs, "
+                         "metrics, checkpoints, artifacts and code, and cancel only your own team's jobs")
+        self.job_id, self.owner = job_id, owner
+
+
 @contextlib.contextmanager
-def translated() -> Iterator[None]:
-    """Raise the SDK's errors for the ones the layers below (jobs, registry, backend) raise."""
+def translated(job_id: str | None = None, owner: str | None = None) -> Iterator[None]:
+    """Raise the SDK's errors for the ones the layers below (jobs, registry, backend) raise; a refusal by IAM of a
+    job's keys (its owner given) as NotYours."""
     try:
         yield
+    except AccessDenied as exc:
+        if job_id is not None and owner is not None:
+            raise NotYours(job_id, owner) from None
+        raise Refused(f"{exc}: your credentials may not do this (another team's, or the control plane's)") from None
     except _JobNotFound as exc:
         raise JobNotFound(exc.job_id) from None
     except store.SweepNotFound as exc:

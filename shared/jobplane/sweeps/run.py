@@ -254,7 +254,7 @@ def finish_cancel(reg: Registry, record: SweepRecord, compute: Callable[[], Comp
     """A cancelled sweep's trials that have not ended are cancelled as `jobplane cancel` does (one with no job yet
     gets its record first, so its drop, written late by a run that proposed it before the cancel, is never
     launched; VMs of an attempt that had not started are terminated with `compute`); then the marker goes."""
-    from jobplane.ops import jobs  # a cancel: only a cancelled sweep's run does one
+    from jobplane.ops import cancels, jobs  # a cancel: only a cancelled sweep's run does one
 
     outcomes = []
     for trial in record.trials:
@@ -265,7 +265,7 @@ def finish_cancel(reg: Registry, record: SweepRecord, compute: Callable[[], Comp
         try:
             if not is_member(record, reg.job(trial.job_id)):
                 continue  # another owner's job under the id: never this sweep's to cancel
-            jobs.cancel(reg, trial.job_id, force=force, compute=compute)
+            cancels.cancel(reg, trial.job_id, force=force, compute=compute)
         except (jobs.JobError, JobNotFound):
             continue  # it had ended
         outcomes.append(Outcome(record.id, Result.CANCELLED, record.reason, trial.job_id))

@@ -152,14 +152,6 @@ def timeline(events: list[dict[str, Any]]) -> list[dict[str, str]]:
     return out
 
 
-def human_size(size: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GB"
-
-
 def _plotted(samples: list[sdk.Sample]) -> dict[int, dict[float, float | None]]:
     """Points by attempt, then by x: the step (or the point's index when it has none); NaN and Inf as gaps."""
     by_attempt: dict[int, dict[float, float | None]] = {}

@@ -47,7 +47,7 @@ def templates() -> Environment:
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True))
     env.filters["duration"] = jobview.human_duration
     env.filters["money"] = lambda usd: cost.money(cost.Cost(usd=usd)) if usd is not None else "-"
-    env.filters["size"] = data.human_size
+    env.filters["size"] = jobview.human_size
     return env
 
 

@@ -130,6 +130,39 @@ def vend_role_statements(job_role_arn: str, registry_arn: str, prefix: str) -> l
     ]
 
 
+# A team member: a principal tagged jobplane-owner=<team> (the IAM user's or role's tag, or a session tag from SSO,
+# SAML or OIDC), whose tag IAM substitutes into the resources, so it writes only its own team's folders: its drops,
+# its code bundles and its cancel requests (which the functions carry out: jobplane.control.cancels). It reads every
+# job's record (id, owner, state, spec: `jobplane ls` and `queue` show every team's), and only its own team's jobs'
+# data (teams/<owner>/) and code bundles. A principal without the tag matches nothing of its own.
+OWNER_TAG = "jobplane-owner"
+OWNER = f"${{aws:PrincipalTag/{OWNER_TAG}}}"
+SUBMITTER_WRITE = (f"queue/{OWNER}/*", f"code/{OWNER}/*", f"cancels/{OWNER}/*")
+SUBMITTER_READ = ("jobs/*", "queue/*", "rejected/*", "sweeps/*", "admission/*", "active/*", "active-sweeps/*",
+                  "heartbeats/*", "preempted-jobs/*", keys.POLICY, f"teams/{OWNER}/*", f"code/{OWNER}/*")
+# the data of a job recorded before its data moved under teams/, in its record's folder: no team's to read
+SUBMITTER_DENIED = (*_LEGACY_DATA, "jobs/*/code/*")
+
+
+def submitter_statements(registry_arn: str, prefix: str) -> list[Statement]:
+    """The stack's submitter policy (output SubmitterPolicyArn): what `jobplane submit`, `ls`, `queue`, `describe`,
+    `logs`, `metrics`, `cost` and `cancel` need of a team member, and nothing of another team's data."""
+    def objects(*patterns: str) -> list[str]:
+        return [f"{registry_arn}/{prefix}{p}" for p in patterns]
+
+    return [
+        {"Sid": "WriteOnlyTheTeamsDropsCodeAndCancelRequests", "Effect": "Allow",
+         "Action": ["s3:PutObject", "s3:AbortMultipartUpload"], "Resource": objects(*SUBMITTER_WRITE)},
+        {"Sid": "ReadRecordsAndTheTeamsOwnData", "Effect": "Allow", "Action": "s3:GetObject",
+         "Resource": objects(*SUBMITTER_READ)},
+        {"Sid": "NeverTheDataOfJobsRecordedBeforeTeams", "Effect": "Deny", "Action": "s3:GetObject",
+         "Resource": objects(*SUBMITTER_DENIED)},
+        {"Sid": "ListRegistryKeys", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": registry_arn},
+        # EC2 Describe* calls support no resource-level permissions: "*" is the only possible resource.
+        {"Sid": "DescribeJobInstances", "Effect": "Allow", "Action": "ec2:DescribeInstances", "Resource": "*"},
+    ]
+
+
 def trust(principal: dict[str, Any]) -> Document:
     """An assume-role (trust) policy for one principal ({"Service": ...} or {"AWS": <role ARN>})."""
     return document([{"Effect": "Allow", "Principal": principal, "Action": "sts:AssumeRole"}])

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from jobplane.model import keys
 from jobplane.model.states import TERMINAL, State
 from jobplane.views import cost
 
@@ -23,6 +24,15 @@ HEADERS = {"cost": "EST. COST"}  # every cost is an estimate (jobplane.views.cos
 
 def header(col: str) -> str:
     return HEADERS.get(col, col.upper().replace("_", " "))
+
+
+def human_size(size: float) -> str:
+    """Bytes as people read them: 512 B, 2.0 KB, 1.5 GB."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GB"
 
 
 def human_duration(seconds: float | None) -> str:
@@ -81,6 +91,17 @@ class JobView:
     @property
     def attempt(self) -> int:
         return self.record.attempt if self.record else 0
+
+    @property
+    def owner(self) -> str:
+        """Whose job it is: its record's owner, else its spec's, else its drop's folder's (a drop the launcher will
+        reject), else the default owner's (a rejection)."""
+        if self.record is not None:
+            return self.record.owner
+        if self.spec is not None:
+            return self.spec.owner
+        drop = keys.parse_drop(self.drop) if self.drop else None
+        return drop.owner if drop else keys.DEFAULT_OWNER
 
     @property
     def num_nodes(self) -> int:

@@ -14,7 +14,7 @@ from jobplane.model import keys
 from jobplane.model.admission import AdmissionRecord
 from jobplane.model.clock import utcnow
 from jobplane.model.states import State
-from jobplane.ops import jobs
+from jobplane.ops import cancels
 from tests.moto_aws import MotoAws
 
 pytestmark = pytest.mark.timeout(300)
@@ -27,8 +27,8 @@ def handle(moto_aws: MotoAws, key: str) -> launcher.Result:
     return launcher.handle_drop(moto_aws.context(), key, now=utcnow()).result
 
 
-def cancel(moto_aws: MotoAws, job_id: str) -> jobs.Cancelled:
-    return jobs.cancel(moto_aws.registry, job_id, compute=lambda: moto_aws.compute)
+def cancel(moto_aws: MotoAws, job_id: str) -> cancels.Cancelled:
+    return cancels.cancel(moto_aws.registry, job_id, compute=lambda: moto_aws.compute)
 
 
 def runs_for(moto_aws: MotoAws, job_id: str) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ from jobplane.clouds.base import Instance, LaunchRequest
 from jobplane.model import keys
 from jobplane.model.admission import AdmissionRecord
 from jobplane.model.states import State
-from jobplane.ops import jobs, queue
+from jobplane.ops import cancels, queue
 from tests.control.reconcile.day import Day
 
 
@@ -53,7 +53,7 @@ def test_the_oldest_waiting_job_goes_first_the_moment_a_slot_frees(day: Day) -> 
     day.submit("f")
     assert day.job("f").reason == ("2 earlier jobs of owner 'default' wait first (d next); 2 of 2 nodes in use "
                                    "(max_active_instances_per_owner)")
-    jobs.cancel(day.reg, "d")  # a waiting job cancelled leaves the line
+    cancels.cancel(day.reg, "d")  # a waiting job cancelled leaves the line
 
     day.at("12:20")
     day.exits("a", 0, 0)
@@ -104,7 +104,7 @@ def test_a_running_job_s_cancel_admits_the_next_at_the_check_its_stopping_agent_
     day.beat("a")
     day.sweeper()
     day.at("12:05")
-    jobs.cancel(day.reg, "a")
+    cancels.cancel(day.reg, "a")
     assert day.job("b").state == State.WAITING_CAPACITY
     day.at("12:06")
     day.exits("a", 0, 143, reason="stopped")
@@ -129,7 +129,7 @@ def test_a_job_cancelled_while_the_run_that_admitted_it_launches_it_passes_its_s
 
     def cancelled_meanwhile(request: LaunchRequest) -> list[Instance]:
         if request.job_id == "x":
-            jobs.cancel(day.reg, "x")
+            cancels.cancel(day.reg, "x")
         return launch(request)
 
     monkeypatch.setattr(day.compute, "launch", cancelled_meanwhile)

@@ -49,7 +49,7 @@ from jobplane.deployment.context import Context
 from jobplane.deployment.telemetry import CountingMetrics
 from jobplane.model import keys, records
 from jobplane.model.states import State
-from jobplane.ops import jobs
+from jobplane.ops import cancels, jobs
 from jobplane.store.registry import JobNotFound, Registry
 from tests.control.reconcile.day import MORNING
 from tests.helpers import data_of, publish_agent_manifest
@@ -310,7 +310,7 @@ class ChaosDay:
                 self.deliver(partial(self._drop_event, d, key))
             if s.cancel_at is not None and minute == s.submit_at + s.cancel_at + 1 and self.seconds % 60 == 0:
                 try:
-                    self.until_done(partial(jobs.cancel, d.reg, s.job_id, compute=partial(self._compute, d)))
+                    self.until_done(partial(cancels.cancel, d.reg, s.job_id, compute=partial(self._compute, d)))
                 except jobs.JobError as exc:
                     if "already CANCELLED" in str(exc):
                         continue  # an earlier try landed; its answer was a 5xx

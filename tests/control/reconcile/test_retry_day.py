@@ -11,7 +11,7 @@ from jobplane.control.reconcile import Outcome
 from jobplane.decide.model import Rule
 from jobplane.model import keys
 from jobplane.model.states import State
-from jobplane.ops import jobs
+from jobplane.ops import cancels
 from tests.control.reconcile.day import Day
 from tests.helpers import data_of
 
@@ -157,7 +157,7 @@ def test_a_stop_on_match_is_never_retried(day: Day) -> None:
 def test_a_cancelled_job_is_never_retried(day: Day) -> None:
     day.started("unwanted", EVERYTHING)
     day.at("12:30")
-    jobs.cancel(day.reg, "unwanted")
+    cancels.cancel(day.reg, "unwanted")
     day.exits("unwanted", 0, 143, reason="stopped", stopped_by="cli", stop_reason="cancel")
     day.at("12:33")
     assert rules(day.sweeper(jobs=["unwanted"])) == []
