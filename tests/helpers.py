@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from jobplane.local.triggers import LambdaContext
 from jobplane.local.waiting import wait_for
@@ -23,6 +23,7 @@ __all__ = ["LambdaContext", "wait_for"]
 if TYPE_CHECKING:
     import pytest
 
+    from jobplane.clouds.base import ObjectStore
     from jobplane.model import keys
     from jobplane.model.metrics import Point
     from jobplane.store.registry import Registry
@@ -339,3 +340,56 @@ def in_line(reg: Registry, jobs: list[tuple[str, str, int]], quota: int, now: da
         full = admission.change(reg, keys.admission_owner(spec.owner), lambda r, w=want, q=quota_of: admit(r, w, q))
         if full is not None:
             reg.transition(job_id, State.WAITING_CAPACITY, expect=[State.LAUNCHING], reason=full.reason)
+
+
+# ---- a team member's credentials ---------------------------------------------------------------------------------
+def member_store(store: ObjectStore, team: str, bucket: str = "reg", root: str = "") -> ObjectStore:
+    """`store` as a member of `team` reaches it: each call evaluated against the stack's submitter policy
+    (jobplane.vending.aws_iam.submitter_statements, the role tagged jobplane-owner=<team>) by the local cloud's IAM
+    evaluator, an AccessDenied where IAM refuses, as the local moto answers such a session."""
+    from jobplane.clouds.base import AccessDenied
+    from jobplane.local import iam_policy
+    from jobplane.model import keys
+    from jobplane.vending import aws_iam
+
+    policy = [aws_iam.document(aws_iam.submitter_statements(aws_iam.bucket_arn("aws", bucket),
+                                                            keys.root_prefix(root)))]
+    context = {f"aws:PrincipalTag/{aws_iam.OWNER_TAG}": team}
+
+    def allowed(action: str, key: str) -> None:
+        if iam_policy.evaluate(policy, action, f"arn:aws:s3:::{bucket}/{key}", context) != iam_policy.ALLOW:
+            raise AccessDenied(f"access denied to {key}")
+
+    class Member:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(store, name)
+
+        def get(self, key: str) -> Any:
+            allowed("s3:GetObject", key)
+            return store.get(key)
+
+        def put(self, key: str, data: bytes, *args: Any, **kwargs: Any) -> str:
+            allowed("s3:PutObject", key)
+            return store.put(key, data, *args, **kwargs)
+
+        def put_if_absent(self, key: str, data: bytes, *args: Any, **kwargs: Any) -> str:
+            allowed("s3:PutObject", key)
+            return store.put_if_absent(key, data, *args, **kwargs)
+
+        def put_if_match(self, key: str, data: bytes, *args: Any, **kwargs: Any) -> str:
+            allowed("s3:PutObject", key)
+            return store.put_if_match(key, data, *args, **kwargs)
+
+        def delete(self, key: str) -> None:
+            allowed("s3:DeleteObject", key)
+            store.delete(key)
+
+        def upload_file(self, key: str, *args: Any, **kwargs: Any) -> Any:
+            allowed("s3:PutObject", key)
+            return store.upload_file(key, *args, **kwargs)
+
+        def download_file(self, key: str, *args: Any, **kwargs: Any) -> Any:
+            allowed("s3:GetObject", key)
+            return store.download_file(key, *args, **kwargs)
+
+    return cast("ObjectStore", Member())

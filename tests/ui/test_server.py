@@ -21,7 +21,7 @@ from jobplane.ops import jobs
 from jobplane.sdk.watch import TAIL_BYTES
 from jobplane.store.registry import Registry
 from jobplane.ui import data
-from tests.helpers import WRITTEN, data_of, gpu_sample, in_line, ship_system
+from tests.helpers import WRITTEN, data_of, gpu_sample, in_line, member_store, ship_system
 from tests.ui.apps import TestClient, over, served
 
 pytestmark = pytest.mark.timeout(60)
@@ -413,3 +413,23 @@ def test_a_page_prices_only_the_rows_it_shows(reg: Registry, client: TestClient,
     by_cost = client.get("/", params={"all": "1", "limit": "2", "sort": "cost"}).text
     by_cost = re.findall(r'<tr data-job="([^"]+)"', by_cost)
     assert len(by_cost) == 2 and len(priced) == 5 + 2  # sorting by cost prices every row once, then the shown again
+
+
+def test_a_team_member_sees_another_teams_job_but_not_its_output_metrics_or_samples(reg: Registry) -> None:
+    """Under a team member's credentials (the submitter policy, tests.helpers.member_store) the page of another
+    team's job shows its record and says whose it is where its output and charts would be."""
+    seed(reg, "theirs")  # the default owner's: not team-a's
+    log(reg, "theirs", 0, "step 1 loss 0.5\n")
+    reg.store.put(reg.key(keys.metrics_chunk(data_of(reg, "theirs"), 1, 0, 0)),
+                  metrics.encode(Point("loss", 0.5, 1), WRITTEN), "application/x-ndjson")
+    member = Registry(member_store(reg.store, "team-a", root="root"), reg.root)
+    client = served(over(member, lambda: MemoryCompute()), csrf_token=TOKEN)
+    page = client.get("/jobs/theirs")
+    assert page.status_code == 200 and "theirs" in page.text
+    logs = client.get("/jobs/theirs/logs").json()
+    assert logs["text"] == "" and logs["refused"].startswith("job theirs belongs to default:")
+    charts = client.get("/jobs/theirs/metrics.json")
+    assert charts.status_code == 403 and "belongs to default" in charts.json()["refused"]
+    cancel = client.post("/jobs/theirs/cancel", data={"csrf": TOKEN})
+    assert cancel.status_code == 409 and "belongs to default" in cancel.text
+    assert reg.job("theirs").state == State.RUNNING

@@ -262,15 +262,15 @@ def backstop(ctx: Context, *, now: datetime, min_age: int = 60, budget: float | 
     launched, in_line = admit_in_order(ctx, lines, now), admission.in_line(lines, now)
     outcomes += [Outcome(job_id, Result.LAUNCHED, "a slot of the quota freed: admitted in order")
                  for job_id in launched]
+    from jobplane.control import cancels  # a team member's cancel request whose event was lost: before any drop
+
+    for key in cancels.requests(ctx):
+        outcomes.append(_guarded(key, cancels.handle, ctx, key, now=now))
     for key, modified, _ in list(reg.listing(keys.QUEUE)):
         if out_of_time():
             return outcomes
         if now - modified >= timedelta(seconds=min_age):
             outcomes.append(_guarded(key, handle_drop, ctx, key, now=now))
-    from jobplane.control import cancels  # a team member's cancel request whose event was lost
-
-    for key in cancels.requests(ctx):
-        outcomes.append(_guarded(key, cancels.handle, ctx, key, now=now))
     for job_id, markers in reg.active().items():
         if [m.state for m in markers] != [State.WAITING_CAPACITY] or job_id in in_line:
             continue  # not waiting (or markers need a repair, which the check does), or in an owner's line

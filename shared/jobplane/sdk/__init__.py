@@ -14,7 +14,7 @@ A spec with a `sweep:` section submits a sweep: `client.sweep(id)` follows it (i
 `array:` an array, `client.array(id)` (its members are jobs, <id>-0, <id>-1, ...).
 
 Every error it raises on purpose is a JobplaneError: JobNotFound, SweepNotFound, InvalidSpec (with the field
-errors), Timeout, Refused, ConfigurationError (BackendError for the VM API).
+errors), Timeout, Refused (NotYours for another team's job), ConfigurationError (BackendError for the VM API).
 """
 
 from jobplane.model.errors import FieldError
@@ -31,6 +31,7 @@ from jobplane.sdk.errors import (
     JobExists,
     JobNotFound,
     JobplaneError,
+    NotYours,
     Refused,
     SweepNotFound,
     Timeout,
@@ -42,7 +43,7 @@ from jobplane.views.jobview import JobView, Status
 
 __all__ = [
     "Artifact", "BackendError", "Cancelled", "Checkpoint", "Client", "ConfigurationError", "FieldError", "InvalidSpec",
-    "Job", "JobExists", "JobNotFound", "JobView", "JobplaneError", "Lifetime", "LogLine", "Metric", "Output", "Refused",
+    "Job", "JobExists", "JobNotFound", "JobView", "JobplaneError", "Lifetime", "LogLine", "Metric", "NotYours", "Output", "Refused",
     "Sample", "Standing", "State", "Status", "Stored", "Submission", "Sweep", "SweepNotFound", "TensorBoardCopy",
     "Timeout", "TrialRow",
     "UploadProgress", "Watch", "prepare",

@@ -120,8 +120,9 @@ class Watch:
     def output(self, job: Job, attempt: int, rank: int, after: int | None = None,
                tail_bytes: int = TAIL_BYTES) -> Output:
         """One attempt and rank's output after its first `after` chunks; with after None (a first look) only its
-        end: at most tail_bytes (the last chunk whole even if longer), and how many chunks were left out."""
-        with translated():
+        end: at most tail_bytes (the last chunk whole even if longer), and how many chunks were left out. NotYours
+        for a job of another team."""
+        with translated(job.id, job.owner):
             found = [key for _, _, key in jobs.node_chunks(self._connection.registry, "logs", job.data, attempt, rank)]
             skipped = 0
             if after is None:

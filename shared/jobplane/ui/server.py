@@ -14,7 +14,7 @@ import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -41,6 +41,17 @@ PAGE_ROWS = 500  # rows a jobs page renders (the counts cover them all): filters
 # Scripts and styles only from the app itself: a `<script>` that escaped escaping would still not run.
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
        "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
+
+
+T = TypeVar("T")
+
+
+def readable(read: Callable[[], T]) -> T | None:
+    """What read() returns, or None for a job of another team (its data is not the viewer's to read)."""
+    try:
+        return read()
+    except sdk.NotYours:
+        return None
 
 
 def templates() -> Environment:
@@ -114,7 +125,7 @@ def create_app(client: sdk.Client, *, csrf_token: str | None = None,
             "events": data.timeline(job.events()) if record else [],
             "total_cost": cost.money(cost.job_cost(record, now)) if record else "-",
             "nodes": view.num_nodes, "current_attempt": view.attempt,
-            "right_sizing": job.right_sizing() if record else None,
+            "right_sizing": readable(job.right_sizing) if record else None,
             "tensorboard": bool(view.spec and view.spec.tensorboard)}
         return context
 
@@ -164,7 +175,10 @@ def create_app(client: sdk.Client, *, csrf_token: str | None = None,
             job = await run_in_threadpool(client.get, job_id)
         except sdk.JobNotFound:
             return JSONResponse({"text": "", "cursor": 0, "skipped": 0, "live": False})
-        out = await run_in_threadpool(watch.output, job, attempt, rank, cursor)
+        try:
+            out = await run_in_threadpool(watch.output, job, attempt, rank, cursor)
+        except sdk.NotYours as theirs:  # the page says so where the output would be
+            return JSONResponse({"text": "", "cursor": 0, "skipped": 0, "live": False, "refused": str(theirs)})
         live = not job.view.terminal
         return JSONResponse({"text": out.text, "cursor": out.cursor, "skipped": out.skipped, "live": live})
 
@@ -176,9 +190,11 @@ def create_app(client: sdk.Client, *, csrf_token: str | None = None,
                 return PlainTextResponse("no such job", 404)
             try:
                 job = await run_in_threadpool(client.get, job_id)
+                return JSONResponse(await run_in_threadpool(render, job))
             except sdk.JobNotFound:
                 return PlainTextResponse("no such job", 404)
-            return JSONResponse(await run_in_threadpool(render, job))
+            except sdk.NotYours as theirs:
+                return JSONResponse({"refused": str(theirs)}, 403)
         return endpoint
 
     async def job_cancel(request: Request) -> Response:

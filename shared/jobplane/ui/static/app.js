@@ -47,6 +47,7 @@
         const r = await fetch(`/jobs/${encodeURIComponent(job)}/logs?${q}`);
         if (r.ok && mine === generation) {
           const body = await r.json();
+          if (body.refused) { state.textContent = body.refused; after = 0; return; }
           if (cursor === null && body.skipped) append(`[${body.skipped} earlier chunks left out: jobplane logs ${job} prints them all]\n`);
           append(body.text);
           cursor = body.cursor;
@@ -112,6 +113,7 @@
     async function load() {
       try {
         const r = await fetch(`/jobs/${encodeURIComponent(job)}/metrics.json`);
+        if (r.status === 403) { root.textContent = (await r.json()).refused; return; }  // another team's job
         if (r.ok) {
           const text = await r.text();
           if (text !== last) { last = text; body = JSON.parse(text); draw(); }
@@ -131,6 +133,7 @@
     async function load() {
       try {
         const r = await fetch(`/jobs/${encodeURIComponent(job)}/system.json`);
+        if (r.status === 403) { root.textContent = (await r.json()).refused; return; }  // another team's job
         if (r.ok) {
           const text = await r.text();
           const charts = JSON.parse(text);
