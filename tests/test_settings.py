@@ -15,7 +15,7 @@ from jobplane.settings import Settings
 def clean(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("JOBPLANE_BUCKET", "JOBPLANE_ROOT", "JOBPLANE_CLOUD", "JOBPLANE_REGION", "AWS_REGION",
                  "AWS_DEFAULT_REGION", "JOBPLANE_NOTIFY_TOPIC", "GOOGLE_CLOUD_PROJECT", "JOBPLANE_COMPUTE_ENDPOINT",
-                 "PUBSUB_EMULATOR_HOST", "JOBPLANE_VEND_URL"):
+                 "PUBSUB_EMULATOR_HOST", "JOBPLANE_VEND_URL", "JOBPLANE_GCS_TOKEN"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -96,3 +96,11 @@ def test_a_mapping_given_is_read_instead_of_the_process_environment() -> None:
         "reg", "team", "europe-west4", "gcp", notify_topic="projects/proj/topics/jobs", project="proj",
         compute_endpoint="http://127.0.0.1:9", pubsub_emulator="127.0.0.1:8", vend_url="http://127.0.0.1:7/vend")
     assert Settings.from_env(environ={"JOBPLANE_BUCKET": "reg"}) == Settings("reg")
+
+
+def test_a_gcs_token_is_read_and_never_shown(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `gcloud auth print-access-token` prints, for a person whose GCS calls carry their own identity."""
+    monkeypatch.setenv("JOBPLANE_GCS_TOKEN", "ya29.secret")
+    settings = Settings.from_env("gs://reg")
+    assert settings.gcs_token == "ya29.secret" and "ya29" not in repr(settings)
+    assert Settings.from_env(environ={"JOBPLANE_BUCKET": "gs://reg", "JOBPLANE_GCS_TOKEN": ""}).gcs_token is None

@@ -337,8 +337,9 @@ resource "google_project_iam_member" "gcs_pubsub_publisher" {
 }
 
 # Submitters: each member of var.submitters[owner] may create objects only in that owner's queue/<owner>/
-# (job drops) and code/<owner>/ (code bundles), so the launcher's owner, the drop's folder, is who wrote it.
-# objectCreator cannot overwrite or delete (that needs storage.objects.delete): drops and code are create-only.
+# (job drops), code/<owner>/ (code bundles) and cancels/<owner>/ (requests that the functions cancel one of its
+# jobs), so the launcher's owner, the drop's folder, is who wrote it. objectCreator cannot overwrite or delete (that
+# needs storage.objects.delete): drops, code and cancel requests are create-only.
 resource "google_storage_bucket_iam_member" "submitters_write" {
   for_each = local.submitter_grants
   bucket   = google_storage_bucket.registry.name
@@ -346,16 +347,43 @@ resource "google_storage_bucket_iam_member" "submitters_write" {
   member   = each.value.member
   condition {
     title       = "jobplane owner ${each.value.owner}"
-    description = "Create objects only under queue/${each.value.owner}/ and code/${each.value.owner}/"
-    expression  = "resource.name.startsWith('projects/_/buckets/${local.bucket}/objects/${local.prefix}queue/${each.value.owner}/') || resource.name.startsWith('projects/_/buckets/${local.bucket}/objects/${local.prefix}code/${each.value.owner}/')"
+    description = "Create objects only under queue/${each.value.owner}/, code/${each.value.owner}/ and cancels/${each.value.owner}/"
+    expression  = "resource.name.startsWith('${local.objects}queue/${each.value.owner}/') || resource.name.startsWith('${local.objects}code/${each.value.owner}/') || resource.name.startsWith('${local.objects}cancels/${each.value.owner}/')"
   }
 }
 
-# ... and read the registry (ls, describe, logs, wait, cost).
+# ... and read what `ls`, `describe`, `wait`, `queue` and `cost` read of every team's (records, events, attempts,
+# stop requests, drops, rejections, sweeps, admission, markers, heartbeats, the policy), and only their own team's
+# jobs' data (teams/<owner>/: logs, metrics, checkpoints, artifacts) and code bundles: never another team's. IAM
+# allows a condition 12 logical operators at most: these 12 terms use 11. The data of a job recorded before teams/
+# existed stays under jobs/<id>/, where every member reads it (docs/operations.md, Owners).
+# jobplane.local.gcp_grants mirrors both conditions for the local cloud (tests/gcp/test_terraform.py holds them equal).
 resource "google_storage_bucket_iam_member" "submitters_read" {
-  for_each = toset(distinct(flatten(values(var.submitters))))
+  for_each = local.submitter_grants
   bucket   = google_storage_bucket.registry.name
   role     = "roles/storage.objectViewer"
+  member   = each.value.member
+  condition {
+    title       = "jobplane owner ${each.value.owner} reads"
+    description = "Read the registry's records and only teams/${each.value.owner}/ and code/${each.value.owner}/ of the teams' data"
+    expression  = "resource.name.startsWith('${local.objects}jobs/') || resource.name.startsWith('${local.objects}queue/') || resource.name.startsWith('${local.objects}rejected/') || resource.name.startsWith('${local.objects}sweeps/') || resource.name.startsWith('${local.objects}admission/') || resource.name.startsWith('${local.objects}active/') || resource.name.startsWith('${local.objects}active-sweeps/') || resource.name.startsWith('${local.objects}heartbeats/') || resource.name.startsWith('${local.objects}preempted-jobs/') || resource.name.startsWith('${local.objects}teams/${each.value.owner}/') || resource.name.startsWith('${local.objects}code/${each.value.owner}/') || resource.name == '${local.objects}config/policy.yaml'"
+  }
+}
+
+# ... and list the registry, names only. GCS checks a listing on the bucket's name, never the objects', so no
+# condition on object names can scope it: a role holding storage.objects.list alone, without a condition. What a
+# listing shows is names only: every key's, another team's data and code bundles too, never what they hold.
+resource "google_project_iam_custom_role" "submitters_list" {
+  role_id     = "jobplaneSubmittersList"
+  title       = "jobplane submitters: list the registry"
+  description = "List object names in the registry bucket. Nothing that reads or writes an object."
+  permissions = ["storage.objects.list"]
+}
+
+resource "google_storage_bucket_iam_member" "submitters_list" {
+  for_each = toset(distinct(flatten(values(var.submitters))))
+  bucket   = google_storage_bucket.registry.name
+  role     = google_project_iam_custom_role.submitters_list.name
   member   = each.value
 }
 

@@ -101,7 +101,7 @@ variable "ssh_via_iap" {
 }
 
 variable "submitters" {
-  description = "Who submits jobs as which owner: { owner = [members] }, e.g. { vision = [\"group:vision@example.com\"] }. Members create objects only in queue/<owner>/ and code/<owner>/ and read the registry."
+  description = "Who submits jobs as which owner: { owner = [members] }, e.g. { vision = [\"group:vision@example.com\"] }. Members create objects only in queue/<owner>/, code/<owner>/ and cancels/<owner>/, read the registry's records and only their own team's data (teams/<owner>/, code/<owner>/), and list it."
   type        = map(list(string))
   default     = {}
   validation {

@@ -11,6 +11,9 @@ a bare bucket name, whose cloud comes from JOBPLANE_CLOUD (or the caller), AWS b
     JOBPLANE_NOTIFY_TOPIC      the job-notification topic (an SNS ARN, or projects/<p>/topics/<t>); unset: off
     JOBPLANE_VEND_URL          the credential vending function a job's agent asks for its job's storage
                                credentials (the launcher hands it to the VMs; unset: VMs use their own identity)
+    JOBPLANE_GCS_TOKEN         an access token every GCS call of the CLI and SDK carries instead of Application
+                               Default Credentials: `gcloud auth print-access-token`'s, for a person whose calls
+                               must carry their own identity (on the local cloud, a member's token member-<owner>)
     GOOGLE_CLOUD_PROJECT       the GCP project (the policy's gcp.project wins for Compute Engine)
     JOBPLANE_COMPUTE_ENDPOINT  the Compute Engine API elsewhere than Google (a local fake), anonymously
     PUBSUB_EMULATOR_HOST       Pub/Sub elsewhere than Google (host:port), anonymously
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 CLOUDS = {"s3": "aws", "gs": "gcp"}  # URL scheme -> cloud
 SCHEMES = {cloud: scheme for scheme, cloud in CLOUDS.items()}
@@ -39,6 +42,7 @@ class Settings:
     compute_endpoint: str | None = None
     pubsub_emulator: str | None = None
     vend_url: str | None = None
+    gcs_token: str | None = field(default=None, repr=False)  # a credential: never in a log line
 
     @property
     def deployment(self) -> str:
@@ -70,7 +74,8 @@ class Settings:
                    region=region or env("JOBPLANE_REGION") or fallback, cloud=cloud,
                    notify_topic=env("JOBPLANE_NOTIFY_TOPIC") or None, project=env("GOOGLE_CLOUD_PROJECT") or None,
                    compute_endpoint=env("JOBPLANE_COMPUTE_ENDPOINT") or None,
-                   pubsub_emulator=env("PUBSUB_EMULATOR_HOST") or None, vend_url=env("JOBPLANE_VEND_URL") or None)
+                   pubsub_emulator=env("PUBSUB_EMULATOR_HOST") or None, vend_url=env("JOBPLANE_VEND_URL") or None,
+                   gcs_token=env("JOBPLANE_GCS_TOKEN") or None)
 
 
 def parse_registry(named: str) -> tuple[str | None, str, str | None]:

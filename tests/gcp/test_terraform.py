@@ -21,6 +21,7 @@ import pytest
 
 from jobplane.clouds.base import LaunchRequest
 from jobplane.clouds.gcp import GceCompute, deployment_prefix
+from jobplane.local import fake_sts, gcp_grants
 from jobplane.model import images, keys
 from tests.gcp.fakes import ComputeFake
 from tests.helpers import foreign_sdk_imports, unwanted
@@ -353,12 +354,18 @@ def test_agent_bundles_are_uploaded_and_new_policies_boot_the_image_aliases(tf: 
 
 
 # ---- owners and notifications -----------------------------------------------------------------------------
-def _condition_allows(expression: str, name: str) -> bool:
-    """Evaluate the one CEL shape the submitter grant uses: startsWith('...') terms joined by ||."""
-    terms = [t.strip() for t in expression.split("||")]
-    prefixes = [re.fullmatch(r"resource\.name\.startsWith\('([^']+)'\)", t) for t in terms]
-    assert all(prefixes), f"unexpected condition shape: {expression}"
-    return any(name.startswith(m.group(1)) for m in prefixes if m)
+def _rendered(tf: dict[str, dict[str, Any]], expression: str, bucket: str, prefix: str, owner: str) -> str:
+    """A submitter grant's condition as IAM sees it for one owner of a deployment: the locals it names filled in."""
+    values = {"objects": tf["locals"]["objects"], "bucket": bucket, "prefix": prefix}
+    for name, value in values.items():  # outermost first: objects names the other two
+        expression = expression.replace("${local." + name + "}", value)
+    expression = expression.replace("${each.value.owner}", owner)
+    assert "${" not in expression, expression
+    return expression
+
+
+def _submitter_condition(tf: dict[str, dict[str, Any]], grant: str) -> str:
+    return str(block(tf["resource"][f"google_storage_bucket_iam_member.{grant}"], "condition")["expression"])
 
 
 def test_a_submitter_creates_objects_only_under_its_own_owners_folders(tf: dict[str, dict[str, Any]]) -> None:
@@ -366,23 +373,101 @@ def test_a_submitter_creates_objects_only_under_its_own_owners_folders(tf: dict[
     assert grant["for_each"] == "${local.submitter_grants}"
     assert "var.submitters" in str(tf["locals"]["submitter_grants"])
     assert (grant["role"], grant["member"]) == ("roles/storage.objectCreator", "${each.value.member}")
-    expression = block(grant, "condition")["expression"]
     for root in ("", "team-root/"):
-        team_a = (expression.replace("${local.bucket}", "B").replace("${local.prefix}", root)
-                  .replace("${each.value.owner}", "team-a"))
+        team_a = _rendered(tf, _submitter_condition(tf, "submitters_write"), "B", root, "team-a")
 
         def may_create(key: str, cel: str = team_a, root: str = root) -> bool:
-            return _condition_allows(cel, f"projects/_/buckets/B/objects/{root}{key}")
+            return _cel(cel, f"projects/_/buckets/B/objects/{root}{key}")
 
         assert may_create("queue/team-a/train-1.yaml") and may_create("code/team-a/train-1.tar.gz")
+        assert may_create(keys.cancel_request("team-a", "train-1"))
         for key in ("queue/team-b/train-1.yaml", "queue/team-ab/x.yaml", "code/team-b/x.tar.gz", "queue/x.yaml",
-                    "jobs/train-1/job.json", "config/policy.yaml", "heartbeats/train-1/1/0"):
+                    "jobs/train-1/job.json", "config/policy.yaml", "heartbeats/train-1/1/0",
+                    keys.cancel_request("team-b", "train-1"), "teams/team-a/train-1/logs/1/0/00000001.log"):
             assert not may_create(key), key
-        assert not _condition_allows(team_a, "projects/_/buckets/other/objects/queue/team-a/x.yaml")
-    read = tf["resource"]["google_storage_bucket_iam_member.submitters_read"]
-    assert (read["role"], read["for_each"]) == ("roles/storage.objectViewer",
-                                                "${toset(distinct(flatten(values(var.submitters))))}")
+        assert not _cel(team_a, "projects/_/buckets/other/objects/queue/team-a/x.yaml")
     assert tf["variable"]["submitters"]["default"] == {}
+
+
+def test_a_submitter_reads_every_teams_records_and_only_its_own_teams_data(tf: dict[str, dict[str, Any]]) -> None:
+    read = tf["resource"]["google_storage_bucket_iam_member.submitters_read"]
+    assert (read["role"], read["member"], read["for_each"]) == ("roles/storage.objectViewer", "${each.value.member}",
+                                                                "${local.submitter_grants}")
+    expression = _submitter_condition(tf, "submitters_read")
+    assert expression.count("||") + expression.count("&&") + expression.count("!") <= 12  # IAM's most
+    for root in ("", "team-root/"):
+        team_a = _rendered(tf, expression, "B", root, "team-a")
+
+        def may_read(key: str, cel: str = team_a, root: str = root) -> bool:
+            return _cel(cel.replace("resource.name ==", "name =="), f"projects/_/buckets/B/objects/{root}{key}")
+
+        own = keys.JobData("x", "team-a")
+        for key in (keys.job_record("x"), keys.stop_request("x"), keys.cluster("x", 1), "queue/team-b/y.yaml",
+                    "rejected/y.error.json", "sweeps/s/sweep.json", "admission/owners/team-b.json",
+                    "active/x/RUNNING.1", "active-sweeps/s", keys.heartbeat("x", 1, 0), keys.preempted_marker("x"),
+                    keys.POLICY, keys.log_chunk(own, 1, 0, 1), keys.checkpoints_prefix(own) + "manifests/0/1.json",
+                    "code/team-a/x.tar.gz"):
+            assert may_read(key), key
+        other = keys.JobData("y", "team-b")
+        for key in (keys.log_chunk(other, 1, 0, 1), keys.checkpoints_prefix(other) + "files/0/a",
+                    "code/team-b/y.tar.gz", "teams/team-ab/y/logs/1/0/00000001.log", "config/policy.yaml.bak",
+                    "system/agent/manifest.json", "cancels/team-a/x", "after/x/y",
+                    "budget-notices/2025-01/team-a.warning"):
+            assert not may_read(key), key
+
+
+def test_a_submitter_lists_the_registry_with_a_role_that_holds_nothing_else(tf: dict[str, dict[str, Any]]) -> None:
+    role = tf["resource"]["google_project_iam_custom_role.submitters_list"]
+    assert role["role_id"] == "jobplaneSubmittersList" and role["permissions"] == ["storage.objects.list"]
+    grant = tf["resource"]["google_storage_bucket_iam_member.submitters_list"]
+    assert grant["role"] == "${google_project_iam_custom_role.submitters_list.name}"
+    assert grant["bucket"] == "${google_storage_bucket.registry.name}" and "condition" not in grant  # GCS checks a
+    assert grant["for_each"] == "${toset(distinct(flatten(values(var.submitters))))}"  # listing on the bucket
+
+
+def test_the_local_cloud_enforces_exactly_the_submitters_grants(tf: dict[str, dict[str, Any]]) -> None:
+    """jobplane.local.gcp_grants, which the GCS fake enforces on a member's token, renders main.tf's conditions."""
+    for bucket, root in (("jobplane-local", ""), ("b", "team-root")):
+        for owner in ("team-a", "vision_2"):
+            prefix = f"{root}/" if root else ""
+            assert _rendered(tf, _submitter_condition(tf, "submitters_write"), bucket, prefix, owner) == \
+                gcp_grants.write_condition(bucket, root, owner)
+            assert _rendered(tf, _submitter_condition(tf, "submitters_read"), bucket, prefix, owner) == \
+                gcp_grants.read_condition(bucket, root, owner)
+    grants = {name: tf["resource"][f"google_storage_bucket_iam_member.{name}"]["role"]
+              for name in ("submitters_write", "submitters_read")}
+    assert grants == {"submitters_write": gcp_grants.WRITE_ROLE, "submitters_read": gcp_grants.READ_ROLE}
+    listing = tf["resource"]["google_project_iam_custom_role.submitters_list"]["permissions"]
+    assert tuple(listing) == gcp_grants.LIST_PERMISSIONS
+    [pattern] = re.findall(r'regex\("([^"]+)"', block(tf["variable"]["submitters"], "validation")["condition"])
+    assert pattern == keys.LABEL_KEY  # the owners the mirror accepts are the module's
+
+
+def test_a_member_reaches_its_own_teams_keys_and_creates_only_in_its_own_folders() -> None:
+    rules = gcp_grants.member_rules("b", "reg", "team-a")
+
+    def may(permission: str, key: str) -> bool:
+        return fake_sts.allowed(rules, permission, "b", f"reg/{key}")
+
+    own, other = keys.JobData("x", "team-a"), keys.JobData("y", "team-b")
+    for key in (keys.job_record("x"), keys.logs_prefix(own) + "1/0/00000001.log", "code/team-a/x.tar.gz",
+                keys.POLICY, "queue/team-b/y.yaml", keys.stop_request("y")):
+        assert may("get", key), key
+    for key in (keys.logs_prefix(other) + "1/0/00000001.log", "code/team-b/y.tar.gz", "system/agent/manifest.json",
+                "cancels/team-b/y"):
+        assert not may("get", key), key
+    for key in ("queue/team-a/x.yaml", "code/team-a/x.tar.gz", keys.cancel_request("team-a", "x")):
+        assert may("create", key) and not may("delete", key), key  # create-only: no overwrite
+    for key in (keys.job_record("x"), "queue/team-b/x.yaml", keys.cancel_request("team-b", "x"),
+                keys.logs_prefix(own) + "1/0/00000001.log", "queue/x.yaml"):
+        assert not may("create", key), key
+    assert fake_sts.allowed(rules, "list", "b", list_prefix="reg/jobs/")
+    assert fake_sts.allowed(rules, "list", "b", list_prefix="reg/teams/team-b/")  # names only: GCS cannot scope it
+    assert not fake_sts.allowed(rules, "get", "other", "reg/jobs/x/job.json")
+    assert not fake_sts.allowed(rules, "list", "other", list_prefix="")
+    assert gcp_grants.token_rules("member-team-a", "b/reg") == rules
+    assert gcp_grants.token_rules("member-Team')||true", "b/reg") == ()  # no owner: refused everything
+    assert gcp_grants.token_rules("sts-0123", "b/reg") is None  # not a member's: the fake's other rules
 
 
 def test_notifications_go_to_a_topic_only_the_functions_publish_to(tf: dict[str, dict[str, Any]]) -> None:

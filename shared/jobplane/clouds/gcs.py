@@ -67,6 +67,14 @@ def _check_served(key: str, blob: Any, generation: int) -> None:
         raise PreconditionFailed(f"{key}: generation {generation} asked for, {served} served")
 
 
+def access_token_credentials(token: str) -> Credentials:
+    """Credentials that send this OAuth access token as it is (`gcloud auth print-access-token`'s: never refreshed,
+    so it serves until it expires, an hour on Google)."""
+    from google.oauth2.credentials import Credentials as TokenCredentials
+
+    return TokenCredentials(token)  # type: ignore[no-untyped-call]
+
+
 class GcsStore:
     """One bucket. With STORAGE_EMULATOR_HOST set, the default client talks to that emulator anonymously.
     project: the client's (GOOGLE_CLOUD_PROJECT, from Settings); objects in a bucket do not depend on it.

@@ -14,8 +14,11 @@ It also plays STS (`POST /v1/token`, jobplane.local.fake_sts): a token it mints 
 Access Boundary it was asked for (`boundaries`), and a request bearing it gets 403, with GCS's error JSON,
 unless a rule's role holds the permission on that object or listing prefix. With `vm_reads` ("bucket/prefix"),
 the VM's own token (the metadata server's) may only read under those prefixes of those buckets, and read any
-other bucket (data buckets), as infra/gcp grants the VMs' service account. Any other token, or none (the
-functions, the CLI, tests), is unenforced.
+other bucket (data buckets), as infra/gcp grants the VMs' service account. With `member_registry`
+("bucket[/root]"), a token `member-<owner>` is the local cloud's stand-in for a member of the module's
+`submitters[<owner>]` group: it gets exactly what infra/gcp grants one on that registry (jobplane.local.gcp_grants:
+create under its owner's queue/, code/ and cancels/, read the records and its own team's data, list), and nothing
+in any other bucket. Any other token, or none (the functions, the CLI, tests), is unenforced.
 Out of scope: object versioning, ACLs, metadata patches, compose/copy/rewrite, XML API multipart uploads.
 """
 
@@ -38,7 +41,7 @@ from werkzeug.http import http_date, parse_options_header
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
-from jobplane.local import fake_sts
+from jobplane.local import fake_sts, gcp_grants
 from jobplane.local.gce_metadata_server import VM_ACCESS_TOKEN
 from jobplane.local.keep_alive import keep_alive
 from jobplane.local.loopback import BackgroundServer
@@ -178,11 +181,13 @@ class FakeGcsServer(BackgroundServer):
     name = "fake-gcs"
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, vm_reads: tuple[str, ...] = (),
-                 fd: int | None = None) -> None:
-        """fd: a listening socket to serve on instead of binding host:port (one a parent process bound)."""
+                 fd: int | None = None, member_registry: str | None = None) -> None:
+        """fd: a listening socket to serve on instead of binding host:port (one a parent process bound).
+        member_registry: the registry, bucket[/root], whose submitters' grants member-<owner> tokens get."""
         super().__init__(host, port)
         self._fd = fd
         self._vm_rules = fake_sts.read_only(vm_reads)
+        self._member_registry = member_registry
         self.boundaries: dict[str, dict[str, Any]] = {}  # minted token -> the boundary (STS options) it carries
         self._rules: dict[str, tuple[fake_sts.Rule, ...]] = {}
         self._lock = threading.Lock()  # guards every field below; each request runs under it
@@ -278,8 +283,11 @@ class FakeGcsServer(BackgroundServer):
                    list_prefix: str | None = None) -> None:
         """403 unless the request's token may do this (see the module's docstring)."""
         token = call.token
+        members = gcp_grants.token_rules(token, self._member_registry) if token and self._member_registry else None
         if token in self._rules:
             ok = fake_sts.allowed(self._rules[token], permission, bucket, name, list_prefix)
+        elif members is not None:
+            ok = fake_sts.allowed(members, permission, bucket, name, list_prefix)
         elif token == VM_ACCESS_TOKEN and self._vm_rules:
             vm_buckets = {r.bucket for r in self._vm_rules}
             ok = fake_sts.allowed(self._vm_rules, permission, bucket, name, list_prefix) or (
@@ -547,10 +555,12 @@ class FakeGcsServer(BackgroundServer):
     def _sts_token(self, call: _Call) -> Response:
         """STS's token exchange: a new token carrying the boundary in `options` (OAuth-style errors)."""
         form = dict(parse_qsl(call.body.decode(errors="replace")))
-        if form.get("subject_token") in self._rules or form.get("subject_token") == VM_ACCESS_TOKEN:
+        subject = form.get("subject_token", "")
+        if subject in self._rules or subject == VM_ACCESS_TOKEN or (
+                self._member_registry and subject.startswith(gcp_grants.MEMBER_TOKEN)):
             # STS would narrow an enforced token further; the fake exchanges only unenforced ones
             return _json({"error": "invalid_grant", "error_description": "the fake STS does not narrow a "
-                          "downscoped or VM token"}, 400)
+                          "downscoped, VM or member token"}, 400)
         try:
             rules = fake_sts.exchange(form)
         except fake_sts.BadBoundary as err:
@@ -611,12 +621,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bucket", action="append", default=[], help="create this bucket (repeatable)")
     parser.add_argument("--vm-reads", action="append", default=[], metavar="BUCKET/PREFIX",
                         help="the VM's own token may read only here in that bucket (repeatable)")
+    parser.add_argument("--member-grants", default=None, metavar="BUCKET[/ROOT]",
+                        help="a token member-<owner> gets what infra/gcp grants submitters[<owner>] on this registry")
     parser.add_argument("--fd", type=int, default=None, help="serve on this inherited listening socket")
     args = parser.parse_args(argv)
     stopped = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopped.set())
-    server = FakeGcsServer(args.host, args.port, vm_reads=tuple(args.vm_reads), fd=args.fd)
+    server = FakeGcsServer(args.host, args.port, vm_reads=tuple(args.vm_reads), fd=args.fd,
+                           member_registry=args.member_grants)
     for name in args.bucket:  # before it answers: whoever sees it answer may use them (a request on the parent's
         server.create_bucket(name)  # socket can be waiting already)
     server.start()

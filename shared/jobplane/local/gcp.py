@@ -8,7 +8,8 @@ topic on loopback (jobplane.local.pubsub_topic). Every VM's networkIP is on loop
 Credentials go the way they go on GCP: each VM's metadata server signs identity tokens with the key of a local
 issuer (jobplane.local.google_identity, its certificates on loopback), the `vend` function verifies them and
 exchanges its token at the GCS fake's STS for one downscoped to the job's keys, and the GCS fake enforces that
-token's boundary, and lets the VM's own token read only the agent bundles.
+token's boundary, and lets the VM's own token read only the agent bundles. A token member-<owner> (member_exports)
+gets what infra/gcp grants a member of that owner's team (jobplane.local.gcp_grants).
 
 Images: the Ubuntu families stand for this machine; Debian 12's family is the stock Debian 12 image when it is
 built (jobplane.local.rootfs), and PODMAN_IMAGE the Debian 12 + podman image when that is.
@@ -26,7 +27,7 @@ from typing import IO, Any
 from jobplane.boot import bundling
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, TAG_MANAGED
 from jobplane.clouds.gce_metadata import gce_key
-from jobplane.local import rootfs
+from jobplane.local import gcp_grants, rootfs
 from jobplane.local.cloud import LocalCloud, PortInUse, ServiceProcess, free_port
 from jobplane.local.cloud_functions import CloudFunctions, HttpFunction
 from jobplane.local.fake_compute import DEFAULT_ZONES, FakeComputeServer
@@ -50,9 +51,9 @@ class GcpLocalCloud(LocalCloud):
 
     def __init__(self, state_dir: Path, port: int = 0, tick: float = 1.0, **kwargs: Any) -> None:
         super().__init__(state_dir, port, tick, **kwargs)
-        # the VMs' own token reads the agent bundles only (the local registry has no root)
+        # the VMs' own token reads the agent bundles only, a member's its team's grants (the registry has no root)
         self.gcs = ServiceProcess("jobplane.local.fake_gcs", port, "--bucket", self.bucket,
-                                  "--vm-reads", f"{self.bucket}/{keys.AGENT}")
+                                  "--vm-reads", f"{self.bucket}/{keys.AGENT}", "--member-grants", self.bucket)
         self.compute = FakeComputeServer(PROJECT, op_polls=0, consoles=self.state_dir / "instances",
                                          port=port + 1 if port else 0)
         self.topic = PubSubTopic(TOPIC)
@@ -64,6 +65,11 @@ class GcpLocalCloud(LocalCloud):
     def exports(self) -> dict[str, str]:
         return {"JOBPLANE_BUCKET": f"gs://{self.bucket}", "JOBPLANE_REGION": REGION, "GOOGLE_CLOUD_PROJECT": PROJECT,
                 "STORAGE_EMULATOR_HOST": self.gcs.url, "JOBPLANE_COMPUTE_ENDPOINT": self.compute.endpoint}
+
+    def member_exports(self, owner: str) -> dict[str, str]:
+        """The exports with a member's token (the GCS fake grants it what infra/gcp grants submitters[owner]) and
+        the owner `jobplane submit` drops for."""
+        return {**self.exports, "JOBPLANE_GCS_TOKEN": gcp_grants.member_token(owner), "JOBPLANE_OWNER": owner}
 
     def start_services(self) -> None:
         self.gcs.start(self.state_dir / "gcs.log")

@@ -31,9 +31,11 @@ def no_progress(path: Path) -> Iterator[Callable[[int], None]]:
 
 def _store(settings: Settings) -> ObjectStore:
     if settings.cloud == "gcp":
-        from jobplane.clouds.gcs import GcsStore
+        from jobplane.clouds.gcs import GcsStore, access_token_credentials
 
-        return GcsStore(settings.bucket, project=settings.project)
+        # a person's own token (JOBPLANE_GCS_TOKEN), so IAM holds their calls to their team's grants
+        credentials = access_token_credentials(settings.gcs_token) if settings.gcs_token else None
+        return GcsStore(settings.bucket, project=settings.project, credentials=credentials)
     from jobplane.clouds.s3 import S3Store, s3_client
 
     return S3Store(settings.bucket, s3_client(settings.region))
