@@ -62,7 +62,7 @@ def running(cloud: CloudProcess, job_id: str) -> None:
     wait_for(f"{job_id} running", lambda: reg.exists(job_id) and reg.job(job_id).state == State.RUNNING, 150, 0.5)
 
 
-@pytest.mark.parametrize("which", ["cloud"])
+@pytest.mark.parametrize("which", ["cloud", "gcp"])
 def test_a_team_reads_and_cancels_its_own_jobs_and_is_refused_another_teams(
         request: pytest.FixtureRequest, tmp_path: Path, which: str) -> None:
     cloud: CloudProcess = request.getfixturevalue(which)

@@ -222,10 +222,6 @@ class LocalCloud:
         """What a second shell (the CLI) and the functions need to find the registry and the cloud."""
         raise NotImplementedError
 
-    def member_exports(self, owner: str) -> dict[str, str]:
-        """What a second shell needs to act as a member of that owner's team: the exports, with its identity."""
-        raise NotImplementedError
-
     def start_services(self) -> None:
         """Start the cloud's API emulators."""
         raise NotImplementedError
