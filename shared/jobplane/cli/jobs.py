@@ -315,8 +315,11 @@ def cancel(job_id: str, force: bool, **conn: str | None) -> None:
         except sdk.SweepNotFound:
             raise missing from None
         done_array = array.cancel(force=force)
-        click.echo(f"{job_id} CANCELLED (an array: its {len(done_array.record.trials)} members dropped so far, "
-                   "each not ended cancelled)")
+        if done_array.record.live:  # a team member's request the functions have not come to yet
+            click.echo(f"{job_id}: cancel requested; the control plane stops the array at its next pass")
+            return
+        click.echo(f"{job_id} {done_array.record.state} (an array: its {len(done_array.record.trials)} members "
+                   "dropped so far, each not ended cancelled)")
         return
     done = job.cancel(force=force)
     if done.terminated:

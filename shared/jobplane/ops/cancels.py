@@ -92,6 +92,13 @@ def _job_vms(adapter: Compute, job_id: str) -> set[str]:
     return {i.id for i in adapter.list_managed() if i.job_id == job_id and not i.protected}
 
 
+def ask(reg: Registry, owner: str, target: str, *, force: bool = False) -> None:
+    """Write the request that the functions cancel `target` (a job, a sweep or an array) of `owner`'s: in its
+    cancels/<owner>/, which IAM lets only that team's members (and the platform team) write."""
+    body = {"version": 1, "force": force, "time": utcnow().isoformat()}
+    reg.put(keys.cancel_request(owner, target), json.dumps(body).encode(), "application/json")
+
+
 def request(reg: Registry, job_id: str, *, force: bool = False, wait: float = REQUEST_WAIT_S,
             sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> Cancelled:
     """Ask the functions to cancel the job (a request in its owner's cancels/<owner>/: AccessDenied when that is not
@@ -101,8 +108,7 @@ def request(reg: Registry, job_id: str, *, force: bool = False, wait: float = RE
     view = find(reg, job_id)
     if view.terminal:
         raise JobError(f"job {job_id} is already {view.state}")
-    body = {"version": 1, "force": force, "time": utcnow().isoformat()}
-    reg.put(keys.cancel_request(view.owner, job_id), json.dumps(body).encode(), "application/json")
+    ask(reg, view.owner, job_id, force=force)
     deadline = clock() + wait
     while True:
         view = find(reg, job_id)

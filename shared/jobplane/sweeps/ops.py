@@ -151,18 +151,18 @@ def _row(reg: Registry, record: SweepRecord, trial: Trial, now: datetime) -> Tri
 
 
 def cancel(reg: Registry, sweep_id: str, compute: Callable[[], Compute] | None,
-           now: datetime | None = None, *, force: bool = False) -> SweepRecord:
+           now: datetime | None = None, *, force: bool = False, by: str | None = None) -> SweepRecord:
     """Cancel the sweep (or array): CANCELLED by compare-and-swap (no run proposes a trial after it), then every
     trial that has not ended is cancelled as `jobplane cancel` cancels a job (force: its VMs terminated at once).
-    SweepEnded if it had ended already."""
+    SweepEnded if it had ended already. by: the team whose member asked (jobplane.control.cancels)."""
     now = now or utcnow()
 
     def cancelled(current: SweepRecord) -> SweepRecord:
         if not current.live:
             raise SweepEnded(f"{_kind(current.is_array)} {sweep_id} is already {current.state}" + (f": {current.reason}"
                                                                               if current.reason else ""))
-        return current.model_copy(update={"state": SweepState.CANCELLED, "reason": "cancelled by the user",
-                                          "updated_at": now})
+        reason = f"cancelled by a member of {by}" if by else "cancelled by the user"
+        return current.model_copy(update={"state": SweepState.CANCELLED, "reason": reason, "updated_at": now})
 
     record = store.update(reg, sweep_id, cancelled)[0]
     run.finish_cancel(reg, record, compute, now=now, force=force)

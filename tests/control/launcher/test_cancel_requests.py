@@ -14,6 +14,8 @@ from jobplane.model import keys
 from jobplane.model.states import State
 from jobplane.ops import cancels
 from jobplane.store.registry import Registry
+from jobplane.sweeps import ops as sweeps_ops
+from jobplane.sweeps import store as sweeps_store
 from tests.control.reconcile.day import Day
 from tests.helpers import member_store
 
@@ -87,3 +89,21 @@ def test_a_request_for_an_ended_job_or_none_is_dropped_and_a_dry_run_writes_noth
                          keys.cancel_request("team-a", "dry"), now=day.clock())
     assert dry.result == control.Result.CANCELLED and day.job("dry").state == State.LAUNCHING
     assert day.reg.has(keys.cancel_request("team-a", "dry"))
+
+
+def test_a_member_cancels_its_own_teams_array_and_is_refused_another_teams(day: Day) -> None:
+    for team, array in (("team-a", "ours"), ("team-b", "other")):
+        key = keys.queue_entry(array, team)
+        day.store.put(day.reg.key(key), b"run: python3 train.py\ninstance_type: t3.micro\narray: {size: 3}\n")
+        assert launcher.handle_drop(day.context(), key, now=day.clock()).result == launcher.Result.ARRAY
+    a = member(day, "team-a")
+    with pytest.raises(AccessDenied):  # a member writes no sweep record
+        sweeps_ops.cancel(a, "ours", None)
+    cancels.ask(a, "team-a", "ours")
+    assert requested(day, "team-a", "ours") == control.Result.CANCELLED
+    record = sweeps_store.get(day.reg, "ours")[0]
+    assert record.state == "CANCELLED" and record.reason == "cancelled by a member of team-a"
+    assert all(day.job(t.job_id).state == State.CANCELLED for t in record.trials)
+    cancels.ask(a, "team-a", "other")
+    assert requested(day, "team-a", "other") == control.Result.REFUSED
+    assert sweeps_store.get(day.reg, "other")[0].live
