@@ -2,7 +2,7 @@
 
 A SummaryWriter appends to its event file for the whole run, so a file is never "complete" the way a
 checkpoint is: each sync uploads every file whose size, mtime or inode changed since it last went up, whole,
-to jobs/<id>/tensorboard/<attempt>/<rank>/<path under log_dir>. A copy taken mid-append ends in a cut record,
+to teams/<owner>/<id>/tensorboard/<attempt>/<rank>/<path under log_dir>. A copy taken mid-append ends in a cut record,
 which TensorBoard's reader stops at and reads past once the next sync replaces it; the final sync (at the end
 and at a preemption, after the job's processes are gone) leaves every file whole. Uploads reuse
 agent/transfer.py's parallel, retried transfers.

@@ -2,7 +2,7 @@
 
 The agent hands every line its user processes print to an Extractor, which returns the metric points found
 on it (name, value, the current step) and, if a `stop_on` rule matched, why the job must stop. Points are
-stored as JSON Lines chunks under jobs/<id>/metrics/<attempt>/<rank>/ (encode / decode here), read back by
+stored as JSON Lines chunks under teams/<owner>/<id>/metrics/<attempt>/<rank>/ (encode / decode here), read back by
 `jobplane metrics` and `describe`.
 
 The work per line is bounded: a line is cut to MAX_LINE characters before any regex sees it, and a spec has

@@ -315,7 +315,7 @@ class JobSpec(_Model):
     checkpoint_dir: AbsPath = "/opt/ml/checkpoints"
     artifacts_dir: AbsPath = "/opt/ml/model"
     tensorboard: TensorBoard | None = Field(
-        None, description="TensorBoard event files to upload to jobs/<id>/tensorboard/ as they grow "
+        None, description="TensorBoard event files to upload to teams/<owner>/<id>/tensorboard/ as they grow "
                           "(`jobplane tensorboard ID` serves them)")
     system_metrics_interval: Annotated[int, AfterValidator(_system_interval)] = Field(
         15, ge=0, le=MAX_SYSTEM_METRICS_INTERVAL,

@@ -1,4 +1,4 @@
-"""System metrics as stored: one JSON line per sample under jobs/<id>/system/<attempt>/<rank>/, apart from the
+"""System metrics as stored: one JSON line per sample under teams/<owner>/<id>/system/<attempt>/<rank>/, apart from the
 metrics the job prints, and the kinds they are charted by.
 
 A sample is {"time": ISO, "values": {name: number}}: cpu_percent, memory_used_gb, memory_total_gb, disk_used_gb,

@@ -1,6 +1,6 @@
 """A local copy of jobs' TensorBoard runs, kept in step with the bucket for `jobplane tensorboard`.
 
-The agents upload a job's event files to jobs/<id>/tensorboard/<attempt>/<rank>/ (agent/tensorboard.py); the
+The agents upload a job's event files to teams/<owner>/<id>/tensorboard/<attempt>/<rank>/ (agent/tensorboard.py); the
 copy lays them out one run per job and attempt, so runs compare side by side in TensorBoard:
 <dest>/<job>/attempt-<n>/... (rank 0's), <dest>/<job>/attempt-<n>-rank-<r>/... (another rank's). An event file
 only grows while its writer runs, so a newer object whose start is what the copy holds is appended to the

@@ -42,7 +42,7 @@ class Sweep:
     @property
     def best(self) -> Best | None:
         """The best trial so far (the sweep's result once COMPLETED): `.job_id`, `.params`, `.objective`,
-        `.artifacts` (its model's key, jobs/<id>/artifacts/model/)."""
+        `.artifacts` (its model's key, teams/<owner>/<id>/artifacts/model/)."""
         return self._record.best
 
     def refresh(self) -> Sweep:
