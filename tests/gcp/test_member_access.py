@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from google.api_core.exceptions import Forbidden
 
+from jobplane.clouds.base import AccessDenied
 from jobplane.clouds.gcs import GcsStore
 from jobplane.local.fake_gcs import FakeGcsServer
 from jobplane.local.gcp import GcpLocalCloud
@@ -53,7 +53,7 @@ def test_a_member_reads_the_records_and_its_own_teams_data_only(member: Registry
     assert member.get_bytes(keys.job_record("x")) == b"{}"
     assert member.get_bytes(OWN_LOG) == b"{}" and member.get_bytes(keys.POLICY) == b"{}"
     for key in (OTHER_LOG, keys.code_upload("team-b", "y")):
-        with pytest.raises(Forbidden):
+        with pytest.raises(AccessDenied):
             member.get_bytes(key)
 
 
@@ -62,9 +62,9 @@ def test_a_member_creates_only_in_its_owners_folders_and_overwrites_nothing(memb
     member.put_if_absent(keys.cancel_request("team-a", "x"), b"")
     for key in (keys.job_record("x"), keys.cancel_request("team-b", "x"), keys.log_chunk(OWN, 1, 0, 2),
                 keys.queue_entry("z", "team-b")):
-        with pytest.raises(Forbidden):
+        with pytest.raises(AccessDenied):
             member.put(key, b"{}")
-    with pytest.raises(Forbidden):  # create-only: an overwrite needs delete, which no member holds
+    with pytest.raises(AccessDenied):  # create-only: an overwrite needs delete, which no member holds
         member.put(keys.queue_entry("x", "team-a"), b"id: x\n")
 
 
@@ -83,7 +83,7 @@ def test_submit_as_a_member_drops_the_spec_and_its_code_in_its_owners_folders(me
     doc = {"id": "new-job", "cloud": "gcp", "instance_type": "n2-standard-4", "command": "python train.py"}
     jobs.submit(backend.connect(settings), jobs.Submission("new-job", doc, tmp_path / "src", "team-a"))
     assert member.has(keys.queue_entry("new-job", "team-a")) and member.has(keys.code_upload("team-a", "new-job"))
-    with pytest.raises(Forbidden):  # the same, for another team
+    with pytest.raises(AccessDenied):  # the same, for another team
         jobs.submit(backend.connect(settings), jobs.Submission("other-job", doc, None, "team-b"))
 
 
@@ -102,7 +102,7 @@ def test_the_local_gcp_cloud_starts_its_gcs_fake_granting_members(tmp_path: Path
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", exports["STORAGE_EMULATOR_HOST"])
         reg = backend.registry(Settings.from_env(environ=exports))
         reg.put_if_absent(keys.queue_entry("x", "team-a"), b"id: x\n", "application/yaml")
-        with pytest.raises(Forbidden):
+        with pytest.raises(AccessDenied):
             reg.put_if_absent(keys.queue_entry("x", "team-b"), b"id: x\n", "application/yaml")
         with pytest.raises(ValueError, match="not an owner name"):
             cloud.member_exports("Team A")

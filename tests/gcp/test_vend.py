@@ -13,10 +13,9 @@ from typing import Any
 import pytest
 import requests
 from functions_framework import create_app
-from google.api_core.exceptions import Forbidden
 from google.oauth2.credentials import Credentials
 
-from jobplane.clouds.base import CredentialsRefused, PreconditionFailed
+from jobplane.clouds.base import AccessDenied, CredentialsRefused, PreconditionFailed
 from jobplane.clouds.gcp_vend import vended_credentials
 from jobplane.clouds.gcs import GcsStore
 from jobplane.local.cloud_functions import HttpFunction
@@ -224,7 +223,7 @@ def test_job_as_token_cannot_touch_job_bs_keys_and_can_its_own(vending: GcpCloud
     store = store_with(granted(vending, issuer, "job-a"))
 
     def forbidden(action: Any) -> None:
-        with pytest.raises(Forbidden):
+        with pytest.raises(AccessDenied):
             action()
 
     for action in _job_actions(store, "job-b"):
@@ -253,9 +252,9 @@ def test_a_jobs_token_writes_nothing_the_functions_decide_on_its_own_record_incl
                keys.stop_request("job-a"), keys.admission_owner("default"), keys.ADMISSION_DEPLOYMENT,
                keys.queue_entry("job-z"), keys.cancel_request("default", "job-a"), keys.sweep_record("job-a")]
     for key in trusted:
-        with pytest.raises(Forbidden):
+        with pytest.raises(AccessDenied):
             store.put("reg/" + key, json.dumps(forged).encode())
-    with pytest.raises(Forbidden):
+    with pytest.raises(AccessDenied):
         store.delete("reg/" + keys.job_record("job-a"))
     assert json.loads(vending.registry.get_bytes(keys.job_record("job-a")))["spec"]["owner"] == "default"
 
@@ -344,7 +343,7 @@ def test_the_agents_credentials_refresh_from_the_vend_function(vending: GcpCloud
         store.put("reg/" + keys.heartbeat("job-a", 1, 0), b"{}")  # the first request refreshes
         assert credentials.valid and credentials.expiry is not None
         assert (credentials.expiry - utcnow().replace(tzinfo=None)).total_seconds() > 3000
-        with pytest.raises(Forbidden):
+        with pytest.raises(AccessDenied):
             store.get("reg/" + keys.job_record("job-b"))
 
 

@@ -131,11 +131,12 @@ def patterns(synth: Synth, name: str) -> list[dict[str, Any]]:
     return [r["EventPattern"] for r in rules_for(synth, name) if "EventPattern" in r]
 
 
-def test_queue_drops_trigger_the_launcher(synth: Synth) -> None:
-    (pattern,) = patterns(synth, "launcher")
-    assert pattern["source"] == ["aws.s3"] and pattern["detail-type"] == ["Object Created"]
-    assert pattern["detail"] == {"bucket": {"name": [{"Ref": bucket_id(synth)}]},
-                                 "object": {"key": [{"prefix": "queue/"}]}}
+def test_queue_drops_and_cancel_requests_trigger_the_launcher(synth: Synth) -> None:
+    drops, cancels = patterns(synth, "launcher")
+    for pattern, prefix in ((drops, "queue/"), (cancels, "cancels/")):
+        assert pattern["source"] == ["aws.s3"] and pattern["detail-type"] == ["Object Created"]
+        assert pattern["detail"] == {"bucket": {"name": [{"Ref": bucket_id(synth)}]},
+                                     "object": {"key": [{"prefix": prefix}]}}
 
 
 def test_exit_reports_boot_failures_and_instance_state_changes_trigger_the_sweeper(synth: Synth) -> None:
@@ -163,7 +164,7 @@ def test_one_schedule_per_cron_from_context_and_every_target_dead_letters(synth:
         for rule in rules_for(synth, name):
             (target,) = rule["Targets"]
             assert target["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": [dlq, "Arn"]}}
-    assert len(synth.resources("AWS::Events::Rule")) == 9
+    assert len(synth.resources("AWS::Events::Rule")) == 10
 
 
 # ---- launch and terminate permissions (evaluated on the synthesized policies) -----------------------

@@ -48,7 +48,7 @@ def test_root_prefix_reaches_rules_env_vm_role_and_uploads(variant: Synth) -> No
             for r in variant.resources("AWS::Events::Rule").values()
             if r["Properties"].get("EventPattern", {}).get("source") == ["aws.s3"]]
     assert sorted(str(k) for k in keys) == sorted(str(k) for k in [
-        {"prefix": "team-a/queue/"}, {"prefix": "team-a/preempted-jobs/"},
+        {"prefix": "team-a/queue/"}, {"prefix": "team-a/cancels/"}, {"prefix": "team-a/preempted-jobs/"},
         {"wildcard": "team-a/jobs/*/attempts/*/nodes/*/exit.json"}])
     for fn in variant.functions().values():
         assert fn["Properties"]["Environment"]["Variables"]["JOBPLANE_ROOT"] == "team-a"

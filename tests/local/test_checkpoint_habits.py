@@ -17,6 +17,7 @@ import pytest
 
 from jobplane.local.demo import CloudProcess, poll
 from jobplane.local.runner import AGENT_ENV
+from jobplane.model import keys
 from jobplane.model.states import State
 from jobplane.ops import jobs
 from tests.local.conftest import cli_ok, submit, write_spec
@@ -93,7 +94,8 @@ def saved(text: str) -> list[int]:
 def wait_saved(cloud: CloudProcess, job_id: str, step: int) -> None:
     """Until attempt 1's log says it saved `step`: read in-process, only the chunks not read yet (a CLI call per
     look would cost a third of a CPU second each on a loaded machine)."""
-    reader, text = jobs.LogReader(cloud.registry(), job_id, attempt=1), list[str]()
+    data = keys.JobData(job_id, keys.DEFAULT_OWNER)  # its spec names no owner: the default one's folder
+    reader, text = jobs.LogReader(cloud.registry(), data, attempt=1), list[str]()
 
     def reached() -> bool:
         text.extend(chunk.text for chunk in reader.new())

@@ -29,6 +29,8 @@ store = S3Store(bucket, vended_s3_client(env.get("JOBPLANE_REGION"), env["JOBPLA
                                          int(env["JOBPLANE_ATTEMPT"]), bucket + ("/" + root if root else "")))
 
 def denial(exc):
+    if isinstance(exc, AccessDenied):  # the store's own error for S3's 403
+        return "AccessDenied"
     return exc.response["Error"]["Code"] if isinstance(exc, ClientError) else repr(exc)
 """
 
@@ -41,7 +43,7 @@ creds = vended_credentials(env["JOBPLANE_VEND_URL"], me, int(env["JOBPLANE_ATTEM
 store = GcsStore(bucket, project=env.get("GOOGLE_CLOUD_PROJECT"), credentials=creds)
 
 def denial(exc):
-    return "Forbidden" if "403" in str(exc) or "Forbidden" in type(exc).__name__ else repr(exc)
+    return "Forbidden" if isinstance(exc, AccessDenied) else repr(exc)  # the store's own error for GCS's 403
 """
 
 # The hostile script: the cloud's part, then the same tries on the victim's keys and on its own.
@@ -49,6 +51,7 @@ HOSTILE = """
 import json, os, sys
 env = os.environ
 sys.path.insert(0, os.path.join(env.get("JOBPLANE_AGENT_HOME", "/opt/jobplane"), "site"))
+from jobplane.clouds.base import AccessDenied
 from jobplane.model.keys import split_uri
 
 root = env.get("JOBPLANE_ROOT", "").strip("/")

@@ -88,7 +88,7 @@ def test_a_random_sweep_runs_6_trials_3_at_a_time_stops_a_bad_one_and_finds_the_
     assert best is not None and jobs[best.job_id].state == State.SUCCEEDED
     assert abs(math.log10(float(best.params["lr"])) + 2) < 0.5, best
     assert best.objective == pytest.approx(final_loss(float(best.params["lr"])), abs=1e-5)
-    assert best.artifacts == f"jobs/{best.job_id}/artifacts/model/"
+    assert best.artifacts == f"teams/default/{best.job_id}/artifacts/model/"
     succeeded = [t for t in record.trials if t.state == State.SUCCEEDED]
     assert best.objective == min(t.objective for t in succeeded if t.objective is not None)
 

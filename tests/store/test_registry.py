@@ -17,7 +17,7 @@ from jobplane.model.jobrecord import JobRecord, Updates
 from jobplane.model.spec import parse_spec
 from jobplane.model.states import LIVE, TERMINAL, TRANSITIONS, State
 from jobplane.store.registry import JobExists, JobNotFound, Registry, TransitionRefused, UnknownField
-from tests.helpers import Crash, crash_on_event_writes, data_of, race
+from tests.helpers import Crash, crash_on_event_writes, race
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = parse_spec("run: python3 train.py\ninstance_type: g5.xlarge\nowner: ml\n")
@@ -159,7 +159,7 @@ def test_an_update_naming_no_field_is_refused_and_changes_nothing() -> None:
 
 
 def test_updates_names_only_fields_of_the_record_a_write_may_set() -> None:
-    kept = {"id", "spec", "state", "owner", "created_at", "updated_at", "reason", "cause", "last_event"}
+    kept = {"id", "spec", "state", "owner", "created_at", "updated_at", "reason", "cause", "last_event", "layout"}
     assert set(Updates.__annotations__) == set(JobRecord.model_fields) - kept
 
 
@@ -304,15 +304,16 @@ def test_a_poller_reads_each_event_and_metrics_chunk_once_and_what_is_new() -> N
     reg.create_job("j1", SPEC)
     reg.record_event("j1", history.IdleGpu(attempt=1, reason="idle", action="warn", threshold=5, window=3))
     point = '{{"time": "2026-11-27T10:00:0{0}+00:00", "metric": "loss", "value": {1}, "step": {0}}}\n'
-    reg.put(keys.metrics_chunk(data_of(reg, "j1"), 1, 0, 0), point.format(1, 2.0).encode())
-    first = (reg.events("j1"), jobs.read_metrics(reg, "j1"))
+    data = reg.job("j1").data
+    reg.put(keys.metrics_chunk(data, 1, 0, 0), point.format(1, 2.0).encode())
+    first = (reg.events("j1"), jobs.read_metrics(reg, data))
     store.reads.clear()
     assert len(first[0]) == 2 and len(first[1]) == 1  # created, idle-gpu; one point
-    assert (reg.events("j1"), jobs.read_metrics(reg, "j1")) == first
+    assert (reg.events("j1"), jobs.read_metrics(reg, data)) == first
     assert store.reads == []  # nothing read again
-    reg.put(keys.metrics_chunk(data_of(reg, "j1"), 1, 0, 1), point.format(2, 1.0).encode())
-    assert [s.value for s in jobs.read_metrics(reg, "j1")] == [2.0, 1.0]
-    assert store.reads == ["team-a/" + keys.metrics_chunk(data_of(reg, "j1"), 1, 0, 1)]  # only the new chunk
+    reg.put(keys.metrics_chunk(data, 1, 0, 1), point.format(2, 1.0).encode())
+    assert [s.value for s in jobs.read_metrics(reg, data)] == [2.0, 1.0]
+    assert store.reads == ["team-a/" + keys.metrics_chunk(data, 1, 0, 1)]  # only the new chunk
     big = b"x" * (rooted.CREATED_CACHE_BYTES // 8)
     for n in range(9):  # 9/8 of the bound: the oldest goes
         reg.put(f"blob/{n}", big)

@@ -241,7 +241,7 @@ AGENT = r"""
 import json, sys
 from botocore.exceptions import ClientError
 from jobplane.clouds.aws_vend import vended_s3_client
-from jobplane.clouds.base import LOG_OBJECT_TAG, CredentialsRefused, NotFound
+from jobplane.clouds.base import LOG_OBJECT_TAG, AccessDenied, CredentialsRefused, NotFound
 from jobplane.clouds.s3 import S3Store
 region, url, job, bucket = sys.argv[1:5]
 try:
@@ -254,6 +254,8 @@ def attempt(name, fn):
         fn(); out[name] = "ok"
     except NotFound:
         out[name] = "NotFound"
+    except AccessDenied:
+        out[name] = "AccessDenied"
     except ClientError as exc:
         out[name] = exc.response["Error"]["Code"]
 for j in ("a", "b"):

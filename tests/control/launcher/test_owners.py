@@ -139,8 +139,10 @@ CODES = [  # (a spec's code:, what becomes of team-a's job), in one registry
     (f"s3://{BUCKET}/code/team-a/{'x' * 200}.tar.gz", "invalid"),  # its credentials' policy would not fit AWS's
     (f"s3://{BUCKET}/code/team-a/mine-5.tar.gz", "launched"),  # where submit --code uploads it
     (f"s3://{BUCKET}/code/team-a/shared/v2.tar.gz", "launched"),
-    (f"s3://{BUCKET}/jobs/mine-7/code/code.tar.gz", "launched"),  # job mine-7's own keys (it is CODES[7])
+    (f"s3://{BUCKET}/teams/team-a/mine-7/code/code.tar.gz", "launched"),  # job mine-7's own keys (it is CODES[7])
     ("s3://datasets/code/mine.tar.gz", "launched"),  # another bucket: the VM's own identity reads it, or cannot
+    (f"s3://{BUCKET}/jobs/mine-9/code/code.tar.gz", "invalid"),  # its record's folder: no longer where its data is
+    (f"s3://{BUCKET}/teams/team-b/mine-10/code/code.tar.gz", "invalid"),  # another team's folder, its own id
 ]
 
 

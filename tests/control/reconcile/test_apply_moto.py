@@ -287,7 +287,7 @@ def test_a_vm_whose_agent_never_started_leaves_its_console_output_in_the_logs(
     assert (record.cause, record.reason) == (Rule.BOOT_FAILED, "the agent never started: no heartbeat from rank 0 "
                                              "within boot_timeout 15m (the VM's console output is in `jobplane logs "
                                              "silent --attempt 1`); no restarts left (max_restarts 0)")
-    saved = moto_aws.registry.get_bytes(keys.console_log("silent", 1, 0)).decode()
+    saved = moto_aws.registry.get_bytes(keys.console_log(moto_aws.registry.job("silent").data, 1, 0)).decode()
     header = f"---- console output of {instance_id} (rank 0, attempt 1), saved by the sweeper ----"
     assert saved.splitlines() == [header, "jobplane-bootstrap: FAILED: no python3 on this image"]
     assert not alive(moto_aws, [instance_id])

@@ -360,9 +360,13 @@ class ChaosDay:
         if not self._exists(d, cluster):
             return  # the agent waits for its cluster.json
         if life is None:
+            try:
+                data = data_of(d.reg, inst.job_id)  # the agent reads its job's record first
+            except Unavailable:
+                return  # it tries again (next tick)
             local = self.tmp / d.name / inst.id
             local.mkdir(parents=True, exist_ok=True)
-            sync = CheckpointSync(self.store, local, d.reg.key(keys.checkpoints_prefix(data_of(d.reg, inst.job_id))),  # type: ignore[arg-type]
+            sync = CheckpointSync(self.store, local, d.reg.key(keys.checkpoints_prefix(data)),  # type: ignore[arg-type]
                                   rank=inst.rank, attempt=inst.attempt, settle=0.0, clock=self.clock,
                                   writers=set,  # a simulated agent writes between syncs, never during one
                                   superseded=partial(moved_on, d.reg, inst.job_id, inst.attempt),
