@@ -163,17 +163,11 @@ def _code_problems(spec: JobSpec, reg: Registry, job_id: str | None) -> list[Fie
 
 
 def _dependency_problems(spec: JobSpec, reg: Registry, job_id: str) -> list[FieldError]:
-    """Each job `after:` names must exist when this one is submitted (a GET each): an unknown one is refused."""
-    errors: list[FieldError] = []
-    for i, dependency in enumerate(spec.after):
-        if dependency == job_id:
-            errors.append(FieldError(f"after[{i}]", "a job cannot wait for itself"))
-        elif dependency in spec.after[:i]:
-            errors.append(FieldError(f"after[{i}]", f"{dependency!r} is named twice"))
-        elif not reg.exists(dependency):
-            errors.append(FieldError(f"after[{i}]", f"no job {dependency!r}: submit the jobs this one waits for "
-                                                    "first"))
-    return errors
+    """Each job or array `after:` names must exist when this one is submitted (a HEAD or two each): jobplane.ops.
+    admissible, which submit runs too."""
+    from jobplane.ops import admissible
+
+    return admissible.dependency_problems(reg, spec, job_id)
 
 
 def _sweep(ctx: Context, key: str, sweep_id: str, data: bytes, spec: JobSpec, problems: list[FieldError],
@@ -439,23 +433,17 @@ def _pass_on(ctx: Context, now: datetime) -> None:
 
 
 def _after(ctx: Context, record: JobRecord, now: datetime) -> JobRecord | None:
-    """The gate of a job's `after:` (jobplane.decide.dependencies): None once every dependency SUCCEEDED; else the
+    """The gate of a job's `after:` (jobplane.decide.dependencies): None once every dependency is met; else the
     record waiting for them (marked under after/<dependency>/ first, then read again, so a dependency that ends
-    meanwhile is seen either here or by the run that ends it), or FAILED naming the first that ended otherwise."""
+    meanwhile is seen either here or by the run that ends it), or FAILED naming the first that can no longer be met."""
+    from jobplane.control import dependencies as named
     from jobplane.decide import dependencies
     from jobplane.decide import launch as launch_decide  # only a run that launches decides a launch
 
     reg = ctx.registry
 
     def read() -> dependencies.Waiting | dependencies.Failed | None:
-        found = []
-        for dep in record.spec.after:
-            try:
-                other = reg.job(dep)
-                found.append(dependencies.Dependency(dep, other.state, other.reason))
-            except JobNotFound:
-                found.append(dependencies.Dependency(dep, None))
-        return dependencies.gate(found)
+        return dependencies.gate(named.read(reg, record.spec.after))  # each job's record, or an array's
 
     step = read()
     if isinstance(step, dependencies.Waiting):

@@ -20,7 +20,7 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
-from jobplane.model import accelerators, containers, images, sweepspec
+from jobplane.model import accelerators, containers, images, specfields, sweepspec
 from jobplane.model.bounds import (
     MAX_BOOT_TIMEOUT,
     MAX_DEBUG_HOLD,
@@ -327,9 +327,9 @@ class JobSpec(_Model):
         "default"
     )
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=32)
-    after: list[JobId] = Field(default_factory=list, max_length=20, description="start only once each of these jobs "
-                               "has SUCCEEDED (Slurm's afterok); one that ends otherwise ends this job FAILED; each "
-                               "must be submitted before this one")
+    after: list[specfields.AfterEntry] = Field(default_factory=list, max_length=20, description="jobs or arrays "
+        "to wait for: ID (afterok: SUCCEEDED; an array COMPLETED), afterany:ID (ended), afternotok:ID (ended otherwise)"
+        "; one never met ends this job FAILED; each submitted before it")
     priority: Annotated[str, _pattern_str(LABEL_KEY, "priority class (lowercase letter, then up to 62 of a-z 0-9 _ -)")
                         ] | None = Field(None, description="a priority class of the policy's priority_classes: "
                                                            "within the owner's quota a higher class goes first; "

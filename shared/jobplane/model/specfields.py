@@ -89,6 +89,14 @@ def pattern_str(pattern: str, what: str) -> Any:
     return BeforeValidator(check)
 
 
+# An entry of `after:`: a job's or an array's id, as Slurm's --dependency takes one: afterok (the default), afterany
+# or afternotok, then a colon (no job id has one).
+AFTER_KINDS = ("afterok", "afterany", "afternotok")
+AFTER_ENTRY = rf"^(({'|'.join(AFTER_KINDS)}):)?[a-z]([a-z0-9-]{{0,61}}[a-z0-9])?$"
+AfterEntry = Annotated[
+    str, pattern_str(AFTER_ENTRY, "dependency (a job's or an array's id, or afterok:ID, afterany:ID, afternotok:ID)"),
+    Field(json_schema_extra={"pattern": AFTER_ENTRY}),
+]
 # SageMaker's MetricDefinition: a name of 1-255 characters (its pattern is `.+`; control characters, which would
 # break one-line output, are refused here) and a regex of 1-500 characters whose one capture group is the value.
 METRIC_NAME = r"^[^\x00-\x1f\x7f]{1,255}$"
