@@ -221,6 +221,11 @@ class Policy:
         found = self.priority_classes.get(spec.priority or "")
         return found.value if found is not None else 0
 
+    def priority_class(self, value: int) -> str | None:
+        """The priority class a value is the value of, as people name it (several with one value: 'a/b'); None: no
+        class has it (0 without a class, or a class the policy no longer has)."""
+        return "/".join(sorted(n for n, c in self.priority_classes.items() if c.value == value)) or None
+
     def stall_timeout(self, spec: JobSpec) -> int:
         return spec.stall_timeout or self.default_stall_timeout
 

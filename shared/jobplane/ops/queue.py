@@ -19,7 +19,8 @@ from jobplane.store.registry import JobNotFound, Registry
 
 @dataclass(frozen=True)
 class Standing:
-    """One waiting job: its place in its owner's line (None: it waits for a dependency, in no line yet) and why."""
+    """One waiting job: its place in its owner's line (None: it waits for a dependency, in no line yet) and why; or
+    an array's members not dropped yet (`size`, `not_dropped`: jobplane.sweeps.ops.array_waits)."""
 
     job_id: str
     owner: str
@@ -28,10 +29,20 @@ class Standing:
     nodes: int
     since: datetime | None  # its submission
     why: str
+    priority_class: str | None = None  # the class the priority is of, by name (Policy.priority_class)
+    size: int | None = None  # an array's members in all
+    not_dropped: int | None = None  # an array's members it has not dropped yet
+
+    @property
+    def priority_name(self) -> str:
+        """The priority as people name it: its class ('urgent'), else its value ('0')."""
+        return self.priority_class or str(self.priority)
 
     def as_dict(self) -> dict[str, object]:
+        array = {"array": {"size": self.size, "not_dropped": self.not_dropped}} if self.size is not None else {}
         return {"id": self.job_id, "owner": self.owner, "position": self.position, "priority": self.priority,
-                "nodes": self.nodes, "submitted": self.since.isoformat() if self.since else None, "why": self.why}
+                "priority_class": self.priority_class, "nodes": self.nodes,
+                "submitted": self.since.isoformat() if self.since else None, "why": self.why, **array}
 
 
 def standing(reg: Registry, owner: str | None = None, now: datetime | None = None) -> list[Standing]:
@@ -58,7 +69,7 @@ def standing(reg: Registry, owner: str | None = None, now: datetime | None = Non
                 why = f"family cap: {family_used[full[0]]} of {policy.max_active_by_family[full[0]]} {full[0]} " \
                       f"nodes in use (max_active_by_family.{full[0]})"
             out.append(Standing(waiter.job_id, waiter.owner, n + 1, waiter.priority, waiter.nodes, waiter.submitted,
-                                spent.reason if spent is not None else why))
+                                spent.reason if spent is not None else why, policy.priority_class(waiter.priority)))
     waits: dict[str, list[str]] = {}
     for key, _, _ in reg.listing(keys.AFTER):
         dependency, _, job_id = key.removeprefix(keys.AFTER).partition("/")
@@ -71,7 +82,8 @@ def standing(reg: Registry, owner: str | None = None, now: datetime | None = Non
             continue
         if owner is not None and job.owner != owner:
             continue
-        on = ", ".join(f"{d} ({states.get(d, 'ended')})" for d in dependencies)
+        on = ", ".join(f"{d} ({states.get(d) or ('RUNNING' if reg.has(keys.active_sweep(d)) else 'ended')})"
+                       for d in dependencies)  # a job's marker, else a live array's
         out.append(Standing(job_id, job.owner, None, policy.priority(job.spec), job.spec.num_nodes, job.created_at,
-                            f"dependency: waiting for {on}"))
+                            f"dependency: waiting for {on}", job.spec.priority))
     return out

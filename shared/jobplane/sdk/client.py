@@ -15,9 +15,13 @@ from typing import Any
 import yaml
 
 from jobplane.decide.budget import Standing as Budget
-from jobplane.model.errors import FieldError
+from jobplane.model.errors import FieldError, SpecError
+from jobplane.model.policy import Policy
+from jobplane.model.spec import parse_spec
 from jobplane.model.states import LIVE, State
-from jobplane.ops import backend, budgets, jobs, queue, tensorboard
+from jobplane.model.yaml_input import load_document
+from jobplane.ops import admissible, backend, budgets, jobs, queue, tensorboard
+from jobplane.ops import usage as quotas
 from jobplane.sdk.connection import Connection
 from jobplane.sdk.errors import ConfigurationError, InvalidSpec, Refused, translated
 from jobplane.sdk.job import Job
@@ -41,20 +45,27 @@ _submitting_lock = threading.Lock()
 
 def prepare(spec: str | os.PathLike[str] | Mapping[str, Any], *, code: str | os.PathLike[str] | None = None,
             hyperparameters: Mapping[str, Any] | None = None, owner: str | None = None,
-            id: str | None = None) -> jobs.Submission:
+            id: str | None = None, priority: str | None = None) -> jobs.Submission:
     """Check a spec the way the launcher will, without a registry, and return what submit() would drop.
 
     spec is a YAML file's path or the spec as a mapping; a relative `code:` in it is relative to the file's
     directory (to the working directory for a mapping). code is the directory to upload as the job's working
     directory; hyperparameters override or add to the spec's; owner submits to `queue/<owner>/`. id names the job
-    (default: from the spec's `id`, else its name and the time). InvalidSpec names each problem's field;
-    OSError if the file cannot be read.
+    (default: from the spec's `id`, else its name and the time); priority is a priority class of the policy, over
+    the spec's `priority:`. InvalidSpec names each problem's field; OSError if the file cannot be read.
     """
     if isinstance(spec, Mapping):
         path, text = Path("<spec>"), yaml.safe_dump(dict(spec), sort_keys=False)
     else:
         path = Path(spec)
         text = path.read_text()
+    if priority is not None:
+        with translated():
+            try:
+                document = load_document(text, path.name)
+            except SpecError as exc:
+                raise jobs.SpecInvalid(str(path), exc.errors) from None
+        text = yaml.safe_dump({**document, "priority": priority}, sort_keys=False)
     code_dir = Path(code) if code is not None else None
     if code_dir is not None and not code_dir.is_dir():
         raise InvalidSpec([FieldError("code", f"{str(code_dir)!r} is not a directory")])
@@ -130,28 +141,35 @@ class Client:
     # ---- jobs -----------------------------------------------------------------------------------------------
     def submit(self, spec: SpecSource, *, code: str | os.PathLike[str] | None = None,
                hyperparameters: Mapping[str, Any] | None = None, owner: str | None = None, id: str | None = None,
-               on_code: Callable[[int, str], None] | None = None) -> Job:
-        """Submit a job: upload its code (a tar.gz of `code`, or of the spec's relative `code:`), then drop its
-        spec into `queue/` (`queue/<owner>/`). From then on the job exists: it is QUEUED until the launcher takes it.
+               priority: str | None = None, on_code: Callable[[int, str], None] | None = None) -> Job:
+        """Submit a job: check it against the policy in force, upload its code (a tar.gz of `code`, or of the spec's
+        relative `code:`), then drop its spec into `queue/` (`queue/<owner>/`). From then on the job exists: it is
+        QUEUED until the launcher takes it.
 
         spec is a YAML file's path, the spec as a mapping, or what prepare() returned (then give nothing else).
         hyperparameters override or add to the spec's (`{"lr": 0.02}`). owner submits to `queue/<owner>/` and
         `code/<owner>/` (default: the spec's `owner:`). id names the job (default: the spec's `id`, else its
-        name and the time, unique in this process). on_code(files, uri) is told what was uploaded.
+        name and the time, unique in this process). priority is a priority class, over the spec's `priority:`.
+        on_code(files, uri) is told what was uploaded.
 
-        InvalidSpec names each problem's field (a spec for another cloud than the registry's included);
-        JobExists or Refused if the id is taken.
+        InvalidSpec names each problem's field, before anything is uploaded: what the launcher would refuse by the
+        policy in force (an instance type, a priority class unknown or not the owner's, an array that can never fit
+        the quotas), an `after:` naming no job or array, an owner at its budget when the policy refuses new jobs
+        past it, a spec for another cloud than the registry's. JobExists or Refused if the id is taken.
         """
         if isinstance(spec, jobs.Submission):
-            if code is not None or hyperparameters is not None or owner is not None or id is not None:
-                raise TypeError("submit(prepared): code, hyperparameters, owner and id were given to prepare()")
+            if code is not None or hyperparameters is not None or owner is not None or id is not None \
+                    or priority is not None:
+                raise TypeError("submit(prepared): code, hyperparameters, owner, id and priority were given to "
+                                "prepare()")
             plan = spec
             if not self._hold(plan.job_id):
                 raise Refused(f"job {plan.job_id!r} is already queued")
         else:
-            plan = self._plan(spec, code, hyperparameters, owner, id)
+            plan = self._plan(spec, code, hyperparameters, owner, id, priority)
         try:
             with translated():
+                self._check(plan)
                 for _ in range(ID_TRIES):
                     try:
                         return Job(self._connection, jobs.submit(self._connection.backend(), plan, on_bundle=on_code))
@@ -161,20 +179,28 @@ class Client:
                     # a drawn id a job submitted a moment ago (in this second, by this process or another) has
                     # already: nothing was uploaded or dropped, so draw another
                     self._release(plan.job_id)
-                    plan = self._plan(spec, code, hyperparameters, owner, id)
+                    plan = self._plan(spec, code, hyperparameters, owner, id, priority)
                 raise jobs.AlreadyQueued(plan.job_id)
         finally:
             self._release(plan.job_id)
+
+    def _check(self, plan: jobs.Submission) -> None:
+        """What the launcher would refuse by the registry as it is now (jobplane.ops.admissible), before any upload."""
+        spec = parse_spec(yaml.safe_dump(plan.doc), job_id=plan.job_id)
+        errors = admissible.problems(self._registry, spec, plan.job_id, datetime.now(UTC))
+        if errors:
+            raise jobs.SpecInvalid(None, errors)
 
     def _release(self, job_id: str) -> None:
         with _submitting_lock:
             _submitting.discard((self._settings.deployment, job_id))
 
     def _plan(self, spec: str | os.PathLike[str] | Mapping[str, Any], code: str | os.PathLike[str] | None,
-              hyperparameters: Mapping[str, Any] | None, owner: str | None, job_id: str | None) -> jobs.Submission:
+              hyperparameters: Mapping[str, Any] | None, owner: str | None, job_id: str | None,
+              priority: str | None) -> jobs.Submission:
         """prepare(), with an id nobody in this process is submitting: a drawn one is drawn again."""
         for _ in range(ID_TRIES):
-            plan = prepare(spec, code=code, hyperparameters=hyperparameters, owner=owner, id=job_id)
+            plan = prepare(spec, code=code, hyperparameters=hyperparameters, owner=owner, id=job_id, priority=priority)
             if self._hold(plan.job_id):
                 return plan
             if not plan.drawn:
@@ -211,13 +237,30 @@ class Client:
                 if (states is None or v.state in states) and (owner is None or (v.spec and v.spec.owner == owner))
                 and (wanted is None or (v.spec is not None and wanted(v.spec.labels)))]
 
-    # ---- sweeps ---------------------------------------------------------------------------------------------
+    # ---- the queue and the policy ------------------------------------------------------------------------------
     def queue(self, *, owner: str | None = None) -> builtins.list[queue.Standing]:
         """The waiting jobs (or one owner's): each owner's line in the order it is admitted, with each job's
-        position, priority and why it waits (`quota: 2 of 2 nodes in use by team-a`), then the jobs waiting for
-        their `after:` (`dependency: waiting for prep (RUNNING)`)."""
+        position, priority (`.priority_name`: its class) and why it waits (`quota: 2 of 2 nodes in use by team-a`),
+        then the jobs waiting for their `after:` (`dependency: waiting for prep (RUNNING)`), then each live array's
+        members not dropped yet (one row an array: `.size`, `.not_dropped`)."""
         with translated():
-            return queue.standing(self._registry, owner)
+            return queue.standing(self._registry, owner) + ops.array_waits(self._registry, owner)
+
+    def usage(self, *, owner: str | None = None, now: datetime | None = None) -> quotas.Usage:
+        """Who uses what of the quotas, as the admission counts it: `.owners` (each owner holding or waiting for
+        nodes, or named by the policy's budgets or weights: `.in_use` of `.quota` nodes, `.waiting` jobs, `.weight`,
+        `.share` of the deployment's cap, `.budget` this month), `.deployment` (the cap, or None) and `.families`
+        (each instance family's cap), each cap with `.in_use` and `.limit`."""
+        with translated():
+            return quotas.usage(self._registry, owner, now)
+
+    def policy(self) -> Policy:
+        """The policy in force (`config/policy.yaml`, or the defaults without one): quotas and caps, priority
+        classes, budgets, limits, images, prices (jobplane.model.policy.Policy)."""
+        with translated():
+            return self._registry.policy()
+
+    # ---- sweeps and arrays ------------------------------------------------------------------------------------
 
     def sweeps(self, *, include_finished: bool = False) -> builtins.list[Sweep]:
         """The sweeps still at work (RUNNING, or cancelled with trials being stopped), or every sweep; by id."""
@@ -230,6 +273,11 @@ class Client:
         if there is none (then), saying what the id is instead: still in queue/ (`.queued`), rejected, a job."""
         with translated():
             return Sweep(self._connection, ops.find(self._registry, sweep_id, wait, interval))
+
+    def arrays(self, *, include_finished: bool = False) -> builtins.list[Sweep]:
+        """The arrays still at work (or every array), by id, each as `array()` gives it."""
+        with translated():
+            return [Sweep(self._connection, r) for r in ops.records(self._registry, include_finished, arrays=True)]
 
     def array(self, array_id: str) -> Sweep:
         """The array with this id (a spec with `array:`), as a sweep whose trials are its members, jobs

@@ -16,7 +16,7 @@ from jobplane.clouds.base import Compute
 from jobplane.model.clock import utcnow
 from jobplane.model.specfields import HpValue
 from jobplane.model.states import TERMINAL, State
-from jobplane.ops import jobs
+from jobplane.ops import jobs, queue
 from jobplane.store.registry import JobNotFound, Registry, UnreadableRecord
 from jobplane.sweeps import curves, run, store
 from jobplane.sweeps.record import SweepRecord, SweepState, Trial
@@ -57,15 +57,38 @@ class SweepDetail:
         """Trials not ended: queued (no job yet) or live."""
         return sum(1 for t in self.trials if t.state is None or t.state not in TERMINAL)
 
+    @property
+    def counts(self) -> dict[str, int]:
+        """Its trials (an array's members) by state, those not dropped yet too (SweepRecord.counts)."""
+        return self.record.counts({t.job_id: t.state for t in self.trials})
 
-def records(reg: Registry, include_finished: bool = False) -> list[SweepRecord]:
-    """The sweeps with work left (one listing of active-sweeps/), or every sweep; by id. Arrays are left out."""
+
+def records(reg: Registry, include_finished: bool = False, *, arrays: bool = False) -> list[SweepRecord]:
+    """The sweeps with work left (one listing of active-sweeps/), or every sweep; by id. Arrays are left out (with
+    arrays, they are the ones given)."""
     found = []
     for sweep_id in store.all_ids(reg) if include_finished else store.live(reg):
         with contextlib.suppress(store.SweepNotFound):
-            if not (record := store.get(reg, sweep_id)[0]).is_array:
+            if (record := store.get(reg, sweep_id)[0]).is_array == arrays:
                 found.append(record)
     return found
+
+
+def array_waits(reg: Registry, owner: str | None = None) -> list[queue.Standing]:
+    """The members each live array (or one owner's) has not dropped yet, one row an array (`jobplane queue`): they
+    are no jobs yet, so no line holds them; the array drops the next as each member ends, at most max_parallel live."""
+    policy, out = reg.policy(), []
+    for record in records(reg, arrays=True):
+        spec, left = record.spec, record.size - len(record.trials)
+        if left <= 0 or owner not in (None, record.owner):
+            continue
+        parallel = record.section.parallel
+        out.append(queue.Standing(
+            record.id, record.owner, None, policy.priority(spec), spec.num_nodes, record.created_at,
+            f"array: {left} of {record.size} members not dropped yet; it drops the next as one ends, at most "
+            f"{parallel} at once" + (" (array.max_parallel)" if spec.array and spec.array.max_parallel else ""),
+            spec.priority, record.size, left))
+    return out
 
 
 def records_one(reg: Registry, sweep_id: str, *, array: bool = False) -> SweepRecord:

@@ -15,6 +15,7 @@ n - 1, job <id>-<n - 1>, with no parameters; it ends COMPLETED when every member
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -29,6 +30,8 @@ from jobplane.model.states import TERMINAL, State
 from jobplane.model.sweepspec import ARRAY_LABEL, ArraySpec, SweepSpec
 
 FORMAT = 1  # the record's format version
+NOT_DROPPED = "NOT_DROPPED"  # counts(): trials (members) the record has not proposed (dropped) yet
+ENDED = "ENDED"  # counts(): a trial whose job was not looked at, of the live jobs only, nor seen ended by the record
 
 
 class SweepState(StrEnum):
@@ -110,6 +113,22 @@ class SweepRecord(BaseModel):
     @property
     def live(self) -> bool:
         return self.state == SweepState.RUNNING
+
+    @property
+    def size(self) -> int:
+        """Trials in all: an array's size (its members), a sweep's max_trials (or its grid's size)."""
+        return self.section.trial_count
+
+    def counts(self, seen: Mapping[str, str | None], unseen: str = State.QUEUED) -> dict[str, int]:
+        """Its trials (an array's members) by state, in State's order, then those not dropped yet (NOT_DROPPED). A
+        trial's state is its job's as `seen` gives it (None: its drop waits for the launcher, QUEUED), else the end
+        the record saw, else `unseen` (what a trial whose job was not looked at is: QUEUED, or ENDED when only live
+        jobs were)."""
+        found = Counter(str(seen.get(t.job_id) or State.QUEUED) if t.job_id in seen else str(t.state or unseen)
+                        for t in self.trials)
+        order = [*State, ENDED]
+        counts = {state: found[state] for state in sorted(found, key=lambda s: order.index(s) if s in order else 99)}
+        return {**counts, NOT_DROPPED: self.size - len(self.trials)} if len(self.trials) < self.size else counts
 
     def trial(self, job_id: str) -> Trial | None:
         return next((t for t in self.trials if t.job_id == job_id), None)
