@@ -389,10 +389,10 @@ def test_queue_and_describe_say_where_each_waiting_job_stands(registry_cloud: Re
     reg.put(keys.POLICY, b"max_active_instances_per_owner: 1\npriority_classes: {urgent: {value: 100}}\n")
     in_line(reg, [("running", registry_cloud.spec(), 0), ("plain", registry_cloud.spec(), 0),
                   ("rush", registry_cloud.spec("priority: urgent\n"), 100)], quota=1, now=datetime.now(UTC))
-    rows = json.loads(run("queue", "--json").stdout)
-    assert [(r["position"], r["id"], r["priority"], r["why"]) for r in rows] == [
-        (1, "rush", 100, "quota: 1 of 1 nodes in use by default"),
-        (2, "plain", 0, "quota: 1 earlier job first; 1 of 1 nodes in use by default")]
+    rows = json.loads(run("queue", "--json").stdout)["jobs"]
+    assert [(r["position"], r["id"], r["priority"], r["priority_class"], r["why"]) for r in rows] == [
+        (1, "rush", 100, "urgent", "quota: 1 of 1 nodes in use by default"),
+        (2, "plain", 0, None, "quota: 1 earlier job first; 1 of 1 nodes in use by default")]
     table = run("queue", "--owner", "default")
     assert table.exit_code == 0 and "rush" in table.stdout and "1 of 1 nodes in use by default" in table.stdout
     assert run("queue", "--owner", "team-b").stderr == "no job waits for owner team-b\n"

@@ -57,6 +57,7 @@ ALLOWED = {
     "jobplane.model.yaml_input": "--hp values read as bounded YAML",
     "jobplane.model.states": "State: exit codes, what describe shows",
     "jobplane.model.clock": "utcnow: the wall clock in UTC (the standard library only)",
+    "jobplane.sweeps.record": "an array's record: the model of what Sweep.record returns (ls and describe show it)",
     "jobplane.local.cli": "`jobplane local`: the local cloud's group, which talks to `local up` by its control "
                           "socket, not to a registry",
     "jobplane.local.control": "ssh on the local cloud: how `local up` enters a VM, asked by its control socket",

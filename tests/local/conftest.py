@@ -23,8 +23,8 @@ from jobplane.model import keys
 
 TRAIN = Path(__file__).resolve().parents[2] / "examples" / "train"
 # The commands that only talk to the cloud's APIs (ssh and `local` run processes or reach the control endpoint)
-IN_PROCESS = frozenset({"submit", "ls", "queue", "describe", "logs", "wait", "cancel", "checkpoints", "sweep",
-                        "metrics", "cost"})
+IN_PROCESS = frozenset({"submit", "ls", "queue", "policy", "describe", "logs", "wait", "cancel", "checkpoints",
+                        "sweep", "metrics", "cost"})
 
 
 class ModuleCloud(CloudProcess):

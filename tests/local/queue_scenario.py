@@ -57,7 +57,7 @@ def run_team_queue(cloud: CloudProcess, tmp_path: Path, /, **spec: str) -> None:
         try:
             wait_for("the first two to run and the others to wait", lambda: [state(n) for n in EXPECTED] == [
                 State.RUNNING] * 2 + [State.WAITING_CAPACITY] * 4, 90, every=0.5)
-            waiting = json.loads(cli_ok(cloud, "queue", "--owner", OWNER, "--json"))
+            waiting = json.loads(cli_ok(cloud, "queue", "--owner", OWNER, "--json"))["jobs"]
             in_use = f"2 of 2 nodes in use by {OWNER}"
             assert [(names[w["id"]], w["position"], w["priority"], w["why"]) for w in waiting] == [
                 ("urgent", 1, 100, f"quota: {in_use}"),
@@ -65,8 +65,10 @@ def run_team_queue(cloud: CloudProcess, tmp_path: Path, /, **spec: str) -> None:
                 ("overnight", 3, -10, f"quota: 2 earlier jobs first; {in_use}"),
                 ("follow", None, -10, f"dependency: waiting for {first} (RUNNING)")], waiting
             table = cli_ok(cloud, "queue").splitlines()
-            assert [row.split()[:2] for row in table[1:]] == [
-                ["1", ids["urgent"]], ["2", ids["plain"]], ["3", ids["overnight"]], ["-", ids["follow"]]], table
+            rows = table[table.index(next(line for line in table if line.split()[:1] == ["POSITION"])) + 1:]
+            assert [row.split()[:4] for row in rows] == [
+                ["1", ids["urgent"], OWNER, "urgent"], ["2", ids["plain"], OWNER, "0"],
+                ["3", ids["overnight"], OWNER, "batch"], ["-", ids["follow"], OWNER, "batch"]], table
         finally:
             gate.touch()
         wait_for("all 6 to end", lambda: all(state(n) in (State.SUCCEEDED, State.FAILED) for n in EXPECTED), 120,
@@ -79,7 +81,7 @@ def run_team_queue(cloud: CloudProcess, tmp_path: Path, /, **spec: str) -> None:
         live = [n for n, (start, end) in lives.items() if start <= launched < end]
         assert len(live) <= 2, f"{live} live when {name} launched: {lives}"
     assert lives["follow"][0] > lives["first-1"][1], "follow launched before first-1 SUCCEEDED"
-    assert json.loads(cli_ok(cloud, "queue", "--owner", OWNER, "--json")) == []
+    assert json.loads(cli_ok(cloud, "queue", "--owner", OWNER, "--json"))["jobs"] == []
 
 
 def life(events: list[dict[str, Any]]) -> tuple[datetime, datetime]:

@@ -17,7 +17,7 @@ from rich.table import Table
 from jobplane.cli.connect import UserError, client, cloud_errors, registry_options
 from jobplane.cli.follow import follow_job, tagged
 from jobplane.cli.params import DurationType, HyperparameterType
-from jobplane.cli.sweeps import grouped
+from jobplane.cli.sweeps import describe_array, grouped
 from jobplane.model.clock import utcnow
 from jobplane.model.states import State
 from jobplane.views import cost, jobview, metricview
@@ -37,27 +37,34 @@ GOALS = ("running", "terminal")  # wait --for
 @click.option("--owner", envvar="JOBPLANE_OWNER",
               help="Submit as this owner: to queue/OWNER/ (env JOBPLANE_OWNER; default: the spec's owner). A spec "
                    "that names another owner is refused: neither wins, the two must agree.")
+@click.option("-p", "--priority", metavar="CLASS",
+              help="A priority class of the policy's (`jobplane policy` lists them), over the spec's `priority:`.")
 @click.option("-f", "--follow", is_flag=True, help="Then follow it as `logs -f` does and exit with its outcome.")
 @click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between polls with -f.")
 @registry_options
 @cloud_errors
 def submit(spec_file: Path, code_dir: Path | None, job_id: str | None, hps: tuple[tuple[str, Any], ...],
-           owner: str | None, follow: bool, interval: float, **conn: str | None) -> None:
-    """Submit a job: upload its code (with a progress bar), then drop the spec into queue/.
+           owner: str | None, priority: str | None, follow: bool, interval: float, **conn: str | None) -> None:
+    """Submit a job: check it against the policy in force, upload its code (with a progress bar), then drop
+    the spec into queue/.
 
     \b
-    Prints the job id. From then on the job is listed, described and followed as QUEUED until the
-    launcher takes it (within seconds). With -f, follow it to the end as `logs -f` does, and exit 0
-    SUCCEEDED, 1 FAILED, 3 CANCELLED, 4 TIMED_OUT, 5 STALLED, 6 INVALID, 130 Ctrl-C (never stops the job).
+    Prints the job id. A spec the launcher would refuse by the policy in force (an instance type, a priority
+    class unknown or not the owner's, an array that can never fit the quotas), an `after:` naming no job or
+    array, or an owner at its budget when the policy refuses new jobs past it, is refused at once, naming
+    the field: exit 1, nothing uploaded or dropped. From then on the job is listed, described and followed as
+    QUEUED until the launcher takes it (within seconds). With -f, follow it to the end as `logs -f` does, and
+    exit 0 SUCCEEDED, 1 FAILED, 3 CANCELLED, 4 TIMED_OUT, 5 STALLED, 6 INVALID, 130 Ctrl-C (never stops the job).
     With an owner (--owner or the spec's; if both, they must agree), the spec goes to queue/OWNER/ and the
     code to code/OWNER/, the places the platform's IAM lets that team write; quotas count by it.
     Example:
       jobplane submit examples/demo.yaml --code examples/train -f
-      jobplane submit examples/sagemaker.yaml --code examples/sagemaker --hp epochs=20 --hp lr=0.02
+      jobplane submit examples/sagemaker.yaml --code examples/sagemaker --hp epochs=20 --hp lr=0.02 -p urgent
     """
     from jobplane import sdk  # loaded by a command that runs, not by --help
 
-    prepared = sdk.prepare(spec_file, code=code_dir, id=job_id, hyperparameters=dict(hps), owner=owner)
+    prepared = sdk.prepare(spec_file, code=code_dir, id=job_id, hyperparameters=dict(hps), owner=owner,
+                           priority=priority)
     registry = client(**conn)
 
     def bundled(files: int, uri: str) -> None:
@@ -92,15 +99,17 @@ def ls_cmd(include_done: bool, as_json: bool, trials: bool, **conn: str | None) 
     \b
     A job still in queue/ shows as QUEUED, its age the time it has waited. The cost is an estimate (~):
     instance time at the price recorded at launch (`jobplane cost` sums it). The trials of a sweep show
-    as one SWEEP line (their count by state, nodes and cost summed), the members of an array as one ARRAY
-    line, unless --trials.
+    as one SWEEP line (their count by state, nodes and cost summed), the members of an array as one line
+    (ARRAY while it runs, then COMPLETED, FAILED or CANCELLED; its size and its members by state, those not
+    dropped yet too), unless --trials.
     Example:
       jobplane ls --all
     """
     registry, now = client(**conn), utcnow()
     listed = [(None if trials or job.view.spec is None else job.view.spec.belongs_to, view_row(job.view, now))
               for job in registry.list(include_finished=include_done)]
-    rows = sorted(grouped(listed), key=lambda r: r["age"], reverse=True)
+    arrays = {} if trials else {a.id: a.record for a in registry.arrays(include_finished=include_done)}
+    rows = sorted(grouped(listed, arrays, everything=include_done, now=now), key=lambda r: r["age"], reverse=True)
     if as_json:
         click.echo(json.dumps(rows, indent=1))
         return
@@ -114,53 +123,36 @@ def ls_cmd(include_done: bool, as_json: bool, trials: bool, **conn: str | None) 
         click.echo(f"no live {'jobs or trials' if trials else 'jobs'}: --all lists the ended ones too", err=True)
 
 
-@click.command(name="queue")
-@click.option("--owner", help="Only this owner's waiting jobs.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@registry_options
-@cloud_errors
-def queue_cmd(owner: str | None, as_json: bool, **conn: str | None) -> None:
-    """List the waiting jobs where they stand: each owner's line in the order it is admitted (a higher
-    priority first, then the earliest submitted), with each job's position and why it waits, then the jobs
-    waiting for their `after:`.
-
-    \b
-    Example:
-      jobplane queue --owner team-a
-    """
-    from jobplane.model.bounds import format_duration  # with the spec's field types: loaded when a command runs
-
-    found = client(**conn).queue(owner=owner)
-    if as_json:
-        click.echo(json.dumps([place.as_dict() for place in found], indent=1))
-        return
-    table = Table("POSITION", "ID", "OWNER", "PRIORITY", "NODES", "WAITING", "WHY", box=None, header_style="bold")
-    now = utcnow()
-    for place in found:
-        waited = format_duration(int((now - place.since).total_seconds())) if place.since else "-"
-        table.add_row(str(place.position or "-"), place.job_id, place.owner, str(place.priority), str(place.nodes),
-                      waited, place.why)
-    Console(width=max(160, shutil.get_terminal_size().columns)).print(table)
-    if not found:
-        click.echo("no job waits" + (f" for owner {owner}" if owner else ""), err=True)
-
-
 @click.command()
 @click.argument("job_id", metavar="ID")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (record, events, instances).")
 @registry_options
 @cloud_errors
 def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
-    """Show a job: its record, event history and instances; a queued job's spec and time waited.
+    """Show a job: its record, event history and instances; a queued job's spec and time waited. An array's
+    id: its state, size, members by state (those not dropped yet too), cost and each member.
 
     \b
     Example:
       jobplane describe demo-1122-113005-ab12
     """
+    from jobplane import sdk  # loaded by a command that runs, not by --help
     from jobplane.model.bounds import format_duration  # with the spec's field types: loaded when a command runs
     from jobplane.model.spec import spec_to_json  # loaded when a command runs, not for --help
 
-    job = client(**conn).get(job_id)
+    registry = client(**conn)
+    try:
+        job = registry.get(job_id)
+    except sdk.JobNotFound as missing:
+        try:
+            describe_array(registry.array(job_id), as_json)
+        except sdk.SweepNotFound:
+            try:
+                registry.sweep(job_id)
+            except sdk.SweepNotFound:
+                raise missing from None
+            raise UserError(f"{job_id} is a sweep: jobplane sweep describe {job_id}") from None
+        return
     view = job.view
     record = view.record
     events = job.events() if record else []
@@ -193,8 +185,10 @@ def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
             console.print(yaml.safe_dump(spec_to_json(view.spec), sort_keys=False).rstrip(), highlight=False)
         return
     console.print(f"[bold]{'instances':>14}[/bold]  {', '.join(record.instances) or '-'}")
+    if record.spec.priority:  # by its class's name, as the spec and the policy name it
+        console.print(f"[bold]{'priority':>14}[/bold]  {record.spec.priority}", highlight=False)
     if record.state == State.WAITING_CAPACITY:  # where it stands among the waiting, as `jobplane queue` says
-        for place in client(**conn).queue(owner=record.owner):
+        for place in registry.queue(owner=record.owner):
             if place.job_id == record.id:
                 at = f"position {place.position} of owner {place.owner}'s line; " if place.position else ""
                 console.print(f"[bold]{'queue':>14}[/bold]  {at}{place.why}", highlight=False)
