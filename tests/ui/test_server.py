@@ -377,14 +377,32 @@ def test_the_job_page_charts_system_metrics_and_says_how_to_open_tensorboard(reg
     assert "jobplane tensorboard" not in page and 'id="system"' in page
 
 
-def test_the_queue_page_shows_where_each_waiting_job_stands(reg: Registry, client: TestClient) -> None:
-    reg.put(keys.POLICY, b"max_active_instances_per_owner: 1\n")
+def test_the_queue_page_shows_each_owners_usage_and_where_each_waiting_job_stands(reg: Registry,
+                                                                                  client: TestClient) -> None:
+    reg.put(keys.POLICY, b"max_active_instances_per_owner: 1\nmax_active_instances: 4\nmax_active_by_family: {t3: 3}\n"
+                         b"owner_weights: {vision: 3}\npriority_classes: {urgent: {value: 100}}\n"
+                         b"budgets: {monthly_usd: {vision: 100}}\n")
     text = SPEC.format(name="demo")
-    in_line(reg, [("holds", text, 0), ("first", text, 0), ("second", text, 0)], quota=1, now=datetime.now(UTC))
+    in_line(reg, [("holds", text, 0), ("first", text + "priority: urgent\n", 100), ("second", text, 0)], quota=1,
+            now=datetime.now(UTC))
+    in_line(reg, [("other", text.replace("team: vision", "team: nlp") + "owner: nlp\n", 0)], quota=1,
+            now=datetime.now(UTC))
     page = client.get("/queue").text
     assert page.index('data-job="first"') < page.index('data-job="second"') and 'data-job="holds"' not in page
     assert "quota: 1 earlier job first; 1 of 1 nodes in use by default" in page
-    assert "No job waits for owner team-b" in client.get("/queue", params={"owner": "team-b"}).text
+    assert re.search(r'data-job="first">.*?<td>urgent</td>', page), "a priority by its class's name"
+    usage = page[page.index('id="usage"'):page.index("<h2>Waiting</h2>")]
+    rows = re.findall(r'<tr data-owner="([^"]+)">(.*?)</tr>', usage, flags=re.S)
+    cells = {owner: [re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+             for owner, row in rows}
+    # a fair share among the owners holding or waiting for nodes (4 x 1 / 2); an idle one's, if it came (4 x 3 / 5)
+    assert cells == {"default": ["default", "1 of 1", "2", "1", "2.0 of 4", "-"],
+                     "nlp": ["nlp", "1 of 1", "0", "1", "2.0 of 4", "-"],
+                     "vision": ["vision", "0 of 1", "0", "3", "2.4 of 4", "$0.00 of $100.00 this month (0%)"]}, cells
+    assert "Deployment cap: 0 of 4 nodes in use (max_active_instances)" in usage  # in_line writes owners' records
+    assert "Family t3: 0 of 3 nodes in use (max_active_by_family.t3)" in usage
+    other = client.get("/queue", params={"owner": "team-b"}).text
+    assert "No job waits for owner team-b" in other and 'data-owner="team-b"' in other
 
 
 def test_a_page_prices_only_the_rows_it_shows(reg: Registry, client: TestClient,

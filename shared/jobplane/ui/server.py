@@ -256,7 +256,8 @@ def create_app(client: sdk.Client, *, csrf_token: str | None = None,
     async def queue_page(request: Request) -> Response:
         owner = request.query_params.get("owner", "") or None
         found = await run_in_threadpool(client.queue, owner=owner)
-        return page("queue.html", rows=found, owner=owner or "", now=utcnow())
+        used = await run_in_threadpool(client.usage, owner=owner)
+        return page("queue.html", rows=found, usage=used, owner=owner or "", now=utcnow())
 
     async def cost_page(request: Request) -> Response:
         by = request.query_params.get("by", "owner")
