@@ -85,5 +85,5 @@ def standing(reg: Registry, owner: str | None = None, now: datetime | None = Non
         on = ", ".join(f"{d} ({states.get(d) or ('RUNNING' if reg.has(keys.active_sweep(d)) else 'ended')})"
                        for d in dependencies)  # a job's marker, else a live array's
         out.append(Standing(job_id, job.owner, None, policy.priority(job.spec), job.spec.num_nodes, job.created_at,
-                            f"dependency: waiting for {on}", job.spec.priority))
+                            f"dependency: waiting for {on}", policy.priority_class(policy.priority(job.spec))))
     return out

@@ -87,7 +87,7 @@ def array_waits(reg: Registry, owner: str | None = None) -> list[queue.Standing]
             record.id, record.owner, None, policy.priority(spec), spec.num_nodes, record.created_at,
             f"array: {left} of {record.size} members not dropped yet; it drops the next as one ends, at most "
             f"{parallel} at once" + (" (array.max_parallel)" if spec.array and spec.array.max_parallel else ""),
-            spec.priority, record.size, left))
+            policy.priority_class(policy.priority(spec)), record.size, left))
     return out
 
 
