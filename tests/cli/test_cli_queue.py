@@ -53,10 +53,15 @@ def uploads() -> list[str]:
 
 
 @pytest.fixture
-def run(day: Day, uploads: list[str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Run]:
-    """`jobplane ARGS` through click, its commands on an SDK client of the day's registry (code uploads recorded)."""
-    client = sdk.Client.from_settings(Settings(bucket="memory"), connected=Backend(
+def client(day: Day, uploads: list[str]) -> sdk.Client:
+    """An SDK client of the day's registry (code uploads recorded)."""
+    return sdk.Client.from_settings(Settings(bucket="memory"), connected=Backend(
         day.reg, "s3://memory", lambda: day.compute, lambda key, path: uploads.append(key)))
+
+
+@pytest.fixture
+def run(day: Day, client: sdk.Client, monkeypatch: pytest.MonkeyPatch) -> Iterator[Run]:
+    """`jobplane ARGS` through click, its commands on the SDK client of the day's registry, under POLICY."""
     for module in (cli_jobs, cli_queue, cli_sweeps):
         monkeypatch.setattr(module, "client", lambda **conn: client)
     day.reg.put(keys.POLICY, POLICY.encode())
@@ -115,6 +120,20 @@ def test_submit_refuses_what_the_policy_in_force_would_naming_the_field(
     assert done.exit_code == 1, done.output
     assert error in done.stderr, done.stderr
     assert uploads == [] and queued(day) == [] and not day.reg.exists("job")  # nothing uploaded, nothing dropped
+
+
+def test_the_sdk_refuses_the_same_with_every_field_named(day: Day, run: Run, client: sdk.Client,
+                                                         uploads: list[str], tmp_path: Path) -> None:
+    at_budget(day, "team-b", 12.0)
+    code = tmp_path / "code"
+    code.mkdir()
+    with pytest.raises(sdk.InvalidSpec) as refused:
+        client.submit(spec(tmp_path, "job", "priority: urgent\nafter: [nobody]\nnum_nodes: 3\n"), owner="team-b",
+                      code=code)
+    assert [e.path for e in refused.value.errors] == ["num_nodes", "priority", "after[0]", "owner"]
+    assert uploads == [] and queued(day) == []
+    assert client.policy().priority_classes["urgent"].owners == ["team-a"]
+    assert client.submit(spec(tmp_path, "ok"), owner="team-a", priority="urgent").view.spec.priority == "urgent"
 
 
 def test_submit_takes_an_array_a_queued_drop_and_an_owner_under_its_budget(day: Day, run: Run,
