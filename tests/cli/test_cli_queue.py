@@ -282,3 +282,6 @@ def test_an_array_ends_failed_or_cancelled_in_ls(day: Day, run: Run, tmp_path: P
     table = run("ls", "--all").stdout
     assert "FAILED" in table and "CANCELLED" in table and "ARRAY" not in table
     assert "no job 'nope'" in run("describe", "nope").stderr
+    day.reg.put(keys.sweep_record("broken"), b"{not json")  # the sweeper's runs report it; ls and queue go on
+    day.reg.put(keys.active_sweep("broken"), b"")
+    assert run("ls", "--json").exit_code == 0 and run("queue", "--json").exit_code == 0

@@ -65,10 +65,12 @@ class SweepDetail:
 
 def records(reg: Registry, include_finished: bool = False, *, arrays: bool = False) -> list[SweepRecord]:
     """The sweeps with work left (one listing of active-sweeps/), or every sweep; by id. Arrays are left out (with
-    arrays, they are the ones given)."""
+    arrays, they are the ones given, and a record that does not parse is passed over: `ls` and `queue` show the
+    others, and the sweeper's runs report it)."""
     found = []
+    skipped = (store.SweepNotFound, store.UnreadableSweep) if arrays else (store.SweepNotFound,)
     for sweep_id in store.all_ids(reg) if include_finished else store.live(reg):
-        with contextlib.suppress(store.SweepNotFound):
+        with contextlib.suppress(*skipped):
             if (record := store.get(reg, sweep_id)[0]).is_array == arrays:
                 found.append(record)
     return found
