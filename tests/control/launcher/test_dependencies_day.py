@@ -56,3 +56,23 @@ def test_a_dependency_nobody_submitted_is_refused_naming_the_field(day: Day) -> 
     assert [(e["field"], e["message"]) for e in errors] == [
         ("after[1]", "no job 'nobody': submit the jobs this one waits for first"),
         ("after[2]", "a job cannot wait for itself")]
+
+
+def test_a_dependency_whose_record_is_unreadable_keeps_the_job_waiting_visibly_until_its_max_wait(day: Day) -> None:
+    """Issue 58: on main the gate's read of the dependency raised, after the claim: the job stayed LAUNCHING for good,
+    past its max_wait. Now it waits, naming the dependency and why, its backoff gating it again (the platform team may
+    fix the record), and fails at its max_wait like any wait."""
+    assert day.submit("a") == "launched"
+    assert day.submit("b", "after: [a]\nmax_wait: 1h\n") == "waiting"
+    day.store.put(day.reg.key(keys.job_record("a")), b"{torn")
+    day.at("12:05")
+    day.backstop()
+    b = day.job("b")
+    assert (b.state, b.cause, b.reason) == (State.WAITING_CAPACITY, LaunchCause.AFTER,
+                                            "waiting for a (its job.json does not parse) (after)")
+    day.at("13:01")
+    day.backstop()
+    b = day.job("b")
+    assert (b.state, b.cause) == (State.FAILED, LaunchCause.MAX_WAIT)
+    assert b.reason == "waiting for a (its job.json does not parse) (after) within max_wait 1h: waiting for a (its " \
+                       "job.json does not parse) (after)"
