@@ -383,7 +383,8 @@ def test_the_queue_page_shows_where_each_waiting_job_stands(reg: Registry, clien
     in_line(reg, [("holds", text, 0), ("first", text, 0), ("second", text, 0)], quota=1, now=datetime.now(UTC))
     page = client.get("/queue").text
     assert page.index('data-job="first"') < page.index('data-job="second"') and 'data-job="holds"' not in page
-    assert "quota: 1 earlier job first; 1 of 1 nodes in use by default" in page
+    assert ("1 earlier job of owner &#39;default&#39; waits first (first next); 1 of 1 nodes in use "
+            "(max_active_instances_per_owner)") in page
     assert "No job waits for owner team-b" in client.get("/queue", params={"owner": "team-b"}).text
 
 

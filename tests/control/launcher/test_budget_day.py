@@ -135,4 +135,4 @@ def test_a_rerun_is_held_neither_by_the_budget_nor_by_a_job_waiting_for_it(day: 
     a1 = day.job("a1")
     assert (a1.state, a1.attempt) == (State.LAUNCHING, 2) and len(day.compute.instances(job_id="a1")) == 2
     assert [(s.job_id, s.why) for s in queue.standing(day.reg, now=day.clock())] == [
-        ("x", "budget: $20.00 of $10.00 this month for team-a (budgets.monthly_usd)")]
+        ("x", "budget: $21.00 of $10.00 this month for team-a (budgets.monthly_usd)")], "the rerun's minute counts"
