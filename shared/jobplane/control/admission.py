@@ -3,10 +3,12 @@ compare-and-swap (jobplane.decide.admission decides, jobplane.store.admission wr
 the registry releases it when the attempt ends (Registry.transition); the scheduled pass reclaims what a run that
 died between its writes left behind.
 
-With a deployment-wide cap the deployment's record is written first, then the owner's; an owner's refusal takes
-the deployment's reservation back (and says so: the launcher then admits in order, as others may have found the
-cap full while it was held). Each record alone never holds more than its limit, whatever runs at once. The
-owner's budget is decided in the owner's write, on the record it reads anyway (jobplane.decide.budget).
+The owner's record is written first (its budget, its line, its quota: jobplane.decide.budget and .admission), then
+each capped family's, then the deployment's, whose order (jobplane.decide.admission.turn) sees only the jobs their
+owners' lines cleared; a refusal by a family or the deployment gives back what the attempt took and turns its
+owner's reservation back into its wait, in its place. Each record alone never holds more than its limit, whatever
+runs at once. Why a refused attempt waits is jobplane.decide.waiting.why over the records as it leaves them: the
+words every view of the queue shows.
 """
 
 from __future__ import annotations
