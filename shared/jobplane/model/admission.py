@@ -5,10 +5,11 @@ policy sets max_active_instances, one for the deployment (`admission/deployment.
 reservation in each from its admission (before any VM is asked for) until the attempt ends: a job is admitted
 only by the write that adds its reservation, so no two launcher runs can both fill the last slot (a count of
 live VMs, checked and then acted on, let four runs at once launch four jobs into a quota of two). An owner's
-record also keeps the jobs waiting for its quota, so they are admitted in order (jobplane.decide.admission), and
-what the owner's ended attempts cost this calendar month (UTC): its budget's spend (jobplane.decide.budget) is that
-plus its reservations' instance time so far at the hourly price estimated at their admission, so an admission or a
-check reads it with the record it reads anyway.
+record also keeps the jobs waiting in its line, and the deployment's the jobs their lines cleared that wait for its
+cap (its order), so they are admitted in order (jobplane.decide.admission), and what the owner's ended attempts cost
+this calendar month (UTC): its budget's spend (jobplane.decide.budget) is that plus its reservations' instance time
+so far at the hourly price estimated at their admission, so an admission or a check reads it with the record it
+reads anyway.
 """
 
 from __future__ import annotations
