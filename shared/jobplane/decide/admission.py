@@ -204,7 +204,7 @@ def turn(record: AdmissionRecord, want: Reservation, quota: Quota, weight: Calla
         go, stop = walk([*others, want], record.by_owner(besides=want.job_id), weight, quota.limit - used, room)
         if want in go:
             return record.holding(want), None
-        ahead = tuple(go[:next((n for n, w in enumerate(go) if w.job_id == want.job_id), len(go))])
+        ahead = tuple(go)  # want is not among them: the walk admitted these before it, or stopped at it
         if stop is not None and stop.job_id != want.job_id:
             free = quota.limit - used - sum(w.nodes for w in ahead)
             why = (f"the deployment's {free} free node{'s' * (free != 1)} {'are' if free != 1 else 'is'} kept for "
