@@ -114,5 +114,5 @@ def test_the_benchmarks_page_is_what_the_committed_json_makes() -> None:
     spec.loader.exec_module(render)
     page = render.PAGE.read_text()
     blocks = set(render.BLOCK.findall(page))
-    assert {b[1] for b in blocks} >= {"transfer-rclone", "transfer-gcs", "ui", "cold-start", "check"}
+    assert {b[1] for b in blocks} >= {"transfer-rclone", "transfer-gcs", "ui", "cold-start", "check", "queue_scale"}
     assert render.render(page) == page, "docs/benchmarks.md is not what bench/results/ makes: run bench/render.py"
