@@ -66,8 +66,8 @@ def run_team_queue(cloud: CloudProcess, tmp_path: Path, /, **spec: str) -> None:
                 ("plain", 2, 0, f"1 earlier job {line}s first ({ids['urgent']} next, priority 100); {in_use}"),
                 ("overnight", 3, -10, f"2 earlier jobs {line} first ({ids['urgent']} next, priority 100); {in_use}"),
                 ("follow", None, -10, f"dependency: waiting for {first} (RUNNING)")], waiting
-            table = cli_ok(cloud, "queue").splitlines()
-            assert [row.split()[:2] for row in table[1:]] == [
+            table = cli_ok(cloud, "queue").splitlines()  # a long why wraps onto lines of its own
+            assert [row.split()[:2] for row in table[1:] if row.split()[:1] in (["1"], ["2"], ["3"], ["-"])] == [
                 ["1", ids["urgent"]], ["2", ids["plain"]], ["3", ids["overnight"]], ["-", ids["follow"]]], table
         finally:
             gate.touch()
