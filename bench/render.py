@@ -117,8 +117,43 @@ def check(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def queue_scale(doc: dict[str, Any]) -> str:
+    """bench/queue_scale.py: Kueue's published baseline, then the replay as given and its variants, each with what
+    its functions' runs spent of the wall time."""
+    kueue = doc["kueue"]
+    lines = ["| run | jobs | wall | nodes held (busy) while work waits | mean time to admission: small / medium / "
+             "large | over admitted | store calls a job |", "|---|---:|---:|---:|---:|---:|---:|",
+             f"| Kueue's baseline (published: the mean of 5 runs) | 15,000 | {kueue['wall_s']:.0f} s | "
+             f"{kueue['usage_percent']}% | " + " / ".join(f"{kueue['mean_admission_s'][k]:g} s" for k in
+                                                          ("small", "medium", "large")) + " | - | - |"]
+    runs = [("jobplane, the baseline as given", doc), *((f"jobplane, {name}", v) for name, v in
+                                                        doc.get("variants", {}).items())]
+    for name, r in runs:
+        means = " / ".join("-" if r["mean_admission_s"][k] is None else f"{r['mean_admission_s'][k]:,.1f} s"
+                           for k in ("small", "medium", "large"))
+        scaled = r.get("mean_admission_kueue_time_s")
+        if scaled and r["config"]["time_scale"] != 1:
+            means += " (" + " / ".join(f"{scaled[k]:.3g} s" for k in ("small", "medium", "large")) + " in Kueue's time)"
+        lines.append(f"| {name} | {r['jobs']:,} | {r['wall_s']:,.0f} s | {r['usage_percent']}% "
+                     f"({r['busy_percent']}%) | {means} | {r['over_admitted']} | {r['store_calls_per_job']:g} |")
+    lines.append("")
+    for name, r in runs:
+        c = r["config"]
+        calls, latency = r["store_calls"], c["latency_ms"] / 1000
+        check = sum(n for k, n in calls.items() if k.startswith("sweeper")) * latency
+        launch = sum(n for k, n in calls.items() if k.startswith("launcher")) * latency / c["launchers"]
+        lines.append(f"- {name}: {c['owners']} owners, runtimes and intervals x"
+                     f"{c['time_scale']:g}, {c['latency_ms']:g} ms a store call, {c['launchers']} launcher runs at "
+                     f"once, owner quotas {c['quota'] + c['borrow']} under a cap of {c['cap']}. The check's calls "
+                     f"took {check:,.0f} s of the {r['wall_s']:,.0f} s (one run at a time), the launcher's "
+                     f"{launch:,.0f} s of each of its {c['launchers']} runs; {r['run_s']:,.0f} s to replay.")
+    lines.append(f"- Measured {doc['measured_at'][:10]}.")
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {"transfer-rclone": transfer, "transfer-gcs": transfer,
-                                                         "ui": ui, "cold-start": cold_start, "check": check}
+                                                         "ui": ui, "cold-start": cold_start, "check": check,
+                                                         "queue_scale": queue_scale}
 
 
 def render(page: str, results: Path = HERE / "results") -> str:

@@ -57,6 +57,12 @@ SMOKE: dict[str, tuple[list[str], str, Check]] = {
     "check.py": (["--n", "5", "--out", "{out}/check.json"], "check.json",
                  lambda d: d["results"][0]["check"]["total_calls"] > 0 and d["results"][0]["naive"]["get_object"] >= 5
                  and "limits/" not in d["results"][0]["check"]["list_pages"]),
+    # Kueue's baseline replayed at 20 jobs (2 owners, 2% of each class) and its two variants: a second or two
+    "queue_scale.py": (["--owners", "2", "--fraction", "0.02"], "queue_scale.json",
+                       lambda d: (d["jobs"], d["finished"], d["over_admitted"]) == (20, 20, 0)
+                       and all(d["mean_admission_s"][k] is not None for k in ("small", "medium", "large"))
+                       and d["store_calls_per_job"] > 0 and d["usage_percent"] > 0 and d["error_count"] == 0
+                       and all(v["finished"] == 20 and v["over_admitted"] == 0 for v in d["variants"].values())),
     "sweep_reconcile.py": (["--cases", "3x2"], "sweep_reconcile.json",
                            lambda d: len(d["rows"]) == 2 and d["rows"][0]["cold"]["get"] > 0),
     "transfer.py": (["--endpoint", "moto", "--clouds", "s3", "gcs", "--tools", "jobplane", "--big-mib", "1",
@@ -108,5 +114,5 @@ def test_the_benchmarks_page_is_what_the_committed_json_makes() -> None:
     spec.loader.exec_module(render)
     page = render.PAGE.read_text()
     blocks = set(render.BLOCK.findall(page))
-    assert {b[1] for b in blocks} >= {"transfer-rclone", "transfer-gcs", "ui", "cold-start", "check"}
+    assert {b[1] for b in blocks} >= {"transfer-rclone", "transfer-gcs", "ui", "cold-start", "check", "queue_scale"}
     assert render.render(page) == page, "docs/benchmarks.md is not what bench/results/ makes: run bench/render.py"

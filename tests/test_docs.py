@@ -135,6 +135,9 @@ NOT_RUN_HERE: dict[str, NotRun] = {
     ".venv/bin/python bench/transfer.py --clouds gcs --big-mib 1024 --baseline /tmp/main": NotRun(
         "a benchmark (1 GiB and 2,000 files on the GCS fake, three samples)",
         "tests/test_bench.py::test_a_bench_script_measures_something_at_a_tiny_size"),
+    ".venv/bin/python bench/queue_scale.py": NotRun(
+        "a benchmark (Kueue's baseline: 15,000 jobs in virtual time, an hour and more of CPU; then two variants)",
+        "tests/test_bench.py::test_a_bench_script_measures_something_at_a_tiny_size"),
     ".venv/bin/python bench/render.py": NotRun(
         "rewrites docs/benchmarks.md's tables from bench/results/",
         "tests/test_bench.py::test_the_benchmarks_page_is_what_the_committed_json_makes"),

@@ -391,11 +391,13 @@ def test_queue_and_describe_say_where_each_waiting_job_stands(registry_cloud: Re
                   ("rush", registry_cloud.spec("priority: urgent\n"), 100)], quota=1, now=datetime.now(UTC))
     rows = json.loads(run("queue", "--json").stdout)["jobs"]
     assert [(r["position"], r["id"], r["priority"], r["priority_class"], r["why"]) for r in rows] == [
-        (1, "rush", 100, "urgent", "quota: 1 of 1 nodes in use by default"),
-        (2, "plain", 0, None, "quota: 1 earlier job first; 1 of 1 nodes in use by default")]
+        (1, "rush", 100, "urgent", "owner 'default' has 1 active instances; 1 more would exceed the quota of 1 "
+                                   "(max_active_instances_per_owner)"),
+        (2, "plain", 0, None, "1 earlier job of owner 'default' waits first (rush next, priority 100); 1 of 1 nodes in "
+                              "use (max_active_instances_per_owner)")]
     table = run("queue", "--owner", "default")
-    assert table.exit_code == 0 and "rush" in table.stdout and "1 of 1 nodes in use by default" in table.stdout
+    assert table.exit_code == 0 and "rush" in table.stdout and "owner 'default' has 1 active instances" in table.stdout
     assert run("queue", "--owner", "team-b").stderr == "no job waits for owner team-b\n"
     described = run("describe", "plain")
-    assert "position 2 of owner default's line; quota: 1 earlier job first; 1 of 1 nodes in use by default" \
-        in " ".join(described.stdout.split())
+    assert ("position 2 of owner default's line; 1 earlier job of owner 'default' waits first (rush next, priority "
+            "100); 1 of 1 nodes in use (max_active_instances_per_owner)") in " ".join(described.stdout.split())

@@ -69,6 +69,19 @@ def test_an_owner_at_its_budget_has_its_new_job_refused_or_waiting_but_a_job_tha
     assert rerun[1] is None and rerun[0] is not None and rerun[0].of("r") is not None
 
 
+def test_a_job_that_ran_passes_the_jobs_its_owners_budget_holds_in_its_line_but_not_the_others() -> None:
+    urgent = held("urgent").model_copy(update={"priority": 100})
+    before = held("before", at=NOW - timedelta(hours=1)).model_copy(update={"ran": True})
+    line = spent_record().queued(urgent)
+    rerun = held("r", attempt=2, at=NOW + timedelta(minutes=1)).model_copy(update={"ran": True})
+    usage = [used(1, NOW - timedelta(hours=1), NOW)]
+    new, full = budget.admit(line, rerun, QUOTA, policy=policy("wait"), usage=usage, now=NOW)
+    assert full is None and new is not None and new.of("r") == rerun, "w and urgent wait for December"
+    new, full = budget.admit(line.queued(before), rerun, QUOTA, policy=policy("wait"), usage=usage, now=NOW)
+    assert full == admission.Full("1 earlier job of owner 'team-a' waits first (before next); 0 of 4 nodes in use "
+                                  "(max_active_instances_per_owner)"), "a job that ran and came first goes first"
+
+
 def test_an_attempt_that_takes_its_jobs_place_charges_what_the_earlier_one_cost() -> None:
     record = AdmissionRecord(reservations=(held("r", at=NOW - timedelta(hours=1)),))
     usage = [used(1, NOW - timedelta(hours=1), NOW - timedelta(minutes=30)), used(2, NOW, None)]
@@ -78,9 +91,11 @@ def test_an_attempt_that_takes_its_jobs_place_charges_what_the_earlier_one_cost(
     assert new.reservations == (held("r", attempt=2),)
 
 
-def test_with_wait_a_freed_slot_skips_the_lines_of_owners_at_their_budget() -> None:
-    lines = [spent_record(), AdmissionRecord(waiting=(held("v"),))]
-    assert budget.open_lines(lines, policy("wait"), NOW) == lines[1:]
+def test_with_wait_a_freed_slot_takes_only_the_jobs_that_ran_from_the_lines_of_owners_at_their_budget() -> None:
+    rerun = held("r").model_copy(update={"ran": True})
+    lines = [spent_record().queued(rerun), AdmissionRecord(waiting=(held("v"),))]
+    assert budget.open_lines(lines, policy("wait"), NOW) == [
+        lines[0].model_copy(update={"waiting": (rerun,)}), lines[1]], "w waits for December, the rerun goes on"
     assert budget.open_lines(lines, policy("refuse"), NOW) == lines, "refuse: the admission refuses them"
     told = budget.to_tell([*lines, AdmissionRecord().charged("team-a", 85, NOW)], policy(), NOW)
     assert [(s.owner, level) for s, level in told] == [("team-a", "exceeded"), ("team-a", "warning")]

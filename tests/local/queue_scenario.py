@@ -58,15 +58,18 @@ def run_team_queue(cloud: CloudProcess, tmp_path: Path, /, **spec: str) -> None:
             wait_for("the first two to run and the others to wait", lambda: [state(n) for n in EXPECTED] == [
                 State.RUNNING] * 2 + [State.WAITING_CAPACITY] * 4, 90, every=0.5)
             waiting = json.loads(cli_ok(cloud, "queue", "--owner", OWNER, "--json"))["jobs"]
-            in_use = f"2 of 2 nodes in use by {OWNER}"
+            in_use = "2 of 2 nodes in use (max_active_instances_per_owner)"
+            line = f"of owner {OWNER!r} wait"
             assert [(names[w["id"]], w["position"], w["priority"], w["why"]) for w in waiting] == [
-                ("urgent", 1, 100, f"quota: {in_use}"),
-                ("plain", 2, 0, f"quota: 1 earlier job first; {in_use}"),
-                ("overnight", 3, -10, f"quota: 2 earlier jobs first; {in_use}"),
+                ("urgent", 1, 100, f"owner {OWNER!r} has 2 active instances; 1 more would exceed the quota of 2 "
+                                   "(max_active_instances_per_owner)"),
+                ("plain", 2, 0, f"1 earlier job {line}s first ({ids['urgent']} next, priority 100); {in_use}"),
+                ("overnight", 3, -10, f"2 earlier jobs {line} first ({ids['urgent']} next, priority 100); {in_use}"),
                 ("follow", None, -10, f"dependency: waiting for {first} (RUNNING)")], waiting
-            table = cli_ok(cloud, "queue").splitlines()
-            rows = table[table.index(next(line for line in table if line.split()[:1] == ["POSITION"])) + 1:]
-            assert [row.split()[:4] for row in rows] == [
+            table = cli_ok(cloud, "queue").splitlines()  # a long why wraps onto lines of its own
+            header = table.index(next(line for line in table if line.split()[:1] == ["POSITION"]))
+            rows = [row.split()[:4] for row in table[header + 1:] if row.split()[:1] in (["1"], ["2"], ["3"], ["-"])]
+            assert rows == [
                 ["1", ids["urgent"], OWNER, "urgent"], ["2", ids["plain"], OWNER, "0"],
                 ["3", ids["overnight"], OWNER, "batch"], ["-", ids["follow"], OWNER, "batch"]], table
         finally:

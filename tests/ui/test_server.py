@@ -389,7 +389,8 @@ def test_the_queue_page_shows_each_owners_usage_and_where_each_waiting_job_stand
             now=datetime.now(UTC))
     page = client.get("/queue").text
     assert page.index('data-job="first"') < page.index('data-job="second"') and 'data-job="holds"' not in page
-    assert "quota: 1 earlier job first; 1 of 1 nodes in use by default" in page
+    assert ("1 earlier job of owner &#39;default&#39; waits first (first next, priority 100); 1 of 1 nodes in use "
+            "(max_active_instances_per_owner)") in page
     assert re.search(r'data-job="first">.*?<td>urgent</td>', page), "a priority by its class's name"
     usage = page[page.index('id="usage"'):page.index("<h2>Waiting</h2>")]
     rows = re.findall(r'<tr data-owner="([^"]+)">(.*?)</tr>', usage, flags=re.S)

@@ -38,7 +38,7 @@ from jobplane.model.states import TERMINAL, State
 from jobplane.store.registry import JobExists, JobNotFound, Registry, TransitionRefused
 
 if TYPE_CHECKING:  # imported where a launch uses them: a cold start, or a cron run with nothing to launch, never does
-    from jobplane.model.admission import AdmissionRecord
+    from jobplane.model.admission import AdmissionRecord, Reservation
     from jobplane.model.jobrecord import JobRecord  # the registry builds it when it reads or writes one
     from jobplane.model.spec import JobSpec
 
@@ -288,7 +288,7 @@ def admit_in_order(ctx: Context, lines: list[AdmissionRecord], now: datetime) ->
         try:
             after = launch_attempt(ctx, waiter.job_id, now=now, expect={State.WAITING_CAPACITY},
                                    expect_attempt=waiter.attempt, cause=LaunchCause.WAIT_OVER,
-                                   reason="a slot of the quota freed: admitted in order")
+                                   reason="a slot of the quota freed: admitted in order", pass_on=False)
         except TransitionRefused:
             continue  # another run launched it, or it moved on (the reclaim drops its wait)
         except Exception:  # this job's launch only: the backstop retries it, the others go on
@@ -326,11 +326,13 @@ def _guarded(subject: str, fn: Callable[..., Outcome], *args: Any, **kwargs: Any
 
 # ---- one attempt -----------------------------------------------------------------------------------------
 def launch_attempt(ctx: Context, job_id: str, *, now: datetime, expect: Collection[State], expect_attempt: int,
-                   cause: Cause, reason: str | None = None, retry: bool = False) -> JobRecord:
+                   cause: Cause, reason: str | None = None, retry: bool = False, pass_on: bool = True) -> JobRecord:
     """Claim the job (CAS to LAUNCHING), then launch it, wait for capacity, or fail it: snapshot, then
     jobplane.decide.launch one step at a time, each step applied here. `cause`: what asks for the attempt (a new
     drop, a wait that is over, a reconciler's rule). `retry`: the check retries an error (the spec's retry:),
-    counted in the record's retries instead of its restarts."""
+    counted in the record's retries instead of its restarts. `pass_on`: when the deployment's order makes it wait
+    behind jobs that have nodes free now, launch those (the in-order admission, which launches them itself, says
+    no)."""
     from jobplane.decide import launch as launch_decide  # only a run that launches decides a launch
     from jobplane.model import history  # the events: with the record's models, which a run loads when it reads one
 
@@ -345,7 +347,7 @@ def launch_attempt(ctx: Context, job_id: str, *, now: datetime, expect: Collecti
                             zone=None, launched_at=None,
                             event=history.Retried(retries=claimed.retries) if claimed.retries != current.retries
                             else None)
-    return _launch(ctx, compute, record, now=now)
+    return _launch(ctx, compute, record, now=now, pass_on=pass_on)
 
 
 def resume(ctx: Context, job_id: str, *, attempt: int, stamp: str, now: datetime) -> JobRecord:
@@ -380,15 +382,18 @@ def resume(ctx: Context, job_id: str, *, attempt: int, stamp: str, now: datetime
     return _launch(ctx, compute, record, now=now)
 
 
-def _launch(ctx: Context, compute: Compute, record: JobRecord, *, now: datetime) -> JobRecord:
+def _launch(ctx: Context, compute: Compute, record: JobRecord, *, now: datetime, pass_on: bool = True) -> JobRecord:
     """Launch a claimed attempt: snapshot, then jobplane.decide.launch one step at a time."""
     from jobplane.control import admission  # only a run that launches admits
+    from jobplane.control import after as dependencies  # only a run that launches gates a job's after:
     from jobplane.decide import launch as launch_decide  # only a run that launches decides a launch
 
     reg, job_id = ctx.registry, record.id
-    if record.spec.after and (held := _after(ctx, record, now)) is not None:
+    if record.spec.after and (held := dependencies.gate(ctx, record, now)) is not None:
         return held  # waiting for a dependency (or failed by one): no quota held
     over = admission.admit(reg, record, ctx.policy, now)  # its reservation, by compare-and-swap, before any VM
+    if over is not None and over.never:  # the policy in force can never admit it: waiting would only hold its line
+        return steps.fail(ctx, record, now, launch_decide.Fail(over.reason, LaunchCause.NEVER_FITS))
     snap = steps.snapshot(reg, record, ctx.policy, over_quota=over.reason if over and not over.budget else None,
                           over_budget=over.reason if over and over.budget else None)
     scripts: dict[str, str] = {}  # per CPU architecture: each fetches its own agent bundle
@@ -414,50 +419,25 @@ def _launch(ctx: Context, compute: Compute, record: JobRecord, *, now: datetime)
         return steps.launched(ctx, compute, record, request, [(i.id, i.private_ip, i.zone) for i in instances],
                               now, [f"{t.where}: {t.error}" for t in snap.tried],
                               steps.attempt_usage(compute, request, instances, ctx.policy, now), fallback=step.fallback)
-    after = steps.wait(reg, record, planned, now) if isinstance(planned, launch_decide.Wait) else \
+    done = steps.wait(reg, record, planned, now) if isinstance(planned, launch_decide.Wait) else \
         steps.fail(ctx, record, now, planned)
-    if over is not None and over.gave_back:
-        _pass_on(ctx, now)
-    return after
+    if over is not None and over.ahead and pass_on:
+        _pass_on(ctx, over.ahead, now)
+    return done
 
 
-def _pass_on(ctx: Context, now: datetime) -> None:
-    """Admit in order after giving a deployment-wide slot back: runs that found the cap full while this one held it
-    wait in their owners' lines, and would otherwise wait for the next scheduled pass."""
-    from jobplane.control import admission  # only a run that frees a slot admits in order
-
-    try:
-        admit_in_order(ctx, admission.owners(ctx.registry), now)
-    except Exception:  # this run's own job is recorded; the scheduled pass admits them
-        log.exception("admitting in order after giving a slot back failed")
-
-
-def _after(ctx: Context, record: JobRecord, now: datetime) -> JobRecord | None:
-    """The gate of a job's `after:` (jobplane.decide.dependencies): None once every dependency is met; else the
-    record waiting for them (marked under after/<dependency>/ first, then read again, so a dependency that ends
-    meanwhile is seen either here or by the run that ends it), or FAILED naming the first that can no longer be met."""
-    from jobplane.control import dependencies as named
-    from jobplane.decide import dependencies
-    from jobplane.decide import launch as launch_decide  # only a run that launches decides a launch
-
-    reg = ctx.registry
-
-    def read() -> dependencies.Waiting | dependencies.Failed | None:
-        return dependencies.gate(named.read(reg, record.spec.after))  # each job's record, or an array's
-
-    step = read()
-    if isinstance(step, dependencies.Waiting):
-        for dep in step.on:
-            reg.put(keys.waiting_for(dep, record.id), b"", "text/plain")
-        step = read()
-    if step is None:
-        return None
-    if isinstance(step, dependencies.Failed):
-        return steps.fail(ctx, record, now, launch_decide.Fail(step.reason, LaunchCause.DEPENDENCY_FAILED))
-    wait = launch_decide.backoff(record, ctx.policy, now, reason=step.reason, error=step.reason,
-                                 cause=LaunchCause.AFTER)
-    return steps.wait(reg, record, wait, now) if isinstance(wait, launch_decide.Wait) else \
-        steps.fail(ctx, record, now, wait)
+def _pass_on(ctx: Context, ahead: Iterable[Reservation], now: datetime) -> None:
+    """Launch the jobs the deployment's order admits before this one: they wait in its record with nodes free for
+    them now, and would otherwise wait for the next in-order admission (a check, the backstop)."""
+    for waiter in ahead:
+        try:
+            launch_attempt(ctx, waiter.job_id, now=now, expect={State.WAITING_CAPACITY}, expect_attempt=waiter.attempt,
+                           cause=LaunchCause.WAIT_OVER, reason="first in the deployment's order", pass_on=False)
+        except TransitionRefused:
+            continue  # another run launched it, or it moved on
+        except Exception:  # this run's own job is recorded; the scheduled pass admits them
+            log.exception("launching %s, first in the deployment's order, failed", waiter.job_id,
+                          extra={"job_id": waiter.job_id})
 
 
 def release_dependents(ctx: Context, ended: Collection[str], now: datetime) -> list[str]:

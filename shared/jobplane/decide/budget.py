@@ -73,12 +73,25 @@ def exceeded(owner: str, record: AdmissionRecord, policy: Policy, now: datetime)
     return found if found is not None and found.level(policy) == Level.EXCEEDED else None
 
 
+def holds(want: Reservation, record: AdmissionRecord, policy: Policy, now: datetime) -> Standing | None:
+    """The owner's standing when its budget holds this job: a new one (that has not run) of an owner at its budget."""
+    return None if want.ran else exceeded(want.owner, record, policy, now)
+
+
+def passing(want: Reservation, record: AdmissionRecord, policy: Policy, now: datetime) -> set[str]:
+    """The jobs of the owner's line a job that ran may pass: those its owner's budget holds (`on_exceeded: wait`)."""
+    if not want.ran or policy.budgets.on_exceeded != "wait" or exceeded(want.owner, record, policy, now) is None:
+        return set()
+    return {w.job_id for w in record.waiting if not w.ran}
+
+
 def admit(record: AdmissionRecord, want: Reservation, quota: admission.Quota, *, policy: Policy,
           usage: list[AttemptUsage], now: datetime) -> tuple[AdmissionRecord | None, admission.Full | None]:
     """decide.admission.admit behind the owner's budget: a job that has not run yet (no `usage`) and whose owner is
     at its budget is refused (the record unchanged: it leaves the owner's line) or waits in the line, per
-    `on_exceeded`. An attempt that replaces its job's earlier reservation charges the month with what the attempts
-    since that one cost (as a release would have), in the same write."""
+    `on_exceeded`; a job that ran passes the jobs its owner's budget holds. An attempt that replaces its job's earlier
+    reservation charges the month with what the attempts since that one cost (as a release would have), in the same
+    write."""
     from jobplane.model.admission import month_start  # with the records' models, as an owner's line
     from jobplane.model.usage import spent
 
@@ -90,20 +103,23 @@ def admit(record: AdmissionRecord, want: Reservation, quota: admission.Quota, *,
                 waited = record.waiter(want.job_id) is not None
                 return (record.without({want.job_id}) if waited else None), admission.Full(over.reason, budget=True)
             waiting = record.waiter(want.job_id)
-            new = None if waiting is not None and waiting.attempt == want.attempt else record.queued(want)
+            new = None if waiting is not None and waiting.attempt == want.attempt and not waiting.capped else \
+                record.queued(want.model_copy(update={"capped": False}))
             return new, admission.Full(over.reason, budget=True)
-    new, full = admission.admit(record, want, quota)
+    new, full = admission.admit(record, want, quota, passing(want, record, policy, now))
     if new is not None and held is not None and held.attempt < want.attempt and new.of(want.job_id) == want:
         new = new.charged(want.owner, spent(usage, range(held.attempt, want.attempt), now, month_start(now)), now)
     return new, full
 
 
 def open_lines(lines: list[AdmissionRecord], policy: Policy, now: datetime) -> list[AdmissionRecord]:
-    """The owners' lines a freed slot may take jobs from: with `on_exceeded: wait`, not those of owners at their
-    budget (their jobs wait for the next month); with `refuse`, every line (a job it admits is refused then)."""
+    """The owners' lines a freed slot may take jobs from: with `on_exceeded: wait`, an owner at its budget's line
+    holds only its jobs that ran (the others wait for the next month); with `refuse`, every line (a job it admits is
+    refused then)."""
     if policy.budgets.on_exceeded != "wait":
         return lines
-    return [r for r in lines if not r.waiting or exceeded(r.waiting[0].owner, r, policy, now) is None]
+    return [r if not r.waiting or exceeded(r.waiting[0].owner, r, policy, now) is None
+            else r.model_copy(update={"waiting": tuple(w for w in r.waiting if w.ran)}) for r in lines]
 
 
 def to_tell(lines: list[AdmissionRecord], policy: Policy, now: datetime) -> list[tuple[Standing, Level]]:

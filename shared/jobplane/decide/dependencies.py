@@ -6,7 +6,8 @@ array or a sweep: its record ended COMPLETED, for an array every member SUCCEEDE
 and `afternotok:ID` (it ended otherwise). Pure: the launcher reads each named job's record, or the array's record
 (`Dependency`: its state and reason, or missing), and applies the answer: go on (every one met), wait (some not ended
 yet: WAITING_CAPACITY, marked under after/<dependency>/ so the run that ends the dependency retries this job at
-once), or fail naming the first that can no longer be met.
+once), or fail naming the first that can no longer be met. A record that does not parse is waited for, saying so,
+within the job's max_wait (the platform team may repair it).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class Dependency:
     reason: str | None = None
     kind: str = AFTEROK
     array: bool = False  # a record of sweeps/ (an array's, or a sweep's), not a job's
+    unreadable: bool = False  # its record does not parse: nothing says how it stands (state None)
 
     @property
     def ended(self) -> bool:
@@ -65,6 +67,13 @@ class Dependency:
         """'prep', 'array shards', 'afterany:prep'."""
         return ("array " if self.array else "") + str(Entry(self.kind, self.job_id))
 
+    @property
+    def standing(self) -> str:
+        """How it stands, as a waiting job's reason says: its state, or that its record does not parse."""
+        if self.unreadable:
+            return f"its {'sweep.json' if self.array else 'job.json'} does not parse"
+        return str(self.state)
+
 
 @dataclass(frozen=True)
 class Waiting:
@@ -80,7 +89,7 @@ class Failed:
 def gate(dependencies: Sequence[Dependency]) -> Waiting | Failed | None:
     """None: every dependency is met (or there is none)."""
     for dep in dependencies:
-        if dep.state is None:
+        if dep.state is None and not dep.unreadable:
             return Failed(f"dependency {dep.job_id} no longer exists (after)")
         if dep.ended and dep.kind == AFTEROK and not dep.succeeded:
             why = f": {dep.reason}" if dep.reason else ""
@@ -92,7 +101,7 @@ def gate(dependencies: Sequence[Dependency]) -> Waiting | Failed | None:
     pending = [dep for dep in dependencies if not dep.ended]
     if not pending:
         return None
-    return Waiting(f"waiting for {', '.join(f'{d.named} ({d.state})' for d in pending)} (after)",
+    return Waiting(f"waiting for {', '.join(f'{d.named} ({d.standing})' for d in pending)} (after)",
                    tuple(d.job_id for d in pending))
 
 

@@ -112,6 +112,7 @@ class LaunchCause(StrEnum):
     INVALID = "invalid"  # the spec breaks the policy or the deployment: INVALID
     AFTER = "waiting-for-dependency"  # a job its `after:` names has not SUCCEEDED yet: WAITING_CAPACITY
     DEPENDENCY_FAILED = "dependency-failed"  # a job its `after:` names ended otherwise: FAILED
+    NEVER_FITS = "never-fits"  # a waiting job the policy in force can never admit (a quota or cap lowered): FAILED
 
 
 Cause: TypeAlias = Rule | LaunchCause

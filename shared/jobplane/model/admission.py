@@ -5,10 +5,11 @@ policy sets max_active_instances, one for the deployment (`admission/deployment.
 reservation in each from its admission (before any VM is asked for) until the attempt ends: a job is admitted
 only by the write that adds its reservation, so no two launcher runs can both fill the last slot (a count of
 live VMs, checked and then acted on, let four runs at once launch four jobs into a quota of two). An owner's
-record also keeps the jobs waiting for its quota, so they are admitted in order (jobplane.decide.admission), and
-what the owner's ended attempts cost this calendar month (UTC): its budget's spend (jobplane.decide.budget) is that
-plus its reservations' instance time so far at the hourly price estimated at their admission, so an admission or a
-check reads it with the record it reads anyway.
+record also keeps the jobs waiting in its line, and the deployment's the jobs their lines cleared that wait for its
+cap (its order), so they are admitted in order (jobplane.decide.admission), and what the owner's ended attempts cost
+this calendar month (UTC): its budget's spend (jobplane.decide.budget) is that plus its reservations' instance time
+so far at the hourly price estimated at their admission, so an admission or a check reads it with the record it
+reads anyway.
 """
 
 from __future__ import annotations
@@ -33,8 +34,10 @@ class Reservation(BaseModel):
     owner: str = Field(min_length=1, max_length=63)
     nodes: int = Field(ge=1, le=10_000)
     at: datetime
-    capped: bool = False  # in an owner's record: the attempt holds a reservation in the deployment's record too
-    families: tuple[str, ...] = ()  # in an owner's record: the instance families' records it holds one in too
+    capped: bool = False  # in an owner's record: the attempt holds a reservation (or waits) in the deployment's too
+    families: tuple[str, ...] = ()  # in an owner's record: the capped instance families' records it holds one in too
+    kinds: tuple[str, ...] = ()  # every instance family its types are of, capped or not: a cap set later counts it
+    ran: bool = False  # the job has run (a rerun, a retry): no budget holds it, nor a job waiting for one
     submitted: datetime | None = None  # the job's submission: the order it waits in (None: records before it)
     priority: int = Field(0, ge=-1_000_000, le=1_000_000)  # its priority class's value (Policy.priority)
     deadline: datetime | None = None  # a waiting job's max_wait: no attempt starts after it (the backstop fails it)
@@ -60,6 +63,7 @@ class AdmissionRecord(Record):
     owner: str | None = Field(None, max_length=63)  # whose spend `spent` is (an owner's record, once charged)
     month: str | None = None  # "2026-11": the calendar month (UTC) `spent` counts
     spent: float = Field(0.0, ge=0, le=MAX_USD)  # USD of the attempts that ended in it, their instance time in it
+    complete: bool = False  # a deployment-wide record: it counts every reservation the owners' records hold
 
     def spend(self, now: datetime) -> float:
         """USD this month so far: the ended attempts' and the reservations' (an estimate, as `jobplane cost` is)."""
@@ -97,6 +101,10 @@ class AdmissionRecord(Record):
             "reservations": tuple(r for r in self.reservations if r.job_id not in job_ids),
             "waiting": tuple(r for r in self.waiting if not waiting or r.job_id not in job_ids)})
 
+    def unqueued(self, job_ids: set[str]) -> AdmissionRecord:
+        """Not waiting (whatever they hold)."""
+        return self.model_copy(update={"waiting": tuple(r for r in self.waiting if r.job_id not in job_ids)})
+
     def holding(self, reservation: Reservation) -> AdmissionRecord:
         """With `reservation` in place of any earlier one of its job, which waits no more."""
         job_id = reservation.job_id
@@ -108,6 +116,25 @@ class AdmissionRecord(Record):
         """With `reservation` waiting, in place of any earlier wait of its job."""
         job_id = reservation.job_id
         return self.model_copy(update={"waiting": (*(r for r in self.waiting if r.job_id != job_id), reservation)})
+
+    def marked(self, job_ids: set[str], *, family: str | None = None) -> AdmissionRecord:
+        """These jobs' reservations held in the deployment's record too (or in `family`'s): a cap set while they
+        ran counted them, so their release gives them back there."""
+        def mark(r: Reservation) -> Reservation:
+            if r.job_id not in job_ids:
+                return r
+            if family is None:
+                return r.model_copy(update={"capped": True})
+            return r.model_copy(update={"families": tuple(sorted({*r.families, family}))})
+        return self.model_copy(update={"reservations": tuple(map(mark, self.reservations))})
+
+    def by_owner(self, *, besides: str | None = None) -> dict[str, int]:
+        """Nodes held per owner, not counting job `besides`."""
+        out: dict[str, int] = {}
+        for r in self.reservations:
+            if r.job_id != besides:
+                out[r.owner] = out.get(r.owner, 0) + r.nodes
+        return out
 
 
 def month_of(now: datetime) -> str:

@@ -1,7 +1,9 @@
 """Where waiting jobs stand (`jobplane queue`, Client.queue): each owner's line in admission order, with why each
 job waits, and the jobs waiting for their `after:`. Read from listings and the admission records: one listing of
-active/ and of after/, one of the owners' records and a GET each, a GET of each capped instance family's record,
-the policy, and the record of each job waiting for a dependency (few: a job in a line costs no GET).
+active/ and of after/, one of the owners' records and a GET each, a GET of the deployment's record (when the policy
+caps it) and of each capped instance family's, the policy, and the record of each job waiting for a dependency (few:
+a job in a line costs no GET). Why a job in a line waits is jobplane.decide.waiting.why, the wording the launcher
+records as its reason.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from jobplane.decide import budget
+from jobplane.decide import waiting
 from jobplane.model import keys
 from jobplane.model.clock import utcnow
 from jobplane.model.states import State
@@ -50,26 +52,18 @@ def standing(reg: Registry, owner: str | None = None, now: datetime | None = Non
     now = now or utcnow()
     states = {job_id: markers[-1].state for job_id, markers in reg.active().items() if markers}
     policy = reg.policy()
-    limit = policy.max_active_instances_per_owner
-    family_used = {f: admission.read(reg, keys.admission_family(f))[0].used() for f in policy.max_active_by_family}
+    families = {f: admission.read(reg, keys.admission_family(f))[0] for f in policy.max_active_by_family}
+    deployment = admission.read(reg, keys.ADMISSION_DEPLOYMENT)[0] if policy.max_active_instances is not None else None
     out: list[Standing] = []
     for key, _, _ in list(reg.listing(keys.ADMISSION_OWNERS)):
         record = admission.read(reg, key)[0]
         line = [w for w in record.queue() if states.get(w.job_id) == State.WAITING_CAPACITY]
         if not line or (owner is not None and line[0].owner != owner):
             continue
-        used = record.used()
-        spent = budget.exceeded(line[0].owner, record, policy, now) if policy.budgets.on_exceeded == "wait" else None
-        for n, waiter in enumerate(line):
-            ahead = f"{n} earlier job{'s' * (n > 1)} first; " if n else ""
-            why = f"quota: {ahead}{used} of {limit} nodes in use by {waiter.owner}"
-            full = [f for f in waiter.families if f in family_used
-                    and family_used[f] + waiter.nodes > policy.max_active_by_family[f]]
-            if full and not n:  # the head of the line waits for its family's cap
-                why = f"family cap: {family_used[full[0]]} of {policy.max_active_by_family[full[0]]} {full[0]} " \
-                      f"nodes in use (max_active_by_family.{full[0]})"
+        for n, waiter in enumerate(line):  # the launcher's reason's one wording (jobplane.decide.waiting)
+            why = waiting.why(waiter, record, policy, now, deployment=deployment, families=families)
             out.append(Standing(waiter.job_id, waiter.owner, n + 1, waiter.priority, waiter.nodes, waiter.submitted,
-                                spent.reason if spent is not None else why, policy.priority_class(waiter.priority)))
+                                why, policy.priority_class(waiter.priority)))
     waits: dict[str, list[str]] = {}
     for key, _, _ in reg.listing(keys.AFTER):
         dependency, _, job_id = key.removeprefix(keys.AFTER).partition("/")

@@ -240,9 +240,10 @@ class Client:
     # ---- the queue and the policy ------------------------------------------------------------------------------
     def queue(self, *, owner: str | None = None) -> builtins.list[queue.Standing]:
         """The waiting jobs (or one owner's): each owner's line in the order it is admitted, with each job's
-        position, priority (`.priority_name`: its class) and why it waits (`quota: 2 of 2 nodes in use by team-a`),
-        then the jobs waiting for their `after:` (`dependency: waiting for prep (RUNNING)`), then each live array's
-        members not dropped yet (one row an array: `.size`, `.not_dropped`)."""
+        position, priority (`.priority_name`: its class) and why it waits, in the words its record's reason has (`the
+        deployment has 8 active instances; 1 more would exceed the quota of 8 (max_active_instances)`), then the jobs
+        waiting for their `after:` (`dependency: waiting for prep (RUNNING)`), then each live array's members not
+        dropped yet (one row an array: `.size`, `.not_dropped`)."""
         with translated():
             return queue.standing(self._registry, owner) + ops.array_waits(self._registry, owner)
 

@@ -91,14 +91,15 @@ def release(objects: RootedStore, owner: str, job_id: str, *, ended: bool = Fals
             usage: Sequence[AttemptUsage] = (), now: datetime | None = None) -> bool:
     """The job's attempt no longer holds nodes: its reservation leaves the owner's record (one GET, and a write
     when it was there), its `usage` charged to the owner's month as of `now`, and the deployment's and its instance
-    families' when it held one there; a job that `ended` leaves the owner's queue too. Whether the owner's record
-    changed."""
+    families' when it held one there; a job that `ended` leaves the owner's line too, and the deployment's order
+    when it waited there. Whether the owner's record changed."""
     record = read(objects, keys.admission_owner(owner))[0]
-    found = record.of(job_id)
-    if found is None and not (ended and record.waiter(job_id)):
+    found, waiter = record.of(job_id), record.waiter(job_id) if ended else None
+    if found is None and waiter is None:
         return False
-    if found is not None and found.capped:  # the deployment's first: a crash in between leaves only an owner's
-        change(objects, keys.ADMISSION_DEPLOYMENT, _dropping({job_id}))  # reservation, which the pass reclaims
+    if (found is not None and found.capped) or (waiter is not None and waiter.capped):
+        # the deployment's first: a crash in between leaves only an owner's reservation, which the pass reclaims
+        change(objects, keys.ADMISSION_DEPLOYMENT, _dropping({job_id}))
     for family in found.families if found is not None else ():  # the same for the instance families' caps
         change(objects, keys.admission_family(family), _dropping({job_id}))
     dropped = change(objects, keys.admission_owner(owner),

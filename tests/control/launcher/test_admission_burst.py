@@ -166,15 +166,18 @@ def test_two_owners_sharing_a_deployment_cap_never_pass_it(day: Day, watch: Watc
     queued = drops(day, {"team-a": 20, "team-b": 20})
     burst(day, monkeypatch, queued)
     assert watch.most_in_all <= 6 and max(watch.most.values()) <= 4
-    # A run may take a deployment slot, then meet earlier jobs of its owner waiting in the owner's line (they found
-    # the cap full while it held the slot) and give the slot back; it then admits in order, but one that found the
-    # cap full may write its wait only after that: then the next scheduled pass admits it. Either way the cap is
-    # full after that pass, and never passed.
+    # A run holds its place in its owner's quota while it waits for the deployment's turn, and another job of the
+    # owner, finding the quota full then, waits in the owner's line; a run the cap then refuses gives its place back,
+    # and the next in-order admission (the next scheduled pass) admits from the line. Either way the cap is full
+    # after that pass, and never passed.
     day.clock.advance(60)
     day.backstop()
     assert len(day.compute.launches) == 6 and watch.most_in_all == 6 and max(watch.most.values()) <= 4
     capped = AdmissionRecord.parse(day.reg.get_bytes(keys.ADMISSION_DEPLOYMENT))
-    assert len(capped.reservations) == 6 and capped.waiting == (), "the owners' lines keep the waiting, not the cap"
+    lines = {o: AdmissionRecord.parse(day.reg.get_bytes(keys.admission_owner(o))) for o in ("team-a", "team-b")}
+    assert len(capped.reservations) == 6
+    assert capped.waiting and all(lines[w.owner].waiter(w.job_id).capped for w in capped.waiting), \
+        "the deployment's order holds only jobs their owners' lines cleared, which wait there too"
     job_ids = [keys.parse_drop(k).job_id for k in queued]  # type: ignore[union-attr]
     drain(day, job_ids)
     # fair share splits the cap 3 and 3 while both lines wait; whether one owner reaches its own quota of 4 as the
@@ -183,11 +186,12 @@ def test_two_owners_sharing_a_deployment_cap_never_pass_it(day: Day, watch: Watc
     ran_once_each(day, job_ids)
 
 
-def test_a_deployment_slot_given_back_goes_to_the_owners_line_at_once(day: Day,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """The interleaving a burst may meet, forced: b-01 holds the deployment's last slot when b-00 arrives, finds the
-    cap full and waits in team-b's line; b-01's owner write then finds b-00 ahead of it, so b-01 waits too and gives
-    the slot back. Its run then admits in order, so b-00 runs in the slot now, not at the next scheduled pass."""
+def test_an_earlier_job_arriving_while_a_later_one_is_at_the_deployments_cap_takes_the_last_slot(
+        day: Day, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The interleaving a burst may meet, forced: team-b's line has admitted b-01, which is at the deployment's cap
+    (one slot left) when b-00 arrives. b-00 passes its owner's line too (b-01 holds a place there, it does not wait in
+    it) and takes the last slot; b-01 then finds the cap full and waits in the deployment's order, its place in
+    team-b's line given back. No slot idles, and the cap holds."""
     day.reg.put(keys.POLICY, CAPPED)
     dropped = drops(day, {"team-a": 4, "team-c": 1, "team-b": 2})
     queued = {keys.parse_drop(k).job_id: k for k in dropped}  # type: ignore[union-attr]
@@ -196,10 +200,10 @@ def test_a_deployment_slot_given_back_goes_to_the_owners_line_at_once(day: Day,
     real, arrived = records.change, []
 
     def change(objects: Any, key: str, fn: Any) -> Any:
-        if key == keys.admission_owner("team-b") and not arrived:  # b-01, between the deployment's write and this
+        if key == keys.ADMISSION_DEPLOYMENT and not arrived:  # b-01, between its owner's write and this
             arrived.append("team-b-00")
             assert launcher.handle_drop(day.context(), queued["team-b-00"], now=day.clock()).result == \
-                launcher.Result.WAITING
+                launcher.Result.LAUNCHED
         return real(objects, key, fn)
 
     monkeypatch.setattr(records, "change", change)
@@ -207,7 +211,10 @@ def test_a_deployment_slot_given_back_goes_to_the_owners_line_at_once(day: Day,
     monkeypatch.setattr(records, "change", real)
     assert arrived == ["team-b-00"] and [r.job_id for r in day.compute.launches[5:]] == ["team-b-00"]
     assert (day.job("team-b-00").state, day.job("team-b-01").state) == (State.LAUNCHING, State.WAITING_CAPACITY)
-    assert AdmissionRecord.parse(day.reg.get_bytes(keys.ADMISSION_DEPLOYMENT)).used() == 6
+    deployment = AdmissionRecord.parse(day.reg.get_bytes(keys.ADMISSION_DEPLOYMENT))
+    assert deployment.used() == 6 and [w.job_id for w in deployment.waiting] == ["team-b-01"]
+    line = AdmissionRecord.parse(day.reg.get_bytes(keys.admission_owner("team-b")))
+    assert [r.job_id for r in line.reservations] == ["team-b-00"] and [w.job_id for w in line.waiting] == ["team-b-01"]
 
 
 class Crashes:

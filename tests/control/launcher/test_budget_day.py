@@ -114,3 +114,25 @@ def test_wait_holds_the_owners_next_job_in_its_line_until_the_month_turns(day: D
     assert day.job("a2").state == State.LAUNCHING and len(day.compute.instances(job_id="a2")) == 1
     check(day, "00:05")
     assert inbox.events() == ["budget-warning", "budget-exceeded"], "a new month starts untold, and under 80%"
+
+
+def test_a_rerun_is_held_neither_by_the_budget_nor_by_a_job_waiting_for_it(day: Day) -> None:
+    """Issue 58: a preempted job's rerun is exempt from its owner's budget (the job ran: no new spending decision),
+    and so it does not wait behind the owner's new jobs that do, even one of a higher priority. On main it waited
+    behind such a job in the owner's line until the month turned."""
+    day.reg.put(keys.POLICY, (POLICY.format("wait") + "spot_prices: {t3.micro: 60.0}\n"
+                              "priority_classes: {urgent: {value: 100}}\n").encode())
+    assert day.drop("team-a", "a1", spec="spot: true\n") == "launched"
+    check(day, "12:01")
+    assert day.job("a1").state == State.RUNNING
+    check(day, "12:10")
+    day.at("12:11")
+    assert day.drop("team-a", "x", spec="priority: urgent\n") == "waiting"
+    assert day.job("x").reason == "budget: $11.00 of $10.00 this month for team-a (budgets.monthly_usd)"
+    day.at("12:20")
+    day.preempted("a1")
+    day.rerun(jobs=["a1"])
+    a1 = day.job("a1")
+    assert (a1.state, a1.attempt) == (State.LAUNCHING, 2) and len(day.compute.instances(job_id="a1")) == 2
+    assert [(s.job_id, s.why) for s in queue.standing(day.reg, now=day.clock())] == [
+        ("x", "budget: $21.00 of $10.00 this month for team-a (budgets.monthly_usd)")], "the rerun's minute counts"

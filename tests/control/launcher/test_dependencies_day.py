@@ -131,3 +131,23 @@ def test_each_kind_after_a_job(day: Day, kind: str, code: int, launched: bool) -
     else:
         assert (b.state, b.reason) == (State.FAILED, "dependency a ended SUCCEEDED: afternotok:a can never be met "
                                                      "(after)")
+
+
+def test_a_dependency_whose_record_is_unreadable_keeps_the_job_waiting_visibly_until_its_max_wait(day: Day) -> None:
+    """Issue 58: on main the gate's read of the dependency raised, after the claim: the job stayed LAUNCHING for good,
+    past its max_wait. Now it waits, naming the dependency and why, its backoff gating it again (the platform team may
+    fix the record), and fails at its max_wait like any wait."""
+    assert day.submit("a") == "launched"
+    assert day.submit("b", "after: [a]\nmax_wait: 1h\n") == "waiting"
+    day.store.put(day.reg.key(keys.job_record("a")), b"{torn")
+    day.at("12:05")
+    day.backstop()
+    b = day.job("b")
+    assert (b.state, b.cause, b.reason) == (State.WAITING_CAPACITY, LaunchCause.AFTER,
+                                            "waiting for a (its job.json does not parse) (after)")
+    day.at("13:01")
+    day.backstop()
+    b = day.job("b")
+    assert (b.state, b.cause) == (State.FAILED, LaunchCause.MAX_WAIT)
+    assert b.reason == "waiting for a (its job.json does not parse) (after) within max_wait 1h: waiting for a (its " \
+                       "job.json does not parse) (after)"

@@ -31,9 +31,9 @@ def test_a_family_cap_holds_its_nodes_across_owners_and_a_freed_one_goes_by_fair
     assert day.drop("team-b", "b1") == "waiting"
     assert day.drop("team-c", "c1", "m5.large") == "launched", "another family is not capped"
     assert family(day, "t3").used() == 2 and [r.job_id for r in family(day, "t3").reservations] == ["a1", "a2"]
-    assert [(s.job_id, s.why) for s in queue.standing(day.reg, now=day.clock())] == [
-        ("a3", "family cap: 2 of 2 t3 nodes in use (max_active_by_family.t3)"),
-        ("b1", "family cap: 2 of 2 t3 nodes in use (max_active_by_family.t3)")]
+    full = "instance family 't3' has 2 active instances; 1 more would exceed the quota of 2 (max_active_by_family.t3)"
+    assert [(s.job_id, s.why) for s in queue.standing(day.reg, now=day.clock())] == [("a3", full), ("b1", full)]
+    assert day.job("b1").reason == full
 
     assert day.ends("a1", "12:10") == ["b1"], "team-b holds no node, team-a one: b first, though a3 came earlier"
     assert day.ends("a2", "12:20") == ["a3"]

@@ -191,7 +191,10 @@ def test_where_each_waiting_job_stands(day: Day) -> None:
     day.submit("d", "priority: urgent\n")
     day.submit("e", "after: [a]\n")
     assert [(s.position, s.job_id, s.priority, s.why) for s in queue.standing(day.reg)] == [
-        (1, "d", 100, "quota: 2 of 2 nodes in use by default"),
-        (2, "c", 0, "quota: 1 earlier job first; 2 of 2 nodes in use by default"),
+        (1, "d", 100, "owner 'default' has 2 active instances; 1 more would exceed the quota of 2 "
+                      "(max_active_instances_per_owner)"),
+        (2, "c", 0, "1 earlier job of owner 'default' waits first (d next, priority 100); 2 of 2 nodes in use "
+                    "(max_active_instances_per_owner)"),
         (None, "e", 0, "dependency: waiting for a (LAUNCHING)")]
+    assert day.job("d").reason == queue.standing(day.reg)[0].why, "the record's reason is the queue's why (issue 58)"
     assert [s.job_id for s in queue.standing(day.reg, owner="team-b")] == []

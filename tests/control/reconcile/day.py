@@ -51,10 +51,11 @@ class Day:
         self.store.put(self.reg.key(key), text.encode())
         return launcher.handle_drop(self.context(), key, now=self.clock()).result
 
-    def drop(self, owner: str, job_id: str, instance_type: str = "t3.micro") -> launcher.Result:
-        """An owner's drop in queue/<owner>/ and the launcher's run on its event; returns the launcher's outcome."""
+    def drop(self, owner: str, job_id: str, instance_type: str = "t3.micro", spec: str = "") -> launcher.Result:
+        """An owner's drop in queue/<owner>/ (`spec`: more of its lines) and the launcher's run on its event; returns
+        the launcher's outcome."""
         key = keys.queue_entry(job_id, owner, "yaml")
-        self.store.put(self.reg.key(key), f"run: python3 train.py\ninstance_type: {instance_type}\n".encode())
+        self.store.put(self.reg.key(key), f"run: python3 train.py\ninstance_type: {instance_type}\n{spec}".encode())
         return launcher.handle_drop(self.context(), key, now=self.clock()).result
 
     def ends(self, job_id: str, hhmm: str) -> list[str]:
