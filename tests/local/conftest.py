@@ -22,8 +22,10 @@ from jobplane.local.package_index import wheel_dir
 from jobplane.model import keys
 
 TRAIN = Path(__file__).resolve().parents[2] / "examples" / "train"
-# The commands that only talk to the cloud's APIs (ssh and `local` run processes or reach the control endpoint)
+# The commands that only talk to the cloud's APIs (ssh runs a process in the VM, `local up` is the cloud itself), and
+# the `local` ones that only ask its control endpoint
 IN_PROCESS = frozenset({"submit", "ls", "queue", "describe", "logs", "wait", "cancel", "sweep", "metrics", "cost"})
+LOCAL_IN_PROCESS = frozenset({"preempt", "kill", "instance", "pause", "status"})
 
 
 class ModuleCloud(CloudProcess):
@@ -36,12 +38,17 @@ class ModuleCloud(CloudProcess):
     _one_at_a_time = threading.Lock()  # a command swaps sys.stdout and os.environ while it runs
 
     def cli(self, *args: str, timeout: float = 60, echo: bool = False) -> subprocess.CompletedProcess[str]:
-        if echo or not args or args[0] not in IN_PROCESS or not self._one_at_a_time.acquire(blocking=False):
+        if echo or not in_process_command(args) or not self._one_at_a_time.acquire(blocking=False):
             return super().cli(*args, timeout=timeout, echo=echo)
         try:
             return in_process(args, {**self.exported, "JOBPLANE_LOCAL_STATE": str(self.state_dir)})
         finally:
             self._one_at_a_time.release()
+
+
+def in_process_command(args: tuple[str, ...]) -> bool:
+    return bool(args) and (args[0] in IN_PROCESS or (args[0] == "local" and args[1:2] != () and
+                                                      args[1] in LOCAL_IN_PROCESS))
 
 
 def in_process(args: tuple[str, ...], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
