@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from jobplane.local.moto_server import patch_moto, share_botocore_loader
+from tests.warm import Warm
 
 # Before anything imports boto3: fake credentials and a fixed region, so a mistake fails locally.
 for _var, _val in {
@@ -54,6 +55,17 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def warm() -> Iterator[Warm]:
+    """`python -m MODULE` and `python SCRIPT` forked from an interpreter with the CLI's and the agent's imports done
+    (tests/warm.py): one server per worker, stopped at the session's end."""
+    server = Warm()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")
