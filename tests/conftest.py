@@ -36,9 +36,10 @@ share_botocore_loader()
 patch_moto()
 # The fixtures more than one module uses, for every test package (none imports a fixture), and how xdist spreads the
 # suite: moto_aws (in-process moto), day (a day on the manual clock), registry_cloud and reg (a registry on each
-# cloud, for the CLI and the SDK); and basetemp, which deletes old sessions' temporary directories while this one tests.
+# cloud, for the CLI and the SDK); basetemp, which deletes old sessions' temporary directories while this one tests;
+# and rewritten, which rewrites the test modules' asserts once, before the workers start.
 pytest_plugins = ["tests.moto_aws", "tests.control.reconcile.day", "tests.registry_clouds", "tests.scheduling",
-                  "tests.basetemp"]
+                  "tests.basetemp", "tests.rewritten"]
 
 
 @pytest.hookimpl(trylast=True)
