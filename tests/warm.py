@@ -1,7 +1,7 @@
 """Warm interpreters: `python -m MODULE ARGS` and `python SCRIPT ARGS` as processes forked from one interpreter that
 has already imported what they import, instead of a fresh interpreter each. A fresh one and the CLI's or the agent's
-imports cost about 0.3 CPU seconds a process, and the suite starts a hundred of them (agents, `jobplane` commands,
-the benchmarks' smoke runs).
+imports cost about 0.3 CPU seconds a process (`local up`'s, 0.7), and the suite starts a hundred of them (agents,
+`jobplane` commands, local clouds, the benchmarks' smoke runs).
 
 The child is a process of its own, as a fresh one would be: its argv, environment, working directory, standard
 streams and session, `__main__` run by runpy, atexit and non-daemon threads at its exit, and its exit status (minus
@@ -33,9 +33,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-# What the suite's warm processes import: the CLI, the agent and the AWS SDK (the GCP libraries stay out: a
-# benchmark times their import)
-PRELOAD = ("jobplane.cli", "jobplane.cli.jobs", "jobplane.agent.cli", "jobplane.agent.run", "boto3", "botocore.client")
+# What the suite's warm processes import: the CLI, the agent, the local AWS cloud and the AWS SDK (the GCP libraries
+# stay out: a benchmark times their import)
+PRELOAD = ("jobplane.cli", "jobplane.cli.jobs", "jobplane.agent.cli", "jobplane.agent.run", "jobplane.local.up",
+           "jobplane.local.aws", "jobplane.local.ec2_runner", "boto3", "botocore.client")
 # A fresh interpreter's environment decides these at its start; a child whose differ runs as a plain subprocess (a
 # PYTHONPATH of directories the server's sys.path holds is moved to its front instead)
 STARTUP_ENV = ("PYTHONHOME", "PYTHONSAFEPATH", "PYTHONNOUSERSITE", "PYTHONIOENCODING", "PYTHONUTF8",

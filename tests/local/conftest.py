@@ -21,7 +21,7 @@ from jobplane.local.cloud import merged
 from jobplane.local.demo import REPO, CloudProcess
 from jobplane.local.package_index import wheel_dir
 from jobplane.model import keys
-from tests.warm import Warm
+from tests.warm import Process, Warm
 
 TRAIN = Path(__file__).resolve().parents[2] / "examples" / "train"
 # The commands that only talk to the cloud's APIs (ssh runs a process in the VM, `local up` is the cloud itself), and
@@ -43,6 +43,10 @@ class ModuleCloud(CloudProcess):
     def __init__(self, state_dir: Path, *, warm: Warm, **kwargs: Any) -> None:
         super().__init__(state_dir, **kwargs)
         self.warm = warm
+
+    def spawn(self, argv: list[str], **popen: Any) -> Process:
+        """`local up` forked warm: its interpreter and imports (the CLI's, the local cloud's, boto3) are paid once."""
+        return self.warm.popen(argv, **popen)
 
     def cli(self, *args: str, timeout: float = 60, echo: bool = False) -> subprocess.CompletedProcess[str]:
         if echo:
