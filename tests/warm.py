@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -49,6 +50,7 @@ def serve(path, preload):
     for name in preload:
         importlib.import_module(name)
     assert threading.active_count() == 1 and len(os.listdir("/proc/self/task")) == 1, "a thread: forking is unsafe"
+    os.close(os.pidfd_open(os.getpid()))  # Linux 5.3's: without it, no server (the client spawns instead)
     gc.collect()
     gc.freeze()  # no collection in a child walks (and copies the pages of) what it was forked with: a third the cost
     with open(path + ".sys.path", "w") as out:
@@ -232,14 +234,16 @@ class Warm:
         self._dir = Path(tempfile.mkdtemp(prefix="jobplane-warm-"))
         self._path = self._dir / "server"
         self._env = dict(os.environ)
+        self._sys_path: list[str] | None = None  # the server's, once it listens; None: every process spawns
         with (self._dir / "server.log").open("wb") as log:
             self._proc = subprocess.Popen([sys.executable, "-c", SERVER, str(self._path), *PRELOAD], env=self._env,
                                           stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         deadline = time.monotonic() + 60
         while not self._path.exists():
             if self._proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the warm interpreter did not start (exit {self._proc.poll()}): "
-                                   f"{(self._dir / 'server.log').read_text()[-2000:]}")
+                warnings.warn(f"no warm interpreter (exit {self._proc.poll()}): every process starts fresh; "
+                              f"{(self._dir / 'server.log').read_text()[-2000:]}", stacklevel=2)
+                return
             time.sleep(0.02)
         self._sys_path = json.loads(Path(f"{self._path}.sys.path").read_text())
 
@@ -255,7 +259,7 @@ class Warm:
     def pythonpath(self, env: Mapping[str, str]) -> list[str] | None:
         """The child's PYTHONPATH entries, if the server's sys.path holds each (else None: it cannot run here)."""
         entries = [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-        return entries if all(p in self._sys_path for p in entries) else None
+        return entries if self._sys_path is not None and all(p in self._sys_path for p in entries) else None
 
     def takes(self, args: Sequence[str], env: Mapping[str, str]) -> bool:
         """Whether a fresh interpreter would run args as the warm one does."""
