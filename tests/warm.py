@@ -4,8 +4,8 @@ imports cost about 0.3 CPU seconds a process (`local up`'s, 0.7), and the suite 
 `jobplane` commands, local clouds, the benchmarks' smoke runs).
 
 The child is a process of its own, as a fresh one would be: its argv, environment, working directory, standard
-streams and session, `__main__` run by runpy, atexit and non-daemon threads at its exit, and its exit status (minus
-the signal that killed it, as Popen says). The interpreter it forks from imports modules and nothing else (no
+streams and session, `__main__` run by runpy, atexit and non-daemon threads at its exit, and its exit status (the
+negated signal that killed it, as Popen reports one). The interpreter it forks from imports modules and nothing else (no
 thread, no client, no environment read at import that a child's environment would change), and a command it cannot
 run as a fresh interpreter would (another executable, interpreter flags, another PYTHONPATH) runs as a plain
 subprocess. Signals reach the child through a pidfd the server took at the fork, so none reaches a recycled pid.
