@@ -63,8 +63,8 @@ checkov: $(STAMP) $(CHECKOV_STAMP)
 
 # Four workers (tests/scheduling.py): most tests wait, so they overlap well even on two cores. Five were 15 s faster
 # on a quiet 2-core machine, but kept both CPUs so busy that an agent's checkpoint copies fell behind a job saving
-# every second (test_checkpoint_habits failed once); six were slower. The run ends with the slowest units beside
-# their budgets (tests/budgets.json).
+# every second (test_checkpoint_habits failed once); six were slower. The run ends with the costliest units, their
+# seconds and CPU seconds beside their budgets (tests/budgets.json).
 PYTEST_ARGS ?= -n 4 --dist loadscope
 pytest: $(STAMP) local-images chromium
 	$(BIN)/pytest $(PYTEST_ARGS)

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from tests.warm import Warm
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 Check = Callable[[dict[str, Any]], bool]
@@ -98,11 +100,11 @@ def test_every_bench_script_has_a_smoke_run() -> None:
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("script", sorted(SMOKE))
-def test_a_bench_script_measures_something_at_a_tiny_size(script: str, tmp_path: Path) -> None:
+def test_a_bench_script_measures_something_at_a_tiny_size(script: str, tmp_path: Path, warm: Warm) -> None:
     args, name, measured = SMOKE[script]
     env = dict(os.environ, PYTHONPATH=str(ROOT / "shared"), JOBPLANE_BENCH_RESULTS=str(tmp_path))
-    done = subprocess.run([sys.executable, str(BENCH / script), *(a.format(out=tmp_path) for a in args)], env=env,
-                          cwd=ROOT, capture_output=True, text=True, timeout=220)
+    done = warm.run([sys.executable, str(BENCH / script), *(a.format(out=tmp_path) for a in args)], env=env,
+                    cwd=ROOT, capture_output=True, text=True, timeout=220)
     assert done.returncode == 0, done.stderr[-3000:]
     assert measured(json.loads((tmp_path / name).read_text())), (tmp_path / name).read_text()[:3000]
 

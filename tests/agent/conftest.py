@@ -35,6 +35,7 @@ from jobplane.model.states import State
 from jobplane.store.registry import Registry
 from tests.agent.clock import ManualClock
 from tests.helpers import data_of
+from tests.warm import Process, Warm
 
 BUCKET = "jobplane-agent-test"
 ROOT = "reg"  # a non-empty registry root, so every key the agent writes must honour it
@@ -56,7 +57,7 @@ def tarball(files: dict[str, str]) -> bytes:
 
 @dataclass
 class Node:
-    proc: subprocess.Popen[bytes]
+    proc: Process
     imds: FakeImds
     ml_root: Path
     console: Path
@@ -71,6 +72,7 @@ class World:
 
     reg: Registry
     tmp: Path
+    warm: Warm
     nodes: list[Node] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -118,8 +120,8 @@ class World:
             env.update({"JOBPLANE_ML_ROOT": str(ml_root), "JOBPLANE_POWEROFF_CMD": self.poweroff_cmd, **env_only})
             args = []
         with console.open("wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "jobplane.agent", *args],
-                                    env=env, stdout=out, stderr=subprocess.STDOUT)
+            proc = self.warm.popen([sys.executable, "-m", "jobplane.agent", *args],
+                                   env=env, stdout=out, stderr=subprocess.STDOUT)
         node = Node(proc, imds, ml_root, console)
         self.nodes.append(node)
         return node
@@ -174,9 +176,9 @@ class World:
 
 
 @pytest.fixture
-def world(moto_endpoint: str, tmp_path: Path) -> Iterator[World]:
+def world(moto_endpoint: str, tmp_path: Path, warm: Warm) -> Iterator[World]:
     boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=BUCKET)
-    w = World(Registry(S3Store(BUCKET), ROOT), tmp_path)
+    w = World(Registry(S3Store(BUCKET), ROOT), tmp_path, warm)
     try:
         yield w
     finally:

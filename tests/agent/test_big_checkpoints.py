@@ -1,7 +1,7 @@
 """Big checkpoints saved in place more often than they can be copied between two saves (issue 37's GPU run,
 without a GPU): a file of a few hundred MB rewritten in place, each save longer than the pause after it, the real
 Keeper syncing it, and the agent's own preemption (freeze, SIGTERM, grace, SIGKILL, final sync) at random
-moments, with and without a SIGTERM handler, on a machine kept busy. Every next attempt restores a whole file
+moments, with and without a SIGTERM handler, on a core kept busy. Every next attempt restores a whole file
 (its head and tail agree, its length is right) whose step is within one save cycle plus one sync interval of the
 last save the attempt before finished. Then the paths that once kept a torn save, each driven step by step, and
 the pause a copy takes: bounded, thawed, never beside a stop."""
@@ -43,17 +43,22 @@ JITTER = 0.5  # seconds a sync may start late on a loaded machine
 
 @pytest.fixture
 def busy() -> Iterator[None]:
-    """A busy loop per core, at nice 19: the machine is never idle (a process that wakes waits for a core to be
-    taken from a loop), while the tests beside this one in `make test` lose almost nothing to them (at nice 10 they
-    lost about a tenth of a core while it ran)."""
-    loops = [subprocess.Popen([sys.executable, "-c", "import os\nos.nice(19)\nwhile True: pass"])
-             for _ in range(os.cpu_count() or 2)]
+    """The test's core never idle: the test and every process it starts (threads and children inherit it) are held
+    to one core, where a busy loop at nice 19 runs, so a process that wakes waits for the core to be taken from the
+    loop; the tests beside this one in `make test` lose almost nothing to it (at nice 10 they lost about a tenth of
+    a core while it ran). One loop on one core is the busy machine a loop per core made, for half the CPU seconds
+    or less: those loops took every idle moment of every core."""
+    allowed = os.sched_getaffinity(0)  # this thread's: the test runs in it, and what it starts inherits it
+    core = {max(allowed)}
+    loop = subprocess.Popen([sys.executable, "-c", "import os\nos.nice(19)\nwhile True: pass"])
     try:
+        os.sched_setaffinity(loop.pid, core)
+        os.sched_setaffinity(0, core)
         yield
     finally:
-        for loop in loops:
-            loop.kill()
-            loop.wait()
+        os.sched_setaffinity(0, allowed)
+        loop.kill()
+        loop.wait()
 
 
 @pytest.fixture

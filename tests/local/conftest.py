@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import threading
 import traceback
 from collections.abc import Iterator, Mapping
@@ -20,29 +21,49 @@ from jobplane.local.cloud import merged
 from jobplane.local.demo import REPO, CloudProcess
 from jobplane.local.package_index import wheel_dir
 from jobplane.model import keys
+from tests.warm import Process, Warm
 
 TRAIN = Path(__file__).resolve().parents[2] / "examples" / "train"
-# The commands that only talk to the cloud's APIs (ssh and `local` run processes or reach the control endpoint)
+# The commands that only talk to the cloud's APIs (ssh runs a process in the VM, `local up` is the cloud itself), and
+# the `local` ones that only ask its control endpoint
 IN_PROCESS = frozenset({"submit", "ls", "queue", "policy", "describe", "logs", "wait", "cancel", "checkpoints",
                         "sweep", "metrics", "cost"})
+LOCAL_IN_PROCESS = frozenset({"preempt", "kill", "instance", "pause", "status"})
 
 
 class ModuleCloud(CloudProcess):
     """A module's local cloud, whose `jobplane` commands (IN_PROCESS) run in the test's process: the same click
     commands, environment and working directory a user's second shell gives them, without an interpreter and its
     imports each (0.6 CPU s a command, about a sixth of the scenario tier's CPU). A command while another runs (a
-    thread), one that echoes, and the others run as processes, as does every command of a module that asks for
-    them (tests/local/test_first_job.py: a new user's first job, process and all)."""
+    thread) and the others (`jobplane ssh`) run as processes, forked warm (tests/warm.py); one that echoes, and every
+    command of a module that asks for them, as fresh ones (tests/local/test_first_job.py: a new user's first job,
+    process and all)."""
 
     _one_at_a_time = threading.Lock()  # a command swaps sys.stdout and os.environ while it runs
 
+    def __init__(self, state_dir: Path, *, warm: Warm, **kwargs: Any) -> None:
+        super().__init__(state_dir, **kwargs)
+        self.warm = warm
+
+    def spawn(self, argv: list[str], **popen: Any) -> Process:
+        """`local up` forked warm: its interpreter and imports (the CLI's, the local cloud's, boto3) are paid once."""
+        return self.warm.popen(argv, **popen)
+
     def cli(self, *args: str, timeout: float = 60, echo: bool = False) -> subprocess.CompletedProcess[str]:
-        if echo or not args or args[0] not in IN_PROCESS or not self._one_at_a_time.acquire(blocking=False):
+        if echo:
             return super().cli(*args, timeout=timeout, echo=echo)
+        if not in_process_command(args) or not self._one_at_a_time.acquire(blocking=False):
+            return self.warm.run([sys.executable, "-m", "jobplane.cli", *args], env=self.env, text=True,
+                                 timeout=timeout, capture_output=True, cwd=REPO)
         try:
             return in_process(args, {**self.exported, "JOBPLANE_LOCAL_STATE": str(self.state_dir)})
         finally:
             self._one_at_a_time.release()
+
+
+def in_process_command(args: tuple[str, ...]) -> bool:
+    return bool(args) and (args[0] in IN_PROCESS or (args[0] == "local" and args[1:2] != () and
+                                                      args[1] in LOCAL_IN_PROCESS))
 
 
 def in_process(args: tuple[str, ...], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -63,15 +84,17 @@ def in_process(args: tuple[str, ...], env: dict[str, str]) -> subprocess.Complet
     return subprocess.CompletedProcess(["jobplane", *args], result.exit_code, result.stdout, stderr)
 
 
-def running(tmp_path_factory: pytest.TempPathFactory, which: str, baked_agent: bool = True,
-            cli_processes: bool = False) -> Iterator[CloudProcess]:
+def running(tmp_path_factory: pytest.TempPathFactory, which: str, warm: Warm | None, baked_agent: bool = True
+            ) -> Iterator[CloudProcess]:
     """A local cloud for a test module; stopped, and checked to have left nothing behind, at its end. Its VMs
     boot as from an image baked with the agent (`local up --baked-agent`: about 2 CPU seconds less per VM) unless
-    the module tests the bootstrap's download itself (tests/local/test_first_job.py)."""
+    the module tests the bootstrap's download itself (tests/local/test_first_job.py). Its `jobplane` commands run in
+    this process and warm (ModuleCloud), or without `warm`, each in a fresh interpreter."""
     if not any(wheel_dir().glob("numpy-*.whl")):  # examples/train/requirements.txt installs it, from loopback
         pytest.skip(f"the local package index is empty ({wheel_dir()}): run `make local-index`")
-    kind = CloudProcess if cli_processes else ModuleCloud
-    proc = kind(tmp_path_factory.mktemp(f"local-{which}"), cloud=which, baked_agent=baked_agent)
+    state_dir = tmp_path_factory.mktemp(f"local-{which}")
+    proc = (CloudProcess(state_dir, cloud=which, baked_agent=baked_agent) if warm is None else
+            ModuleCloud(state_dir, warm=warm, cloud=which, baked_agent=baked_agent))
     try:
         proc.start()
         yield proc
@@ -83,13 +106,13 @@ def running(tmp_path_factory: pytest.TempPathFactory, which: str, baked_agent: b
 
 
 @pytest.fixture(scope="module")
-def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CloudProcess]:
-    yield from running(tmp_path_factory, "aws")
+def cloud(tmp_path_factory: pytest.TempPathFactory, warm: Warm) -> Iterator[CloudProcess]:
+    yield from running(tmp_path_factory, "aws", warm)
 
 
 @pytest.fixture(scope="module")
-def gcp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CloudProcess]:
-    yield from running(tmp_path_factory, "gcp")
+def gcp(tmp_path_factory: pytest.TempPathFactory, warm: Warm) -> Iterator[CloudProcess]:
+    yield from running(tmp_path_factory, "gcp", warm)
 
 
 def write_spec(directory: Path, name: str, run: str, **extra: str) -> Path:

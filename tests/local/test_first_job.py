@@ -26,7 +26,7 @@ pytestmark = pytest.mark.scenario
 @pytest.fixture(scope="module")
 def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CloudProcess]:
     """This module's VMs run the whole bootstrap (no baked agent): it is what the module tests."""
-    yield from running(tmp_path_factory, "aws", baked_agent=False, cli_processes=True)
+    yield from running(tmp_path_factory, "aws", None, baked_agent=False)
 
 
 # Run on the image: what it lacks (checked with its own python3, not the job environment's), what power

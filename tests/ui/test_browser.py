@@ -25,6 +25,7 @@ from jobplane.local.cloud import free_port
 from jobplane.local.demo import CloudProcess
 from jobplane.local.waiting import wait_for
 from tests.local.conftest import cli_ok, paced, running, submit, write_spec
+from tests.warm import Warm
 
 pytest.importorskip("starlette", reason="the ui extra is not installed (pip install -e '.[ui]')")
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
@@ -63,9 +64,9 @@ sweep:
 
 
 @pytest.fixture(scope="module")
-def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CloudProcess]:
+def cloud(tmp_path_factory: pytest.TempPathFactory, warm: Warm) -> Iterator[CloudProcess]:
     """This module's local AWS cloud, as each of tests/local/'s modules has its own."""
-    yield from running(tmp_path_factory, "aws")
+    yield from running(tmp_path_factory, "aws", warm)
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ from jobplane.clouds.base import TAG_JOB_ID, TAG_MANAGED
 # VPCs; one /24 subnet per zone.
 LOOPBACK_VPC = "127.100.0.0/16"
 VPC_NAME = "jobplane-local-loopback"
+STATES = ("pending", "running", "shutting-down", "terminated", "stopping", "stopped")  # an EC2 instance's, all of them
 
 
 @dataclass(frozen=True)
@@ -132,8 +133,12 @@ class LocalAws:
         return [str(self.ec2.create_subnet(VpcId=vpc, CidrBlock=str(next(blocks)), AvailabilityZone=zone)
                     ["Subnet"]["SubnetId"]) for zone in zones]
 
-    def instances(self, managed_only: bool = True) -> list[RawInstance]:
+    def instances(self, managed_only: bool = True, terminated: bool = True) -> list[RawInstance]:
+        """terminated=False leaves out the instances EC2 (and moto) keep listing after they end: a module's scenarios
+        leave dozens, each some milliseconds of every DescribeInstances a tick makes."""
         filters = [{"Name": f"tag:{TAG_MANAGED}", "Values": ["true"]}] if managed_only else []
+        if not terminated:
+            filters.append({"Name": "instance-state-name", "Values": [s for s in STATES if s != "terminated"]})
         out: list[RawInstance] = []
         for page in self.ec2.get_paginator("describe_instances").paginate(Filters=filters):
             for res in page["Reservations"]:

@@ -237,6 +237,7 @@ class _Vm:
     instance: Instance  # as launched; its state is derived from the clock
     ended: datetime | None = None  # terminated, reclaimed or powered off at
     console: str = ""
+    listed: Instance | None = None  # as last listed: a copy per state, not per listing (Instance is frozen)
 
 
 class MemoryCompute:
@@ -355,10 +356,16 @@ class MemoryCompute:
         by the managed tag and by tags given as keyword arguments (job_id="train" means jobplane:job-id)."""
         wanted = {f"jobplane:{k.replace('_', '-')}": v for k, v in tags.items()}
         with self._lock:
-            out = [replace(vm.instance, state=self._state(vm)) for vm in self._vms.values()]
+            out = [self._listed(vm) for vm in self._vms.values()]
         return [i for i in out if (managed is None or i.managed == managed)
                 and (not live or i.state in ("pending", "running"))
                 and wanted.items() <= dict(i.tags).items()]
+
+    def _listed(self, vm: _Vm) -> Instance:
+        state = self._state(vm)
+        if vm.listed is None or vm.listed.state != state:
+            vm.listed = replace(vm.instance, state=state)
+        return vm.listed
 
     def _state(self, vm: _Vm) -> str:
         now = self._clock()

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from jobplane.agent.process import marked_pids
 from jobplane.clouds.base import Instance
@@ -63,6 +63,17 @@ CONSOLE_VERBS = {
 ENDPOINTS = ("AWS_ENDPOINT_URL", "STORAGE_EMULATOR_HOST", "JOBPLANE_COMPUTE_ENDPOINT")
 
 
+class Spawned(Protocol):
+    """What CloudProcess asks of its `local up` process: Popen's part."""
+
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def send_signal(self, sig: int) -> None: ...
+    def kill(self) -> None: ...
+
+
 class CloudProcess:
     """`jobplane local up` in a child process: what a user runs in their first shell (tests use it too)."""
 
@@ -75,14 +86,14 @@ class CloudProcess:
         self.policy = policy  # `local up --policy`
         self.tick = tick
         self.cloud = cloud
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: Spawned | None = None
         self.state: dict[str, Any] = {}
 
     def start(self, timeout: float = 60) -> CloudProcess:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if k not in ENDPOINTS}
         with (self.state_dir / "local-cloud.log").open("ab") as out:
-            self.proc = subprocess.Popen(
+            self.proc = self.spawn(
                 [sys.executable, "-m", "jobplane.cli", "local", "up", "--cloud", self.cloud, "--port", str(self.port),
                  "--tick", str(self.tick), "--state-dir", str(self.state_dir), "--ui-port", "0" if self.ui else "-1",
                  *(["--policy", str(self.policy)] if self.policy else []),
@@ -98,6 +109,10 @@ class CloudProcess:
             raise RuntimeError(f"the local cloud did not start ({exc}); see {log}") from None
         self.state = json.loads((self.state_dir / STATE_FILE).read_text())
         return self
+
+    def spawn(self, argv: list[str], **popen: Any) -> Spawned:
+        """The `local up` process (a test's may come forked from a warm interpreter: tests/warm.py)."""
+        return subprocess.Popen(argv, **popen)
 
     @property
     def exported(self) -> dict[str, str]:

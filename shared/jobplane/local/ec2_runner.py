@@ -42,7 +42,8 @@ class Ec2Runner(InstanceRunner):
 
     def sync(self) -> None:
         with self.lock:
-            seen = {raw.id: raw for raw in self.aws.instances(managed_only=True)}
+            # a terminated instance is gone either way: a node of one is forgotten as unlisted ones are
+            seen = {raw.id: raw for raw in self.aws.instances(managed_only=True, terminated=False)}
             for iid, raw in seen.items():
                 if raw.state in ("pending", "running") and iid not in self.nodes and iid not in self.done:
                     self._boot(raw)
