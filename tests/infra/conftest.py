@@ -1,4 +1,5 @@
-"""One synthesis of the stack per session (with cdk-nag on, as app.py runs it), shared by every infra test."""
+"""One synthesis of the stack per session (with cdk-nag on, as app.py runs it), shared by every infra test, or none
+where a run with the same inputs kept its assembly (assemblies.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from jobplane.model.policy import Policy, parse_policy
+from tests.infra.assemblies import synthesized
 from tests.infra.iam_eval import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,16 +81,20 @@ def cdk_context(**overrides: Any) -> dict[str, Any]:
 
 
 def synthesize(outdir: Path, context: dict[str, Any], nag: bool) -> Synth:
-    import aws_cdk as cdk
-    from cdk_nag import AwsSolutionsChecks
+    """The stack's assembly in outdir: synthesized, or as a run with the same inputs synthesized it (assemblies.py)."""
+    def synth(into: Path) -> None:
+        import aws_cdk as cdk
+        from cdk_nag import AwsSolutionsChecks
 
-    from infra.aws.stack import JobplaneStack
+        from infra.aws.stack import JobplaneStack
 
-    app = cdk.App(outdir=str(outdir), context=context)
-    JobplaneStack(app, "Jobplane")
-    if nag:
-        cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-    app.synth()  # raises on any unacknowledged cdk-nag finding
+        app = cdk.App(outdir=str(into), context=context)
+        JobplaneStack(app, "Jobplane")
+        if nag:
+            cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+        app.synth()  # raises on any unacknowledged cdk-nag finding
+
+    synthesized(outdir, context, nag, synth)
     return Synth(outdir, json.loads((outdir / "Jobplane.template.json").read_text()))
 
 
