@@ -16,7 +16,7 @@ from jobplane.local.demo import REPO, CloudProcess
 from jobplane.local.waiting import wait_for
 from jobplane.model import keys
 from jobplane.model.states import State
-from tests.local.conftest import cli_ok, shell_code, write_spec
+from tests.local.conftest import ModuleCloud, cli_ok, shell_code, write_spec
 
 pytestmark = [pytest.mark.scenario, pytest.mark.timeout(300)]
 
@@ -51,9 +51,10 @@ def member(cloud: CloudProcess, team: str) -> dict[str, str]:
 
 
 def run_as(cloud: CloudProcess, person: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    """`jobplane ARGS` in a second shell that sourced a member's exports (a process of its own: one process holds
-    one identity, its clients made once)."""
-    return subprocess.run([sys.executable, "-m", "jobplane.cli", *args], env={**cloud.env, **person}, text=True,
+    """`jobplane ARGS` in a second shell that sourced a member's exports (a process of its own, forked warm: one
+    process holds one identity, its clients made once)."""
+    assert isinstance(cloud, ModuleCloud)
+    return cloud.warm.run([sys.executable, "-m", "jobplane.cli", *args], env={**cloud.env, **person}, text=True,
                           timeout=90, capture_output=True, cwd=REPO)
 
 
