@@ -77,17 +77,17 @@ def test_an_array_member_is_told_its_index_as_aws_batch_tells_it(tmp_path: Path)
 def test_hyperparameters_reach_the_script_as_sagemaker_hands_them_over(tmp_path: Path) -> None:
     spec = parse_spec("instance_type: t3.micro\nrun: x\nenv: {SM_HP_LR: mine}\n"
                       "hyperparameters: {epochs: 10, lr: 0.01, optimizer: adam, amp: true, layers: [64, 32],\n"
-                      "                  learning-rate: 1e-3}\n")
+                      "                  learning-rate: 1e-3, eps: '1e-3'}\n")
     assert hyperparameters_file(spec) == {"epochs": "10", "lr": "0.01", "optimizer": "adam", "amp": "true",
-                                          "layers": "[64,32]", "learning-rate": "1e-3"}
+                                          "layers": "[64,32]", "learning-rate": "0.001", "eps": "1e-3"}
     cluster = Cluster(("10.0.0.1",), "10.0.0.1", 29500, 1)
     env = user_env(spec=spec, job_id="j", attempt=1, rank=0, cluster=cluster, layout=Layout(tmp_path),
                    num_gpus=0, num_cpus=2, base={})
     assert json.loads(env["SM_HPS"]) == {"epochs": 10, "lr": 0.01, "optimizer": "adam", "amp": True,
-                                         "layers": [64, 32], "learning-rate": "1e-3"}  # YAML reads 1e-3 as a string
+                                         "layers": [64, 32], "learning-rate": 0.001, "eps": "1e-3"}  # YAML 1.2: 1e-3 is a number
     assert (env["SM_HP_EPOCHS"], env["SM_HP_LR"], env["SM_HP_OPTIMIZER"], env["SM_HP_AMP"]) == \
         ("10", "0.01", "adam", "true")  # ours win over the spec's env
-    assert env["SM_HP_LAYERS"] == "[64,32]" and env["SM_HP_LEARNING-RATE"] == "1e-3"  # upper-cased as SageMaker does
+    assert env["SM_HP_LAYERS"] == "[64,32]" and env["SM_HP_LEARNING-RATE"] == "0.001"  # upper-cased as SageMaker does
     assert Layout(tmp_path).hyperparameters == tmp_path / "input" / "config" / "hyperparameters.json"
 
 

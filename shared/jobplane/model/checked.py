@@ -194,5 +194,7 @@ def _at(path: str, name: str) -> str:
 
 
 def _kind(value: object) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "a number out of range:"  # YAML reads 1e400 as infinity, .nan as NaN
     return {type(None): "nothing (null)", bool: "true/false", int: "a whole number", float: "a number",
             str: "a string", list: "a list", dict: "a mapping"}.get(type(value), type(value).__name__)

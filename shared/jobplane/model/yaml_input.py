@@ -4,10 +4,16 @@ A few hundred bytes of YAML can expand to gigabytes through anchors and aliases 
 drop that kills the launcher is read again by every backstop run. So aliases are refused outright (a spec
 has no use for them), and the document's size, nesting depth and node count are capped while it is
 composed, before any Python object is built.
+
+Values are read as YAML 1.2's core schema reads them, not PyYAML's 1.1: `8:00` is a string, not 480 (sexagesimal),
+`010` is ten, not eight, `yes`/`on` are strings and `2026-02-30` is not a date. A value that cannot be built (an
+integer over Python's 4,300 digits, a `!!timestamp` that is no date, an unknown tag) is refused naming its field,
+like every other bad value, instead of escaping as a plain ValueError.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -36,8 +42,32 @@ def _field_at(text: str, line: int) -> str:
     return "(spec)"
 
 
+# YAML 1.2 core schema: the plain scalars that are not strings (https://yaml.org/spec/1.2.2/#1032-tag-resolution)
+_CORE = (
+    ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", [*"~nN", ""]),  # "": an empty value
+    ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", [*"tTfF"]),
+    ("tag:yaml.org,2002:int", r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", [*"-+0123456789"]),
+    ("tag:yaml.org,2002:float", r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+                                r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$", [*"-+.0123456789"]),
+)
+MAX_INT_DIGITS = 100  # far past any bound a field has; Python itself refuses past 4,300
+
+
+def _core_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    text = str(loader.construct_scalar(node))
+    digits = text.lstrip("+-")
+    if len(digits) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(digits)} digits (at most {MAX_INT_DIGITS})")
+    if digits.startswith(("0o", "0x")):
+        return int(digits[2:], 8 if digits[1] == "o" else 16)
+    return int(text, 10)
+
+
 class _BoundedLoader(yaml.SafeLoader):
-    """SafeLoader that refuses aliases and stops at MAX_DEPTH levels or MAX_NODES nodes."""
+    """SafeLoader with YAML 1.2's core schema that refuses aliases, stops at MAX_DEPTH levels or MAX_NODES nodes,
+    and names the field of a value it cannot build."""
+
+    yaml_implicit_resolvers: dict[Any, Any] = {}  # only _CORE's, added below: none of YAML 1.1's
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
@@ -64,6 +94,22 @@ class _BoundedLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self.depth -= 1
+
+    def construct_object(self, node: Any, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except YamlRefused:
+            raise
+        except (ValueError, OverflowError, TypeError, yaml.constructor.ConstructorError) as exc:
+            line = node.start_mark.line
+            what = getattr(exc, "problem", None) or str(exc)
+            raise YamlRefused(_field_at(self.text, line), f"a value that cannot be read (line {line + 1}): "
+                                                          f"{what}".replace("\n", " ")) from None
+
+
+for _tag, _pattern, _first in _CORE:
+    _BoundedLoader.add_implicit_resolver(_tag, re.compile(_pattern), _first)
+_BoundedLoader.add_constructor("tag:yaml.org,2002:int", _core_int)
 
 
 def load(data: str | bytes, max_bytes: int = MAX_BYTES) -> Any:
