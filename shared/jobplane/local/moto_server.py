@@ -276,7 +276,9 @@ def enforce_sts_sessions() -> None:
                 if not session_allows(role, policy, one.action, one.resource, {**context, **one.context}):
                     explicit = DENY in (evaluate(role, one.action, one.resource, {**context, **one.context}),
                                         policy and evaluate([policy], one.action, one.resource, context))
-                    raise _denied("s3" if s3 else self.service_name, session.arn, one, bool(explicit))
+                    if s3:
+                        request._raise_access_denied()  # S3's own AccessDenied, as its clients parse it
+                    raise _denied(self.service_name, session.arn, one, bool(explicit))
             if s3 and action == "s3:GetObject" and "/" in resource.split(":::", 1)[1] and _missing(
                     self.current_account, partition, resource):
                 bucket = resource.split(":::", 1)[1].split("/", 1)[0]
