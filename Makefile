@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 # The static checks run beside pytest, whose tests mostly wait (on local clouds, servers, subprocesses). What they
 # need installed or built comes first: the venvs, the local cloud's images, the CDK assets. checkov runs inside
 # pytest (tests/infra/test_checkov.py), over the template the infra tests synthesize: one synth less than `checkov:`.
-test: $(STAMP) $(CHECKOV_STAMP) local-images cdk-assets
+test: $(STAMP) $(CHECKOV_STAMP) local-images cdk-assets stack-iam
 	$(MAKE) --no-print-directory --output-sync=line -j4 lint typecheck docs pytest
 
 # The loop while working, under a minute: ruff, mypy and the check tier (the pure tests and the days on the manual
@@ -94,6 +94,13 @@ cdk-assets: $(STAMP)
 
 local-index: $(STAMP)
 	$(BIN)/python -m jobplane.local.package_index fill
+
+# The functions' roles as `cdk synth` defines them, which the local AWS cloud runs each function under
+# (jobplane.local.stack_iam), exported once per digest of their inputs into ~/.cache/jobplane/stack-iam: a synth
+# (about 10 CPU s) here, never at a local cloud's start. Never fails the build: a cloud that finds none exports it.
+.PHONY: stack-iam
+stack-iam: $(STAMP)
+	$(BIN)/python -m jobplane.local.stack_iam build
 
 # `make demo` runs the lifecycle on the local AWS cloud, `make demo CLOUD=gcp` on the local GCP one.
 CLOUD ?= aws

@@ -20,9 +20,10 @@ from jobplane.settings import Settings
 logger = Logger(service="jobplane")
 metrics = Metrics(namespace="jobplane", service="jobplane")
 
-# boto3 clients are reused across invocations, per service, region and endpoint (AWS_ENDPOINT_URL, which boto3
-# reads), each made when first asked for: a client costs tens of ms of a cold start (its service model)
-_clients: dict[tuple[str, str | None, str | None], Any] = {}
+# boto3 clients are reused across invocations, per service, region, endpoint (AWS_ENDPOINT_URL, which boto3 reads) and
+# access key, each made when first asked for: a client costs tens of ms of a cold start (its service model). The key:
+# the local cloud runs every function in one process, each with its own role's credentials (jobplane.local.aws).
+_clients: dict[tuple[str, str | None, str | None, str | None], Any] = {}
 
 
 def _ec2_client(region: str | None) -> Any:
@@ -38,8 +39,13 @@ def endpoint() -> str | None:
     return os.environ.get("AWS_ENDPOINT_URL")
 
 
+def access_key() -> str | None:
+    """The access key the process's credentials sign with (a client is made for each: see _clients)."""
+    return os.environ.get("AWS_ACCESS_KEY_ID")
+
+
 def client(service: Literal["s3", "ec2"], settings: Settings) -> Any:
-    where = (service, settings.region, endpoint())
+    where = (service, settings.region, endpoint(), access_key())
     if where not in _clients:
         _clients[where] = _MAKERS[service](settings.region)
     return _clients[where]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from functions.aws.common import client, endpoint, metrics
+from functions.aws.common import access_key, client, endpoint, metrics
 from jobplane.clouds.aws import Ec2Compute
 from jobplane.clouds.s3 import S3Store
 from jobplane.deployment.context import Adapters, build
@@ -17,7 +17,7 @@ from jobplane.settings import Settings
 if TYPE_CHECKING:
     from jobplane.clouds.sns import SnsNotifier
 
-_notifiers: dict[tuple[str, str | None], SnsNotifier] = {}
+_notifiers: dict[tuple[str, str | None, str | None], SnsNotifier] = {}
 
 
 def notifier(settings: Settings) -> SnsNotifier | None:
@@ -26,7 +26,7 @@ def notifier(settings: Settings) -> SnsNotifier | None:
         return None
     from jobplane.clouds.sns import SnsNotifier  # only a deployment with a topic publishes
 
-    key = (settings.notify_topic, endpoint())
+    key = (settings.notify_topic, endpoint(), access_key())
     if key not in _notifiers:
         _notifiers[key] = SnsNotifier(settings.notify_topic)
     return _notifiers[key]

@@ -21,7 +21,8 @@ from jobplane.settings import Settings
 from jobplane.store.rooted import RootedStore
 from jobplane.vending.aws import VendSettings, vend
 
-_cloud: dict[tuple[str | None, str, str | None], VendAws] = {}  # reused across invocations, like the clients
+# reused across invocations, like the clients (per region, deployment, endpoint and access key)
+_cloud: dict[tuple[str | None, str, str | None, str | None], VendAws] = {}
 
 
 def settings() -> tuple[Settings, VendSettings]:
@@ -33,7 +34,7 @@ def settings() -> tuple[Settings, VendSettings]:
 @common.logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     base, vending = settings()
-    where = (base.region, base.deployment, os.environ.get("AWS_ENDPOINT_URL"))
+    where = (base.region, base.deployment, os.environ.get("AWS_ENDPOINT_URL"), common.access_key())
     if where not in _cloud:
         _cloud[where] = VendAws(base.region or "us-east-1", base.deployment)
     body = event.get("body") or ""

@@ -72,11 +72,14 @@ class FunctionSpec:
     reserved: int
 
 
+# Every reconciler launches: a run that ends an attempt admits the jobs waiting for its nodes and releases those
+# waiting for its job (control.reconcile.apply: admit_in_order, release_dependents), and the check retries. The local
+# cloud, running each function under its synthesized role, refused the sweeper's launches when it could not.
 FUNCTIONS = (
     FunctionSpec("launcher", 120, launches=True, terminates=False, reserved=10),
-    FunctionSpec("sweeper", 300, launches=False, terminates=True, reserved=1),
+    FunctionSpec("sweeper", 300, launches=True, terminates=True, reserved=1),
     FunctionSpec("rerun", 300, launches=True, terminates=True, reserved=1),
-    FunctionSpec("uptime_cap", 120, launches=False, terminates=True, reserved=1),
+    FunctionSpec("uptime_cap", 120, launches=True, terminates=True, reserved=1),
 )
 
 

@@ -4,8 +4,6 @@ where a run with the same inputs kept its assembly (assemblies.py)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,9 +116,3 @@ def private_nat(tmp_path_factory: pytest.TempPathFactory) -> Synth:
 @pytest.fixture(scope="session")
 def isolated(tmp_path_factory: pytest.TempPathFactory) -> Synth:
     return _network_synth(tmp_path_factory, "isolated")
-
-
-def cfn_lint(*templates: Path) -> subprocess.CompletedProcess[str]:
-    """cfn-lint as CI runs it; W3005 (redundant DependsOn, in CDK's own output) is the one check ignored."""
-    return subprocess.run([str(Path(sys.executable).with_name("cfn-lint")), "--ignore-checks", "W3005", "--",
-                           *map(str, templates)], capture_output=True, text=True, timeout=240)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.infra.conftest import Synth, cfn_lint
+from infra import cfn_lint_gate
+from tests.infra.conftest import Synth
 
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(600)]  # a cold cache downloads wheels
 
@@ -60,6 +62,20 @@ def test_cdk_nag_fails_the_synth_on_an_unacknowledged_finding(tmp_path: Path) ->
         app.synth()
 
 
-def test_cfn_lint_is_clean(synth: Synth, private_nat: Synth, isolated: Synth) -> None:
-    proc = cfn_lint(*(s.outdir / "Jobplane.template.json" for s in (synth, private_nat, isolated)))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+def test_cfn_lint_finds_nothing_but_the_warnings_its_skip_file_accepts(synth: Synth, private_nat: Synth,
+                                                                       isolated: Synth) -> None:
+    templates = [s.outdir / "Jobplane.template.json" for s in (synth, private_nat, isolated)]
+    findings = cfn_lint_gate.lint(templates, Path(sys.executable).with_name("cfn-lint"))
+    assert not cfn_lint_gate.problems(findings, cfn_lint_gate.skips())
+
+
+def test_the_cfn_lint_gate_refuses_an_error_an_unlisted_warning_and_a_stale_entry() -> None:
+    warning = {"Level": "Warning", "Rule": {"Id": "W3005"}, "Message": "m",
+               "Location": {"Path": ["Resources", "ControlPlaneLauncher05C6452E", "DependsOn", 1]}}
+    accepted = cfn_lint_gate.skips()
+    assert cfn_lint_gate.problems([warning], accepted) == []
+    assert cfn_lint_gate.problems([{**warning, "Level": "Error"}], accepted)[0].startswith("Error W3005")
+    other = {**warning, "Rule": {"Id": "W1001"}}
+    assert any(p.startswith("Warning W1001") for p in cfn_lint_gate.problems([other], accepted))
+    assert cfn_lint_gate.problems([], accepted) == [
+        f"cfn-lint-skips.yaml: W3005 on {list(accepted[0].resources)} matches no finding: remove it"]

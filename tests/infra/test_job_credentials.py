@@ -61,9 +61,9 @@ def test_the_vend_function_url_uses_aws_iam(synth: Synth) -> None:
     assert url["Properties"]["AuthType"] == "AWS_IAM"
     assert url["Properties"]["TargetFunctionArn"] == {"Fn::GetAtt": [vend_function(synth), "Arn"]}
     assert synth.template["Resources"][vend_function(synth)]["Properties"]["Handler"] == "functions.aws.vend.handler"
-    # the launchers hand the URL to the VMs they start
+    # the launchers (every control function: an attempt's end admits waiting jobs) hand the URL to the VMs they start
     expected = {"Fn::GetAtt": [synth.logical_id("AWS::Lambda::Url", "Vend"), "FunctionUrl"]}
-    for name in ("launcher", "rerun"):
+    for name in ("launcher", "sweeper", "rerun", "uptime_cap"):
         assert synth.functions()[name]["Properties"]["Environment"]["Variables"]["JOBPLANE_VEND_URL"] == expected
 
 

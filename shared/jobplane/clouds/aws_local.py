@@ -13,7 +13,7 @@ import base64
 import contextlib
 import ipaddress
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +45,30 @@ class RawInstance:
     @property
     def managed(self) -> bool:
         return self.tags.get(TAG_MANAGED) == "true"
+
+
+_role_sessions: dict[str, boto3.Session] = {}
+
+
+@contextlib.contextmanager
+def default_session(credentials: Mapping[str, str]) -> Iterator[None]:
+    """boto3's default session signs with these credentials (AWS_ACCESS_KEY_ID, ...) meanwhile: a client made then
+    (boto3.client) is theirs. botocore keeps the credentials it first resolved from the environment, so the local
+    cloud's functions, each under its own role in one process, need a session each."""
+    key = credentials.get("AWS_ACCESS_KEY_ID")
+    if not key:
+        yield
+        return
+    if key not in _role_sessions:
+        _role_sessions[key] = boto3.Session(aws_access_key_id=key,
+                                            aws_secret_access_key=credentials["AWS_SECRET_ACCESS_KEY"],
+                                            aws_session_token=credentials.get("AWS_SESSION_TOKEN"))
+    saved = boto3.DEFAULT_SESSION
+    boto3.DEFAULT_SESSION = _role_sessions[key]
+    try:
+        yield
+    finally:
+        boto3.DEFAULT_SESSION = saved
 
 
 class LocalAws:

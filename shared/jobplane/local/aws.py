@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -45,6 +48,7 @@ class AwsLocalCloud(LocalCloud):
         self.inbox = ""  # the SQS queue subscribed to the notification topic
         self.vend_url: Any = None  # the vending function's URL (jobplane.local.function_url)
         self.vm_role_arn: str | None = None
+        self.sessions: FunctionSessions | None = None
 
     @property
     def exports(self) -> dict[str, str]:
@@ -75,22 +79,24 @@ class AwsLocalCloud(LocalCloud):
         topic, self.inbox = aws.notification_inbox()
         os.environ["JOBPLANE_NOTIFY_TOPIC"] = topic  # the functions publish job notifications there
         placement = f"aws:\n  subnets: [{', '.join(aws.loopback_subnets())}]"
-        self._identities(aws)
+        self._identities(aws, topic)
         return Registry(S3Store(self.bucket)), placement, publish_images(aws)
 
-    def _identities(self, aws: Any) -> None:
-        """The stack's roles in moto and the vending function behind its URL; the functions find both in their
-        environment, as on AWS."""
+    def _identities(self, aws: Any, topic: str) -> None:
+        """The stack's roles in moto (the functions' as `cdk synth` defines them, each function run under its own)
+        and the vending function behind its URL; the functions find both in their environment, as on AWS."""
         from jobplane.local.function_url import FunctionUrl
 
         roles = create_roles(aws, self.bucket, (DATA_BUCKET,))
+        self.sessions = FunctionSessions(aws, function_roles(aws, self.bucket, roles, topic))
         self.vm_role_arn = roles.vm
         self.vend_url = FunctionUrl(lambda event: self.functions.invoke("vend", event) if self.functions else None)
         self.vend_url.start()
         os.environ.update({"JOBPLANE_VEND_URL": self.vend_url.url, **roles.env()})
 
     def make_functions(self, log_stream: IO[str]) -> Functions:
-        return LambdaFunctions(self.bucket, REGION, log_stream, on_result=self.console.invoked)
+        return LambdaFunctions(self.bucket, REGION, log_stream, on_result=self.console.invoked,
+                               credentials=self.sessions.env if self.sessions else None)
 
     def notifications(self) -> list[dict[str, Any]]:
         return list(self.aws.notifications(self.inbox))
@@ -155,6 +161,51 @@ def create_roles(aws: Any, bucket: str, data_buckets: tuple[str, ...] = ()) -> R
     vm = aws.create_role("jobplane-vm", aws_iam.trust({"Service": "ec2.amazonaws.com"}),
                          aws_iam.document(aws_iam.vm_role_statements(vend_fn, "aws", data_buckets)))
     return Roles(vm, job)
+
+
+def function_roles(aws: Any, bucket: str, roles: Roles, topic: str | None) -> dict[str, str]:
+    """Each function's role in moto with its role's statements from the synthesized template (jobplane.local.stack_iam),
+    resolved to this cloud's bucket, roles, topic, subnets and their VPC's default security group; the vend role is
+    the one the job role trusts (create_roles), its policy now the template's. Returns function -> role ARN."""
+    from jobplane.local import stack_iam
+    from jobplane.vending import aws_iam
+
+    subnets = aws.loopback_subnets()
+    vpc = aws.ec2.describe_subnets(SubnetIds=subnets[:1])["Subnets"][0]["VpcId"]
+    group = aws.ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [vpc]},
+                                                      {"Name": "group-name", "Values": ["default"]}])
+    local = stack_iam.Local(bucket, REGION, ACCOUNT, {"VmRole": roles.vm, "JobRole": roles.job}, topic, subnets,
+                            group["SecurityGroups"][0]["GroupId"])
+    out = {}
+    for name, docs in stack_iam.documents(stack_iam.load(), local).items():
+        statements = [st for doc in docs for st in doc["Statement"]]
+        out[name] = aws.create_role(f"jobplane-{name.replace('_', '-')}",
+                                    aws_iam.trust({"Service": "lambda.amazonaws.com"}), aws_iam.document(statements))
+    return out
+
+
+class FunctionSessions:
+    """A session of each function's role, as Lambda gives a function its role's credentials in its environment;
+    renewed before it expires."""
+
+    LIFE_S = 3600
+    RENEW_S = 3000
+
+    def __init__(self, aws: Any, roles: Mapping[str, str]) -> None:
+        self.aws, self.roles = aws, dict(roles)
+        self.sessions: dict[str, tuple[float, dict[str, str]]] = {}
+        self.lock = threading.Lock()
+
+    def env(self, function: str) -> dict[str, str]:
+        """AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN of the function's role."""
+        with self.lock:
+            made, env = self.sessions.get(function, (0.0, {}))
+            if time.monotonic() - made > self.RENEW_S:
+                creds = self.aws.role_session(self.roles[function], f"jobplane-{function}", self.LIFE_S)
+                env = {"AWS_ACCESS_KEY_ID": creds["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": creds["SecretAccessKey"],
+                       "AWS_SESSION_TOKEN": creds["SessionToken"]}
+                self.sessions[function] = (time.monotonic(), env)
+            return env
 
 
 def publish_images(aws: Any) -> dict[str, Path]:

@@ -18,8 +18,12 @@
   request must be allowed by the role's policies AND the session policy given to AssumeRole (an explicit Deny in
   either wins), evaluated by jobplane.local.iam_policy with the s3:prefix of a listing and the role's tags as
   aws:PrincipalTag/<key> (a team member's session: its role is tagged jobplane-owner=<team>). A GET or HEAD of a
-  missing key is a 403, not a 404, for a session that may not list the whole bucket, as on S3. moto's own
-  enforcement stays off: the local cloud's static keys (functions, CLI, tests) are not checked.
+  missing key is a 403, not a 404, for a session that may not list the whole bucket, as on S3. The functions run
+  with sessions of their roles too (jobplane.local.stack_iam), so every call they make is checked: EC2, SSM, SNS and
+  STS requests as the checks jobplane.local.iam_requests names (RunInstances on each resource it uses, its tags,
+  iam:PassRole, ...). A denial fails as on AWS: EC2's UnauthorizedOperation, the others' AccessDenied, each naming
+  the principal, the action and the resource. moto's own enforcement stays off: the local cloud's static keys (the
+  platform team's CLI, an administrator's; the tests' own looks) are not checked.
 `python -m jobplane.local.moto_server -H HOST -p PORT [--fd FD]` runs moto's own server with these applied, keeping
 each connection for the next request (jobplane.local.keep_alive) where werkzeug's closes every one.
 """
@@ -171,6 +175,69 @@ def _missing(account: str, partition: str, resource: str) -> bool:
         return True
 
 
+def _denied(service: str, principal: str, check: Any, explicit: bool) -> Any:
+    """The error AWS answers a denied call with, naming the principal, the action and the resource. An error of
+    the authorization step must be one of moto's RESTErrors (its server renders those there)."""
+    from moto.core.exceptions import AccessDeniedError, JsonRESTError
+    from moto.core.exceptions import _RESTError as RESTError
+
+    why = ("with an explicit deny in an identity-based policy" if explicit
+           else f"because no identity-based policy allows the {check.action} action")
+    text = f"{check.action} on resource: {check.resource} {why}"
+    if service == "ec2":
+        error = RESTError("UnauthorizedOperation", "You are not authorized to perform this operation. User: "
+                                                   f"{principal} is not authorized to perform: {text}")
+        error.code = 403
+        error.description = error.description.replace("ErrorResponse>", "Response>")  # EC2's own envelope
+        return error
+    if service == "ssm":
+        return JsonRESTError("AccessDeniedException", f"User: {principal} is not authorized to perform: {text}")
+    return AccessDeniedError(user_arn=principal, action=text)
+
+
+def _ec2_state(response: Any, account: str, partition: str) -> Any:
+    """What an EC2 request's checks look up in moto (jobplane.local.iam_requests.Ec2State)."""
+    from moto.iam.models import iam_backends
+
+    from jobplane.local.iam_requests import Ec2State
+
+    backend = response.ec2_backend
+
+    def tags(resource_id: str) -> dict[str, str]:
+        return {t["key"]: t["value"] for t in backend.describe_tags(filters={"resource-id": [resource_id]})}
+
+    def default_group(subnet: str | None) -> str | None:
+        try:
+            vpc = backend.get_subnet(subnet).vpc_id if subnet else None
+            group = backend.get_default_security_group(vpc)
+        except Exception:  # an unknown subnet: moto's own error follows
+            return None
+        return str(group.id) if group is not None else None
+
+    def roles(profile: str) -> list[str]:
+        iam = iam_backends[account][partition]
+        try:
+            found = iam.get_instance_profile_by_arn(profile) if profile.startswith("arn:") \
+                else iam.get_instance_profile(profile)
+        except Exception:  # an unknown profile: moto's own error follows
+            return []
+        return [str(role.arn) for role in found.roles]
+
+    return Ec2State(tags, default_group, roles)
+
+
+def _checks(response: Any, action: str, account: str, partition: str) -> list[Any]:
+    from jobplane.local.iam_requests import checks
+
+    service = response.service_name
+    params: dict[str, list[str]] = dict(response.querystring)
+    if service == "ssm":  # JSON: the parameter names from the body
+        params = {"Name": [response._get_param("Name")]} if action == "GetParameter" else \
+            {"Names": list(response._get_param("Names") or [])}
+    ec2 = _ec2_state(response, account, partition) if service == "ec2" else None
+    return checks(service, action, params, response.region, account, ec2)
+
+
 def enforce_sts_sessions() -> None:
     """Authenticate and authorize requests signed by STS-issued credentials (see the module's docstring)."""
     from urllib.parse import parse_qs, urlparse
@@ -179,7 +246,8 @@ def enforce_sts_sessions() -> None:
     from moto.iam.access_control import IAMPolicy, S3IAMRequest
     from moto.utilities.utils import get_partition
 
-    from jobplane.local.iam_policy import ALLOW, evaluate, session_allows
+    from jobplane.local.iam_policy import ALLOW, DENY, evaluate, session_allows
+    from jobplane.local.iam_requests import Check
 
     def authenticate(original: Any) -> Any:
         def check(self: Any, iam_request_cls: type, resource: str = "*") -> None:
@@ -198,12 +266,19 @@ def enforce_sts_sessions() -> None:
                 return None  # always allowed, as on AWS
             role = [IAMPolicy(p)._policy_json for p in request._access_key.collect_policies()]
             policy = json.loads(session.policy) if session.policy else None
-            context = _principal_tags(self.current_account, get_partition(self.region), session.role_arn)
+            partition = get_partition(self.region)
+            context = _principal_tags(self.current_account, partition, session.role_arn)
             if s3 and action == "s3:ListBucket" and "prefix" in parse_qs(parsed.query):
                 context["s3:prefix"] = parse_qs(parsed.query)["prefix"][0]
-            if not session_allows(role, policy, action, resource, context):
-                request._raise_access_denied()
-            partition = get_partition(self.region)
+            wanted = [Check(action, resource)] if s3 else \
+                _checks(self, action.split(":", 1)[1], self.current_account, partition)
+            for one in wanted:
+                if not session_allows(role, policy, one.action, one.resource, {**context, **one.context}):
+                    explicit = DENY in (evaluate(role, one.action, one.resource, {**context, **one.context}),
+                                        policy and evaluate([policy], one.action, one.resource, context))
+                    if s3:
+                        request._raise_access_denied()  # S3's own AccessDenied, as its clients parse it
+                    raise _denied(self.service_name, session.arn, one, bool(explicit))
             if s3 and action == "s3:GetObject" and "/" in resource.split(":::", 1)[1] and _missing(
                     self.current_account, partition, resource):
                 bucket = resource.split(":::", 1)[1].split("/", 1)[0]

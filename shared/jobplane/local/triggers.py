@@ -14,13 +14,14 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import os
 import sys
 import threading
 import time
 import traceback
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -145,6 +146,26 @@ def scheduled(name: str, region: str) -> dict[str, Any]:
                      [f"arn:aws:events:{region}:123456789012:rule/jobplane-{name}"])
 
 
+@contextlib.contextmanager
+def as_role(credentials: Mapping[str, str]) -> Iterator[None]:
+    """The process environment's credentials (and boto3's default session) are these while a function runs
+    (invocations are one at a time), as in its own Lambda sandbox; the functions keep a client per access key
+    (functions.aws.common), so each function's clients sign as its role."""
+    from jobplane.clouds.aws_local import default_session
+
+    saved = {k: os.environ.get(k) for k in credentials}
+    os.environ.update(credentials)
+    try:
+        with default_session(credentials):
+            yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 class LambdaFunctions(Functions):
     """functions.aws.<name>.handler, invoked in this process as Lambda would, with the stack's routes."""
 
@@ -157,9 +178,11 @@ class LambdaFunctions(Functions):
     }
 
     def __init__(self, bucket: str, region: str, log_stream: IO[str] | None = None,
-                 on_result: Result | None = None) -> None:
+                 on_result: Result | None = None,
+                 credentials: Callable[[str], Mapping[str, str]] | None = None) -> None:
         super().__init__(log_stream, on_result)
         self.bucket, self.region = bucket, region
+        self.credentials = credentials  # function -> its role's session, as Lambda puts it in the environment
         self.handlers: dict[str, Any] = {}
         self.ec2_events: deque[dict[str, Any]] = deque()
 
@@ -190,7 +213,8 @@ class LambdaFunctions(Functions):
         if handler is None:
             return None
         arn = f"arn:aws:lambda:{self.region}:123456789012:function:jobplane-{name}"
-        return handler(event, LambdaContext(f"jobplane-{name}", str(uuid.uuid4()), invoked_function_arn=arn))
+        with as_role(self.credentials(name) if self.credentials else {}):
+            return handler(event, LambdaContext(f"jobplane-{name}", str(uuid.uuid4()), invoked_function_arn=arn))
 
     def describe(self, event: Any) -> str:
         return str(event.get("detail-type")) if isinstance(event, dict) else repr(event)
