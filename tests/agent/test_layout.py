@@ -84,7 +84,7 @@ def test_hyperparameters_reach_the_script_as_sagemaker_hands_them_over(tmp_path:
     env = user_env(spec=spec, job_id="j", attempt=1, rank=0, cluster=cluster, layout=Layout(tmp_path),
                    num_gpus=0, num_cpus=2, base={})
     assert json.loads(env["SM_HPS"]) == {"epochs": 10, "lr": 0.01, "optimizer": "adam", "amp": True,
-                                         "layers": [64, 32], "learning-rate": 0.001, "eps": "1e-3"}  # YAML 1.2: 1e-3 is a number
+                                         "layers": [64, 32], "learning-rate": 0.001, "eps": "1e-3"}  # YAML 1.2
     assert (env["SM_HP_EPOCHS"], env["SM_HP_LR"], env["SM_HP_OPTIMIZER"], env["SM_HP_AMP"]) == \
         ("10", "0.01", "adam", "true")  # ours win over the spec's env
     assert env["SM_HP_LAYERS"] == "[64,32]" and env["SM_HP_LEARNING-RATE"] == "0.001"  # upper-cased as SageMaker does
