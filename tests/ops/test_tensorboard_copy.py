@@ -1,6 +1,6 @@
 """`jobplane tensorboard`'s local copy: one run per job and attempt (another rank's apart), only what changed
 fetched again, a grown event file appended to in place (a reader's open file sees the new records), a rewritten
-one rewritten in place, and a key that would leave its run refused."""
+one rewritten in place, and a key that would leave its run skipped, said once, while the copy goes on."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from jobplane.clouds.memory import MemoryStore
 from jobplane.model import keys
-from jobplane.ops.tensorboard import LocalRuns, run_name
+from jobplane.ops.tensorboard import LocalRuns, local_path, run_name
 from jobplane.store.registry import Registry
 from tests.helpers import data_of
 
@@ -48,10 +48,19 @@ def test_runs_per_job_and_attempt_and_only_changes_fetched_again(tmp_path: Path)
         assert reader.read() == b"rewritten"
 
 
-def test_a_key_that_would_leave_its_run_is_refused(tmp_path: Path) -> None:
+def test_a_key_that_would_leave_its_run_is_skipped_once_and_the_copy_goes_on(tmp_path: Path) -> None:
     reg = Registry(MemoryStore(), "root")
     put(reg, "evil", 1, 0, "../../outside", b"x")
-    with pytest.raises(ValueError, match="outside"):
-        LocalRuns(reg, tmp_path / "copy", [data_of(reg, "evil")]).sync()
+    put(reg, "evil", 1, 0, EVENTS, b"its own run")
+    put(reg, "good", 1, 0, EVENTS, b"another job")
+    copy = LocalRuns(reg, tmp_path / "copy", [data_of(reg, "evil"), data_of(reg, "good")])
+    first = copy.sync()
+    assert len(first.refused) == 1 and "outside" in first.refused[0]
+    assert first.files == 2 and (tmp_path / "copy" / "good" / "attempt-1" / EVENTS).read_bytes() == b"another job"
     assert not (tmp_path / "outside").exists()
+    put(reg, "good", 1, 0, EVENTS, b"another job, grown")
+    later = copy.sync()
+    assert later.refused == [] and later.files == 1  # said once; the other jobs still followed
+    with pytest.raises(ValueError, match="outside"):
+        local_path(tmp_path, "evil", 1, 0, "../x")
     assert run_name("evil", 3, 0) == "evil/attempt-3"

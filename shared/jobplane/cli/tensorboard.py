@@ -40,6 +40,11 @@ def stop(server: subprocess.Popen[bytes]) -> None:
         return
 
 
+def skipped(refused: list[str]) -> None:
+    for reason in refused:
+        click.echo(f"skipped: {reason}", err=True)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind((LOOPBACK, 0))
@@ -72,6 +77,7 @@ def tensorboard(job_ids: tuple[str, ...], port: int, directory: Path | None, eve
     try:
         copy = client(**conn).tensorboard(job_ids, dest)
         found = copy.sync()
+        skipped(found.refused)
         if not found.runs:
             click.echo(f"no TensorBoard event files yet for {', '.join(job_ids)} (they come once a job writes to "
                        "its tensorboard.log_dir); waiting for them", err=True)
@@ -89,7 +95,7 @@ def tensorboard(job_ids: tuple[str, ...], port: int, directory: Path | None, eve
                     raise UserError(f"TensorBoard exited with {server.returncode} (is port {port} taken?)")
                 except subprocess.TimeoutExpired:
                     pass
-                copy.sync()
+                skipped(copy.sync().refused)
         except KeyboardInterrupt:
             pass
         finally:

@@ -5,7 +5,8 @@ copy lays them out one run per job and attempt, so runs compare side by side in 
 <dest>/<job>/attempt-<n>/... (rank 0's), <dest>/<job>/attempt-<n>-rank-<r>/... (another rank's). An event file
 only grows while its writer runs, so a newer object whose start is what the copy holds is appended to the
 local file in place, as the writer itself does: TensorBoard, reading that file from where it stopped, sees the
-new records. Anything else (a file rewritten, a trace replaced) is rewritten in place.
+new records. Anything else (a file rewritten, a trace replaced) is rewritten in place. A key that would leave its
+run (`..`) is skipped, said once, and the copy goes on.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class Synced:
     files: int = 0
     bytes: int = 0  # written locally
     runs: set[str] = field(default_factory=set)
+    refused: list[str] = field(default_factory=list)  # keys skipped (they would leave their run), said once
 
 
 @dataclass
@@ -63,10 +65,14 @@ class LocalRuns:
                 marker = (size, modified.isoformat())
                 if self.seen.get(key) == marker:
                     continue
-                path = local_path(self.dest, job_id, attempt, rank, rel)
+                self.seen[key] = marker  # a refused key too: said once, not at every sync
+                try:
+                    path = local_path(self.dest, job_id, attempt, rank, rel)
+                except ValueError as exc:  # one bad key (a job writes what it likes) stops no other file or job
+                    done.refused.append(str(exc))
+                    continue
                 done.bytes += _update(path, self.reg.get_bytes(key))
                 done.files += 1
-                self.seen[key] = marker
         return done
 
 
