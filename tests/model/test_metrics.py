@@ -55,6 +55,20 @@ def test_the_demo_training_scripts_output_is_read_by_the_defaults() -> None:
     assert 'print(f"step {step} loss {loss:.6f}"' in source
 
 
+def test_a_closing_summary_is_not_another_point_but_a_line_naming_its_step_is() -> None:
+    """train.py ends with `done: {"steps": 150, "loss": ...}`: the loss of step 150 again, not a 151st point."""
+    extractor = Extractor()
+    assert [p.name for p in extractor.line("step 150 loss 0.012345\n")[0]] == ["step", "loss"]
+    assert extractor.line('done: {"steps": 150, "loss": 0.0123451234, "weight_error": 0.1}\n')[0] == []
+    # another value at the step is another point (HF Trainer's dict lines carry no step), as is a line naming its step
+    assert extractor.line("{'loss': 0.0124}\n")[0] == [Point("loss", 0.0124, 150)]
+    assert [p.name for p in extractor.line("step 150 loss 0.0124\n")[0]] == ["step", "loss"]
+    assert extractor.line("accuracy 0.9\n")[0] == [Point("accuracy", 0.9, 150)]
+    assert extractor.line("final accuracy 9.0e-1\n")[0] == []  # printed as 0.9 before
+    fresh = Extractor()
+    assert len(fresh.line("{'loss': 0.5}\n")[0] + fresh.line("{'loss': 0.5}\n")[0]) == 2  # no step: both count
+
+
 def test_sagemaker_definitions_replace_the_defaults_and_a_step_metric_sets_the_step() -> None:
     extractor = Extractor([MetricDefinition(name="train:loss", regex=r"train_loss=([0-9.]+)"),
                            MetricDefinition(name="step", regex=r"it (\d+)/")])

@@ -61,21 +61,39 @@ class Extractor:
         self._patterns = [re.compile(p) for p in stop_on.patterns] if stop_on else []
         self._nan = stop_on is not None and stop_on.nan
         self.step: int | None = None
+        self._last: dict[str, tuple[int, str]] = {}  # each metric's latest point: its step and the number as printed
 
     def line(self, text: str) -> tuple[list[Point], str | None]:
         """The points on this line, and why the job must stop (None: it need not)."""
         text = text[:MAX_LINE].rstrip("\r\n")
         points = []
         found = self._step.search(text)
-        if found and (value := number(found.group(1))) is not None and math.isfinite(value):
+        own_step = found is not None and (value := number(found.group(1))) is not None and math.isfinite(value)
+        if own_step:
             self.step = int(value)
             if self._step_is_metric:
                 points.append(Point(STEP, float(self.step), self.step))
         for name, regex in self._rules:
             found = regex.search(text)
             if found and (value := number(found.group(1))) is not None:
+                if not own_step and self._restates(name, value):
+                    continue
                 points.append(Point(name, value, self.step))
+                if self.step is not None:
+                    self._last[name] = (self.step, found.group(1))
         return points, self._stop(points, text)
+
+    def _restates(self, name: str, value: float) -> bool:
+        """A line without a step of its own that gives a metric the value its point at this step already has, at
+        the precision that point was printed with (train.py's closing `done: {"loss": 0.0123451234, ...}` after
+        `step 150 loss 0.012345`), restates that point rather than adding another."""
+        step, printed = self._last.get(name, (None, ""))
+        if step is None or step != self.step or not math.isfinite(value):
+            return False
+        mantissa, _, exponent = printed.lower().partition("e")
+        decimals = len(mantissa.partition(".")[2])
+        last = number(printed)
+        return last is not None and abs(value - last) <= 0.5 * 10.0 ** (int(exponent or 0) - decimals)
 
     def _stop(self, points: list[Point], text: str) -> str | None:
         at = f" at step {self.step}" if self.step is not None else ""
