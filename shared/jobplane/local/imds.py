@@ -23,7 +23,9 @@ metadata. It enforces what the real service does and the agent relies on:
 from __future__ import annotations
 
 import json
+import logging
 import secrets
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -54,6 +56,17 @@ class ImdsInstance:
     role: str | None = None  # the instance profile's role name; None: no role, no credentials
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up before its reply (an agent stopping, a timed-out probe) is normal: one debug line,
+        not socketserver's traceback on the console."""
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError):
+            logging.getLogger(__name__).debug("IMDS client %s hung up: %s", client_address, error)
+            return
+        super().handle_error(request, client_address)
+
+
 class FakeImds:
     def __init__(self, instance: ImdsInstance, host: str = "127.0.0.1", port: int = 0,
                  credentials: Credentials | None = None) -> None:
@@ -63,7 +76,7 @@ class FakeImds:
         self._lock = threading.Lock()
         self._tokens: dict[str, float] = {}  # token -> monotonic expiry
         self._notice: dict[str, str] | None = None
-        self._server = ThreadingHTTPServer((host, port), _handler_for(self))
+        self._server = _Server((host, port), _handler_for(self))
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
