@@ -68,9 +68,10 @@ class Extractor:
         text = text[:MAX_LINE].rstrip("\r\n")
         points = []
         found = self._step.search(text)
-        own_step = found is not None and (value := number(found.group(1))) is not None and math.isfinite(value)
-        if own_step:
-            self.step = int(value)
+        step = number(found.group(1)) if found else None
+        own_step = step is not None and math.isfinite(step)
+        if step is not None and own_step:
+            self.step = int(step)
             if self._step_is_metric:
                 points.append(Point(STEP, float(self.step), self.step))
         for name, regex in self._rules:
