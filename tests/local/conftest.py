@@ -28,7 +28,7 @@ TRAIN = Path(__file__).resolve().parents[2] / "examples" / "train"
 # the `local` ones that only ask its control endpoint
 IN_PROCESS = frozenset({"submit", "ls", "queue", "policy", "describe", "logs", "wait", "cancel", "checkpoints",
                         "sweep", "metrics", "cost"})
-LOCAL_IN_PROCESS = frozenset({"preempt", "kill", "instance", "pause", "status"})
+LOCAL_IN_PROCESS = frozenset({"preempt", "kill", "instance", "pause", "status", "down"})
 
 
 class ModuleCloud(CloudProcess):

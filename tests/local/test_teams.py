@@ -2,7 +2,7 @@
 jobplane-owner=<team> with the stack's submitter policy, enforced by the local moto; GCP: a member of the module's
 submitters[<team>], enforced by the GCS fake): team A sees team B's job in `ls` but is refused its logs, its
 checkpoints, a raw read of its keys and its cancel; team A cancels its own running job, which the control plane
-stops (CANCELLED, its VM gone)."""
+stops (CANCELLED, its VM gone). Then `jobplane local down` stops each cloud."""
 
 from __future__ import annotations
 
@@ -110,3 +110,13 @@ def test_a_team_reads_and_cancels_its_own_jobs_and_is_refused_another_teams(
     wait_for(f"{a_job}'s VM gone", lambda: not [i for i in cloud.vms()
                                                 if i.job_id == a_job and i.state in ("pending", "running")], 90, 1)
     cli_ok(cloud, "cancel", b_job, "--force")  # the platform team cancels any
+
+
+def test_local_down_stops_the_cloud_of_the_state_dir(cloud: CloudProcess, gcp: CloudProcess) -> None:
+    """`jobplane local down` (issue 63: stopping needed the process id): each cloud stops as Ctrl-C stops it; the
+    module's teardown then finds it exited 0 and nothing it started alive."""
+    for each in (cloud, gcp):
+        assert cli_ok(each, "local", "down").strip() == "local cloud stopped"
+        assert each.proc is not None and each.proc.wait(timeout=30) == 0
+        gone = each.cli("local", "status")
+        assert gone.returncode == 1 and "no local cloud running" in gone.stderr, gone

@@ -22,7 +22,7 @@ def local() -> None:
 
     \b
     Example:
-      jobplane local up            # shell 1, until Ctrl-C (--cloud gcp: the GCP one)
+      jobplane local up            # shell 1, until Ctrl-C or `jobplane local down` (--cloud gcp: the GCP one)
       source .jobplane/env.sh      # shell 2
       jobplane submit examples/demo.yaml --code examples/train
     """
@@ -191,6 +191,33 @@ def as_member(team: str, state_dir: Path | None) -> None:
     """
     for key, value in control(state_dir, "member", {"owner": team}).items():
         click.echo(f"export {key}={value}")
+
+
+@local.command()
+@click.option("--timeout", type=click.FloatRange(1, 600), default=60, show_default=True,
+              help="Seconds to wait for it to have stopped.")
+@state_dir_option
+def down(timeout: float, state_dir: Path | None) -> None:
+    """Stop the local cloud of the state dir, as Ctrl-C in its shell does: its VMs, emulators and functions stop
+    and it leaves nothing behind.
+
+    \b
+    Example:
+      jobplane local down
+    """
+    import time
+
+    from jobplane.local.control import STATE_FILE
+    from jobplane.local.control import state_dir as directory_of
+
+    state = directory_of(state_dir) / STATE_FILE
+    control(state_dir, "down", {})
+    deadline = time.monotonic() + timeout
+    while state.exists():  # the cloud removes it last, once everything it started has stopped
+        if time.monotonic() > deadline:
+            raise click.ClickException(f"the local cloud was asked to stop but is still running after {timeout:g} s")
+        time.sleep(0.2)
+    click.echo("local cloud stopped")
 
 
 @local.command()

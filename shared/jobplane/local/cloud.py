@@ -300,6 +300,7 @@ class LocalCloud:
                 bool(b.get("managed", True)), b.get("job_id"), b.get("attempt"), b.get("user_data", ""))},
             "pause": lambda b: {"paused": functions.pause(str(b["function"]), bool(b.get("paused", True)))},
             "member": lambda b: self.member_exports(team(b.get("owner"))),
+            "down": lambda b: self._down(),
             "status": lambda b: {"cloud": self.cloud, "oci_image": self.oci_image,
                                  "instances": self.runner.status(),
                                  "invocations": functions.invocations, "errors": functions.errors,
@@ -357,6 +358,11 @@ class LocalCloud:
             except Exception:
                 log.exception("local cloud tick failed; retrying next tick")
             self.stopping.wait(max(0.0, self.tick - (time.monotonic() - started)))
+
+    def _down(self) -> dict[str, bool]:
+        """`jobplane local down`: the run loop ends, as at Ctrl-C, and up() stops everything."""
+        self.stopping.set()
+        return {"stopping": True}
 
     def stop(self) -> None:
         self.stopping.set()
