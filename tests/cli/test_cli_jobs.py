@@ -309,6 +309,29 @@ def test_describe_shows_the_jobs_vms_and_cancel_force_ends_them(registry_cloud: 
     assert registry_cloud.vms() == [other]
 
 
+def test_describe_reads_as_words_and_drops_what_no_longer_applies(registry_cloud: RegistryCloud, reg: Registry) -> None:
+    """Issue 63: events were raw JSON folded at 80 columns; a job that never launched read `attempts 1 of at most
+    4` beside a `launching attempt 1` event; an ended job still showed its last start and its end-by deadline."""
+    reg.create_job("never", parse_spec(registry_cloud.spec(), job_id="never"))
+    reg.transition("never", State.LAUNCHING, attempt=1, reason="launching attempt 1")
+    reg.transition("never", State.CANCELLED, reason="cancelled while it waited")
+    shown = run("describe", "never").stdout
+    assert "attempts" not in shown and "last start" not in shown and "ends by" not in shown, shown
+    lines = shown.splitlines()
+    events = lines[lines.index("events (UTC)") + 1:]
+    assert [line.split()[2] for line in events] == ["created", "launching", "cancelled"], shown
+    assert events[1].endswith("QUEUED -> LAUNCHING; launching attempt 1 (no VM launched)"), events
+    assert events[2].endswith("LAUNCHING -> CANCELLED; attempt 1; cancelled while it waited"), events
+
+    reg.create_job("ran", parse_spec(registry_cloud.spec(), job_id="ran"))
+    vm = registry_cloud.start_vm("ran", 1)
+    reg.transition("ran", State.LAUNCHING, attempt=1, instances=[vm])
+    reg.transition("ran", State.RUNNING)
+    shown = run("describe", "ran").stdout
+    assert "attempts  1 of at most" in shown and "last start" in shown and "ends by" in shown, shown
+    assert "{" not in shown.split("events (UTC)")[1] and "['" not in shown, shown  # no JSON, no Python lists
+
+
 def test_describe_shows_the_retries_used_and_the_jobs_lifetime_under_the_policy(
         registry_cloud: RegistryCloud, reg: Registry) -> None:
     reg.create_job("flaky", parse_spec(registry_cloud.spec("retry: {max: 2, on_exit_codes: [42]}\n"), job_id="flaky"))

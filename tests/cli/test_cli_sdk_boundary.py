@@ -50,6 +50,7 @@ ALLOWED = {
     "jobplane.views.metricview": "metric series (Metric.series) as table cells, summaries and sparklines",
     "jobplane.views.plot": "metrics --plot: a PNG of metric series, with matplotlib",
     "jobplane.views.cost": "a cost as money, JSON or an attempt's line; the groups `cost --by` takes",
+    "jobplane.views.events": "a job's events (Job.events) as one readable line each",
     "jobplane.model.spec": "validate and schema: parsing a spec file; spec_to_json",
     "jobplane.model.bounds": "durations: --since and --timeout values parsed, waits and limits as text",
     "jobplane.model.policy": "validate --policy: parsing a policy file and checking specs against it",

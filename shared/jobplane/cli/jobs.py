@@ -21,6 +21,7 @@ from jobplane.cli.sweeps import describe_array, grouped
 from jobplane.model.clock import utcnow
 from jobplane.model.states import State
 from jobplane.views import cost, jobview, metricview
+from jobplane.views.events import event_line, launched_attempts
 from jobplane.views.jobview import COLUMNS, display, header, view_row
 
 GOALS = ("running", "terminal")  # wait --for
@@ -196,9 +197,11 @@ def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
         console.print(f"[bold]{'debug hold':>14}[/bold]  {hold}", highlight=False)
     if record.spec.retry is not None and record.spec.retry.max:  # the errors retried, apart from the restarts
         console.print(f"[bold]{'retries':>14}[/bold]  {record.retries} of {record.spec.retry.max}", highlight=False)
-    if life is not None:  # the policy's bounds on the job's whole life
-        console.print(f"[bold]{'attempts':>14}[/bold]  {life.attempts} of at most {life.max_attempts} (policy "
-                      f"max_attempts_per_job {life.max_attempts_per_job})", highlight=False)
+    launched = launched_attempts(record.usage, events) | ({record.attempt} if record.state == State.LAUNCHING else set())
+    if life is not None and launched:  # the policy's bounds on the job's whole life: attempts that got VMs
+        console.print(f"[bold]{'attempts':>14}[/bold]  {len(launched)} of at most {life.max_attempts} "
+                      f"(policy max_attempts_per_job {life.max_attempts_per_job})", highlight=False)
+    if life is not None and not record.terminal:  # deadlines that no longer apply once it ended
         console.print(f"[bold]{'last start':>14}[/bold]  {life.last_start:%Y-%m-%d %H:%M} UTC (max_wait "
                       f"{format_duration(life.max_wait)})", highlight=False)
         console.print(f"[bold]{'ends by':>14}[/bold]  {life.ends_by:%Y-%m-%d %H:%M} UTC (each attempt at most "
@@ -213,11 +216,10 @@ def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
                       highlight=False)
     if sizing is not None:  # an ended job's GPUs were more than it needed
         console.print(f"[bold]{'right-sizing':>14}[/bold]  {sizing}", highlight=False)
-    table = Table("TIME", "EVENT", "DETAIL", box=None, header_style="bold", title="events", title_justify="left")
-    for ev in events:
-        detail = {k: v for k, v in ev.items() if k not in ("time", "kind", "spec")}
-        table.add_row(str(ev.get("time", ""))[:23], str(ev.get("kind", "")), json.dumps(detail, default=str))
-    console.print(table)
+    console.print("[bold]events[/bold] (UTC)")
+    for ev in events:  # one line each, never folded: `describe --json` has every field
+        when, kind, what = event_line(ev, launched)
+        click.echo(f"  {when}  {kind:<18} {what}")
     if instances:
         itable = Table("INSTANCE", "STATE", "RANK", "ATTEMPT", "TYPE", "ZONE", box=None, header_style="bold")
         for inst in instances:
