@@ -65,6 +65,12 @@ SMOKE: dict[str, tuple[list[str], str, Check]] = {
                        and all(d["mean_admission_s"][k] is not None for k in ("small", "medium", "large"))
                        and d["store_calls_per_job"] > 0 and d["usage_percent"] > 0 and d["error_count"] == 0
                        and all(v["finished"] == 20 and v["over_admitted"] == 0 for v in d["variants"].values())),
+    # one stop each way (the whole machine's /proc read before the signal, or the group's only) of the numpy loop
+    "stop_time.py": (["--stops", "2", "--load", "0", "--idle", "0", "--mib", "1", "--threads", "1", "--workers", "1",
+                      "--library", "numpy"],
+                     "stop_time.json",
+                     lambda d: [r["scan"] for r in d["stops"]] == ["whole", "group"]
+                     and all(r["code"] == 143 and r["total_s"] > 0 and r["processes"] > 0 for r in d["stops"])),
     "sweep_reconcile.py": (["--cases", "3x2"], "sweep_reconcile.json",
                            lambda d: len(d["rows"]) == 2 and d["rows"][0]["cold"]["get"] > 0),
     "transfer.py": (["--endpoint", "moto", "--clouds", "s3", "gcs", "--tools", "jobplane", "--big-mib", "1",

@@ -126,6 +126,10 @@ NOT_RUN_HERE: dict[str, NotRun] = {
         "a benchmark (six preemptions of an 800 MiB checkpoint saved in place, then 90 s of training, 2 busy loops)",
         "tests/agent/test_big_checkpoints.py::"
         "test_a_big_checkpoint_saved_in_place_and_preempted_at_random_restores_whole_and_recent"),
+    ".venv/bin/python bench/stop_time.py --job trainer --python /tmp/trainer-venv/bin/python": NotRun(
+        "a benchmark (twelve stops of a real Hugging Face Trainer, which needs transformers in another venv)",
+        "tests/agent/test_checkpoint_writers.py::"
+        "test_the_freeze_reads_the_group_before_the_signal_and_every_other_process_after_it"),
     ".venv/bin/python bench/cold_start.py --rounds 11": NotRun(
         "a benchmark (11 rounds of fresh interpreters, as bench/results/cold-start.json was measured)",
         "tests/control/launcher/test_cold_start.py::test_a_handler_imports_only_what_every_run_needs"),

@@ -13,22 +13,58 @@ deleted and when), not their code:
   `__<rank>_0.distcp` at once, then the coordinator writes `.metadata.tmp` and renames it to `.metadata`;
   torchtitan then purges all but the newest two (keep_latest_k). Resumed by torchtitan's rule: the
   highest-numbered `step-N` holding a `.metadata`.
-- `lightning`: ModelCheckpoint with save_top_k=1 and save_last=True: the new `epoch=E-step=S.ckpt` (one
-  torch.save, in place), the one it replaces deleted after it, then `last.ckpt` saved in place. Resumed by
-  ckpt_path="last": `last.ckpt`, else the newest `epoch=..-step=..`.
+- `lightning`: ModelCheckpoint(every_n_train_steps, save_top_k=2 by step, save_last=True), where TMPDIR is on
+  another filesystem (a VM's tmpfs /tmp): `_atomic_save` pickles the checkpoint into a buffer and fsspec's commit
+  copies it into `epoch=E-step=S.ckpt`, in place; the save beyond the top 2 is deleted; then `last.ckpt` is saved
+  the same way, in place. Resumed by ckpt_path="last": the newest `last*.ckpt`, none: a fresh start.
 
-Every file carries its step at its head and tail (`step N` ... `end N`), so a torn or mixed save shows. After a
-save (and its rotation) the loop appends `step began ended` (wall clock) to its log. With `handler`, SIGTERM ends
-the loop after the save in progress; without, it kills the process.
+Every file carries its step at its head and tail (`step N` ... `end N`), so a torn or mixed save shows; Lightning's
+are zip archives whose pickle holds `global_step`, as torch.save writes them (`lightning_step`). After a save (and
+its rotation) the loop appends `step began ended` (wall clock) to its log. With `handler`, SIGTERM ends the loop
+after the save in progress; without, it kills the process.
+
+`STEPPED_LIGHTNING` saves as ModelCheckpoint does, step by step when a test says so, and can stop in the middle of a
+save's writes until killed: for the moments a random preemption rarely hits.
 """
 
 from __future__ import annotations
 
+import inspect
+import io
+import pickle
 import re
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-WRITER = r"""
+
+def lightning_checkpoint(step: int, size: int) -> bytes:
+    """A Lightning checkpoint as torch.save writes it: a zip whose data.pkl (protocol 2) begins with epoch and
+    global_step."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", pickle.dumps(
+            {"epoch": step // 100, "global_step": step, "pytorch-lightning_version": "2.6.6",
+             "state_dict": {"w": b"w" * size}}, protocol=2))
+        z.writestr("archive/version", "3\n")
+    return buf.getvalue()
+
+
+# the writers' own copy of it, and fsspec's commit across filesystems: shutil.move's copy into the file, in place
+LIGHTNING_SAVES = "import io, pickle, time, zipfile\n" + inspect.getsource(lightning_checkpoint) + r"""
+checkpoint = lightning_checkpoint
+
+def commit(path, data, seconds, stop=None):  # three writes (sendfile's chunks); stop: after the first, until killed
+    with open(path, "wb") as f:
+        for i in range(3):
+            f.write(data[i * len(data) // 3:(i + 1) * len(data) // 3])
+            f.flush()
+            if stop is not None:
+                stop()
+            time.sleep(seconds / 3)
+"""
+
+WRITER = LIGHTNING_SAVES + r"""
 import os, pathlib, random, re, shutil, signal, sys, threading, time
 habit, out, log, handler, step = sys.argv[1], pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3]), \
     sys.argv[4] == "handler", int(sys.argv[5])
@@ -87,11 +123,10 @@ def dcp(n):
         shutil.rmtree(old, ignore_errors=True)
 
 def lightning(n):
-    before = [p for p in out.iterdir() if "epoch=" in p.name]
-    write(out / f"epoch={n // 100}-step={n}.ckpt", n, 6000)
-    for old in before:  # save_top_k=1: the one it replaces
+    commit(out / f"epoch={n // 100}-step={n}.ckpt", checkpoint(n, 6000), 0.06)
+    for old in numbered(r"epoch=\d+-step=(\d+)\.ckpt")[:-2]:  # save_top_k=2
         old.unlink()
-    write(out / "last.ckpt", n, 6000)
+    commit(out / "last.ckpt", checkpoint(n, 6000), 0.06)
 
 save = {"trainer": trainer, "deepspeed": deepspeed, "dcp": dcp, "lightning": lightning}[habit]
 out.mkdir(parents=True, exist_ok=True)
@@ -158,18 +193,73 @@ def resume_dcp(out: Path) -> int | None:
     return _whole_dir(found[-1][1], (".metadata", "__0_0.distcp", "__1_0.distcp"), found[-1][0]) if found else None
 
 
-def resume_lightning(out: Path) -> int | None:
-    """ckpt_path="last": last.ckpt; else the newest epoch=..-step=.. checkpoint."""
-    if (out / "last.ckpt").is_file():
-        step = step_of(out / "last.ckpt")
-        assert step is not None, "last.ckpt is torn"
-        return step
-    found = _numbered(out, r"epoch=\d+-step=(\d+)\.ckpt")
-    if not found:
+def lightning_step(path: Path) -> int | None:
+    """The global_step of a whole Lightning checkpoint; None if torn."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            state = pickle.loads(z.read("archive/data.pkl"))
+    except (OSError, zipfile.BadZipFile, pickle.UnpicklingError, KeyError, EOFError):
         return None
-    assert step_of(found[-1][1]) == found[-1][0], f"{found[-1][1].name} is torn"
-    return found[-1][0]
+    return int(state["global_step"])
+
+
+def resume_lightning(out: Path) -> int | None:
+    """ckpt_path="last" (Lightning 2.6's checkpoint connector): the newest `last*.ckpt` by mtime; without one, a
+    fresh start. Every epoch=..-step=.. file restored must be whole and none newer than the step resumed: its state
+    would not know it (an orphan restored at every attempt, and Lightning, at that step again, saves a -v1 beside
+    it)."""
+    saves = _numbered(out, r"epoch=\d+-step=(\d+)\.ckpt")
+    for step, path in saves:
+        assert lightning_step(path) == step, f"{path.name} is torn"
+    lasts = [p for p in out.iterdir() if p.name.startswith("last") and p.suffix == ".ckpt"]
+    if not lasts:
+        return None
+    last = max(lasts, key=lambda p: p.stat().st_mtime_ns)
+    step = lightning_step(last)
+    assert step is not None, f"{last.name} is torn"
+    orphans = [path.name for n, path in saves if n > step]
+    assert not orphans, f"{last.name} resumes step {step}, older than {orphans}: orphans its state does not know"
+    return step
 
 
 RESUME: dict[str, Callable[[Path], int | None]] = {"trainer": resume_trainer, "deepspeed": resume_deepspeed,
                                                      "dcp": resume_dcp, "lightning": resume_lightning}
+
+
+# ModelCheckpoint(every_n_train_steps, save_top_k=TOP_K by step, save_last=LAST: "save" or "link") at each save the
+# test tells it of, in order: flags/save-<n> holds "STEP TOP CUT": TOP "top" (the step is in the top k: its
+# epoch=0-step=STEP.ckpt is saved, then the one beyond the top k deleted; _update_best_and_save) or "no-top" (by the
+# metric it is not: only last.ckpt); CUT "epoch" or "last" (stops midway through that file's commit until killed),
+# "unlinked" (link: stops after removing last.ckpt, before linking it again, as _link_checkpoint does), or "none".
+STEPPED_LIGHTNING = LIGHTNING_SAVES + r"""
+import os, pathlib, sys, time
+out, flags, last, top_k = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+best, saved, n = [], None, 0
+while True:
+    n += 1
+    while not (flags / f"save-{n}").exists():
+        time.sleep(0.01)
+    words = (flags / f"save-{n}").read_text().split()
+    step, top, cut = int(words[0]), words[1] == "top", words[2]
+
+    def halt():
+        (flags / f"cut-{n}").touch()
+        time.sleep(3600)
+
+    if top:
+        saved = out / f"epoch=0-step={step}.ckpt"
+        commit(saved, checkpoint(step, 30000), 0.03, halt if cut == "epoch" else None)
+        best.append(saved.name)
+        for old in best[:-top_k]:
+            os.remove(out / old)
+        del best[:-top_k]
+    if last == "link" and saved is not None:
+        if os.path.lexists(out / "last.ckpt"):
+            os.remove(out / "last.ckpt")
+        if cut == "unlinked":
+            halt()
+        os.symlink(saved.name, out / "last.ckpt")
+    else:
+        commit(out / "last.ckpt", checkpoint(step, 30000), 0.03, halt if cut == "last" else None)
+    (flags / f"saved-{n}").touch()
+"""

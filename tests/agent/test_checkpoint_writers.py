@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from jobplane.agent.checkpoints import OPEN, CheckpointSync
-from jobplane.agent.keeper import Keeper, Node
+from jobplane.agent.keeper import MID_WRITE, Keeper, Node
 from jobplane.agent.layout import Layout
 from jobplane.agent.output import OutputLog
 from jobplane.agent.process import UserProcess
@@ -264,3 +264,39 @@ def test_a_resume_says_what_it_restored_and_warns_when_a_long_attempt_left_nothi
     assert re.fullmatch(r"restored 1 checkpoint files into \S+/attempt3/checkpoints \(manifest 0/00000001\.json,"
                         r" \d s old: 1 files, 7 bytes in .*\)", said[1]), said[1]
 
+
+
+def test_the_freeze_reads_the_group_before_the_signal_and_every_other_process_after_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 64: the whole machine's /proc, read with the job frozen, held a Trainer's SIGTERM back. Only the
+    group's files are read before the signal now; a process outside it (its own session: the signal does not reach
+    it) is still read, a moment after, and both files are left out of the final sync."""
+    spec = JobSpec.model_validate({"instance_type": "t3.micro", "run": "python3 train.py"})
+    procs: list[UserProcess] = []
+    keeper = Keeper(Registry(MemoryStore()), Layout(tmp_path / "a1"), spec, Node("j", 1, 0), interval=60,
+                    say=print, step=lambda: None, processes=lambda: procs[0] if procs else None)
+    ckpt = keeper.checkpoint_dir
+    ckpt.mkdir(parents=True)
+    (tmp_path / "writer.py").write_text(IGNORES_SIGTERM)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; f = open(sys.argv[1], 'wb'); f.write(b'x');"
+                               " f.flush(); time.sleep(60)", str(ckpt / "other.pt")], start_new_session=True)
+    read: list[set[int] | None] = []  # the processes each look read (None: every one)
+
+    def spy(*, only: list[int] | None = None, but: list[int] | None = None) -> set[str] | None:
+        read.append(None if only is None else set(only))
+        return writing(only=only, but=but or ())
+
+    try:
+        procs.append(UserProcess(f"exec {sys.executable} writer.py {ckpt / 'checkpoint.pt'}", tmp_path,
+                                 dict(os.environ), OutputLog(None)))
+        wait_for("both writers", lambda: {"checkpoint.pt", "other.pt"} <= (open_for_writing(ckpt) or set()))
+        monkeypatch.setattr("jobplane.agent.keeper.writing", spy)
+        assert procs[0].terminate(0.3, frozen=keeper.freeze) == 128 + signal.SIGKILL
+        assert read[0] == {procs[0].pid}  # before SIGTERM: the group alone
+        assert keeper.left_out(ckpt) == dict.fromkeys(["checkpoint.pt", "other.pt"], MID_WRITE)
+        assert None in read  # the rest, after the signal
+    finally:
+        holder.kill()
+        holder.wait()
+        if procs and procs[0].poll() is None:
+            procs[0].terminate(0)

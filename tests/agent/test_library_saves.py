@@ -14,6 +14,7 @@ import itertools
 import logging
 import os
 import random
+import re
 import sys
 import threading
 import time
@@ -29,7 +30,8 @@ from jobplane.agent.process import UserProcess
 from jobplane.clouds.memory import MemoryStore
 from jobplane.model.spec import JobSpec
 from jobplane.store.registry import Registry
-from tests.agent.library_writer import RESUME, WRITER
+from tests.agent.library_writer import RESUME, STEPPED_LIGHTNING, WRITER, resume_lightning
+from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.timeout(120),
               pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs Linux's /proc")]
@@ -166,3 +168,84 @@ def test_a_library_preempted_at_random_resumes_from_a_whole_recent_save(
     failed = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
     failed += [line for attempt in job.attempts for line in attempt.said if "failed" in line]
     assert not failed, failed  # test_saves.py rotates a save during its upload every time; here it comes by chance
+
+
+class Lightning:
+    """A job saving as ModelCheckpoint does (tests/agent/library_writer.py's STEPPED_LIGHTNING), one save when the
+    test says so, and the real Keeper wired to it as the agent's is."""
+
+    def __init__(self, tmp: Path, last: str, top_k: int) -> None:
+        self.tmp, self.store, self.flags, self.said, self.n = tmp, MemoryStore(), tmp / "flags", list[str](), 0
+        self.flags.mkdir()
+        spec = JobSpec.model_validate({"instance_type": "t3.micro", "run": "python3 train.py"})
+        self.keeper = Keeper(Registry(self.store), Layout(tmp / "attempt1"), spec, Node("j", 1, 0), interval=60,
+                             say=self.said.append, step=lambda: None, processes=lambda: self.proc)
+        self.keeper.checkpoint_dir.mkdir(parents=True)
+        (tmp / "train.py").write_text(STEPPED_LIGHTNING)
+        self.proc = UserProcess(f"exec {sys.executable} train.py {self.keeper.checkpoint_dir} {self.flags} {last}"
+                                f" {top_k}", tmp, dict(os.environ), OutputLog(None))
+        self.stop = threading.Event()
+
+    def save(self, step: int, *, top: bool = True, cut: str = "none") -> None:
+        """One save, synced after it when whole; a cut one stops midway until the preemption."""
+        self.n += 1
+        told = self.flags / f".save-{self.n}"  # one rename: the writer never reads it half-written
+        told.write_text(f"{step} {'top' if top else 'no-top'} {cut}")
+        told.replace(self.flags / f"save-{self.n}")
+        wait_for(f"save {step}", (self.flags / f"{'saved' if cut == 'none' else 'cut'}-{self.n}").exists)
+        if cut == "none":
+            self.keeper.periodic(self.stop)
+
+    def preempt(self) -> None:
+        """As the agent at a Spot notice: freeze, what is open recorded, SIGTERM (no handler), SIGKILL; the final
+        sync."""
+        try:
+            code = self.proc.terminate(0.5, frozen=self.keeper.freeze)
+            ended_ns = time.time_ns()
+        finally:
+            if self.proc.poll() is None:
+                self.proc.terminate(0)
+        self.stop.set()
+        self.keeper.final(None, self.keeper.torn_after(code, ended_ns))
+
+    def resumed(self) -> int | None:
+        """The next attempt restores, and resumes by Lightning's rule (which raises on a torn file or an orphan)."""
+        spec = JobSpec.model_validate({"instance_type": "t3.micro", "run": "python3 train.py"})
+        keeper = Keeper(Registry(self.store), Layout(self.tmp / "attempt2"), spec, Node("j", 2, 0), interval=60,
+                        say=self.said.append, step=lambda: None)
+        keeper.restore(lambda what, fn: fn())
+        return resume_lightning(keeper.checkpoint_dir)
+
+
+@pytest.mark.parametrize(("last", "top_k", "saves", "resumed", "said"), [
+    # fsspec's commit copies into last.ckpt (TMPDIR on another filesystem) and the stop cuts it: epoch=0-step=45.ckpt
+    # is whole, and last.ckpt resumes from it, not from its previous version (30)
+    ("save", 2, [(15, True, "none"), (30, True, "none"), (45, True, "last")], 45,
+     r"checkpoint last\.ckpt left out: open for writing when the job's processes were stopped, so it may be"
+     r" half-written; epoch=0-step=45\.ckpt \(whole, step 45, \d+ s old\) stands in for it"),
+    # save_last="link" with save_top_k=1: stopped between removing the link and linking it to the new save
+    ("link", 1, [(15, True, "none"), (30, True, "none"), (45, True, "unlinked")], 45, None),
+    # save_top_k by a metric: 30 and 45 are not in the top 2, so last.ckpt is newer than every epoch file; cut at
+    # 45, its previous version (30) is the newest whole state, not epoch=0-step=15.ckpt
+    ("save", 2, [(15, True, "none"), (30, False, "none"), (45, False, "last")], 30,
+     r"checkpoint last\.ckpt left out: open for writing when the job's processes were stopped, so it may be"
+     r" half-written; the previous version \(step 30, \d+ s old\) stays"),
+], ids=["last-cut", "link-cut", "metric-last-cut"])
+def test_lightnings_last_ckpt_cut_mid_write_resumes_from_the_newest_whole_save(
+        tmp_path: Path, last: str, top_k: int, saves: list[tuple[int, bool, str]], resumed: int,
+        said: str | None) -> None:
+    """Issue 64: ckpt_path="last" resumes from last.ckpt alone. Cut in its write (or between unlinking and linking
+    it), the previous version kept per file sent the job back a save or two, and the newer epoch files restored beside
+    it were orphans its state did not know. last.ckpt is of Lightning's series: where its version in the bucket is
+    older than the newest whole save, or gone, that save stands in for it."""
+    job = Lightning(tmp_path, last, top_k)
+    try:
+        for step, top, cut in saves:
+            job.save(step, top=top, cut=cut)
+        job.preempt()
+    finally:
+        if job.proc.poll() is None:
+            job.proc.terminate(0)
+    assert job.resumed() == resumed, job.said
+    if said is not None:
+        assert any(re.fullmatch(said, line) for line in job.said), job.said

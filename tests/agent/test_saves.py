@@ -221,3 +221,33 @@ def test_a_half_save_an_older_agent_named_is_not_restored(tmp_path: Path) -> Non
     assert said == ["checkpoint checkpoint-280/ not restored: not finished: trainer_state.json is not there yet (the"
                     " Hugging Face Trainer writes it last); the whole saves before it are"]
     assert not [rel for rel in manifests(store)[-1]["files"] if "280" in rel]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("save", "stays", "writing", "stands"), [
+    ("checkpoint-45", "checkpoint-30", ("config.json", "generation_config.json", ".tmpWYajo3"), "model.safetensors"),
+    ("step-330", "step-315", ("tmpk3_x9q2a",), "a file"),  # its predecessor's two files missing: neither is sure
+], ids=["trainer-safetensors", "dcp"])
+def test_the_log_names_a_saves_own_step_and_a_temp_file_by_what_it_stands_for(
+        tmp_path: Path, save: str, stays: str, writing: tuple[str, ...], stands: str) -> None:
+    """Issue 64: the step was the one the job's output showed when the sync that uploaded the save began (45, where
+    the Trainer resumed at 30), and safetensors' `.tmpWYajo3` (renamed to model.safetensors once written) was named
+    as it was."""
+    store, ckpt, said = MemoryStore(), tmp_path / "ckpt", list[str]()
+    sync = CheckpointSync(store, ckpt, PREFIX, say=said.append, step=lambda: 345, writers=set)
+    older = {"checkpoint-45": "checkpoint-15", "step-330": "step-300"}[save]
+    for directory in (older, stays):
+        if save.startswith("checkpoint"):
+            write_trainer_save(ckpt, int(directory.split("-")[1]))
+        else:
+            for name in ("__0_0.distcp", ".metadata"):
+                (ckpt / directory).mkdir(parents=True, exist_ok=True)
+                (ckpt / directory / name).write_text(directory)
+    sync.sync()
+    (ckpt / save).mkdir()
+    for name in writing:
+        (ckpt / save / name).write_text("partly")
+    sync.sync(final=True, leave_out={f"{save}/{writing[-1]}": OPEN})
+    number = stays.rpartition("-")[2]
+    temp = re.escape(writing[-1])
+    assert re.fullmatch(rf"checkpoint {save}/ left out: {stands} \(being written as {temp}: {OPEN}\); {stays}/"
+                        rf" \(whole, step {number}, \d+ s old\) stays", said[0]), said

@@ -79,7 +79,7 @@ from pathlib import Path
 from typing import Any
 
 from jobplane.agent.copies import Copies, Copy, Freezer, unfrozen
-from jobplane.agent.saves import Saves, group, judge, read_pointers
+from jobplane.agent.saves import LAST, Saves, group, judge, read_pointers, saved_step, stand_in
 from jobplane.agent.transfer import (
     Moved,
     Sleep,
@@ -243,6 +243,8 @@ class CheckpointSync:
         self.superseded = superseded  # the job has moved on to a later attempt: this life deletes nothing
         self.restored_from: tuple[str, datetime | None] | None = None  # the newest manifest restored, its time
         self._versions: dict[str, tuple[datetime | None, int | None]] = {}  # in the bucket: uploaded when, at step
+        self._steps: dict[str, int | None] = {}  # Lightning's last.ckpt in the bucket: its own global_step
+        self._stood_in: dict[str, str] = {}  # last.ckpt -> the save named as it at the last sync (saves.stand_in)
         self._waiting: dict[str, tuple[float, str]] = {}  # newest version not in the bucket: since (monotonic), why
         self._told: set[tuple[str, str]] = set()  # (file, why) already said
         self._empty: frozenset[str] = frozenset()  # files empty at the last look
@@ -297,6 +299,7 @@ class CheckpointSync:
         """Forget what an earlier try of restore learned."""
         self.restored_from, self.seq = None, 0
         self._versions, self._mine, self._theirs, self._named, self._closed = {}, {}, {}, {}, {}
+        self._steps, self._stood_in = {}, {}
         self._known, self._ages, self._reused = set(), {}, set()
 
     def restore(self, *, announce: bool = True) -> Moved:
@@ -353,6 +356,8 @@ class CheckpointSync:
             st = stat_of(self.local / rel)
             assert st is not None
             self._closed[rel] = st
+            if LAST.fullmatch(rel.rpartition("/")[2]):
+                self._steps[rel] = saved_step(self.local / rel)
             if rank == self.rank:
                 self._mine[rel] = (st, entry)
             else:
@@ -445,6 +450,10 @@ class CheckpointSync:
             self._mine[rel] = (st, Entry(entry.key.removeprefix(self.prefix), entry.size, entry.version))
             self._theirs.pop(rel, None)
             self._versions[rel] = (when, step)
+            if LAST.fullmatch(rel.rpartition("/")[2]):  # the version uploaded: its copy, or the file if unchanged
+                source = copies[rel].path if rel in copies else self.local / rel
+                found = saved_step(source)
+                self._steps[rel] = found if rel in copies or stat_of(source) == st else None
             self.copies.done(rel, copies[rel].taken if rel in copies else looked)
             if final and rel in ready.held:  # being written at the stop: its newest whole copy went up instead
                 self.say(f"checkpoint {rel} was being written when the job's processes were stopped: its newest"
@@ -456,6 +465,7 @@ class CheckpointSync:
                       if rel in ready.present and (rel not in gone or rel in uploaded)}
         self._theirs = {rel: st for rel, st in self._theirs.items() if rel in ready.present}
         files = self._whole({rel: entry for rel, (_, entry) in self._mine.items()}, saves, ready.present)
+        files = self._lasts(files, ready.present)
         if files != self._named:
             self._write_manifest(seq, files, step)
             if deadline is None or time.monotonic() < deadline:
@@ -590,6 +600,20 @@ class CheckpointSync:
                 files |= {rel: self._named[rel] for rel in last.files}
         return files
 
+    def _lasts(self, files: dict[str, Entry], present: set[str]) -> dict[str, Entry]:
+        """Lightning's last.ckpt named as the newest whole save beside it where its own version is older or missing
+        (saves.stand_in): from now on that is the bucket's version of it, as if uploaded for its local state."""
+        self._stood_in = {}
+        for rel in sorted(r for r in present | self._named.keys() if LAST.fullmatch(r.rpartition("/")[2])):
+            save = stand_in(rel, files, self._steps.get(rel), rel in present or rel in self._named)
+            if save is None:
+                continue
+            files[rel], self._steps[rel], self._stood_in[rel] = files[save.path], save.number, save.path
+            self._versions[rel] = self._versions.get(save.path, (None, None))
+            if (st := stat_of(self.local / rel)) is not None:
+                self._mine[rel] = (st, files[rel])
+        return files
+
     def _account(self, held: dict[str, str], failed: dict[str, str], present: set[str], final: bool, saves: Saves,
                  named: Mapping[str, Entry]) -> None:
         """Which files (and saves) have their newest version not in the bucket, since when and why; say what must be
@@ -617,18 +641,22 @@ class CheckpointSync:
             if not stays:
                 return "no earlier whole save of it is in the bucket"
             last = max(stays, key=lambda s: s.number)
-            return f"{last.label} (whole{self._about(max(last.files, key=self._uploaded))}) stays"
+            own = last.number if last.habit is not None else None  # a save's own step: its name's
+            return f"{last.label} (whole{self._about(max(last.files, key=self._uploaded), own)}) stays"
+        if key in self._stood_in:
+            stands = self._stood_in[key]
+            return f"{stands} (whole{self._about(stands, self._steps.get(key))}) stands in for it"
         if key not in self._mine and key not in self._theirs:
             return "no earlier version of it is in the bucket"
-        about = self._about(key)
+        about = self._about(key, self._steps[key] if key in self._steps else self._versions.get(key, (None, None))[1])
         return "the previous version " + (f"({about.removeprefix(', ')}) " if about else "") + "stays"
 
     def _uploaded(self, rel: str) -> datetime:
         return self._versions.get(rel, (None, None))[0] or _EPOCH
 
-    def _about(self, rel: str) -> str:
+    def _about(self, rel: str, step: int | None) -> str:
         """", step N, M s old" of the version of rel in the bucket, as far as known."""
-        when, step = self._versions.get(rel, (None, None))
+        when = self._versions.get(rel, (None, None))[0]
         about = [f"step {step}"] if step is not None else []
         if when is not None:
             about.append(f"{age((self.clock() - when).total_seconds())} old")

@@ -76,6 +76,9 @@ class ContainerProcess(UserProcess):
     def _wait_stopped(self, timeout: float = 2.0) -> bool:
         return wait_stopped(None, timeout, pids=lambda: container_pids(self.name))
 
+    def members(self) -> list[int] | None:
+        return container_pids(self.name)
+
     def _finish(self) -> None:
         for pid in container_pids(self.name):  # leftovers, as a group kill ends a shell's background children
             with contextlib.suppress(ProcessLookupError, PermissionError):

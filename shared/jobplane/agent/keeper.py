@@ -9,8 +9,9 @@
   taken with the job's processes frozen for at most `copy_freeze` seconds (agent/copies.py).
 - Whenever the agent is about to signal the job's processes (Spot notice, stop request, uptime cap, stall,
   or killing what is left), they are frozen (SIGSTOP) and `freeze` records which files they hold open for
-  writing, and their state: those may be half-written if the signal kills them, so while one is unchanged no
-  sync takes it (`cut`), and the final sync and the artifacts upload leave it out, say so, and keep the
+  writing (every other process's a moment after the signal, which does not reach them), and their state: those
+  may be half-written if the signal kills them, so while one is unchanged no sync takes it (`cut`), and the final
+  sync and the artifacts upload leave it out, say so, and keep the
   previous complete version in force (or the newest whole copy); a training library's save holding such a file, or
   cut between two of its files, is left out whole (agent/saves.py). One the job went on writing after the signal
   (it survived SIGTERM) is judged anew. Once SIGKILL is due, or the job has ended, periodic syncs stop
@@ -79,6 +80,8 @@ class Keeper:
                                    live=self._live, cut=self._cut)
         self.writing: dict[str, Stat | None] = {}  # each path open for writing at a signal the agent sent: its state
         self.froze = False  # the processes were frozen before a signal, and the kernel could tell what was open
+        self._rest: list[threading.Thread] = []  # the scans of every other process, just after a signal
+        self._settling = threading.Lock()  # the checkpoint thread and the main one both wait for them
         self.blind = False  # once, it could not
 
     def _superseded(self) -> bool:
@@ -134,16 +137,37 @@ class Keeper:
 
     def freeze(self) -> None:
         """The job's processes are stopped (SIGSTOP) just before a signal that may end them: what they hold open
-        for writing now is what that signal can leave half-written."""
-        paths = writing()
+        for writing now is what that signal can leave half-written. Only the processes the signal reaches are read
+        before it; every other's files (a job's process that left the group) a moment after, off the path to the
+        signal: the whole machine's /proc held a Trainer's SIGTERM back by half its stop (bench/stop_time.py)."""
+        proc = self.processes()
+        group = proc.members() if proc is not None else None
+        found = self._record(writing(only=group) if group is not None else writing(), set())
+        if group is not None:
+            rest = threading.Thread(target=lambda: self._record(writing(but=group), found), name="freeze-rest",
+                                    daemon=True)
+            rest.start()
+            self._rest.append(rest)
+
+    def _record(self, paths: set[str] | None, before: set[str]) -> set[str]:
+        """Paths open for writing, with their state now; none of `before` (the frozen processes' own, recorded
+        at the freeze: a later state would hide what the signal cut)."""
         if paths is None:
             self.blind = True
-        else:
-            self.froze = True
-            self.writing |= {path: stat_of(Path(path)) for path in paths}
+            return set()
+        self.froze = True
+        self.writing |= {path: stat_of(Path(path)) for path in paths - before}
+        return paths
+
+    def _settled(self) -> None:
+        """The scans of the processes outside the group are done."""
+        with self._settling:
+            while self._rest:
+                self._rest.pop().join()
 
     def _cut(self, local: Path, rel: str, st: Stat) -> bool:
         """The file was open for writing at a signal and has not changed since: a signal may have cut its write."""
+        self._settled()
         path = os.path.join(os.path.realpath(local), rel)
         return path in self.writing and self.writing[path] == st
 
@@ -151,12 +175,14 @@ class Keeper:
     def torn_after(self, code: int | None, ended_ns: int | None) -> int | None:
         """Where the kernel could not tell what was open at the kill (or the process died by a signal the agent
         did not send): files written in place after this (ns) may be half-written."""
+        self._settled()
         if ended_ns is None or code is None or code <= 128 or (self.froze and not self.blind):
             return None
         return ended_ns - int(self.sync.settle * 1e9)
 
     def left_out(self, directory: Path) -> dict[str, str]:
         """What may be half-written: open for writing at a signal and unchanged since."""
+        self._settled()
         return {rel: MID_WRITE for rel in under(set(self.writing), directory)
                 if (st := stat_of(directory / rel)) is not None and self._cut(directory, rel, st)}
 

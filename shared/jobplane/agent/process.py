@@ -66,6 +66,13 @@ def _all_stopped(pid: str | int) -> bool:
                for task in tasks)
 
 
+def group_pids(pgid: int) -> list[int] | None:
+    """The processes of a process group, from /proc; None where there is none to read."""
+    if not os.path.isdir("/proc/self"):
+        return None
+    return [int(e) for e in os.listdir("/proc") if e.isdigit() and (f := _stat(e)) is not None and int(f[2]) == pgid]
+
+
 def wait_stopped(pgid: int | None, timeout: float = 2.0, pids: Callable[[], list[int]] | None = None) -> bool:
     """Wait until every thread of every process of the group (or of every one `pids` lists) has stopped (a
     SIGSTOP takes effect when each next runs, and a write in progress finishes first); False if one still runs
@@ -255,6 +262,10 @@ class UserProcess:
 
     def _wait_stopped(self, timeout: float = 2.0) -> bool:
         return wait_stopped(self._proc.pid, timeout)
+
+    def members(self) -> list[int] | None:
+        """The processes its signals reach (the session's group); None where /proc cannot tell."""
+        return group_pids(self._proc.pid)
 
     def _finish(self) -> None:
         # Leftover background children would hold the pipe open and outlive the job: kill the group,

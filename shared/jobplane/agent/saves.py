@@ -20,11 +20,19 @@ stay named in a manifest, only as a set, once the save is whole:
 
 An older save of a series is no longer being written: only the first rule applies to it. Everything not
 recognised here keeps the per-file rules (agent/checkpoints.py). `judge` is a pure function of one scan.
+
+Lightning's `last.ckpt` is a copy of the newest save (or a link to it) that `ckpt_path="last"` resumes from alone:
+named older than the newest whole `epoch=..-step=..` file beside it, it would resume an older state with the newer
+saves restored beside it as orphans, so that save stands in for it (`stand_in`); its own step is read from the
+checkpoint (`saved_step`).
 """
 
 from __future__ import annotations
 
+import itertools
+import pickletools
 import re
+import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -50,6 +58,11 @@ HABITS = (
     Habit("step_N", re.compile(r"step[_-](\d+)")),  # torchtitan's DCP saves, many scripts' own
     Habit("PyTorch Lightning", re.compile(r"(?:.*-)?epoch=\d+-step=(\d+)(?:[-.].*)?")),  # a file or a directory
 )
+LIGHTNING = HABITS[3]
+# ModelCheckpoint's save_last (CHECKPOINT_NAME_LAST, "-vN" when one of that name existed): a copy of (or, with
+# save_last="link", a link to) its newest save, which ckpt_path="last" resumes from
+LAST = re.compile(r"last(?:-v\d+)?\.ckpt")
+TEMP = re.compile(r"\.?tmp[A-Za-z0-9_]{6,8}")  # a library's temp file renamed into place: safetensors', Python's
 SHARD, METADATA = ".distcp", ".metadata"  # torch.distributed.checkpoint: shards, then the metadata last
 DCP = "torch.distributed.checkpoint"
 POINTER_BYTES = 256  # a pointer longer than this names no save
@@ -170,14 +183,17 @@ def judge(stats: Mapping[str, Stat], held: Mapping[str, str], pointers: Mapping[
 
 def _partial(save: Save, stats: Mapping[str, Stat], held: Mapping[str, str], pointers: Mapping[str, str] | None,
              rank: int, saves: Saves, newest: bool) -> str | None:
-    for rel in sorted(save.files):
-        if rel in held:
-            return f"being written ({save.inside(rel) if save.path != rel else rel}: {held[rel]})"
-    if not newest or save.path in save.files:  # its writer has moved on to a later save; or a save of one file
-        return None
     before = next(iter(saves.older(save)), None)
     names = {save.inside(rel) for rel in save.files}
     had = {before.inside(rel) for rel in before.files} if before is not None else set()
+    for rel in sorted(save.files):
+        if rel in held:
+            name = save.inside(rel) if save.path != rel else rel
+            if TEMP.fullmatch(_name(name)) is not None:
+                return f"{_stands_for(name, had - names)} (being written as {_name(name)}: {held[rel]})"
+            return f"being written ({name}: {held[rel]})"
+    if not newest or save.path in save.files:  # its writer has moved on to a later save; or a save of one file
+        return None
     habit = save.habit
     if habit is not None and habit.marker and (rank == 0 or habit.marker in had) and habit.marker not in names:
         return f"not finished: {habit.marker} is not there yet ({habit.library} writes it last)"
@@ -199,6 +215,53 @@ def _partial(save: Save, stats: Mapping[str, Stat], held: Mapping[str, str], poi
     if before is not None and missing:
         return f"not finished: it has no {missing[0]}, which {before.label} has"
     return None
+
+
+def _stands_for(temp: str, missing: set[str]) -> str:
+    """What a library's temp file in a save will be renamed to: of the files its predecessor has and it lacks yet
+    (beside the temp), safetensors' weights first (it writes them so), the first by name (shards go in order)."""
+    beside = sorted(name for name in missing if _parent(name) == _parent(temp))
+    found = next((name for name in beside if name.endswith(".safetensors")), beside[0] if len(beside) == 1 else None)
+    return _name(found) if found is not None else "a file"
+
+
+def saved_step(path: Path) -> int | None:
+    """The global_step a Lightning checkpoint holds (torch.save's zip: a pickle whose dict begins with epoch and
+    global_step), read from the pickle's first operations without unpickling it; None if it is torn (a zip's
+    directory is at its end) or not one."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            name = next((n for n in archive.namelist() if n.endswith("data.pkl")), None)
+            if name is None:
+                return None
+            with archive.open(name) as pickled:
+                key = None
+                for op, arg, _ in itertools.islice(pickletools.genops(pickled), 64):
+                    if op.name in ("BINPUT", "LONG_BINPUT", "PUT", "MEMOIZE"):
+                        continue
+                    if key == "global_step":
+                        return arg if isinstance(arg, int) and not isinstance(arg, bool) else None
+                    key = arg if isinstance(arg, str) else None
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError, KeyError, RuntimeError):
+        return None
+    return None
+
+
+def stand_in(rel: str, named: Mapping[str, object], step: int | None, exists: bool) -> Save | None:
+    """Lightning's last.ckpt (rel) is a copy of its newest save: the newest whole epoch=..-step=.. file named
+    beside it stands in for it where the version named is older (its global_step, `step`), or none is
+    while the job has one (`exists`: there, or named before and unlinked for save_last="link"; cut before its first
+    upload). ckpt_path="last" then resumes from
+    the newest whole save, and no newer save restored beside it is an orphan its state does not know."""
+    if LAST.fullmatch(_name(rel)) is None:
+        return None
+    newest = max((s for s in group(named).saves.values() if s.habit is LIGHTNING and s.path in s.files
+                  and _parent(s.path) == _parent(rel)), key=lambda s: s.number, default=None)
+    if newest is None:
+        return None
+    if rel in named:
+        return newest if step is not None and step < newest.number else None  # unknown: as it is
+    return newest if exists else None
 
 
 def read_pointers(local: Path, stats: Mapping[str, Stat]) -> dict[str, str]:

@@ -7,8 +7,9 @@ descriptor's mode (its owner-write bit is set when it was opened for writing), a
 writable shared mappings (numpy.memmap); neither needs the file's content.
 
 Every process the agent can read is looked at, not only the job's session: a data-loader worker or a
-process that started its own session writes checkpoints too. Where /proc cannot tell (not Linux, not
-mounted), `writing` returns None and the caller falls back to settle-by-time.
+process that started its own session writes checkpoints too (at a signal, the processes it reaches first, the
+others after it: agent/keeper.py). Where /proc cannot tell (not Linux, not mounted), `writing` returns None and
+the caller falls back to settle-by-time.
 
 `Closes` says the moment a save ends (inotify), for a copy taken between two saves (agent/copies.py).
 """
@@ -21,6 +22,7 @@ import select
 import stat
 import struct
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 PROC = Path("/proc")
@@ -30,14 +32,16 @@ def kernel_can_tell(proc: Path = PROC) -> bool:
     return (proc / "self" / "fd").is_dir()
 
 
-def writing(proc: Path = PROC) -> set[str] | None:
-    """Absolute paths of the files some process holds open for writing or maps writable and shared; None
-    when the kernel cannot tell."""
+def writing(proc: Path = PROC, *, only: Collection[int] | None = None, but: Collection[int] = ()) -> set[str] | None:
+    """Absolute paths of the files some process (of `only`, if given; none of `but`) holds open for writing or
+    maps writable and shared; None when the kernel cannot tell."""
     if not kernel_can_tell(proc):
         return None
     found: set[str] = set()
-    for pid in _pids(proc):
-        found |= _writable_fds(proc / pid) | _writable_maps(proc / pid)
+    skip = {str(pid) for pid in but}
+    for pid in _pids(proc) if only is None else [str(pid) for pid in only]:
+        if pid not in skip:
+            found |= _writable_fds(proc / pid) | _writable_maps(proc / pid)
     return found
 
 
