@@ -11,7 +11,7 @@ What a real cloud does, and what is drawn here, each at `rate` of the calls:
   work was done); the SDK sends it again, so a create must be idempotent (a token, a create-only write).
 - CAPACITY (a launch of more than one node): InsufficientInstanceCapacity for the nodes the cloud could not place;
   all-or-nothing APIs (RunInstances with MinCount = MaxCount, bulkInsert) fail the whole request.
-- visibility: a new instance is missing from listings for up to VISIBILITY_S (EC2's eventual consistency).
+- visibility: each new instance is missing from listings for up to VISIBILITY_S (EC2's eventual consistency).
 """
 
 from __future__ import annotations
@@ -129,8 +129,7 @@ class Faults:
         """Seconds after its launch an instance first shows in listings (0 with no faults)."""
         if self.rate <= 0:
             return 0.0
-        rng = random.Random(f"{self.seed}/visible/{instance_id}")
-        return rng.random() * VISIBILITY_S if rng.random() < max(self.rate * 4, 0.5) else 0.0
+        return random.Random(f"{self.seed}/visible/{instance_id}").random() * VISIBILITY_S
 
     def total(self) -> int:
         return sum(self.counts.values())
