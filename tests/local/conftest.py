@@ -84,17 +84,18 @@ def in_process(args: tuple[str, ...], env: dict[str, str]) -> subprocess.Complet
     return subprocess.CompletedProcess(["jobplane", *args], result.exit_code, result.stdout, stderr)
 
 
-def running(tmp_path_factory: pytest.TempPathFactory, which: str, warm: Warm | None, baked_agent: bool = True
-            ) -> Iterator[CloudProcess]:
+def running(tmp_path_factory: pytest.TempPathFactory, which: str, warm: Warm | None, baked_agent: bool = True,
+            faults: tuple[float, int] | None = None) -> Iterator[CloudProcess]:
     """A local cloud for a test module; stopped, and checked to have left nothing behind, at its end. Its VMs
     boot as from an image baked with the agent (`local up --baked-agent`: about 2 CPU seconds less per VM) unless
     the module tests the bootstrap's download itself (tests/local/test_first_job.py). Its `jobplane` commands run in
-    this process and warm (ModuleCloud), or without `warm`, each in a fresh interpreter."""
+    this process and warm (ModuleCloud), or without `warm`, each in a fresh interpreter. faults: (rate, seed) of
+    `local up --faults`."""
     if not any(wheel_dir().glob("numpy-*.whl")):  # examples/train/requirements.txt installs it, from loopback
         pytest.skip(f"the local package index is empty ({wheel_dir()}): run `make local-index`")
     state_dir = tmp_path_factory.mktemp(f"local-{which}")
-    proc = (CloudProcess(state_dir, cloud=which, baked_agent=baked_agent) if warm is None else
-            ModuleCloud(state_dir, warm=warm, cloud=which, baked_agent=baked_agent))
+    proc = (CloudProcess(state_dir, cloud=which, baked_agent=baked_agent, faults=faults) if warm is None else
+            ModuleCloud(state_dir, warm=warm, cloud=which, baked_agent=baked_agent, faults=faults))
     try:
         proc.start()
         yield proc

@@ -64,7 +64,7 @@ class AgentSource:
 # Runs on the image's python3, whatever its version: so no syntax newer than Python 3.5, and every way
 # it can fail ends in fail(), one console line and a best-effort report.
 INSTALL = r"""
-import hashlib, io, json, os, shutil, subprocess, sys, tarfile, time
+import hashlib, io, json, os, random, shutil, subprocess, sys, tarfile, time
 from urllib.parse import quote
 from urllib.request import Request, urlopen
 
@@ -111,7 +111,7 @@ def call(url, data=None, method="GET", tries=7, auth=headers):
             if n == tries - 1 or (code is not None and 400 <= code < 500 and code not in (408, 429)):
                 raise
             say("%s of %s failed (%s); retrying" % (method, url.split("?")[0], exc))
-            time.sleep(min(30, 2 ** n))
+            time.sleep(min(30, 2 ** n) * random.uniform(0.5, 1))  # jittered: a fleet's VMs do not retry in step
 
 def fail(msg):
     say("FAILED: " + msg)

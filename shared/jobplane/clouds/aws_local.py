@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import boto3
+from botocore.config import Config
 
 from jobplane.clouds.base import TAG_JOB_ID, TAG_MANAGED
 
@@ -26,6 +27,7 @@ from jobplane.clouds.base import TAG_JOB_ID, TAG_MANAGED
 # VPCs; one /24 subnet per zone.
 LOOPBACK_VPC = "127.100.0.0/16"
 VPC_NAME = "jobplane-local-loopback"
+LOCAL_AGENT = "jobplane-local-cloud"  # in the User-Agent of the local cloud's own calls (jobplane.local.api_faults)
 STATES = ("pending", "running", "shutting-down", "terminated", "stopping", "stopped")  # an EC2 instance's, all of them
 
 
@@ -79,13 +81,15 @@ class LocalAws:
         creds = {"aws_access_key_id": (credentials or {}).get("AWS_ACCESS_KEY_ID"),
                  "aws_secret_access_key": (credentials or {}).get("AWS_SECRET_ACCESS_KEY"),
                  "aws_session_token": (credentials or {}).get("AWS_SESSION_TOKEN")}
-        self.ec2: Any = boto3.client("ec2", region_name=region, endpoint_url=endpoint, **creds)
-        self.s3: Any = boto3.client("s3", region_name=region, endpoint_url=endpoint, **creds)
-        self.ssm: Any = boto3.client("ssm", region_name=region, endpoint_url=endpoint, **creds)
-        self.sns: Any = boto3.client("sns", region_name=region, endpoint_url=endpoint, **creds)
-        self.sqs: Any = boto3.client("sqs", region_name=region, endpoint_url=endpoint, **creds)
-        self.iam: Any = boto3.client("iam", region_name=region, endpoint_url=endpoint, **creds)
-        self.sts: Any = boto3.client("sts", region_name=region, endpoint_url=endpoint, **creds)
+        # the local cloud's own calls (it plays AWS and the user here) name themselves: `local up --faults` spares them
+        config = Config(user_agent_extra=LOCAL_AGENT)
+        self.ec2: Any = boto3.client("ec2", region_name=region, endpoint_url=endpoint, config=config, **creds)
+        self.s3: Any = boto3.client("s3", region_name=region, endpoint_url=endpoint, config=config, **creds)
+        self.ssm: Any = boto3.client("ssm", region_name=region, endpoint_url=endpoint, config=config, **creds)
+        self.sns: Any = boto3.client("sns", region_name=region, endpoint_url=endpoint, config=config, **creds)
+        self.sqs: Any = boto3.client("sqs", region_name=region, endpoint_url=endpoint, config=config, **creds)
+        self.iam: Any = boto3.client("iam", region_name=region, endpoint_url=endpoint, config=config, **creds)
+        self.sts: Any = boto3.client("sts", region_name=region, endpoint_url=endpoint, config=config, **creds)
 
     def create_role(self, name: str, trust: dict[str, Any], policy: dict[str, Any],
                     tags: Mapping[str, str] | None = None) -> str:

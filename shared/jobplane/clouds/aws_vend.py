@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import threading
 import time
 import urllib.error
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 DEPLOYMENT_HEADER = "X-Jobplane-Deployment"
 PROOF_BODY = "Action=GetCallerIdentity&Version=2011-06-15"
 _FORM = "application/x-www-form-urlencoded; charset=utf-8"
-VEND_TRIES = 4  # a vend request that fails for a transient reason: tried this often, 1 s, 2 s, 4 s apart
+VEND_TRIES = 4  # a vend request that fails for a transient reason: tried this often, up to 1 s, 2 s, 4 s apart
 TIMEOUT = 30.0
 # botocore asks IMDS for the instance's credentials once, with a 1 s timeout, and takes no answer for "none": a VM
 # that has just booted, or a busy machine, can miss that (seen on a loaded local cloud). The agent waits longer.
@@ -185,7 +186,7 @@ class _Vend:
             last: Exception | None = None
             for attempt in range(VEND_TRIES):
                 if attempt:
-                    time.sleep(2 ** (attempt - 1))
+                    time.sleep(2 ** (attempt - 1) * random.uniform(0.5, 1))  # jittered: a job's nodes ask at once
                 try:
                     return self._once(frozen, body)
                 except VendUnavailable as exc:

@@ -304,7 +304,12 @@ def admit_in_order(ctx: Context, lines: list[AdmissionRecord], now: datetime) ->
 
 def _retry_waiting(ctx: Context, job_id: str, *, now: datetime) -> Outcome:
     record = ctx.registry.job(job_id)  # a GET only for waiting jobs; one that does not parse is this job's error only
-    if record.state != State.WAITING_CAPACITY or (record.wait_until and record.wait_until > now):
+    if record.state != State.WAITING_CAPACITY:
+        # its marker says waiting, its record moved on: a claim whose marker move failed (a store error, a crash)
+        # would be no run's to look at (the check leaves waiting markers to this backstop); its marker follows now
+        ctx.registry.repair_markers(job_id)
+        return Outcome(job_id, Result.NOT_DUE)
+    if record.wait_until and record.wait_until > now:
         return Outcome(job_id, Result.NOT_DUE)
     attempt = record.attempt
     try:
@@ -352,17 +357,20 @@ def launch_attempt(ctx: Context, job_id: str, *, now: datetime, expect: Collecti
 
 def resume(ctx: Context, job_id: str, *, attempt: int, stamp: str, now: datetime) -> JobRecord:
     """Finish the launch of a claimed attempt whose launcher died (the check's RESUME_LAUNCH, from the record
-    whose event stamp is `stamp`): adopt the attempt's VMs if RunInstances ran (record them, write their
-    cluster.json; harmless twice), else claim the record again by its stamp (one of overlapping runs wins) and
+    whose event stamp is `stamp`): adopt the attempt's VMs if RunInstances ran (those its cluster.json names, live
+    or ended since; else those the cloud lists by their tags: record them, write their cluster.json; harmless
+    twice), else claim the record again by its stamp (one of overlapping runs wins) and
     launch them. Same attempt, no restart counted; a resume that dies too is resumed by a later check."""
     reg, compute, policy = ctx.registry, ctx.cloud("launch with"), ctx.policy
     record = reg.job(job_id)
     if record.state != State.LAUNCHING or record.attempt != attempt or record.instances \
             or record.last_event is None or record.last_event.stamp != stamp:
         return record  # moved on meanwhile
-    found = sorted((i for i in compute.list_managed() if i.job_id == job_id and i.attempt == attempt
-                    and i.state in ("pending", "running")), key=lambda i: (i.rank or 0, i.id))
+    listed = [i for i in compute.list_managed() if i.job_id == job_id and i.attempt == attempt]
+    found = sorted((i for i in listed if i.state in ("pending", "running")), key=lambda i: (i.rank or 0, i.id))
     spec = record.spec
+    if (named := steps.named(reg, record, listed)) is not None:  # launched and told so: never launched again
+        found = named
     if found and len(found) == spec.num_nodes:
         first = found[0]
         request = LaunchRequest(job_id=job_id, attempt=attempt, num_nodes=len(found),

@@ -185,3 +185,28 @@ def fail(ctx: Context, record: JobRecord, now: datetime, step: launch_decide.Fai
     log.warning("job %s failed: %s", record.id, reason, extra={"job_id": record.id})
     return ctx.registry.transition(record.id, State.FAILED, now=now, reason=reason, cause=step.cause,
                                    expect={State.LAUNCHING}, expect_attempt=record.attempt, last_error=reason)
+
+
+def named(reg: Registry, record: JobRecord, listed: list[Instance]) -> list[Instance] | None:
+    """The VMs the attempt's cluster.json names, when a launcher wrote it and stopped before recording them (a store
+    error, a timeout): they are the attempt's, and were told so, so a resume records them, never launches again,
+    even if they have ended since (their exit reports, or their absence, then decide the job as any attempt's). As
+    listed where the cloud lists them; otherwise as the file says. None: no such file (or not one for this attempt)."""
+    from jobplane.model import records  # cluster.json: only a resume reads one
+
+    try:
+        written = records.ClusterFile.parse(reg.get_bytes(keys.cluster(record.id, record.attempt)))
+    except NotFound:
+        return None
+    except records.RecordError:
+        log.warning("job %s attempt %d: its cluster.json does not parse", record.id, record.attempt,
+                    extra={"job_id": record.id})
+        return None
+    if written.attempt != record.attempt or len(written.instances) != record.spec.num_nodes:
+        return None
+    by_id = {i.id: i for i in listed}
+    spot = next((i.spot for i in listed if i.id in written.instances), bool(record.spec.spot))
+    return [by_id.get(iid) or Instance(id=iid, state="terminated", launched_at=record.state_since, managed=True,
+                                       job_id=record.id, attempt=record.attempt, rank=rank, spot=spot,
+                                       zone=written.zone, instance_type=written.instance_type, private_ip=host)
+            for rank, (iid, host) in enumerate(zip(written.instances, written.hosts, strict=False))]

@@ -43,7 +43,8 @@ class AwsLocalCloud(LocalCloud):
 
     def __init__(self, state_dir: Path, port: int = 0, tick: float = 1.0, **kwargs: Any) -> None:
         super().__init__(state_dir, port, tick, **kwargs)
-        self.moto = ServiceProcess("jobplane.local.moto_server", port)
+        faults = ("--faults", f"{self.faults.rate}:{self.faults.seed}") if self.faults else ()
+        self.moto = ServiceProcess("jobplane.local.moto_server", port, *faults)
         self.aws: Any = None
         self.inbox = ""  # the SQS queue subscribed to the notification topic
         self.vend_url: Any = None  # the vending function's URL (jobplane.local.function_url)
@@ -90,7 +91,8 @@ class AwsLocalCloud(LocalCloud):
         roles = create_roles(aws, self.bucket, (DATA_BUCKET,))
         self.sessions = FunctionSessions(aws, function_roles(aws, self.bucket, roles, topic))
         self.vm_role_arn = roles.vm
-        self.vend_url = FunctionUrl(lambda event: self.functions.invoke("vend", event) if self.functions else None)
+        self.vend_url = FunctionUrl(lambda event: self.functions.invoke("vend", event) if self.functions else None,
+                                    faults=self.faults)
         self.vend_url.start()
         os.environ.update({"JOBPLANE_VEND_URL": self.vend_url.url, **roles.env()})
 

@@ -62,9 +62,14 @@ def no_running_instance(job_id: str, rank: int | None) -> click.ClickException:
 @click.option("--as", "member", metavar="TEAM",
               help="Print the exports of a member of this team instead of the platform team's: it submits, reads "
                    "and cancels only its own team's jobs, as the deployment's IAM grants a team member.")
+@click.option("--faults", "fault_rate", type=click.FloatRange(0, 1), default=None, metavar="RATE",
+              help="The cloud's APIs fail on demand: RATE of the calls get the service's throttle or server error, "
+                   "some lose the answer of a call that took effect, multi-node launches meet capacity errors and "
+                   "new instances show in listings up to 30 s late (docs/operations.md). AWS only, for now.")
+@click.option("--faults-seed", type=int, default=0, show_default=True, help="Which faults --faults draws.")
 @state_dir_option
 def up(cloud: str, port: int, tick: float, ui_port: int, policy_file: Path | None, baked_agent: bool,
-       member: str | None, state_dir: Path | None) -> None:
+       member: str | None, fault_rate: float | None, faults_seed: int, state_dir: Path | None) -> None:
     """Start the local cloud in the foreground; print the exports a second shell needs. Ctrl-C stops it all.
 
     \b
@@ -72,17 +77,21 @@ def up(cloud: str, port: int, tick: float, ui_port: int, policy_file: Path | Non
       jobplane local up --cloud gcp --port 5055 --tick 1
       jobplane local up --policy ssh.yaml   # ssh.yaml: access: {ssh: true}
       jobplane local up --as team-a         # the second shell is a member of team-a
+      jobplane local up --faults 0.05       # 5% of the cloud's API calls fail as AWS's do
     """
     from jobplane.local.control import state_dir as default_state_dir
     from jobplane.local.dashboard import Beside
     from jobplane.local.up import up as run_up
 
+    if fault_rate is not None and cloud != "aws":
+        raise click.UsageError("--faults: the local AWS cloud only, for now")
     policy = read_policy(policy_file) if policy_file is not None else None
     directory = default_state_dir(state_dir)
     directory.mkdir(parents=True, exist_ok=True)
     ui = Beside(directory, ui_port, os.environ) if ui_port >= 0 else None
     try:
-        run_up(directory, port, tick, cloud, policy, baked_agent, member)
+        run_up(directory, port, tick, cloud, policy, baked_agent, member,
+               faults=(fault_rate, faults_seed) if fault_rate is not None else None)
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
     finally:

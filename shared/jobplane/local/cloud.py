@@ -39,6 +39,7 @@ from typing import IO, Any
 import yaml
 
 from jobplane.boot import agent_bundle, bundling
+from jobplane.clouds.faults import VISIBILITY_S, Faults
 from jobplane.local import baked_agent, cache_dir
 from jobplane.local.console import Console, notified_line
 from jobplane.local.control import STATE_FILE, ControlServer
@@ -69,6 +70,9 @@ safety:
   stop_grace: 30s
   max_terminations_per_run: 10
 """
+
+
+FAULTS_POLICY: dict[str, Any] = {"safety": {"orphan_grace": f"{int(VISIBILITY_S * 2)}s"}}
 
 
 def local_policy(placement: str, overrides: Mapping[str, Any] | None = None) -> str:
@@ -194,11 +198,14 @@ class LocalCloud:
 
     def __init__(self, state_dir: Path, port: int = 0, tick: float = 1.0, bucket: str = BUCKET,
                  schedule: float | None = None, policy: Mapping[str, Any] | None = None,
-                 baked_agent: bool = False) -> None:
+                 baked_agent: bool = False, faults: Faults | None = None) -> None:
         """policy: fields over the local policy's (`local up --policy FILE`), checked by local_policy. baked_agent:
-        the VMs' images hold the agent already (`local up --baked-agent`, jobplane.local.baked_agent)."""
+        the VMs' images hold the agent already (`local up --baked-agent`, jobplane.local.baked_agent). faults: the
+        cloud's APIs fail on demand (`local up --faults RATE`, jobplane.local.api_faults)."""
         self.state_dir = state_dir.resolve()
-        self.policy = dict(policy or {})
+        self.faults = faults
+        # a rank is lost once missing from listings past the orphan grace: longer than a new VM's lag in them
+        self.policy = merged(FAULTS_POLICY, dict(policy or {})) if faults else dict(policy or {})
         self.baked_agent = baked_agent
         self.port = port
         self.tick = tick

@@ -78,8 +78,10 @@ class CloudProcess:
     """`jobplane local up` in a child process: what a user runs in their first shell (tests use it too)."""
 
     def __init__(self, state_dir: Path, tick: float = 1.0, cloud: str = "aws", ui: bool = False, port: int = 0,
-                 policy: Path | None = None, baked_agent: bool = False) -> None:
+                 policy: Path | None = None, baked_agent: bool = False, faults: tuple[float, int] | None = None
+                 ) -> None:
         self.state_dir = state_dir
+        self.faults = faults  # `local up --faults RATE --faults-seed N`
         self.baked_agent = baked_agent  # `local up --baked-agent`: the VMs' images hold the agent
         self.ui = ui  # the dashboard beside it (`local up --ui-port 0`); tests start their own when they want one
         self.port = port  # the cloud's API (`local up --port`): any free one unless a test asks for a busy one
@@ -97,7 +99,8 @@ class CloudProcess:
                 [sys.executable, "-m", "jobplane.cli", "local", "up", "--cloud", self.cloud, "--port", str(self.port),
                  "--tick", str(self.tick), "--state-dir", str(self.state_dir), "--ui-port", "0" if self.ui else "-1",
                  *(["--policy", str(self.policy)] if self.policy else []),
-                 *(["--baked-agent"] if self.baked_agent else [])],
+                 *(["--baked-agent"] if self.baked_agent else []),
+                 *(["--faults", str(self.faults[0]), "--faults-seed", str(self.faults[1])] if self.faults else [])],
                 stdout=out, stderr=subprocess.STDOUT,
                 env=env, stdin=subprocess.DEVNULL)
         proc, log = self.proc, self.state_dir / "local-cloud.log"

@@ -20,6 +20,8 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import urlsplit
 
+from jobplane.clouds.faults import Faults, Kind
+from jobplane.local.api_faults import said
 from jobplane.local.loopback import LoopbackServer
 
 Invoke = Callable[[dict[str, Any]], Any]  # the event -> the handler's answer (None: the invocation failed)
@@ -48,16 +50,26 @@ def event(method: str, path: str, query: str, headers: dict[str, str], body: byt
 class FunctionUrl(LoopbackServer):
     name = "function-url"
 
-    def __init__(self, invoke: Invoke, port: int = 0) -> None:
+    def __init__(self, invoke: Invoke, port: int = 0, faults: Faults | None = None) -> None:
         super().__init__("127.0.0.1", port)
         self.invoke = invoke
+        self.faults = faults  # `local up --faults`: Lambda's throttles and errors, and answers lost after the run
 
     @property
     def url(self) -> str:
         return f"http://{self.address}/"
 
     def answer(self, request: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+        fault = self.faults.draw("vend", "invoke", mutates=True) if self.faults else None
+        if fault:
+            said("vend", "invoke", fault.kind, fault.error.code)
+        failed = fault and (fault.error.status, {"Content-Type": "application/json"},
+                            json.dumps({"Message": fault.error.message, "Type": fault.error.code}).encode())
+        if fault and failed and fault.kind is not Kind.LOST:
+            return failed
         result = self.invoke(request)
+        if failed:
+            return failed  # it ran; its answer is lost
         if not isinstance(result, dict) or "statusCode" not in result:
             return 502, {"Content-Type": "application/json"}, b'{"error": "the function failed"}'
         body = result.get("body") or ""

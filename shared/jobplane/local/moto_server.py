@@ -333,6 +333,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-H", "--host", default="127.0.0.1")
     parser.add_argument("-p", "--port", type=int, default=5000)
     parser.add_argument("--fd", type=int, default=None, help="serve on this inherited listening socket")
+    parser.add_argument("--faults", default=None, metavar="RATE[:SEED]",
+                        help="answer RATE of the requests with AWS's faults (jobplane.local.api_faults)")
     args = parser.parse_args(argv)
     # the local cloud registers its own images (jobplane.local.aws.publish_images): moto's thousands of vendor AMIs,
     # loaded per region, would only cost its start
@@ -340,7 +342,12 @@ def main(argv: list[str] | None = None) -> None:
     share_botocore_loader()
     patch_moto()
     name_services_once()
-    app = DomainDispatcherApplication(create_backend_app)
+    app: Any = DomainDispatcherApplication(create_backend_app)
+    if args.faults:
+        from jobplane.clouds.faults import Faults, parse
+        from jobplane.local.api_faults import FaultyApi
+
+        app = FaultyApi(app, Faults(*parse(args.faults)))
     server = make_server(args.host, args.port, app, threaded=True, request_handler=keep_alive(MotoRequestHandler),
                          fd=args.fd)
     os.environ.setdefault("MOTO_PORT", str(server.server_address[1]))  # moto's own URLs (SQS queues) name it

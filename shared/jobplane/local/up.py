@@ -17,18 +17,24 @@ from jobplane.local.console import ConsoleHandler
 
 
 def make(cloud: str, state_dir: Path, port: int = 0, tick: float = 1.0,
-         policy: Mapping[str, Any] | None = None, baked_agent: bool = False) -> LocalCloud:
+         policy: Mapping[str, Any] | None = None, baked_agent: bool = False,
+         faults: tuple[float, int] | None = None) -> LocalCloud:
+    """faults: (rate, seed) of `local up --faults` (the AWS cloud's only, for now)."""
     if cloud == "gcp":
         from jobplane.local.gcp import GcpLocalCloud
 
+        if faults is not None:
+            raise RuntimeError("--faults: the local AWS cloud only, for now")
         return GcpLocalCloud(state_dir, port=port, tick=tick, policy=policy, baked_agent=baked_agent)
+    from jobplane.clouds.faults import Faults
     from jobplane.local.aws import AwsLocalCloud
 
-    return AwsLocalCloud(state_dir, port=port, tick=tick, policy=policy, baked_agent=baked_agent)
+    return AwsLocalCloud(state_dir, port=port, tick=tick, policy=policy, baked_agent=baked_agent,
+                         faults=Faults(*faults) if faults is not None else None)
 
 
 def up(state_dir: Path, port: int, tick: float, cloud: str = "aws", policy: Mapping[str, Any] | None = None,
-       baked_agent: bool = False, member: str | None = None) -> None:
+       baked_agent: bool = False, member: str | None = None, faults: tuple[float, int] | None = None) -> None:
     """Run until SIGINT/SIGTERM, then leave nothing behind. member: the second shell's exports are a member's of
     that team (env-<team>.sh), not the platform team's (env.sh)."""
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -36,7 +42,7 @@ def up(state_dir: Path, port: int, tick: float, cloud: str = "aws", policy: Mapp
                         filename=state_dir / FUNCTIONS_LOG)
     logging.getLogger("botocore").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message="No application metrics to publish")
-    local = make(cloud, state_dir, port, tick, policy, baked_agent)
+    local = make(cloud, state_dir, port, tick, policy, baked_agent, faults)
     logging.getLogger("local-cloud").addHandler(ConsoleHandler(local.console))
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
