@@ -197,7 +197,9 @@ def describe(job_id: str, as_json: bool, **conn: str | None) -> None:
         console.print(f"[bold]{'debug hold':>14}[/bold]  {hold}", highlight=False)
     if record.spec.retry is not None and record.spec.retry.max:  # the errors retried, apart from the restarts
         console.print(f"[bold]{'retries':>14}[/bold]  {record.retries} of {record.spec.retry.max}", highlight=False)
-    launched = launched_attempts(record.usage, events) | ({record.attempt} if record.state == State.LAUNCHING else set())
+    launched = launched_attempts(record.usage, events)
+    if record.state == State.LAUNCHING:  # the attempt being launched counts, as the VMs are on their way
+        launched.add(record.attempt)
     if life is not None and launched:  # the policy's bounds on the job's whole life: attempts that got VMs
         console.print(f"[bold]{'attempts':>14}[/bold]  {len(launched)} of at most {life.max_attempts} "
                       f"(policy max_attempts_per_job {life.max_attempts_per_job})", highlight=False)
