@@ -17,7 +17,7 @@ from jobplane import sdk
 from jobplane.model.jobrecord import JobRecord
 from jobplane.model.metrics import STEP
 from jobplane.model.spec import spec_to_json
-from jobplane.views import cost, sysview
+from jobplane.views import cost, jobview, sysview
 from jobplane.views.jobview import JobView, view_cell, view_row
 
 MASK = "••••••"  # what an env value shows as: spec env values may be secrets
@@ -139,17 +139,44 @@ def attempts(record: JobRecord, now: datetime) -> list[Attempt]:
     return out
 
 
+def readable(value: Any) -> str:
+    """A field of an event as a person reads it: a list as its items, a mapping as `key value` pairs, a number
+    without trailing zeros; never Python's repr (`['i-1']`)."""
+    if isinstance(value, list | tuple):
+        return ", ".join(readable(v) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {readable(v)}" for k, v in value.items())
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
 def timeline(events: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """The event history as (time, kind, state, detail) strings, oldest first."""
+    """The event history as (time, kind, state, detail) strings, oldest first: the detail is the reason, then
+    each other field that has a value as `name value` (a price as per hour)."""
     out = []
     for ev in events:
-        detail = {k: v for k, v in ev.items() if k not in ("time", "kind", "spec", "to", "from")}
+        detail = {k: v for k, v in ev.items() if k not in ("time", "kind", "spec", "to", "from", "state")}
         text = str(detail.pop("reason", "") or "")
-        rest = ", ".join(f"{k}: {v}" for k, v in detail.items() if v not in (None, "", [], {}))
+        rest = " · ".join(f"{k.replace('_', ' ')} " + (f"${v:g}/h" if k == "price" and isinstance(v, float)
+                                                          else readable(v))
+                          for k, v in detail.items() if v not in (None, "", [], {}))
         out.append({"time": str(ev.get("time", ""))[:19].replace("T", " "), "kind": str(ev.get("kind", "")),
                     "state": str(ev.get("to") or ev.get("state") or ""),
-                    "detail": "; ".join(t for t in (text, rest) if t)})
+                    "detail": " · ".join(t for t in (text, rest) if t)})
     return out
+
+
+def status_line(view: JobView, now: datetime) -> str:
+    """What the page says beside the state's badge: `jobplane describe`'s status without the state it starts
+    with (the badge says it), and the reason once."""
+    text = jobview.status(view, now).text
+    state = str(view.state)
+    if text.lower().startswith(state.lower()):
+        text = text[len(state):].lstrip(": ")
+    if view.reason and view.reason not in text:
+        text = f"{text}: {view.reason}" if text else view.reason
+    return text
 
 
 def _plotted(samples: list[sdk.Sample]) -> dict[int, dict[float, float | None]]:
