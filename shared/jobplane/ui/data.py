@@ -206,10 +206,12 @@ def metric_data(job: sdk.Job) -> dict[str, Any]:
 
 def system_data(job: sdk.Job) -> list[dict[str, Any]]:
     """The job's system metrics as uPlot's aligned data, one chart per kind (CPU, memory, disk, network, GPU
-    utilization, memory, power, temperature): x = seconds since the epoch, a line per rank (and GPU)."""
+    utilization, memory, power, temperature): x = seconds since the epoch, a line per rank (and GPU) and attempt,
+    in a unit its values' range suits."""
     charts = sysview.charts([m.series for m in job.metrics(system=True).values()])
-    return [{"key": c.kind.key, "title": f"{c.kind.title} ({c.kind.unit})", "x": c.x, "labels": c.labels,
-             "series": c.lines, "points": sum(v is not None for line in c.lines for v in line)} for c in charts]
+    return [{"key": c.kind.key, "title": f"{c.kind.title} ({c.unit})", "x": c.x, "labels": c.labels,
+             "series": c.lines, "attempts": c.attempts,
+             "points": sum(v is not None for line in c.lines for v in line)} for c in charts]
 
 
 def compare_data(client: sdk.Client, job_ids: list[str], metric: str) -> dict[str, Any]:
