@@ -179,7 +179,7 @@ def status_line(view: JobView, now: datetime) -> str:
     return text
 
 
-def _plotted(samples: list[sdk.Sample]) -> dict[int, dict[float, float | None]]:
+def plotted(samples: list[sdk.Sample]) -> dict[int, dict[float, float | None]]:
     """Points by attempt, then by x: the step (or the point's index when it has none); NaN and Inf as gaps."""
     by_attempt: dict[int, dict[float, float | None]] = {}
     for i, sample in enumerate(samples):
@@ -197,7 +197,7 @@ def metric_data(job: sdk.Job) -> dict[str, Any]:
     for name, metric in job.metrics().items():
         if name == STEP:
             continue
-        by_attempt = _plotted(metric.points)
+        by_attempt = plotted(metric.points)
         xs = sorted({x for points in by_attempt.values() for x in points})
         out[name] = {"x": xs, "attempts": sorted(by_attempt), "points": len(metric.points), "rank": metric.rank,
                      "series": [[by_attempt[a].get(x) for x in xs] for a in sorted(by_attempt)]}
@@ -212,26 +212,6 @@ def system_data(job: sdk.Job) -> list[dict[str, Any]]:
     return [{"key": c.kind.key, "title": f"{c.kind.title} ({c.unit})", "x": c.x, "labels": c.labels,
              "series": c.lines, "attempts": c.attempts,
              "points": sum(v is not None for line in c.lines for v in line)} for c in charts]
-
-
-def compare_data(client: sdk.Client, job_ids: list[str], metric: str) -> dict[str, Any]:
-    """One metric of several jobs, over their steps (the lowest rank's, every attempt), aligned for uPlot."""
-    per_job: dict[str, dict[float, float | None]] = {}
-    names: set[str] = set()
-    for job_id in job_ids:
-        points: dict[float, float | None] = {}
-        try:
-            metrics = client.get(job_id).metrics()
-        except sdk.JobNotFound:
-            metrics = {}
-        names |= set(metrics)
-        if metric in metrics:
-            for by_x in _plotted(metrics[metric].points).values():
-                points.update(by_x)
-        per_job[job_id] = points
-    xs = sorted({x for p in per_job.values() for x in p})
-    return {"x": xs, "jobs": list(per_job), "series": [[p.get(x) for x in xs] for p in per_job.values()],
-            "metrics": sorted(names)}
 
 
 def spec_json(view: JobView) -> dict[str, Any] | None:

@@ -33,7 +33,7 @@ from starlette.staticfiles import StaticFiles
 from jobplane import sdk
 from jobplane.model.clock import utcnow
 from jobplane.model.spec import job_id_problem, spec_to_json
-from jobplane.ui import data, sweeps
+from jobplane.ui import compare, data, sweeps
 from jobplane.views import cost, jobview
 
 HERE = Path(__file__).parent
@@ -241,15 +241,18 @@ def create_app(client: sdk.Client, *, csrf_token: str | None = None,
             return PlainTextResponse(str(exc), 409)
         return RedirectResponse(f"/jobs/{job_id}", 303)
 
+    def compare_context(q: Any) -> dict[str, Any]:
+        ids = list(dict.fromkeys(i for i in q.getlist("id") if i and not job_id_problem(i)))[:compare.MAX_CHOSEN]
+        f = {k: q.get(k, "") for k in ("q", "sweep", "array", "label")}
+        found = compare.find(data.rows(watch.jobs(True), True, utcnow()), f["q"], f["sweep"], f["array"], f["label"])
+        if q.get("add") == "all":  # "compare all shown": the matches after those chosen, up to the chart's limit
+            ids += [r.id for r in found.shown if r.id not in ids][:compare.MAX_CHOSEN - len(ids)]
+        chosen = compare.overlay(client, ids, q.get("metric", "")) if ids else None
+        return {"ids": ids, "f": f, "found": found, "chosen": chosen, "max": compare.MAX_CHOSEN,
+                "metric": chosen["metric"] if chosen else ""}
+
     async def compare_page(request: Request) -> Response:
-        ids = [i for i in request.query_params.getlist("id") if i and not job_id_problem(i)]
-        metric = request.query_params.get("metric", "")
-        rows = data.rows(await run_in_threadpool(watch.jobs, True), True, utcnow())
-        chosen = await run_in_threadpool(data.compare_data, client, ids, metric) if ids else None
-        if chosen is not None and not metric and chosen["metrics"]:
-            metric = chosen["metrics"][0]
-            chosen = await run_in_threadpool(data.compare_data, client, ids, metric)
-        return page("compare.html", rows=rows, ids=ids, metric=metric, chosen=chosen)
+        return page("compare.html", **await run_in_threadpool(compare_context, request.query_params))
 
     async def tensorboard_page(request: Request) -> Response:
         """How to open jobs' TensorBoard runs: `jobplane tensorboard` serves them on the viewer's own loopback (a

@@ -10,8 +10,8 @@
     if (form.dataset && form.dataset.confirm && !window.confirm(form.dataset.confirm)) ev.preventDefault();
   });
   document.addEventListener("change", (ev) => {
-    const form = ev.target.form;
-    if (form && form.hasAttribute("data-autosubmit")) form.submit();
+    const form = ev.target.form;  // a form, or one field of it, that applies on change
+    if (form && (form.hasAttribute("data-autosubmit") || ev.target.hasAttribute("data-autosubmit"))) form.submit();
   });
 
   // ---- logs --------------------------------------------------------------------------------------------
