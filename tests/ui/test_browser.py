@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -151,6 +152,55 @@ def jobs(cloud: CloudProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[
     search.write_text(search.read_text() + SWEEP)
     return {"train": submit(cloud, train), "sleeper": submit(cloud, sleeper, evil_code),
             "evil": submit(cloud, evil, evil_code), "sweep": submit(cloud, search, sweep_code)}
+
+
+@pytest.fixture(scope="module")
+def memory_ui() -> Iterator[str]:
+    """The dashboard in this process (uvicorn on a loopback port of its own) over an in-memory registry of
+    tests/ui/scenes.py's jobs: charts to read without a cloud."""
+    import threading
+
+    import uvicorn
+
+    from jobplane.clouds.memory import MemoryCompute, MemoryStore
+    from jobplane.store.registry import Registry
+    from jobplane.ui.server import create_app
+    from tests.ui import scenes
+    from tests.ui.apps import over
+
+    reg = Registry(MemoryStore(), "root")
+    scenes.finished_with_files(reg)
+    scenes.preempted_spot(reg)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(create_app(over(reg, MemoryCompute)), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    wait_for("the in-memory dashboard", lambda: server.started, 30, 0.05)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server.should_exit = True
+    thread.join(10)
+    sock.close()
+
+
+def test_the_charts_tick_steps_at_whole_numbers_and_split_attempts(memory_ui: str, page: Any) -> None:
+    """The loss's step axis ticks at whole steps; a network of a few KB/s reads in KB/s with distinct ticks; each
+    attempt of a preempted job is its own line (the second dashed in the same colour)."""
+    page.goto(memory_ui + "/jobs/resnet-0412")
+    loss = page.locator('.chart[data-metric="loss"]')
+    playwright.expect(loss).to_have_attribute("data-xticks", re.compile(r"."), timeout=20_000)
+    steps = loss.get_attribute("data-xticks").split("|")
+    assert steps and all(re.fullmatch(r"\d+", t) for t in steps if t), steps
+    page.goto(memory_ui + "/jobs/spot-llm")
+    network = page.locator('.chart[data-metric="Network (KB/s)"]')
+    playwright.expect(network).to_have_attribute("data-yticks", re.compile(r"."), timeout=20_000)
+    ticks = [t for t in network.get_attribute("data-yticks").split("|") if t]
+    assert len(ticks) >= 2 and len(set(ticks)) == len(ticks) and "0" not in ticks[1:], ticks  # no "0, 0, 0"
+    cpu = page.locator('.chart[data-metric="CPU (%)"]')
+    assert cpu.get_attribute("data-lines") == "2" and network.get_attribute("data-lines") == "4"
+    legend = page.locator('.chart[data-metric="CPU (%)"] .u-legend .u-series .u-label')
+    playwright.expect(legend).to_have_text(["time", "cpu_percent · attempt 1", "cpu_percent · attempt 2"])
+    shot(page, "system")
 
 
 def shot(page: Any, name: str) -> None:

@@ -82,3 +82,30 @@ def test_a_sample_is_bounded_and_a_torn_line_is_skipped() -> None:
     assert len(line) < 4096 and b"nan" not in line
     decoded = sysmetrics.decode(line + line[:50], 1, 0)  # a second line cut short
     assert len(decoded) == sysmetrics.MAX_VALUES - 1 and decoded[0].value == 123.5
+
+
+def test_a_chart_draws_each_attempt_apart_across_a_preemptions_gap() -> None:
+    first = samples([{"cpu_percent": 10.0}, {"cpu_percent": 20.0}])
+    second = [Sample(2, s.rank, s.time + timedelta(minutes=10), s.name, s.value + 50, None)
+              for s in samples([{"cpu_percent": 30.0}, {"cpu_percent": 40.0}])]
+    cpu = sysview.charts(sysview.series([*first, *second]))[0]
+    t = T0.timestamp()
+    assert cpu.x == [t, t + 15, t + 600, t + 615]
+    assert cpu.labels == ["cpu_percent · attempt 1", "cpu_percent · attempt 2"] and cpu.attempts == [1, 2]
+    assert cpu.lines == [[10.0, 20.0, None, None], [None, None, 80.0, 90.0]]  # no line joins 20 to 80
+    alone = sysview.charts(sysview.series(first))[0]
+    assert alone.labels == ["cpu_percent"] and alone.attempts == [1]
+
+
+def test_a_chart_of_small_values_is_in_a_unit_they_reach_one_in() -> None:
+    def network(mb_s: float) -> sysview.Chart:
+        rows = [{"net_in_mb_s": mb_s, "net_out_mb_s": mb_s / 2}, {"net_in_mb_s": 0.0, "net_out_mb_s": 0.0}]
+        return next(c for c in sysview.charts(sysview.series(samples(rows))) if c.kind.key == "network")
+
+    assert (network(12.5).unit, network(12.5).lines[0]) == ("MB/s", [12.5, 0.0])
+    kb = network(0.0042)
+    assert kb.unit == "KB/s" and kb.labels == ["received", "sent"]
+    assert kb.lines == [[pytest.approx(4.2), 0.0], [pytest.approx(2.1), 0.0]]
+    assert network(0.0000031).unit == "B/s" and network(0.0).unit == "MB/s"
+    memory = sysview.charts(sysview.series(samples([{"memory_used_gb": 0.25}])))[0]
+    assert (memory.unit, memory.lines) == ("MB", [[250.0]])

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
-from jobplane.clouds.base import AccessDenied, Instance
+from jobplane.clouds.base import AccessDenied, Instance, NotFound
 from jobplane.model import keys
 from jobplane.model.clock import utcnow
 from jobplane.model.metrics import Sample
@@ -332,6 +332,28 @@ class Job:
                 if len(files) < limit:
                     files.append((key.removeprefix(prefix), size))
         return Stored(files, count, total)
+
+    def fetch(self, area: Area, path: str, dest: str | Path) -> Path:
+        """Download one object of the job's checkpoints/ or artifacts/, by its path there as stored() lists it, to
+        the file `dest` (streamed in parts, whatever its size); returns dest. Refused for a path that is not one
+        object of that area: no `..`, empty or absolute part reaches past the job's own data."""
+        parts = path.split("/")
+        if not path or "\\" in path or any(p in ("", ".", "..") for p in parts) or not path.isprintable():
+            raise Refused(f"{path!r} is not a path under the job's {area}/")
+        with translated(self.id, self.owner):
+            prefix = {"checkpoints": keys.checkpoints_prefix, "artifacts": keys.artifacts_prefix}[area](self.data)
+            key = prefix + path
+            # the listing says it is one object (not a folder of several) and its size, so the download asks no more
+            size = next((size for found, _, size in self._connection.registry.listing(key, page_size=1)
+                         if found == key), None)
+            if size is None:
+                raise Refused(f"job {self.id} has no {area}/{path}")
+            store, full = self._connection.registry.location(key)
+            try:
+                store.download_file(full, Path(dest), size=size)
+            except NotFound:
+                raise Refused(f"{area}/{path} of job {self.id} was deleted since it was listed") from None
+        return Path(dest)
 
     def lifetime(self) -> Lifetime:
         """Its bounds as the policy has them now (reads the policy): attempts so far and at most, the last time an

@@ -17,7 +17,7 @@ from jobplane import sdk
 from jobplane.model.jobrecord import JobRecord
 from jobplane.model.metrics import STEP
 from jobplane.model.spec import spec_to_json
-from jobplane.views import cost, sysview
+from jobplane.views import cost, jobview, sysview
 from jobplane.views.jobview import JobView, view_cell, view_row
 
 MASK = "••••••"  # what an env value shows as: spec env values may be secrets
@@ -139,20 +139,47 @@ def attempts(record: JobRecord, now: datetime) -> list[Attempt]:
     return out
 
 
+def readable(value: Any) -> str:
+    """A field of an event as a person reads it: a list as its items, a mapping as `key value` pairs, a number
+    without trailing zeros; never Python's repr (`['i-1']`)."""
+    if isinstance(value, list | tuple):
+        return ", ".join(readable(v) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {readable(v)}" for k, v in value.items())
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
 def timeline(events: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """The event history as (time, kind, state, detail) strings, oldest first."""
+    """The event history as (time, kind, state, detail) strings, oldest first: the detail is the reason, then
+    each other field that has a value as `name value` (a price as per hour)."""
     out = []
     for ev in events:
-        detail = {k: v for k, v in ev.items() if k not in ("time", "kind", "spec", "to", "from")}
+        detail = {k: v for k, v in ev.items() if k not in ("time", "kind", "spec", "to", "from", "state")}
         text = str(detail.pop("reason", "") or "")
-        rest = ", ".join(f"{k}: {v}" for k, v in detail.items() if v not in (None, "", [], {}))
+        rest = " · ".join(f"{k.replace('_', ' ')} " + (f"${v:g}/h" if k == "price" and isinstance(v, float)
+                                                          else readable(v))
+                          for k, v in detail.items() if v not in (None, "", [], {}))
         out.append({"time": str(ev.get("time", ""))[:19].replace("T", " "), "kind": str(ev.get("kind", "")),
                     "state": str(ev.get("to") or ev.get("state") or ""),
-                    "detail": "; ".join(t for t in (text, rest) if t)})
+                    "detail": " · ".join(t for t in (text, rest) if t)})
     return out
 
 
-def _plotted(samples: list[sdk.Sample]) -> dict[int, dict[float, float | None]]:
+def status_line(view: JobView, now: datetime) -> str:
+    """What the page says beside the state's badge: `jobplane describe`'s status without the state it starts
+    with (the badge says it), and the reason once."""
+    text = jobview.status(view, now).text
+    state = str(view.state)
+    if text.lower().startswith(state.lower()):
+        text = text[len(state):].lstrip(": ")
+    if view.reason and view.reason not in text:
+        text = f"{text}: {view.reason}" if text else view.reason
+    return text
+
+
+def plotted(samples: list[sdk.Sample]) -> dict[int, dict[float, float | None]]:
     """Points by attempt, then by x: the step (or the point's index when it has none); NaN and Inf as gaps."""
     by_attempt: dict[int, dict[float, float | None]] = {}
     for i, sample in enumerate(samples):
@@ -170,7 +197,7 @@ def metric_data(job: sdk.Job) -> dict[str, Any]:
     for name, metric in job.metrics().items():
         if name == STEP:
             continue
-        by_attempt = _plotted(metric.points)
+        by_attempt = plotted(metric.points)
         xs = sorted({x for points in by_attempt.values() for x in points})
         out[name] = {"x": xs, "attempts": sorted(by_attempt), "points": len(metric.points), "rank": metric.rank,
                      "series": [[by_attempt[a].get(x) for x in xs] for a in sorted(by_attempt)]}
@@ -179,30 +206,12 @@ def metric_data(job: sdk.Job) -> dict[str, Any]:
 
 def system_data(job: sdk.Job) -> list[dict[str, Any]]:
     """The job's system metrics as uPlot's aligned data, one chart per kind (CPU, memory, disk, network, GPU
-    utilization, memory, power, temperature): x = seconds since the epoch, a line per rank (and GPU)."""
+    utilization, memory, power, temperature): x = seconds since the epoch, a line per rank (and GPU) and attempt,
+    in a unit its values' range suits."""
     charts = sysview.charts([m.series for m in job.metrics(system=True).values()])
-    return [{"key": c.kind.key, "title": f"{c.kind.title} ({c.kind.unit})", "x": c.x, "labels": c.labels,
-             "series": c.lines, "points": sum(v is not None for line in c.lines for v in line)} for c in charts]
-
-
-def compare_data(client: sdk.Client, job_ids: list[str], metric: str) -> dict[str, Any]:
-    """One metric of several jobs, over their steps (the lowest rank's, every attempt), aligned for uPlot."""
-    per_job: dict[str, dict[float, float | None]] = {}
-    names: set[str] = set()
-    for job_id in job_ids:
-        points: dict[float, float | None] = {}
-        try:
-            metrics = client.get(job_id).metrics()
-        except sdk.JobNotFound:
-            metrics = {}
-        names |= set(metrics)
-        if metric in metrics:
-            for by_x in _plotted(metrics[metric].points).values():
-                points.update(by_x)
-        per_job[job_id] = points
-    xs = sorted({x for p in per_job.values() for x in p})
-    return {"x": xs, "jobs": list(per_job), "series": [[p.get(x) for x in xs] for p in per_job.values()],
-            "metrics": sorted(names)}
+    return [{"key": c.kind.key, "title": f"{c.kind.title} ({c.unit})", "x": c.x, "labels": c.labels,
+             "series": c.lines, "attempts": c.attempts,
+             "points": sum(v is not None for line in c.lines for v in line)} for c in charts]
 
 
 def spec_json(view: JobView) -> dict[str, Any] | None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import gc
 import hmac
 import secrets
+import shutil
+import tempfile
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -19,18 +21,19 @@ from typing import Any, TypeVar
 import yaml
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from jobplane import sdk
 from jobplane.model.clock import utcnow
 from jobplane.model.spec import job_id_problem, spec_to_json
-from jobplane.ui import data, sweeps
+from jobplane.ui import compare, data, sweeps
 from jobplane.views import cost, jobview
 
 HERE = Path(__file__).parent
@@ -119,14 +122,15 @@ def create_app(client: sdk.Client, *, csrf_token: str | None = None,
         spec = data.spec_json(view)
         context: dict[str, Any] = {
             "view": view, "row": dict(zip(jobview.COLUMNS, jobview.display(jobview.view_row(view, now)), strict=True)),
-            "status": jobview.status(view, now).text, "live": not view.terminal,
+            "status": data.status_line(view, now), "live": not view.terminal,
             "spec_yaml": yaml.safe_dump(spec, sort_keys=False) if spec else "",
             "attempts": data.attempts(record, now) if record else [],
             "events": data.timeline(job.events()) if record else [],
             "total_cost": cost.money(cost.job_cost(record, now)) if record else "-",
             "nodes": view.num_nodes, "current_attempt": view.attempt,
             "right_sizing": readable(job.right_sizing) if record else None,
-            "tensorboard": bool(view.spec and view.spec.tensorboard)}
+            "tensorboard": bool(view.spec and view.spec.tensorboard),
+            "belongs_to": view.spec.belongs_to if view.spec else None}
         return context
 
     def files_context(job_id: str) -> dict[str, sdk.Stored]:
@@ -160,6 +164,29 @@ def create_app(client: sdk.Client, *, csrf_token: str | None = None,
         except sdk.JobNotFound:
             return page("missing.html", 404, job_id=job_id)
         return page("_job_files.html", view=view, live=not view.terminal, files=files)
+
+    async def job_file(request: Request) -> Response:
+        """One object of a job's checkpoints/ or artifacts/, as a download: Job.fetch refuses any path that is not
+        one of them. Always an attachment of bytes, never a page: a job's HTML must not run as this origin's."""
+        job_id, area, path = (request.path_params[k] for k in ("job_id", "area", "path"))
+        if job_id_problem(job_id) or area not in ("checkpoints", "artifacts"):
+            return PlainTextResponse("no such job or area", 404)
+        folder = tempfile.mkdtemp(prefix="jobplane-ui-")  # the store streams it here in parts; then to the browser
+        try:
+            job = await run_in_threadpool(client.get, job_id)
+            got = await run_in_threadpool(job.fetch, area, path, Path(folder) / "object")
+        except sdk.JobNotFound:
+            shutil.rmtree(folder)
+            return PlainTextResponse("no such job", 404)
+        except sdk.NotYours as theirs:
+            shutil.rmtree(folder)
+            return PlainTextResponse(str(theirs), 403)
+        except sdk.Refused as exc:
+            shutil.rmtree(folder)
+            return PlainTextResponse(str(exc), 404)
+        return FileResponse(got, media_type="application/octet-stream", filename=path.rsplit("/", 1)[-1],
+                            headers={"X-Content-Type-Options": "nosniff", "Content-Security-Policy": "sandbox"},
+                            background=BackgroundTask(shutil.rmtree, folder, True))
 
     async def job_logs(request: Request) -> Response:
         job_id = request.path_params["job_id"]
@@ -214,15 +241,24 @@ def create_app(client: sdk.Client, *, csrf_token: str | None = None,
             return PlainTextResponse(str(exc), 409)
         return RedirectResponse(f"/jobs/{job_id}", 303)
 
+    def compare_context(q: Any) -> dict[str, Any]:
+        ids = list(dict.fromkeys(i for i in q.getlist("id") if i and not job_id_problem(i)))[:compare.MAX_CHOSEN]
+        f = {k: q.get(k, "") for k in ("q", "sweep", "array", "label")}
+        found = compare.find(data.rows(watch.jobs(True), True, utcnow()), f["q"], f["sweep"], f["array"], f["label"])
+        if q.get("add") == "all":  # "compare all shown": the matches after those chosen, up to the chart's limit
+            ids += [r.id for r in found.shown if r.id not in ids][:compare.MAX_CHOSEN - len(ids)]
+        chosen = compare.overlay(client, ids, q.get("metric", "")) if ids else None
+        return {"ids": ids, "f": f, "found": found, "chosen": chosen, "max": compare.MAX_CHOSEN,
+                "metric": chosen["metric"] if chosen else ""}
+
     async def compare_page(request: Request) -> Response:
+        return page("compare.html", **await run_in_threadpool(compare_context, request.query_params))
+
+    async def tensorboard_page(request: Request) -> Response:
+        """How to open jobs' TensorBoard runs: `jobplane tensorboard` serves them on the viewer's own loopback (a
+        TensorBoard served from here would need its package, a process and a copy per job, and its scripts)."""
         ids = [i for i in request.query_params.getlist("id") if i and not job_id_problem(i)]
-        metric = request.query_params.get("metric", "")
-        rows = data.rows(await run_in_threadpool(watch.jobs, True), True, utcnow())
-        chosen = await run_in_threadpool(data.compare_data, client, ids, metric) if ids else None
-        if chosen is not None and not metric and chosen["metrics"]:
-            metric = chosen["metrics"][0]
-            chosen = await run_in_threadpool(data.compare_data, client, ids, metric)
-        return page("compare.html", rows=rows, ids=ids, metric=metric, chosen=chosen)
+        return page("tensorboard.html", ids=ids or ["ID"])
 
     async def sweeps_page(request: Request) -> Response:
         everything = request.query_params.get("all", "") in ("1", "on", "true")
@@ -280,10 +316,12 @@ def create_app(client: sdk.Client, *, csrf_token: str | None = None,
         Route("/jobs/{job_id}/status", job_status),
         Route("/jobs/{job_id}/files", job_files),
         Route("/jobs/{job_id}/logs", job_logs),
+        Route("/jobs/{job_id}/files/{area}/{path:path}", job_file),
         Route("/jobs/{job_id}/metrics.json", job_json(data.metric_data)),
         Route("/jobs/{job_id}/system.json", job_json(data.system_data)),
         Route("/jobs/{job_id}/cancel", job_cancel, methods=["POST"]),
         Route("/compare", compare_page),
+        Route("/tensorboard", tensorboard_page),
         Route("/cost", cost_page),
         Route("/queue", queue_page),
         Route("/sweeps", sweeps_page),

@@ -32,6 +32,11 @@ class Series:
     def attempts(self) -> list[int]:
         return sorted({s.attempt for s in self.samples})
 
+    def lives(self) -> list[tuple[int, list[Sample]]]:
+        """Each attempt's samples, the attempts in order: a chart draws each its own line, never one line across
+        the gap between them (a preemption's), as `metrics --plot` and the dashboard's system charts do."""
+        return [(attempt, [s for s in self.samples if s.attempt == attempt]) for attempt in self.attempts]
+
     def values(self, attempt: int | None = None) -> list[float]:
         return [s.value for s in self.samples if attempt is None or s.attempt == attempt]
 

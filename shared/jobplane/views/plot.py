@@ -21,18 +21,29 @@ class PlotUnavailable(RuntimeError):
     """matplotlib is not installed."""
 
 
+def constant_total(s: Series) -> bool:
+    """A system figure that is a machine's size (memory_total_gb, disk_total_gb, gpu0.memory_total_gb) and never
+    changed: worth a number, not a panel of a flat line."""
+    return "_total_" in s.name and len(set(s.finite)) == 1
+
+
 def plot(all_series: list[Series], path: Path, title: str) -> dict[str, int]:
     """Write the chart; returns the points drawn per metric. Step is the x axis (seconds since the first point
     when a metric has no step), so the step metric itself is not drawn unless it is all there is.
 
     Each attempt is its own line in a panel, with a dashed mark where it starts: a resumed attempt picks up
-    at its checkpoint's step. NaN and Inf points are marked with a red x at the top of their panel."""
+    at its checkpoint's step. NaN and Inf points are marked with a red x at the top of their panel. A system
+    figure that is a machine's unchanging size (constant_total) is a number in the title, not a panel."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
         raise PlotUnavailable(f"--plot needs matplotlib: {INSTALL}") from None
     shown = [s for s in all_series if s.name != STEP] or all_series
+    totals = [s for s in shown if constant_total(s)]  # a machine's size, not a figure over time: in the title
+    if totals and len(totals) < len(shown):
+        shown = [s for s in shown if s not in totals]
+        title += "\n" + ", ".join(f"{s.name}{f' [rank {s.rank}]' if s.rank else ''} {s.finite[0]:g}" for s in totals)
     if not shown:
         raise ValueError("no metrics to plot")
     by_step = all(p.step is not None for s in shown for p in s.samples)
@@ -41,8 +52,7 @@ def plot(all_series: list[Series], path: Path, title: str) -> dict[str, int]:
     FigureCanvasAgg(fig)
     axes = fig.subplots(len(shown), 1, sharex=True, squeeze=False)[:, 0]
     for ax, s in zip(axes, shown, strict=True):
-        for attempt in s.attempts:
-            points = [p for p in s.samples if p.attempt == attempt]
+        for attempt, points in s.lives():
             xs = [float(p.step) if by_step and p.step is not None else (p.time - start).total_seconds()
                   for p in points]
             ys = [p.value if math.isfinite(p.value) else math.nan for p in points]

@@ -40,29 +40,53 @@ def label(s: Series) -> str:
 
 @dataclass(frozen=True)
 class Chart:
-    """One kind's chart: x is seconds since the epoch (uPlot's), a line per series, None where it has no point."""
+    """One kind's chart: x is seconds since the epoch (uPlot's), a line per series and attempt (`attempts`: each
+    line's), None where it has no point; values in `unit`, the kind's own scaled to their range (scaled())."""
 
     kind: Kind
     labels: list[str]
     x: list[float]
     lines: list[list[float | None]]
+    attempts: list[int]
+    unit: str
+
+
+# Units a kind's own may step down to, with their factor, largest first: a network chart of a few KB/s reads as
+# KB/s, not as 0.001, 0, 0 MB/s.
+SMALLER = {"MB/s": (("MB/s", 1.0), ("KB/s", 1e3), ("B/s", 1e6)), "GB": (("GB", 1.0), ("MB", 1e3))}
+
+
+def scaled(unit: str, lines: Sequence[Sequence[float | None]]) -> tuple[str, float]:
+    """The unit to show values of `unit` in and the factor to multiply them by: the largest whose values reach 1."""
+    top = max((abs(v) for line in lines for v in line if v is not None), default=0.0)
+    ladder = SMALLER.get(unit, ((unit, 1.0),))
+    return next(((name, factor) for name, factor in ladder if top * factor >= 1), ladder[-1] if top else ladder[0])
 
 
 def charts(all_series: Sequence[Series]) -> list[Chart]:
-    """One chart per kind that has points, in the kinds' order; lines aligned on every time any of them has."""
+    """One chart per kind that has points, in the kinds' order; lines aligned on every time any of them has. Each
+    attempt of a series is its own line (Series.lives, as `metrics --plot` draws them): an attempt after a
+    preemption is not joined to the one before it across the gap."""
     out = []
     for kind in KINDS:
         drawn = [s for s in all_series if kind.matches(s.name)]
         if not drawn:
             continue
         x = sorted({p.time.timestamp() for s in drawn for p in s.samples})
-        lines = []
+        several = any(len(s.attempts) > 1 for s in drawn)
+        lines, names, attempts = [], [], []
         for s in drawn:
-            at = {p.time.timestamp(): p.value for p in s.samples}
-            lines.append([at.get(t) for t in x])
-        names = [label(s).replace(".utilization", "").replace(".memory_used_gb", "").replace(".power_w", "")
-                 .replace(".temperature_c", "") for s in drawn]
-        out.append(Chart(kind, names, x, lines))
+            name = (label(s).replace(".utilization", "").replace(".memory_used_gb", "").replace(".power_w", "")
+                    .replace(".temperature_c", "").replace("net_in_mb_s", "received").replace("net_out_mb_s", "sent"))
+            for attempt, points in s.lives():
+                at = {p.time.timestamp(): p.value for p in points}
+                lines.append([at.get(t) for t in x])
+                names.append(f"{name} · attempt {attempt}" if several else name)
+                attempts.append(attempt)
+        unit, factor = scaled(kind.unit, lines)
+        if factor != 1:
+            lines = [[v * factor if v is not None else None for v in line] for line in lines]
+        out.append(Chart(kind, names, x, lines, attempts, unit))
     return out
 
 

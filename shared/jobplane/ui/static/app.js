@@ -10,8 +10,8 @@
     if (form.dataset && form.dataset.confirm && !window.confirm(form.dataset.confirm)) ev.preventDefault();
   });
   document.addEventListener("change", (ev) => {
-    const form = ev.target.form;
-    if (form && form.hasAttribute("data-autosubmit")) form.submit();
+    const form = ev.target.form;  // a form, or one field of it, that applies on change
+    if (form && (form.hasAttribute("data-autosubmit") || ev.target.hasAttribute("data-autosubmit"))) form.submit();
   });
 
   // ---- logs --------------------------------------------------------------------------------------------
@@ -73,24 +73,52 @@
   // ---- charts ------------------------------------------------------------------------------------------
   function logScale() { const box = document.getElementById("logscale"); return !!(box && box.checked); }
 
-  function plot(target, title, x, series, labels, points, time) {
+  // A step (or a point's index) is a whole number: its axis ticks only at whole numbers, never at 2.5.
+  const WHOLE = [];
+  for (let e = 0; e <= 12; e++) for (const m of [1, 2, 5]) WHOLE.push(m * 10 ** e);
+
+  // A tick's text, its decimals from the step between ticks (so 0.0002 apart reads 0.0002, 0.0004, not 0, 0),
+  // on a log scale from the tick itself.
+  function tickText(v, incr, log) {
+    if (v === null || v === undefined) return "";
+    if (log) return String(+v.toPrecision(3));
+    const decimals = incr >= 1 || !incr ? 0 : Math.min(8, Math.ceil(-Math.log10(incr) - 1e-9));
+    return v.toFixed(decimals);
+  }
+
+  function plot(target, title, x, series, labels, points, time, attempts) {
     const wrap = document.createElement("div");
     wrap.className = "chart";
     wrap.dataset.metric = title;
     wrap.dataset.points = String(points);
     wrap.dataset.plotted = String(series.reduce((n, s) => n + s.filter((v) => v !== null).length, 0));
+    wrap.dataset.lines = String(series.length);
     const h = document.createElement("h3");
     h.textContent = title;
     wrap.appendChild(h);
     target.appendChild(wrap);
     const log = !time && logScale();
     const ys = log ? series.map((s) => s.map((v) => (v !== null && v > 0 ? v : null))) : series;
+    // a line's colour is its rank's (and GPU's), the same in every attempt; a later attempt's line is dashed
+    const base = labels.map((l) => l.split(" · attempt ")[0]);
+    const bases = [...new Set(base)];
+    const first = attempts && attempts.length ? Math.min(...attempts) : 1;
+    function ticks(key) {  // the texts an axis drew, kept on the chart for whoever reads the page's DOM
+      return (u, splits, i, space, incr) => {
+        const texts = splits.map((v) => tickText(v, incr, key === "y" && log));
+        wrap.dataset[key + "ticks"] = texts.join("|");
+        return texts;
+      };
+    }
     const opts = {
       width: Math.max(320, Math.min(target.clientWidth || 900, 1100)), height: 240,
       scales: {x: {time: !!time}, y: log ? {distr: 3, log: 10} : {}},
-      series: [{label: time ? "time" : "step"}].concat(labels.map((l, i) => ({label: l, stroke: COLORS[i % COLORS.length], width: 1.5,
-                                                                points: {show: x.length < 60}}))),
-      axes: [{label: time ? "time" : "step"}, {}],
+      series: [{label: time ? "time" : "step"}].concat(labels.map((l, i) => ({
+        label: l, stroke: COLORS[bases.indexOf(base[i]) % COLORS.length], width: 1.5,
+        dash: attempts && attempts[i] !== first ? [6, 4] : undefined,
+        spanGaps: !!time,  // a line per attempt: its gaps are other ranks' sample times, not a silence
+        points: {show: x.length < 60}}))),
+      axes: [time ? {label: "time"} : {label: "step", incrs: WHOLE, values: ticks("x")}, {values: ticks("y")}],
       legend: {live: true},
     };
     return new uPlot(opts, [x].concat(ys), wrap);
@@ -140,7 +168,7 @@
           if (text !== last && charts.length) {
             last = text;
             root.textContent = "";
-            for (const c of charts) plot(root, c.title, c.x, c.series, c.labels, c.points, true);
+            for (const c of charts) plot(root, c.title, c.x, c.series, c.labels, c.points, true, c.attempts);
           }
         }
       } catch (e) { /* the next poll tries again */ }
