@@ -309,6 +309,28 @@ def test_describe_shows_the_jobs_vms_and_cancel_force_ends_them(registry_cloud: 
     assert registry_cloud.vms() == [other]
 
 
+def test_ls_keeps_one_line_a_job_at_the_terminals_width(registry_cloud: RegistryCloud, reg: Registry,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 63: a waiting job's reason wrapped onto three lines; now cut short to the terminal's width (130
+    columns here) or, piped, to 160 columns, and whole in describe."""
+    from jobplane.cli import jobs as jobs_cli
+
+    why = ("the deployment has 5 active instances; 1 more would exceed the quota of 5 (max_active_instances), "
+           "and the family g5 has 4 of 4 in use; it waits for the next freed node in the deployment's order")
+    for job_id in ("waits-a", "waits-b"):
+        reg.create_job(job_id, parse_spec(registry_cloud.spec(), job_id=job_id))
+        reg.transition(job_id, State.WAITING_CAPACITY, attempt=1, reason=why)
+    assert jobs_cli.terminal_width() == 160  # not a terminal: CliRunner's stdout, as a pipe's
+    piped = [line.rstrip() for line in run("ls").stdout.splitlines()]
+    monkeypatch.setattr(jobs_cli, "terminal_width", lambda: 130)
+    on_tty = [line.rstrip() for line in run("ls").stdout.splitlines()]
+    for lines, width in ((piped, 160), (on_tty, 130)):
+        assert lines and max(len(line) for line in lines) <= width and "ATTEMPT" in lines[0], lines
+        assert [len([line for line in lines if j in line]) for j in ("waits-a", "waits-b")] == [1, 1], lines
+        assert all(line.endswith("…") for line in lines if "waits-" in line), lines
+    assert why in " ".join(run("describe", "waits-a").stdout.split())
+
+
 def test_describe_reads_as_words_and_drops_what_no_longer_applies(registry_cloud: RegistryCloud, reg: Registry) -> None:
     """Issue 63: events were raw JSON folded at 80 columns; a job that never launched read `attempts 1 of at most
     4` beside a `launching attempt 1` event; an ended job still showed its last start and its end-by deadline."""

@@ -114,14 +114,30 @@ def ls_cmd(include_done: bool, as_json: bool, trials: bool, **conn: str | None) 
     if as_json:
         click.echo(json.dumps(rows, indent=1))
         return
+    width = terminal_width()
     table = Table(box=None, header_style="bold")
     for col in COLUMNS:
-        table.add_column(header(col), overflow="fold")
-    for row in rows:
-        table.add_row(*display(row))
-    Console(width=max(160, shutil.get_terminal_size().columns)).print(table)
+        table.add_column(header(col), no_wrap=True)
+    for cells in one_line_each([display(row) for row in rows], width):
+        table.add_row(*cells)
+    Console(width=max(width, 80)).print(table)
     if not rows and not include_done:
         click.echo(f"no live {'jobs or trials' if trials else 'jobs'}: --all lists the ended ones too", err=True)
+
+
+def terminal_width() -> int:
+    """A terminal's width, else (piped, a file) 160 columns: `ls` keeps one line a job either way."""
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else 160
+
+
+def one_line_each(rows: list[list[str]], width: int, least: int = 24) -> list[list[str]]:
+    """The rows with their last cell (the reason) cut short so that each fits one line of `width` characters
+    (at least `least` of the reason shown); `describe` has the reason whole."""
+    if not rows:
+        return rows
+    widths = [max(len(header(col)), *(len(r[i]) for r in rows)) + 2 for i, col in enumerate(COLUMNS[:-1])]
+    room = max(least, width - sum(widths) - 2)
+    return [[*r[:-1], r[-1] if len(r[-1]) <= room else r[-1][:room - 1] + "…"] for r in rows]
 
 
 @click.command()
