@@ -254,8 +254,8 @@ def test_launchers_read_spot_prices_for_the_cost_of_what_they_launch(synth: Synt
 @pytest.mark.parametrize("name", ["sweeper", "uptime_cap"])
 def test_reconcilers_launch_what_an_attempts_end_admits_but_only_managed_vms(synth: Synth, name: str) -> None:
     """A run that ends an attempt admits the jobs waiting for its nodes (control.reconcile.apply), so it launches."""
-    assert allows(statements(synth, name), Request("ec2:RunInstances", f"{ARN}:instance/x", REQUEST_MANAGED))
-    assert not allows(statements(synth, name), Request("ec2:RunInstances", f"{ARN}:instance/x", {}))
+    assert allows(statements(synth, name), Request("ec2:RunInstances", f"{ARN}:instance/x", ours(synth, "RequestTag")))
+    assert not allows(statements(synth, name), Request("ec2:RunInstances", f"{ARN}:instance/x", REQUEST_MANAGED))
 
 
 # ---- the VM's identity ------------------------------------------------------------------------------
