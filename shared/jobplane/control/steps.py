@@ -108,7 +108,7 @@ def attempt_usage(compute: Compute, request: LaunchRequest, instances: list[Inst
             log.warning("Spot price of %s in %s: %s", request.instance_type, zone, exc,
                         extra={"job_id": request.job_id})
     price, source = cost.hourly_price(compute.cloud, request.instance_type, spot=request.spot, policy=policy,
-                                      observed_spot=observed)
+                                      observed_spot=observed, gpus=request.accelerator)
     return AttemptUsage(attempt=request.attempt, instance_type=request.instance_type, zone=zone,
                         market="spot" if request.spot else "on-demand", price=price, price_source=source,
                         instances=[InstanceSpan(id=i.id, start=now) for i in instances])

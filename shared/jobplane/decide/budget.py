@@ -9,6 +9,7 @@ retry, a rerun) is no new spending decision and goes on.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -18,6 +19,7 @@ from jobplane.decide import admission
 from jobplane.model.policy import Policy
 
 if TYPE_CHECKING:  # the records' models (pydantic): loaded where a run reads or writes a record, never by an idle run
+    from jobplane.clouds.base import Instance
     from jobplane.model.admission import AdmissionRecord, Reservation
     from jobplane.model.usage import AttemptUsage
 
@@ -80,7 +82,8 @@ def holds(want: Reservation, record: AdmissionRecord, policy: Policy, now: datet
 
 def passing(want: Reservation, record: AdmissionRecord, policy: Policy, now: datetime) -> set[str]:
     """The jobs of the owner's line a job that ran may pass: those its owner's budget holds (`on_exceeded: wait`)."""
-    if not want.ran or policy.budgets.on_exceeded != "wait" or exceeded(want.owner, record, policy, now) is None:
+    if not want.ran or policy.budgets.on_exceeded_for(want.owner) != "wait" \
+            or exceeded(want.owner, record, policy, now) is None:
         return set()
     return {w.job_id for w in record.waiting if not w.ran}
 
@@ -99,7 +102,7 @@ def admit(record: AdmissionRecord, want: Reservation, quota: admission.Quota, *,
     if not usage and (held is None or held.attempt != want.attempt):
         over = exceeded(want.owner, record, policy, now)
         if over is not None:
-            if policy.budgets.on_exceeded == "refuse":
+            if policy.budgets.on_exceeded_for(want.owner) == "refuse":
                 waited = record.waiter(want.job_id) is not None
                 return (record.without({want.job_id}) if waited else None), admission.Full(over.reason, budget=True)
             waiting = record.waiter(want.job_id)
@@ -116,9 +119,8 @@ def open_lines(lines: list[AdmissionRecord], policy: Policy, now: datetime) -> l
     """The owners' lines a freed slot may take jobs from: with `on_exceeded: wait`, an owner at its budget's line
     holds only its jobs that ran (the others wait for the next month); with `refuse`, every line (a job it admits is
     refused then)."""
-    if policy.budgets.on_exceeded != "wait":
-        return lines
-    return [r if not r.waiting or exceeded(r.waiting[0].owner, r, policy, now) is None
+    return [r if not r.waiting or policy.budgets.on_exceeded_for(r.waiting[0].owner) != "wait"
+            or exceeded(r.waiting[0].owner, r, policy, now) is None
             else r.model_copy(update={"waiting": tuple(w for w in r.waiting if w.ran)}) for r in lines]
 
 
@@ -132,3 +134,54 @@ def to_tell(lines: list[AdmissionRecord], policy: Policy, now: datetime) -> list
         if found is not None and (level := found.level(policy)) != Level.OK:
             out.append((found, level))
     return out
+
+
+def ran_rates(instances: Iterable[Instance], cloud: str, policy: Policy) -> dict[tuple[str, int], float]:
+    """USD an hour each attempt's live VMs cost, (job, attempt) -> rate, from the cloud's listing: each VM's type and
+    market at its price (jobplane.model.prices.hourly; an EC2 Spot VM at its ceiling, the on-demand price, as the
+    cloud's price at launch is in job.json alone). An attempt with a VM nobody prices is left out."""
+    from jobplane.decide.model import alive
+    from jobplane.model import prices
+
+    out: dict[tuple[str, int], float] = {}
+    unknown: set[tuple[str, int]] = set()
+    for vm in instances:
+        if vm.job_id is None or vm.attempt is None or not alive(vm):
+            continue
+        at = (vm.job_id, vm.attempt)
+        price = prices.hourly(cloud, vm.instance_type, spot=vm.spot, book=policy)[0] if vm.instance_type else None
+        if price is None:
+            unknown.add(at)
+        else:
+            out[at] = out.get(at, 0.0) + price
+    return {at: round(rate, 6) for at, rate in out.items() if at not in unknown}
+
+
+def repriced(record: AdmissionRecord, rates: Mapping[tuple[str, int], float]) -> AdmissionRecord:
+    """The owner's reservations at the rates their VMs run at (`ran_rates`), in place of their admission's estimate:
+    the spend charges the type and market an attempt got, not the dearest it might have."""
+    def ran(r: Reservation) -> Reservation:
+        rate = rates.get((r.job_id, r.attempt))
+        return r if rate is None or (r.priced and r.rate == rate) else r.model_copy(update={"rate": rate,
+                                                                                           "priced": True})
+    return record.model_copy(update={"reservations": tuple(map(ran, record.reservations))})
+
+
+def reclaim_charge(record: AdmissionRecord, gone: set[str], usage_of: Callable[[str], Sequence[AttemptUsage] | None],
+                   now: datetime) -> AdmissionRecord:
+    """The owner's record charged with what the reservations the reclaim drops cost this month, in the write that
+    drops them (a reservation its attempt's end did not give back: a failed write, a crash): their attempts' usage
+    as job.json records it when it can be read, else the reservation's own hours at its rate until now. Never
+    zero for an attempt that ran, never twice (the reservation goes in the same write)."""
+    from jobplane.model.admission import month_start
+    from jobplane.model.usage import spent
+
+    usd = 0.0
+    for held in record.reservations:
+        if held.job_id not in gone:
+            continue
+        usage = usage_of(held.job_id)
+        usd += held.running_usd(now, month_start(now)) if usage is None else \
+            spent(usage, range(held.attempt, 1 << 30), now, month_start(now))
+    owner = record.whose()
+    return record if usd == 0 or owner is None else record.charged(owner, usd, now)

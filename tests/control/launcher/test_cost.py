@@ -193,7 +193,8 @@ def test_prices_come_from_the_cloud_the_policy_or_the_table() -> None:
     assert cost.hourly_price("aws", "g5.xlarge", spot=False, policy=policy) == (0.9, cost.POLICY)
     assert cost.hourly_price("aws", "g5.xlarge", spot=True, policy=policy, observed_spot=0.31) == \
         (0.31, cost.SPOT_HISTORY)
-    assert cost.hourly_price("aws", "g5.xlarge", spot=True, policy=policy) == (None, cost.UNKNOWN)
+    assert cost.hourly_price("aws", "g5.xlarge", spot=True, policy=policy) == (0.9, cost.SPOT_CEILING), \
+        "an EC2 Spot price nobody told us: its on-demand price, the most EC2 bills it (never nothing)"
     assert cost.hourly_price("gcp", "a2-highgpu-1g", spot=True, policy=policy) == (1.2, cost.POLICY)
     price, source = cost.hourly_price("gcp", "g2-standard-8", spot=True, policy=Policy())
     assert source == cost.TABLE and price == pytest.approx(0.85362 * 0.4)
