@@ -44,7 +44,7 @@ def test_levels_and_the_reason_carry_the_figures() -> None:
     spent = {50.0: budget.Level.OK, 80.0: budget.Level.WARNING, 100.0: budget.Level.EXCEEDED,
              512.0: budget.Level.EXCEEDED}
     for usd, level in spent.items():
-        assert budget.Standing("team-a", usd, 100).level(policy()) == level
+        assert budget.Standing("team-a", usd, 100).level() == level
     over = budget.Standing("team-a", 512, 500)
     assert over.reason == "budget: $512.00 of $500.00 this month for team-a (budgets.monthly_usd)"
     assert over.figures == "$512.00 of $500.00 this month (102%)"

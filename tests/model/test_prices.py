@@ -71,4 +71,4 @@ def test_max_cost_and_max_price_are_bounded_naming_the_field() -> None:
 
 def test_dollars_under_ten_show_three_significant_digits() -> None:
     assert [usd(x) for x in (0, 0.0104, 0.052, 0.5, 5, 9.5, 283, 1234.5)] == [
-        "$0", "$0.0104", "$0.0520", "$0.500", "$5.00", "$9.50", "$283.00", "$1,234.50"]
+        "$0.00", "$0.0104", "$0.0520", "$0.500", "$5.00", "$9.50", "$283.00", "$1,234.50"]

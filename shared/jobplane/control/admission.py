@@ -297,6 +297,7 @@ def budget_notices(objects: RootedStore, lines: list[AdmissionRecord], policy: P
         except PreconditionFailed:  # another run told it
             continue
         log.info("budget of %s: %s (%s)", standing.owner, standing.figures, level)
-        out.append(notices.budget(standing.owner, level, standing.figures, warn_at=policy.budgets.warn_at_percent,
-                                  on_exceeded=policy.budgets.on_exceeded_for(standing.owner), month=month))
+        out.append(notices.budget(standing.owner, level, standing.figures, warn_at=standing.warn_at,
+                                  on_exceeded=standing.on_exceeded, month=month, then=standing.then,
+                                  spent=standing.spent, limit=standing.budget))
     return out

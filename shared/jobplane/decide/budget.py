@@ -29,30 +29,58 @@ class Standing:
     owner: str
     spent: float  # USD this month so far
     budget: float  # USD a month
+    warn_at: int = 80  # the policy's warn_at_percent
+    on_exceeded: str = "refuse"  # what happens to the owner's new jobs at its budget: refuse or wait
+    month: str = ""  # "2026-11": the calendar month (UTC) `spent` counts
 
     @property
     def percent(self) -> float:
         return 100 * self.spent / self.budget
 
-    def level(self, policy: Policy) -> Level:
-        if self.spent >= self.budget:
+    @property
+    def over(self) -> bool:
+        return self.spent >= self.budget
+
+    def level(self) -> Level:
+        if self.over:
             return Level.EXCEEDED
-        return Level.WARNING if self.percent >= policy.budgets.warn_at_percent else Level.OK
+        return Level.WARNING if self.percent >= self.warn_at else Level.OK
 
     def as_json(self) -> dict[str, object]:
         return {"budget_usd": self.budget, "spent_this_month_usd": round(self.spent, 6),
-                "budget_percent": round(self.percent, 2)}
+                "budget_percent": round(self.percent, 2), "warn_at_percent": self.warn_at,
+                "level": str(self.level()), "on_exceeded": self.on_exceeded, "then": self.then}
 
     @property
     def figures(self) -> str:
-        """'$512.00 of $500.00 this month (102%)'."""
-        return f"${self.spent:,.2f} of ${self.budget:,.2f} this month ({self.percent:.0f}%)"
+        """'$512.00 of $500.00 this month (102%)', '$0.0520 of $5.00 this month (1.0%)'."""
+        from jobplane.views.cost import usd  # one way to show dollars everywhere
+
+        percent = f"{self.percent:.0f}" if self.percent >= 10 or self.percent == 0 else f"{self.percent:.1f}"
+        return f"{usd(self.spent)} of {usd(self.budget)} this month ({percent}%)"
+
+    @property
+    def then(self) -> str:
+        """What happens to the owner's jobs: 'new jobs refused until 2026-12' (over), 'new jobs refused at 100%'."""
+        verb = "refused" if self.on_exceeded == "refuse" else "wait"
+        nxt = _next_month(self.month) if self.month else "next month"
+        if self.over:
+            return f"new jobs {verb} until {nxt}; jobs that ran go on"
+        warned = f" (warned at {self.warn_at}%)" if self.level() == Level.WARNING else ""
+        return f"new jobs {verb} at 100%{warned}"
 
     @property
     def reason(self) -> str:
         """Why a job of an owner past its budget does not start: 'budget: $512.00 of $500.00 this month for
         team-a'."""
-        return f"budget: ${self.spent:,.2f} of ${self.budget:,.2f} this month for {self.owner} (budgets.monthly_usd)"
+        from jobplane.views.cost import usd
+
+        return f"budget: {usd(self.spent)} of {usd(self.budget)} this month for {self.owner} (budgets.monthly_usd)"
+
+
+def _next_month(month: str) -> str:
+    year, number = (int(part) for part in month.split("-"))
+    return f"{year + number // 12}-{number % 12 + 1:02d}"
 
 
 class Level(StrEnum):
@@ -65,14 +93,17 @@ class Level(StrEnum):
 
 def standing(owner: str, record: AdmissionRecord, policy: Policy, now: datetime) -> Standing | None:
     """The owner's spend against its budget (None: the policy gives it none)."""
+    from jobplane.model.admission import month_of
+
     budget = policy.budgets.limit(owner)
-    return None if budget is None else Standing(owner, record.spend(now), budget)
+    return None if budget is None else Standing(owner, record.spend(now), budget, policy.budgets.warn_at_percent,
+                                                policy.budgets.on_exceeded_for(owner), month_of(now))
 
 
 def exceeded(owner: str, record: AdmissionRecord, policy: Policy, now: datetime) -> Standing | None:
     """The owner's standing when it is at or past its budget, else None."""
     found = standing(owner, record, policy, now)
-    return found if found is not None and found.level(policy) == Level.EXCEEDED else None
+    return found if found is not None and found.level() == Level.EXCEEDED else None
 
 
 def holds(want: Reservation, record: AdmissionRecord, policy: Policy, now: datetime) -> Standing | None:
@@ -131,7 +162,7 @@ def to_tell(lines: list[AdmissionRecord], policy: Policy, now: datetime) -> list
     for record in lines:
         owner = record.whose()
         found = standing(owner, record, policy, now) if owner is not None else None
-        if found is not None and (level := found.level(policy)) != Level.OK:
+        if found is not None and (level := found.level()) != Level.OK:
             out.append((found, level))
     return out
 

@@ -42,13 +42,22 @@ def hourly_price(cloud: str, instance_type: str, *, spot: bool, policy: Policy, 
 
 def usd(amount: float) -> str:
     """Dollars as people read them: '$1,234.56' from $10 up, else three significant digits ('$5.00', '$0.0520',
-    '$0.00173'), so a small amount is never '$0.00'; '$0' only for nothing."""
+    '$0.00173'), so a small amount is never '$0.00', which only nothing is."""
     if amount == 0:
-        return "$0"
+        return "$0.00"
     if abs(amount) >= 10:
         return f"${amount:,.2f}"
     digits = min(6, max(2, 2 - math.floor(math.log10(abs(amount)))))
     return f"${amount:.{digits}f}"
+
+
+def bar(percent: float, warn_at: int, width: int = 20) -> str:
+    """A budget's spend as text: '[##########|###.....]', the '|' at the warn line, '>' past the end when over."""
+    filled = min(width, round(width * percent / 100))
+    mark = min(width - 1, round(width * warn_at / 100))
+    cells = ["#" if i < filled else "." for i in range(width)]
+    cells.insert(mark, "|")
+    return "[" + "".join(cells) + "]" + (">" if percent > 100 else "")
 
 
 @dataclass(frozen=True)
