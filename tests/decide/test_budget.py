@@ -141,6 +141,7 @@ def test_the_check_prices_reservations_by_what_their_vms_run_as_and_the_reclaim_
     assert [(r.job_id, r.rate, r.priced) for r in priced.reservations] == [("a", pytest.approx(43.92), True),
                                                                            ("b", 7.0, False)]
     assert budget.repriced(priced, rates) == priced, "a second check writes nothing"
+    assert budget.repriced(priced, {("a", 1): 21.96}) == priced, "one rank's VM gone: its hours so far stand"
     ran = [used(1, NOW - timedelta(hours=1), NOW - timedelta(minutes=30))]
     charged = budget.reclaim_charge(priced, {"a", "b"}, {"a": ran, "b": None}.get, NOW + timedelta(minutes=30))
     assert charged.spent == pytest.approx(0.5 * 6.0 + 0.5 * 7.0), "a: its usage; b: no record, its half hour at $7"

@@ -190,11 +190,13 @@ def ran_rates(instances: Iterable[Instance], cloud: str, policy: Policy) -> dict
 
 def repriced(record: AdmissionRecord, rates: Mapping[tuple[str, int], float]) -> AdmissionRecord:
     """The owner's reservations at the rates their VMs run at (`ran_rates`), in place of their admission's estimate:
-    the spend charges the type and market an attempt got, not the dearest it might have."""
+    the spend charges the type and market an attempt got, not the dearest it might have. Once priced, a rate only
+    rises (a rank whose VM has gone before the others does not make the attempt's hours so far cheaper)."""
     def ran(r: Reservation) -> Reservation:
         rate = rates.get((r.job_id, r.attempt))
-        return r if rate is None or (r.priced and r.rate == rate) else r.model_copy(update={"rate": rate,
-                                                                                           "priced": True})
+        if rate is None or (r.priced and r.rate is not None and r.rate >= rate):
+            return r
+        return r.model_copy(update={"rate": rate, "priced": True})
     return record.model_copy(update={"reservations": tuple(map(ran, record.reservations))})
 
 

@@ -93,14 +93,16 @@ def stopped(job: Seen) -> Action | None:
 def stop(job: Seen) -> Action | None:
     """The estimate reached max_cost: ask the attempt to stop (again each check: a repeated request is harmless);
     the stop grace's worth of instance time later, end it."""
-    if job.record.state != State.RUNNING or job.exits:
+    if job.record.state != State.RUNNING:
         return None
     reached = _reached(job)
     if reached is None:
         return None
     cap, spent, rate = reached
-    if spent >= cap + rate * job.policy.safety.stop_grace / 3600:
+    if spent >= cap + rate * job.policy.safety.stop_grace / 3600:  # a rank that never stops does not keep the rest
         return _end(job, spent, cap)
+    if job.exits:  # some ranks have stopped: the others were asked, and the grace ends them
+        return None
     return claim(job.record, Rule.COST_STOP, Rule.COST_STOP.reason(cap=money(cap), spent=money(spent)),
                  RequestStop(by=MAX_COST_BY))
 
