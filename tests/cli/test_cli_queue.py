@@ -215,6 +215,16 @@ def test_queue_starts_with_each_owners_usage_and_names_priorities_by_class(day: 
     assert [o["owner"] for o in one["usage"]["owners"]] == ["team-b"] and [j["id"] for j in one["jobs"]] == ["b2"]
 
 
+def test_queue_marks_an_owner_over_its_budget_with_what_happens_to_its_jobs(day: Day, run: Run) -> None:
+    at_budget(day, "team-b", 12.0)
+    table = run("queue", "--owner", "team-b")
+    text = " ".join(table.stdout.split())
+    assert "team-b" in text and "OVER $12.00 of $10.00 this month (120%): new jobs refused until" in text, text
+    assert "jobs that ran go on" in text
+    under = " ".join(run("queue", "--owner", "team-c").stdout.split())
+    assert "OVER" not in under and "$0.00 of $50.00 this month (0%)" in under
+
+
 # ---- arrays, first-class ------------------------------------------------------------------------------------------
 def members_run(day: Day, array_id: str, codes: list[int], first: int = 0) -> None:
     """Each member in turn from index `first`: the launcher takes its drop, it runs, exits with its code, and the

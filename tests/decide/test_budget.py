@@ -136,6 +136,12 @@ def test_the_check_prices_reservations_by_what_their_vms_run_as_and_the_reclaim_
                         instance_type="x9.unpriced"))
     rates = budget.ran_rates(vms, "aws", Policy())
     assert rates == {("a", 1): pytest.approx(2 * 21.96)}, "two p4d VMs; b's type has no price: its estimate stays"
+    n1 = Instance(id="n", state="running", launched_at=NOW, managed=True, job_id="g", attempt=1,
+                  instance_type="n1-standard-8")
+    e2 = Instance(id="e", state="running", launched_at=NOW, managed=True, job_id="e", attempt=1,
+                  instance_type="e2-standard-2")
+    assert budget.ran_rates([n1, e2], "gcp", Policy()) == {("e", 1): 0.067006}, \
+        "an N1 VM's GPUs are not in the listing: its estimate, which counts them, stands"
     record = AdmissionRecord(reservations=(held("a", rate=99.0), held("b", rate=7.0)))
     priced = budget.repriced(record, rates)
     assert [(r.job_id, r.rate, r.priced) for r in priced.reservations] == [("a", pytest.approx(43.92), True),

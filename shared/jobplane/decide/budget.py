@@ -170,9 +170,10 @@ def to_tell(lines: list[AdmissionRecord], policy: Policy, now: datetime) -> list
 def ran_rates(instances: Iterable[Instance], cloud: str, policy: Policy) -> dict[tuple[str, int], float]:
     """USD an hour each attempt's live VMs cost, (job, attempt) -> rate, from the cloud's listing: each VM's type and
     market at its price (jobplane.model.prices.hourly; an EC2 Spot VM at its ceiling, the on-demand price, as the
-    cloud's price at launch is in job.json alone). An attempt with a VM nobody prices is left out."""
+    cloud's price at launch is in job.json alone). An attempt with a VM nobody prices is left out, and so is one on
+    a GCE N1 type, whose GPUs (guestAccelerators) the listing does not say: its estimate, which counts them, stands."""
     from jobplane.decide.model import alive
-    from jobplane.model import prices
+    from jobplane.model import accelerators, prices
 
     out: dict[tuple[str, int], float] = {}
     unknown: set[tuple[str, int]] = set()
@@ -180,7 +181,9 @@ def ran_rates(instances: Iterable[Instance], cloud: str, policy: Policy) -> dict
         if vm.job_id is None or vm.attempt is None or not alive(vm):
             continue
         at = (vm.job_id, vm.attempt)
-        price = prices.hourly(cloud, vm.instance_type, spot=vm.spot, book=policy)[0] if vm.instance_type else None
+        n1 = cloud == "gcp" and vm.instance_type is not None and accelerators.family(cloud, vm.instance_type) == "n1"
+        price = prices.hourly(cloud, vm.instance_type, spot=vm.spot, book=policy)[0] \
+            if vm.instance_type and not n1 else None
         if price is None:
             unknown.add(at)
         else:
