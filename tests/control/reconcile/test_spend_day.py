@@ -15,7 +15,7 @@ import pytest
 from jobplane.clouds.base import StoreError
 from jobplane.clouds.memory import Clock, MemoryStore
 from jobplane.model import keys, prices
-from jobplane.model.states import State
+from jobplane.model.states import TERMINAL, State
 from jobplane.ops import budgets
 from tests.control.reconcile.day import Day, new_day
 
@@ -203,3 +203,22 @@ def test_a_crash_at_any_write_of_an_attempts_end_leaves_the_spend_within_a_check
         assert truth - 1e-6 <= now <= truth + DOLLARS_AN_HOUR * 5 / 60 + 1e-6, (at, writes[at - 1], now)
         check(day, "13:30")
         assert spent(day) == pytest.approx(now), (at, writes[at - 1], "settled: nothing left accruing")
+
+
+def test_an_attempt_whose_vm_vanishes_is_charged_its_hours(day: Day) -> None:
+    """No exit report, no release by the agent: the VM is gone (deleted outside jobplane, a host failure). The check
+    that sees it lost ends the attempt, and the release charges its hours at its price."""
+    policy(day, 1000)
+    assert day.drop("team-a", "gone") == "launched"
+    check(day, "12:30")
+    day.compute.reclaim(day.job("gone").instances[0])
+    for hhmm in ("12:35", "12:40", "12:45", "12:50"):
+        check(day, hhmm)
+    record = day.job("gone")
+    assert record.state in TERMINAL, record.state
+    ended = record.usage[0].instances[0].end
+    assert ended is not None
+    truth = DOLLARS_AN_HOUR * (ended - record.usage[0].instances[0].start).total_seconds() / 3600
+    assert truth >= DOLLARS_AN_HOUR / 2 and spent(day) == pytest.approx(truth)
+    check(day, "13:30")
+    assert spent(day) == pytest.approx(truth), "nothing left accruing"
