@@ -26,6 +26,7 @@ from jobplane.cli import sweeps as cli_sweeps
 from jobplane.control import launcher
 from jobplane.model import keys
 from jobplane.model.admission import AdmissionRecord
+from jobplane.model.policy import parse_policy
 from jobplane.model.states import State
 from jobplane.ops.jobs import Backend
 from jobplane.settings import Settings
@@ -172,6 +173,12 @@ def test_policy_prints_the_policy_in_force_and_json(day: Day, run: Run) -> None:
     assert rows["priority_classes.urgent"] == "100 (owners: team-a)"
     assert rows["priority_classes.batch"] == "-10 (owners: every owner)"
     assert rows["budgets.monthly_usd.team-b"] == "$10.00 a month" and rows["budgets.on_exceeded"] == "refuse"
+    assert (rows["default_max_cost"], rows["max_cost_ceiling"], rows["budgets.on_exceeded_by_owner"]) == (
+        "unset", "unset", "none")
+    capped = dict(cli_queue.policy_rows(parse_policy("default_max_cost: 25\nmax_cost_ceiling: 1000\n"
+                                                     "budgets: {on_exceeded_by_owner: {team-b: wait}}\n")))
+    assert (capped["default_max_cost"], capped["max_cost_ceiling"], capped["budgets.on_exceeded_by_owner.team-b"]) \
+        == ("$25.00 a job", "$1,000.00 a job", "wait")
     assert rows["default_max_runtime"] == "1d" and rows["aws.default_image"] == "unset"
     assert rows["allowed_instance_types"] == "*" and rows["access.ssh"] == "no"
     as_json = json.loads(run("policy", "--json").stdout)

@@ -98,6 +98,10 @@ def test_a_budget_notice_reads_well_through_the_topic_and_on_the_console() -> No
     assert notified_line(data) == "notified    team-a has spent its budget: $0.0520 of $0.0500 this month (104%); " \
                                   "new jobs wait until 2026-12; jobs that ran go on"
     assert (data["spent_usd"], data["budget_usd"], data["event"]) == (0.052, 0.05, "budget-exceeded")
+    with PubSubTopic("projects/p/topics/jobs") as pubsub:
+        PubSubNotifier("projects/p/topics/jobs", emulator=pubsub.address).publish(notice)
+        (pulled,) = pubsub.pull()
+    assert notified_line(pulled) == notified_line(data), "Pub/Sub carries the same message"
     warned = Standing("team-b", 8.5, 10, 80, "refuse", "2026-11")
     data = budget("team-b", "warning", warned.figures, warn_at=80, on_exceeded="refuse", month="2026-11").data
     assert notified_line(data) == "notified    team-b has spent 80% of its budget: $8.50 of $10.00 this month (85%); " \

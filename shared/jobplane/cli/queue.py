@@ -153,6 +153,8 @@ def policy_rows(policy: Policy) -> list[tuple[str, str]]:
             rows.append((path, format_duration(int(value)) if value else "0s"))
         elif path.startswith("budgets.monthly_usd."):
             rows.append((path, f"${value:,.2f} a month"))
+        elif path in ("default_max_cost", "max_cost_ceiling"):
+            rows.append((path, f"${value:,.2f} a job"))
         elif isinstance(value, bool):
             rows.append((path, "yes" if value else "no"))
         elif isinstance(value, list):
