@@ -89,6 +89,7 @@ def cloud_request(reg: Registry, compute: Compute, snap: launch_decide.LaunchSna
         zone=step.zone, image=step.image, spot=step.spot, user_data=scripts[step.arch],
         max_runtime=policy.vm_lifetime(spec), disk_gb=spec.disk_gb, owner=record.owner,
         labels=tuple(sorted(spec.labels.items())), accelerator=step.accelerator,
+        max_price=spec.max_price if step.spot and spec.cloud == "aws" else None,  # EC2 holds a Spot VM to it
     )
 
 

@@ -335,9 +335,9 @@ def _price_problems(spec: JobSpec, policy: Policy) -> list[FieldError]:
                                              "(max_cost_ceiling)"))
     offers = prices.offers(spec, policy)
     for offer in offers:
-        if spec.max_price is not None and offer.price is not None and offer.price > spec.max_price:
-            why = ", the most EC2 bills a Spot VM" if offer.source == prices.SPOT_CEILING else ""
-            errors.append(FieldError("max_price", f"{offer} costs ${offer.price:,.4f} an hour{why}, above max_price "
+        if spec.max_price is not None and offer.price is not None and offer.price > spec.max_price \
+                and not prices.held_by_cloud(offer, spec.max_price):
+            errors.append(FieldError("max_price", f"{offer} costs ${offer.price:,.4f} an hour, above max_price "
                                                   f"${spec.max_price:,.4f}"))
     limited = [why for why, on in (("its owner's budget (budgets.monthly_usd)", policy.budgets.limit(spec.owner)),
                                    ("max_cost", policy.max_cost(spec))) if on is not None]

@@ -209,7 +209,15 @@ def offers(spec: JobSpec, book: Book) -> list[Offer]:
             for spot in markets(spec) for t in spec.instance_types]
 
 
+def held_by_cloud(offer: Offer, max_price: float | None) -> bool:
+    """Whether the cloud holds this offer to max_price itself: an EC2 Spot price, known only at launch, is bid at most
+    max_price (SpotOptions.MaxPrice; a Spot price above it is no capacity, and the next type is tried)."""
+    return max_price is not None and offer.spot and offer.source == SPOT_CEILING
+
+
 def dearest(spec: JobSpec, book: Book) -> float | None:
     """USD an instance-hour of the dearest type and market the spec may get, the most an attempt of it may cost an
-    instance-hour (an EC2 Spot price counts at its ceiling, the on-demand price); None when none is priced."""
-    return max((o.price for o in offers(spec, book) if o.price is not None), default=None)
+    instance-hour (an EC2 Spot price counts at its ceiling, the on-demand price, or the spec's max_price, which EC2
+    holds it to); None when none is priced."""
+    return max((min(o.price, spec.max_price) if held_by_cloud(o, spec.max_price) and spec.max_price is not None
+                else o.price for o in offers(spec, book) if o.price is not None), default=None)

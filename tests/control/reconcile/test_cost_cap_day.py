@@ -84,3 +84,17 @@ def test_max_price_refuses_a_type_above_it_naming_the_field(day: Day) -> None:
     assert day.drop("team-a", "both", spec="instance_type: [t3.micro, p4d.24xlarge]\nmax_price: 10\n") == "invalid"
     assert "p4d.24xlarge on-demand" in (day.job("both").reason or "")
     assert day.drop("team-a", "small", spec="max_price: 10\n") == "launched"
+
+
+def test_an_ec2_spot_type_under_max_price_is_bid_at_it_and_reserved_at_most_at_it(day: Day) -> None:
+    """EC2 Spot's price is known only at launch: the launch bids max_price (a Spot price above it is no capacity),
+    and the admission's estimate is max_price rather than the on-demand ceiling."""
+    day.reg.put(keys.POLICY, b"budgets: {monthly_usd: {team-a: 1000}}\n")
+    assert day.drop("team-a", "bid", "p4d.24xlarge", spec="spot: true\nmax_price: 10\n") == "launched"
+    (launch,) = day.compute.launches
+    assert launch.max_price == 10 and launch.spot
+    owner = day.reg.get_json(keys.admission_owner("team-a"))
+    assert owner["reservations"][0]["rate"] == 10, "p4d on-demand is $21.96; EC2 bills this Spot VM $10 at most"
+    assert day.drop("team-a", "od", "p4d.24xlarge", spec="spot: {fallback: on_demand, after: 20m}\nmax_price: 10\n") \
+        == "invalid", "its on-demand fallback would cost more"
+    assert "p4d.24xlarge on-demand costs $21.9600 an hour" in (day.job("od").reason or "")
