@@ -96,7 +96,8 @@ def cloud_request(reg: Registry, compute: Compute, snap: launch_decide.LaunchSna
 def attempt_usage(compute: Compute, request: LaunchRequest, instances: list[Instance], policy: Policy,
                   now: datetime) -> AttemptUsage:
     """What this attempt runs on and its hourly price (jobplane.views.cost): a Spot launch asks the cloud for the price
-    in effect now; a failed lookup never fails the launch, the price is then taken as the policy's or unknown."""
+    in effect now; a failed lookup never fails the launch, the price is then taken as the policy's, else (EC2) the
+    on-demand price, Spot's ceiling, or the max_price the launch bid when lower."""
     from jobplane.model.usage import AttemptUsage, InstanceSpan  # with the record's models, as history
     from jobplane.views import cost  # the price table: only a launch (or an adopted one) prices an attempt
 
@@ -110,6 +111,8 @@ def attempt_usage(compute: Compute, request: LaunchRequest, instances: list[Inst
                         extra={"job_id": request.job_id})
     price, source = cost.hourly_price(compute.cloud, request.instance_type, spot=request.spot, policy=policy,
                                       observed_spot=observed, gpus=request.accelerator)
+    if price is not None and source == cost.SPOT_CEILING and request.max_price is not None:
+        price = min(price, request.max_price)  # EC2 bills this Spot VM the bid at most
     return AttemptUsage(attempt=request.attempt, instance_type=request.instance_type, zone=zone,
                         market="spot" if request.spot else "on-demand", price=price, price_source=source,
                         instances=[InstanceSpan(id=i.id, start=now) for i in instances])

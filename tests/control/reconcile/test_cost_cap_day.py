@@ -95,6 +95,8 @@ def test_an_ec2_spot_type_under_max_price_is_bid_at_it_and_reserved_at_most_at_i
     assert launch.max_price == 10 and launch.spot
     owner = day.reg.get_json(keys.admission_owner("team-a"))
     assert owner["reservations"][0]["rate"] == 10, "p4d on-demand is $21.96; EC2 bills this Spot VM $10 at most"
+    (used,) = day.job("bid").usage
+    assert (used.price, used.price_source) == (10, "on-demand price, Spot's ceiling"), "no Spot price seen: the bid"
     assert day.drop("team-a", "od", "p4d.24xlarge", spec="spot: {fallback: on_demand, after: 20m}\nmax_price: 10\n") \
         == "invalid", "its on-demand fallback would cost more"
     assert "p4d.24xlarge on-demand costs $21.9600 an hour" in (day.job("od").reason or "")
