@@ -26,6 +26,7 @@ from jobplane.cli import sweeps as cli_sweeps
 from jobplane.control import launcher
 from jobplane.model import keys
 from jobplane.model.admission import AdmissionRecord
+from jobplane.model.policy import parse_policy
 from jobplane.model.states import State
 from jobplane.ops.jobs import Backend
 from jobplane.settings import Settings
@@ -172,6 +173,12 @@ def test_policy_prints_the_policy_in_force_and_json(day: Day, run: Run) -> None:
     assert rows["priority_classes.urgent"] == "100 (owners: team-a)"
     assert rows["priority_classes.batch"] == "-10 (owners: every owner)"
     assert rows["budgets.monthly_usd.team-b"] == "$10.00 a month" and rows["budgets.on_exceeded"] == "refuse"
+    assert (rows["default_max_cost"], rows["max_cost_ceiling"], rows["budgets.on_exceeded_by_owner"]) == (
+        "unset", "unset", "none")
+    capped = dict(cli_queue.policy_rows(parse_policy("default_max_cost: 25\nmax_cost_ceiling: 1000\n"
+                                                     "budgets: {on_exceeded_by_owner: {team-b: wait}}\n")))
+    assert (capped["default_max_cost"], capped["max_cost_ceiling"], capped["budgets.on_exceeded_by_owner.team-b"]) \
+        == ("$25.00 a job", "$1,000.00 a job", "wait")
     assert rows["default_max_runtime"] == "1d" and rows["aws.default_image"] == "unset"
     assert rows["allowed_instance_types"] == "*" and rows["access.ssh"] == "no"
     as_json = json.loads(run("policy", "--json").stdout)
@@ -213,6 +220,16 @@ def test_queue_starts_with_each_owners_usage_and_names_priorities_by_class(day: 
     assert " 0d " not in " ".join(lines)  # a wait just begun reads 0s
     one = json.loads(run("queue", "--owner", "team-b", "--json").stdout)
     assert [o["owner"] for o in one["usage"]["owners"]] == ["team-b"] and [j["id"] for j in one["jobs"]] == ["b2"]
+
+
+def test_queue_marks_an_owner_over_its_budget_with_what_happens_to_its_jobs(day: Day, run: Run) -> None:
+    at_budget(day, "team-b", 12.0)
+    table = run("queue", "--owner", "team-b")
+    text = " ".join(table.stdout.split())
+    assert "team-b" in text and "OVER $12.00 of $10.00 this month (120%): new jobs refused until" in text, text
+    assert "jobs that ran go on" in text
+    under = " ".join(run("queue", "--owner", "team-c").stdout.split())
+    assert "OVER" not in under and "$0.00 of $50.00 this month (0%)" in under
 
 
 # ---- arrays, first-class ------------------------------------------------------------------------------------------

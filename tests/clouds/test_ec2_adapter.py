@@ -57,6 +57,7 @@ def test_run_instances_parameters(moto_aws: MotoAws) -> None:
     assert sent["InstanceMarketOptions.MarketType"] == "spot"
     assert sent["InstanceMarketOptions.SpotOptions.SpotInstanceType"] == "one-time"
     assert sent["InstanceMarketOptions.SpotOptions.InstanceInterruptionBehavior"] == "terminate"
+    assert "InstanceMarketOptions.SpotOptions.MaxPrice" not in sent, "no max_price: up to the on-demand price"
     assert sent["MetadataOptions.HttpTokens"] == "required"
     assert sent["MetadataOptions.InstanceMetadataTags"] == "enabled"
     assert sent["InstanceInitiatedShutdownBehavior"] == "terminate"
@@ -104,6 +105,13 @@ def test_single_node_on_demand_default_vpc(moto_aws: MotoAws) -> None:
     assert sent["IamInstanceProfile.Name"] == "vm-profile"
     (inst,) = moto_aws.instances()
     assert inst["Placement"]["AvailabilityZone"] == "us-east-1c" and "InstanceLifecycle" not in inst
+
+
+def test_a_spot_launch_under_max_price_bids_it_as_the_spot_max_price(moto_aws: MotoAws) -> None:
+    compute = Ec2Compute(AwsPlacement(), REGION, moto_aws.ec2)
+    compute.launch(request(moto_aws, num_nodes=1, max_price=0.5))
+    sent = moto_aws.calls.run_instances[0]
+    assert sent["InstanceMarketOptions.SpotOptions.MaxPrice"] == "0.500000"
 
 
 @pytest.mark.parametrize("public_ip", [True, False])

@@ -44,7 +44,7 @@ def test_levels_and_the_reason_carry_the_figures() -> None:
     spent = {50.0: budget.Level.OK, 80.0: budget.Level.WARNING, 100.0: budget.Level.EXCEEDED,
              512.0: budget.Level.EXCEEDED}
     for usd, level in spent.items():
-        assert budget.Standing("team-a", usd, 100).level(policy()) == level
+        assert budget.Standing("team-a", usd, 100).level() == level
     over = budget.Standing("team-a", 512, 500)
     assert over.reason == "budget: $512.00 of $500.00 this month for team-a (budgets.monthly_usd)"
     assert over.figures == "$512.00 of $500.00 this month (102%)"
@@ -114,3 +114,40 @@ def test_policy_fields_are_bounded_and_errors_name_them(text: str, field: str) -
     with pytest.raises(SpecError) as refused:
         parse_policy(text)
     assert field in {e.path for e in refused.value.errors}, refused.value.errors
+
+
+def test_an_owners_own_on_exceeded_wins_over_the_deployments() -> None:
+    mixed = policy_from({"budgets": {"monthly_usd": {"team-a": 100}, "on_exceeded": "refuse",
+                                     "on_exceeded_by_owner": {"team-a": "wait"}}})
+    assert (mixed.budgets.on_exceeded_for("team-a"), mixed.budgets.on_exceeded_for("team-b")) == ("wait", "refuse")
+    new, full = budget.admit(spent_record(), held("x"), QUOTA, policy=mixed, usage=[], now=NOW)
+    assert full is not None and new is not None and [w.job_id for w in new.waiting] == ["w", "x"], "it waits"
+    assert budget.open_lines([spent_record()], mixed, NOW)[0].waiting == (), "its line holds till the month turns"
+    with pytest.raises(SpecError, match=r"budgets\.on_exceeded_by_owner"):
+        parse_policy("budgets: {on_exceeded_by_owner: {team-a: later}}\n")
+
+
+def test_the_check_prices_reservations_by_what_their_vms_run_as_and_the_reclaim_charges_what_they_ran() -> None:
+    from jobplane.clouds.base import Instance
+
+    vms = [Instance(id=f"i-{n}", state="running", launched_at=NOW, managed=True, job_id="a", attempt=1, rank=n,
+                    instance_type="p4d.24xlarge") for n in range(2)]
+    vms.append(Instance(id="i-x", state="running", launched_at=NOW, managed=True, job_id="b", attempt=1,
+                        instance_type="x9.unpriced"))
+    rates = budget.ran_rates(vms, "aws", Policy())
+    assert rates == {("a", 1): pytest.approx(2 * 21.96)}, "two p4d VMs; b's type has no price: its estimate stays"
+    n1 = Instance(id="n", state="running", launched_at=NOW, managed=True, job_id="g", attempt=1,
+                  instance_type="n1-standard-8")
+    e2 = Instance(id="e", state="running", launched_at=NOW, managed=True, job_id="e", attempt=1,
+                  instance_type="e2-standard-2")
+    assert budget.ran_rates([n1, e2], "gcp", Policy()) == {("e", 1): 0.067006}, \
+        "an N1 VM's GPUs are not in the listing: its estimate, which counts them, stands"
+    record = AdmissionRecord(reservations=(held("a", rate=99.0), held("b", rate=7.0)))
+    priced = budget.repriced(record, rates)
+    assert [(r.job_id, r.rate, r.priced) for r in priced.reservations] == [("a", pytest.approx(43.92), True),
+                                                                           ("b", 7.0, False)]
+    assert budget.repriced(priced, rates) == priced, "a second check writes nothing"
+    assert budget.repriced(priced, {("a", 1): 21.96}) == priced, "one rank's VM gone: its hours so far stand"
+    ran = [used(1, NOW - timedelta(hours=1), NOW - timedelta(minutes=30))]
+    charged = budget.reclaim_charge(priced, {"a", "b"}, {"a": ran, "b": None}.get, NOW + timedelta(minutes=30))
+    assert charged.spent == pytest.approx(0.5 * 6.0 + 0.5 * 7.0), "a: its usage; b: no record, its half hour at $7"

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from jobplane.decide import check
+from jobplane.decide import check, job_cost
 from jobplane.decide.effects import (
     DeleteKeys,
     Flag,
@@ -22,7 +22,7 @@ from jobplane.decide.model import Action, Ignored, PreemptedMark, Rule, Snapshot
 from jobplane.model import keys
 from jobplane.model.listings import Beat
 from jobplane.model.policy import Policy
-from jobplane.model.states import State
+from jobplane.model.states import State, StopBy
 from tests.decide.helpers import (
     NOW,
     POLICY,
@@ -46,6 +46,7 @@ def _with(parts: dict[str, Any], **over: Any) -> Snapshot:
     return Snapshot(**{**parts, **over})
 
 
+_COST = (("costleft", 50), ("centsph", 200))
 CANDIDATES: list[Candidate] = [
     Candidate("healthy running job", _with(healthy()), read=False),
     Candidate("healthy 2-node job", _with(healthy(nodes=2)), read=False),
@@ -76,6 +77,12 @@ CANDIDATES: list[Candidate] = [
     Candidate("PREEMPTED for long", _with(healthy(), active={"j": (marker(state=State.PREEMPTED, since=601),)}),
               read=True),
     Candidate("named by an event", _with(healthy(), forced=frozenset({"j"})), read=True),
+    # max_cost: its marker carries the cents left and cents an hour; its VMs' launch is the cloud's listing's
+    Candidate("max_cost: 15 min at $2/h of 50 cents left",
+              _with(healthy(), active={"j": (marker(limits=replace(limits(), facts=_COST)),)}), read=True),
+    Candidate("max_cost: 15 min at $2/h of $5 left",
+              _with(healthy(), active={"j": (marker(limits=replace(limits(), facts=(("costleft", 500),
+                                                                                  ("centsph", 200)))),)}), read=False),
 ]
 
 
@@ -417,3 +424,25 @@ def test_blast_radius_always_lets_one_multi_node_job_go() -> None:
     assert action.refused is None and len(action.terminate) == 4
     (action,) = check.decide(snap, NOW, policy(max_terminations_per_run=3))
     assert action.refused
+
+
+def test_max_cost_asks_for_a_stop_at_the_cap_then_ends_the_attempt_naming_it() -> None:
+    from jobplane.model.usage import AttemptUsage, InstanceSpan
+
+    def costing(hours: float, **more: Any) -> Snapshot:
+        snap = _job({"max_cost": 5.0}, **more)
+        used = AttemptUsage(attempt=1, instance_type="g5.xlarge", market="on-demand", price=2.0,
+                            instances=[InstanceSpan(id="i-j-1-0", start=ago(hours * 3600))])
+        return replace(snap, records={"j": snap.records["j"].model_copy(update={"usage": [used]})})
+
+    assert check.decide(costing(2.4), NOW, POLICY) == [], "$4.80 of $5"
+    (stop,) = check.decide(costing(2.5), NOW, POLICY)
+    assert (stop.rule, stop.get(RequestStop), stop.reason) == (
+        Rule.COST_STOP, RequestStop(by=StopBy.MAX_COST), "max_cost $5.00 reached ($5.00 so far): stop requested")
+    (ended,) = check.decide(costing(2.5, exits={"j": [report(0, 143, "stopped", stopped_by="max-cost")]}), NOW, POLICY)
+    assert (ended.rule, ended.to, ended.terminate) == (Rule.COST_STOPPED, State.FAILED, ("i-j-1-0",))
+    assert ended.reason == "stopped at its max_cost: $5.00 of $5.00 (max_cost)"
+    (late,) = check.decide(costing(2.5 + 601 / 3600), NOW, POLICY)  # the stop grace's worth later (10 min)
+    assert (late.rule, late.to) == (Rule.COST_STOPPED, State.FAILED)
+    assert job_cost.numbers(costing(0.1).records["j"], POLICY) == {"costleft": 500, "centsph": 200}
+    assert job_cost.numbers(record(), POLICY) == {}, "no max_cost: its marker carries nothing more"

@@ -60,7 +60,7 @@ def test_every_metric_is_on_the_dashboard_panel_its_rule_names() -> None:
     for rule in Rule:
         if rule.facts.metric:
             assert rule.facts.metric in panels[rule.facts.panel or ""], rule
-    assert panels[rules.ENDS] == ["Timeouts", "Stalls", "HeldTerminated", "OrphansTerminated"]
+    assert panels[rules.ENDS] == ["Timeouts", "CostStops", "Stalls", "HeldTerminated", "OrphansTerminated"]
 
 
 def test_a_metric_without_its_panel_is_refused() -> None:

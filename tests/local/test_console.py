@@ -18,6 +18,7 @@ from jobplane.clouds.memory import MemoryStore
 from jobplane.clouds.pubsub import PubSubError, PubSubNotifier
 from jobplane.clouds.sns import SnsNotifier
 from jobplane.control.launcher import Outcome, Result, summary
+from jobplane.decide.budget import Standing
 from jobplane.local.console import Console, ConsoleHandler, action_line, launcher_outcomes, notified_line
 from jobplane.local.ec2_runner import spot_warning, state_change
 from jobplane.local.pubsub_topic import PubSubTopic
@@ -26,7 +27,7 @@ from jobplane.model.jobrecord import JobRecord
 from jobplane.model.spec import parse_spec
 from jobplane.model.states import State
 from jobplane.store.registry import JobNotFound, Registry
-from jobplane.views.notices import ended
+from jobplane.views.notices import budget, ended
 
 T = datetime(2026, 11, 22, 11, 30, 5, tzinfo=UTC).timestamp()
 
@@ -78,9 +79,33 @@ def test_notifications_the_topic_delivers_are_one_line_each(reg: Registry) -> No
     assert notified_line(data) == "notified    demo-1 CANCELLED: cancelled by the user before it started " \
                                   "(never launched)"
     ran = {"job_id": "j3", "state": "SUCCEEDED", "reason": "every rank exited 0", "runtime_s": 20, "cost_usd": 0.00017}
-    assert notified_line(ran) == "notified    j3 SUCCEEDED: every rank exited 0 (ran 20s, ~$0.0002 estimated)"
+    assert notified_line(ran) == "notified    j3 SUCCEEDED: every rank exited 0 (ran 20s, ~$0.000170 estimated)"
     idle = {"event": "idle-gpu", "job_id": "j2", "reason": "GPU utilization under 5% on every rank for 30m"}
     assert notified_line(idle) == "notified    j2 has idle GPUs: GPU utilization under 5% on every rank for 30m"
+
+
+def test_a_budget_notice_reads_well_through_the_topic_and_on_the_console() -> None:
+    """Issue 59: a budget notice printed `notified None None (never launched)` (it has no job), and amounts under
+    a cent showed as $0.00."""
+    over = Standing("team-a", 0.052, 0.05, 80, "wait", "2026-11")
+    notice = budget("team-a", "exceeded", over.figures, warn_at=80, on_exceeded="wait", month="2026-11",
+                    then=over.then, spent=over.spent, limit=over.budget)
+    with mock_aws():
+        aws = LocalAws("us-east-1")
+        topic, inbox = aws.notification_inbox()
+        SnsNotifier(topic, aws.sns).publish(notice)
+        (data,) = aws.notifications(inbox)
+    assert notified_line(data) == "notified    team-a has spent its budget: $0.0520 of $0.0500 this month (104%); " \
+                                  "new jobs wait until 2026-12; jobs that ran go on"
+    assert (data["spent_usd"], data["budget_usd"], data["event"]) == (0.052, 0.05, "budget-exceeded")
+    with PubSubTopic("projects/p/topics/jobs") as pubsub:
+        PubSubNotifier("projects/p/topics/jobs", emulator=pubsub.address).publish(notice)
+        (pulled,) = pubsub.pull()
+    assert notified_line(pulled) == notified_line(data), "Pub/Sub carries the same message"
+    warned = Standing("team-b", 8.5, 10, 80, "refuse", "2026-11")
+    data = budget("team-b", "warning", warned.figures, warn_at=80, on_exceeded="refuse", month="2026-11").data
+    assert notified_line(data) == "notified    team-b has spent 80% of its budget: $8.50 of $10.00 this month (85%); " \
+                                  "at 100% its new jobs are refused"
 
 
 def test_the_local_gcp_topic_receives_what_the_functions_publish_and_refuses_what_pubsub_would(

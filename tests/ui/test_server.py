@@ -224,6 +224,33 @@ def test_the_cost_page_groups_by_owner_and_label(reg: Registry, client: TestClie
     assert "TEAM" in page
 
 
+def budgets(reg: Registry) -> None:
+    """Two owners with budgets this month: team-a over its $50 ($63.20 spent), team-b at $4.10 of its $10 (41%)."""
+    month = f"{datetime.now(UTC):%Y-%m}"
+    reg.put(keys.POLICY, b"budgets: {monthly_usd: {team-a: 50, team-b: 10}, warn_at_percent: 80, "
+                         b"on_exceeded_by_owner: {team-a: wait}}\n")
+    for owner, spent in (("team-a", 63.2), ("team-b", 4.1)):
+        reg.put_json(keys.admission_owner(owner), {"version": 1, "owner": owner, "month": month, "spent": spent})
+
+
+def test_the_cost_page_shows_each_budget_spent_of_limit_with_the_owners_over_it_marked(
+        reg: Registry, client: TestClient) -> None:
+    seed(reg, "alpha")
+    budgets(reg)
+    page = client.get("/cost", params={"by": "owner", "period": "all"}).text
+    section = page[page.index('id="budgets"'):page.index("</section>", page.index('id="budgets"'))]
+    over, under = section.split('<div class="budget')[1:]
+    assert " over" in over.split('"')[0] and "team-a" in over and "over budget" in over
+    assert "$63.20 of $50.00" in over and "new jobs wait until" in over
+    assert "team-b" in under and "over budget" not in under and "$4.10 of $10.00" in under
+    assert "new jobs refused at 100%" in under
+    assert section.count('class="warn"') == 2 and "warn line (80%)" in section
+    queue = client.get("/queue").text
+    rows = dict(re.findall(r'<tr data-owner="([^"]+)">(.*?)</tr>', queue, flags=re.S))
+    assert "over budget" in rows["team-a"] and "new jobs wait until" in rows["team-a"]
+    assert "over budget" not in rows["team-b"] and "$4.10 of $10.00 this month (41%)" in rows["team-b"]
+
+
 def test_an_unknown_job_is_a_404(client: TestClient) -> None:
     assert client.get("/jobs/nope").status_code == 404
     assert client.get("/jobs/Not_An_Id/logs").status_code == 404

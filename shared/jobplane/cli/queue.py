@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from jobplane.cli.connect import client, cloud_errors, registry_options
@@ -18,6 +19,7 @@ from jobplane.views.jobview import human_duration
 
 if TYPE_CHECKING:
     from jobplane.model.policy import Policy
+    from jobplane.sdk.client import Budget
 
 # The policy's durations (seconds in the policy's dataclass), shown as 30m, 24h, 7d.
 DURATIONS = {"default_max_runtime", "max_runtime_ceiling", "default_max_wait", "max_wait_ceiling",
@@ -62,7 +64,7 @@ def queue_cmd(owner: str | None, as_json: bool, **conn: str | None) -> None:
         cap = used.deployment.limit if used.deployment else None
         usage.add_row(row.owner, f"{row.in_use} of {row.quota}", str(row.waiting), f"{row.weight:g}",
                       f"{_nodes(row.share)} of {cap}" if row.share is not None else "-",
-                      row.budget.figures if row.budget else "-")
+                      _budget(row.budget))
     if used.owners:
         console.print(usage)
     else:
@@ -82,6 +84,15 @@ def queue_cmd(owner: str | None, as_json: bool, **conn: str | None) -> None:
     console.print(table)
     if not found:
         click.echo("no job waits" + (f" for owner {owner}" if owner else ""), err=True)
+
+
+def _budget(standing: Budget | None) -> str:
+    """The owner's spend of its budget; an owner over it marked, with what happens to its jobs."""
+    if standing is None:
+        return "-"
+    if standing.over:
+        return f"[bold red]OVER[/bold red] {escape(standing.figures)}: {escape(standing.then)}"
+    return escape(standing.figures)
 
 
 @click.command(name="policy")
@@ -142,6 +153,8 @@ def policy_rows(policy: Policy) -> list[tuple[str, str]]:
             rows.append((path, format_duration(int(value)) if value else "0s"))
         elif path.startswith("budgets.monthly_usd."):
             rows.append((path, f"${value:,.2f} a month"))
+        elif path in ("default_max_cost", "max_cost_ceiling"):
+            rows.append((path, f"${value:,.2f} a job"))
         elif isinstance(value, bool):
             rows.append((path, "yes" if value else "no"))
         elif isinstance(value, list):

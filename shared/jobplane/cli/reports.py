@@ -6,6 +6,7 @@ import json
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -15,6 +16,21 @@ from rich.table import Table
 from jobplane.cli.connect import UserError, client, cloud_errors, registry_options
 from jobplane.cli.params import DurationType
 from jobplane.views import cost, metricview
+
+if TYPE_CHECKING:  # annotations only: the CLI loads the decisions when a command runs
+    from jobplane.sdk.client import Budget
+
+
+def budget_lines(standings: list[Budget]) -> str:
+    """Each budget as spent of limit with a bar and its warn line, the owners over it marked with what happens to
+    their jobs."""
+    width = max(len(b.owner) for b in standings)
+    warn = sorted({b.warn_at for b in standings})
+    head = f"budgets (calendar month, UTC; '|' warn line at {', '.join(f'{w}%' for w in warn)}):\n"
+    return head + "".join(
+        f"  {b.owner:<{width}}  {cost.bar(b.percent, b.warn_at)}  {b.figures}"
+        f"{'  OVER BUDGET: ' + b.then if b.over else ('  WARNING: ' + b.then if b.level() != 'ok' else '')}\n"
+        for b in standings)
 
 
 @click.command(name="metrics")
@@ -124,8 +140,6 @@ def cost_cmd(since: int | None, by: str, as_json: bool, gpu_idle: bool, **conn: 
         table.add_row(row.group, str(row.jobs), f"{row.cost.instance_hours:.2f}", cost.money(row.cost), *idle_cell)
     Console().print(table)
     if budgets:
-        width = max(map(len, budgets))
-        click.echo("budgets (calendar month, UTC):\n" + "".join(
-            f"  {owner:<{width}}  {b.figures}\n" for owner, b in budgets.items()), nl=False)
+        click.echo(budget_lines(list(budgets.values())), nl=False)
     click.echo(f"estimated: instance time x hourly price{f' over the last {format_duration(since)}' if since else ''}"
                "; disks, addresses and transfer not included", err=True)

@@ -201,7 +201,8 @@ class Ec2Compute:
         if request.spot:
             params["InstanceMarketOptions"] = {
                 "MarketType": "spot",
-                "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
+                "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate",
+                                **({"MaxPrice": f"{request.max_price:.6f}"} if request.max_price is not None else {})},
             }
         placement: dict[str, str] = {}
         if request.zone and subnet is None:

@@ -255,6 +255,7 @@ class LaunchRequest:
     labels: tuple[tuple[str, str], ...] = ()
     name: str | None = None
     accelerator: tuple[str, int] | None = None  # GCE accelerator type and count to attach (N1 types); EC2: none
+    max_price: float | None = None  # EC2 Spot: USD an instance-hour the VMs may bill at most (the spec's max_price)
 
 
 class CapacityError(Exception):

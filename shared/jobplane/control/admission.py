@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -33,6 +33,8 @@ if TYPE_CHECKING:  # the sweep's listings (only the scheduled pass reclaims) and
     from jobplane.decide.model import Snapshot
     from jobplane.model.admission import AdmissionRecord, Reservation
     from jobplane.model.jobrecord import JobRecord
+    from jobplane.model.usage import AttemptUsage
+    from jobplane.store.registry import Registry
 
 log = logging.getLogger("jobplane.admission")
 
@@ -169,17 +171,13 @@ def _leave_order(objects: RootedStore, job_id: str) -> None:
 
 
 def _rate(record: JobRecord, policy: Policy) -> float | None:
-    """USD an hour the attempt's nodes will cost, estimated before any VM is asked for (jobplane.views.cost's
-    price for its first instance type: Spot's where the policy or the table gives it, else on-demand's, the most
-    it may cost). The attempt's end charges its budget with the price its launch recorded."""
-    from jobplane.views import cost  # the price table: only an admission estimates a rate
+    """USD an hour the attempt's nodes may cost, estimated before any VM is asked for: the dearest instance type and
+    market its spec may get (jobplane.model.prices.dearest). The check puts what its VMs run as in its place once it
+    sees them (`priced`), and the attempt's end charges its budget with the price its launch recorded."""
+    from jobplane.model import prices  # only an admission estimates a rate
 
-    spec = record.spec
-    kind = spec.instance_types[0]
-    price = cost.hourly_price(spec.cloud, kind, spot=spec.uses_spot, policy=policy)[0]
-    if price is None:
-        price = cost.hourly_price(spec.cloud, kind, spot=False, policy=policy)[0]
-    return None if price is None else round(price * spec.num_nodes, 6)
+    price = prices.dearest(record.spec, policy)
+    return None if price is None else round(price * record.spec.num_nodes, 6)
 
 
 def release(objects: RootedStore, record: JobRecord) -> None:
@@ -190,26 +188,43 @@ def release(objects: RootedStore, record: JobRecord) -> None:
         records.release(objects, record.owner, record.id)
 
 
-def reclaim(objects: RootedStore, snap: Snapshot, policy: Policy, now: datetime,
+def reclaim(objects: Registry, snap: Snapshot, policy: Policy, now: datetime, cloud: str,
             ) -> tuple[dict[str, set[str]], list[AdmissionRecord]]:
     """After a sweep: drop the reservations and waits no job keeps (its listings say which jobs hold nodes and
-    which are not yet ended), once past the grace; a deployment-wide record whose cap the policy no longer sets
-    stops counting as complete (a cap set again counts what runs then). One listing of admission/ and a GET per
-    record, a write per record that changes. Returns (key -> jobs reclaimed, the owners' records as they now
-    stand)."""
+    which are not yet ended), once past the grace, each dropped reservation's attempts charged to its owner's month
+    in the same write (decide.budget.reclaim_charge: job.json's usage, a GET of each such job's record); price each
+    owner's reservations by the VMs the cloud lists for them (decide.budget.repriced: a write the first time a check
+    sees an attempt's VMs); a deployment-wide record whose cap the policy no longer sets stops counting as complete
+    (a cap set again counts what runs then). One listing of admission/ and a GET per record, a write per record that
+    changes. Returns (key -> jobs reclaimed, the owners' records as they now stand)."""
     live = {job_id for job_id, markers in snap.active.items() if markers}
     holding = {job_id for job_id, markers in snap.active.items() if any(m.state in LIVE for m in markers)}
     holding |= {held.job_id for held in snap.held if held.until > now}
+    rates = budget.ran_rates(snap.instances, cloud, policy)
 
     capped = {keys.admission_family(f) for f in policy.max_active_by_family} | (
         {keys.ADMISSION_DEPLOYMENT} if policy.max_active_instances is not None else set())
+    usages: dict[str, Sequence[AttemptUsage] | None] = {}
+
+    def usage_of(job_id: str) -> Sequence[AttemptUsage] | None:
+        if job_id not in usages:
+            try:
+                usages[job_id] = objects.job(job_id).usage
+            except Exception:  # gone or unreadable: the reservation's own hours are charged instead
+                log.warning("%s: no readable job.json to charge its reclaimed reservation from", job_id,
+                            extra={"job_id": job_id})
+                usages[job_id] = None
+        return usages[job_id]
 
     def stale(key: str, record: AdmissionRecord) -> tuple[AdmissionRecord | None, tuple[set[str], AdmissionRecord]]:
         gone = decide.reclaimable(record, holding, live, now)  # decided again on each try: one admitted since stays
         uncapped = record.complete and key not in capped
-        if not gone and not uncapped:
+        owners = key.startswith(keys.ADMISSION_OWNERS)
+        priced = budget.repriced(record, rates) if owners and rates else record
+        if not gone and not uncapped and priced == record:
             return None, (gone, record)
-        kept = record.without(gone, waiting=False).model_copy(update={"waiting": tuple(  # a waiting job's leaked
+        charged = budget.reclaim_charge(priced, gone, usage_of, now) if owners and gone else priced
+        kept = charged.without(gone, waiting=False).model_copy(update={"waiting": tuple(  # a waiting job's leaked
             w for w in record.waiting if w.job_id not in gone or w.job_id in live),  # reservation goes, not its wait
             "complete": record.complete and not uncapped})
         return kept, (gone, kept)
@@ -282,6 +297,7 @@ def budget_notices(objects: RootedStore, lines: list[AdmissionRecord], policy: P
         except PreconditionFailed:  # another run told it
             continue
         log.info("budget of %s: %s (%s)", standing.owner, standing.figures, level)
-        out.append(notices.budget(standing.owner, level, standing.figures, warn_at=policy.budgets.warn_at_percent,
-                                  on_exceeded=policy.budgets.on_exceeded, month=month))
+        out.append(notices.budget(standing.owner, level, standing.figures, warn_at=standing.warn_at,
+                                  on_exceeded=standing.on_exceeded, month=month, then=standing.then,
+                                  spent=standing.spent, limit=standing.budget))
     return out

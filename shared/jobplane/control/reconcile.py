@@ -313,8 +313,8 @@ def settle_admissions(ctx: Context, snap: Snapshot | None, *, now: datetime, end
     except Exception:  # they go on at their backoff's retry
         log.exception("releasing the jobs waiting for %s failed", ended)
     try:
-        dropped, lines = admission.reclaim(ctx.registry, snap, ctx.policy, now) if snap is not None else \
-            ({}, admission.owners(ctx.registry))
+        dropped, lines = ({}, admission.owners(ctx.registry)) if snap is None else \
+            admission.reclaim(ctx.registry, snap, ctx.policy, now, ctx.cloud("price its VMs").cloud)
         launched = launcher.admit_in_order(ctx, lines, now)
         told = admission.budget_notices(ctx.registry, lines, ctx.policy, now) if ctx.notify is not None else []
     except Exception:  # the quotas wait for the next run; this run's own work is done

@@ -89,13 +89,15 @@ def cloud_request(reg: Registry, compute: Compute, snap: launch_decide.LaunchSna
         zone=step.zone, image=step.image, spot=step.spot, user_data=scripts[step.arch],
         max_runtime=policy.vm_lifetime(spec), disk_gb=spec.disk_gb, owner=record.owner,
         labels=tuple(sorted(spec.labels.items())), accelerator=step.accelerator,
+        max_price=spec.max_price if step.spot and spec.cloud == "aws" else None,  # EC2 holds a Spot VM to it
     )
 
 
 def attempt_usage(compute: Compute, request: LaunchRequest, instances: list[Instance], policy: Policy,
                   now: datetime) -> AttemptUsage:
     """What this attempt runs on and its hourly price (jobplane.views.cost): a Spot launch asks the cloud for the price
-    in effect now; a failed lookup never fails the launch, the price is then taken as the policy's or unknown."""
+    in effect now; a failed lookup never fails the launch, the price is then taken as the policy's, else (EC2) the
+    on-demand price, Spot's ceiling, or the max_price the launch bid when lower."""
     from jobplane.model.usage import AttemptUsage, InstanceSpan  # with the record's models, as history
     from jobplane.views import cost  # the price table: only a launch (or an adopted one) prices an attempt
 
@@ -108,7 +110,9 @@ def attempt_usage(compute: Compute, request: LaunchRequest, instances: list[Inst
             log.warning("Spot price of %s in %s: %s", request.instance_type, zone, exc,
                         extra={"job_id": request.job_id})
     price, source = cost.hourly_price(compute.cloud, request.instance_type, spot=request.spot, policy=policy,
-                                      observed_spot=observed)
+                                      observed_spot=observed, gpus=request.accelerator)
+    if price is not None and source == cost.SPOT_CEILING and request.max_price is not None:
+        price = min(price, request.max_price)  # EC2 bills this Spot VM the bid at most
     return AttemptUsage(attempt=request.attempt, instance_type=request.instance_type, zone=zone,
                         market="spot" if request.spot else "on-demand", price=price, price_source=source,
                         instances=[InstanceSpan(id=i.id, start=now) for i in instances])

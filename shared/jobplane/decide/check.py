@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from jobplane.clouds.base import Instance
+from jobplane.decide import job_cost
 from jobplane.decide.effects import (
     DeleteKeys,
     EndHold,
@@ -489,6 +490,7 @@ CHECKS: tuple[JobRule, ...] = (
     JobRule(Rule.RESUME_LAUNCH, _resume),
     JobRule(Rule.EARLY_STOP, _early_stopped),
     JobRule(Rule.IDLE_STOPPED, _idle_stopped),
+    job_cost.ENDED,
     JobRule(Rule.STOPPED, _stopped),
     JobRule(Rule.FINISHED, _finished, also=(Rule.RETRY,)),
     JobRule(Rule.RANK_FAILED, _rank_failed, also=(Rule.RETRY,)),
@@ -498,6 +500,7 @@ CHECKS: tuple[JobRule, ...] = (
     JobRule(Rule.LOST, _lost, _vms_missing, also=(Rule.RETRY,)),
     JobRule(Rule.BOOT_RETRY, _boot_timeout, also=(Rule.BOOT_FAILED,)),
     JobRule(Rule.STALLED, _stalled, _silent, also=(Rule.RETRY,)),
+    job_cost.RULE,
     JobRule(Rule.STOP_PEERS, _stop_peers),
     JobRule(Rule.LIMITS, _write_limits, _unmarked),
     JobRule(Rule.IDLE, _idle, _idle_unflagged),

@@ -139,7 +139,7 @@ def decide(snap: LaunchSnapshot, now: datetime) -> Step:
     if over:
         return backoff(record, policy, now, reason=over, error=over, cause=LaunchCause.OVER_QUOTA)
     if spent := snap.over_budget:  # a new job of an owner at its budget: refused, or it waits for the next month
-        if policy.budgets.on_exceeded == "refuse":
+        if policy.budgets.on_exceeded_for(record.owner) == "refuse":
             return Fail(f"refused: {spent}", LaunchCause.OVER_BUDGET)
         return backoff(record, policy, now, reason=spent, error=spent, cause=LaunchCause.OVER_BUDGET)
     if snap.agent_problem is not None:

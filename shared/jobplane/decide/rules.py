@@ -57,9 +57,12 @@ class Rule(StrEnum):
     FINISHED = "finished", Facts("{exited}")  # "every rank exited 0", or which rank exited with which code
     STOPPED = "stopped", Facts("stopped at the uptime cap ({cap})", "Timeouts", ENDS)  # every rank exited on the
     # uptime cap's stop request
+    COST_STOPPED = "max-cost", Facts("stopped at its max_cost: {spent} of {cap} (max_cost)", "CostStops", ENDS)
+    # every rank exited on the max_cost stop request, or the stop grace after it is over: FAILED
     EARLY_STOP = "early-stop", Facts("stopped: {why}{rank}")  # every rank exited, one on a stop_on match: FAILED
     IDLE_STOPPED = "idle-stopped", Facts("stopped for idle GPUs: {why}")  # on an idle-GPU stop request
     RANK_FAILED = "rank-failed", Facts("{exited}; ending the attempt (terminating rank {running})")
+    COST_STOP = "cost-stop", Facts("max_cost {cap} reached ({spent} so far): stop requested")  # checkpoint, stop
     STOP_PEERS = "stop-peers", Facts("rank {rank} stopped ({error}): asking rank {running} to stop")
     STARTED = "started", Facts("every rank has sent a heartbeat")  # LAUNCHING -> RUNNING
     RESUME_LAUNCH = "resume-launch", Facts("attempt {attempt} has no VM recorded {after} after its claim: resuming "

@@ -28,6 +28,7 @@ from jobplane.control.reconcile import Result
 from jobplane.decide.model import Rule
 from jobplane.model import keys
 from jobplane.model.jobrecord import JobRecord
+from jobplane.views.cost import usd
 
 # Reconciler rules worth a line, by the word a person would use; the others (limits, repairs, cleanups)
 # are bookkeeping.
@@ -36,7 +37,8 @@ VERBS: dict[str, str] = {
     Rule.TIMED_OUT: "capped", Rule.CAP_NO_JOB: "capped", Rule.ORPHAN: "reaped", Rule.STALLED: "stalled",
     Rule.BOOT_RETRY: "rerun", Rule.BOOT_FAILED: "failed", Rule.LOST_SPOT: "preempted", Rule.LOST: "lost",
     Rule.PREEMPTED: "preempted", Rule.RERUN: "rerun", Rule.RERUN_EXHAUSTED: "failed", Rule.EARLY_STOP: "failed",
-    Rule.STOP_PEERS: "stopping", Rule.IDLE: "idle", Rule.IDLE_STOPPED: "stalled",
+    Rule.STOP_PEERS: "stopping", Rule.IDLE: "idle", Rule.IDLE_STOPPED: "stalled", Rule.COST_STOP: "capped",
+    Rule.COST_STOPPED: "capped",
 }
 LAUNCHER_VERBS = {"launched": "launched", "waiting": "waiting", "failed": "failed", "rejected": "rejected",
                   "invalid": "rejected", "duplicate": "rejected"}
@@ -57,11 +59,17 @@ def notified_line(data: dict[str, Any]) -> str:
     """A notification as the topic's subscribers got it, in one line."""
     if data.get("event") == "idle-gpu":
         return line("notified", f"{data.get('job_id')} has idle GPUs: {data.get('reason')}")
+    event = str(data.get("event") or "")
+    if event.startswith("budget-"):  # an owner's budget: no job, no state
+        said = "has spent its budget" if event == "budget-exceeded" else \
+            f"has spent {data.get('warn_at_percent', '?')}% of its budget"
+        then = f"; {data['then']}" if data.get("then") else ""
+        return line("notified", f"{data.get('owner')} {said}: {data.get('figures')}{then}")
     runtime, cost = data.get("runtime_s"), data.get("cost_usd")
     if not isinstance(runtime, int):
         spent = "never launched"
     else:
-        spent = f"ran {runtime}s, " + (f"~${cost:.4f} estimated" if isinstance(cost, float | int) else "cost unknown")
+        spent = f"ran {runtime}s, " + (f"~{usd(cost)} estimated" if isinstance(cost, float | int) else "cost unknown")
     reason = f": {data['reason']}" if data.get("reason") else ""
     return line("notified", f"{data.get('job_id')} {data.get('state')}{reason} ({spent})")
 

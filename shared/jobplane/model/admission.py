@@ -41,11 +41,14 @@ class Reservation(BaseModel):
     submitted: datetime | None = None  # the job's submission: the order it waits in (None: records before it)
     priority: int = Field(0, ge=-1_000_000, le=1_000_000)  # its priority class's value (Policy.priority)
     deadline: datetime | None = None  # a waiting job's max_wait: no attempt starts after it (the backstop fails it)
-    rate: float | None = Field(None, ge=0, le=MAX_USD)  # USD an hour for all its nodes, estimated at its admission
+    rate: float | None = Field(None, ge=0, le=MAX_USD)  # USD an hour for all its nodes: estimated at its admission
+    # (the dearest type and market its spec may get), then what its VMs run as, once a check has seen them (`priced`)
+    priced: bool = False  # `rate` is its VMs' types and markets as the cloud lists them, at their prices
 
     def running_usd(self, now: datetime, since: datetime) -> float:
         """What it has cost since `since` while it holds its nodes (jobplane.views.cost's billing rule, its
-        admission standing in for its VMs' launch: the attempt's end charges what its VMs really ran)."""
+        admission standing in for its VMs' launch: the attempt's end, or the reclaim of a reservation its end did not
+        give back, charges what its VMs really ran)."""
         return (self.rate or 0.0) * billed_seconds(InstanceSpan(id=self.job_id, start=self.at), now, since) / 3600
 
     @property

@@ -37,6 +37,7 @@ from jobplane.model.yaml_input import load_document
 if TYPE_CHECKING:
     from jobplane.model.spec import JobSpec  # annotations only: reading the policy builds no spec model
 
+MAX_JOB_USD = 1e6  # a job's max_cost, and an instance-hour's max_price, at most
 GRACE = duration(DAY)  # the safety graces and the idle-GPU window: a day at most
 INSTANCE_TYPE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 NAME = text(2048)  # ids, names and ARNs (an IAM ARN is at most 2,048 characters)
@@ -147,9 +148,15 @@ class BudgetPolicy:
     # a new job of an owner at or past its budget: refuse (it ends FAILED with the figures) or wait in its owner's
     # line until the next month (or its max_wait)
     on_exceeded: str = checked(one_of("refuse", "wait"), "refuse")
+    # owner -> refuse or wait: an owner's own on_exceeded, over the deployment-wide one
+    on_exceeded_by_owner: dict[str, str] = checked(mapping(LABEL_KEY, one_of("refuse", "wait"), 1000), factory=dict)
 
     def limit(self, owner: str) -> float | None:
         return self.monthly_usd.get(owner)
+
+    def on_exceeded_for(self, owner: str) -> str:
+        """What happens to a new job of this owner at its budget: refuse or wait."""
+        return self.on_exceeded_by_owner.get(owner, self.on_exceeded)
 
 
 @dataclass(frozen=True)
@@ -188,10 +195,22 @@ class Policy:
     # Spot where the cloud gives none (GCE)
     prices: dict[str, float] = checked(mapping(INSTANCE_TYPE, number(0, 1e6), 10_000), factory=dict)
     spot_prices: dict[str, float] = checked(mapping(INSTANCE_TYPE, number(0, 1e6), 10_000), factory=dict)
+    # USD a job may cost in all (its attempts' instance time at their prices): a spec's max_cost, else this; at it the
+    # job is asked to stop (it checkpoints) and ends naming max_cost. Unset: no per-job cap
+    default_max_cost: float | None = checked(optional(number(0, MAX_JOB_USD, above=True)), None)
+    max_cost_ceiling: float | None = checked(optional(number(0, MAX_JOB_USD, above=True)), None)  # a spec's above
+    # it is refused
 
     # Effective per-job values: the spec wins, within the policy's ceiling.
     def max_runtime(self, spec: JobSpec) -> int:
         return min(spec.max_runtime or self.default_max_runtime, self.max_runtime_ceiling)
+
+    def max_cost(self, spec: JobSpec) -> float | None:
+        """USD the job may cost in all: its max_cost, else the policy's default, never over the ceiling (None: no
+        cap)."""
+        found = spec.max_cost if spec.max_cost is not None else self.default_max_cost
+        ceiling = self.max_cost_ceiling
+        return ceiling if found is None or (ceiling is not None and found > ceiling) else found
 
     def vm_lifetime(self, spec: JobSpec) -> int:
         """How long a VM may live, its own backstop (EC2: the bootstrap's shutdown; GCE: maxRunDuration): the
@@ -281,6 +300,7 @@ def check_against_policy(spec: JobSpec, policy: Policy) -> list[FieldError]:
         errors.append(FieldError("num_nodes", f"{spec.num_nodes} nodes can never fit the owner quota of "
                                               f"{policy.max_active_instances_per_owner} active instances"))
     errors += _priority_problems(spec, policy)
+    errors += _price_problems(spec, policy)
     cap = policy.max_active_instances
     if cap is not None and spec.num_nodes > cap:
         errors.append(FieldError("num_nodes", f"{spec.num_nodes} nodes can never fit the deployment's cap of {cap} "
@@ -299,6 +319,33 @@ def check_against_policy(spec: JobSpec, policy: Policy) -> list[FieldError]:
         errors.append(FieldError("array.max_parallel", f"{array.max_parallel} members of {spec.num_nodes} node(s) at "
                                                        f"once can never fit the owner quota of "
                                                        f"{policy.max_active_instances_per_owner} active instances"))
+    return errors
+
+
+def _price_problems(spec: JobSpec, policy: Policy) -> list[FieldError]:
+    """A cap on a job's cost over the policy's ceiling; an instance type and market priced above the spec's
+    max_price; and, for a job whose cost something limits (its owner's budget, a max_cost), a type and market nobody
+    prices (the policy's `prices` can)."""
+    from jobplane.model import prices
+
+    errors: list[FieldError] = []
+    ceiling = policy.max_cost_ceiling
+    if spec.max_cost is not None and ceiling is not None and spec.max_cost > ceiling:
+        errors.append(FieldError("max_cost", f"${spec.max_cost:,.2f} exceeds the policy ceiling of ${ceiling:,.2f} "
+                                             "(max_cost_ceiling)"))
+    offers = prices.offers(spec, policy)
+    for offer in offers:
+        if spec.max_price is not None and offer.price is not None and offer.price > spec.max_price \
+                and not prices.held_by_cloud(offer, spec.max_price):
+            errors.append(FieldError("max_price", f"{offer} costs ${offer.price:,.4f} an hour, above max_price "
+                                                  f"${spec.max_price:,.4f}"))
+    limited = [why for why, on in (("its owner's budget (budgets.monthly_usd)", policy.budgets.limit(spec.owner)),
+                                   ("max_cost", policy.max_cost(spec))) if on is not None]
+    unpriced = [str(o) for o in offers if o.price is None]
+    if limited and unpriced:
+        errors.append(FieldError("prices", f"{', '.join(unpriced)}: no price in the price table or the policy's "
+                                           f"prices, so {' and '.join(limited)} cannot count its cost; the platform "
+                                           "team can give one in config/policy.yaml (prices:, spot_prices:)"))
     return errors
 
 

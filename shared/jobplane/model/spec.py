@@ -288,6 +288,13 @@ class JobSpec(_Model):
     max_wait: Annotated[Duration, AtMost(MAX_WAIT)] | None = Field(
         None, description="total time to finish, counted from submission, including capacity waits and reruns: no "
                           "attempt starts after it; policy default if unset, never over its max_wait_ceiling")
+    max_cost: float | None = Field(
+        None, gt=0, le=1e6, description="USD the job may cost in all (instance time x price, every attempt): at it "
+                                        "the job is asked to stop, checkpoints and ends FAILED naming max_cost; policy "
+                                        "default if unset, never over its max_cost_ceiling")
+    max_price: float | None = Field(
+        None, gt=0, le=1e6, description="USD an instance-hour at most: an instance type or market priced above it "
+                                        "is refused, naming max_price")
     stall_timeout: Annotated[Duration, AtMost(MAX_STALL_TIMEOUT)] | None = Field(
         None, description="no heartbeat or no new output for this long")
     boot_timeout: Annotated[Duration, AtMost(MAX_BOOT_TIMEOUT)] | None = Field(

@@ -31,6 +31,7 @@ class StopBy(StrEnum):
     CHECK = "sweeper"  # the check: a rank stopped on a stop_on match, the others are asked to stop too
     DEBUG_HOLD = "debug-hold"  # a held attempt's other ranks: they stop, and their VMs stay up
     SWEEP = "sweep"  # a sweep's early-stop rule stopped the trial
+    MAX_COST = "max-cost"  # the check: the job's estimated cost reached its max_cost
     UNKNOWN = "unknown"  # the agent could not read the request (it stops all the same)
 
 

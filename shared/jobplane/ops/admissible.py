@@ -39,7 +39,7 @@ def dependency_problems(reg: Registry, spec: JobSpec, job_id: str, *, queued: bo
 def budget_problems(reg: Registry, spec: JobSpec, policy: Policy, now: datetime) -> list[FieldError]:
     """An owner at its budget whose new jobs the policy refuses (`budgets.on_exceeded: refuse`): the owner's admission
     record, one GET, only for an owner with a budget."""
-    if policy.budgets.on_exceeded != "refuse" or policy.budgets.limit(spec.owner) is None:
+    if policy.budgets.on_exceeded_for(spec.owner) != "refuse" or policy.budgets.limit(spec.owner) is None:
         return []
     over = budget.exceeded(spec.owner, admission.read(reg, keys.admission_owner(spec.owner))[0], policy, now)
     if over is None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from jobplane.decide.budget import Standing as Budget
+from jobplane.decide import budget as budget_decisions
 from jobplane.model.errors import FieldError, SpecError
 from jobplane.model.policy import Policy
 from jobplane.model.spec import parse_spec
@@ -41,6 +41,8 @@ ID_TRIES = 32  # fresh ids to draw when the ones drawn are being submitted by th
 # so two threads never upload code under one id (the registry's checks cannot see a submission in flight).
 _submitting: set[tuple[str, str]] = set()
 _submitting_lock = threading.Lock()
+
+Budget = budget_decisions.Standing  # an owner's spend this month against its budget (Client.budgets)
 
 
 def prepare(spec: str | os.PathLike[str] | Mapping[str, Any], *, code: str | os.PathLike[str] | None = None,

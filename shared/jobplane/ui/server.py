@@ -303,10 +303,12 @@ def create_app(client: sdk.Client, *, csrf_token: str | None = None,
         span = PERIODS.get(period, PERIODS["7d"])
         now = utcnow()
         rows = await run_in_threadpool(lambda: client.cost(by=group, since=now - span if span else None, now=now))
+        budgets = await run_in_threadpool(client.budgets, now=now)
         top = max((r.cost.usd for r in rows), default=0.0)
         return page("cost.html", rows=rows, by=by, label=label, period=period, periods=list(PERIODS),
                     groups=(*COST_GROUPS, "label"), top=top or 1.0,
-                    total=sum((r.cost for r in rows), cost.Cost()))
+                    total=sum((r.cost for r in rows), cost.Cost()), budgets=budgets, usd=cost.usd,
+                    scale=max([100.0, *(b.percent for b in budgets)]))
 
     return Starlette(middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts),
                                             www_redirect=False)], routes=[

@@ -8,6 +8,7 @@ estimate, and says so wherever it is shown.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -26,37 +27,37 @@ if TYPE_CHECKING:  # annotations only: the CLI's import builds no record or poli
     from jobplane.model.usage import AttemptUsage
 
 ESTIMATED = "estimated"
-# Where an attempt's hourly price came from.
-SPOT_HISTORY = "spot price history"
-TABLE = "price table"
-POLICY = "policy"
-UNKNOWN = "unknown"
+# Where an attempt's hourly price came from (jobplane.model.prices)
+SPOT_HISTORY, TABLE, POLICY, UNKNOWN = prices.SPOT_HISTORY, prices.TABLE, prices.POLICY, prices.UNKNOWN
+SPOT_CEILING = prices.SPOT_CEILING
 GROUPS = ("job", "owner", "label", "type", "market")  # and label:KEY
 
 
-def hourly_price(cloud: str, instance_type: str, *, spot: bool, policy: Policy,
-                 observed_spot: float | None = None) -> tuple[float | None, str]:
-    """(USD per instance-hour, where it came from) for one launch; (None, unknown) when nobody knows.
-
-    Spot: the cloud's price at launch, else the policy's spot_prices, else (GCE only) the table's on-demand
-    price times GCE_SPOT_FACTOR. On-demand: the policy's prices, else the table."""
-    if spot:
-        if observed_spot is not None:
-            return observed_spot, SPOT_HISTORY
-        if instance_type in policy.spot_prices:
-            return policy.spot_prices[instance_type], POLICY
-        if cloud == "gcp":
-            listed = _listed(cloud, instance_type, policy)
-            return (round(listed[0] * prices.GCE_SPOT_FACTOR, 6), TABLE) if listed else (None, UNKNOWN)
-        return None, UNKNOWN
-    return _listed(cloud, instance_type, policy) or (None, UNKNOWN)
+def hourly_price(cloud: str, instance_type: str, *, spot: bool, policy: Policy, observed_spot: float | None = None,
+                 gpus: tuple[str, int] | None = None) -> tuple[float | None, str]:
+    """(USD per instance-hour, where it came from) for one launch; (None, unknown) when nobody knows it
+    (jobplane.model.prices.hourly, with the policy's prices)."""
+    return prices.hourly(cloud, instance_type, spot=spot, book=policy, observed_spot=observed_spot, gpus=gpus)
 
 
-def _listed(cloud: str, instance_type: str, policy: Policy) -> tuple[float, str] | None:
-    if instance_type in policy.prices:
-        return policy.prices[instance_type], POLICY
-    table = prices.ON_DEMAND.get(cloud, {})
-    return (table[instance_type], TABLE) if instance_type in table else None
+def usd(amount: float) -> str:
+    """Dollars as people read them: '$1,234.56' from $10 up, else three significant digits ('$5.00', '$0.0520',
+    '$0.00173'), so a small amount is never '$0.00', which only nothing is."""
+    if amount == 0:
+        return "$0.00"
+    if abs(amount) >= 10:
+        return f"${amount:,.2f}"
+    digits = min(6, max(2, 2 - math.floor(math.log10(abs(amount)))))
+    return f"${amount:.{digits}f}"
+
+
+def bar(percent: float, warn_at: int, width: int = 20) -> str:
+    """A budget's spend as text: '[##########|###.....]', the '|' at the warn line, '>' past the end when over."""
+    filled = min(width, round(width * percent / 100))
+    mark = min(width - 1, round(width * warn_at / 100))
+    cells = ["#" if i < filled else "." for i in range(width)]
+    cells.insert(mark, "|")
+    return "[" + "".join(cells) + "]" + (">" if percent > 100 else "")
 
 
 @dataclass(frozen=True)

@@ -57,17 +57,19 @@ def idle(record: JobRecord, why: str, stopping: bool, now: datetime) -> Notice:
                   data)
 
 
-def budget(owner: str, level: str, figures: str, *, warn_at: int, on_exceeded: str, month: str) -> Notice:
+def budget(owner: str, level: str, figures: str, *, warn_at: int, on_exceeded: str, month: str,
+           then: str = "", spent: float | None = None, limit: float | None = None) -> Notice:
     """team-a has spent 82% of its budget: $412.10 of $500.00 this month (82%)."""
     if level == "exceeded":
         headline = f"{owner} has spent its budget: {figures}"
-        then = ("its new jobs are refused until next month" if on_exceeded == "refuse"
-                else "its new jobs wait until next month")
+        then = then or ("its new jobs are refused until next month" if on_exceeded == "refuse"
+                        else "its new jobs wait until next month")
     else:
         headline = f"{owner} has spent {warn_at}% of its budget: {figures}"
         then = "at 100% its new jobs are " + ("refused" if on_exceeded == "refuse" else "held until next month")
     text = f"{headline}\n{then} (budgets.on_exceeded: {on_exceeded}); estimated: instance time x hourly price\n" \
            f"spend by owner: jobplane cost --by owner\n"
     return Notice(f"jobplane: budget of {owner} {'spent' if level == 'exceeded' else f'at {warn_at}%'}", text,
-                  {"event": f"budget-{level}", "owner": owner, "month": month, "figures": figures,
-                   "on_exceeded": on_exceeded, "cost_basis": "estimated"})
+                  {"event": f"budget-{level}", "owner": owner, "month": month, "figures": figures, "then": then,
+                   "spent_usd": None if spent is None else round(spent, 6), "budget_usd": limit,
+                   "warn_at_percent": warn_at, "on_exceeded": on_exceeded, "cost_basis": "estimated"})

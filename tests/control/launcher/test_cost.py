@@ -172,19 +172,25 @@ def test_ls_describe_and_cost_show_the_estimates_and_sum_them_by_owner(moto_aws:
 def test_cost_shows_each_owners_spend_this_month_against_its_budget(moto_aws: MotoAws) -> None:
     now = datetime.now(UTC)
     t0 = max(now - timedelta(hours=2), month_start(now))  # in this month, however early in it the test runs
-    moto_aws.set_policy(f"aws:\n  default_image: {moto_aws.image}\nbudgets:\n  monthly_usd: {{bob: 5, carol: 50}}\n")
+    moto_aws.set_policy(f"aws:\n  default_image: {moto_aws.image}\nbudgets:\n  monthly_usd: {{bob: 1, carol: 50}}\n")
     launch(moto_aws, "od-1", ON_DEMAND, "bob", t0)
     finish(moto_aws, "od-1", 0, now)
     spent = 1.006 * max(60.0, (now - t0).total_seconds()) / 3600  # the table's g5.xlarge, as the row's estimate
 
     table = run("cost", "--by", "owner")
     assert table.exit_code == 0, table.output
-    assert "budgets (calendar month, UTC):" in table.stdout
-    assert f"  bob    ${spent:,.2f} of $5.00 this month ({100 * spent / 5:.0f}%)" in table.stdout
-    assert "  carol  $0.00 of $50.00 this month (0%)" in table.stdout
+    assert "budgets (calendar month, UTC; '|' warn line at 80%):" in table.stdout
+    bob = next(line for line in table.stdout.splitlines() if line.startswith("  bob "))
+    figures = f"${spent:,.2f} of $1.00 this month ({100 * spent:.0f}%)" if spent >= 1 else \
+        f"${spent:.3f} of $1.00 this month ({100 * spent:.0f}%)"
+    assert figures in bob, bob
+    if spent >= 1:  # over its budget: marked, with what happens to its jobs
+        assert "[################|####]>" in bob and "OVER BUDGET: new jobs refused until" in bob, bob
+    assert "  carol  [................|....]  $0.00 of $50.00 this month (0%)" in table.stdout
     (row,) = json.loads(run("cost", "--by", "owner", "--json").stdout)
     assert row["usd"] == pytest.approx(spent) and row["spent_this_month_usd"] == pytest.approx(spent)
-    assert (row["budget_usd"], row["budget_percent"]) == (5, round(100 * spent / 5, 2))
+    assert (row["budget_usd"], row["budget_percent"], row["warn_at_percent"]) == (1, round(100 * spent, 2), 80)
+    assert row["level"] == ("exceeded" if spent >= 1 else "warning" if spent >= 0.8 else "ok")
 
 
 def test_prices_come_from_the_cloud_the_policy_or_the_table() -> None:
@@ -193,7 +199,8 @@ def test_prices_come_from_the_cloud_the_policy_or_the_table() -> None:
     assert cost.hourly_price("aws", "g5.xlarge", spot=False, policy=policy) == (0.9, cost.POLICY)
     assert cost.hourly_price("aws", "g5.xlarge", spot=True, policy=policy, observed_spot=0.31) == \
         (0.31, cost.SPOT_HISTORY)
-    assert cost.hourly_price("aws", "g5.xlarge", spot=True, policy=policy) == (None, cost.UNKNOWN)
+    assert cost.hourly_price("aws", "g5.xlarge", spot=True, policy=policy) == (0.9, cost.SPOT_CEILING), \
+        "an EC2 Spot price nobody told us: its on-demand price, the most EC2 bills it (never nothing)"
     assert cost.hourly_price("gcp", "a2-highgpu-1g", spot=True, policy=policy) == (1.2, cost.POLICY)
     price, source = cost.hourly_price("gcp", "g2-standard-8", spot=True, policy=Policy())
     assert source == cost.TABLE and price == pytest.approx(0.85362 * 0.4)
