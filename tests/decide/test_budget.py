@@ -44,8 +44,8 @@ def test_levels_and_the_reason_carry_the_figures() -> None:
     spent = {50.0: budget.Level.OK, 80.0: budget.Level.WARNING, 100.0: budget.Level.EXCEEDED,
              512.0: budget.Level.EXCEEDED}
     for usd, level in spent.items():
-        assert budget.Standing("team-a", usd, 100).level() == level
-    over = budget.Standing("team-a", 512, 500)
+        assert budget.Budget("team-a", usd, 100).level() == level
+    over = budget.Budget("team-a", 512, 500)
     assert over.reason == "budget: $512.00 of $500.00 this month for team-a (budgets.monthly_usd)"
     assert over.figures == "$512.00 of $500.00 this month (102%)"
     assert budget.standing("team-b", AdmissionRecord(), policy(), NOW) is None, "no budget, no standing"
@@ -151,3 +151,14 @@ def test_the_check_prices_reservations_by_what_their_vms_run_as_and_the_reclaim_
     ran = [used(1, NOW - timedelta(hours=1), NOW - timedelta(minutes=30))]
     charged = budget.reclaim_charge(priced, {"a", "b"}, {"a": ran, "b": None}.get, NOW + timedelta(minutes=30))
     assert charged.spent == pytest.approx(0.5 * 6.0 + 0.5 * 7.0), "a: its usage; b: no record, its half hour at $7"
+
+
+def test_client_budgets_items_are_named_as_annotated() -> None:
+    """Issue 63: Client.budgets() items printed as `Standing(...)`, a queue type's name, while annotated Budget."""
+    import typing
+
+    from jobplane import sdk
+
+    assert typing.get_type_hints(sdk.Client.budgets)["return"] == list[sdk.Budget]
+    assert repr(budget.Budget("team-a", 5, 10)).startswith("Budget(owner='team-a'")
+    assert sdk.Budget is budget.Budget and sdk.Standing is not sdk.Budget

@@ -18,7 +18,7 @@ from jobplane.clouds.memory import MemoryStore
 from jobplane.clouds.pubsub import PubSubError, PubSubNotifier
 from jobplane.clouds.sns import SnsNotifier
 from jobplane.control.launcher import Outcome, Result, summary
-from jobplane.decide.budget import Standing
+from jobplane.decide.budget import Budget
 from jobplane.local.console import Console, ConsoleHandler, action_line, launcher_outcomes, notified_line
 from jobplane.local.ec2_runner import spot_warning, state_change
 from jobplane.local.pubsub_topic import PubSubTopic
@@ -87,7 +87,7 @@ def test_notifications_the_topic_delivers_are_one_line_each(reg: Registry) -> No
 def test_a_budget_notice_reads_well_through_the_topic_and_on_the_console() -> None:
     """Issue 59: a budget notice printed `notified None None (never launched)` (it has no job), and amounts under
     a cent showed as $0.00."""
-    over = Standing("team-a", 0.052, 0.05, 80, "wait", "2026-11")
+    over = Budget("team-a", 0.052, 0.05, 80, "wait", "2026-11")
     notice = budget("team-a", "exceeded", over.figures, warn_at=80, on_exceeded="wait", month="2026-11",
                     then=over.then, spent=over.spent, limit=over.budget)
     with mock_aws():
@@ -102,7 +102,7 @@ def test_a_budget_notice_reads_well_through_the_topic_and_on_the_console() -> No
         PubSubNotifier("projects/p/topics/jobs", emulator=pubsub.address).publish(notice)
         (pulled,) = pubsub.pull()
     assert notified_line(pulled) == notified_line(data), "Pub/Sub carries the same message"
-    warned = Standing("team-b", 8.5, 10, 80, "refuse", "2026-11")
+    warned = Budget("team-b", 8.5, 10, 80, "refuse", "2026-11")
     data = budget("team-b", "warning", warned.figures, warn_at=80, on_exceeded="refuse", month="2026-11").data
     assert notified_line(data) == "notified    team-b has spent 80% of its budget: $8.50 of $10.00 this month (85%); " \
                                   "at 100% its new jobs are refused"

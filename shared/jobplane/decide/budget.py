@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the records' models (pydantic): loaded where a run reads or
 
 
 @dataclass(frozen=True)
-class Standing:
+class Budget:
     owner: str
     spent: float  # USD this month so far
     budget: float  # USD a month
@@ -91,22 +91,22 @@ class Level(StrEnum):
     EXCEEDED = "exceeded"
 
 
-def standing(owner: str, record: AdmissionRecord, policy: Policy, now: datetime) -> Standing | None:
+def standing(owner: str, record: AdmissionRecord, policy: Policy, now: datetime) -> Budget | None:
     """The owner's spend against its budget (None: the policy gives it none)."""
     from jobplane.model.admission import month_of
 
     budget = policy.budgets.limit(owner)
-    return None if budget is None else Standing(owner, record.spend(now), budget, policy.budgets.warn_at_percent,
+    return None if budget is None else Budget(owner, record.spend(now), budget, policy.budgets.warn_at_percent,
                                                 policy.budgets.on_exceeded_for(owner), month_of(now))
 
 
-def exceeded(owner: str, record: AdmissionRecord, policy: Policy, now: datetime) -> Standing | None:
+def exceeded(owner: str, record: AdmissionRecord, policy: Policy, now: datetime) -> Budget | None:
     """The owner's standing when it is at or past its budget, else None."""
     found = standing(owner, record, policy, now)
     return found if found is not None and found.level() == Level.EXCEEDED else None
 
 
-def holds(want: Reservation, record: AdmissionRecord, policy: Policy, now: datetime) -> Standing | None:
+def holds(want: Reservation, record: AdmissionRecord, policy: Policy, now: datetime) -> Budget | None:
     """The owner's standing when its budget holds this job: a new one (that has not run) of an owner at its budget."""
     return None if want.ran else exceeded(want.owner, record, policy, now)
 
@@ -155,10 +155,10 @@ def open_lines(lines: list[AdmissionRecord], policy: Policy, now: datetime) -> l
             else r.model_copy(update={"waiting": tuple(w for w in r.waiting if w.ran)}) for r in lines]
 
 
-def to_tell(lines: list[AdmissionRecord], policy: Policy, now: datetime) -> list[tuple[Standing, Level]]:
+def to_tell(lines: list[AdmissionRecord], policy: Policy, now: datetime) -> list[tuple[Budget, Level]]:
     """The owners whose spend has reached a level worth telling (warning, exceeded) this month, from their
     records."""
-    out: list[tuple[Standing, Level]] = []
+    out: list[tuple[Budget, Level]] = []
     for record in lines:
         owner = record.whose()
         found = standing(owner, record, policy, now) if owner is not None else None

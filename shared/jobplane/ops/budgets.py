@@ -11,7 +11,7 @@ from jobplane.store import admission
 from jobplane.store.registry import Registry
 
 
-def standings(reg: Registry, now: datetime) -> list[budget.Standing]:
+def standings(reg: Registry, now: datetime) -> list[budget.Budget]:
     """Every owner the policy gives a budget, by name."""
     policy = reg.policy()
     out = []

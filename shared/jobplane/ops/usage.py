@@ -35,7 +35,7 @@ class OwnerUsage:
     waiting: int
     weight: float  # owner_weights (1 unless named)
     share: float | None  # nodes of the cap its weight gives it among the owners holding or waiting for nodes
-    budget: budget.Standing | None
+    budget: budget.Budget | None
 
     @property
     def per_weight(self) -> float:

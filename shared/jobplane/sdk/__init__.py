@@ -17,6 +17,7 @@ Every error it raises on purpose is a JobplaneError: JobNotFound, SweepNotFound,
 errors), Timeout, Refused (NotYours for another team's job), ConfigurationError (BackendError for the VM API).
 """
 
+from jobplane.decide.budget import Budget
 from jobplane.model.errors import FieldError
 from jobplane.model.metrics import Sample
 from jobplane.model.states import State
@@ -42,7 +43,7 @@ from jobplane.sdk.watch import Output, Watch
 from jobplane.views.jobview import JobView, Status
 
 __all__ = [
-    "Artifact", "BackendError", "Cancelled", "Checkpoint", "Client", "ConfigurationError", "FieldError", "InvalidSpec",
+    "Artifact", "BackendError", "Budget", "Cancelled", "Checkpoint", "Client", "ConfigurationError", "FieldError", "InvalidSpec",
     "Job", "JobExists", "JobNotFound", "JobView", "JobplaneError", "Lifetime", "LogLine", "Metric", "NotYours",
     "Output", "Refused", "Sample", "Standing", "State", "Status", "Stored", "Submission", "Sweep", "SweepNotFound",
     "TensorBoardCopy", "Timeout", "TrialRow", "UploadProgress", "Watch", "prepare",

@@ -42,7 +42,7 @@ ID_TRIES = 32  # fresh ids to draw when the ones drawn are being submitted by th
 _submitting: set[tuple[str, str]] = set()
 _submitting_lock = threading.Lock()
 
-Budget = budget_decisions.Standing  # an owner's spend this month against its budget (Client.budgets)
+Budget = budget_decisions.Budget  # an owner's spend this month against its budget (Client.budgets)
 
 
 def prepare(spec: str | os.PathLike[str] | Mapping[str, Any], *, code: str | os.PathLike[str] | None = None,
