@@ -43,8 +43,8 @@ from jobplane.sdk.watch import Output, Watch
 from jobplane.views.jobview import JobView, Status
 
 __all__ = [
-    "Artifact", "BackendError", "Budget", "Cancelled", "Checkpoint", "Client", "ConfigurationError", "FieldError", "InvalidSpec",
-    "Job", "JobExists", "JobNotFound", "JobView", "JobplaneError", "Lifetime", "LogLine", "Metric", "NotYours",
+    "Artifact", "BackendError", "Budget", "Cancelled", "Checkpoint", "Client", "ConfigurationError", "FieldError",
+    "InvalidSpec", "Job", "JobExists", "JobNotFound", "JobView", "JobplaneError", "Lifetime", "LogLine", "Metric", "NotYours",
     "Output", "Refused", "Sample", "Standing", "State", "Status", "Stored", "Submission", "Sweep", "SweepNotFound",
     "TensorBoardCopy", "Timeout", "TrialRow", "UploadProgress", "Watch", "prepare",
 ]
