@@ -45,6 +45,6 @@ from jobplane.views.jobview import JobView, Status
 __all__ = [
     "Artifact", "BackendError", "Budget", "Cancelled", "Checkpoint", "Client", "ConfigurationError", "FieldError",
     "InvalidSpec", "Job", "JobExists", "JobNotFound", "JobView", "JobplaneError", "Lifetime", "LogLine", "Metric",
-    "NotYours", "Output", "Refused", "Sample", "Standing", "State", "Status", "Stored", "Submission", "Sweep", "SweepNotFound",
-    "TensorBoardCopy", "Timeout", "TrialRow", "UploadProgress", "Watch", "prepare",
+    "NotYours", "Output", "Refused", "Sample", "Standing", "State", "Status", "Stored", "Submission", "Sweep",
+    "SweepNotFound", "TensorBoardCopy", "Timeout", "TrialRow", "UploadProgress", "Watch", "prepare",
 ]
