@@ -171,6 +171,18 @@ def _missing(account: str, partition: str, resource: str) -> bool:
         return True
 
 
+def _ssm_resource(response: Any, partition: str) -> str:
+    """The parameter an SSM request names, as IAM sees it (moto passes "*"); "*" for one that names none
+    (DescribeParameters, whose IAM has no resource-level permissions either)."""
+    try:
+        name = json.loads(response.body or "{}").get("Name")
+    except ValueError:
+        name = None
+    if not isinstance(name, str) or not name:
+        return "*"
+    return f"arn:{partition}:ssm:{response.region}:{response.current_account}:parameter/{name.lstrip('/')}"
+
+
 def enforce_sts_sessions() -> None:
     """Authenticate and authorize requests signed by STS-issued credentials (see the module's docstring)."""
     from urllib.parse import parse_qs, urlparse
@@ -196,6 +208,8 @@ def enforce_sts_sessions() -> None:
             action = f"s3:{self.data['Action']}" if s3 else request._action
             if action == "sts:GetCallerIdentity":
                 return None  # always allowed, as on AWS
+            if action.startswith("ssm:") and resource == "*":
+                resource = _ssm_resource(self, get_partition(self.region))
             role = [IAMPolicy(p)._policy_json for p in request._access_key.collect_policies()]
             policy = json.loads(session.policy) if session.policy else None
             context = _principal_tags(self.current_account, get_partition(self.region), session.role_arn)
