@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from jobplane.clouds.base import Compute, ObjectStore
+from jobplane.clouds.base import Compute, ObjectStore, SecretStore
 from jobplane.ops import jobs
 from jobplane.settings import Settings
 from jobplane.store.registry import Registry
@@ -58,6 +58,15 @@ def compute(settings: Settings, reg: Registry) -> Compute:
     from jobplane.clouds.aws import Ec2Compute
 
     return Ec2Compute(region=settings.region, deployment=settings.deployment)
+
+
+def secrets(settings: Settings) -> SecretStore:
+    """The deployment's secret store: SSM Parameter Store (clouds/aws_secrets.py) on AWS."""
+    if settings.cloud == "gcp":
+        raise BackendError("secrets on GCP (Secret Manager) are not built yet: see docs/operations.md#secrets")
+    from jobplane.clouds.aws_secrets import ssm_secrets
+
+    return ssm_secrets(settings.region, settings.deployment)
 
 
 def connect(settings: Settings, progress: Progress = no_progress) -> jobs.Backend:
