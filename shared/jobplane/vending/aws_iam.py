@@ -150,6 +150,12 @@ SUBMITTER_READ = ("jobs/*", "queue/*", "rejected/*", "sweeps/*", "admission/*", 
 SUBMITTER_DENIED = (*_LEGACY_DATA, "jobs/*/code/*")
 
 
+# a team's secrets (every piece, to write or delete) and their heads (to read): the deployment's tag is a hash of the
+# bucket's name, which a synth may not know yet
+SECRET_MEMBER_PATTERNS = (f"arn:*:ssm:*:*:parameter/jobplane/*/{OWNER}/*",
+                          f"arn:*:ssm:*:*:parameter/jobplane/*/{OWNER}/*/head")
+
+
 def submitter_statements(registry_arn: str, prefix: str) -> list[Statement]:
     """The stack's submitter policy (output SubmitterPolicyArn): what `jobplane submit`, `ls`, `queue`, `describe`,
     `logs`, `metrics`, `cost` and `cancel` need of a team member, and nothing of another team's data."""
@@ -174,11 +180,10 @@ def secret_member_statements() -> list[Statement]:
     """`jobplane secret set|ls|rm` for a team member: write and delete its own team's secrets, read their heads
     (which pieces are current: never a value), list every secret's name (DescribeParameters has no resource-level
     permissions). Never a piece: a value is read only by its jobs' sessions."""
-    own = f"arn:*:ssm:*:*:parameter/jobplane/*/{OWNER}/*"
+    own, heads = SECRET_MEMBER_PATTERNS
     return [{"Sid": "WriteTheTeamsSecrets", "Effect": "Allow", "Action": ["ssm:PutParameter", "ssm:DeleteParameter"],
              "Resource": own},
-            {"Sid": "ReadTheTeamsSecretHeads", "Effect": "Allow", "Action": "ssm:GetParameter",
-             "Resource": f"arn:*:ssm:*:*:parameter/jobplane/*/{OWNER}/*/head"},
+            {"Sid": "ReadTheTeamsSecretHeads", "Effect": "Allow", "Action": "ssm:GetParameter", "Resource": heads},
             {"Sid": "ListSecretNames", "Effect": "Allow", "Action": "ssm:DescribeParameters", "Resource": "*"}]
 
 
