@@ -160,3 +160,30 @@ def test_a_secret_the_job_may_not_read_fails_it_naming_the_field(tmp_path: Path)
         Agent(reg, Ec2Metadata(imds.url), config, environ=os.environ, power_off=lambda: None,
               secrets=MemorySecrets().get).run()
     assert "secrets: " in reg.get_json(keys.exit_report("sec-job", 1, 0))["error"]
+
+
+def test_a_tensorboard_text_summary_goes_up_masked_and_still_reads(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboardX import SummaryWriter
+
+    from jobplane.agent.tensorboard import EventUploader
+    from jobplane.model.keys import JobData
+
+    value = b"wandb-" + os.urandom(12).hex().encode()
+    logs = tmp_path / "tb"
+    with SummaryWriter(str(logs)) as writer:
+        writer.add_text("config", f"token={value.decode()} b64={base64.b64encode(value).decode()}", 1)
+        writer.add_scalar("loss", 0.5, 1)
+    reg = Registry(MemoryStore())
+    data = JobData("tb-job", "team-s")
+    EventUploader(reg, logs, data, 1, 0, redactor=lambda: Redactor([value])).sync()
+    (key,) = [k for k, _, _ in reg.listing(keys.tensorboard_prefix(data, 1, 0))]
+    uploaded = reg.get_bytes(key)
+    assert not leaks(uploaded, value) and value in next(logs.iterdir()).read_bytes()  # the VM's file untouched
+    copy = tmp_path / "copy" / "events.out.tfevents.1"
+    copy.parent.mkdir()
+    copy.write_bytes(uploaded)
+    events = list(EventFileLoader(str(copy)).Load())  # TensorBoard's reader checks each record's CRC
+    texts = [v.tensor.string_val[0] for e in events for v in e.summary.value if v.tag.startswith("config")]
+    assert texts and all(b"*" * len(value) in t for t in texts)
+    assert any(v.simple_value == 0.5 or v.tensor.float_val for e in events for v in e.summary.value if v.tag == "loss")

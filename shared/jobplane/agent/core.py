@@ -257,7 +257,8 @@ class Agent:
         self._keeper = keeper  # from now on the checkpointer thread uploads changes
         if record.spec.tensorboard is not None:  # and the TensorBoard thread the event files
             self._events = EventUploader(self.reg, self.layout.local(record.spec.tensorboard.log_dir), record.data,
-                                         run.attempt, run.rank, sleep=self.clock.sleep)
+                                         run.attempt, run.rank, sleep=self.clock.sleep,
+                                         redactor=lambda: self.out.redactor)
         env = self.environment.configure(run, record.spec, cluster)
         try:
             values = self._read_secrets(record.spec)

@@ -101,3 +101,52 @@ class Redactor:
                 if any(len(f) > len(tail) and f.startswith(tail) for f in self._forms):
                     return i
         return len(buf)
+
+
+# ---- binary files (TensorBoard event files): the same length masked, each TFRecord's checksum made again -------------
+def _crc32c_table() -> list[int]:
+    table = []
+    for n in range(256):
+        crc = n
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+        table.append(crc)
+    return table
+
+
+_CRC32C = _crc32c_table()
+
+
+def crc32c(data: bytes) -> int:
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = _CRC32C[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def masked_crc(data: bytes) -> int:
+    """TFRecord's checksum of a record's bytes (TensorFlow's masked CRC-32C)."""
+    crc = crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def mask_file(redactor: Redactor, data: bytes) -> bytes:
+    """A file's bytes with every form of a value overwritten by as many `*`: a protobuf's lengths still hold, and
+    each TFRecord (an event file's: length, its CRC, the record, its CRC) whose bytes changed gets its CRC again, so
+    TensorBoard reads the file as before, the text summaries masked. A file of another format keeps its layout."""
+    if redactor._pattern is None:
+        return data
+    masked = redactor._pattern.sub(lambda m: b"*" * len(m.group()), data)
+    if masked == data:
+        return data
+    out, pos = bytearray(masked), 0
+    while pos + 12 <= len(out):  # TFRecords one after another; stop at anything else (a cut last record too)
+        length = int.from_bytes(out[pos:pos + 8], "little")
+        end = pos + 12 + length + 4
+        if end > len(out) or masked_crc(bytes(out[pos:pos + 8])) != int.from_bytes(out[pos + 8:pos + 12], "little"):
+            break
+        body = bytes(out[pos + 12:pos + 12 + length])
+        if body != data[pos + 12:pos + 12 + length]:
+            out[end - 4:end] = masked_crc(body).to_bytes(4, "little")
+        pos = end
+    return bytes(out)
