@@ -1,9 +1,9 @@
-"""Issue 60's scenario on the local AWS cloud: a member of team-s sets a random secret; a job of team-s naming it
-prints it 1,000 times raw, base64, URL-encoded and inside JSON, and its sha256; the job saw the right value (its
-sha256 is in the logs), and no object of the bucket, `jobplane logs`, `describe --json`, `ls`, the dashboard's job
-page or the notifications hold it in any form. A member of team-t naming the same secret is refused at submit, and
-a drop of team-t written past submit runs a job whose credentials IAM refuses the secret: it fails naming the field
-and never prints it."""
+"""Issue 60's scenario on both local clouds (AWS: moto's Parameter Store; GCP: the Secret Manager fake): a member of
+team-s sets a random secret; a job of team-s naming it prints it 1,000 times raw, base64, URL-encoded and inside
+JSON, and its sha256; the job saw the right value (its sha256 is in the logs), and no object of the bucket,
+`jobplane logs`, `describe --json`, `ls`, the dashboard's job page or the notifications hold it in any form. A member
+of team-t naming the same secret is refused at submit, and a drop of team-t written past submit runs a job whose
+grant names team-t's secret of that name (none): it fails naming the field and never prints it."""
 
 from __future__ import annotations
 
@@ -42,7 +42,11 @@ def ended(cloud: CloudProcess, job_id: str) -> State:
     return State(reg.job(job_id).state)
 
 
-def test_only_the_owning_teams_job_reads_the_secret_and_nothing_shows_it(cloud: CloudProcess, tmp_path: Path) -> None:
+@pytest.mark.parametrize("which", ["cloud", "gcp"])
+def test_only_the_owning_teams_job_reads_the_secret_and_nothing_shows_it(request: pytest.FixtureRequest,
+                                                                         tmp_path: Path, which: str) -> None:
+    cloud: CloudProcess = request.getfixturevalue(which)
+    extra = {"cloud": "gcp", "instance_type": "e2-standard-2"} if which == "gcp" else {}
     value = ("hf_" + random.token_urlsafe(24)).encode()
     s, t = member(cloud, "team-s"), member(cloud, "team-t")
     done = subprocess.run([sys.executable, "-m", "jobplane.cli", "secret", "set", "hf-token", "--owner", "team-s"],
@@ -51,15 +55,17 @@ def test_only_the_owning_teams_job_reads_the_secret_and_nothing_shows_it(cloud: 
     refused = run_as(cloud, t, "secret", "set", "hf-token", "--owner", "team-s")  # IAM: not its team's
     assert refused.returncode != 0
     code = shell_code(tmp_path)
-    spec = write_spec(tmp_path, "reads", PRINTS, spot="false", owner="team-s", secrets="{HF_TOKEN: hf-token}")
+    spec = write_spec(tmp_path, "reads", PRINTS, spot="false", owner="team-s", secrets="{HF_TOKEN: hf-token}",
+                      **extra)
     submitted = run_as(cloud, s, "submit", str(spec), "--code", str(code))
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.split()[-1]
 
-    theirs = write_spec(tmp_path, "steals", PRINTS, spot="false", owner="team-t", secrets="{HF_TOKEN: hf-token}")
+    theirs = write_spec(tmp_path, "steals", PRINTS, spot="false", owner="team-t", secrets="{HF_TOKEN: hf-token}",
+                        **extra)
     refused = run_as(cloud, t, "submit", str(theirs), "--code", str(code))
     assert refused.returncode != 0 and "secrets.HF_TOKEN" in refused.stderr + refused.stdout
-    # past submit: a drop of team-t's own (its folder is its to write); the agent's read is IAM's to refuse
+    # past submit: a drop of team-t's own (its folder is its to write); the grant names team-t's hf-token, none
     cloud.registry().put(keys.queue_entry("steal", "team-t"), theirs.read_bytes())
 
     assert ended(cloud, job) == State.SUCCEEDED, (cloud.registry().job(job).reason, cli_ok(cloud, "logs", job)[-3000:])

@@ -84,8 +84,8 @@ Secrets = Callable[[str, str], bytes] | None
 
 
 def cloud_adapters(args: argparse.Namespace) -> tuple[Callable[[str], ObjectStore], Metadata, Login, Secrets]:
-    """(bucket -> store, metadata, container registry login, (owner, name) -> a secret's value, None where the
-    agent reads none: GCP's, and one without a vending URL) for the cloud; SDKs are imported only for the
+    """(bucket -> store, metadata, container registry login, (owner, name) -> a secret's value (None without a
+    vending URL) for the cloud; SDKs are imported only for the
     cloud in use. With a vending URL the registry's bucket is reached with the job's own credentials (refreshed
     before they expire), any other bucket (the platform's input data) and the cloud's container registry with
     the VM's identity."""
@@ -98,18 +98,19 @@ def cloud_adapters(args: argparse.Namespace) -> tuple[Callable[[str], ObjectStor
         from jobplane.clouds.gcs import GcsStore
 
         project, host = env("GOOGLE_CLOUD_PROJECT"), env(HOST_ENV)
-        job_credentials = None
+        job_credentials, gcp_secrets = None, None
         if args.vend_url:
-            from jobplane.clouds.gcp_vend import vended_credentials
+            from jobplane.clouds.gcp_vend import secret_reader, vended_credentials
 
             job_credentials = vended_credentials(args.vend_url, args.job, args.attempt, host)
+            gcp_secrets = secret_reader(job_credentials)  # the values the vend function's grant carries
 
         def gcs(bucket: str) -> ObjectStore:
             if job_credentials is not None and bucket == args.bucket:
                 return GcsStore(bucket, project=project, credentials=job_credentials)
             return GcsStore(bucket, project=project)
         metadata = GceMetadata(args.metadata_url, host=host)
-        return gcs, metadata, metadata.registry_login, None
+        return gcs, metadata, metadata.registry_login, gcp_secrets
     from jobplane.clouds.aws_ecr import ecr_login
     from jobplane.clouds.aws_imds import ENDPOINT_ENV, Ec2Metadata
     from jobplane.clouds.s3 import S3Store, s3_client

@@ -80,9 +80,10 @@ NEVER_SHIPPED = ("cli/", "sdk/", "ui/", "ops/backend.py", "boot/bundling.py", "l
                  "clouds/memory.py")
 # Each cloud's adapters: what is shipped for one cloud never carries the other's.
 ADAPTERS = {"aws": ("clouds/aws.py", "clouds/aws_ecr.py", "clouds/aws_imds.py", "clouds/aws_vend.py", "clouds/s3.py",
-                    "clouds/sns.py", "vending/aws_iam.py", "vending/aws.py"),
+                    "clouds/sns.py", "clouds/aws_secrets.py", "vending/aws_iam.py", "vending/aws.py"),
             "gcp": ("clouds/gcp.py", "clouds/gce_metadata.py", "clouds/gcs.py", "clouds/pubsub.py",
-                    "clouds/gce_identity.py", "clouds/gcp_vend.py", "clouds/gcs_downscope.py", "vending/gcp.py")}
+                    "clouds/gce_identity.py", "clouds/gcp_vend.py", "clouds/gcs_downscope.py", "clouds/gcp_secrets.py",
+                    "vending/gcp.py")}
 
 
 def shipped(rel: str, cloud: str) -> bool:

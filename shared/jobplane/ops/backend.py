@@ -61,9 +61,14 @@ def compute(settings: Settings, reg: Registry) -> Compute:
 
 
 def secrets(settings: Settings) -> SecretStore:
-    """The deployment's secret store: SSM Parameter Store (clouds/aws_secrets.py) on AWS."""
+    """The deployment's secret store: SSM Parameter Store (clouds/aws_secrets.py) on AWS, Secret Manager
+    (clouds/gcp_secrets.py) on GCP, with a person's token when JOBPLANE_GCS_TOKEN gives one."""
     if settings.cloud == "gcp":
-        raise BackendError("secrets on GCP (Secret Manager) are not built yet: see docs/operations.md#secrets")
+        from jobplane.clouds.gcp_secrets import secret_manager
+
+        if not settings.project:
+            raise BackendError("secrets on GCP need the project: set GOOGLE_CLOUD_PROJECT")
+        return secret_manager(settings.project, settings.deployment, settings.secrets_endpoint, settings.gcs_token)
     from jobplane.clouds.aws_secrets import ssm_secrets
 
     return ssm_secrets(settings.region, settings.deployment)
