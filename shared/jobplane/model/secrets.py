@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from jobplane.model.errors import FieldError
+
 # Short, so a session policy naming a job's secrets stays under AWS's 2,048 characters (vending.aws_iam).
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$"
 MAX_VALUE = 64 * 1024  # bytes of a value (the issue's bound; above SageMaker's 512 characters a variable)
@@ -71,3 +73,20 @@ def named(spec: Any) -> list[tuple[str, str]]:
 
 def unique(names: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(set(names)))
+
+
+def spec_problems(raw: dict[str, Any]) -> list[FieldError]:
+    """A secret's variable is neither reserved nor also in env:; a job names at most MAX_PER_JOB secrets."""
+    named, env = raw.get("secrets"), raw.get("env")
+    if not isinstance(named, dict):
+        return []
+    errors = [FieldError(f"secrets.{k}", "names starting with JOBPLANE_ are reserved")
+              for k in named if isinstance(k, str) and k.upper().startswith("JOBPLANE_")]
+    errors += [FieldError(f"secrets.{k}", f"{k} is in env: too; give it in one of them")
+               for k in named if isinstance(env, dict) and k in env]
+    container = raw.get("container")
+    auth = container.get("registry_auth") if isinstance(container, dict) else None
+    if len(named) + (1 if auth else 0) > MAX_PER_JOB:
+        errors.append(FieldError("secrets", f"a job reads at most {MAX_PER_JOB} secrets, "
+                                            "container.registry_auth included"))
+    return errors

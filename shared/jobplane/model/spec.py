@@ -486,24 +486,7 @@ def _cross_checks(raw: dict[str, Any]) -> list[FieldError]:
             for k in raw["env"]
             if isinstance(k, str) and k.upper().startswith("JOBPLANE_")
         ]
-    return errors + _secret_checks(raw)
-
-
-def _secret_checks(raw: dict[str, Any]) -> list[FieldError]:
-    """A secret's variable is neither reserved nor also in env:; a job names at most MAX_PER_JOB secrets."""
-    named, env = raw.get("secrets"), raw.get("env")
-    if not isinstance(named, dict):
-        return []
-    errors = [FieldError(f"secrets.{k}", "names starting with JOBPLANE_ are reserved")
-              for k in named if isinstance(k, str) and k.upper().startswith("JOBPLANE_")]
-    errors += [FieldError(f"secrets.{k}", f"{k} is in env: too; give it in one of them")
-               for k in named if isinstance(env, dict) and k in env]
-    container = raw.get("container")
-    auth = container.get("registry_auth") if isinstance(container, dict) else None
-    if len(named) + (1 if auth else 0) > secretspec.MAX_PER_JOB:
-        errors.append(FieldError("secrets", f"a job reads at most {secretspec.MAX_PER_JOB} secrets, "
-                                            "container.registry_auth included"))
-    return errors
+    return errors + secretspec.spec_problems(raw)
 
 
 def _clashes(raw: dict[str, Any]) -> list[FieldError]:
