@@ -262,9 +262,9 @@ NOT_SHIPPED = ("jobplane/local/", "jobplane/clouds/memory.py", "jobplane/clouds/
                "jobplane/ops/backend.py", "jobplane/boot/bundling.py", "jobplane/ui/", "jobplane/sdk/")
 OTHER_CLOUD = {"aws": ("jobplane/clouds/gcp.py", "jobplane/clouds/gcs.py", "jobplane/clouds/gce_metadata.py",
                        "jobplane/clouds/pubsub.py", "jobplane/clouds/gce_identity.py", "jobplane/clouds/gcp_vend.py",
-                       "jobplane/clouds/gcs_downscope.py", "jobplane/vending/gcp.py"),
+                       "jobplane/clouds/gcs_downscope.py", "jobplane/clouds/gcp_secrets.py", "jobplane/vending/gcp.py"),
                "gcp": ("jobplane/clouds/aws.py", "jobplane/clouds/aws_ecr.py", "jobplane/clouds/aws_imds.py",
-                       "jobplane/clouds/aws_vend.py",
+                       "jobplane/clouds/aws_vend.py", "jobplane/clouds/aws_secrets.py",
                        "jobplane/clouds/s3.py", "jobplane/clouds/sns.py", "jobplane/vending/aws_iam.py",
                        "jobplane/vending/aws.py")}
 

@@ -29,6 +29,7 @@ from cloudevents.http import CloudEvent
 
 from jobplane.clouds import gce_identity, gcs_downscope
 from jobplane.clouds.gcp import GceCompute
+from jobplane.clouds.gcp_secrets import SecretManager, secret_manager
 from jobplane.clouds.gcs import GcsStore
 from jobplane.clouds.pubsub import PubSubNotifier
 from jobplane.control import cancels, reconcile, scheduled
@@ -185,6 +186,12 @@ def _own_token(config: gcp_vending.VendConfig) -> str:
     return gcs_downscope.own_access_token()
 
 
+def _secret_store(settings: Settings, project: str) -> SecretManager:
+    """Secret Manager with the function's own identity (the local cloud's fake with the functions' token)."""
+    endpoint = os.environ.get("JOBPLANE_SECRETS_ENDPOINT") or None
+    return secret_manager(project, settings.deployment, endpoint, "jobplane-local-functions" if endpoint else None)
+
+
 @functions_framework.http
 def vend(request: flask.Request) -> flask.Response:
     env = environment()
@@ -196,7 +203,8 @@ def vend(request: flask.Request) -> flask.Response:
                                                  service_account=config.service_account,
                                                  certs_url=config.certs_url),
         vms=env.compute,
-        downscope=lambda scope: gcs_downscope.exchange(scope, _own_token(config), config.sts_url))
+        downscope=lambda scope: gcs_downscope.exchange(scope, _own_token(config), config.sts_url),
+        secrets=lambda owner, name: _secret_store(env.settings, config.project).get(owner, name))
     answer = gcp_vending.vend(request.get_json(silent=True), request.headers.get("Authorization"), config=config,
                               registry=env.registry, deployment=env.settings.deployment, cloud=cloud)
     response = flask.jsonify(answer.body)

@@ -259,6 +259,9 @@ class JobplaneControlPlane(Construct):
             acknowledge(job_policy, f"AwsSolutions-IAM5[Resource::<{self.bucket_id()}.Arn>/{prefix}{pattern}]",
                         f"Job ids and file names are chosen at run time; {pattern} confines the agent to that one "
                         "area of the registry, and each session policy to its own job's keys.")
+        acknowledge(job_policy, f"AwsSolutions-IAM5[Resource::{permissions.SECRET_PARAMETERS}]",
+                    "Secrets are named at run time; each session policy names exactly its job's secrets' parameters "
+                    "(jobplane/<deployment>/<owner>/<name>/*), and the role is assumed only with one.")
         vend_policy = iam.Policy(self, "VendPolicy", roles=[vend_role],
                                  statements=permissions.vend_statements(job_role, self.bucket, prefix))
         acknowledge(vend_policy, "AwsSolutions-IAM5[Resource::*]",
@@ -306,7 +309,12 @@ class JobplaneControlPlane(Construct):
                         f"{pattern}: job ids and file names are chosen at submit time; the owner part is the "
                         "principal's own tag, so a team writes only its own folders.")
         acknowledge(policy, "AwsSolutions-IAM5[Resource::*]",
-                    "ec2:DescribeInstances supports no resource-level permissions (describe shows a job's VMs).")
+                    "ec2:DescribeInstances and ssm:DescribeParameters support no resource-level permissions (describe "
+                    "shows a job's VMs; `secret ls` lists secrets' names, never a value).")
+        for arn in permissions.SECRET_MEMBER_PATTERNS:
+            acknowledge(policy, f"AwsSolutions-IAM5[Resource::{arn.replace('${', '<').replace('}', '>')}]",
+                        "A team's secrets are named at set time; the owner part is the principal's own tag, so a team "
+                        "writes only its own secrets and reads only their heads (which pieces are current), no value.")
         return policy
 
     def _dead_letter_queue(self) -> sqs.Queue:

@@ -135,6 +135,8 @@ def describe_statement() -> iam.PolicyStatement:
 # A team member's policy (jobplane.vending.aws_iam, shared with the local cloud): its tag names its team.
 OWNER_TAG = aws_iam.OWNER_TAG
 SUBMITTER_PATTERNS = aws_iam.SUBMITTER_WRITE + aws_iam.SUBMITTER_READ + aws_iam.SUBMITTER_DENIED
+SECRET_PARAMETERS = aws_iam.SECRET_PARAMETERS
+SECRET_MEMBER_PATTERNS = aws_iam.SECRET_MEMBER_PATTERNS
 
 
 def submitter_statements(bucket: s3.IBucket, prefix: str) -> list[iam.PolicyStatement]:

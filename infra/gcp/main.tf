@@ -28,13 +28,15 @@ locals {
     uptime_cap        = ["512M", 300]
   }
   apis = ["compute", "cloudfunctions", "run", "eventarc", "cloudscheduler", "cloudbuild", "artifactregistry",
-  "pubsub", "storage", "iam"]
+  "pubsub", "storage", "iam", "secretmanager"]
 
   # The deployment is its registry, bucket[/root] (Settings.deployment): every VM it launches is named
   # jobplane-<6 hex of its sha256>-<job>-a<attempt>-<rank> (clouds/gcp.py deployment_prefix), so the functions'
   # condition below reaches only this deployment's VMs, never another's in the same project.
   deployment     = local.root != "" ? "${local.bucket}/${local.root}" : local.bucket
   vm_name_prefix = "jobplane-${substr(sha256(local.deployment), 0, 6)}-"
+  # every secret of this deployment (jobplane.clouds.gcp_secrets): jobplane-<tag>-<owner>_S_<name>
+  secrets_prefix = "projects/${data.google_project.this.number}/secrets/jobplane-${substr(sha256(local.deployment), 0, 6)}-"
 
   # All a job VM's own service account may read in the registry: the agent bundles its startup script fetches
   # before the agent runs. Everything else the agent does with its job's credentials, which the vend function
@@ -384,6 +386,60 @@ resource "google_storage_bucket_iam_member" "submitters_list" {
   for_each = toset(distinct(flatten(values(var.submitters))))
   bucket   = google_storage_bucket.registry.name
   role     = google_project_iam_custom_role.submitters_list.name
+  member   = each.value
+}
+
+# ---- secrets (jobplane secret set|ls|rm; docs/operations.md#secrets) -------------------------------------------
+data "google_project" "this" {
+  project_id = var.project
+}
+
+# The vend function reads a job's secrets for it (a downscoped token reaches Cloud Storage only): this deployment's.
+resource "google_project_iam_member" "functions_secrets" {
+  project = var.project
+  role    = "roles/secretmanager.secretAccessor"
+  member  = google_service_account.functions.member
+  condition {
+    title       = "jobplane secrets"
+    description = "Read only this deployment's secrets"
+    expression  = "resource.name.startsWith('${local.secrets_prefix}')"
+  }
+}
+
+# A member sets, rotates and deletes its own team's secrets, never reads a value (no versions.access).
+resource "google_project_iam_custom_role" "submitters_secrets" {
+  role_id     = "jobplaneSubmittersSecrets"
+  title       = "jobplane submitters: their team's secrets"
+  description = "Create, rotate and delete secrets; never read a value."
+  permissions = ["secretmanager.secrets.create", "secretmanager.secrets.get", "secretmanager.secrets.update",
+    "secretmanager.secrets.delete", "secretmanager.versions.add", "secretmanager.versions.list",
+  "secretmanager.versions.destroy"]
+}
+
+resource "google_project_iam_member" "submitters_secrets" {
+  for_each = local.submitter_grants
+  project  = var.project
+  role     = google_project_iam_custom_role.submitters_secrets.name
+  member   = each.value.member
+  condition {
+    title       = "jobplane secrets of ${each.value.owner}"
+    description = "Only the secrets of owner ${each.value.owner}"
+    expression  = "resource.name.startsWith('${local.secrets_prefix}${each.value.owner}_S_')"
+  }
+}
+
+# `secret ls`: a listing cannot be held to a name (as the bucket's): names and labels of every secret, no value.
+resource "google_project_iam_custom_role" "submitters_secrets_list" {
+  role_id     = "jobplaneSubmittersSecretsList"
+  title       = "jobplane submitters: list secrets"
+  description = "List secrets' names and labels. Nothing that reads a value."
+  permissions = ["secretmanager.secrets.list"]
+}
+
+resource "google_project_iam_member" "submitters_secrets_list" {
+  for_each = toset(distinct(flatten(values(var.submitters))))
+  project  = var.project
+  role     = google_project_iam_custom_role.submitters_secrets_list.name
   member   = each.value
 }
 

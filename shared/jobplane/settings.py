@@ -40,6 +40,7 @@ class Settings:
     notify_topic: str | None = None
     project: str | None = None
     compute_endpoint: str | None = None
+    secrets_endpoint: str | None = None  # Secret Manager's API, or the local GCP cloud's fake of it
     pubsub_emulator: str | None = None
     vend_url: str | None = None
     gcs_token: str | None = field(default=None, repr=False)  # a credential: never in a log line
@@ -74,6 +75,7 @@ class Settings:
                    region=region or env("JOBPLANE_REGION") or fallback, cloud=cloud,
                    notify_topic=env("JOBPLANE_NOTIFY_TOPIC") or None, project=env("GOOGLE_CLOUD_PROJECT") or None,
                    compute_endpoint=env("JOBPLANE_COMPUTE_ENDPOINT") or None,
+                   secrets_endpoint=env("JOBPLANE_SECRETS_ENDPOINT") or None,
                    pubsub_emulator=env("PUBSUB_EMULATOR_HOST") or None, vend_url=env("JOBPLANE_VEND_URL") or None,
                    gcs_token=env("JOBPLANE_GCS_TOKEN") or None)
 

@@ -60,7 +60,7 @@ def test_identity_and_tags(imds: Imds) -> None:
 
 def test_the_agent_takes_the_endpoint_from_its_environment(imds: Imds, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds.url + "/")
-    _, metadata, _ = cloud_adapters(parse_args(["--cloud", "aws", "--bucket", "b", "--region", "us-east-1"]))
+    _, metadata, _, _ = cloud_adapters(parse_args(["--cloud", "aws", "--bucket", "b", "--region", "us-east-1"]))
     assert metadata.instance_id() == "i-0123456789abcdef0"
 
 

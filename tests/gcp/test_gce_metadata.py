@@ -42,7 +42,7 @@ def test_identity_tags_and_rank_from_the_name(server: MetadataFake) -> None:
 def test_the_agent_takes_the_server_from_gce_metadata_host(server: MetadataFake,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GCE_METADATA_HOST", server.host)
-    _, metadata, _ = cloud_adapters(parse_args(["--cloud", "gcp", "--bucket", "b"]))
+    _, metadata, _, _ = cloud_adapters(parse_args(["--cloud", "gcp", "--bucket", "b"]))
     assert metadata.instance_id() == "us-central1-b/train-1-a2-0003"
     assert GceMetadata(host=server.host).instance_id() == "us-central1-b/train-1-a2-0003"
 

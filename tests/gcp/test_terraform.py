@@ -150,7 +150,12 @@ def test_roles_are_the_least_each_identity_needs(tf: dict[str, dict[str, Any]]) 
     assert roles("functions") == {"roles/storage.objectUser", "roles/iam.serviceAccountUser",
                                   "${google_project_iam_custom_role.functions_compute.name}",
                                   "${google_project_iam_custom_role.functions_own_vms.name}",
-                                  "roles/eventarc.eventReceiver", "roles/run.invoker", "roles/pubsub.publisher"}
+                                  "roles/eventarc.eventReceiver", "roles/run.invoker", "roles/pubsub.publisher",
+                                  "roles/secretmanager.secretAccessor"}  # this deployment's secrets, for vend
+    secrets = tf["resource"]["google_project_iam_member.functions_secrets"]["condition"]
+    assert "resource.name.startsWith('${local.secrets_prefix}')" in str(secrets)
+    member = tf["resource"]["google_project_iam_custom_role.submitters_secrets"]["permissions"]
+    assert not [p for p in member if "access" in p]  # a team member never reads a value
     assert not [role for _, role in grants if role.startswith("roles/compute.")]  # no predefined Compute role
     assert roles("vms") == {"roles/logging.logWriter", "roles/storage.objectViewer", "roles/run.invoker",
                             "roles/artifactregistry.reader"}  # on the container_repositories listed only

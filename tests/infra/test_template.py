@@ -280,7 +280,9 @@ def test_job_role_has_no_ec2_no_iam_and_only_registry_reads_and_writes(synth: Sy
     sts = job_statements(synth)
     actions = {a for s in sts for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])}
     assert actions <= {"s3:GetObject", "s3:PutObject", "s3:PutObjectTagging", "s3:ListBucket", "s3:DeleteObject",
-                       "s3:AbortMultipartUpload"}
+                       "s3:AbortMultipartUpload", "ssm:GetParameter"}
+    # secrets: read only, and only the deployment's parameters (each session names exactly its job's)
+    assert [s["Resource"] for s in sts if "ssm:GetParameter" in s["Action"]] == ["arn:*:ssm:*:*:parameter/jobplane/*"]
     obj = f"<{bucket_id(synth)}.Arn>/"
     for key in ("jobs/j1/job.json", "jobs/j1/code/code.tar.gz", "code/team-a/j1.tar.gz",
                 "jobs/j1/checkpoints/step-100.pt", "jobs/j1/attempts/2/cluster.json", "jobs/j1/control/stop"):

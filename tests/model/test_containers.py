@@ -90,7 +90,7 @@ def test_the_json_schema_has_both_forms() -> None:
 
     prop = json_schema()["properties"]["container"]
     forms = prop["anyOf"]
-    assert forms[0]["type"] == "string" and set(forms[1]["properties"]) == {"image", "args"}
+    assert forms[0]["type"] == "string" and set(forms[1]["properties"]) == {"image", "args", "registry_auth"}
 
 
 def test_a_short_name_is_qualified_for_podman_and_the_registry_found() -> None:

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import boto3
@@ -21,61 +20,19 @@ import pytest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
-from jobplane.clouds.aws_local import LocalAws
 from jobplane.clouds.aws_vend import proof
 from jobplane.clouds.base import Scope
 from jobplane.decide.vend import MAX_CODE_NAME, Refusal, code_object, scope
-from jobplane.local.aws import CREDENTIALS, create_roles
 from jobplane.local.function_url import FunctionUrl, event
 from jobplane.local.imds import FakeImds, ImdsInstance
 from jobplane.model import keys
 from jobplane.model.keys import LABEL_KEY
 from jobplane.model.states import State
 from jobplane.vending import aws_iam
-from tests.decide.helpers import record
 from tests.helpers import LambdaContext
+from tests.vending.conftest import BUCKET, REGION, Cloud  # the fixture `cloud` is there
 
 pytestmark = pytest.mark.timeout(180)
-
-REGION = "us-east-1"
-BUCKET = "vend-registry"
-DATA = "datasets"
-
-
-@dataclass
-class Cloud:
-    aws: LocalAws
-    endpoint: str
-    vm_role: str
-    job_role: str
-    instances: dict[str, str]  # job -> its instance
-
-    def session(self, instance_id: str, role: str | None = None) -> dict[str, Any]:
-        return self.aws.role_session(role or self.vm_role, instance_id)
-
-    def put_record(self, job: str, state: State = State.RUNNING, attempt: int = 1) -> None:
-        rec = record(job, state, attempt, instances=[self.instances[job]], owner="team",
-                     code=f"s3://{BUCKET}/code/team/{job}.tar.gz")
-        self.aws.s3.put_object(Bucket=BUCKET, Key=f"jobs/{job}/job.json", Body=rec.model_dump_json().encode())
-
-
-@pytest.fixture
-def cloud(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Cloud:
-    aws = LocalAws(REGION, moto_endpoint, CREDENTIALS)
-    aws.create_bucket(BUCKET)
-    aws.create_bucket(DATA)
-    roles = create_roles(aws, BUCKET)
-    for name, value in {"JOBPLANE_BUCKET": BUCKET, "AWS_REGION": REGION, "JOBPLANE_ROOT": "", **roles.env()}.items():
-        monkeypatch.setenv(name, value)
-    found = Cloud(aws, moto_endpoint, roles.vm, roles.job, {})
-    for job in ("a", "b"):
-        found.instances[job] = aws.run(managed=True, job_id=job, attempt=1)
-        found.put_record(job)
-        for key in (f"teams/team/{job}/code/code.tar.gz", f"code/team/{job}.tar.gz",
-                    f"teams/team/{job}/checkpoints/step-1.pt"):
-            aws.s3.put_object(Bucket=BUCKET, Key=key, Body=b"x")
-    aws.s3.put_object(Bucket=DATA, Key="train/part-0", Body=b"data")
-    return found
 
 
 def ask(body: dict[str, Any] | str) -> tuple[int, dict[str, Any]]:

@@ -80,8 +80,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 Login = Callable[[str], tuple[str, str] | None]
 
 
-def cloud_adapters(args: argparse.Namespace) -> tuple[Callable[[str], ObjectStore], Metadata, Login]:
-    """(bucket -> store, metadata, container registry login) for the cloud; SDKs are imported only for the
+Secrets = Callable[[str, str], bytes] | None
+
+
+def cloud_adapters(args: argparse.Namespace) -> tuple[Callable[[str], ObjectStore], Metadata, Login, Secrets]:
+    """(bucket -> store, metadata, container registry login, (owner, name) -> a secret's value (None without a
+    vending URL) for the cloud; SDKs are imported only for the
     cloud in use. With a vending URL the registry's bucket is reached with the job's own credentials (refreshed
     before they expire), any other bucket (the platform's input data) and the cloud's container registry with
     the VM's identity."""
@@ -94,28 +98,35 @@ def cloud_adapters(args: argparse.Namespace) -> tuple[Callable[[str], ObjectStor
         from jobplane.clouds.gcs import GcsStore
 
         project, host = env("GOOGLE_CLOUD_PROJECT"), env(HOST_ENV)
-        job_credentials = None
+        job_credentials, gcp_secrets = None, None
         if args.vend_url:
-            from jobplane.clouds.gcp_vend import vended_credentials
+            from jobplane.clouds.gcp_vend import secret_reader, vended_credentials
 
             job_credentials = vended_credentials(args.vend_url, args.job, args.attempt, host)
+            gcp_secrets = secret_reader(job_credentials)  # the values the vend function's grant carries
 
         def gcs(bucket: str) -> ObjectStore:
             if job_credentials is not None and bucket == args.bucket:
                 return GcsStore(bucket, project=project, credentials=job_credentials)
             return GcsStore(bucket, project=project)
         metadata = GceMetadata(args.metadata_url, host=host)
-        return gcs, metadata, metadata.registry_login
+        return gcs, metadata, metadata.registry_login, gcp_secrets
     from jobplane.clouds.aws_ecr import ecr_login
     from jobplane.clouds.aws_imds import ENDPOINT_ENV, Ec2Metadata
     from jobplane.clouds.s3 import S3Store, s3_client
 
-    job_client = None
+    job_client, secrets = None, None
     if args.vend_url:
-        from jobplane.clouds.aws_vend import vended_s3_client
+        from jobplane.clouds.aws_secrets import SsmSecrets
+        from jobplane.clouds.aws_vend import vended_s3_client, vended_session
 
         deployment = Settings(args.bucket, args.root.strip("/")).deployment  # as the launcher tagged the VM
-        job_client = vended_s3_client(args.region, args.vend_url, args.job, args.attempt, deployment)
+        session = vended_session(args.region, args.vend_url, args.job, args.attempt, deployment)
+        job_client = vended_s3_client(args.region, args.vend_url, args.job, args.attempt, deployment, session)
+        ssm = functools.cache(lambda: SsmSecrets(session.client("ssm", region_name=args.region), deployment))
+
+        def secrets(owner: str, name: str) -> bytes:  # with the job's credentials: its session names them
+            return ssm().get(owner, name)
     # The instance's own client, made when first needed: with vended credentials only another bucket (a data
     # channel) needs it, and a client costs a tenth of a CPU second.
     instance_client = functools.cache(lambda: s3_client(args.region))
@@ -123,7 +134,7 @@ def cloud_adapters(args: argparse.Namespace) -> tuple[Callable[[str], ObjectStor
     def s3(bucket: str) -> ObjectStore:
         return S3Store(bucket, job_client if job_client is not None and bucket == args.bucket else instance_client(),
                        compiled=True)
-    return s3, Ec2Metadata(args.metadata_url or env(ENDPOINT_ENV)), ecr_login()
+    return s3, Ec2Metadata(args.metadata_url or env(ENDPOINT_ENV)), ecr_login(), secrets
 
 
 def command_power_off(command: str) -> Callable[[], None]:
@@ -149,10 +160,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                              checkpoint_settle=args.checkpoint_settle, checkpoint_freeze=args.checkpoint_freeze)
     except ValueError as exc:
         raise SystemExit(f"jobplane.agent: {exc}") from None
-    stores, metadata, registry_login = cloud_adapters(args)
+    stores, metadata, registry_login, secrets = cloud_adapters(args)
     registry = RootedStore(stores(args.bucket), args.root)
     agent = Agent(registry, metadata, config, environ=os.environ, power_off=command_power_off(args.poweroff_cmd),
-                  stores=stores, console=sys.stdout.buffer, registry_login=registry_login)
+                  stores=stores, console=sys.stdout.buffer, registry_login=registry_login, secrets=secrets)
     for sig in (signal.SIGTERM, signal.SIGINT):  # the VM shutting down (or ^C): stop the job, sync, report
         signal.signal(sig, agent.on_signal)
     return agent.run()

@@ -28,7 +28,7 @@ from typing import BinaryIO, TypeVar
 
 from pydantic import ValidationError
 
-from jobplane.agent import gpu
+from jobplane.agent import gpu, secretenv
 from jobplane.agent.background import Background
 from jobplane.agent.checkpoints import SETTLE
 from jobplane.agent.clock import SYSTEM, Clock
@@ -44,6 +44,7 @@ from jobplane.agent.tensorboard import EventUploader
 from jobplane.clouds.base import (
     TAG_ATTEMPT,
     TAG_JOB_ID,
+    AccessDenied,
     CredentialsRefused,
     Metadata,
     NotFound,
@@ -52,6 +53,7 @@ from jobplane.clouds.base import (
 from jobplane.model import keys, metrics, records
 from jobplane.model.bounds import format_duration
 from jobplane.model.metrics import EARLY_STOP
+from jobplane.model.secrets import SecretMissing
 from jobplane.model.spec import JobSpec
 from jobplane.store.registry import read_job
 from jobplane.store.rooted import RootedStore
@@ -116,10 +118,11 @@ class Agent:
                  gpu_utilization: Callable[[], float | None] = gpu.gpu_utilization,
                  gpu_readings: Callable[[], list[gpu.GpuReading]] = gpu.MACHINE.read,
                  registry_login: Callable[[str], tuple[str, str] | None] | None = None,
-                 clock: Clock = SYSTEM) -> None:
+                 secrets: Callable[[str, str], bytes] | None = None, clock: Clock = SYSTEM) -> None:
         self.reg, self.md, self.cfg, self.clock = registry, metadata, config, clock
         self.gpu_utilization, self.gpu_readings = gpu_utilization, gpu_readings
         self.power_off = power_off
+        self.secrets = secrets  # (owner, name) -> value, with the job's credentials (agent/secretenv.py)
         self.layout = Layout(config.ml_root)
         self.out = OutputLog(console, clock=clock)
         self.environment = Environment(registry, self.layout, self.out, environ=environ, supervise=self._supervise,
@@ -179,6 +182,7 @@ class Agent:
             log.exception("agent failed")
             outcome = Outcome(AGENT_ERROR, "exit", error=f"{type(exc).__name__}: {exc}")
             self.out.note(f"agent error: {outcome.error}")
+        secretenv.clean(run.job_id, run.rank)  # the job's file secrets outlive nothing of it
         self._stop_background.set()
         for thread in threads:
             thread.join(timeout=60)
@@ -253,9 +257,19 @@ class Agent:
         self._keeper = keeper  # from now on the checkpointer thread uploads changes
         if record.spec.tensorboard is not None:  # and the TensorBoard thread the event files
             self._events = EventUploader(self.reg, self.layout.local(record.spec.tensorboard.log_dir), record.data,
-                                         run.attempt, run.rank, sleep=self.clock.sleep)
+                                         run.attempt, run.rank, sleep=self.clock.sleep,
+                                         redactor=lambda: self.out.redactor)
         env = self.environment.configure(run, record.spec, cluster)
-        failed = self.environment.pull(run, record.spec) or self.environment.requirements(run, record.spec, env)
+        try:
+            values = self._read_secrets(record.spec)
+            env.update(secretenv.variables(record.spec, values,
+                                           lambda: secretenv.secrets_dir(run.job_id, run.rank)))
+            login = secretenv.registry_login(record.spec, values)
+        except secretenv.SecretError as exc:
+            self.out.note(str(exc))
+            return Outcome(AGENT_ERROR, "exit", error=str(exc))
+        failed = (self.environment.pull(run, record.spec, login)
+                  or self.environment.requirements(run, record.spec, env))
         if failed is not None:
             return failed
         for phase, command in (("setup", record.spec.setup), ("running", record.spec.run)):
@@ -267,6 +281,21 @@ class Agent:
             if outcome.reason != "exit" or outcome.code != 0:
                 return outcome
         return self._interrupt or Outcome(0, "exit")
+
+    def _read_secrets(self, spec: JobSpec) -> dict[str, bytes]:
+        """The spec's secrets, read before anything of the job runs, and redacted from all the output from then on."""
+        if not spec.secret_names:
+            return {}
+        if self.secrets is None:
+            raise secretenv.SecretError("secrets: this cloud's agent reads no secrets")
+        read = self.secrets
+        try:
+            values = self._retry("read secrets", lambda: secretenv.read_all(spec, read))
+        except (AccessDenied, SecretMissing) as exc:
+            raise secretenv.SecretError(f"secrets: {exc}") from None
+        self.out.redact_with(list(values.values()))
+        self.out.note(f"secrets: {', '.join(spec.secret_names)} read (redacted from the output)")
+        return values
 
     def _wait_cluster(self, run: Run) -> Cluster | None:
         deadline = self.clock.monotonic() + self.cfg.cluster_timeout
@@ -402,7 +431,8 @@ class Agent:
             self._try("preempted marker", lambda: self.reg.put_json(marker, records.PreemptedMarker(
                 attempt=run.attempt, rank=run.rank, notice=outcome.notice, instance_id=run.instance_id).body()))
         key = keys.exit_report(run.job_id, run.attempt, run.rank)
-        return self._try("exit report", lambda: self.reg.put_json(key, exit_report(run, outcome, ended).body()))
+        report = exit_report(run, outcome, ended, self.out.redactor.text)
+        return self._try("exit report", lambda: self.reg.put_json(key, report.body()))
 
     def _power_off(self) -> None:
         log.info("powering off")
@@ -417,7 +447,8 @@ class Agent:
             try:
                 return fn()
             except Exception as exc:
-                if attempt == self.cfg.retry_attempts or isinstance(exc, ValidationError | CredentialsRefused):
+                final = ValidationError | CredentialsRefused | AccessDenied | SecretMissing
+                if attempt == self.cfg.retry_attempts or isinstance(exc, final):
                     raise  # not a blip
                 log.warning("%s failed (try %d): %s", what, attempt, exc)
                 self.clock.sleep(min(30.0, self.cfg.retry_pause * 2 ** (attempt - 1)))
@@ -439,14 +470,16 @@ class Agent:
         return False
 
 
-def exit_report(run: Run, outcome: Outcome, ended: datetime) -> records.ExitReport:
-    """The node's exit report: who asked it to stop and why only when it stopped (stop_reason only with a `by`)."""
+def exit_report(run: Run, outcome: Outcome, ended: datetime,
+                redact: Callable[[str], str] = lambda text: text) -> records.ExitReport:
+    """The node's exit report: who asked it to stop and why only when it stopped (stop_reason only with a `by`).
+    Its texts redacted (the job's secrets: the functions quote them in reasons and notifications), then cut."""
     stopped = outcome.reason == "stopped"
     cut = records.MAX_TEXT  # a report stays within what a check reads (records.MAX_FACT_BYTES)
     return records.ExitReport(code=outcome.code, started_at=run.started_at, ended_at=ended, reason=outcome.reason,
-                              instance_id=run.instance_id, error=outcome.error[:cut] if outcome.error else None,
+                              instance_id=run.instance_id, error=redact(outcome.error)[:cut] if outcome.error else None,
                               stopped_by=outcome.stopped_by if stopped else None,
-                              stop_reason=outcome.stop_reason[:cut] if stopped and outcome.stopped_by
+                              stop_reason=redact(outcome.stop_reason)[:cut] if stopped and outcome.stopped_by
                               and outcome.stop_reason else None,
                               notice=outcome.notice or None)
 

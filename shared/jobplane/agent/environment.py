@@ -22,6 +22,7 @@ from jobplane.agent.layout import Cluster, Layout, hyperparameters_file, resourc
 from jobplane.agent.output import OutputLog
 from jobplane.agent.process import UserProcess
 from jobplane.agent.run import AGENT_ERROR, Outcome, Run
+from jobplane.agent.secretenv import dir_path
 from jobplane.agent.transfer import Moved, fetch, fetch_tarball, keys_under
 from jobplane.clouds.base import NotFound, ObjectStore
 from jobplane.model import containers, keys
@@ -102,9 +103,11 @@ class Environment:
             return self.container.phase(command, self.layout.code_dir, env, self.out)
         return UserProcess(command, self.layout.code_dir, env, self.out)
 
-    def pull(self, run: Run, spec: JobSpec) -> Outcome | None:
-        """The job's container image, pulled before anything runs in it: with the VM's identity where the
-        cloud's registry wants one (registry_login), else anonymously. A failure ends the job naming the field."""
+    def pull(self, run: Run, spec: JobSpec, auth: tuple[str, str] | None = None) -> Outcome | None:
+        """The job's container image, pulled before anything runs in it: with `container.registry_auth`'s user and
+        token (auth), else with the VM's identity where the cloud's registry wants one (registry_login), else
+        anonymously. The token goes on the login's stdin, never its command line. A failure ends the job naming
+        the field."""
         if spec.container is None:
             return None
         image = containers.normalize(spec.container.image)
@@ -114,11 +117,12 @@ class Environment:
                                      " use an image with one (the GPU images ship docker) or bake it into yours")
         run.phase = "pulling"
         host = containers.registry_host(image)
-        login = self.registry_login(host) if self.registry_login is not None else None
+        login = auth or (self.registry_login(host) if self.registry_login is not None else None)
         if login is not None:
             done = subprocess.run(containers.login_argv(runtime, host, login[0]), input=login[1].encode(),
                                   capture_output=True, timeout=120, check=False)
-            self.out.note(f"container: logged in to {host} with this VM's identity (exit {done.returncode})")
+            whose = "container.registry_auth" if auth else "this VM's identity"
+            self.out.note(f"container: logged in to {host} with {whose} (exit {done.returncode})")
             if done.returncode != 0:
                 return self._agent_error(f"container.image: could not log in to {host}: "
                                          f"{done.stderr.decode(errors='replace').strip()[:300]}")
@@ -136,7 +140,9 @@ class Environment:
         self.container = Container(runtime, image, containers.name_for(run.job_id, run.attempt, run.rank),
                                    tuple(spec.container.args),
                                    _outermost([lay.ml_root, lay.local(spec.checkpoint_dir),
-                                               lay.local(spec.artifacts_dir)]), gpu.gpu_count(),
+                                               lay.local(spec.artifacts_dir),
+                                               *[d for d in [dir_path(run.job_id, run.rank)] if d.is_dir()]]),
+                                   gpu.gpu_count(),
                                    self.environ.get("PATH", os.defpath))
         return None
 

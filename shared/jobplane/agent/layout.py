@@ -131,8 +131,10 @@ def hyperparameter_env(spec: JobSpec) -> dict[str, str]:
 
 def user_env(*, spec: JobSpec, job_id: str, attempt: int, rank: int, cluster: Cluster, layout: Layout,
              num_gpus: int, num_cpus: int, base: dict[str, str]) -> dict[str, str]:
-    """The user process's environment: base (the agent's), the spec's env, then ours (ours win)."""
-    env = {**base, "PYTHONUNBUFFERED": "1", **spec.env}
+    """The user process's environment: base (the agent's), the experiment trackers' defaults, the spec's env,
+    then ours (ours win). WANDB_RUN_ID is the job's id (a sweep trial's or an array member's own) and WANDB_RESUME
+    allow, unless the spec sets them: a W&B run goes on across Spot reruns instead of starting anew."""
+    env = {**base, "PYTHONUNBUFFERED": "1", "WANDB_RUN_ID": job_id, "WANDB_RESUME": "allow", **spec.env}
     hosts = list(cluster.hosts)
     env.update({
         "JOBPLANE_JOB_ID": job_id,

@@ -1,5 +1,7 @@
 """The user process's output: echoed to the agent's console as it arrives, buffered for log chunks, and read
-for metric points and stop rules (jobplane.model.metrics) on the way."""
+for metric points and stop rules (jobplane.model.metrics) on the way. With the job's secret values given
+(`redact_with`), all of it is redacted first (jobplane.agent.redact): the console, the chunks, the points, the last
+line an exit report may quote."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import BinaryIO
 
+from jobplane.agent.redact import Redactor
 from jobplane.model import metrics
 
 
@@ -27,6 +30,12 @@ class OutputLog:
         self.step: int | None = None  # the last one seen goes into the heartbeat
         self._output_seq = 0  # bumps on every user line; the output mark compares it
         self.last_line = ""  # the last line printed: why a tool the agent ran failed, for the exit report
+        self.redactor = Redactor(())
+
+    def redact_with(self, values: list[bytes]) -> None:
+        """Redact these values from now on (before the user process starts: nothing printed before held them)."""
+        with self._lock:
+            self.redactor = Redactor(values)
 
     def watch(self, extractor: metrics.Extractor, on_stop: Callable[[str], None]) -> None:
         """Read the job's metrics with extractor from now on; on_stop(why) is called, from the thread that
@@ -38,23 +47,26 @@ class OutputLog:
         """A line the user process printed."""
         now = self._clock()
         with self._lock:
-            extractor, on_stop = self._extractor, self._on_stop
-        points, stop = extractor.line(line.decode(errors="replace"))  # one pump thread at a time calls this
+            extractor, on_stop, redactor = self._extractor, self._on_stop, self.redactor
+            shown = redactor.feed(line)  # a value cut across lines is whole here; the chunks get this stream
+        text = redactor.redact(line).decode(errors="replace")
+        points, stop = extractor.line(text)  # one pump thread at a time calls this
         with self._lock:
-            self._pending.append(line)
+            self._pending.append(shown)
             self.last_output_at = now
             self._output_seq += 1
-            self.last_line = line.decode(errors="replace").strip()
+            self.last_line = text.strip()
             self.step = extractor.step
             self._points += [metrics.encode(p, now) for p in points]
-        self._echo(line)
+        self._echo(shown)
         if stop is not None and on_stop is not None:
             on_stop(stop)
 
     def note(self, text: str) -> None:
         """A line from the agent itself (kept in the job's logs, not counted as user output)."""
-        line = f"[jobplane-agent {self._clock():%H:%M:%S}] {text}\n".encode()
-        with self._lock:
+        with self._lock:  # what the user's output held back ends here: a note is never part of a value
+            line = self.redactor.flush() + self.redactor.redact(
+                f"[jobplane-agent {self._clock():%H:%M:%S}] {text}\n".encode())
             self._pending.append(line)
         self._echo(line)
 

@@ -5,16 +5,19 @@ checkpoint is: each sync uploads every file whose size, mtime or inode changed s
 to teams/<owner>/<id>/tensorboard/<attempt>/<rank>/<path under log_dir>. A copy taken mid-append ends in a cut record,
 which TensorBoard's reader stops at and reads past once the next sync replaces it; the final sync (at the end
 and at a preemption, after the job's processes are gone) leaves every file whole. Uploads reuse
-agent/transfer.py's parallel, retried transfers.
+agent/transfer.py's parallel, retried transfers. With the job's secrets known (`redactor`), a file holding any form of
+one goes up masked (agent/redact.mask_file: TensorBoard text summaries included), the file on the VM untouched.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from jobplane.agent.redact import Redactor, mask_file
 from jobplane.agent.transfer import Moved, Sleep, Stat, parallel, retried, scan, workers
 from jobplane.model import keys
 from jobplane.store.rooted import RootedStore
@@ -28,6 +31,7 @@ class EventUploader:
     attempt: int
     rank: int
     sleep: Sleep = time.sleep
+    redactor: Callable[[], Redactor] = lambda: Redactor(())  # the job's secrets', once read (OutputLog.redactor)
     sent: dict[str, Stat] = field(default_factory=dict)  # what each file was when it last went up
 
     def sync(self) -> Moved:
@@ -38,6 +42,11 @@ class EventUploader:
 
         def upload(rel: str) -> int:
             path = self.local / rel
+            redactor = self.redactor()
+            if redactor:  # read whole to be masked: only a job with secrets pays for it
+                data = mask_file(redactor, path.read_bytes())
+                retried(f"upload {rel}", lambda: store.put(prefix + rel, data), sleep=self.sleep)
+                return len(data)
             retried(f"upload {rel}", lambda: store.upload_file(prefix + rel, path), sleep=self.sleep)
             return changed[rel][0]
 

@@ -34,9 +34,9 @@ from jobplane.model import images
 REQUIREMENTS = {"aws": ("pydantic", "PyYAML", "boto3", "awscrt", "uv"),
                 "gcp": ("pydantic", "PyYAML", "google-cloud-storage", "uv")}
 PLATFORMS = {images.X86_64: "manylinux2014_x86_64", images.AARCH64: "manylinux2014_aarch64"}
-# The agent talks to S3; STS and SSO serve botocore's credential chain. The other ~400 models (28 MB,
-# 2,900 files) would only slow every boot's unpacking.
-BOTOCORE_SERVICES = frozenset({"s3", "sts", "sso", "sso-oidc"})
+# The agent talks to S3, and to SSM for a job's secrets (176 KB); STS and SSO serve botocore's credential chain.
+# The other ~400 models (28 MB, 2,900 files) would only slow every boot's unpacking.
+BOTOCORE_SERVICES = frozenset({"s3", "ssm", "sts", "sso", "sso-oidc"})
 KEEP_SCRIPTS = frozenset({"uv"})  # site/bin/: other packages' console scripts are of no use to the agent
 PACKAGE = Path(__file__).resolve().parents[1]  # the jobplane package every bundle carries
 MTIME = 1_577_836_800  # 2020-01-01: fixed, so the same inputs give the same bytes (and sha256)
@@ -80,9 +80,10 @@ NEVER_SHIPPED = ("cli/", "sdk/", "ui/", "ops/backend.py", "boot/bundling.py", "l
                  "clouds/memory.py")
 # Each cloud's adapters: what is shipped for one cloud never carries the other's.
 ADAPTERS = {"aws": ("clouds/aws.py", "clouds/aws_ecr.py", "clouds/aws_imds.py", "clouds/aws_vend.py", "clouds/s3.py",
-                    "clouds/sns.py", "vending/aws_iam.py", "vending/aws.py"),
+                    "clouds/sns.py", "clouds/aws_secrets.py", "vending/aws_iam.py", "vending/aws.py"),
             "gcp": ("clouds/gcp.py", "clouds/gce_metadata.py", "clouds/gcs.py", "clouds/pubsub.py",
-                    "clouds/gce_identity.py", "clouds/gcp_vend.py", "clouds/gcs_downscope.py", "vending/gcp.py")}
+                    "clouds/gce_identity.py", "clouds/gcp_vend.py", "clouds/gcs_downscope.py", "clouds/gcp_secrets.py",
+                    "vending/gcp.py")}
 
 
 def shipped(rel: str, cloud: str) -> bool:
@@ -236,7 +237,7 @@ def local_variant(cloud: str, cache: Path) -> tuple[Path, Variant]:
     """This machine's bundle (path, manifest entry), built once per set of inputs and kept under cache (the
     local cloud's, jobplane.local.cache_dir)."""
     versions = [f"{d.metadata['Name']}=={d.version}" for d in _closure(REQUIREMENTS[cloud])]
-    key = digest([cloud, sys.version, host_architecture(), *versions,
+    key = digest([cloud, sys.version, host_architecture(), *versions, *sorted(BOTOCORE_SERVICES),
                   *(f"{p.relative_to(PACKAGE)}\n".encode() + p.read_bytes() for p in package_files(cloud))])
     out = atomic_build(cache / "bundles" / key, lambda tmp: _write_single(tmp, cloud))
     (variant,) = agent_bundle.parse_manifest((out / agent_bundle.MANIFEST).read_bytes())

@@ -3,15 +3,16 @@
 The group and its entry point. The commands live by what they work on: specs.py (spec files, no registry),
 jobs.py (a job's life: submit, ls, describe, logs, wait, cancel), queue.py (queue, policy: the quotas, the waiting
 jobs, the policy in force), sweeps.py (`sweep ls|describe|cancel`, an array's describe and ls line), reports.py
-(metrics, cost), ssh.py (a shell in a job's VM) and jobplane.local.cli (`jobplane local`, the local cloud);
-connect.py is how they reach the registry, follow.py how they follow a job, params.py their option types.
+(metrics, cost), secrets.py (`secret set|ls|rm`), ssh.py (a shell in a job's VM) and jobplane.local.cli
+(`jobplane local`, the local cloud); connect.py is how they reach the registry, follow.py how they follow a
+job, params.py their option types.
 """
 
 from __future__ import annotations
 
 import click
 
-from jobplane.cli import files, jobs, queue, reports, specs, ssh, sweeps
+from jobplane.cli import files, jobs, queue, reports, secrets, specs, ssh, sweeps
 from jobplane.cli.tensorboard import tensorboard
 from jobplane.cli.ui import ui
 from jobplane.local.cli import local
@@ -34,7 +35,7 @@ def cli() -> None:
 
 for command in (specs.validate, specs.schema, jobs.submit, jobs.ls_cmd, queue.queue_cmd, queue.policy_cmd,
                 jobs.describe, jobs.logs, jobs.wait, jobs.cancel, files.checkpoints, sweeps.sweep, reports.metrics_cmd,
-                reports.cost_cmd, tensorboard, ssh.ssh, local):
+                reports.cost_cmd, secrets.secret, tensorboard, ssh.ssh, local):
     cli.add_command(command)
 cli.add_command(ui)  # jobplane.cli.ui: the web dashboard
 

@@ -248,14 +248,15 @@ def vended_session(region: str, vend_url: str, job_id: str, attempt: int, deploy
     return boto3.Session(botocore_session=session, region_name=region)
 
 
-def vended_s3_client(region: str, vend_url: str, job_id: str, attempt: int, deployment: str) -> Any:
+def vended_s3_client(region: str, vend_url: str, job_id: str, attempt: int, deployment: str,
+                     session: Any = None) -> Any:
     """The agent's S3 client with its job's credentials (see vended_session). A refusal raises CredentialsRefused
     from the call that needed new credentials; a vending function that does not answer, VendUnavailable.
 
     A GET or HEAD of a missing key under the job's own prefixes reads as missing (404), as with the instance
     role before: S3 answers 403 instead when the caller may not list the whole bucket, and these credentials may
     list only the job's prefixes."""
-    client = s3_client(region, vended_session(region, vend_url, job_id, attempt, deployment))
+    client = s3_client(region, session or vended_session(region, vend_url, job_id, attempt, deployment))
     root = deployment.partition("/")[2]
     missing = _MissingNotForbidden(lambda key: of_job(key, root, job_id))
     for operation in ("GetObject", "HeadObject"):

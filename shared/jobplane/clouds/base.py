@@ -14,6 +14,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple, Protocol, runtime_checkable
 
+from jobplane.model.secrets import SecretInfo
+
 
 class StoreError(Exception):
     """Base class for object-store errors the control plane handles."""
@@ -60,6 +62,10 @@ class Scope:
     # only an agent's kinds of key in it (AWS's, vending.aws_iam.AGENT_WRITE) may name this folder whole in a session
     # policy, keeping it under the size limit; one with no such role (GCP's boundary) names each key
     record_folder: str = ""
+    # the owner's secrets the job reads (model.secrets names, spec order): AWS's session policy names each
+    # (clouds/aws_secrets.resource_arn); GCP's vend function reads them for the job (vending/gcp.py)
+    secret_owner: str = ""
+    secrets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -337,3 +343,16 @@ class Metadata(Protocol):
     def preemption_notice(self) -> dict[str, str] | None:
         """The Spot interruption notice ({"action", "time"}) once the cloud sends one, else None."""
         ...
+
+
+class SecretStore(Protocol):
+    """A deployment's secrets, per owner (clouds/aws_secrets.py, clouds/gcp_secrets.py, memory.MemorySecrets).
+    Values are bytes; `get` raises model.secrets.SecretMissing for none; `list` never returns a value."""
+
+    def put(self, owner: str, name: str, value: bytes) -> None: ...
+
+    def get(self, owner: str, name: str) -> bytes: ...
+
+    def list(self, owner: str | None = None) -> builtins.list[SecretInfo]: ...
+
+    def delete(self, owner: str, name: str) -> bool: ...

@@ -9,18 +9,22 @@ anything transient is retried here a few times, then left to the storage client'
 
 from __future__ import annotations
 
+import base64
 import datetime
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from google.auth import credentials as google_credentials
 from google.auth import exceptions
 from google.auth.transport import Request
+from google.auth.transport.requests import Request as GoogleRequest
 
 from jobplane.clouds.base import CredentialsRefused
 from jobplane.clouds.gce_metadata import GceMetadata, MetadataError
+from jobplane.model.secrets import SecretMissing
 
 log = logging.getLogger("jobplane.agent")
 
@@ -39,6 +43,7 @@ class VendedCredentials(google_credentials.Credentials):
         self.vend_url, self.job_id, self.attempt = vend_url, job_id, attempt
         self.metadata = metadata
         self.pause = pause
+        self.secrets: dict[str, bytes] | None = None  # the values the last grant carried (its spec's secrets)
 
     def refresh(self, request: Request) -> None:
         wait = self.pause
@@ -69,6 +74,8 @@ class VendedCredentials(google_credentials.Credentials):
             raise exceptions.RefreshError(  # type: ignore[no-untyped-call]
                 f"{self.vend_url} answered HTTP {response.status}: {answer}")
         self.token = answer["access_token"]
+        named = answer.get("secrets") or {}
+        self.secrets = {str(k): base64.b64decode(v) for k, v in named.items()} if isinstance(named, dict) else {}
         # naive UTC, as google-auth compares it (its _helpers.utcnow)
         now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
         self.expiry = now + datetime.timedelta(seconds=int(answer.get("expires_in") or 0))
@@ -82,7 +89,20 @@ def _json(data: Any) -> dict[str, Any]:
     return parsed if isinstance(parsed, dict) else {"body": parsed}
 
 
+def secret_reader(credentials: VendedCredentials) -> Callable[[str, str], bytes]:
+    """(owner, name) -> a value the vending function's latest grant carried (asking it first if none has been);
+    SecretMissing for a secret it did not give: not the job's owner's, or not named by its spec."""
+    def read(owner: str, name: str) -> bytes:
+        if credentials.secrets is None:
+            credentials.refresh(GoogleRequest())
+        value = (credentials.secrets or {}).get(name)
+        if value is None:
+            raise SecretMissing(f"{name}: the vending function gave this job no secret {name!r} of {owner}")
+        return value
+    return read
+
+
 def vended_credentials(vend_url: str, job_id: str, attempt: int,
-                       metadata_host: str | None) -> google_credentials.Credentials:
+                       metadata_host: str | None) -> VendedCredentials:
     """The job's credentials for GcsStore(credentials=...); metadata_host: GCE_METADATA_HOST (None: the real one)."""
     return VendedCredentials(vend_url, job_id, attempt, GceMetadata(host=metadata_host))

@@ -38,6 +38,7 @@ from jobplane.clouds.base import (
     download_each,
 )
 from jobplane.clouds.streams import atomic_file, read_parts
+from jobplane.model.secrets import SecretInfo, SecretMissing
 
 
 @dataclass(frozen=True)
@@ -384,3 +385,31 @@ class MemoryCompute:
                         private_ip=f"10.0.{number // 250}.{number % 250 + 4}", tags=tuple(sorted(tags.items())))
         self._vms[inst.id] = _Vm(inst)
         return inst
+
+
+class MemorySecrets:
+    """base.SecretStore in memory, with the time each was set (the clouds' stores answer the same)."""
+
+    def __init__(self, now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self._values: dict[tuple[str, str], tuple[bytes, datetime]] = {}
+        self._now = now
+        self._lock = threading.Lock()
+
+    def put(self, owner: str, name: str, value: bytes) -> None:
+        with self._lock:
+            self._values[(owner, name)] = (bytes(value), self._now())
+
+    def get(self, owner: str, name: str) -> bytes:
+        with self._lock:
+            if (owner, name) not in self._values:
+                raise SecretMissing(name)
+            return self._values[(owner, name)][0]
+
+    def list(self, owner: str | None = None) -> builtins.list[SecretInfo]:
+        with self._lock:
+            return [SecretInfo(o, n, at) for (o, n), (_, at) in sorted(self._values.items())
+                    if owner is None or o == owner]
+
+    def delete(self, owner: str, name: str) -> bool:
+        with self._lock:
+            return self._values.pop((owner, name), None) is not None

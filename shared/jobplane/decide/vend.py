@@ -36,6 +36,9 @@ class _Spec(Protocol):
     @property
     def code(self) -> str | None: ...
 
+    @property
+    def secret_names(self) -> tuple[str, ...]: ...
+
 
 class Job(Protocol):
     """What a grant is decided on: a JobRecord, or the JobFacts a vend function reads (jobplane.model.jobfacts)."""
@@ -122,13 +125,15 @@ def code_object(code: str | None, *, bucket: str, root: str, owner: str,
     return key
 
 
-def scope(bucket: str, root: str, data: keys.JobData, attempt: int, code: str | None = None) -> Scope:
+def scope(bucket: str, root: str, data: keys.JobData, attempt: int, code: str | None = None,
+          secrets: tuple[str, ...] = (), owner: str = "") -> Scope:
     """What the job's agents write, and nothing the control plane decides on: its data folder (logs, metrics, system
     samples, TensorBoard files, checkpoints, artifacts), its heartbeats, the attempt's exit reports and boot failure,
     its preempted marker. Read-only: its record, the attempt's cluster.json, its stop request, the agent bundles and
     its code bundle's one object (`code_object`). Never its record, events, admission records or any other key the
     functions trust for identity, scope or money (tests/vending/test_trusted_keys.py). Input data comes from the
-    platform's data buckets, not from here."""
+    platform's data buckets, not from here. secrets: the names of its owner's secrets its spec reads, and no other
+    (read only)."""
     base = keys.root_prefix(root)
     job = data.job_id
     return Scope(bucket=bucket,
@@ -139,7 +144,7 @@ def scope(bucket: str, root: str, data: keys.JobData, attempt: int, code: str | 
                  read_only=((base + keys.code_prefix(data),) if data.owner is None else ()) + (base + keys.AGENT,),
                  read_only_objects=tuple(base + k for k in (keys.job_record(job), keys.cluster(job, attempt),
                                                             keys.stop_request(job))) + ((code,) if code else ()),
-                 record_folder=base + keys.job_prefix(job))
+                 record_folder=base + keys.job_prefix(job), secret_owner=owner if secrets else "", secrets=secrets)
 
 
 def decide(record: Job | None, caller: Caller, *, bucket: str, root: str, deployment: str) -> Grant | Refusal:
@@ -166,4 +171,5 @@ def decide(record: Job | None, caller: Caller, *, bucket: str, root: str, deploy
     code = code_object(record.spec.code, bucket=bucket, root=root, owner=record.spec.owner, data=record.data)
     if isinstance(code, Refusal):
         return Refusal(f"job {record.id}'s code: {code.why}")
-    return Grant(record.id, record.attempt, caller.instance_id, scope(bucket, root, record.data, record.attempt, code))
+    return Grant(record.id, record.attempt, caller.instance_id,
+                 scope(bucket, root, record.data, record.attempt, code, record.spec.secret_names, record.spec.owner))

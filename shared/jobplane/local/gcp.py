@@ -31,6 +31,7 @@ from jobplane.local import gcp_grants, rootfs
 from jobplane.local.cloud import LocalCloud, PortInUse, ServiceProcess, free_port
 from jobplane.local.cloud_functions import CloudFunctions, HttpFunction
 from jobplane.local.fake_compute import DEFAULT_ZONES, FakeComputeServer
+from jobplane.local.fake_secrets import FakeSecretManager
 from jobplane.local.google_identity import VM_SERVICE_ACCOUNT, LocalIdentityIssuer
 from jobplane.local.pubsub_topic import PubSubTopic
 from jobplane.local.triggers import Functions
@@ -58,13 +59,15 @@ class GcpLocalCloud(LocalCloud):
                                          port=port + 1 if port else 0)
         self.topic = PubSubTopic(TOPIC)
         self.issuer = LocalIdentityIssuer()
+        self.secrets = FakeSecretManager()  # Secret Manager, its grants held to the caller's token
         self.vend_port = free_port()
         self.vend: HttpFunction | None = None
 
     @property
     def exports(self) -> dict[str, str]:
         return {"JOBPLANE_BUCKET": f"gs://{self.bucket}", "JOBPLANE_REGION": REGION, "GOOGLE_CLOUD_PROJECT": PROJECT,
-                "STORAGE_EMULATOR_HOST": self.gcs.url, "JOBPLANE_COMPUTE_ENDPOINT": self.compute.endpoint}
+                "STORAGE_EMULATOR_HOST": self.gcs.url, "JOBPLANE_COMPUTE_ENDPOINT": self.compute.endpoint,
+                "JOBPLANE_SECRETS_ENDPOINT": self.secrets.url}
 
     def member_exports(self, owner: str) -> dict[str, str]:
         """The exports with a member's token (the GCS fake grants it what infra/gcp grants submitters[owner]) and
@@ -81,10 +84,12 @@ class GcpLocalCloud(LocalCloud):
             raise
         self.topic.start()
         self.issuer.start()
+        self.secrets.start()
 
     def stop_services(self) -> None:
         if self.vend is not None:
             self.vend.stop()
+        self.secrets.stop()
         self.issuer.stop()
         self.topic.stop()
         self.compute.stop()
@@ -101,7 +106,8 @@ class GcpLocalCloud(LocalCloud):
                            "JOBPLANE_VEND_URL": f"http://127.0.0.1:{self.vend_port}/",
                            "JOBPLANE_VM_SERVICE_ACCOUNT": VM_SERVICE_ACCOUNT,
                            "JOBPLANE_GOOGLE_CERTS_URL": self.issuer.certs_url,
-                           "JOBPLANE_STS_URL": f"{self.gcs.url}/v1/token"})
+                           "JOBPLANE_STS_URL": f"{self.gcs.url}/v1/token",
+                           "JOBPLANE_SECRETS_ENDPOINT": self.secrets.url})
         return Registry(GcsStore(self.bucket, project=PROJECT)), f"gcp:\n  project: {PROJECT}", local_images()
 
     def make_functions(self, log_stream: IO[str]) -> Functions:

@@ -131,9 +131,10 @@ def checks(service: str, action: str, params: Params, region: str, account: str,
     """The checks of one request of a service other than S3 (query parameters; SSM's JSON names as lists)."""
     if service == "ec2" and ec2 is not None:
         return ec2_checks(action, params, region, account, ec2)
-    if service == "ssm" and action in ("GetParameter", "GetParameters"):
+    if service == "ssm":  # a parameter's actions are checked on each parameter named; the others on "*"
         names = params.get("Name") or params.get("Names") or []
-        return [Check(f"ssm:{action}", ssm_parameter_arn(n, region, account)) for n in names]
+        return [Check(f"ssm:{action}", ssm_parameter_arn(n, region, account)) for n in names] or \
+            [Check(f"ssm:{action}", "*")]
     if service == "sns" and action == "Publish":
         return [Check("sns:Publish", _one(params, "TopicArn") or _one(params, "TargetArn") or "*")]
     if service == "sts" and action in ("AssumeRole", "TagSession"):

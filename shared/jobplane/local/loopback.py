@@ -116,7 +116,7 @@ class LoopbackServer(BackgroundServer):
             def do_GET(self) -> None:
                 owner.handle(self)
 
-            do_POST = do_PUT = do_DELETE = do_HEAD = do_GET  # handle() looks at request.command
+            do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_GET  # handle() looks at request.command
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # a line per request drowns test output

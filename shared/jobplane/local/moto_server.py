@@ -231,9 +231,10 @@ def _checks(response: Any, action: str, account: str, partition: str) -> list[An
 
     service = response.service_name
     params: dict[str, list[str]] = dict(response.querystring)
-    if service == "ssm":  # JSON: the parameter names from the body
-        params = {"Name": [response._get_param("Name")]} if action == "GetParameter" else \
-            {"Names": list(response._get_param("Names") or [])}
+    if service == "ssm":  # JSON: the parameter names from the body (none: DescribeParameters, checked on "*")
+        name = response._get_param("Name")
+        params = {"Name": [name]} if isinstance(name, str) and name else \
+            {"Names": [n for n in response._get_param("Names") or [] if isinstance(n, str)]}
     ec2 = _ec2_state(response, account, partition) if service == "ec2" else None
     return checks(service, action, params, response.region, account, ec2)
 

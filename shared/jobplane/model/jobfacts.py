@@ -17,6 +17,7 @@ from typing import Any
 from jobplane.model.checked import build, checked, items, nested, one_of, optional, text, whole
 from jobplane.model.errors import FieldError, SpecError
 from jobplane.model.keys import DATA_LAYOUT, JOB_ID_PATTERN, LABEL_KEY, JobData
+from jobplane.model.secrets import MAX_PER_JOB, NAME_PATTERN, unique
 from jobplane.model.states import State
 
 _STATE = one_of(*State)
@@ -32,10 +33,35 @@ def _owner(value: Any, path: str) -> str:
     return value
 
 
+def _secret(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not re.match(NAME_PATTERN, value):
+        raise ValueError(f"should be a secret name, got {value!r}")
+    return value
+
+
+def _secrets(value: Any, path: str) -> tuple[str, ...]:
+    """spec.secrets as stored (variable -> {name, file}): the names only."""
+    if not isinstance(value, dict) or len(value) > MAX_PER_JOB:
+        raise ValueError(f"should be a mapping of at most {MAX_PER_JOB} secrets")
+    return tuple(_secret(ref.get("name") if isinstance(ref, dict) else ref, path) for ref in value.values())
+
+
+def _registry_auth(value: Any, path: str) -> str | None:
+    """spec.container as stored: its registry_auth secret's name, if any."""
+    auth = value.get("registry_auth") if isinstance(value, dict) else None
+    return None if auth is None else _secret(auth, path)
+
+
 @dataclass(frozen=True)
 class SpecFacts:
     owner: str = checked(_owner, "default")
     code: str | None = checked(optional(text(4096)), None)
+    secrets: tuple[str, ...] = checked(_secrets, ())
+    container: str | None = checked(_registry_auth, None)  # the container's registry_auth, nothing else of it
+
+    @property
+    def secret_names(self) -> tuple[str, ...]:
+        return unique((*self.secrets, *([self.container] if self.container else [])))
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
 from jobplane.model import accelerators, containers, images, specfields, sweepspec
+from jobplane.model import secrets as secretspec
 from jobplane.model.bounds import (
     MAX_BOOT_TIMEOUT,
     MAX_DEBUG_HOLD,
@@ -214,7 +215,7 @@ def _run_option(value: str) -> str:
 class Container(_Model):
     """The image setup and run execute in, on the VM: its network and GPUs, the job's directories mounted at
     their own paths, the job's variables passed. Pulled with the VM's identity (ECR, Artifact Registry) or
-    anonymously; never a secret in the spec."""
+    anonymously, or with `registry_auth`: the name of a secret of the owner holding user:token (never its value)."""
 
     image: Annotated[str, AfterValidator(_image_reference)] = Field(
         min_length=1, description="[REGISTRY/]NAME[:TAG][@sha256:DIGEST], e.g. pytorch/pytorch:2.4.0-cuda12.4-"
@@ -223,6 +224,8 @@ class Container(_Model):
         default_factory=list, max_length=containers.MAX_OPTIONS,
         description="extra options for the runtime's run (e.g. --shm-size=16g, --ipc=host); not those jobplane "
                     "sets (--name, --network, --rm, --entrypoint, --workdir...)")
+    registry_auth: specfields.SecretName | None = Field(
+        None, description="a secret of the job's owner holding user:token, to pull from a private registry")
 
 
 def _container_form(value: object) -> object:
@@ -309,6 +312,10 @@ class JobSpec(_Model):
     run: str = Field(..., min_length=1, max_length=MAX_SCRIPT,
                      description="shell command that trains (at most 64 KiB: put longer code in --code)")
     env: dict[EnvName, EnvValue] = Field(default_factory=dict)
+    secrets: dict[EnvName, specfields.SecretField] = Field(
+        default_factory=dict, max_length=secretspec.MAX_PER_JOB,
+        description="environment variable -> a secret of the job's owner (`jobplane secret set`), or {name, file: "
+                    "true} for a 0400 file on a tmpfs whose path the variable holds; job.json keeps the names only")
     hyperparameters: dict[HpName, HpValue] = Field(
         default_factory=dict, max_length=100,
         description="written to /opt/ml/input/config/hyperparameters.json and set as SM_HPS and SM_HP_<NAME>, as "
@@ -346,6 +353,11 @@ class JobSpec(_Model):
     array: sweepspec.ArraySpec | None = Field(
         None, description="an array job: `size` jobs of the rest of the spec, <id>-0 to <id>-(size-1), each told its "
                           "index (JOBPLANE_ARRAY_INDEX); not with sweep or debug_hold")
+
+    @property
+    def secret_names(self) -> tuple[str, ...]:
+        """The owner's secrets the job reads (`secrets:` and `container.registry_auth`), each once."""
+        return secretspec.unique(name for _, name in secretspec.named(self))
 
     @property
     def fan_out(self) -> sweepspec.SweepSpec | sweepspec.ArraySpec | None:
@@ -481,7 +493,7 @@ def _cross_checks(raw: dict[str, Any]) -> list[FieldError]:
             for k in raw["env"]
             if isinstance(k, str) and k.upper().startswith("JOBPLANE_")
         ]
-    return errors
+    return errors + secretspec.spec_problems(raw)
 
 
 def _clashes(raw: dict[str, Any]) -> list[FieldError]:

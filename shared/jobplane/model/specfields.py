@@ -25,6 +25,7 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
+from jobplane.model import secrets
 from jobplane.model.bounds import format_duration, parse_duration
 
 
@@ -169,3 +170,24 @@ class StopOn(SpecModel):
     patterns: list[StopPattern] = Field(default_factory=list, max_length=20,
                                         description="stop when an output line matches one of these")
     nan: bool = Field(False, description="stop when any metric's value becomes NaN or Inf")
+
+
+SecretName = Annotated[
+    str, pattern_str(secrets.NAME_PATTERN, "secret name (1-32 of a-z 0-9 -, not starting or ending with -)"),
+    Field(json_schema_extra={"pattern": secrets.NAME_PATTERN}),
+]
+
+
+class SecretRef(SpecModel):
+    """One secret a job reads: its name among its owner's secrets; with file, a 0400 file on a tmpfs whose path the
+    variable holds, instead of the value itself."""
+
+    name: SecretName
+    file: bool = Field(False, description="true: a 0400 file on a tmpfs, its path in the variable")
+
+
+def _ref_form(value: object) -> object:
+    return {"name": value} if isinstance(value, str) else value
+
+
+SecretField = Annotated[SecretRef, BeforeValidator(_ref_form)]

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from jobplane.clouds.base import Compute, ObjectStore
+from jobplane.clouds.base import Compute, ObjectStore, SecretStore
 from jobplane.ops import jobs
 from jobplane.settings import Settings
 from jobplane.store.registry import Registry
@@ -58,6 +58,20 @@ def compute(settings: Settings, reg: Registry) -> Compute:
     from jobplane.clouds.aws import Ec2Compute
 
     return Ec2Compute(region=settings.region, deployment=settings.deployment)
+
+
+def secrets(settings: Settings) -> SecretStore:
+    """The deployment's secret store: SSM Parameter Store (clouds/aws_secrets.py) on AWS, Secret Manager
+    (clouds/gcp_secrets.py) on GCP, with a person's token when JOBPLANE_GCS_TOKEN gives one."""
+    if settings.cloud == "gcp":
+        from jobplane.clouds.gcp_secrets import secret_manager
+
+        if not settings.project:
+            raise BackendError("secrets on GCP need the project: set GOOGLE_CLOUD_PROJECT")
+        return secret_manager(settings.project, settings.deployment, settings.secrets_endpoint, settings.gcs_token)
+    from jobplane.clouds.aws_secrets import ssm_secrets
+
+    return ssm_secrets(settings.region, settings.deployment)
 
 
 def connect(settings: Settings, progress: Progress = no_progress) -> jobs.Backend:

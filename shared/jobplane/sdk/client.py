@@ -14,13 +14,16 @@ from typing import Any
 
 import yaml
 
+from jobplane.clouds.base import SecretStore
 from jobplane.decide import budget as budget_decisions
 from jobplane.model.errors import FieldError, SpecError
 from jobplane.model.policy import Policy
+from jobplane.model.secrets import SecretInfo
 from jobplane.model.spec import parse_spec
 from jobplane.model.states import LIVE, State
 from jobplane.model.yaml_input import load_document
 from jobplane.ops import admissible, backend, budgets, jobs, queue, tensorboard
+from jobplane.ops import secrets as secret_ops
 from jobplane.ops import usage as quotas
 from jobplane.sdk.connection import Connection
 from jobplane.sdk.errors import ConfigurationError, InvalidSpec, Refused, translated
@@ -43,6 +46,10 @@ _submitting: set[tuple[str, str]] = set()
 _submitting_lock = threading.Lock()
 
 Budget = budget_decisions.Budget  # an owner's spend this month against its budget (Client.budgets)
+
+
+def _owner(owner: str | None) -> str:
+    return owner or secret_ops.DEFAULT_OWNER
 
 
 def prepare(spec: str | os.PathLike[str] | Mapping[str, Any], *, code: str | os.PathLike[str] | None = None,
@@ -187,11 +194,37 @@ class Client:
             self._release(plan.job_id)
 
     def _check(self, plan: jobs.Submission) -> None:
-        """What the launcher would refuse by the registry as it is now (jobplane.ops.admissible), before any upload."""
+        """What the launcher would refuse by the registry as it is now (jobplane.ops.admissible), before any upload;
+        and a secret the spec names that its owner does not have."""
         spec = parse_spec(yaml.safe_dump(plan.doc), job_id=plan.job_id)
         errors = admissible.problems(self._registry, spec, plan.job_id, datetime.now(UTC))
+        if spec.secret_names:
+            with translated():
+                errors += secret_ops.unknown(self._secret_store(), spec)
         if errors:
             raise jobs.SpecInvalid(None, errors)
+
+    # ---- secrets: values go in, never out (a job's agent reads them with the job's credentials) ----------------
+    def _secret_store(self) -> SecretStore:
+        with translated():
+            return backend.secrets(self._settings)
+
+    def set_secret(self, name: str, value: bytes | str, *, owner: str | None = None) -> None:
+        """Set or rotate secret `name` of `owner` (default: `default`, a single-team deployment's), up to 64 KiB; a job
+        reads it by name (`secrets:`), its next attempt the new value. InvalidSpec names a bad name or value."""
+        data = value.encode() if isinstance(value, str) else bytes(value)
+        with translated():
+            secret_ops.put(self._secret_store(), _owner(owner), name, data)
+
+    def secrets(self, *, owner: str | None = None) -> builtins.list[SecretInfo]:
+        """The secrets' names, owners and when each was set (of every owner without one): never a value."""
+        with translated():
+            return secret_ops.listed(self._secret_store(), owner)
+
+    def remove_secret(self, name: str, *, owner: str | None = None) -> bool:
+        """Delete a secret; False if there was none. A job naming it is refused at submit from then on."""
+        with translated():
+            return secret_ops.remove(self._secret_store(), _owner(owner), name)
 
     def _release(self, job_id: str) -> None:
         with _submitting_lock:

@@ -142,7 +142,7 @@ def vend(body: str | bytes, settings: VendSettings, cloud: VendCloud, registry: 
     if not isinstance(verdict, Grant):
         return _refused(log, where, verdict.why)
     try:
-        policy = aws_iam.packed(aws_iam.session_policy(verdict.scope, settings.partition))
+        policy = aws_iam.packed(aws_iam.session_policy(verdict.scope, settings.partition, settings.deployment))
     except ValueError as exc:  # no retry would make it fit: a verdict, not a failure
         return _refused(log, where, f"job {verdict.job_id}'s credentials cannot be granted: {exc}")
     credentials = cloud.credentials(settings.job_role_arn, session_name(verdict.job_id, verdict.attempt), policy,

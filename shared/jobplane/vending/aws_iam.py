@@ -16,6 +16,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from jobplane.clouds import aws_secrets
 from jobplane.clouds.base import Scope
 from jobplane.decide import vend
 from jobplane.model import keys
@@ -46,6 +47,7 @@ AGENT_PRUNE = ("teams/*/checkpoints/*", "teams/*/artifacts/*", "jobs/*/checkpoin
 TAGGED = ("teams/*/logs/*", "teams/*/metrics/*", "teams/*/system/*", "jobs/*/logs/*", "jobs/*/metrics/*",
           "jobs/*/system/*")
 # What a session may do on its job's own keys (the job role's grants still apply on top: the intersection).
+SECRET_PARAMETERS = "arn:*:ssm:*:*:parameter/jobplane/*"
 SESSION_OBJECT_ACTIONS = ("s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload",
                           "s3:PutObjectTagging")
 
@@ -88,6 +90,10 @@ def job_role_statements(registry_arn: str, prefix: str) -> list[Statement]:
         {"Sid": "TagLogChunksForTheirLifecycleRule", "Effect": "Allow", "Action": "s3:PutObjectTagging",
          "Resource": objects(*TAGGED)},
         {"Sid": "ListRegistryKeys", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": registry_arn},
+        # every session's policy names exactly its job's secrets (session_policy); the deployment's tag is a hash of
+        # the bucket's name, which a synth may not know yet
+        {"Sid": "ReadSecretsTheSessionNames", "Effect": "Allow", "Action": "ssm:GetParameter",
+         "Resource": SECRET_PARAMETERS},
     ]
     return statements
 
@@ -144,6 +150,12 @@ SUBMITTER_READ = ("jobs/*", "queue/*", "rejected/*", "sweeps/*", "admission/*", 
 SUBMITTER_DENIED = (*_LEGACY_DATA, "jobs/*/code/*")
 
 
+# a team's secrets (every piece, to write or delete) and their heads (to read): the deployment's tag is a hash of the
+# bucket's name, which a synth may not know yet
+SECRET_MEMBER_PATTERNS = (f"arn:*:ssm:*:*:parameter/jobplane/*/{OWNER}/*",
+                          f"arn:*:ssm:*:*:parameter/jobplane/*/{OWNER}/*/head")
+
+
 def submitter_statements(registry_arn: str, prefix: str) -> list[Statement]:
     """The stack's submitter policy (output SubmitterPolicyArn): what `jobplane submit`, `ls`, `queue`, `describe`,
     `logs`, `metrics`, `cost` and `cancel` need of a team member, and nothing of another team's data."""
@@ -160,7 +172,19 @@ def submitter_statements(registry_arn: str, prefix: str) -> list[Statement]:
         {"Sid": "ListRegistryKeys", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": registry_arn},
         # EC2 Describe* calls support no resource-level permissions: "*" is the only possible resource.
         {"Sid": "DescribeJobInstances", "Effect": "Allow", "Action": "ec2:DescribeInstances", "Resource": "*"},
+        *secret_member_statements(),
     ]
+
+
+def secret_member_statements() -> list[Statement]:
+    """`jobplane secret set|ls|rm` for a team member: write and delete its own team's secrets, read their heads
+    (which pieces are current: never a value), list every secret's name (DescribeParameters has no resource-level
+    permissions). Never a piece: a value is read only by its jobs' sessions."""
+    own, heads = SECRET_MEMBER_PATTERNS
+    return [{"Sid": "WriteTheTeamsSecrets", "Effect": "Allow", "Action": ["ssm:PutParameter", "ssm:DeleteParameter"],
+             "Resource": own},
+            {"Sid": "ReadTheTeamsSecretHeads", "Effect": "Allow", "Action": "ssm:GetParameter", "Resource": heads},
+            {"Sid": "ListSecretNames", "Effect": "Allow", "Action": "ssm:DescribeParameters", "Resource": "*"}]
 
 
 def trust(principal: dict[str, Any]) -> Document:
@@ -168,17 +192,18 @@ def trust(principal: dict[str, Any]) -> Document:
     return document([{"Effect": "Allow", "Principal": principal, "Action": "sts:AssumeRole"}])
 
 
-def session_policy(scope: Scope, partition: str) -> Document:
+def session_policy(scope: Scope, partition: str, deployment: str = "") -> Document:
     """The session policy of one job's credentials (`policy_document`). Raises ValueError if a key holds an IAM
     wildcard (it would widen the grant) or the policy is over AWS's size limit."""
-    policy = policy_document(scope, partition)
+    policy = policy_document(scope, partition, deployment)
     if len(packed(policy)) > SESSION_POLICY_LIMIT:
         raise ValueError(f"its session policy would be {len(packed(policy))} characters, over AWS's "
-                         f"{SESSION_POLICY_LIMIT} (the job's id, owner and code name, the deployment's bucket, root)")
+                         f"{SESSION_POLICY_LIMIT} (the job's id, owner, code name and secrets, the deployment's "
+                         f"bucket, root)")
     return policy
 
 
-def policy_document(scope: Scope, partition: str) -> Document:
+def policy_document(scope: Scope, partition: str, deployment: str = "") -> Document:
     """A job's keys read-write, the read-only ones (an object exactly that object) and listings only under its own
     prefixes, whatever its size. ValueError for an IAM wildcard in a key."""
     entries = (*scope.read_write, *scope.read_write_objects, *scope.read_only, *scope.read_only_objects)
@@ -209,6 +234,9 @@ def policy_document(scope: Scope, partition: str) -> Document:
         {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": registry,
          "Condition": {"StringLike": {"s3:prefix": listable}}},
     ]
+    if scope.secrets:  # exactly the owner's secrets the spec names, read only (the job role allows jobplane/*)
+        statements.append({"Effect": "Allow", "Action": "ssm:GetParameter", "Resource": [
+            aws_secrets.resource_arn(partition, deployment, scope.secret_owner, name) for name in scope.secrets]})
     return document(statements)
 
 

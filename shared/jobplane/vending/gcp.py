@@ -10,6 +10,7 @@ the token proves nothing), 400 {"error": naming the field}. Every decision is lo
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import logging
 import re
@@ -25,6 +26,7 @@ from jobplane.clouds.gcs_downscope import GOOGLE_STS_URL, Downscoped
 from jobplane.decide import vend as deciding
 from jobplane.model import keys
 from jobplane.model.jobfacts import JobFacts
+from jobplane.model.secrets import SecretMissing
 from jobplane.store.registry import JobNotFound, UnreadableRecord, read_job_facts
 from jobplane.store.rooted import RootedStore
 
@@ -70,6 +72,9 @@ class Cloud:
     verify: Callable[[str], ProvenVm]  # raises NotProven
     vms: Vms
     downscope: Callable[[Scope], Downscoped]
+    # (owner, name) -> a secret's value, with the function's own identity: a downscoped token reaches Cloud Storage
+    # only, so the function hands a job the secrets its grant names (decide.vend's scope), and no other
+    secrets: Callable[[str, str], bytes] | None = None
 
 
 @dataclass(frozen=True)
@@ -143,5 +148,23 @@ def vend(body: Any, authorization: str | None, *, config: VendConfig, registry: 
         return _refused(decision.why, job_id)
     granted = cloud.downscope(decision.scope)
     log.info("vend granted %s attempt %d to %s for %d s", decision.job_id, decision.attempt, decision.instance_id,
-             granted.expires_in, extra={"job_id": decision.job_id, "result": "granted"})
-    return Answer(200, {"access_token": granted.access_token, "expires_in": granted.expires_in})
+             granted.expires_in, extra={"job_id": decision.job_id, "result": "granted",
+                                        "secrets": list(decision.scope.secrets)})  # names: never a value
+    answer: dict[str, Any] = {"access_token": granted.access_token, "expires_in": granted.expires_in}
+    if decision.scope.secrets:
+        answer["secrets"] = _secrets(cloud, decision.scope)
+    return Answer(200, answer)
+
+
+def _secrets(cloud: Cloud, scope: Scope) -> dict[str, str]:
+    """The values (base64) of the secrets the grant names, of the job's owner; one it lacks is left out (the agent
+    fails the job naming the field)."""
+    if cloud.secrets is None:
+        return {}
+    found: dict[str, str] = {}
+    for name in scope.secrets:
+        try:
+            found[name] = base64.b64encode(cloud.secrets(scope.secret_owner, name)).decode()
+        except SecretMissing:
+            continue
+    return found
