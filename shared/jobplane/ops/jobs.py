@@ -302,8 +302,17 @@ def submit(backend: Backend, sub: Submission, on_bundle: Callable[[int, str], No
     try:
         reg.put_if_absent(key, data, "application/yaml")
     except PreconditionFailed:
-        raise JobError(f"job {job_id!r} is already queued") from None
+        # a retry of a write whose answer was lost (a 5xx after it took effect) finds the drop it made itself
+        if not _holds(reg, key, data):
+            raise JobError(f"job {job_id!r} is already queued") from None
     return queued_view(job_id, key, data, utcnow())
+
+
+def _holds(reg: Registry, key: str, data: bytes) -> bool:
+    try:
+        return reg.get_bytes(key) == data
+    except NotFound:
+        return False
 
 
 def make_bundle(directory: Path, out: Path) -> int:
