@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 
@@ -29,3 +30,19 @@ def cache_dir() -> Path:
     base = os.environ.get("JOBPLANE_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache",
                                                      "jobplane")
     return Path(base)
+
+
+@contextlib.contextmanager
+def environment_over(values: Mapping[str, str]) -> Iterator[None]:
+    """The process environment with these values over it while inside; each variable as it was after (unset if it
+    was)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

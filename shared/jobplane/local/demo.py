@@ -33,13 +33,14 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from jobplane.agent.process import marked_pids
 from jobplane.clouds.base import Instance
+from jobplane.local import environment_over
 from jobplane.local.control import STATE_FILE
 from jobplane.local.dashboard import ui_url
 from jobplane.local.waiting import WaitTimeout, wait_for
@@ -131,19 +132,9 @@ class CloudProcess:
         region = self.state.get("JOBPLANE_REGION") or self.state.get("AWS_REGION")
         return Settings.from_env(self.state["JOBPLANE_BUCKET"], region=region)
 
-    @contextlib.contextmanager
-    def environment(self) -> Iterator[None]:
+    def environment(self) -> contextlib.AbstractContextManager[None]:
         """The exports, while a client is made (clients read their endpoints when they are made)."""
-        saved = {k: os.environ.get(k) for k in self.exported}
-        os.environ.update(self.exported)
-        try:
-            yield
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+        return environment_over(self.exported)
 
     def cli(self, *args: str, timeout: float = 60, echo: bool = False) -> subprocess.CompletedProcess[str]:
         """Run `jobplane ARGS` as a user in the second shell would. With echo, the command and its output are

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
-import os
 import sys
 import threading
 import time
@@ -27,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+from jobplane.local import environment_over
 from jobplane.model import keys
 from jobplane.store.registry import Registry
 
@@ -153,17 +153,8 @@ def as_role(credentials: Mapping[str, str]) -> Iterator[None]:
     (functions.aws.common), so each function's clients sign as its role."""
     from jobplane.clouds.aws_local import default_session
 
-    saved = {k: os.environ.get(k) for k in credentials}
-    os.environ.update(credentials)
-    try:
-        with default_session(credentials):
-            yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with environment_over(credentials), default_session(credentials):
+        yield
 
 
 class LambdaFunctions(Functions):
