@@ -114,16 +114,26 @@ def browser() -> Iterator[Any]:
         b.close()
 
 
+@pytest.fixture(scope="module")
+def context(browser: Any) -> Iterator[Any]:
+    """One context (a window) for the module, held open by a blank page: Chromium builds a window's own UI again
+    for each new one, about 0.7 CPU s, so a context (or its last page closed) per test cost the module 5 or so."""
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    ctx.new_page()
+    yield ctx
+    ctx.close()
+
+
 @pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+def page(context: Any) -> Iterator[Any]:
+    """A page of each test's own, its errors and dialogs its own."""
     pg = context.new_page()
     pg.set_default_timeout(45_000)  # a loaded 2-core machine (the whole suite) is slow to answer
     errors: list[str] = []
     pg.on("pageerror", lambda exc: errors.append(str(exc)))
     pg.on("dialog", lambda dialog: dialog.accept())  # a <script> that ran would alert; a cancel confirms
     yield pg
-    context.close()
+    pg.close()
     assert not errors, f"the page's scripts failed: {errors}"
 
 
