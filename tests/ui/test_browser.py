@@ -71,13 +71,14 @@ def cloud(tmp_path_factory: pytest.TempPathFactory, warm: Warm) -> Iterator[Clou
 
 
 @pytest.fixture(scope="module")
-def ui(cloud: CloudProcess) -> Iterator[str]:
-    """`jobplane ui` on loopback over the local cloud's registry, as a user in a second shell starts it."""
+def ui(cloud: CloudProcess, warm: Warm) -> Iterator[str]:
+    """`jobplane ui` on loopback over the local cloud's registry, as a user in a second shell starts it (forked warm:
+    the CLI's imports paid once, tests/warm.py)."""
     port = free_port()
     log = cloud.state_dir / "ui.log"
     with log.open("ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "jobplane.cli", "ui", "--port", str(port)], env=cloud.env,
-                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO)
+        proc = warm.popen([sys.executable, "-m", "jobplane.cli", "ui", "--port", str(port)], env=cloud.env,
+                          stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO)
     url = f"http://127.0.0.1:{port}"
 
     def answers() -> bool:
@@ -148,9 +149,11 @@ def jobs(cloud: CloudProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[
     evil = write_spec(tmp, "evil", "python3 evil.py", metrics=json.dumps([{"name": EVIL, "regex": r"value ([0-9.]+)"}]))
     evil.write_text(evil.read_text().replace("name: evil", f"name: {json.dumps(EVIL)}", 1))
     # a minute of training: still running when the preemption test's turn comes after the slow pages of a loaded
-    # machine (at 30 s it had once finished by then); attempt 2 goes at a third of the pace, still seconds long
-    # for the page to show it running, instead of the rest of that minute
-    train = write_spec(tmp, "train", paced("python3 train.py --steps 300 --checkpoint-every 10", 0.2, 0.07),
+    # machine (at 30 s it had once finished by then); attempt 2 goes at a fifth of the pace, still seconds long
+    # for the page to show it running, and its end is awaited by the module's last test, after the others. A
+    # checkpoint every 50 steps: the preemption's SIGTERM saves the step it stopped at, and each save is a sync of
+    # the agent's to the cloud's S3 (every 10 was one each 0.3 s of attempt 2)
+    train = write_spec(tmp, "train", paced("python3 train.py --steps 300 --checkpoint-every 50", 0.2, 0.04),
                        max_restarts="2", owner="vision", labels="{team: vision}")
     # silent: without a long stall_timeout the local policy's 60 s would end it STALLED (no cancel button) before
     # the cancel test's turn on a loaded machine
@@ -249,9 +252,12 @@ def test_a_job_page_follows_its_log_and_charts_its_loss(ui: str, cloud: CloudPro
     shot(page, "job")
 
 
-@pytest.mark.timeout(360)  # a preemption, a second boot and the rest of the run, on a loaded machine
+@pytest.mark.timeout(360)  # a preemption and a second boot, on a loaded machine
 def test_a_preemption_shows_in_the_history_then_attempt_2(ui: str, cloud: CloudProcess,
                                                           jobs: dict[str, str], page: Any) -> None:
+    """The preemption and attempt 2 running, live on the open page; the run's end and its chart are the module's
+    last test (test_the_preempted_job_ends_with_both_attempts_on_its_chart), so the tests between overlap the
+    rest of attempt 2."""
     job = jobs["train"]
     page.goto(f"{ui}/jobs/{job}")
     assert json.loads(cli_ok(cloud, "describe", job, "--json"))["job"]["state"] == "RUNNING", "nothing to preempt"
@@ -262,19 +268,6 @@ def test_a_preemption_shows_in_the_history_then_attempt_2(ui: str, cloud: CloudP
     playwright.expect(timeline.locator("li").last).to_have_attribute("data-state", "RUNNING", timeout=60_000)
     playwright.expect(page.locator("select[name=attempt]")).to_have_value("2")  # the log follows attempt 2
     playwright.expect(page.locator("#log")).to_contain_text("resuming from step", timeout=60_000)
-    playwright.expect(page.locator("#state")).to_have_text("SUCCEEDED", timeout=180_000)
-    page.reload()  # the finished job's chart, every point in
-    loss = next(m for m in json.loads(cli_ok(cloud, "metrics", job, "--json"))["metrics"] if m["name"] == "loss")
-    chart = page.locator('.chart[data-metric="loss"]')
-    playwright.expect(chart).to_have_attribute("data-points", str(loss["count"]))
-    # one point per (attempt, step) on the chart: a step printed twice (train.py's last line repeats its last
-    # step's loss) shows its last value
-    distinct = {(attempt, step) for attempt, step, _, _ in loss["points"]}
-    playwright.expect(chart).to_have_attribute("data-plotted", str(len(distinct)))
-    assert loss["attempts"] == [1, 2]
-    page.check("#logscale")
-    playwright.expect(page.locator('.chart[data-metric="loss"] canvas')).to_have_count(1)
-    shot(page, "job-preempted")
 
 
 def test_cancel_from_the_page_ends_the_job_cancelled(ui: str, cloud: CloudProcess, jobs: dict[str, str],
@@ -334,3 +327,26 @@ def test_a_sweep_page_charts_each_parameter_against_the_objective(ui: str, jobs:
     shot(page, "sweep")
     page.goto(f"{ui}/sweeps?all=1")
     playwright.expect(page.locator(f'tr[data-sweep="{sweep}"] .badge')).to_have_text("COMPLETED")
+
+
+@pytest.mark.timeout(360)  # the rest of attempt 2, on a loaded machine
+def test_the_preempted_job_ends_with_both_attempts_on_its_chart(ui: str, cloud: CloudProcess,
+                                                               jobs: dict[str, str], page: Any) -> None:
+    """The preemption test's job (attempt 2 running when that test ended) followed to SUCCEEDED on its page, then
+    its chart holds every point of both attempts."""
+    job = jobs["train"]
+    page.goto(f"{ui}/jobs/{job}")
+    playwright.expect(page.locator('table.attempts tr[data-attempt="2"]')).to_have_count(1)
+    playwright.expect(page.locator("#state")).to_have_text("SUCCEEDED", timeout=180_000)
+    page.reload()  # the finished job's chart, every point in
+    loss = next(m for m in json.loads(cli_ok(cloud, "metrics", job, "--json"))["metrics"] if m["name"] == "loss")
+    chart = page.locator('.chart[data-metric="loss"]')
+    playwright.expect(chart).to_have_attribute("data-points", str(loss["count"]))
+    # one point per (attempt, step) on the chart: a step printed twice (train.py's last line repeats its last
+    # step's loss) shows its last value
+    distinct = {(attempt, step) for attempt, step, _, _ in loss["points"]}
+    playwright.expect(chart).to_have_attribute("data-plotted", str(len(distinct)))
+    assert loss["attempts"] == [1, 2]
+    page.check("#logscale")
+    playwright.expect(page.locator('.chart[data-metric="loss"] canvas')).to_have_count(1)
+    shot(page, "job-preempted")
