@@ -92,7 +92,11 @@ def scenario(jobs: int, runs: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=20, help="timed invocations of each function per scenario")
-    runs = parser.parse_args(argv).runs
+    parser.add_argument("--cold-start", action=argparse.BooleanOptionalAction, default=True,
+                        help="also time the functions module's and the clients' import in a fresh interpreter "
+                             "(bench/gcp_check.py's, about 2.5 CPU s)")
+    args = parser.parse_args(argv)
+    runs = args.runs
     result = {
         "bench": "gcp_idle",
         "measured_at": datetime.now(UTC).isoformat(),
@@ -101,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         "load_average": os.getloadavg(),
         "runs_per_function": runs,
         "scenarios": {"idle": scenario(0, runs), "small_registry_3_jobs": scenario(3, runs)},
-        "cold_start_s": gcp_check.import_seconds(),  # the module, then the Compute and GCS clients
+        # the module, then the Compute and GCS clients
+        "cold_start_s": gcp_check.import_seconds() if args.cold_start else {},
     }
     return report.save("gcp_idle", result)
 
