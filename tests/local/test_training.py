@@ -32,20 +32,10 @@ def wait_terminal(cloud: CloudProcess, job_id: str, timeout: int = 180) -> int:
     return done.returncode
 
 
-@pytest.fixture(scope="module")
-def jobs(cloud: CloudProcess) -> dict[str, str]:
-    """Both jobs, submitted up front: the SageMaker one runs while the NaN test waits on its own."""
-    reg = cloud.registry()
-    data = (REPO / "examples" / "sagemaker-data" / "train.csv").read_bytes()
-    S3Store(DATA_BUCKET, reg.store.client).put("blobs/train.csv", data, "text/csv")  # the spec's train channel
-    return {"nan": submit(cloud, "examples/demo-nan.yaml", TRAIN),  # 100000 steps, NaN from step 110
-            "sagemaker": submit(cloud, "examples/sagemaker.yaml", REPO / "examples" / "sagemaker", "--hp", "epochs=12")}
-
-
 @pytest.mark.timeout(300)
 def test_a_loss_that_turns_nan_stops_the_job_failed_with_the_line_its_checkpoint_synced_no_rerun(
-        cloud: CloudProcess, jobs: dict[str, str]) -> None:
-    job_id = jobs["nan"]
+        cloud: CloudProcess) -> None:
+    job_id = submit(cloud, "examples/demo-nan.yaml", TRAIN)  # 100000 steps, NaN from step 110
     assert wait_terminal(cloud, job_id) == 1  # FAILED
     reg = cloud.registry()
     record = reg.job(job_id)
@@ -71,8 +61,11 @@ def test_a_loss_that_turns_nan_stops_the_job_failed_with_the_line_its_checkpoint
 
 @pytest.mark.timeout(300)
 def test_a_sagemaker_script_runs_unchanged_with_its_hyperparameters_channel_and_metrics(
-        cloud: CloudProcess, jobs: dict[str, str], tmp_path: Path) -> None:
-    reg, job_id = cloud.registry(), jobs["sagemaker"]
+        cloud: CloudProcess, tmp_path: Path) -> None:
+    reg = cloud.registry()
+    data = (REPO / "examples" / "sagemaker-data" / "train.csv").read_bytes()
+    S3Store(DATA_BUCKET, reg.store.client).put("blobs/train.csv", data, "text/csv")  # the spec's train channel
+    job_id = submit(cloud, "examples/sagemaker.yaml", REPO / "examples" / "sagemaker", "--hp", "epochs=12")
     assert wait_terminal(cloud, job_id) == 0, reg.job(job_id).reason
 
     logs = cli_ok(cloud, "logs", job_id)
