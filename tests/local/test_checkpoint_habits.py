@@ -68,19 +68,29 @@ while step < end:
     print(f"saved step {step}", flush=True)
 """
 
-def start(cloud: CloudProcess, tmp_path: Path, name: str, script: str) -> str:
+def start(cloud: CloudProcess, tmp_path: Path, name: str, script: str, **extra: str) -> str:
     code = tmp_path / "code"
     code.mkdir()
     (code / "train.py").write_text(textwrap.dedent(script))
-    spec = write_spec(tmp_path, name, "python3 train.py", max_restarts="2", max_runtime="15m")
+    spec = write_spec(tmp_path, name, "python3 train.py", max_restarts="2", max_runtime="15m", **extra)
     return submit(cloud, spec, code)
 
 
 @pytest.fixture(scope="module")
 def habits(cloud: CloudProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """Both jobs' ids, submitted up front: each trains while the other test runs (each test waits on its own)."""
-    return {name: start(cloud, tmp_path_factory.mktemp(name), name, script)
-            for name, script in (("habit-json", JSON_EVERY_HALF_SECOND), ("habit-torch", TORCH_SAVE_EVERY_SECOND))}
+    """Both jobs' ids, submitted up front and preempted together, once each saved a few steps (the torch job
+    described before, while its attempt 1 runs): each test then waits on its own job's attempt 2, and the torch job's
+    8 MB saves every second stop as soon as they can. The JSON job would train 100 s unpreempted."""
+    ids = {"habit-json": start(cloud, tmp_path_factory.mktemp("habit-json"), "habit-json", JSON_EVERY_HALF_SECOND,
+                               env="{STEPS: '200'}"),
+           "habit-torch": start(cloud, tmp_path_factory.mktemp("habit-torch"), "habit-torch",
+                                TORCH_SAVE_EVERY_SECOND)}
+    wait_saved(cloud, ids["habit-json"], 8)
+    wait_saved(cloud, ids["habit-torch"], 6)
+    ids["torch described"] = cli_ok(cloud, "describe", ids["habit-torch"])  # how old its newest checkpoint is
+    for job_id in (ids["habit-json"], ids["habit-torch"]):
+        preempt(cloud, job_id)
+    return ids
 
 
 def logs(cloud: CloudProcess, job_id: str, attempt: int) -> str:
@@ -130,9 +140,7 @@ def finished_on_attempt_2(cloud: CloudProcess, job_id: str) -> None:
 
 def test_a_json_checkpoint_rewritten_in_place_every_half_second_ignoring_sigterm_resumes(
         cloud: CloudProcess, habits: dict[str, str]) -> None:
-    job_id = habits["habit-json"]
-    wait_saved(cloud, job_id, 8)
-    preempt(cloud, job_id)
+    job_id = habits["habit-json"]  # preempted once it saved step 8
     finished_on_attempt_2(cloud, job_id)
     first, second = logs(cloud, job_id, 1), logs(cloud, job_id, 2)
     assert "preempted: SIGTERM to the process group" in first
@@ -142,11 +150,9 @@ def test_a_json_checkpoint_rewritten_in_place_every_half_second_ignoring_sigterm
 
 def test_a_torch_save_in_place_every_second_without_a_signal_handler_resumes(
         cloud: CloudProcess, habits: dict[str, str]) -> None:
-    job_id = habits["habit-torch"]
-    wait_saved(cloud, job_id, 6)
-    described = cli_ok(cloud, "describe", job_id)  # while attempt 1 runs: how old its newest checkpoint is
+    job_id = habits["habit-torch"]  # preempted once it saved step 6
+    described = habits["torch described"]  # while attempt 1 ran: how old its newest checkpoint was
     assert re.search(r"checkpoint  newest \d+s ago \(rank 0, attempt 1, 1 files, step \d+\)", described), described
-    preempt(cloud, job_id)
     finished_on_attempt_2(cloud, job_id)
     first, second = logs(cloud, job_id, 1), logs(cloud, job_id, 2)
     assert "finished: reason=preempted code=143" in first  # SIGTERM ended it at once

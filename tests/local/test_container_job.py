@@ -45,11 +45,27 @@ print("checkpoint dir:", ckpt, ckpt.is_dir(), flush=True)
 """ + JSON_EVERY_HALF_SECOND
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(scope="module", autouse=True)
 def images_built() -> None:
     problem = rootfs.podman_image_problem() or oci_registry.image_problem()
     if problem:
         pytest.skip(problem)
+
+
+@pytest.fixture(scope="module")
+def jobs(cloud: CloudProcess, gcp: CloudProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Every job of the module, submitted up front on both clouds: each runs while the tests before its own wait, so
+    the module takes about its longest job, not the sum (and neither cloud idles through the other's job)."""
+    tmp = tmp_path_factory.mktemp("container-jobs")
+    image = json.loads(cli_ok(cloud, "local", "status"))["oci_image"]  # where a user finds it, and local up says it
+    missing = cloud.state["oci_image"].rsplit("/", 2)[0] + "/jobplane/no-such-image:1"
+    gcp_spec = write_spec(tmp, "boxed-gcp", "python3 train.py", cloud="gcp", instance_type="e2-standard-2",
+                          spot="false", image=PODMAN_IMAGE, container=gcp.state["oci_image"],  # the image alone
+                          env="{STEPS: '2'}")
+    return {"image": image, "missing": missing,
+            "boxed": submit(cloud, container_spec(tmp, "boxed", image), code(tmp)),
+            "boxed-missing": submit(cloud, container_spec(tmp, "boxed-missing", missing), code(tmp)),
+            "boxed-gcp": submit(gcp, gcp_spec, code(tmp))}
 
 
 def container_spec(tmp_path: Path, name: str, image: str) -> Path:
@@ -65,10 +81,9 @@ def code(tmp_path: Path) -> Path:
 
 
 def test_a_container_job_is_preempted_and_resumes_from_its_checkpoint_in_a_new_container(
-        cloud: CloudProcess, tmp_path: Path) -> None:
-    image = json.loads(cli_ok(cloud, "local", "status"))["oci_image"]  # where a user finds it, and local up says it
+        cloud: CloudProcess, jobs: dict[str, str]) -> None:
+    image, job_id = jobs["image"], jobs["boxed"]
     assert image == cloud.state["oci_image"] and image in (cloud.state_dir / "local-cloud.log").read_text()
-    job_id = submit(cloud, container_spec(tmp_path, "boxed", image), code(tmp_path))
     wait_saved(cloud, job_id, 6)
     preempt(cloud, job_id)
     done = cloud.cli("wait", job_id, "--timeout", "300s", timeout=330)
@@ -87,9 +102,8 @@ def test_a_container_job_is_preempted_and_resumes_from_its_checkpoint_in_a_new_c
 
 
 def test_an_image_the_registry_does_not_have_fails_the_job_naming_container_image(
-        cloud: CloudProcess, tmp_path: Path) -> None:
-    missing = cloud.state["oci_image"].rsplit("/", 2)[0] + "/jobplane/no-such-image:1"
-    job_id = submit(cloud, container_spec(tmp_path, "boxed-missing", missing), code(tmp_path))
+        cloud: CloudProcess, jobs: dict[str, str]) -> None:
+    missing, job_id = jobs["missing"], jobs["boxed-missing"]
     done = cloud.cli("wait", job_id, "--timeout", "180s", timeout=200)
     record = cloud.registry().job(job_id)
     assert done.returncode != 0 and (record.state, record.cause) == (State.FAILED, Rule.FINISHED), record.reason
@@ -99,12 +113,8 @@ def test_an_image_the_registry_does_not_have_fails_the_job_naming_container_imag
     assert "os-release" not in cli_ok(cloud, "logs", job_id)
 
 
-def test_a_container_job_runs_on_the_local_gcp_cloud(gcp: CloudProcess, tmp_path: Path) -> None:
-    image = gcp.state["oci_image"]
-    spec = write_spec(tmp_path, "boxed-gcp", "python3 train.py", cloud="gcp", instance_type="e2-standard-2",
-                      spot="false", image=PODMAN_IMAGE, container=image,  # the short form: the image alone
-                      env="{STEPS: '2'}")
-    job_id = submit(gcp, spec, code(tmp_path))
+def test_a_container_job_runs_on_the_local_gcp_cloud(gcp: CloudProcess, jobs: dict[str, str]) -> None:
+    image, job_id = gcp.state["oci_image"], jobs["boxed-gcp"]
     done = gcp.cli("wait", job_id, "--timeout", "240s", timeout=260)
     record = gcp.registry().job(job_id)
     text = cli_ok(gcp, "logs", job_id)
