@@ -39,6 +39,7 @@ from tests.helpers import wait_for
 from tests.local.conftest import cli_ok, paced, shell_code, submit, write_spec
 
 pytestmark = pytest.mark.scenario
+SHARES_CLOUDS = ("aws",)  # quiet, to or from another module (conftest.Kept): none of its checks read others' jobs
 TICKING = "while true; do echo tick; sleep 1; done"  # prints, never ends
 CKPT = re.compile(r"(?:^|/)step\.json$")  # examples/tensorboard's checkpoint
 

@@ -20,6 +20,7 @@ from jobplane.local.demo import REPO, CloudProcess
 from jobplane.sdk import State
 
 pytestmark = pytest.mark.scenario
+SHARES_CLOUDS = ("aws",)  # quiet, to or from another module (conftest.Kept): none of its checks read others' jobs
 
 # 6 agents booting at once on a loaded 2-core machine may take longer than the policy's 60 s to beat first
 TINY = {"name": "tiny", "instance_type": "t3.micro", "spot": True, "run": "echo hi from $JOBPLANE_JOB_ID",
