@@ -46,7 +46,8 @@ CKPT = re.compile(r"(?:^|/)step\.json$")  # examples/tensorboard's checkpoint
 
 @pytest.fixture(scope="module", autouse=True)
 def runaway(cloud: CloudProcess, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The id of a job that prints for ever under a 40 s cap (its stop request comes 30 s before), started up front."""
+    """The id of a job that prints for ever under a 40 s cap (its stop request comes 4 s before: the grace is at most
+    a tenth of the cap), started up front."""
     specs = tmp_path_factory.mktemp("specs")
     return submit(cloud, write_spec(specs, "runaway", TICKING, max_runtime="40s", owner="runaway"), shell_code(specs))
 
