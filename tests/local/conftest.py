@@ -1,5 +1,6 @@
 """One local cloud (`jobplane local up` in a child process, AWS or GCP) per test module; stopped, and checked
-to have left nothing behind, in the fixture's finalizer."""
+to have left nothing behind, in the fixture's finalizer. A module that sets SHARES_CLOUDS (the clouds it uses) may be
+handed the one the module before it on this worker used, if that module opted in too and left it quiet (Kept)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ from typing import Any
 import pytest
 import yaml
 
+from jobplane.agent.process import marked_pids
 from jobplane.local.cloud import merged
 from jobplane.local.demo import REPO, CloudProcess
 from jobplane.local.package_index import wheel_dir
+from jobplane.local.waiting import WaitTimeout, wait_for
 from jobplane.model import keys
 from tests.warm import Process, Warm
 
@@ -91,6 +94,15 @@ def running(tmp_path_factory: pytest.TempPathFactory, which: str, warm: Warm | N
     the module tests the bootstrap's download itself (tests/local/test_first_job.py). Its `jobplane` commands run in
     this process and warm (ModuleCloud), or without `warm`, each in a fresh interpreter. faults: (rate, seed) of
     `local up --faults`."""
+    proc = started(tmp_path_factory, which, warm, baked_agent, faults)
+    try:
+        yield proc
+    finally:
+        stopped(proc)
+
+
+def started(tmp_path_factory: pytest.TempPathFactory, which: str, warm: Warm | None, baked_agent: bool = True,
+            faults: tuple[float, int] | None = None) -> CloudProcess:
     if not any(wheel_dir().glob("numpy-*.whl")):  # examples/train/requirements.txt installs it, from loopback
         pytest.skip(f"the local package index is empty ({wheel_dir()}): run `make local-index`")
     state_dir = tmp_path_factory.mktemp(f"local-{which}")
@@ -98,22 +110,115 @@ def running(tmp_path_factory: pytest.TempPathFactory, which: str, warm: Warm | N
             ModuleCloud(state_dir, warm=warm, cloud=which, baked_agent=baked_agent, faults=faults))
     try:
         proc.start()
-        yield proc
+    except BaseException:
+        stopped(proc)
+        raise
+    return proc
+
+
+def stopped(proc: CloudProcess) -> None:
+    code = proc.stop()
+    left = proc.leftovers()
+    assert not left, f"the local cloud left {left} behind"
+    assert code == 0, f"local up exited {code}; see {proc.state_dir / 'local-cloud.log'}"
+
+
+class Kept:
+    """The baked-agent clouds a module hands to the next module on this worker (a cloud costs ~7 CPU seconds and
+    ~12 s to start and stop), where both set SHARES_CLOUDS naming it. It is handed on only quiet: no VM process of
+    it alive, nothing live or waiting in the registry (no active/ marker, drop, live sweep, `after:` wait, owner's
+    node in use), its policy as `local up` wrote it, no function paused and no run's error. What a finished module
+    leaves (ended jobs' records, data, events) stays: a module opts in only if no assertion of it reads beyond its
+    own jobs' ids, owners and labels. Anything else stops, checked as a module's own cloud is."""
+
+    def __init__(self) -> None:
+        self.clouds: dict[str, tuple[CloudProcess, bytes]] = {}  # cloud -> it and its policy as started
+        self.next: pytest.Item | None = None  # the item after the running one (pytest_runtest_protocol below)
+
+    def lend(self, module: Any, which: str, tmp_path_factory: pytest.TempPathFactory,
+             warm: Warm) -> Iterator[CloudProcess]:
+        proc, policy = self.clouds.pop(which, (None, b""))
+        if proc is None:
+            proc = started(tmp_path_factory, which, warm)
+            policy = proc.registry().get_bytes(keys.POLICY)
+        handed = False
+        try:
+            yield proc
+            following = None if self.next is None else self.next.module
+            handed = (following not in (None, module) and which in getattr(following, "SHARES_CLOUDS", ())
+                      and quiet(proc, policy) is None)
+        finally:
+            if handed:
+                self.clouds[which] = (proc, policy)
+            else:
+                stopped(proc)
+
+    def close(self) -> None:
+        while self.clouds:
+            stopped(self.clouds.popitem()[1][0])
+
+
+def quiet(proc: CloudProcess, policy: bytes) -> str | None:
+    """Why the cloud is not as a module may find it (see Kept), or None."""
+    vm_processes = f"JOBPLANE_LOCAL_CLOUD={proc.state.get('cloud_id')}"
+    try:  # a VM that powered off ends its processes within seconds
+        wait_for("the VMs' processes to end", lambda: not marked_pids(vm_processes), 30, 0.5)
+    except WaitTimeout:
+        return "a VM's processes are alive"
+    reg = proc.registry()
+    for prefix in (keys.ACTIVE, keys.QUEUE, keys.ACTIVE_SWEEPS, keys.AFTER, keys.PREEMPTED, keys.CANCELS):
+        if any(True for _ in reg.listing(prefix)):
+            return f"keys under {prefix}"
+    if reg.get_bytes(keys.POLICY) != policy:
+        return "its policy changed"
+    status = json.loads(cli_ok(proc, "local", "status"))
+    if status["errors"] or status["paused"]:
+        return f"errors {status['errors']}, paused {status['paused']}"
+    usage = json.loads(cli_ok(proc, "queue", "--json"))
+    if usage["jobs"] or any(o["in_use"] for o in usage["usage"]["owners"]):
+        return "nodes in use or jobs waiting"
+    return None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    kept = item.config.stash.get(KEPT, None)
+    if kept is not None:
+        kept.next = nextitem
+    yield
+
+
+KEPT = pytest.StashKey[Kept]()
+
+
+@pytest.fixture(scope="session")
+def kept(request: pytest.FixtureRequest, warm: Warm) -> Iterator[Kept]:
+    """This worker's Kept (after `warm`, so stopped before it)."""
+    request.config.stash[KEPT] = found = Kept()
+    try:
+        yield found
     finally:
-        code = proc.stop()
-        left = proc.leftovers()
-        assert not left, f"the local cloud left {left} behind"
-        assert code == 0, f"local up exited {code}; see {proc.state_dir / 'local-cloud.log'}"
+        found.close()
+
+
+def module_cloud(request: pytest.FixtureRequest, which: str, tmp_path_factory: pytest.TempPathFactory,
+                 warm: Warm) -> Iterator[CloudProcess]:
+    if which in getattr(request.module, "SHARES_CLOUDS", ()):
+        yield from request.getfixturevalue("kept").lend(request.module, which, tmp_path_factory, warm)
+    else:
+        yield from running(tmp_path_factory, which, warm)
 
 
 @pytest.fixture(scope="module")
-def cloud(tmp_path_factory: pytest.TempPathFactory, warm: Warm) -> Iterator[CloudProcess]:
-    yield from running(tmp_path_factory, "aws", warm)
+def cloud(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+          warm: Warm) -> Iterator[CloudProcess]:
+    yield from module_cloud(request, "aws", tmp_path_factory, warm)
 
 
 @pytest.fixture(scope="module")
-def gcp(tmp_path_factory: pytest.TempPathFactory, warm: Warm) -> Iterator[CloudProcess]:
-    yield from running(tmp_path_factory, "gcp", warm)
+def gcp(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+        warm: Warm) -> Iterator[CloudProcess]:
+    yield from module_cloud(request, "gcp", tmp_path_factory, warm)
 
 
 def write_spec(directory: Path, name: str, run: str, **extra: str) -> Path:

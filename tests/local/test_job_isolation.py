@@ -18,6 +18,7 @@ from jobplane.model.states import State
 from tests.local.conftest import cli_ok, submit, write_spec
 
 pytestmark = [pytest.mark.scenario, pytest.mark.timeout(420)]
+SHARES_CLOUDS = ("aws", "gcp")  # quiet, to or from another module (conftest.Kept): none of its checks read others' jobs
 
 # How the script gets the store its agent uses, and how a refusal reads, per cloud.
 AWS_STORE = """

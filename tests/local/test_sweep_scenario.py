@@ -25,6 +25,7 @@ from tests.helpers import wait_for
 from tests.local.conftest import cli_ok
 
 pytestmark = pytest.mark.scenario
+SHARES_CLOUDS = ("aws",)  # quiet, to or from another module (conftest.Kept): none of its checks read others' jobs
 EXAMPLE = REPO / "examples" / "sweep"
 
 
