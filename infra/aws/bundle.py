@@ -61,7 +61,7 @@ def _pip_download(dest: Path, requirements: Sequence[str], platforms: Sequence[s
     # Platforms of one architecture only: given several, pip takes the first wheel matching any of them. The
     # dependencies' versions are the ones installed here too (the constraints), as the requirements' are.
     with tempfile.NamedTemporaryFile("w", suffix=".txt") as constraints:
-        constraints.write("\n".join(bundling.pins()) + "\n")
+        constraints.write("\n".join(bundling.pins(requirements)) + "\n")
         constraints.flush()
         cmd = [sys.executable, "-m", "pip", "download", "-qq", "--disable-pip-version-check", "--dest", str(dest),
                "--only-binary=:all:", "--implementation", "cp", "--python-version", python, "--constraint",
@@ -76,7 +76,8 @@ def _dist_name(wheel: Path) -> str:
 def lambda_dependencies() -> Path:
     """Unpacked arm64/python3.14 site directory with every bundled third-party package."""
     requirements = [_pinned(r) for r in LAMBDA_REQUIREMENTS]
-    key = digest([*LAMBDA_PLATFORMS, LAMBDA_PYTHON, *requirements, *sorted(RUNTIME_PROVIDED), *bundling.pins()])
+    key = digest([*LAMBDA_PLATFORMS, LAMBDA_PYTHON, *requirements, *sorted(RUNTIME_PROVIDED),
+                  *bundling.pins(requirements)])
 
     def build(tmp: Path) -> None:
         wheels = tmp / "wheels"
@@ -113,7 +114,7 @@ def lambda_asset() -> Path:
 def agent_bundles(pythons: Sequence[str]) -> Path:
     """system/agent/: the agent bundle for every VM Python (these plus the image aliases') and architecture,
     and their manifest (jobplane.boot.bundling; built from PyPI wheels once per set of inputs)."""
-    key = digest(["aws", *pythons, *bundling.pins(),
+    key = digest(["aws", *pythons, *bundling.pins(bundling.REQUIREMENTS["aws"]),
                   *(f"{p.relative_to(bundling.PACKAGE)}\n".encode() + p.read_bytes()
                     for p in bundling.package_files("aws"))])
 

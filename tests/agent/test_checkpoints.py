@@ -228,10 +228,12 @@ def test_a_preemption_mid_write_never_leaves_a_torn_checkpoint(world: World) -> 
     ckpt_dir = node.ml_root / "checkpoints"
     wait_for("ckpt-1 in a manifest", lambda: "ckpt-1.bin" in world.checkpoint("torn-job"), 30)
     seen = []
-    # several periodic syncs run while ckpt-2 grows; none may name it
+    # several periodic syncs run while ckpt-2 grows; none may name it (looked at five times a sync interval: a
+    # restore as fast as it goes made thousands in the 3 s, each a directory of files)
     deadline = time.monotonic() + 3
     while time.monotonic() < deadline:
         seen.append(assert_never_torn(world, "torn-job"))
+        time.sleep(0.1)
     assert (ckpt_dir / "ckpt-2.bin").stat().st_size > 0, "the writer did not start ckpt-2"
     node.imds.set_notice("terminate")
     assert node.wait(30) == 0, console_of(node)

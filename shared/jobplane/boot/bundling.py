@@ -97,10 +97,45 @@ def package_files(cloud: str) -> list[Path]:
     return [p for p in source_files() if shipped(p.relative_to(PACKAGE).as_posix(), cloud)]
 
 
-def pins() -> list[str]:
-    """name==version of every distribution installed here (jobplane aside): pip's constraints."""
+def pins(requirements: Sequence[str] | None = None) -> list[str]:
+    """name==version of every distribution installed here (jobplane aside), or of those the requirements may pull
+    in: pip's constraints, and part of the keys of what is built from them, so a tool installed beside them (a
+    profiler, a linter) changes neither."""
     found = {d.metadata["Name"]: d.version for d in metadata.distributions() if d.metadata["Name"]}
-    return sorted(f"{name}=={version}" for name, version in found.items() if name.lower() != "jobplane")
+    wanted = None if requirements is None else _reachable(requirements)
+    return sorted(f"{name}=={version}" for name, version in found.items() if name.lower() != "jobplane"
+                  and (wanted is None or _canonical(name) in wanted))
+
+
+def _canonical(name: str) -> str:
+    from packaging.utils import canonicalize_name
+
+    return str(canonicalize_name(name))
+
+
+def _reachable(requirements: Sequence[str]) -> set[str]:
+    """The distributions installed here that the requirements may pull in on any platform: a dependency behind a
+    marker is followed whatever the Python or platform, and behind an extra only when that extra is asked for."""
+    from packaging.requirements import Requirement
+
+    found: set[str] = set()
+    todo = [Requirement(r) for r in requirements]
+    while todo:
+        req = todo.pop()
+        name = _canonical(req.name)
+        if name in found:
+            continue
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:  # not installed here: pip is free to choose it
+            continue
+        found.add(name)
+        for line in dist.requires or []:
+            dep = Requirement(line)
+            if dep.marker is None or "extra" not in str(dep.marker) or any(
+                    dep.marker.evaluate({"extra": e}) for e in (*req.extras, "")):
+                todo.append(dep)
+    return found
 
 
 def host_architecture() -> str:
@@ -184,7 +219,7 @@ def build_all(out: Path, cloud: str, pythons: Sequence[str] = (), archs: Sequenc
     versions = sorted({*images.python_versions(), *pythons}, key=lambda v: tuple(map(int, v.split("."))))
     out.mkdir(parents=True, exist_ok=True)
     constraints = out / "constraints.txt"
-    constraints.write_text("\n".join(pins()) + "\n")
+    constraints.write_text("\n".join(pins(REQUIREMENTS[cloud])) + "\n")
     try:
         variants = [build_from_index(out, cloud, python, arch, constraints, deps_cache)
                     for python in versions for arch in archs]

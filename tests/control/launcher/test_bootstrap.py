@@ -5,6 +5,7 @@ the agent from it; every way the install can fail ends in one console line and a
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 from dataclasses import replace
@@ -114,17 +115,28 @@ def test_location_values_are_quoted(trap_bin: Path, bucket: str, root: str, regi
 
 
 # ---- running the script on this machine -----------------------------------------------------------------
+@functools.cache
+def this_machines_bundle() -> tuple[Path, agent_bundle.Variant]:
+    """This machine's real agent bundle (jobplane.boot.bundling builds it once per set of inputs, in the cache)."""
+    return bundling.local_variant("aws", cache_dir())
+
+
 @pytest.fixture
 def registry(moto_endpoint: str) -> Registry:
-    """A registry on moto's S3 server (HTTP: the script fetches presigned URLs) with this machine's real
-    agent bundle in system/agent/."""
+    """A registry on moto's S3 server (HTTP: the script fetches presigned URLs) whose system/agent/ manifest names
+    this machine's real agent bundle. The bundle itself (some 30 MB) is there only for the tests whose VMs download
+    it (upload_bundle): a script that stops before the download never asks for it."""
     store = S3Store("boot-bucket", s3_client("us-east-1"))
     store.client.create_bucket(Bucket="boot-bucket")
     reg = Registry(store, "team")
-    path, variant = bundling.local_variant("aws", cache_dir())
-    reg.store.put(reg.key(keys.agent_file(variant.name)), path.read_bytes())
+    _, variant = this_machines_bundle()
     reg.store.put(reg.key(keys.agent_file(agent_bundle.MANIFEST)), agent_bundle.manifest([variant]))
     return reg
+
+
+def upload_bundle(reg: Registry) -> None:
+    path, variant = this_machines_bundle()
+    reg.store.put(reg.key(keys.agent_file(variant.name)), path.read_bytes())
 
 
 def script_for(reg: Registry, variants: list[agent_bundle.Variant] | None = None) -> str:
@@ -136,6 +148,7 @@ def script_for(reg: Registry, variants: list[agent_bundle.Variant] | None = None
 
 
 def test_the_script_fetches_checks_unpacks_and_starts_the_agent(registry: Registry, tmp_path: Path) -> None:
+    upload_bundle(registry)
     done = run_bootstrap(script_for(registry), tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     home = tmp_path / "opt-jobplane"
@@ -151,9 +164,10 @@ def test_a_home_that_holds_this_bundle_boots_without_downloading_it(registry: Re
     """A disk that booted before, or an image baked with the bundle (`local up --baked-agent` makes its VMs' homes
     so): the marker names the bundle's sha256 and the bootstrap goes straight to the agent, even with the bundle
     gone from the registry; a home of another bundle is replaced by a download."""
+    upload_bundle(registry)
     assert run_bootstrap(script_for(registry), tmp_path / "disk").returncode == 0  # unpacks, and marks the home
     (variant,) = agent_bundle.parse_manifest(registry.get_bytes(keys.agent_file(agent_bundle.MANIFEST)))
-    path, _ = bundling.local_variant("aws", cache_dir())
+    path, _ = this_machines_bundle()
     bake(unpacked(path, variant.sha256, cache_dir()), tmp_path / "image" / "opt-jobplane")
     registry.delete(keys.agent_file(variant.name))  # a download now fails
     for vm in ("disk", "image"):
@@ -172,11 +186,12 @@ def _no_bundle_for_this_python(reg: Registry, v: agent_bundle.Variant) -> tuple[
 
 
 def _unreadable(reg: Registry, v: agent_bundle.Variant) -> tuple[list[agent_bundle.Variant], str]:
-    reg.delete(keys.agent_file(v.name))
+    reg.delete(keys.agent_file(v.name))  # the manifest names it; the bucket has it not
     return [v], f"cannot download the agent bundle {v.name}: HTTP Error 404"
 
 
 def _tampered(reg: Registry, v: agent_bundle.Variant) -> tuple[list[agent_bundle.Variant], str]:
+    upload_bundle(reg)  # downloaded whole, then refused
     return [replace(v, sha256="f" * 64)], f"agent bundle {v.name}: sha256 mismatch ({v.size} bytes downloaded)"
 
 
