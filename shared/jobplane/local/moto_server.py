@@ -302,13 +302,11 @@ def patch_moto() -> None:
 
 
 def share_botocore_loader() -> None:
-    """One botocore loader for every session of this process: moto makes a new boto3 session for each service's
-    region list (and each mock_aws() a new default one), and a new session parses botocore's endpoints and service
-    models again (EC2's is megabytes of JSON), a second of CPU in each moto server's start."""
-    import botocore.session
+    """One botocore loader for every session of this process (jobplane.clouds.aws_local's; imported when called, so
+    importing this module imports no boto3)."""
+    from jobplane.clouds import aws_local
 
-    if not hasattr(botocore.session.create_loader, "cache_info"):  # once
-        botocore.session.create_loader = functools.lru_cache(maxsize=None)(botocore.session.create_loader)
+    aws_local.share_botocore_loader()
 
 
 def name_services_once() -> None:
