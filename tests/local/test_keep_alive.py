@@ -1,23 +1,36 @@
 """The local cloud's werkzeug servers keep a connection for the next request (jobplane.local.keep_alive): bodies of
 each framing read whole, HEAD's length kept without a body, an application error a 500 that ends the connection;
-and moto's server, as the local cloud runs it, answers S3 requests on one connection."""
+and moto's server, as the local cloud runs it, answers S3 requests on one connection.
+
+They also count what changed in them (jobplane.local.changes): moto's server and the GCS fake count each write,
+delete and changing call by area once it is made; a pass of the trigger loop lists only the folders whose counts moved
+since the last pass that completed, so an idle cloud lists nothing, and a write it has not delivered is listed again
+at the next pass, whenever it landed."""
 
 from __future__ import annotations
 
 import http.client
+import json
 import threading
+import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from werkzeug.serving import WSGIRequestHandler, make_server
 
+from jobplane.clouds.s3 import S3Store
+from jobplane.local.changes import ANY, PATH, Changes, HttpCounts, Watch, object_area
 from jobplane.local.cloud import ServiceProcess
+from jobplane.local.fake_gcs import FakeGcsServer
 from jobplane.local.keep_alive import keep_alive
+from jobplane.local.triggers import Functions, TriggerLoop
+from jobplane.model import keys
+from jobplane.store.registry import Registry
 
 
 def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
@@ -67,8 +80,16 @@ def test_one_connection_carries_requests_of_every_framing(server: tuple[str, int
         conn.close()
 
 
-def test_moto_s_server_answers_s3_on_one_connection(tmp_path: Path) -> None:
-    moto = ServiceProcess("jobplane.local.moto_server").start(tmp_path / "moto.log")
+@pytest.fixture(scope="module")
+def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+    server = ServiceProcess("jobplane.local.moto_server").start(tmp_path_factory.mktemp("moto") / "moto.log")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_moto_s_server_answers_s3_on_one_connection(moto: ServiceProcess) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", moto.port, timeout=10)
     try:
         answers = []
@@ -86,4 +107,160 @@ def test_moto_s_server_answers_s3_on_one_connection(tmp_path: Path) -> None:
         assert answers[2][1] == b"value" and answers[3][2] == "5" and answers[4][1] == b"<?xml"
     finally:
         conn.close()
-        moto.stop()
+
+
+def test_a_look_says_which_areas_moved_since_the_last_completed_pass() -> None:
+    changes = Changes()
+    watch = Watch(changes.counts)
+    first = watch.look()
+    assert first.changed("b/queue") and first.changed("ec2")  # nothing consumed yet: everything may have changed
+    first.done()
+    assert not watch.look().changed("b/queue")
+    changes.note("b/queue")
+    look = watch.look()
+    assert look.changed("b/queue") and not look.changed("b/jobs") and not look.changed("ec2")
+    assert not look.changed("other/queue")
+    look.done()
+    changes.note(object_area("b", ""))  # the whole bucket (a bucket-level call)
+    look = watch.look()
+    assert look.changed("b/queue") and look.changed("b/jobs") and not look.changed("other/queue")
+    look.done()
+    changes.note(ANY)  # a change nobody could place
+    look = watch.look()
+    assert look.changed("other/queue") and look.changed("ec2")
+
+
+def test_a_pass_that_did_not_complete_consumes_nothing_and_a_change_during_a_pass_is_seen_next() -> None:
+    changes = Changes()
+    watch = Watch(changes.counts)
+    watch.look().done()
+    changes.note("b/queue")
+    watch.look()  # this pass failed: never done
+    look = watch.look()
+    assert look.changed("b/queue")
+    changes.note("b/queue")  # after the counts were read, while the pass lists
+    look.done()
+    assert watch.look().changed("b/queue")
+
+
+def test_counts_that_cannot_be_read_mean_everything_changed() -> None:
+    def unreachable() -> dict[str, int]:
+        raise ConnectionRefusedError
+
+    watch = Watch(unreachable)
+    watch.seen = {}
+    look = watch.look()
+    assert look.changed("b/queue") and look.changed("ec2")
+    look.done()
+    assert watch.seen == {}
+
+
+def test_an_area_is_a_top_level_folder() -> None:
+    assert object_area("b", "queue/") == "b/queue"
+    assert object_area("b", "jobs/j1/attempts/1/nodes/0/exit.json") == "b/jobs"
+    assert object_area("b", "queue") == f"b/{ANY}"  # not a folder: any key of the bucket may start so
+
+
+class Delivered(Functions):
+    """Records what the loop delivers (the functions themselves are not under test here)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.created: list[tuple[str, str]] = []
+
+    def object_created(self, area: str, key: str, size: int) -> None:
+        self.created.append((area, key))
+
+
+class Listed(Registry):
+    """The registry, counting the prefixes it lists."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.listed: list[str] = []
+
+    def listing(self, prefix: str, page_size: int = 1000) -> Iterator[tuple[str, Any, int]]:
+        self.listed.append(prefix)
+        return super().listing(prefix, page_size)
+
+
+def client(moto: ServiceProcess, service: str) -> Any:
+    return boto3.client(service, endpoint_url=moto.url, region_name="us-east-1")  # type: ignore[call-overload]
+
+
+def test_moto_counts_what_changes_and_the_loop_lists_only_that(moto: ServiceProcess) -> None:
+    s3 = client(moto, "s3")
+    s3.create_bucket(Bucket="reg")
+    reg = Listed(S3Store("reg", s3))
+    functions = Delivered()
+    loop = TriggerLoop(reg, functions, schedule=3600, bucket="reg")
+    loop.last_cron = float("inf")  # no scheduled runs: the functions are not here
+    watch = Watch(HttpCounts(moto.url))
+
+    def tick() -> list[str]:
+        reg.listed.clear()
+        look = watch.look()
+        loop.tick(look)
+        look.done()
+        return list(reg.listed)
+
+    assert tick() == [keys.QUEUE, keys.CANCELS, keys.PREEMPTED, keys.ACTIVE]  # the first pass lists everything
+    assert tick() == []  # idle: nothing listed
+    s3.put_object(Bucket="reg", Key="queue/j1.yaml", Body=b"name: j1")
+    s3.get_object(Bucket="reg", Key="queue/j1.yaml")  # a read changes nothing
+    assert tick() == [keys.QUEUE] and functions.created == [("queue", "queue/j1.yaml")]
+    s3.put_object(Bucket="reg", Key="active/j1/RUNNING.1", Body=b"")
+    assert tick() == [keys.ACTIVE, keys.attempt_prefix("j1", 1)]
+    s3.put_object(Bucket="reg", Key="heartbeats/j1/1/0", Body=b"")  # no folder the loop watches
+    assert tick() == []
+    exit_key = keys.attempt_prefix("j1", 1) + "nodes/0/exit.json"
+    look = watch.look()
+    loop.tick(look)  # lists nothing ...
+    s3.put_object(Bucket="reg", Key=exit_key, Body=b"{}")  # ... while an exit report lands
+    look.done()
+    assert tick() == [keys.attempt_prefix("j1", 1)] and functions.created[-1] == ("exits", exit_key)
+    early = keys.attempt_prefix("j2", 1) + "boot-failure.json"
+    s3.put_object(Bucket="reg", Key=early, Body=b"{}")  # before its attempt is live: nothing lists it yet ...
+    assert tick() == [keys.attempt_prefix("j1", 1)]
+    s3.put_object(Bucket="reg", Key="active/j2/LAUNCHING.1", Body=b"")  # ... until it is, its folder unchanged
+    assert tick() == [keys.ACTIVE, keys.attempt_prefix("j2", 1)] and functions.created[-1] == ("exits", early)
+    s3.delete_objects(Bucket="reg", Delete={"Objects": [{"Key": "heartbeats/j1/1/0"}]})  # keys in the body
+    assert tick() == [keys.QUEUE, keys.CANCELS, keys.PREEMPTED, keys.ACTIVE, keys.attempt_prefix("j1", 1),
+                      keys.attempt_prefix("j2", 1)]
+    assert len(functions.created) == 3  # nothing delivered twice
+
+
+def test_moto_counts_ec2_and_notification_calls_that_change_something(moto: ServiceProcess) -> None:
+    def counts() -> dict[str, int]:
+        with urllib.request.urlopen(moto.url + PATH, timeout=10) as answer:
+            return dict(json.load(answer))
+
+    ec2, sns = client(moto, "ec2"), client(moto, "sns")
+    before = counts()
+    ec2.describe_instances()
+    sns.list_topics()
+    assert counts() == before  # reads
+    ec2.create_vpc(CidrBlock="10.9.0.0/16")
+    topic = sns.create_topic(Name="changes")["TopicArn"]
+    sns.publish(TopicArn=topic, Message="hello")
+    after = counts()
+    assert after.get("ec2", 0) == before.get("ec2", 0) + 1 and after.get("sns", 0) == before.get("sns", 0) + 2
+
+
+def test_the_gcs_fake_counts_writes_and_deletes_by_folder() -> None:
+    with FakeGcsServer() as server:
+        server.create_bucket("b")
+        read = HttpCounts(server.endpoint)
+        assert read() == {}
+
+        def call(method: str, path: str, body: bytes | None = None) -> None:
+            request = urllib.request.Request(server.endpoint + path, data=body, method=method)
+            urllib.request.urlopen(request, timeout=10).close()
+
+        call("POST", "/upload/storage/v1/b/b/o?uploadType=media&name=queue%2Fj1.yaml", b"name: j1")
+        call("GET", "/storage/v1/b/b/o?prefix=queue%2F")
+        call("POST", "/upload/storage/v1/b/b/o?uploadType=media&name=jobs%2Fj1%2Fjob.json", b"{}")
+        call("DELETE", "/storage/v1/b/b/o/queue%2Fj1.yaml")
+        assert read() == {"b/queue": 2, "b/jobs": 1}
+        server.reset()
+        assert read()[ANY] == 1

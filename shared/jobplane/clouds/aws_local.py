@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import ipaddress
 import json
 from collections.abc import Iterator, Mapping
@@ -52,6 +53,16 @@ class RawInstance:
 _role_sessions: dict[str, boto3.Session] = {}
 
 
+def share_botocore_loader() -> None:
+    """One botocore loader for every session of this process; idempotent. A new session parses botocore's endpoints
+    and each service's model again (EC2's is megabytes of JSON): the local cloud makes one per function role (each
+    signs as its own), moto's server one per service's region list, about a CPU second each."""
+    import botocore.session
+
+    if not hasattr(botocore.session.create_loader, "cache_info"):  # once
+        botocore.session.create_loader = functools.lru_cache(maxsize=None)(botocore.session.create_loader)
+
+
 @contextlib.contextmanager
 def default_session(credentials: Mapping[str, str]) -> Iterator[None]:
     """boto3's default session signs with these credentials (AWS_ACCESS_KEY_ID, ...) meanwhile: a client made then
@@ -62,6 +73,7 @@ def default_session(credentials: Mapping[str, str]) -> Iterator[None]:
         yield
         return
     if key not in _role_sessions:
+        share_botocore_loader()
         _role_sessions[key] = boto3.Session(aws_access_key_id=key,
                                             aws_secret_access_key=credentials["AWS_SECRET_ACCESS_KEY"],
                                             aws_session_token=credentials.get("AWS_SESSION_TOKEN"))
@@ -78,6 +90,7 @@ class LocalAws:
         """endpoint / credentials: the moto server's (else the environment's), explicit so a caller need not
         touch os.environ. credentials use the AWS_* variable names."""
         self.region = region
+        share_botocore_loader()
         creds = {"aws_access_key_id": (credentials or {}).get("AWS_ACCESS_KEY_ID"),
                  "aws_secret_access_key": (credentials or {}).get("AWS_SECRET_ACCESS_KEY"),
                  "aws_session_token": (credentials or {}).get("AWS_SESSION_TOKEN")}

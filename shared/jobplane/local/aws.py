@@ -21,6 +21,7 @@ from typing import IO, Any
 
 from jobplane.boot import bundling
 from jobplane.local import rootfs
+from jobplane.local.changes import HttpCounts
 from jobplane.local.cloud import LocalCloud, ServiceProcess
 from jobplane.local.moto_server import CONSOLES_ENV
 from jobplane.local.triggers import Functions, LambdaFunctions
@@ -40,6 +41,8 @@ MEMBER_SESSION_S = 12 * 3600  # a team member's session: a working day
 class AwsLocalCloud(LocalCloud):
     cloud = "aws"
     hidden_env = ("GOOGLE_", "STORAGE_EMULATOR_HOST", "GCE_METADATA_HOST")
+    instance_areas = ("ec2",)  # moto's counts (jobplane.local.moto_server.CountChanges)
+    notice_areas = ("sns", "sqs")
 
     def __init__(self, state_dir: Path, port: int = 0, tick: float = 1.0, **kwargs: Any) -> None:
         super().__init__(state_dir, port, tick, **kwargs)
@@ -59,6 +62,7 @@ class AwsLocalCloud(LocalCloud):
     def start_services(self) -> None:
         # GetConsoleOutput answers from the instance runner's console logs
         self.moto.start(self.state_dir / "moto.log", env={CONSOLES_ENV: str(self.state_dir / "instances")})
+        self.watch.read = HttpCounts(self.moto.url)
 
     def stop_services(self) -> None:
         if self.vend_url is not None:

@@ -41,6 +41,7 @@ import yaml
 from jobplane.boot import agent_bundle, bundling
 from jobplane.clouds.faults import VISIBILITY_S, Faults
 from jobplane.local import baked_agent, cache_dir
+from jobplane.local.changes import Look, Watch
 from jobplane.local.console import Console, notified_line
 from jobplane.local.control import STATE_FILE, ControlServer
 from jobplane.local.triggers import Functions, TriggerLoop
@@ -195,6 +196,10 @@ class LocalCloud:
 
     cloud = ""
     hidden_env: tuple[str, ...] = ()  # never a VM's: the other cloud's variables, and those only the functions use
+    # The emulators' areas (jobplane.local.changes) whose change may change what the runner's sync or notifications()
+    # would find; none: they ask every tick
+    instance_areas: tuple[str, ...] = ()
+    notice_areas: tuple[str, ...] = ()
 
     def __init__(self, state_dir: Path, port: int = 0, tick: float = 1.0, bucket: str = BUCKET,
                  schedule: float | None = None, policy: Mapping[str, Any] | None = None,
@@ -222,6 +227,7 @@ class LocalCloud:
         self.console = Console(self._record, write=lambda text: print(text, file=terminal, flush=True))
         self.reg: Registry | None = None
         self.log_stream: IO[str] | None = None
+        self.watch = Watch()  # a subclass gives it its emulators' counts once they serve
 
     # ---- per cloud ------------------------------------------------------------------------------------
     @property
@@ -292,7 +298,7 @@ class LocalCloud:
         self._start_oci_registry()
         self.log_stream = (self.state_dir / FUNCTIONS_LOG).open("a", buffering=1)
         functions = self.functions = self.make_functions(self.log_stream)
-        self.triggers = TriggerLoop(reg, functions, self.schedule)
+        self.triggers = TriggerLoop(reg, functions, self.schedule, self.bucket)
         instance_env = {k: v for k, v in os.environ.items()
                         if not k.startswith(("JOBPLANE_", "POWERTOOLS_", *self.hidden_env))}
         instance_env.update(UV_INDEX_URL=self.index.url, PIP_INDEX_URL=self.index.url, UV_PYTHON_DOWNLOADS="never")
@@ -351,11 +357,21 @@ class LocalCloud:
         tmp.replace(self.state_dir / STATE_FILE)
 
     def step(self) -> None:
-        """One tick: VMs follow the cloud, then events and schedules fire; notifications reach the console."""
-        self.runner.sync()
-        self.triggers.tick()
-        for data in self.notifications():
-            self.console.emit(notified_line(data))
+        """One tick: VMs follow the cloud, then events and schedules fire; notifications reach the console. What
+        the emulators' counts say has not changed since the last tick is not asked again (an idle cloud lists
+        nothing); a VM running is watched every tick."""
+        look = self.watch.look()
+        if self.runner.nodes or self._changed(look, self.instance_areas):
+            self.runner.sync()
+        self.triggers.tick(look)
+        if self._changed(look, self.notice_areas):
+            for data in self.notifications():
+                self.console.emit(notified_line(data))
+        look.done()
+
+    @staticmethod
+    def _changed(look: Look, areas: tuple[str, ...]) -> bool:
+        return not areas or any(look.changed(area) for area in areas)
 
     def run(self) -> None:
         while not self.stopping.is_set():

@@ -19,6 +19,7 @@ other bucket (data buckets), as infra/gcp grants the VMs' service account. With 
 `submitters[<owner>]` group: it gets exactly what infra/gcp grants one on that registry (jobplane.local.gcp_grants:
 create under its owner's queue/, code/ and cancels/, read the records and its own team's data, list), and nothing
 in any other bucket. Any other token, or none (the functions, the CLI, tests), is unenforced.
+It counts its writes and deletes by area (jobplane.local.changes), answered at GET /_jobplane/changes.
 Out of scope: object versioning, ACLs, metadata patches, compose/copy/rewrite, XML API multipart uploads.
 """
 
@@ -41,7 +42,7 @@ from werkzeug.http import http_date, parse_options_header
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
-from jobplane.local import fake_sts, gcp_grants
+from jobplane.local import changes, fake_sts, gcp_grants
 from jobplane.local.gce_metadata_server import VM_ACCESS_TOKEN
 from jobplane.local.keep_alive import keep_alive
 from jobplane.local.loopback import BackgroundServer
@@ -64,6 +65,7 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
         ("POST", r"/upload/storage/v1/b/(?P<bucket>[^/]+)/o", "_upload"),
         ("PUT", r"/upload/storage/v1/b/(?P<bucket>[^/]+)/o", "_resumable_chunk"),
         ("POST", r"/v1/token", "_sts_token"),
+        ("GET", re.escape(changes.PATH), "_changes"),
     ]
 ]
 _IAM = {"get": "objects.get", "list": "objects.list", "create": "objects.create", "delete": "objects.delete",
@@ -195,6 +197,7 @@ class FakeGcsServer(BackgroundServer):
         self._bucket_created: dict[str, datetime] = {}
         self._sessions: dict[str, _Session] = {}
         self._last_generation = 0
+        self.changes = changes.Changes()  # noted under the lock, with the change: a reader sees both or neither
         self._faults: dict[str, list[int]] = {}  # handler -> statuses to answer its next requests with
         self.received: dict[str, list[int]] = {}  # object name -> body sizes of the upload requests that wrote it
         self.served: dict[str, list[int]] = {}  # object name -> body sizes of the responses that served it
@@ -224,6 +227,7 @@ class FakeGcsServer(BackgroundServer):
     def reset(self) -> None:
         """Forget every bucket, object and upload session (the server keeps running)."""
         with self._lock:
+            self.changes.note(changes.ANY)
             self._buckets.clear()
             self._bucket_created.clear()
             self._sessions.clear()
@@ -393,6 +397,7 @@ class FakeGcsServer(BackgroundServer):
         self._check(objects.get(name), args)
         obj.generation = self._next_generation()
         objects[name] = obj
+        self.changes.note(changes.object_area(bucket, name))
         self.received[name] = chunks
         return _json(self._resource(call, bucket, obj))
 
@@ -406,6 +411,7 @@ class FakeGcsServer(BackgroundServer):
         if name in self._buckets:
             raise _HttpError(409, "conflict", "Your previous request to create the named bucket succeeded.")
         self._buckets[name], self._bucket_created[name] = {}, _now()
+        self.changes.note(changes.object_area(name, ""))
         return self._get_bucket(call, bucket=name)
 
     def _get_bucket(self, call: _Call, bucket: str) -> Response:
@@ -502,7 +508,11 @@ class FakeGcsServer(BackgroundServer):
         obj = self._live(call, bucket, name)
         self._check(obj, call.args)
         del self._buckets[bucket][name]
+        self.changes.note(changes.object_area(bucket, name))
         return Response(status=204)
+
+    def _changes(self, call: _Call) -> Response:
+        return Response(self.changes.body(), content_type="application/json")
 
     def _upload(self, call: _Call, bucket: str) -> Response:
         kind = call.args.get("uploadtype", "media")

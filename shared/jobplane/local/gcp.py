@@ -28,6 +28,7 @@ from jobplane.boot import bundling
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, TAG_MANAGED
 from jobplane.clouds.gce_metadata import gce_key
 from jobplane.local import gcp_grants, rootfs
+from jobplane.local.changes import HttpCounts
 from jobplane.local.cloud import LocalCloud, PortInUse, ServiceProcess, free_port
 from jobplane.local.cloud_functions import CloudFunctions, HttpFunction
 from jobplane.local.fake_compute import DEFAULT_ZONES, FakeComputeServer
@@ -76,6 +77,7 @@ class GcpLocalCloud(LocalCloud):
 
     def start_services(self) -> None:
         self.gcs.start(self.state_dir / "gcs.log")
+        self.watch.read = HttpCounts(self.gcs.url)  # the Compute fake and Pub/Sub are in this process: asked always
         try:
             self.compute.start()
         except OSError as exc:

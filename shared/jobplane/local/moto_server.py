@@ -25,18 +25,26 @@
   the principal, the action and the resource. moto's own enforcement stays off: the local cloud's static keys (the
   platform team's CLI, an administrator's; the tests' own looks) are not checked.
 `python -m jobplane.local.moto_server -H HOST -p PORT [--fd FD]` runs moto's own server with these applied, keeping
-each connection for the next request (jobplane.local.keep_alive) where werkzeug's closes every one.
+each connection for the next request (jobplane.local.keep_alive) where werkzeug's closes every one, and counting what
+its requests change (CountChanges: jobplane.local.changes), which the local cloud's trigger loop asks before it lists.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import io
+import ipaddress
 import json
 import os
+import re
 import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
+
+from jobplane.local.changes import ANY, PATH, Changes, object_area
 
 _lock = threading.RLock()
 PUBLIC_PARAMETERS = "/aws/service/"
@@ -302,13 +310,11 @@ def patch_moto() -> None:
 
 
 def share_botocore_loader() -> None:
-    """One botocore loader for every session of this process: moto makes a new boto3 session for each service's
-    region list (and each mock_aws() a new default one), and a new session parses botocore's endpoints and service
-    models again (EC2's is megabytes of JSON), a second of CPU in each moto server's start."""
-    import botocore.session
+    """One botocore loader for every session of this process (jobplane.clouds.aws_local's; imported when called, so
+    importing this module imports no boto3)."""
+    from jobplane.clouds import aws_local
 
-    if not hasattr(botocore.session.create_loader, "cache_info"):  # once
-        botocore.session.create_loader = functools.lru_cache(maxsize=None)(botocore.session.create_loader)
+    aws_local.share_botocore_loader()
 
 
 def name_services_once() -> None:
@@ -318,6 +324,77 @@ def name_services_once() -> None:
 
     modules = tuple(backends.list_of_moto_modules())
     backends.list_of_moto_modules = lambda: modules
+
+
+_SCOPE = re.compile(r"Credential=[^/,\s]+/\d{8}/[^/]+/([a-z0-9-]+)/aws4_request")
+_READS = ("Describe", "Get", "List", "Receive")  # a query or JSON call named so changes nothing
+
+
+def _service(environ: dict[str, Any]) -> str | None:
+    """The service of a SigV4-signed request, from its credential scope (header or presigned query)."""
+    found = _SCOPE.search(environ.get("HTTP_AUTHORIZATION", ""))
+    if found is None and "X-Amz-Credential" in environ.get("QUERY_STRING", ""):
+        credential = parse_qs(environ["QUERY_STRING"]).get("X-Amz-Credential", [""])[0]
+        found = _SCOPE.search("Credential=" + credential)
+    return found.group(1) if found else None
+
+
+def _path_style(environ: dict[str, Any]) -> bool:
+    """Whether the bucket is the path's first segment (an endpoint by address, as the local cloud's clients use),
+    not the host's first label."""
+    host = str(environ.get("HTTP_HOST", "")).rsplit(":", 1)[0].strip("[]")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return host == "localhost"
+    return True
+
+
+def changed_area(environ: dict[str, Any]) -> str | None:
+    """The area (jobplane.local.changes) a request may change, None when it changes nothing: an S3 write or delete
+    its object's folder, another service's call that changes something that service; what it cannot tell, ANY."""
+    method = environ.get("REQUEST_METHOD", "GET")
+    if method in ("GET", "HEAD", "OPTIONS"):
+        return None  # a REST read (S3's; moto's own pages): a query or JSON API call is a POST
+    service = _service(environ)
+    if service == "s3" and _path_style(environ):
+        bucket, _, key = environ.get("PATH_INFO", "").lstrip("/").partition("/")
+        return object_area(bucket, key) if bucket else ANY
+    if service is None or service == "s3":
+        return ANY
+    action = environ.get("HTTP_X_AMZ_TARGET", "").rpartition(".")[2]  # a JSON protocol's (SQS, SSM)
+    if not action:
+        length = int(environ.get("CONTENT_LENGTH") or 0)  # a query protocol's (EC2, SNS, STS, IAM), in the form
+        body = environ["wsgi.input"].read(length) if length else b""
+        environ["wsgi.input"] = io.BytesIO(body)
+        form = parse_qs(environ.get("QUERY_STRING", "")) | parse_qs(body.decode("utf-8", errors="replace"))
+        action = form.get("Action", [""])[0]
+    return None if action.startswith(_READS) else service
+
+
+class CountChanges:
+    """moto's WSGI application, counting the area each request changed once its answer is made (an answer made is a
+    change made: moto's S3 writes one at a time, under make_s3_atomic's lock), and answering the counts at PATH."""
+
+    def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
+        self.app = app
+        self.changes = Changes()
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") == PATH and environ.get("REQUEST_METHOD") == "GET":
+            body = self.changes.body()
+            start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+            return [body]
+        area = changed_area(environ)
+        result = self.app(environ, start_response)
+        if area is None:
+            return result
+        try:
+            body = b"".join(result)
+        finally:
+            getattr(result, "close", lambda: None)()
+        self.changes.note(area)
+        return [body]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -349,8 +426,12 @@ def main(argv: list[str] | None = None) -> None:
         from jobplane.local.api_faults import FaultyApi
 
         app = FaultyApi(app, Faults(*parse(args.faults)))
-    server = make_server(args.host, args.port, app, threaded=True, request_handler=keep_alive(MotoRequestHandler),
-                         fd=args.fd)
+    app = CountChanges(app)
+    class Handler(MotoRequestHandler):  # type: ignore[misc]  # moto's is untyped
+        def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+            pass  # a line per request: a twentieth of the server's CPU, read by nobody; errors are still logged
+
+    server = make_server(args.host, args.port, app, threaded=True, request_handler=keep_alive(Handler), fd=args.fd)
     os.environ.setdefault("MOTO_PORT", str(server.server_address[1]))  # moto's own URLs (SQS queues) name it
     server.serve_forever()
 

@@ -1,7 +1,8 @@
 """The trigger loop: what the cloud's event routing and schedulers do, done by listing every tick.
 
-Object-created events are found by listing the prefixes the functions act on (queue/, preempted-jobs/ and the
-live attempts' exit reports and boot failures) and delivering keys not seen before, in the cloud's own event
+Object-created events are found by listing the prefixes the functions act on (queue/, cancels/, preempted-jobs/ and
+the live attempts' exit reports and boot failures: only those whose folder the store's counts say changed since the
+last tick, jobplane.local.changes) and delivering keys not seen before, in the cloud's own event
 shape, to the same functions the cloud runs: on AWS as EventBridge "Object Created" events to the launcher,
 rerun or sweeper Lambda handler, as the stack's rules route them; on GCP as Eventarc CloudEvents to the one
 bucket-event function, which routes them itself (jobplane.local.cloud_functions). Scheduled functions run every
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from jobplane.local import environment_over
+from jobplane.local.changes import Look, Watch
 from jobplane.model import keys
 from jobplane.store.registry import Registry
 
@@ -228,26 +230,39 @@ class LambdaFunctions(Functions):
 
 # ---- the loop ----------------------------------------------------------------------------------------------
 class TriggerLoop:
-    def __init__(self, reg: Registry, functions: Functions, schedule: float) -> None:
+    def __init__(self, reg: Registry, functions: Functions, schedule: float, bucket: str = "") -> None:
+        """bucket: the registry's, as the counts a tick's Look reads name it."""
         self.reg = reg
         self.functions = functions
         self.schedule = schedule
+        self.bucket = bucket
         self.seen: set[tuple[str, datetime]] = set()
         self.last_cron = 0.0
+        self.attempts: list[tuple[str, int]] | None = None  # the live attempts, as active/ was last listed
 
-    def tick(self) -> None:
-        self._deliver_new(keys.QUEUE, "queue")
-        self._deliver_new(keys.CANCELS, "cancels")
-        self._deliver_new(keys.PREEMPTED, "preempted")
-        for job_id, markers in self.reg.active().items():
-            for attempt in {m.attempt for m in markers if m.attempt}:
-                self._deliver_new(keys.attempt_prefix(job_id, attempt), "exits",
-                                  suffix=("/exit.json", "/boot-failure.json"))
+    def tick(self, look: Look | None = None) -> None:
+        """look: what changed since the last tick (None: everything may have); a folder that did not is not listed.
+        The caller consumes the look (Look.done) once the tick completed."""
+        look = look or Watch().look()
+        for prefix, area in ((keys.QUEUE, "queue"), (keys.CANCELS, "cancels"), (keys.PREEMPTED, "preempted")):
+            if self._changed(look, prefix):
+                self._deliver_new(prefix, area)
+        known = set(self.attempts or ())
+        if self.attempts is None or self._changed(look, keys.ACTIVE):
+            self.attempts = sorted({(job_id, m.attempt) for job_id, markers in self.reg.active().items()
+                                    for m in markers if m.attempt})
+        for job_id, attempt in self.attempts:
+            prefix = keys.attempt_prefix(job_id, attempt)
+            if (job_id, attempt) not in known or self._changed(look, prefix):  # new: what it holds was never listed
+                self._deliver_new(prefix, "exits", suffix=("/exit.json", "/boot-failure.json"))
         self.functions.flush()
         if time.monotonic() - self.last_cron >= self.schedule:
             self.last_cron = time.monotonic()
             for name in self.functions.scheduled:
                 self.functions.invoke(name, self.functions.scheduled_event(name))
+
+    def _changed(self, look: Look, prefix: str) -> bool:
+        return look.objects(self.bucket, self.reg.key(prefix))
 
     def _deliver_new(self, prefix: str, area: str, suffix: str | tuple[str, ...] = "") -> None:
         for key, modified, size in self.reg.listing(prefix):
