@@ -20,10 +20,12 @@ seconds) and what it cost in a quiet run:
 
 from __future__ import annotations
 
+import ast
 import json
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +55,20 @@ def load(path: Path = BUDGETS) -> dict[str, Unit]:
     if bad:
         raise ValueError(f"{path}: unknown tiers {bad} (one of {TIERS})")
     return units
+
+
+@cache
+def shares_clouds(name: str) -> frozenset[str]:
+    """The local clouds a unit hands on to the next one on its worker (its module's SHARES_CLOUDS, read from its
+    source: the controller imports no test module)."""
+    path = Path(__file__).parent.parent / name
+    if not name.endswith(".py") or not path.is_file():
+        return frozenset()
+    for node in ast.parse(path.read_text()).body:
+        if (isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["SHARES_CLOUDS"]
+                and isinstance(node.value, ast.Tuple)):
+            return frozenset(str(e.value) for e in node.value.elts if isinstance(e, ast.Constant))
+    return frozenset()
 
 
 def unit(nodeid: str) -> str:
@@ -140,8 +156,23 @@ class Budgets:
         from xdist.scheduler import LoadScopeScheduling
 
         class ByUnit(LoadScopeScheduling):  # type: ignore[misc]
+            def __init__(self, config: pytest.Config, log: Any) -> None:
+                super().__init__(config, log)
+                self.last: dict[Any, str] = {}  # worker -> the unit it was handed last
+
             def _split_scope(self, nodeid: str) -> str:
                 return unit(nodeid)
+
+            def _assign_work_unit(self, node: Any) -> None:
+                """The next unit in order, unless one that takes over the local cloud the worker's last unit hands
+                on waits (tests/local/conftest.Kept): that one goes first, so the cloud starts once for both."""
+                handed = shares_clouds(self.last.get(node, ""))
+                if handed:
+                    taker = next((name for name in self.workqueue if shares_clouds(name) & handed), None)
+                    if taker is not None:
+                        self.workqueue.move_to_end(taker, last=False)
+                self.last[node] = next(iter(self.workqueue))
+                super()._assign_work_unit(node)
 
         config.option.loadscopereorder = False  # keep the order above, not "most tests first"
         return ByUnit(config, log)

@@ -43,7 +43,8 @@ def inputs() -> str:
     for path in [*sorted(files), ROOT / "cdk.json", Path(__file__).with_name("conftest.py")]:
         h.update(f"{path.relative_to(ROOT)}\0".encode() + path.read_bytes() + b"\0")
     h.update("\n".join(sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions())).encode())
-    for exe in (sys.executable, shutil.which("node") or "no node"):
+    # the interpreters themselves, not the clone's venv link to one: a new clone reads what another synthesized
+    for exe in (os.path.realpath(sys.executable), shutil.which("node") or "no node"):
         with contextlib.suppress(OSError):
             st = os.stat(exe)
             exe += f" {st.st_size} {st.st_mtime_ns}"
