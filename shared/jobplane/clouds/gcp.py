@@ -14,6 +14,7 @@ An instance id is "zone/name": names are unique per zone only, and delete needs 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import logging
@@ -178,6 +179,23 @@ def to_instance(vm: Any) -> Instance:
     )
 
 
+@functools.cache
+def _clients(endpoint: str | None) -> tuple[Any, Any, Any, Any, Any]:
+    """The Compute Engine clients (instances, region instances, zone, region and global operations), made once
+    per process and endpoint: a warm function's every run (the check's every minute) would build five again."""
+    # By name, not `from google.cloud import compute_v1`: that typed package would make mypy resolve
+    # the google.cloud namespace and then miss the untyped google.cloud.storage that gcs.py imports.
+    compute_v1: Any = importlib.import_module("google.cloud.compute_v1")
+    kwargs: dict[str, Any] = {"transport": "rest"}
+    if endpoint:
+        from google.auth.credentials import AnonymousCredentials
+
+        kwargs.update(client_options={"api_endpoint": endpoint}, credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
+    return (compute_v1.InstancesClient(**kwargs), compute_v1.RegionInstancesClient(**kwargs),
+            compute_v1.ZoneOperationsClient(**kwargs), compute_v1.RegionOperationsClient(**kwargs),
+            compute_v1.GlobalOperationsClient(**kwargs))
+
+
 class GceCompute:
     """The Compute protocol on Compute Engine for one project and region.
 
@@ -200,28 +218,16 @@ class GceCompute:
     ) -> None:
         from google.api_core import exceptions
 
-        # By name, not `from google.cloud import compute_v1`: that typed package would make mypy resolve
-        # the google.cloud namespace and then miss the untyped google.cloud.storage that gcs.py imports.
-        compute_v1: Any = importlib.import_module("google.cloud.compute_v1")
-
-        kwargs: dict[str, Any] = {"transport": "rest"}
-        if endpoint:
-            from google.auth.credentials import AnonymousCredentials
-
-            kwargs.update(client_options={"api_endpoint": endpoint}, credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
         self.project, self.region = project, region
         self.deployment = deployment  # None: every managed VM in the project is this deployment's (tests only)
         self._mine = f' AND labels.{LABEL_DEPLOYMENT} = "{deployment_label(deployment)}"' if deployment else ""
         self.placement = placement or GcpPlacement()
         self.operation_timeout = operation_timeout
         self.clock = clock
-        self._v1: Any = compute_v1
+        self._v1: Any = importlib.import_module("google.cloud.compute_v1")  # by name: see _clients
         self._errors: Any = exceptions
-        self._instances: Any = compute_v1.InstancesClient(**kwargs)
-        self._region_instances: Any = compute_v1.RegionInstancesClient(**kwargs)
-        self._zone_ops: Any = compute_v1.ZoneOperationsClient(**kwargs)
-        self._region_ops: Any = compute_v1.RegionOperationsClient(**kwargs)
-        self._global_ops: Any = compute_v1.GlobalOperationsClient(**kwargs)
+        clients = _clients(endpoint)
+        self._instances, self._region_instances, self._zone_ops, self._region_ops, self._global_ops = clients
 
     @classmethod
     def from_settings(cls, settings: Settings, placement: GcpPlacement) -> GceCompute:

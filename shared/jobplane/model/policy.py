@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -265,6 +266,13 @@ def parse_policy(text: str | bytes | None) -> Policy:
     field that is wrong."""
     if text is None or not str(text if isinstance(text, str) else text.decode()).strip():
         return DEFAULT_POLICY
+    return _parsed(text)
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed(text: str | bytes) -> Policy:
+    """A warm function reads the same policy at every run: parsed (and checked, field by field) once per text. A
+    Policy is shared as DEFAULT_POLICY is: frozen, and nothing changes its fields' dicts and lists."""
     return policy_from(load_document(text, "policy"))
 
 
