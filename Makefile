@@ -16,6 +16,8 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[aws,gcp,cdk,dev,docs,examples,plot,ui]'
+	@# the repo's bytecode, as pip compiles the packages it installs: else four test workers compile it at once
+	$(BIN)/python -m compileall -q -j 0 app.py functions infra shared tests > /dev/null
 	touch $@
 
 # The static checks run beside pytest, whose tests mostly wait (on local clouds, servers, subprocesses). What they
