@@ -23,6 +23,7 @@ from jobplane.ops import jobs
 from tests.local.conftest import cli_ok, submit, write_spec
 
 pytestmark = [pytest.mark.scenario, pytest.mark.timeout(420)]
+SHARES_CLOUDS = ("aws",)  # quiet, to or from another module (conftest.Kept): none of its checks read others' jobs
 
 # checkpoint.json rewritten in place every 0.5 s; SIGTERM ignored, so only the SIGKILL after the grace ends it
 JSON_EVERY_HALF_SECOND = """

@@ -20,6 +20,7 @@ from jobplane.store.registry import Registry
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.scenario
+SHARES_CLOUDS = ("aws",)  # quiet, to or from another module (conftest.Kept): none of its checks read others' jobs
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 # What a job on a local instance sees of the network, printed as one JSON line per rank.
 PROBE = '''\

@@ -20,6 +20,7 @@ from tests.helpers import data_of
 from tests.local.conftest import TRAIN, cli_ok
 
 pytestmark = pytest.mark.scenario
+SHARES_CLOUDS = ("aws",)  # quiet, to or from another module (conftest.Kept): none of its checks read others' jobs
 
 
 def submit(cloud: CloudProcess, spec: str, code: Path, *args: str) -> str:
