@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import shutil
 import subprocess
 import sys
@@ -393,3 +394,18 @@ def member_store(store: ObjectStore, team: str, bucket: str = "reg", root: str =
             return store.download_file(key, *args, **kwargs)
 
     return cast("ObjectStore", Member())
+
+
+@contextmanager
+def in_tmpfs(prefix: str, fallback: Path) -> Iterator[Path]:
+    """A fresh directory in tmpfs (/dev/shm) where it is writable, removed at the end; else fallback: for a test
+    whose rewritten files would start the disk's write-back, which slows every other test's writes."""
+    shm = Path("/dev/shm")
+    if not (shm.is_dir() and os.access(shm, os.W_OK)):
+        yield fallback
+        return
+    where = Path(tempfile.mkdtemp(prefix=prefix, dir=shm))
+    try:
+        yield where
+    finally:
+        shutil.rmtree(where, ignore_errors=True)

@@ -12,10 +12,8 @@ import contextlib
 import os
 import random
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -34,7 +32,7 @@ from jobplane.store.registry import Registry
 from tests.agent.big_writer import Attempt, Job, Slow, version
 from tests.agent.test_checkpoint_writers import members
 from tests.agent.test_checkpoints import PREFIX
-from tests.helpers import wait_for
+from tests.helpers import in_tmpfs, wait_for
 
 pytestmark = [pytest.mark.timeout(240),
               pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs Linux's /proc")]
@@ -65,15 +63,8 @@ def busy() -> Iterator[None]:
 def in_memory(tmp_path: Path) -> Iterator[Path]:
     """A directory in tmpfs where there is one: the test writes some 10 GB of checkpoints and copies, which on disk
     would throttle every other test's writes while the kernel writes them back."""
-    shm = Path("/dev/shm")
-    if not (shm.is_dir() and os.access(shm, os.W_OK)):
-        yield tmp_path
-        return
-    where = Path(tempfile.mkdtemp(prefix="big-checkpoints-", dir=shm))
-    try:
+    with in_tmpfs("big-checkpoints-", tmp_path) as where:
         yield where
-    finally:
-        shutil.rmtree(where, ignore_errors=True)
 
 
 def restored_whole_and_recent(job: Job, attempt: Attempt) -> None:

@@ -19,10 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import random
-import shutil
-import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -55,7 +52,7 @@ from jobplane.model.states import State
 from jobplane.ops import cancels, jobs
 from jobplane.store.registry import JobNotFound, Registry
 from tests.control.reconcile.day import MORNING
-from tests.helpers import data_of, publish_agent_manifest
+from tests.helpers import data_of, in_tmpfs, publish_agent_manifest
 
 T = TypeVar("T")
 TICK = 30  # seconds of simulated time per step
@@ -487,15 +484,8 @@ def manifests_missing_objects(store: MemoryStore, under: str = "") -> list[str]:
 def disk(tmp_path: Path) -> Iterator[Path]:
     """The VMs' checkpoint directories in tmpfs where there is one: each simulated save truncates and rewrites a
     file, which on ext4 starts its write-back at once (a tenth of the day's CPU)."""
-    shm = Path("/dev/shm")
-    if not (shm.is_dir() and os.access(shm, os.W_OK)):
-        yield tmp_path
-        return
-    where = Path(tempfile.mkdtemp(prefix="chaos-day-", dir=shm))
-    try:
+    with in_tmpfs("chaos-day-", tmp_path) as where:
         yield where
-    finally:
-        shutil.rmtree(where, ignore_errors=True)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
