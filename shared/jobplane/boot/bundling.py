@@ -24,10 +24,14 @@ import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from importlib import metadata
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from jobplane.boot import agent_bundle
 from jobplane.boot.agent_bundle import SITE, Variant
 from jobplane.model import images
+
+if TYPE_CHECKING:
+    from packaging.requirements import Requirement
 
 # What the agent imports on each cloud beyond the standard library, plus uv for requirements.txt. awscrt: the
 # compiled S3 path for files of one part (jobplane.clouds.s3_crt); a VM whose bundle lacks it uses botocore.
@@ -116,9 +120,21 @@ def _canonical(name: str) -> str:
 def _reachable(requirements: Sequence[str]) -> set[str]:
     """The distributions installed here that the requirements may pull in on any platform: a dependency behind a
     marker is followed whatever the Python or platform, and behind an extra only when that extra is asked for."""
+    def follows(dep: Requirement, req: Requirement) -> bool:
+        return dep.marker is None or "extra" not in str(dep.marker) or any(
+            dep.marker.evaluate({"extra": e}) for e in (*req.extras, ""))
+
+    return set(_walk(requirements, follows, missing_ok=True))
+
+
+def _walk(requirements: Sequence[str], follows: Callable[[Requirement, Requirement], bool], *,
+          missing_ok: bool) -> dict[str, metadata.Distribution]:
+    """The installed distributions the requirements lead to (by canonical name), following each dependency `follows`
+    accepts (the dependency, the requirement that brought it); one not installed is skipped if missing_ok, else
+    PackageNotFoundError."""
     from packaging.requirements import Requirement
 
-    found: set[str] = set()
+    found: dict[str, metadata.Distribution] = {}
     todo = [Requirement(r) for r in requirements]
     while todo:
         req = todo.pop()
@@ -126,15 +142,12 @@ def _reachable(requirements: Sequence[str]) -> set[str]:
         if name in found:
             continue
         try:
-            dist = metadata.distribution(name)
+            dist = found[name] = metadata.distribution(req.name)
         except metadata.PackageNotFoundError:  # not installed here: pip is free to choose it
-            continue
-        found.add(name)
-        for line in dist.requires or []:
-            dep = Requirement(line)
-            if dep.marker is None or "extra" not in str(dep.marker) or any(
-                    dep.marker.evaluate({"extra": e}) for e in (*req.extras, "")):
-                todo.append(dep)
+            if missing_ok:
+                continue
+            raise
+        todo += [dep for dep in map(Requirement, dist.requires or []) if follows(dep, req)]
     return found
 
 
@@ -231,21 +244,11 @@ def build_all(out: Path, cloud: str, pythons: Sequence[str] = (), archs: Sequenc
 
 # ---- the variant of this machine, from what is installed here ---------------------------------------------
 def _closure(requirements: Sequence[str]) -> list[metadata.Distribution]:
-    from packaging.requirements import Requirement
-    from packaging.utils import canonicalize_name
+    """What the requirements install on this machine (markers evaluated here), each of it installed here."""
+    def follows(dep: Requirement, req: Requirement) -> bool:
+        return dep.marker is None or any(dep.marker.evaluate({"extra": e}) for e in (*req.extras, ""))
 
-    found: dict[str, metadata.Distribution] = {}
-    todo = [Requirement(r) for r in requirements]
-    while todo:
-        req = todo.pop()
-        name = canonicalize_name(req.name)
-        if name in found:
-            continue
-        dist = found[name] = metadata.distribution(req.name)
-        for line in dist.requires or []:
-            dep = Requirement(line)
-            if dep.marker is None or any(dep.marker.evaluate({"extra": e}) for e in (*req.extras, "")):
-                todo.append(dep)
+    found = _walk(requirements, follows, missing_ok=False)
     return [found[n] for n in sorted(found)]
 
 
