@@ -19,9 +19,9 @@ deleted and when), not their code:
   the same way, in place. Resumed by ckpt_path="last": the newest `last*.ckpt`, none: a fresh start.
 
 Every file carries its step at its head and tail (`step N` ... `end N`), so a torn or mixed save shows; Lightning's
-are zip archives whose pickle holds `global_step`, as torch.save writes them (`lightning_step`). After a save (and
-its rotation) the loop appends `step began ended` (wall clock) to its log. With `handler`, SIGTERM ends the loop
-after the save in progress; without, it kills the process.
+are zip archives whose pickle holds `global_step`, as torch.save writes them (`lightning_step`). The loop's log
+opens with `began`; after a save (and its rotation) it appends `step began ended` (wall clock). With `handler`,
+SIGTERM ends the loop after the save in progress; without, it kills the process.
 
 `STEPPED_LIGHTNING` saves as ModelCheckpoint does, step by step when a test says so, and can stop in the middle of a
 save's writes until killed: for the moments a random preemption rarely hits.
@@ -130,6 +130,8 @@ def lightning(n):
 
 save = {"trainer": trainer, "deepspeed": deepspeed, "dcp": dcp, "lightning": lightning}[habit]
 out.mkdir(parents=True, exist_ok=True)
+with log.open("a") as f:  # training has begun: the test's random run time counts from here, not from the launch
+    f.write("began\n")
 while True:
     time.sleep(random.uniform(0.1, 0.2))  # training steps
     step += 20

@@ -119,6 +119,9 @@ class Job:
         thread = threading.Thread(target=checkpointer, daemon=True)
         try:
             thread.start()
+            # the random run counts from the writer's first line: an interpreter launched on a loaded machine
+            # took most of a short run to start, and the job then barely trained
+            wait_for("the writer started", log.exists, timeout=30, every=0.01)
             time.sleep(ran)
             end = time.monotonic() + 5
             while mid_save and time.monotonic() < end and not saving(procs[0].pid, keeper.checkpoint_dir):
