@@ -160,6 +160,8 @@ class Kept:
 
 def quiet(proc: CloudProcess, policy: bytes) -> str | None:
     """Why the cloud is not as a module may find it (see Kept), or None."""
+    if proc.proc is None or proc.proc.poll() is not None:  # a module may end with `jobplane local down`
+        return "it stopped"
     vm_processes = f"JOBPLANE_LOCAL_CLOUD={proc.state.get('cloud_id')}"
     try:  # a VM that powered off ends its processes within seconds
         wait_for("the VMs' processes to end", lambda: not marked_pids(vm_processes), 30, 0.5)

@@ -31,6 +31,7 @@ from tests.local.test_checkpoint_habits import (
 )
 
 pytestmark = [pytest.mark.scenario, pytest.mark.timeout(420)]
+SHARES_CLOUDS = ("aws", "gcp")  # quiet, to or from another module (conftest.Kept): its checks read only its jobs
 
 # what the job sees in its container, then the JSON habit: a checkpoint rewritten in place, SIGTERM ignored
 TRAIN = """

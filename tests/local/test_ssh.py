@@ -21,6 +21,7 @@ from tests.local.conftest import ModuleCloud, cli_ok, policy_over, shell_code, s
 from tests.warm import Warm
 
 pytestmark = [pytest.mark.scenario, pytest.mark.timeout(300)]
+SHARES_CLOUDS = ("aws",)  # quiet, to or from another module (conftest.Kept): its checks read only its job
 HOLD = 15  # seconds of debug_hold: the look below takes about 6 of them
 ORPHAN_GRACE = 6  # the policy's, for this test (the local cloud's is 20 s): a hold proves it outlives the grace sooner
 SWEEPS = 4  # seconds: a couple of the local cloud's sweeps (every 2 s)
