@@ -18,6 +18,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[aws,gcp,cdk,dev,docs,examples,plot,ui]'
 	@# the repo's bytecode, as pip compiles the packages it installs: else four test workers compile it at once
 	$(BIN)/python -m compileall -q -j 0 app.py functions infra shared tests > /dev/null
+	@# and pytest's assertion-rewritten test modules (a pyc of their own): else each of the four workers rewrites them all
+	$(BIN)/python -m pytest --collect-only -q -p no:cacheprovider > /dev/null
 	touch $@
 
 # The static checks run beside pytest, whose tests mostly wait (on local clouds, servers, subprocesses). What they
