@@ -30,7 +30,7 @@ from cloudevents.http import CloudEvent
 from jobplane.clouds import gce_identity, gcs_downscope
 from jobplane.clouds.gcp import GceCompute
 from jobplane.clouds.gcp_secrets import SecretManager, secret_manager
-from jobplane.clouds.gcs import GcsStore
+from jobplane.clouds.gcs import GcsStore, access_token_credentials
 from jobplane.clouds.pubsub import PubSubNotifier
 from jobplane.control import cancels, reconcile, scheduled
 from jobplane.control import launcher as launching
@@ -43,7 +43,7 @@ from jobplane.vending import gcp as gcp_vending
 
 metrics = LogMetrics()
 # The GCS client and the Pub/Sub session are reused across invocations.
-_stores: dict[tuple[str, str | None], GcsStore] = {}
+_stores: dict[tuple[str, str | None, str | None], GcsStore] = {}
 _notifiers: dict[tuple[str, str | None], PubSubNotifier] = {}
 
 
@@ -75,9 +75,10 @@ _configure_logging()
 
 
 def _store(settings: Settings) -> GcsStore:
-    key = (settings.bucket, settings.project)
-    if key not in _stores:
-        _stores[key] = GcsStore(settings.bucket, project=settings.project)
+    key = (settings.bucket, settings.project, settings.gcs_token)
+    if key not in _stores:  # with the token JOBPLANE_GCS_TOKEN gives (the local cloud's), else the service account's
+        credentials = access_token_credentials(settings.gcs_token) if settings.gcs_token else None
+        _stores[key] = GcsStore(settings.bucket, project=settings.project, credentials=credentials)
     return _stores[key]
 
 
@@ -180,9 +181,10 @@ def vend_config(settings: Settings, project: str) -> gcp_vending.VendConfig:
 
 
 def _own_token(config: gcp_vending.VendConfig) -> str:
-    """The function's own access token; the local cloud's fake STS takes any (it has no real one to give)."""
+    """The function's own access token; the local cloud's fake STS narrows the one the cloud gives its functions
+    (JOBPLANE_GCS_TOKEN: their service account's), and takes any other as unenforced."""
     if config.sts_url != gcs_downscope.GOOGLE_STS_URL:
-        return "jobplane-local-functions"
+        return os.environ.get("JOBPLANE_GCS_TOKEN") or "jobplane-local-functions"
     return gcs_downscope.own_access_token()
 
 

@@ -13,7 +13,9 @@ a bare bucket name, whose cloud comes from JOBPLANE_CLOUD (or the caller), AWS b
                                credentials (the launcher hands it to the VMs; unset: VMs use their own identity)
     JOBPLANE_GCS_TOKEN         an access token every GCS call of the CLI and SDK carries instead of Application
                                Default Credentials: `gcloud auth print-access-token`'s, for a person whose calls
-                               must carry their own identity (on the local cloud, a member's token member-<owner>)
+                               must carry their own identity (on the local cloud, a member's token member-<owner>;
+                               its functions carry their service account's, with JOBPLANE_COMPUTE_TOKEN)
+    JOBPLANE_COMPUTE_TOKEN     an access token every Compute Engine call carries instead of the endpoint's anonymity
     GOOGLE_CLOUD_PROJECT       the GCP project (the policy's gcp.project wins for Compute Engine)
     JOBPLANE_COMPUTE_ENDPOINT  the Compute Engine API elsewhere than Google (a local fake), anonymously
     PUBSUB_EMULATOR_HOST       Pub/Sub elsewhere than Google (host:port), anonymously
@@ -44,6 +46,7 @@ class Settings:
     pubsub_emulator: str | None = None
     vend_url: str | None = None
     gcs_token: str | None = field(default=None, repr=False)  # a credential: never in a log line
+    compute_token: str | None = field(default=None, repr=False)  # the same
 
     @property
     def deployment(self) -> str:
@@ -77,7 +80,7 @@ class Settings:
                    compute_endpoint=env("JOBPLANE_COMPUTE_ENDPOINT") or None,
                    secrets_endpoint=env("JOBPLANE_SECRETS_ENDPOINT") or None,
                    pubsub_emulator=env("PUBSUB_EMULATOR_HOST") or None, vend_url=env("JOBPLANE_VEND_URL") or None,
-                   gcs_token=env("JOBPLANE_GCS_TOKEN") or None)
+                   gcs_token=env("JOBPLANE_GCS_TOKEN") or None, compute_token=env("JOBPLANE_COMPUTE_TOKEN") or None)
 
 
 def parse_registry(named: str) -> tuple[str | None, str, str | None]:

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ import pytest
 
 from jobplane.clouds.base import LaunchRequest
 from jobplane.clouds.gcp import GceCompute, deployment_prefix
-from jobplane.local import fake_sts, gcp_grants
+from jobplane.local import fake_sts, gce_permissions, gcp_grants, module_iam
 from jobplane.model import images, keys
 from tests.gcp.fakes import ComputeFake
 from tests.helpers import foreign_sdk_imports, unwanted
@@ -31,15 +32,7 @@ REPO = Path(__file__).parents[2]
 INFRA = REPO / "infra" / "gcp"
 
 
-def _clean(value: Any) -> Any:
-    """python-hcl2 keeps string quotes and marks blocks; strip both so the tests read plain values."""
-    if isinstance(value, dict):
-        return {_clean(k): _clean(v) for k, v in value.items() if k != "__is_block__"}
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
-    if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == '"':
-        return value[1:-1]
-    return value
+_clean = module_iam.clean  # python-hcl2 keeps string quotes and marks blocks: the tests read plain values
 
 
 def _parse() -> dict[str, dict[str, Any]]:
@@ -198,40 +191,17 @@ def test_the_function_zip_imports_from_itself_without_aws(tmp_path: Path) -> Non
 
 
 # ---- Compute Engine: the custom roles hold exactly what the adapter's API calls need --------------------
-# Each call GceCompute makes, as the Compute fake counts it -> the permissions GCE checks for it.
-CALL_PERMISSIONS = {
-    "insert": {"compute.instances.create"},
-    "bulkInsert": {"compute.instances.create"},
-    "regionBulkInsert": {"compute.instances.create"},
-    "waitOperation": {"compute.zoneOperations.get", "compute.regionOperations.get"},  # zonal and regional
-    "aggregatedList": {"compute.instances.list"},
-    "get": {"compute.instances.get"},
-    "delete": {"compute.instances.delete"},
-    "aggregatedOperations": {"compute.globalOperations.list"},
-    "getSerialPortOutput": {"compute.instances.getSerialPortOutput"},
-}
-# What a create request sets, field by field -> what GCE checks on top of compute.instances.create.
-VM_FIELDS = {
-    "name": set(), "machineType": set(), "scheduling": set(),
-    "labels": {"compute.instances.setLabels"},
-    "metadata": {"compute.instances.setMetadata"},
-    "serviceAccounts": {"compute.instances.setServiceAccount"},
-    "disks": {"compute.disks.create"},  # a new boot disk (initializeParams), no existing disk attached
-    "networkInterfaces": set(),
-}
-DISK_FIELDS = {"boot": set(), "autoDelete": set(), "initializeParams": set()}
-NEW_DISK_FIELDS = {"diskSizeGb": set(), "diskType": set(), "labels": {"compute.disks.setLabels"},
-                   "sourceImage": {"compute.images.useReadOnly"}}
-NIC_FIELDS = {"network": set(), "subnetwork": {"compute.subnetworks.use"}}  # no accessConfigs: no external IP
+# What GCE checks for each call GceCompute makes and each field a create request sets: the table the local cloud's
+# Compute fake enforces the functions' token with (jobplane.local.gce_permissions)
+gp = gce_permissions
+CALL_PERMISSIONS, VM_FIELDS, DISK_FIELDS = gp.CALL_PERMISSIONS, gp.VM_FIELDS, gp.DISK_FIELDS
+NEW_DISK_FIELDS, NIC_FIELDS, CHANGES_A_VM = gp.NEW_DISK_FIELDS, gp.NIC_FIELDS, gp.CHANGES_A_VM
 SERVER_FIELDS = frozenset({"kind", "id", "status", "zone", "creationTimestamp", "selfLink"})  # added by the fake
 NIC_SERVER_FIELDS = frozenset({"name", "networkIP"})
-# The permissions that change, delete or read the console of an existing VM: only under the name condition
-# (a console may show secrets of VMs that are not jobplane's).
-CHANGES_A_VM = {"compute.instances.delete", "compute.instances.setLabels", "compute.instances.setMetadata",
-                "compute.instances.setServiceAccount", "compute.instances.getSerialPortOutput"}
 
 
-def _fields(found: dict[str, Any], table: dict[str, set[str]], ignore: frozenset[str] = frozenset()) -> set[str]:
+def _fields(found: dict[str, Any], table: Mapping[str, frozenset[str]],
+            ignore: frozenset[str] = frozenset()) -> set[str]:
     unknown = set(found) - set(table) - ignore
     assert not unknown, f"map these request fields to the permissions they need: {unknown}"
     return set().union(*(table[name] for name in found if name in table))
@@ -289,6 +259,17 @@ def test_changing_or_deleting_a_vm_is_granted_on_jobplane_vms_only(tf: dict[str,
     assert block(guarded, "condition")["expression"] == (
         "resource.type != 'compute.googleapis.com/Instance' || "
         "resource.name.extract('/instances/{name}').startsWith('${local.vm_name_prefix}')")
+
+
+def test_the_local_gcp_cloud_holds_its_functions_to_exactly_the_modules_grants(tf: dict[str, dict[str, Any]]) -> None:
+    """What jobplane.local.module_iam reads for the GCS and Compute fakes to enforce is the module's."""
+    grants = module_iam.read_module()
+    assert (grants.compute, grants.own_vms) == (_role(tf, "functions_compute"), _role(tf, "functions_own_vms"))
+    registry = tf["resource"]["google_storage_bucket_iam_member.functions_registry"]
+    assert grants.registry_role == registry["role"] == "roles/storage.objectUser" and grants.act_as_vms
+    guarded = tf["resource"]["google_project_iam_member.functions_own_vms"]
+    assert block(guarded, "condition")["expression"] == module_iam.CONDITION
+    assert module_iam.FunctionGrants.from_export(grants.export()) == grants
 
 
 def test_vms_may_read_the_data_buckets_listed_and_only_read(tf: dict[str, dict[str, Any]]) -> None:

@@ -180,9 +180,10 @@ def to_instance(vm: Any) -> Instance:
 
 
 @functools.cache
-def _clients(endpoint: str | None) -> tuple[Any, Any, Any, Any, Any]:
+def _clients(endpoint: str | None, token: str | None = None) -> tuple[Any, Any, Any, Any, Any]:
     """The Compute Engine clients (instances, region instances, zone, region and global operations), made once
-    per process and endpoint: a warm function's every run (the check's every minute) would build five again."""
+    per process, endpoint and token: a warm function's every run (the check's every minute) would build five again.
+    token: an access token the calls carry instead of Application Default Credentials (or an endpoint's none)."""
     # By name, not `from google.cloud import compute_v1`: that typed package would make mypy resolve
     # the google.cloud namespace and then miss the untyped google.cloud.storage that gcs.py imports.
     compute_v1: Any = importlib.import_module("google.cloud.compute_v1")
@@ -191,6 +192,10 @@ def _clients(endpoint: str | None) -> tuple[Any, Any, Any, Any, Any]:
         from google.auth.credentials import AnonymousCredentials
 
         kwargs.update(client_options={"api_endpoint": endpoint}, credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
+    if token:
+        from jobplane.clouds.gcs import access_token_credentials
+
+        kwargs["credentials"] = access_token_credentials(token)
     return (compute_v1.InstancesClient(**kwargs), compute_v1.RegionInstancesClient(**kwargs),
             compute_v1.ZoneOperationsClient(**kwargs), compute_v1.RegionOperationsClient(**kwargs),
             compute_v1.GlobalOperationsClient(**kwargs))
@@ -215,6 +220,7 @@ class GceCompute:
         operation_timeout: float = 300.0,
         clock: Callable[[], float] = time.time,
         deployment: str | None = None,
+        token: str | None = None,
     ) -> None:
         from google.api_core import exceptions
 
@@ -226,7 +232,7 @@ class GceCompute:
         self.clock = clock
         self._v1: Any = importlib.import_module("google.cloud.compute_v1")  # by name: see _clients
         self._errors: Any = exceptions
-        clients = _clients(endpoint)
+        clients = _clients(endpoint, token)
         self._instances, self._region_instances, self._zone_ops, self._region_ops, self._global_ops = clients
 
     @classmethod
@@ -236,7 +242,7 @@ class GceCompute:
         if not project or not settings.region:
             raise ValueError("on GCP set GOOGLE_CLOUD_PROJECT (or the policy's gcp.project) and JOBPLANE_REGION")
         return cls(project, settings.region, placement=placement, endpoint=settings.compute_endpoint,
-                   deployment=settings.deployment)
+                   deployment=settings.deployment, token=settings.compute_token)
 
     # ---- launch ------------------------------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> list[Instance]:

@@ -35,7 +35,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from jobplane.local import gce_permissions
 from jobplane.local.loopback import LoopbackServer, send_json
+from jobplane.local.module_iam import FunctionGrants
 
 _NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 _LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
@@ -56,6 +58,11 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
         ("GET", r"/aggregated/operations", "_aggregated_operations"),
     ]
 ]
+# handler -> the call it is, as `calls` counts it and jobplane.local.gce_permissions names it
+_CALLS = {"_insert": "insert", "_bulk_insert": "bulkInsert", "_region_bulk_insert": "regionBulkInsert",
+          "_get_instance": "get", "_serial_port": "getSerialPortOutput", "_delete_instance": "delete",
+          "_aggregated_instances": "aggregatedList", "_get_operation": "getOperation",
+          "_wait_operation": "waitOperation", "_aggregated_operations": "aggregatedOperations"}
 # One term of a list filter: labels.KEY = "VALUE", or FIELD = VALUE / FIELD != VALUE, optionally in ().
 _TERM = re.compile(r'\(?\s*(?P<field>[A-Za-z][\w.-]*)\s*(?P<op>=|!=|eq|ne)\s*"?(?P<value>[^")\s]*)"?\s*\)?')
 
@@ -120,6 +127,8 @@ class FakeComputeServer(LoopbackServer):
         # zone -> the accelerator types it offers (acceleratorTypes.list); a zone not named has the defaults
         self.accelerator_types: dict[str, frozenset[str]] = {}
         self.calls: Counter[str] = Counter()  # "insert", "bulkInsert", "aggregatedList", ... (tests, bench)
+        # token -> what IAM grants it (enforce()); a request with any other token, or none, is not checked
+        self._enforced: dict[str, tuple[FunctionGrants, str, str]] = {}
         super().__init__(host, port)
         self._lock = threading.Lock()
         self._vms: dict[tuple[str, str], _Vm] = {}
@@ -189,6 +198,32 @@ class FakeComputeServer(LoopbackServer):
 
     # -- HTTP plumbing ---------------------------------------------------------------------------
 
+    def enforce(self, token: str, grants: FunctionGrants, name_prefix: str, vm_account: str) -> None:
+        """Hold requests bearing `token` to these grants (jobplane.local.module_iam: the functions' service
+        account's), as GCE's IAM would: name_prefix, the deployment's VM names (functions_own_vms' condition);
+        vm_account, the service account the grants may attach to a VM."""
+        self._enforced[token] = (grants, name_prefix, vm_account)
+
+    def _authorize(self, handler: BaseHTTPRequestHandler, name: str, params: dict[str, str],
+                   payload: dict[str, Any]) -> None:
+        kind, _, token = str(handler.headers.get("Authorization") or "").partition(" ")
+        enforced = self._enforced.get(token.strip()) if kind.lower() == "bearer" else None
+        if enforced is None:
+            return
+        if "zone" in params:
+            where = f"zones/{params['zone']}"
+        elif "region" in params:
+            where = f"regions/{params['region']}"
+        else:
+            where = f"{params['scope']}/{params['where']}" if "scope" in params else "global"
+        bodies = ([payload] if name == "_insert" else
+                  self._bulk_bodies(payload) if name in ("_bulk_insert", "_region_bulk_insert") else [])
+        refused = gce_permissions.denied(*enforced, _CALLS[name], where, [params.get("name")], bodies)
+        if refused is not None:
+            permission, resource = refused
+            raise _HttpError(403, "forbidden",
+                             f"Required '{permission}' permission for 'projects/{self.project}/{resource}'")
+
     def handle(self, handler: BaseHTTPRequestHandler) -> None:
         url = urlsplit(handler.path)
         args = {k: v[-1] for k, v in parse_qs(url.query).items()}
@@ -203,6 +238,7 @@ class FakeComputeServer(LoopbackServer):
                     params = match.groupdict()
                     if params.pop("project") != self.project:
                         raise _HttpError(404, "notFound", f"The resource 'projects/{match['project']}' was not found")
+                    self._authorize(handler, name, params, payload)
                     with self._lock:
                         body = getattr(self, name)(args, payload, **params)
                     break

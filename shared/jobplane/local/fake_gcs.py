@@ -18,7 +18,9 @@ other bucket (data buckets), as infra/gcp grants the VMs' service account. With 
 ("bucket[/root]"), a token `member-<owner>` is the local cloud's stand-in for a member of the module's
 `submitters[<owner>]` group: it gets exactly what infra/gcp grants one on that registry (jobplane.local.gcp_grants:
 create under its owner's queue/, code/ and cancels/, read the records and its own team's data, list), and nothing
-in any other bucket. Any other token, or none (the functions, the CLI, tests), is unenforced.
+in any other bucket. With `grants`, a service account's token (the functions', jobplane.local.module_iam) gets its
+role on its bucket and nothing elsewhere, and what STS mints from it no more. Any other token, or none (the CLI,
+tests), is unenforced.
 It counts its writes and deletes by area (jobplane.local.changes), answered at GET /_jobplane/changes.
 Out of scope: object versioning, ACLs, metadata patches, compose/copy/rewrite, XML API multipart uploads.
 """
@@ -183,15 +185,18 @@ class FakeGcsServer(BackgroundServer):
     name = "fake-gcs"
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, vm_reads: tuple[str, ...] = (),
-                 fd: int | None = None, member_registry: str | None = None) -> None:
+                 fd: int | None = None, member_registry: str | None = None,
+                 grants: dict[str, tuple[fake_sts.Rule, ...]] | None = None) -> None:
         """fd: a listening socket to serve on instead of binding host:port (one a parent process bound).
-        member_registry: the registry, bucket[/root], whose submitters' grants member-<owner> tokens get."""
+        member_registry: the registry, bucket[/root], whose submitters' grants member-<owner> tokens get.
+        grants: a service account's token -> its bindings (the functions', jobplane.local.module_iam)."""
         super().__init__(host, port)
         self._fd = fd
         self._vm_rules = fake_sts.read_only(vm_reads)
         self._member_registry = member_registry
         self.boundaries: dict[str, dict[str, Any]] = {}  # minted token -> the boundary (STS options) it carries
         self._rules: dict[str, tuple[fake_sts.Rule, ...]] = {}
+        self._grants = dict(grants or {})
         self._lock = threading.Lock()  # guards every field below; each request runs under it
         self._buckets: dict[str, dict[str, _Object]] = {}
         self._bucket_created: dict[str, datetime] = {}
@@ -290,6 +295,8 @@ class FakeGcsServer(BackgroundServer):
         members = gcp_grants.token_rules(token, self._member_registry) if token and self._member_registry else None
         if token in self._rules:
             ok = fake_sts.allowed(self._rules[token], permission, bucket, name, list_prefix)
+        elif token in self._grants:
+            ok = fake_sts.allowed(self._grants[token], permission, bucket, name, list_prefix)
         elif members is not None:
             ok = fake_sts.allowed(members, permission, bucket, name, list_prefix)
         elif token == VM_ACCESS_TOKEN and self._vm_rules:
@@ -575,6 +582,8 @@ class FakeGcsServer(BackgroundServer):
             rules = fake_sts.exchange(form)
         except fake_sts.BadBoundary as err:
             return _json({"error": "invalid_request", "error_description": str(err)}, 400)
+        if subject in self._grants:  # a downscoped token reaches no further than the token it came from
+            rules = fake_sts.within(rules, self._grants[subject])
         token = "sts-" + uuid.uuid4().hex
         self._rules[token] = rules
         self.boundaries[token] = json.loads(unquote(form["options"]))
@@ -633,13 +642,18 @@ def main(argv: list[str] | None = None) -> None:
                         help="the VM's own token may read only here in that bucket (repeatable)")
     parser.add_argument("--member-grants", default=None, metavar="BUCKET[/ROOT]",
                         help="a token member-<owner> gets what infra/gcp grants submitters[<owner>] on this registry")
+    parser.add_argument("--grant", action="append", default=[], metavar="TOKEN=ROLE",
+                        help="a service account's token gets ROLE on the first --bucket and nothing elsewhere")
     parser.add_argument("--fd", type=int, default=None, help="serve on this inherited listening socket")
     args = parser.parse_args(argv)
+    grants: dict[str, tuple[fake_sts.Rule, ...]] = {
+        token: (fake_sts.Rule(args.bucket[0], fake_sts.ROLE_PERMISSIONS[role], None),)
+        for token, _, role in (g.partition("=") for g in args.grant)}
     stopped = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopped.set())
     server = FakeGcsServer(args.host, args.port, vm_reads=tuple(args.vm_reads), fd=args.fd,
-                           member_registry=args.member_grants)
+                           member_registry=args.member_grants, grants=grants)
     for name in args.bucket:  # before it answers: whoever sees it answer may use them (a request on the parent's
         server.create_bucket(name)  # socket can be waiting already)
     server.start()

@@ -119,6 +119,17 @@ def allowed(rules: tuple[Rule, ...], permission: str, bucket: str, name: str | N
     return any(r.allows(permission, bucket, name, list_prefix) for r in rules)
 
 
+def within(rules: tuple[Rule, ...], source: tuple[Rule, ...]) -> tuple[Rule, ...]:
+    """The boundary's rules cut to what the source token's unconditioned bindings hold: STS never widens a token
+    (a boundary rule on a bucket the source cannot reach grants nothing)."""
+    cut = []
+    for rule in rules:
+        held = frozenset().union(*(s.permissions for s in source if s.bucket == rule.bucket and s.terms is None))
+        if rule.permissions & held:
+            cut.append(Rule(rule.bucket, rule.permissions & held, rule.terms))
+    return tuple(cut)
+
+
 def read_only(reads: tuple[str, ...]) -> tuple[Rule, ...]:
     """Rules for `bucket/prefix` entries: objectViewer on those prefixes only (the VM's own token on the agent
     bundles); a bucket named by none is not covered."""

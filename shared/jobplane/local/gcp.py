@@ -9,7 +9,8 @@ Credentials go the way they go on GCP: each VM's metadata server signs identity 
 issuer (jobplane.local.google_identity, its certificates on loopback), the `vend` function verifies them and
 exchanges its token at the GCS fake's STS for one downscoped to the job's keys, and the GCS fake enforces that
 token's boundary, and lets the VM's own token read only the agent bundles. A token member-<owner> (member_exports)
-gets what infra/gcp grants a member of that owner's team (jobplane.local.gcp_grants).
+gets what infra/gcp grants a member of that owner's team (jobplane.local.gcp_grants), and the functions carry their
+service account's token, which the GCS and Compute fakes hold to what infra/gcp grants it (jobplane.local.module_iam).
 
 Images: the Ubuntu families stand for this machine; Debian 12's family is the stock Debian 12 image when it is
 built (jobplane.local.rootfs), and PODMAN_IMAGE the Debian 12 + podman image when that is.
@@ -27,13 +28,15 @@ from typing import IO, Any
 from jobplane.boot import bundling
 from jobplane.clouds.base import TAG_ATTEMPT, TAG_JOB_ID, TAG_MANAGED
 from jobplane.clouds.gce_metadata import gce_key
-from jobplane.local import gcp_grants, rootfs
+from jobplane.clouds.gcp import deployment_prefix
+from jobplane.local import gcp_grants, module_iam, rootfs
 from jobplane.local.changes import HttpCounts
 from jobplane.local.cloud import LocalCloud, PortInUse, ServiceProcess, free_port
 from jobplane.local.cloud_functions import CloudFunctions, HttpFunction
 from jobplane.local.fake_compute import DEFAULT_ZONES, FakeComputeServer
 from jobplane.local.fake_secrets import FakeSecretManager
 from jobplane.local.google_identity import VM_SERVICE_ACCOUNT, LocalIdentityIssuer
+from jobplane.local.module_iam import FUNCTIONS_TOKEN
 from jobplane.local.pubsub_topic import PubSubTopic
 from jobplane.local.triggers import Functions
 from jobplane.model import images, keys
@@ -53,11 +56,17 @@ class GcpLocalCloud(LocalCloud):
 
     def __init__(self, state_dir: Path, port: int = 0, tick: float = 1.0, **kwargs: Any) -> None:
         super().__init__(state_dir, port, tick, **kwargs)
-        # the VMs' own token reads the agent bundles only, a member's its team's grants (the registry has no root)
+        # the VMs' own token reads the agent bundles only, a member's its team's grants (the registry has no root),
+        # the functions' what infra/gcp grants their service account (none where the module cannot be read here)
+        self.grants = module_iam.load()
+        functions = ["--grant", f"{FUNCTIONS_TOKEN}={self.grants.registry_role}"] if self.grants else []
         self.gcs = ServiceProcess("jobplane.local.fake_gcs", port, "--bucket", self.bucket,
-                                  "--vm-reads", f"{self.bucket}/{keys.AGENT}", "--member-grants", self.bucket)
+                                  "--vm-reads", f"{self.bucket}/{keys.AGENT}", "--member-grants", self.bucket,
+                                  *functions)
         self.compute = FakeComputeServer(PROJECT, op_polls=0, consoles=self.state_dir / "instances",
                                          port=port + 1 if port else 0)
+        if self.grants:
+            self.compute.enforce(FUNCTIONS_TOKEN, self.grants, deployment_prefix(self.bucket), VM_SERVICE_ACCOUNT)
         self.topic = PubSubTopic(TOPIC)
         self.issuer = LocalIdentityIssuer()
         self.secrets = FakeSecretManager()  # Secret Manager, its grants held to the caller's token
@@ -104,13 +113,17 @@ class GcpLocalCloud(LocalCloud):
         from jobplane.clouds.gcs import GcsStore
 
         # the functions publish job notifications there; vend verifies and exchanges tokens with the fakes
+        if self.grants:  # the token their service account's metadata server would give them
+            os.environ.update({"JOBPLANE_GCS_TOKEN": FUNCTIONS_TOKEN, "JOBPLANE_COMPUTE_TOKEN": FUNCTIONS_TOKEN})
         os.environ.update({"JOBPLANE_NOTIFY_TOPIC": TOPIC, "PUBSUB_EMULATOR_HOST": self.topic.address,
                            "JOBPLANE_VEND_URL": f"http://127.0.0.1:{self.vend_port}/",
                            "JOBPLANE_VM_SERVICE_ACCOUNT": VM_SERVICE_ACCOUNT,
                            "JOBPLANE_GOOGLE_CERTS_URL": self.issuer.certs_url,
                            "JOBPLANE_STS_URL": f"{self.gcs.url}/v1/token",
                            "JOBPLANE_SECRETS_ENDPOINT": self.secrets.url})
-        return Registry(GcsStore(self.bucket, project=PROJECT)), f"gcp:\n  project: {PROJECT}", local_images()
+        # the VMs' service account, as infra/gcp's policy names it (the only one the functions may attach)
+        placement = f"gcp:\n  project: {PROJECT}\n  service_account: {VM_SERVICE_ACCOUNT}"
+        return Registry(GcsStore(self.bucket, project=PROJECT)), placement, local_images()
 
     def make_functions(self, log_stream: IO[str]) -> Functions:
         functions = CloudFunctions(self.bucket, log_stream, on_result=self.console.invoked)
