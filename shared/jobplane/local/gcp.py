@@ -31,7 +31,7 @@ from jobplane.clouds.gce_metadata import gce_key
 from jobplane.clouds.gcp import deployment_prefix
 from jobplane.local import gcp_grants, module_iam, rootfs
 from jobplane.local.changes import HttpCounts
-from jobplane.local.cloud import LocalCloud, PortInUse, ServiceProcess, free_port
+from jobplane.local.cloud import LocalCloud, PortInUse, ServiceProcess
 from jobplane.local.cloud_functions import CloudFunctions, HttpFunction
 from jobplane.local.fake_compute import DEFAULT_ZONES, FakeComputeServer
 from jobplane.local.fake_secrets import FakeSecretManager
@@ -70,7 +70,6 @@ class GcpLocalCloud(LocalCloud):
         self.topic = PubSubTopic(TOPIC)
         self.issuer = LocalIdentityIssuer()
         self.secrets = FakeSecretManager()  # Secret Manager, its grants held to the caller's token
-        self.vend_port = free_port()
         self.vend: HttpFunction | None = None
 
     @property
@@ -116,7 +115,6 @@ class GcpLocalCloud(LocalCloud):
         if self.grants:  # the token their service account's metadata server would give them
             os.environ.update({"JOBPLANE_GCS_TOKEN": FUNCTIONS_TOKEN, "JOBPLANE_COMPUTE_TOKEN": FUNCTIONS_TOKEN})
         os.environ.update({"JOBPLANE_NOTIFY_TOPIC": TOPIC, "PUBSUB_EMULATOR_HOST": self.topic.address,
-                           "JOBPLANE_VEND_URL": f"http://127.0.0.1:{self.vend_port}/",
                            "JOBPLANE_VM_SERVICE_ACCOUNT": VM_SERVICE_ACCOUNT,
                            "JOBPLANE_GOOGLE_CERTS_URL": self.issuer.certs_url,
                            "JOBPLANE_STS_URL": f"{self.gcs.url}/v1/token",
@@ -127,8 +125,9 @@ class GcpLocalCloud(LocalCloud):
 
     def make_functions(self, log_stream: IO[str]) -> Functions:
         functions = CloudFunctions(self.bucket, log_stream, on_result=self.console.invoked)
-        self.vend = HttpFunction(functions.app("vend"), port=self.vend_port)  # the VMs call it over HTTP
+        self.vend = HttpFunction(functions.app("vend"))  # the VMs call it over HTTP, on a port it bound itself
         self.vend.start()
+        os.environ["JOBPLANE_VEND_URL"] = self.vend.url  # read at each invocation, none of which ran yet
         return functions
 
     def notifications(self) -> list[dict[str, Any]]:
