@@ -180,11 +180,11 @@ def vend_config(settings: Settings, project: str) -> gcp_vending.VendConfig:
         sts_url=os.environ.get("JOBPLANE_STS_URL") or gcs_downscope.GOOGLE_STS_URL)
 
 
-def _own_token(config: gcp_vending.VendConfig) -> str:
+def _own_token(config: gcp_vending.VendConfig, given: str | None) -> str:
     """The function's own access token; the local cloud's fake STS narrows the one the cloud gives its functions
-    (JOBPLANE_GCS_TOKEN: their service account's), and takes any other as unenforced."""
+    (`given`, JOBPLANE_GCS_TOKEN's: their service account's), and takes any other as unenforced."""
     if config.sts_url != gcs_downscope.GOOGLE_STS_URL:
-        return os.environ.get("JOBPLANE_GCS_TOKEN") or "jobplane-local-functions"
+        return given or "jobplane-local-functions"
     return gcs_downscope.own_access_token()
 
 
@@ -205,7 +205,8 @@ def vend(request: flask.Request) -> flask.Response:
                                                  service_account=config.service_account,
                                                  certs_url=config.certs_url),
         vms=env.compute,
-        downscope=lambda scope: gcs_downscope.exchange(scope, _own_token(config), config.sts_url),
+        downscope=lambda scope: gcs_downscope.exchange(scope, _own_token(config, env.settings.gcs_token),
+                                                       config.sts_url),
         secrets=lambda owner, name: _secret_store(env.settings, config.project).get(owner, name))
     answer = gcp_vending.vend(request.get_json(silent=True), request.headers.get("Authorization"), config=config,
                               registry=env.registry, deployment=env.settings.deployment, cloud=cloud)

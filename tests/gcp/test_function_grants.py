@@ -78,8 +78,8 @@ def test_only_the_deployments_vms_may_be_deleted_and_only_the_vms_account_attach
 
 
 def test_the_functions_token_reaches_the_registry_alone_and_sts_never_widens_it() -> None:
-    fake = FakeGcsServer(grants={FUNCTIONS_TOKEN: (fake_sts.Rule(DEPLOYMENT, frozenset(
-        fake_sts.ROLE_PERMISSIONS[GRANTS.registry_role]), None),)})
+    held = (fake_sts.Rule(DEPLOYMENT, fake_sts.ROLE_PERMISSIONS[GRANTS.registry_role], None),)
+    fake = FakeGcsServer(grants={FUNCTIONS_TOKEN: held})
     fake.start()
     try:
         for bucket in (DEPLOYMENT, "someone-elses"):
@@ -96,6 +96,6 @@ def test_the_functions_token_reaches_the_registry_alone_and_sts_never_widens_it(
             GcsStore("someone-elses", project=PROJECT).put("x", b"x")  # no token: not checked
         wide = (fake_sts.Rule("someone-elses", frozenset({"get", "list"}), None),
                 fake_sts.Rule(DEPLOYMENT, frozenset({"get", "create"}), None))
-        assert fake_sts.within(wide, fake._grants[FUNCTIONS_TOKEN]) == (wide[1],)
+        assert fake_sts.within(wide, held) == (wide[1],)
     finally:
         fake.stop()
