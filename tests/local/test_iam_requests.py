@@ -44,3 +44,26 @@ def test_parameters_topics_and_roles_are_checked_on_their_arns() -> None:
         "arn:aws:ssm:r::parameter/aws/service/debian/x", "arn:aws:ssm:r:1:parameter/jobplane/local/image"]
     assert checks("sns", "Publish", {"TopicArn": ["t"]}, "r", "1") == [Check("sns:Publish", "t")]
     assert checks("sts", "AssumeRole", {"RoleArn": ["role"]}, "r", "1") == [Check("sts:AssumeRole", "role")]
+
+
+class Sts:
+    """What FunctionSessions asks of the local AWS: a session of a role, counted."""
+
+    def __init__(self) -> None:
+        self.issued = 0
+
+    def role_session(self, role: str, name: str, seconds: int) -> dict[str, str]:
+        self.issued += 1
+        return {"AccessKeyId": f"ASIA{self.issued}", "SecretAccessKey": "s", "SessionToken": "t"}
+
+
+def test_each_function_runs_under_its_role_from_the_first_call_even_on_a_machine_just_booted() -> None:
+    from jobplane.local.aws import FunctionSessions
+
+    now = [12.0]  # time.monotonic() counts from the boot: a fresh CI machine's is small
+    sts = Sts()
+    sessions = FunctionSessions(sts, {"launcher": "arn:aws:iam::123456789012:role/jobplane-launcher"}, lambda: now[0])
+    assert sessions.env("launcher")["AWS_ACCESS_KEY_ID"] == "ASIA1"  # never the process's own static keys
+    assert sessions.env("launcher")["AWS_ACCESS_KEY_ID"] == "ASIA1" and sts.issued == 1  # kept ...
+    now[0] += FunctionSessions.RENEW_S + 1
+    assert sessions.env("launcher")["AWS_ACCESS_KEY_ID"] == "ASIA2"  # ... until renewed before it expires

@@ -11,10 +11,11 @@ stock Debian 12 image when it is built. The Debian 12 + podman image, when built
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -197,20 +198,20 @@ class FunctionSessions:
     LIFE_S = 3600
     RENEW_S = 3000
 
-    def __init__(self, aws: Any, roles: Mapping[str, str]) -> None:
-        self.aws, self.roles = aws, dict(roles)
+    def __init__(self, aws: Any, roles: Mapping[str, str], clock: Callable[[], float] = time.monotonic) -> None:
+        self.aws, self.roles, self.clock = aws, dict(roles), clock
         self.sessions: dict[str, tuple[float, dict[str, str]]] = {}
         self.lock = threading.Lock()
 
     def env(self, function: str) -> dict[str, str]:
         """AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN of the function's role."""
         with self.lock:
-            made, env = self.sessions.get(function, (0.0, {}))
-            if time.monotonic() - made > self.RENEW_S:
+            made, env = self.sessions.get(function, (-math.inf, {}))  # monotonic() may start near 0 (at boot)
+            if self.clock() - made > self.RENEW_S:
                 creds = self.aws.role_session(self.roles[function], f"jobplane-{function}", self.LIFE_S)
                 env = {"AWS_ACCESS_KEY_ID": creds["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": creds["SecretAccessKey"],
                        "AWS_SESSION_TOKEN": creds["SessionToken"]}
-                self.sessions[function] = (time.monotonic(), env)
+                self.sessions[function] = (self.clock(), env)
             return env
 
 
