@@ -5,7 +5,8 @@ and moto's server, as the local cloud runs it, answers S3 requests on one connec
 They also count what changed in them (jobplane.local.changes): moto's server and the GCS fake count each write,
 delete and changing call by area once it is made; a pass of the trigger loop lists only the folders whose counts moved
 since the last pass that completed, so an idle cloud lists nothing, and a write it has not delivered is listed again
-at the next pass, whenever it landed."""
+at the next pass, whenever it landed. An idle cloud's scheduled functions run less often: they would find what they
+found last time."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from jobplane.local.changes import ANY, PATH, Changes, HttpCounts, Watch, object
 from jobplane.local.cloud import ServiceProcess
 from jobplane.local.fake_gcs import FakeGcsServer
 from jobplane.local.keep_alive import keep_alive
-from jobplane.local.triggers import Functions, TriggerLoop
+from jobplane.local.triggers import IDLE_SCHEDULE, Functions, TriggerLoop
 from jobplane.model import keys
 from jobplane.store.registry import Registry
 
@@ -228,6 +229,51 @@ def test_moto_counts_what_changes_and_the_loop_lists_only_that(moto: ServiceProc
     assert tick() == [keys.QUEUE, keys.CANCELS, keys.PREEMPTED, keys.ACTIVE, keys.attempt_prefix("j1", 1),
                       keys.attempt_prefix("j2", 1)]
     assert len(functions.created) == 3  # nothing delivered twice
+
+
+class Scheduled(Delivered):
+    """One scheduled function, counted by Functions.invoke."""
+
+    names = scheduled = ("cron",)
+
+    def call(self, name: str, event: Any) -> Any:
+        return None
+
+    def scheduled_event(self, name: str) -> Any:
+        return {}
+
+
+def test_an_idle_cloud_runs_its_schedules_less_often_until_anything_could_move(moto: ServiceProcess) -> None:
+    s3 = client(moto, "s3")
+    s3.create_bucket(Bucket="idle")
+    now = [1000.0]
+    functions = Scheduled()
+    loop = TriggerLoop(Registry(S3Store("idle", s3)), functions, schedule=2, bucket="idle", clock=lambda: now[0])
+    watch = Watch(HttpCounts(moto.url))
+
+    def runs(seconds: int, busy: bool = False) -> int:
+        """The scheduled runs in that many ticks, a second apart."""
+        before = functions.invocations.get("cron", 0)
+        for _ in range(seconds):
+            look = watch.look()
+            loop.tick(look, busy=busy)
+            look.done()
+            now[0] += 1
+        return functions.invocations.get("cron", 0) - before
+
+    assert IDLE_SCHEDULE == 15
+    assert runs(30) == 2  # nothing anywhere: at 1000 and 1015
+    assert runs(30, busy=True) == 15  # a VM: every 2 s
+    s3.put_object(Bucket="idle", Key="queue/j1.yaml", Body=b"name: j1")  # a drop a run may retry
+    assert runs(10) == 5
+    s3.delete_object(Bucket="idle", Key="queue/j1.yaml")
+    assert runs(30) == 2  # the delete is a change (one run at 2 s), then idle again: 15 s
+    s3.put_object(Bucket="idle", Key="active/j2/WAITING_CAPACITY.1", Body=b"")  # a capacity wait: time moves it on
+    assert runs(10) == 5
+    s3.delete_object(Bucket="idle", Key="active/j2/WAITING_CAPACITY.1")
+    runs(5)
+    s3.put_object(Bucket="idle", Key="config/policy.yaml", Body=b"{}")  # a write anywhere: the next run is at 2 s
+    assert runs(4) == 1
 
 
 def test_moto_counts_ec2_and_notification_calls_that_change_something(moto: ServiceProcess) -> None:

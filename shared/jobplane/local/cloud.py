@@ -363,7 +363,7 @@ class LocalCloud:
         look = self.watch.look()
         if self.runner.nodes or self._changed(look, self.instance_areas):
             self.runner.sync()
-        self.triggers.tick(look)
+        self.triggers.tick(look, busy=bool(self.runner.nodes))
         if self._changed(look, self.notice_areas):
             for data in self.notifications():
                 self.console.emit(notified_line(data))

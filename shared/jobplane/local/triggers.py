@@ -6,8 +6,10 @@ last tick, jobplane.local.changes) and delivering keys not seen before, in the c
 shape, to the same functions the cloud runs: on AWS as EventBridge "Object Created" events to the launcher,
 rerun or sweeper Lambda handler, as the stack's rules route them; on GCP as Eventarc CloudEvents to the one
 bucket-event function, which routes them itself (jobplane.local.cloud_functions). Scheduled functions run every
-`schedule` seconds. A function that raises is logged, like a failed invocation, and the next scheduled run
-catches up, as in the cloud. A paused function (`jobplane local pause`) gets nothing, as if it were failing.
+`schedule` seconds; in an idle cloud (no VM; nothing queued, active, waiting or being cancelled; nothing written since
+they last ran and settled) every IDLE_SCHEDULE seconds, as they would find what they found last time. A function
+that raises is logged, like a failed invocation, and the next scheduled run catches up, as in the cloud. A paused
+function (`jobplane local pause`) gets nothing, as if it were failing.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import math
 import sys
 import threading
 import time
@@ -229,43 +232,73 @@ class LambdaFunctions(Functions):
 
 
 # ---- the loop ----------------------------------------------------------------------------------------------
+IDLE_SCHEDULE = 15.0
+# where the scheduled functions find work that time alone may move on: a drop, a cancel or a rerun to retry; a
+# capacity wait, a quota line and an after: wait (each a claimed attempt, under active/)
+WORK = (keys.QUEUE, keys.CANCELS, keys.PREEMPTED, keys.ACTIVE)
+
+
 class TriggerLoop:
-    def __init__(self, reg: Registry, functions: Functions, schedule: float, bucket: str = "") -> None:
+    def __init__(self, reg: Registry, functions: Functions, schedule: float, bucket: str = "",
+                 clock: Callable[[], float] = time.monotonic) -> None:
         """bucket: the registry's, as the counts a tick's Look reads name it."""
+        self.clock = clock
         self.reg = reg
         self.functions = functions
         self.schedule = schedule
         self.bucket = bucket
         self.seen: set[tuple[str, datetime]] = set()
-        self.last_cron = 0.0
+        self.last_cron = -math.inf  # the first tick runs them (monotonic() may start near 0, at boot)
         self.attempts: list[tuple[str, int]] | None = None  # the live attempts, as active/ was last listed
+        self.settled: dict[str, int] | None = None  # the counts once the last scheduled runs' writes were made
+        self.resettle = True  # the scheduled runs ran since: take the next look's counts as settled
+        self.holding: dict[str, bool] = {}  # whether each WORK folder held anything when it was last listed
 
-    def tick(self, look: Look | None = None) -> None:
+    def tick(self, look: Look | None = None, busy: bool = False) -> None:
         """look: what changed since the last tick (None: everything may have); a folder that did not is not listed.
-        The caller consumes the look (Look.done) once the tick completed."""
+        busy: the cloud has VMs. The caller consumes the look (Look.done) once the tick completed."""
         look = look or Watch().look()
         for prefix, area in ((keys.QUEUE, "queue"), (keys.CANCELS, "cancels"), (keys.PREEMPTED, "preempted")):
             if self._changed(look, prefix):
                 self._deliver_new(prefix, area)
         known = set(self.attempts or ())
         if self.attempts is None or self._changed(look, keys.ACTIVE):
-            self.attempts = sorted({(job_id, m.attempt) for job_id, markers in self.reg.active().items()
+            active = self.reg.active()
+            self.holding[keys.ACTIVE] = bool(active)
+            self.attempts = sorted({(job_id, m.attempt) for job_id, markers in active.items()
                                     for m in markers if m.attempt})
         for job_id, attempt in self.attempts:
             prefix = keys.attempt_prefix(job_id, attempt)
             if (job_id, attempt) not in known or self._changed(look, prefix):  # new: what it holds was never listed
                 self._deliver_new(prefix, "exits", suffix=("/exit.json", "/boot-failure.json"))
         self.functions.flush()
-        if time.monotonic() - self.last_cron >= self.schedule:
-            self.last_cron = time.monotonic()
+        idle = self._idle(look, busy)
+        if self.clock() - self.last_cron >= (IDLE_SCHEDULE if idle else self.schedule):
+            self.last_cron = self.clock()
+            self.resettle = True
             for name in self.functions.scheduled:
                 self.functions.invoke(name, self.functions.scheduled_event(name))
+
+    def _idle(self, look: Look, busy: bool) -> bool:
+        """Whether the scheduled runs would find what they found last time: no VM, nothing under WORK as last listed,
+        and the counts as they settled after those runs (their own writes, a repair say, are in the settled counts)."""
+        if busy or look.now is None:
+            self.resettle = True
+            return False
+        if self.resettle:
+            self.resettle = False
+            self.settled = look.now
+        return look.now == self.settled and not any(self.holding.get(prefix, True) for prefix in WORK)
 
     def _changed(self, look: Look, prefix: str) -> bool:
         return look.objects(self.bucket, self.reg.key(prefix))
 
     def _deliver_new(self, prefix: str, area: str, suffix: str | tuple[str, ...] = "") -> None:
+        if prefix in WORK:
+            self.holding[prefix] = False
         for key, modified, size in self.reg.listing(prefix):
+            if prefix in WORK:
+                self.holding[prefix] = True
             if not key.endswith(suffix) or (key, modified) in self.seen:
                 continue
             self.seen.add((key, modified))
