@@ -50,7 +50,8 @@ def no_running_instance(job_id: str, rank: int | None) -> click.ClickException:
 @click.option("--port", type=int, default=5055, show_default=True,
               help="Port of the cloud's API: moto's, or the GCS fake's (Compute Engine's: the next one); 0: any free.")
 @click.option("--tick", type=float, default=1.0, show_default=True,
-              help="Seconds between runner/trigger passes; scheduled functions run every max(tick, 2) s.")
+              help="Seconds between runner/trigger passes; scheduled functions run every max(tick, 2) s (every "
+                   "15 s while the cloud is idle: no VM, no job queued or live, nothing written since they ran).")
 @click.option("--ui-port", type=int, default=8765, show_default=True,
               help="Port of the dashboard (`jobplane ui`) started beside it on 127.0.0.1; 0: any free, -1: none.")
 @click.option("--policy", "policy_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
