@@ -250,8 +250,9 @@ class TriggerLoop:
         self.seen: set[tuple[str, datetime]] = set()
         self.last_cron = -math.inf  # the first tick runs them (monotonic() may start near 0, at boot)
         self.attempts: list[tuple[str, int]] | None = None  # the live attempts, as active/ was last listed
-        self.settled: dict[str, int] | None = None  # the counts once the last scheduled runs' writes were made
-        self.resettle = True  # the scheduled runs ran since: take the next look's counts as settled
+        # the counts once the last scheduled runs' writes were made; None: they ran since (or a VM was up), so the
+        # next idle look's counts are taken as settled
+        self.settled: dict[str, int] | None = None
         self.holding: dict[str, bool] = {}  # whether each WORK folder held anything when it was last listed
 
     def tick(self, look: Look | None = None, busy: bool = False) -> None:
@@ -275,7 +276,7 @@ class TriggerLoop:
         idle = self._idle(look, busy)
         if self.clock() - self.last_cron >= (IDLE_SCHEDULE if idle else self.schedule):
             self.last_cron = self.clock()
-            self.resettle = True
+            self.settled = None
             for name in self.functions.scheduled:
                 self.functions.invoke(name, self.functions.scheduled_event(name))
 
@@ -283,10 +284,9 @@ class TriggerLoop:
         """Whether the scheduled runs would find what they found last time: no VM, nothing under WORK as last listed,
         and the counts as they settled after those runs (their own writes, a repair say, are in the settled counts)."""
         if busy or look.now is None:
-            self.resettle = True
+            self.settled = None
             return False
-        if self.resettle:
-            self.resettle = False
+        if self.settled is None:
             self.settled = look.now
         return look.now == self.settled and not any(self.holding.get(prefix, True) for prefix in WORK)
 
